@@ -1,0 +1,29 @@
+#define _POSIX_C_SOURCE 200809L
+#include "common.h"
+
+#include <string.h>
+#include <time.h>
+
+void pulse_die(const char *file, int line, const char *what, const char *detail)
+{
+    fprintf(stderr, "%s:%d: check failed: %s: %s\n", file, line, what, detail ? detail : "");
+    fflush(stderr);
+    abort();
+}
+
+double pulse_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int pulse_sync_each_launch(void)
+{
+    static int cached = -1;
+    if (cached < 0) {
+        const char *s = getenv("PULSE_SYNC");
+        cached = (s && strcmp(s, "0") != 0) ? 1 : 0;
+    }
+    return cached;
+}

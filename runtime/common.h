@@ -1,0 +1,54 @@
+/* Shared helpers: the check macro family, host/device annotations, small utilities.
+ *
+ * Two kinds of error (CONVENTIONS.md): programming and CUDA/cuBLAS/JSON errors abort through
+ * the CHECK macros below, printing the statement, file:line and error name; failures a caller
+ * can handle return a negative status (enum pulse_status). */
+#ifndef PULSE_COMMON_H
+#define PULSE_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#if defined(__CUDACC__)
+#define PULSE_HD __host__ __device__ __forceinline__
+#else
+#define PULSE_HD static inline
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum pulse_status {
+    PULSE_OK = 0,
+    PULSE_ERR_NOMEM = -1,   /* a pool or budget is exhausted (recoverable: wait or reject) */
+    PULSE_ERR_INVALID = -2, /* bad input or config */
+    PULSE_ERR_IO = -3,      /* file or device I/O failed */
+    PULSE_ERR_OOM = -4,     /* the device refused an allocation */
+};
+
+/* Prints "file:line: what: detail" and aborts. Never returns. */
+void pulse_die(const char *file, int line, const char *what, const char *detail);
+
+#define PULSE_CHECK(cond, detail)                                                              \
+    do {                                                                                       \
+        if (!(cond)) pulse_die(__FILE__, __LINE__, #cond, (detail));                           \
+    } while (0)
+
+/* Monotonic wall clock in seconds. */
+double pulse_now(void);
+
+/* Environment switch PULSE_SYNC=1: synchronise after every kernel launch (debugging). */
+int pulse_sync_each_launch(void);
+
+#define PULSE_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define PULSE_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define PULSE_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define PULSE_CEIL_DIV(a, b) (((a) + (b)-1) / (b))
+
+#ifdef __cplusplus
+}
+#endif
+#endif

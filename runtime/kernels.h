@@ -1,0 +1,121 @@
+/* The decode-step kernels. Every kernel exists twice with one signature: `name_ref` (plain C,
+ * written for clarity, runs on host pointers) and `name_cuda` (runs on device pointers, on
+ * ctx->stream). The table-driven test compares the pairs on random inputs.
+ *
+ * Dtypes: weights, normalised activations, q and the KV cache are bf16 (uint16_t bit patterns);
+ * the residual stream, GEMM outputs and logits are fp32. A reference rounds to bf16 exactly where
+ * the CUDA kernel stores bf16, so both backends agree up to fp32 summation order.
+ *
+ * Paged KV layout (one page = one block of `page_size` tokens of one layer):
+ *   page p starts at pool + p * page_elems, page_elems = n_kv_heads * 2 * page_size * head_dim,
+ *   inside it [kv_head][0=K,1=V][token][dim]. So the K and V of one head of one block are one
+ *   contiguous piece (8 KB at 16 tokens x 128 dims), and the whole page is one contiguous block.
+ * A batch's view of one layer: for batch entry b, its pages are page_ids[page_start[b] + i],
+ * i = 0 .. ceil(n_tokens/page_size)-1, in token order. CSR is the special case
+ * page_start[b] = indptr[b]; a padded block table is page_start[b] = b * row_stride. */
+#ifndef PULSE_KERNELS_H
+#define PULSE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Execution context. CPU references ignore it except `workspace` (never required by refs). */
+struct kctx {
+    void *stream;         /* cudaStream_t for CUDA kernels; NULL for the CPU */
+    void *blas;           /* cublasHandle_t for CUDA gemm; NULL for the CPU */
+    void *workspace;      /* device scratch owned by the engine (attention split partials) */
+    size_t workspace_bytes;
+    int num_sms;          /* multiprocessors, to size split-K grids; 0 on the CPU */
+};
+
+struct kv_view {
+    uint16_t *pool;           /* base of the page pool (bf16) */
+    const int32_t *page_ids;  /* page id array */
+    const int32_t *page_start;/* [batch] offset of entry b's first page id in page_ids */
+    int page_size;            /* tokens per page (>= 1) */
+    int n_kv_heads;
+    int head_dim;
+};
+
+/* dst[i] = bf16(offset + scale * pulse_uniform(seed, i)) for i < n. */
+void fill_random_bf16_ref(const struct kctx *c, uint16_t *dst, size_t n, uint64_t seed,
+                          float scale, float offset);
+void fill_random_bf16_cuda(const struct kctx *c, uint16_t *dst, size_t n, uint64_t seed,
+                           float scale, float offset);
+
+/* x[b][j] = table[tokens[b]][j] as fp32. tokens must be in [0, vocab). */
+void embed_ref(const struct kctx *c, const int32_t *tokens, const uint16_t *table, float *x,
+               int batch, int hidden);
+void embed_cuda(const struct kctx *c, const int32_t *tokens, const uint16_t *table, float *x,
+                int batch, int hidden);
+
+/* out[r] = bf16(x[r] / sqrt(mean(x[r]^2) + eps) * w), rows x dim, fp32 statistics. */
+void rmsnorm_ref(const struct kctx *c, const float *x, const uint16_t *w, uint16_t *out, int rows,
+                 int dim, float eps);
+void rmsnorm_cuda(const struct kctx *c, const float *x, const uint16_t *w, uint16_t *out,
+                  int rows, int dim, float eps);
+
+/* out[m][n] = sum_k a[m][k] * w[n][k] + beta * out[m][n]; a is m x k, w is n x k (row-major,
+ * the PyTorch Linear layout), out fp32 m x n. beta is 0 or 1 (1 fuses a residual add). */
+void gemm_bf16_ref(const struct kctx *c, const uint16_t *a, const uint16_t *w, float *out, int m,
+                   int n, int k, float beta);
+void gemm_bf16_cuda(const struct kctx *c, const uint16_t *a, const uint16_t *w, float *out, int m,
+                    int n, int k, float beta);
+
+/* qkv: fp32 [batch][(nq + 2*nkv) * hd], laid out q heads, then k heads, then v heads.
+ * For each entry b at position pos[b]: q and k heads get per-head RMSNorm with q_norm / k_norm
+ * (skipped when the pointer is NULL), then rotary embedding (rotate-half pairs (i, i+hd/2),
+ * angle pos * theta^(-2i/hd)); q is stored bf16 in q_out [batch][nq*hd]; k and v are stored bf16
+ * into the cache page holding token pos[b] (page index pos/page_size of entry b's pages). */
+void qk_norm_rope_append_ref(const struct kctx *c, const float *qkv, const uint16_t *q_norm,
+                             const uint16_t *k_norm, uint16_t *q_out, const struct kv_view *kv,
+                             const int32_t *pos, int batch, int nq, float theta, float eps);
+void qk_norm_rope_append_cuda(const struct kctx *c, const float *qkv, const uint16_t *q_norm,
+                              const uint16_t *k_norm, uint16_t *q_out, const struct kv_view *kv,
+                              const int32_t *pos, int batch, int nq, float theta, float eps);
+
+/* Decode attention over paged KV, GQA (query head h reads KV head h / (nq/nkv)).
+ * q: bf16 [batch][nq][hd]; entry b attends its first n_tokens[b] tokens (>= 1);
+ * out: bf16 [batch][nq][hd] = softmax(scale * q.K^T) V, fp32 softmax and accumulation.
+ * The CUDA kernel splits long contexts across thread blocks and merges the partials
+ * (flash-decoding); ctx->workspace must hold attn_decode_workspace_bytes(). */
+void attn_decode_ref(const struct kctx *c, const uint16_t *q, const struct kv_view *kv,
+                     const int32_t *n_tokens, uint16_t *out, int batch, int nq, int max_tokens,
+                     float scale);
+void attn_decode_cuda(const struct kctx *c, const uint16_t *q, const struct kv_view *kv,
+                      const int32_t *n_tokens, uint16_t *out, int batch, int nq, int max_tokens,
+                      float scale);
+/* Device workspace the CUDA attention needs for this shape (max_tokens bounds every n_tokens). */
+size_t attn_decode_workspace_bytes(int batch, int nq, int head_dim, int max_tokens, int num_sms);
+
+/* gu: fp32 [rows][2*ffn] = [gate | up]; out[r][i] = bf16(silu(gate) * up). */
+void silu_mul_ref(const struct kctx *c, const float *gu, uint16_t *out, int rows, int ffn);
+void silu_mul_cuda(const struct kctx *c, const float *gu, uint16_t *out, int rows, int ffn);
+
+/* out[r] = index of the largest logits[r][*]; ties go to the lowest index; NaN never wins. */
+void argmax_ref(const struct kctx *c, const float *logits, int32_t *out, int rows, int vocab);
+void argmax_cuda(const struct kctx *c, const float *logits, int32_t *out, int rows, int vocab);
+
+/* Synthetic prompt KV, as it would arrive from a prefill instance: for entry b, every token
+ * t < n_tokens[b] of its pages gets K and V element e (index within [kv_head][kv][dim]) equal to
+ * bf16(pulse_uniform(pulse_seed_mix(seed, req_ids[b], layer), t * elems_per_token + e)),
+ * elems_per_token = n_kv_heads * 2 * head_dim. Pages past n_tokens are left untouched. */
+void kv_fill_synthetic_ref(const struct kctx *c, const struct kv_view *kv,
+                           const int32_t *n_tokens, const int32_t *req_ids, int batch, int layer,
+                           uint64_t seed, int max_tokens);
+void kv_fill_synthetic_cuda(const struct kctx *c, const struct kv_view *kv,
+                            const int32_t *n_tokens, const int32_t *req_ids, int batch, int layer,
+                            uint64_t seed, int max_tokens);
+
+/* pos[b] += 1 for b < batch (ends a decode step on the device, so a step needs no host work). */
+void advance_pos_ref(const struct kctx *c, int32_t *pos, int batch);
+void advance_pos_cuda(const struct kctx *c, int32_t *pos, int batch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
