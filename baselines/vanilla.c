@@ -1,0 +1,30 @@
+/* vanilla: all KV on the GPU, full attention, FCFS admission while the KV budget allows. A
+ * request reserves its whole length at admission; the head of the queue blocks the rest. */
+#include "common.h"
+#include "serve.h"
+
+static int vanilla_admit(struct serve_state *s)
+{
+    while (s->next_waiting < s->n_arrived && s->n_entries < s->max_batch) {
+        int rc = serve_admit_request(s, s->next_waiting);
+        if (rc == PULSE_ERR_NOMEM) {
+            s->ctr.admission_refusals++;
+            return PULSE_OK;
+        }
+        if (rc != PULSE_OK) return rc;
+        s->next_waiting++;
+    }
+    return PULSE_OK;
+}
+
+static int vanilla_step(struct serve_state *s)
+{
+    engine_step(s->eng, s->batch, s->kv);
+    return PULSE_OK;
+}
+
+const struct policy policy_vanilla = {
+    .name = "vanilla",
+    .admit = vanilla_admit,
+    .step = vanilla_step,
+};

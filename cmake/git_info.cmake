@@ -1,0 +1,20 @@
+# Writes ${OUT}: the git commit and dirty flag of ${SRC}, rewritten only when they change.
+execute_process(COMMAND git -C ${SRC} rev-parse HEAD OUTPUT_VARIABLE commit
+                OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  set(commit "unknown")
+endif()
+execute_process(COMMAND git -C ${SRC} status --porcelain --untracked-files=no
+                OUTPUT_VARIABLE status ERROR_QUIET)
+if(status)
+  set(dirty 1)
+else()
+  set(dirty 0)
+endif()
+set(text "const char *pulse_git_commit = \"${commit}\";\nint pulse_git_dirty = ${dirty};\n")
+if(EXISTS ${OUT})
+  file(READ ${OUT} old)
+endif()
+if(NOT "${old}" STREQUAL "${text}")
+  file(WRITE ${OUT} "${text}")
+endif()

@@ -1,0 +1,31 @@
+/* Command-line helpers shared by the subcommands: value parsing with one-line errors that name
+ * the flag and what was expected. Usage errors exit 2; run failures exit 1; OOM results 3. */
+#ifndef PULSE_CLI_H
+#define PULSE_CLI_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "model.h"
+
+#define EXIT_USAGE 2
+#define EXIT_OOM 3
+
+/* Prints "pulse CMD: message" to stderr. */
+void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Parse flag values; on a bad value print an error naming the flag and return -1. */
+int cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
+int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t hi, uint64_t *out);
+int cli_double(const char *cmd, const char *flag, const char *s, double lo, double hi,
+               double *out);
+/* Resolves --model and --backend ("auto" picks cuda when a GPU is usable); NULL after an error. */
+const struct model_config *cli_model(const char *cmd, const char *name);
+const struct backend *cli_backend(const char *cmd, const char *name);
+/* getopt_long's message for an unknown flag is replaced by this one (call on '?'). */
+void cli_unknown_flag(const char *cmd, int argc, char **argv);
+
+int cmd_models(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

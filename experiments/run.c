@@ -1,0 +1,273 @@
+/* pulse run: serves a workload with a policy on a backend and writes one result JSON. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common.h"
+#include "engine.h"
+#include "kv_cache.h"
+#include "results.h"
+#include "serve.h"
+#include "workloads/workload.h"
+
+static const char usage[] =
+    "usage: pulse run [options]\n"
+    "  Serves every request of a workload to its output length and writes a result JSON.\n"
+    "  --backend B        cpu, cuda or auto (default auto: cuda when a GPU is usable)\n"
+    "  --model NAME       built-in model config (default tiny; see pulse models)\n"
+    "  --policy P         vanilla (default vanilla)\n"
+    "  --workload SPEC    uniform:LEN:COUNT or lengths:L1,L2,... (default uniform:256:4)\n"
+    "  --output-len N     output tokens per request (default 32)\n"
+    "  --kv-budget-gb G   GPU KV pool in GB (default 45 on cuda, emulating an 80 GB card; 0.25 on cpu)\n"
+    "  --max-batch N      most requests decoded together (default 64)\n"
+    "  --page-size N      tokens per KV block (default 16)\n"
+    "  --seed S           weights, synthetic prompt KV and workload (default 1)\n"
+    "  --out FILE         result JSON (default: none, summary only)\n"
+    "  --print-tokens     print each request's output token ids\n"
+    "exit: 0 ok, 1 run failed, 2 bad usage, 3 out of device memory (result written, status oom)\n";
+
+struct run_opts {
+    const char *backend, *model, *policy, *workload, *out;
+    long output_len, max_batch, page_size;
+    double budget_gb;
+    int budget_set, print_tokens;
+    uint64_t seed;
+};
+
+static int parse(int argc, char **argv, struct run_opts *o)
+{
+    static const struct option opts[] = {
+        {"backend", required_argument, 0, 'b'},  {"model", required_argument, 0, 'm'},
+        {"policy", required_argument, 0, 'p'},   {"workload", required_argument, 0, 'w'},
+        {"output-len", required_argument, 0, 'n'}, {"kv-budget-gb", required_argument, 0, 'g'},
+        {"max-batch", required_argument, 0, 'B'}, {"page-size", required_argument, 0, 'P'},
+        {"seed", required_argument, 0, 's'},     {"out", required_argument, 0, 'o'},
+        {"print-tokens", no_argument, 0, 't'},   {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    *o = (struct run_opts){"auto", "tiny", "vanilla", "uniform:256:4", NULL, 32, 64, 16, 0, 0,
+                           0, 1};
+    int c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'b': o->backend = optarg; break;
+        case 'm': o->model = optarg; break;
+        case 'p': o->policy = optarg; break;
+        case 'w': o->workload = optarg; break;
+        case 'o': o->out = optarg; break;
+        case 't': o->print_tokens = 1; break;
+        case 'n':
+            if (cli_int("run", "--output-len", optarg, 1, 1 << 24, &o->output_len)) return -1;
+            break;
+        case 'B':
+            if (cli_int("run", "--max-batch", optarg, 1, 4096, &o->max_batch)) return -1;
+            break;
+        case 'P':
+            if (cli_int("run", "--page-size", optarg, 1, 4096, &o->page_size)) return -1;
+            break;
+        case 'g':
+            if (cli_double("run", "--kv-budget-gb", optarg, 1e-6, 1e5, &o->budget_gb)) return -1;
+            o->budget_set = 1;
+            break;
+        case 's':
+            if (cli_u64("run", "--seed", optarg, INT64_MAX, &o->seed)) return -1;
+            break;
+        case 'h': fputs(usage, stdout); return 1;
+        default: cli_unknown_flag("run", argc, argv); return -1;
+        }
+    }
+    if (optind < argc) {
+        cli_error("run", "unexpected argument '%s'", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+/* FNV-1a over every request's output ids: a fingerprint of the run's tokens. */
+static uint64_t tokens_hash(const struct workload *w)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < (size_t)w->n * w->output_len; i++) {
+        h ^= (uint32_t)w->token_store[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static json_t *config_json(const struct run_opts *o, const struct model_config *m,
+                           const struct backend *be, size_t budget)
+{
+    return json_pack("{s:s,s:s,s:s,s:I,s:f,s:i,s:i,s:I,s:I,s:I,s:I}", "backend", be->name,
+                     "model", m->name, "policy", o->policy, "kv_budget_bytes", (json_int_t)budget,
+                     "kv_budget_gb", budget / 1e9, "max_batch", (int)o->max_batch, "page_size",
+                     (int)o->page_size, "seed", (json_int_t)o->seed, "model_params",
+                     (json_int_t)model_param_count(m), "model_weight_bytes",
+                     (json_int_t)model_weight_bytes(m), "kv_bytes_per_token",
+                     (json_int_t)model_kv_bytes_per_token(m));
+}
+
+static json_t *counters_json(const struct serve_counters *c, const struct kv_cache_stats *ks)
+{
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "steps",
+                     c->steps, "tokens", c->tokens, "admitted", c->admitted, "batch_changes",
+                     c->batch_changes, "admission_refusals", c->admission_refusals, "peak_batch",
+                     c->peak_batch, "peak_kv_pages_used", c->peak_pages_used, "kv_pages",
+                     (json_int_t)ks->n_pages, "step_alloc_calls", c->step_alloc_calls,
+                     "recall_bytes", c->recall_bytes, "recall_chunks", c->recall_chunks,
+                     "recall_stalls", c->recall_stalls, "layer_switches", c->layer_switches,
+                     "ioaa_nodes", c->ioaa_nodes, "kv_page_bytes", (json_int_t)ks->page_bytes);
+}
+
+/* Per-request TTFT / TPOT / E2EL (seconds), the metrics block, and the requests array. */
+static json_t *metrics_json(const struct workload *w, double wall, json_t **requests)
+{
+    double ttft[w->n], tpot[w->n], e2el[w->n];
+    int n_tpot = 0;
+    long long out_tokens = 0, in_tokens = 0;
+    *requests = json_array();
+    for (int i = 0; i < w->n; i++) {
+        const struct request *r = &w->reqs[i];
+        ttft[i] = r->first_token_s - r->arrival_s;
+        e2el[i] = r->done_s - r->arrival_s;
+        if (r->generated > 1) tpot[n_tpot++] = (e2el[i] - ttft[i]) / (r->generated - 1);
+        out_tokens += r->generated;
+        in_tokens += r->prompt_len;
+        json_t *jr = json_pack("{s:i,s:i,s:i}", "id", r->id, "prompt_len", r->prompt_len,
+                               "output_len", r->generated);
+        results_set_real(jr, "ttft_ms", ttft[i] * 1e3);
+        results_set_real(jr, "e2el_ms", e2el[i] * 1e3);
+        results_set_real(jr, "tpot_ms", r->generated > 1 ? tpot[n_tpot - 1] * 1e3 : NAN);
+        results_set_real(jr, "admit_ms", (r->admit_s - r->arrival_s) * 1e3);
+        json_array_append_new(*requests, jr);
+    }
+    struct dist_summary d;
+    json_t *m = json_object();
+    json_object_set_new(m, "completed", json_integer(w->n));
+    json_object_set_new(m, "total_input_tokens", json_integer(in_tokens));
+    json_object_set_new(m, "total_output_tokens", json_integer(out_tokens));
+    results_set_real(m, "duration", wall);
+    results_set_real(m, "output_throughput", out_tokens / wall);
+    results_set_real(m, "total_token_throughput", (out_tokens + in_tokens) / wall);
+    results_set_real(m, "request_throughput", w->n / wall);
+    metrics_summarize(ttft, w->n, &d);
+    results_add_dist_ms(m, "ttft", &d);
+    metrics_summarize(tpot, n_tpot, &d);
+    results_add_dist_ms(m, "tpot", &d);
+    metrics_summarize(e2el, w->n, &d);
+    results_add_dist_ms(m, "e2el", &d);
+    json_object_set_new(m, "percentile_method", json_string("linear"));
+    return m;
+}
+
+static int finish(json_t *res, const char *out, int code)
+{
+    char err[512];
+    if (out && results_write(res, out, err, sizeof err) != PULSE_OK) {
+        cli_error("run", "--out: %s", err);
+        code = 1;
+    }
+    json_decref(res);
+    return code;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    struct run_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc > 0 ? 0 : EXIT_USAGE;
+    const struct model_config *m = cli_model("run", o.model);
+    if (!m) return EXIT_USAGE;
+    const struct policy *pol = policy_find(o.policy);
+    if (!pol) {
+        cli_error("run", "--policy: unknown policy '%s' (known: %s)", o.policy, policy_names());
+        return EXIT_USAGE;
+    }
+    const struct backend *be = cli_backend("run", o.backend);
+    if (!be) return EXIT_USAGE;
+    char err[512];
+    struct workload w;
+    if (workload_create(&w, o.workload, (int)o.output_len, o.seed, err, sizeof err) != PULSE_OK) {
+        cli_error("run", "%s", err);
+        return EXIT_USAGE;
+    }
+    if (!o.budget_set) o.budget_gb = be->mem == MEM_DEVICE ? 45.0 : 0.25;
+    size_t budget = (size_t)(o.budget_gb * 1e9);
+    int max_tokens = workload_max_tokens(&w);
+    size_t page_bytes = (size_t)m->n_kv_heads * 2 * o.page_size * m->head_dim * 2;
+    size_t need = (size_t)PULSE_CEIL_DIV(max_tokens, o.page_size) * m->n_layers * page_bytes;
+    if (need > budget) {
+        cli_error("run",
+                  "--kv-budget-gb: %g GB cannot hold even one request: the longest (%d tokens "
+                  "of %s) needs %.4f GB of KV",
+                  o.budget_gb, max_tokens, m->name, need / 1e9);
+        workload_free(&w);
+        return EXIT_USAGE;
+    }
+
+    json_t *res = results_new("run");
+    json_object_set_new(res, "config", config_json(&o, m, be, budget));
+    json_object_set_new(res, "workload", workload_to_json(&w));
+    struct engine_params ep = {m, be, o.seed, (int)o.max_batch, max_tokens};
+    struct engine *e = engine_create(&ep, err, sizeof err);
+    if (!e) {
+        cli_error("run", "%s", err);
+        json_object_set_new(res, "status", json_string("oom"));
+        json_object_set_new(res, "error", json_string(err));
+        workload_free(&w);
+        return finish(res, o.out, EXIT_OOM);
+    }
+    be->describe(results_env(res));
+    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, (int)o.page_size,
+                                 budget,      (int)o.max_batch, max_tokens};
+    struct kv_cache *kv = kv_cache_create(&kp, be, engine_ctx(e), err, sizeof err);
+    int code = 0;
+    if (!kv) {
+        cli_error("run", "%s", err);
+        json_object_set_new(res, "status", json_string("oom"));
+        json_object_set_new(res, "error", json_string(err));
+        code = EXIT_OOM;
+        goto out;
+    }
+    struct serve_counters ctr;
+    double wall;
+    if (serve_run(e, kv, pol, w.reqs, w.n, (int)o.max_batch, &ctr, &wall, err, sizeof err) !=
+        PULSE_OK) {
+        cli_error("run", "%s", err);
+        json_object_set_new(res, "status", json_string("error"));
+        json_object_set_new(res, "error", json_string(err));
+        code = 1;
+        goto out;
+    }
+    struct kv_cache_stats ks;
+    kv_cache_get_stats(kv, &ks);
+    json_t *requests;
+    json_t *metrics = metrics_json(&w, wall, &requests);
+    char hash[32];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)tokens_hash(&w));
+    json_object_set_new(metrics, "output_tokens_fnv1a", json_string(hash));
+    printf("%s %s %s %s: %d requests, %lld tokens in %.3f s: %.1f tok/s, mean TPOT %.3f ms, "
+           "tokens %s\n",
+           be->name, m->name, pol->name, w.spec, w.n, (long long)ctr.tokens, wall,
+           json_real_value(json_object_get(metrics, "output_throughput")),
+           json_is_real(json_object_get(metrics, "mean_tpot_ms"))
+               ? json_real_value(json_object_get(metrics, "mean_tpot_ms"))
+               : NAN,
+           hash);
+    if (o.print_tokens)
+        for (int i = 0; i < w.n; i++) {
+            printf("request %d:", i);
+            for (int t = 0; t < w.reqs[i].generated; t++) printf(" %d", w.reqs[i].tokens[t]);
+            printf("\n");
+        }
+    json_object_set_new(res, "metrics", metrics);
+    json_object_set_new(res, "requests", requests);
+    json_object_set_new(res, "counters", counters_json(&ctr, &ks));
+out:
+    kv_cache_free(kv);
+    engine_free(e);
+    workload_free(&w);
+    return finish(res, o.out, code);
+}

@@ -1,0 +1,107 @@
+#include "backend.h"
+
+#include <string.h>
+
+#include "common.h"
+
+static void cpu_upload(const struct kctx *c, void *dst, const void *src, size_t bytes)
+{
+    (void)c;
+    memcpy(dst, src, bytes);
+}
+
+static void cpu_memset(const struct kctx *c, void *dst, int value, size_t bytes)
+{
+    (void)c;
+    memset(dst, value, bytes);
+}
+
+static void cpu_sync(const struct kctx *c) { (void)c; }
+
+static int cpu_ctx_create(struct kctx *c, size_t workspace_bytes)
+{
+    memset(c, 0, sizeof *c);
+    c->workspace_bytes = workspace_bytes;
+    return PULSE_OK; /* the references need no workspace */
+}
+
+static void cpu_ctx_free(struct kctx *c) { memset(c, 0, sizeof *c); }
+
+static double cpu_copy_bandwidth(const struct kctx *c, size_t bytes, int reps)
+{
+    (void)c;
+    char *a = mem_alloc(MEM_HOST, bytes, "copy a"), *b = mem_alloc(MEM_HOST, bytes, "copy b");
+    double best = 0.0;
+    if (a && b) {
+        memset(a, 1, bytes);
+        memset(b, 2, bytes);
+        for (int r = 0; r < reps; r++) {
+            double t = pulse_now();
+            memcpy(r % 2 ? a : b, r % 2 ? b : a, bytes);
+            double gbs = 2.0 * (double)bytes / (pulse_now() - t) / 1e9;
+            best = gbs > best ? gbs : best;
+        }
+    }
+    mem_free(MEM_HOST, a, bytes);
+    mem_free(MEM_HOST, b, bytes);
+    return best;
+}
+
+static void cpu_describe(json_t *env)
+{
+    json_object_set_new(env, "device", json_string("cpu"));
+}
+
+static const struct backend cpu_backend = {
+    .name = "cpu",
+    .mem = MEM_HOST,
+    .fill_random_bf16 = fill_random_bf16_ref,
+    .embed = embed_ref,
+    .rmsnorm = rmsnorm_ref,
+    .gemm_bf16 = gemm_bf16_ref,
+    .qk_norm_rope_append = qk_norm_rope_append_ref,
+    .attn_decode = attn_decode_ref,
+    .silu_mul = silu_mul_ref,
+    .argmax = argmax_ref,
+    .kv_fill_synthetic = kv_fill_synthetic_ref,
+    .advance_pos = advance_pos_ref,
+    .ctx_create = cpu_ctx_create,
+    .ctx_free = cpu_ctx_free,
+    .upload = cpu_upload,
+    .download = cpu_upload,
+    .memset = cpu_memset,
+    .sync = cpu_sync,
+    .copy_bandwidth = cpu_copy_bandwidth,
+    .describe = cpu_describe,
+};
+
+#ifdef PULSE_HAVE_CUDA
+extern const struct backend cuda_backend; /* backend_cuda.c */
+#endif
+
+static const struct backend *const registry[] = {
+    &cpu_backend,
+#ifdef PULSE_HAVE_CUDA
+    &cuda_backend,
+#endif
+};
+
+const struct backend *backend_find(const char *name)
+{
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(registry); i++)
+        if (strcmp(registry[i]->name, name) == 0) return registry[i];
+    return NULL;
+}
+
+const char *backend_names(void)
+{
+#ifdef PULSE_HAVE_CUDA
+    return "cpu, cuda";
+#else
+    return "cpu";
+#endif
+}
+
+#ifndef PULSE_HAVE_CUDA
+int backend_cuda_available(void) { return 0; }
+#endif

@@ -1,0 +1,59 @@
+/* A backend is a struct of function pointers: the kernels of kernels.h (same signatures) plus
+ * memory movement. `cpu` runs the references on host memory; `cuda` runs the CUDA kernels on
+ * device memory. Registered by name in one table (backend_find). */
+#ifndef PULSE_BACKEND_H
+#define PULSE_BACKEND_H
+
+#include <jansson.h>
+
+#include "kernels.h"
+#include "mem.h"
+
+struct backend {
+    const char *name;
+    enum mem_kind mem; /* where tensors live: MEM_HOST (cpu) or MEM_DEVICE (cuda) */
+
+    void (*fill_random_bf16)(const struct kctx *, uint16_t *, size_t, uint64_t, float, float);
+    void (*embed)(const struct kctx *, const int32_t *, const uint16_t *, float *, int, int);
+    void (*rmsnorm)(const struct kctx *, const float *, const uint16_t *, uint16_t *, int, int,
+                    float);
+    void (*gemm_bf16)(const struct kctx *, const uint16_t *, const uint16_t *, float *, int, int,
+                      int, float);
+    void (*qk_norm_rope_append)(const struct kctx *, const float *, const uint16_t *,
+                                const uint16_t *, uint16_t *, const struct kv_view *,
+                                const int32_t *, int, int, float, float);
+    void (*attn_decode)(const struct kctx *, const uint16_t *, const struct kv_view *,
+                        const int32_t *, uint16_t *, int, int, int, float);
+    void (*silu_mul)(const struct kctx *, const float *, uint16_t *, int, int);
+    void (*argmax)(const struct kctx *, const float *, int32_t *, int, int);
+    void (*kv_fill_synthetic)(const struct kctx *, const struct kv_view *, const int32_t *,
+                              const int32_t *, int, int, uint64_t, int);
+    void (*advance_pos)(const struct kctx *, int32_t *, int);
+
+    /* Creates the execution context (stream, BLAS handle, `workspace_bytes` of scratch).
+     * Returns PULSE_OK or PULSE_ERR_OOM / PULSE_ERR_INVALID (no device). */
+    int (*ctx_create)(struct kctx *c, size_t workspace_bytes);
+    void (*ctx_free)(struct kctx *c);
+    /* Copies between host memory and backend memory, ordered on the context's stream and
+     * complete when the call returns (admin-path copies, not in the decode step). */
+    void (*upload)(const struct kctx *c, void *dst, const void *src, size_t bytes);
+    void (*download)(const struct kctx *c, void *dst, const void *src, size_t bytes);
+    void (*memset)(const struct kctx *c, void *dst, int value, size_t bytes);
+    /* Waits for all work queued on the context. */
+    void (*sync)(const struct kctx *c);
+    /* Measures the memory copy bandwidth on this backend's memory: copies of `bytes`, counting
+     * bytes read plus written, median of `reps`, in GB/s. Allocates (outside any step). */
+    double (*copy_bandwidth)(const struct kctx *c, size_t bytes, int reps);
+    /* Adds the environment (device name, driver, runtime, BLAS versions) to `env`. */
+    void (*describe)(json_t *env);
+};
+
+/* The backend registered under `name` ("cpu", "cuda"), or NULL. "cuda" exists only in CUDA
+ * builds; whether a device is present is known at ctx_create. */
+const struct backend *backend_find(const char *name);
+/* Names of the registered backends, comma separated (for messages). */
+const char *backend_names(void);
+/* 1 when a CUDA device can be used by this build. */
+int backend_cuda_available(void);
+
+#endif

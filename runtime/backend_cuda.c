@@ -1,0 +1,168 @@
+/* The CUDA backend: the kernels of kernels_cuda.cu / attn_cuda.cu, a stream, a cuBLAS handle
+ * and the engine's device workspace. Plain C over the CUDA runtime and cuBLAS C APIs. */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <string.h>
+
+#include "backend.h"
+#include "common.h"
+#include "cuda_check.h"
+
+int backend_cuda_available(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n > 0;
+}
+
+static int cuda_ctx_create(struct kctx *c, size_t workspace_bytes)
+{
+    memset(c, 0, sizeof *c);
+    if (!backend_cuda_available()) return PULSE_ERR_INVALID;
+    cudaStream_t s;
+    cublasHandle_t h;
+    int dev;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&c->num_sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasCreate(&h));
+    CUBLAS_CHECK(cublasSetStream(h, s));
+    CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+    c->stream = s;
+    c->blas = h;
+    c->workspace_bytes = workspace_bytes;
+    if (workspace_bytes) {
+        c->workspace = mem_alloc(MEM_DEVICE, workspace_bytes, "workspace");
+        if (!c->workspace) {
+            cublasDestroy(h);
+            cudaStreamDestroy(s);
+            memset(c, 0, sizeof *c);
+            return PULSE_ERR_OOM;
+        }
+    }
+    return PULSE_OK;
+}
+
+static void cuda_ctx_free(struct kctx *c)
+{
+    if (c->stream) CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)c->stream));
+    mem_free(MEM_DEVICE, c->workspace, c->workspace_bytes);
+    if (c->blas) cublasDestroy((cublasHandle_t)c->blas);
+    if (c->stream) cudaStreamDestroy((cudaStream_t)c->stream);
+    memset(c, 0, sizeof *c);
+}
+
+static void cuda_copy(const struct kctx *c, void *dst, const void *src, size_t bytes)
+{
+    cudaStream_t s = (cudaStream_t)c->stream;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+static void cuda_memset(const struct kctx *c, void *dst, int value, size_t bytes)
+{
+    CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, (cudaStream_t)c->stream));
+}
+
+static void cuda_sync(const struct kctx *c)
+{
+    CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)c->stream));
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static double cuda_copy_bandwidth(const struct kctx *c, size_t bytes, int reps)
+{
+    cudaStream_t s = (cudaStream_t)c->stream;
+    void *a = mem_alloc(MEM_DEVICE, bytes, "copy a"), *b = mem_alloc(MEM_DEVICE, bytes, "copy b");
+    float ms[64];
+    double gbs = 0.0;
+    if (reps > 64) reps = 64;
+    if (a && b && reps > 0) {
+        cudaEvent_t e0, e1;
+        CUDA_CHECK(cudaEventCreate(&e0));
+        CUDA_CHECK(cudaEventCreate(&e1));
+        CUDA_CHECK(cudaMemsetAsync(a, 1, bytes, s));
+        CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); /* warm-up */
+        for (int r = 0; r < reps; r++) {
+            CUDA_CHECK(cudaEventRecord(e0, s));
+            CUDA_CHECK(cudaMemcpyAsync(r % 2 ? a : b, r % 2 ? b : a, bytes,
+                                       cudaMemcpyDeviceToDevice, s));
+            CUDA_CHECK(cudaEventRecord(e1, s));
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            CUDA_CHECK(cudaEventElapsedTime(&ms[r], e0, e1));
+        }
+        qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+        gbs = 2.0 * (double)bytes / (ms[reps / 2] * 1e-3) / 1e9;
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+    }
+    mem_free(MEM_DEVICE, a, bytes);
+    mem_free(MEM_DEVICE, b, bytes);
+    return gbs;
+}
+
+static void cuda_describe(json_t *env)
+{
+    int dev = 0, drv = 0, rt = 0, blas = 0;
+    struct cudaDeviceProp p;
+    char buf[32];
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+    CUDA_CHECK(cudaDriverGetVersion(&drv));
+    CUDA_CHECK(cudaRuntimeGetVersion(&rt));
+    cublasHandle_t h;
+    CUBLAS_CHECK(cublasCreate(&h));
+    CUBLAS_CHECK(cublasGetVersion(h, &blas));
+    cublasDestroy(h);
+    json_object_set_new(env, "device", json_string("cuda"));
+    json_object_set_new(env, "gpu", json_string(p.name));
+    json_object_set_new(env, "gpu_sms", json_integer(p.multiProcessorCount));
+    json_object_set_new(env, "gpu_mem_bytes", json_integer((json_int_t)p.totalGlobalMem));
+    json_object_set_new(env, "gpu_cc", json_integer(p.major * 10 + p.minor));
+    snprintf(buf, sizeof buf, "%d.%d", drv / 1000, (drv % 1000) / 10);
+    json_object_set_new(env, "cuda_driver_api", json_string(buf));
+    snprintf(buf, sizeof buf, "%d.%d", rt / 1000, (rt % 1000) / 10);
+    json_object_set_new(env, "cuda_runtime", json_string(buf));
+    snprintf(buf, sizeof buf, "%d.%d.%d", blas / 10000, (blas % 10000) / 100, blas % 100);
+    json_object_set_new(env, "cublas", json_string(buf));
+    FILE *f = popen("nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null", "r");
+    if (f) {
+        char line[64] = "";
+        if (fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\r\n")] = 0;
+            if (line[0]) json_object_set_new(env, "driver", json_string(line));
+        }
+        pclose(f);
+    }
+}
+
+const struct backend cuda_backend = {
+    .name = "cuda",
+    .mem = MEM_DEVICE,
+    .fill_random_bf16 = fill_random_bf16_cuda,
+    .embed = embed_cuda,
+    .rmsnorm = rmsnorm_cuda,
+    .gemm_bf16 = gemm_bf16_cuda,
+    .qk_norm_rope_append = qk_norm_rope_append_cuda,
+    .attn_decode = attn_decode_cuda,
+    .silu_mul = silu_mul_cuda,
+    .argmax = argmax_cuda,
+    .kv_fill_synthetic = kv_fill_synthetic_cuda,
+    .advance_pos = advance_pos_cuda,
+    .ctx_create = cuda_ctx_create,
+    .ctx_free = cuda_ctx_free,
+    .upload = cuda_copy,
+    .download = cuda_copy,
+    .memset = cuda_memset,
+    .sync = cuda_sync,
+    .copy_bandwidth = cuda_copy_bandwidth,
+    .describe = cuda_describe,
+};

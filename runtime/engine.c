@@ -1,0 +1,256 @@
+#include "engine.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "common.h"
+#include "numeric.h"
+#include "trace.h"
+
+struct engine {
+    struct engine_params p;
+    const struct backend *be;
+    struct kctx ctx;
+    struct model model;
+    /* scratch of one layer, carved from one backend allocation */
+    void *scratch;
+    size_t scratch_bytes;
+    uint16_t *xn;   /* [B][hidden] normalised input of a GEMM */
+    float *qkv;     /* [B][qkv_dim] */
+    uint16_t *q;    /* [B][nq*hd] rotated queries */
+    uint16_t *attn; /* [B][nq*hd] attention output */
+    float *gu;      /* [B][2*ffn] */
+    uint16_t *act;  /* [B][ffn] */
+    float *logits;  /* [B][vocab] */
+};
+
+struct batch {
+    int n, max_len;
+    void *mem; /* one backend allocation */
+    size_t mem_bytes;
+    int32_t *d_tokens, *d_pos, *d_len, *d_req, *d_page_start; /* page_start: [layer][max_batch] */
+    float *d_x;                                                /* [max_batch][hidden] residual */
+    int32_t *h_stage; /* host staging of the int arrays, same layout as the device block */
+    size_t stage_bytes;
+};
+
+/* Carves n bytes (256-aligned) from a cursor. */
+static void *take(char **cur, size_t n)
+{
+    void *p = *cur;
+    *cur += (n + 255) & ~(size_t)255;
+    return p;
+}
+
+static size_t scratch_size(const struct model_config *c, int B)
+{
+    size_t qd = (size_t)c->n_heads * c->head_dim, sz = 0;
+    size_t parts[] = {2 * (size_t)B * c->hidden, 4 * (size_t)B * model_qkv_dim(c), 2 * B * qd,
+                      2 * B * qd, 8 * (size_t)B * c->ffn, 2 * (size_t)B * c->ffn,
+                      4 * (size_t)B * c->vocab};
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(parts); i++) sz += (parts[i] + 255) & ~(size_t)255;
+    return sz;
+}
+
+struct engine *engine_create(const struct engine_params *p, char *err, size_t errlen)
+{
+    struct engine *e = mem_alloc(MEM_HOST, sizeof *e, "engine");
+    if (!e) return NULL;
+    memset(e, 0, sizeof *e);
+    e->p = *p;
+    e->be = p->be;
+    const struct model_config *c = p->cfg;
+    if (p->be->ctx_create(&e->ctx, 0) != PULSE_OK) {
+        snprintf(err, errlen, "backend %s: no usable device", p->be->name);
+        mem_free(MEM_HOST, e, sizeof *e);
+        return NULL;
+    }
+#ifdef PULSE_HAVE_CUDA
+    if (p->be->mem == MEM_DEVICE) {
+        size_t ws = attn_decode_workspace_bytes(p->max_batch, c->n_heads, c->head_dim,
+                                                p->max_tokens, e->ctx.num_sms);
+        e->ctx.workspace = mem_alloc(MEM_DEVICE, ws, "attention workspace");
+        e->ctx.workspace_bytes = ws;
+        if (!e->ctx.workspace) goto oom;
+    }
+#endif
+    if (model_create(&e->model, c, p->be, &e->ctx, p->seed) != PULSE_OK) goto oom;
+    e->scratch_bytes = scratch_size(c, p->max_batch);
+    e->scratch = mem_alloc(p->be->mem, e->scratch_bytes, "layer scratch");
+    if (!e->scratch) goto oom;
+    char *cur = e->scratch;
+    size_t B = (size_t)p->max_batch, qd = (size_t)c->n_heads * c->head_dim;
+    e->xn = take(&cur, 2 * B * c->hidden);
+    e->qkv = take(&cur, 4 * B * model_qkv_dim(c));
+    e->q = take(&cur, 2 * B * qd);
+    e->attn = take(&cur, 2 * B * qd);
+    e->gu = take(&cur, 8 * B * c->ffn);
+    e->act = take(&cur, 2 * B * c->ffn);
+    e->logits = take(&cur, 4 * B * c->vocab);
+    p->be->sync(&e->ctx);
+    return e;
+oom:
+    snprintf(err, errlen, "backend %s: out of memory for %s (weights %.2f GB)", p->be->name,
+             c->name, model_weight_bytes(c) / 1e9);
+    engine_free(e);
+    return NULL;
+}
+
+void engine_free(struct engine *e)
+{
+    if (!e) return;
+    if (e->ctx.stream || e->be->mem == MEM_HOST) e->be->sync(&e->ctx);
+    mem_free(e->be->mem, e->scratch, e->scratch_bytes);
+    model_free(&e->model);
+    if (e->be->mem == MEM_DEVICE) {
+        mem_free(MEM_DEVICE, e->ctx.workspace, e->ctx.workspace_bytes);
+        e->ctx.workspace = NULL;
+        e->ctx.workspace_bytes = 0;
+    }
+    e->be->ctx_free(&e->ctx);
+    mem_free(MEM_HOST, e, sizeof *e);
+}
+
+const struct kctx *engine_ctx(const struct engine *e) { return &e->ctx; }
+const struct model *engine_model(const struct engine *e) { return &e->model; }
+
+/* Int arrays of a batch in one block: tokens, pos, len, req, page_start[L][B]. */
+static size_t batch_int_count(const struct engine *e)
+{
+    return (size_t)e->p.max_batch * (4 + e->p.cfg->n_layers);
+}
+
+struct batch *batch_create(struct engine *e)
+{
+    struct batch *bt = mem_alloc(MEM_HOST, sizeof *bt, "batch");
+    if (!bt) return NULL;
+    memset(bt, 0, sizeof *bt);
+    size_t B = (size_t)e->p.max_batch;
+    bt->stage_bytes = sizeof(int32_t) * batch_int_count(e);
+    bt->mem_bytes = ((bt->stage_bytes + 255) & ~(size_t)255) + sizeof(float) * B * e->p.cfg->hidden;
+    bt->mem = mem_alloc(e->be->mem, bt->mem_bytes, "batch");
+    bt->h_stage = mem_alloc(MEM_HOST, bt->stage_bytes, "batch stage");
+    if (!bt->mem || !bt->h_stage) {
+        batch_free(e, bt);
+        return NULL;
+    }
+    int32_t *ints = bt->mem;
+    bt->d_tokens = ints;
+    bt->d_pos = ints + B;
+    bt->d_len = ints + 2 * B;
+    bt->d_req = ints + 3 * B;
+    bt->d_page_start = ints + 4 * B;
+    bt->d_x = (float *)((char *)bt->mem + ((bt->stage_bytes + 255) & ~(size_t)255));
+    return bt;
+}
+
+void batch_free(struct engine *e, struct batch *bt)
+{
+    if (!bt) return;
+    mem_free(e->be->mem, bt->mem, bt->mem_bytes);
+    mem_free(MEM_HOST, bt->h_stage, bt->stage_bytes);
+    mem_free(MEM_HOST, bt, sizeof *bt);
+}
+
+int batch_size(const struct batch *bt) { return bt->n; }
+
+void batch_set(struct engine *e, struct batch *bt, const struct kv_cache *kv,
+               const struct batch_entry *entries, int n)
+{
+    PULSE_CHECK(n >= 0 && n <= e->p.max_batch, "batch larger than max_batch");
+    size_t B = (size_t)e->p.max_batch;
+    int32_t *h = bt->h_stage;
+    memset(h, 0, bt->stage_bytes);
+    bt->n = n;
+    bt->max_len = 1;
+    for (int b = 0; b < n; b++) {
+        const struct batch_entry *en = &entries[b];
+        PULSE_CHECK(en->pos >= 0 && en->pos < en->reserved, "entry position past its reservation");
+        h[b] = en->token;
+        h[B + b] = en->pos;
+        h[2 * B + b] = en->pos + 1; /* tokens attended after this step's append */
+        h[3 * B + b] = en->req_id;
+        for (int l = 0; l < e->p.cfg->n_layers; l++)
+            h[(4 + (size_t)l) * B + b] = kv_cache_row(kv, en->slot, l);
+        bt->max_len = PULSE_MAX(bt->max_len, en->reserved);
+    }
+    e->be->upload(&e->ctx, bt->mem, h, bt->stage_bytes);
+}
+
+void batch_read_tokens(struct engine *e, struct batch *bt, int32_t *out)
+{
+    e->be->download(&e->ctx, out, bt->d_tokens, sizeof(int32_t) * bt->n);
+}
+
+int32_t engine_first_token(const struct engine *e, int req_id)
+{
+    return (int32_t)(pulse_hash64(e->p.seed ^ 0x70726f6d7074ull, (uint64_t)req_id) %
+                     (uint64_t)e->p.cfg->vocab);
+}
+
+void engine_fill_prompt(struct engine *e, struct batch *bt, const struct kv_cache *kv)
+{
+    if (!bt->n) return;
+    size_t B = (size_t)e->p.max_batch;
+    for (int l = 0; l < e->p.cfg->n_layers; l++) {
+        struct kv_view v = kv_cache_view(kv, bt->d_page_start + l * B);
+        e->be->kv_fill_synthetic(&e->ctx, &v, bt->d_pos, bt->d_req, bt->n, l, e->p.seed,
+                                 bt->max_len);
+    }
+}
+
+void engine_run_embed(struct engine *e, struct batch *bt)
+{
+    e->be->embed(&e->ctx, bt->d_tokens, e->model.embed, bt->d_x, bt->n, e->p.cfg->hidden);
+}
+
+void engine_run_attention(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
+{
+    const struct model_config *c = e->p.cfg;
+    struct kv_view v = kv_cache_view(kv, bt->d_page_start + (size_t)layer * e->p.max_batch);
+    e->be->attn_decode(&e->ctx, e->q, &v, bt->d_len, e->attn, bt->n, c->n_heads, bt->max_len,
+                       1.0f / sqrtf((float)c->head_dim));
+}
+
+void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
+{
+    const struct model_config *c = e->p.cfg;
+    const struct backend *be = e->be;
+    const struct layer_weights *w = &e->model.layers[layer];
+    const struct kctx *x = &e->ctx;
+    int B = bt->n, H = c->hidden, qd = c->n_heads * c->head_dim;
+    struct kv_view v = kv_cache_view(kv, bt->d_page_start + (size_t)layer * e->p.max_batch);
+    TRACE_PUSH("layer");
+    be->rmsnorm(x, bt->d_x, w->attn_norm, e->xn, B, H, c->norm_eps);
+    be->gemm_bf16(x, e->xn, w->wqkv, e->qkv, B, model_qkv_dim(c), H, 0.0f);
+    be->qk_norm_rope_append(x, e->qkv, w->q_norm, w->k_norm, e->q, &v, bt->d_pos, B, c->n_heads,
+                            c->rope_theta, c->norm_eps);
+    engine_run_attention(e, bt, kv, layer);
+    be->gemm_bf16(x, e->attn, w->wo, bt->d_x, B, H, qd, 1.0f);
+    be->rmsnorm(x, bt->d_x, w->mlp_norm, e->xn, B, H, c->norm_eps);
+    be->gemm_bf16(x, e->xn, w->wgu, e->gu, B, 2 * c->ffn, H, 0.0f);
+    be->silu_mul(x, e->gu, e->act, B, c->ffn);
+    be->gemm_bf16(x, e->act, w->wdown, bt->d_x, B, H, c->ffn, 1.0f);
+    TRACE_POP();
+}
+
+void engine_run_head(struct engine *e, struct batch *bt)
+{
+    const struct model_config *c = e->p.cfg;
+    const struct kctx *x = &e->ctx;
+    e->be->rmsnorm(x, bt->d_x, e->model.final_norm, e->xn, bt->n, c->hidden, c->norm_eps);
+    e->be->gemm_bf16(x, e->xn, e->model.lm_head, e->logits, bt->n, c->vocab, c->hidden, 0.0f);
+    e->be->argmax(x, e->logits, bt->d_tokens, bt->n, c->vocab);
+    e->be->advance_pos(x, bt->d_pos, bt->n);
+    e->be->advance_pos(x, bt->d_len, bt->n);
+}
+
+void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv)
+{
+    if (!bt->n) return;
+    TRACE_PUSH("step");
+    engine_run_embed(e, bt);
+    for (int l = 0; l < e->p.cfg->n_layers; l++) engine_run_layer(e, bt, kv, l);
+    engine_run_head(e, bt);
+    TRACE_POP();
+}

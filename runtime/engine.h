@@ -1,0 +1,64 @@
+/* The decode step. An engine owns the model weights, the execution context and the scratch of
+ * one layer; a batch owns what must survive between layers (its residual stream, tokens,
+ * positions, per-layer page starts). The step is driven one layer of one batch at a time, so a
+ * scheduler can interleave batches at layer boundaries; engine_step is the loop over layers.
+ * Nothing here allocates after create. */
+#ifndef PULSE_ENGINE_H
+#define PULSE_ENGINE_H
+
+#include "kv_cache.h"
+#include "model.h"
+
+struct engine_params {
+    const struct model_config *cfg;
+    const struct backend *be;
+    uint64_t seed;   /* weights and synthetic prompt KV */
+    int max_batch;   /* entries per batch */
+    int max_tokens;  /* longest request (prompt + output) */
+};
+
+/* One request in a batch: its cache slot, id (seeds its synthetic KV), tokens already in the
+ * cache, its reserved length, and the token the next step consumes. */
+struct batch_entry {
+    int slot, req_id;
+    int pos, reserved;
+    int32_t token;
+};
+
+struct engine;
+struct batch;
+
+/* Creates the context, allocates and fills the weights and scratch. NULL with a reason in err
+ * (no device, out of memory). */
+struct engine *engine_create(const struct engine_params *p, char *err, size_t errlen);
+void engine_free(struct engine *e);
+const struct kctx *engine_ctx(const struct engine *e);
+const struct model *engine_model(const struct engine *e);
+
+/* A batch with room for max_batch entries. NULL when the backend refuses the memory. */
+struct batch *batch_create(struct engine *e);
+void batch_free(struct engine *e, struct batch *bt);
+/* Sets the batch's entries (n <= max_batch) and uploads them; page starts come from kv. */
+void batch_set(struct engine *e, struct batch *bt, const struct kv_cache *kv,
+               const struct batch_entry *entries, int n);
+int batch_size(const struct batch *bt);
+/* Waits for the step and copies the tokens it produced (n entries) into out. */
+void batch_read_tokens(struct engine *e, struct batch *bt, int32_t *out);
+
+/* Writes the synthetic prompt KV of the batch's entries (tokens [0, pos)) in every layer. */
+void engine_fill_prompt(struct engine *e, struct batch *bt, const struct kv_cache *kv);
+
+/* The pieces of a step, queued on the context's stream (asynchronous on cuda). */
+void engine_run_embed(struct engine *e, struct batch *bt);
+void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer);
+/* Attention of one layer alone (the benchmark times it apart). */
+void engine_run_attention(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer);
+/* Final norm, LM head, argmax into the batch's tokens, positions advanced by one. */
+void engine_run_head(struct engine *e, struct batch *bt);
+/* embed + every layer + head. */
+void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv);
+
+/* The first token a request's decode consumes (its synthetic last prompt token). */
+int32_t engine_first_token(const struct engine *e, int req_id);
+
+#endif

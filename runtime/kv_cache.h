@@ -1,0 +1,72 @@
+/* The paged KV cache on the backend (GPU for cuda).
+ *
+ *   pool       n_pages pages of page_elems bf16 each; a page is one block of page_size tokens of
+ *              one layer, laid out [kv_head][K=0,V=1][token][head_dim] (kernels.h), so a page is
+ *              one contiguous chunk and each head's K+V of a block is one contiguous piece.
+ *   page table per request slot and layer, the ids of its pages in token order:
+ *              page_ids[(slot * n_layers + layer) * max_pages + i], mirrored host -> backend.
+ *              A batch's view of layer l is CSR-like: entry b starts at
+ *              kv_cache_row(slot_b, l) in page_ids and holds ceil(n_tokens_b / page_size) ids;
+ *              the last page holds n_tokens_b - (pages-1)*page_size tokens.
+ *   free list  a stack of free page ids (host).
+ *
+ * A request reserves the pages of its whole length (prompt + output) in every layer at
+ * admission, so the decode step never allocates and a page table row never changes while the
+ * request runs. Budget: n_pages = budget_bytes / page_bytes. */
+#ifndef PULSE_KV_CACHE_H
+#define PULSE_KV_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+struct kv_cache_params {
+    int n_layers, n_kv_heads, head_dim;
+    int page_size;          /* tokens per page (block), >= 1 */
+    size_t budget_bytes;    /* pool bytes on the backend */
+    int max_requests;       /* concurrent request slots */
+    int max_tokens;         /* longest request (prompt + output) a slot can hold */
+};
+
+struct kv_cache_stats {
+    int64_t n_pages, free_pages, page_bytes;
+    int active_requests, max_requests;
+    int64_t admits, releases, admit_refusals;
+};
+
+struct kv_cache;
+
+/* Creates the cache and allocates its pool and page tables on `be`. Returns NULL and writes a
+ * one-line reason into err when the params are invalid or the backend refuses the memory. */
+struct kv_cache *kv_cache_create(const struct kv_cache_params *p, const struct backend *be,
+                                 const struct kctx *ctx, char *err, size_t errlen);
+void kv_cache_free(struct kv_cache *kv);
+
+/* Pages one layer of an n_tokens request needs; bytes of one page. */
+int64_t kv_cache_pages_for(const struct kv_cache *kv, int n_tokens);
+size_t kv_cache_page_bytes(const struct kv_cache *kv);
+/* Bytes a request of n_tokens reserves (all layers). */
+size_t kv_cache_request_bytes(const struct kv_cache *kv, int n_tokens);
+
+/* Reserves a slot and the pages for n_tokens in every layer, uploads the slot's page table.
+ * PULSE_OK and *slot on success; PULSE_ERR_NOMEM when pages or slots are short right now;
+ * PULSE_ERR_INVALID when n_tokens can never fit (over max_tokens or the whole pool). */
+int kv_cache_admit(struct kv_cache *kv, int n_tokens, int *slot);
+/* Returns the slot's pages to the free list. */
+void kv_cache_release(struct kv_cache *kv, int slot);
+
+/* Offset of (slot, layer)'s first page id in the page table. */
+int32_t kv_cache_row(const struct kv_cache *kv, int slot, int layer);
+/* A view of the pool for kernels; page_start is a backend array the caller owns. */
+struct kv_view kv_cache_view(const struct kv_cache *kv, const int32_t *page_start);
+/* The host mirror of the page table (read-only; for tests and the CPU side). */
+const int32_t *kv_cache_host_page_ids(const struct kv_cache *kv);
+
+/* Verifies the invariants: every page is free or owned by exactly one (slot, layer, index);
+ * free count + owned = n_pages; free slots own nothing; the backend copy of every active
+ * slot's table equals the host mirror. Returns 0, or -1 with a reason in err. */
+int kv_cache_check(const struct kv_cache *kv, char *err, size_t errlen);
+void kv_cache_get_stats(const struct kv_cache *kv, struct kv_cache_stats *out);
+
+#endif

@@ -1,0 +1,135 @@
+#include "model.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "common.h"
+#include "numeric.h"
+
+/* Shapes from the models' published configs (config.json). */
+static const struct model_config configs[] = {
+    {"qwen3-14b", 40, 5120, 40, 8, 128, 17408, 151936, 1, 1000000.0f, 1e-6f},
+    {"qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, 1, 1000000.0f, 1e-6f},
+    {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 0, 500000.0f, 1e-5f},
+    {"tiny", 4, 256, 4, 2, 64, 512, 1024, 1, 10000.0f, 1e-6f},
+};
+
+const struct model_config *model_config_find(const char *name)
+{
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(configs); i++)
+        if (strcmp(configs[i].name, name) == 0) return &configs[i];
+    return NULL;
+}
+
+const struct model_config *model_config_at(int i)
+{
+    return (i >= 0 && (size_t)i < PULSE_ARRAY_LEN(configs)) ? &configs[i] : NULL;
+}
+
+const char *model_config_names(void) { return "qwen3-14b, qwen3-8b, llama-3.1-8b, tiny"; }
+
+int model_qkv_dim(const struct model_config *c) { return (c->n_heads + 2 * c->n_kv_heads) * c->head_dim; }
+
+static uint64_t layer_params(const struct model_config *c)
+{
+    uint64_t h = (uint64_t)c->hidden, qd = (uint64_t)c->n_heads * c->head_dim;
+    uint64_t p = h                                   /* attn_norm */
+                 + (uint64_t)model_qkv_dim(c) * h    /* wqkv */
+                 + h * qd                            /* wo */
+                 + h                                 /* mlp_norm */
+                 + 3 * (uint64_t)c->ffn * h;         /* gate, up, down */
+    if (c->qk_norm) p += 2 * (uint64_t)c->head_dim;
+    return p;
+}
+
+uint64_t model_param_count(const struct model_config *c)
+{
+    uint64_t vh = (uint64_t)c->vocab * c->hidden;
+    return (uint64_t)c->n_layers * layer_params(c) + 2 * vh + (uint64_t)c->hidden;
+}
+
+uint64_t model_weight_bytes(const struct model_config *c) { return 2 * model_param_count(c); }
+
+uint64_t model_step_weight_bytes(const struct model_config *c)
+{
+    return model_weight_bytes(c) - 2 * (uint64_t)c->vocab * c->hidden;
+}
+
+uint64_t model_kv_bytes_per_token(const struct model_config *c)
+{
+    return (uint64_t)c->n_layers * c->n_kv_heads * c->head_dim * 2 /* K,V */ * 2 /* bf16 */;
+}
+
+/* Carves `n` bf16 elements from the arena and fills them: linear weights uniform with unit
+ * output variance (scale sqrt(3/fan_in)), norm weights around 1. */
+struct carver {
+    const struct backend *be;
+    const struct kctx *ctx;
+    uint16_t *next;
+    uint64_t seed;
+    uint64_t tensor;
+};
+
+static uint16_t *carve(struct carver *cv, size_t n, float scale, float offset)
+{
+    uint16_t *p = cv->next;
+    cv->next += (n + 63) & ~(size_t)63; /* 128-byte alignment for vector loads */
+    cv->be->fill_random_bf16(cv->ctx, p, n, pulse_hash64(cv->seed, cv->tensor++), scale, offset);
+    return p;
+}
+
+static size_t arena_elems(const struct model_config *c)
+{
+    size_t total = 0, h = (size_t)c->hidden;
+    size_t per_layer[] = {h, (size_t)model_qkv_dim(c) * h, (size_t)c->head_dim, (size_t)c->head_dim,
+                          h * c->n_heads * c->head_dim, h, 2 * (size_t)c->ffn * h, h * c->ffn};
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(per_layer); i++)
+        total += (per_layer[i] + 63) & ~(size_t)63;
+    total *= (size_t)c->n_layers;
+    total += 2 * (((size_t)c->vocab * h + 63) & ~(size_t)63) + ((h + 63) & ~(size_t)63);
+    return total;
+}
+
+int model_create(struct model *m, const struct model_config *cfg, const struct backend *be,
+                 const struct kctx *ctx, uint64_t seed)
+{
+    memset(m, 0, sizeof *m);
+    m->cfg = cfg;
+    m->be = be;
+    m->bytes = arena_elems(cfg) * sizeof(uint16_t);
+    m->base = mem_alloc(be->mem, m->bytes, "weights");
+    if (!m->base) return PULSE_ERR_OOM;
+    m->layers = mem_alloc(MEM_HOST, sizeof(struct layer_weights) * cfg->n_layers, "layer ptrs");
+    if (!m->layers) {
+        mem_free(be->mem, m->base, m->bytes);
+        return PULSE_ERR_OOM;
+    }
+    struct carver cv = {be, ctx, m->base, seed, 0};
+    float h = (float)cfg->hidden, qd = (float)(cfg->n_heads * cfg->head_dim);
+    m->embed = carve(&cv, (size_t)cfg->vocab * cfg->hidden, 1.0f, 0.0f);
+    for (int l = 0; l < cfg->n_layers; l++) {
+        struct layer_weights *w = &m->layers[l];
+        w->attn_norm = carve(&cv, cfg->hidden, 0.1f, 1.0f);
+        w->wqkv = carve(&cv, (size_t)model_qkv_dim(cfg) * cfg->hidden, sqrtf(3.0f / h), 0.0f);
+        uint16_t *qn = carve(&cv, cfg->head_dim, 0.1f, 1.0f);
+        uint16_t *kn = carve(&cv, cfg->head_dim, 0.1f, 1.0f);
+        w->q_norm = cfg->qk_norm ? qn : NULL;
+        w->k_norm = cfg->qk_norm ? kn : NULL;
+        w->wo = carve(&cv, (size_t)cfg->hidden * cfg->n_heads * cfg->head_dim, sqrtf(3.0f / qd), 0.0f);
+        w->mlp_norm = carve(&cv, cfg->hidden, 0.1f, 1.0f);
+        w->wgu = carve(&cv, 2 * (size_t)cfg->ffn * cfg->hidden, sqrtf(3.0f / h), 0.0f);
+        w->wdown = carve(&cv, (size_t)cfg->hidden * cfg->ffn, sqrtf(3.0f / (float)cfg->ffn), 0.0f);
+    }
+    m->final_norm = carve(&cv, cfg->hidden, 0.1f, 1.0f);
+    m->lm_head = carve(&cv, (size_t)cfg->vocab * cfg->hidden, sqrtf(3.0f / h), 0.0f);
+    PULSE_CHECK((size_t)((char *)cv.next - (char *)m->base) == m->bytes, "arena size mismatch");
+    return PULSE_OK;
+}
+
+void model_free(struct model *m)
+{
+    if (!m->base) return;
+    mem_free(m->be->mem, m->base, m->bytes);
+    mem_free(MEM_HOST, m->layers, sizeof(struct layer_weights) * m->cfg->n_layers);
+    memset(m, 0, sizeof *m);
+}

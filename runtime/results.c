@@ -1,0 +1,75 @@
+#include "results.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+
+extern const char *pulse_git_commit; /* generated at build time */
+extern int pulse_git_dirty;
+
+void results_set_real(json_t *obj, const char *key, double v)
+{
+    json_object_set_new(obj, key, isfinite(v) ? json_real(v) : json_null());
+}
+
+json_t *results_new(const char *experiment)
+{
+    json_t *r = json_object();
+    char date[32], host[128] = "";
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    gethostname(host, sizeof host - 1);
+    struct utsname u;
+    uname(&u);
+    json_object_set_new(r, "schema_version", json_integer(PULSE_SCHEMA_VERSION));
+    json_object_set_new(r, "experiment", json_string(experiment));
+    json_object_set_new(r, "date", json_string(date));
+    json_object_set_new(r, "tool", json_pack("{s:s, s:s, s:b}", "name", "pulse", "git_commit",
+                                             pulse_git_commit, "git_dirty", pulse_git_dirty));
+    json_object_set_new(r, "env", json_pack("{s:s, s:s, s:s, s:i}", "host", host, "os", u.sysname,
+                                            "kernel", u.release, "cpus",
+                                            (int)sysconf(_SC_NPROCESSORS_ONLN)));
+    json_object_set_new(r, "status", json_string("ok"));
+    return r;
+}
+
+json_t *results_env(json_t *r) { return json_object_get(r, "env"); }
+
+void results_add_dist_ms(json_t *obj, const char *name, const struct dist_summary *d)
+{
+    static const char *keys[] = {"mean", "median", "std", "p90", "p99"};
+    double vals[] = {d->mean, d->median, d->std, d->p90, d->p99};
+    char key[64];
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(keys); i++) {
+        snprintf(key, sizeof key, "%s_%s_ms", keys[i], name);
+        results_set_real(obj, key, d->n ? vals[i] * 1e3 : NAN);
+    }
+}
+
+int results_write(const json_t *r, const char *path, char *err, size_t errlen)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
+        snprintf(err, errlen, "%s: path too long", path);
+        return PULSE_ERR_IO;
+    }
+    if (json_dump_file(r, tmp, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) != 0) {
+        snprintf(err, errlen, "%s: cannot write (%s)", path, strerror(errno));
+        remove(tmp);
+        return PULSE_ERR_IO;
+    }
+    if (rename(tmp, path) != 0) {
+        snprintf(err, errlen, "%s: cannot rename into place (%s)", path, strerror(errno));
+        remove(tmp);
+        return PULSE_ERR_IO;
+    }
+    return PULSE_OK;
+}

@@ -1,0 +1,27 @@
+/* Result files (DESIGN.md section 9): every file carries schema_version, tool (git commit,
+ * dirty flag), env, the resolved config, the workload and seed, metrics, counters and status.
+ * Objects are Jansson values; writing is atomic (temporary file, then rename). */
+#ifndef PULSE_RESULTS_H
+#define PULSE_RESULTS_H
+
+#include <jansson.h>
+
+#include "backend.h"
+#include "metrics.h"
+
+#define PULSE_SCHEMA_VERSION 1
+
+/* A new result object for `experiment` with schema_version, tool and a host env block.
+ * Caller owns the reference. */
+json_t *results_new(const char *experiment);
+/* The env block of r (created by results_new); backends add their device fields to it. */
+json_t *results_env(json_t *r);
+/* Adds {prefix}_ms keys for mean, median, std, p90, p99 (values in seconds, written in ms),
+ * vLLM style: mean_ttft_ms, median_ttft_ms, ... */
+void results_add_dist_ms(json_t *obj, const char *name, const struct dist_summary *d);
+/* Sets a real, mapping NaN/Inf to null. */
+void results_set_real(json_t *obj, const char *key, double v);
+/* Writes r to path (indent 2, sorted keys). PULSE_OK or PULSE_ERR_IO with a reason in err. */
+int results_write(const json_t *r, const char *path, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,143 @@
+#include "serve.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "common.h"
+#include "mem.h"
+
+int serve_admit_request(struct serve_state *s, int i)
+{
+    struct request *r = &s->reqs[i];
+    int slot, rc = kv_cache_admit(s->kv, r->prompt_len + r->output_len, &slot);
+    if (rc != PULSE_OK) return rc;
+    struct batch_entry en = {.slot = slot,
+                             .req_id = r->id,
+                             .pos = r->prompt_len,
+                             .reserved = r->prompt_len + r->output_len,
+                             .token = engine_first_token(s->eng, r->id)};
+    batch_set(s->eng, s->admit_batch, s->kv, &en, 1);
+    engine_fill_prompt(s->eng, s->admit_batch, s->kv);
+    r->slot = slot;
+    r->admit_s = pulse_now() - s->t0;
+    s->entries[s->n_entries] = en;
+    s->entry_req[s->n_entries++] = i;
+    s->batch_dirty = 1;
+    s->ctr.admitted++;
+    return PULSE_OK;
+}
+
+/* Records the tokens of one step; retires finished requests. Returns how many finished. */
+static int collect(struct serve_state *s, const int32_t *toks, double t)
+{
+    int finished = 0, keep = 0;
+    for (int b = 0; b < s->n_entries; b++) {
+        struct request *r = &s->reqs[s->entry_req[b]];
+        if (r->tokens) r->tokens[r->generated] = toks[b];
+        if (r->generated++ == 0) r->first_token_s = t;
+        s->ctr.tokens++;
+        if (r->generated == r->output_len) {
+            r->done_s = t;
+            kv_cache_release(s->kv, r->slot);
+            r->slot = -1;
+            finished++;
+            continue;
+        }
+        s->entries[keep] = s->entries[b];
+        s->entries[keep].pos++;
+        s->entries[keep].token = toks[b];
+        s->entry_req[keep++] = s->entry_req[b];
+    }
+    s->n_entries = keep;
+    if (finished) s->batch_dirty = 1;
+    return finished;
+}
+
+static void sleep_until(double t_rel, double t0)
+{
+    double dt = t0 + t_rel - pulse_now();
+    if (dt <= 0) return;
+    struct timespec ts = {(time_t)dt, (long)((dt - (double)(time_t)dt) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+int serve_run(struct engine *e, struct kv_cache *kv, const struct policy *pol,
+              struct request *reqs, int n, int max_batch, struct serve_counters *ctr,
+              double *wall_s, char *err, size_t errlen)
+{
+    struct serve_state s;
+    memset(&s, 0, sizeof s);
+    s.eng = e;
+    s.kv = kv;
+    s.reqs = reqs;
+    s.n_reqs = n;
+    s.max_batch = max_batch;
+    s.batch = batch_create(e);
+    s.admit_batch = batch_create(e);
+    s.entries = mem_alloc(MEM_HOST, sizeof(struct batch_entry) * max_batch, "entries");
+    s.entry_req = mem_alloc(MEM_HOST, sizeof(int) * max_batch, "entry reqs");
+    int32_t *toks = mem_alloc(MEM_HOST, sizeof(int32_t) * max_batch, "step tokens");
+    int rc = PULSE_OK, done = 0;
+    if (!s.batch || !s.admit_batch || !s.entries || !s.entry_req || !toks) {
+        snprintf(err, errlen, "out of memory for the serving loop");
+        rc = PULSE_ERR_OOM;
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        reqs[i].admit_s = reqs[i].first_token_s = reqs[i].done_s = -1;
+        reqs[i].generated = 0;
+        reqs[i].slot = -1;
+    }
+    s.t0 = pulse_now();
+    while (done < n) {
+        double now = pulse_now() - s.t0;
+        while (s.n_arrived < n && reqs[s.n_arrived].arrival_s <= now) s.n_arrived++;
+        rc = pol->admit(&s);
+        if (rc == PULSE_ERR_INVALID || (s.n_entries == 0 && s.next_waiting < s.n_arrived)) {
+            struct request *r = &reqs[s.next_waiting];
+            snprintf(err, errlen,
+                     "request %d (%d prompt + %d output tokens, %.3f GB of KV) can never fit "
+                     "the KV budget",
+                     r->id, r->prompt_len, r->output_len,
+                     kv_cache_request_bytes(kv, r->prompt_len + r->output_len) / 1e9);
+            rc = PULSE_ERR_INVALID;
+            goto out;
+        }
+        rc = PULSE_OK;
+        if (s.n_entries == 0) { /* idle until the next arrival */
+            sleep_until(reqs[s.n_arrived].arrival_s, s.t0);
+            continue;
+        }
+        struct kv_cache_stats ks;
+        kv_cache_get_stats(kv, &ks);
+        s.ctr.peak_pages_used = PULSE_MAX(s.ctr.peak_pages_used, ks.n_pages - ks.free_pages);
+        s.ctr.peak_batch = PULSE_MAX(s.ctr.peak_batch, s.n_entries);
+        if (s.batch_dirty) {
+            batch_set(e, s.batch, kv, s.entries, s.n_entries);
+            s.batch_dirty = 0;
+            s.ctr.batch_changes++;
+        }
+        struct mem_stats m0, m1;
+        mem_get_stats(&m0);
+        rc = pol->step(&s);
+        if (rc != PULSE_OK) {
+            snprintf(err, errlen, "policy %s: step failed (%d)", pol->name, rc);
+            goto out;
+        }
+        batch_read_tokens(e, s.batch, toks);
+        mem_get_stats(&m1);
+        for (int k = 0; k < MEM_KINDS; k++)
+            s.ctr.step_alloc_calls += (int64_t)(m1.alloc_calls[k] - m0.alloc_calls[k]);
+        s.ctr.steps++;
+        done += collect(&s, toks, pulse_now() - s.t0);
+    }
+out:
+    *wall_s = pulse_now() - s.t0;
+    *ctr = s.ctr;
+    mem_free(MEM_HOST, toks, sizeof(int32_t) * max_batch);
+    mem_free(MEM_HOST, s.entry_req, sizeof(int) * max_batch);
+    mem_free(MEM_HOST, s.entries, sizeof(struct batch_entry) * max_batch);
+    batch_free(e, s.admit_batch);
+    batch_free(e, s.batch);
+    return rc;
+}

@@ -1,0 +1,126 @@
+#include "workload.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "mem.h"
+
+#define WORKLOAD_MAX_REQUESTS 1000000
+#define WORKLOAD_MAX_LEN (1 << 24)
+
+/* Parses a positive int in [1, max] from [s, end); returns -1 when it is not one. */
+static long parse_pos(const char *s, const char *end, long max)
+{
+    if (s == end || end - s > 12) return -1;
+    char buf[16];
+    memcpy(buf, s, (size_t)(end - s));
+    buf[end - s] = 0;
+    char *stop;
+    errno = 0;
+    long v = strtol(buf, &stop, 10);
+    if (errno || *stop || v < 1 || v > max || buf[0] == '+' || buf[0] == '-') return -1;
+    return v;
+}
+
+static int alloc_reqs(struct workload *w, int n)
+{
+    w->n = n;
+    w->reqs = mem_alloc(MEM_HOST, sizeof(struct request) * n, "requests");
+    w->token_store = mem_alloc(MEM_HOST, sizeof(int32_t) * (size_t)n * w->output_len, "tokens");
+    if (!w->reqs || !w->token_store) return PULSE_ERR_NOMEM;
+    memset(w->reqs, 0, sizeof(struct request) * n);
+    for (int i = 0; i < n; i++) {
+        w->reqs[i].id = i;
+        w->reqs[i].output_len = w->output_len;
+        w->reqs[i].tokens = w->token_store + (size_t)i * w->output_len;
+    }
+    return PULSE_OK;
+}
+
+int workload_create(struct workload *w, const char *spec, int output_len, uint64_t seed,
+                    char *err, size_t errlen)
+{
+    memset(w, 0, sizeof *w);
+    w->seed = seed;
+    w->output_len = output_len;
+    if (output_len < 1 || output_len > WORKLOAD_MAX_LEN) {
+        snprintf(err, errlen, "--output-len: %d is not in [1, %d]", output_len, WORKLOAD_MAX_LEN);
+        return PULSE_ERR_INVALID;
+    }
+    if (strlen(spec) >= sizeof w->spec) {
+        snprintf(err, errlen, "--workload: spec too long");
+        return PULSE_ERR_INVALID;
+    }
+    strcpy(w->spec, spec);
+    if (strncmp(spec, "uniform:", 8) == 0) {
+        const char *a = spec + 8, *colon = strchr(a, ':');
+        long len = colon ? parse_pos(a, colon, WORKLOAD_MAX_LEN) : -1;
+        long count = colon ? parse_pos(colon + 1, colon + 1 + strlen(colon + 1),
+                                       WORKLOAD_MAX_REQUESTS)
+                           : -1;
+        if (len < 0 || count < 0) {
+            snprintf(err, errlen,
+                     "--workload: '%s' is not uniform:LEN:COUNT with LEN in [1, %d] and COUNT "
+                     "in [1, %d]",
+                     spec, WORKLOAD_MAX_LEN, WORKLOAD_MAX_REQUESTS);
+            return PULSE_ERR_INVALID;
+        }
+        if (alloc_reqs(w, (int)count) != PULSE_OK) goto oom;
+        for (int i = 0; i < w->n; i++) w->reqs[i].prompt_len = (int)len;
+        return PULSE_OK;
+    }
+    if (strncmp(spec, "lengths:", 8) == 0) {
+        const char *p = spec + 8;
+        int n = 1;
+        for (const char *q = p; *q; q++) n += *q == ',';
+        if (alloc_reqs(w, n) != PULSE_OK) goto oom;
+        for (int i = 0; i < n; i++) {
+            const char *end = strchr(p, ',');
+            if (!end) end = p + strlen(p);
+            long len = parse_pos(p, end, WORKLOAD_MAX_LEN);
+            if (len < 0) {
+                snprintf(err, errlen, "--workload: '%s': length %d is not an integer in [1, %d]",
+                         spec, i + 1, WORKLOAD_MAX_LEN);
+                workload_free(w);
+                return PULSE_ERR_INVALID;
+            }
+            w->reqs[i].prompt_len = (int)len;
+            p = *end ? end + 1 : end;
+        }
+        return PULSE_OK;
+    }
+    snprintf(err, errlen, "--workload: unknown kind in '%s' (expected uniform:LEN:COUNT or "
+             "lengths:L1,L2,...)", spec);
+    return PULSE_ERR_INVALID;
+oom:
+    snprintf(err, errlen, "--workload: out of memory for '%s'", spec);
+    workload_free(w);
+    return PULSE_ERR_NOMEM;
+}
+
+void workload_free(struct workload *w)
+{
+    mem_free(MEM_HOST, w->reqs, sizeof(struct request) * w->n);
+    mem_free(MEM_HOST, w->token_store, sizeof(int32_t) * (size_t)w->n * w->output_len);
+    w->reqs = NULL;
+    w->token_store = NULL;
+}
+
+int workload_max_tokens(const struct workload *w)
+{
+    int m = 0;
+    for (int i = 0; i < w->n; i++) m = PULSE_MAX(m, w->reqs[i].prompt_len + w->reqs[i].output_len);
+    return m;
+}
+
+json_t *workload_to_json(const struct workload *w)
+{
+    long long total = 0;
+    for (int i = 0; i < w->n; i++) total += w->reqs[i].prompt_len;
+    return json_pack("{s:s, s:I, s:i, s:i, s:I, s:s}", "spec", w->spec, "seed",
+                     (json_int_t)w->seed, "output_len", w->output_len, "requests", w->n,
+                     "prompt_tokens_total", (json_int_t)total, "arrival", "all_at_once");
+}

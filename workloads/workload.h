@@ -1,0 +1,32 @@
+/* Request generators. A spec string names the workload:
+ *   uniform:LEN:COUNT     COUNT requests of LEN prompt tokens
+ *   lengths:L1,L2,...     one request per listed prompt length
+ * Every request gets output_len output tokens and arrives at time 0 (all at once). */
+#ifndef PULSE_WORKLOAD_H
+#define PULSE_WORKLOAD_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "serve.h"
+
+struct workload {
+    char spec[256];
+    uint64_t seed;
+    int output_len;
+    int n;
+    struct request *reqs;  /* owned */
+    int32_t *token_store;  /* owned, n * output_len ids, reqs[i].tokens point into it */
+};
+
+/* Parses spec into w. PULSE_OK, or PULSE_ERR_INVALID with a one-line reason in err. */
+int workload_create(struct workload *w, const char *spec, int output_len, uint64_t seed,
+                    char *err, size_t errlen);
+void workload_free(struct workload *w);
+/* The longest prompt + output of any request. */
+int workload_max_tokens(const struct workload *w);
+/* {"spec", "seed", "output_len", "requests", "prompt_tokens_total", "arrival"}. */
+json_t *workload_to_json(const struct workload *w);
+
+#endif
