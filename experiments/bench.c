@@ -1,1 +1,315 @@
-int cmd_bench(int argc, char **argv) { (void)argc; (void)argv; return 2; }
+/* pulse bench decode-step: times the vanilla decode step at (batch, context) points against the
+ * memory floor (weight bytes + KV bytes read) / copy bandwidth measured in the same run, and
+ * the attention kernel alone against the copy bandwidth. Optionally merges a peer's JSON. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common.h"
+#include "engine.h"
+#include "kv_cache.h"
+#include "metrics.h"
+#include "results.h"
+
+#define MAX_POINTS 32
+
+static const char usage[] =
+    "usage: pulse bench decode-step [options]\n"
+    "  Times the vanilla decode step (all layers, LM head, argmax) per (batch x context) point\n"
+    "  and the attention kernel alone; reports both against the memory floor from the copy\n"
+    "  bandwidth measured in the same run.\n"
+    "  --backend B      cpu, cuda or auto (default auto)\n"
+    "  --model NAME     default qwen3-14b\n"
+    "  --points LIST    BxCTX,... (default 1x4096,8x4096,32x4096,1x32768,8x32768,16x32768)\n"
+    "  --iters N        timed steps per point (default 20); --warmup N (default 3)\n"
+    "  --page-size N    tokens per KV block (default 16)\n"
+    "  --seed S         weights and synthetic KV (default 1)\n"
+    "  --peer FILE      a peer's result JSON (experiments/peer) to put beside ours\n"
+    "  --out FILE       result JSON\n";
+
+struct point {
+    int batch, ctx;
+};
+
+struct bench_opts {
+    const char *backend, *model, *points, *peer, *out;
+    long iters, warmup, page_size;
+    uint64_t seed;
+};
+
+static int parse_points(const char *s, struct point *pts, int *n)
+{
+    *n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long b = strtol(p, &end, 10), c = -1;
+        if (end != p && *end == 'x') {
+            const char *q = end + 1;
+            c = strtol(q, &end, 10);
+            if (end == q) c = -1;
+        }
+        if (b < 1 || b > 4096 || c < 1 || c > (1 << 22) || (*end && *end != ',') || *n >= MAX_POINTS) {
+            cli_error("bench", "--points: '%s' is not a list of BATCHxCONTEXT (e.g. 8x4096)", s);
+            return -1;
+        }
+        pts[(*n)++] = (struct point){(int)b, (int)c};
+        p = *end ? end + 1 : end;
+    }
+    if (!*n) {
+        cli_error("bench", "--points: empty list");
+        return -1;
+    }
+    return 0;
+}
+
+static int parse(int argc, char **argv, struct bench_opts *o)
+{
+    static const struct option opts[] = {
+        {"backend", required_argument, 0, 'b'}, {"model", required_argument, 0, 'm'},
+        {"points", required_argument, 0, 'p'},  {"iters", required_argument, 0, 'i'},
+        {"warmup", required_argument, 0, 'w'},  {"page-size", required_argument, 0, 'P'},
+        {"seed", required_argument, 0, 's'},    {"peer", required_argument, 0, 'e'},
+        {"out", required_argument, 0, 'o'},     {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    *o = (struct bench_opts){"auto", "qwen3-14b",
+                             "1x4096,8x4096,32x4096,1x32768,8x32768,16x32768", NULL, NULL, 20, 3,
+                             16, 1};
+    int c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'b': o->backend = optarg; break;
+        case 'm': o->model = optarg; break;
+        case 'p': o->points = optarg; break;
+        case 'e': o->peer = optarg; break;
+        case 'o': o->out = optarg; break;
+        case 'i':
+            if (cli_int("bench", "--iters", optarg, 1, 10000, &o->iters)) return -1;
+            break;
+        case 'w':
+            if (cli_int("bench", "--warmup", optarg, 0, 1000, &o->warmup)) return -1;
+            break;
+        case 'P':
+            if (cli_int("bench", "--page-size", optarg, 1, 4096, &o->page_size)) return -1;
+            break;
+        case 's':
+            if (cli_u64("bench", "--seed", optarg, INT64_MAX, &o->seed)) return -1;
+            break;
+        case 'h': fputs(usage, stdout); return 1;
+        default: cli_unknown_flag("bench", argc, argv); return -1;
+        }
+    }
+    if (optind < argc) {
+        cli_error("bench", "unexpected argument '%s'", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+static json_t *samples_json(const double *ms, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(a, json_real(ms[i]));
+    return a;
+}
+
+/* The peer's point with the same batch and context, or NULL. */
+static json_t *peer_point(json_t *peer, int batch, int ctx)
+{
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(peer, "points"), i, p)
+    {
+        if (json_integer_value(json_object_get(p, "batch")) == batch &&
+            json_integer_value(json_object_get(p, "context")) == ctx)
+            return p;
+    }
+    return NULL;
+}
+
+/* Runs one point; fills pj. Returns 0, or EXIT_OOM when the KV does not fit. */
+static int run_point(struct engine *e, const struct bench_opts *o, const struct model_config *m,
+                     struct point pt, double copy_gbs, json_t *pj)
+{
+    const struct backend *be = engine_model(e)->be;
+    const struct kctx *ctx = engine_ctx(e);
+    int steps = (int)(o->warmup + o->iters), attn_iters = (int)o->iters;
+    int reserved = pt.ctx + steps + 1;
+    char err[256];
+    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, (int)o->page_size, 0,
+                                 pt.batch, reserved};
+    size_t page_bytes = (size_t)m->n_kv_heads * 2 * o->page_size * m->head_dim * 2;
+    kp.budget_bytes = (size_t)pt.batch * m->n_layers * PULSE_CEIL_DIV(reserved, o->page_size) *
+                      page_bytes;
+    json_object_set_new(pj, "batch", json_integer(pt.batch));
+    json_object_set_new(pj, "context", json_integer(pt.ctx));
+    json_object_set_new(pj, "kv_pool_bytes", json_integer((json_int_t)kp.budget_bytes));
+    struct kv_cache *kv = kv_cache_create(&kp, be, ctx, err, sizeof err);
+    if (!kv) {
+        json_object_set_new(pj, "status", json_string("oom"));
+        json_object_set_new(pj, "error", json_string(err));
+        return EXIT_OOM;
+    }
+    struct batch *bt = batch_create(e);
+    struct batch_entry en[4096];
+    for (int b = 0; b < pt.batch; b++) {
+        int slot;
+        PULSE_CHECK(kv_cache_admit(kv, reserved, &slot) == PULSE_OK, "bench admission");
+        en[b] = (struct batch_entry){slot, b, pt.ctx, reserved, engine_first_token(e, b)};
+    }
+    batch_set(e, bt, kv, en, pt.batch);
+    engine_fill_prompt(e, bt, kv);
+    be->sync(ctx);
+    double *ms = mem_alloc(MEM_HOST, sizeof(double) * (steps + attn_iters), "samples");
+    for (int i = 0; i < steps; i++) {
+        double t = pulse_now();
+        engine_step(e, bt, kv);
+        be->sync(ctx);
+        ms[i] = (pulse_now() - t) * 1e3;
+    }
+    double *step_ms = ms + o->warmup, *attn_ms = ms + steps;
+    for (int i = 0; i < attn_iters; i++) {
+        double t = pulse_now();
+        engine_run_attention(e, bt, kv, 0);
+        be->sync(ctx);
+        attn_ms[i] = (pulse_now() - t) * 1e3;
+    }
+    int32_t toks[4096];
+    batch_read_tokens(e, bt, toks);
+    uint64_t h = 1469598103934665603ull;
+    for (int b = 0; b < pt.batch; b++) h = (h ^ (uint32_t)toks[b]) * 1099511628211ull;
+    struct dist_summary ds, da;
+    metrics_summarize(step_ms, (int)o->iters, &ds);
+    metrics_summarize(attn_ms, attn_iters, &da);
+    /* bytes a step must read: the weights (all but the embedding table) and the KV of every
+     * token attended, averaged over the timed steps' growing contexts */
+    double mean_ctx = pt.ctx + o->warmup + (o->iters - 1) / 2.0 + 1;
+    double w_bytes = (double)model_step_weight_bytes(m);
+    double kv_bytes = (double)pt.batch * mean_ctx * (double)model_kv_bytes_per_token(m);
+    double floor_ms = (w_bytes + kv_bytes) / (copy_gbs * 1e9) * 1e3;
+    int attn_tokens = pt.ctx + steps + 1; /* layer 0's length after all steps */
+    double attn_bytes = (double)pt.batch * attn_tokens * model_kv_bytes_per_token(m) / m->n_layers;
+    double attn_gbs = attn_bytes / (da.median * 1e-3) / 1e9;
+    json_object_set_new(pj, "status", json_string("ok"));
+    results_set_real(pj, "ms_per_step_median", ds.median);
+    results_set_real(pj, "ms_per_step_min", ds.min);
+    results_set_real(pj, "ms_per_step_p90", ds.p90);
+    json_object_set_new(pj, "ms_samples", samples_json(step_ms, (int)o->iters));
+    results_set_real(pj, "weight_bytes", w_bytes);
+    results_set_real(pj, "kv_bytes", kv_bytes);
+    results_set_real(pj, "floor_ms", floor_ms);
+    results_set_real(pj, "ratio_to_floor", ds.median / floor_ms);
+    results_set_real(pj, "output_tokens_per_s", pt.batch / (ds.median * 1e-3));
+    results_set_real(pj, "attn_ms_median", da.median);
+    json_object_set_new(pj, "attn_ms_samples", samples_json(attn_ms, attn_iters));
+    results_set_real(pj, "attn_kv_bytes", attn_bytes);
+    results_set_real(pj, "attn_GBps", attn_gbs);
+    results_set_real(pj, "attn_fraction_of_copy_bw", attn_gbs / copy_gbs);
+    char hs[32];
+    snprintf(hs, sizeof hs, "%016llx", (unsigned long long)h);
+    json_object_set_new(pj, "last_tokens_fnv1a", json_string(hs));
+    mem_free(MEM_HOST, ms, sizeof(double) * (steps + attn_iters));
+    batch_free(e, bt);
+    kv_cache_free(kv);
+    return 0;
+}
+
+static int decode_step(int argc, char **argv)
+{
+    struct bench_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc > 0 ? 0 : EXIT_USAGE;
+    struct point pts[MAX_POINTS];
+    int np;
+    if (parse_points(o.points, pts, &np)) return EXIT_USAGE;
+    const struct model_config *m = cli_model("bench", o.model);
+    if (!m) return EXIT_USAGE;
+    const struct backend *be = cli_backend("bench", o.backend);
+    if (!be) return EXIT_USAGE;
+    json_error_t je;
+    json_t *peer = NULL;
+    if (o.peer && !(peer = json_load_file(o.peer, 0, &je))) {
+        cli_error("bench", "--peer: %s: %s (line %d)", o.peer, je.text, je.line);
+        return EXIT_USAGE;
+    }
+    int max_b = 1, max_t = 1;
+    for (int i = 0; i < np; i++) {
+        max_b = PULSE_MAX(max_b, pts[i].batch);
+        max_t = PULSE_MAX(max_t, pts[i].ctx + (int)(o.warmup + o.iters) + 1);
+    }
+    json_t *res = results_new("bench-decode-step");
+    json_object_set_new(res, "config",
+                        json_pack("{s:s,s:s,s:i,s:i,s:i,s:I}", "backend", be->name, "model",
+                                  m->name, "iters", (int)o.iters, "warmup", (int)o.warmup,
+                                  "page_size", (int)o.page_size, "seed", (json_int_t)o.seed));
+    char err[512];
+    struct engine_params ep = {m, be, o.seed, max_b, max_t};
+    struct engine *e = engine_create(&ep, err, sizeof err);
+    int code = 0;
+    if (!e) {
+        cli_error("bench", "%s", err);
+        json_object_set_new(res, "status", json_string("oom"));
+        json_object_set_new(res, "error", json_string(err));
+        code = EXIT_OOM;
+        goto out;
+    }
+    be->describe(results_env(res));
+    size_t copy_bytes = be->mem == MEM_DEVICE ? (size_t)1 << 31 : (size_t)1 << 26;
+    double copy_gbs = be->copy_bandwidth(engine_ctx(e), copy_bytes, 10);
+    results_set_real(res, "copy_bandwidth_GBps", copy_gbs);
+    json_t *arr = json_array();
+    printf("%-6s %-7s %10s %10s %8s %10s %9s %9s %10s\n", "batch", "context", "ms/step", "floor ms",
+           "ratio", "tok/s", "attn ms", "attn/copy", "vs peer");
+    for (int i = 0; i < np; i++) {
+        json_t *pj = json_object();
+        json_array_append_new(arr, pj);
+        if (run_point(e, &o, m, pts[i], copy_gbs, pj) != 0) {
+            printf("%-6d %-7d %10s\n", pts[i].batch, pts[i].ctx, "oom");
+            code = EXIT_OOM;
+            continue;
+        }
+        double step = json_real_value(json_object_get(pj, "ms_per_step_median"));
+        json_t *pp = peer ? peer_point(peer, pts[i].batch, pts[i].ctx) : NULL;
+        double peer_ms = pp ? json_number_value(json_object_get(pp, "ms_per_step_median")) : NAN;
+        if (pp) {
+            results_set_real(pj, "peer_ms_per_step", peer_ms);
+            results_set_real(pj, "speedup_vs_peer", peer_ms / step);
+        }
+        printf("%-6d %-7d %10.3f %10.3f %8.3f %10.1f %9.4f %9.3f %10.3f\n", pts[i].batch,
+               pts[i].ctx, step, json_real_value(json_object_get(pj, "floor_ms")),
+               json_real_value(json_object_get(pj, "ratio_to_floor")),
+               json_real_value(json_object_get(pj, "output_tokens_per_s")),
+               json_real_value(json_object_get(pj, "attn_ms_median")),
+               json_real_value(json_object_get(pj, "attn_fraction_of_copy_bw")), peer_ms / step);
+    }
+    printf("copy bandwidth %.1f GB/s (read + write)\n", copy_gbs);
+    json_object_set_new(res, "points", arr);
+    if (peer) json_object_set(res, "peer", peer);
+out:
+    engine_free(e);
+    if (o.out && results_write(res, o.out, err, sizeof err) != PULSE_OK) {
+        cli_error("bench", "--out: %s", err);
+        code = code ? code : 1;
+    }
+    json_decref(res);
+    json_decref(peer);
+    return code;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs("usage: pulse bench NAME [options]\n  decode-step   the vanilla decode step "
+              "against the memory floor\n",
+              argc < 2 ? stderr : stdout);
+        return argc < 2 ? EXIT_USAGE : 0;
+    }
+    if (!strcmp(argv[1], "decode-step")) return decode_step(argc - 1, argv + 1);
+    cli_error("bench", "unknown benchmark '%s' (known: decode-step)", argv[1]);
+    return EXIT_USAGE;
+}

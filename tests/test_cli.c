@@ -1,0 +1,146 @@
+/* The pulse command line: every bad input gets a one-line message naming the input and a
+ * non-zero exit, never a crash; --help works on every subcommand; a good run writes a result
+ * JSON with the fields DESIGN.md section 9 names. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static char out[1 << 16];
+
+/* Runs `pulse ARGS`, capturing stdout+stderr into out; returns the exit code (-1 on a signal). */
+static int run(const char *args)
+{
+    const char *bin = getenv("PULSE_BIN");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", bin ? bin : "./build/pulse", args);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    int st = p ? pclose(p) : -1;
+    return (st != -1 && WIFEXITED(st)) ? WEXITSTATUS(st) : -1;
+}
+
+struct bad_case {
+    const char *args, *message;
+    int code;
+};
+
+static const struct bad_case bad[] = {
+    {"", "usage: pulse", 2},
+    {"frobnicate", "unknown command 'frobnicate'", 2},
+    {"run --bogus", "unknown or incomplete option '--bogus'", 2},
+    {"run --model", "unknown or incomplete option '--model'", 2},
+    {"run --backend cpu --model gpt-9", "--model: unknown model 'gpt-9'", 2},
+    {"run --backend cpu --policy magic", "--policy: unknown policy 'magic'", 2},
+    {"run --backend tpu", "--backend: unknown backend 'tpu'", 2},
+    {"run --backend cpu --output-len 0", "--output-len: '0' is not an integer", 2},
+    {"run --backend cpu --output-len 12abc", "--output-len: '12abc' is not an integer", 2},
+    {"run --backend cpu --kv-budget-gb -1", "--kv-budget-gb: '-1' is not a number", 2},
+    {"run --backend cpu --kv-budget-gb nan", "--kv-budget-gb: 'nan' is not a number", 2},
+    {"run --backend cpu --seed x", "--seed: 'x' is not an integer", 2},
+    {"run --backend cpu --max-batch 0", "--max-batch: '0' is not an integer", 2},
+    {"run --backend cpu --workload uniform:10", "--workload: 'uniform:10' is not uniform:LEN:COUNT", 2},
+    {"run --backend cpu --workload uniform:0:3", "is not uniform:LEN:COUNT", 2},
+    {"run --backend cpu --workload zipf:1", "--workload: unknown kind", 2},
+    {"run --backend cpu --workload lengths:5,,6", "length 2 is not an integer", 2},
+    {"run --backend cpu --workload uniform:4096:1 --kv-budget-gb 0.001",
+     "cannot hold even one request", 2},
+    {"run --backend cpu extra", "unexpected argument 'extra'", 2},
+    {"run --backend cpu --workload uniform:8:1 --output-len 2 --out /nonexistent/dir/r.json",
+     "--out: /nonexistent/dir/r.json: cannot write", 1},
+    {"models --bogus", "unknown or incomplete option '--bogus'", 2},
+    {"bench frob", "unknown benchmark 'frob'", 2},
+    {"bench decode-step --backend cpu --points 4x", "--points: '4x' is not", 2},
+};
+
+static void test_bad_inputs(void)
+{
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int code = run(bad[i].args);
+        if (code != bad[i].code || !strstr(out, bad[i].message))
+            fprintf(stderr, "case '%s': exit %d, output: %s", bad[i].args, code, out);
+        EXPECT_EQ_INT(code, bad[i].code);
+        EXPECT_STR_CONTAINS(out, bad[i].message);
+        /* a usage error is one line: the message is the whole output */
+        char *nl = strchr(out, '\n');
+        if (bad[i].args[0] && bad[i].code == 2) EXPECT(nl == NULL || nl[1] == 0);
+    }
+}
+
+static void test_help(void)
+{
+    const char *cmds[] = {"--help", "run --help", "models --help", "bench --help",
+                          "bench decode-step --help"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        EXPECT_EQ_INT(run(cmds[i]), 0);
+        EXPECT_STR_CONTAINS(out, "usage: pulse");
+    }
+}
+
+static void test_models(void)
+{
+    EXPECT_EQ_INT(run("models"), 0);
+    EXPECT_STR_CONTAINS(out, "qwen3-14b");
+    EXPECT_STR_CONTAINS(out, "14.768B"); /* 40 layers of 5120 hidden, MLP 17408, vocab 151936 */
+    EXPECT_STR_CONTAINS(out, "160.0KiB"); /* 40 layers x 8 heads x 128 x K,V x 2 bytes */
+    EXPECT_EQ_INT(run("models --json"), 0);
+    json_error_t je;
+    json_t *a = json_loads(out, 0, &je);
+    EXPECT(json_is_array(a) && json_array_size(a) == 4);
+    json_decref(a);
+}
+
+static void test_good_run(void)
+{
+    char path[] = "/tmp/pulse_cli_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    char args[512];
+    snprintf(args, sizeof args,
+             "run --backend cpu --model tiny --workload uniform:40:3 --output-len 5 --seed 3 "
+             "--out %s",
+             path);
+    EXPECT_EQ_INT(run(args), 0);
+    json_error_t je;
+    json_t *r = json_load_file(path, 0, &je);
+    EXPECT(r != NULL);
+    if (r) {
+        EXPECT_EQ_INT(json_integer_value(json_object_get(r, "schema_version")), 1);
+        EXPECT(!strcmp(json_string_value(json_object_get(r, "status")), "ok"));
+        json_t *tool = json_object_get(r, "tool");
+        EXPECT(json_string_length(json_object_get(tool, "git_commit")) >= 7);
+        EXPECT(json_is_boolean(json_object_get(tool, "git_dirty")));
+        json_t *cfg = json_object_get(r, "config");
+        EXPECT(!strcmp(json_string_value(json_object_get(cfg, "policy")), "vanilla"));
+        EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "seed")), 3);
+        json_t *wl = json_object_get(r, "workload");
+        EXPECT_EQ_INT(json_integer_value(json_object_get(wl, "requests")), 3);
+        json_t *m = json_object_get(r, "metrics");
+        EXPECT(json_real_value(json_object_get(m, "output_throughput")) > 0);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(m, "total_output_tokens")), 15);
+        const char *keys[] = {"mean_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "p90_e2el_ms"};
+        for (int i = 0; i < 4; i++) EXPECT(json_real_value(json_object_get(m, keys[i])) > 0);
+        json_t *c = json_object_get(r, "counters");
+        EXPECT_EQ_INT(json_integer_value(json_object_get(c, "recall_bytes")), 0);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(c, "layer_switches")), 0);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(c, "step_alloc_calls")), 0);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(c, "steps")), 5);
+        EXPECT_EQ_INT(json_array_size(json_object_get(r, "requests")), 3);
+        json_decref(r);
+    }
+    unlink(path);
+}
+
+int main(void)
+{
+    test_bad_inputs();
+    test_help();
+    test_models();
+    test_good_run();
+    return tu_finish("test_cli");
+}

@@ -1,0 +1,196 @@
+/* The CPU references on hand-checkable cases: bf16 rounding, RMSNorm, GEMM, RoPE, paged GQA
+ * attention, SiLU-mul, argmax, synthetic KV, random fill. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "numeric.h"
+#include "testutil.h"
+
+static const struct kctx C0;
+
+static void test_bf16(void)
+{
+    EXPECT_EQ_INT(f32_to_bf16(1.0f), 0x3f80);
+    EXPECT_EQ_INT(f32_to_bf16(-2.0f), 0xc000);
+    /* 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even gives 1 */
+    EXPECT_EQ_INT(f32_to_bf16(1.0f + 1.0f / 256), 0x3f80);
+    /* 1 + 3*2^-8 is halfway between 1+2^-7 (odd mantissa) and 1+2^-6: rounds up to even */
+    EXPECT_EQ_INT(f32_to_bf16(1.0f + 3.0f / 256), 0x3f82);
+    EXPECT(isnan(bf16_to_f32(f32_to_bf16(NAN))));
+    EXPECT(isinf(bf16_to_f32(f32_to_bf16(INFINITY))));
+    EXPECT_NEAR(bf16_to_f32(0x4049), 3.140625, 0); /* pi in bf16 */
+}
+
+static void test_rmsnorm(void)
+{
+    /* x = 1,2,3,4: mean square 7.5, so out = x / sqrt(7.5) * w */
+    float x[8] = {1, 2, 3, 4, -2, -2, -2, -2};
+    uint16_t w[4], out[8];
+    for (int i = 0; i < 4; i++) w[i] = f32_to_bf16(i == 3 ? 0.5f : 1.0f);
+    rmsnorm_ref(&C0, x, w, out, 2, 4, 0.0f);
+    double r = sqrt(7.5);
+    EXPECT_NEAR(bf16_to_f32(out[0]), 1 / r, 1 / r / 128);
+    EXPECT_NEAR(bf16_to_f32(out[2]), 3 / r, 3 / r / 128);
+    EXPECT_NEAR(bf16_to_f32(out[3]), 4 / r * 0.5, 2 / r / 128);
+    /* second row: all -2, mean square 4: -1 each (the last scaled by 0.5) */
+    EXPECT_NEAR(bf16_to_f32(out[4]), -1.0, 0);
+    EXPECT_NEAR(bf16_to_f32(out[7]), -0.5, 0);
+}
+
+static void test_gemm(void)
+{
+    /* a = [[1,2],[3,4]], w = [[1,0],[0,1],[1,1]]: out = [[1,2,3],[3,4,7]] */
+    float av[] = {1, 2, 3, 4}, wv[] = {1, 0, 0, 1, 1, 1};
+    uint16_t a[4], w[6];
+    for (int i = 0; i < 4; i++) a[i] = f32_to_bf16(av[i]);
+    for (int i = 0; i < 6; i++) w[i] = f32_to_bf16(wv[i]);
+    float out[6] = {10, 10, 10, 10, 10, 10};
+    gemm_bf16_ref(&C0, a, w, out, 2, 3, 2, 0.0f);
+    float want[] = {1, 2, 3, 3, 4, 7};
+    for (int i = 0; i < 6; i++) EXPECT_NEAR(out[i], want[i], 0);
+    gemm_bf16_ref(&C0, a, w, out, 2, 3, 2, 1.0f); /* residual add */
+    for (int i = 0; i < 6; i++) EXPECT_NEAR(out[i], 2 * want[i], 0);
+}
+
+/* A paged view over `pool` with pages listed in page_ids. */
+static struct kv_view view(uint16_t *pool, const int32_t *ids, const int32_t *start, int ps,
+                           int nkv, int hd)
+{
+    struct kv_view v = {pool, ids, start, ps, nkv, hd};
+    return v;
+}
+
+static void test_rope_append(void)
+{
+    /* nq=1, nkv=1, hd=4, no norms. q = [1,0,0,0] at pos 1: pair (0,2) angle 1, pair (1,3)
+     * angle theta^(-1/2) = 0.01 for theta 10000. */
+    float qkv[12] = {1, 0, 0, 0, /* k */ 0, 1, 0, 0, /* v */ 5, 6, 7, 8};
+    uint16_t q[4], pool[2 * 2 * 2 * 4]; /* 2 pages of page_size 2, 1 head */
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(pool); i++) pool[i] = 0x7fc0; /* NaN marker */
+    int32_t ids[2] = {1, 0}, start[1] = {0}, pos[1] = {1};
+    struct kv_view v = view(pool, ids, start, 2, 1, 4);
+    qk_norm_rope_append_ref(&C0, qkv, NULL, NULL, q, &v, pos, 1, 1, 10000.0f, 1e-6f);
+    EXPECT_NEAR(bf16_to_f32(q[0]), cos(1.0), 1.0 / 128);
+    EXPECT_NEAR(bf16_to_f32(q[2]), sin(1.0), 1.0 / 128);
+    EXPECT_NEAR(bf16_to_f32(q[1]), 0, 0);
+    /* token 1 lives in page ids[0] = 1 at offset 1; page elems = 1*2*2*4 = 16 */
+    uint16_t *k = pool + 16 + 1 * 4, *vv = pool + 16 + (2 + 1) * 4;
+    EXPECT_NEAR(bf16_to_f32(k[1]), cos(0.01), 1.0 / 128);
+    EXPECT_NEAR(bf16_to_f32(k[3]), sin(0.01), 1.0 / 128);
+    EXPECT_NEAR(bf16_to_f32(vv[0]), 5, 0);
+    EXPECT_NEAR(bf16_to_f32(vv[3]), 8, 0);
+    EXPECT_EQ_INT(pool[0], 0x7fc0); /* page 0 untouched */
+    EXPECT_EQ_INT(pool[16], 0x7fc0); /* token 0 of page 1 untouched */
+    /* QK-norm with unit weights: k = [0,3,0,4] normalises to rms 2.5 -> [0,1.2,0,1.6] at pos 0 */
+    float qkv2[12] = {0, 0, 2, 0, 0, 3, 0, 4, 1, 1, 1, 1};
+    uint16_t ones[4];
+    for (int i = 0; i < 4; i++) ones[i] = f32_to_bf16(1.0f);
+    int32_t pos0[1] = {0};
+    qk_norm_rope_append_ref(&C0, qkv2, ones, ones, q, &v, pos0, 1, 1, 10000.0f, 0.0f);
+    uint16_t *k0 = pool + 16; /* token 0 -> page 1 offset 0 */
+    EXPECT_NEAR(bf16_to_f32(k0[1]), 1.2, 1.2 / 128);
+    EXPECT_NEAR(bf16_to_f32(k0[3]), 1.6, 1.6 / 128);
+    EXPECT_NEAR(bf16_to_f32(q[2]), 2.0, 0); /* [0,0,2,0]: rms 1 */
+}
+
+static void test_attention(void)
+{
+    /* nq=2, nkv=1 (both q heads read head 0), hd=2, page_size 1, 2 tokens in pages 3 and 1.
+     * q0 = [1,0], keys [0,0] and [1,0]: scores 0, 1 (scale 1) -> p = [1,e]/(1+e).
+     * q1 = [0,0]: uniform -> mean of V. V = [2,4] and [6,8]. */
+    uint16_t pool[4 * 2 * 2];
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(pool); i++) pool[i] = 0xffc0; /* NaN everywhere else */
+    int32_t ids[2] = {3, 1}, start[1] = {0}, n[1] = {2};
+    float kv0[2][2] = {{0, 0}, {2, 4}}, kv1[2][2] = {{1, 0}, {6, 8}};
+    for (int d = 0; d < 2; d++) {
+        pool[3 * 4 + d] = f32_to_bf16(kv0[0][d]);
+        pool[3 * 4 + 2 + d] = f32_to_bf16(kv0[1][d]);
+        pool[1 * 4 + d] = f32_to_bf16(kv1[0][d]);
+        pool[1 * 4 + 2 + d] = f32_to_bf16(kv1[1][d]);
+    }
+    uint16_t q[4] = {f32_to_bf16(1), 0, 0, 0}, out[4];
+    struct kv_view v = view(pool, ids, start, 1, 1, 2);
+    attn_decode_ref(&C0, q, &v, n, out, 1, 2, 2, 1.0f);
+    double e = exp(1.0), p0 = 1 / (1 + e), p1 = e / (1 + e);
+    EXPECT_NEAR(bf16_to_f32(out[0]), 2 * p0 + 6 * p1, 0.05);
+    EXPECT_NEAR(bf16_to_f32(out[1]), 4 * p0 + 8 * p1, 0.05);
+    EXPECT_NEAR(bf16_to_f32(out[2]), 4, 0);
+    EXPECT_NEAR(bf16_to_f32(out[3]), 6, 0);
+    /* one token: output is its V whatever the query */
+    n[0] = 1;
+    attn_decode_ref(&C0, q, &v, n, out, 1, 2, 2, 1.0f);
+    EXPECT_NEAR(bf16_to_f32(out[0]), 2, 0);
+    EXPECT_NEAR(bf16_to_f32(out[3]), 4, 0);
+}
+
+static void test_silu_argmax(void)
+{
+    float gu[4] = {0, 1, 3, 2}; /* ffn 2: gates 0,1; ups 3,2 */
+    uint16_t out[2];
+    silu_mul_ref(&C0, gu, out, 1, 2);
+    EXPECT_NEAR(bf16_to_f32(out[0]), 0, 0);
+    EXPECT_NEAR(bf16_to_f32(out[1]), 2 / (1 + exp(-1.0)), 0.01);
+    float lg[8] = {1, 5, 5, 2, NAN, -1, -3, -1};
+    int32_t idx[2];
+    argmax_ref(&C0, lg, idx, 2, 4);
+    EXPECT_EQ_INT(idx[0], 1); /* tie between 1 and 2 goes to 1 */
+    EXPECT_EQ_INT(idx[1], 1); /* NaN never wins; tie -1/-1 goes to the lower index */
+}
+
+static void test_synthetic_fill(void)
+{
+    /* nkv=2, hd=4, page_size 3, 5 tokens over pages {2,0}: element e of token t equals
+     * pulse_uniform(mix(seed, req, layer), t*16 + e). */
+    enum { PS = 3, NKV = 2, HD = 4, PE = NKV * 2 * PS * HD };
+    uint16_t pool[3 * PE];
+    memset(pool, 0xab, sizeof pool);
+    int32_t ids[2] = {2, 0}, start[1] = {0}, n[1] = {5}, req[1] = {7};
+    struct kv_view v = view(pool, ids, start, PS, NKV, HD);
+    kv_fill_synthetic_ref(&C0, &v, n, req, 1, 3, 42, 6);
+    uint64_t s = pulse_seed_mix(42, 7, 3);
+    /* token 4, head 1, V, dim 2: page ids[1]=0, offset 1 */
+    uint16_t got = pool[0 * PE + ((1 * 2 + 1) * PS + 1) * HD + 2];
+    EXPECT_EQ_INT(got, f32_to_bf16(pulse_uniform(s, 4 * 16 + (1 * 2 + 1) * 4 + 2)));
+    got = pool[2 * PE + ((0 * 2 + 0) * PS + 0) * HD + 0];
+    EXPECT_EQ_INT(got, f32_to_bf16(pulse_uniform(s, 0)));
+    /* token slot 5 (page 0 offset 2) and page 1 are untouched */
+    EXPECT_EQ_INT(pool[0 * PE + ((0 * 2 + 0) * PS + 2) * HD], 0xabab);
+    EXPECT_EQ_INT(pool[1 * PE + 5], 0xabab);
+}
+
+static void test_fill_random(void)
+{
+    uint16_t a[1000], b[1000];
+    fill_random_bf16_ref(&C0, a, 1000, 5, 0.5f, 1.0f);
+    fill_random_bf16_ref(&C0, b, 1000, 5, 0.5f, 1.0f);
+    EXPECT(memcmp(a, b, sizeof a) == 0);
+    double lo = 9, hi = -9, sum = 0;
+    for (int i = 0; i < 1000; i++) {
+        double x = bf16_to_f32(a[i]);
+        lo = x < lo ? x : lo;
+        hi = x > hi ? x : hi;
+        sum += x;
+    }
+    EXPECT(lo >= 0.5 && hi <= 1.5 && hi - lo > 0.9);
+    EXPECT_NEAR(sum / 1000, 1.0, 0.05);
+    fill_random_bf16_ref(&C0, b, 1000, 6, 0.5f, 1.0f);
+    EXPECT(memcmp(a, b, sizeof a) != 0);
+    int32_t pos[3] = {0, 5, -1};
+    advance_pos_ref(&C0, pos, 2);
+    EXPECT(pos[0] == 1 && pos[1] == 6 && pos[2] == -1);
+}
+
+int main(void)
+{
+    test_bf16();
+    test_rmsnorm();
+    test_gemm();
+    test_rope_append();
+    test_attention();
+    test_silu_argmax();
+    test_synthetic_fill();
+    test_fill_random();
+    return tu_finish("test_kernels_ref");
+}

@@ -1,0 +1,115 @@
+/* The paged KV cache: kv_cache_check holds after long random sequences of admit/release; the
+ * budget, slots and length limits refuse what does not fit; pages are conserved. */
+#include <string.h>
+
+#include "backend.h"
+#include "common.h"
+#include "kv_cache.h"
+#include "numeric.h"
+#include "testutil.h"
+
+static struct kv_cache *make(int page_size, size_t budget, int slots, int max_tokens)
+{
+    static struct kctx ctx;
+    struct kv_cache_params p = {3, 2, 8, page_size, budget, slots, max_tokens};
+    char err[256];
+    struct kv_cache *kv = kv_cache_create(&p, backend_find("cpu"), &ctx, err, sizeof err);
+    if (!kv) fprintf(stderr, "create: %s\n", err);
+    return kv;
+}
+
+static void test_random_sequences(int page_size)
+{
+    /* page = 2 heads * 2 * page_size * 8 dims * 2 bytes; room for about 3 of the longest
+     * requests (97 tokens, 3 layers) among 9 slots, so both refusals and reuse happen */
+    size_t page_bytes = (size_t)2 * 2 * page_size * 8 * 2;
+    size_t pages = 3 * 3 * (size_t)PULSE_CEIL_DIV(97, page_size) + 1;
+    struct kv_cache *kv = make(page_size, pages * page_bytes, 9, 97);
+    EXPECT(kv != NULL);
+    if (!kv) return;
+    int live[9] = {0}, tokens[9] = {0};
+    char err[256];
+    uint64_t seed = 12345;
+    int admits = 0, refusals = 0, failures = 0;
+    for (int it = 0; it < 4000; it++) {
+        uint64_t r = pulse_hash64(seed, (uint64_t)it);
+        if (r % 3 != 0) {
+            int n = 1 + (int)((r >> 8) % 97), slot;
+            int rc = kv_cache_admit(kv, n, &slot);
+            if (rc == PULSE_OK) {
+                EXPECT(slot >= 0 && slot < 9 && !live[slot]);
+                live[slot] = 1;
+                tokens[slot] = n;
+                admits++;
+            } else {
+                EXPECT_EQ_INT(rc, PULSE_ERR_NOMEM);
+                refusals++;
+            }
+        } else {
+            int s = (int)((r >> 16) % 9);
+            if (live[s]) {
+                kv_cache_release(kv, s);
+                live[s] = 0;
+            }
+        }
+        if (kv_cache_check(kv, err, sizeof err) != 0) {
+            if (failures++ < 3) fprintf(stderr, "iteration %d: %s\n", it, err);
+        }
+        /* pages in use equal the sum over live slots */
+        struct kv_cache_stats st;
+        kv_cache_get_stats(kv, &st);
+        int64_t used = 0;
+        for (int s = 0; s < 9; s++)
+            if (live[s]) used += 3 * kv_cache_pages_for(kv, tokens[s]);
+        if (used != st.n_pages - st.free_pages) failures++;
+    }
+    EXPECT_EQ_INT(failures, 0);
+    EXPECT(admits > 500 && refusals > 50); /* both paths exercised */
+    /* every page in a live slot's rows is distinct and in range (the check), and rows beyond
+     * a request's length hold -1 */
+    const int32_t *ids = kv_cache_host_page_ids(kv);
+    for (int s = 0; s < 9; s++)
+        if (live[s]) {
+            int32_t row = kv_cache_row(kv, s, 2);
+            EXPECT(ids[row] >= 0);
+            EXPECT_EQ_INT(ids[row + kv_cache_pages_for(kv, tokens[s])], -1);
+        }
+    kv_cache_free(kv);
+}
+
+static void test_limits(void)
+{
+    size_t page_bytes = 2 * 2 * 16 * 8 * 2;
+    struct kv_cache *kv = make(16, 30 * page_bytes, 2, 100); /* 30 pages, 3 layers */
+    int s0, s1, s2;
+    EXPECT_EQ_INT(kv_cache_admit(kv, 0, &s0), PULSE_ERR_INVALID);
+    EXPECT_EQ_INT(kv_cache_admit(kv, 101, &s0), PULSE_ERR_INVALID); /* over max_tokens */
+    EXPECT_EQ_INT(kv_cache_admit(kv, 64, &s0), PULSE_OK);  /* 4 pages x 3 layers = 12 */
+    EXPECT_EQ_INT(kv_cache_admit(kv, 80, &s1), PULSE_OK);  /* 5 x 3 = 15; 3 left */
+    EXPECT_EQ_INT(kv_cache_admit(kv, 1, &s2), PULSE_ERR_NOMEM); /* no slot left */
+    kv_cache_release(kv, s0);
+    EXPECT_EQ_INT(kv_cache_admit(kv, 97, &s2), PULSE_ERR_NOMEM); /* 7x3=21 > 15 free */
+    EXPECT_EQ_INT(kv_cache_admit(kv, 80, &s2), PULSE_OK);
+    EXPECT_EQ_INT(s2, s0); /* the freed slot is reused */
+    struct kv_cache_stats st;
+    kv_cache_get_stats(kv, &st);
+    EXPECT_EQ_INT(st.free_pages, 0);
+    EXPECT_EQ_INT(st.admit_refusals, 2);
+    char err[128];
+    EXPECT_EQ_INT(kv_cache_check(kv, err, sizeof err), 0);
+    kv_cache_free(kv);
+    /* a budget under one page per layer is refused with a reason */
+    struct kv_cache_params p = {3, 2, 8, 16, 2 * page_bytes, 2, 100};
+    struct kctx ctx = {0};
+    EXPECT(kv_cache_create(&p, backend_find("cpu"), &ctx, err, sizeof err) == NULL);
+    EXPECT_STR_CONTAINS(err, "KV budget");
+}
+
+int main(void)
+{
+    test_random_sequences(16);
+    test_random_sequences(1);
+    test_random_sequences(5);
+    test_limits();
+    return tu_finish("test_kv_cache");
+}
