@@ -28,6 +28,7 @@ static const char usage[] =
     "  --page-size N    tokens per KV block (default 16)\n"
     "  --seed S         weights and synthetic KV (default 1)\n"
     "  --peer FILE      a peer's result JSON (experiments/peer) to put beside ours\n"
+    "  --no-graph       launch every kernel instead of replaying the step as a CUDA graph\n"
     "  --out FILE       result JSON\n";
 
 struct point {
@@ -38,6 +39,7 @@ struct bench_opts {
     const char *backend, *model, *points, *peer, *out;
     long iters, warmup, page_size;
     uint64_t seed;
+    int no_graph;
 };
 
 static int parse_points(const char *s, struct point *pts, int *n)
@@ -74,10 +76,10 @@ static int parse(int argc, char **argv, struct bench_opts *o)
         {"warmup", required_argument, 0, 'w'},  {"page-size", required_argument, 0, 'P'},
         {"seed", required_argument, 0, 's'},    {"peer", required_argument, 0, 'e'},
         {"out", required_argument, 0, 'o'},     {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"no-graph", no_argument, 0, 'G'},      {0, 0, 0, 0}};
     *o = (struct bench_opts){"auto", "qwen3-14b",
                              "1x4096,8x4096,32x4096,1x32768,8x32768,16x32768", NULL, NULL, 20, 3,
-                             16, 1};
+                             16, 1, 0};
     int c;
     opterr = 0;
     optind = 1;
@@ -88,6 +90,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
         case 'p': o->points = optarg; break;
         case 'e': o->peer = optarg; break;
         case 'o': o->out = optarg; break;
+        case 'G': o->no_graph = 1; break;
         case 'i':
             if (cli_int("bench", "--iters", optarg, 1, 10000, &o->iters)) return -1;
             break;
@@ -244,11 +247,12 @@ static int decode_step(int argc, char **argv)
     }
     json_t *res = results_new("bench-decode-step");
     json_object_set_new(res, "config",
-                        json_pack("{s:s,s:s,s:i,s:i,s:i,s:I}", "backend", be->name, "model",
+                        json_pack("{s:s,s:s,s:i,s:i,s:i,s:I,s:b}", "backend", be->name, "model",
                                   m->name, "iters", (int)o.iters, "warmup", (int)o.warmup,
-                                  "page_size", (int)o.page_size, "seed", (json_int_t)o.seed));
+                                  "page_size", (int)o.page_size, "seed", (json_int_t)o.seed,
+                                  "cuda_graph", !o.no_graph && be->graph_begin != NULL));
     char err[512];
-    struct engine_params ep = {m, be, o.seed, max_b, max_t};
+    struct engine_params ep = {m, be, o.seed, max_b, max_t, !o.no_graph};
     struct engine *e = engine_create(&ep, err, sizeof err);
     int code = 0;
     if (!e) {

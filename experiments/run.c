@@ -26,13 +26,14 @@ static const char usage[] =
     "  --seed S           weights, synthetic prompt KV and workload (default 1)\n"
     "  --out FILE         result JSON (default: none, summary only)\n"
     "  --print-tokens     print each request's output token ids\n"
+    "  --no-graph         launch every kernel instead of replaying steps as CUDA graphs\n"
     "exit: 0 ok, 1 run failed, 2 bad usage, 3 out of device memory (result written, status oom)\n";
 
 struct run_opts {
     const char *backend, *model, *policy, *workload, *out;
     long output_len, max_batch, page_size;
     double budget_gb;
-    int budget_set, print_tokens;
+    int budget_set, print_tokens, no_graph;
     uint64_t seed;
 };
 
@@ -45,9 +46,9 @@ static int parse(int argc, char **argv, struct run_opts *o)
         {"max-batch", required_argument, 0, 'B'}, {"page-size", required_argument, 0, 'P'},
         {"seed", required_argument, 0, 's'},     {"out", required_argument, 0, 'o'},
         {"print-tokens", no_argument, 0, 't'},   {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"no-graph", no_argument, 0, 'G'},       {0, 0, 0, 0}};
     *o = (struct run_opts){"auto", "tiny", "vanilla", "uniform:256:4", NULL, 32, 64, 16, 0, 0,
-                           0, 1};
+                           0, 1, 0};
     int c;
     opterr = 0;
     optind = 1;
@@ -59,6 +60,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
         case 'w': o->workload = optarg; break;
         case 'o': o->out = optarg; break;
         case 't': o->print_tokens = 1; break;
+        case 'G': o->no_graph = 1; break;
         case 'n':
             if (cli_int("run", "--output-len", optarg, 1, 1 << 24, &o->output_len)) return -1;
             break;
@@ -100,13 +102,14 @@ static uint64_t tokens_hash(const struct workload *w)
 static json_t *config_json(const struct run_opts *o, const struct model_config *m,
                            const struct backend *be, size_t budget)
 {
-    return json_pack("{s:s,s:s,s:s,s:I,s:f,s:i,s:i,s:I,s:I,s:I,s:I}", "backend", be->name,
+    return json_pack("{s:s,s:s,s:s,s:I,s:f,s:i,s:i,s:I,s:I,s:I,s:I,s:b}", "backend", be->name,
                      "model", m->name, "policy", o->policy, "kv_budget_bytes", (json_int_t)budget,
                      "kv_budget_gb", budget / 1e9, "max_batch", (int)o->max_batch, "page_size",
                      (int)o->page_size, "seed", (json_int_t)o->seed, "model_params",
                      (json_int_t)model_param_count(m), "model_weight_bytes",
                      (json_int_t)model_weight_bytes(m), "kv_bytes_per_token",
-                     (json_int_t)model_kv_bytes_per_token(m));
+                     (json_int_t)model_kv_bytes_per_token(m), "cuda_graph",
+                     !o->no_graph && be->graph_begin != NULL);
 }
 
 static json_t *counters_json(const struct serve_counters *c, const struct kv_cache_stats *ks)
@@ -210,7 +213,7 @@ int cmd_run(int argc, char **argv)
     json_t *res = results_new("run");
     json_object_set_new(res, "config", config_json(&o, m, be, budget));
     json_object_set_new(res, "workload", workload_to_json(&w));
-    struct engine_params ep = {m, be, o.seed, (int)o.max_batch, max_tokens};
+    struct engine_params ep = {m, be, o.seed, (int)o.max_batch, max_tokens, !o.no_graph};
     struct engine *e = engine_create(&ep, err, sizeof err);
     if (!e) {
         cli_error("run", "%s", err);
@@ -264,7 +267,12 @@ int cmd_run(int argc, char **argv)
         }
     json_object_set_new(res, "metrics", metrics);
     json_object_set_new(res, "requests", requests);
-    json_object_set_new(res, "counters", counters_json(&ctr, &ks));
+    json_t *cj = counters_json(&ctr, &ks);
+    struct engine_stats es;
+    engine_get_stats(e, &es);
+    json_object_set_new(cj, "graph_captures", json_integer(es.graph_captures));
+    json_object_set_new(cj, "graph_launches", json_integer(es.graph_launches));
+    json_object_set_new(res, "counters", cj);
 out:
     kv_cache_free(kv);
     engine_free(e);

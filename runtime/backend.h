@@ -44,6 +44,12 @@ struct backend {
     /* Measures the memory copy bandwidth on this backend's memory: copies of `bytes`, counting
      * bytes read plus written, median of `reps`, in GB/s. Allocates (outside any step). */
     double (*copy_bandwidth)(const struct kctx *c, size_t bytes, int reps);
+    /* CUDA graphs (NULL on the cpu backend): capture the work queued on the context between
+     * begin and end into an executable graph; launch replays it; destroy frees it. */
+    void (*graph_begin)(const struct kctx *c);
+    void *(*graph_end)(const struct kctx *c);
+    void (*graph_launch)(const struct kctx *c, void *graph);
+    void (*graph_destroy)(void *graph);
     /* Adds the environment (device name, driver, runtime, BLAS versions) to `env`. */
     void (*describe)(json_t *env);
 };

@@ -31,6 +31,16 @@ static int cuda_ctx_create(struct kctx *c, size_t workspace_bytes)
     CUBLAS_CHECK(cublasCreate(&h));
     CUBLAS_CHECK(cublasSetStream(h, s));
     CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+    /* a fixed cuBLAS workspace, so GEMMs never allocate inside a step or a graph capture */
+    c->blas_workspace_bytes = (size_t)32 << 20;
+    c->blas_workspace = mem_alloc(MEM_DEVICE, c->blas_workspace_bytes, "cublas workspace");
+    if (!c->blas_workspace) {
+        cublasDestroy(h);
+        cudaStreamDestroy(s);
+        memset(c, 0, sizeof *c);
+        return PULSE_ERR_OOM;
+    }
+    CUBLAS_CHECK(cublasSetWorkspace(h, c->blas_workspace, c->blas_workspace_bytes));
     c->stream = s;
     c->blas = h;
     c->workspace_bytes = workspace_bytes;
@@ -50,6 +60,7 @@ static void cuda_ctx_free(struct kctx *c)
 {
     if (c->stream) CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)c->stream));
     mem_free(MEM_DEVICE, c->workspace, c->workspace_bytes);
+    mem_free(MEM_DEVICE, c->blas_workspace, c->blas_workspace_bytes);
     if (c->blas) cublasDestroy((cublasHandle_t)c->blas);
     if (c->stream) cudaStreamDestroy((cudaStream_t)c->stream);
     memset(c, 0, sizeof *c);
@@ -109,6 +120,31 @@ static double cuda_copy_bandwidth(const struct kctx *c, size_t bytes, int reps)
     return gbs;
 }
 
+static void cuda_graph_begin(const struct kctx *c)
+{
+    CUDA_CHECK(cudaStreamBeginCapture((cudaStream_t)c->stream, cudaStreamCaptureModeThreadLocal));
+}
+
+static void *cuda_graph_end(const struct kctx *c)
+{
+    cudaGraph_t g;
+    cudaGraphExec_t x;
+    CUDA_CHECK(cudaStreamEndCapture((cudaStream_t)c->stream, &g));
+    CUDA_CHECK(cudaGraphInstantiate(&x, g, 0));
+    CUDA_CHECK(cudaGraphDestroy(g));
+    return x;
+}
+
+static void cuda_graph_launch(const struct kctx *c, void *graph)
+{
+    CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, (cudaStream_t)c->stream));
+}
+
+static void cuda_graph_destroy(void *graph)
+{
+    if (graph) CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
+}
+
 static void cuda_describe(json_t *env)
 {
     int dev = 0, drv = 0, rt = 0, blas = 0;
@@ -164,5 +200,9 @@ const struct backend cuda_backend = {
     .memset = cuda_memset,
     .sync = cuda_sync,
     .copy_bandwidth = cuda_copy_bandwidth,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
     .describe = cuda_describe,
 };

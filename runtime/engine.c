@@ -22,6 +22,8 @@ struct engine {
     float *gu;      /* [B][2*ffn] */
     uint16_t *act;  /* [B][ffn] */
     float *logits;  /* [B][vocab] */
+    int use_graph;
+    struct engine_stats st;
 };
 
 struct batch {
@@ -32,6 +34,8 @@ struct batch {
     float *d_x;                                                /* [max_batch][hidden] residual */
     int32_t *h_stage; /* host staging of the int arrays, same layout as the device block */
     size_t stage_bytes;
+    void *graph;                   /* the captured step, valid for graph_kv and these entries */
+    const struct kv_cache *graph_kv;
 };
 
 /* Carves n bytes (256-aligned) from a cursor. */
@@ -87,6 +91,7 @@ struct engine *engine_create(const struct engine_params *p, char *err, size_t er
     e->gu = take(&cur, 8 * B * c->ffn);
     e->act = take(&cur, 2 * B * c->ffn);
     e->logits = take(&cur, 4 * B * c->vocab);
+    e->use_graph = p->use_graph && p->be->graph_begin && !pulse_sync_each_launch();
     p->be->sync(&e->ctx);
     return e;
 oom:
@@ -147,6 +152,7 @@ struct batch *batch_create(struct engine *e)
 void batch_free(struct engine *e, struct batch *bt)
 {
     if (!bt) return;
+    if (bt->graph) e->be->graph_destroy(bt->graph);
     mem_free(e->be->mem, bt->mem, bt->mem_bytes);
     mem_free(MEM_HOST, bt->h_stage, bt->stage_bytes);
     mem_free(MEM_HOST, bt, sizeof *bt);
@@ -161,6 +167,10 @@ void batch_set(struct engine *e, struct batch *bt, const struct kv_cache *kv,
     size_t B = (size_t)e->p.max_batch;
     int32_t *h = bt->h_stage;
     memset(h, 0, bt->stage_bytes);
+    if (bt->graph) { /* the captured step belongs to the old entries */
+        e->be->graph_destroy(bt->graph);
+        bt->graph = NULL;
+    }
     bt->n = n;
     bt->max_len = 1;
     for (int b = 0; b < n; b++) {
@@ -245,12 +255,36 @@ void engine_run_head(struct engine *e, struct batch *bt)
     e->be->advance_pos(x, bt->d_len, bt->n);
 }
 
+static void step_body(struct engine *e, struct batch *bt, const struct kv_cache *kv)
+{
+    engine_run_embed(e, bt);
+    for (int l = 0; l < e->p.cfg->n_layers; l++) engine_run_layer(e, bt, kv, l);
+    engine_run_head(e, bt);
+}
+
 void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv)
 {
     if (!bt->n) return;
     TRACE_PUSH("step");
-    engine_run_embed(e, bt);
-    for (int l = 0; l < e->p.cfg->n_layers; l++) engine_run_layer(e, bt, kv, l);
-    engine_run_head(e, bt);
+    e->st.steps++;
+    if (!e->use_graph) {
+        step_body(e, bt, kv);
+        TRACE_POP();
+        return;
+    }
+    /* The step reads only device state (tokens, positions, page starts), so one capture per
+     * batch composition replays every later step of it. */
+    if (!bt->graph || bt->graph_kv != kv) {
+        if (bt->graph) e->be->graph_destroy(bt->graph);
+        e->be->graph_begin(&e->ctx);
+        step_body(e, bt, kv);
+        bt->graph = e->be->graph_end(&e->ctx);
+        bt->graph_kv = kv;
+        e->st.graph_captures++;
+    }
+    e->be->graph_launch(&e->ctx, bt->graph);
+    e->st.graph_launches++;
     TRACE_POP();
 }
+
+void engine_get_stats(const struct engine *e, struct engine_stats *out) { *out = e->st; }

@@ -15,6 +15,11 @@ struct engine_params {
     uint64_t seed;   /* weights and synthetic prompt KV */
     int max_batch;   /* entries per batch */
     int max_tokens;  /* longest request (prompt + output) */
+    int use_graph;   /* replay each batch's step as a CUDA graph (cuda only; ignored on cpu) */
+};
+
+struct engine_stats {
+    int64_t steps, graph_captures, graph_launches;
 };
 
 /* One request in a batch: its cache slot, id (seeds its synthetic KV), tokens already in the
@@ -57,6 +62,8 @@ void engine_run_attention(struct engine *e, struct batch *bt, const struct kv_ca
 void engine_run_head(struct engine *e, struct batch *bt);
 /* embed + every layer + head. */
 void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv);
+
+void engine_get_stats(const struct engine *e, struct engine_stats *out);
 
 /* The first token a request's decode consumes (its synthetic last prompt token). */
 int32_t engine_first_token(const struct engine *e, int req_id);

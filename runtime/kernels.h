@@ -30,6 +30,8 @@ struct kctx {
     void *workspace;      /* device scratch owned by the engine (attention split partials) */
     size_t workspace_bytes;
     int num_sms;          /* multiprocessors, to size split-K grids; 0 on the CPU */
+    void *blas_workspace; /* fixed cuBLAS workspace (so no GEMM allocates); NULL on the CPU */
+    size_t blas_workspace_bytes;
 };
 
 struct kv_view {

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU machine's suite, in one call: build with nvcc (sm_90), every test (each CUDA kernel
+# against its CPU reference; the tiny model on CUDA against the CPU), compute-sanitizer on the
+# decode test, the PyTorch peer, the decode-step benchmark, the main job; a short table last.
+# Stages: any of  test sanitize peer bench run  (default: all). Results go to $OUT (or out/).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$root/out}
+mkdir -p "$out"
+stages=${*:-test sanitize peer bench run}
+has() { [[ " $stages " == *" $1 "* ]]; }
+export PATH=$PATH:/usr/local/cuda/bin
+log() { echo "== $(date +%H:%M:%S) $*"; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
+log build
+PULSE_BUILD="$root/build-gpu" "$root/scripts/build.sh" >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+bin="$root/build-gpu/pulse"
+summary=()
+if has test; then
+    log tests
+    ctest --test-dir "$root/build-gpu" --output-on-failure -j4 >"$out/ctest.log" 2>&1
+    summary+=("ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)")
+    "$root/build-gpu/test_kernels_gpu" >"$out/kernels_gpu.txt" 2>&1
+    summary+=("test_kernels_gpu exit $?")
+fi
+if has sanitize && command -v compute-sanitizer >/dev/null; then
+    log compute-sanitizer
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$root/build-gpu/test_decode_gpu" \
+        >"$out/sanitizer.log" 2>&1
+    summary+=("compute-sanitizer memcheck test_decode_gpu: exit $? ($(grep -c 'Invalid' "$out/sanitizer.log") invalid accesses)")
+fi
+if has peer; then
+    log peer
+    PYTHONUNBUFFERED=1 python3 "$root/experiments/peer/torch_decode_step.py" --out "$out/peer.json" \
+        >"$out/peer.log" 2>&1
+    summary+=("peer exit $?")
+fi
+if has bench; then
+    log bench decode-step
+    peer=(); [ -f "$out/peer.json" ] && peer=(--peer "$out/peer.json")
+    "$bin" bench decode-step --backend cuda "${peer[@]}" --out "$out/bench_decode.json" \
+        >"$out/bench.txt" 2>&1
+    summary+=("bench exit $?")
+fi
+if has run; then
+    log main job
+    "$bin" run --backend cuda --model qwen3-14b --workload uniform:16384:16 --output-len 128 \
+        --kv-budget-gb 45 --out "$out/run.json" >"$out/run.txt" 2>&1
+    summary+=("run exit $?")
+fi
+log done
+printf '%s\n' "${summary[@]}"
+for f in kernels_gpu.txt bench.txt run.txt; do
+    [ -f "$out/$f" ] && { echo "--- $f"; tail -n 25 "$out/$f"; }
+done
