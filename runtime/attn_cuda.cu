@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
     constexpr int KC = HD / 32; /* 16-byte K loads per token per thread */
     constexpr int VJ = HD / 64; /* 16-byte V loads per token per thread */
     constexpr int MT = HD / 16; /* P.V m-tiles */
-    constexpr bool kEarlyV = HD <= 128; /* issue V loads before QK (registers permitting) */
+    constexpr bool kEarlyV = HD <= 128; /* V loads go out with K (registers permitting) */
 
     __shared__ float s_m[kWarps][kMaxGroup];
     __shared__ float s_l[kWarps][kMaxGroup];
@@ -118,7 +118,8 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
     const int n = p.n_tokens[b];
     const int t_begin = split * p.tps;
     if (t_begin >= n) return; /* block-uniform: the combine pass ignores this split */
-    const int t_end = min(n, t_begin + p.tps);
+    /* the last split also takes any tokens past splits * tps (n_tokens above max_tokens) */
+    const int t_end = split == p.splits - 1 ? n : min(n, t_begin + p.tps);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, qd = lane & 3;
     const int G = p.group;
@@ -144,38 +145,78 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
 #pragma unroll
     for (int i = 0; i < MT; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 
-    for (int t0 = t_begin + warp * kTile; t0 < t_end; t0 += kWarps * kTile) {
-        const int tk[2] = {t0 + g, t0 + 8 + g};
-        const int tv[4] = {t0 + 2 * qd, t0 + 2 * qd + 1, t0 + 2 * qd + 8, t0 + 2 * qd + 9};
-        /* Row address (K of token t); V is v_delta further. Only for t < t_end. */
-        const uint16_t *tile = nullptr;
-        if (ALIGNED) { /* page_size % 16 == 0 and t0 % 16 == 0: one page holds the tile */
-            const int pg = t0 / ps;
-            tile = head_base + (size_t)__ldg(pids + pg) * p.page_elems + (size_t)(t0 - pg * ps) * HD;
-        }
-        auto row = [&](int t) -> const uint16_t * {
-            if (ALIGNED) return tile + (size_t)(t - t0) * HD;
-            if (t >= t_end) return head_base;
-            const int pg = t / ps;
-            return head_base + (size_t)__ldg(pids + pg) * p.page_elems + (size_t)(t - pg * ps) * HD;
-        };
+    /* ALIGNED (page_size % 16 == 0, and t0 % 16 == 0): one page holds a whole tile, so every
+     * load is a constant offset from two per-tile bases; the tile's page id and offset are
+     * computed one iteration ahead so the K/V loads do not wait for the page table */
+    const size_t k_ofs = (size_t)g * HD + qd * 8;                      /* token g, chunk 0 */
+    const size_t v_ofs = v_delta + (size_t)(2 * qd) * HD + g * 8;       /* token 2q, group 0 */
+    int pid_next = 0, off_next = 0;
+    auto page_of = [&](int t, int &pid, int &off) {
+        const int pg = t / ps;
+        pid = __ldg(pids + pg);
+        off = t - pg * ps;
+    };
+    if (ALIGNED && t_begin + warp * kTile < t_end) page_of(t_begin + warp * kTile, pid_next, off_next);
 
-        uint4 kf[2][KC], vf[4][VJ];
+    /* Software pipeline: the loads of a warp's next tile are issued at the end of the iteration,
+     * when the registers they go to are free, so they are in flight together across the loop
+     * back-edge, where the compiler cannot sink them behind the next tile's mma (it does sink
+     * loads written in front of the mma that need them). HD 256 has registers for K or V, not
+     * both (the pipelined form spills): it loads K at the top of the iteration and V after
+     * Q.K^T. */
+    uint4 kf[2][KC], vf[4][VJ];
+    const uint16_t *vrow[4]; /* V of tile tokens 2q, 2q+1, 2q+8, 2q+9 at dim g*8 */
+    auto issue = [&](int t0) { /* K loads of tile t0 (and V loads when kEarlyV); sets vrow */
+        const uint16_t *krow[2]; /* K of tile tokens g and 8+g at dim q*8 */
+        if (ALIGNED) {
+            const uint16_t *tile =
+                head_base + (size_t)pid_next * p.page_elems + (size_t)off_next * HD;
+            if (t0 + kWarps * kTile < t_end) page_of(t0 + kWarps * kTile, pid_next, off_next);
+            krow[0] = tile + k_ofs;
+            krow[1] = krow[0] + 8 * HD;
+            vrow[0] = tile + v_ofs;
+            vrow[1] = vrow[0] + HD;
+            vrow[2] = vrow[0] + 8 * HD;
+            vrow[3] = vrow[0] + 9 * HD;
+        } else { /* any page size: each token's page separately (never past t_end) */
+            auto row = [&](int t) -> const uint16_t * {
+                if (t >= t_end) return head_base;
+                int pid, off;
+                page_of(t, pid, off);
+                return head_base + (size_t)pid * p.page_elems + (size_t)off * HD;
+            };
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) krow[nt] = row(t0 + nt * 8 + g) + qd * 8;
+            vrow[0] = row(t0 + 2 * qd) + v_delta + g * 8;
+            vrow[1] = row(t0 + 2 * qd + 1) + v_delta + g * 8;
+            vrow[2] = row(t0 + 2 * qd + 8) + v_delta + g * 8;
+            vrow[3] = row(t0 + 2 * qd + 9) + v_delta + g * 8;
+        }
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
-            const uint16_t *r = row(tk[nt]) + qd * 8;
 #pragma unroll
-            for (int c = 0; c < KC; c++) kf[nt][c] = ld_kv(r + c * 32, tk[nt] < t_end);
+            for (int c = 0; c < KC; c++)
+                kf[nt][c] = ld_kv(krow[nt] + c * 32, t0 + nt * 8 + g < t_end);
         }
-        auto load_v = [&]() {
+    };
+    auto load_v = [&](int t0) {
+        const int tv[4] = {t0 + 2 * qd, t0 + 2 * qd + 1, t0 + 2 * qd + 8, t0 + 2 * qd + 9};
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const uint16_t *r = row(tv[i]) + v_delta + g * 8;
+        for (int i = 0; i < 4; i++) {
 #pragma unroll
-                for (int j = 0; j < VJ; j++) vf[i][j] = ld_kv(r + j * 64, tv[i] < t_end);
-            }
-        };
-        if (kEarlyV) load_v();
+            for (int j = 0; j < VJ; j++) vf[i][j] = ld_kv(vrow[i] + j * 64, tv[i] < t_end);
+        }
+    };
+
+    int t0 = t_begin + warp * kTile;
+    if (kEarlyV && t0 < t_end) {
+        issue(t0);
+        load_v(t0);
+    }
+    for (; t0 < t_end; t0 += kWarps * kTile) {
+        const int t_next = t0 + kWarps * kTile;
+        const int tv[4] = {t0 + 2 * qd, t0 + 2 * qd + 1, t0 + 2 * qd + 8, t0 + 2 * qd + 9};
+        if (!kEarlyV) issue(t0);
 
         /* S = Q . K^T for the 16 tokens of the tile */
         float s[2][4];
@@ -188,7 +229,7 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
                 mma_bf16(s[nt], qf[c][2], 0u, qf[c][3], 0u, kf[nt][c].z, kf[nt][c].w);
             }
         }
-        if (!kEarlyV) load_v();
+        if (!kEarlyV) load_v(t0);
 
         /* online softmax (log2 domain) for head g over tokens tv[0..3] */
         float x[4] = {s[0][0], s[0][1], s[1][0], s[1][1]};
@@ -226,6 +267,10 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
                 mma_bf16(acc[j * 4 + e], __byte_perm(w0, w1, 0x5410), __byte_perm(w0, w1, 0x7632),
                          __byte_perm(w2, w3, 0x5410), __byte_perm(w2, w3, 0x7632), pb0, pb1);
             }
+        }
+        if (kEarlyV && t_next < t_end) {
+            issue(t_next);
+            load_v(t_next);
         }
     }
 
@@ -297,36 +342,44 @@ __global__ void __launch_bounds__(128) attn_combine_kernel(AttnParams p, int hd)
 }
 
 /* The split plan: tokens per split (a multiple of 16) and the number of splits, so that the grid
- * has about kBlocksPerSm blocks per SM yet every split has at least 4 tiles. Non-increasing in
- * nkv, so the bound with the fewest KV heads a shape allows covers every real nkv. */
+ * has about kBlocksPerSm blocks per SM yet every split has at least kMinTilesPerSplit tiles.
+ * splits <= min(want, ceil(tiles / 4)), which is what the workspace bound below relies on. */
 struct SplitPlan {
     int tps, splits;
 };
 
-SplitPlan plan_splits(int batch, int nkv, int max_tokens, int num_sms)
+long long want_splits(int batch, int nkv, int num_sms)
 {
     const long long sms = num_sms > 0 ? num_sms : 132;
     const long long heads = (long long)(batch > 0 ? batch : 1) * (nkv > 0 ? nkv : 1);
-    const long long tokens = max_tokens > 0 ? max_tokens : 1;
-    const long long tiles = (tokens + kTile - 1) / kTile;
-    const long long want = (kBlocksPerSm * sms + heads - 1) / heads;
+    return (kBlocksPerSm * sms + heads - 1) / heads;
+}
+
+long long tiles_of(int max_tokens) { return ((max_tokens > 0 ? max_tokens : 1) + kTile - 1) / kTile; }
+
+SplitPlan plan_splits(int batch, int nkv, int max_tokens, int num_sms)
+{
+    const long long tiles = tiles_of(max_tokens);
+    const long long want = want_splits(batch, nkv, num_sms);
     long long tiles_per_split = (tiles + want - 1) / want;
     if (tiles_per_split < kMinTilesPerSplit) tiles_per_split = kMinTilesPerSplit;
     SplitPlan sp;
     sp.tps = (int)(tiles_per_split * kTile);
-    sp.splits = (int)((tokens + sp.tps - 1) / sp.tps);
+    sp.splits = (int)((tiles + tiles_per_split - 1) / tiles_per_split);
     return sp;
 }
 
-size_t ml_bytes(int batch, int nq, int splits)
+/* Workspace layout for `parts` = batch * splits partials per query head: (m, l) pairs, padded to
+ * 256 bytes, then the fp32 accumulators. Monotone in parts. */
+size_t ml_bytes(int nq, long long parts)
 {
-    const size_t b = (size_t)batch * nq * splits * sizeof(float2);
+    const size_t b = (size_t)nq * (size_t)parts * sizeof(float2);
     return (b + 255) & ~(size_t)255;
 }
 
-size_t workspace_for(int batch, int nq, int hd, int splits)
+size_t workspace_for(int nq, int hd, long long parts)
 {
-    return ml_bytes(batch, nq, splits) + (size_t)batch * nq * splits * hd * sizeof(float);
+    return ml_bytes(nq, parts) + (size_t)nq * (size_t)parts * (size_t)hd * sizeof(float);
 }
 
 template <int HD>
@@ -340,13 +393,19 @@ void launch_split(bool aligned16, dim3 grid, cudaStream_t st, const AttnParams &
 
 } /* namespace */
 
+/* A bound that holds for every launch with batch' <= batch, max_tokens' <= max_tokens and any
+ * n_kv_heads the shape allows (nkv >= ceil(nq / 8)), so an engine can size the workspace once
+ * from its maxima. With want(b') = ceil(16 sms / (b' nkv)):
+ *   b' * splits <= b' * want(b') <= 16 sms / nkv_min + b'   and   b' * splits <= b' ceil(tiles/4). */
 extern "C" size_t attn_decode_workspace_bytes(int batch, int nq, int head_dim, int max_tokens,
                                               int num_sms)
 {
-    /* nkv is not an argument: G = nq / nkv <= 8, so nkv >= ceil(nq / 8), the worst case */
-    const int nkv_min = (nq + kMaxGroup - 1) / kMaxGroup;
-    const SplitPlan sp = plan_splits(batch, nkv_min, max_tokens, num_sms);
-    return workspace_for(batch, nq, head_dim, sp.splits);
+    const long long sms = num_sms > 0 ? num_sms : 132;
+    const long long b = batch > 0 ? batch : 1;
+    const long long nkv_min = nq > kMaxGroup ? (nq + kMaxGroup - 1) / kMaxGroup : 1;
+    const long long by_want = (kBlocksPerSm * sms + nkv_min - 1) / nkv_min + b;
+    const long long by_tiles = b * ((tiles_of(max_tokens) + kMinTilesPerSplit - 1) / kMinTilesPerSplit);
+    return workspace_for(nq, head_dim, by_want < by_tiles ? by_want : by_tiles);
 }
 
 extern "C" void attn_decode_cuda(const struct kctx *c, const uint16_t *q,
@@ -362,7 +421,8 @@ extern "C" void attn_decode_cuda(const struct kctx *c, const uint16_t *q,
     PULSE_CHECK(((uintptr_t)q | (uintptr_t)kv->pool | (uintptr_t)c->workspace) % 16 == 0,
                 "attn_decode_cuda: q, pool and workspace must be 16-byte aligned");
     const SplitPlan sp = plan_splits(batch, nkv, max_tokens, c->num_sms);
-    PULSE_CHECK(c->workspace && c->workspace_bytes >= workspace_for(batch, nq, hd, sp.splits),
+    const long long parts = (long long)batch * sp.splits;
+    PULSE_CHECK(c->workspace && c->workspace_bytes >= workspace_for(nq, hd, parts),
                 "attn_decode_cuda: ctx->workspace smaller than attn_decode_workspace_bytes()");
 
     AttnParams p;
@@ -372,7 +432,7 @@ extern "C" void attn_decode_cuda(const struct kctx *c, const uint16_t *q,
     p.page_start = kv->page_start;
     p.n_tokens = n_tokens;
     p.ws_ml = (float2 *)c->workspace;
-    p.ws_acc = (float *)((char *)c->workspace + ml_bytes(batch, nq, sp.splits));
+    p.ws_acc = (float *)((char *)c->workspace + ml_bytes(nq, parts));
     p.out = out;
     p.page_elems = (size_t)nkv * 2 * kv->page_size * hd;
     p.nq = nq;

@@ -3,7 +3,8 @@
  *
  * CUDA_CHECK_LAUNCH(stream) goes after every kernel launch: it checks cudaGetLastError and, when
  * PULSE_SYNC=1 (pulse_sync_each_launch), synchronises the stream so a faulting kernel is named
- * at its own launch site. */
+ * at its own launch site (skipped while the stream is being captured into a CUDA graph, where
+ * synchronising is illegal). */
 #ifndef PULSE_CUDA_CHECK_H
 #define PULSE_CUDA_CHECK_H
 
@@ -38,7 +39,11 @@
 #define CUDA_CHECK_LAUNCH(stream)                                                              \
     do {                                                                                       \
         CUDA_CHECK(cudaGetLastError());                                                        \
-        if (pulse_sync_each_launch()) CUDA_CHECK(cudaStreamSynchronize(stream));               \
+        if (pulse_sync_each_launch()) {                                                        \
+            enum cudaStreamCaptureStatus cs_ = cudaStreamCaptureStatusNone;                    \
+            CUDA_CHECK(cudaStreamIsCapturing((stream), &cs_));                                 \
+            if (cs_ == cudaStreamCaptureStatusNone) CUDA_CHECK(cudaStreamSynchronize(stream));  \
+        }                                                                                      \
     } while (0)
 
 #endif

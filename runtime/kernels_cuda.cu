@@ -394,11 +394,16 @@ extern "C" void gemm_bf16_cuda(const struct kctx *c, const uint16_t *a, const ui
     if (m <= 0 || n <= 0) return;
     cublasHandle_t h = (cublasHandle_t)c->blas;
     PULSE_CHECK(h != NULL, "gemm_bf16_cuda needs ctx->blas");
-    /* Only (re)bind the stream when it differs: cublasSetStream also resets any workspace the
-     * engine set with cublasSetWorkspace. */
+    /* Rebind only when the stream differs: cublasSetStream also resets the workspace to cuBLAS's
+     * own pool, so the engine's fixed workspace (no allocation in a step or a graph capture) is
+     * set again after it. */
     cudaStream_t cur = NULL;
     CUBLAS_CHECK(cublasGetStream(h, &cur));
-    if (cur != stream_of(c)) CUBLAS_CHECK(cublasSetStream(h, stream_of(c)));
+    if (cur != stream_of(c)) {
+        CUBLAS_CHECK(cublasSetStream(h, stream_of(c)));
+        if (c->blas_workspace)
+            CUBLAS_CHECK(cublasSetWorkspace(h, c->blas_workspace, c->blas_workspace_bytes));
+    }
     const float alpha = 1.0f;
     CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, k, a,
                               CUDA_R_16BF, k, &beta, out, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
