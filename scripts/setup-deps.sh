@@ -15,6 +15,13 @@ command -v cc >/dev/null || need+=(gcc)
 [ -f /usr/include/jansson.h ] || need+=(libjansson-dev)
 [ -n "${PULSE_EXTRA_PKGS:-}" ] && need+=(${PULSE_EXTRA_PKGS})
 
+# a machine with no registry (the GPU machine) gets the carried .deb unpacked, apt untried
+if [ ! -f /usr/include/jansson.h ] && ls "$root"/.deps/libjansson-dev_*.deb >/dev/null 2>&1 && \
+    ! apt-get install --dry-run libjansson-dev >/dev/null 2>&1; then
+    for deb in "$root"/.deps/libjansson*.deb; do dpkg -x "$deb" "$root/.deps/prefix"; done
+    need=("${need[@]/libjansson-dev}")
+fi
+need=($(printf '%s\n' "${need[@]}" | grep -v '^$' || true))
 if [ ${#need[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo="sudo"
