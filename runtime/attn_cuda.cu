@@ -24,6 +24,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "cuda_check.h"
 #include "kernels.h"
@@ -315,9 +316,39 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
     }
 }
 
-/* Pass 2: one block per (q head, entry); merges the splits entry b used (ceil(n / tps)). */
-__global__ void __launch_bounds__(128) attn_combine_kernel(AttnParams p, int hd)
+/* Pass 2: one block per (q head, entry); merges the splits entry b used (ceil(n / tps)).
+ * The split weights exp2(m_s - max) go through shared memory in chunks, and the threads of a
+ * block split both the dims and the splits (rows r of kCombineThreads / hd threads each take
+ * every R-th split), with the loads unrolled, so a long split list costs a few round trips to
+ * L2 instead of one per split. */
+constexpr int kCombineThreads = 256;
+constexpr int kCombineChunk = 1024;
+
+__device__ __forceinline__ float block_reduce(float v, bool is_max, float *s_red)
 {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float w = __shfl_xor_sync(kFull, v, o);
+        v = is_max ? fmaxf(v, w) : v + w;
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads(); /* s_red may still be read by a previous reduction */
+    if (lane == 0) s_red[warp] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? s_red[lane] : (is_max ? -INFINITY : 0.0f);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float w = __shfl_xor_sync(kFull, v, o);
+        v = is_max ? fmaxf(v, w) : v + w;
+    }
+    return v;
+}
+
+__global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(AttnParams p, int hd)
+{
+    __shared__ float s_w[kCombineChunk];
+    __shared__ float s_red[32];
+    __shared__ float s_part[kCombineThreads];
     const int h = blockIdx.x, b = blockIdx.y;
     const int n = p.n_tokens[b];
     const int ns = n <= 0 ? 0 : min(p.splits, (n + p.tps - 1) / p.tps);
@@ -325,19 +356,36 @@ __global__ void __launch_bounds__(128) attn_combine_kernel(AttnParams p, int hd)
     const float2 *ml = p.ws_ml + part0;
     const float *acc = p.ws_acc + part0 * hd;
     uint16_t *o = p.out + ((size_t)b * p.nq + h) * hd;
+    const int tid = threadIdx.x, rows = kCombineThreads / hd, d = tid % hd, r = tid / hd;
 
     float mx = -INFINITY;
-    for (int s = 0; s < ns; s++) mx = fmaxf(mx, ml[s].x);
+    for (int s = tid; s < ns; s += kCombineThreads) mx = fmaxf(mx, ml[s].x);
+    mx = block_reduce(mx, true, s_red);
     const float ref = mx == -INFINITY ? 0.0f : mx;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float a = 0.0f, l = 0.0f;
-        for (int s = 0; s < ns; s++) {
-            const float2 v = ml[s];
-            const float f = exp2f(v.x - ref);
-            a += f * acc[(size_t)s * hd + d];
-            l += f * v.y;
+    float a = 0.0f, l = 0.0f;
+    for (int c0 = 0; c0 < ns; c0 += kCombineChunk) {
+        const int cn = min(kCombineChunk, ns - c0);
+        __syncthreads(); /* the previous chunk's weights are consumed */
+        for (int i = tid; i < cn; i += kCombineThreads) {
+            const float2 v = ml[c0 + i];
+            const float w = exp2f(v.x - ref);
+            s_w[i] = w;
+            l += w * v.y;
         }
-        o[d] = f32_to_bf16(ns > 0 ? a / l : 0.0f);
+        __syncthreads();
+        if (r < rows) {
+            const float *ac = acc + (size_t)c0 * hd + d;
+#pragma unroll 8
+            for (int i = r; i < cn; i += rows) a += s_w[i] * ac[(size_t)i * hd];
+        }
+    }
+    l = block_reduce(l, false, s_red);
+    s_part[tid] = a;
+    __syncthreads();
+    if (tid < hd) {
+        float sum = 0.0f;
+        for (int k = 0; k < rows; k++) sum += s_part[k * hd + tid];
+        o[tid] = f32_to_bf16(ns > 0 ? sum / l : 0.0f);
     }
 }
 
@@ -348,11 +396,23 @@ struct SplitPlan {
     int tps, splits;
 };
 
+/* The split target; PULSE_ATTN_BLOCKS_PER_SM (1..kBlocksPerSm) lowers it for experiments. */
+int blocks_per_sm()
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("PULSE_ATTN_BLOCKS_PER_SM");
+        const int e = s ? atoi(s) : 0;
+        v = (e >= 1 && e <= kBlocksPerSm) ? e : kBlocksPerSm;
+    }
+    return v;
+}
+
 long long want_splits(int batch, int nkv, int num_sms)
 {
     const long long sms = num_sms > 0 ? num_sms : 132;
     const long long heads = (long long)(batch > 0 ? batch : 1) * (nkv > 0 ? nkv : 1);
-    return (kBlocksPerSm * sms + heads - 1) / heads;
+    return (blocks_per_sm() * sms + heads - 1) / heads;
 }
 
 long long tiles_of(int max_tokens) { return ((max_tokens > 0 ? max_tokens : 1) + kTile - 1) / kTile; }
@@ -452,6 +512,6 @@ extern "C" void attn_decode_cuda(const struct kctx *c, const uint16_t *q,
     default: launch_split<256>(al, grid, st, p); break;
     }
     CUDA_CHECK_LAUNCH(st);
-    attn_combine_kernel<<<dim3((unsigned)nq, (unsigned)batch), 128, 0, st>>>(p, hd);
+    attn_combine_kernel<<<dim3((unsigned)nq, (unsigned)batch), kCombineThreads, 0, st>>>(p, hd);
     CUDA_CHECK_LAUNCH(st);
 }

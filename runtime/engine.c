@@ -192,6 +192,11 @@ void batch_read_tokens(struct engine *e, struct batch *bt, int32_t *out)
     e->be->download(&e->ctx, out, bt->d_tokens, sizeof(int32_t) * bt->n);
 }
 
+void batch_read_logits(struct engine *e, struct batch *bt, float *out)
+{
+    e->be->download(&e->ctx, out, e->logits, sizeof(float) * (size_t)bt->n * e->p.cfg->vocab);
+}
+
 int32_t engine_first_token(const struct engine *e, int req_id)
 {
     return (int32_t)(pulse_hash64(e->p.seed ^ 0x70726f6d7074ull, (uint64_t)req_id) %
@@ -242,6 +247,24 @@ void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache 
     be->silu_mul(x, e->gu, e->act, B, c->ffn);
     be->gemm_bf16(x, e->act, w->wdown, bt->d_x, B, H, c->ffn, 1.0f);
     TRACE_POP();
+}
+
+void engine_run_layer_gemms(struct engine *e, struct batch *bt, int layer)
+{
+    const struct model_config *c = e->p.cfg;
+    const struct layer_weights *w = &e->model.layers[layer];
+    const struct kctx *x = &e->ctx;
+    int B = bt->n, H = c->hidden;
+    e->be->gemm_bf16(x, e->xn, w->wqkv, e->qkv, B, model_qkv_dim(c), H, 0.0f);
+    e->be->gemm_bf16(x, e->attn, w->wo, bt->d_x, B, H, c->n_heads * c->head_dim, 1.0f);
+    e->be->gemm_bf16(x, e->xn, w->wgu, e->gu, B, 2 * c->ffn, H, 0.0f);
+    e->be->gemm_bf16(x, e->act, w->wdown, bt->d_x, B, H, c->ffn, 1.0f);
+}
+
+void engine_run_lm_head(struct engine *e, struct batch *bt)
+{
+    const struct model_config *c = e->p.cfg;
+    e->be->gemm_bf16(&e->ctx, e->xn, e->model.lm_head, e->logits, bt->n, c->vocab, c->hidden, 0.0f);
 }
 
 void engine_run_head(struct engine *e, struct batch *bt)

@@ -50,6 +50,9 @@ int batch_size(const struct batch *bt);
 /* Waits for the step and copies the tokens it produced (n entries) into out. */
 void batch_read_tokens(struct engine *e, struct batch *bt, int32_t *out);
 
+/* Waits for the step and copies its logits ([n][vocab] fp32) into out (tests, diagnostics). */
+void batch_read_logits(struct engine *e, struct batch *bt, float *out);
+
 /* Writes the synthetic prompt KV of the batch's entries (tokens [0, pos)) in every layer. */
 void engine_fill_prompt(struct engine *e, struct batch *bt, const struct kv_cache *kv);
 
@@ -58,6 +61,10 @@ void engine_run_embed(struct engine *e, struct batch *bt);
 void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer);
 /* Attention of one layer alone (the benchmark times it apart). */
 void engine_run_attention(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer);
+/* The four GEMMs of one layer alone, and the LM head GEMM (benchmark breakdown; they clobber
+ * the batch's residual stream and logits, so call them after reading what a step produced). */
+void engine_run_layer_gemms(struct engine *e, struct batch *bt, int layer);
+void engine_run_lm_head(struct engine *e, struct batch *bt);
 /* Final norm, LM head, argmax into the batch's tokens, positions advanced by one. */
 void engine_run_head(struct engine *e, struct batch *bt);
 /* embed + every layer + head. */
