@@ -197,6 +197,11 @@ void batch_read_logits(struct engine *e, struct batch *bt, float *out)
     e->be->download(&e->ctx, out, e->logits, sizeof(float) * (size_t)bt->n * e->p.cfg->vocab);
 }
 
+void batch_read_residual(struct engine *e, struct batch *bt, float *out)
+{
+    e->be->download(&e->ctx, out, bt->d_x, sizeof(float) * (size_t)bt->n * e->p.cfg->hidden);
+}
+
 int32_t engine_first_token(const struct engine *e, int req_id)
 {
     return (int32_t)(pulse_hash64(e->p.seed ^ 0x70726f6d7074ull, (uint64_t)req_id) %

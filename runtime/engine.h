@@ -53,6 +53,9 @@ void batch_read_tokens(struct engine *e, struct batch *bt, int32_t *out);
 /* Waits for the step and copies its logits ([n][vocab] fp32) into out (tests, diagnostics). */
 void batch_read_logits(struct engine *e, struct batch *bt, float *out);
 
+/* Waits and copies the batch's residual stream ([n][hidden] fp32) into out (tests). */
+void batch_read_residual(struct engine *e, struct batch *bt, float *out);
+
 /* Writes the synthetic prompt KV of the batch's entries (tokens [0, pos)) in every layer. */
 void engine_fill_prompt(struct engine *e, struct batch *bt, const struct kv_cache *kv);
 

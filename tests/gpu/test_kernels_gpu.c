@@ -531,7 +531,8 @@ static void test_attn(void)
         {"b2 G5 hd128 ps16 8192", 2, 40, 8, 128, 16, 0, 1.0f, {8192, 4097}},
         {"b5 G2 hd64 ps7", 5, 4, 2, 64, 7, 20, 1.0f, {1, 7, 8, 50, 97}},
         {"b1 G5 hd128 ps16 peaky 4096", 1, 40, 8, 128, 16, 0, 8.0f, {4096}},
-        {"b4 G3 hd128 ps32", 4, 12, 4, 128, 32, 0, 1.0f, {33, 64, 1000, 2}}};
+        {"b4 G3 hd128 ps32", 4, 12, 4, 128, 32, 0, 1.0f, {33, 64, 1000, 2}},
+        {"b3 G2 hd64 ps16 (tiny model)", 3, 4, 2, 64, 16, 0, 1.0f, {101, 38, 2}}};
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         int batch = cases[ci].batch, nq = cases[ci].nq, nkv = cases[ci].nkv, hd = cases[ci].hd;
         int *n = xmalloc((size_t)batch * 4), maxn = 0;
