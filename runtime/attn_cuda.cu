@@ -14,8 +14,8 @@
  * (thread (g, q) holds head g, tokens 2q, 2q+1, 2q+8, 2q+9), so softmax needs no data exchange
  * besides a 4-lane max. A thread issues all of its K and V loads of a tile (16 x 16 B at
  * hd 128) before it uses any: 8 KB in flight per warp. Online softmax in fp32, log2 domain; the
- * probabilities enter the second product as a sum of two bf16 terms (fp32 accumulation), so
- * they keep 16 significant bits rather than FlashAttention's 8.
+ * probabilities enter the second product as a sum of three bf16 terms (fp32 accumulation), so
+ * they keep fp32's 24 significant bits rather than FlashAttention's 8.
  * Tokens past the split's end or n_tokens[b] are never loaded (their registers are zero) and get
  * probability 0, so stale or NaN page contents cannot leak. The 4 warps merge through shared
  * memory and the block writes one partial (m, l, acc[hd]) per query head to ctx->workspace.
@@ -244,14 +244,18 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
         const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
         const float corr = exp2f(m_run - m_ref);
         m_run = m_new;
-        /* P enters the tensor-core product as two bf16 terms, hi + lo (lo = the rounding error
-         * of hi): 16 significant bits instead of 8, so the weights are exact to ~2^-16 and the
-         * result matches an fp32 softmax, at 8 more mma per tile where issue slots are idle */
+        /* P enters the tensor-core product as three bf16 terms, hi + mid + lo (each the
+         * rounding error of the ones before): 24 significant bits instead of FlashAttention's 8,
+         * so the result matches an fp32 softmax to fp32 rounding (V is exact in bf16), at 16
+         * more mma per tile in a loop whose issue slots are mostly idle waiting for memory */
         const float p0 = exp2f(x[0] - m_ref), p1 = exp2f(x[1] - m_ref);
         const float p2 = exp2f(x[2] - m_ref), p3 = exp2f(x[3] - m_ref);
         const uint32_t pb0 = pack_bf16(p0, p1), pb1 = pack_bf16(p2, p3);
-        const uint32_t pr0 = pack_bf16(p0 - bf16_lo(pb0), p1 - bf16_hi(pb0));
-        const uint32_t pr1 = pack_bf16(p2 - bf16_lo(pb1), p3 - bf16_hi(pb1));
+        const float r0 = p0 - bf16_lo(pb0), r1 = p1 - bf16_hi(pb0);
+        const float r2 = p2 - bf16_lo(pb1), r3 = p3 - bf16_hi(pb1);
+        const uint32_t pr0 = pack_bf16(r0, r1), pr1 = pack_bf16(r2, r3);
+        const uint32_t pt0 = pack_bf16(r0 - bf16_lo(pr0), r1 - bf16_hi(pr0));
+        const uint32_t pt1 = pack_bf16(r2 - bf16_lo(pr1), r3 - bf16_hi(pr1));
         l_run = l_run * corr + ((p0 + p1) + (p2 + p3));
 
         /* acc columns are heads 2q and 2q+1, whose statistics live in lanes 8q and 8q+4 */
@@ -275,6 +279,7 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
                 const uint32_t a2 = __byte_perm(w2, w3, 0x5410), a3 = __byte_perm(w2, w3, 0x7632);
                 mma_bf16(acc[j * 4 + e], a0, a1, a2, a3, pb0, pb1);
                 mma_bf16(acc[j * 4 + e], a0, a1, a2, a3, pr0, pr1);
+                mma_bf16(acc[j * 4 + e], a0, a1, a2, a3, pt0, pt1);
             }
         }
         if (kEarlyV && t_next < t_end) {

@@ -103,6 +103,93 @@ static void test_layerwise(void)
     side_close(&gpu);
 }
 
+/* Every layer of step 0 op by op, each op of both backends fed the CPU's inputs (uploaded to
+ * the GPU), so a discrepancy is pinned on one op of one layer. */
+static void test_ops_by_layer(void)
+{
+    enum { N = 3 };
+    const int prompt[N] = {100, 37, 1};
+    const struct model_config *c = model_config_find("tiny");
+    struct side cpu, gpu;
+    EXPECT_EQ_INT(side_open(&cpu, "cpu", N, prompt, 0), 0);
+    EXPECT_EQ_INT(side_open(&gpu, "cuda", N, prompt, 0), 0);
+    const struct backend *bc = backend_find("cpu"), *bg = backend_find("cuda");
+    const struct kctx *kc = engine_ctx(cpu.e), *kg = engine_ctx(gpu.e);
+    const struct layer_weights *wc, *wg;
+    const int H = c->hidden, QKV = model_qkv_dim(c), QD = c->n_heads * c->head_dim, F = c->ffn;
+    size_t bytes = sizeof(float) * N * (H + QKV + 2 * F) + 2 * N * (H + 2 * QD + F);
+    char *hc = malloc(bytes), *hg = malloc(bytes), *dg = mem_alloc(MEM_DEVICE, bytes, "ops");
+    /* one block per backend: x, qkv, gu (fp32) then xn, q, attn, act (bf16) */
+#define CARVE(base)                                                                                float *x_##base = (float *)base, *qkv_##base = x_##base + N * H,                                    *gu_##base = qkv_##base + N * QKV;                                                       uint16_t *xn_##base = (uint16_t *)(gu_##base + N * 2 * F), *q_##base = xn_##base + N * H,               *at_##base = q_##base + N * QD, *act_##base = at_##base + N * QD;
+    CARVE(hc)
+    CARVE(dg)
+    (void)hg;
+    int32_t tok[N], pos[N], len[N], ps[N];
+    for (int b = 0; b < N; b++) {
+        tok[b] = engine_first_token(cpu.e, b);
+        pos[b] = prompt[b];
+        len[b] = prompt[b] + 1;
+    }
+    int32_t *d_i = mem_alloc(MEM_DEVICE, sizeof(int32_t) * 4 * N, "ints");
+    int32_t h_i[4 * N];
+    float *back = malloc(bytes);
+    double worst[2] = {0, 0}; /* fp32 normalised error, bf16 mismatch fraction */
+    /* compares the GPU buffer with the CPU one, then makes the GPU's equal to the CPU's */
+#define CMP(name, hp, dp, nbytes, isf)                                                             do {                                                                                               bg->download(kg, back, dp, nbytes);                                                            double e_ = 0;                                                                                 if (isf)                                                                                           e_ = norm_err(back, (const float *)(hp), (nbytes) / 4);                                    else {                                                                                             size_t n_ = (nbytes) / 2, diff_ = 0;                                                           for (size_t i_ = 0; i_ < n_; i_++) diff_ += ((uint16_t *)back)[i_] != ((const uint16_t *)(hp))[i_];             e_ = (double)diff_ / n_;                                                                   }                                                                                              fprintf(stderr, "layer 0 op %-14s %s %.3e\n", name, isf ? "normalised error" : "bf16 mismatch fraction", e_);         EXPECT(e_ < (isf ? 1e-5 : 1e-2));                                                              bg->upload(kg, dp, hp, nbytes);                                                            } while (0)
+    bc->embed(kc, tok, engine_model(cpu.e)->embed, x_hc, N, H);
+    for (int l = 0; l < c->n_layers; l++) {
+    wc = &engine_model(cpu.e)->layers[l];
+    wg = &engine_model(gpu.e)->layers[l];
+    for (int b = 0; b < N; b++) ps[b] = kv_cache_row(cpu.kv, b, l);
+    memcpy(h_i, tok, sizeof tok), memcpy(h_i + N, pos, sizeof pos);
+    memcpy(h_i + 2 * N, len, sizeof len), memcpy(h_i + 3 * N, ps, sizeof ps);
+    bg->upload(kg, d_i, h_i, sizeof h_i);
+    struct kv_view vc = kv_cache_view(cpu.kv, h_i + 3 * N), vg = kv_cache_view(gpu.kv, d_i + 3 * N);
+    bg->upload(kg, x_dg, x_hc, sizeof(float) * N * H);
+    bc->rmsnorm(kc, x_hc, wc->attn_norm, xn_hc, N, H, c->norm_eps);
+    bg->rmsnorm(kg, x_dg, wg->attn_norm, xn_dg, N, H, c->norm_eps);
+    CMP("rmsnorm", xn_hc, xn_dg, 2 * N * H, 0);
+    bc->gemm_bf16(kc, xn_hc, wc->wqkv, qkv_hc, N, QKV, H, 0);
+    bg->gemm_bf16(kg, xn_dg, wg->wqkv, qkv_dg, N, QKV, H, 0);
+    CMP("qkv gemm", qkv_hc, qkv_dg, sizeof(float) * N * QKV, 1);
+    bc->qk_norm_rope_append(kc, qkv_hc, wc->q_norm, wc->k_norm, q_hc, &vc, pos, N, c->n_heads,
+                            c->rope_theta, c->norm_eps);
+    bg->qk_norm_rope_append(kg, qkv_dg, wg->q_norm, wg->k_norm, q_dg, &vg, d_i + N, N,
+                            c->n_heads, c->rope_theta, c->norm_eps);
+    CMP("qk_norm_rope", q_hc, q_dg, 2 * N * QD, 0);
+    bc->attn_decode(kc, q_hc, &vc, len, at_hc, N, c->n_heads, 512, 1.0f / sqrtf((float)c->head_dim));
+    bg->attn_decode(kg, q_dg, &vg, d_i + 2 * N, at_dg, N, c->n_heads, 512,
+                    1.0f / sqrtf((float)c->head_dim));
+    CMP("attention", at_hc, at_dg, 2 * N * QD, 0);
+    bc->gemm_bf16(kc, at_hc, wc->wo, x_hc, N, H, QD, 1);
+    bg->gemm_bf16(kg, at_dg, wg->wo, x_dg, N, H, QD, 1);
+    CMP("o gemm+res", x_hc, x_dg, sizeof(float) * N * H, 1);
+    bc->rmsnorm(kc, x_hc, wc->mlp_norm, xn_hc, N, H, c->norm_eps);
+    bg->rmsnorm(kg, x_dg, wg->mlp_norm, xn_dg, N, H, c->norm_eps);
+    CMP("mlp rmsnorm", xn_hc, xn_dg, 2 * N * H, 0);
+    bc->gemm_bf16(kc, xn_hc, wc->wgu, gu_hc, N, 2 * F, H, 0);
+    bg->gemm_bf16(kg, xn_dg, wg->wgu, gu_dg, N, 2 * F, H, 0);
+    CMP("gate/up gemm", gu_hc, gu_dg, sizeof(float) * N * 2 * F, 1);
+    bc->silu_mul(kc, gu_hc, act_hc, N, F);
+    bg->silu_mul(kg, gu_dg, act_dg, N, F);
+    CMP("silu_mul", act_hc, act_dg, 2 * N * F, 0);
+    bc->gemm_bf16(kc, act_hc, wc->wdown, x_hc, N, H, F, 1);
+    bg->gemm_bf16(kg, act_dg, wg->wdown, x_dg, N, H, F, 1);
+    CMP("down gemm+res", x_hc, x_dg, sizeof(float) * N * H, 1);
+    }
+    fprintf(stderr, "ops of every layer: worst normalised error %.3e, worst bf16 mismatch %.3e\n",
+            worst[0], worst[1]);
+#undef CMP
+#undef CARVE
+    free(back);
+    free(hc);
+    free(hg);
+    mem_free(MEM_DEVICE, dg, bytes);
+    mem_free(MEM_DEVICE, d_i, sizeof(int32_t) * 4 * N);
+    side_close(&cpu);
+    side_close(&gpu);
+}
+
 static void test_teacher_forced(void)
 {
     enum { N = 3 };
@@ -220,6 +307,7 @@ int main(void)
         fprintf(stderr, "test_decode_gpu: no GPU, skipped\n");
         return 77;
     }
+    test_ops_by_layer();
     test_layerwise();
     test_teacher_forced();
     test_free_running();

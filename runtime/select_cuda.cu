@@ -1,0 +1,499 @@
+/* CUDA implementations of the selection kernels of select.h. Every wrapper launches on
+ * ctx->stream, checks the launch, allocates nothing and never synchronises.
+ *
+ *   digest_build   one thread per (block, digest head, dim): min/max over the block's tokens
+ *                  (reads of one token's head row are coalesced across dims).
+ *   digest_update  one thread per (entry, digest head, dim).
+ *   select_score   a CTA per (32 blocks, list, entry): the list's G query heads in shared
+ *                  memory (fp32), one warp per block, lanes over channels (4 consecutive
+ *                  channels per lane with 8-byte loads when head_dim % 128 == 0), warp sum.
+ *   select_topk    a CTA of 1024 threads per (entry, list): the candidates' score keys in shared
+ *                  memory, radix select over the 32-bit key (4 passes of 8 bits, shared
+ *                  histogram, suffix scan) finds the k-th largest key T and how many keys equal
+ *                  to T to take; then each thread owns a contiguous range of block indices and
+ *                  two block-wide exclusive scans give (1) the rank of each key == T among equal
+ *                  keys in block order and (2) each selected block's output position, so the
+ *                  output comes out ascending with no sort. Same order as the reference.
+ *   approx_q       select_norm_gather (a CTA per row) + gemm_bf16_cuda (cuBLAS) +
+ *                  qk_norm_rope_append_cuda with zero KV heads.
+ *
+ * Exactness: scores use the same per-channel term as the reference (select_digest_term, no
+ * FMA contraction possible across the max) but sum in another order, so they match the
+ * reference exactly when every partial sum is exact (integer-valued inputs) and to fp32
+ * rounding otherwise. Digests and top-k are exact for any input. */
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda_check.h"
+#include "numeric.h"
+#include "select.h"
+
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+
+cudaStream_t stream_of(const struct kctx *c) { return (cudaStream_t)c->stream; }
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+    return v;
+}
+
+/* ---------------------------------------------------------------- digests */
+
+constexpr int kDigestThreads = 256;
+
+__device__ __forceinline__ const uint16_t *key_row(const uint16_t *pool, const int32_t *page_ids,
+                                                   const int32_t *page_start, int b, int t,
+                                                   int h, int ps, int hd, size_t page_elems)
+{
+    const int page = page_ids[page_start[b] + t / ps];
+    return pool + (size_t)page * page_elems + ((size_t)h * 2 * ps + t % ps) * hd;
+}
+
+/* Item = (block i, digest head j, dim d) of entry blockIdx.y, d fastest. */
+__global__ void digest_build_kernel(const uint16_t *kpool, const int32_t *kids,
+                                    const int32_t *kstart, uint16_t *dpool, const int32_t *dids,
+                                    const int32_t *dstart, const int32_t *n_tokens, int ps,
+                                    int nkv, int hd, int ndh, int sel_head)
+{
+    const int b = blockIdx.y;
+    const long long item = (long long)blockIdx.x * kDigestThreads + threadIdx.x;
+    const int d = (int)(item % hd);
+    const int j = (int)((item / hd) % ndh);
+    const long long i = item / ((long long)hd * ndh);
+    const int n = n_tokens[b];
+    if (i * ps >= n) return;
+    const int h = sel_head < 0 ? j : sel_head;
+    const size_t kpe = (size_t)nkv * 2 * ps * hd;
+    const int t0 = (int)i * ps, t1 = min(t0 + ps, n);
+    float lo = bf16_to_f32(key_row(kpool, kids, kstart, b, t0, h, ps, hd, kpe)[d]), hi = lo;
+    for (int t = t0 + 1; t < t1; t++) {
+        const float k = bf16_to_f32(key_row(kpool, kids, kstart, b, t, h, ps, hd, kpe)[d]);
+        lo = k < lo ? k : lo;
+        hi = k > hi ? k : hi;
+    }
+    uint16_t *mn =
+        dpool + (size_t)dids[dstart[b] + i] * ((size_t)ndh * 2 * hd) + (size_t)j * 2 * hd;
+    mn[d] = f32_to_bf16(select_canon_zero(lo));
+    mn[hd + d] = f32_to_bf16(select_canon_zero(hi));
+}
+
+/* Item = (digest head j, dim d) of entry blockIdx.y. */
+__global__ void digest_update_kernel(const uint16_t *kpool, const int32_t *kids,
+                                     const int32_t *kstart, uint16_t *dpool, const int32_t *dids,
+                                     const int32_t *dstart, const int32_t *pos, int ps, int nkv,
+                                     int hd, int ndh, int sel_head)
+{
+    const int b = blockIdx.y;
+    const int item = blockIdx.x * kDigestThreads + threadIdx.x;
+    if (item >= ndh * hd) return;
+    const int d = item % hd, j = item / hd;
+    const int h = sel_head < 0 ? j : sel_head;
+    const int t = pos[b];
+    const size_t kpe = (size_t)nkv * 2 * ps * hd;
+    const float v =
+        select_canon_zero(bf16_to_f32(key_row(kpool, kids, kstart, b, t, h, ps, hd, kpe)[d]));
+    uint16_t *mn = dpool + (size_t)dids[dstart[b] + t / ps] * ((size_t)ndh * 2 * hd) +
+                   (size_t)j * 2 * hd;
+    float lo = v, hi = v;
+    if (t % ps != 0) {
+        const float a = bf16_to_f32(mn[d]), z = bf16_to_f32(mn[hd + d]);
+        lo = v < a ? v : a;
+        hi = v > z ? v : z;
+    }
+    mn[d] = f32_to_bf16(lo);
+    mn[hd + d] = f32_to_bf16(hi);
+}
+
+/* ---------------------------------------------------------------- scores */
+
+constexpr int kScoreWarps = 8;
+constexpr int kScorePerWarp = 4;
+constexpr int kScorePerCta = kScoreWarps * kScorePerWarp;
+
+/* grid (ceil(max_blocks / 32), n_lists, batch); dynamic shared: G * hd floats. VEC: each lane
+ * takes 4 consecutive channels per 128 (hd % 128 == 0, 8-byte aligned digest rows). */
+template <bool VEC>
+__global__ void __launch_bounds__(kScoreWarps * 32)
+    score_kernel(const uint16_t *q, const uint16_t *dpool, const int32_t *dids,
+                 const int32_t *dstart, const int32_t *n_tokens, float *scores, int nq, int G,
+                 int hd, int ndh, int bs, int max_blocks, int sel_head)
+{
+    extern __shared__ float sq[]; /* [G][hd] */
+    const int b = blockIdx.z, l = blockIdx.y, nl = gridDim.y;
+    const int nb = (n_tokens[b] + bs - 1) / bs;
+    const int first = blockIdx.x * kScorePerCta;
+    if (first >= nb) return; /* uniform over the CTA */
+    const int h = sel_head < 0 ? l : sel_head;
+    const uint16_t *qg = q + ((size_t)b * nq + (size_t)h * G) * hd;
+    for (int e = threadIdx.x; e < G * hd; e += blockDim.x) sq[e] = bf16_to_f32(qg[e]);
+    __syncthreads();
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const size_t dpe = (size_t)ndh * 2 * hd;
+    float *row = scores + ((size_t)b * nl + l) * max_blocks;
+    for (int r = 0; r < kScorePerWarp; r++) {
+        const int i = first + warp * kScorePerWarp + r;
+        if (i >= nb) break;
+        const uint16_t *mn = dpool + (size_t)dids[dstart[b] + i] * dpe + (size_t)l * 2 * hd;
+        const uint16_t *mx = mn + hd;
+        float acc = 0.0f;
+        if (VEC) {
+            for (int d = lane * 4; d < hd; d += 128) {
+                const uint2 a = *reinterpret_cast<const uint2 *>(mn + d);
+                const uint2 z = *reinterpret_cast<const uint2 *>(mx + d);
+                const float lo[4] = {bf16_to_f32((uint16_t)(a.x & 0xffffu)),
+                                     bf16_to_f32((uint16_t)(a.x >> 16)),
+                                     bf16_to_f32((uint16_t)(a.y & 0xffffu)),
+                                     bf16_to_f32((uint16_t)(a.y >> 16))};
+                const float hi[4] = {bf16_to_f32((uint16_t)(z.x & 0xffffu)),
+                                     bf16_to_f32((uint16_t)(z.x >> 16)),
+                                     bf16_to_f32((uint16_t)(z.y & 0xffffu)),
+                                     bf16_to_f32((uint16_t)(z.y >> 16))};
+                for (int g = 0; g < G; g++) {
+                    const float4 qv = *reinterpret_cast<const float4 *>(sq + g * hd + d);
+                    acc += select_digest_term(qv.x, lo[0], hi[0]);
+                    acc += select_digest_term(qv.y, lo[1], hi[1]);
+                    acc += select_digest_term(qv.z, lo[2], hi[2]);
+                    acc += select_digest_term(qv.w, lo[3], hi[3]);
+                }
+            }
+        } else {
+            for (int d = lane; d < hd; d += 32) {
+                const float lo = bf16_to_f32(mn[d]), hi = bf16_to_f32(mx[d]);
+                for (int g = 0; g < G; g++) acc += select_digest_term(sq[g * hd + d], lo, hi);
+            }
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) row[i] = acc;
+    }
+}
+
+/* ---------------------------------------------------------------- top-k */
+
+constexpr int kTopkThreads = 1024;
+constexpr int kTopkWarps = kTopkThreads / 32;
+
+/* Block-wide exclusive prefix sum of v (all threads call it); *total gets the sum. */
+__device__ int block_exclusive_scan(int v, int *total)
+{
+    __shared__ int wsum[kTopkWarps];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(kFull, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) wsum[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        int w = wsum[lane]; /* kTopkWarps == 32 */
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(kFull, w, o);
+            if (lane >= o) w += y;
+        }
+        wsum[lane] = w; /* inclusive over warps */
+    }
+    __syncthreads();
+    const int before = (warp > 0 ? wsum[warp - 1] : 0) + x - v;
+    *total = wsum[kTopkWarps - 1];
+    __syncthreads(); /* wsum is reused by the next call */
+    return before;
+}
+
+/* Radix select over keys[0, m): the k-th largest key T (1 <= k < m) and how many keys equal to
+ * T belong to the top k (the rest of the top k is every key > T). Uniform result. */
+__device__ void radix_select(const uint32_t *keys, int m, int k, uint32_t *T, int *take_eq)
+{
+    __shared__ int hist[256];
+    __shared__ int s_digit, s_remaining;
+    __shared__ int wtot[8];
+    uint32_t prefix = 0, mask = 0;
+    int remaining = k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < m; i += blockDim.x) {
+            const uint32_t key = keys[i];
+            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
+        }
+        __syncthreads();
+        /* threads 0..255 hold bins 255..0: inclusive scan = count of keys in bins >= digit */
+        const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+        int v = t < 256 ? hist[255 - t] : 0, x = v;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(kFull, x, o);
+            if (lane >= o) x += y;
+        }
+        if (t < 256 && lane == 31) wtot[warp] = x;
+        __syncthreads();
+        if (t < 256) {
+            for (int w = 0; w < warp; w++) x += wtot[w];
+            if (x >= remaining && x - v < remaining) {
+                s_digit = 255 - t;
+                s_remaining = remaining - (x - v);
+            }
+        }
+        __syncthreads();
+        prefix |= (uint32_t)s_digit << shift;
+        mask |= 255u << shift;
+        remaining = s_remaining;
+        __syncthreads(); /* s_digit, wtot and hist are rewritten by the next pass */
+    }
+    *T = prefix;
+    *take_eq = remaining;
+}
+
+/* grid (batch, n_lists); dynamic shared: max_blocks keys. */
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_kernel(const float *scores, const int32_t *n_tokens, int32_t *sel_idx,
+                int32_t *sel_count, int max_blocks, int max_sel, int bs, int budget, int sink,
+                int window)
+{
+    extern __shared__ uint32_t keys[];
+    const int b = blockIdx.x, l = blockIdx.y, nl = gridDim.y;
+    const int nb = (n_tokens[b] + bs - 1) / bs;
+    if (nb < 1 || nb > max_blocks) __trap(); /* precondition: 1 <= blocks <= max_blocks */
+    int c0, c1;
+    select_candidates(nb, sink, window, &c0, &c1);
+    const int m = c1 - c0, k = budget < m ? budget : m;
+    const float *row = scores + ((size_t)b * nl + l) * max_blocks;
+    const bool partial = k > 0 && k < m; /* otherwise all or none of the candidates */
+
+    uint32_t T = 0;
+    int take_eq = 0;
+    if (partial) {
+        for (int i = threadIdx.x; i < m; i += blockDim.x) keys[i] = select_score_key(row[c0 + i]);
+        __syncthreads();
+        radix_select(keys, m, k, &T, &take_eq);
+    }
+
+    /* thread owns blocks [lo, hi) */
+    const int per = (nb + kTopkThreads - 1) / kTopkThreads;
+    const int lo = min(threadIdx.x * per, nb), hi = min(lo + per, nb);
+    int n_eq = 0;
+    if (partial)
+        for (int i = max(lo, c0); i < min(hi, c1); i++) n_eq += keys[i - c0] == T;
+    int eq_total;
+    const int eq_before = block_exclusive_scan(n_eq, &eq_total);
+
+    /* taken(i): forced, or all candidates, or key > T, or an equal key within the first take_eq */
+    int n_sel = 0, eq_rank = eq_before;
+    for (int i = lo; i < hi; i++) {
+        bool take = i < c0 || i >= c1 || k == m;
+        if (!take && partial) {
+            const uint32_t key = keys[i - c0];
+            take = key > T || (key == T && eq_rank++ < take_eq);
+        }
+        n_sel += take;
+    }
+    int total;
+    int at = block_exclusive_scan(n_sel, &total);
+    int32_t *out = sel_idx + ((size_t)b * nl + l) * max_sel;
+    eq_rank = eq_before;
+    for (int i = lo; i < hi; i++) {
+        bool take = i < c0 || i >= c1 || k == m;
+        if (!take && partial) {
+            const uint32_t key = keys[i - c0];
+            take = key > T || (key == T && eq_rank++ < take_eq);
+        }
+        if (take) out[at++] = i;
+    }
+    if (threadIdx.x == 0) sel_count[(size_t)b * nl + l] = total;
+}
+
+/* ---------------------------------------------------------------- approximate query */
+
+constexpr int kGatherThreads = 256;
+
+__device__ float block_sum(float v)
+{
+    __shared__ float part[32];
+    __shared__ float tot;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    v = warp_sum(v);
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float s = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.0f;
+        s = warp_sum(s);
+        if (lane == 0) tot = s;
+    }
+    __syncthreads();
+    return tot;
+}
+
+__global__ void __launch_bounds__(kGatherThreads)
+    norm_gather_kernel(const float *x, const uint16_t *w, const int32_t *channels, int n_ch,
+                       uint16_t *xn, int hidden, float eps)
+{
+    const float *xr = x + (size_t)blockIdx.x * hidden;
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < hidden; j += kGatherThreads) ss += xr[j] * xr[j];
+    ss = block_sum(ss);
+    const float inv = 1.0f / sqrtf(ss / (float)hidden + eps);
+    uint16_t *o = xn + (size_t)blockIdx.x * n_ch;
+    for (int j = threadIdx.x; j < n_ch; j += kGatherThreads) {
+        const int ch = channels ? channels[j] : j;
+        o[j] = f32_to_bf16((xr[ch] * inv) * bf16_to_f32(w[ch]));
+    }
+}
+
+void check_heads(const struct select_cfg *cfg, const struct digest_view *dv, int sel_head)
+{
+    char err[128];
+    PULSE_CHECK(select_cfg_check(cfg, err, sizeof err) == 0, err);
+    PULSE_CHECK(sel_head == SELECT_HEADWISE || (sel_head >= 0 && sel_head < cfg->n_kv_heads),
+                "sel_head must be SELECT_HEADWISE or a KV head");
+    if (dv) {
+        PULSE_CHECK(dv->head_dim == cfg->head_dim, "digest head_dim must equal cfg head_dim");
+        PULSE_CHECK(dv->n_heads == (sel_head == SELECT_HEADWISE ? cfg->n_kv_heads : 1),
+                    "digest heads must be n_kv_heads (head-wise) or 1 (SoloHead)");
+    }
+}
+
+void check_digest_kv(const struct kv_view *kv, const struct digest_view *dv, int sel_head)
+{
+    PULSE_CHECK(dv->head_dim == kv->head_dim, "digest head_dim must equal the KV head_dim");
+    if (sel_head == SELECT_HEADWISE)
+        PULSE_CHECK(dv->n_heads == kv->n_kv_heads, "head-wise digests keep every KV head");
+    else
+        PULSE_CHECK(dv->n_heads == 1 && sel_head >= 0 && sel_head < kv->n_kv_heads,
+                    "SoloHead digests keep one head, the selector (0 <= sel_head < n_kv_heads)");
+}
+
+} /* namespace */
+
+/* ================================================================ the C API */
+
+extern "C" void digest_build_cuda(const struct kctx *c, const struct kv_view *kv,
+                                  const struct digest_view *dv, const int32_t *n_tokens,
+                                  int batch, int sel_head, int max_tokens)
+{
+    if (batch <= 0 || max_tokens <= 0) return;
+    check_digest_kv(kv, dv, sel_head);
+    const long long nb = PULSE_CEIL_DIV((long long)max_tokens, kv->page_size);
+    const long long items = nb * dv->n_heads * kv->head_dim;
+    PULSE_CHECK(items / kDigestThreads < 0x7fffffffLL, "digest_build: grid too large");
+    const dim3 grid((unsigned)PULSE_CEIL_DIV(items, kDigestThreads), (unsigned)batch);
+    cudaStream_t st = stream_of(c);
+    digest_build_kernel<<<grid, kDigestThreads, 0, st>>>(
+        kv->pool, kv->page_ids, kv->page_start, dv->pool, dv->page_ids, dv->page_start, n_tokens,
+        kv->page_size, kv->n_kv_heads, kv->head_dim, dv->n_heads, sel_head);
+    CUDA_CHECK_LAUNCH(st);
+}
+
+extern "C" void digest_update_cuda(const struct kctx *c, const struct kv_view *kv,
+                                   const struct digest_view *dv, const int32_t *pos, int batch,
+                                   int sel_head)
+{
+    if (batch <= 0) return;
+    check_digest_kv(kv, dv, sel_head);
+    const int items = dv->n_heads * kv->head_dim;
+    const dim3 grid((unsigned)PULSE_CEIL_DIV(items, kDigestThreads), (unsigned)batch);
+    cudaStream_t st = stream_of(c);
+    digest_update_kernel<<<grid, kDigestThreads, 0, st>>>(
+        kv->pool, kv->page_ids, kv->page_start, dv->pool, dv->page_ids, dv->page_start, pos,
+        kv->page_size, kv->n_kv_heads, kv->head_dim, dv->n_heads, sel_head);
+    CUDA_CHECK_LAUNCH(st);
+}
+
+extern "C" void select_score_cuda(const struct kctx *c, const struct select_cfg *cfg,
+                                  const uint16_t *q, const struct digest_view *dv,
+                                  const int32_t *n_tokens, float *scores, int batch, int sel_head)
+{
+    if (batch <= 0) return;
+    check_heads(cfg, dv, sel_head);
+    const int hd = cfg->head_dim, G = cfg->n_heads / cfg->n_kv_heads;
+    const int nl = select_n_lists(cfg, sel_head);
+    const size_t smem = (size_t)G * hd * sizeof(float);
+    PULSE_CHECK(smem <= 48 * 1024, "select_score: G * head_dim * 4 must fit in 48 KB");
+    const dim3 grid((unsigned)PULSE_CEIL_DIV(cfg->max_blocks, kScorePerCta), (unsigned)nl,
+                    (unsigned)batch);
+    const bool vec = hd % 128 == 0 && ((uintptr_t)dv->pool % 8) == 0;
+    cudaStream_t st = stream_of(c);
+    if (vec)
+        score_kernel<true><<<grid, kScoreWarps * 32, smem, st>>>(
+            q, dv->pool, dv->page_ids, dv->page_start, n_tokens, scores, cfg->n_heads, G, hd,
+            dv->n_heads, cfg->block_size, cfg->max_blocks, sel_head);
+    else
+        score_kernel<false><<<grid, kScoreWarps * 32, smem, st>>>(
+            q, dv->pool, dv->page_ids, dv->page_start, n_tokens, scores, cfg->n_heads, G, hd,
+            dv->n_heads, cfg->block_size, cfg->max_blocks, sel_head);
+    CUDA_CHECK_LAUNCH(st);
+}
+
+extern "C" void select_topk_cuda(const struct kctx *c, const struct select_cfg *cfg,
+                                 const float *scores, const int32_t *n_tokens, int32_t *sel_idx,
+                                 int32_t *sel_count, int batch, int sel_head)
+{
+    if (batch <= 0) return;
+    check_heads(cfg, NULL, sel_head);
+    const int nl = select_n_lists(cfg, sel_head);
+    const size_t smem = (size_t)cfg->max_blocks * sizeof(uint32_t);
+    if (smem > 48 * 1024) {
+        /* once per process and size class; not a stream operation (legal during capture) */
+        static size_t opted = 0;
+        if (smem > opted) {
+            CUDA_CHECK(cudaFuncSetAttribute(topk_kernel,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)(SELECT_MAX_BLOCKS * sizeof(uint32_t))));
+            opted = SELECT_MAX_BLOCKS * sizeof(uint32_t);
+        }
+    }
+    const dim3 grid((unsigned)batch, (unsigned)nl);
+    cudaStream_t st = stream_of(c);
+    topk_kernel<<<grid, kTopkThreads, smem, st>>>(scores, n_tokens, sel_idx, sel_count,
+                                                  cfg->max_blocks, select_max_selected(cfg),
+                                                  cfg->block_size, cfg->budget, cfg->sink,
+                                                  cfg->window);
+    CUDA_CHECK_LAUNCH(st);
+}
+
+extern "C" void select_blocks_cuda(const struct kctx *c, const struct select_cfg *cfg,
+                                   const uint16_t *q, const struct digest_view *dv,
+                                   const int32_t *n_tokens, float *scores, int32_t *sel_idx,
+                                   int32_t *sel_count, int batch, int sel_head)
+{
+    select_score_cuda(c, cfg, q, dv, n_tokens, scores, batch, sel_head);
+    select_topk_cuda(c, cfg, scores, n_tokens, sel_idx, sel_count, batch, sel_head);
+}
+
+extern "C" void select_norm_gather_cuda(const struct kctx *c, const float *x, const uint16_t *w,
+                                        const int32_t *channels, int n_channels, uint16_t *xn,
+                                        int batch, int hidden, float eps)
+{
+    if (batch <= 0) return;
+    cudaStream_t st = stream_of(c);
+    norm_gather_kernel<<<batch, kGatherThreads, 0, st>>>(x, w, channels, n_channels, xn, hidden,
+                                                         eps);
+    CUDA_CHECK_LAUNCH(st);
+}
+
+extern "C" void select_approx_q_cuda(const struct kctx *c, const struct approx_q_weights *w,
+                                     const float *x, const int32_t *pos, void *workspace,
+                                     uint16_t *q_out, int batch, int hidden, int n_heads,
+                                     int head_dim, float theta, float eps)
+{
+    if (batch <= 0) return;
+    PULSE_CHECK(w->n_channels >= 1 && w->n_channels <= hidden &&
+                    (w->channels || w->n_channels == hidden),
+                "approx q: n_channels must be in 1..hidden (== hidden without a channel list)");
+    const size_t xn_bytes = (size_t)batch * (size_t)w->n_channels * sizeof(uint16_t);
+    uint16_t *xn = (uint16_t *)workspace;
+    float *qf = (float *)((char *)workspace + (xn_bytes + 255) / 256 * 256);
+    select_norm_gather_cuda(c, x, w->attn_norm, w->channels, w->n_channels, xn, batch, hidden,
+                            eps);
+    gemm_bf16_cuda(c, xn, w->wq, qf, batch, n_heads * head_dim, w->n_channels, 0.0f);
+    const struct kv_view none = {NULL, NULL, NULL, 1, 0, head_dim};
+    qk_norm_rope_append_cuda(c, qf, w->q_norm, NULL, q_out, &none, pos, batch, n_heads, theta,
+                             eps);
+}
