@@ -430,12 +430,25 @@ long long want_splits(int batch, int nkv, int num_sms)
 
 long long tiles_of(int max_tokens) { return ((max_tokens > 0 ? max_tokens : 1) + kTile - 1) / kTile; }
 
+/* The least tiles per split; PULSE_ATTN_MIN_TILES (>= kMinTilesPerSplit) raises it for
+ * experiments (fewer, longer splits: deeper pipelines per warp, fewer partials to merge). */
+int min_tiles_per_split()
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("PULSE_ATTN_MIN_TILES");
+        const int e = s ? atoi(s) : 0;
+        v = e >= kMinTilesPerSplit && e <= 4096 ? e : kMinTilesPerSplit;
+    }
+    return v;
+}
+
 SplitPlan plan_splits(int batch, int nkv, int max_tokens, int num_sms)
 {
     const long long tiles = tiles_of(max_tokens);
     const long long want = want_splits(batch, nkv, num_sms);
     long long tiles_per_split = (tiles + want - 1) / want;
-    if (tiles_per_split < kMinTilesPerSplit) tiles_per_split = kMinTilesPerSplit;
+    if (tiles_per_split < min_tiles_per_split()) tiles_per_split = min_tiles_per_split();
     SplitPlan sp;
     sp.tps = (int)(tiles_per_split * kTile);
     sp.splits = (int)((tiles + tiles_per_split - 1) / tiles_per_split);
