@@ -1,0 +1,981 @@
+/* LongBench v1 metrics, written from LongBench/metrics.py, LongBench/eval.py, pltrdy/rouge 1.0.1
+ * (rouge/rouge.py, rouge/rouge_score.py), seatgeek/fuzzywuzzy (fuzz.py, utils.py) and CPython's
+ * difflib.SequenceMatcher. Python applies these to str (code points); this file works on UTF-8
+ * bytes and decodes where the difference shows:
+ * - whitespace (str.split()) is Python's exact set, ASCII and Unicode;
+ * - lower() covers ASCII, Latin-1, Latin Extended-A (with U+0130 -> "i" U+0307), Greek U+0386..
+ *   U+03AB and U+03D8..U+03EF (no final-sigma rule: Σ always becomes σ), Cyrillic U+0400..U+052F
+ *   and fullwidth A..Z; other scripts (Latin Extended-B, Armenian, Georgian, ...) are left as
+ *   they are;
+ * - \b of the article regex treats a code point as a word character unless it is whitespace or
+ *   in the NONWORD table below (every entry there is non-alphanumeric in Python 3.11; scripts
+ *   outside it may hold punctuation Python would treat as a boundary);
+ * - \d is Unicode's Nd (table from Python 3.11, Unicode 14).
+ * Invalid UTF-8 bytes pass through unchanged and count as word characters (U+FFFD where
+ * characters are counted). No allocation failure crashes: the metric returns a negative value. */
+#include "accuracy/metrics.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define U8_BAD 0x110000u /* decode result of an invalid byte */
+
+/* ---------------------------------------------------------------- UTF-8 and Unicode classes */
+
+/* Decodes the character at s[0..n), n >= 1; returns its length. An invalid or truncated
+ * sequence gives U8_BAD of length 1. */
+static size_t u8_decode(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    unsigned c = s[0];
+    size_t len;
+    uint32_t v, min;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2, v = c & 0x1F, min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3, v = c & 0x0F, min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4, v = c & 0x07, min = 0x10000;
+    } else {
+        goto bad;
+    }
+    if (len > n) goto bad;
+    for (size_t k = 1; k < len; k++) {
+        if ((s[k] & 0xC0) != 0x80) goto bad;
+        v = (v << 6) | (s[k] & 0x3F);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) goto bad;
+    *cp = v;
+    return len;
+bad:
+    *cp = U8_BAD;
+    return 1;
+}
+
+static size_t u8_encode(uint32_t c, unsigned char *out)
+{
+    if (c < 0x80) {
+        out[0] = (unsigned char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        out[0] = (unsigned char)(0xC0 | (c >> 6));
+        out[1] = (unsigned char)(0x80 | (c & 0x3F));
+        return 2;
+    }
+    if (c < 0x10000) {
+        out[0] = (unsigned char)(0xE0 | (c >> 12));
+        out[1] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
+        out[2] = (unsigned char)(0x80 | (c & 0x3F));
+        return 3;
+    }
+    out[0] = (unsigned char)(0xF0 | (c >> 18));
+    out[1] = (unsigned char)(0x80 | ((c >> 12) & 0x3F));
+    out[2] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
+    out[3] = (unsigned char)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+/* Python's str.isspace() set, which str.split() splits on. */
+static int is_py_space(uint32_t c)
+{
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* Byte length of the whitespace character at s[0..n), 0 if it is not one. */
+static size_t space_len(const char *s, size_t n)
+{
+    uint32_t cp;
+    size_t len = u8_decode((const unsigned char *)s, n, &cp);
+    return is_py_space(cp) ? len : 0;
+}
+
+/* string.punctuation */
+static int is_ascii_punct(unsigned c)
+{
+    return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
+           (c >= 123 && c <= 126);
+}
+
+/* Non-ASCII code points that are not alphanumeric in Python (a subset: common punctuation,
+ * symbols, combining marks, emoji). */
+static const uint32_t NONWORD[][2] = {
+    {0x80, 0xA9},       {0xAB, 0xB1},       {0xB4, 0xB4},     {0xB6, 0xB8},     {0xBB, 0xBB},
+    {0xBF, 0xBF},       {0xD7, 0xD7},       {0xF7, 0xF7},     {0x2C2, 0x2C5},   {0x2D2, 0x2DF},
+    {0x2E5, 0x2EB},     {0x2ED, 0x2ED},     {0x2EF, 0x36F},   {0x2000, 0x206F}, {0x20A0, 0x20FF},
+    {0x2190, 0x23FF},   {0x2500, 0x2775},   {0x2794, 0x27FF}, {0x2900, 0x2BFF}, {0x3000, 0x3004},
+    {0x3008, 0x3020},   {0x3030, 0x3030},   {0xFE00, 0xFE0F}, {0xFE30, 0xFE4F}, {0xFF01, 0xFF0F},
+    {0xFF1A, 0xFF20},   {0xFF3B, 0xFF40},   {0xFF5B, 0xFF65}, {0xFFF9, 0xFFFD}, {0x1F000, 0x1F0FF},
+    {0x1F10D, 0x1F1FF}, {0x1F300, 0x1FAFF},
+};
+
+/* A character \w matches (Python 3 str patterns: alphanumeric or '_'). */
+static int is_word_cp(uint32_t c)
+{
+    if (c < 0x80)
+        return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+               c == '_';
+    if (c == U8_BAD) return 1;
+    if (is_py_space(c)) return 0;
+    for (size_t k = 0; k < sizeof NONWORD / sizeof NONWORD[0]; k++)
+        if (c >= NONWORD[k][0] && c <= NONWORD[k][1]) return 0;
+    return 1;
+}
+
+/* First code points of Unicode's blocks of ten decimal digits (category Nd), plus the
+ * mathematical digits U+1D7CE..U+1D7FF. */
+static const uint32_t ND_START[] = {
+    0x660,   0x6F0,   0x7C0,   0x966,   0x9E6,   0xA66,   0xAE6,   0xB66,   0xBE6,   0xC66,
+    0xCE6,   0xD66,   0xDE6,   0xE50,   0xED0,   0xF20,   0x1040,  0x1090,  0x17E0,  0x1810,
+    0x1946,  0x19D0,  0x1A80,  0x1A90,  0x1B50,  0x1BB0,  0x1C40,  0x1C50,  0xA620,  0xA8D0,
+    0xA900,  0xA9D0,  0xA9F0,  0xAA50,  0xABF0,  0xFF10,  0x104A0, 0x10D30, 0x11066, 0x110F0,
+    0x11136, 0x111D0, 0x112F0, 0x11450, 0x114D0, 0x11650, 0x116C0, 0x11730, 0x118E0, 0x11950,
+    0x11C50, 0x11D50, 0x11DA0, 0x16A60, 0x16AC0, 0x16B50, 0x1E140, 0x1E2F0, 0x1E950, 0x1FBF0,
+};
+
+/* \d of a Python 3 str pattern. */
+static int is_digit_cp(uint32_t c)
+{
+    if (c < 0x80) return c >= '0' && c <= '9';
+    if (c >= 0x1D7CE && c <= 0x1D7FF) return 1;
+    for (size_t k = 0; k < sizeof ND_START / sizeof ND_START[0]; k++)
+        if (c >= ND_START[k] && c < ND_START[k] + 10) return 1;
+    return 0;
+}
+
+/* str.lower() for one code point in the covered scripts (U+0130 is handled by the caller). */
+static uint32_t lower_cp(uint32_t c)
+{
+    if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
+    if ((c >= 0xC0 && c <= 0xDE && c != 0xD7) || (c >= 0x391 && c <= 0x3AB && c != 0x3A2) ||
+        (c >= 0x410 && c <= 0x42F) || (c >= 0xFF21 && c <= 0xFF3A))
+        return c + 32;
+    if ((c >= 0x100 && c <= 0x12F) || (c >= 0x132 && c <= 0x137) || (c >= 0x14A && c <= 0x177) ||
+        (c >= 0x3D8 && c <= 0x3EF) || (c >= 0x460 && c <= 0x481) || (c >= 0x48A && c <= 0x4BF) ||
+        (c >= 0x4D0 && c <= 0x52F))
+        return (c % 2 == 0) ? c + 1 : c;
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E) || (c >= 0x4C1 && c <= 0x4CE))
+        return (c % 2 == 1) ? c + 1 : c;
+    if (c == 0x178) return 0xFF;
+    if (c == 0x4C0) return 0x4CF;
+    if (c == 0x386) return 0x3AC;
+    if (c >= 0x388 && c <= 0x38A) return c + 37;
+    if (c == 0x38C) return 0x3CC;
+    if (c == 0x38E || c == 0x38F) return c + 63;
+    if (c >= 0x400 && c <= 0x40F) return c + 80;
+    return c;
+}
+
+/* A lowercased copy (str.lower() within the covered scripts); NULL when out of memory. The
+ * output grows by at most half (U+0130, two bytes, becomes three). */
+static char *lower_dup(const char *s)
+{
+    size_t n = strlen(s);
+    unsigned char *out = malloc(n + n / 2 + 1);
+    if (!out) return NULL;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, w = 0;
+    while (i < n) {
+        uint32_t cp;
+        size_t len = u8_decode(p + i, n - i, &cp);
+        if (cp == U8_BAD) {
+            out[w++] = p[i];
+        } else if (cp == 0x130) {
+            out[w++] = 'i';
+            w += u8_encode(0x307, out + w);
+        } else {
+            w += u8_encode(lower_cp(cp), out + w);
+        }
+        i += len;
+    }
+    out[w] = 0;
+    return (char *)out;
+}
+
+/* Decodes s into code points (invalid bytes -> U+FFFD); *n gets the count. NULL when out of
+ * memory (a non-NULL array is returned for the empty string). */
+static uint32_t *u8_to_cps(const char *s, size_t *n)
+{
+    size_t len = strlen(s), k = 0, i = 0;
+    uint32_t *v = malloc((len + 1) * sizeof *v);
+    if (!v) return NULL;
+    while (i < len) {
+        uint32_t cp;
+        i += u8_decode((const unsigned char *)s + i, len - i, &cp);
+        v[k++] = cp == U8_BAD ? 0xFFFD : cp;
+    }
+    *n = k;
+    return v;
+}
+
+/* ---------------------------------------------------------------- words */
+
+struct span {
+    const char *p;
+    size_t n;
+};
+
+struct spans {
+    struct span *v;
+    size_t n, cap;
+};
+
+static int spans_push(struct spans *s, const char *p, size_t n)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 16;
+        struct span *v = realloc(s->v, cap * sizeof *v);
+        if (!v) return -1;
+        s->v = v, s->cap = cap;
+    }
+    s->v[s->n].p = p, s->v[s->n].n = n;
+    s->n++;
+    return 0;
+}
+
+/* Appends the words of s[0..n) as Python's str.split() finds them. */
+static int split_words(const char *s, size_t n, struct spans *out)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t sp = space_len(s + i, n - i);
+        if (sp) {
+            i += sp;
+            continue;
+        }
+        size_t start = i;
+        while (i < n && !space_len(s + i, n - i)) {
+            uint32_t cp;
+            i += u8_decode((const unsigned char *)s + i, n - i, &cp);
+        }
+        if (spans_push(out, s + start, i - start)) return -1;
+    }
+    return 0;
+}
+
+static int span_cmp(const void *a, const void *b)
+{
+    const struct span *x = a, *y = b;
+    size_t m = x->n < y->n ? x->n : y->n;
+    int c = m ? memcmp(x->p, y->p, m) : 0;
+    if (c) return c;
+    return (x->n > y->n) - (x->n < y->n);
+}
+
+/* ---------------------------------------------------------------- normalize_answer, qa_f1 */
+
+/* Whether the character that ends at s[p] (exclusive) is a word character; 0 at p == 0. */
+static int word_before(const unsigned char *s, size_t p)
+{
+    if (p == 0) return 0;
+    size_t st = p - 1;
+    while (st > 0 && p - st < 4 && (s[st] & 0xC0) == 0x80)
+        st--;
+    uint32_t cp;
+    size_t len = u8_decode(s + st, p - st, &cp);
+    if (st + len != p) return 1; /* a stray continuation byte */
+    return is_word_cp(cp);
+}
+
+/* Whether the character at s[0..n) is a word character; 0 at the end. */
+static int word_at(const unsigned char *s, size_t n)
+{
+    if (n == 0) return 0;
+    uint32_t cp;
+    u8_decode(s, n, &cp);
+    return is_word_cp(cp);
+}
+
+/* re.sub(r"\b(a|an|the)\b", " ", s) from s[0..n) into out (room for n + 1). */
+static size_t remove_articles(const unsigned char *s, size_t n, unsigned char *out)
+{
+    size_t i = 0, w = 0;
+    while (i < n) {
+        size_t m = 0;
+        if ((s[i] == 'a' || s[i] == 't') && !word_before(s, i)) {
+            if (s[i] == 'a') {
+                if (!word_at(s + i + 1, n - i - 1))
+                    m = 1;
+                else if (s[i + 1] == 'n' && !word_at(s + i + 2, n - i - 2))
+                    m = 2;
+            } else if (s[i + 1] == 'h' && s[i + 2] == 'e' && !word_at(s + i + 3, n - i - 3)) {
+                m = 3;
+            }
+        }
+        if (m) {
+            out[w++] = ' ';
+            i += m;
+            continue;
+        }
+        uint32_t cp;
+        size_t len = u8_decode(s + i, n - i, &cp);
+        memcpy(out + w, s + i, len);
+        w += len, i += len;
+    }
+    out[w] = 0;
+    return w;
+}
+
+char *acc_normalize_answer(const char *s)
+{
+    char *low = lower_dup(s);
+    if (!low) return NULL;
+    size_t n = 0;
+    for (size_t r = 0; low[r]; r++) /* remove_punc */
+        if (!is_ascii_punct((unsigned char)low[r])) low[n++] = low[r];
+    low[n] = 0;
+    char *art = malloc(n + 1);
+    struct spans words = {0};
+    if (!art) goto fail;
+    n = remove_articles((const unsigned char *)low, n, (unsigned char *)art);
+    if (split_words(art, n, &words)) goto fail;
+    size_t w = 0; /* white_space_fix, in place: words only move left */
+    for (size_t k = 0; k < words.n; k++) {
+        if (k) art[w++] = ' ';
+        memmove(art + w, words.v[k].p, words.v[k].n);
+        w += words.v[k].n;
+    }
+    art[w] = 0;
+    free(words.v);
+    free(low);
+    return art;
+fail:
+    free(words.v);
+    free(art);
+    free(low);
+    return NULL;
+}
+
+/* metrics.f1_score over two token lists (sorted here). */
+static double token_f1(struct spans *pred, struct spans *gold)
+{
+    if (pred->n == 0 || gold->n == 0) return 0.0; /* no overlap (and qsort wants a base) */
+    qsort(pred->v, pred->n, sizeof *pred->v, span_cmp);
+    qsort(gold->v, gold->n, sizeof *gold->v, span_cmp);
+    size_t i = 0, j = 0, same = 0;
+    while (i < pred->n && j < gold->n) {
+        int c = span_cmp(&pred->v[i], &gold->v[j]);
+        if (c == 0)
+            same++, i++, j++;
+        else if (c < 0)
+            i++;
+        else
+            j++;
+    }
+    if (same == 0) return 0.0;
+    double precision = 1.0 * (double)same / (double)pred->n;
+    double recall = 1.0 * (double)same / (double)gold->n;
+    return (2 * precision * recall) / (precision + recall);
+}
+
+double acc_qa_f1_score(const char *pred, const char *gold)
+{
+    double score = -1.0;
+    char *np = acc_normalize_answer(pred), *ng = acc_normalize_answer(gold);
+    struct spans tp = {0}, tg = {0};
+    if (np && ng && !split_words(np, strlen(np), &tp) && !split_words(ng, strlen(ng), &tg))
+        score = token_f1(&tp, &tg);
+    free(tp.v);
+    free(tg.v);
+    free(np);
+    free(ng);
+    return score;
+}
+
+/* ---------------------------------------------------------------- ROUGE-L (pltrdy/rouge) */
+
+/* rouge_score._recon recurses once per backtrack step; from eval.py's scorer the 992nd nested
+ * call overflows Python's default recursion limit (1000; measured on CPython 3.11), the bare
+ * except in LongBench's rouge_score turns the RecursionError into a score of 0. */
+#define ROUGE_MAX_RECON_CALLS 991
+#define ROUGE_BAND (ROUGE_MAX_RECON_CALLS + 1)
+
+/* A text as Rouge._get_scores prepares it: split on '.', pieces of length 0 dropped, words of
+ * each piece by str.split() (a blank piece is one empty word, as " ".join([]).split(" ")). */
+struct rtext {
+    struct spans words;
+    size_t *start; /* sentence k is words[start[k] .. start[k + 1]) */
+    size_t ns, cap;
+};
+
+static int rtext_build(const char *s, struct rtext *t)
+{
+    const char *p = s;
+    for (;;) {
+        const char *dot = strchr(p, '.');
+        size_t n = dot ? (size_t)(dot - p) : strlen(p);
+        if (n > 0) {
+            if (t->ns + 2 > t->cap) {
+                size_t cap = t->cap ? 2 * t->cap : 16;
+                size_t *v = realloc(t->start, cap * sizeof *v);
+                if (!v) return -1;
+                t->start = v, t->cap = cap;
+            }
+            t->start[t->ns++] = t->words.n;
+            size_t before = t->words.n;
+            if (split_words(p, n, &t->words)) return -1;
+            if (t->words.n == before && spans_push(&t->words, p, 0)) return -1;
+            t->start[t->ns] = t->words.n;
+        }
+        if (!dot) return 0;
+        p = dot + 1;
+    }
+}
+
+struct word_ref {
+    struct span w;
+    size_t idx;
+};
+
+static int word_ref_cmp(const void *a, const void *b)
+{
+    return span_cmp(&((const struct word_ref *)a)->w, &((const struct word_ref *)b)->w);
+}
+
+/* Gives every word of both texts an id (equal strings, equal ids); ids[0..nr) are the
+ * reference's words, then the hypothesis's. Returns the number of distinct words or -1. */
+static long intern_words(const struct spans *ref, const struct spans *hyp, uint32_t *ids)
+{
+    size_t n = ref->n + hyp->n;
+    struct word_ref *v = malloc(n * sizeof *v);
+    if (!v) return -1;
+    for (size_t k = 0; k < n; k++) {
+        v[k].w = k < ref->n ? ref->v[k] : hyp->v[k - ref->n];
+        v[k].idx = k;
+    }
+    qsort(v, n, sizeof *v, word_ref_cmp);
+    uint32_t id = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (k && span_cmp(&v[k - 1].w, &v[k].w) != 0) id++;
+        ids[v[k].idx] = id;
+    }
+    free(v);
+    return (long)id + 1;
+}
+
+struct lcs_work {
+    uint16_t *prev, *cur; /* one DP row each, max hypothesis sentence + 1 */
+    uint16_t *band;       /* the last ROUGE_BAND rows and columns of the DP table */
+};
+
+/* rouge_score._recon_lcs(x, y): the DP table of x (reference words) against y (hypothesis
+ * words), then the backtrack from (nx, ny); words of each matched pair go into the union.
+ * Only the corner the backtrack can reach before the recursion limit is kept. Returns 0, or 1
+ * when the backtrack needs more than ROUGE_MAX_RECON_CALLS calls (rouge would raise). */
+static int recon_lcs(const uint32_t *x, size_t nx, const uint32_t *y, size_t ny,
+                     struct lcs_work *wk, unsigned char *in_union, size_t *llcs)
+{
+    size_t lo = nx < ny ? nx : ny;
+    if (lo + 1 > ROUGE_MAX_RECON_CALLS) return 1; /* at least lo steps plus the final call */
+    size_t r0 = nx >= ROUGE_BAND ? nx - (ROUGE_BAND - 1) : 0;
+    size_t c0 = ny >= ROUGE_BAND ? ny - (ROUGE_BAND - 1) : 0;
+    size_t cols = ny - c0 + 1;
+#define BAND(i, j) wk->band[((i)-r0) * cols + ((j)-c0)]
+    memset(wk->prev, 0, (ny + 1) * sizeof *wk->prev); /* values <= lo < 991 fit in 16 bits */
+    if (r0 == 0) memset(&BAND(0, c0), 0, cols * sizeof *wk->band);
+    for (size_t i = 1; i <= nx; i++) {
+        uint16_t *prev = wk->prev, *cur = wk->cur;
+        cur[0] = 0;
+        for (size_t j = 1; j <= ny; j++) {
+            if (x[i - 1] == y[j - 1])
+                cur[j] = (uint16_t)(prev[j - 1] + 1);
+            else
+                cur[j] = prev[j] > cur[j - 1] ? prev[j] : cur[j - 1];
+        }
+        if (i >= r0) memcpy(&BAND(i, c0), cur + c0, cols * sizeof *cur);
+        wk->prev = cur, wk->cur = prev;
+    }
+    size_t i = nx, j = ny, calls = 0;
+    for (;;) {
+        if (++calls > ROUGE_MAX_RECON_CALLS) return 1;
+        if (i == 0 || j == 0) break;
+        if (x[i - 1] == y[j - 1]) {
+            if (!in_union[x[i - 1]]) in_union[x[i - 1]] = 1, (*llcs)++;
+            i--, j--;
+        } else if (BAND(i - 1, j) > BAND(i, j - 1)) {
+            i--;
+        } else {
+            j--;
+        }
+    }
+#undef BAND
+    return 0;
+}
+
+static size_t count_distinct(const uint32_t *ids, size_t n, unsigned char *seen, size_t n_ids)
+{
+    memset(seen, 0, n_ids);
+    size_t d = 0;
+    for (size_t k = 0; k < n; k++)
+        if (!seen[ids[k]]) seen[ids[k]] = 1, d++;
+    return d;
+}
+
+static size_t max_sentence(const struct rtext *t)
+{
+    size_t m = 0;
+    for (size_t k = 0; k < t->ns; k++)
+        if (t->start[k + 1] - t->start[k] > m) m = t->start[k + 1] - t->start[k];
+    return m;
+}
+
+/* Rouge().get_scores([pred], [gold], avg=True)["rouge-l"]["f"] (rouge_l_summary_level). */
+double acc_rouge_score(const char *pred, const char *gold)
+{
+    double score = -1.0;
+    struct rtext hyp = {0}, ref = {0};
+    uint32_t *ids = NULL;
+    unsigned char *flags = NULL;
+    struct lcs_work wk = {0};
+    if (rtext_build(pred, &hyp) || rtext_build(gold, &ref)) goto out;
+    if (hyp.ns == 0 || ref.ns == 0) { /* "Hypothesis is empty." -> except: return 0.0 */
+        score = 0.0;
+        goto out;
+    }
+    size_t nr = ref.words.n, nh = hyp.words.n;
+    ids = malloc((nr + nh) * sizeof *ids);
+    if (!ids) goto out;
+    long n_ids = intern_words(&ref.words, &hyp.words, ids);
+    if (n_ids < 0 || !(flags = malloc((size_t)n_ids))) goto out;
+    size_t m = count_distinct(ids, nr, flags, (size_t)n_ids);
+    size_t n = count_distinct(ids + nr, nh, flags, (size_t)n_ids);
+    size_t mr = max_sentence(&ref), mh = max_sentence(&hyp);
+    size_t br = mr + 1 < ROUGE_BAND ? mr + 1 : ROUGE_BAND,
+           bh = mh + 1 < ROUGE_BAND ? mh + 1 : ROUGE_BAND;
+    wk.prev = malloc((mh + 1) * sizeof *wk.prev);
+    wk.cur = malloc((mh + 1) * sizeof *wk.cur);
+    wk.band = malloc(br * bh * sizeof *wk.band);
+    if (!wk.prev || !wk.cur || !wk.band) goto out;
+    memset(flags, 0, (size_t)n_ids); /* now: the LCS union */
+    size_t llcs = 0;
+    for (size_t r = 0; r < ref.ns; r++) {
+        for (size_t h = 0; h < hyp.ns; h++) {
+            const uint32_t *x = ids + ref.start[r], *y = ids + nr + hyp.start[h];
+            size_t nx = ref.start[r + 1] - ref.start[r], ny = hyp.start[h + 1] - hyp.start[h];
+            if (recon_lcs(x, nx, y, ny, &wk, flags, &llcs)) {
+                score = 0.0; /* RecursionError -> except: return 0.0 */
+                goto out;
+            }
+        }
+    }
+    double r_lcs = (double)llcs / (double)m, p_lcs = (double)llcs / (double)n;
+    score = 2.0 * ((p_lcs * r_lcs) / (p_lcs + r_lcs + 1e-8));
+out:
+    free(wk.prev);
+    free(wk.cur);
+    free(wk.band);
+    free(flags);
+    free(ids);
+    free(hyp.words.v);
+    free(hyp.start);
+    free(ref.words.v);
+    free(ref.start);
+    return score;
+}
+
+/* ---------------------------------------------------------------- classification, numbers */
+
+double acc_classification_score(const char *pred, const char *gold, const char *const *classes,
+                                size_t n_classes)
+{
+    if (n_classes == 0) return 0.0;
+    const char **list = malloc(n_classes * sizeof *list);
+    if (!list) return -1.0;
+    size_t len = 0;
+    for (size_t k = 0; k < n_classes; k++)
+        if (classes[k] && strstr(pred, classes[k])) list[len++] = classes[k];
+    /* for match_term in em_match_list: ... em_match_list.remove(match_term): remove() drops
+     * the first equal element and the list iterator's index moves on regardless */
+    for (size_t it = 0; it < len; it++) {
+        const char *term = list[it];
+        if (strstr(gold, term) && strcmp(term, gold) != 0) {
+            size_t f = 0;
+            while (strcmp(list[f], term) != 0)
+                f++;
+            memmove(list + f, list + f + 1, (len - f - 1) * sizeof *list);
+            len--;
+        }
+    }
+    double score = 0.0;
+    for (size_t k = 0; k < len; k++)
+        if (strcmp(list[k], gold) == 0) score = 1.0 / (double)len;
+    free(list);
+    return score;
+}
+
+/* The next maximal run of \d in s starting at or after *pos; 0 when there is none. */
+static int next_digit_run(const char *s, size_t n, size_t *pos, struct span *run)
+{
+    size_t i = *pos;
+    int in = 0;
+    size_t start = 0;
+    while (i < n) {
+        uint32_t cp;
+        size_t len = u8_decode((const unsigned char *)s + i, n - i, &cp);
+        int d = is_digit_cp(cp);
+        if (d && !in) in = 1, start = i;
+        if (!d && in) break;
+        i += len;
+    }
+    if (!in) return 0;
+    run->p = s + start, run->n = i - start;
+    *pos = i;
+    return 1;
+}
+
+/* (#digit runs of pred equal to want) / (#digit runs), 0 without runs. */
+static double digit_run_score(const char *pred, const char *want, size_t want_n)
+{
+    size_t n = strlen(pred), pos = 0, runs = 0, right = 0;
+    struct span run;
+    while (next_digit_run(pred, n, &pos, &run)) {
+        runs++;
+        if (run.n == want_n && memcmp(run.p, want, want_n) == 0) right++;
+    }
+    return runs == 0 ? 0.0 : (double)right / (double)runs;
+}
+
+double acc_retrieval_score(const char *pred, const char *gold)
+{
+    /* re.findall(r'Paragraph (\d+)', gold)[0]; LongBench raises IndexError without one */
+    static const char key[] = "Paragraph ";
+    size_t n = strlen(gold);
+    for (const char *p = strstr(gold, key); p; p = strstr(p + 1, key)) {
+        size_t pos = (size_t)(p - gold) + sizeof key - 1, at = pos;
+        struct span run;
+        if (next_digit_run(gold, n, &pos, &run) && run.p == gold + at)
+            return digit_run_score(pred, run.p, run.n);
+    }
+    return 0.0;
+}
+
+double acc_count_score(const char *pred, const char *gold)
+{
+    return digit_run_score(pred, gold, strlen(gold));
+}
+
+/* ---------------------------------------------------------------- difflib.SequenceMatcher */
+
+struct seqm {
+    const uint32_t *a, *b;
+    size_t la, lb;
+    size_t *b_idx;       /* b2j: indices of b grouped by value, ascending within a group */
+    size_t *a_lo, *a_hi; /* b2j[a[i]] is b_idx[a_lo[i] .. a_hi[i]) (empty: junk-free miss) */
+    uint32_t *len[2];    /* j2len / newj2len: value at j, valid when gen[.][j] is current */
+    size_t *gen[2];
+    size_t g;
+};
+
+struct val_idx {
+    uint32_t v;
+    size_t i;
+};
+
+static int val_idx_cmp(const void *a, const void *b)
+{
+    const struct val_idx *x = a, *y = b;
+    if (x->v != y->v) return x->v < y->v ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+/* __chain_b with isjunk None and autojunk on: b2j, minus "popular" elements (more than
+ * len(b) // 100 + 1 occurrences) when len(b) >= 200. */
+static int seqm_init(struct seqm *m)
+{
+    size_t lb = m->lb, la = m->la;
+    struct val_idx *v = malloc((lb + 1) * sizeof *v);
+    m->b_idx = malloc((lb + 1) * sizeof *m->b_idx);
+    m->a_lo = malloc((la + 1) * sizeof *m->a_lo);
+    m->a_hi = malloc((la + 1) * sizeof *m->a_hi);
+    for (int k = 0; k < 2; k++) {
+        m->len[k] = malloc((lb + 1) * sizeof *m->len[k]);
+        m->gen[k] = calloc(lb + 1, sizeof *m->gen[k]);
+    }
+    if (!v || !m->b_idx || !m->a_lo || !m->a_hi || !m->len[0] || !m->len[1] || !m->gen[0] ||
+        !m->gen[1]) {
+        free(v);
+        return -1;
+    }
+    for (size_t k = 0; k < lb; k++)
+        v[k].v = m->b[k], v[k].i = k;
+    qsort(v, lb, sizeof *v, val_idx_cmp);
+    for (size_t k = 0; k < lb; k++)
+        m->b_idx[k] = v[k].i;
+    size_t ntest = lb / 100 + 1;
+    for (size_t i = 0; i < la; i++) {
+        size_t lo = 0, hi = lb; /* first element >= a[i] */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (v[mid].v < m->a[i])
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        size_t end = lo;
+        while (end < lb && v[end].v == m->a[i])
+            end++;
+        if (lb >= 200 && end - lo > ntest) end = lo; /* popular: deleted from b2j */
+        m->a_lo[i] = lo, m->a_hi[i] = end;
+    }
+    free(v);
+    m->g = 1;
+    return 0;
+}
+
+static void seqm_free(struct seqm *m)
+{
+    free(m->b_idx);
+    free(m->a_lo);
+    free(m->a_hi);
+    for (int k = 0; k < 2; k++)
+        free(m->len[k]), free(m->gen[k]);
+}
+
+/* find_longest_match(alo, ahi, blo, bhi); no junk, so only the non-junk extension applies. */
+static void seqm_longest(struct seqm *m, size_t alo, size_t ahi, size_t blo, size_t bhi, size_t *bi,
+                         size_t *bj, size_t *bk)
+{
+    const uint32_t *a = m->a, *b = m->b;
+    size_t besti = alo, bestj = blo, bestsize = 0;
+    m->g += 2; /* nothing from an earlier call is current */
+    for (size_t i = alo; i < ahi; i++) {
+        size_t g = ++m->g, cur = g & 1, old = cur ^ 1;
+        for (size_t t = m->a_lo[i]; t < m->a_hi[i]; t++) {
+            size_t j = m->b_idx[t];
+            if (j < blo) continue;
+            if (j >= bhi) break;
+            size_t k = 1;
+            if (j > 0 && m->gen[old][j - 1] == g - 1) k = (size_t)m->len[old][j - 1] + 1;
+            m->len[cur][j] = (uint32_t)k, m->gen[cur][j] = g;
+            if (k > bestsize) besti = i - k + 1, bestj = j - k + 1, bestsize = k;
+        }
+    }
+    while (besti > alo && bestj > blo && a[besti - 1] == b[bestj - 1])
+        besti--, bestj--, bestsize++;
+    while (besti + bestsize < ahi && bestj + bestsize < bhi &&
+           a[besti + bestsize] == b[bestj + bestsize])
+        bestsize++;
+    *bi = besti, *bj = bestj, *bk = bestsize;
+}
+
+/* Sum of the sizes of get_matching_blocks() (a work list instead of recursion); -1 on OOM. */
+static long seqm_matches(struct seqm *m)
+{
+    size_t cap = 64, top = 0, total = 0;
+    size_t(*q)[4] = malloc(cap * sizeof *q);
+    if (!q) return -1;
+    q[top][0] = 0, q[top][1] = m->la, q[top][2] = 0, q[top][3] = m->lb, top++;
+    while (top) {
+        top--;
+        size_t alo = q[top][0], ahi = q[top][1], blo = q[top][2], bhi = q[top][3], i, j, k;
+        seqm_longest(m, alo, ahi, blo, bhi, &i, &j, &k);
+        if (!k) continue;
+        total += k;
+        if (top + 2 > cap) {
+            size_t(*nq)[4] = realloc(q, 2 * cap * sizeof *q);
+            if (!nq) {
+                free(q);
+                return -1;
+            }
+            q = nq, cap *= 2;
+        }
+        if (alo < i && blo < j)
+            q[top][0] = alo, q[top][1] = i, q[top][2] = blo, q[top][3] = j, top++;
+        if (i + k < ahi && j + k < bhi)
+            q[top][0] = i + k, q[top][1] = ahi, q[top][2] = j + k, q[top][3] = bhi, top++;
+    }
+    free(q);
+    return (long)total;
+}
+
+/* 2 * matches and la + lb of SequenceMatcher(None, a, b); -1 on OOM. */
+static int seq_counts(const char *sa, const char *sb, size_t *matches, size_t *total)
+{
+    struct seqm m = {0};
+    uint32_t *a = u8_to_cps(sa, &m.la), *b = u8_to_cps(sb, &m.lb);
+    int rc = -1;
+    if (a && b) {
+        m.a = a, m.b = b;
+        long k = seqm_init(&m) ? -1 : seqm_matches(&m);
+        if (k >= 0) *matches = (size_t)k, *total = m.la + m.lb, rc = 0;
+        seqm_free(&m);
+    }
+    free(a);
+    free(b);
+    return rc;
+}
+
+double acc_sequence_ratio(const char *a, const char *b)
+{
+    size_t mt, t;
+    if (seq_counts(a, b, &mt, &t)) return -1.0;
+    return t ? 2.0 * (double)mt / (double)t : 1.0; /* difflib._calculate_ratio */
+}
+
+/* Python's round(v) for 0 <= v < 2^52: nearest integer, ties to even. */
+static double round_half_even(double v)
+{
+    double f = floor(v), d = v - f;
+    if (d > 0.5 || (d == 0.5 && fmod(f, 2.0) != 0.0)) return f + 1.0;
+    return f;
+}
+
+int acc_fuzz_ratio(const char *s1, const char *s2)
+{
+    if (strcmp(s1, s2) == 0) return 100; /* check_for_equivalence runs before ... */
+    if (!*s1 || !*s2) return 0;          /* ... check_empty_string */
+    double r = acc_sequence_ratio(s1, s2);
+    if (r < 0) return -1;
+    return (int)round_half_even(100 * r); /* utils.intr(100 * m.ratio()) */
+}
+
+double acc_code_sim_score(const char *pred, const char *gold)
+{
+    const char *p = pred;
+    while (*p == '\n')
+        p++;
+    const char *line = p, *end;
+    for (;;) { /* every line of split('\n'); the part after a final '\n' is the empty line */
+        end = strchr(line, '\n');
+        size_t n = end ? (size_t)(end - line) : strlen(line);
+        int bad = memchr(line, '`', n) || memchr(line, '#', n);
+        for (size_t k = 0; !bad && k + 1 < n; k++)
+            bad = line[k] == '/' && line[k + 1] == '/';
+        if (!bad) break;
+        if (!end) {
+            line = end = NULL; /* no line qualifies: prediction = "" */
+            break;
+        }
+        line = end + 1;
+    }
+    size_t n = line ? (end ? (size_t)(end - line) : strlen(line)) : 0;
+    char *cut = malloc(n + 1);
+    if (!cut) return -1.0;
+    if (n) memcpy(cut, line, n);
+    cut[n] = 0;
+    int r = acc_fuzz_ratio(cut, gold);
+    free(cut);
+    return r < 0 ? -1.0 : (double)r / 100;
+}
+
+/* ---------------------------------------------------------------- synthetic tasks */
+
+double acc_contains_score(const char *pred, const char *answer)
+{
+    char *lp = lower_dup(pred), *la = lower_dup(answer);
+    double score = (lp && la) ? (strstr(lp, la) ? 1.0 : 0.0) : -1.0;
+    free(lp);
+    free(la);
+    return score;
+}
+
+double acc_exact_match_score(const char *pred, const char *answer)
+{
+    size_t n = strlen(pred), lo = 0, sp;
+    while (lo < n && (sp = space_len(pred + lo, n - lo)))
+        lo += sp;
+    size_t hi = n; /* back off whole trailing whitespace characters */
+    while (hi > lo) {
+        size_t st = hi - 1;
+        while (st > lo && hi - st < 4 && ((unsigned char)pred[st] & 0xC0) == 0x80)
+            st--;
+        sp = space_len(pred + st, hi - st);
+        if (!sp || st + sp != hi) break;
+        hi = st;
+    }
+    return (hi - lo == strlen(answer) && memcmp(pred + lo, answer, hi - lo) == 0) ? 1.0 : 0.0;
+}
+
+/* ---------------------------------------------------------------- driver */
+
+const char *acc_metric_name(enum acc_metric m)
+{
+    static const char *const names[ACC_METRIC_COUNT_OF_KINDS] = {
+        "qa_f1_score",    "rouge_score", "classification_score", "retrieval_score", "count_score",
+        "code_sim_score", "contains",    "contains_all",         "exact_match",
+    };
+    return ((unsigned)m < ACC_METRIC_COUNT_OF_KINDS) ? names[m] : NULL;
+}
+
+double acc_metric_score(enum acc_metric m, const char *pred, const char *answer,
+                        const char *const *classes, size_t n_classes)
+{
+    switch (m) {
+    case ACC_METRIC_QA_F1:
+        return acc_qa_f1_score(pred, answer);
+    case ACC_METRIC_ROUGE_L:
+        return acc_rouge_score(pred, answer);
+    case ACC_METRIC_CLASSIFICATION:
+        return acc_classification_score(pred, answer, classes, n_classes);
+    case ACC_METRIC_RETRIEVAL:
+        return acc_retrieval_score(pred, answer);
+    case ACC_METRIC_COUNT:
+        return acc_count_score(pred, answer);
+    case ACC_METRIC_CODE_SIM:
+        return acc_code_sim_score(pred, answer);
+    case ACC_METRIC_CONTAINS:
+    case ACC_METRIC_CONTAINS_ALL:
+        return acc_contains_score(pred, answer);
+    case ACC_METRIC_EXACT_MATCH:
+        return acc_exact_match_score(pred, answer);
+    default:
+        return -1.0;
+    }
+}
+
+double acc_score_sample(enum acc_metric m, int first_line_only, const char *pred,
+                        const char *const *answers, size_t n_answers, const char *const *classes,
+                        size_t n_classes)
+{
+    char *cut = NULL;
+    if (first_line_only) { /* prediction.lstrip('\n').split('\n')[0] */
+        while (*pred == '\n')
+            pred++;
+        const char *nl = strchr(pred, '\n');
+        size_t n = nl ? (size_t)(nl - pred) : strlen(pred);
+        if (!(cut = malloc(n + 1))) return -1.0;
+        memcpy(cut, pred, n);
+        cut[n] = 0;
+        pred = cut;
+    }
+    double score = 0.0;
+    size_t found = 0;
+    for (size_t k = 0; k < n_answers; k++) {
+        double s = acc_metric_score(m, pred, answers[k], classes, n_classes);
+        if (s < 0) {
+            score = -1.0;
+            goto out;
+        }
+        if (s > score) score = s; /* score = max(score, metric(...)) */
+        if (s > 0) found++;
+    }
+    if (m == ACC_METRIC_CONTAINS_ALL) score = n_answers ? (double)found / (double)n_answers : 0.0;
+out:
+    free(cut);
+    return score;
+}
+
+double acc_score_task(const double *scores, size_t n)
+{
+    if (n == 0) return NAN;
+    double total = 0.0;
+    for (size_t k = 0; k < n; k++)
+        total += scores[k];
+    double v = 100 * total / (double)n;
+    char buf[512]; /* round(v, 2): correctly rounded decimal, ties to even, as printf does */
+    snprintf(buf, sizeof buf, "%.2f", v);
+    return strtod(buf, NULL);
+}
+
+int acc_length_bucket(long long length)
+{
+    return length < 4000 ? 0 : length < 8000 ? 1 : 2;
+}
