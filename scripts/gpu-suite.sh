@@ -45,11 +45,12 @@ if has bench; then
     "$bin" bench decode-step --backend cuda "${peer[@]}" --out "$out/bench_decode.json" \
         >"$out/bench.txt" 2>&1
     summary+=("bench exit $?")
-    if [ -n "${PULSE_BENCH_VARIANTS:-}" ]; then  # e.g. "PULSE_ATTN_BLOCKS_PER_SM=8"
+    # e.g. "PULSE_ATTN_BLOCKS_PER_SM=8 PULSE_ATTN_BLOCKS_PER_SM=8,PULSE_ATTN_MIN_TILES=32"
+    if [ -n "${PULSE_BENCH_VARIANTS:-}" ]; then
         for v in $PULSE_BENCH_VARIANTS; do
-            env "$v" "$bin" bench decode-step --backend cuda "${peer[@]}" \
-                --out "$out/bench_${v//[^A-Za-z0-9]/_}.json" >"$out/bench_$v.txt" 2>&1
-            echo "--- bench with $v"; cat "$out/bench_$v.txt"
+            env ${v//,/ } "$bin" bench decode-step --backend cuda "${peer[@]}" \
+                --out "$out/bench_${v//[^A-Za-z0-9]/_}.json" >"$out/bench_${v//[^A-Za-z0-9]/_}.txt" 2>&1
+            echo "--- bench with $v"; cat "$out/bench_${v//[^A-Za-z0-9]/_}.txt"
         done
     fi
 fi
