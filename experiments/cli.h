@@ -27,5 +27,6 @@ void cli_unknown_flag(const char *cmd, int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_recall_bench(int argc, char **argv); /* recall_bench.c */
 
 #endif

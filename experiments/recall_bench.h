@@ -1,0 +1,62 @@
+/* State and helpers that the recall-bench driver (recall_bench.c) shares with its interference
+ * part (recall_bench_interference.c). Internal to `pulse recall-bench`. */
+#ifndef PULSE_RECALL_BENCH_H
+#define PULSE_RECALL_BENCH_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "host_pool.h"
+#include "recall.h"
+
+#define CMD "recall-bench"
+#define MAX_LIST 16
+#define MAX_REPS 100
+#define VERIFY_ITEMS 16
+#define ZC_CHUNK ((size_t)64 << 10) /* the interference runs' zero-copy recall: 64 KB x 512 */
+#define ZC_COUNT 512
+
+struct opts {
+    const char *backend, *out;
+    size_t sizes[MAX_LIST], cap_chunk, piece, pool_bytes, peak_bytes;
+    long counts[MAX_LIST], grids[MAX_LIST], reps, warmup, cap_count, threads, stages, zc_blocks,
+        zc_threads;
+    double caps[MAX_LIST];
+    int n_sizes, n_counts, n_grids, n_caps, engines[RECALL_ENGINES], n_engines;
+    int quick, nt, no_interf;
+    uint64_t seed;
+};
+
+struct bench {
+    struct opts o;
+    const struct backend *be;
+    const struct recall_copy_ops *ops;
+    struct kctx ctx;
+    struct host_pool *pool;
+    char *h_pool, *d_dst, *h_check;
+    size_t pool_bytes, dst_bytes, max_chunk;
+    uint32_t *perm;
+    size_t perm_n;
+    struct recall_item *items;
+    int max_count;
+    double peak;
+    uint64_t rng;
+};
+
+/* n distinct random chunk-aligned sources in the pool and slots in the device region, into
+ * b->items[0..n). */
+void recall_bench_pick(struct bench *b, size_t chunk, int n);
+/* An engine with the run's gather-scatter / zero-copy settings; NULL with a reason in err. */
+struct recall *recall_bench_engine(struct bench *b, int e, int max_items, double cap_gbps,
+                                   int zc_blocks, char *err, size_t errlen);
+/* warmup + reps recalls of b->items[0..n); wall seconds per timed recall into s (reps values);
+ * the engine's stats cover the timed recalls only. 0 or the first failure status. */
+int recall_bench_time(struct bench *b, struct recall *r, int n, double *s);
+json_t *recall_bench_samples(const double *v, int n);
+double recall_bench_median(const double *v, int n);
+/* The zero-copy-beside-compute runs into res["interference"] (a "skipped" note off CUDA). */
+void recall_bench_interference(struct bench *b, json_t *res);
+
+#endif

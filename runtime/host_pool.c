@@ -1,0 +1,270 @@
+#include "host_pool.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+#include "mem.h"
+
+struct host_pool {
+    struct host_pool_params p;
+    enum mem_kind kind;
+    char *h_pool; /* n_blocks * block_bytes, `kind` */
+    size_t block_bytes, head_bytes;
+    int64_t n_blocks, max_blocks; /* max_blocks: per (slot, layer) row */
+    /* one MEM_HOST allocation, carved: */
+    void *tables;
+    size_t tables_bytes;
+    int32_t *ids;      /* [max_requests][n_layers][max_blocks] */
+    int32_t *free_ids; /* stack, n_free entries */
+    int32_t *tokens;   /* [max_requests] length of the reserved request, 0 = free slot */
+    uint8_t *mark;     /* [n_blocks] scratch for host_pool_check */
+    int64_t n_free;
+    int active;
+    double pin_seconds;
+    int64_t reserves, releases, refusals;
+};
+
+static size_t align64(size_t x)
+{
+    return (x + 63) & ~(size_t)63;
+}
+
+static int bad_params(const struct host_pool_params *p, char *err, size_t errlen)
+{
+    if (p->n_layers < 1 || p->n_kv_heads < 1 || p->head_dim < 1 || p->page_size < 1 ||
+        p->elem_bytes < 1 || p->max_requests < 1 || p->max_tokens < 1) {
+        snprintf(err, errlen,
+                 "host pool: layers, heads, head dim, page size, element bytes, "
+                 "requests and tokens must all be >= 1");
+        return 1;
+    }
+    return 0;
+}
+
+struct host_pool *host_pool_create(const struct host_pool_params *p, char *err, size_t errlen)
+{
+    if (bad_params(p, err, errlen)) return NULL;
+    size_t head = (size_t)2 * p->page_size * p->head_dim * p->elem_bytes;
+    size_t block = head * p->n_kv_heads;
+    int64_t n_blocks = (int64_t)(p->pool_bytes / block);
+    if (n_blocks < 1 || n_blocks > INT32_MAX) {
+        snprintf(err, errlen, "host pool: %zu bytes hold %lld blocks of %zu bytes (need 1 to %d)",
+                 p->pool_bytes, (long long)n_blocks, block, INT32_MAX);
+        return NULL;
+    }
+    struct host_pool *hp = mem_alloc(MEM_HOST, sizeof *hp, "host pool");
+    if (!hp) {
+        snprintf(err, errlen, "host pool: out of host memory");
+        return NULL;
+    }
+    memset(hp, 0, sizeof *hp);
+    hp->p = *p;
+    hp->head_bytes = head;
+    hp->block_bytes = block;
+    hp->n_blocks = n_blocks;
+    hp->max_blocks = PULSE_CEIL_DIV((int64_t)p->max_tokens, p->page_size);
+#ifdef PULSE_HAVE_CUDA
+    hp->kind = p->pinned ? MEM_PINNED : MEM_HOST;
+#else
+    hp->kind = MEM_HOST;
+#endif
+    size_t rows = (size_t)p->max_requests * p->n_layers * hp->max_blocks;
+    size_t o_ids = 0, o_free = align64(o_ids + rows * 4), o_tok = align64(o_free + n_blocks * 4);
+    size_t o_mark = align64(o_tok + (size_t)p->max_requests * 4);
+    hp->tables_bytes = o_mark + (size_t)n_blocks;
+    hp->tables = mem_alloc(MEM_HOST, hp->tables_bytes, "host pool tables");
+    double t0 = pulse_now();
+    hp->h_pool = hp->tables ? mem_alloc(hp->kind, (size_t)n_blocks * block, "host pool") : NULL;
+    hp->pin_seconds = pulse_now() - t0;
+    if (!hp->tables || !hp->h_pool) {
+        snprintf(err, errlen, "host pool: cannot allocate %zu bytes of %s memory",
+                 hp->tables ? (size_t)n_blocks * block : hp->tables_bytes,
+                 mem_kind_name(hp->tables ? hp->kind : MEM_HOST));
+        host_pool_free(hp);
+        return NULL;
+    }
+    char *t = hp->tables;
+    hp->ids = (int32_t *)(t + o_ids);
+    hp->free_ids = (int32_t *)(t + o_free);
+    hp->tokens = (int32_t *)(t + o_tok);
+    hp->mark = (uint8_t *)(t + o_mark);
+    memset(hp->ids, 0xff, rows * 4); /* -1 */
+    memset(hp->tokens, 0, (size_t)p->max_requests * 4);
+    /* the stack pops low ids first, so a fresh pool fills from its start */
+    for (int64_t i = 0; i < n_blocks; i++)
+        hp->free_ids[i] = (int32_t)(n_blocks - 1 - i);
+    hp->n_free = n_blocks;
+    return hp;
+}
+
+void host_pool_free(struct host_pool *hp)
+{
+    if (!hp) return;
+    mem_free(hp->kind, hp->h_pool, (size_t)hp->n_blocks * hp->block_bytes);
+    mem_free(MEM_HOST, hp->tables, hp->tables_bytes);
+    mem_free(MEM_HOST, hp, sizeof *hp);
+}
+
+size_t host_pool_block_bytes(const struct host_pool *hp)
+{
+    return hp->block_bytes;
+}
+size_t host_pool_head_bytes(const struct host_pool *hp)
+{
+    return hp->head_bytes;
+}
+
+int64_t host_pool_blocks_for(const struct host_pool *hp, int n_tokens)
+{
+    return n_tokens <= 0 ? 0 : PULSE_CEIL_DIV((int64_t)n_tokens, hp->p.page_size);
+}
+
+static int32_t *row(const struct host_pool *hp, int slot, int layer)
+{
+    return hp->ids + ((size_t)slot * hp->p.n_layers + layer) * hp->max_blocks;
+}
+
+int host_pool_reserve(struct host_pool *hp, int n_tokens, int *slot)
+{
+    int64_t per_layer = host_pool_blocks_for(hp, n_tokens);
+    int64_t need = per_layer * hp->p.n_layers;
+    if (n_tokens < 1 || n_tokens > hp->p.max_tokens || need > hp->n_blocks) {
+        hp->refusals++;
+        return PULSE_ERR_INVALID;
+    }
+    int s = -1;
+    for (int i = 0; i < hp->p.max_requests && s < 0; i++)
+        if (hp->tokens[i] == 0) s = i;
+    if (s < 0 || need > hp->n_free) {
+        hp->refusals++;
+        return PULSE_ERR_NOMEM;
+    }
+    for (int l = 0; l < hp->p.n_layers; l++) {
+        int32_t *r = row(hp, s, l);
+        for (int64_t i = 0; i < per_layer; i++)
+            r[i] = hp->free_ids[--hp->n_free];
+    }
+    hp->tokens[s] = n_tokens;
+    hp->active++;
+    hp->reserves++;
+    *slot = s;
+    return PULSE_OK;
+}
+
+void host_pool_release(struct host_pool *hp, int slot)
+{
+    PULSE_CHECK(slot >= 0 && slot < hp->p.max_requests && hp->tokens[slot] > 0,
+                "host_pool_release: slot is not reserved");
+    int64_t per_layer = host_pool_blocks_for(hp, hp->tokens[slot]);
+    for (int l = 0; l < hp->p.n_layers; l++) {
+        int32_t *r = row(hp, slot, l);
+        for (int64_t i = per_layer - 1; i >= 0; i--) {
+            hp->free_ids[hp->n_free++] = r[i];
+            r[i] = -1;
+        }
+    }
+    hp->tokens[slot] = 0;
+    hp->active--;
+    hp->releases++;
+}
+
+int64_t host_pool_block_id(const struct host_pool *hp, int slot, int layer, int block)
+{
+    if (slot < 0 || slot >= hp->p.max_requests || layer < 0 || layer >= hp->p.n_layers ||
+        block < 0 || block >= host_pool_blocks_for(hp, hp->tokens[slot]))
+        return -1;
+    return row(hp, slot, layer)[block];
+}
+
+void *host_pool_block(const struct host_pool *hp, int slot, int layer, int block)
+{
+    int64_t id = host_pool_block_id(hp, slot, layer, block);
+    PULSE_CHECK(id >= 0, "host_pool_block: (slot, layer, block) is not reserved");
+    return hp->h_pool + (size_t)id * hp->block_bytes;
+}
+
+void *host_pool_head(const struct host_pool *hp, int slot, int layer, int block, int head)
+{
+    PULSE_CHECK(head >= 0 && head < hp->p.n_kv_heads, "host_pool_head: head out of range");
+    return (char *)host_pool_block(hp, slot, layer, block) + (size_t)head * hp->head_bytes;
+}
+
+void *host_pool_block_at(const struct host_pool *hp, int64_t id)
+{
+    PULSE_CHECK(id >= 0 && id < hp->n_blocks, "host_pool_block_at: id out of range");
+    return hp->h_pool + (size_t)id * hp->block_bytes;
+}
+
+void *host_pool_base(const struct host_pool *hp)
+{
+    return hp->h_pool;
+}
+size_t host_pool_bytes(const struct host_pool *hp)
+{
+    return (size_t)hp->n_blocks * hp->block_bytes;
+}
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        snprintf(err, errlen, __VA_ARGS__);                                                        \
+        return -1;                                                                                 \
+    } while (0)
+
+int host_pool_check(const struct host_pool *hp, char *err, size_t errlen)
+{
+    uint8_t *mark = hp->mark; /* scratch owned by the pool */
+    memset(mark, 0, (size_t)hp->n_blocks);
+    if (hp->n_free < 0 || hp->n_free > hp->n_blocks) FAIL("free count %lld", (long long)hp->n_free);
+    for (int64_t i = 0; i < hp->n_free; i++) {
+        int32_t id = hp->free_ids[i];
+        if (id < 0 || id >= hp->n_blocks) FAIL("free list entry %lld = %d", (long long)i, id);
+        if (mark[id]++) FAIL("block %d is on the free list twice", id);
+    }
+    int64_t owned = 0;
+    int active = 0;
+    for (int s = 0; s < hp->p.max_requests; s++) {
+        int64_t need = host_pool_blocks_for(hp, hp->tokens[s]);
+        if (hp->tokens[s] < 0 || hp->tokens[s] > hp->p.max_tokens)
+            FAIL("slot %d length %d", s, hp->tokens[s]);
+        active += hp->tokens[s] > 0;
+        for (int l = 0; l < hp->p.n_layers; l++) {
+            const int32_t *r = row(hp, s, l);
+            for (int64_t i = 0; i < hp->max_blocks; i++) {
+                if (i >= need) {
+                    if (r[i] != -1)
+                        FAIL("slot %d layer %d entry %lld past its length", s, l, (long long)i);
+                    continue;
+                }
+                if (r[i] < 0 || r[i] >= hp->n_blocks)
+                    FAIL("slot %d layer %d entry %lld = %d", s, l, (long long)i, r[i]);
+                if (mark[r[i]]++) FAIL("block %d owned twice or owned and free", r[i]);
+                owned++;
+            }
+        }
+    }
+    if (owned + hp->n_free != hp->n_blocks)
+        FAIL("owned %lld + free %lld != %lld blocks", (long long)owned, (long long)hp->n_free,
+             (long long)hp->n_blocks);
+    if (active != hp->active) FAIL("active slots %d, counter %d", active, hp->active);
+    if (hp->reserves - hp->releases != hp->active)
+        FAIL("reserves %lld - releases %lld != active %d", (long long)hp->reserves,
+             (long long)hp->releases, hp->active);
+    return 0;
+}
+
+void host_pool_get_stats(const struct host_pool *hp, struct host_pool_stats *out)
+{
+    out->n_blocks = hp->n_blocks;
+    out->free_blocks = hp->n_free;
+    out->block_bytes = hp->block_bytes;
+    out->head_bytes = hp->head_bytes;
+    out->pool_bytes = (size_t)hp->n_blocks * hp->block_bytes;
+    out->pinned = hp->kind == MEM_PINNED;
+    out->pin_seconds = hp->pin_seconds;
+    out->active_requests = hp->active;
+    out->max_requests = hp->p.max_requests;
+    out->reserves = hp->reserves;
+    out->releases = hp->releases;
+    out->refusals = hp->refusals;
+}
