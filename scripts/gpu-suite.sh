@@ -8,7 +8,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/out}
 mkdir -p "$out"
-stages=${*:-test sanitize bench run}
+stages=${*:-test sanitize bench run recall}
 has() { [[ " $stages " == *" $1 "* ]]; }
 export PATH=$PATH:/usr/local/cuda/bin
 log() { echo "== $(date +%H:%M:%S) $*"; }
@@ -24,6 +24,10 @@ if has test; then
     summary+=("ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)")
     "$root/build-gpu/test_kernels_gpu" >"$out/kernels_gpu.txt" 2>&1
     summary+=("test_kernels_gpu exit $?")
+    for t in test_decode_gpu test_select_gpu test_recall_gpu; do
+        "$root/build-gpu/$t" >"$out/$t.txt" 2>&1
+        summary+=("$t exit $?")
+    done
 fi
 if has sanitize && command -v compute-sanitizer >/dev/null; then
     log compute-sanitizer
@@ -60,8 +64,15 @@ if has run; then
         --kv-budget-gb 45 --out "$out/run.json" >"$out/run.txt" 2>&1
     summary+=("run exit $?")
 fi
+if has recall; then
+    log recall-bench
+    timeout 200 "$bin" recall-bench --out "$out/recall_bench.json" >"$out/recall_bench.txt" 2>&1
+    summary+=("recall-bench exit $?")
+    python3 "$root/plots/recall_bandwidth.py" "$out/recall_bench.json" --out "$out/recall_bandwidth.png" \
+        >/dev/null 2>&1 || true
+fi
 log done
 printf '%s\n' "${summary[@]}"
-for f in kernels_gpu.txt bench.txt run.txt; do
+for f in kernels_gpu.txt bench.txt run.txt recall_bench.txt; do
     [ -f "$out/$f" ] && { echo "--- $f"; tail -n 25 "$out/$f"; }
 done
