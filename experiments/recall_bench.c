@@ -38,9 +38,9 @@ static const char usage[] =
     "  --cap-chunk SIZE   chunk of the cap points (default 256K); --cap-count N (default 1024)\n"
     "  --zc-grids LIST    zero-copy grids beside compute (default 4,8,16,32,64)\n"
     "  --no-interference  skip the runs beside compute\n"
-    "  --threads N        gather-scatter CPU threads (default 8)\n"
+    "  --threads N        gather-scatter CPU threads (default: online CPUs - 2, at most 16)\n"
     "  --piece SIZE       gather-scatter largest piece (default 2M); --stages N (default 3)\n"
-    "  --nt-stores        gather-scatter: streaming stores into the staging buffer\n"
+    "  --no-nt-stores     gather-scatter: plain stores into the staging buffer (default: streaming)\n"
     "  --zc-blocks N      zero-copy grid of the sweep (default 16); --zc-threads N (default 512)\n"
     "  --pool-bytes SIZE  host pool (default 1.25 x the largest recall, at least --peak-bytes)\n"
     "  --peak-bytes SIZE  the single copy (default 512M on cuda, 64M on cpu)\n"
@@ -183,7 +183,7 @@ static int parse(int argc, char **argv, struct opts *o)
                                          {"threads", 1, 0, O_THREADS},
                                          {"piece", 1, 0, O_PIECE},
                                          {"stages", 1, 0, O_STAGES},
-                                         {"nt-stores", 0, 0, O_NT},
+                                         {"no-nt-stores", 0, 0, O_NT},
                                          {"zc-blocks", 1, 0, O_ZCB},
                                          {"zc-threads", 1, 0, O_ZCT},
                                          {"pool-bytes", 1, 0, O_POOL},
@@ -199,7 +199,8 @@ static int parse(int argc, char **argv, struct opts *o)
     o->warmup = 1;
     o->cap_chunk = 256 << 10;
     o->cap_count = 1024;
-    o->threads = 8;
+    o->threads = recall_default_gather_threads();
+    o->nt = 1;
     o->piece = 2 << 20;
     o->stages = 3;
     o->zc_blocks = 16;
@@ -223,7 +224,7 @@ static int parse(int argc, char **argv, struct opts *o)
             o->no_interf = 1;
             break;
         case O_NT:
-            o->nt = 1;
+            o->nt = 0;
             break;
         case O_ENG:
             bad = parse_list("--engines", optarg, &o->n_engines, each_engine, o->engines);

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "backend.h"
@@ -25,13 +26,22 @@ int recall_engine_find(const char *name)
     return -1;
 }
 
+int recall_default_gather_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 18 ? 16 : n > 3 ? (int)n - 2 : 1;
+}
+
 void recall_params_init(struct recall_params *p, enum recall_engine engine, int max_items)
 {
     memset(p, 0, sizeof *p);
     p->engine = engine;
     p->max_items = max_items;
     p->max_inflight = 4;
-    p->gather_threads = 8;
+    /* measured on the H200 machine (16 cores), 2026-11-29: 8 workers and plain stores gather
+     * 8-64 KB chunks at 22-24 GB/s; 14 workers with streaming stores at 31-41 GB/s */
+    p->gather_threads = recall_default_gather_threads();
+    p->nt_stores = 1;
     p->piece_bytes = (size_t)2 << 20;
     p->n_stage = 3;
     p->zc_blocks = 16;

@@ -110,7 +110,7 @@ struct recall_params {
     enum recall_engine engine;
     int max_items;      /* most items in one recall, >= 1 */
     int max_inflight;   /* recalls submitted and not complete at once, >= 1 (default 4) */
-    int gather_threads; /* gather-scatter CPU workers (default 8) */
+    int gather_threads; /* gather-scatter CPU workers (default recall_default_gather_threads) */
     size_t piece_bytes; /* gather-scatter: largest piece of data per DMA (default 2 MiB);
                          * a recall of B bytes goes in pieces of clamp(B / 4, P / 8 but at
                          * least 64 KiB, P) so that even small recalls pipeline */
@@ -121,7 +121,7 @@ struct recall_params {
     size_t cap_burst_bytes; /* bucket depth (default 4 MiB; 0: strict pacing) */
     size_t cap_unit_bytes;  /* pacing unit of the non-staged engines (default 1 MiB) */
     int spin_us;            /* issuer/worker spin before sleeping, microseconds (default 200) */
-    int nt_stores;          /* gather-scatter: streaming stores into staging (x86; default 0) */
+    int nt_stores;          /* gather-scatter: streaming stores into staging (x86; default 1) */
     /* Optional: the mapped host region every zero-copy source lies in (the host pool), so
      * sources translate by one offset; sources outside it go through ops->map_host. */
     const void *host_base;
@@ -149,6 +149,10 @@ struct recall;
 
 /* Fills p with the defaults above for `engine` and max_items. */
 void recall_params_init(struct recall_params *p, enum recall_engine engine, int max_items);
+/* Gather-scatter workers by default: the online CPUs less two (the caller's thread and the
+ * engine's issuer), at least 1, at most 16. */
+int recall_default_gather_threads(void);
+
 /* Creates an engine: allocates its rings, staging and descriptors and starts its threads (one
  * issuer, plus gather_threads workers for gather-scatter). Returns NULL with a one-line reason
  * in err for bad params, refused memory, or an engine the copy path cannot run (batch needs
