@@ -28,5 +28,6 @@ int cmd_models(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_recall_bench(int argc, char **argv); /* recall_bench.c */
+int cmd_profile_heads(int argc, char **argv); /* profile_heads.c */
 
 #endif

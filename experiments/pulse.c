@@ -12,6 +12,7 @@ static const char usage[] =
     "  models   list the built-in model configs with their sizes\n"
     "  bench    microbenchmarks (decode-step)\n"
     "  recall-bench  recall engines: bandwidth vs chunk size and count, cap, zero-copy cost\n"
+    "  profile-heads  MAM head profile of a model (SoloHead's selector heads), as JSON\n"
     "\n"
     "pulse COMMAND --help describes each command.\n";
 
@@ -27,6 +28,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "models")) return cmd_models(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "recall-bench")) return cmd_recall_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "profile-heads")) return cmd_profile_heads(argc - 1, argv + 1);
     fprintf(stderr, "pulse: unknown command '%s' (commands: run, models, bench)\n", cmd);
     return EXIT_USAGE;
 }

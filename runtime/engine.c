@@ -24,6 +24,7 @@ struct engine {
     float *logits;  /* [B][vocab] */
     int use_graph;
     struct engine_stats st;
+    struct engine_layer_hook hook; /* optional observer (profiling); zeroed = none */
 };
 
 struct batch {
@@ -246,6 +247,11 @@ void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache 
     be->qk_norm_rope_append(x, e->qkv, w->q_norm, w->k_norm, e->q, &v, bt->d_pos, B, c->n_heads,
                             c->rope_theta, c->norm_eps);
     engine_run_attention(e, bt, kv, layer);
+    if (e->hook.after_attention) { /* lengths via the batch's host staging (its len row) */
+        int32_t *len = bt->h_stage + 2 * (size_t)e->p.max_batch;
+        be->download(x, len, bt->d_len, sizeof(int32_t) * (size_t)B);
+        e->hook.after_attention(e->hook.user, layer, e->q, &v, len, B);
+    }
     be->gemm_bf16(x, e->attn, w->wo, bt->d_x, B, H, qd, 1.0f);
     be->rmsnorm(x, bt->d_x, w->mlp_norm, e->xn, B, H, c->norm_eps);
     be->gemm_bf16(x, e->xn, w->wgu, e->gu, B, 2 * c->ffn, H, 0.0f);
@@ -295,7 +301,7 @@ void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv)
     if (!bt->n) return;
     TRACE_PUSH("step");
     e->st.steps++;
-    if (!e->use_graph) {
+    if (!e->use_graph || e->hook.after_attention) { /* a hook runs host code: no graph */
         step_body(e, bt, kv);
         TRACE_POP();
         return;
@@ -316,3 +322,11 @@ void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv)
 }
 
 void engine_get_stats(const struct engine *e, struct engine_stats *out) { *out = e->st; }
+
+void engine_set_hook(struct engine *e, const struct engine_layer_hook *hook)
+{
+    if (hook && hook->after_attention)
+        e->hook = *hook;
+    else
+        memset(&e->hook, 0, sizeof e->hook);
+}

@@ -33,6 +33,19 @@ struct batch_entry {
 struct engine;
 struct batch;
 
+/* An optional observer of every layer (the MAM head profiler, mam.h). after_attention runs on
+ * the host inside engine_run_layer, right after the layer's attention is queued, with backend
+ * pointers to the rotated queries q [batch][nq][head_dim] and the layer's KV view (the step's
+ * token already appended), and the attended lengths n_tokens_host [batch] on the host. It may
+ * synchronise and copy (on cuda the engine fetches n_tokens_host with a synchronous copy, and
+ * engine_step does not use CUDA graphs while a hook is set); it must not allocate, nor change
+ * the batch. For profiling only: it costs a host round trip per layer. */
+struct engine_layer_hook {
+    void (*after_attention)(void *user, int layer, const uint16_t *q, const struct kv_view *kv,
+                            const int32_t *n_tokens_host, int batch);
+    void *user;
+};
+
 /* Creates the context, allocates and fills the weights and scratch. NULL with a reason in err
  * (no device, out of memory). */
 struct engine *engine_create(const struct engine_params *p, char *err, size_t errlen);
@@ -74,6 +87,9 @@ void engine_run_head(struct engine *e, struct batch *bt);
 void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv);
 
 void engine_get_stats(const struct engine *e, struct engine_stats *out);
+
+/* Sets (copies) the per-layer hook; NULL or a NULL after_attention removes it. */
+void engine_set_hook(struct engine *e, const struct engine_layer_hook *hook);
 
 /* The first token a request's decode consumes (its synthetic last prompt token). */
 int32_t engine_first_token(const struct engine *e, int req_id);
