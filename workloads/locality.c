@@ -1,0 +1,558 @@
+/* The locality generator (locality.h, part 2): structured synthetic keys, per-layer query
+ * streams and the churn calibration that maps a target churn to a step angle. */
+#include "locality.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+#include "mem.h"
+#include "numeric.h"
+
+#define PI_D 3.14159265358979323846
+
+/* Counter-RNG stream tags. */
+enum {
+    TAG_KEYS = 0x6b657973,     /* prompt keys of (request, layer, head) */
+    TAG_CAL_KEYS = 0x636b6579, /* calibration keys of (stream, layer, head) */
+    TAG_QINIT = 0x71303030,    /* step-0 query of (request, layer, head) */
+    TAG_Z = 0x7a7a7a7a,        /* innovations of (request, layer, step) */
+    TAG_TARGET = 0x74677274,   /* target churn draws of (request, layer, step) */
+    TAG_CAL_Q = 0x63713030,    /* calibration stream's step-0 query */
+    TAG_CAL_Z = 0x637a7a7a,    /* calibration stream's innovations */
+};
+
+struct locality {
+    struct locality_params p;
+    struct locality_profile prof;
+    int nq, nkv, hd, G, D;
+    double *theta, *cal;            /* [calib_points] the table */
+    float *q;                       /* [n_slots][n_layers][nq][hd] unit query states */
+    int32_t *step;                  /* [n_slots][n_layers] steps taken */
+    int64_t *req;                   /* [n_slots] request in the slot, -1 = none */
+    struct locality_gen_stats *gst; /* [n_layers] */
+    float *dirs;                    /* [nkv][D][hd] key directions of the entry being written */
+    float *mean;                    /* [hd] the current block's mean */
+    uint16_t *page;                 /* one KV page: the digest path's scratch */
+    void *mem;
+    size_t mem_bytes;
+};
+
+/* ------------------------------------------------------------------ random numbers */
+
+static uint64_t stream_seed(uint64_t seed, uint64_t tag, uint64_t id, uint64_t a, uint64_t b)
+{
+    return pulse_seed_mix(pulse_seed_mix(seed, tag, id), a, b);
+}
+
+/* Standard normal by Box-Muller on elements (2i, 2i+1) of stream s. */
+static float gauss(uint64_t s, uint64_t i)
+{
+    float u1 = 0.5f * (pulse_uniform(s, 2 * i) + 1.0f);
+    float u2 = 0.5f * (pulse_uniform(s, 2 * i + 1) + 1.0f);
+    return sqrtf(-2.0f * logf(1.0f - u1)) * cosf(6.283185307f * u2);
+}
+
+static void normalize(float *v, int n)
+{
+    double ss = 0.0;
+    for (int i = 0; i < n; i++)
+        ss += (double)v[i] * v[i];
+    float inv = ss > 0.0 ? (float)(1.0 / sqrt(ss)) : 0.0f;
+    for (int i = 0; i < n; i++)
+        v[i] *= inv;
+}
+
+/* ------------------------------------------------------------------ keys */
+
+/* The directions of every KV head of (tag, id, layer) into L->dirs. */
+static void make_dirs(struct locality *L, uint64_t tag, uint64_t id, int layer)
+{
+    const int hd = L->hd, D = L->D;
+    for (int h = 0; h < L->nkv; h++) {
+        uint64_t s =
+            pulse_seed_mix(stream_seed(L->p.seed, tag, id, (uint64_t)layer, (uint64_t)h), 1, 0);
+        for (int d = 0; d < D; d++) {
+            float *u = L->dirs + ((size_t)h * D + d) * hd;
+            for (int c = 0; c < hd; c++)
+                u[c] = gauss(s, (uint64_t)d * hd + c);
+            normalize(u, hd);
+        }
+    }
+}
+
+/* The mean of block i of head h into L->mean (make_dirs done for the same entry). */
+static void block_mean(struct locality *L, uint64_t ks, int h, int i)
+{
+    const int hd = L->hd, D = L->D;
+    uint64_t s = pulse_seed_mix(ks, 2, (uint64_t)i);
+    float rho = expf(L->p.key_strength_sigma * gauss(s, (uint64_t)D));
+    float scale = rho * sqrtf((float)hd / (float)D);
+    for (int c = 0; c < hd; c++)
+        L->mean[c] = 0.0f;
+    for (int d = 0; d < D; d++) {
+        float w = gauss(s, (uint64_t)d) * scale;
+        const float *u = L->dirs + ((size_t)h * D + d) * hd;
+        for (int c = 0; c < hd; c++)
+            L->mean[c] += w * u[c];
+    }
+}
+
+static uint16_t *kv_at(const struct kv_view *kv, int b, int t, int h, int which)
+{
+    int page = kv->page_ids[kv->page_start[b] + t / kv->page_size];
+    size_t page_elems = (size_t)kv->n_kv_heads * 2 * kv->page_size * kv->head_dim;
+    return kv->pool + (size_t)page * page_elems +
+           (((size_t)h * 2 + which) * kv->page_size + t % kv->page_size) * kv->head_dim;
+}
+
+/* K of head h, tokens [t0, t1) of (tag, id, layer) into entry b of kv at token t - t_off. */
+static void write_keys(struct locality *L, uint64_t tag, uint64_t id, int layer, int h,
+                       const struct kv_view *kv, int b, int t0, int t1, int t_off)
+{
+    const int hd = L->hd, bs = L->p.sel.block_size;
+    const uint64_t ks = stream_seed(L->p.seed, tag, id, (uint64_t)layer, (uint64_t)h);
+    const uint64_t ns = pulse_seed_mix(ks, 3, 0);
+    const float amp = L->p.key_noise * 1.7320508f; /* U[-1, 1) has std 1/sqrt(3) */
+    int cur = -1;
+    for (int t = t0; t < t1; t++) {
+        if (t / bs != cur) block_mean(L, ks, h, cur = t / bs);
+        uint16_t *k = kv_at(kv, b, t - t_off, h, 0);
+        for (int c = 0; c < hd; c++)
+            k[c] = f32_to_bf16(L->mean[c] + amp * pulse_uniform(ns, (uint64_t)t * hd + c));
+    }
+}
+
+void locality_fill_kv(struct locality *L, const struct kv_view *kv, const int32_t *t0,
+                      const int32_t *t1, const int32_t *req_ids, int batch, int layer)
+{
+    PULSE_CHECK(
+        kv->n_kv_heads == L->nkv && kv->head_dim == L->hd && kv->page_size == L->p.sel.block_size,
+        "locality_fill_kv: the KV view's heads, head_dim and page size must be the params'");
+    PULSE_CHECK(layer >= 0 && layer < L->p.n_layers, "locality_fill_kv: layer out of range");
+    const int hd = L->hd, nkv = L->nkv;
+    const uint64_t per_token = (uint64_t)nkv * 2 * hd;
+    for (int b = 0; b < batch; b++) {
+        PULSE_CHECK(req_ids[b] >= 0, "locality_fill_kv: request ids must be >= 0");
+        const int a = t0 ? t0[b] : 0, e = t1[b];
+        make_dirs(L, TAG_KEYS, (uint64_t)req_ids[b], layer);
+        for (int h = 0; h < nkv; h++)
+            write_keys(L, TAG_KEYS, (uint64_t)req_ids[b], layer, h, kv, b, a, e, 0);
+        /* V exactly as kv_fill_synthetic writes it */
+        uint64_t s = pulse_seed_mix(L->p.seed, (uint64_t)req_ids[b], (uint64_t)layer);
+        for (int t = a; t < e; t++)
+            for (int h = 0; h < nkv; h++) {
+                uint16_t *v = kv_at(kv, b, t, h, 1);
+                uint64_t e0 = (uint64_t)t * per_token + ((uint64_t)h * 2 + 1) * hd;
+                for (int d = 0; d < hd; d++)
+                    v[d] = f32_to_bf16(pulse_uniform(s, e0 + d));
+            }
+    }
+}
+
+/* Digests of blocks [0, ceil(n / bs)) of (tag, id, layer) into entry b of dv, one block at a
+ * time through the one-page scratch and digest_build_ref (so the bits are digest_build's). */
+static void digests_entry(struct locality *L, const struct digest_view *dv, int b, int n,
+                          uint64_t tag, uint64_t id, int layer, int sel_head)
+{
+    const int bs = L->p.sel.block_size;
+    const int32_t zero = 0;
+    const struct kv_view one = {L->page, &zero, &zero, bs, L->nkv, L->hd};
+    make_dirs(L, tag, id, layer);
+    for (int i = 0; i * bs < n; i++) {
+        const int t0 = i * bs, t1 = PULSE_MIN(n, t0 + bs);
+        for (int h = 0; h < L->nkv; h++)
+            if (sel_head == SELECT_HEADWISE || sel_head == h)
+                write_keys(L, tag, id, layer, h, &one, 0, t0, t1, t0);
+        const int32_t start = dv->page_start[b] + i, cnt = t1 - t0;
+        const struct digest_view d1 = {dv->pool, dv->page_ids, &start, dv->n_heads, dv->head_dim};
+        digest_build_ref(NULL, &one, &d1, &cnt, 1, sel_head, bs);
+    }
+}
+
+void locality_build_digests(struct locality *L, const struct digest_view *dv,
+                            const int32_t *n_tokens, const int32_t *req_ids, int batch, int layer,
+                            int sel_head)
+{
+    PULSE_CHECK(layer >= 0 && layer < L->p.n_layers, "locality_build_digests: layer out of range");
+    for (int b = 0; b < batch; b++) {
+        PULSE_CHECK(req_ids[b] >= 0, "locality_build_digests: request ids must be >= 0");
+        digests_entry(L, dv, b, n_tokens[b], TAG_KEYS, (uint64_t)req_ids[b], layer, sel_head);
+    }
+}
+
+/* ------------------------------------------------------------------ query streams */
+
+/* q <- cos(th) q + sin(th) z, z = the part of U[-1, 1)^hd (stream zs, elements off..) orthogonal
+ * to q, normalised; q stays a unit vector. */
+static void advance(float *q, int hd, float ca, float sa, uint64_t zs, uint64_t off)
+{
+    float z[SELECT_MAX_HEAD_DIM];
+    double dot = 0.0;
+    for (int c = 0; c < hd; c++) {
+        z[c] = pulse_uniform(zs, off + (uint64_t)c);
+        dot += (double)z[c] * q[c];
+    }
+    for (int c = 0; c < hd; c++)
+        z[c] -= (float)dot * q[c];
+    normalize(z, hd);
+    for (int c = 0; c < hd; c++)
+        q[c] = ca * q[c] + sa * z[c];
+    normalize(q, hd);
+}
+
+static void init_q(float *q, int nq, int hd, uint64_t seed, uint64_t tag, uint64_t id, int layer)
+{
+    for (int g = 0; g < nq; g++) {
+        uint64_t s = stream_seed(seed, tag, id, (uint64_t)layer, (uint64_t)g);
+        for (int c = 0; c < hd; c++)
+            q[(size_t)g * hd + c] = gauss(s, (uint64_t)c);
+        normalize(q + (size_t)g * hd, hd);
+    }
+}
+
+static void q_to_bf16(const float *q, size_t n, float scale, uint16_t *out)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = f32_to_bf16(q[i] * scale);
+}
+
+double locality_theta_for_churn(const struct locality *L, double c)
+{
+    const int J = L->p.calib_points;
+    if (!(c > 0.0)) return 0.0;
+    for (int j = 1; j < J; j++)
+        if (L->cal[j] >= c) {
+            double w = (c - L->cal[j - 1]) / (L->cal[j] - L->cal[j - 1]);
+            return L->theta[j - 1] + w * (L->theta[j] - L->theta[j - 1]);
+        }
+    return L->theta[J - 1];
+}
+
+void locality_start(struct locality *L, int slot, int64_t req_id)
+{
+    PULSE_CHECK(slot >= 0 && slot < L->p.n_slots, "locality_start: slot out of range");
+    PULSE_CHECK(req_id >= 0, "locality_start: request ids must be >= 0");
+    L->req[slot] = req_id;
+    const size_t per_layer = (size_t)L->nq * L->hd;
+    for (int l = 0; l < L->p.n_layers; l++) {
+        size_t u = (size_t)slot * L->p.n_layers + l;
+        init_q(L->q + u * per_layer, L->nq, L->hd, L->p.seed, TAG_QINIT, (uint64_t)req_id, l);
+        L->step[u] = 0;
+    }
+}
+
+void locality_step_q(struct locality *L, int layer, const int32_t *slots, int batch,
+                     uint16_t *q_out)
+{
+    PULSE_CHECK(layer >= 0 && layer < L->p.n_layers, "locality_step_q: layer out of range");
+    const int hd = L->hd, G = L->G;
+    const size_t per_layer = (size_t)L->nq * hd;
+    const float scale = sqrtf((float)hd) * L->p.q_scale;
+    struct locality_gen_stats *st = &L->gst[layer];
+    const double cmax = L->cal[L->p.calib_points - 1];
+    for (int b = 0; b < batch; b++) {
+        const int slot = slots[b];
+        PULSE_CHECK(slot >= 0 && slot < L->p.n_slots && L->req[slot] >= 0,
+                    "locality_step_q: slot out of range or not started");
+        const size_t u = (size_t)slot * L->p.n_layers + layer;
+        float *q = L->q + u * per_layer;
+        const int64_t step = L->step[u];
+        if (step > 0) {
+            const uint64_t rq = (uint64_t)L->req[slot];
+            const uint64_t zs = stream_seed(L->p.seed, TAG_Z, rq, (uint64_t)layer, (uint64_t)step);
+            const uint64_t ts =
+                stream_seed(L->p.seed, TAG_TARGET, rq, (uint64_t)layer, (uint64_t)step);
+            for (int h = 0; h < L->nkv; h++) {
+                double th = PI_D / 2;
+                if (!L->prof.dense[layer]) {
+                    double c = locality_profile_quantile(
+                        &L->prof, layer, 0.5 * (pulse_uniform(ts, (uint64_t)h) + 1.0));
+                    th = locality_theta_for_churn(L, c);
+                    st->draws++;
+                    st->clipped += c > cmax;
+                    st->target_sum += c;
+                    st->expect_sum += c > cmax ? cmax : c;
+                }
+                float ca = (float)cos(th), sa = (float)sin(th);
+                for (int g = h * G; g < (h + 1) * G; g++)
+                    advance(q + (size_t)g * hd, hd, ca, sa, zs, (uint64_t)g * hd);
+            }
+        }
+        L->step[u] = (int32_t)(step + 1);
+        q_to_bf16(q, per_layer, scale, q_out + (size_t)b * per_layer);
+    }
+}
+
+/* ------------------------------------------------------------------ calibration */
+
+/* Calibration scratch (create only). */
+struct cal_buf {
+    uint16_t *dig, *qb;
+    int32_t *ident, *sel[2], *cnt[2];
+    float *scores, *qf;
+    void *mem;
+    size_t bytes;
+};
+
+static int cal_alloc(struct locality *L, const struct select_cfg *cfg, int nb, struct cal_buf *c)
+{
+    const int ms = select_max_selected(cfg), nkv = L->nkv;
+    const size_t qn = (size_t)L->nq * L->hd;
+    size_t sz[] = {(size_t)nb * nkv * 2 * L->hd * 2,
+                   qn * 2,
+                   (size_t)nb * 4,
+                   (size_t)nkv * ms * 4,
+                   (size_t)nkv * ms * 4,
+                   (size_t)nkv * 4,
+                   (size_t)nkv * 4,
+                   (size_t)nkv * nb * 4,
+                   qn * 4};
+    size_t off[PULSE_ARRAY_LEN(sz)], total = 0;
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(sz); i++)
+        off[i] = total, total += (sz[i] + 63) / 64 * 64;
+    char *m = mem_alloc(MEM_HOST, total, "locality calibration");
+    if (!m) return PULSE_ERR_NOMEM;
+    c->mem = m, c->bytes = total;
+    c->dig = (uint16_t *)(m + off[0]), c->qb = (uint16_t *)(m + off[1]);
+    c->ident = (int32_t *)(m + off[2]);
+    c->sel[0] = (int32_t *)(m + off[3]), c->sel[1] = (int32_t *)(m + off[4]);
+    c->cnt[0] = (int32_t *)(m + off[5]), c->cnt[1] = (int32_t *)(m + off[6]);
+    c->scores = (float *)(m + off[7]), c->qf = (float *)(m + off[8]);
+    for (int i = 0; i < nb; i++)
+        c->ident[i] = i;
+    return PULSE_OK;
+}
+
+/* One calibration stream r on its keys: for every angle j >= 1, calib_steps steps from the same
+ * start with the same innovations; adds the per-list churn to sum[j], cnt[j]. */
+static void cal_stream(struct locality *L, const struct select_cfg *cfg, struct cal_buf *c, int r,
+                       int layer, int n_tok, double *sum, int64_t *cnt)
+{
+    const int32_t zero = 0, ntok[1] = {n_tok};
+    const int nb = PULSE_CEIL_DIV(n_tok, cfg->block_size), ms = select_max_selected(cfg);
+    const struct digest_view dv = {c->dig, c->ident, &zero, L->nkv, L->hd};
+    const size_t qn = (size_t)L->nq * L->hd;
+    const float scale = sqrtf((float)L->hd) * L->p.q_scale;
+    digests_entry(L, &dv, 0, n_tok, TAG_CAL_KEYS, (uint64_t)r, layer, SELECT_HEADWISE);
+    for (int j = 1; j < L->p.calib_points; j++) {
+        const float ca = (float)cos(L->theta[j]), sa = (float)sin(L->theta[j]);
+        init_q(c->qf, L->nq, L->hd, L->p.seed, TAG_CAL_Q, (uint64_t)r, 0);
+        q_to_bf16(c->qf, qn, scale, c->qb);
+        select_blocks_ref(NULL, cfg, c->qb, &dv, ntok, c->scores, c->sel[0], c->cnt[0], 1,
+                          SELECT_HEADWISE);
+        for (int s = 1; s <= L->p.calib_steps; s++) {
+            const int cur = s & 1, prev = cur ^ 1;
+            uint64_t zs = stream_seed(L->p.seed, TAG_CAL_Z, (uint64_t)r, 0, (uint64_t)s);
+            for (int g = 0; g < L->nq; g++)
+                advance(c->qf + (size_t)g * L->hd, L->hd, ca, sa, zs, (uint64_t)g * L->hd);
+            q_to_bf16(c->qf, qn, scale, c->qb);
+            select_blocks_ref(NULL, cfg, c->qb, &dv, ntok, c->scores, c->sel[cur], c->cnt[cur], 1,
+                              SELECT_HEADWISE);
+            for (int h = 0; h < L->nkv; h++) {
+                int nbud,
+                    nn = locality_count_new(cfg, c->sel[cur] + (size_t)h * ms, c->cnt[cur][h], nb,
+                                            c->sel[prev] + (size_t)h * ms, c->cnt[prev][h], &nbud);
+                if (nbud > 0) sum[j] += (double)nn / nbud, cnt[j]++;
+            }
+        }
+    }
+}
+
+static int calibrate(struct locality *L, char *err, size_t errlen)
+{
+    const int J = L->p.calib_points;
+    struct select_cfg cfg = L->p.sel;
+    const int nb = PULSE_CEIL_DIV(L->p.calib_tokens, cfg.block_size);
+    cfg.max_blocks = nb;
+    struct cal_buf c;
+    if (cal_alloc(L, &cfg, nb, &c) != PULSE_OK) {
+        snprintf(err, errlen, "locality: out of memory for the calibration");
+        return PULSE_ERR_NOMEM;
+    }
+    double sum[64] = {0};
+    int64_t cnt[64] = {0};
+    for (int j = 0; j < J; j++) {
+        double f = (double)j / (J - 1);
+        L->theta[j] = PI_D * f * f;
+    }
+    int sparse[LOC_MAX_LAYERS], n_sparse = 0;
+    for (int l = 0; l < L->p.n_layers; l++)
+        if (!L->prof.dense[l]) sparse[n_sparse++] = l;
+    for (int r = 0; r < L->p.calib_streams; r++)
+        cal_stream(L, &cfg, &c, r, n_sparse ? sparse[r % n_sparse] : 0, L->p.calib_tokens, sum,
+                   cnt);
+    mem_free(MEM_HOST, c.mem, c.bytes);
+    L->cal[0] = 0.0;
+    for (int j = 1; j < J; j++) {
+        double g = cnt[j] ? sum[j] / (double)cnt[j] : 0.0;
+        L->cal[j] = g > L->cal[j - 1] ? g : L->cal[j - 1]; /* non-decreasing */
+    }
+    if (!(L->cal[J - 1] > 0.0)) {
+        snprintf(err, errlen,
+                 "locality: calibration saw no churn at any angle (budget %d blocks "
+                 "leaves no choice among the candidates of calib_tokens %d?)",
+                 cfg.budget, L->p.calib_tokens);
+        return PULSE_ERR_INVALID;
+    }
+    return PULSE_OK;
+}
+
+/* ------------------------------------------------------------------ create / free */
+
+void locality_params_init(struct locality_params *p, const struct select_cfg *sel, int n_layers,
+                          int n_slots, uint64_t seed)
+{
+    memset(p, 0, sizeof *p);
+    p->sel = *sel;
+    p->n_layers = n_layers;
+    p->n_slots = n_slots;
+    p->seed = seed;
+    p->key_dirs = 16;
+    p->key_noise = 0.5f;
+    p->key_strength_sigma = 0.5f;
+    p->q_scale = 1.0f;
+    /* 2048 tokens, or enough for 4x the selected blocks to be candidates, within max_blocks */
+    int want = PULSE_MAX(2048, 4 * (sel->budget + sel->sink + sel->window + 1) * sel->block_size);
+    p->calib_tokens = PULSE_MIN(want, sel->max_blocks * sel->block_size);
+    p->calib_points = 24;
+    p->calib_steps = 8;
+    p->calib_streams = 16;
+}
+
+static const char *params_why(const struct locality_params *p, const struct locality_profile *f)
+{
+    if (p->n_layers < 1 || p->n_layers > LOC_MAX_LAYERS) return "n_layers must be in 1..256";
+    if (p->n_layers != f->n_layers) return "n_layers must equal the profile's layer count";
+    if (p->n_slots < 1 || p->n_slots > (1 << 20)) return "n_slots must be in 1..2^20";
+    if (p->key_dirs < 1 || p->key_dirs > 1024) return "key_dirs must be in 1..1024";
+    if (!(p->key_noise >= 0.0f && p->key_noise <= 100.0f)) return "key_noise must be in [0, 100]";
+    if (!(p->key_strength_sigma >= 0.0f && p->key_strength_sigma <= 4.0f))
+        return "key_strength_sigma must be in [0, 4]";
+    if (!(p->q_scale > 0.0f && p->q_scale <= 1e4f)) return "q_scale must be in (0, 1e4]";
+    if (p->calib_tokens < 1 ||
+        PULSE_CEIL_DIV(p->calib_tokens, p->sel.block_size) > p->sel.max_blocks)
+        return "calib_tokens must be >= 1 with its blocks <= sel.max_blocks";
+    if (p->calib_points < 3 || p->calib_points > 64) return "calib_points must be in 3..64";
+    if (p->calib_steps < 1 || p->calib_steps > 100000) return "calib_steps must be in 1..100000";
+    if (p->calib_streams < 1 || p->calib_streams > 1024) return "calib_streams must be in 1..1024";
+    return NULL;
+}
+
+struct locality *locality_create(const struct locality_params *p,
+                                 const struct locality_profile *prof, char *err, size_t errlen)
+{
+    char why[192];
+    if (select_cfg_check(&p->sel, why, sizeof why) != 0) {
+        snprintf(err, errlen, "locality: %s", why);
+        return NULL;
+    }
+    if (locality_profile_check(prof, why, sizeof why) != 0) {
+        snprintf(err, errlen, "locality: profile: %s", why);
+        return NULL;
+    }
+    const char *bad = params_why(p, prof);
+    if (bad) {
+        snprintf(err, errlen, "locality: %s", bad);
+        return NULL;
+    }
+    struct locality *L = mem_alloc(MEM_HOST, sizeof *L, "locality");
+    if (!L) goto oom;
+    memset(L, 0, sizeof *L);
+    L->p = *p;
+    L->prof = *prof;
+    L->nq = p->sel.n_heads, L->nkv = p->sel.n_kv_heads, L->hd = p->sel.head_dim;
+    L->G = L->nq / L->nkv, L->D = p->key_dirs;
+    const size_t units = (size_t)p->n_slots * p->n_layers;
+    size_t sz[] = {(size_t)p->calib_points * 8,
+                   (size_t)p->calib_points * 8,
+                   units * L->nq * L->hd * 4,
+                   units * 4,
+                   (size_t)p->n_slots * 8,
+                   (size_t)p->n_layers * sizeof(struct locality_gen_stats),
+                   (size_t)L->nkv * L->D * L->hd * 4,
+                   (size_t)L->hd * 4,
+                   (size_t)L->nkv * 2 * p->sel.block_size * L->hd * 2};
+    size_t off[PULSE_ARRAY_LEN(sz)], total = 0;
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(sz); i++)
+        off[i] = total, total += (sz[i] + 63) / 64 * 64;
+    char *m = mem_alloc(MEM_HOST, total, "locality state");
+    if (!m) goto oom;
+    L->mem = m, L->mem_bytes = total;
+    memset(m, 0, total);
+    L->theta = (double *)(m + off[0]), L->cal = (double *)(m + off[1]);
+    L->q = (float *)(m + off[2]), L->step = (int32_t *)(m + off[3]);
+    L->req = (int64_t *)(m + off[4]), L->gst = (struct locality_gen_stats *)(m + off[5]);
+    L->dirs = (float *)(m + off[6]), L->mean = (float *)(m + off[7]);
+    L->page = (uint16_t *)(m + off[8]);
+    for (int s = 0; s < p->n_slots; s++)
+        L->req[s] = -1;
+    if (calibrate(L, err, errlen) != PULSE_OK) {
+        locality_free(L);
+        return NULL;
+    }
+    return L;
+oom:
+    snprintf(err, errlen, "locality: out of host memory for %d slots x %d layers", p->n_slots,
+             p->n_layers);
+    locality_free(L);
+    return NULL;
+}
+
+void locality_free(struct locality *L)
+{
+    if (!L) return;
+    mem_free(MEM_HOST, L->mem, L->mem_bytes);
+    mem_free(MEM_HOST, L, sizeof *L);
+}
+
+/* ------------------------------------------------------------------ introspection */
+
+void locality_get_calib(const struct locality *L, struct locality_calib *out)
+{
+    out->n = L->p.calib_points;
+    out->theta = L->theta;
+    out->churn = L->cal;
+    out->churn_max = L->cal[L->p.calib_points - 1];
+}
+
+void locality_get_gen_stats(const struct locality *L, int layer, struct locality_gen_stats *out)
+{
+    PULSE_CHECK(layer >= 0 && layer < L->p.n_layers, "locality_get_gen_stats: layer out of range");
+    *out = L->gst[layer];
+}
+
+json_t *locality_to_json(const struct locality *L)
+{
+    const struct locality_params *p = &L->p;
+    json_t *th = json_array(), *ch = json_array(), *layers = json_array();
+    for (int j = 0; j < p->calib_points; j++) {
+        json_array_append_new(th, json_real(L->theta[j]));
+        json_array_append_new(ch, json_real(L->cal[j]));
+    }
+    for (int l = 0; l < p->n_layers; l++) {
+        const struct locality_gen_stats *s = &L->gst[l];
+        double n = s->draws ? (double)s->draws : 1.0;
+        json_array_append_new(layers,
+                              json_pack("{s:i, s:b, s:I, s:I, s:f, s:f}", "layer", l, "dense",
+                                        L->prof.dense[l], "draws", (json_int_t)s->draws, "clipped",
+                                        (json_int_t)s->clipped, "target_mean", s->target_sum / n,
+                                        "expected_mean", s->expect_sum / n));
+    }
+    json_t *params = json_pack(
+        "{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I}", "n_heads", p->sel.n_heads,
+        "n_kv_heads", p->sel.n_kv_heads, "head_dim", p->sel.head_dim, "block_size",
+        p->sel.block_size, "budget_blocks", p->sel.budget, "sink", p->sel.sink, "window",
+        p->sel.window, "n_layers", p->n_layers, "n_slots", p->n_slots, "seed", (json_int_t)p->seed);
+    json_t *keys = json_pack("{s:s, s:i, s:f, s:f, s:f}", "model",
+                             "low-rank block means + uniform token noise", "dirs", p->key_dirs,
+                             "noise", (double)p->key_noise, "strength_sigma",
+                             (double)p->key_strength_sigma, "q_scale", (double)p->q_scale);
+    json_t *cal = json_pack("{s:i, s:i, s:i, s:o, s:o, s:f}", "tokens", p->calib_tokens, "steps",
+                            p->calib_steps, "streams", p->calib_streams, "theta", th, "churn", ch,
+                            "churn_max", L->cal[p->calib_points - 1]);
+    return json_pack("{s:o, s:o, s:o, s:o, s:o}", "params", params, "key_model", keys,
+                     "calibration", cal, "profile", locality_profile_to_json(&L->prof), "layers",
+                     layers);
+}
