@@ -513,17 +513,7 @@ static void test_engine_hook(void)
 
 static char out[1 << 16];
 
-static int run_cli(const char *args)
-{
-    const char *bin = getenv("PULSE_BIN");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", bin ? bin : "./build/pulse", args);
-    FILE *p = popen(cmd, "r");
-    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = 0;
-    int st = p ? pclose(p) : -1;
-    return (st != -1 && WIFEXITED(st)) ? WEXITSTATUS(st) : -1;
-}
+static int run_cli(const char *args) { return tu_run_pulse(args, out, sizeof out); }
 
 static void test_cli(void)
 {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 static int tu_failures;
 static int tu_checks;
@@ -52,6 +53,21 @@ static int tu_checks;
                     h_ ? h_ : "(null)", n_);                                                   \
         }                                                                                      \
     } while (0)
+
+/* Runs `$PULSE_BIN ARGS` (the pulse command; ctest sets PULSE_BIN) through the shell, capturing
+ * stdout and stderr into out (NUL-terminated, truncated to outlen - 1). Returns the exit code,
+ * or -1 when the command could not run or died on a signal. */
+static inline int tu_run_pulse(const char *args, char *out, size_t outlen)
+{
+    const char *bin = getenv("PULSE_BIN");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", bin ? bin : "./build/pulse", args);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, outlen - 1, p) : 0;
+    out[n] = 0;
+    int st = p ? pclose(p) : -1;
+    return (st != -1 && WIFEXITED(st)) ? WEXITSTATUS(st) : -1;
+}
 
 /* Ends main(): prints a summary; a test file that checked nothing fails. */
 static inline int tu_finish(const char *name)
