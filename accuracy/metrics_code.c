@@ -212,4 +212,3 @@ double acc_code_sim_score(const char *pred, const char *gold)
     free(cut);
     return r < 0 ? -1.0 : (double)r / 100;
 }
-
