@@ -107,10 +107,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
         default: cli_unknown_flag("bench", argc, argv); return -1;
         }
     }
-    if (optind < argc) {
-        cli_error("bench", "unexpected argument '%s'", argv[optind]);
-        return -1;
-    }
+    if (cli_no_extra_args("bench", argc, argv)) return -1;
     return 0;
 }
 

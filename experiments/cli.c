@@ -85,3 +85,10 @@ void cli_unknown_flag(const char *cmd, int argc, char **argv)
     const char *bad = (optind - 1 < argc && optind >= 1) ? argv[optind - 1] : "?";
     cli_error(cmd, "unknown or incomplete option '%s' (see pulse %s --help)", bad, cmd);
 }
+
+int cli_no_extra_args(const char *cmd, int argc, char **argv)
+{
+    if (optind >= argc) return 0;
+    cli_error(cmd, "unexpected argument '%s'", argv[optind]);
+    return -1;
+}

@@ -23,11 +23,14 @@ const struct model_config *cli_model(const char *cmd, const char *name);
 const struct backend *cli_backend(const char *cmd, const char *name);
 /* getopt_long's message for an unknown flag is replaced by this one (call on '?'). */
 void cli_unknown_flag(const char *cmd, int argc, char **argv);
+/* After getopt_long: -1 with a message when positional arguments are left, else 0. */
+int cli_no_extra_args(const char *cmd, int argc, char **argv);
 
 int cmd_models(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_recall_bench(int argc, char **argv); /* recall_bench.c */
 int cmd_profile_heads(int argc, char **argv); /* profile_heads.c */
+int cmd_synth(int argc, char **argv); /* synth.c */
 
 #endif

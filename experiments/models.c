@@ -31,10 +31,7 @@ int cmd_models(int argc, char **argv)
         cli_unknown_flag("models", argc, argv);
         return EXIT_USAGE;
     }
-    if (optind < argc) {
-        cli_error("models", "unexpected argument '%s'", argv[optind]);
-        return EXIT_USAGE;
-    }
+    if (cli_no_extra_args("models", argc, argv)) return EXIT_USAGE;
     json_t *arr = json_array();
     if (!as_json)
         printf("%-14s %6s %6s %5s %4s %5s %6s %7s %10s %9s %12s\n", "model", "layers", "hidden",

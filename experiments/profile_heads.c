@@ -71,10 +71,7 @@ static int parse(int argc, char **argv, struct prof_opts *o)
         }
         if (bad) return -1;
     }
-    if (optind < argc) {
-        cli_error(C, "unexpected argument '%s'", argv[optind]);
-        return -1;
-    }
+    if (cli_no_extra_args(C, argc, argv)) return -1;
     if (!o->model) {
         cli_error(C, "--model: required (known: %s)", model_config_names());
         return -1;

@@ -81,10 +81,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
         default: cli_unknown_flag("run", argc, argv); return -1;
         }
     }
-    if (optind < argc) {
-        cli_error("run", "unexpected argument '%s'", argv[optind]);
-        return -1;
-    }
+    if (cli_no_extra_args("run", argc, argv)) return -1;
     return 0;
 }
 
