@@ -61,6 +61,28 @@ static void test_bad_inputs(void)
     }
 }
 
+/* A pool the backend cannot allocate is a result with status "oom" and exit 3, not a crash. */
+static void test_oom_result(void)
+{
+    char path[] = "/tmp/pulse_oom_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    char args[512];
+    snprintf(args, sizeof args, "run --backend cpu --kv-budget-gb 90000 --out %s", path);
+    EXPECT_EQ_INT(run(args), 3);
+    EXPECT_STR_CONTAINS(out, "cannot allocate a 90000.000 GB KV pool");
+    json_error_t je;
+    json_t *r = json_load_file(path, 0, &je);
+    EXPECT(r != NULL);
+    if (r) {
+        EXPECT(!strcmp(json_string_value(json_object_get(r, "status")), "oom"));
+        EXPECT_STR_CONTAINS(json_string_value(json_object_get(r, "error")), "KV pool");
+        EXPECT(json_object_get(r, "config") != NULL);
+        json_decref(r);
+    }
+    unlink(path);
+}
+
 static void test_help(void)
 {
     const char *cmds[] = {"--help", "run --help", "models --help", "bench --help",
@@ -128,6 +150,7 @@ static void test_good_run(void)
 int main(void)
 {
     test_bad_inputs();
+    test_oom_result();
     test_help();
     test_models();
     test_good_run();
