@@ -71,7 +71,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
             if (cli_int("run", "--page-size", optarg, 1, 4096, &o->page_size)) return -1;
             break;
         case 'g':
-            if (cli_double("run", "--kv-budget-gb", optarg, 1e-6, 1e5, &o->budget_gb)) return -1;
+            if (cli_double("run", "--kv-budget-gb", optarg, 1e-6, 1e6, &o->budget_gb)) return -1;
             o->budget_set = 1;
             break;
         case 's':
