@@ -14,40 +14,10 @@
 #include "accuracy/gguf.h"
 #include "common.h"
 #include "numeric.h"
+#include "bytebuf.h"
 #include "testutil.h"
 
-/* ---- a growable byte buffer and the GGUF writer ---- */
-
-struct buf {
-    uint8_t *p;
-    size_t n, cap;
-};
-
-static void put(struct buf *b, const void *d, size_t n)
-{
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        if (!b->p) abort();
-    }
-    if (n) memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-
-/* Appends one value of type T (an expression, usable in comma lists). */
-#define PUT(b, T, v) put((b), &(T){(v)}, sizeof(T))
-
-static void put_str(struct buf *b, const char *s)
-{
-    PUT(b, uint64_t, strlen(s));
-    put(b, s, strlen(s));
-}
-
-static void put_key(struct buf *b, const char *key, uint32_t type)
-{
-    put_str(b, key);
-    PUT(b, uint32_t, type);
-}
+/* ---- the GGUF writer (the byte buffer is tests/bytebuf.h) ---- */
 
 static void patch_u32(struct buf *b, size_t at, uint32_t v)
 {

@@ -14,25 +14,10 @@
 #include "accuracy/safetensors.h"
 #include "common.h"
 #include "numeric.h"
+#include "bytebuf.h"
 #include "testutil.h"
 
 /* ---- building files ---- */
-
-struct buf {
-    uint8_t *p;
-    size_t n, cap;
-};
-
-static void put(struct buf *b, const void *d, size_t n)
-{
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        if (!b->p) abort();
-    }
-    if (n) memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
 
 static void put_s(struct buf *b, const char *s)
 {

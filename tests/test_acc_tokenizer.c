@@ -10,39 +10,8 @@
 #include "accuracy/gguf.h"
 #include "accuracy/tokenizer.h"
 #include "common.h"
+#include "bytebuf.h"
 #include "testutil.h"
-
-/* ---- a growable byte buffer and a GGUF writer (metadata only) ---- */
-
-struct buf {
-    uint8_t *p;
-    size_t n, cap;
-};
-
-static void put(struct buf *b, const void *d, size_t n)
-{
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        if (!b->p) abort();
-    }
-    if (n) memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-
-#define PUT(b, T, v) put((b), &(T){(v)}, sizeof(T))
-
-static void put_str(struct buf *b, const char *s)
-{
-    PUT(b, uint64_t, strlen(s));
-    put(b, s, strlen(s));
-}
-
-static void put_key(struct buf *b, const char *key, uint32_t type)
-{
-    put_str(b, key);
-    PUT(b, uint32_t, type);
-}
 
 /* ---- the tiny vocabulary ---- */
 
