@@ -263,7 +263,7 @@ static int decode_step(int argc, char **argv)
                                   "page_size", (int)o.page_size, "seed", (json_int_t)o.seed,
                                   "cuda_graph", !o.no_graph && be->graph_begin != NULL));
     char err[512];
-    struct engine_params ep = {m, be, o.seed, max_b, max_t, !o.no_graph};
+    struct engine_params ep = {.cfg = m, .be = be, .seed = o.seed, .max_batch = max_b, .max_tokens = max_t, .use_graph = !o.no_graph};
     struct engine *e = engine_create(&ep, err, sizeof err);
     int code = 0;
     if (!e) {

@@ -169,7 +169,7 @@ int cmd_profile_heads(int argc, char **argv)
         cli_error(C, "%s", err);
         return EXIT_OOM;
     }
-    struct engine_params ep = {m, be, o.seed, (int)o.batch, max_tokens, 0};
+    struct engine_params ep = {.cfg = m, .be = be, .seed = o.seed, .max_batch = (int)o.batch, .max_tokens = max_tokens, .use_graph = 0};
     struct engine *e = engine_create(&ep, err, sizeof err);
     struct mam_probe *probe = NULL;
     struct mam_profile pr = {0};

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "accuracy/model_load.h"
 #include "cli.h"
 #include "common.h"
 #include "engine.h"
@@ -27,10 +28,12 @@ static const char usage[] =
     "  --out FILE         result JSON (default: none, summary only)\n"
     "  --print-tokens     print each request's output token ids\n"
     "  --no-graph         launch every kernel instead of replaying steps as CUDA graphs\n"
+    "  --weights DIR      real weights: a Hugging Face Llama/Qwen3 checkpoint (config.json +\n"
+    "                     safetensors); its config replaces --model\n"
     "exit: 0 ok, 1 run failed, 2 bad usage, 3 out of device memory (result written, status oom)\n";
 
 struct run_opts {
-    const char *backend, *model, *policy, *workload, *out;
+    const char *backend, *model, *policy, *workload, *out, *weights;
     long output_len, max_batch, page_size;
     double budget_gb;
     int budget_set, print_tokens, no_graph;
@@ -46,9 +49,11 @@ static int parse(int argc, char **argv, struct run_opts *o)
         {"max-batch", required_argument, 0, 'B'}, {"page-size", required_argument, 0, 'P'},
         {"seed", required_argument, 0, 's'},     {"out", required_argument, 0, 'o'},
         {"print-tokens", no_argument, 0, 't'},   {"help", no_argument, 0, 'h'},
-        {"no-graph", no_argument, 0, 'G'},       {0, 0, 0, 0}};
-    *o = (struct run_opts){"auto", "tiny", "vanilla", "uniform:256:4", NULL, 32, 64, 16, 0, 0,
-                           0, 1, 0};
+        {"no-graph", no_argument, 0, 'G'},       {"weights", required_argument, 0, 'W'},
+        {0, 0, 0, 0}};
+    *o = (struct run_opts){.backend = "auto", .model = "tiny", .policy = "vanilla",
+                           .workload = "uniform:256:4", .output_len = 32, .max_batch = 64,
+                           .page_size = 16, .seed = 1};
     int c;
     opterr = 0;
     optind = 1;
@@ -61,6 +66,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
         case 'o': o->out = optarg; break;
         case 't': o->print_tokens = 1; break;
         case 'G': o->no_graph = 1; break;
+        case 'W': o->weights = optarg; break;
         case 'n':
             if (cli_int("run", "--output-len", optarg, 1, 1 << 24, &o->output_len)) return -1;
             break;
@@ -83,6 +89,11 @@ static int parse(int argc, char **argv, struct run_opts *o)
     }
     if (cli_no_extra_args("run", argc, argv)) return -1;
     return 0;
+}
+
+static int load_hf(struct model *mdl, const struct kctx *ctx, void *dir, char *err, size_t len)
+{
+    return model_load_hf(mdl, (const char *)dir, ctx, err, len);
 }
 
 /* FNV-1a over every request's output ids: a fingerprint of the run's tokens. */
@@ -178,8 +189,18 @@ int cmd_run(int argc, char **argv)
     struct run_opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc > 0 ? 0 : EXIT_USAGE;
-    const struct model_config *m = cli_model("run", o.model);
-    if (!m) return EXIT_USAGE;
+    struct loaded_config loaded;
+    char err[512];
+    const struct model_config *m;
+    if (o.weights) {
+        if (model_config_from_hf(o.weights, &loaded, err, sizeof err) != PULSE_OK) {
+            cli_error("run", "--weights: %s", err);
+            return EXIT_USAGE;
+        }
+        m = &loaded.cfg;
+    } else if (!(m = cli_model("run", o.model))) {
+        return EXIT_USAGE;
+    }
     const struct policy *pol = policy_find(o.policy);
     if (!pol) {
         cli_error("run", "--policy: unknown policy '%s' (known: %s)", o.policy, policy_names());
@@ -187,7 +208,6 @@ int cmd_run(int argc, char **argv)
     }
     const struct backend *be = cli_backend("run", o.backend);
     if (!be) return EXIT_USAGE;
-    char err[512];
     struct workload w;
     if (workload_create(&w, o.workload, (int)o.output_len, o.seed, err, sizeof err) != PULSE_OK) {
         cli_error("run", "%s", err);
@@ -208,9 +228,13 @@ int cmd_run(int argc, char **argv)
     }
 
     json_t *res = results_new("run");
-    json_object_set_new(res, "config", config_json(&o, m, be, budget));
+    json_t *cfg_json = config_json(&o, m, be, budget);
+    json_object_set_new(cfg_json, "weights", o.weights ? json_string(o.weights) : json_null());
+    json_object_set_new(res, "config", cfg_json);
     json_object_set_new(res, "workload", workload_to_json(&w));
-    struct engine_params ep = {m, be, o.seed, (int)o.max_batch, max_tokens, !o.no_graph};
+    struct engine_params ep = {.cfg = m, .be = be, .seed = o.seed, .max_batch = (int)o.max_batch, .max_tokens = max_tokens, .use_graph = !o.no_graph,
+                              .load_weights = o.weights ? load_hf : NULL,
+                              .load_user = (void *)o.weights};
     struct engine *e = engine_create(&ep, err, sizeof err);
     if (!e) {
         cli_error("run", "%s", err);

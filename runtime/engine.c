@@ -79,7 +79,15 @@ struct engine *engine_create(const struct engine_params *p, char *err, size_t er
         if (!e->ctx.workspace) goto oom;
     }
 #endif
-    if (model_create(&e->model, c, p->be, &e->ctx, p->seed) != PULSE_OK) goto oom;
+    if (p->load_weights) {
+        if (model_alloc(&e->model, c, p->be) != PULSE_OK) goto oom;
+        if (p->load_weights(&e->model, &e->ctx, p->load_user, err, errlen) != PULSE_OK) {
+            engine_free(e);
+            return NULL;
+        }
+    } else if (model_create(&e->model, c, p->be, &e->ctx, p->seed) != PULSE_OK) {
+        goto oom;
+    }
     e->scratch_bytes = scratch_size(c, p->max_batch);
     e->scratch = mem_alloc(p->be->mem, e->scratch_bytes, "layer scratch");
     if (!e->scratch) goto oom;

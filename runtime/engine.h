@@ -16,6 +16,12 @@ struct engine_params {
     int max_batch;   /* entries per batch */
     int max_tokens;  /* longest request (prompt + output) */
     int use_graph;   /* replay each batch's step as a CUDA graph (cuda only; ignored on cpu) */
+    /* Real weights: when set, the model is laid out with model_alloc and this fills it (e.g.
+     * model_load_hf); it returns PULSE_OK or an error with a reason in err. NULL: random
+     * weights from seed. */
+    int (*load_weights)(struct model *m, const struct kctx *ctx, void *user, char *err,
+                        size_t errlen);
+    void *load_user;
 };
 
 struct engine_stats {

@@ -68,13 +68,15 @@ struct carver {
     uint16_t *next;
     uint64_t seed;
     uint64_t tensor;
+    int fill; /* 0: leave the values to a loader */
 };
 
 static uint16_t *carve(struct carver *cv, size_t n, float scale, float offset)
 {
     uint16_t *p = cv->next;
     cv->next += (n + 63) & ~(size_t)63; /* 128-byte alignment for vector loads */
-    cv->be->fill_random_bf16(cv->ctx, p, n, pulse_hash64(cv->seed, cv->tensor++), scale, offset);
+    uint64_t seed = pulse_hash64(cv->seed, cv->tensor++);
+    if (cv->fill) cv->be->fill_random_bf16(cv->ctx, p, n, seed, scale, offset);
     return p;
 }
 
@@ -90,8 +92,8 @@ static size_t arena_elems(const struct model_config *c)
     return total;
 }
 
-int model_create(struct model *m, const struct model_config *cfg, const struct backend *be,
-                 const struct kctx *ctx, uint64_t seed)
+static int model_layout(struct model *m, const struct model_config *cfg,
+                        const struct backend *be, const struct kctx *ctx, uint64_t seed, int fill)
 {
     memset(m, 0, sizeof *m);
     m->cfg = cfg;
@@ -104,7 +106,7 @@ int model_create(struct model *m, const struct model_config *cfg, const struct b
         mem_free(be->mem, m->base, m->bytes);
         return PULSE_ERR_OOM;
     }
-    struct carver cv = {be, ctx, m->base, seed, 0};
+    struct carver cv = {be, ctx, m->base, seed, 0, fill};
     float h = (float)cfg->hidden, qd = (float)(cfg->n_heads * cfg->head_dim);
     m->embed = carve(&cv, (size_t)cfg->vocab * cfg->hidden, 1.0f, 0.0f);
     for (int l = 0; l < cfg->n_layers; l++) {
@@ -124,6 +126,17 @@ int model_create(struct model *m, const struct model_config *cfg, const struct b
     m->lm_head = carve(&cv, (size_t)cfg->vocab * cfg->hidden, sqrtf(3.0f / h), 0.0f);
     PULSE_CHECK((size_t)((char *)cv.next - (char *)m->base) == m->bytes, "arena size mismatch");
     return PULSE_OK;
+}
+
+int model_create(struct model *m, const struct model_config *cfg, const struct backend *be,
+                 const struct kctx *ctx, uint64_t seed)
+{
+    return model_layout(m, cfg, be, ctx, seed, 1);
+}
+
+int model_alloc(struct model *m, const struct model_config *cfg, const struct backend *be)
+{
+    return model_layout(m, cfg, be, NULL, 0, 0);
 }
 
 void model_free(struct model *m)

@@ -57,6 +57,9 @@ struct model {
  * Returns PULSE_OK, or PULSE_ERR_OOM when the backend refuses the allocation. */
 int model_create(struct model *m, const struct model_config *cfg, const struct backend *be,
                  const struct kctx *ctx, uint64_t seed);
+/* Allocates and lays out the weights like model_create but leaves their values to a loader
+ * (accuracy/model_load.h). */
+int model_alloc(struct model *m, const struct model_config *cfg, const struct backend *be);
 void model_free(struct model *m);
 
 #endif

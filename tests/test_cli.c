@@ -40,6 +40,7 @@ static const struct bad_case bad[] = {
     {"run --backend cpu --workload uniform:4096:1 --kv-budget-gb 0.001",
      "cannot hold even one request", 2},
     {"run --backend cpu extra", "unexpected argument 'extra'", 2},
+    {"run --backend cpu --weights /nonexistent/ckpt", "--weights: /nonexistent/ckpt", 2},
     {"run --backend cpu --workload uniform:8:1 --output-len 2 --out /nonexistent/dir/r.json",
      "--out: /nonexistent/dir/r.json: cannot write", 1},
     {"models --bogus", "unknown or incomplete option '--bogus'", 2},

@@ -19,8 +19,7 @@
 static struct engine *make_engine(int max_batch, int max_tokens)
 {
     char err[256];
-    struct engine_params p = {model_config_find("tiny"), backend_find("cpu"), 1, max_batch,
-                              max_tokens, 1 /* ignored on cpu */};
+    struct engine_params p = {.cfg = model_config_find("tiny"), .be = backend_find("cpu"), .seed = 1, .max_batch = max_batch, .max_tokens = max_tokens, .use_graph = 1 /* ignored on cpu */};
     struct engine *e = engine_create(&p, err, sizeof err);
     if (!e) fprintf(stderr, "engine: %s\n", err);
     return e;

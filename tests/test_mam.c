@@ -445,7 +445,7 @@ static void run_profile(const struct run_cfg *rc, struct mam_profile *pr, int32_
     const struct backend *be = backend_find("cpu");
     int reserved = rc->prompt + rc->steps + 1;
     char err[256];
-    struct engine_params ep = {m, be, rc->seed, rc->batch, reserved, 0};
+    struct engine_params ep = {.cfg = m, .be = be, .seed = rc->seed, .max_batch = rc->batch, .max_tokens = reserved, .use_graph = 0};
     struct engine *e = engine_create(&ep, err, sizeof err);
     struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, 16, 1u << 24,
                                  rc->batch, reserved};

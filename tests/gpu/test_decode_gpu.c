@@ -36,7 +36,7 @@ static int side_open(struct side *s, const char *be_name, int n, const int *prom
     char err[256];
     const struct model_config *c = model_config_find("tiny");
     const struct backend *be = backend_find(be_name);
-    struct engine_params p = {c, be, 1, n, 512, graph};
+    struct engine_params p = {.cfg = c, .be = be, .seed = 1, .max_batch = n, .max_tokens = 512, .use_graph = graph};
     s->e = engine_create(&p, err, sizeof err);
     if (!s->e) return -1;
     struct kv_cache_params kp = {c->n_layers, c->n_kv_heads, c->head_dim, 16, 1u << 24, n, 512};
@@ -304,7 +304,7 @@ static int serve_on(const char *be_name, const char *spec, int max_batch, int gr
     const struct backend *be = backend_find(be_name);
     if (workload_create(w, spec, OUT_LEN, 1, err, sizeof err) != 0) return -1;
     int max_tokens = workload_max_tokens(w);
-    struct engine_params p = {c, be, 1, max_batch, max_tokens, graph};
+    struct engine_params p = {.cfg = c, .be = be, .seed = 1, .max_batch = max_batch, .max_tokens = max_tokens, .use_graph = graph};
     struct engine *e = engine_create(&p, err, sizeof err);
     if (!e) {
         fprintf(stderr, "%s: %s\n", be_name, err);

@@ -1,0 +1,27 @@
+/* Real weights into the runtime's model struct: Hugging Face checkpoints in the Llama / Qwen3
+ * layout (config.json + one or more .safetensors; BF16, F16 or F32), converted to bf16 and laid
+ * out as the engine expects (fused QKV and gate/up rows). */
+#ifndef PULSE_MODEL_LOAD_H
+#define PULSE_MODEL_LOAD_H
+
+#include <stddef.h>
+
+#include "model.h"
+
+/* A config read from a checkpoint, with the storage its name points into. */
+struct loaded_config {
+    struct model_config cfg;
+    char name[128];
+};
+
+/* Reads dir/config.json (model_type llama or qwen3) and detects QK-norm from the weights.
+ * PULSE_OK, or an error status with a reason naming the file and field. */
+int model_config_from_hf(const char *dir, struct loaded_config *out, char *err, size_t errlen);
+
+/* Loads the checkpoint in dir into m, which model_alloc laid out for cfg on m->be (ctx is the
+ * backend's context). Every tensor's shape is checked against cfg; a missing or misshapen
+ * tensor is an error naming the file and tensor. A tied or absent lm_head takes the embedding. */
+int model_load_hf(struct model *m, const char *dir, const struct kctx *ctx, char *err,
+                  size_t errlen);
+
+#endif
