@@ -162,7 +162,7 @@ static int seq_counts(const char *sa, const char *sb, size_t *matches, size_t *t
 
 double acc_sequence_ratio(const char *a, const char *b)
 {
-    size_t mt, t;
+    size_t mt = 0, t = 0;
     if (seq_counts(a, b, &mt, &t)) return -1.0;
     return t ? 2.0 * (double)mt / (double)t : 1.0; /* difflib._calculate_ratio */
 }
