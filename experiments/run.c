@@ -28,8 +28,8 @@ static const char usage[] =
     "  --out FILE         result JSON (default: none, summary only)\n"
     "  --print-tokens     print each request's output token ids\n"
     "  --no-graph         launch every kernel instead of replaying steps as CUDA graphs\n"
-    "  --weights DIR      real weights: a Hugging Face Llama/Qwen3 checkpoint (config.json +\n"
-    "                     safetensors); its config replaces --model\n"
+    "  --weights PATH     real weights: a Hugging Face Llama/Qwen3 checkpoint dir (config.json\n"
+    "                     + safetensors) or a llama/qwen3 FILE.gguf; replaces --model\n"
     "exit: 0 ok, 1 run failed, 2 bad usage, 3 out of device memory (result written, status oom)\n";
 
 struct run_opts {
@@ -93,7 +93,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 
 static int load_hf(struct model *mdl, const struct kctx *ctx, void *dir, char *err, size_t len)
 {
-    return model_load_hf(mdl, (const char *)dir, ctx, err, len);
+    return model_load_path(mdl, (const char *)dir, ctx, err, len);
 }
 
 /* FNV-1a over every request's output ids: a fingerprint of the run's tokens. */
@@ -193,7 +193,7 @@ int cmd_run(int argc, char **argv)
     char err[512];
     const struct model_config *m;
     if (o.weights) {
-        if (model_config_from_hf(o.weights, &loaded, err, sizeof err) != PULSE_OK) {
+        if (model_config_from_path(o.weights, &loaded, err, sizeof err) != PULSE_OK) {
             cli_error("run", "--weights: %s", err);
             return EXIT_USAGE;
         }

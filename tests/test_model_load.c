@@ -9,6 +9,7 @@
 
 #include "accuracy/model_load.h"
 #include "backend.h"
+#include "bytebuf.h"
 #include "engine.h"
 #include "numeric.h"
 #include "serve.h"
@@ -116,14 +117,113 @@ static void list_tensors(const struct model *m)
 
 static int load_cb(struct model *m, const struct kctx *ctx, void *user, char *err, size_t len)
 {
-    return model_load_hf(m, (const char *)user, ctx, err, len);
+    return model_load_path(m, (const char *)user, ctx, err, len);
+}
+
+/* ---- the same weights as a GGUF (BF16 tensors), llama.cpp's names and layout ---- */
+
+static void gguf_kv_u32(struct buf *b, const char *arch, const char *key, uint32_t v)
+{
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    put_key(b, k, 4 /* UINT32 */);
+    PUT(b, uint32_t, v);
+}
+
+static void gguf_kv_f32(struct buf *b, const char *arch, const char *key, float v)
+{
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    put_key(b, k, 6 /* FLOAT32 */);
+    PUT(b, float, v);
+}
+
+/* The GGUF name of an HF tensor name ("model.layers.3.mlp.up_proj.weight" -> "blk.3.ffn_up..."). */
+static void gguf_name(const char *hf, char *out, size_t len)
+{
+    static const char *map[][2] = {
+        {"input_layernorm", "attn_norm"},     {"self_attn.q_proj", "attn_q"},
+        {"self_attn.k_proj", "attn_k"},       {"self_attn.v_proj", "attn_v"},
+        {"self_attn.q_norm", "attn_q_norm"},  {"self_attn.k_norm", "attn_k_norm"},
+        {"self_attn.o_proj", "attn_output"},  {"post_attention_layernorm", "ffn_norm"},
+        {"mlp.gate_proj", "ffn_gate"},        {"mlp.up_proj", "ffn_up"},
+        {"mlp.down_proj", "ffn_down"}};
+    int l;
+    char rest[96];
+    if (!strcmp(hf, "model.embed_tokens.weight")) snprintf(out, len, "token_embd.weight");
+    else if (!strcmp(hf, "model.norm.weight")) snprintf(out, len, "output_norm.weight");
+    else if (!strcmp(hf, "lm_head.weight")) snprintf(out, len, "output.weight");
+    else if (sscanf(hf, "model.layers.%d.%95s", &l, rest) == 2) {
+        for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+            size_t n = strlen(map[i][0]);
+            if (!strncmp(rest, map[i][0], n) && !strcmp(rest + n, ".weight")) {
+                snprintf(out, len, "blk.%d.%s.weight", l, map[i][1]);
+                return;
+            }
+        }
+    }
+}
+
+/* Writes outs[] as a GGUF of `arch`; llama permutes the Q and K rows as llama.cpp's converter
+ * does (row h*hd + p*hd/2 + i of a head goes to h*hd + 2i + p). */
+static void write_gguf(const char *path, const char *arch)
+{
+    struct buf b = {0};
+    int permute = !strcmp(arch, "llama");
+    put(&b, "GGUF", 4);
+    PUT(&b, uint32_t, 3);
+    PUT(&b, uint64_t, (uint64_t)n_out);
+    PUT(&b, uint64_t, 9);
+    put_key(&b, "general.architecture", 8 /* STRING */);
+    put_str(&b, arch);
+    gguf_kv_u32(&b, arch, "block_count", 4);
+    gguf_kv_u32(&b, arch, "embedding_length", 256);
+    gguf_kv_u32(&b, arch, "feed_forward_length", 512);
+    gguf_kv_u32(&b, arch, "attention.head_count", 4);
+    gguf_kv_u32(&b, arch, "attention.head_count_kv", 2);
+    gguf_kv_u32(&b, arch, "attention.key_length", 64);
+    gguf_kv_f32(&b, arch, "attention.layer_norm_rms_epsilon", 1e-6f);
+    gguf_kv_f32(&b, arch, "rope.freq_base", 10000.0f);
+    uint64_t off = 0;
+    for (int i = 0; i < n_out; i++) {
+        char name[128];
+        gguf_name(outs[i].name, name, sizeof name);
+        put_str(&b, name);
+        PUT(&b, uint32_t, outs[i].cols ? 2 : 1);
+        PUT(&b, uint64_t, outs[i].cols ? outs[i].cols : outs[i].rows);
+        if (outs[i].cols) PUT(&b, uint64_t, outs[i].rows);
+        PUT(&b, uint32_t, 30 /* BF16 */);
+        PUT(&b, uint64_t, off);
+        size_t bytes = 2 * outs[i].rows * (outs[i].cols ? outs[i].cols : 1);
+        off += (bytes + 31) & ~(size_t)31;
+    }
+    while (b.n % 32) PUT(&b, uint8_t, 0);
+    for (int i = 0; i < n_out; i++) {
+        const struct tensor_out *t = &outs[i];
+        size_t cols = t->cols ? t->cols : 1, bytes = 2 * t->rows * cols;
+        int heads = strstr(t->name, "q_proj") ? 4 : strstr(t->name, "k_proj") ? 2 : 0;
+        if (permute && heads) {
+            size_t hd = t->rows / heads;
+            for (size_t r = 0; r < t->rows; r++) { /* GGUF row r = h*hd + 2i + p */
+                size_t h = r / hd, i = (r % hd) / 2, p = r % 2;
+                put(&b, t->data + (h * hd + p * hd / 2 + i) * cols, 2 * cols);
+            }
+        } else {
+            put(&b, t->data, bytes);
+        }
+        while (b.n % 32) PUT(&b, uint8_t, 0);
+    }
+    FILE *f = fopen(path, "wb");
+    fwrite(b.p, 1, b.n, f);
+    fclose(f);
+    free(b.p);
 }
 
 static void test_round_trip(const char *dir)
 {
     char err[512];
     struct loaded_config lc;
-    EXPECT_EQ_INT(model_config_from_hf(dir, &lc, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(model_config_from_path(dir, &lc, err, sizeof err), PULSE_OK);
     const struct model_config *t = model_config_find("tiny");
     EXPECT(lc.cfg.n_layers == t->n_layers && lc.cfg.hidden == t->hidden &&
            lc.cfg.n_heads == t->n_heads && lc.cfg.n_kv_heads == t->n_kv_heads &&
@@ -195,6 +295,25 @@ int main(void)
     list_tensors(&m);
     write_checkpoint(dir, "qwen3", 256, NULL);
     test_round_trip(dir);
+
+    /* the same weights as GGUF files: qwen3 as stored, llama with its Q/K rows permuted */
+    char gpath[600];
+    const char *arches[] = {"qwen3", "llama"};
+    for (int a = 0; a < 2; a++) {
+        snprintf(gpath, sizeof gpath, "%s/tiny-%s.gguf", dir, arches[a]);
+        write_gguf(gpath, arches[a]);
+        test_round_trip(gpath);
+        unlink(gpath);
+    }
+    snprintf(gpath, sizeof gpath, "%s/tiny-gemma3.gguf", dir);
+    write_gguf(gpath, "gemma3");
+    {
+        struct loaded_config lg;
+        char e2[512] = "";
+        EXPECT(model_config_from_path(gpath, &lg, e2, sizeof e2) != PULSE_OK);
+        EXPECT_STR_CONTAINS(e2, "architecture 'gemma3': only llama and qwen3");
+        unlink(gpath);
+    }
 
     /* the command line serves with the checkpoint: the same golden tokens */
     char args[1024], out[1 << 16];
