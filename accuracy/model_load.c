@@ -13,8 +13,10 @@ int model_config_from_hf(const char *dir, struct loaded_config *out, char *err, 
     int rc = safetensors_read_config(dir, &sc, err, errlen);
     if (rc != PULSE_OK) return rc;
     if (strcmp(sc.model_type, "llama") != 0 && strcmp(sc.model_type, "qwen3") != 0) {
-        snprintf(err, errlen, "%s/config.json: model_type '%s': only the llama and qwen3 layouts "
-                 "load into this runtime", dir, sc.model_type);
+        snprintf(err, errlen,
+                 "%s/config.json: model_type '%s': only the llama and qwen3 layouts "
+                 "load into this runtime",
+                 dir, sc.model_type);
         return PULSE_ERR_INVALID;
     }
     struct safetensors *st;
@@ -67,8 +69,8 @@ static int load_tensor(struct load_job *j, const char *name, uint64_t rows, uint
         snprintf(j->err, j->errlen,
                  "%s: tensor '%s' has shape [%llu%s%llu], the config wants [%llu%s%llu]", t->file,
                  name, (unsigned long long)t->shape[0], t->n_dims > 1 ? ", " : "",
-                 t->n_dims > 1 ? (unsigned long long)t->shape[1] : 0ull,
-                 (unsigned long long)rows, cols ? ", " : "", (unsigned long long)cols);
+                 t->n_dims > 1 ? (unsigned long long)t->shape[1] : 0ull, (unsigned long long)rows,
+                 cols ? ", " : "", (unsigned long long)cols);
         return PULSE_ERR_INVALID;
     }
     int rc = safetensors_read_bf16(j->st, t, j->stage, j->stage_elems, j->err, j->errlen);
@@ -95,10 +97,10 @@ int model_load_hf(struct model *m, const char *dir, const struct kctx *ctx, char
         return PULSE_ERR_NOMEM;
     }
     char name[160];
-#define LOAD(rows, cols, dst, ...)                                                             \
-    do {                                                                                       \
-        snprintf(name, sizeof name, __VA_ARGS__);                                              \
-        if ((rc = load_tensor(&j, name, (rows), (cols), (dst))) != PULSE_OK) goto out;         \
+#define LOAD(rows, cols, dst, ...)                                                                 \
+    do {                                                                                           \
+        snprintf(name, sizeof name, __VA_ARGS__);                                                  \
+        if ((rc = load_tensor(&j, name, (rows), (cols), (dst))) != PULSE_OK) goto out;             \
     } while (0)
     LOAD(c->vocab, H, m->embed, "model.embed_tokens.weight");
     for (int l = 0; l < c->n_layers; l++) {

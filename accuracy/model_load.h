@@ -29,14 +29,12 @@ int model_load_hf(struct model *m, const char *dir, const struct kctx *ctx, char
  * files store the Q and K rows permuted for interleaved RoPE (llama.cpp's converter); the loader
  * undoes that, since this runtime rotates halves. Other architectures (gemma3, ...) are an
  * error naming the architecture. */
-int model_config_from_gguf(const char *path, struct loaded_config *out, char *err,
-                           size_t errlen);
+int model_config_from_gguf(const char *path, struct loaded_config *out, char *err, size_t errlen);
 int model_load_gguf(struct model *m, const char *path, const struct kctx *ctx, char *err,
                     size_t errlen);
 
 /* Either of the above by what path is: a file ending in .gguf, else a checkpoint directory. */
-int model_config_from_path(const char *path, struct loaded_config *out, char *err,
-                           size_t errlen);
+int model_config_from_path(const char *path, struct loaded_config *out, char *err, size_t errlen);
 int model_load_path(struct model *m, const char *path, const struct kctx *ctx, char *err,
                     size_t errlen);
 

@@ -15,23 +15,24 @@ static int read_arch(const struct gguf_file *g, char *buf, size_t len, char *err
     if (rc != PULSE_OK) return rc;
     snprintf(buf, len, "%.*s", (int)(s.len < len ? s.len : len - 1), s.ptr);
     if (strcmp(buf, "llama") != 0 && strcmp(buf, "qwen3") != 0) {
-        snprintf(err, errlen, "%s: architecture '%s': only llama and qwen3 load into this "
-                 "runtime", gguf_label(g), buf);
+        snprintf(err, errlen,
+                 "%s: architecture '%s': only llama and qwen3 load into this "
+                 "runtime",
+                 gguf_label(g), buf);
         return PULSE_ERR_INVALID;
     }
     return PULSE_OK;
 }
 
-static int get_int_key(const struct gguf_file *g, const char *arch, const char *key,
-                       int64_t *out, char *err, size_t errlen)
+static int get_int_key(const struct gguf_file *g, const char *arch, const char *key, int64_t *out,
+                       char *err, size_t errlen)
 {
     char k[128];
     snprintf(k, sizeof k, "%s.%s", arch, key);
     return gguf_get_int(g, k, out, err, errlen);
 }
 
-int model_config_from_gguf(const char *path, struct loaded_config *out, char *err,
-                           size_t errlen)
+int model_config_from_gguf(const char *path, struct loaded_config *out, char *err, size_t errlen)
 {
     struct gguf_file *g;
     int rc = gguf_open(path, &g, err, errlen);
@@ -45,8 +46,7 @@ int model_config_from_gguf(const char *path, struct loaded_config *out, char *er
         (rc = get_int_key(g, arch, "embedding_length", &hidden, err, errlen)) != PULSE_OK ||
         (rc = get_int_key(g, arch, "feed_forward_length", &ffn, err, errlen)) != PULSE_OK ||
         (rc = get_int_key(g, arch, "attention.head_count", &heads, err, errlen)) != PULSE_OK ||
-        (rc = get_int_key(g, arch, "attention.head_count_kv", &kv_heads, err, errlen)) !=
-            PULSE_OK)
+        (rc = get_int_key(g, arch, "attention.head_count_kv", &kv_heads, err, errlen)) != PULSE_OK)
         goto out;
     if (get_int_key(g, arch, "attention.key_length", &hd, err, errlen) != PULSE_OK)
         hd = heads > 0 ? hidden / heads : 0;
@@ -63,10 +63,11 @@ int model_config_from_gguf(const char *path, struct loaded_config *out, char *er
     }
     if (layers < 1 || hidden < 1 || ffn < 1 || heads < 1 || kv_heads < 1 || hd < 2 || hd % 2 ||
         heads % kv_heads || layers > 1024 || hidden > 65536 || ffn > 1 << 20 || hd > 512) {
-        snprintf(err, errlen, "%s: shape metadata out of range (layers %lld, hidden %lld, "
-                 "heads %lld/%lld, head_dim %lld, ffn %lld)", path, (long long)layers,
-                 (long long)hidden, (long long)heads, (long long)kv_heads, (long long)hd,
-                 (long long)ffn);
+        snprintf(err, errlen,
+                 "%s: shape metadata out of range (layers %lld, hidden %lld, "
+                 "heads %lld/%lld, head_dim %lld, ffn %lld)",
+                 path, (long long)layers, (long long)hidden, (long long)heads, (long long)kv_heads,
+                 (long long)hd, (long long)ffn);
         rc = PULSE_ERR_INVALID;
         goto out;
     }
@@ -94,7 +95,7 @@ struct gjob {
     const struct backend *be;
     uint16_t *stage, *perm; /* host staging; perm: un-permuted rows */
     size_t cap;
-    int unpermute_qk;       /* llama arch */
+    int unpermute_qk; /* llama arch */
     char *err;
     size_t errlen;
 };
@@ -112,8 +113,10 @@ static int gload(struct gjob *j, const char *name, uint64_t rows, uint64_t cols,
     int ok = cols == 0 ? (t->n_dims == 1 && t->ne[0] == rows)
                        : (t->n_dims == 2 && t->ne[0] == cols && t->ne[1] == rows);
     if (!ok) {
-        snprintf(j->err, j->errlen, "%s: tensor '%s' has ne [%llu, %llu], the config wants "
-                 "[%llu, %llu]", gguf_label(j->g), name, (unsigned long long)t->ne[0],
+        snprintf(j->err, j->errlen,
+                 "%s: tensor '%s' has ne [%llu, %llu], the config wants "
+                 "[%llu, %llu]",
+                 gguf_label(j->g), name, (unsigned long long)t->ne[0],
                  t->n_dims > 1 ? (unsigned long long)t->ne[1] : 1ull,
                  (unsigned long long)(cols ? cols : rows), (unsigned long long)(cols ? rows : 1));
         return PULSE_ERR_INVALID;
@@ -159,10 +162,10 @@ int model_load_gguf(struct model *m, const char *path, const struct kctx *ctx, c
         goto out;
     }
     char name[96];
-#define GLOAD(rows, cols, dst, heads, ...)                                                     \
-    do {                                                                                       \
-        snprintf(name, sizeof name, __VA_ARGS__);                                              \
-        if ((rc = gload(&j, name, (rows), (cols), (dst), (heads))) != PULSE_OK) goto out;      \
+#define GLOAD(rows, cols, dst, heads, ...)                                                         \
+    do {                                                                                           \
+        snprintf(name, sizeof name, __VA_ARGS__);                                                  \
+        if ((rc = gload(&j, name, (rows), (cols), (dst), (heads))) != PULSE_OK) goto out;          \
     } while (0)
     GLOAD(c->vocab, H, m->embed, 0, "token_embd.weight");
     for (int l = 0; l < c->n_layers; l++) {
@@ -200,8 +203,7 @@ static int is_gguf(const char *path)
     return n > 5 && !strcmp(path + n - 5, ".gguf");
 }
 
-int model_config_from_path(const char *path, struct loaded_config *out, char *err,
-                           size_t errlen)
+int model_config_from_path(const char *path, struct loaded_config *out, char *err, size_t errlen)
 {
     return is_gguf(path) ? model_config_from_gguf(path, out, err, errlen)
                          : model_config_from_hf(path, out, err, errlen);

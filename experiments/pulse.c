@@ -15,6 +15,7 @@ static const struct {
     {"recall-bench", cmd_recall_bench,
      "recall engines: bandwidth vs chunk size and count, cap, zero-copy cost"},
     {"profile-heads", cmd_profile_heads, "MAM head profile of a model (SoloHead's selectors)"},
+    {"generate", cmd_generate, "greedy continuation of a prompt (built-in or real weights)"},
     {"synth", cmd_synth, "write RULER-style synthetic tasks as LongBench JSONL"},
 };
 

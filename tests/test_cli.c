@@ -44,6 +44,12 @@ static const struct bad_case bad[] = {
     {"run --backend cpu --workload uniform:8:1 --output-len 2 --out /nonexistent/dir/r.json",
      "--out: /nonexistent/dir/r.json: cannot write", 1},
     {"models --bogus", "unknown or incomplete option '--bogus'", 2},
+    {"generate --prompt-ids 1", "--model is required", 2},
+    {"generate --model tiny --prompt x --prompt-ids 1", "exactly one of --prompt and --prompt-ids", 2},
+    {"generate --model tiny --backend cpu --prompt-ids 5,99999", "--prompt-ids: '5,99999' is not a list", 2},
+    {"generate --model tiny --backend cpu --prompt hello", "'tiny' has no tokenizer", 2},
+    {"generate --model tiny --policy magic --prompt-ids 1", "--policy: 'magic' is not available", 2},
+    {"generate --model /nonexistent/m --prompt-ids 1", "is no built-in model", 2},
     {"bench frob", "unknown benchmark 'frob'", 2},
     {"bench decode-step --backend cpu --points 4x", "--points: '4x' is not", 2},
 };
@@ -96,7 +102,7 @@ static void test_oom_result(void)
 static void test_help(void)
 {
     const char *cmds[] = {"--help", "run --help", "models --help", "bench --help",
-                          "bench decode-step --help"};
+                          "bench decode-step --help", "generate --help"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         EXPECT_EQ_INT(run(cmds[i]), 0);
         EXPECT_STR_CONTAINS(out, "usage: pulse");

@@ -142,17 +142,20 @@ static void gguf_kv_f32(struct buf *b, const char *arch, const char *key, float 
 static void gguf_name(const char *hf, char *out, size_t len)
 {
     static const char *map[][2] = {
-        {"input_layernorm", "attn_norm"},     {"self_attn.q_proj", "attn_q"},
-        {"self_attn.k_proj", "attn_k"},       {"self_attn.v_proj", "attn_v"},
-        {"self_attn.q_norm", "attn_q_norm"},  {"self_attn.k_norm", "attn_k_norm"},
-        {"self_attn.o_proj", "attn_output"},  {"post_attention_layernorm", "ffn_norm"},
-        {"mlp.gate_proj", "ffn_gate"},        {"mlp.up_proj", "ffn_up"},
+        {"input_layernorm", "attn_norm"},    {"self_attn.q_proj", "attn_q"},
+        {"self_attn.k_proj", "attn_k"},      {"self_attn.v_proj", "attn_v"},
+        {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
+        {"self_attn.o_proj", "attn_output"}, {"post_attention_layernorm", "ffn_norm"},
+        {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
         {"mlp.down_proj", "ffn_down"}};
     int l;
     char rest[96];
-    if (!strcmp(hf, "model.embed_tokens.weight")) snprintf(out, len, "token_embd.weight");
-    else if (!strcmp(hf, "model.norm.weight")) snprintf(out, len, "output_norm.weight");
-    else if (!strcmp(hf, "lm_head.weight")) snprintf(out, len, "output.weight");
+    if (!strcmp(hf, "model.embed_tokens.weight"))
+        snprintf(out, len, "token_embd.weight");
+    else if (!strcmp(hf, "model.norm.weight"))
+        snprintf(out, len, "output_norm.weight");
+    else if (!strcmp(hf, "lm_head.weight"))
+        snprintf(out, len, "output.weight");
     else if (sscanf(hf, "model.layers.%d.%95s", &l, rest) == 2) {
         for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
             size_t n = strlen(map[i][0]);
@@ -197,7 +200,8 @@ static void write_gguf(const char *path, const char *arch)
         size_t bytes = 2 * outs[i].rows * (outs[i].cols ? outs[i].cols : 1);
         off += (bytes + 31) & ~(size_t)31;
     }
-    while (b.n % 32) PUT(&b, uint8_t, 0);
+    while (b.n % 32)
+        PUT(&b, uint8_t, 0);
     for (int i = 0; i < n_out; i++) {
         const struct tensor_out *t = &outs[i];
         size_t cols = t->cols ? t->cols : 1, bytes = 2 * t->rows * cols;
@@ -211,7 +215,8 @@ static void write_gguf(const char *path, const char *arch)
         } else {
             put(&b, t->data, bytes);
         }
-        while (b.n % 32) PUT(&b, uint8_t, 0);
+        while (b.n % 32)
+            PUT(&b, uint8_t, 0);
     }
     FILE *f = fopen(path, "wb");
     fwrite(b.p, 1, b.n, f);
@@ -233,9 +238,13 @@ static void test_round_trip(const char *dir)
     /* the loaded model decodes exactly the built-in tiny model's golden tokens */
     struct workload w;
     EXPECT_EQ_INT(workload_create(&w, "lengths:100,37,1", OUT_LEN, 1, err, sizeof err), 0);
-    struct engine_params p = {.cfg = &lc.cfg, .be = backend_find("cpu"), .seed = 1,
-                              .max_batch = 8, .max_tokens = workload_max_tokens(&w),
-                              .load_weights = load_cb, .load_user = (void *)dir};
+    struct engine_params p = {.cfg = &lc.cfg,
+                              .be = backend_find("cpu"),
+                              .seed = 1,
+                              .max_batch = 8,
+                              .max_tokens = workload_max_tokens(&w),
+                              .load_weights = load_cb,
+                              .load_user = (void *)dir};
     struct engine *e = engine_create(&p, err, sizeof err);
     EXPECT(e != NULL);
     if (!e) {
@@ -243,14 +252,13 @@ static void test_round_trip(const char *dir)
         workload_free(&w);
         return;
     }
-    struct kv_cache_params kp = {t->n_layers, t->n_kv_heads, t->head_dim, 16, 1u << 24, 8,
-                                 workload_max_tokens(&w)};
+    struct kv_cache_params kp = {t->n_layers, t->n_kv_heads,          t->head_dim, 16, 1u << 24,
+                                 8,           workload_max_tokens(&w)};
     struct kv_cache *kv = kv_cache_create(&kp, backend_find("cpu"), engine_ctx(e), err, sizeof err);
     struct serve_counters ctr;
     double wall;
-    EXPECT_EQ_INT(serve_run(e, kv, policy_find("vanilla"), w.reqs, w.n, 8, &ctr, &wall, err,
-                            sizeof err),
-                  0);
+    EXPECT_EQ_INT(
+        serve_run(e, kv, policy_find("vanilla"), w.reqs, w.n, 8, &ctr, &wall, err, sizeof err), 0);
     char path[1024];
     const char *src = getenv("PULSE_SRC");
     snprintf(path, sizeof path, "%s/tests/golden/tiny_seed1.txt", src ? src : ".");
@@ -324,6 +332,49 @@ int main(void)
     EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
     EXPECT_STR_CONTAINS(out, "request 0: 310 691 10 629 419 158 675 812 609 193");
     EXPECT_STR_CONTAINS(out, "request 2: 355 89 241 407 197 928 241 289 307 889");
+
+    /* generate: the prompt runs through the decode step token by token; the real-weight model
+     * continues exactly as the built-in one, prompt processing agrees with decoding (the
+     * prompt extended by the first new token continues with the rest), and the JSON's last
+     * logits pick the last token */
+    char ref[1 << 12], json_path[600];
+    EXPECT_EQ_INT(tu_run_pulse("generate --model tiny --backend cpu --prompt-ids 5,6,7 "
+                               "--max-new-tokens 8",
+                               ref, sizeof ref),
+                  0);
+    EXPECT_STR_CONTAINS(ref, "generated ids: ");
+    snprintf(json_path, sizeof json_path, "%s/gen.json", dir);
+    snprintf(args, sizeof args,
+             "generate --model %s --backend cpu --prompt-ids 5,6,7 --max-new-tokens 8 --out %s",
+             dir, json_path);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+    EXPECT(!strcmp(out, ref));
+    int g[8] = {0};
+    const char *gp = strstr(ref, "generated ids:");
+    EXPECT(gp && sscanf(gp, "generated ids: %d %d %d %d %d %d %d %d", &g[0], &g[1], &g[2], &g[3],
+                        &g[4], &g[5], &g[6], &g[7]) == 8);
+    snprintf(args, sizeof args,
+             "generate --model tiny --backend cpu --prompt-ids 5,6,7,%d --max-new-tokens 7", g[0]);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+    char want[256];
+    snprintf(want, sizeof want, "generated ids: %d %d %d %d %d %d %d\n", g[1], g[2], g[3], g[4],
+             g[5], g[6], g[7]);
+    EXPECT_STR_CONTAINS(out, want);
+    json_error_t je;
+    json_t *gj = json_load_file(json_path, 0, &je);
+    EXPECT(gj != NULL);
+    if (gj) {
+        json_t *lg = json_object_get(gj, "last_logits");
+        size_t best = 0, i;
+        json_t *v;
+        json_array_foreach(lg, i, v) if (json_real_value(v) >
+                                         json_real_value(json_array_get(lg, best))) best = i;
+        EXPECT_EQ_INT(json_array_size(lg), 1024);
+        EXPECT_EQ_INT((long)best, g[7]);
+        EXPECT_EQ_INT(json_array_size(json_object_get(gj, "prompt_ids")), 3);
+        json_decref(gj);
+    }
+    unlink(json_path);
 
     write_checkpoint(dir, "qwen3", 256, "model.layers.2.mlp.up_proj.weight");
     expect_load_error(dir, "tensor 'model.layers.2.mlp.up_proj.weight' is missing");
