@@ -54,7 +54,8 @@ static int parse_points(const char *s, struct point *pts, int *n)
             c = strtol(q, &end, 10);
             if (end == q) c = -1;
         }
-        if (b < 1 || b > 4096 || c < 1 || c > (1 << 22) || (*end && *end != ',') || *n >= MAX_POINTS) {
+        if (b < 1 || b > 4096 || c < 1 || c > (1 << 22) || (*end && *end != ',') ||
+            *n >= MAX_POINTS) {
             cli_error("bench", "--points: '%s' is not a list of BATCHxCONTEXT (e.g. 8x4096)", s);
             return -1;
         }
@@ -77,20 +78,33 @@ static int parse(int argc, char **argv, struct bench_opts *o)
         {"seed", required_argument, 0, 's'},    {"peer", required_argument, 0, 'e'},
         {"out", required_argument, 0, 'o'},     {"help", no_argument, 0, 'h'},
         {"no-graph", no_argument, 0, 'G'},      {0, 0, 0, 0}};
-    *o = (struct bench_opts){"auto", "qwen3-14b",
-                             "1x4096,8x4096,32x4096,1x32768,8x32768,16x32768", NULL, NULL, 20, 3,
-                             16, 1, 0};
+    *o = (struct bench_opts){"auto", "qwen3-14b", "1x4096,8x4096,32x4096,1x32768,8x32768,16x32768",
+                             NULL,   NULL,        20,
+                             3,      16,          1,
+                             0};
     int c;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'b': o->backend = optarg; break;
-        case 'm': o->model = optarg; break;
-        case 'p': o->points = optarg; break;
-        case 'e': o->peer = optarg; break;
-        case 'o': o->out = optarg; break;
-        case 'G': o->no_graph = 1; break;
+        case 'b':
+            o->backend = optarg;
+            break;
+        case 'm':
+            o->model = optarg;
+            break;
+        case 'p':
+            o->points = optarg;
+            break;
+        case 'e':
+            o->peer = optarg;
+            break;
+        case 'o':
+            o->out = optarg;
+            break;
+        case 'G':
+            o->no_graph = 1;
+            break;
         case 'i':
             if (cli_int("bench", "--iters", optarg, 1, 10000, &o->iters)) return -1;
             break;
@@ -103,8 +117,12 @@ static int parse(int argc, char **argv, struct bench_opts *o)
         case 's':
             if (cli_u64("bench", "--seed", optarg, INT64_MAX, &o->seed)) return -1;
             break;
-        case 'h': fputs(usage, stdout); return 1;
-        default: cli_unknown_flag("bench", argc, argv); return -1;
+        case 'h':
+            fputs(usage, stdout);
+            return 1;
+        default:
+            cli_unknown_flag("bench", argc, argv);
+            return -1;
         }
     }
     if (cli_no_extra_args("bench", argc, argv)) return -1;
@@ -114,7 +132,8 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 static json_t *samples_json(const double *ms, int n)
 {
     json_t *a = json_array();
-    for (int i = 0; i < n; i++) json_array_append_new(a, json_real(ms[i]));
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_real(ms[i]));
     return a;
 }
 
@@ -141,11 +160,11 @@ static int run_point(struct engine *e, const struct bench_opts *o, const struct 
     int steps = (int)(o->warmup + o->iters), attn_iters = (int)o->iters;
     int reserved = pt.ctx + steps + 1;
     char err[256];
-    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, (int)o->page_size, 0,
-                                 pt.batch, reserved};
+    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, (int)o->page_size,
+                                 0,           pt.batch,      reserved};
     size_t page_bytes = (size_t)m->n_kv_heads * 2 * o->page_size * m->head_dim * 2;
-    kp.budget_bytes = (size_t)pt.batch * m->n_layers * PULSE_CEIL_DIV(reserved, o->page_size) *
-                      page_bytes;
+    kp.budget_bytes =
+        (size_t)pt.batch * m->n_layers * PULSE_CEIL_DIV(reserved, o->page_size) * page_bytes;
     json_object_set_new(pj, "batch", json_integer(pt.batch));
     json_object_set_new(pj, "context", json_integer(pt.ctx));
     json_object_set_new(pj, "kv_pool_bytes", json_integer((json_int_t)kp.budget_bytes));
@@ -178,19 +197,22 @@ static int run_point(struct engine *e, const struct bench_opts *o, const struct 
     enum { ATTN_REPS = 10 };
     for (int i = 0; i < attn_iters; i++) {
         double t = pulse_now();
-        for (int r = 0; r < ATTN_REPS; r++) engine_run_attention(e, bt, kv, 0);
+        for (int r = 0; r < ATTN_REPS; r++)
+            engine_run_attention(e, bt, kv, 0);
         be->sync(ctx);
         attn_ms[i] = (pulse_now() - t) * 1e3 / ATTN_REPS;
     }
     int32_t toks[4096];
     batch_read_tokens(e, bt, toks);
     uint64_t h = 1469598103934665603ull;
-    for (int b = 0; b < pt.batch; b++) h = (h ^ (uint32_t)toks[b]) * 1099511628211ull;
+    for (int b = 0; b < pt.batch; b++)
+        h = (h ^ (uint32_t)toks[b]) * 1099511628211ull;
     /* breakdown: the weight GEMMs alone (every layer's four and the LM head), back to back */
     double gemm_best = INFINITY;
     for (int i = 0; i < 3; i++) {
         double t = pulse_now();
-        for (int l = 0; l < m->n_layers; l++) engine_run_layer_gemms(e, bt, l);
+        for (int l = 0; l < m->n_layers; l++)
+            engine_run_layer_gemms(e, bt, l);
         engine_run_lm_head(e, bt);
         be->sync(ctx);
         gemm_best = fmin(gemm_best, (pulse_now() - t) * 1e3);
@@ -263,7 +285,12 @@ static int decode_step(int argc, char **argv)
                                   "page_size", (int)o.page_size, "seed", (json_int_t)o.seed,
                                   "cuda_graph", !o.no_graph && be->graph_begin != NULL));
     char err[512];
-    struct engine_params ep = {.cfg = m, .be = be, .seed = o.seed, .max_batch = max_b, .max_tokens = max_t, .use_graph = !o.no_graph};
+    struct engine_params ep = {.cfg = m,
+                               .be = be,
+                               .seed = o.seed,
+                               .max_batch = max_b,
+                               .max_tokens = max_t,
+                               .use_graph = !o.no_graph};
     struct engine *e = engine_create(&ep, err, sizeof err);
     int code = 0;
     if (!e) {

@@ -16,8 +16,7 @@ void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(prin
 /* Parse flag values; on a bad value print an error naming the flag and return -1. */
 int cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
 int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t hi, uint64_t *out);
-int cli_double(const char *cmd, const char *flag, const char *s, double lo, double hi,
-               double *out);
+int cli_double(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
 /* Resolves --model and --backend ("auto" picks cuda when a GPU is usable); NULL after an error. */
 const struct model_config *cli_model(const char *cmd, const char *name);
 const struct backend *cli_backend(const char *cmd, const char *name);
@@ -29,7 +28,7 @@ int cli_no_extra_args(const char *cmd, int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
-int cmd_recall_bench(int argc, char **argv); /* recall_bench.c */
+int cmd_recall_bench(int argc, char **argv);  /* recall_bench.c */
 int cmd_profile_heads(int argc, char **argv); /* profile_heads.c */
 int cmd_generate(int argc, char **argv);
 int cmd_synth(int argc, char **argv); /* synth.c */

@@ -13,9 +13,8 @@ static const char usage[] = "usage: pulse models [--json]\n"
 
 int cmd_models(int argc, char **argv)
 {
-    static const struct option opts[] = {{"json", no_argument, 0, 'j'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int as_json = 0, c;
     opterr = 0;
     optind = 1;
@@ -42,16 +41,16 @@ int cmd_models(int argc, char **argv)
                  kvb = model_kv_bytes_per_token(m);
         if (as_json) {
             json_array_append_new(
-                arr, json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b,s:I,s:I,s:I}", "name",
-                               m->name, "layers", m->n_layers, "hidden", m->hidden, "heads",
-                               m->n_heads, "kv_heads", m->n_kv_heads, "head_dim", m->head_dim,
-                               "ffn", m->ffn, "vocab", m->vocab, "qk_norm", m->qk_norm, "params",
-                               (json_int_t)params, "weight_bytes", (json_int_t)wb,
-                               "kv_bytes_per_token", (json_int_t)kvb));
+                arr,
+                json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b,s:I,s:I,s:I}", "name", m->name,
+                          "layers", m->n_layers, "hidden", m->hidden, "heads", m->n_heads,
+                          "kv_heads", m->n_kv_heads, "head_dim", m->head_dim, "ffn", m->ffn,
+                          "vocab", m->vocab, "qk_norm", m->qk_norm, "params", (json_int_t)params,
+                          "weight_bytes", (json_int_t)wb, "kv_bytes_per_token", (json_int_t)kvb));
         } else {
             printf("%-14s %6d %6d %5d %4d %5d %6d %7d %9.3fB %7.2fGB %9.1fKiB\n", m->name,
-                   m->n_layers, m->hidden, m->n_heads, m->n_kv_heads, m->head_dim, m->ffn,
-                   m->vocab, params / 1e9, wb / 1e9, kvb / 1024.0);
+                   m->n_layers, m->hidden, m->n_heads, m->n_kv_heads, m->head_dim, m->ffn, m->vocab,
+                   params / 1e9, wb / 1e9, kvb / 1024.0);
         }
     }
     if (as_json) {

@@ -39,14 +39,19 @@ struct prof_opts {
 
 static int parse(int argc, char **argv, struct prof_opts *o)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},      {"backend", required_argument, 0, 'b'},
-        {"prompt-len", required_argument, 0, 'p'}, {"steps", required_argument, 0, 'n'},
-        {"batch", required_argument, 0, 'B'},      {"budget-tokens", required_argument, 0, 'k'},
-        {"block-size", required_argument, 0, 'P'}, {"sink", required_argument, 0, 'S'},
-        {"window", required_argument, 0, 'W'},     {"seed", required_argument, 0, 's'},
-        {"out", required_argument, 0, 'o'},        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"backend", required_argument, 0, 'b'},
+                                         {"prompt-len", required_argument, 0, 'p'},
+                                         {"steps", required_argument, 0, 'n'},
+                                         {"batch", required_argument, 0, 'B'},
+                                         {"budget-tokens", required_argument, 0, 'k'},
+                                         {"block-size", required_argument, 0, 'P'},
+                                         {"sink", required_argument, 0, 'S'},
+                                         {"window", required_argument, 0, 'W'},
+                                         {"seed", required_argument, 0, 's'},
+                                         {"out", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     *o = (struct prof_opts){"auto", NULL, NULL, 4096, 16, 1, 2048, 16, 1, 2, 1};
     const char *C = "profile-heads";
     int c;
@@ -55,19 +60,45 @@ static int parse(int argc, char **argv, struct prof_opts *o)
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
-        case 'm': o->model = optarg; break;
-        case 'b': o->backend = optarg; break;
-        case 'o': o->out = optarg; break;
-        case 'p': bad = cli_int(C, "--prompt-len", optarg, 1, 1 << 20, &o->prompt); break;
-        case 'n': bad = cli_int(C, "--steps", optarg, 1, 100000, &o->steps); break;
-        case 'B': bad = cli_int(C, "--batch", optarg, 1, 4096, &o->batch); break;
-        case 'k': bad = cli_int(C, "--budget-tokens", optarg, 0, 1 << 24, &o->budget_tokens); break;
-        case 'P': bad = cli_int(C, "--block-size", optarg, 1, 4096, &o->block_size); break;
-        case 'S': bad = cli_int(C, "--sink", optarg, 0, 1 << 20, &o->sink); break;
-        case 'W': bad = cli_int(C, "--window", optarg, 0, 1 << 20, &o->window); break;
-        case 's': bad = cli_u64(C, "--seed", optarg, INT64_MAX, &o->seed); break;
-        case 'h': fputs(usage, stdout); return 1;
-        default: cli_unknown_flag(C, argc, argv); return -1;
+        case 'm':
+            o->model = optarg;
+            break;
+        case 'b':
+            o->backend = optarg;
+            break;
+        case 'o':
+            o->out = optarg;
+            break;
+        case 'p':
+            bad = cli_int(C, "--prompt-len", optarg, 1, 1 << 20, &o->prompt);
+            break;
+        case 'n':
+            bad = cli_int(C, "--steps", optarg, 1, 100000, &o->steps);
+            break;
+        case 'B':
+            bad = cli_int(C, "--batch", optarg, 1, 4096, &o->batch);
+            break;
+        case 'k':
+            bad = cli_int(C, "--budget-tokens", optarg, 0, 1 << 24, &o->budget_tokens);
+            break;
+        case 'P':
+            bad = cli_int(C, "--block-size", optarg, 1, 4096, &o->block_size);
+            break;
+        case 'S':
+            bad = cli_int(C, "--sink", optarg, 0, 1 << 20, &o->sink);
+            break;
+        case 'W':
+            bad = cli_int(C, "--window", optarg, 0, 1 << 20, &o->window);
+            break;
+        case 's':
+            bad = cli_u64(C, "--seed", optarg, INT64_MAX, &o->seed);
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 1;
+        default:
+            cli_unknown_flag(C, argc, argv);
+            return -1;
         }
         if (bad) return -1;
     }
@@ -103,7 +134,8 @@ static void print_table(const struct mam_profile *pr)
     for (int l = 0; l < pr->n_layers; l++) {
         const double *row = pr->mam + (size_t)l * pr->n_kv_heads;
         double mean = 0.0;
-        for (int h = 0; h < pr->n_kv_heads; h++) mean += row[h] / pr->n_kv_heads;
+        for (int h = 0; h < pr->n_kv_heads; h++)
+            mean += row[h] / pr->n_kv_heads;
         printf("%-6d %8d %9.5f %8d %9.5f %9.5f\n", l, hi[l], row[hi[l]], lo[l], row[lo[l]], mean);
     }
 }
@@ -116,10 +148,10 @@ static int calibrate(struct engine *e, const struct prof_opts *o, const struct m
     const struct kctx *ctx = engine_ctx(e);
     int reserved = (int)(o->prompt + o->steps + 1);
     size_t page_bytes = (size_t)m->n_kv_heads * 2 * o->block_size * m->head_dim * 2;
-    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, (int)o->block_size, 0,
-                                 (int)o->batch, reserved};
-    kp.budget_bytes = (size_t)o->batch * m->n_layers * PULSE_CEIL_DIV(reserved, o->block_size) *
-                      page_bytes;
+    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, (int)o->block_size,
+                                 0,           (int)o->batch, reserved};
+    kp.budget_bytes =
+        (size_t)o->batch * m->n_layers * PULSE_CEIL_DIV(reserved, o->block_size) * page_bytes;
     struct kv_cache *kv = kv_cache_create(&kp, be, ctx, err, errlen);
     if (!kv) return EXIT_OOM;
     int code = 0;
@@ -139,7 +171,8 @@ static int calibrate(struct engine *e, const struct prof_opts *o, const struct m
     engine_fill_prompt(e, bt, kv);
     struct engine_layer_hook hook = mam_probe_hook(*probe);
     engine_set_hook(e, &hook);
-    for (int s = 0; s < o->steps; s++) engine_step(e, bt, kv);
+    for (int s = 0; s < o->steps; s++)
+        engine_step(e, bt, kv);
     be->sync(ctx);
     engine_set_hook(e, NULL);
 out:
@@ -161,15 +194,28 @@ int cmd_profile_heads(int argc, char **argv)
     if (!be) return EXIT_USAGE;
     char err[512];
     int max_tokens = (int)(o.prompt + o.steps + 1);
-    struct mam_params mp = {m->n_layers, m->n_heads, m->n_kv_heads, m->head_dim,
-                            (int)o.block_size, (int)(o.budget_tokens / o.block_size), (int)o.sink,
-                            (int)o.window, (int)o.batch, max_tokens, 0.0f};
+    struct mam_params mp = {m->n_layers,
+                            m->n_heads,
+                            m->n_kv_heads,
+                            m->head_dim,
+                            (int)o.block_size,
+                            (int)(o.budget_tokens / o.block_size),
+                            (int)o.sink,
+                            (int)o.window,
+                            (int)o.batch,
+                            max_tokens,
+                            0.0f};
     struct mam_acc *acc = mam_acc_create(&mp, err, sizeof err);
     if (!acc) { /* the shape was checked in parse: what is left is host memory */
         cli_error(C, "%s", err);
         return EXIT_OOM;
     }
-    struct engine_params ep = {.cfg = m, .be = be, .seed = o.seed, .max_batch = (int)o.batch, .max_tokens = max_tokens, .use_graph = 0};
+    struct engine_params ep = {.cfg = m,
+                               .be = be,
+                               .seed = o.seed,
+                               .max_batch = (int)o.batch,
+                               .max_tokens = max_tokens,
+                               .use_graph = 0};
     struct engine *e = engine_create(&ep, err, sizeof err);
     struct mam_probe *probe = NULL;
     struct mam_profile pr = {0};
@@ -193,8 +239,8 @@ int cmd_profile_heads(int argc, char **argv)
     pr.meta.seed = o.seed;
     printf("%s %s: MAM over %ld steps x %ld entries x %d query heads, prompt %ld, budget %ld "
            "tokens (%ld-token blocks, sink %ld, window %ld); %.2f s, %.1f MB staged\n",
-           be->name, m->name, o.steps, o.batch, m->n_heads, o.prompt, o.budget_tokens,
-           o.block_size, o.sink, o.window, secs, mam_probe_staged_bytes(probe) / 1e6);
+           be->name, m->name, o.steps, o.batch, m->n_heads, o.prompt, o.budget_tokens, o.block_size,
+           o.sink, o.window, secs, mam_probe_staged_bytes(probe) / 1e6);
     print_table(&pr);
     if (mam_profile_write(&pr, o.out, err, sizeof err) != PULSE_OK) {
         cli_error(C, "--out: %s", err);

@@ -21,7 +21,8 @@ static const char usage[] =
     "  --policy P         vanilla (default vanilla)\n"
     "  --workload SPEC    uniform:LEN:COUNT or lengths:L1,L2,... (default uniform:256:4)\n"
     "  --output-len N     output tokens per request (default 32)\n"
-    "  --kv-budget-gb G   GPU KV pool in GB (default 45 on cuda, emulating an 80 GB card; 0.25 on cpu)\n"
+    "  --kv-budget-gb G   GPU KV pool in GB (default 45 on cuda, emulating an 80 GB card; 0.25 on "
+    "cpu)\n"
     "  --max-batch N      most requests decoded together (default 64)\n"
     "  --page-size N      tokens per KV block (default 16)\n"
     "  --seed S           weights, synthetic prompt KV and workload (default 1)\n"
@@ -42,31 +43,58 @@ struct run_opts {
 
 static int parse(int argc, char **argv, struct run_opts *o)
 {
-    static const struct option opts[] = {
-        {"backend", required_argument, 0, 'b'},  {"model", required_argument, 0, 'm'},
-        {"policy", required_argument, 0, 'p'},   {"workload", required_argument, 0, 'w'},
-        {"output-len", required_argument, 0, 'n'}, {"kv-budget-gb", required_argument, 0, 'g'},
-        {"max-batch", required_argument, 0, 'B'}, {"page-size", required_argument, 0, 'P'},
-        {"seed", required_argument, 0, 's'},     {"out", required_argument, 0, 'o'},
-        {"print-tokens", no_argument, 0, 't'},   {"help", no_argument, 0, 'h'},
-        {"no-graph", no_argument, 0, 'G'},       {"weights", required_argument, 0, 'W'},
-        {0, 0, 0, 0}};
-    *o = (struct run_opts){.backend = "auto", .model = "tiny", .policy = "vanilla",
-                           .workload = "uniform:256:4", .output_len = 32, .max_batch = 64,
-                           .page_size = 16, .seed = 1};
+    static const struct option opts[] = {{"backend", required_argument, 0, 'b'},
+                                         {"model", required_argument, 0, 'm'},
+                                         {"policy", required_argument, 0, 'p'},
+                                         {"workload", required_argument, 0, 'w'},
+                                         {"output-len", required_argument, 0, 'n'},
+                                         {"kv-budget-gb", required_argument, 0, 'g'},
+                                         {"max-batch", required_argument, 0, 'B'},
+                                         {"page-size", required_argument, 0, 'P'},
+                                         {"seed", required_argument, 0, 's'},
+                                         {"out", required_argument, 0, 'o'},
+                                         {"print-tokens", no_argument, 0, 't'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {"no-graph", no_argument, 0, 'G'},
+                                         {"weights", required_argument, 0, 'W'},
+                                         {0, 0, 0, 0}};
+    *o = (struct run_opts){.backend = "auto",
+                           .model = "tiny",
+                           .policy = "vanilla",
+                           .workload = "uniform:256:4",
+                           .output_len = 32,
+                           .max_batch = 64,
+                           .page_size = 16,
+                           .seed = 1};
     int c;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'b': o->backend = optarg; break;
-        case 'm': o->model = optarg; break;
-        case 'p': o->policy = optarg; break;
-        case 'w': o->workload = optarg; break;
-        case 'o': o->out = optarg; break;
-        case 't': o->print_tokens = 1; break;
-        case 'G': o->no_graph = 1; break;
-        case 'W': o->weights = optarg; break;
+        case 'b':
+            o->backend = optarg;
+            break;
+        case 'm':
+            o->model = optarg;
+            break;
+        case 'p':
+            o->policy = optarg;
+            break;
+        case 'w':
+            o->workload = optarg;
+            break;
+        case 'o':
+            o->out = optarg;
+            break;
+        case 't':
+            o->print_tokens = 1;
+            break;
+        case 'G':
+            o->no_graph = 1;
+            break;
+        case 'W':
+            o->weights = optarg;
+            break;
         case 'n':
             if (cli_int("run", "--output-len", optarg, 1, 1 << 24, &o->output_len)) return -1;
             break;
@@ -83,8 +111,12 @@ static int parse(int argc, char **argv, struct run_opts *o)
         case 's':
             if (cli_u64("run", "--seed", optarg, INT64_MAX, &o->seed)) return -1;
             break;
-        case 'h': fputs(usage, stdout); return 1;
-        default: cli_unknown_flag("run", argc, argv); return -1;
+        case 'h':
+            fputs(usage, stdout);
+            return 1;
+        default:
+            cli_unknown_flag("run", argc, argv);
+            return -1;
         }
     }
     if (cli_no_extra_args("run", argc, argv)) return -1;
@@ -232,9 +264,14 @@ int cmd_run(int argc, char **argv)
     json_object_set_new(cfg_json, "weights", o.weights ? json_string(o.weights) : json_null());
     json_object_set_new(res, "config", cfg_json);
     json_object_set_new(res, "workload", workload_to_json(&w));
-    struct engine_params ep = {.cfg = m, .be = be, .seed = o.seed, .max_batch = (int)o.max_batch, .max_tokens = max_tokens, .use_graph = !o.no_graph,
-                              .load_weights = o.weights ? load_hf : NULL,
-                              .load_user = (void *)o.weights};
+    struct engine_params ep = {.cfg = m,
+                               .be = be,
+                               .seed = o.seed,
+                               .max_batch = (int)o.max_batch,
+                               .max_tokens = max_tokens,
+                               .use_graph = !o.no_graph,
+                               .load_weights = o.weights ? load_hf : NULL,
+                               .load_user = (void *)o.weights};
     struct engine *e = engine_create(&ep, err, sizeof err);
     if (!e) {
         cli_error("run", "%s", err);
@@ -244,7 +281,7 @@ int cmd_run(int argc, char **argv)
         return finish(res, o.out, EXIT_OOM);
     }
     be->describe(results_env(res));
-    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, (int)o.page_size,
+    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads,    m->head_dim, (int)o.page_size,
                                  budget,      (int)o.max_batch, max_tokens};
     struct kv_cache *kv = kv_cache_create(&kp, be, engine_ctx(e), err, sizeof err);
     int code = 0;
@@ -283,7 +320,8 @@ int cmd_run(int argc, char **argv)
     if (o.print_tokens)
         for (int i = 0; i < w.n; i++) {
             printf("request %d:", i);
-            for (int t = 0; t < w.reqs[i].generated; t++) printf(" %d", w.reqs[i].tokens[t]);
+            for (int t = 0; t < w.reqs[i].generated; t++)
+                printf(" %d", w.reqs[i].tokens[t]);
             printf("\n");
         }
     json_object_set_new(res, "metrics", metrics);

@@ -16,7 +16,10 @@ static void cpu_memset(const struct kctx *c, void *dst, int value, size_t bytes)
     memset(dst, value, bytes);
 }
 
-static void cpu_sync(const struct kctx *c) { (void)c; }
+static void cpu_sync(const struct kctx *c)
+{
+    (void)c;
+}
 
 static int cpu_ctx_create(struct kctx *c, size_t workspace_bytes)
 {
@@ -25,7 +28,10 @@ static int cpu_ctx_create(struct kctx *c, size_t workspace_bytes)
     return PULSE_OK; /* the references need no workspace */
 }
 
-static void cpu_ctx_free(struct kctx *c) { memset(c, 0, sizeof *c); }
+static void cpu_ctx_free(struct kctx *c)
+{
+    memset(c, 0, sizeof *c);
+}
 
 static double cpu_copy_bandwidth(const struct kctx *c, size_t bytes, int reps)
 {
@@ -103,5 +109,8 @@ const char *backend_names(void)
 }
 
 #ifndef PULSE_HAVE_CUDA
-int backend_cuda_available(void) { return 0; }
+int backend_cuda_available(void)
+{
+    return 0;
+}
 #endif

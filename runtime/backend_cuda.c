@@ -104,8 +104,8 @@ static double cuda_copy_bandwidth(const struct kctx *c, size_t bytes, int reps)
         CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); /* warm-up */
         for (int r = 0; r < reps; r++) {
             CUDA_CHECK(cudaEventRecord(e0, s));
-            CUDA_CHECK(cudaMemcpyAsync(r % 2 ? a : b, r % 2 ? b : a, bytes,
-                                       cudaMemcpyDeviceToDevice, s));
+            CUDA_CHECK(
+                cudaMemcpyAsync(r % 2 ? a : b, r % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, s));
             CUDA_CHECK(cudaEventRecord(e1, s));
             CUDA_CHECK(cudaEventSynchronize(e1));
             CUDA_CHECK(cudaEventElapsedTime(&ms[r], e0, e1));

@@ -32,9 +32,9 @@ enum pulse_status {
 /* Prints "file:line: what: detail" and aborts. Never returns. */
 void pulse_die(const char *file, int line, const char *what, const char *detail);
 
-#define PULSE_CHECK(cond, detail)                                                              \
-    do {                                                                                       \
-        if (!(cond)) pulse_die(__FILE__, __LINE__, #cond, (detail));                           \
+#define PULSE_CHECK(cond, detail)                                                                  \
+    do {                                                                                           \
+        if (!(cond)) pulse_die(__FILE__, __LINE__, #cond, (detail));                               \
     } while (0)
 
 /* Monotonic wall clock in seconds. */

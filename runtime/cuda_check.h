@@ -15,35 +15,35 @@
 
 #include "common.h"
 
-#define CUDA_CHECK(stmt)                                                                       \
-    do {                                                                                       \
-        cudaError_t e_ = (stmt);                                                               \
-        if (e_ != cudaSuccess) {                                                               \
-            char d_[256];                                                                      \
-            snprintf(d_, sizeof d_, "%s (%s)", cudaGetErrorName(e_), cudaGetErrorString(e_));  \
-            pulse_die(__FILE__, __LINE__, #stmt, d_);                                          \
-        }                                                                                      \
+#define CUDA_CHECK(stmt)                                                                           \
+    do {                                                                                           \
+        cudaError_t e_ = (stmt);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            char d_[256];                                                                          \
+            snprintf(d_, sizeof d_, "%s (%s)", cudaGetErrorName(e_), cudaGetErrorString(e_));      \
+            pulse_die(__FILE__, __LINE__, #stmt, d_);                                              \
+        }                                                                                          \
     } while (0)
 
-#define CUBLAS_CHECK(stmt)                                                                     \
-    do {                                                                                       \
-        cublasStatus_t s_ = (stmt);                                                            \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
-            char d_[256];                                                                      \
-            snprintf(d_, sizeof d_, "%s (%s)", cublasGetStatusName(s_),                        \
-                     cublasGetStatusString(s_));                                               \
-            pulse_die(__FILE__, __LINE__, #stmt, d_);                                          \
-        }                                                                                      \
+#define CUBLAS_CHECK(stmt)                                                                         \
+    do {                                                                                           \
+        cublasStatus_t s_ = (stmt);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            char d_[256];                                                                          \
+            snprintf(d_, sizeof d_, "%s (%s)", cublasGetStatusName(s_),                            \
+                     cublasGetStatusString(s_));                                                   \
+            pulse_die(__FILE__, __LINE__, #stmt, d_);                                              \
+        }                                                                                          \
     } while (0)
 
-#define CUDA_CHECK_LAUNCH(stream)                                                              \
-    do {                                                                                       \
-        CUDA_CHECK(cudaGetLastError());                                                        \
-        if (pulse_sync_each_launch()) {                                                        \
-            enum cudaStreamCaptureStatus cs_ = cudaStreamCaptureStatusNone;                    \
-            CUDA_CHECK(cudaStreamIsCapturing((stream), &cs_));                                 \
-            if (cs_ == cudaStreamCaptureStatusNone) CUDA_CHECK(cudaStreamSynchronize(stream));  \
-        }                                                                                      \
+#define CUDA_CHECK_LAUNCH(stream)                                                                  \
+    do {                                                                                           \
+        CUDA_CHECK(cudaGetLastError());                                                            \
+        if (pulse_sync_each_launch()) {                                                            \
+            enum cudaStreamCaptureStatus cs_ = cudaStreamCaptureStatusNone;                        \
+            CUDA_CHECK(cudaStreamIsCapturing((stream), &cs_));                                     \
+            if (cs_ == cudaStreamCaptureStatusNone) CUDA_CHECK(cudaStreamSynchronize(stream));     \
+        }                                                                                          \
     } while (0)
 
 #endif

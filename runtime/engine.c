@@ -32,10 +32,10 @@ struct batch {
     void *mem; /* one backend allocation */
     size_t mem_bytes;
     int32_t *d_tokens, *d_pos, *d_len, *d_req, *d_page_start; /* page_start: [layer][max_batch] */
-    float *d_x;                                                /* [max_batch][hidden] residual */
+    float *d_x;                                               /* [max_batch][hidden] residual */
     int32_t *h_stage; /* host staging of the int arrays, same layout as the device block */
     size_t stage_bytes;
-    void *graph;                   /* the captured step, valid for graph_kv and these entries */
+    void *graph; /* the captured step, valid for graph_kv and these entries */
     const struct kv_cache *graph_kv;
 };
 
@@ -50,10 +50,15 @@ static void *take(char **cur, size_t n)
 static size_t scratch_size(const struct model_config *c, int B)
 {
     size_t qd = (size_t)c->n_heads * c->head_dim, sz = 0;
-    size_t parts[] = {2 * (size_t)B * c->hidden, 4 * (size_t)B * model_qkv_dim(c), 2 * B * qd,
-                      2 * B * qd, 8 * (size_t)B * c->ffn, 2 * (size_t)B * c->ffn,
+    size_t parts[] = {2 * (size_t)B * c->hidden,
+                      4 * (size_t)B * model_qkv_dim(c),
+                      2 * B * qd,
+                      2 * B * qd,
+                      8 * (size_t)B * c->ffn,
+                      2 * (size_t)B * c->ffn,
                       4 * (size_t)B * c->vocab};
-    for (size_t i = 0; i < PULSE_ARRAY_LEN(parts); i++) sz += (parts[i] + 255) & ~(size_t)255;
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(parts); i++)
+        sz += (parts[i] + 255) & ~(size_t)255;
     return sz;
 }
 
@@ -125,8 +130,14 @@ void engine_free(struct engine *e)
     mem_free(MEM_HOST, e, sizeof *e);
 }
 
-const struct kctx *engine_ctx(const struct engine *e) { return &e->ctx; }
-const struct model *engine_model(const struct engine *e) { return &e->model; }
+const struct kctx *engine_ctx(const struct engine *e)
+{
+    return &e->ctx;
+}
+const struct model *engine_model(const struct engine *e)
+{
+    return &e->model;
+}
 
 /* Int arrays of a batch in one block: tokens, pos, len, req, page_start[L][B]. */
 static size_t batch_int_count(const struct engine *e)
@@ -167,7 +178,10 @@ void batch_free(struct engine *e, struct batch *bt)
     mem_free(MEM_HOST, bt, sizeof *bt);
 }
 
-int batch_size(const struct batch *bt) { return bt->n; }
+int batch_size(const struct batch *bt)
+{
+    return bt->n;
+}
 
 void batch_set(struct engine *e, struct batch *bt, const struct kv_cache *kv,
                const struct batch_entry *entries, int n)
@@ -300,7 +314,8 @@ void engine_run_head(struct engine *e, struct batch *bt)
 static void step_body(struct engine *e, struct batch *bt, const struct kv_cache *kv)
 {
     engine_run_embed(e, bt);
-    for (int l = 0; l < e->p.cfg->n_layers; l++) engine_run_layer(e, bt, kv, l);
+    for (int l = 0; l < e->p.cfg->n_layers; l++)
+        engine_run_layer(e, bt, kv, l);
     engine_run_head(e, bt);
 }
 
@@ -329,7 +344,10 @@ void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv)
     TRACE_POP();
 }
 
-void engine_get_stats(const struct engine *e, struct engine_stats *out) { *out = e->st; }
+void engine_get_stats(const struct engine *e, struct engine_stats *out)
+{
+    *out = e->st;
+}
 
 void engine_set_hook(struct engine *e, const struct engine_layer_hook *hook)
 {

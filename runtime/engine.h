@@ -12,10 +12,10 @@
 struct engine_params {
     const struct model_config *cfg;
     const struct backend *be;
-    uint64_t seed;   /* weights and synthetic prompt KV */
-    int max_batch;   /* entries per batch */
-    int max_tokens;  /* longest request (prompt + output) */
-    int use_graph;   /* replay each batch's step as a CUDA graph (cuda only; ignored on cpu) */
+    uint64_t seed;  /* weights and synthetic prompt KV */
+    int max_batch;  /* entries per batch */
+    int max_tokens; /* longest request (prompt + output) */
+    int use_graph;  /* replay each batch's step as a CUDA graph (cuda only; ignored on cpu) */
     /* Real weights: when set, the model is laid out with model_alloc and this fills it (e.g.
      * model_load_hf); it returns PULSE_OK or an error with a reason in err. NULL: random
      * weights from seed. */

@@ -53,7 +53,8 @@ static void hash_insert(struct hot_cache *hc, int u, int32_t block, int32_t slot
     int32_t *key = hc->hkey + (size_t)u * hc->cap, *val = hc->hval + (size_t)u * hc->cap;
     const uint32_t mask = (uint32_t)hc->cap - 1;
     uint32_t i = home(hc, block);
-    while (key[i] >= 0) i = (i + 1) & mask;
+    while (key[i] >= 0)
+        i = (i + 1) & mask;
     key[i] = block;
     val[i] = slot;
 }
@@ -87,8 +88,14 @@ static void lru_unlink(struct hot_cache *hc, int u, int32_t s)
     struct unit *un = &hc->units[u];
     int32_t *prev = hc->prev + (size_t)u * hc->p.n_slots;
     int32_t *next = hc->next + (size_t)u * hc->p.n_slots;
-    if (prev[s] >= 0) next[prev[s]] = next[s]; else un->head = next[s];
-    if (next[s] >= 0) prev[next[s]] = prev[s]; else un->tail = prev[s];
+    if (prev[s] >= 0)
+        next[prev[s]] = next[s];
+    else
+        un->head = next[s];
+    if (next[s] >= 0)
+        prev[next[s]] = prev[s];
+    else
+        un->tail = prev[s];
     prev[s] = next[s] = -1;
 }
 
@@ -99,7 +106,10 @@ static void lru_push_front(struct hot_cache *hc, int u, int32_t s)
     int32_t *next = hc->next + (size_t)u * hc->p.n_slots;
     prev[s] = -1;
     next[s] = un->head;
-    if (un->head >= 0) prev[un->head] = s; else un->tail = s;
+    if (un->head >= 0)
+        prev[un->head] = s;
+    else
+        un->tail = s;
     un->head = s;
 }
 
@@ -108,9 +118,12 @@ static void lru_push_front(struct hot_cache *hc, int u, int32_t s)
 struct hot_cache *hot_cache_create(const struct hot_cache_params *p, char *err, size_t errlen)
 {
     const char *why = NULL;
-    if (p->n_units < 1) why = "n_units must be >= 1";
-    else if (p->n_slots < 1 || p->n_slots > (1 << 24)) why = "n_slots must be in 1..2^24";
-    else if (p->sink < 0 || p->window < 0) why = "sink and window must be >= 0";
+    if (p->n_units < 1)
+        why = "n_units must be >= 1";
+    else if (p->n_slots < 1 || p->n_slots > (1 << 24))
+        why = "n_slots must be in 1..2^24";
+    else if (p->sink < 0 || p->window < 0)
+        why = "sink and window must be >= 0";
     if (why) {
         if (err && errlen) snprintf(err, errlen, "hot cache: %s", why);
         return NULL;
@@ -120,7 +133,8 @@ struct hot_cache *hot_cache_create(const struct hot_cache_params *p, char *err, 
     memset(hc, 0, sizeof *hc);
     hc->p = *p;
     hc->cap_bits = 2;
-    while ((1 << hc->cap_bits) < 2 * p->n_slots) hc->cap_bits++;
+    while ((1 << hc->cap_bits) < 2 * p->n_slots)
+        hc->cap_bits++;
     hc->cap = 1 << hc->cap_bits;
     const size_t U = (size_t)p->n_units, S = (size_t)p->n_slots, C = (size_t)hc->cap;
     hc->mem_bytes =
@@ -136,8 +150,10 @@ struct hot_cache *hot_cache_create(const struct hot_cache_params *p, char *err, 
     hc->slot_stamp = (uint32_t *)at, at += U * S * sizeof(uint32_t);
     hc->hkey = (int32_t *)at, at += U * C * sizeof(int32_t);
     hc->hval = (int32_t *)at;
-    for (size_t i = 0; i < U * S; i++) hc->slot_block[i] = -1;
-    for (int u = 0; u < p->n_units; u++) hot_cache_reset(hc, u);
+    for (size_t i = 0; i < U * S; i++)
+        hc->slot_block[i] = -1;
+    for (int u = 0; u < p->n_units; u++)
+        hot_cache_reset(hc, u);
     return hc;
 oom:
     if (hc) mem_free(MEM_HOST, hc, sizeof *hc);
@@ -170,7 +186,8 @@ void hot_cache_reset(struct hot_cache *hc, int u)
         hc->slot_stamp[i] = 0;
         hc->free_stack[i] = S - 1 - s; /* slot 0 is popped first */
     }
-    for (int i = 0; i < hc->cap; i++) hc->hkey[(size_t)u * hc->cap + i] = -1;
+    for (int i = 0; i < hc->cap; i++)
+        hc->hkey[(size_t)u * hc->cap + i] = -1;
 }
 
 /* ------------------------------------------------------------------ access */
@@ -221,7 +238,8 @@ int hot_cache_access(struct hot_cache *hc, int unit, const int32_t *sel, int n_s
     struct unit *un = &hc->units[unit];
     const size_t base = (size_t)unit * hc->p.n_slots;
     if (++un->stamp == 0) { /* wrapped: old stamps could alias the new one */
-        for (int s = 0; s < hc->p.n_slots; s++) hc->slot_stamp[base + s] = 0;
+        for (int s = 0; s < hc->p.n_slots; s++)
+            hc->slot_stamp[base + s] = 0;
         un->stamp = 1;
     }
     out->n_hits = out->n_recalls = 0;
@@ -287,10 +305,10 @@ int hot_cache_resident(const struct hot_cache *hc, int unit)
     return hc->p.n_slots - hc->units[unit].n_free;
 }
 
-#define FAIL(...)                                                                              \
-    do {                                                                                       \
-        if (err && errlen) snprintf(err, errlen, __VA_ARGS__);                                 \
-        return -1;                                                                             \
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        if (err && errlen) snprintf(err, errlen, __VA_ARGS__);                                     \
+        return -1;                                                                                 \
     } while (0)
 
 static int check_unit(const struct hot_cache *hc, int u, char *err, size_t errlen)

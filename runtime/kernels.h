@@ -25,9 +25,9 @@ extern "C" {
 
 /* Execution context. CPU references ignore it except `workspace` (never required by refs). */
 struct kctx {
-    void *stream;         /* cudaStream_t for CUDA kernels; NULL for the CPU */
-    void *blas;           /* cublasHandle_t for CUDA gemm; NULL for the CPU */
-    void *workspace;      /* device scratch owned by the engine (attention split partials) */
+    void *stream;    /* cudaStream_t for CUDA kernels; NULL for the CPU */
+    void *blas;      /* cublasHandle_t for CUDA gemm; NULL for the CPU */
+    void *workspace; /* device scratch owned by the engine (attention split partials) */
     size_t workspace_bytes;
     int num_sms;          /* multiprocessors, to size split-K grids; 0 on the CPU */
     void *blas_workspace; /* fixed cuBLAS workspace (so no GEMM allocates); NULL on the CPU */
@@ -35,17 +35,17 @@ struct kctx {
 };
 
 struct kv_view {
-    uint16_t *pool;           /* base of the page pool (bf16) */
-    const int32_t *page_ids;  /* page id array */
-    const int32_t *page_start;/* [batch] offset of entry b's first page id in page_ids */
-    int page_size;            /* tokens per page (>= 1) */
+    uint16_t *pool;            /* base of the page pool (bf16) */
+    const int32_t *page_ids;   /* page id array */
+    const int32_t *page_start; /* [batch] offset of entry b's first page id in page_ids */
+    int page_size;             /* tokens per page (>= 1) */
     int n_kv_heads;
     int head_dim;
 };
 
 /* dst[i] = bf16(offset + scale * pulse_uniform(seed, i)) for i < n. */
-void fill_random_bf16_ref(const struct kctx *c, uint16_t *dst, size_t n, uint64_t seed,
-                          float scale, float offset);
+void fill_random_bf16_ref(const struct kctx *c, uint16_t *dst, size_t n, uint64_t seed, float scale,
+                          float offset);
 void fill_random_bf16_cuda(const struct kctx *c, uint16_t *dst, size_t n, uint64_t seed,
                            float scale, float offset);
 
@@ -58,8 +58,8 @@ void embed_cuda(const struct kctx *c, const int32_t *tokens, const uint16_t *tab
 /* out[r] = bf16(x[r] / sqrt(mean(x[r]^2) + eps) * w), rows x dim, fp32 statistics. */
 void rmsnorm_ref(const struct kctx *c, const float *x, const uint16_t *w, uint16_t *out, int rows,
                  int dim, float eps);
-void rmsnorm_cuda(const struct kctx *c, const float *x, const uint16_t *w, uint16_t *out,
-                  int rows, int dim, float eps);
+void rmsnorm_cuda(const struct kctx *c, const float *x, const uint16_t *w, uint16_t *out, int rows,
+                  int dim, float eps);
 
 /* out[m][n] = sum_k a[m][k] * w[n][k] + beta * out[m][n]; a is m x k, w is n x k (row-major,
  * the PyTorch Linear layout), out fp32 m x n. beta is 0 or 1 (1 fuses a residual add). */
@@ -106,12 +106,12 @@ void argmax_cuda(const struct kctx *c, const float *logits, int32_t *out, int ro
  * t < n_tokens[b] of its pages gets K and V element e (index within [kv_head][kv][dim]) equal to
  * bf16(pulse_uniform(pulse_seed_mix(seed, req_ids[b], layer), t * elems_per_token + e)),
  * elems_per_token = n_kv_heads * 2 * head_dim. Pages past n_tokens are left untouched. */
-void kv_fill_synthetic_ref(const struct kctx *c, const struct kv_view *kv,
-                           const int32_t *n_tokens, const int32_t *req_ids, int batch, int layer,
-                           uint64_t seed, int max_tokens);
-void kv_fill_synthetic_cuda(const struct kctx *c, const struct kv_view *kv,
-                            const int32_t *n_tokens, const int32_t *req_ids, int batch, int layer,
-                            uint64_t seed, int max_tokens);
+void kv_fill_synthetic_ref(const struct kctx *c, const struct kv_view *kv, const int32_t *n_tokens,
+                           const int32_t *req_ids, int batch, int layer, uint64_t seed,
+                           int max_tokens);
+void kv_fill_synthetic_cuda(const struct kctx *c, const struct kv_view *kv, const int32_t *n_tokens,
+                            const int32_t *req_ids, int batch, int layer, uint64_t seed,
+                            int max_tokens);
 
 /* pos[b] += 1 for b < batch (ends a decode step on the device, so a step needs no host work). */
 void advance_pos_ref(const struct kctx *c, int32_t *pos, int batch);

@@ -6,11 +6,12 @@
 #include "kernels.h"
 #include "numeric.h"
 
-void fill_random_bf16_ref(const struct kctx *c, uint16_t *dst, size_t n, uint64_t seed,
-                          float scale, float offset)
+void fill_random_bf16_ref(const struct kctx *c, uint16_t *dst, size_t n, uint64_t seed, float scale,
+                          float offset)
 {
     (void)c;
-    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(offset + scale * pulse_uniform(seed, i));
+    for (size_t i = 0; i < n; i++)
+        dst[i] = f32_to_bf16(offset + scale * pulse_uniform(seed, i));
 }
 
 void embed_ref(const struct kctx *c, const int32_t *tokens, const uint16_t *table, float *x,
@@ -26,7 +27,8 @@ void embed_ref(const struct kctx *c, const int32_t *tokens, const uint16_t *tabl
 static float rms_inv(const float *v, int n, float eps)
 {
     float ss = 0.0f;
-    for (int i = 0; i < n; i++) ss += v[i] * v[i];
+    for (int i = 0; i < n; i++)
+        ss += v[i] * v[i];
     return 1.0f / sqrtf(ss / (float)n + eps);
 }
 
@@ -51,7 +53,8 @@ void gemm_bf16_ref(const struct kctx *c, const uint16_t *a, const uint16_t *w, f
         for (int j = 0; j < n; j++) {
             const uint16_t *wr = w + (size_t)j * k;
             float acc = 0.0f;
-            for (int t = 0; t < k; t++) acc += bf16_to_f32(ar[t]) * bf16_to_f32(wr[t]);
+            for (int t = 0; t < k; t++)
+                acc += bf16_to_f32(ar[t]) * bf16_to_f32(wr[t]);
             float *o = out + (size_t)i * n + j;
             *o = beta != 0.0f ? acc + beta * *o : acc;
         }
@@ -72,7 +75,8 @@ static void norm_rope_head(float *v, int hd, const uint16_t *w, int pos, float t
 {
     if (w) {
         float inv = rms_inv(v, hd, eps);
-        for (int d = 0; d < hd; d++) v[d] = v[d] * inv * bf16_to_f32(w[d]);
+        for (int d = 0; d < hd; d++)
+            v[d] = v[d] * inv * bf16_to_f32(w[d]);
     }
     int half = hd / 2;
     for (int i = 0; i < half; i++) {
@@ -99,7 +103,8 @@ void qk_norm_rope_append_ref(const struct kctx *c, const float *qkv, const uint1
         for (int h = 0; h < nq; h++) {
             memcpy(v, r + (size_t)h * hd, sizeof(float) * hd);
             norm_rope_head(v, hd, q_norm, pos[b], theta, eps);
-            for (int d = 0; d < hd; d++) q_out[((size_t)b * nq + h) * hd + d] = f32_to_bf16(v[d]);
+            for (int d = 0; d < hd; d++)
+                q_out[((size_t)b * nq + h) * hd + d] = f32_to_bf16(v[d]);
         }
         for (int h = 0; h < nkv; h++) {
             memcpy(v, r + (size_t)(nq + h) * hd, sizeof(float) * hd);
@@ -132,17 +137,20 @@ void attn_decode_ref(const struct kctx *c, const uint16_t *q, const struct kv_vi
             for (int t = 0; t < n; t++) {
                 const uint16_t *k = kv_elem(kv, b, t, kvh, 0);
                 float s = 0.0f;
-                for (int d = 0; d < hd; d++) s += bf16_to_f32(qh[d]) * bf16_to_f32(k[d]);
+                for (int d = 0; d < hd; d++)
+                    s += bf16_to_f32(qh[d]) * bf16_to_f32(k[d]);
                 m = fmaxf(m, s * scale);
             }
             for (int t = 0; t < n; t++) {
                 const uint16_t *k = kv_elem(kv, b, t, kvh, 0);
                 const uint16_t *v = kv_elem(kv, b, t, kvh, 1);
                 float s = 0.0f;
-                for (int d = 0; d < hd; d++) s += bf16_to_f32(qh[d]) * bf16_to_f32(k[d]);
+                for (int d = 0; d < hd; d++)
+                    s += bf16_to_f32(qh[d]) * bf16_to_f32(k[d]);
                 float p = expf(s * scale - m);
                 l += p;
-                for (int d = 0; d < hd; d++) acc[d] += p * bf16_to_f32(v[d]);
+                for (int d = 0; d < hd; d++)
+                    acc[d] += p * bf16_to_f32(v[d]);
             }
             for (int d = 0; d < hd; d++)
                 out[((size_t)b * nq + h) * hd + d] = f32_to_bf16(acc[d] / l);
@@ -172,9 +180,9 @@ void argmax_ref(const struct kctx *c, const float *logits, int32_t *out, int row
     }
 }
 
-void kv_fill_synthetic_ref(const struct kctx *c, const struct kv_view *kv,
-                           const int32_t *n_tokens, const int32_t *req_ids, int batch, int layer,
-                           uint64_t seed, int max_tokens)
+void kv_fill_synthetic_ref(const struct kctx *c, const struct kv_view *kv, const int32_t *n_tokens,
+                           const int32_t *req_ids, int batch, int layer, uint64_t seed,
+                           int max_tokens)
 {
     (void)c;
     (void)max_tokens;
@@ -187,7 +195,8 @@ void kv_fill_synthetic_ref(const struct kctx *c, const struct kv_view *kv,
                 for (int which = 0; which < 2; which++) {
                     uint16_t *dst = kv_elem(kv, b, t, h, which);
                     uint64_t e0 = (uint64_t)t * per_token + ((uint64_t)h * 2 + which) * hd;
-                    for (int d = 0; d < hd; d++) dst[d] = f32_to_bf16(pulse_uniform(s, e0 + d));
+                    for (int d = 0; d < hd; d++)
+                        dst[d] = f32_to_bf16(pulse_uniform(s, e0 + d));
                 }
     }
 }
@@ -195,5 +204,6 @@ void kv_fill_synthetic_ref(const struct kctx *c, const struct kv_view *kv,
 void advance_pos_ref(const struct kctx *c, int32_t *pos, int batch)
 {
     (void)c;
-    for (int b = 0; b < batch; b++) pos[b] += 1;
+    for (int b = 0; b < batch; b++)
+        pos[b] += 1;
 }

@@ -11,13 +11,13 @@ struct kv_cache {
     const struct kctx *ctx;
     int64_t n_pages, max_pages; /* pool pages; page-table row length */
     size_t page_elems;
-    uint16_t *pool;             /* backend */
-    int32_t *d_page_ids;        /* backend page table */
-    int32_t *h_page_ids;        /* host mirror */
+    uint16_t *pool;      /* backend */
+    int32_t *d_page_ids; /* backend page table */
+    int32_t *h_page_ids; /* host mirror */
     size_t table_bytes;
-    int32_t *free_pages;        /* host stack */
+    int32_t *free_pages; /* host stack */
     int64_t n_free;
-    int32_t *slot_tokens;       /* reserved tokens per slot; 0 = free slot */
+    int32_t *slot_tokens; /* reserved tokens per slot; 0 = free slot */
     struct kv_cache_stats st;
 };
 
@@ -35,7 +35,10 @@ int64_t kv_cache_pages_for(const struct kv_cache *kv, int n_tokens)
     return PULSE_CEIL_DIV((int64_t)n_tokens, kv->p.page_size);
 }
 
-size_t kv_cache_page_bytes(const struct kv_cache *kv) { return kv->page_elems * sizeof(uint16_t); }
+size_t kv_cache_page_bytes(const struct kv_cache *kv)
+{
+    return kv->page_elems * sizeof(uint16_t);
+}
 
 size_t kv_cache_request_bytes(const struct kv_cache *kv, int n_tokens)
 {
@@ -77,14 +80,14 @@ struct kv_cache *kv_cache_create(const struct kv_cache_params *p, const struct b
     kv->h_page_ids = mem_alloc(MEM_HOST, kv->table_bytes, "page table mirror");
     kv->free_pages = mem_alloc(MEM_HOST, sizeof(int32_t) * (size_t)kv->n_pages, "free list");
     kv->slot_tokens = mem_alloc(MEM_HOST, sizeof(int32_t) * p->max_requests, "slots");
-    if (!kv->pool || !kv->d_page_ids || !kv->h_page_ids || !kv->free_pages ||
-        !kv->slot_tokens) {
+    if (!kv->pool || !kv->d_page_ids || !kv->h_page_ids || !kv->free_pages || !kv->slot_tokens) {
         fmt(err, errlen, "cannot allocate a %.3f GB KV pool on %s", p->budget_bytes / 1e9,
             be->name);
         kv_cache_free(kv);
         return NULL;
     }
-    for (int64_t i = 0; i < kv->n_pages; i++) kv->free_pages[i] = (int32_t)(kv->n_pages - 1 - i);
+    for (int64_t i = 0; i < kv->n_pages; i++)
+        kv->free_pages[i] = (int32_t)(kv->n_pages - 1 - i);
     kv->n_free = kv->n_pages;
     memset(kv->h_page_ids, 0xff, kv->table_bytes); /* -1: no page */
     memset(kv->slot_tokens, 0, sizeof(int32_t) * p->max_requests);
@@ -122,7 +125,8 @@ int kv_cache_admit(struct kv_cache *kv, int n_tokens, int *slot)
     int64_t per_layer = kv_cache_pages_for(kv, n_tokens);
     for (int l = 0; l < kv->p.n_layers; l++) {
         int32_t *row = kv->h_page_ids + kv_cache_row(kv, s, l);
-        for (int64_t i = 0; i < per_layer; i++) row[i] = kv->free_pages[--kv->n_free];
+        for (int64_t i = 0; i < per_layer; i++)
+            row[i] = kv->free_pages[--kv->n_free];
     }
     kv->slot_tokens[s] = n_tokens;
     int32_t *first = kv->h_page_ids + kv_cache_row(kv, s, 0);
@@ -160,20 +164,20 @@ int kv_cache_check(const struct kv_cache *kv, char *err, size_t errlen)
         return -1;
     }
     memset(seen, 0, words * 8);
-#define MARK(pg, what, ...)                                                                    \
-    do {                                                                                       \
-        int64_t pg_ = (pg);                                                                    \
-        if (pg_ < 0 || pg_ >= kv->n_pages) {                                                   \
-            fmt(err, errlen, "page %lld out of range in " what, (long long)pg_, __VA_ARGS__);  \
-            rc = -1;                                                                           \
-            goto out;                                                                          \
-        }                                                                                      \
-        if (seen[pg_ / 64] >> (pg_ % 64) & 1) {                                                \
-            fmt(err, errlen, "page %lld owned twice (at " what ")", (long long)pg_, __VA_ARGS__); \
-            rc = -1;                                                                           \
-            goto out;                                                                          \
-        }                                                                                      \
-        seen[pg_ / 64] |= 1ull << (pg_ % 64);                                                  \
+#define MARK(pg, what, ...)                                                                        \
+    do {                                                                                           \
+        int64_t pg_ = (pg);                                                                        \
+        if (pg_ < 0 || pg_ >= kv->n_pages) {                                                       \
+            fmt(err, errlen, "page %lld out of range in " what, (long long)pg_, __VA_ARGS__);      \
+            rc = -1;                                                                               \
+            goto out;                                                                              \
+        }                                                                                          \
+        if (seen[pg_ / 64] >> (pg_ % 64) & 1) {                                                    \
+            fmt(err, errlen, "page %lld owned twice (at " what ")", (long long)pg_, __VA_ARGS__);  \
+            rc = -1;                                                                               \
+            goto out;                                                                              \
+        }                                                                                          \
+        seen[pg_ / 64] |= 1ull << (pg_ % 64);                                                      \
     } while (0)
     if (kv->n_free < 0 || kv->n_free > kv->n_pages) {
         fmt(err, errlen, "free count %lld outside [0, %lld]", (long long)kv->n_free,
@@ -181,7 +185,8 @@ int kv_cache_check(const struct kv_cache *kv, char *err, size_t errlen)
         rc = -1;
         goto out;
     }
-    for (int64_t i = 0; i < kv->n_free; i++) MARK(kv->free_pages[i], "free list %lld", (long long)i);
+    for (int64_t i = 0; i < kv->n_free; i++)
+        MARK(kv->free_pages[i], "free list %lld", (long long)i);
     int64_t owned = 0;
     for (int s = 0; s < kv->p.max_requests; s++) {
         int64_t used = kv->slot_tokens[s] ? kv_cache_pages_for(kv, kv->slot_tokens[s]) : 0;
@@ -192,8 +197,8 @@ int kv_cache_check(const struct kv_cache *kv, char *err, size_t errlen)
                     MARK(row[i], "slot %d layer %d index %lld", s, l, (long long)i);
                     owned++;
                 } else if (row[i] != -1) {
-                    fmt(err, errlen, "slot %d layer %d index %lld holds page %d past its length",
-                        s, l, (long long)i, row[i]);
+                    fmt(err, errlen, "slot %d layer %d index %lld holds page %d past its length", s,
+                        l, (long long)i, row[i]);
                     rc = -1;
                     goto out;
                 }
@@ -231,12 +236,15 @@ out:
 
 struct kv_view kv_cache_view(const struct kv_cache *kv, const int32_t *page_start)
 {
-    struct kv_view v = {kv->pool,          kv->d_page_ids,  page_start, kv->p.page_size,
-                        kv->p.n_kv_heads, kv->p.head_dim};
+    struct kv_view v = {kv->pool,        kv->d_page_ids,   page_start,
+                        kv->p.page_size, kv->p.n_kv_heads, kv->p.head_dim};
     return v;
 }
 
-const int32_t *kv_cache_host_page_ids(const struct kv_cache *kv) { return kv->h_page_ids; }
+const int32_t *kv_cache_host_page_ids(const struct kv_cache *kv)
+{
+    return kv->h_page_ids;
+}
 
 void kv_cache_get_stats(const struct kv_cache *kv, struct kv_cache_stats *out)
 {
@@ -246,5 +254,6 @@ void kv_cache_get_stats(const struct kv_cache *kv, struct kv_cache_stats *out)
     out->page_bytes = (int64_t)kv_cache_page_bytes(kv);
     out->max_requests = kv->p.max_requests;
     out->active_requests = 0;
-    for (int s = 0; s < kv->p.max_requests; s++) out->active_requests += kv->slot_tokens[s] > 0;
+    for (int s = 0; s < kv->p.max_requests; s++)
+        out->active_requests += kv->slot_tokens[s] > 0;
 }

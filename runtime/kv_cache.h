@@ -23,10 +23,10 @@
 
 struct kv_cache_params {
     int n_layers, n_kv_heads, head_dim;
-    int page_size;          /* tokens per page (block), >= 1 */
-    size_t budget_bytes;    /* pool bytes on the backend */
-    int max_requests;       /* concurrent request slots */
-    int max_tokens;         /* longest request (prompt + output) a slot can hold */
+    int page_size;       /* tokens per page (block), >= 1 */
+    size_t budget_bytes; /* pool bytes on the backend */
+    int max_requests;    /* concurrent request slots */
+    int max_tokens;      /* longest request (prompt + output) a slot can hold */
 };
 
 struct kv_cache_stats {

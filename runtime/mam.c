@@ -24,7 +24,10 @@ static void *take(char **cur, size_t n)
     return p;
 }
 
-static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
+static size_t round64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
 
 /* ------------------------------------------------------------------ accumulator */
 
@@ -57,8 +60,8 @@ static int params_check(const struct mam_params *p, char *err, size_t errlen)
         why = "max_tokens must be >= 1";
     else if (!(p->scale >= 0.0f) || isinf(p->scale))
         why = "scale must be finite and >= 0 (0 = 1/sqrt(head_dim))";
-    else if (p->block_size >= 1 && PULSE_CEIL_DIV((long long)p->max_tokens, p->block_size) >
-                                       SELECT_MAX_BLOCKS)
+    else if (p->block_size >= 1 &&
+             PULSE_CEIL_DIV((long long)p->max_tokens, p->block_size) > SELECT_MAX_BLOCKS)
         why = "max_tokens / block_size exceeds SELECT_MAX_BLOCKS blocks";
     if (why) {
         snprintf(err, errlen, "mam params: %s", why);
@@ -70,8 +73,8 @@ static int params_check(const struct mam_params *p, char *err, size_t errlen)
 struct mam_acc *mam_acc_create(const struct mam_params *p, char *err, size_t errlen)
 {
     if (params_check(p, err, errlen)) return NULL;
-    struct select_cfg cfg = {p->n_heads, p->n_kv_heads, p->head_dim, p->block_size, p->budget,
-                             p->sink, p->window, 1};
+    struct select_cfg cfg = {p->n_heads, p->n_kv_heads, p->head_dim, p->block_size,
+                             p->budget,  p->sink,       p->window,   1};
     if (p->block_size >= 1) cfg.max_blocks = PULSE_CEIL_DIV(p->max_tokens, p->block_size);
     if (select_cfg_check(&cfg, err, errlen)) return NULL;
     struct mam_acc *a = mem_alloc(MEM_HOST, sizeof *a, "mam accumulator");
@@ -98,7 +101,8 @@ struct mam_acc *mam_acc_create(const struct mam_params *p, char *err, size_t err
                       8 * (size_t)p->n_heads,
                       8 * (size_t)p->n_layers * nkv,
                       8 * (size_t)p->n_layers};
-    for (size_t i = 0; i < PULSE_ARRAY_LEN(sizes); i++) a->mem_bytes += round64(sizes[i]);
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(sizes); i++)
+        a->mem_bytes += round64(sizes[i]);
     a->mem = mem_alloc(MEM_HOST, a->mem_bytes, "mam scratch");
     if (!a->mem) {
         snprintf(err, errlen, "mam accumulator: out of host memory for %.1f MB of scratch",
@@ -119,8 +123,10 @@ struct mam_acc *mam_acc_create(const struct mam_params *p, char *err, size_t err
     a->total = take(&cur, sizes[8]);
     a->sum = take(&cur, sizes[9]);
     a->terms = take(&cur, sizes[10]);
-    for (size_t i = 0; i < B * MB; i++) a->dig_ids[i] = (int32_t)i;
-    for (size_t b = 0; b < B; b++) a->dig_start[b] = (int32_t)(b * MB);
+    for (size_t i = 0; i < B * MB; i++)
+        a->dig_ids[i] = (int32_t)i;
+    for (size_t b = 0; b < B; b++)
+        a->dig_start[b] = (int32_t)(b * MB);
     return a;
 }
 
@@ -148,8 +154,7 @@ static const uint16_t *key_at(const struct kv_view *kv, int b, int t, int h)
 
 /* The exact attention mass of every query head of entry b per block: mass[j][i] = sum over the
  * block's tokens of exp(logit - max), total[j] their sum in block order. */
-static void block_mass(struct mam_acc *a, const uint16_t *q, const struct kv_view *kv, int b,
-                       int n)
+static void block_mass(struct mam_acc *a, const uint16_t *q, const struct kv_view *kv, int b, int n)
 {
     const int hd = a->p.head_dim, nq = a->p.n_heads, G = nq / a->p.n_kv_heads;
     const int bs = a->p.block_size, nb = PULSE_CEIL_DIV(n, bs);
@@ -159,7 +164,8 @@ static void block_mass(struct mam_acc *a, const uint16_t *q, const struct kv_vie
         for (int t = 0; t < n; t++) { /* as attn_decode_ref: fp32 dot, then scale */
             const uint16_t *k = key_at(kv, b, t, j / G);
             float s = 0.0f;
-            for (int d = 0; d < hd; d++) s += bf16_to_f32(qj[d]) * bf16_to_f32(k[d]);
+            for (int d = 0; d < hd; d++)
+                s += bf16_to_f32(qj[d]) * bf16_to_f32(k[d]);
             a->logits[t] = s * a->p.scale;
             m = fmaxf(m, a->logits[t]);
         }
@@ -201,7 +207,8 @@ void mam_acc_add_layer(struct mam_acc *a, int layer, const uint16_t *q, const st
                 /* ascending indices, the same order as the total: a subset sums to <= it */
                 const double *mj = a->mass + (size_t)j * a->max_blocks;
                 double c = 0.0;
-                for (int s = 0; s < cnt; s++) c += mj[sel[s]];
+                for (int s = 0; s < cnt; s++)
+                    c += mj[sel[s]];
                 a->sum[(size_t)layer * nkv + h] += fmin(1.0, c / a->total[j]);
             }
         }
@@ -244,11 +251,11 @@ struct mam_probe {
     size_t page_elems;
     void *mem; /* host staging, one allocation (NULL without staging) */
     size_t mem_bytes;
-    uint16_t *q;                 /* [max_batch][nq][hd] */
-    int32_t *src_start;          /* [max_batch] the view's page starts, copied */
-    int32_t *src_ids;            /* [max_batch][max_pages] the entries' page ids, copied */
-    int32_t *ids, *start;        /* identity page table of the staged pages */
-    uint16_t *pages;             /* [max_batch * max_pages] pages */
+    uint16_t *q;          /* [max_batch][nq][hd] */
+    int32_t *src_start;   /* [max_batch] the view's page starts, copied */
+    int32_t *src_ids;     /* [max_batch][max_pages] the entries' page ids, copied */
+    int32_t *ids, *start; /* identity page table of the staged pages */
+    uint16_t *pages;      /* [max_batch * max_pages] pages */
     int64_t staged_bytes;
 };
 
@@ -273,7 +280,8 @@ struct mam_probe *mam_probe_create(struct mam_acc *acc, const struct backend *be
     size_t MP = (size_t)p->max_pages;
     size_t sizes[] = {2 * B * mp->n_heads * mp->head_dim, 4 * B, 4 * B * MP, 4 * B * MP, 4 * B,
                       2 * B * MP * p->page_elems};
-    for (size_t i = 0; i < PULSE_ARRAY_LEN(sizes); i++) p->mem_bytes += round64(sizes[i]);
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(sizes); i++)
+        p->mem_bytes += round64(sizes[i]);
     p->mem = mem_alloc(MEM_HOST, p->mem_bytes, "mam staging");
     if (!p->mem) {
         snprintf(err, errlen, "mam probe: out of host memory for %.1f MB of staging",
@@ -288,8 +296,10 @@ struct mam_probe *mam_probe_create(struct mam_acc *acc, const struct backend *be
     p->ids = take(&cur, sizes[3]);
     p->start = take(&cur, sizes[4]);
     p->pages = take(&cur, sizes[5]);
-    for (size_t i = 0; i < B * MP; i++) p->ids[i] = (int32_t)i;
-    for (size_t b = 0; b < B; b++) p->start[b] = (int32_t)(b * MP);
+    for (size_t i = 0; i < B * MP; i++)
+        p->ids[i] = (int32_t)i;
+    for (size_t b = 0; b < B; b++)
+        p->start[b] = (int32_t)(b * MP);
     return p;
 }
 
@@ -300,12 +310,15 @@ void mam_probe_free(struct mam_probe *p)
     mem_free(MEM_HOST, p, sizeof *p);
 }
 
-int64_t mam_probe_staged_bytes(const struct mam_probe *p) { return p->staged_bytes; }
+int64_t mam_probe_staged_bytes(const struct mam_probe *p)
+{
+    return p->staged_bytes;
+}
 
 /* Copies what one layer's observation reads into staging: q, then per entry its page ids and
  * its pages, one copy per run of consecutive page ids. Returns the host view. */
-static struct kv_view probe_stage(struct mam_probe *p, const uint16_t *q,
-                                  const struct kv_view *kv, const int32_t *n_tokens, int batch)
+static struct kv_view probe_stage(struct mam_probe *p, const uint16_t *q, const struct kv_view *kv,
+                                  const int32_t *n_tokens, int batch)
 {
     const struct mam_params *mp = &p->acc->p;
     const struct backend *be = p->be;
@@ -322,7 +335,8 @@ static struct kv_view probe_stage(struct mam_probe *p, const uint16_t *q,
         uint16_t *dst = p->pages + (size_t)b * p->max_pages * p->page_elems;
         for (int i = 0; i < np;) {
             int run = 1;
-            while (i + run < np && ids[i + run] == ids[i] + run) run++;
+            while (i + run < np && ids[i + run] == ids[i] + run)
+                run++;
             be->download(p->ctx, dst + (size_t)i * p->page_elems,
                          kv->pool + (size_t)ids[i] * p->page_elems, pb * (size_t)run);
             bytes += (int64_t)(pb * (size_t)run);
@@ -330,8 +344,7 @@ static struct kv_view probe_stage(struct mam_probe *p, const uint16_t *q,
         }
     }
     p->staged_bytes += bytes;
-    struct kv_view hv = {p->pages, p->ids, p->start, mp->block_size, mp->n_kv_heads,
-                         mp->head_dim};
+    struct kv_view hv = {p->pages, p->ids, p->start, mp->block_size, mp->n_kv_heads, mp->head_dim};
     return hv;
 }
 
@@ -391,7 +404,8 @@ void mam_profile_selectors(const struct mam_profile *p, int reversed, int *out_p
 static json_t *int_array(const int *v, int n)
 {
     json_t *a = json_array();
-    for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(v[i]));
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(v[i]));
     return a;
 }
 
@@ -443,8 +457,8 @@ int mam_profile_write(const struct mam_profile *p, const char *path, char *err, 
 }
 
 /* The config integer `key` in [lo, hi], or -1 after writing "FILE: config.KEY: ..." to err. */
-static int read_cfg_int(json_t *cfg, const char *path, const char *key, long lo, long hi,
-                        long *out, char *err, size_t errlen)
+static int read_cfg_int(json_t *cfg, const char *path, const char *key, long lo, long hi, long *out,
+                        char *err, size_t errlen)
 {
     json_t *v = json_object_get(cfg, key);
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
@@ -481,8 +495,7 @@ static int read_meta(json_t *r, const char *path, struct mam_profile_meta *m, ch
     int *dst[] = {&m->budget_tokens, &m->block_size, &m->sink, &m->window, &m->steps, &m->prompt};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(keys); i++) {
         long x;
-        if (read_cfg_int(cfg, path, keys[i], i == 1 ? 1 : 0, INT32_MAX, &x, err, errlen))
-            return -1;
+        if (read_cfg_int(cfg, path, keys[i], i == 1 ? 1 : 0, INT32_MAX, &x, err, errlen)) return -1;
         *dst[i] = (int)x;
     }
     /* optional provenance */

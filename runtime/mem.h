@@ -8,7 +8,7 @@
 enum mem_kind { MEM_HOST = 0, MEM_PINNED = 1, MEM_DEVICE = 2, MEM_KINDS = 3 };
 
 struct mem_stats {
-    size_t live_bytes[MEM_KINDS];  /* currently allocated */
+    size_t live_bytes[MEM_KINDS]; /* currently allocated */
     size_t peak_bytes[MEM_KINDS];
     size_t alloc_calls[MEM_KINDS]; /* cumulative number of successful allocations */
 };
@@ -16,7 +16,8 @@ struct mem_stats {
 /* Allocates `bytes` of the given kind (pinned and device need the CUDA build). Returns NULL when
  * the allocation is refused (the caller reports it as out of memory). `name` is for messages. */
 void *mem_alloc(enum mem_kind kind, size_t bytes, const char *name);
-/* Frees what mem_alloc returned; `bytes` must be the size it was allocated with. NULL is a no-op. */
+/* Frees what mem_alloc returned; `bytes` must be the size it was allocated with. NULL is a no-op.
+ */
 void mem_free(enum mem_kind kind, void *p, size_t bytes);
 /* A snapshot of the counters. */
 void mem_get_stats(struct mem_stats *out);

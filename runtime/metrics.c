@@ -31,9 +31,11 @@ void metrics_summarize(const double *v, int n, struct dist_summary *out)
     memcpy(s, v, sizeof(double) * n);
     qsort(s, n, sizeof(double), cmp_double);
     double sum = 0, sq = 0;
-    for (int i = 0; i < n; i++) sum += s[i];
+    for (int i = 0; i < n; i++)
+        sum += s[i];
     out->mean = sum / n;
-    for (int i = 0; i < n; i++) sq += (s[i] - out->mean) * (s[i] - out->mean);
+    for (int i = 0; i < n; i++)
+        sq += (s[i] - out->mean) * (s[i] - out->mean);
     out->std = sqrt(sq / n);
     out->median = metrics_percentile_sorted(s, n, 50);
     out->p90 = metrics_percentile_sorted(s, n, 90);

@@ -26,18 +26,24 @@ const struct model_config *model_config_at(int i)
     return (i >= 0 && (size_t)i < PULSE_ARRAY_LEN(configs)) ? &configs[i] : NULL;
 }
 
-const char *model_config_names(void) { return "qwen3-14b, qwen3-8b, llama-3.1-8b, tiny"; }
+const char *model_config_names(void)
+{
+    return "qwen3-14b, qwen3-8b, llama-3.1-8b, tiny";
+}
 
-int model_qkv_dim(const struct model_config *c) { return (c->n_heads + 2 * c->n_kv_heads) * c->head_dim; }
+int model_qkv_dim(const struct model_config *c)
+{
+    return (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+}
 
 static uint64_t layer_params(const struct model_config *c)
 {
     uint64_t h = (uint64_t)c->hidden, qd = (uint64_t)c->n_heads * c->head_dim;
-    uint64_t p = h                                   /* attn_norm */
-                 + (uint64_t)model_qkv_dim(c) * h    /* wqkv */
-                 + h * qd                            /* wo */
-                 + h                                 /* mlp_norm */
-                 + 3 * (uint64_t)c->ffn * h;         /* gate, up, down */
+    uint64_t p = h                                /* attn_norm */
+                 + (uint64_t)model_qkv_dim(c) * h /* wqkv */
+                 + h * qd                         /* wo */
+                 + h                              /* mlp_norm */
+                 + 3 * (uint64_t)c->ffn * h;      /* gate, up, down */
     if (c->qk_norm) p += 2 * (uint64_t)c->head_dim;
     return p;
 }
@@ -48,7 +54,10 @@ uint64_t model_param_count(const struct model_config *c)
     return (uint64_t)c->n_layers * layer_params(c) + 2 * vh + (uint64_t)c->hidden;
 }
 
-uint64_t model_weight_bytes(const struct model_config *c) { return 2 * model_param_count(c); }
+uint64_t model_weight_bytes(const struct model_config *c)
+{
+    return 2 * model_param_count(c);
+}
 
 uint64_t model_step_weight_bytes(const struct model_config *c)
 {
@@ -83,8 +92,14 @@ static uint16_t *carve(struct carver *cv, size_t n, float scale, float offset)
 static size_t arena_elems(const struct model_config *c)
 {
     size_t total = 0, h = (size_t)c->hidden;
-    size_t per_layer[] = {h, (size_t)model_qkv_dim(c) * h, (size_t)c->head_dim, (size_t)c->head_dim,
-                          h * c->n_heads * c->head_dim, h, 2 * (size_t)c->ffn * h, h * c->ffn};
+    size_t per_layer[] = {h,
+                          (size_t)model_qkv_dim(c) * h,
+                          (size_t)c->head_dim,
+                          (size_t)c->head_dim,
+                          h * c->n_heads * c->head_dim,
+                          h,
+                          2 * (size_t)c->ffn * h,
+                          h * c->ffn};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(per_layer); i++)
         total += (per_layer[i] + 63) & ~(size_t)63;
     total *= (size_t)c->n_layers;
@@ -92,8 +107,8 @@ static size_t arena_elems(const struct model_config *c)
     return total;
 }
 
-static int model_layout(struct model *m, const struct model_config *cfg,
-                        const struct backend *be, const struct kctx *ctx, uint64_t seed, int fill)
+static int model_layout(struct model *m, const struct model_config *cfg, const struct backend *be,
+                        const struct kctx *ctx, uint64_t seed, int fill)
 {
     memset(m, 0, sizeof *m);
     m->cfg = cfg;
@@ -117,7 +132,8 @@ static int model_layout(struct model *m, const struct model_config *cfg,
         uint16_t *kn = carve(&cv, cfg->head_dim, 0.1f, 1.0f);
         w->q_norm = cfg->qk_norm ? qn : NULL;
         w->k_norm = cfg->qk_norm ? kn : NULL;
-        w->wo = carve(&cv, (size_t)cfg->hidden * cfg->n_heads * cfg->head_dim, sqrtf(3.0f / qd), 0.0f);
+        w->wo =
+            carve(&cv, (size_t)cfg->hidden * cfg->n_heads * cfg->head_dim, sqrtf(3.0f / qd), 0.0f);
         w->mlp_norm = carve(&cv, cfg->hidden, 0.1f, 1.0f);
         w->wgu = carve(&cv, 2 * (size_t)cfg->ffn * cfg->hidden, sqrtf(3.0f / h), 0.0f);
         w->wdown = carve(&cv, (size_t)cfg->hidden * cfg->ffn, sqrtf(3.0f / (float)cfg->ffn), 0.0f);

@@ -10,7 +10,7 @@
 struct model_config {
     const char *name;
     int n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab;
-    int qk_norm;        /* per-head RMSNorm on q and k (Qwen3) */
+    int qk_norm; /* per-head RMSNorm on q and k (Qwen3) */
     float rope_theta;
     float norm_eps;
 };
@@ -45,11 +45,11 @@ struct layer_weights {
 struct model {
     const struct model_config *cfg;
     const struct backend *be;
-    uint16_t *embed;      /* [vocab][hidden] */
-    uint16_t *final_norm; /* [hidden] */
-    uint16_t *lm_head;    /* [vocab][hidden] */
+    uint16_t *embed;              /* [vocab][hidden] */
+    uint16_t *final_norm;         /* [hidden] */
+    uint16_t *lm_head;            /* [vocab][hidden] */
     struct layer_weights *layers; /* host array of n_layers pointer sets */
-    void *base;           /* the one backend allocation */
+    void *base;                   /* the one backend allocation */
     size_t bytes;
 };
 

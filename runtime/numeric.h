@@ -27,7 +27,10 @@ PULSE_HD uint16_t f32_to_bf16(float f)
 }
 
 /* Rounds a float through bf16 and back: what a bf16 store then load gives. */
-PULSE_HD float bf16_round(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+PULSE_HD float bf16_round(float f)
+{
+    return bf16_to_f32(f32_to_bf16(f));
+}
 
 /* splitmix64 finaliser over (seed, index): a stateless stream, any element computable alone. */
 PULSE_HD uint64_t pulse_hash64(uint64_t seed, uint64_t idx)

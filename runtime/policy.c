@@ -15,4 +15,7 @@ const struct policy *policy_find(const char *name)
     return NULL;
 }
 
-const char *policy_names(void) { return "vanilla"; }
+const char *policy_names(void)
+{
+    return "vanilla";
+}

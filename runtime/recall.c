@@ -5,8 +5,8 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "common.h"

@@ -32,16 +32,20 @@ json_t *results_new(const char *experiment)
     json_object_set_new(r, "schema_version", json_integer(PULSE_SCHEMA_VERSION));
     json_object_set_new(r, "experiment", json_string(experiment));
     json_object_set_new(r, "date", json_string(date));
-    json_object_set_new(r, "tool", json_pack("{s:s, s:s, s:b}", "name", "pulse", "git_commit",
-                                             pulse_git_commit, "git_dirty", pulse_git_dirty));
-    json_object_set_new(r, "env", json_pack("{s:s, s:s, s:s, s:i}", "host", host, "os", u.sysname,
-                                            "kernel", u.release, "cpus",
-                                            (int)sysconf(_SC_NPROCESSORS_ONLN)));
+    json_object_set_new(r, "tool",
+                        json_pack("{s:s, s:s, s:b}", "name", "pulse", "git_commit",
+                                  pulse_git_commit, "git_dirty", pulse_git_dirty));
+    json_object_set_new(r, "env",
+                        json_pack("{s:s, s:s, s:s, s:i}", "host", host, "os", u.sysname, "kernel",
+                                  u.release, "cpus", (int)sysconf(_SC_NPROCESSORS_ONLN)));
     json_object_set_new(r, "status", json_string("ok"));
     return r;
 }
 
-json_t *results_env(json_t *r) { return json_object_get(r, "env"); }
+json_t *results_env(json_t *r)
+{
+    return json_object_get(r, "env");
+}
 
 void results_add_dist_ms(json_t *obj, const char *name, const struct dist_summary *d)
 {

@@ -81,13 +81,13 @@ struct digest_view {
  * all selected: the host pool keeps a block's heads contiguous, so a chunk is one copy, and a
  * chunk of n_kv_heads heads is a token-wise block. SoloHead never issues a smaller chunk. */
 struct select_stats {
-    int64_t entries;      /* (entry, step) selections counted */
-    int64_t lists;        /* block lists produced: entries * n_lists */
-    int64_t distinct;     /* distinct lists per entry, summed (1 per entry for SoloHead) */
-    int64_t blocks;       /* (block, list) pairs selected */
-    int64_t head_blocks;  /* (block, KV head) pairs selected: what must be resident */
-    int64_t chunks;       /* chunks, as defined above */
-    int min_chunk_heads;  /* smallest chunk in KV heads; 0 until a chunk is counted */
+    int64_t entries;     /* (entry, step) selections counted */
+    int64_t lists;       /* block lists produced: entries * n_lists */
+    int64_t distinct;    /* distinct lists per entry, summed (1 per entry for SoloHead) */
+    int64_t blocks;      /* (block, list) pairs selected */
+    int64_t head_blocks; /* (block, KV head) pairs selected: what must be resident */
+    int64_t chunks;      /* chunks, as defined above */
+    int min_chunk_heads; /* smallest chunk in KV heads; 0 until a chunk is counted */
     int max_chunk_heads;
 };
 
@@ -112,7 +112,10 @@ PULSE_HD float select_digest_term(float q, float mn, float mx)
 }
 
 /* -0 stored as +0 (digest canonical form). */
-PULSE_HD float select_canon_zero(float v) { return v == 0.0f ? 0.0f : v; }
+PULSE_HD float select_canon_zero(float v)
+{
+    return v == 0.0f ? 0.0f : v;
+}
 
 /* Candidates of an nb-block entry are [*c0, *c1); every other block in [0, nb) is forced. */
 PULSE_HD void select_candidates(int nb, int sink, int window, int *c0, int *c1)
@@ -153,18 +156,16 @@ void select_stats_add(const struct select_cfg *cfg, int sel_head, const int32_t 
  * past an entry's tokens are not touched. */
 void digest_build_ref(const struct kctx *c, const struct kv_view *kv, const struct digest_view *dv,
                       const int32_t *n_tokens, int batch, int sel_head, int max_tokens);
-void digest_build_cuda(const struct kctx *c, const struct kv_view *kv,
-                       const struct digest_view *dv, const int32_t *n_tokens, int batch,
-                       int sel_head, int max_tokens);
+void digest_build_cuda(const struct kctx *c, const struct kv_view *kv, const struct digest_view *dv,
+                       const int32_t *n_tokens, int batch, int sel_head, int max_tokens);
 
 /* Folds the key of token pos[b] (already appended to the KV, e.g. by qk_norm_rope_append) into
  * its block's digest; when pos[b] is a block's first token the digest is initialised from it.
  * Applied for pos = 0, 1, ..., n-1 it leaves exactly what digest_build gives for n tokens. */
-void digest_update_ref(const struct kctx *c, const struct kv_view *kv,
-                       const struct digest_view *dv, const int32_t *pos, int batch, int sel_head);
+void digest_update_ref(const struct kctx *c, const struct kv_view *kv, const struct digest_view *dv,
+                       const int32_t *pos, int batch, int sel_head);
 void digest_update_cuda(const struct kctx *c, const struct kv_view *kv,
-                        const struct digest_view *dv, const int32_t *pos, int batch,
-                        int sel_head);
+                        const struct digest_view *dv, const int32_t *pos, int batch, int sel_head);
 
 /* ------------------------------------------------------------------ scores and top-k */
 

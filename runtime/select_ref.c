@@ -69,7 +69,8 @@ static void stats_add_mask(struct select_stats *st, uint64_t mask, int nkv)
             continue;
         }
         int run = 0;
-        while (h < nkv && ((mask >> h) & 1u)) run++, h++;
+        while (h < nkv && ((mask >> h) & 1u))
+            run++, h++;
         st->chunks++;
         st->head_blocks += run;
         if (st->min_chunk_heads == 0 || run < st->min_chunk_heads) st->min_chunk_heads = run;
@@ -101,7 +102,8 @@ void select_stats_add(const struct select_cfg *cfg, int sel_head, const int32_t 
             st->blocks += cnt[l];
         }
         if (nl == 1) { /* SoloHead: every selected block serves all heads */
-            for (int j = 0; j < cnt[0]; j++) stats_add_mask(st, all, nkv);
+            for (int j = 0; j < cnt[0]; j++)
+                stats_add_mask(st, all, nkv);
             continue;
         }
         /* head-wise: merge the sorted lists; each block's mask = the heads that chose it */
@@ -141,8 +143,7 @@ static uint16_t *digest_at(const struct digest_view *dv, int b, int i, int j)
     return dv->pool + (size_t)page * page_elems + (size_t)j * 2 * dv->head_dim;
 }
 
-static void digest_check_heads(const struct kv_view *kv, const struct digest_view *dv,
-                               int sel_head)
+static void digest_check_heads(const struct kv_view *kv, const struct digest_view *dv, int sel_head)
 {
     PULSE_CHECK(dv->head_dim == kv->head_dim, "digest head_dim must equal the KV head_dim");
     if (sel_head == SELECT_HEADWISE)
@@ -181,8 +182,8 @@ void digest_build_ref(const struct kctx *c, const struct kv_view *kv, const stru
     }
 }
 
-void digest_update_ref(const struct kctx *c, const struct kv_view *kv,
-                       const struct digest_view *dv, const int32_t *pos, int batch, int sel_head)
+void digest_update_ref(const struct kctx *c, const struct kv_view *kv, const struct digest_view *dv,
+                       const int32_t *pos, int batch, int sel_head)
 {
     (void)c;
     digest_check_heads(kv, dv, sel_head);
@@ -252,7 +253,8 @@ void select_score_ref(const struct kctx *c, const struct select_cfg *cfg, const 
 static int count_at_least(const float *row, int c0, int c1, uint32_t t)
 {
     int n = 0;
-    for (int i = c0; i < c1; i++) n += select_score_key(row[i]) >= t;
+    for (int i = c0; i < c1; i++)
+        n += select_score_key(row[i]) >= t;
     return n;
 }
 
@@ -345,14 +347,16 @@ int select_channels_build(const uint16_t *wq, int q_rows, int hidden, double fra
     keep = PULSE_MAX(1, PULSE_MIN(keep, hidden));
     struct channel_rank *r = malloc(sizeof *r * (size_t)hidden);
     if (!r) return -1;
-    for (int j = 0; j < hidden; j++) r[j] = (struct channel_rank){0.0, j};
+    for (int j = 0; j < hidden; j++)
+        r[j] = (struct channel_rank){0.0, j};
     for (int i = 0; i < q_rows; i++)
         for (int j = 0; j < hidden; j++) {
             double v = bf16_to_f32(wq[(size_t)i * hidden + j]);
             r[j].norm += v * v; /* squared norm orders the channels like the norm */
         }
     qsort(r, (size_t)hidden, sizeof *r, by_importance);
-    for (int j = 0; j < keep; j++) out[j] = r[j].ch;
+    for (int j = 0; j < keep; j++)
+        out[j] = r[j].ch;
     qsort(out, (size_t)keep, sizeof *out, by_int);
     free(r);
     return keep;
@@ -375,7 +379,8 @@ void select_norm_gather_ref(const struct kctx *c, const float *x, const uint16_t
         const float *xr = x + (size_t)b * hidden;
         /* the statistic exactly as rmsnorm_ref forms it (kernels_ref.c, rms_inv) */
         float ss = 0.0f;
-        for (int j = 0; j < hidden; j++) ss += xr[j] * xr[j];
+        for (int j = 0; j < hidden; j++)
+            ss += xr[j] * xr[j];
         float inv = 1.0f / sqrtf(ss / (float)hidden + eps);
         for (int j = 0; j < n_channels; j++) {
             int ch = channels ? channels[j] : j;
@@ -405,6 +410,5 @@ void select_approx_q_ref(const struct kctx *c, const struct approx_q_weights *w,
     gemm_bf16_ref(c, xn, w->wq, qf, batch, n_heads * head_dim, w->n_channels, 0.0f);
     /* zero KV heads: the q rows are the whole qkv row and nothing is appended */
     struct kv_view none = {NULL, NULL, NULL, 1, 0, head_dim};
-    qk_norm_rope_append_ref(c, qf, w->q_norm, NULL, q_out, &none, pos, batch, n_heads, theta,
-                            eps);
+    qk_norm_rope_append_ref(c, qf, w->q_norm, NULL, q_out, &none, pos, batch, n_heads, theta, eps);
 }

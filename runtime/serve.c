@@ -61,9 +61,9 @@ static void sleep_until(double t_rel, double t0)
     nanosleep(&ts, NULL);
 }
 
-int serve_run(struct engine *e, struct kv_cache *kv, const struct policy *pol,
-              struct request *reqs, int n, int max_batch, struct serve_counters *ctr,
-              double *wall_s, char *err, size_t errlen)
+int serve_run(struct engine *e, struct kv_cache *kv, const struct policy *pol, struct request *reqs,
+              int n, int max_batch, struct serve_counters *ctr, double *wall_s, char *err,
+              size_t errlen)
 {
     struct serve_state s;
     memset(&s, 0, sizeof s);
@@ -91,7 +91,8 @@ int serve_run(struct engine *e, struct kv_cache *kv, const struct policy *pol,
     s.t0 = pulse_now();
     while (done < n) {
         double now = pulse_now() - s.t0;
-        while (s.n_arrived < n && reqs[s.n_arrived].arrival_s <= now) s.n_arrived++;
+        while (s.n_arrived < n && reqs[s.n_arrived].arrival_s <= now)
+            s.n_arrived++;
         rc = pol->admit(&s);
         if (rc == PULSE_ERR_INVALID || (s.n_entries == 0 && s.next_waiting < s.n_arrived)) {
             struct request *r = &reqs[s.next_waiting];

@@ -9,19 +9,19 @@
 
 struct request {
     int id, prompt_len, output_len;
-    double arrival_s;                   /* after the run's start */
+    double arrival_s; /* after the run's start */
     /* filled by the run (seconds after the start; -1 until it happens) */
     double admit_s, first_token_s, done_s;
     int generated;
-    int slot;                           /* cache slot while running, else -1 */
-    int32_t *tokens;                    /* optional [output_len] ids, owned by the caller */
+    int slot;        /* cache slot while running, else -1 */
+    int32_t *tokens; /* optional [output_len] ids, owned by the caller */
 };
 
 struct serve_counters {
     int64_t steps, tokens, admitted, batch_changes;
-    int64_t admission_refusals;   /* a waiting request did not fit the KV budget yet */
+    int64_t admission_refusals; /* a waiting request did not fit the KV budget yet */
     int64_t peak_batch, peak_pages_used;
-    int64_t step_alloc_calls;     /* allocations made while steps ran: must stay 0 */
+    int64_t step_alloc_calls; /* allocations made while steps ran: must stay 0 */
     /* offload counters (zero for vanilla; carried so every result has them) */
     int64_t recall_bytes, recall_chunks, recall_stalls, layer_switches, ioaa_nodes;
 };
@@ -36,7 +36,7 @@ struct serve_state {
     struct batch_entry *entries;         /* host view of the running batch */
     int *entry_req;                      /* request index of each entry */
     int n_entries, max_batch;
-    int batch_dirty;                     /* entries changed since the last batch_set */
+    int batch_dirty; /* entries changed since the last batch_set */
     double t0;
     struct serve_counters ctr;
 };
@@ -59,8 +59,8 @@ int serve_admit_request(struct serve_state *s, int i);
 
 /* Runs every request to its output length. Returns PULSE_OK, or PULSE_ERR_INVALID with a
  * reason in err when a request can never be admitted (longer than the KV budget). */
-int serve_run(struct engine *e, struct kv_cache *kv, const struct policy *pol,
-              struct request *reqs, int n, int max_batch, struct serve_counters *ctr,
-              double *wall_s, char *err, size_t errlen);
+int serve_run(struct engine *e, struct kv_cache *kv, const struct policy *pol, struct request *reqs,
+              int n, int max_batch, struct serve_counters *ctr, double *wall_s, char *err,
+              size_t errlen);
 
 #endif

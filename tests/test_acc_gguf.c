@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "accuracy/gguf.h"
+#include "bytebuf.h"
 #include "common.h"
 #include "numeric.h"
-#include "bytebuf.h"
 #include "testutil.h"
 
 /* ---- the GGUF writer (the byte buffer is tests/bytebuf.h) ---- */

@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "accuracy/safetensors.h"
+#include "bytebuf.h"
 #include "common.h"
 #include "numeric.h"
-#include "bytebuf.h"
 #include "testutil.h"
 
 /* ---- building files ---- */

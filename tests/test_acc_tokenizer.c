@@ -9,8 +9,8 @@
 
 #include "accuracy/gguf.h"
 #include "accuracy/tokenizer.h"
-#include "common.h"
 #include "bytebuf.h"
+#include "common.h"
 #include "testutil.h"
 
 /* ---- the tiny vocabulary ---- */

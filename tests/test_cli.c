@@ -12,7 +12,10 @@
 
 static char out[1 << 16];
 
-static int run(const char *args) { return tu_run_pulse(args, out, sizeof out); }
+static int run(const char *args)
+{
+    return tu_run_pulse(args, out, sizeof out);
+}
 
 struct bad_case {
     const char *args, *message;
@@ -33,7 +36,8 @@ static const struct bad_case bad[] = {
     {"run --backend cpu --kv-budget-gb nan", "--kv-budget-gb: 'nan' is not a number", 2},
     {"run --backend cpu --seed x", "--seed: 'x' is not an integer", 2},
     {"run --backend cpu --max-batch 0", "--max-batch: '0' is not an integer", 2},
-    {"run --backend cpu --workload uniform:10", "--workload: 'uniform:10' is not uniform:LEN:COUNT", 2},
+    {"run --backend cpu --workload uniform:10", "--workload: 'uniform:10' is not uniform:LEN:COUNT",
+     2},
     {"run --backend cpu --workload uniform:0:3", "is not uniform:LEN:COUNT", 2},
     {"run --backend cpu --workload zipf:1", "--workload: unknown kind", 2},
     {"run --backend cpu --workload lengths:5,,6", "length 2 is not an integer", 2},
@@ -45,10 +49,13 @@ static const struct bad_case bad[] = {
      "--out: /nonexistent/dir/r.json: cannot write", 1},
     {"models --bogus", "unknown or incomplete option '--bogus'", 2},
     {"generate --prompt-ids 1", "--model is required", 2},
-    {"generate --model tiny --prompt x --prompt-ids 1", "exactly one of --prompt and --prompt-ids", 2},
-    {"generate --model tiny --backend cpu --prompt-ids 5,99999", "--prompt-ids: '5,99999' is not a list", 2},
+    {"generate --model tiny --prompt x --prompt-ids 1", "exactly one of --prompt and --prompt-ids",
+     2},
+    {"generate --model tiny --backend cpu --prompt-ids 5,99999",
+     "--prompt-ids: '5,99999' is not a list", 2},
     {"generate --model tiny --backend cpu --prompt hello", "'tiny' has no tokenizer", 2},
-    {"generate --model tiny --policy magic --prompt-ids 1", "--policy: 'magic' is not available", 2},
+    {"generate --model tiny --policy magic --prompt-ids 1", "--policy: 'magic' is not available",
+     2},
     {"generate --model /nonexistent/m --prompt-ids 1", "is no built-in model", 2},
     {"bench frob", "unknown benchmark 'frob'", 2},
     {"bench decode-step --backend cpu --points 4x", "--points: '4x' is not", 2},
@@ -101,8 +108,9 @@ static void test_oom_result(void)
 
 static void test_help(void)
 {
-    const char *cmds[] = {"--help", "run --help", "models --help", "bench --help",
-                          "bench decode-step --help", "generate --help"};
+    const char *cmds[] = {
+        "--help",         "run --help", "models --help", "bench --help", "bench decode-step --help",
+        "generate --help"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         EXPECT_EQ_INT(run(cmds[i]), 0);
         EXPECT_STR_CONTAINS(out, "usage: pulse");
@@ -113,7 +121,7 @@ static void test_models(void)
 {
     EXPECT_EQ_INT(run("models"), 0);
     EXPECT_STR_CONTAINS(out, "qwen3-14b");
-    EXPECT_STR_CONTAINS(out, "14.768B"); /* 40 layers of 5120 hidden, MLP 17408, vocab 151936 */
+    EXPECT_STR_CONTAINS(out, "14.768B");  /* 40 layers of 5120 hidden, MLP 17408, vocab 151936 */
     EXPECT_STR_CONTAINS(out, "160.0KiB"); /* 40 layers x 8 heads x 128 x K,V x 2 bytes */
     EXPECT_EQ_INT(run("models --json"), 0);
     json_error_t je;
@@ -151,7 +159,8 @@ static void test_good_run(void)
         EXPECT(json_real_value(json_object_get(m, "output_throughput")) > 0);
         EXPECT_EQ_INT(json_integer_value(json_object_get(m, "total_output_tokens")), 15);
         const char *keys[] = {"mean_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "p90_e2el_ms"};
-        for (int i = 0; i < 4; i++) EXPECT(json_real_value(json_object_get(m, keys[i])) > 0);
+        for (int i = 0; i < 4; i++)
+            EXPECT(json_real_value(json_object_get(m, keys[i])) > 0);
         json_t *c = json_object_get(r, "counters");
         EXPECT_EQ_INT(json_integer_value(json_object_get(c, "recall_bytes")), 0);
         EXPECT_EQ_INT(json_integer_value(json_object_get(c, "layer_switches")), 0);

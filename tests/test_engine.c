@@ -19,7 +19,12 @@
 static struct engine *make_engine(int max_batch, int max_tokens)
 {
     char err[256];
-    struct engine_params p = {.cfg = model_config_find("tiny"), .be = backend_find("cpu"), .seed = 1, .max_batch = max_batch, .max_tokens = max_tokens, .use_graph = 1 /* ignored on cpu */};
+    struct engine_params p = {.cfg = model_config_find("tiny"),
+                              .be = backend_find("cpu"),
+                              .seed = 1,
+                              .max_batch = max_batch,
+                              .max_tokens = max_tokens,
+                              .use_graph = 1 /* ignored on cpu */};
     struct engine *e = engine_create(&p, err, sizeof err);
     if (!e) fprintf(stderr, "engine: %s\n", err);
     return e;
@@ -28,8 +33,8 @@ static struct engine *make_engine(int max_batch, int max_tokens)
 static struct kv_cache *make_kv(struct engine *e, size_t budget, int slots, int max_tokens)
 {
     const struct model_config *c = model_config_find("tiny");
-    struct kv_cache_params kp = {c->n_layers, c->n_kv_heads, c->head_dim, 16, budget, slots,
-                                 max_tokens};
+    struct kv_cache_params kp = {c->n_layers, c->n_kv_heads, c->head_dim, 16,
+                                 budget,      slots,         max_tokens};
     char err[256];
     struct kv_cache *kv = kv_cache_create(&kp, backend_find("cpu"), engine_ctx(e), err, sizeof err);
     if (!kv) fprintf(stderr, "kv: %s\n", err);
@@ -92,7 +97,8 @@ static void test_golden(void)
     EXPECT_EQ_INT(mismatches, 0);
     /* the run is not degenerate: tokens vary */
     int distinct = 0;
-    for (int t = 1; t < OUT_LEN; t++) distinct += w.reqs[0].tokens[t] != w.reqs[0].tokens[0];
+    for (int t = 1; t < OUT_LEN; t++)
+        distinct += w.reqs[0].tokens[t] != w.reqs[0].tokens[0];
     EXPECT(distinct > OUT_LEN / 2);
     /* vanilla's switches: nothing recalled, no layer switches, no admission search */
     EXPECT_EQ_INT(ctr.recall_bytes, 0);

@@ -14,7 +14,10 @@
 #include "testutil.h"
 
 static uint64_t g_seed = 0x40c4, g_ctr;
-static uint32_t rnd(uint32_t n) { return (uint32_t)(pulse_hash64(g_seed, g_ctr++) % n); }
+static uint32_t rnd(uint32_t n)
+{
+    return (uint32_t)(pulse_hash64(g_seed, g_ctr++) % n);
+}
 
 /* ------------------------------------------------------------------ the model */
 
@@ -22,9 +25,9 @@ static uint32_t rnd(uint32_t n) { return (uint32_t)(pulse_hash64(g_seed, g_ctr++
 #define MAXB 4096
 
 struct model {
-    int n_slots, n;           /* capacity, resident count */
-    int32_t block[MAXS];      /* resident blocks */
-    int64_t used[MAXS];       /* last-use time */
+    int n_slots, n;      /* capacity, resident count */
+    int32_t block[MAXS]; /* resident blocks */
+    int64_t used[MAXS];  /* last-use time */
     int64_t clock;
     int64_t hits, misses, fresh, evictions;
 };
@@ -114,15 +117,18 @@ struct out_bufs {
 
 static void out_init(struct out_bufs *o)
 {
-    o->r = (struct hot_cache_result){.hit_block = o->hb, .hit_slot = o->hs, .recall_block = o->rb,
-                                     .recall_slot = o->rs, .victim_block = o->vb,
+    o->r = (struct hot_cache_result){.hit_block = o->hb,
+                                     .hit_slot = o->hs,
+                                     .recall_block = o->rb,
+                                     .recall_slot = o->rs,
+                                     .victim_block = o->vb,
                                      .attend_slot = o->as};
 }
 
 /* ------------------------------------------------------------------ tests */
 
-static void run_sequence(int n_units, int n_slots, int sink, int window, int k, int keep,
-                         int bs, int steps)
+static void run_sequence(int n_units, int n_slots, int sink, int window, int k, int keep, int bs,
+                         int steps)
 {
     struct hot_cache_params p = {n_units, n_slots, sink, window};
     char err[256];
@@ -168,7 +174,8 @@ static void run_sequence(int n_units, int n_slots, int sink, int window, int k, 
         model_access(&models[u], sel, n_sel, nb, tail_new, &mh, &mr, victims, &fv);
         EXPECT_EQ_INT(o.r.n_hits, mh);
         EXPECT_EQ_INT(o.r.n_recalls, mr);
-        for (int i = 0; i < mr && i < o.r.n_recalls; i++) bad += o.r.victim_block[i] != victims[i];
+        for (int i = 0; i < mr && i < o.r.n_recalls; i++)
+            bad += o.r.victim_block[i] != victims[i];
         EXPECT_EQ_INT(o.r.fresh_victim, fv == -2 ? -1 : fv);
         EXPECT_EQ_INT(o.r.fresh_block >= 0, fv != -2);
         /* no victim is pinned (or selected at all) this step */
@@ -197,7 +204,8 @@ static void run_sequence(int n_units, int n_slots, int sink, int window, int k, 
     struct hot_cache_stats st;
     hot_cache_get_stats(hc, &st);
     /* the cache's counters are cumulative over resets: compare with the running totals */
-    for (int u = 0; u < n_units; u++) add_totals(&tot, &models[u]);
+    for (int u = 0; u < n_units; u++)
+        add_totals(&tot, &models[u]);
     EXPECT_EQ_INT(st.hits, tot.hits);
     EXPECT_EQ_INT(st.misses, tot.misses);
     EXPECT_EQ_INT(st.fresh, tot.fresh);
@@ -317,8 +325,8 @@ int main(void)
     /* (units, slots, sink, window, k, keep %, block, steps) */
     run_sequence(1, 16, 1, 2, 8, 70, 4, 4000);
     run_sequence(5, 24, 1, 2, 16, 85, 2, 8000);
-    run_sequence(3, 7, 0, 0, 6, 50, 1, 4000);   /* no sink or window; one-token blocks */
+    run_sequence(3, 7, 0, 0, 6, 50, 1, 4000); /* no sink or window; one-token blocks */
     run_sequence(8, 64, 2, 3, 40, 95, 16, 6000);
-    run_sequence(2, 13, 1, 2, 9, 0, 3, 3000);   /* no locality: nearly every block misses */
+    run_sequence(2, 13, 1, 2, 9, 0, 3, 3000); /* no locality: nearly every block misses */
     return tu_finish("test_hot_cache");
 }

@@ -28,7 +28,8 @@ static void test_rmsnorm(void)
     /* x = 1,2,3,4: mean square 7.5, so out = x / sqrt(7.5) * w */
     float x[8] = {1, 2, 3, 4, -2, -2, -2, -2};
     uint16_t w[4], out[8];
-    for (int i = 0; i < 4; i++) w[i] = f32_to_bf16(i == 3 ? 0.5f : 1.0f);
+    for (int i = 0; i < 4; i++)
+        w[i] = f32_to_bf16(i == 3 ? 0.5f : 1.0f);
     rmsnorm_ref(&C0, x, w, out, 2, 4, 0.0f);
     double r = sqrt(7.5);
     EXPECT_NEAR(bf16_to_f32(out[0]), 1 / r, 1 / r / 128);
@@ -44,14 +45,18 @@ static void test_gemm(void)
     /* a = [[1,2],[3,4]], w = [[1,0],[0,1],[1,1]]: out = [[1,2,3],[3,4,7]] */
     float av[] = {1, 2, 3, 4}, wv[] = {1, 0, 0, 1, 1, 1};
     uint16_t a[4], w[6];
-    for (int i = 0; i < 4; i++) a[i] = f32_to_bf16(av[i]);
-    for (int i = 0; i < 6; i++) w[i] = f32_to_bf16(wv[i]);
+    for (int i = 0; i < 4; i++)
+        a[i] = f32_to_bf16(av[i]);
+    for (int i = 0; i < 6; i++)
+        w[i] = f32_to_bf16(wv[i]);
     float out[6] = {10, 10, 10, 10, 10, 10};
     gemm_bf16_ref(&C0, a, w, out, 2, 3, 2, 0.0f);
     float want[] = {1, 2, 3, 3, 4, 7};
-    for (int i = 0; i < 6; i++) EXPECT_NEAR(out[i], want[i], 0);
+    for (int i = 0; i < 6; i++)
+        EXPECT_NEAR(out[i], want[i], 0);
     gemm_bf16_ref(&C0, a, w, out, 2, 3, 2, 1.0f); /* residual add */
-    for (int i = 0; i < 6; i++) EXPECT_NEAR(out[i], 2 * want[i], 0);
+    for (int i = 0; i < 6; i++)
+        EXPECT_NEAR(out[i], 2 * want[i], 0);
 }
 
 /* A paged view over `pool` with pages listed in page_ids. */
@@ -68,7 +73,8 @@ static void test_rope_append(void)
      * angle theta^(-1/2) = 0.01 for theta 10000. */
     float qkv[12] = {1, 0, 0, 0, /* k */ 0, 1, 0, 0, /* v */ 5, 6, 7, 8};
     uint16_t q[4], pool[2 * 2 * 2 * 4]; /* 2 pages of page_size 2, 1 head */
-    for (size_t i = 0; i < PULSE_ARRAY_LEN(pool); i++) pool[i] = 0x7fc0; /* NaN marker */
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(pool); i++)
+        pool[i] = 0x7fc0; /* NaN marker */
     int32_t ids[2] = {1, 0}, start[1] = {0}, pos[1] = {1};
     struct kv_view v = view(pool, ids, start, 2, 1, 4);
     qk_norm_rope_append_ref(&C0, qkv, NULL, NULL, q, &v, pos, 1, 1, 10000.0f, 1e-6f);
@@ -81,12 +87,13 @@ static void test_rope_append(void)
     EXPECT_NEAR(bf16_to_f32(k[3]), sin(0.01), 1.0 / 128);
     EXPECT_NEAR(bf16_to_f32(vv[0]), 5, 0);
     EXPECT_NEAR(bf16_to_f32(vv[3]), 8, 0);
-    EXPECT_EQ_INT(pool[0], 0x7fc0); /* page 0 untouched */
+    EXPECT_EQ_INT(pool[0], 0x7fc0);  /* page 0 untouched */
     EXPECT_EQ_INT(pool[16], 0x7fc0); /* token 0 of page 1 untouched */
     /* QK-norm with unit weights: k = [0,3,0,4] normalises to rms 2.5 -> [0,1.2,0,1.6] at pos 0 */
     float qkv2[12] = {0, 0, 2, 0, 0, 3, 0, 4, 1, 1, 1, 1};
     uint16_t ones[4];
-    for (int i = 0; i < 4; i++) ones[i] = f32_to_bf16(1.0f);
+    for (int i = 0; i < 4; i++)
+        ones[i] = f32_to_bf16(1.0f);
     int32_t pos0[1] = {0};
     qk_norm_rope_append_ref(&C0, qkv2, ones, ones, q, &v, pos0, 1, 1, 10000.0f, 0.0f);
     uint16_t *k0 = pool + 16; /* token 0 -> page 1 offset 0 */
@@ -101,7 +108,8 @@ static void test_attention(void)
      * q0 = [1,0], keys [0,0] and [1,0]: scores 0, 1 (scale 1) -> p = [1,e]/(1+e).
      * q1 = [0,0]: uniform -> mean of V. V = [2,4] and [6,8]. */
     uint16_t pool[4 * 2 * 2];
-    for (size_t i = 0; i < PULSE_ARRAY_LEN(pool); i++) pool[i] = 0xffc0; /* NaN everywhere else */
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(pool); i++)
+        pool[i] = 0xffc0; /* NaN everywhere else */
     int32_t ids[2] = {3, 1}, start[1] = {0}, n[1] = {2};
     float kv0[2][2] = {{0, 0}, {2, 4}}, kv1[2][2] = {{1, 0}, {6, 8}};
     for (int d = 0; d < 2; d++) {

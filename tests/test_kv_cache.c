@@ -84,9 +84,9 @@ static void test_limits(void)
     int s0, s1, s2;
     EXPECT_EQ_INT(kv_cache_admit(kv, 0, &s0), PULSE_ERR_INVALID);
     EXPECT_EQ_INT(kv_cache_admit(kv, 101, &s0), PULSE_ERR_INVALID); /* over max_tokens */
-    EXPECT_EQ_INT(kv_cache_admit(kv, 64, &s0), PULSE_OK);  /* 4 pages x 3 layers = 12 */
-    EXPECT_EQ_INT(kv_cache_admit(kv, 80, &s1), PULSE_OK);  /* 5 x 3 = 15; 3 left */
-    EXPECT_EQ_INT(kv_cache_admit(kv, 1, &s2), PULSE_ERR_NOMEM); /* no slot left */
+    EXPECT_EQ_INT(kv_cache_admit(kv, 64, &s0), PULSE_OK);           /* 4 pages x 3 layers = 12 */
+    EXPECT_EQ_INT(kv_cache_admit(kv, 80, &s1), PULSE_OK);           /* 5 x 3 = 15; 3 left */
+    EXPECT_EQ_INT(kv_cache_admit(kv, 1, &s2), PULSE_ERR_NOMEM);     /* no slot left */
     kv_cache_release(kv, s0);
     EXPECT_EQ_INT(kv_cache_admit(kv, 97, &s2), PULSE_ERR_NOMEM); /* 7x3=21 > 15 free */
     EXPECT_EQ_INT(kv_cache_admit(kv, 80, &s2), PULSE_OK);

@@ -41,7 +41,10 @@ static uint16_t *elem(struct layer *L, int b, int t, int h, int which)
     return L->pool + page * pe + (((size_t)h * 2 + which) * L->ps + t % L->ps) * L->hd;
 }
 
-static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
+static int gcd(int a, int b)
+{
+    return b ? gcd(b, a % b) : a;
+}
 
 /* Pages of entry b are b * max_pages + i, stored in a scrambled order of the pool. */
 static void layer_init(struct layer *L, int batch, int nq, int nkv, int hd, int ps,
@@ -57,9 +60,12 @@ static void layer_init(struct layer *L, int batch, int nq, int nkv, int hd, int 
     L->ids = calloc(np, 4);
     L->start = calloc(batch, 4);
     int k = 7; /* a multiplier coprime to np makes i -> (k i + 3) mod np a permutation */
-    while (gcd(k, np) != 1) k += 2;
-    for (int i = 0; i < np; i++) L->ids[i] = (int32_t)(((int64_t)i * k + 3) % np);
-    for (int b = 0; b < batch; b++) L->start[b] = b * L->max_pages;
+    while (gcd(k, np) != 1)
+        k += 2;
+    for (int i = 0; i < np; i++)
+        L->ids[i] = (int32_t)(((int64_t)i * k + 3) % np);
+    for (int b = 0; b < batch; b++)
+        L->start[b] = b * L->max_pages;
     L->v = (struct kv_view){L->pool, L->ids, L->start, ps, nkv, hd};
 }
 
@@ -70,9 +76,10 @@ static void layer_random(struct layer *L, uint64_t seed)
             for (int h = 0; h < L->nkv; h++)
                 for (int w = 0; w < 2; w++)
                     for (int d = 0; d < L->hd; d++)
-                        elem(L, b, t, h, w)[d] =
-                            f32_to_bf16(2.0f * pulse_uniform(seed, ((((uint64_t)b * 4096 + t) *
-                                                                     64 + h) * 2 + w) * 512 + d));
+                        elem(L, b, t, h, w)[d] = f32_to_bf16(
+                            2.0f *
+                            pulse_uniform(seed,
+                                          ((((uint64_t)b * 4096 + t) * 64 + h) * 2 + w) * 512 + d));
         for (int i = 0; i < L->nq * L->hd; i++)
             L->q[(size_t)b * L->nq * L->hd + i] =
                 f32_to_bf16(3.0f * pulse_uniform(seed + 1, (uint64_t)b * 99991 + i));
@@ -87,8 +94,8 @@ static void layer_free(struct layer *L)
 static struct mam_acc *acc_for(const struct layer *L, int n_layers, int budget, int sink,
                                int window, int max_tokens, float scale)
 {
-    struct mam_params p = {n_layers, L->nq, L->nkv, L->hd, L->ps, budget, sink, window,
-                           L->batch, max_tokens, scale};
+    struct mam_params p = {n_layers, L->nq,  L->nkv,   L->hd,      L->ps, budget,
+                           sink,     window, L->batch, max_tokens, scale};
     char err[256];
     struct mam_acc *a = mam_acc_create(&p, err, sizeof err);
     if (!a) fprintf(stderr, "mam_acc_create: %s\n", err);
@@ -130,7 +137,8 @@ static void test_hand_case(void)
             elem(&L, 0, t, 0, 1)[d] = elem(&L, 0, t, 1, 1)[d] = f32_to_bf16(0.5f); /* V unused */
         }
     float q[4] = {1, 0, 1, 1};
-    for (int i = 0; i < 4; i++) L.q[i] = f32_to_bf16(q[i]);
+    for (int i = 0; i < 4; i++)
+        L.q[i] = f32_to_bf16(q[i]);
     struct mam_acc *a = acc_for(&L, 1, 2, 0, 0, 8, 1.0f);
     EXPECT(a != NULL);
     if (!a) return;
@@ -176,7 +184,8 @@ static void brute_force(struct layer *L, int budget, int sink, int window, int m
     digest_build_ref(&c, &L->v, &dv, L->n, L->batch, SELECT_HEADWISE, max_tokens);
     select_blocks_ref(&c, &cfg, L->q, &dv, L->n, scores, idx, cnt, L->batch, SELECT_HEADWISE);
     double scale = 1.0 / sqrt((double)L->hd), *p = malloc(sizeof(double) * max_tokens);
-    for (int h = 0; h < L->nkv; h++) out[h] = 0;
+    for (int h = 0; h < L->nkv; h++)
+        out[h] = 0;
     for (int b = 0; b < L->batch; b++)
         for (int j = 0; j < L->nq; j++) {
             double m = -1e300, z = 0;
@@ -188,7 +197,8 @@ static void brute_force(struct layer *L, int budget, int sink, int window, int m
                 p[t] = s * scale;
                 if (p[t] > m) m = p[t];
             }
-            for (int t = 0; t < L->n[b]; t++) z += p[t] = exp(p[t] - m);
+            for (int t = 0; t < L->n[b]; t++)
+                z += p[t] = exp(p[t] - m);
             for (int h = 0; h < L->nkv; h++) {
                 const int32_t *sel = idx + ((size_t)b * L->nkv + h) * ms;
                 double c2 = 0;
@@ -207,8 +217,8 @@ static void test_random_layers(void)
         int batch, nq, nkv, hd, ps, budget, sink, window;
         int32_t n[4];
     } shapes[] = {
-        {3, 8, 2, 16, 8, 2, 1, 2, {97, 1, 50}},   /* GQA 4, partial tails, a one-token entry */
-        {2, 4, 4, 8, 1, 5, 1, 2, {23, 40}},       /* one-token pages */
+        {3, 8, 2, 16, 8, 2, 1, 2, {97, 1, 50}},     /* GQA 4, partial tails, a one-token entry */
+        {2, 4, 4, 8, 1, 5, 1, 2, {23, 40}},         /* one-token pages */
         {4, 6, 3, 32, 5, 3, 0, 0, {17, 33, 5, 64}}, /* no sink, no window */
     };
     for (size_t si = 0; si < PULSE_ARRAY_LEN(shapes); si++) {
@@ -241,7 +251,8 @@ static void test_random_layers(void)
         a = acc_for(&L, 1, 1000, s->sink, s->window, max_tokens, 0.0f);
         mam_acc_add_layer(a, 0, L.q, &L.v, L.n, L.batch);
         EXPECT_EQ_INT(finalize(a, &pr), 0);
-        for (int h = 0; h < s->nkv; h++) EXPECT(pr.mam[h] == 1.0);
+        for (int h = 0; h < s->nkv; h++)
+            EXPECT(pr.mam[h] == 1.0);
         mam_profile_free(&pr);
         mam_acc_free(a);
         /* in [0, 1] and never lower with a larger budget (top-k sets are nested) */
@@ -309,7 +320,8 @@ static void test_json_roundtrip(void)
 {
     struct mam_profile pr, back;
     EXPECT_EQ_INT(mam_profile_init(&pr, 4, 2), 0); /* the tiny model's shape */
-    for (int i = 0; i < 8; i++) pr.mam[i] = (i % 3 == 0 ? 1.0 / 3.0 : 0.1 * i) + 1e-17 * i;
+    for (int i = 0; i < 8; i++)
+        pr.mam[i] = (i % 3 == 0 ? 1.0 / 3.0 : 0.1 * i) + 1e-17 * i;
     pr.mam[5] = 0.0, pr.mam[6] = 1.0;
     pr.meta = (struct mam_profile_meta){"tiny", "cpu", 2048, 16, 1, 2, 16, 4096, 3, 42};
     char path[256], err[512];
@@ -362,11 +374,14 @@ static void test_corrupt_profiles(void)
         {"\"1\"", CFG, MAM, SEL, REV, "schema_version: expected 1"},
         {"1", "[]", MAM, SEL, REV, "config: expected an object"},
         {"1", "{\"block_size\": 16}", MAM, SEL, REV, "config.budget_tokens: expected an integer"},
-        {"1", "{\"budget_tokens\": 32, \"block_size\": 0, \"sink\": 1, \"window\": 2, "
-              "\"steps\": 4, \"prompt\": 100}",
+        {"1",
+         "{\"budget_tokens\": 32, \"block_size\": 0, \"sink\": 1, \"window\": 2, "
+         "\"steps\": 4, \"prompt\": 100}",
          MAM, SEL, REV, "config.block_size: expected an integer in [1,"},
-        {"1", "{\"budget_tokens\": 32, \"block_size\": 16, \"sink\": -1, \"window\": 2, "
-              "\"steps\": 4, \"prompt\": 100}", MAM, SEL, REV, "config.sink"},
+        {"1",
+         "{\"budget_tokens\": 32, \"block_size\": 16, \"sink\": -1, \"window\": 2, "
+         "\"steps\": 4, \"prompt\": 100}",
+         MAM, SEL, REV, "config.sink"},
         {"1", CFG, "[]", SEL, REV, "mam: expected a non-empty array"},
         {"1", CFG, "{}", SEL, REV, "mam: expected a non-empty array"},
         {"1", CFG, "[[]]", SEL, REV, "mam[0]: expected an array of 1..64"},
@@ -445,10 +460,15 @@ static void run_profile(const struct run_cfg *rc, struct mam_profile *pr, int32_
     const struct backend *be = backend_find("cpu");
     int reserved = rc->prompt + rc->steps + 1;
     char err[256];
-    struct engine_params ep = {.cfg = m, .be = be, .seed = rc->seed, .max_batch = rc->batch, .max_tokens = reserved, .use_graph = 0};
+    struct engine_params ep = {.cfg = m,
+                               .be = be,
+                               .seed = rc->seed,
+                               .max_batch = rc->batch,
+                               .max_tokens = reserved,
+                               .use_graph = 0};
     struct engine *e = engine_create(&ep, err, sizeof err);
-    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, 16, 1u << 24,
-                                 rc->batch, reserved};
+    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, 16,
+                                 1u << 24,    rc->batch,     reserved};
     struct kv_cache *kv = kv_cache_create(&kp, be, engine_ctx(e), err, sizeof err);
     struct batch *bt = batch_create(e);
     struct batch_entry en[8];
@@ -459,15 +479,17 @@ static void run_profile(const struct run_cfg *rc, struct mam_profile *pr, int32_
     }
     batch_set(e, bt, kv, en, rc->batch);
     engine_fill_prompt(e, bt, kv);
-    struct mam_params mp = {m->n_layers, m->n_heads, m->n_kv_heads, m->head_dim, 16,
-                            rc->budget_tokens / 16, 1, 2, rc->batch, reserved, 0.0f};
+    struct mam_params mp = {
+        m->n_layers, m->n_heads, m->n_kv_heads, m->head_dim, 16,  rc->budget_tokens / 16,
+        1,           2,          rc->batch,     reserved,    0.0f};
     struct mam_acc *acc = mam_acc_create(&mp, err, sizeof err);
     struct mam_probe *probe = mam_probe_create(acc, be, engine_ctx(e), rc->stage, err, sizeof err);
     struct engine_layer_hook hook = mam_probe_hook(probe);
     if (rc->hook) engine_set_hook(e, &hook);
     struct mem_stats m0, m1;
     mem_get_stats(&m0);
-    for (int s = 0; s < rc->steps; s++) engine_step(e, bt, kv);
+    for (int s = 0; s < rc->steps; s++)
+        engine_step(e, bt, kv);
     batch_read_tokens(e, bt, tokens);
     mem_get_stats(&m1);
     for (int k = 0; k < MEM_KINDS; k++) {
@@ -504,7 +526,8 @@ static void test_engine_hook(void)
     EXPECT(a.mam && b.mam && memcmp(a.mam, b.mam, sizeof(double) * 8) == 0);
     EXPECT(memcmp(ta, tn, sizeof(int32_t) * 3) == 0); /* the hook does not change the step */
     EXPECT(memcmp(tb, tn, sizeof(int32_t) * 3) == 0);
-    for (int i = 0; i < 8; i++) EXPECT(a.mam[i] > 0.0 && a.mam[i] <= 1.0);
+    for (int i = 0; i < 8; i++)
+        EXPECT(a.mam[i] > 0.0 && a.mam[i] <= 1.0);
     mam_profile_free(&a);
     mam_profile_free(&b);
 }
@@ -513,7 +536,10 @@ static void test_engine_hook(void)
 
 static char out[1 << 16];
 
-static int run_cli(const char *args) { return tu_run_pulse(args, out, sizeof out); }
+static int run_cli(const char *args)
+{
+    return tu_run_pulse(args, out, sizeof out);
+}
 
 static void test_cli(void)
 {
@@ -594,6 +620,7 @@ int main(void)
     test_cli();
     struct mem_stats ms; /* everything the module allocated went back */
     mem_get_stats(&ms);
-    for (int k = 0; k < MEM_KINDS; k++) EXPECT_EQ_INT(ms.live_bytes[k], 0);
+    for (int k = 0; k < MEM_KINDS; k++)
+        EXPECT_EQ_INT(ms.live_bytes[k], 0);
     return tu_finish("test_mam");
 }

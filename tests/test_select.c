@@ -17,8 +17,14 @@
 static const struct kctx C0;
 static uint64_t g_seed = 0x5e1ec7, g_ctr;
 
-static float rnd(void) { return pulse_uniform(g_seed, g_ctr++); } /* [-1, 1) */
-static uint32_t rnd_u32(uint32_t n) { return (uint32_t)(pulse_hash64(g_seed, g_ctr++) % n); }
+static float rnd(void)
+{
+    return pulse_uniform(g_seed, g_ctr++);
+} /* [-1, 1) */
+static uint32_t rnd_u32(uint32_t n)
+{
+    return (uint32_t)(pulse_hash64(g_seed, g_ctr++) % n);
+}
 /* A nonzero integer in [-r, r]. */
 static float rnd_int_nz(int r)
 {
@@ -59,18 +65,20 @@ struct set {
 
 /* Entries with n[b] tokens; KV and digest pages each in their own random order, with two junk
  * ids (-1) after each entry. Keys: nonzero small integers when ints, else random bf16. */
-static void set_init(struct set *s, int batch, const int32_t *n, int nkv, int hd, int bs,
-                     int sel, int ints)
+static void set_init(struct set *s, int batch, const int32_t *n, int nkv, int hd, int bs, int sel,
+                     int ints)
 {
     memset(s, 0, sizeof *s);
     s->batch = batch, s->nkv = nkv, s->hd = hd, s->bs = bs, s->sel = sel;
     s->ndh = sel == SELECT_HEADWISE ? nkv : 1;
     int used = 0;
-    for (int b = 0; b < batch; b++) s->n[b] = n[b], used += PULSE_CEIL_DIV(n[b], bs);
+    for (int b = 0; b < batch; b++)
+        s->n[b] = n[b], used += PULSE_CEIL_DIV(n[b], bs);
     s->n_pages = used + 3;
     int32_t *pk = xmalloc(sizeof(int32_t) * (size_t)s->n_pages);
     int32_t *pd = xmalloc(sizeof(int32_t) * (size_t)s->n_pages);
-    for (int i = 0; i < s->n_pages; i++) pk[i] = pd[i] = i;
+    for (int i = 0; i < s->n_pages; i++)
+        pk[i] = pd[i] = i;
     shuffle(pk, s->n_pages);
     shuffle(pd, s->n_pages);
     s->kv_ids = xmalloc(sizeof(int32_t) * (size_t)(used + 2 * batch));
@@ -84,7 +92,8 @@ static void set_init(struct set *s, int batch, const int32_t *n, int nkv, int hd
             s->kv_ids[at] = pk[next];
             s->d_ids[at++] = pd[next];
         }
-        for (int j = 0; j < 2; j++) s->kv_ids[at] = s->d_ids[at] = -1, at++;
+        for (int j = 0; j < 2; j++)
+            s->kv_ids[at] = s->d_ids[at] = -1, at++;
     }
     free(pk);
     free(pd);
@@ -94,7 +103,8 @@ static void set_init(struct set *s, int batch, const int32_t *n, int nkv, int hd
     s->d_pool = xmalloc(d_elems * sizeof(uint16_t));
     for (size_t i = 0; i < kv_elems; i++)
         s->kv_pool[i] = f32_to_bf16(ints ? rnd_int_nz(8) : (rnd() + (rnd() > 0 ? 0.01f : -0.01f)));
-    for (size_t i = 0; i < d_elems; i++) s->d_pool[i] = SENTINEL;
+    for (size_t i = 0; i < d_elems; i++)
+        s->d_pool[i] = SENTINEL;
     s->kv = (struct kv_view){s->kv_pool, s->kv_ids, s->kv_start, bs, nkv, hd};
     s->dv = (struct digest_view){s->d_pool, s->d_ids, s->d_start, s->ndh, hd};
 }
@@ -105,7 +115,10 @@ static void set_free(struct set *s)
     free(s->kv_pool), free(s->d_pool);
 }
 
-static size_t set_d_elems(const struct set *s) { return (size_t)s->n_pages * s->ndh * 2 * s->hd; }
+static size_t set_d_elems(const struct set *s)
+{
+    return (size_t)s->n_pages * s->ndh * 2 * s->hd;
+}
 
 /* K element d of token t, head h of entry b, addressed independently of the kernels. */
 static float key_of(const struct set *s, int b, int t, int h, int d)
@@ -144,9 +157,11 @@ static void check_digests_brute(const struct set *s)
     EXPECT_EQ_INT(bad, 0);
     /* the pages of no block (3 spare) are untouched */
     int used = 0;
-    for (size_t i = 0; i < set_d_elems(s); i++) used += s->d_pool[i] != SENTINEL;
+    for (size_t i = 0; i < set_d_elems(s); i++)
+        used += s->d_pool[i] != SENTINEL;
     int blocks = 0;
-    for (int b = 0; b < s->batch; b++) blocks += PULSE_CEIL_DIV(s->n[b], s->bs);
+    for (int b = 0; b < s->batch; b++)
+        blocks += PULSE_CEIL_DIV(s->n[b], s->bs);
     EXPECT_EQ_INT(used, blocks * s->ndh * 2 * s->hd);
 }
 
@@ -163,7 +178,8 @@ static void test_digest_build_update(int sel, int ints)
     size_t de = set_d_elems(&s);
     uint16_t *built = xmalloc(de * sizeof(uint16_t)), *ref = xmalloc(de * sizeof(uint16_t));
     memcpy(built, s.d_pool, de * sizeof(uint16_t));
-    for (size_t i = 0; i < de; i++) s.d_pool[i] = SENTINEL;
+    for (size_t i = 0; i < de; i++)
+        s.d_pool[i] = SENTINEL;
     int bad = 0;
     for (int b = 0; b < s.batch; b++) {
         struct kv_view kv1 = s.kv;
@@ -175,7 +191,8 @@ static void test_digest_build_update(int sel, int ints)
             if (t % s.bs == 0) /* garbage in a block's digest before its first token */
                 for (int j = 0; j < s.ndh; j++) {
                     uint16_t *g = (uint16_t *)dig_of(&s, s.d_pool, b, t / s.bs, j);
-                    for (int d = 0; d < 2 * s.hd; d++) g[d] = f32_to_bf16(rnd() * 100);
+                    for (int d = 0; d < 2 * s.hd; d++)
+                        g[d] = f32_to_bf16(rnd() * 100);
                 }
             digest_update_ref(&C0, &kv1, &dv1, &pos, 1, sel);
             memcpy(ref, s.d_pool, de * sizeof(uint16_t));
@@ -198,7 +215,7 @@ static void test_digest_zero(void)
     int32_t n[1] = {2};
     struct set s;
     set_init(&s, 1, n, 1, 2, 2, SELECT_HEADWISE, 1);
-    size_t p = (size_t)s.kv_ids[0] * 1 * 2 * 2 * 2; /* page elems = 8; K rows at 0 and 2 */
+    size_t p = (size_t)s.kv_ids[0] * 1 * 2 * 2 * 2;       /* page elems = 8; K rows at 0 and 2 */
     s.kv_pool[p + 0] = 0x8000, s.kv_pool[p + 2] = 0x0000; /* d0: -0 then +0 */
     s.kv_pool[p + 1] = 0x3f80, s.kv_pool[p + 3] = 0x8000; /* d1: 1 then -0 */
     digest_build_ref(&C0, &s.kv, &s.dv, n, 1, SELECT_HEADWISE, 2);
@@ -229,10 +246,12 @@ static void test_scores(int ints)
         digest_build_ref(&C0, &s.kv, &s.dv, s.n, 5, sel, 40);
         struct select_cfg cfg = cfg_of(nq, nkv, hd, bs, 3, 10);
         uint16_t q[5 * nq * hd];
-        for (int i = 0; i < 5 * nq * hd; i++) q[i] = f32_to_bf16(ints ? rnd_int_nz(4) : rnd());
+        for (int i = 0; i < 5 * nq * hd; i++)
+            q[i] = f32_to_bf16(ints ? rnd_int_nz(4) : rnd());
         int nl = select_n_lists(&cfg, sel);
         float *sc = xmalloc(select_scores_bytes(&cfg, 5, sel));
-        for (int i = 0; i < 5 * nl * 10; i++) sc[i] = -12345.0f;
+        for (int i = 0; i < 5 * nl * 10; i++)
+            sc[i] = -12345.0f;
         select_score_ref(&C0, &cfg, q, &s.dv, s.n, sc, 5, sel);
         int bad = 0, untouched = 0, bound_bad = 0;
         for (int b = 0; b < 5; b++)
@@ -274,7 +293,8 @@ static void test_scores(int ints)
         EXPECT_EQ_INT(bad, 0);
         EXPECT_EQ_INT(bound_bad, 0);
         int should = 0;
-        for (int b = 0; b < 5; b++) should += nl * (10 - PULSE_CEIL_DIV(n[b], bs));
+        for (int b = 0; b < 5; b++)
+            should += nl * (10 - PULSE_CEIL_DIV(n[b], bs));
         EXPECT_EQ_INT(untouched, should);
         free(sc);
         set_free(&s);
@@ -301,11 +321,14 @@ static int oracle(const struct select_cfg *cfg, const float *row, int n_tokens, 
     int nb = PULSE_CEIL_DIV(n_tokens, cfg->block_size), c0, c1;
     select_candidates(nb, cfg->sink, cfg->window, &c0, &c1);
     struct cand *c = xmalloc(sizeof *c * (size_t)(c1 - c0 + 1));
-    for (int i = c0; i < c1; i++) c[i - c0] = (struct cand){select_score_key(row[i]), i};
+    for (int i = c0; i < c1; i++)
+        c[i - c0] = (struct cand){select_score_key(row[i]), i};
     qsort(c, (size_t)(c1 - c0), sizeof *c, by_rank);
     uint8_t *take = calloc((size_t)nb, 1);
-    for (int i = 0; i < nb; i++) take[i] = i < c0 || i >= c1;
-    for (int j = 0; j < cfg->budget && j < c1 - c0; j++) take[c[j].idx] = 1;
+    for (int i = 0; i < nb; i++)
+        take[i] = i < c0 || i >= c1;
+    for (int j = 0; j < cfg->budget && j < c1 - c0; j++)
+        take[c[j].idx] = 1;
     int n = 0;
     for (int i = 0; i < nb; i++)
         if (take[i]) out[n++] = i;
@@ -323,7 +346,8 @@ static void topk_vs_oracle(const struct select_cfg *cfg, const float *scores, co
     int32_t *idx = xmalloc(sizeof(int32_t) * (size_t)(batch * nl * ms + 1));
     int32_t *cnt = xmalloc(sizeof(int32_t) * (size_t)(batch * nl));
     int32_t *want = xmalloc(sizeof(int32_t) * (size_t)cfg->max_blocks);
-    for (int i = 0; i < batch * nl * ms; i++) idx[i] = -7;
+    for (int i = 0; i < batch * nl * ms; i++)
+        idx[i] = -7;
     select_topk_ref(&C0, cfg, scores, n, idx, cnt, batch, nl == 1 ? 0 : SELECT_HEADWISE);
     int bad = 0, tail_bad = 0;
     for (int b = 0; b < batch; b++)
@@ -334,7 +358,8 @@ static void topk_vs_oracle(const struct select_cfg *cfg, const float *scores, co
             const int32_t *g = idx + ((size_t)b * nl + l) * ms;
             bad += got != wn || got != select_count_for(cfg, n[b]) ||
                    memcmp(g, want, sizeof(int32_t) * (size_t)wn) != 0;
-            for (int j = got; j < ms; j++) tail_bad += g[j] != -7;
+            for (int j = got; j < ms; j++)
+                tail_bad += g[j] != -7;
         }
     EXPECT_EQ_INT(bad, 0);
     EXPECT_EQ_INT(tail_bad, 0);
@@ -346,21 +371,24 @@ static void test_topk_cases(void)
     /* all scores equal: the lowest candidates win. nb 20, sink 1, window 2, budget 5 */
     struct select_cfg cfg = cfg_of(4, 2, 8, 16, 5, 32);
     float row[32];
-    for (int i = 0; i < 32; i++) row[i] = 1.5f;
+    for (int i = 0; i < 32; i++)
+        row[i] = 1.5f;
     int32_t n1[1] = {20 * 16 - 3}, idx[40], cnt[1];
     select_topk_ref(&C0, &cfg, row, n1, idx, cnt, 1, 0);
     int32_t want[] = {0, 1, 2, 3, 4, 5, 17, 18, 19};
     EXPECT_EQ_INT(cnt[0], 9);
     EXPECT(memcmp(idx, want, sizeof want) == 0);
     /* forced blocks get in on the worst scores and are not counted against the budget */
-    for (int i = 0; i < 32; i++) row[i] = (float)i;
+    for (int i = 0; i < 32; i++)
+        row[i] = (float)i;
     row[0] = row[17] = row[18] = row[19] = -INFINITY;
     select_topk_ref(&C0, &cfg, row, n1, idx, cnt, 1, 0);
     int32_t want2[] = {0, 12, 13, 14, 15, 16, 17, 18, 19};
     EXPECT_EQ_INT(cnt[0], 9);
     EXPECT(memcmp(idx, want2, sizeof want2) == 0);
     /* a tie across the k-th place: scores 5 at 3, 7, 9, 11; 9 elsewhere at 14, 15; budget 4 */
-    for (int i = 0; i < 32; i++) row[i] = 1.0f;
+    for (int i = 0; i < 32; i++)
+        row[i] = 1.0f;
     row[3] = row[7] = row[9] = row[11] = 5.0f;
     row[14] = row[15] = 9.0f;
     cfg.budget = 4;
@@ -369,7 +397,8 @@ static void test_topk_cases(void)
     EXPECT_EQ_INT(cnt[0], 8);
     EXPECT(memcmp(idx, want3, sizeof want3) == 0);
     /* NaN never wins; -0 ties +0 (lower index first) */
-    for (int i = 0; i < 32; i++) row[i] = NAN;
+    for (int i = 0; i < 32; i++)
+        row[i] = NAN;
     row[6] = -0.0f, row[4] = 0.0f, row[9] = -1.0f;
     cfg.budget = 3;
     select_topk_ref(&C0, &cfg, row, n1, idx, cnt, 1, 0);
@@ -380,7 +409,8 @@ static void test_topk_cases(void)
     cfg.budget = 17;
     select_topk_ref(&C0, &cfg, row, n1, idx, cnt, 1, 0);
     EXPECT_EQ_INT(cnt[0], 20);
-    for (int i = 0; i < 20; i++) EXPECT_EQ_INT(idx[i], i);
+    for (int i = 0; i < 20; i++)
+        EXPECT_EQ_INT(idx[i], i);
     int32_t one[1] = {5};
     select_topk_ref(&C0, &cfg, row, one, idx, cnt, 1, 0);
     EXPECT_EQ_INT(cnt[0], 1);
@@ -435,7 +465,8 @@ static void test_solohead(void)
     digest_build_ref(&C0, &so.kv, &so.dv, n, batch, hstar, 200);
     struct select_cfg cfg = cfg_of(nq, nkv, hd, bs, 6, 64);
     uint16_t q[5 * 8 * 8];
-    for (int i = 0; i < batch * nq * hd; i++) q[i] = f32_to_bf16(rnd_int_nz(5));
+    for (int i = 0; i < batch * nq * hd; i++)
+        q[i] = f32_to_bf16(rnd_int_nz(5));
     int ms = select_max_selected(&cfg);
     float *sc = xmalloc(select_scores_bytes(&cfg, batch, SELECT_HEADWISE));
     int32_t *ih = xmalloc(sizeof(int32_t) * (size_t)(batch * nkv * ms)), ch[5 * 4];
@@ -456,7 +487,8 @@ static void test_solohead(void)
     EXPECT_EQ_INT(st_so.min_chunk_heads, nkv);
     EXPECT_EQ_INT(st_so.max_chunk_heads, nkv);
     int64_t blocks = 0;
-    for (int b = 0; b < batch; b++) blocks += cs[b];
+    for (int b = 0; b < batch; b++)
+        blocks += cs[b];
     EXPECT_EQ_INT(st_so.chunks, blocks);
     EXPECT_EQ_INT(st_so.head_blocks, blocks * nkv);
     /* head-wise on random keys: lists differ and some chunks are smaller than a block */
@@ -465,7 +497,8 @@ static void test_solohead(void)
     EXPECT(st_hw.min_chunk_heads >= 1 && st_hw.min_chunk_heads < nkv);
     EXPECT(st_hw.chunks > st_so.chunks);
     int64_t hb = 0;
-    for (int i = 0; i < batch * nkv; i++) hb += ch[i];
+    for (int i = 0; i < batch * nkv; i++)
+        hb += ch[i];
     EXPECT_EQ_INT(st_hw.head_blocks, hb);
     EXPECT_EQ_INT(st_hw.blocks, hb);
     free(sc), free(ih), free(is);
@@ -485,16 +518,22 @@ struct qset {
 
 static void qset_init(struct qset *s, float heavy)
 {
-    for (int i = 0; i < B * HID; i++) s->x[i] = rnd() * 3.0f;
-    for (int i = 0; i < HID; i++) s->attn_norm[i] = f32_to_bf16(1.0f + 0.5f * rnd());
-    for (int i = 0; i < HD; i++) s->q_norm[i] = f32_to_bf16(1.0f + 0.3f * rnd());
-    for (int i = 0; i < HD; i++) s->k_norm[i] = f32_to_bf16(1.0f + 0.3f * rnd());
-    for (int i = 0; i < QKV * HID; i++) s->wqkv[i] = f32_to_bf16(0.2f * rnd());
+    for (int i = 0; i < B * HID; i++)
+        s->x[i] = rnd() * 3.0f;
+    for (int i = 0; i < HID; i++)
+        s->attn_norm[i] = f32_to_bf16(1.0f + 0.5f * rnd());
+    for (int i = 0; i < HD; i++)
+        s->q_norm[i] = f32_to_bf16(1.0f + 0.3f * rnd());
+    for (int i = 0; i < HD; i++)
+        s->k_norm[i] = f32_to_bf16(1.0f + 0.3f * rnd());
+    for (int i = 0; i < QKV * HID; i++)
+        s->wqkv[i] = f32_to_bf16(0.2f * rnd());
     if (heavy > 0) /* every fifth column (20%) carries `heavy` times the weight */
         for (int r = 0; r < NQ * HD; r++)
             for (int j = 0; j < HID; j += 5)
                 s->wqkv[r * HID + j] = f32_to_bf16(heavy * bf16_to_f32(s->wqkv[r * HID + j]));
-    for (int b = 0; b < B; b++) s->pos[b] = (int32_t)rnd_u32(5000);
+    for (int b = 0; b < B; b++)
+        s->pos[b] = (int32_t)rnd_u32(5000);
 }
 
 /* The real path: rmsnorm + QKV GEMM + QK-norm/RoPE/append. K and V go to a scratch pool of one
@@ -504,7 +543,8 @@ static void real_q(const struct qset *s, const uint16_t *qn, uint16_t *q)
     uint16_t xn[B * HID], pool[B * NKV * 2 * 1 * HD];
     float qkv[B * QKV];
     int32_t ids[B], start[B];
-    for (int b = 0; b < B; b++) ids[b] = b, start[b] = b - s->pos[b];
+    for (int b = 0; b < B; b++)
+        ids[b] = b, start[b] = b - s->pos[b];
     struct kv_view kv = {pool, ids, start, 1, NKV, HD};
     rmsnorm_ref(&C0, s->x, s->attn_norm, xn, B, HID, 1e-6f);
     gemm_bf16_ref(&C0, xn, s->wqkv, qkv, B, QKV, HID, 0.0f);
@@ -522,7 +562,8 @@ static void test_approx_full(void)
     select_approx_q_ref(&C0, &w, s.x, s.pos, ws, got, B, HID, NQ, HD, 1e6f, 1e-6f);
     EXPECT(memcmp(want, got, sizeof want) == 0); /* bit-identical */
     int32_t all[HID];
-    for (int j = 0; j < HID; j++) all[j] = j;
+    for (int j = 0; j < HID; j++)
+        all[j] = j;
     w.channels = all;
     select_approx_q_ref(&C0, &w, s.x, s.pos, ws, got2, B, HID, NQ, HD, 1e6f, 1e-6f);
     EXPECT(memcmp(want, got2, sizeof want) == 0);
@@ -540,7 +581,8 @@ static void test_approx_partial(void)
     int keep = select_channels_build(s.wqkv, NQ * HD, HID, 0.2, ch);
     EXPECT_EQ_INT(keep, HID / 5);
     int bad = 0;
-    for (int j = 0; j < keep; j++) bad += ch[j] != 5 * j;
+    for (int j = 0; j < keep; j++)
+        bad += ch[j] != 5 * j;
     EXPECT_EQ_INT(bad, 0);
     static uint16_t wp[NQ * HD * HID];
     select_partial_weight_build(s.wqkv, NQ * HD, HID, ch, keep, wp);
@@ -579,7 +621,8 @@ static void test_approx_partial(void)
     EXPECT(rel > 0.0 && rel < 0.35); /* 8x heavy columns: ~ sqrt(64 / (64*16 + 64)) ~ 0.24 */
     /* the same number of light channels is far worse */
     int32_t light[HID];
-    for (int j = 0; j < keep; j++) light[j] = 5 * j + 1;
+    for (int j = 0; j < keep; j++)
+        light[j] = 5 * j + 1;
     select_partial_weight_build(s.wqkv, NQ * HD, HID, light, keep, wp);
     w.channels = light;
     select_approx_q_ref(&C0, &w, s.x, s.pos, ws, part, B, HID, NQ, HD, 1e6f, 1e-6f);
@@ -590,7 +633,8 @@ static void test_approx_partial(void)
     free(ws);
     /* channel list: equal columns -> the lowest; bad fractions refused */
     uint16_t flat[4 * 10];
-    for (int i = 0; i < 40; i++) flat[i] = f32_to_bf16(0.5f);
+    for (int i = 0; i < 40; i++)
+        flat[i] = f32_to_bf16(0.5f);
     int32_t c3[10];
     EXPECT_EQ_INT(select_channels_build(flat, 4, 10, 0.25, c3), 3);
     EXPECT(c3[0] == 0 && c3[1] == 1 && c3[2] == 2);

@@ -12,46 +12,46 @@
 static int tu_failures;
 static int tu_checks;
 
-#define EXPECT(cond)                                                                           \
-    do {                                                                                       \
-        tu_checks++;                                                                           \
-        if (!(cond)) {                                                                         \
-            tu_failures++;                                                                     \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);                \
-        }                                                                                      \
+#define EXPECT(cond)                                                                               \
+    do {                                                                                           \
+        tu_checks++;                                                                               \
+        if (!(cond)) {                                                                             \
+            tu_failures++;                                                                         \
+            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);                    \
+        }                                                                                          \
     } while (0)
 
-#define EXPECT_EQ_INT(a, b)                                                                    \
-    do {                                                                                       \
-        long long va_ = (long long)(a), vb_ = (long long)(b);                                  \
-        tu_checks++;                                                                           \
-        if (va_ != vb_) {                                                                      \
-            tu_failures++;                                                                     \
-            fprintf(stderr, "%s:%d: %s == %s: %lld != %lld\n", __FILE__, __LINE__, #a, #b,     \
-                    va_, vb_);                                                                 \
-        }                                                                                      \
+#define EXPECT_EQ_INT(a, b)                                                                        \
+    do {                                                                                           \
+        long long va_ = (long long)(a), vb_ = (long long)(b);                                      \
+        tu_checks++;                                                                               \
+        if (va_ != vb_) {                                                                          \
+            tu_failures++;                                                                         \
+            fprintf(stderr, "%s:%d: %s == %s: %lld != %lld\n", __FILE__, __LINE__, #a, #b, va_,    \
+                    vb_);                                                                          \
+        }                                                                                          \
     } while (0)
 
-#define EXPECT_NEAR(a, b, tol)                                                                 \
-    do {                                                                                       \
-        double va_ = (double)(a), vb_ = (double)(b);                                           \
-        tu_checks++;                                                                           \
-        if (!(fabs(va_ - vb_) <= (tol))) {                                                     \
-            tu_failures++;                                                                     \
-            fprintf(stderr, "%s:%d: %s ~ %s: %.9g vs %.9g (tol %g)\n", __FILE__, __LINE__, #a, \
-                    #b, va_, vb_, (double)(tol));                                              \
-        }                                                                                      \
+#define EXPECT_NEAR(a, b, tol)                                                                     \
+    do {                                                                                           \
+        double va_ = (double)(a), vb_ = (double)(b);                                               \
+        tu_checks++;                                                                               \
+        if (!(fabs(va_ - vb_) <= (tol))) {                                                         \
+            tu_failures++;                                                                         \
+            fprintf(stderr, "%s:%d: %s ~ %s: %.9g vs %.9g (tol %g)\n", __FILE__, __LINE__, #a, #b, \
+                    va_, vb_, (double)(tol));                                                      \
+        }                                                                                          \
     } while (0)
 
-#define EXPECT_STR_CONTAINS(hay, needle)                                                       \
-    do {                                                                                       \
-        const char *h_ = (hay), *n_ = (needle);                                                \
-        tu_checks++;                                                                           \
-        if (!h_ || !strstr(h_, n_)) {                                                          \
-            tu_failures++;                                                                     \
-            fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__,     \
-                    h_ ? h_ : "(null)", n_);                                                   \
-        }                                                                                      \
+#define EXPECT_STR_CONTAINS(hay, needle)                                                           \
+    do {                                                                                           \
+        const char *h_ = (hay), *n_ = (needle);                                                    \
+        tu_checks++;                                                                               \
+        if (!h_ || !strstr(h_, n_)) {                                                              \
+            tu_failures++;                                                                         \
+            fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__,         \
+                    h_ ? h_ : "(null)", n_);                                                       \
+        }                                                                                          \
     } while (0)
 
 /* Runs `$PULSE_BIN ARGS` (the pulse command; ctest sets PULSE_BIN) through the shell, capturing

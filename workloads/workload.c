@@ -40,8 +40,8 @@ static int alloc_reqs(struct workload *w, int n)
     return PULSE_OK;
 }
 
-int workload_create(struct workload *w, const char *spec, int output_len, uint64_t seed,
-                    char *err, size_t errlen)
+int workload_create(struct workload *w, const char *spec, int output_len, uint64_t seed, char *err,
+                    size_t errlen)
 {
     memset(w, 0, sizeof *w);
     w->seed = seed;
@@ -58,9 +58,8 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
     if (strncmp(spec, "uniform:", 8) == 0) {
         const char *a = spec + 8, *colon = strchr(a, ':');
         long len = colon ? parse_pos(a, colon, WORKLOAD_MAX_LEN) : -1;
-        long count = colon ? parse_pos(colon + 1, colon + 1 + strlen(colon + 1),
-                                       WORKLOAD_MAX_REQUESTS)
-                           : -1;
+        long count =
+            colon ? parse_pos(colon + 1, colon + 1 + strlen(colon + 1), WORKLOAD_MAX_REQUESTS) : -1;
         if (len < 0 || count < 0) {
             snprintf(err, errlen,
                      "--workload: '%s' is not uniform:LEN:COUNT with LEN in [1, %d] and COUNT "
@@ -69,13 +68,15 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
             return PULSE_ERR_INVALID;
         }
         if (alloc_reqs(w, (int)count) != PULSE_OK) goto oom;
-        for (int i = 0; i < w->n; i++) w->reqs[i].prompt_len = (int)len;
+        for (int i = 0; i < w->n; i++)
+            w->reqs[i].prompt_len = (int)len;
         return PULSE_OK;
     }
     if (strncmp(spec, "lengths:", 8) == 0) {
         const char *p = spec + 8;
         int n = 1;
-        for (const char *q = p; *q; q++) n += *q == ',';
+        for (const char *q = p; *q; q++)
+            n += *q == ',';
         if (alloc_reqs(w, n) != PULSE_OK) goto oom;
         for (int i = 0; i < n; i++) {
             const char *end = strchr(p, ',');
@@ -92,8 +93,10 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
         }
         return PULSE_OK;
     }
-    snprintf(err, errlen, "--workload: unknown kind in '%s' (expected uniform:LEN:COUNT or "
-             "lengths:L1,L2,...)", spec);
+    snprintf(err, errlen,
+             "--workload: unknown kind in '%s' (expected uniform:LEN:COUNT or "
+             "lengths:L1,L2,...)",
+             spec);
     return PULSE_ERR_INVALID;
 oom:
     snprintf(err, errlen, "--workload: out of memory for '%s'", spec);
@@ -112,15 +115,17 @@ void workload_free(struct workload *w)
 int workload_max_tokens(const struct workload *w)
 {
     int m = 0;
-    for (int i = 0; i < w->n; i++) m = PULSE_MAX(m, w->reqs[i].prompt_len + w->reqs[i].output_len);
+    for (int i = 0; i < w->n; i++)
+        m = PULSE_MAX(m, w->reqs[i].prompt_len + w->reqs[i].output_len);
     return m;
 }
 
 json_t *workload_to_json(const struct workload *w)
 {
     long long total = 0;
-    for (int i = 0; i < w->n; i++) total += w->reqs[i].prompt_len;
-    return json_pack("{s:s, s:I, s:i, s:i, s:I, s:s}", "spec", w->spec, "seed",
-                     (json_int_t)w->seed, "output_len", w->output_len, "requests", w->n,
-                     "prompt_tokens_total", (json_int_t)total, "arrival", "all_at_once");
+    for (int i = 0; i < w->n; i++)
+        total += w->reqs[i].prompt_len;
+    return json_pack("{s:s, s:I, s:i, s:i, s:I, s:s}", "spec", w->spec, "seed", (json_int_t)w->seed,
+                     "output_len", w->output_len, "requests", w->n, "prompt_tokens_total",
+                     (json_int_t)total, "arrival", "all_at_once");
 }

@@ -16,13 +16,13 @@ struct workload {
     uint64_t seed;
     int output_len;
     int n;
-    struct request *reqs;  /* owned */
-    int32_t *token_store;  /* owned, n * output_len ids, reqs[i].tokens point into it */
+    struct request *reqs; /* owned */
+    int32_t *token_store; /* owned, n * output_len ids, reqs[i].tokens point into it */
 };
 
 /* Parses spec into w. PULSE_OK, or PULSE_ERR_INVALID with a one-line reason in err. */
-int workload_create(struct workload *w, const char *spec, int output_len, uint64_t seed,
-                    char *err, size_t errlen);
+int workload_create(struct workload *w, const char *spec, int output_len, uint64_t seed, char *err,
+                    size_t errlen);
 void workload_free(struct workload *w);
 /* The longest prompt + output of any request. */
 int workload_max_tokens(const struct workload *w);

@@ -36,7 +36,8 @@ static int side_open(struct side *s, const char *be_name, int n, const int *prom
     char err[256];
     const struct model_config *c = model_config_find("tiny");
     const struct backend *be = backend_find(be_name);
-    struct engine_params p = {.cfg = c, .be = be, .seed = 1, .max_batch = n, .max_tokens = 512, .use_graph = graph};
+    struct engine_params p = {
+        .cfg = c, .be = be, .seed = 1, .max_batch = n, .max_tokens = 512, .use_graph = graph};
     s->e = engine_create(&p, err, sizeof err);
     if (!s->e) return -1;
     struct kv_cache_params kp = {c->n_layers, c->n_kv_heads, c->head_dim, 16, 1u << 24, n, 512};
@@ -126,7 +127,8 @@ static double cmp_sync(const struct kctx *kg, const void *h, void *d, size_t n, 
         e = norm_err(scratch, h, n);
     } else {
         size_t diff = 0;
-        for (size_t i = 0; i < n; i++) diff += ((uint16_t *)scratch)[i] != ((const uint16_t *)h)[i];
+        for (size_t i = 0; i < n; i++)
+            diff += ((uint16_t *)scratch)[i] != ((const uint16_t *)h)[i];
         e = (double)diff / (double)n;
     }
     bg->upload(kg, d, h, bytes);
@@ -166,7 +168,8 @@ static void test_ops_by_layer(void)
     const int H = c->hidden, QKV = model_qkv_dim(c), QD = c->n_heads * c->head_dim, F = c->ffn;
     const float scale = 1.0f / sqrtf((float)c->head_dim);
     size_t bytes = sizeof(float) * N * (H + QKV + 2 * F) + 2 * N * (H + 2 * QD + F);
-    char *hmem = malloc(bytes), *scratch = malloc(bytes), *dmem = mem_alloc(MEM_DEVICE, bytes, "ops");
+    char *hmem = malloc(bytes), *scratch = malloc(bytes),
+         *dmem = mem_alloc(MEM_DEVICE, bytes, "ops");
     struct layer_bufs h, d;
     carve_bufs(&h, hmem, N, c);
     carve_bufs(&d, dmem, N, c);
@@ -183,10 +186,12 @@ static void test_ops_by_layer(void)
     for (int l = 0; l < c->n_layers; l++) {
         const struct layer_weights *wc = &engine_model(cpu.e)->layers[l];
         const struct layer_weights *wg = &engine_model(gpu.e)->layers[l];
-        for (int b = 0; b < N; b++) hi[3 * N + b] = kv_cache_row(cpu.kv, b, l);
+        for (int b = 0; b < N; b++)
+            hi[3 * N + b] = kv_cache_row(cpu.kv, b, l);
         bg->upload(kg, di, hi, sizeof hi);
         bg->upload(kg, d.x, h.x, sizeof(float) * N * H);
-        struct kv_view vc = kv_cache_view(cpu.kv, hi + 3 * N), vg = kv_cache_view(gpu.kv, di + 3 * N);
+        struct kv_view vc = kv_cache_view(cpu.kv, hi + 3 * N),
+                       vg = kv_cache_view(gpu.kv, di + 3 * N);
         double e[9];
         bc->rmsnorm(kc, h.x, wc->attn_norm, h.xn, N, H, c->norm_eps);
         bg->rmsnorm(kg, d.x, wg->attn_norm, d.xn, N, H, c->norm_eps);
@@ -194,10 +199,10 @@ static void test_ops_by_layer(void)
         bc->gemm_bf16(kc, h.xn, wc->wqkv, h.qkv, N, QKV, H, 0);
         bg->gemm_bf16(kg, d.xn, wg->wqkv, d.qkv, N, QKV, H, 0);
         e[1] = cmp_sync(kg, h.qkv, d.qkv, (size_t)N * QKV, 1, scratch);
-        bc->qk_norm_rope_append(kc, h.qkv, wc->q_norm, wc->k_norm, h.q, &vc, hi + N, N,
-                                c->n_heads, c->rope_theta, c->norm_eps);
-        bg->qk_norm_rope_append(kg, d.qkv, wg->q_norm, wg->k_norm, d.q, &vg, di + N, N,
-                                c->n_heads, c->rope_theta, c->norm_eps);
+        bc->qk_norm_rope_append(kc, h.qkv, wc->q_norm, wc->k_norm, h.q, &vc, hi + N, N, c->n_heads,
+                                c->rope_theta, c->norm_eps);
+        bg->qk_norm_rope_append(kg, d.qkv, wg->q_norm, wg->k_norm, d.q, &vg, di + N, N, c->n_heads,
+                                c->rope_theta, c->norm_eps);
         e[2] = cmp_sync(kg, h.q, d.q, (size_t)N * QD, 0, scratch);
         bc->attn_decode(kc, h.q, &vc, hi + 2 * N, h.at, N, c->n_heads, 512, scale);
         bg->attn_decode(kg, d.q, &vg, di + 2 * N, d.at, N, c->n_heads, 512, scale);
@@ -217,9 +222,9 @@ static void test_ops_by_layer(void)
         bc->gemm_bf16(kc, h.act, wc->wdown, h.x, N, H, F, 1);
         bg->gemm_bf16(kg, d.act, wg->wdown, d.x, N, H, F, 1);
         e[8] = cmp_sync(kg, h.x, d.x, (size_t)N * H, 1, scratch);
-        static const char *names[9] = {"rmsnorm", "qkv gemm", "qk_norm_rope", "attention",
-                                       "o gemm", "mlp rmsnorm", "gate/up gemm", "silu_mul",
-                                       "down gemm"};
+        static const char *names[9] = {"rmsnorm",      "qkv gemm", "qk_norm_rope",
+                                       "attention",    "o gemm",   "mlp rmsnorm",
+                                       "gate/up gemm", "silu_mul", "down gemm"};
         static const int is_f32[9] = {0, 1, 0, 0, 1, 0, 1, 0, 1};
         for (int i = 0; i < 9; i++) {
             EXPECT(e[i] < (is_f32[i] ? 1e-5 : 1e-2));
@@ -229,8 +234,9 @@ static void test_ops_by_layer(void)
             }
         }
     }
-    fprintf(stderr, "ops of every layer, same inputs: worst fp32 normalised error %.3e (layer %d "
-                    "%s), worst fraction of differing bf16 values %.3e\n",
+    fprintf(stderr,
+            "ops of every layer, same inputs: worst fp32 normalised error %.3e (layer %d "
+            "%s), worst fraction of differing bf16 values %.3e\n",
             worst[1], wl, where, worst[0]);
     free(hmem);
     free(scratch);
@@ -271,8 +277,8 @@ static void test_teacher_forced(void)
                 agree++;
             } else if (c[tc] - c[tg] < TIE_GAP) {
                 ties++;
-                fprintf(stderr, "step %d entry %d: near-tie %d vs %d, cpu gap %.2e\n", t, b, tc,
-                        tg, c[tc] - c[tg]);
+                fprintf(stderr, "step %d entry %d: near-tie %d vs %d, cpu gap %.2e\n", t, b, tc, tg,
+                        c[tc] - c[tg]);
             } else {
                 hard++;
                 fprintf(stderr, "step %d entry %d: cpu %d, gpu %d, cpu gap %.3e\n", t, b, tc, tg,
@@ -286,8 +292,9 @@ static void test_teacher_forced(void)
             batch_set(gpu.e, gpu.bt, gpu.kv, en, N);
         }
     }
-    fprintf(stderr, "teacher-forced: %d of %d tokens agree, %d near-ties, %d disagreements, "
-                    "worst normalised logit error %.3e\n",
+    fprintf(stderr,
+            "teacher-forced: %d of %d tokens agree, %d near-ties, %d disagreements, "
+            "worst normalised logit error %.3e\n",
             agree, N * OUT_LEN, ties, hard, worst);
     EXPECT_EQ_INT(hard, 0);
     EXPECT(ties <= N * OUT_LEN / 20);
@@ -304,14 +311,19 @@ static int serve_on(const char *be_name, const char *spec, int max_batch, int gr
     const struct backend *be = backend_find(be_name);
     if (workload_create(w, spec, OUT_LEN, 1, err, sizeof err) != 0) return -1;
     int max_tokens = workload_max_tokens(w);
-    struct engine_params p = {.cfg = c, .be = be, .seed = 1, .max_batch = max_batch, .max_tokens = max_tokens, .use_graph = graph};
+    struct engine_params p = {.cfg = c,
+                              .be = be,
+                              .seed = 1,
+                              .max_batch = max_batch,
+                              .max_tokens = max_tokens,
+                              .use_graph = graph};
     struct engine *e = engine_create(&p, err, sizeof err);
     if (!e) {
         fprintf(stderr, "%s: %s\n", be_name, err);
         return -1;
     }
-    struct kv_cache_params kp = {c->n_layers, c->n_kv_heads, c->head_dim, 16, 1u << 24, max_batch,
-                                 max_tokens};
+    struct kv_cache_params kp = {c->n_layers, c->n_kv_heads, c->head_dim, 16,
+                                 1u << 24,    max_batch,     max_tokens};
     struct kv_cache *kv = kv_cache_create(&kp, be, engine_ctx(e), err, sizeof err);
     double wall;
     int rc = serve_run(e, kv, policy_find("vanilla"), w->reqs, w->n, max_batch, ctr, &wall, err,
@@ -335,12 +347,14 @@ static void test_free_running(void)
         int same = 0, prefix_total = 0;
         for (int i = 0; i < wc.n; i++) {
             int t = 0;
-            while (t < OUT_LEN && wc.reqs[i].tokens[t] == wg.reqs[i].tokens[t]) t++;
+            while (t < OUT_LEN && wc.reqs[i].tokens[t] == wg.reqs[i].tokens[t])
+                t++;
             same += t == OUT_LEN;
             prefix_total += t;
         }
-        fprintf(stderr, "free-running %s (graph %d): %d of %d requests identical for all %d "
-                        "tokens; %d of %d tokens before the first divergence\n",
+        fprintf(stderr,
+                "free-running %s (graph %d): %d of %d requests identical for all %d "
+                "tokens; %d of %d tokens before the first divergence\n",
                 specs[s], graphs[s], same, wc.n, OUT_LEN, prefix_total, wc.n * OUT_LEN);
         /* free-running sequences part at the first near-tie (teacher-forced test above); the
          * numbers are reported, the step counts and allocation must match */

@@ -29,8 +29,14 @@ static struct kctx g_dev; /* stream, cuBLAS handle, num_sms; workspace set per c
 static const struct kctx g_host = {0};
 static uint64_t g_rng_seed = 0x5eed, g_rng_ctr;
 
-static float rnd(void) { return pulse_uniform(g_rng_seed, g_rng_ctr++); } /* [-1, 1) */
-static uint32_t rnd_u32(void) { return (uint32_t)(pulse_hash64(g_rng_seed, g_rng_ctr++) >> 32); }
+static float rnd(void)
+{
+    return pulse_uniform(g_rng_seed, g_rng_ctr++);
+} /* [-1, 1) */
+static uint32_t rnd_u32(void)
+{
+    return (uint32_t)(pulse_hash64(g_rng_seed, g_rng_ctr++) >> 32);
+}
 
 static void *xmalloc(size_t n)
 {
@@ -41,12 +47,14 @@ static void *xmalloc(size_t n)
 
 static void fill_bf16(uint16_t *a, size_t n, float scale, float offset)
 {
-    for (size_t i = 0; i < n; i++) a[i] = f32_to_bf16(offset + scale * rnd());
+    for (size_t i = 0; i < n; i++)
+        a[i] = f32_to_bf16(offset + scale * rnd());
 }
 
 static void fill_f32(float *a, size_t n, float scale, float offset)
 {
-    for (size_t i = 0; i < n; i++) a[i] = offset + scale * rnd();
+    for (size_t i = 0; i < n; i++)
+        a[i] = offset + scale * rnd();
 }
 
 /* A device buffer of `bytes` at p, with GUARD_BYTE everywhere else in [base, base + total). */
@@ -94,7 +102,10 @@ static int dguard_ok(const struct dbuf *d)
     return ok;
 }
 
-static void dfree(struct dbuf *d) { CUDA_CHECK(cudaFree(d->base)); }
+static void dfree(struct dbuf *d)
+{
+    CUDA_CHECK(cudaFree(d->base));
+}
 
 /* Prints the case's line and counts it (testutil's counters). */
 static void report(const char *kernel, const char *cs, double err, double tol, int ok)
@@ -149,7 +160,8 @@ static void report_exact(const char *k, const char *cs, const void *g, const voi
                          int guard)
 {
     size_t diff = 0;
-    for (size_t i = 0; i < bytes; i++) diff += ((const unsigned char *)g)[i] != ((const unsigned char *)r)[i];
+    for (size_t i = 0; i < bytes; i++)
+        diff += ((const unsigned char *)g)[i] != ((const unsigned char *)r)[i];
     if (!guard) printf("  %s %s: guard bytes overwritten\n", k, cs);
     report(k, cs, (double)diff, 0.0, diff == 0 && guard);
 }
@@ -175,12 +187,14 @@ static void kvset_init(struct kvset *s, int batch, int nkv, int hd, int ps, cons
     memset(s, 0, sizeof *s);
     s->batch = batch, s->nkv = nkv, s->hd = hd, s->ps = ps;
     size_t used = 0;
-    for (int b = 0; b < batch; b++) used += (size_t)PULSE_CEIL_DIV(tokens[b], ps);
+    for (int b = 0; b < batch; b++)
+        used += (size_t)PULSE_CEIL_DIV(tokens[b], ps);
     s->pages = used + (size_t)spare_pages;
     s->page_elems = (size_t)nkv * 2 * ps * hd;
     s->pool_elems = s->pages * s->page_elems;
     int32_t *perm = xmalloc(s->pages * sizeof(int32_t));
-    for (size_t i = 0; i < s->pages; i++) perm[i] = (int32_t)i;
+    for (size_t i = 0; i < s->pages; i++)
+        perm[i] = (int32_t)i;
     for (size_t i = s->pages; i > 1; i--) {
         size_t j = rnd_u32() % i;
         int32_t t = perm[i - 1];
@@ -194,7 +208,8 @@ static void kvset_init(struct kvset *s, int batch, int nkv, int hd, int ps, cons
     size_t next = 0;
     for (int b = 0; b < batch; b++) {
         s->start[b] = at;
-        for (int i = 0; i < PULSE_CEIL_DIV(tokens[b], ps); i++) s->ids[at++] = perm[next++];
+        for (int i = 0; i < PULSE_CEIL_DIV(tokens[b], ps); i++)
+            s->ids[at++] = perm[next++];
         s->ids[at++] = -1;
         s->ids[at++] = -1;
     }
@@ -234,7 +249,11 @@ static void kvset_free(struct kvset *s)
 
 static void test_fill_random(void)
 {
-    static const struct { size_t n, shift; uint64_t seed; float scale, offset; } cases[] = {
+    static const struct {
+        size_t n, shift;
+        uint64_t seed;
+        float scale, offset;
+    } cases[] = {
         {1, 0, 1, 1.0f, 0.0f}, {97, 2, 7, 0.02f, 0.0f}, {(1u << 20) + 3, 0, 42, 0.5f, 0.25f}};
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         size_t n = cases[ci].n;
@@ -254,7 +273,9 @@ static void test_fill_random(void)
 
 static void test_embed(void)
 {
-    static const struct { int batch, hidden; } cases[] = {{17, 97}, {17, 5120}, {1, 64}};
+    static const struct {
+        int batch, hidden;
+    } cases[] = {{17, 97}, {17, 5120}, {1, 64}};
     const int vocab = 1000;
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         int batch = cases[ci].batch, hidden = cases[ci].hidden;
@@ -262,10 +283,12 @@ static void test_embed(void)
         uint16_t *table = xmalloc(tn * 2);
         fill_bf16(table, tn, 1.0f, 0.0f);
         int32_t *tok = xmalloc((size_t)batch * 4);
-        for (int b = 0; b < batch; b++) tok[b] = b == 0 ? 0 : b == 1 ? vocab - 1 : (int)(rnd_u32() % vocab);
+        for (int b = 0; b < batch; b++)
+            tok[b] = b == 0 ? 0 : b == 1 ? vocab - 1 : (int)(rnd_u32() % vocab);
         float *r = xmalloc(xn * 4), *g = xmalloc(xn * 4);
         embed_ref(&g_host, tok, table, r, batch, hidden);
-        struct dbuf dt = dput(table, tn * 2), dk = dput(tok, (size_t)batch * 4), dx = dalloc(xn * 4, 0);
+        struct dbuf dt = dput(table, tn * 2), dk = dput(tok, (size_t)batch * 4),
+                    dx = dalloc(xn * 4, 0);
         embed_cuda(&g_dev, dk.p, dt.p, dx.p, batch, hidden);
         dget(&dx, g);
         char cs[64];
@@ -278,12 +301,15 @@ static void test_embed(void)
 
 static void test_rmsnorm(void)
 {
-    static const struct { int rows, dim; } cases[] = {{17, 97}, {17, 5120}, {1, 128}, {3, 40}};
+    static const struct {
+        int rows, dim;
+    } cases[] = {{17, 97}, {17, 5120}, {1, 128}, {3, 40}};
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         int rows = cases[ci].rows, dim = cases[ci].dim;
         size_t n = (size_t)rows * dim;
         float *x = xmalloc(n * 4);
-        for (int r = 0; r < rows; r++) fill_f32(x + (size_t)r * dim, dim, 0.1f + 4.0f * (r % 5), 0.0f);
+        for (int r = 0; r < rows; r++)
+            fill_f32(x + (size_t)r * dim, dim, 0.1f + 4.0f * (r % 5), 0.0f);
         uint16_t *w = xmalloc((size_t)dim * 2), *r = xmalloc(n * 2), *g = xmalloc(n * 2);
         fill_bf16(w, dim, 0.5f, 1.0f);
         rmsnorm_ref(&g_host, x, w, r, rows, dim, 1e-6f);
@@ -302,7 +328,10 @@ static void test_rmsnorm(void)
 
 static void test_gemm(void)
 {
-    static const struct { int m, n, k; float beta; } cases[] = {
+    static const struct {
+        int m, n, k;
+        float beta;
+    } cases[] = {
         {1, 97, 40, 0.0f}, {17, 256, 5120, 1.0f}, {16, 1000, 512, 0.0f}, {3, 33, 24, 1.0f}};
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         int m = cases[ci].m, n = cases[ci].n, k = cases[ci].k;
@@ -329,7 +358,9 @@ static void test_gemm(void)
 
 static void test_silu_mul(void)
 {
-    static const struct { int rows, ffn; } cases[] = {{17, 97}, {17, 17408}, {1, 4}};
+    static const struct {
+        int rows, ffn;
+    } cases[] = {{17, 97}, {17, 17408}, {1, 4}};
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         int rows = cases[ci].rows, ffn = cases[ci].ffn;
         size_t in = (size_t)rows * 2 * ffn, on = (size_t)rows * ffn;
@@ -354,7 +385,9 @@ static void test_silu_mul(void)
  * all -inf (index 0); all NaN (index 0). */
 static void test_argmax(void)
 {
-    static const struct { int rows, vocab; } cases[] = {{17, 151936}, {7, 97}, {2, 1}};
+    static const struct {
+        int rows, vocab;
+    } cases[] = {{17, 151936}, {7, 97}, {2, 1}};
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         int rows = cases[ci].rows, vocab = cases[ci].vocab;
         size_t n = (size_t)rows * vocab;
@@ -365,7 +398,9 @@ static void test_argmax(void)
             float *lr = l + (size_t)r * vocab;
             int i = (int)(rnd_u32() % vocab), j = (int)(rnd_u32() % vocab);
             switch (r % 6) {
-            case 1: lr[i] = 50.0f; break;
+            case 1:
+                lr[i] = 50.0f;
+                break;
             case 2:
                 if (i == j) j = (i + 1) % vocab;
                 lr[i] = lr[j] = 60.0f;
@@ -374,9 +409,16 @@ static void test_argmax(void)
             case 3:
                 lr[0] = NAN, lr[i] = 70.0f, lr[j] = NAN, lr[vocab - 1] = NAN;
                 break;
-            case 4: for (int v = 0; v < vocab; v++) lr[v] = -INFINITY; break;
-            case 5: for (int v = 0; v < vocab; v++) lr[v] = NAN; break;
-            default: break;
+            case 4:
+                for (int v = 0; v < vocab; v++)
+                    lr[v] = -INFINITY;
+                break;
+            case 5:
+                for (int v = 0; v < vocab; v++)
+                    lr[v] = NAN;
+                break;
+            default:
+                break;
             }
         }
         int32_t *r = xmalloc((size_t)rows * 4), *g = xmalloc((size_t)rows * 4);
@@ -399,7 +441,8 @@ static void test_advance_pos(void)
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         int batch = cases[ci];
         int32_t *r = xmalloc((size_t)batch * 4), *g = xmalloc((size_t)batch * 4);
-        for (int b = 0; b < batch; b++) r[b] = (int32_t)(rnd_u32() % 40000);
+        for (int b = 0; b < batch; b++)
+            r[b] = (int32_t)(rnd_u32() % 40000);
         struct dbuf d = dput(r, (size_t)batch * 4);
         advance_pos_ref(&g_host, r, batch);
         advance_pos_cuda(&g_dev, d.p, batch);
@@ -416,11 +459,13 @@ static void test_advance_pos(void)
 
 static void test_kv_fill(void)
 {
-    static const struct { int batch, nkv, hd, ps, extra; int n[5]; } cases[] = {
-        {17, 8, 128, 16, 3, {1, 16, 17, 97, 40}},
-        {3, 2, 64, 5, 0, {1, 6, 11}},
-        {2, 4, 128, 1, 5, {97, 3}},
-        {2, 1, 20, 3, 2, {7, 5}}};
+    static const struct {
+        int batch, nkv, hd, ps, extra;
+        int n[5];
+    } cases[] = {{17, 8, 128, 16, 3, {1, 16, 17, 97, 40}},
+                 {3, 2, 64, 5, 0, {1, 6, 11}},
+                 {2, 4, 128, 1, 5, {97, 3}},
+                 {2, 1, 20, 3, 2, {7, 5}}};
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         int batch = cases[ci].batch, *n = xmalloc((size_t)batch * 4), maxn = 0;
         for (int b = 0; b < batch; b++) {
@@ -430,7 +475,8 @@ static void test_kv_fill(void)
         }
         maxn += cases[ci].extra; /* max_tokens may exceed every n_tokens */
         int32_t *req = xmalloc((size_t)batch * 4);
-        for (int b = 0; b < batch; b++) req[b] = 1000 + 3 * b;
+        for (int b = 0; b < batch; b++)
+            req[b] = 1000 + 3 * b;
         struct kvset s;
         kvset_init(&s, batch, cases[ci].nkv, cases[ci].hd, cases[ci].ps, n, 2);
         kvset_upload(&s);
@@ -450,11 +496,13 @@ static void test_kv_fill(void)
 
 static void test_qk_norm_rope(void)
 {
-    static const struct { int batch, nq, nkv, hd, ps, norms; int pos[4]; } cases[] = {
-        {17, 40, 8, 128, 16, 1, {0, 15, 16, 4095}},
-        {3, 8, 2, 64, 5, 0, {0, 4, 5}},
-        {2, 4, 4, 128, 1, 1, {32767, 100}},
-        {4, 12, 4, 256, 7, 1, {6, 7, 1000, 13}}};
+    static const struct {
+        int batch, nq, nkv, hd, ps, norms;
+        int pos[4];
+    } cases[] = {{17, 40, 8, 128, 16, 1, {0, 15, 16, 4095}},
+                 {3, 8, 2, 64, 5, 0, {0, 4, 5}},
+                 {2, 4, 4, 128, 1, 1, {32767, 100}},
+                 {4, 12, 4, 256, 7, 1, {6, 7, 1000, 13}}};
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         int batch = cases[ci].batch, nq = cases[ci].nq, nkv = cases[ci].nkv, hd = cases[ci].hd;
         int32_t *pos = xmalloc((size_t)batch * 4), *tok = xmalloc((size_t)batch * 4);
@@ -506,7 +554,8 @@ static void test_qk_norm_rope(void)
         for (size_t i = 0; i < s.pool_elems; i++)
             if (!target[i] && gpool[i] != pool0[i]) untouched_bad++;
         e = nerr_bf16(gr, rr, rows_n, &bad);
-        if (untouched_bad) printf("  %zu pool elements outside the appended rows changed\n", untouched_bad);
+        if (untouched_bad)
+            printf("  %zu pool elements outside the appended rows changed\n", untouched_bad);
         snprintf(cs, sizeof cs, "kv b=%d nq=%d nkv=%d hd=%d ps=%d%s", batch, nq, nkv, hd, s.ps,
                  norms ? " norm" : "");
         report_cmp("qk_norm_rope_append", cs, e, bad + untouched_bad, 1e-2, dguard_ok(&s.d_pool));
@@ -523,16 +572,20 @@ static void test_qk_norm_rope(void)
  * walks many tiles and the online-softmax rescaling is exercised). */
 static void test_attn(void)
 {
-    static const struct { const char *name; int batch, nq, nkv, hd, ps, extra; float qscale; int n[5]; } cases[] = {
-        {"b17 G5 hd128 ps16 n<=97", 17, 40, 8, 128, 16, 0, 1.0f, {97, 1, 16, 17, 33}},
-        {"b3 G4 hd64 ps5 tail pages, long", 3, 32, 8, 64, 5, 0, 2.0f, {1, 6, 4101}},
-        {"b2 G1 hd128 ps1", 2, 8, 8, 128, 1, 3, 1.0f, {97, 33}},
-        {"b2 G8 hd256 ps16 long", 2, 16, 2, 256, 16, 0, 1.0f, {4113, 300}},
-        {"b2 G5 hd128 ps16 8192", 2, 40, 8, 128, 16, 0, 1.0f, {8192, 4097}},
-        {"b5 G2 hd64 ps7", 5, 4, 2, 64, 7, 20, 1.0f, {1, 7, 8, 50, 97}},
-        {"b1 G5 hd128 ps16 peaky 4096", 1, 40, 8, 128, 16, 0, 8.0f, {4096}},
-        {"b4 G3 hd128 ps32", 4, 12, 4, 128, 32, 0, 1.0f, {33, 64, 1000, 2}},
-        {"b3 G2 hd64 ps16 (tiny model)", 3, 4, 2, 64, 16, 0, 1.0f, {101, 38, 2}}};
+    static const struct {
+        const char *name;
+        int batch, nq, nkv, hd, ps, extra;
+        float qscale;
+        int n[5];
+    } cases[] = {{"b17 G5 hd128 ps16 n<=97", 17, 40, 8, 128, 16, 0, 1.0f, {97, 1, 16, 17, 33}},
+                 {"b3 G4 hd64 ps5 tail pages, long", 3, 32, 8, 64, 5, 0, 2.0f, {1, 6, 4101}},
+                 {"b2 G1 hd128 ps1", 2, 8, 8, 128, 1, 3, 1.0f, {97, 33}},
+                 {"b2 G8 hd256 ps16 long", 2, 16, 2, 256, 16, 0, 1.0f, {4113, 300}},
+                 {"b2 G5 hd128 ps16 8192", 2, 40, 8, 128, 16, 0, 1.0f, {8192, 4097}},
+                 {"b5 G2 hd64 ps7", 5, 4, 2, 64, 7, 20, 1.0f, {1, 7, 8, 50, 97}},
+                 {"b1 G5 hd128 ps16 peaky 4096", 1, 40, 8, 128, 16, 0, 8.0f, {4096}},
+                 {"b4 G3 hd128 ps32", 4, 12, 4, 128, 32, 0, 1.0f, {33, 64, 1000, 2}},
+                 {"b3 G2 hd64 ps16 (tiny model)", 3, 4, 2, 64, 16, 0, 1.0f, {101, 38, 2}}};
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         int batch = cases[ci].batch, nq = cases[ci].nq, nkv = cases[ci].nkv, hd = cases[ci].hd;
         int *n = xmalloc((size_t)batch * 4), maxn = 0;
@@ -546,15 +599,18 @@ static void test_attn(void)
         const uint16_t qnan = 0x7fc0;
         unsigned char *live = calloc(s.pages, 1);
         for (int b = 0; b < batch; b++) {
-            for (int i = 0; i < PULSE_CEIL_DIV(n[b], s.ps); i++) live[s.ids[s.start[b] + i]] = 1;
+            for (int i = 0; i < PULSE_CEIL_DIV(n[b], s.ps); i++)
+                live[s.ids[s.start[b] + i]] = 1;
             for (int t = n[b]; t < PULSE_CEIL_DIV(n[b], s.ps) * s.ps; t++)
                 for (int h = 0; h < nkv; h++)
                     for (int w = 0; w < 2; w++)
-                        for (int d = 0; d < hd; d++) s.h_pool[kvset_row(&s, b, t, h, w) + d] = qnan;
+                        for (int d = 0; d < hd; d++)
+                            s.h_pool[kvset_row(&s, b, t, h, w) + d] = qnan;
         }
         for (size_t p = 0; p < s.pages; p++)
             if (!live[p])
-                for (size_t i = 0; i < s.page_elems; i++) s.h_pool[p * s.page_elems + i] = qnan;
+                for (size_t i = 0; i < s.page_elems; i++)
+                    s.h_pool[p * s.page_elems + i] = qnan;
         kvset_upload(&s);
         size_t qn = (size_t)batch * nq * hd;
         uint16_t *q = xmalloc(qn * 2), *r = xmalloc(qn * 2), *g = xmalloc(qn * 2);
@@ -598,14 +654,17 @@ static double time_attn(int batch, int ctx, void *flush, size_t flush_bytes)
     const int nq = 40, nkv = 8, hd = 128, ps = 16, reps = 15;
     int pages_per = PULSE_CEIL_DIV(ctx, ps);
     size_t pages = (size_t)batch * pages_per, page_elems = (size_t)nkv * 2 * ps * hd;
-    int32_t *ids = xmalloc(pages * 4), *start = xmalloc((size_t)batch * 4), *n = xmalloc((size_t)batch * 4);
-    for (size_t i = 0; i < pages; i++) ids[i] = (int32_t)i;
+    int32_t *ids = xmalloc(pages * 4), *start = xmalloc((size_t)batch * 4),
+            *n = xmalloc((size_t)batch * 4);
+    for (size_t i = 0; i < pages; i++)
+        ids[i] = (int32_t)i;
     for (size_t i = pages; i > 1; i--) {
         size_t j = rnd_u32() % i;
         int32_t t = ids[i - 1];
         ids[i - 1] = ids[j], ids[j] = t;
     }
-    for (int b = 0; b < batch; b++) start[b] = b * pages_per, n[b] = ctx;
+    for (int b = 0; b < batch; b++)
+        start[b] = b * pages_per, n[b] = ctx;
     uint16_t *pool, *q, *out;
     int32_t *d_ids, *d_start, *d_n;
     void *ws;
@@ -642,7 +701,8 @@ static double time_attn(int batch, int ctx, void *flush, size_t flush_bytes)
     double kv_bytes = (double)batch * ctx * nkv * hd * 2 * 2;
     double gbs = kv_bytes / (ms[reps / 2] * 1e-3) / 1e9;
     printf("timing attn_decode batch=%d ctx=%d (nq 40, nkv 8, hd 128, page 16): %.3f ms, "
-           "%.1f GB/s of KV read\n", batch, ctx, ms[reps / 2], gbs);
+           "%.1f GB/s of KV read\n",
+           batch, ctx, ms[reps / 2], gbs);
     CUDA_CHECK(cudaEventDestroy(e0));
     CUDA_CHECK(cudaEventDestroy(e1));
     CUDA_CHECK(cudaFree(pool));

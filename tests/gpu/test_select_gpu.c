@@ -32,8 +32,14 @@ static struct kctx g_dev;
 static const struct kctx g_host = {0};
 static uint64_t g_seed = 0x5e1ec7ed, g_ctr;
 
-static float rnd(void) { return pulse_uniform(g_seed, g_ctr++); } /* [-1, 1) */
-static uint32_t rnd_u32(uint32_t n) { return (uint32_t)(pulse_hash64(g_seed, g_ctr++) % n); }
+static float rnd(void)
+{
+    return pulse_uniform(g_seed, g_ctr++);
+} /* [-1, 1) */
+static uint32_t rnd_u32(uint32_t n)
+{
+    return (uint32_t)(pulse_hash64(g_seed, g_ctr++) % n);
+}
 static float rnd_int_nz(int r) /* nonzero integer in [-r, r] */
 {
     int v = (int)rnd_u32(2u * (uint32_t)r) - r;
@@ -90,7 +96,10 @@ static int dguard_ok(const struct dbuf *d)
     return 1;
 }
 
-static void dfree(struct dbuf *d) { CUDA_CHECK(cudaFree(d->base)); }
+static void dfree(struct dbuf *d)
+{
+    CUDA_CHECK(cudaFree(d->base));
+}
 
 static void report(const char *kernel, const char *cs, double err, double tol, int ok)
 {
@@ -101,8 +110,8 @@ static void report(const char *kernel, const char *cs, double err, double tol, i
 }
 
 /* Bit-exact: err is the number of differing bytes. */
-static void report_exact(const char *k, const char *cs, const void *g, const void *r,
-                         size_t bytes, int guard)
+static void report_exact(const char *k, const char *cs, const void *g, const void *r, size_t bytes,
+                         int guard)
 {
     size_t diff = 0;
     for (size_t i = 0; i < bytes; i++)
@@ -143,10 +152,12 @@ static void table_init(struct table *t, int batch, const int *blocks)
     memset(t, 0, sizeof *t);
     t->batch = batch;
     int used = 0;
-    for (int b = 0; b < batch; b++) used += blocks[b];
+    for (int b = 0; b < batch; b++)
+        used += blocks[b];
     t->n_pages = used + 2;
     int32_t *perm = xmalloc(sizeof(int32_t) * (size_t)t->n_pages);
-    for (int i = 0; i < t->n_pages; i++) perm[i] = i;
+    for (int i = 0; i < t->n_pages; i++)
+        perm[i] = i;
     for (int i = t->n_pages; i > 1; i--) {
         int j = (int)rnd_u32((uint32_t)i);
         int32_t x = perm[i - 1];
@@ -159,7 +170,8 @@ static void table_init(struct table *t, int batch, const int *blocks)
     int at = 0, next = 0;
     for (int b = 0; b < batch; b++) {
         t->start[b] = at;
-        for (int i = 0; i < blocks[b]; i++) t->ids[at++] = perm[next++];
+        for (int i = 0; i < blocks[b]; i++)
+            t->ids[at++] = perm[next++];
         t->ids[at++] = -1;
         t->ids[at++] = -1;
     }
@@ -180,9 +192,13 @@ static void table_free(struct table *t)
 
 static void test_digest(void)
 {
-    static const struct { int nkv, hd, bs, sel; } cases[] = {
-        {8, 128, 16, SELECT_HEADWISE}, {8, 128, 16, 5}, {4, 64, 1, SELECT_HEADWISE},
-        {3, 40, 5, 2}, {2, 128, 16, SELECT_HEADWISE}};
+    static const struct {
+        int nkv, hd, bs, sel;
+    } cases[] = {{8, 128, 16, SELECT_HEADWISE},
+                 {8, 128, 16, 5},
+                 {4, 64, 1, SELECT_HEADWISE},
+                 {3, 40, 5, 2},
+                 {2, 128, 16, SELECT_HEADWISE}};
     const int batch = 17;
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         const int nkv = cases[ci].nkv, hd = cases[ci].hd, bs = cases[ci].bs, sel = cases[ci].sel;
@@ -205,8 +221,10 @@ static void test_digest(void)
         size_t d_elems = (size_t)dt.n_pages * ndh * 2 * hd;
         uint16_t *hk = xmalloc(kv_elems * 2), *hd_ref = xmalloc(d_elems * 2);
         uint16_t *hd_gpu = xmalloc(d_elems * 2);
-        for (size_t i = 0; i < kv_elems; i++) hk[i] = f32_to_bf16(rnd_int_nz(8));
-        for (size_t i = 0; i < d_elems; i++) hd_ref[i] = 0x7fc1; /* NaN sentinel */
+        for (size_t i = 0; i < kv_elems; i++)
+            hk[i] = f32_to_bf16(rnd_int_nz(8));
+        for (size_t i = 0; i < d_elems; i++)
+            hd_ref[i] = 0x7fc1; /* NaN sentinel */
         struct dbuf dk = dput(hk, kv_elems * 2), dd = dput(hd_ref, d_elems * 2);
         struct dbuf dn = dput(n, sizeof n), dpos = dput(pos, sizeof pos);
         struct kv_view hkv = {hk, kt.ids, kt.start, bs, nkv, hd};
@@ -234,7 +252,8 @@ static void test_digest(void)
         struct digest_view rdv = hdv;
         rdv.pool = rebuilt;
         int32_t n1[17];
-        for (int b = 0; b < batch; b++) n1[b] = n[b] + 1;
+        for (int b = 0; b < batch; b++)
+            n1[b] = n[b] + 1;
         digest_build_ref(&g_host, &hkv, &rdv, n1, batch, sel, max_n);
         report_exact("digest_update=build", cs, rebuilt, hd_ref, d_elems * 2, 1);
 
@@ -280,7 +299,8 @@ static void sset_init(struct sset *s, int batch, int nq, int nkv, int hd, int bs
             s->h_dig[r * 2 * hd + hd + d] = f32_to_bf16(fmaxf(a, z));
         }
     s->h_q = xmalloc((size_t)batch * nq * hd * 2);
-    for (size_t i = 0; i < (size_t)batch * nq * hd; i++) s->h_q[i] = f32_to_bf16(rnd_int_nz(4));
+    for (size_t i = 0; i < (size_t)batch * nq * hd; i++)
+        s->h_q[i] = f32_to_bf16(rnd_int_nz(4));
     s->d_dig = dput(s->h_dig, s->d_elems * 2);
     s->d_q = dput(s->h_q, (size_t)batch * nq * hd * 2);
     s->d_n = dput(s->n, sizeof(int32_t) * (size_t)batch);
@@ -304,8 +324,10 @@ static void topk_case(const struct select_cfg *cfg, const struct sset *s, const 
     const size_t ni = (size_t)batch * nl * ms, nc = (size_t)batch * nl;
     int32_t *ri = xmalloc(ni * 4), *gi = xmalloc(ni * 4);
     int32_t *rc = xmalloc(nc * 4), *gc = xmalloc(nc * 4);
-    for (size_t i = 0; i < ni; i++) ri[i] = -7;
-    for (size_t i = 0; i < nc; i++) rc[i] = -7;
+    for (size_t i = 0; i < ni; i++)
+        ri[i] = -7;
+    for (size_t i = 0; i < nc; i++)
+        rc[i] = -7;
     struct dbuf dsc = dput(hs, select_scores_bytes(cfg, batch, s->sel));
     struct dbuf di = dput(ri, ni * 4), dc = dput(rc, nc * 4);
     select_topk_ref(&g_host, cfg, hs, s->n, ri, rc, batch, s->sel);
@@ -313,8 +335,8 @@ static void topk_case(const struct select_cfg *cfg, const struct sset *s, const 
     dget(&di, gi);
     dget(&dc, gc);
     char cs[128];
-    snprintf(cs, sizeof cs, "%s k=%d sink=%d win=%d %s", what, cfg->budget, cfg->sink,
-             cfg->window, s->sel == SELECT_HEADWISE ? "head-wise" : "solohead");
+    snprintf(cs, sizeof cs, "%s k=%d sink=%d win=%d %s", what, cfg->budget, cfg->sink, cfg->window,
+             s->sel == SELECT_HEADWISE ? "head-wise" : "solohead");
     report_exact("select_topk idx", cs, gi, ri, ni * 4, dguard_ok(&di));
     report_exact("select_topk count", cs, gc, rc, nc * 4, dguard_ok(&dc));
     free(ri), free(gi), free(rc), free(gc);
@@ -323,24 +345,27 @@ static void topk_case(const struct select_cfg *cfg, const struct sset *s, const 
 
 static void test_score_topk(void)
 {
-    static const struct { int nq, nkv, hd, sel; } cases[] = {
-        {40, 8, 128, SELECT_HEADWISE}, {40, 8, 128, 3},  /* G = 5 (Qwen3-14B) */
-        {32, 8, 128, SELECT_HEADWISE}, {32, 8, 128, 7},  /* G = 4 (Llama-3.1-8B) */
-        {12, 3, 72, SELECT_HEADWISE},                    /* off the vector path */
+    static const struct {
+        int nq, nkv, hd, sel;
+    } cases[] = {
+        {40, 8, 128, SELECT_HEADWISE}, {40, 8, 128, 3}, /* G = 5 (Qwen3-14B) */
+        {32, 8, 128, SELECT_HEADWISE}, {32, 8, 128, 7}, /* G = 4 (Llama-3.1-8B) */
+        {12, 3, 72, SELECT_HEADWISE},                   /* off the vector path */
     };
     const int batch = 17, bs = 16, max_blocks = 8192;
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         int blocks[17];
         for (int b = 0; b < batch; b++)
-            blocks[b] = b % 6 == 0 ? max_blocks : b % 5 == 1 ? 1 + (int)rnd_u32(4)
-                                                            : 1 + (int)rnd_u32(2500);
+            blocks[b] = b % 6 == 0   ? max_blocks
+                        : b % 5 == 1 ? 1 + (int)rnd_u32(4)
+                                     : 1 + (int)rnd_u32(2500);
         struct sset s;
-        sset_init(&s, batch, cases[ci].nq, cases[ci].nkv, cases[ci].hd, bs, cases[ci].sel,
-                  blocks);
+        sset_init(&s, batch, cases[ci].nq, cases[ci].nkv, cases[ci].hd, bs, cases[ci].sel, blocks);
         struct select_cfg cfg = {s.nq, s.nkv, s.hd, bs, 128, 1, 2, max_blocks};
         size_t sb = select_scores_bytes(&cfg, batch, s.sel);
         float *rs = xmalloc(sb), *gs = xmalloc(sb);
-        for (size_t i = 0; i < sb / 4; i++) rs[i] = NAN;
+        for (size_t i = 0; i < sb / 4; i++)
+            rs[i] = NAN;
         struct dbuf dsc = dput(rs, sb);
         select_score_ref(&g_host, &cfg, s.h_q, &s.hdv, s.n, rs, batch, s.sel);
         select_score_cuda(&g_dev, &cfg, s.d_q.p, &s.ddv, s.d_n.p, dsc.p, batch, s.sel);
@@ -362,12 +387,13 @@ static void test_score_topk(void)
         size_t ni = (size_t)batch * s.nl * ms, nc = (size_t)batch * s.nl;
         int32_t *ri = xmalloc(ni * 4), *gi = xmalloc(ni * 4), *rc = xmalloc(nc * 4);
         int32_t *gc = xmalloc(nc * 4);
-        for (size_t i = 0; i < ni; i++) ri[i] = -7;
-        for (size_t i = 0; i < nc; i++) rc[i] = -7;
+        for (size_t i = 0; i < ni; i++)
+            ri[i] = -7;
+        for (size_t i = 0; i < nc; i++)
+            rc[i] = -7;
         struct dbuf di = dput(ri, ni * 4), dc = dput(rc, nc * 4);
         select_blocks_ref(&g_host, &cfg, s.h_q, &s.hdv, s.n, rs, ri, rc, batch, s.sel);
-        select_blocks_cuda(&g_dev, &cfg, s.d_q.p, &s.ddv, s.d_n.p, dsc.p, di.p, dc.p, batch,
-                           s.sel);
+        select_blocks_cuda(&g_dev, &cfg, s.d_q.p, &s.ddv, s.d_n.p, dsc.p, di.p, dc.p, batch, s.sel);
         dget(&di, gi);
         dget(&dc, gc);
         int guards = dguard_ok(&di) && dguard_ok(&dc) && dguard_ok(&dsc);
@@ -386,10 +412,13 @@ static void test_topk_ties(void)
     const int batch = 17, max_blocks = 8192;
     int blocks[17];
     for (int b = 0; b < batch; b++)
-        blocks[b] = b % 4 == 0 ? max_blocks : b % 4 == 1 ? 1 + (int)rnd_u32(6)
-                                                        : 1 + (int)rnd_u32(3000);
-    static const struct { int sink, window, k; } cases[] = {
-        {1, 2, 1}, {1, 2, 128}, {1, 2, 2048}, {0, 0, 128}, {3, 5, 2048}, {1, 2, 8191}, {2, 0, 0}};
+        blocks[b] = b % 4 == 0   ? max_blocks
+                    : b % 4 == 1 ? 1 + (int)rnd_u32(6)
+                                 : 1 + (int)rnd_u32(3000);
+    static const struct {
+        int sink, window, k;
+    } cases[] = {{1, 2, 1},    {1, 2, 128},  {1, 2, 2048}, {0, 0, 128},
+                 {3, 5, 2048}, {1, 2, 8191}, {2, 0, 0}};
     for (int mode = 0; mode < 2; mode++) {
         struct sset s;
         sset_init(&s, batch, 8, 4, 64, 16, mode ? 1 : SELECT_HEADWISE, blocks);
@@ -413,9 +442,14 @@ static void test_topk_ties(void)
 
 static void test_approx_q(void)
 {
-    static const struct { int batch, hidden, nq, hd; double frac; int qn; } cases[] = {
-        {17, 1000, 40, 128, 1.0, 1}, {17, 1000, 40, 128, 0.2, 1}, {16, 5120, 40, 128, 0.2, 1},
-        {3, 97, 4, 64, 0.2, 0}};
+    static const struct {
+        int batch, hidden, nq, hd;
+        double frac;
+        int qn;
+    } cases[] = {{17, 1000, 40, 128, 1.0, 1},
+                 {17, 1000, 40, 128, 0.2, 1},
+                 {16, 5120, 40, 128, 0.2, 1},
+                 {3, 97, 4, 64, 0.2, 0}};
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         const int batch = cases[ci].batch, hid = cases[ci].hidden, nq = cases[ci].nq;
         const int hd = cases[ci].hd, rows = nq * hd;
@@ -423,11 +457,16 @@ static void test_approx_q(void)
         uint16_t *norm = xmalloc(2 * (size_t)hid), *wq = xmalloc(2 * (size_t)rows * hid);
         uint16_t qn[512];
         int32_t *pos = xmalloc(sizeof(int32_t) * (size_t)batch), *ch = xmalloc(4 * (size_t)hid);
-        for (int i = 0; i < batch * hid; i++) x[i] = 2.0f * rnd();
-        for (int i = 0; i < hid; i++) norm[i] = f32_to_bf16(1.0f + 0.5f * rnd());
-        for (size_t i = 0; i < (size_t)rows * hid; i++) wq[i] = f32_to_bf16(0.05f * rnd());
-        for (int i = 0; i < hd; i++) qn[i] = f32_to_bf16(1.0f + 0.3f * rnd());
-        for (int b = 0; b < batch; b++) pos[b] = (int32_t)rnd_u32(131072);
+        for (int i = 0; i < batch * hid; i++)
+            x[i] = 2.0f * rnd();
+        for (int i = 0; i < hid; i++)
+            norm[i] = f32_to_bf16(1.0f + 0.5f * rnd());
+        for (size_t i = 0; i < (size_t)rows * hid; i++)
+            wq[i] = f32_to_bf16(0.05f * rnd());
+        for (int i = 0; i < hd; i++)
+            qn[i] = f32_to_bf16(1.0f + 0.3f * rnd());
+        for (int b = 0; b < batch; b++)
+            pos[b] = (int32_t)rnd_u32(131072);
         int keep = hid;
         uint16_t *wp = wq;
         if (cases[ci].frac < 1.0) {
@@ -435,8 +474,8 @@ static void test_approx_q(void)
             wp = xmalloc(2 * (size_t)rows * keep);
             select_partial_weight_build(wq, rows, hid, ch, keep, wp);
         }
-        struct approx_q_weights hw = {norm, wp, cases[ci].qn ? qn : NULL,
-                                      keep < hid ? ch : NULL, keep};
+        struct approx_q_weights hw = {norm, wp, cases[ci].qn ? qn : NULL, keep < hid ? ch : NULL,
+                                      keep};
         size_t wsb = select_approx_q_workspace_bytes(batch, keep, nq, hd);
         void *hws = xmalloc(wsb);
         size_t qb = 2 * (size_t)batch * rows;
@@ -477,12 +516,14 @@ static void time_select(void)
     if (no && strcmp(no, "0") != 0) return;
     const int batch = 16, ctx = 32768, bs = 16, nb = ctx / bs, reps = 50;
     int blocks[16];
-    for (int b = 0; b < batch; b++) blocks[b] = nb;
+    for (int b = 0; b < batch; b++)
+        blocks[b] = nb;
     for (int mode = 0; mode < 2; mode++) {
         struct sset s;
         sset_init(&s, batch, 40, 8, 128, bs, mode ? 3 : SELECT_HEADWISE, blocks);
         int32_t n[16];
-        for (int b = 0; b < batch; b++) n[b] = ctx;
+        for (int b = 0; b < batch; b++)
+            n[b] = ctx;
         CUDA_CHECK(cudaMemcpy(s.d_n.p, n, sizeof n, cudaMemcpyHostToDevice));
         struct select_cfg cfg = {40, 8, 128, bs, 128, 1, 2, nb};
         struct dbuf dsc = dalloc(select_scores_bytes(&cfg, batch, s.sel));
