@@ -12,6 +12,7 @@
 #include "engine.h"
 #include "kv_cache.h"
 #include "metrics.h"
+#include "numeric.h"
 #include "results.h"
 
 #define MAX_POINTS 32
@@ -162,9 +163,7 @@ static int run_point(struct engine *e, const struct bench_opts *o, const struct 
     char err[256];
     struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, (int)o->page_size,
                                  0,           pt.batch,      reserved};
-    size_t page_bytes = (size_t)m->n_kv_heads * 2 * o->page_size * m->head_dim * 2;
-    kp.budget_bytes =
-        (size_t)pt.batch * m->n_layers * PULSE_CEIL_DIV(reserved, o->page_size) * page_bytes;
+    kp.budget_bytes = (size_t)pt.batch * kv_cache_params_request_bytes(&kp, reserved);
     json_object_set_new(pj, "batch", json_integer(pt.batch));
     json_object_set_new(pj, "context", json_integer(pt.ctx));
     json_object_set_new(pj, "kv_pool_bytes", json_integer((json_int_t)kp.budget_bytes));
@@ -204,9 +203,7 @@ static int run_point(struct engine *e, const struct bench_opts *o, const struct 
     }
     int32_t toks[4096];
     batch_read_tokens(e, bt, toks);
-    uint64_t h = 1469598103934665603ull;
-    for (int b = 0; b < pt.batch; b++)
-        h = (h ^ (uint32_t)toks[b]) * 1099511628211ull;
+    uint64_t h = pulse_fnv1a_ids(PULSE_FNV_INIT, toks, (size_t)pt.batch);
     /* breakdown: the weight GEMMs alone (every layer's four and the LM head), back to back */
     double gemm_best = INFINITY;
     for (int i = 0; i < 3; i++) {

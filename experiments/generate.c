@@ -193,8 +193,7 @@ int cmd_generate(int argc, char **argv)
         goto out;
     }
     struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, 16, 0, 1, total};
-    kp.budget_bytes =
-        (size_t)PULSE_CEIL_DIV(total, 16) * m->n_layers * 16 * m->n_kv_heads * m->head_dim * 2 * 2;
+    kp.budget_bytes = kv_cache_params_request_bytes(&kp, total);
     int slot;
     bt = batch_create(e);
     logits = mem_alloc(MEM_HOST, sizeof(float) * m->vocab, "logits");

@@ -147,11 +147,9 @@ static int calibrate(struct engine *e, const struct prof_opts *o, const struct m
     const struct backend *be = engine_model(e)->be;
     const struct kctx *ctx = engine_ctx(e);
     int reserved = (int)(o->prompt + o->steps + 1);
-    size_t page_bytes = (size_t)m->n_kv_heads * 2 * o->block_size * m->head_dim * 2;
     struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, (int)o->block_size,
                                  0,           (int)o->batch, reserved};
-    kp.budget_bytes =
-        (size_t)o->batch * m->n_layers * PULSE_CEIL_DIV(reserved, o->block_size) * page_bytes;
+    kp.budget_bytes = (size_t)o->batch * kv_cache_params_request_bytes(&kp, reserved);
     struct kv_cache *kv = kv_cache_create(&kp, be, ctx, err, errlen);
     if (!kv) return EXIT_OOM;
     int code = 0;

@@ -9,6 +9,7 @@
 #include "common.h"
 #include "engine.h"
 #include "kv_cache.h"
+#include "numeric.h"
 #include "results.h"
 #include "serve.h"
 #include "workloads/workload.h"
@@ -131,12 +132,7 @@ static int load_hf(struct model *mdl, const struct kctx *ctx, void *dir, char *e
 /* FNV-1a over every request's output ids: a fingerprint of the run's tokens. */
 static uint64_t tokens_hash(const struct workload *w)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < (size_t)w->n * w->output_len; i++) {
-        h ^= (uint32_t)w->token_store[i];
-        h *= 1099511628211ull;
-    }
-    return h;
+    return pulse_fnv1a_ids(PULSE_FNV_INIT, w->token_store, (size_t)w->n * w->output_len);
 }
 
 static json_t *config_json(const struct run_opts *o, const struct model_config *m,
@@ -248,8 +244,9 @@ int cmd_run(int argc, char **argv)
     if (!o.budget_set) o.budget_gb = be->mem == MEM_DEVICE ? 45.0 : 0.25;
     size_t budget = (size_t)(o.budget_gb * 1e9);
     int max_tokens = workload_max_tokens(&w);
-    size_t page_bytes = (size_t)m->n_kv_heads * 2 * o.page_size * m->head_dim * 2;
-    size_t need = (size_t)PULSE_CEIL_DIV(max_tokens, o.page_size) * m->n_layers * page_bytes;
+    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads,    m->head_dim, (int)o.page_size,
+                                 budget,      (int)o.max_batch, max_tokens};
+    size_t need = kv_cache_params_request_bytes(&kp, max_tokens);
     if (need > budget) {
         cli_error("run",
                   "--kv-budget-gb: %g GB cannot hold even one request: the longest (%d tokens "
@@ -281,8 +278,6 @@ int cmd_run(int argc, char **argv)
         return finish(res, o.out, EXIT_OOM);
     }
     be->describe(results_env(res));
-    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads,    m->head_dim, (int)o.page_size,
-                                 budget,      (int)o.max_batch, max_tokens};
     struct kv_cache *kv = kv_cache_create(&kp, be, engine_ctx(e), err, sizeof err);
     int code = 0;
     if (!kv) {

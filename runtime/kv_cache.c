@@ -40,9 +40,15 @@ size_t kv_cache_page_bytes(const struct kv_cache *kv)
     return kv->page_elems * sizeof(uint16_t);
 }
 
+size_t kv_cache_params_request_bytes(const struct kv_cache_params *p, int n_tokens)
+{
+    size_t page_bytes = (size_t)p->n_kv_heads * 2 * p->page_size * p->head_dim * sizeof(uint16_t);
+    return (size_t)PULSE_CEIL_DIV((int64_t)n_tokens, p->page_size) * p->n_layers * page_bytes;
+}
+
 size_t kv_cache_request_bytes(const struct kv_cache *kv, int n_tokens)
 {
-    return (size_t)kv_cache_pages_for(kv, n_tokens) * kv->p.n_layers * kv_cache_page_bytes(kv);
+    return kv_cache_params_request_bytes(&kv->p, n_tokens);
 }
 
 struct kv_cache *kv_cache_create(const struct kv_cache_params *p, const struct backend *be,

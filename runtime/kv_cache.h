@@ -46,8 +46,10 @@ void kv_cache_free(struct kv_cache *kv);
 /* Pages one layer of an n_tokens request needs; bytes of one page. */
 int64_t kv_cache_pages_for(const struct kv_cache *kv, int n_tokens);
 size_t kv_cache_page_bytes(const struct kv_cache *kv);
-/* Bytes a request of n_tokens reserves (all layers). */
+/* Bytes a request of n_tokens reserves (all layers); the same from the params alone, so a
+ * driver can size a pool before creating it. */
 size_t kv_cache_request_bytes(const struct kv_cache *kv, int n_tokens);
+size_t kv_cache_params_request_bytes(const struct kv_cache_params *p, int n_tokens);
 
 /* Reserves a slot and the pages for n_tokens in every layer, uploads the slot's page table.
  * PULSE_OK and *slot on success; PULSE_ERR_NOMEM when pages or slots are short right now;

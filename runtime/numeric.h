@@ -54,4 +54,14 @@ PULSE_HD uint64_t pulse_seed_mix(uint64_t seed, uint64_t a, uint64_t b)
     return pulse_hash64(pulse_hash64(seed, a), b);
 }
 
+/* FNV-1a over n token ids, continuing from h (start with PULSE_FNV_INIT): the fingerprint of a
+ * run's tokens that result files carry. */
+#define PULSE_FNV_INIT 1469598103934665603ull
+static inline uint64_t pulse_fnv1a_ids(uint64_t h, const int32_t *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint32_t)ids[i]) * 1099511628211ull;
+    return h;
+}
+
 #endif
