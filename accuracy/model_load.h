@@ -24,11 +24,13 @@ int model_config_from_hf(const char *dir, struct loaded_config *out, char *err, 
 int model_load_hf(struct model *m, const char *dir, const struct kctx *ctx, char *err,
                   size_t errlen);
 
-/* The same for a GGUF file of architecture llama or qwen3 (general.architecture): config from
- * its metadata, weights dequantised to bf16 (every type accuracy/gguf.h reads). llama-arch
- * files store the Q and K rows permuted for interleaved RoPE (llama.cpp's converter); the loader
- * undoes that, since this runtime rotates halves. Other architectures (gemma3, ...) are an
- * error naming the architecture. */
+/* The same for a GGUF file of architecture llama, qwen3 or gemma3 (general.architecture):
+ * config from its metadata, weights dequantised to bf16 (every type accuracy/gguf.h reads).
+ * llama-arch files store the Q and K rows permuted for interleaved RoPE (llama.cpp's
+ * converter); the loader undoes that, since this runtime rotates halves. gemma3: sliding
+ * window from the metadata, llama.cpp's fixed pattern (every 6th layer global) and local RoPE
+ * base 10000, post-norms, tied head; its norm weights already hold 1 + w. Other architectures
+ * are an error naming the architecture. */
 int model_config_from_gguf(const char *path, struct loaded_config *out, char *err, size_t errlen);
 int model_load_gguf(struct model *m, const char *path, const struct kctx *ctx, char *err,
                     size_t errlen);

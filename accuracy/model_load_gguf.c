@@ -1,4 +1,4 @@
-/* GGUF (llama / qwen3 architectures) into the model struct (model_load.h). */
+/* GGUF (llama / qwen3 / gemma3 architectures) into the model struct (model_load.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -14,9 +14,9 @@ static int read_arch(const struct gguf_file *g, char *buf, size_t len, char *err
     int rc = gguf_get_str(g, "general.architecture", &s, err, errlen);
     if (rc != PULSE_OK) return rc;
     snprintf(buf, len, "%.*s", (int)(s.len < len ? s.len : len - 1), s.ptr);
-    if (strcmp(buf, "llama") != 0 && strcmp(buf, "qwen3") != 0) {
+    if (strcmp(buf, "llama") != 0 && strcmp(buf, "qwen3") != 0 && strcmp(buf, "gemma3") != 0) {
         snprintf(err, errlen,
-                 "%s: architecture '%s': only llama and qwen3 load into this "
+                 "%s: architecture '%s': only llama, qwen3 and gemma3 load into this "
                  "runtime",
                  gguf_label(g), buf);
         return PULSE_ERR_INVALID;
@@ -84,6 +84,23 @@ int model_config_from_gguf(const char *path, struct loaded_config *out, char *er
     c->qk_norm = gguf_find_tensor(g, "blk.0.attn_q_norm.weight") != NULL;
     c->rope_theta = (float)theta;
     c->norm_eps = (float)eps;
+    if (!strcmp(arch, "gemma3")) {
+        /* llama.cpp's gemma3: every 6th layer global, local RoPE base 10000 (not in the file) */
+        int64_t window = 0;
+        if ((rc = get_int_key(g, arch, "attention.sliding_window", &window, err, errlen)) !=
+            PULSE_OK)
+            goto out;
+        if (window < 1 || window > 1 << 20) {
+            snprintf(err, errlen, "%s: gemma3.attention.sliding_window %lld out of range", path,
+                     (long long)window);
+            rc = PULSE_ERR_INVALID;
+            goto out;
+        }
+        c->arch = MODEL_ARCH_GEMMA3;
+        c->sliding_window = (int)window;
+        c->sliding_pattern = 6;
+        c->rope_theta_local = 10000.0f;
+    }
 out:
     gguf_free(g);
     return rc;
@@ -146,7 +163,12 @@ int model_load_gguf(struct model *m, const char *path, const struct kctx *ctx, c
     int rc = gguf_open(path, &g, err, errlen);
     if (rc != PULSE_OK) return rc;
     char arch[32];
-    if ((rc = read_arch(g, arch, sizeof arch, err, errlen)) != PULSE_OK) {
+    if ((rc = read_arch(g, arch, sizeof arch, err, errlen)) != PULSE_OK ||
+        (!strcmp(arch, "gemma3") != (c->arch == MODEL_ARCH_GEMMA3))) {
+        if (rc == PULSE_OK) {
+            snprintf(err, errlen, "%s: architecture '%s' does not match the config's", path, arch);
+            rc = PULSE_ERR_INVALID;
+        }
         gguf_free(g);
         return rc;
     }
@@ -154,6 +176,7 @@ int model_load_gguf(struct model *m, const char *path, const struct kctx *ctx, c
     uint64_t qd = (uint64_t)c->n_heads * hd, kvd = (uint64_t)c->n_kv_heads * hd;
     size_t cap = (size_t)PULSE_MAX((uint64_t)c->vocab * H, PULSE_MAX(F * H, qd * H));
     struct gjob j = {g, ctx, m->be, NULL, NULL, cap, !strcmp(arch, "llama"), err, errlen};
+
     j.stage = mem_alloc(MEM_HOST, cap * sizeof(uint16_t), "gguf staging");
     j.perm = mem_alloc(MEM_HOST, qd * H * sizeof(uint16_t), "gguf unpermute");
     if (!j.stage || !j.perm) {
@@ -183,9 +206,15 @@ int model_load_gguf(struct model *m, const char *path, const struct kctx *ctx, c
         GLOAD(F, H, w->wgu, 0, "blk.%d.ffn_gate.weight", l);
         GLOAD(F, H, w->wgu + F * H, 0, "blk.%d.ffn_up.weight", l);
         GLOAD(H, F, w->wdown, 0, "blk.%d.ffn_down.weight", l);
+        if (c->arch == MODEL_ARCH_GEMMA3) { /* norms stored as 1 + w by the converter */
+            GLOAD(H, 0, w->post_attn_norm, 0, "blk.%d.post_attention_norm.weight", l);
+            GLOAD(H, 0, w->post_mlp_norm, 0, "blk.%d.post_ffw_norm.weight", l);
+        }
     }
     GLOAD(H, 0, m->final_norm, 0, "output_norm.weight");
-    if (gguf_find_tensor(g, "output.weight"))
+    if (m->lm_head == m->embed) /* tied in the layout (gemma3) */
+        ;
+    else if (gguf_find_tensor(g, "output.weight"))
         GLOAD(c->vocab, H, m->lm_head, 0, "output.weight");
     else /* tied embeddings */
         GLOAD(c->vocab, H, m->lm_head, 0, "token_embd.weight");

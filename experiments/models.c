@@ -40,13 +40,17 @@ int cmd_models(int argc, char **argv)
         uint64_t params = model_param_count(m), wb = model_weight_bytes(m),
                  kvb = model_kv_bytes_per_token(m);
         if (as_json) {
-            json_array_append_new(
-                arr,
-                json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b,s:I,s:I,s:I}", "name", m->name,
-                          "layers", m->n_layers, "hidden", m->hidden, "heads", m->n_heads,
-                          "kv_heads", m->n_kv_heads, "head_dim", m->head_dim, "ffn", m->ffn,
-                          "vocab", m->vocab, "qk_norm", m->qk_norm, "params", (json_int_t)params,
-                          "weight_bytes", (json_int_t)wb, "kv_bytes_per_token", (json_int_t)kvb));
+            json_t *o = json_pack(
+                "{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b,s:I,s:I,s:I}", "name", m->name, "layers",
+                m->n_layers, "hidden", m->hidden, "heads", m->n_heads, "kv_heads", m->n_kv_heads,
+                "head_dim", m->head_dim, "ffn", m->ffn, "vocab", m->vocab, "qk_norm", m->qk_norm,
+                "params", (json_int_t)params, "weight_bytes", (json_int_t)wb, "kv_bytes_per_token",
+                (json_int_t)kvb);
+            json_object_set_new(o, "arch",
+                                json_string(m->arch == MODEL_ARCH_GEMMA3 ? "gemma3" : "llama"));
+            json_object_set_new(o, "sliding_window", json_integer(m->sliding_window));
+            json_object_set_new(o, "global_layers", json_integer(model_n_global_layers(m)));
+            json_array_append_new(arr, o);
         } else {
             printf("%-14s %6d %6d %5d %4d %5d %6d %7d %9.3fB %7.2fGB %9.1fKiB\n", m->name,
                    m->n_layers, m->hidden, m->n_heads, m->n_kv_heads, m->head_dim, m->ffn, m->vocab,

@@ -53,6 +53,7 @@ struct AttnParams {
     uint16_t *out;
     size_t page_elems;
     int nq, group, page_size, tps, splits;
+    int window; /* > 0: entry b reads only its last `window` tokens */
     float scale_log2;
 };
 
@@ -123,6 +124,10 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
     if (t_begin >= n) return; /* block-uniform: the combine pass ignores this split */
     /* the last split also takes any tokens past splits * tps (n_tokens above max_tokens) */
     const int t_end = split == p.splits - 1 ? n : min(n, t_begin + p.tps);
+    /* a sliding window masks tokens below t_lo; whole rounds of the warps' tiles below it are
+     * skipped (a split entirely below it writes an empty partial: m = -inf, l = 0) */
+    const int t_lo = p.window > 0 ? max(0, n - p.window) : 0;
+    const int t_first = t_begin + max(0, t_lo - t_begin) / (kWarps * kTile) * (kWarps * kTile);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, qd = lane & 3;
     const int G = p.group;
@@ -159,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
         pid = __ldg(pids + pg);
         off = t - pg * ps;
     };
-    if (ALIGNED && t_begin + warp * kTile < t_end) page_of(t_begin + warp * kTile, pid_next, off_next);
+    if (ALIGNED && t_first + warp * kTile < t_end) page_of(t_first + warp * kTile, pid_next, off_next);
 
     /* Software pipeline: the loads of a warp's next tile are issued at the end of the iteration,
      * when the registers they go to are free, so they are in flight together across the loop
@@ -211,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
         }
     };
 
-    int t0 = t_begin + warp * kTile;
+    int t0 = t_first + warp * kTile;
     if (kEarlyV && t0 < t_end) {
         issue(t0);
         load_v(t0);
@@ -237,7 +242,8 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
         /* online softmax (log2 domain) for head g over tokens tv[0..3] */
         float x[4] = {s[0][0], s[0][1], s[1][0], s[1][1]};
 #pragma unroll
-        for (int i = 0; i < 4; i++) x[i] = tv[i] < t_end ? x[i] * p.scale_log2 : -INFINITY;
+        for (int i = 0; i < 4; i++)
+            x[i] = tv[i] < t_end && tv[i] >= t_lo ? x[i] * p.scale_log2 : -INFINITY;
         float mt = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
         mt = fmaxf(mt, __shfl_xor_sync(kFull, mt, 1));
         mt = fmaxf(mt, __shfl_xor_sync(kFull, mt, 2));
@@ -529,6 +535,7 @@ extern "C" void attn_decode_cuda(const struct kctx *c, const uint16_t *q,
     p.page_size = kv->page_size;
     p.tps = sp.tps;
     p.splits = sp.splits;
+    p.window = kv->window;
     p.scale_log2 = scale * 1.4426950408889634f;
 
     cudaStream_t st = (cudaStream_t)c->stream;

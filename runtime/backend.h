@@ -14,7 +14,8 @@ struct backend {
     enum mem_kind mem; /* where tensors live: MEM_HOST (cpu) or MEM_DEVICE (cuda) */
 
     void (*fill_random_bf16)(const struct kctx *, uint16_t *, size_t, uint64_t, float, float);
-    void (*embed)(const struct kctx *, const int32_t *, const uint16_t *, float *, int, int);
+    void (*embed)(const struct kctx *, const int32_t *, const uint16_t *, float *, int, int,
+                  float);
     void (*rmsnorm)(const struct kctx *, const float *, const uint16_t *, uint16_t *, int, int,
                     float);
     void (*gemm_bf16)(const struct kctx *, const uint16_t *, const uint16_t *, float *, int, int,
@@ -25,6 +26,9 @@ struct backend {
     void (*attn_decode)(const struct kctx *, const uint16_t *, const struct kv_view *,
                         const int32_t *, uint16_t *, int, int, int, float);
     void (*silu_mul)(const struct kctx *, const float *, uint16_t *, int, int);
+    void (*gelu_mul)(const struct kctx *, const float *, uint16_t *, int, int);
+    void (*rmsnorm_add)(const struct kctx *, float *, const float *, const uint16_t *, int, int,
+                        float);
     void (*argmax)(const struct kctx *, const float *, int32_t *, int, int);
     void (*kv_fill_synthetic)(const struct kctx *, const struct kv_view *, const int32_t *,
                               const int32_t *, int, int, uint64_t, int);

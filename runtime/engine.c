@@ -20,6 +20,7 @@ struct engine {
     uint16_t *q;    /* [B][nq*hd] rotated queries */
     uint16_t *attn; /* [B][nq*hd] attention output */
     float *gu;      /* [B][2*ffn] */
+    float *tmp;     /* [B][hidden] a projection before its post-norm (Gemma 3) */
     uint16_t *act;  /* [B][ffn] */
     float *logits;  /* [B][vocab] */
     int use_graph;
@@ -56,7 +57,8 @@ static size_t scratch_size(const struct model_config *c, int B)
                       2 * B * qd,
                       8 * (size_t)B * c->ffn,
                       2 * (size_t)B * c->ffn,
-                      4 * (size_t)B * c->vocab};
+                      4 * (size_t)B * c->vocab,
+                      4 * (size_t)B * c->hidden};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(parts); i++)
         sz += (parts[i] + 255) & ~(size_t)255;
     return sz;
@@ -105,6 +107,7 @@ struct engine *engine_create(const struct engine_params *p, char *err, size_t er
     e->gu = take(&cur, 8 * B * c->ffn);
     e->act = take(&cur, 2 * B * c->ffn);
     e->logits = take(&cur, 4 * B * c->vocab);
+    e->tmp = take(&cur, 4 * B * c->hidden);
     e->use_graph = p->use_graph && p->be->graph_begin && !pulse_sync_each_launch();
     p->be->sync(&e->ctx);
     return e;
@@ -244,15 +247,25 @@ void engine_fill_prompt(struct engine *e, struct batch *bt, const struct kv_cach
 
 void engine_run_embed(struct engine *e, struct batch *bt)
 {
-    e->be->embed(&e->ctx, bt->d_tokens, e->model.embed, bt->d_x, bt->n, e->p.cfg->hidden);
+    e->be->embed(&e->ctx, bt->d_tokens, e->model.embed, bt->d_x, bt->n, e->p.cfg->hidden,
+                 e->model.embed_scale);
 }
 
 void engine_run_attention(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
 {
     const struct model_config *c = e->p.cfg;
     struct kv_view v = kv_cache_view(kv, bt->d_page_start + (size_t)layer * e->p.max_batch);
+    v.window = model_layer_window(c, layer);
     e->be->attn_decode(&e->ctx, e->q, &v, bt->d_len, e->attn, bt->n, c->n_heads, bt->max_len,
                        1.0f / sqrtf((float)c->head_dim));
+}
+
+/* The host copy of the attended lengths (the batch's staging len row), for hooks. */
+static const int32_t *host_lengths(struct engine *e, struct batch *bt)
+{
+    int32_t *len = bt->h_stage + 2 * (size_t)e->p.max_batch;
+    e->be->download(&e->ctx, len, bt->d_len, sizeof(int32_t) * (size_t)bt->n);
+    return len;
 }
 
 void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
@@ -263,22 +276,34 @@ void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache 
     const struct kctx *x = &e->ctx;
     int B = bt->n, H = c->hidden, qd = c->n_heads * c->head_dim;
     struct kv_view v = kv_cache_view(kv, bt->d_page_start + (size_t)layer * e->p.max_batch);
+    v.window = model_layer_window(c, layer);
+    const int gemma = c->arch == MODEL_ARCH_GEMMA3;
     TRACE_PUSH("layer");
+    if (e->hook.before_layer) e->hook.before_layer(e->hook.user, layer, bt->d_x, bt->d_pos, B);
     be->rmsnorm(x, bt->d_x, w->attn_norm, e->xn, B, H, c->norm_eps);
     be->gemm_bf16(x, e->xn, w->wqkv, e->qkv, B, model_qkv_dim(c), H, 0.0f);
     be->qk_norm_rope_append(x, e->qkv, w->q_norm, w->k_norm, e->q, &v, bt->d_pos, B, c->n_heads,
-                            c->rope_theta, c->norm_eps);
-    engine_run_attention(e, bt, kv, layer);
-    if (e->hook.after_attention) { /* lengths via the batch's host staging (its len row) */
-        int32_t *len = bt->h_stage + 2 * (size_t)e->p.max_batch;
-        be->download(x, len, bt->d_len, sizeof(int32_t) * (size_t)B);
-        e->hook.after_attention(e->hook.user, layer, e->q, &v, len, B);
+                            model_layer_rope_theta(c, layer), c->norm_eps);
+    if (!e->hook.attend ||
+        !e->hook.attend(e->hook.user, layer, e->q, &v, bt->d_len, host_lengths(e, bt), e->attn, B))
+        engine_run_attention(e, bt, kv, layer);
+    if (e->hook.after_attention)
+        e->hook.after_attention(e->hook.user, layer, e->q, &v, host_lengths(e, bt), B);
+    if (gemma) { /* post-norm, then the residual add */
+        be->gemm_bf16(x, e->attn, w->wo, e->tmp, B, H, qd, 0.0f);
+        be->rmsnorm_add(x, bt->d_x, e->tmp, w->post_attn_norm, B, H, c->norm_eps);
+    } else {
+        be->gemm_bf16(x, e->attn, w->wo, bt->d_x, B, H, qd, 1.0f);
     }
-    be->gemm_bf16(x, e->attn, w->wo, bt->d_x, B, H, qd, 1.0f);
     be->rmsnorm(x, bt->d_x, w->mlp_norm, e->xn, B, H, c->norm_eps);
     be->gemm_bf16(x, e->xn, w->wgu, e->gu, B, 2 * c->ffn, H, 0.0f);
-    be->silu_mul(x, e->gu, e->act, B, c->ffn);
-    be->gemm_bf16(x, e->act, w->wdown, bt->d_x, B, H, c->ffn, 1.0f);
+    (gemma ? be->gelu_mul : be->silu_mul)(x, e->gu, e->act, B, c->ffn);
+    if (gemma) {
+        be->gemm_bf16(x, e->act, w->wdown, e->tmp, B, H, c->ffn, 0.0f);
+        be->rmsnorm_add(x, bt->d_x, e->tmp, w->post_mlp_norm, B, H, c->norm_eps);
+    } else {
+        be->gemm_bf16(x, e->act, w->wdown, bt->d_x, B, H, c->ffn, 1.0f);
+    }
     TRACE_POP();
 }
 
@@ -311,6 +336,32 @@ void engine_run_head(struct engine *e, struct batch *bt)
     e->be->advance_pos(x, bt->d_len, bt->n);
 }
 
+void engine_prefill(struct engine *e, struct batch *bt, const struct kv_cache *kv)
+{
+    if (!bt->n) return;
+    const struct model_config *c = e->p.cfg;
+    const struct kctx *x = &e->ctx;
+    TRACE_PUSH("prefill");
+    engine_run_embed(e, bt);
+    for (int l = 0; l < c->n_layers; l++)
+        engine_run_layer(e, bt, kv, l);
+    const float *last = bt->d_x + (size_t)(bt->n - 1) * c->hidden;
+    e->be->rmsnorm(x, last, e->model.final_norm, e->xn, 1, c->hidden, c->norm_eps);
+    e->be->gemm_bf16(x, e->xn, e->model.lm_head, e->logits, 1, c->vocab, c->hidden, 0.0f);
+    e->be->argmax(x, e->logits, bt->d_tokens, 1, c->vocab);
+    TRACE_POP();
+}
+
+void engine_read_logits(struct engine *e, float *out, int rows)
+{
+    e->be->download(&e->ctx, out, e->logits, sizeof(float) * (size_t)rows * e->p.cfg->vocab);
+}
+
+static int engine_hooked(const struct engine *e)
+{
+    return e->hook.after_attention || e->hook.attend || e->hook.before_layer;
+}
+
 static void step_body(struct engine *e, struct batch *bt, const struct kv_cache *kv)
 {
     engine_run_embed(e, bt);
@@ -324,7 +375,7 @@ void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv)
     if (!bt->n) return;
     TRACE_PUSH("step");
     e->st.steps++;
-    if (!e->use_graph || e->hook.after_attention) { /* a hook runs host code: no graph */
+    if (!e->use_graph || engine_hooked(e)) { /* a hook runs host code: no graph */
         step_body(e, bt, kv);
         TRACE_POP();
         return;
@@ -351,7 +402,7 @@ void engine_get_stats(const struct engine *e, struct engine_stats *out)
 
 void engine_set_hook(struct engine *e, const struct engine_layer_hook *hook)
 {
-    if (hook && hook->after_attention)
+    if (hook && (hook->after_attention || hook->attend || hook->before_layer))
         e->hook = *hook;
     else
         memset(&e->hook, 0, sizeof e->hook);

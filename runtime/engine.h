@@ -49,6 +49,16 @@ struct batch;
 struct engine_layer_hook {
     void (*after_attention)(void *user, int layer, const uint16_t *q, const struct kv_view *kv,
                             const int32_t *n_tokens_host, int batch);
+    /* Sparse attention (accuracy runs): called in place of the layer's dense attention with the
+     * rotated queries, the layer's view (its window set for a local layer), the attended
+     * lengths on the backend (n_tokens) and on the host; returns 1 when it wrote the attention
+     * output `out` (bf16 [batch][nq][head_dim], backend memory) itself, 0 to let the engine run
+     * dense attention. It may synchronise and use the backend's kernels. */
+    int (*attend)(void *user, int layer, const uint16_t *q, const struct kv_view *kv,
+                  const int32_t *n_tokens, const int32_t *n_tokens_host, uint16_t *out, int batch);
+    /* Called at the start of every layer with its input residual x (fp32 [batch][hidden],
+     * backend memory) and the positions (InfiniGen-style speculation reads layer l's input). */
+    void (*before_layer)(void *user, int layer, const float *x, const int32_t *pos, int batch);
     void *user;
 };
 
@@ -89,6 +99,14 @@ void engine_run_layer_gemms(struct engine *e, struct batch *bt, int layer);
 void engine_run_lm_head(struct engine *e, struct batch *bt);
 /* Final norm, LM head, argmax into the batch's tokens, positions advanced by one. */
 void engine_run_head(struct engine *e, struct batch *bt);
+/* Prefill: the batch's entries are consecutive tokens of prompts (entry i at position pos_i,
+ * attending its first pos_i + 1 tokens, so entries of one request see each other causally).
+ * Runs the embedding and every layer for all entries (their K and V land in the cache), then
+ * the head for the LAST entry only: its logits are logits row 0 (engine_read_logits) and its
+ * greedy token is token 0 (batch_read_tokens). Positions are not advanced. */
+void engine_prefill(struct engine *e, struct batch *bt, const struct kv_cache *kv);
+/* Waits and copies the first `rows` rows of the logits ([rows][vocab] fp32) into out. */
+void engine_read_logits(struct engine *e, float *out, int rows);
 /* embed + every layer + head. */
 void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv);
 

@@ -41,6 +41,8 @@ struct kv_view {
     int page_size;             /* tokens per page (>= 1) */
     int n_kv_heads;
     int head_dim;
+    int window; /* > 0: attention of an entry with n tokens reads only tokens [n - window, n)
+                   (a sliding-window layer); 0: all n tokens. Appends ignore it. */
 };
 
 /* dst[i] = bf16(offset + scale * pulse_uniform(seed, i)) for i < n. */
@@ -49,17 +51,24 @@ void fill_random_bf16_ref(const struct kctx *c, uint16_t *dst, size_t n, uint64_
 void fill_random_bf16_cuda(const struct kctx *c, uint16_t *dst, size_t n, uint64_t seed,
                            float scale, float offset);
 
-/* x[b][j] = table[tokens[b]][j] as fp32. tokens must be in [0, vocab). */
+/* x[b][j] = table[tokens[b]][j] * scale, fp32. tokens must be in [0, vocab). */
 void embed_ref(const struct kctx *c, const int32_t *tokens, const uint16_t *table, float *x,
-               int batch, int hidden);
+               int batch, int hidden, float scale);
 void embed_cuda(const struct kctx *c, const int32_t *tokens, const uint16_t *table, float *x,
-                int batch, int hidden);
+                int batch, int hidden, float scale);
 
 /* out[r] = bf16(x[r] / sqrt(mean(x[r]^2) + eps) * w), rows x dim, fp32 statistics. */
 void rmsnorm_ref(const struct kctx *c, const float *x, const uint16_t *w, uint16_t *out, int rows,
                  int dim, float eps);
 void rmsnorm_cuda(const struct kctx *c, const float *x, const uint16_t *w, uint16_t *out, int rows,
                   int dim, float eps);
+
+/* x[r] += y[r] / sqrt(mean(y[r]^2) + eps) * w, fp32 throughout: a post-norm (Gemma 3) fused
+ * with the residual add. y: fp32 rows x dim (a GEMM output). */
+void rmsnorm_add_ref(const struct kctx *c, float *x, const float *y, const uint16_t *w, int rows,
+                     int dim, float eps);
+void rmsnorm_add_cuda(const struct kctx *c, float *x, const float *y, const uint16_t *w, int rows,
+                      int dim, float eps);
 
 /* out[m][n] = sum_k a[m][k] * w[n][k] + beta * out[m][n]; a is m x k, w is n x k (row-major,
  * the PyTorch Linear layout), out fp32 m x n. beta is 0 or 1 (1 fuses a residual add). */
@@ -81,7 +90,8 @@ void qk_norm_rope_append_cuda(const struct kctx *c, const float *qkv, const uint
                               const int32_t *pos, int batch, int nq, float theta, float eps);
 
 /* Decode attention over paged KV, GQA (query head h reads KV head h / (nq/nkv)).
- * q: bf16 [batch][nq][hd]; entry b attends its first n_tokens[b] tokens (>= 1);
+ * q: bf16 [batch][nq][hd]; entry b attends its first n_tokens[b] tokens (>= 1), or only the
+ * last kv->window of them when kv->window > 0;
  * out: bf16 [batch][nq][hd] = softmax(scale * q.K^T) V, fp32 softmax and accumulation.
  * The CUDA kernel splits long contexts across thread blocks and merges the partials
  * (flash-decoding); ctx->workspace must hold attn_decode_workspace_bytes(). */
@@ -97,6 +107,11 @@ size_t attn_decode_workspace_bytes(int batch, int nq, int head_dim, int max_toke
 /* gu: fp32 [rows][2*ffn] = [gate | up]; out[r][i] = bf16(silu(gate) * up). */
 void silu_mul_ref(const struct kctx *c, const float *gu, uint16_t *out, int rows, int ffn);
 void silu_mul_cuda(const struct kctx *c, const float *gu, uint16_t *out, int rows, int ffn);
+
+/* GeGLU: out[r][i] = bf16(gelu_tanh(gate) * up), gelu_tanh(g) = 0.5 g (1 + tanh(0.7978845608
+ * (g + 0.044715 g^3))), same layout as silu_mul. */
+void gelu_mul_ref(const struct kctx *c, const float *gu, uint16_t *out, int rows, int ffn);
+void gelu_mul_cuda(const struct kctx *c, const float *gu, uint16_t *out, int rows, int ffn);
 
 /* out[r] = index of the largest logits[r][*]; ties go to the lowest index; NaN never wins. */
 void argmax_ref(const struct kctx *c, const float *logits, int32_t *out, int rows, int vocab);

@@ -72,7 +72,8 @@ __global__ void fill_random_kernel(uint16_t *dst, size_t n, uint64_t seed, float
 /* ---------------------------------------------------------------- embed */
 
 template <bool VEC>
-__global__ void embed_kernel(const int32_t *tokens, const uint16_t *table, float *x, int hidden)
+__global__ void embed_kernel(const int32_t *tokens, const uint16_t *table, float *x, int hidden,
+                             float scale)
 {
     const int b = blockIdx.x;
     const uint16_t *row = table + (size_t)tokens[b] * hidden;
@@ -84,14 +85,14 @@ __global__ void embed_kernel(const int32_t *tokens, const uint16_t *table, float
             float f[8];
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                f[2 * k] = bf16_to_f32((uint16_t)(w[k] & 0xffffu));
-                f[2 * k + 1] = bf16_to_f32((uint16_t)(w[k] >> 16));
+                f[2 * k] = bf16_to_f32((uint16_t)(w[k] & 0xffffu)) * scale;
+                f[2 * k + 1] = bf16_to_f32((uint16_t)(w[k] >> 16)) * scale;
             }
             *reinterpret_cast<float4 *>(xr + j) = make_float4(f[0], f[1], f[2], f[3]);
             *reinterpret_cast<float4 *>(xr + j + 4) = make_float4(f[4], f[5], f[6], f[7]);
         }
     } else {
-        for (int j = threadIdx.x; j < hidden; j += blockDim.x) xr[j] = bf16_to_f32(row[j]);
+        for (int j = threadIdx.x; j < hidden; j += blockDim.x) xr[j] = bf16_to_f32(row[j]) * scale;
     }
 }
 
@@ -135,14 +136,37 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float *x, c
     }
 }
 
-/* ---------------------------------------------------------------- silu_mul */
+/* One block per row: x += y * inv(y) * w in fp32 (the Gemma 3 post-norm and residual add). */
+__global__ void __launch_bounds__(kNormThreads) rmsnorm_add_kernel(float *x, const float *y,
+                                                                   const uint16_t *w, int dim,
+                                                                   float eps)
+{
+    const float *yr = y + (size_t)blockIdx.x * dim;
+    float *xr = x + (size_t)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < dim; j += kNormThreads) ss += yr[j] * yr[j];
+    ss = block_sum(ss);
+    const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int j = threadIdx.x; j < dim; j += kNormThreads) xr[j] += (yr[j] * inv) * bf16_to_f32(w[j]);
+}
+
+/* ---------------------------------------------------------------- silu_mul, gelu_mul */
 
 constexpr int kEltThreads = 256;
 
 __device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+__device__ __forceinline__ float gelu_mul1(float g, float u)
+{
+    const float t = tanhf(0.7978845608f * (g + 0.044715f * g * g * g));
+    return 0.5f * g * (1.0f + t) * u;
+}
+template <bool GELU> __device__ __forceinline__ float glu1(float g, float u)
+{
+    return GELU ? gelu_mul1(g, u) : silu_mul1(g, u);
+}
 
-template <bool VEC>
-__global__ void silu_mul_kernel(const float *gu, uint16_t *out, int ffn)
+template <bool VEC, bool GELU>
+__global__ void glu_mul_kernel(const float *gu, uint16_t *out, int ffn)
 {
     const int r = blockIdx.y;
     const float *g = gu + (size_t)r * 2 * ffn;
@@ -153,14 +177,14 @@ __global__ void silu_mul_kernel(const float *gu, uint16_t *out, int ffn)
         if (i >= ffn) return;
         const float4 gv = *reinterpret_cast<const float4 *>(g + i);
         const float4 uv = *reinterpret_cast<const float4 *>(u + i);
-        const uint32_t o0 = f32_to_bf16(silu_mul1(gv.x, uv.x));
-        const uint32_t o1 = f32_to_bf16(silu_mul1(gv.y, uv.y));
-        const uint32_t o2 = f32_to_bf16(silu_mul1(gv.z, uv.z));
-        const uint32_t o3 = f32_to_bf16(silu_mul1(gv.w, uv.w));
+        const uint32_t o0 = f32_to_bf16(glu1<GELU>(gv.x, uv.x));
+        const uint32_t o1 = f32_to_bf16(glu1<GELU>(gv.y, uv.y));
+        const uint32_t o2 = f32_to_bf16(glu1<GELU>(gv.z, uv.z));
+        const uint32_t o3 = f32_to_bf16(glu1<GELU>(gv.w, uv.w));
         *reinterpret_cast<uint2 *>(o + i) = make_uint2(o0 | (o1 << 16), o2 | (o3 << 16));
     } else {
         const int i = blockIdx.x * kEltThreads + threadIdx.x;
-        if (i < ffn) o[i] = f32_to_bf16(silu_mul1(g[i], u[i]));
+        if (i < ffn) o[i] = f32_to_bf16(glu1<GELU>(g[i], u[i]));
     }
 }
 
@@ -361,15 +385,15 @@ extern "C" void fill_random_bf16_cuda(const struct kctx *c, uint16_t *dst, size_
 }
 
 extern "C" void embed_cuda(const struct kctx *c, const int32_t *tokens, const uint16_t *table,
-                           float *x, int batch, int hidden)
+                           float *x, int batch, int hidden, float scale)
 {
     if (batch <= 0 || hidden <= 0) return;
     cudaStream_t st = stream_of(c);
     const bool vec = hidden % 8 == 0 && aligned(table, 16) && aligned(x, 16);
     if (vec)
-        embed_kernel<true><<<batch, 256, 0, st>>>(tokens, table, x, hidden);
+        embed_kernel<true><<<batch, 256, 0, st>>>(tokens, table, x, hidden, scale);
     else
-        embed_kernel<false><<<batch, 256, 0, st>>>(tokens, table, x, hidden);
+        embed_kernel<false><<<batch, 256, 0, st>>>(tokens, table, x, hidden, scale);
     CUDA_CHECK_LAUNCH(st);
 }
 
@@ -430,20 +454,41 @@ extern "C" void qk_norm_rope_append_cuda(const struct kctx *c, const float *qkv,
     CUDA_CHECK_LAUNCH(st);
 }
 
-extern "C" void silu_mul_cuda(const struct kctx *c, const float *gu, uint16_t *out, int rows,
-                              int ffn)
+extern "C" void rmsnorm_add_cuda(const struct kctx *c, float *x, const float *y, const uint16_t *w,
+                                 int rows, int dim, float eps)
+{
+    if (rows <= 0 || dim <= 0) return;
+    cudaStream_t st = stream_of(c);
+    rmsnorm_add_kernel<<<rows, kNormThreads, 0, st>>>(x, y, w, dim, eps);
+    CUDA_CHECK_LAUNCH(st);
+}
+
+template <bool GELU>
+static void glu_mul_launch(const struct kctx *c, const float *gu, uint16_t *out, int rows, int ffn)
 {
     if (rows <= 0 || ffn <= 0) return;
     cudaStream_t st = stream_of(c);
     const bool vec = ffn % 4 == 0 && aligned(gu, 16) && aligned(out, 8);
     if (vec) {
         const dim3 grid((unsigned)PULSE_CEIL_DIV(ffn / 4, kEltThreads), (unsigned)rows);
-        silu_mul_kernel<true><<<grid, kEltThreads, 0, st>>>(gu, out, ffn);
+        glu_mul_kernel<true, GELU><<<grid, kEltThreads, 0, st>>>(gu, out, ffn);
     } else {
         const dim3 grid((unsigned)PULSE_CEIL_DIV(ffn, kEltThreads), (unsigned)rows);
-        silu_mul_kernel<false><<<grid, kEltThreads, 0, st>>>(gu, out, ffn);
+        glu_mul_kernel<false, GELU><<<grid, kEltThreads, 0, st>>>(gu, out, ffn);
     }
     CUDA_CHECK_LAUNCH(st);
+}
+
+extern "C" void silu_mul_cuda(const struct kctx *c, const float *gu, uint16_t *out, int rows,
+                              int ffn)
+{
+    glu_mul_launch<false>(c, gu, out, rows, ffn);
+}
+
+extern "C" void gelu_mul_cuda(const struct kctx *c, const float *gu, uint16_t *out, int rows,
+                              int ffn)
+{
+    glu_mul_launch<true>(c, gu, out, rows, ffn);
 }
 
 extern "C" void argmax_cuda(const struct kctx *c, const float *logits, int32_t *out, int rows,

@@ -15,12 +15,12 @@ void fill_random_bf16_ref(const struct kctx *c, uint16_t *dst, size_t n, uint64_
 }
 
 void embed_ref(const struct kctx *c, const int32_t *tokens, const uint16_t *table, float *x,
-               int batch, int hidden)
+               int batch, int hidden, float scale)
 {
     (void)c;
     for (int b = 0; b < batch; b++)
         for (int j = 0; j < hidden; j++)
-            x[(size_t)b * hidden + j] = bf16_to_f32(table[(size_t)tokens[b] * hidden + j]);
+            x[(size_t)b * hidden + j] = bf16_to_f32(table[(size_t)tokens[b] * hidden + j]) * scale;
 }
 
 /* 1 / sqrt(mean(v^2) + eps), the statistic every RMSNorm here shares. */
@@ -41,6 +41,18 @@ void rmsnorm_ref(const struct kctx *c, const float *x, const uint16_t *w, uint16
         float inv = rms_inv(xr, dim, eps);
         for (int j = 0; j < dim; j++)
             out[(size_t)r * dim + j] = f32_to_bf16(xr[j] * inv * bf16_to_f32(w[j]));
+    }
+}
+
+void rmsnorm_add_ref(const struct kctx *c, float *x, const float *y, const uint16_t *w, int rows,
+                     int dim, float eps)
+{
+    (void)c;
+    for (int r = 0; r < rows; r++) {
+        const float *yr = y + (size_t)r * dim;
+        float inv = rms_inv(yr, dim, eps);
+        for (int j = 0; j < dim; j++)
+            x[(size_t)r * dim + j] += yr[j] * inv * bf16_to_f32(w[j]);
     }
 }
 
@@ -128,20 +140,20 @@ void attn_decode_ref(const struct kctx *c, const uint16_t *q, const struct kv_vi
     (void)max_tokens;
     int hd = kv->head_dim, group = nq / kv->n_kv_heads;
     for (int b = 0; b < batch; b++) {
-        int n = n_tokens[b];
+        int n = n_tokens[b], t0 = kv->window > 0 && n > kv->window ? n - kv->window : 0;
         for (int h = 0; h < nq; h++) {
             const uint16_t *qh = q + ((size_t)b * nq + h) * hd;
             int kvh = h / group;
             float m = -INFINITY, l = 0.0f, acc[512] = {0};
             /* two passes: max, then exp-sum and weighted V (clear rather than fast) */
-            for (int t = 0; t < n; t++) {
+            for (int t = t0; t < n; t++) {
                 const uint16_t *k = kv_elem(kv, b, t, kvh, 0);
                 float s = 0.0f;
                 for (int d = 0; d < hd; d++)
                     s += bf16_to_f32(qh[d]) * bf16_to_f32(k[d]);
                 m = fmaxf(m, s * scale);
             }
-            for (int t = 0; t < n; t++) {
+            for (int t = t0; t < n; t++) {
                 const uint16_t *k = kv_elem(kv, b, t, kvh, 0);
                 const uint16_t *v = kv_elem(kv, b, t, kvh, 1);
                 float s = 0.0f;
@@ -165,6 +177,17 @@ void silu_mul_ref(const struct kctx *c, const float *gu, uint16_t *out, int rows
         for (int i = 0; i < ffn; i++) {
             float g = gu[(size_t)r * 2 * ffn + i], u = gu[(size_t)r * 2 * ffn + ffn + i];
             out[(size_t)r * ffn + i] = f32_to_bf16(g / (1.0f + expf(-g)) * u);
+        }
+}
+
+void gelu_mul_ref(const struct kctx *c, const float *gu, uint16_t *out, int rows, int ffn)
+{
+    (void)c;
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < ffn; i++) {
+            float g = gu[(size_t)r * 2 * ffn + i], u = gu[(size_t)r * 2 * ffn + ffn + i];
+            float t = tanhf(0.7978845608f * (g + 0.044715f * g * g * g));
+            out[(size_t)r * ffn + i] = f32_to_bf16(0.5f * g * (1.0f + t) * u);
         }
 }
 

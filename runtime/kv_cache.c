@@ -243,7 +243,7 @@ out:
 struct kv_view kv_cache_view(const struct kv_cache *kv, const int32_t *page_start)
 {
     struct kv_view v = {kv->pool,        kv->d_page_ids,   page_start,
-                        kv->p.page_size, kv->p.n_kv_heads, kv->p.head_dim};
+                        kv->p.page_size, kv->p.n_kv_heads, kv->p.head_dim, 0};
     return v;
 }
 

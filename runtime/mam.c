@@ -344,7 +344,7 @@ static struct kv_view probe_stage(struct mam_probe *p, const uint16_t *q, const 
         }
     }
     p->staged_bytes += bytes;
-    struct kv_view hv = {p->pages, p->ids, p->start, mp->block_size, mp->n_kv_heads, mp->head_dim};
+    struct kv_view hv = {p->pages, p->ids, p->start, mp->block_size, mp->n_kv_heads, mp->head_dim, 0};
     return hv;
 }
 
@@ -365,7 +365,7 @@ static void probe_after_attention(void *user, int layer, const uint16_t *q,
 
 struct engine_layer_hook mam_probe_hook(struct mam_probe *p)
 {
-    struct engine_layer_hook h = {probe_after_attention, p};
+    struct engine_layer_hook h = {.after_attention = probe_after_attention, .user = p};
     return h;
 }
 

@@ -8,10 +8,15 @@
 
 /* Shapes from the models' published configs (config.json). */
 static const struct model_config configs[] = {
-    {"qwen3-14b", 40, 5120, 40, 8, 128, 17408, 151936, 1, 1000000.0f, 1e-6f},
-    {"qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, 1, 1000000.0f, 1e-6f},
-    {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 0, 500000.0f, 1e-5f},
-    {"tiny", 4, 256, 4, 2, 64, 512, 1024, 1, 10000.0f, 1e-6f},
+    {"qwen3-14b", 40, 5120, 40, 8, 128, 17408, 151936, 1, 1000000.0f, 1e-6f, 0, 0, 0, 0.0f},
+    {"qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, 1, 1000000.0f, 1e-6f, 0, 0, 0, 0.0f},
+    {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 0, 500000.0f, 1e-5f, 0, 0, 0, 0.0f},
+    {"gemma3-270m", 18, 640, 4, 1, 256, 2048, 262144, 1, 1000000.0f, 1e-6f, MODEL_ARCH_GEMMA3, 512,
+     6, 10000.0f},
+    {"tiny", 4, 256, 4, 2, 64, 512, 1024, 1, 10000.0f, 1e-6f, 0, 0, 0, 0.0f},
+    /* the Gemma 3 layer structure at test size: layers 2 and 5 global, a 24-token window */
+    {"tiny-gemma3", 6, 256, 4, 1, 128, 512, 1024, 1, 1000000.0f, 1e-6f, MODEL_ARCH_GEMMA3, 24, 3,
+     10000.0f},
 };
 
 const struct model_config *model_config_find(const char *name)
@@ -28,7 +33,36 @@ const struct model_config *model_config_at(int i)
 
 const char *model_config_names(void)
 {
-    return "qwen3-14b, qwen3-8b, llama-3.1-8b, tiny";
+    return "qwen3-14b, qwen3-8b, llama-3.1-8b, gemma3-270m, tiny, tiny-gemma3";
+}
+
+int model_layer_is_global(const struct model_config *c, int layer)
+{
+    return c->sliding_window <= 0 || c->sliding_pattern <= 0 ||
+           (layer + 1) % c->sliding_pattern == 0;
+}
+
+int model_layer_window(const struct model_config *c, int layer)
+{
+    return model_layer_is_global(c, layer) ? 0 : c->sliding_window;
+}
+
+float model_layer_rope_theta(const struct model_config *c, int layer)
+{
+    return model_layer_is_global(c, layer) ? c->rope_theta : c->rope_theta_local;
+}
+
+int model_n_global_layers(const struct model_config *c)
+{
+    int n = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        n += model_layer_is_global(c, l);
+    return n;
+}
+
+static int tied(const struct model_config *c)
+{
+    return c->arch == MODEL_ARCH_GEMMA3;
 }
 
 int model_qkv_dim(const struct model_config *c)
@@ -45,13 +79,14 @@ static uint64_t layer_params(const struct model_config *c)
                  + h                              /* mlp_norm */
                  + 3 * (uint64_t)c->ffn * h;      /* gate, up, down */
     if (c->qk_norm) p += 2 * (uint64_t)c->head_dim;
+    if (c->arch == MODEL_ARCH_GEMMA3) p += 2 * h; /* post-norms */
     return p;
 }
 
 uint64_t model_param_count(const struct model_config *c)
 {
     uint64_t vh = (uint64_t)c->vocab * c->hidden;
-    return (uint64_t)c->n_layers * layer_params(c) + 2 * vh + (uint64_t)c->hidden;
+    return (uint64_t)c->n_layers * layer_params(c) + (tied(c) ? 1 : 2) * vh + (uint64_t)c->hidden;
 }
 
 uint64_t model_weight_bytes(const struct model_config *c)
@@ -61,7 +96,8 @@ uint64_t model_weight_bytes(const struct model_config *c)
 
 uint64_t model_step_weight_bytes(const struct model_config *c)
 {
-    return model_weight_bytes(c) - 2 * (uint64_t)c->vocab * c->hidden;
+    /* a tied table is read whole by the head; an untied embedding only by a few rows */
+    return tied(c) ? model_weight_bytes(c) : model_weight_bytes(c) - 2 * (uint64_t)c->vocab * c->hidden;
 }
 
 uint64_t model_kv_bytes_per_token(const struct model_config *c)
@@ -99,11 +135,12 @@ static size_t arena_elems(const struct model_config *c)
                           h * c->n_heads * c->head_dim,
                           h,
                           2 * (size_t)c->ffn * h,
-                          h * c->ffn};
+                          h * c->ffn,
+                          c->arch == MODEL_ARCH_GEMMA3 ? 2 * h : 0};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(per_layer); i++)
         total += (per_layer[i] + 63) & ~(size_t)63;
     total *= (size_t)c->n_layers;
-    total += 2 * (((size_t)c->vocab * h + 63) & ~(size_t)63) + ((h + 63) & ~(size_t)63);
+    total += (tied(c) ? 1 : 2) * (((size_t)c->vocab * h + 63) & ~(size_t)63) + ((h + 63) & ~(size_t)63);
     return total;
 }
 
@@ -123,7 +160,8 @@ static int model_layout(struct model *m, const struct model_config *cfg, const s
     }
     struct carver cv = {be, ctx, m->base, seed, 0, fill};
     float h = (float)cfg->hidden, qd = (float)(cfg->n_heads * cfg->head_dim);
-    m->embed = carve(&cv, (size_t)cfg->vocab * cfg->hidden, 1.0f, 0.0f);
+    /* a tied table serves the head too: the head's scale, times sqrt(hidden) on the way in */
+    m->embed = carve(&cv, (size_t)cfg->vocab * cfg->hidden, tied(cfg) ? sqrtf(3.0f / h) : 1.0f, 0.0f);
     for (int l = 0; l < cfg->n_layers; l++) {
         struct layer_weights *w = &m->layers[l];
         w->attn_norm = carve(&cv, cfg->hidden, 0.1f, 1.0f);
@@ -137,9 +175,19 @@ static int model_layout(struct model *m, const struct model_config *cfg, const s
         w->mlp_norm = carve(&cv, cfg->hidden, 0.1f, 1.0f);
         w->wgu = carve(&cv, 2 * (size_t)cfg->ffn * cfg->hidden, sqrtf(3.0f / h), 0.0f);
         w->wdown = carve(&cv, (size_t)cfg->hidden * cfg->ffn, sqrtf(3.0f / (float)cfg->ffn), 0.0f);
+        if (cfg->arch == MODEL_ARCH_GEMMA3) {
+            w->post_attn_norm = carve(&cv, cfg->hidden, 0.1f, 1.0f);
+            w->post_mlp_norm = carve(&cv, cfg->hidden, 0.1f, 1.0f);
+        }
     }
     m->final_norm = carve(&cv, cfg->hidden, 0.1f, 1.0f);
-    m->lm_head = carve(&cv, (size_t)cfg->vocab * cfg->hidden, sqrtf(3.0f / h), 0.0f);
+    if (tied(cfg)) {
+        m->lm_head = m->embed;
+        m->embed_scale = sqrtf(h);
+    } else {
+        m->lm_head = carve(&cv, (size_t)cfg->vocab * cfg->hidden, sqrtf(3.0f / h), 0.0f);
+        m->embed_scale = 1.0f;
+    }
     PULSE_CHECK((size_t)((char *)cv.next - (char *)m->base) == m->bytes, "arena size mismatch");
     return PULSE_OK;
 }

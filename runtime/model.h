@@ -7,13 +7,32 @@
 
 #include "backend.h"
 
+/* Architectures. LLAMA covers Llama and Qwen3 (pre-norm, SwiGLU, one RoPE base, untied head).
+ * GEMMA3: the embedding is scaled by sqrt(hidden); attention and MLP outputs get a post-norm
+ * before the residual add; GeGLU with tanh-GELU; the head is tied to the embedding; layers are
+ * local (sliding window, RoPE base rope_theta_local) except every sliding_pattern-th, which is
+ * global (rope_theta, the whole context). */
+enum model_arch { MODEL_ARCH_LLAMA = 0, MODEL_ARCH_GEMMA3 = 1 };
+
 struct model_config {
     const char *name;
     int n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab;
-    int qk_norm; /* per-head RMSNorm on q and k (Qwen3) */
+    int qk_norm; /* per-head RMSNorm on q and k (Qwen3, Gemma 3) */
     float rope_theta;
     float norm_eps;
+    int arch;               /* enum model_arch */
+    int sliding_window;     /* tokens a local layer attends, its own included (0: no local) */
+    int sliding_pattern;    /* layer l is global when (l + 1) % sliding_pattern == 0 */
+    float rope_theta_local; /* RoPE base of local layers */
 };
+
+/* Whether layer l attends the whole context (every layer of a model without local layers). */
+int model_layer_is_global(const struct model_config *c, int layer);
+/* Tokens layer l attends at most (0: all), and its RoPE base. */
+int model_layer_window(const struct model_config *c, int layer);
+float model_layer_rope_theta(const struct model_config *c, int layer);
+/* Number of global layers. */
+int model_n_global_layers(const struct model_config *c);
 
 /* The built-in config named `name`, or NULL. */
 const struct model_config *model_config_find(const char *name);
@@ -40,6 +59,8 @@ struct layer_weights {
     uint16_t *mlp_norm;  /* [hidden] */
     uint16_t *wgu;       /* [2*ffn][hidden]: gate rows then up rows */
     uint16_t *wdown;     /* [hidden][ffn] */
+    uint16_t *post_attn_norm; /* [hidden] Gemma 3 post-norms; NULL for llama */
+    uint16_t *post_mlp_norm;  /* [hidden] */
 };
 
 struct model {
@@ -47,7 +68,8 @@ struct model {
     const struct backend *be;
     uint16_t *embed;              /* [vocab][hidden] */
     uint16_t *final_norm;         /* [hidden] */
-    uint16_t *lm_head;            /* [vocab][hidden] */
+    uint16_t *lm_head;            /* [vocab][hidden]; == embed when the head is tied (Gemma 3) */
+    float embed_scale;            /* the embedding rows are multiplied by it (1, or sqrt(hidden)) */
     struct layer_weights *layers; /* host array of n_layers pointer sets */
     void *base;                   /* the one backend allocation */
     size_t bytes;

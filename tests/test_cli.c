@@ -126,7 +126,13 @@ static void test_models(void)
     EXPECT_EQ_INT(run("models --json"), 0);
     json_error_t je;
     json_t *a = json_loads(out, 0, &je);
-    EXPECT(json_is_array(a) && json_array_size(a) == 4);
+    EXPECT(json_is_array(a) && json_array_size(a) == 6);
+    /* Gemma 3 270M: 167.8M embedding (tied) + 100.3M in the blocks; 3 of 18 layers global */
+    json_t *g = json_array_get(a, 3);
+    EXPECT_STR_CONTAINS(json_string_value(json_object_get(g, "name")), "gemma3-270m");
+    EXPECT_STR_CONTAINS(json_string_value(json_object_get(g, "arch")), "gemma3");
+    EXPECT_EQ_INT(json_integer_value(json_object_get(g, "global_layers")), 3);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(g, "params")) / 1000000, 268);
     json_decref(a);
 }
 

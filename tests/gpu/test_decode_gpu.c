@@ -182,7 +182,7 @@ static void test_ops_by_layer(void)
     double worst[2] = {0, 0}; /* bf16 mismatch fraction, fp32 normalised error */
     const char *where = "";
     int wl = -1;
-    bc->embed(kc, hi, engine_model(cpu.e)->embed, h.x, N, H);
+    bc->embed(kc, hi, engine_model(cpu.e)->embed, h.x, N, H, engine_model(cpu.e)->embed_scale);
     for (int l = 0; l < c->n_layers; l++) {
         const struct layer_weights *wc = &engine_model(cpu.e)->layers[l];
         const struct layer_weights *wg = &engine_model(gpu.e)->layers[l];

@@ -216,7 +216,7 @@ static void kvset_init(struct kvset *s, int batch, int nkv, int hd, int ps, cons
     free(perm);
     s->h_pool = xmalloc(s->pool_elems * sizeof(uint16_t));
     fill_bf16(s->h_pool, s->pool_elems, 1.0f, 0.0f);
-    s->hv = (struct kv_view){s->h_pool, s->ids, s->start, ps, nkv, hd};
+    s->hv = (struct kv_view){s->h_pool, s->ids, s->start, ps, nkv, hd, 0};
 }
 
 /* Element offset of token t's K (which = 0) or V row of head h for entry b. */
@@ -232,7 +232,7 @@ static void kvset_upload(struct kvset *s)
     s->d_pool = dput(s->h_pool, s->pool_elems * sizeof(uint16_t));
     s->d_ids = dput(s->ids, (size_t)s->n_ids * sizeof(int32_t));
     s->d_start = dput(s->start, (size_t)s->batch * sizeof(int32_t));
-    s->dv = (struct kv_view){s->d_pool.p, s->d_ids.p, s->d_start.p, s->ps, s->nkv, s->hd};
+    s->dv = (struct kv_view){s->d_pool.p, s->d_ids.p, s->d_start.p, s->ps, s->nkv, s->hd, 0};
 }
 
 static void kvset_free(struct kvset *s)
@@ -286,10 +286,11 @@ static void test_embed(void)
         for (int b = 0; b < batch; b++)
             tok[b] = b == 0 ? 0 : b == 1 ? vocab - 1 : (int)(rnd_u32() % vocab);
         float *r = xmalloc(xn * 4), *g = xmalloc(xn * 4);
-        embed_ref(&g_host, tok, table, r, batch, hidden);
+        float scale = ci == 1 ? 25.298221f : 1.0f; /* sqrt(640): Gemma 3's embedding scale */
+        embed_ref(&g_host, tok, table, r, batch, hidden, scale);
         struct dbuf dt = dput(table, tn * 2), dk = dput(tok, (size_t)batch * 4),
                     dx = dalloc(xn * 4, 0);
-        embed_cuda(&g_dev, dk.p, dt.p, dx.p, batch, hidden);
+        embed_cuda(&g_dev, dk.p, dt.p, dx.p, batch, hidden, scale);
         dget(&dx, g);
         char cs[64];
         snprintf(cs, sizeof cs, "batch=%d hidden=%d", batch, hidden);
@@ -323,6 +324,36 @@ static void test_rmsnorm(void)
         report_cmp("rmsnorm", cs, e, bad, 1e-2, dguard_ok(&dout));
         dfree(&dx), dfree(&dw), dfree(&dout);
         free(x), free(w), free(r), free(g);
+    }
+}
+
+/* The Gemma 3 post-norm fused with the residual add: x += rmsnorm(y) * w, fp32. */
+static void test_rmsnorm_add(void)
+{
+    static const struct {
+        int rows, dim;
+    } cases[] = {{17, 640}, {1, 97}, {5, 5120}};
+    for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
+        int rows = cases[ci].rows, dim = cases[ci].dim;
+        size_t n = (size_t)rows * dim;
+        float *x = xmalloc(n * 4), *y = xmalloc(n * 4), *r = xmalloc(n * 4), *g = xmalloc(n * 4);
+        fill_f32(x, n, 3.0f, 0.5f);
+        for (int i = 0; i < rows; i++)
+            fill_f32(y + (size_t)i * dim, dim, 0.2f + 6.0f * (i % 3), 0.0f);
+        uint16_t *w = xmalloc((size_t)dim * 2);
+        fill_bf16(w, dim, 0.5f, 1.0f);
+        memcpy(r, x, n * 4);
+        rmsnorm_add_ref(&g_host, r, y, w, rows, dim, 1e-6f);
+        struct dbuf dx = dput(x, n * 4), dy = dput(y, n * 4), dw = dput(w, (size_t)dim * 2);
+        rmsnorm_add_cuda(&g_dev, dx.p, dy.p, dw.p, rows, dim, 1e-6f);
+        dget(&dx, g);
+        size_t bad;
+        double e = nerr_f32(g, r, n, &bad);
+        char cs[64];
+        snprintf(cs, sizeof cs, "rows=%d dim=%d", rows, dim);
+        report_cmp("rmsnorm_add", cs, e, bad, 1e-5, dguard_ok(&dx));
+        dfree(&dx), dfree(&dy), dfree(&dw);
+        free(x), free(y), free(r), free(g), free(w);
     }
 }
 
@@ -360,22 +391,28 @@ static void test_silu_mul(void)
 {
     static const struct {
         int rows, ffn;
-    } cases[] = {{17, 97}, {17, 17408}, {1, 4}};
+    } cases[] = {{17, 97}, {17, 17408}, {1, 4}, {3, 2048}};
+    typedef void (*glu_fn)(const struct kctx *, const float *, uint16_t *, int, int);
+    static const struct {
+        const char *name;
+        glu_fn ref, cuda;
+    } acts[] = {{"silu_mul", silu_mul_ref, silu_mul_cuda}, {"gelu_mul", gelu_mul_ref, gelu_mul_cuda}};
+    for (size_t ai = 0; ai < PULSE_ARRAY_LEN(acts); ai++)
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         int rows = cases[ci].rows, ffn = cases[ci].ffn;
         size_t in = (size_t)rows * 2 * ffn, on = (size_t)rows * ffn;
         float *gu = xmalloc(in * 4);
         fill_f32(gu, in, 8.0f, 0.0f);
         uint16_t *r = xmalloc(on * 2), *g = xmalloc(on * 2);
-        silu_mul_ref(&g_host, gu, r, rows, ffn);
+        acts[ai].ref(&g_host, gu, r, rows, ffn);
         struct dbuf dgu = dput(gu, in * 4), dout = dalloc(on * 2, 0);
-        silu_mul_cuda(&g_dev, dgu.p, dout.p, rows, ffn);
+        acts[ai].cuda(&g_dev, dgu.p, dout.p, rows, ffn);
         dget(&dout, g);
         size_t bad;
         double e = nerr_bf16(g, r, on, &bad);
         char cs[64];
         snprintf(cs, sizeof cs, "rows=%d ffn=%d", rows, ffn);
-        report_cmp("silu_mul", cs, e, bad, 1e-2, dguard_ok(&dout));
+        report_cmp(acts[ai].name, cs, e, bad, 1e-2, dguard_ok(&dout));
         dfree(&dgu), dfree(&dout);
         free(gu), free(r), free(g);
     }
@@ -577,15 +614,19 @@ static void test_attn(void)
         int batch, nq, nkv, hd, ps, extra;
         float qscale;
         int n[5];
-    } cases[] = {{"b17 G5 hd128 ps16 n<=97", 17, 40, 8, 128, 16, 0, 1.0f, {97, 1, 16, 17, 33}},
-                 {"b3 G4 hd64 ps5 tail pages, long", 3, 32, 8, 64, 5, 0, 2.0f, {1, 6, 4101}},
-                 {"b2 G1 hd128 ps1", 2, 8, 8, 128, 1, 3, 1.0f, {97, 33}},
-                 {"b2 G8 hd256 ps16 long", 2, 16, 2, 256, 16, 0, 1.0f, {4113, 300}},
-                 {"b2 G5 hd128 ps16 8192", 2, 40, 8, 128, 16, 0, 1.0f, {8192, 4097}},
-                 {"b5 G2 hd64 ps7", 5, 4, 2, 64, 7, 20, 1.0f, {1, 7, 8, 50, 97}},
-                 {"b1 G5 hd128 ps16 peaky 4096", 1, 40, 8, 128, 16, 0, 8.0f, {4096}},
-                 {"b4 G3 hd128 ps32", 4, 12, 4, 128, 32, 0, 1.0f, {33, 64, 1000, 2}},
-                 {"b3 G2 hd64 ps16 (tiny model)", 3, 4, 2, 64, 16, 0, 1.0f, {101, 38, 2}}};
+        int window;
+    } cases[] = {{"b17 G5 hd128 ps16 n<=97", 17, 40, 8, 128, 16, 0, 1.0f, {97, 1, 16, 17, 33}, 0},
+                 {"b3 G4 hd64 ps5 tail pages, long", 3, 32, 8, 64, 5, 0, 2.0f, {1, 6, 4101}, 0},
+                 {"b2 G1 hd128 ps1", 2, 8, 8, 128, 1, 3, 1.0f, {97, 33}, 0},
+                 {"b2 G8 hd256 ps16 long", 2, 16, 2, 256, 16, 0, 1.0f, {4113, 300}, 0},
+                 {"b2 G5 hd128 ps16 8192", 2, 40, 8, 128, 16, 0, 1.0f, {8192, 4097}, 0},
+                 {"b5 G2 hd64 ps7", 5, 4, 2, 64, 7, 20, 1.0f, {1, 7, 8, 50, 97}, 0},
+                 {"b1 G5 hd128 ps16 peaky 4096", 1, 40, 8, 128, 16, 0, 8.0f, {4096}, 0},
+                 {"b4 G3 hd128 ps32", 4, 12, 4, 128, 32, 0, 1.0f, {33, 64, 1000, 2}, 0},
+                 {"b3 G2 hd64 ps16 (tiny model)", 3, 4, 2, 64, 16, 0, 1.0f, {101, 38, 2}, 0},
+                 {"b3 G4 hd256 ps16 window 512 (Gemma 3)", 3, 4, 1, 256, 16, 0, 1.0f, {4113, 300, 513}, 512},
+                 {"b4 G4 hd256 ps5 window 24", 4, 4, 1, 256, 5, 0, 2.0f, {97, 10, 24, 25}, 24},
+                 {"b2 G2 hd64 ps16 window 100, long", 2, 4, 2, 64, 16, 0, 1.0f, {8192, 101}, 100}};
     for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
         int batch = cases[ci].batch, nq = cases[ci].nq, nkv = cases[ci].nkv, hd = cases[ci].hd;
         int *n = xmalloc((size_t)batch * 4), maxn = 0;
@@ -612,6 +653,7 @@ static void test_attn(void)
                 for (size_t i = 0; i < s.page_elems; i++)
                     s.h_pool[p * s.page_elems + i] = qnan;
         kvset_upload(&s);
+        s.hv.window = s.dv.window = cases[ci].window;
         size_t qn = (size_t)batch * nq * hd;
         uint16_t *q = xmalloc(qn * 2), *r = xmalloc(qn * 2), *g = xmalloc(qn * 2);
         fill_bf16(q, qn, cases[ci].qscale, 0.0f);
@@ -681,7 +723,7 @@ static double time_attn(int batch, int ctx, void *flush, size_t flush_bytes)
     CUDA_CHECK(cudaMemcpy(d_n, n, (size_t)batch * 4, cudaMemcpyHostToDevice));
     fill_random_bf16_cuda(&g_dev, pool, pages * page_elems, 11, 1.0f, 0.0f);
     fill_random_bf16_cuda(&g_dev, q, (size_t)batch * nq * hd, 12, 1.0f, 0.0f);
-    struct kv_view kv = {pool, d_ids, d_start, ps, nkv, hd};
+    struct kv_view kv = {pool, d_ids, d_start, ps, nkv, hd, 0};
     struct kctx c = g_dev;
     c.workspace = ws, c.workspace_bytes = wsb;
     cudaStream_t st = (cudaStream_t)c.stream;
@@ -782,6 +824,7 @@ int main(void)
     test_rmsnorm();
     test_gemm();
     test_silu_mul();
+    test_rmsnorm_add();
     test_argmax();
     test_advance_pos();
     test_kv_fill();
