@@ -158,7 +158,7 @@ static void digests_entry(struct locality *L, const struct digest_view *dv, int 
 {
     const int bs = L->p.sel.block_size;
     const int32_t zero = 0;
-    const struct kv_view one = {L->page, &zero, &zero, bs, L->nkv, L->hd};
+    const struct kv_view one = {L->page, &zero, &zero, bs, L->nkv, L->hd, 0};
     make_dirs(L, tag, id, layer);
     for (int i = 0; i * bs < n; i++) {
         const int t0 = i * bs, t1 = PULSE_MIN(n, t0 + bs);
