@@ -31,6 +31,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_recall_bench(int argc, char **argv);  /* recall_bench.c */
 int cmd_profile_heads(int argc, char **argv); /* profile_heads.c */
 int cmd_generate(int argc, char **argv);
-int cmd_synth(int argc, char **argv); /* synth.c */
+int cmd_synth(int argc, char **argv);    /* synth.c */
+int cmd_accuracy(int argc, char **argv); /* accuracy.c */
 
 #endif

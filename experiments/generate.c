@@ -1,21 +1,18 @@
 /* pulse generate: greedy continuation of a prompt with a built-in model or real weights (a Hugging
- * Face checkpoint directory or a llama/qwen3 GGUF). The prompt is processed token by token
- * through the decode step (causal, so exactly what a prefill computes; a batched prefill is
- * future work), then max-new-tokens tokens are decoded. Prints the ids (and text when the
- * model file carries a tokenizer) and can write JSON with the last position's logits. */
+ * Face checkpoint directory or a llama/qwen3/gemma3 GGUF). The prompt is prefilled in chunks
+ * (engine_prefill: dense causal attention, K/V into the cache), then max-new-tokens tokens are
+ * decoded. Prints the ids (and text when the model file carries a tokenizer) and can write JSON
+ * with the last position's logits. --token-by-token runs the prompt through the decode step
+ * one token at a time instead (what the prefill must equal). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "accuracy/gguf.h"
-#include "accuracy/model_load.h"
-#include "accuracy/tokenizer.h"
 #include "cli.h"
 #include "common.h"
-#include "engine.h"
-#include "kv_cache.h"
 #include "results.h"
+#include "session.h"
 
 #define CMD "generate"
 #define MAX_PROMPT (1 << 20)
@@ -23,7 +20,7 @@
 static const char usage[] =
     "usage: pulse generate --model NAME|DIR|FILE.gguf (--prompt TEXT | --prompt-ids 1,2,3)\n"
     "                      [--max-new-tokens N] [--backend cpu|cuda|auto] [--policy vanilla]\n"
-    "                      [--seed S] [--out FILE.json]\n"
+    "                      [--seed S] [--out FILE.json] [--token-by-token]\n"
     "  Greedy continuation. --prompt needs a model file with a SentencePiece tokenizer in it.\n"
     "  --out writes the prompt and generated ids, the text, and the last position's logits.\n";
 
@@ -31,6 +28,7 @@ struct gen_opts {
     const char *model, *prompt, *prompt_ids, *backend, *policy, *out;
     long max_new;
     uint64_t seed;
+    int token_by_token;
 };
 
 static int parse(int argc, char **argv, struct gen_opts *o)
@@ -43,6 +41,7 @@ static int parse(int argc, char **argv, struct gen_opts *o)
                                          {"policy", required_argument, 0, 'P'},
                                          {"seed", required_argument, 0, 's'},
                                          {"out", required_argument, 0, 'o'},
+                                         {"token-by-token", no_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     *o = (struct gen_opts){.backend = "auto", .policy = "vanilla", .max_new = 16, .seed = 1};
@@ -68,6 +67,9 @@ static int parse(int argc, char **argv, struct gen_opts *o)
             break;
         case 'o':
             o->out = optarg;
+            break;
+        case 't':
+            o->token_by_token = 1;
             break;
         case 'n':
             if (cli_int(CMD, "--max-new-tokens", optarg, 1, 1 << 20, &o->max_new)) return -1;
@@ -118,25 +120,6 @@ static long parse_ids(const char *s, int vocab, int32_t *ids, long max)
     return n ? n : -1;
 }
 
-static int load_cb(struct model *m, const struct kctx *ctx, void *path, char *err, size_t len)
-{
-    return model_load_path(m, (const char *)path, ctx, err, len);
-}
-
-/* The tokenizer of a .gguf model, or NULL (with no error) when it has none. */
-static struct tokenizer *open_tokenizer(const char *path, char *err, size_t errlen)
-{
-    size_t n = strlen(path);
-    if (n < 5 || strcmp(path + n - 5, ".gguf") != 0) return NULL;
-    struct gguf_file *g;
-    struct tokenizer *t = NULL;
-    if (gguf_open(path, &g, err, errlen) != PULSE_OK) return NULL;
-    if (gguf_find_kv(g, "tokenizer.ggml.tokens") && tokenizer_load(g, &t, err, errlen) != PULSE_OK)
-        t = NULL;
-    gguf_free(g);
-    return t;
-}
-
 int cmd_generate(int argc, char **argv)
 {
     struct gen_opts o;
@@ -145,76 +128,53 @@ int cmd_generate(int argc, char **argv)
     const struct backend *be = cli_backend(CMD, o.backend);
     if (!be) return EXIT_USAGE;
     char err[512] = "";
-    struct loaded_config lc;
-    const struct model_config *m = model_config_find(o.model);
-    int real = !m;
-    if (real) {
-        if (model_config_from_path(o.model, &lc, err, sizeof err) != PULSE_OK) {
-            cli_error(CMD, "--model: '%s' is no built-in model (%s), and: %s", o.model,
-                      model_config_names(), err);
-            return EXIT_USAGE;
-        }
-        m = &lc.cfg;
+    struct session ss;
+    if (session_config(&ss, o.model, err, sizeof err) != PULSE_OK) {
+        cli_error(CMD, "--model: %s", err);
+        return EXIT_USAGE;
     }
-    struct tokenizer *tok = real ? open_tokenizer(o.model, err, sizeof err) : NULL;
+    const struct model_config *m = ss.cfg;
+    if (session_tokenizer(&ss, err, sizeof err) != PULSE_OK) ss.tok = NULL;
     int32_t *ids = mem_alloc(MEM_HOST, sizeof(int32_t) * (MAX_PROMPT + o.max_new), "ids");
     long n_prompt = -1;
     int code = EXIT_USAGE;
-    struct engine *e = NULL;
-    struct kv_cache *kv = NULL;
-    struct batch *bt = NULL;
     float *logits = NULL;
     json_t *res = NULL;
     if (o.prompt_ids) {
         n_prompt = parse_ids(o.prompt_ids, m->vocab, ids, MAX_PROMPT);
-    } else if (!tok) {
+    } else if (!ss.tok) {
         cli_error(CMD, "--prompt: '%s' has no tokenizer this build reads; use --prompt-ids",
                   o.model);
     } else {
         size_t n = 0;
-        if (tokenizer_encode(tok, o.prompt, strlen(o.prompt), 1, ids, MAX_PROMPT, &n) == PULSE_OK)
+        if (tokenizer_encode(ss.tok, o.prompt, strlen(o.prompt), 1, ids, MAX_PROMPT, &n) ==
+            PULSE_OK)
             n_prompt = (long)n;
         else
             cli_error(CMD, "--prompt: the text does not fit %d tokens", MAX_PROMPT);
     }
     if (n_prompt < 1) goto out;
     int total = (int)(n_prompt + o.max_new);
-    struct engine_params ep = {.cfg = m,
-                               .be = be,
-                               .seed = o.seed,
-                               .max_batch = 1,
-                               .max_tokens = total,
-                               .use_graph = 0,
-                               .load_weights = real ? load_cb : NULL,
-                               .load_user = (void *)o.model};
     code = 1;
-    if (!(e = engine_create(&ep, err, sizeof err))) {
-        cli_error(CMD, "%s", err);
-        goto out;
-    }
-    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, 16, 0, 1, total};
-    kp.budget_bytes = kv_cache_params_request_bytes(&kp, total);
-    int slot;
-    bt = batch_create(e);
+    rc = session_start(&ss, be, o.seed, total, o.token_by_token ? 1 : (int)PULSE_MIN(n_prompt, 256),
+                       err, sizeof err);
     logits = mem_alloc(MEM_HOST, sizeof(float) * m->vocab, "logits");
-    if (!(kv = kv_cache_create(&kp, be, engine_ctx(e), err, sizeof err)) || !bt || !logits ||
-        kv_cache_admit(kv, total, &slot) != PULSE_OK) {
-        cli_error(CMD, "out of memory for %d tokens of KV (%s)", total, err);
-        code = EXIT_OOM;
+    if (rc != PULSE_OK || !logits) {
+        cli_error(CMD, "%s", err[0] ? err : "out of memory");
+        code = rc == PULSE_ERR_OOM || !logits ? EXIT_OOM : 1;
         goto out;
     }
-    /* the prompt, one token per step (each step appends its K/V and attends all before it);
-     * the step after the last prompt token yields the first new token */
-    for (long t = 0; t < n_prompt; t++) {
-        struct batch_entry en = {slot, 0, (int)t, total, ids[t]};
-        batch_set(e, bt, kv, &en, 1);
-        engine_step(e, bt, kv);
-    }
+    int32_t next = 0;
+    if (o.token_by_token) /* each step appends its K/V and attends all before it */
+        for (long t = 0; t < n_prompt; t++)
+            next = session_decode(&ss, (int)t, ids[t]);
+    else
+        next = session_prefill(&ss, ids, (int)n_prompt);
     for (long k = 0; k < o.max_new; k++) {
-        if (k) engine_step(e, bt, kv); /* consumes the token the last step produced */
-        batch_read_tokens(e, bt, &ids[n_prompt + k]);
-        if (k == o.max_new - 1) batch_read_logits(e, bt, logits);
+        if (k) next = session_decode(&ss, (int)(n_prompt + k - 1), ids[n_prompt + k - 1]);
+        ids[n_prompt + k] = next;
     }
+    engine_read_logits(ss.e, logits, 1);
     printf("prompt ids:");
     for (long t = 0; t < n_prompt; t++)
         printf(" %d", ids[t]);
@@ -223,11 +183,11 @@ int cmd_generate(int argc, char **argv)
         printf(" %d", ids[n_prompt + k]);
     printf("\n");
     char *text = NULL;
-    if (tok) {
+    if (ss.tok) {
         size_t cap = (size_t)o.max_new * 64 + 1, len = 0;
         text = mem_alloc(MEM_HOST, cap, "text");
-        if (text && tokenizer_decode(tok, ids + n_prompt, (size_t)o.max_new, 0, text, cap, &len) ==
-                        PULSE_OK)
+        if (text && tokenizer_decode(ss.tok, ids + n_prompt, (size_t)o.max_new, 0, text, cap,
+                                     &len) == PULSE_OK)
             printf("text: %s\n", text);
     }
     code = 0;
@@ -243,9 +203,10 @@ int cmd_generate(int argc, char **argv)
         for (int v = 0; v < m->vocab; v++)
             json_array_append_new(lj, json_real(logits[v]));
         json_object_set_new(res, "config",
-                            json_pack("{s:s,s:s,s:b,s:I,s:i}", "model", o.model, "backend",
-                                      be->name, "real_weights", real, "seed", (json_int_t)o.seed,
-                                      "max_new_tokens", (int)o.max_new));
+                            json_pack("{s:s,s:s,s:b,s:I,s:i,s:s}", "model", o.model, "backend",
+                                      be->name, "real_weights", ss.real, "seed",
+                                      (json_int_t)o.seed, "max_new_tokens", (int)o.max_new,
+                                      "prompt", o.token_by_token ? "token-by-token" : "prefill"));
         json_object_set_new(res, "prompt_ids", pj);
         json_object_set_new(res, "generated_ids", gj);
         json_object_set_new(res, "last_logits", lj);
@@ -259,10 +220,7 @@ int cmd_generate(int argc, char **argv)
 out:
     json_decref(res);
     mem_free(MEM_HOST, logits, sizeof(float) * m->vocab);
-    if (e) batch_free(e, bt);
-    kv_cache_free(kv);
-    engine_free(e);
-    tokenizer_free(tok);
+    session_close(&ss);
     mem_free(MEM_HOST, ids, sizeof(int32_t) * (MAX_PROMPT + o.max_new));
     return code;
 }

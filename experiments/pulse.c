@@ -17,6 +17,7 @@ static const struct {
     {"profile-heads", cmd_profile_heads, "MAM head profile of a model (SoloHead's selectors)"},
     {"generate", cmd_generate, "greedy continuation of a prompt (built-in or real weights)"},
     {"synth", cmd_synth, "write RULER-style synthetic tasks as LongBench JSONL"},
+    {"accuracy", cmd_accuracy, "accuracy of full attention and sparse selection policies"},
 };
 
 static void usage(FILE *f)

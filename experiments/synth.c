@@ -3,10 +3,13 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "accuracy/gguf.h"
 #include "accuracy/synth.h"
+#include "accuracy/tokenizer.h"
 #include "cli.h"
 #include "common.h"
 
@@ -20,7 +23,7 @@ static const char usage[] =
     "  answers, length (words), all_classes (null), dataset, language, _id, plus depth (of the\n"
     "  queried needle, 0..1 of the context bytes), depths, tokens and target_tokens.\n"
     "  The prompt (the task's template in accuracy/longbench.c) plus the task's max new tokens\n"
-    "  fits in N tokens, counted as ceil(bytes / 4).\n"
+    "  fits in N tokens, counted as ceil(bytes / 4), or by --tokenizer's.\n"
     "  --task T        passkey, niah_multikey, variable_tracking, kv_retrieval or all\n"
     "                  (repeatable)\n"
     "  --length N      target tokens, >= 256 (repeatable, up to 32)\n"
@@ -29,6 +32,7 @@ static const char usage[] =
     "  --corpus PATH   filler documents: a directory walked recursively or a file\n"
     "                  (repeatable; default /usr/share/doc and /usr/share/common-licenses)\n"
     "  --out-dir DIR   where the files go (created if missing; required)\n"
+    "  --tokenizer F   count tokens with the tokenizer of the model file F.gguf (with BOS)\n"
     "exit: 0 ok, 1 run failed, 2 bad usage or no usable corpus, 3 out of memory\n";
 
 struct synth_opts {
@@ -40,6 +44,7 @@ struct synth_opts {
     const char *corpus[MAX_CORPUS];
     int n_corpus;
     const char *out_dir;
+    const char *tokenizer; /* a .gguf whose tokenizer counts the tokens */
 };
 
 static int parse_task(const char *C, const char *s, struct synth_opts *o)
@@ -67,7 +72,8 @@ static int parse(int argc, char **argv, struct synth_opts *o)
         {"task", required_argument, 0, 't'},    {"length", required_argument, 0, 'l'},
         {"samples", required_argument, 0, 'n'}, {"seed", required_argument, 0, 's'},
         {"corpus", required_argument, 0, 'c'},  {"out-dir", required_argument, 0, 'o'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+        {"tokenizer", required_argument, 0, 'k'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->samples = 100, o->seed = 1;
     const char *C = "synth";
@@ -102,6 +108,9 @@ static int parse(int argc, char **argv, struct synth_opts *o)
             break;
         case 'o':
             o->out_dir = optarg;
+            break;
+        case 'k':
+            o->tokenizer = optarg;
             break;
         case 'h':
             fputs(usage, stdout);
@@ -143,13 +152,35 @@ static void print_stats(const struct synth_corpus *corpus)
 }
 
 /* Writes one task at one length; an exit code. */
+/* Tokens of text under the model's tokenizer (BOS included, as the accuracy driver encodes). */
+struct counter {
+    struct tokenizer *tok;
+    int32_t *ids;
+    size_t cap;
+};
+
+static long long count_tokens(void *user, const char *text, size_t len)
+{
+    struct counter *c = user;
+    size_t need = len + 16, n = 0; /* a token covers at least one byte (BOS aside) */
+    if (need > c->cap) {
+        free(c->ids);
+        c->ids = malloc(sizeof(int32_t) * need);
+        c->cap = c->ids ? need : 0;
+        if (!c->ids) return -1;
+    }
+    return tokenizer_encode(c->tok, text, len, 1, c->ids, c->cap, &n) == PULSE_OK ? (long long)n
+                                                                                 : -1;
+}
+
 static int write_one(const struct synth_opts *o, const struct synth_corpus *corpus, int task,
-                     long length)
+                     long length, struct counter *ctr)
 {
     char path[4096], err[512];
     snprintf(path, sizeof path, "%s/%s_%ld.jsonl", o->out_dir, synth_task_name(task), length);
     struct synth_params p = {
-        (enum synth_task)task, length, (size_t)o->samples, o->seed, NULL, NULL};
+        (enum synth_task)task, length, (size_t)o->samples, o->seed,
+        ctr->tok ? count_tokens : NULL, ctr};
     FILE *f = fopen(path, "w");
     if (!f) {
         cli_error("synth", "--out-dir: %s: cannot write: %s", path, strerror(errno));
@@ -188,14 +219,28 @@ int cmd_synth(int argc, char **argv)
         return lrc == PULSE_ERR_NOMEM ? EXIT_OOM : EXIT_USAGE;
     }
     print_stats(corpus);
+    struct counter ctr = {NULL, NULL, 0};
+    if (o.tokenizer) {
+        struct gguf_file *g;
+        if (gguf_open(o.tokenizer, &g, err, sizeof err) != PULSE_OK ||
+            (tokenizer_load(g, &ctr.tok, err, sizeof err) != PULSE_OK && (gguf_free(g), 1))) {
+            cli_error("synth", "--tokenizer: %s", err);
+            synth_corpus_free(corpus);
+            return EXIT_USAGE;
+        }
+        gguf_free(g);
+    }
     if (mkdir(o.out_dir, 0777) != 0 && errno != EEXIST) {
         cli_error("synth", "--out-dir: %s: cannot create: %s", o.out_dir, strerror(errno));
         synth_corpus_free(corpus);
+        tokenizer_free(ctr.tok);
         return 1;
     }
     for (int t = 0; t < SYNTH_TASK_COUNT && !rc; t++)
         for (int l = 0; o.tasks[t] && l < o.n_lengths && !rc; l++)
-            rc = write_one(&o, corpus, t, o.lengths[l]);
+            rc = write_one(&o, corpus, t, o.lengths[l], &ctr);
     synth_corpus_free(corpus);
+    tokenizer_free(ctr.tok);
+    free(ctr.ids);
     return rc;
 }

@@ -1,0 +1,414 @@
+#include "accuracy/sparse_attn.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "common.h"
+#include "mem.h"
+#include "select.h"
+
+static const char *const policy_names[SPARSE_POLICY_COUNT] = {
+    "full", "solohead", "reversed", "headwise", "quest", "infinigen"};
+
+const char *sparse_policy_name(int policy)
+{
+    return policy >= 0 && policy < SPARSE_POLICY_COUNT ? policy_names[policy] : NULL;
+}
+
+int sparse_policy_find(const char *name)
+{
+    for (int i = 0; i < SPARSE_POLICY_COUNT; i++)
+        if (!strcmp(name, policy_names[i])) return i;
+    return -1;
+}
+
+const char *sparse_policy_names(void)
+{
+    return "full, solohead, reversed, headwise, quest, infinigen";
+}
+
+/* The selection kernels of one backend. */
+struct sel_fns {
+    void (*digest_build)(const struct kctx *, const struct kv_view *, const struct digest_view *,
+                         const int32_t *, int, int, int);
+    void (*select_blocks)(const struct kctx *, const struct select_cfg *, const uint16_t *,
+                          const struct digest_view *, const int32_t *, float *, int32_t *,
+                          int32_t *, int, int);
+    void (*approx_q)(const struct kctx *, const struct approx_q_weights *, const float *,
+                     const int32_t *, void *, uint16_t *, int, int, int, int, float, float);
+};
+
+static const struct sel_fns fns_ref = {digest_build_ref, select_blocks_ref, select_approx_q_ref};
+#ifdef PULSE_HAVE_CUDA
+static const struct sel_fns fns_cuda = {digest_build_cuda, select_blocks_cuda,
+                                        select_approx_q_cuda};
+#endif
+
+struct sparse_attn {
+    struct engine *e;
+    const struct kv_cache *kv;
+    const struct model_config *c;
+    const struct backend *be;
+    const struct kctx *ctx;
+    struct sel_fns fn;
+    int bs, max_blocks, slot;
+    struct sparse_params p;
+    struct select_cfg one;  /* one query head against one KV head's digests */
+    struct select_cfg kvh;  /* a KV head's query heads summed (quest) */
+    struct sparse_stats st;
+    sparse_list_fn observe;
+    void *observe_user;
+    /* backend memory, one allocation */
+    void *mem;
+    size_t mem_bytes;
+    uint16_t *digests;     /* [n_kv_heads][max_blocks] digest pages of one head (2 * hd) */
+    int32_t *d_ident;      /* [max_blocks] 0, 1, 2, ... (digest page ids) */
+    int32_t *d_zero;       /* [1] 0 */
+    float *d_scores;       /* [n_heads][max_blocks] */
+    int32_t *d_sel;        /* [n_heads][max_blocks] selected blocks */
+    int32_t *d_count;      /* [n_heads] */
+    int32_t *d_pages;      /* [n_heads][max_blocks] page ids of the selected blocks */
+    int32_t *d_n;          /* [n_heads] tokens attended per list */
+    uint16_t *d_approx_q;  /* [n_heads * hd] */
+    void *d_approx_ws;     /* approximate query workspace */
+    size_t approx_ws_bytes;
+    uint16_t *d_partial_wq; /* [global layers][n_heads*hd][n_channels] (frac < 1) */
+    int32_t *d_channels;    /* [global layers][n_channels] */
+    int n_channels;
+    int *global_index;      /* [n_layers] index among global layers, -1 for local */
+    int approx_ready;       /* the approximate query of the next layer is in d_approx_q */
+    /* host */
+    int32_t *h_sel, *h_count, *h_pages, *h_n;
+};
+
+static void *carve(char **cur, size_t n)
+{
+    void *p = *cur;
+    *cur += (n + 255) & ~(size_t)255;
+    return p;
+}
+
+static size_t device_bytes(const struct model_config *c, int max_blocks, int n_global, int nch,
+                           size_t approx_ws)
+{
+    size_t H = (size_t)c->n_heads, hd = (size_t)c->head_dim, mb = (size_t)max_blocks;
+    size_t parts[] = {2 * (size_t)c->n_kv_heads * mb * 2 * hd, 4 * mb, 4, 4 * H * mb, 4 * H * mb,
+                      4 * H, 4 * H * mb, 4 * H, 2 * H * hd, approx_ws,
+                      nch < c->hidden ? 2 * (size_t)n_global * H * hd * nch : 0,
+                      nch < c->hidden ? 4 * (size_t)n_global * nch : 0};
+    size_t total = 0;
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(parts); i++)
+        total += (parts[i] + 255) & ~(size_t)255;
+    return total;
+}
+
+/* Partial W_q (InfiniGen's channel subset) of every global layer, built on the host from the
+ * engine's weights and uploaded. */
+static int build_partial(struct sparse_attn *s, double frac)
+{
+    const struct model_config *c = s->c;
+    const struct model *m = engine_model(s->e);
+    size_t qrows = (size_t)c->n_heads * c->head_dim, wq = qrows * c->hidden;
+    uint16_t *h_wq = mem_alloc(MEM_HOST, wq * 2, "wq copy");
+    uint16_t *h_part = mem_alloc(MEM_HOST, qrows * (size_t)s->n_channels * 2, "partial wq");
+    int32_t *h_ch = mem_alloc(MEM_HOST, sizeof(int32_t) * c->hidden, "channels");
+    int rc = h_wq && h_part && h_ch ? PULSE_OK : PULSE_ERR_NOMEM;
+    for (int l = 0; l < c->n_layers && rc == PULSE_OK; l++) {
+        int g = s->global_index[l];
+        if (g < 0) continue;
+        s->be->download(s->ctx, h_wq, m->layers[l].wqkv, wq * 2);
+        if (select_channels_build(h_wq, (int)qrows, c->hidden, frac, h_ch) != s->n_channels) {
+            rc = PULSE_ERR_NOMEM;
+            break;
+        }
+        select_partial_weight_build(h_wq, (int)qrows, c->hidden, h_ch, s->n_channels, h_part);
+        s->be->upload(s->ctx, s->d_partial_wq + (size_t)g * qrows * s->n_channels, h_part,
+                      qrows * (size_t)s->n_channels * 2);
+        s->be->upload(s->ctx, s->d_channels + (size_t)g * s->n_channels, h_ch,
+                      sizeof(int32_t) * s->n_channels);
+    }
+    mem_free(MEM_HOST, h_wq, wq * 2);
+    mem_free(MEM_HOST, h_part, qrows * (size_t)s->n_channels * 2);
+    mem_free(MEM_HOST, h_ch, sizeof(int32_t) * c->hidden);
+    return rc;
+}
+
+struct sparse_attn *sparse_attn_create(struct engine *e, const struct kv_cache *kv, int page_size,
+                                       int max_tokens, double infinigen_frac, char *err,
+                                       size_t errlen)
+{
+    const struct model *m = engine_model(e);
+    const struct model_config *c = m->cfg;
+    if (!(infinigen_frac > 0.0 && infinigen_frac <= 1.0) || page_size < 1 || max_tokens < 1) {
+        snprintf(err, errlen, "sparse attention: bad parameters (frac %g, page %d, tokens %d)",
+                 infinigen_frac, page_size, max_tokens);
+        return NULL;
+    }
+    int max_blocks = PULSE_CEIL_DIV(max_tokens, page_size);
+    if (max_blocks > SELECT_MAX_BLOCKS || c->head_dim > SELECT_MAX_HEAD_DIM) {
+        snprintf(err, errlen, "sparse attention: %d blocks or head_dim %d beyond select.h's limits",
+                 max_blocks, c->head_dim);
+        return NULL;
+    }
+    struct sparse_attn *s = mem_alloc(MEM_HOST, sizeof *s, "sparse attn");
+    if (!s) goto oom;
+    memset(s, 0, sizeof *s);
+    s->e = e;
+    s->kv = kv;
+    s->c = c;
+    s->be = m->be;
+    s->ctx = engine_ctx(e);
+    s->bs = page_size;
+    s->max_blocks = max_blocks;
+    s->fn = fns_ref;
+#ifdef PULSE_HAVE_CUDA
+    if (s->be->mem == MEM_DEVICE) s->fn = fns_cuda;
+#endif
+    s->global_index = mem_alloc(MEM_HOST, sizeof(int) * c->n_layers, "global index");
+    if (!s->global_index) goto oom;
+    int n_global = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        s->global_index[l] = model_layer_is_global(c, l) ? n_global++ : -1;
+    s->n_channels = (int)ceil(infinigen_frac * c->hidden);
+    s->n_channels = PULSE_MIN(PULSE_MAX(s->n_channels, 1), c->hidden);
+    s->approx_ws_bytes = select_approx_q_workspace_bytes(1, c->hidden, c->n_heads, c->head_dim);
+    s->mem_bytes = device_bytes(c, max_blocks, n_global, s->n_channels, s->approx_ws_bytes);
+    s->mem = mem_alloc(s->be->mem, s->mem_bytes, "sparse attn");
+    size_t H = (size_t)c->n_heads, mb = (size_t)max_blocks, hd = (size_t)c->head_dim;
+    s->h_sel = mem_alloc(MEM_HOST, 4 * H * mb, "sel host");
+    s->h_pages = mem_alloc(MEM_HOST, 4 * H * mb, "pages host");
+    s->h_count = mem_alloc(MEM_HOST, 4 * H, "count host");
+    s->h_n = mem_alloc(MEM_HOST, 4 * H, "n host");
+    if (!s->mem || !s->h_sel || !s->h_pages || !s->h_count || !s->h_n) goto oom;
+    char *cur = s->mem;
+    s->digests = carve(&cur, 2 * (size_t)c->n_kv_heads * mb * 2 * hd);
+    s->d_ident = carve(&cur, 4 * mb);
+    s->d_zero = carve(&cur, 4);
+    s->d_scores = carve(&cur, 4 * H * mb);
+    s->d_sel = carve(&cur, 4 * H * mb);
+    s->d_count = carve(&cur, 4 * H);
+    s->d_pages = carve(&cur, 4 * H * mb);
+    s->d_n = carve(&cur, 4 * H);
+    s->d_approx_q = carve(&cur, 2 * H * hd);
+    s->d_approx_ws = carve(&cur, s->approx_ws_bytes);
+    if (s->n_channels < c->hidden) {
+        s->d_partial_wq = carve(&cur, 2 * (size_t)n_global * H * hd * s->n_channels);
+        s->d_channels = carve(&cur, 4 * (size_t)n_global * s->n_channels);
+    }
+    for (int i = 0; i < max_blocks; i++) /* the host page buffer stages the identity ids */
+        s->h_pages[i] = i;
+    s->be->upload(s->ctx, s->d_ident, s->h_pages, 4 * mb);
+    s->h_pages[0] = 0;
+    s->be->upload(s->ctx, s->d_zero, s->h_pages, 4);
+    if (s->n_channels < c->hidden && build_partial(s, infinigen_frac) != PULSE_OK) goto oom;
+    return s;
+oom:
+    snprintf(err, errlen, "sparse attention: out of memory");
+    sparse_attn_free(s);
+    return NULL;
+}
+
+void sparse_attn_free(struct sparse_attn *s)
+{
+    if (!s) return;
+    size_t H = (size_t)s->c->n_heads, mb = (size_t)s->max_blocks;
+    mem_free(s->be->mem, s->mem, s->mem_bytes);
+    mem_free(MEM_HOST, s->h_sel, 4 * H * mb);
+    mem_free(MEM_HOST, s->h_pages, 4 * H * mb);
+    mem_free(MEM_HOST, s->h_count, 4 * H);
+    mem_free(MEM_HOST, s->h_n, 4 * H);
+    mem_free(MEM_HOST, s->global_index, sizeof(int) * s->c->n_layers);
+    mem_free(MEM_HOST, s, sizeof *s);
+}
+
+int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, int slot,
+                          char *err, size_t errlen)
+{
+    const struct model_config *c = s->c;
+    if (p->policy < 0 || p->policy >= SPARSE_POLICY_COUNT) {
+        snprintf(err, errlen, "unknown sparse policy %d", p->policy);
+        return PULSE_ERR_INVALID;
+    }
+    if (p->budget_tokens < 0 || p->budget_tokens % s->bs || p->sink < 0 || p->window < 0) {
+        snprintf(err, errlen, "budget %d tokens: not a multiple of the block size %d (or "
+                 "negative sink/window)", p->budget_tokens, s->bs);
+        return PULSE_ERR_INVALID;
+    }
+    int per_head = p->policy == SPARSE_HEADWISE || p->policy == SPARSE_QUEST ||
+                   p->policy == SPARSE_INFINIGEN;
+    if (per_head && c->n_kv_heads != 1) {
+        snprintf(err, errlen, "policy %s: implemented for one KV head; %s has %d",
+                 sparse_policy_name(p->policy), c->name, c->n_kv_heads);
+        return PULSE_ERR_INVALID;
+    }
+    if ((p->policy == SPARSE_SOLOHEAD || p->policy == SPARSE_REVERSED) && !p->selector) {
+        snprintf(err, errlen, "policy %s needs a selector head per layer",
+                 sparse_policy_name(p->policy));
+        return PULSE_ERR_INVALID;
+    }
+    if (p->selector)
+        for (int l = 0; l < c->n_layers; l++)
+            if (p->selector[l] < 0 || p->selector[l] >= c->n_heads) {
+                snprintf(err, errlen, "selector of layer %d: %d is not a query head", l,
+                         p->selector[l]);
+                return PULSE_ERR_INVALID;
+            }
+    s->p = *p;
+    s->slot = slot;
+    memset(&s->st, 0, sizeof s->st);
+    s->approx_ready = 0;
+    s->one = (struct select_cfg){1, 1, c->head_dim, s->bs, p->budget_tokens / s->bs,
+                                 p->sink, p->window, s->max_blocks};
+    s->kvh = s->one;
+    s->kvh.n_heads = c->n_heads / c->n_kv_heads;
+    return select_cfg_check(&s->one, err, errlen) == 0 ? PULSE_OK : PULSE_ERR_INVALID;
+}
+
+void sparse_attn_set_list_observer(struct sparse_attn *s, sparse_list_fn fn, void *user)
+{
+    s->observe = fn;
+    s->observe_user = user;
+}
+
+void sparse_attn_get_stats(const struct sparse_attn *s, struct sparse_stats *out)
+{
+    *out = s->st;
+}
+
+static struct digest_view digests_of(const struct sparse_attn *s, int kv_head)
+{
+    size_t page = 2 * (size_t)s->c->head_dim;
+    struct digest_view dv = {s->digests + (size_t)kv_head * s->max_blocks * page, s->d_ident,
+                             s->d_zero, 1, s->c->head_dim};
+    return dv;
+}
+
+/* Reads the lists back, maps blocks to the layer's page ids, uploads the page lists and the
+ * attended lengths. */
+static void lists_to_pages(struct sparse_attn *s, int layer, int n_lists, int n_tokens)
+{
+    int stride = s->max_blocks, nb = PULSE_CEIL_DIV(n_tokens, s->bs);
+    s->be->download(s->ctx, s->h_count, s->d_count, 4 * (size_t)n_lists);
+    const int32_t *row = kv_cache_host_page_ids(s->kv) + kv_cache_row(s->kv, s->slot, layer);
+    for (int l = 0; l < n_lists; l++) {
+        int cnt = s->h_count[l];
+        s->be->download(s->ctx, s->h_sel + (size_t)l * stride, s->d_sel + (size_t)l * stride,
+                        4 * (size_t)cnt);
+        const int32_t *sel = s->h_sel + (size_t)l * stride;
+        PULSE_CHECK(cnt >= 1 && sel[cnt - 1] == nb - 1, "selection without its tail block");
+        for (int i = 0; i < cnt; i++)
+            s->h_pages[(size_t)l * stride + i] = row[sel[i]];
+        /* every selected block is full but the tail, which is last */
+        s->h_n[l] = (cnt - 1) * s->bs + (n_tokens - (nb - 1) * s->bs);
+        s->st.lists++;
+        s->st.attended_tokens += s->h_n[l];
+        s->st.context_tokens += n_tokens;
+        if (s->observe) s->observe(s->observe_user, layer, l, sel, cnt, n_tokens);
+    }
+    for (int l = 0; l < n_lists; l++)
+        s->be->upload(s->ctx, s->d_pages + (size_t)l * stride, s->h_pages + (size_t)l * stride,
+                      4 * (size_t)s->h_count[l]);
+    s->be->upload(s->ctx, s->d_n, s->h_n, 4 * (size_t)n_lists);
+}
+
+/* Attention of query heads [h0, h0 + nq) over list l's pages. */
+static void attend_list(struct sparse_attn *s, const struct kv_view *kv, const uint16_t *q,
+                        uint16_t *out, int l, int h0, int nq, int n_tokens)
+{
+    struct kv_view v = *kv;
+    v.page_ids = s->d_pages + (size_t)l * s->max_blocks;
+    v.page_start = s->d_zero;
+    v.window = 0;
+    size_t hd = (size_t)s->c->head_dim;
+    s->be->attn_decode(s->ctx, q + h0 * hd, &v, s->d_n + l, out + h0 * hd, 1, nq, n_tokens,
+                       1.0f / sqrtf((float)hd));
+}
+
+static int sparse_attend(void *user, int layer, const uint16_t *q, const struct kv_view *kv,
+                         const int32_t *n_tokens, const int32_t *n_host, uint16_t *out, int batch)
+{
+    struct sparse_attn *s = user;
+    const struct model_config *c = s->c;
+    PULSE_CHECK(batch == 1, "sparse attention decodes one request at a time");
+    if (s->p.policy == SPARSE_FULL || s->global_index[layer] < 0) return 0;
+    int n = n_host[0], nb = PULSE_CEIL_DIV(n, s->bs);
+    if (select_count_for(&s->one, n) >= nb) { /* the budget covers the whole context */
+        s->st.dense_calls++;
+        return 0;
+    }
+    s->st.sparse_calls++;
+    struct kv_view full = *kv;
+    full.window = 0;
+    for (int g = 0; g < c->n_kv_heads; g++) {
+        struct digest_view dv = digests_of(s, g);
+        s->fn.digest_build(s->ctx, &full, &dv, n_tokens, 1, g, n);
+    }
+    size_t hd = (size_t)c->head_dim, mb = (size_t)s->max_blocks;
+    int G = c->n_heads / c->n_kv_heads, nh = c->n_heads;
+    struct digest_view dv0 = digests_of(s, 0);
+    switch (s->p.policy) {
+    case SPARSE_SOLOHEAD:
+    case SPARSE_REVERSED: {
+        int h = s->p.selector[layer];
+        struct digest_view dv = digests_of(s, h / G);
+        s->fn.select_blocks(s->ctx, &s->one, q + h * hd, &dv, n_tokens, s->d_scores, s->d_sel,
+                            s->d_count, 1, SELECT_HEADWISE);
+        lists_to_pages(s, layer, 1, n);
+        attend_list(s, kv, q, out, 0, 0, nh, n);
+        break;
+    }
+    case SPARSE_QUEST:
+        s->fn.select_blocks(s->ctx, &s->kvh, q, &dv0, n_tokens, s->d_scores, s->d_sel, s->d_count,
+                            1, SELECT_HEADWISE);
+        lists_to_pages(s, layer, 1, n);
+        attend_list(s, kv, q, out, 0, 0, nh, n);
+        break;
+    default: { /* headwise, infinigen: a list per query head (one KV head) */
+        const uint16_t *qs = q;
+        if (s->p.policy == SPARSE_INFINIGEN) { /* a global first layer has no speculation */
+            if (s->approx_ready) qs = s->d_approx_q;
+            else s->st.unspeculated++;
+            s->approx_ready = 0;
+        }
+        for (int h = 0; h < nh; h++)
+            s->fn.select_blocks(s->ctx, &s->one, qs + h * hd, &dv0, n_tokens,
+                                s->d_scores + h * mb, s->d_sel + h * mb, s->d_count + h, 1,
+                                SELECT_HEADWISE);
+        lists_to_pages(s, layer, nh, n);
+        for (int h = 0; h < nh; h++)
+            attend_list(s, kv, q, out, h, h, 1, n);
+        break;
+    }
+    }
+    return 1;
+}
+
+/* InfiniGen: at layer l's input, the approximate query of the next layer when it is global. */
+static void sparse_before_layer(void *user, int layer, const float *x, const int32_t *pos,
+                                int batch)
+{
+    struct sparse_attn *s = user;
+    const struct model_config *c = s->c;
+    int next = layer + 1;
+    if (s->p.policy != SPARSE_INFINIGEN || next >= c->n_layers || s->global_index[next] < 0)
+        return;
+    const struct layer_weights *w = &engine_model(s->e)->layers[next];
+    size_t qrows = (size_t)c->n_heads * c->head_dim;
+    int g = s->global_index[next];
+    struct approx_q_weights aw = {w->attn_norm, w->wqkv, w->q_norm, NULL, c->hidden};
+    if (s->n_channels < c->hidden) {
+        aw.wq = s->d_partial_wq + (size_t)g * qrows * s->n_channels;
+        aw.channels = s->d_channels + (size_t)g * s->n_channels;
+        aw.n_channels = s->n_channels;
+    }
+    s->fn.approx_q(s->ctx, &aw, x, pos, s->d_approx_ws, s->d_approx_q, batch, c->hidden,
+                   c->n_heads, c->head_dim, model_layer_rope_theta(c, next), c->norm_eps);
+    s->approx_ready = 1;
+}
+
+struct engine_layer_hook sparse_attn_hook(struct sparse_attn *s)
+{
+    struct engine_layer_hook h = {.attend = sparse_attend, .user = s};
+    if (s->p.policy == SPARSE_INFINIGEN) h.before_layer = sparse_before_layer;
+    return h;
+}

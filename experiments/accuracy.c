@@ -1,0 +1,698 @@
+/* pulse accuracy: the accuracy of every selection policy on a real model (the paper's table 1).
+ *
+ * Data: LongBench files (--longbench DIR: DIR/<task>.jsonl, prompts truncated in the middle to
+ * --max-length tokens as LongBench's pred.py does) or this suite's synthetic files (--data DIR:
+ * DIR/<task>_<length>.jsonl as pulse synth writes them, one set per --lengths value).
+ * Per sample: the task's prompt template, the model's tokenizer, a dense chunked prefill, then
+ * greedy decoding once with full attention and once per (policy, budget) with the sparse
+ * attention of accuracy/sparse_attn.h on the global layers (the prompt KV is reused: every run
+ * decodes from the same prefilled cache). Scores are LongBench's metrics (accuracy/metrics.h).
+ *
+ * SoloHead's selectors come from the MAM profile (accuracy/head_mass.h) measured with full
+ * attention on calibration samples: samples [--samples, --samples + --calib-samples) of each
+ * task at the first length, disjoint from the evaluated ones. The per-task MAM tables are in
+ * the result, side by side. SoloHead's selections at --mam-budget feed a churn meter
+ * (workloads/locality.h); --churn-profile writes the measured locality profile that throughput
+ * runs read. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "accuracy/head_mass.h"
+#include "accuracy/longbench.h"
+#include "accuracy/sparse_attn.h"
+#include "cli.h"
+#include "common.h"
+#include "mem.h"
+#include "results.h"
+#include "select.h"
+#include "session.h"
+#include "workloads/locality.h"
+
+#define CMD "accuracy"
+#define MAX_LIST 16
+#define MAX_RUNS (1 + MAX_LIST * MAX_LIST)
+
+static const char usage[] =
+    "usage: pulse accuracy --model FILE.gguf|DIR|NAME (--data DIR --lengths N,... |\n"
+    "                      --longbench DIR [--max-length N]) --tasks T,... [options]\n"
+    "  Scores full attention and sparse selection policies on LongBench-format tasks.\n"
+    "  --data DIR          synthetic files DIR/<task>_<length>.jsonl (pulse synth)\n"
+    "  --lengths N,...     lengths of the synthetic sets (with --data)\n"
+    "  --longbench DIR     LongBench files DIR/<task>.jsonl\n"
+    "  --max-length N      LongBench prompt limit in tokens (default 16384)\n"
+    "  --tasks T,...       task names (accuracy/longbench.c)\n"
+    "  --samples N         evaluated samples per task and length (default 10)\n"
+    "  --calib-samples N   MAM calibration samples per task, after the evaluated ones at the\n"
+    "                      first length (default 2)\n"
+    "  --policies P,...    of full, solohead, reversed, headwise, quest, infinigen\n"
+    "                      (default full,solohead,reversed,headwise,infinigen)\n"
+    "  --budgets N,...     token budgets of the sparse policies (default 512,1024,2048)\n"
+    "  --mam-budget N      budget of the MAM profile and the churn meter (default 2048)\n"
+    "  --sink N, --window N  forced blocks (default 1 and 2; blocks of 16 tokens)\n"
+    "  --infinigen-frac F  hidden channels of the approximate query (default 1 = all)\n"
+    "  --max-gen N         cap on new tokens (default: the task's)\n"
+    "  --prefill-chunk N   prompt tokens per prefill pass (default 256)\n"
+    "  --backend B         cpu, cuda or auto (default)\n"
+    "  --out FILE.json     the result; --churn-profile FILE.json the measured churn profile\n"
+    "exit: 0 ok, 1 run failed, 2 bad usage, 3 out of memory\n";
+
+struct acc_opts {
+    const char *model, *backend, *data, *longbench, *out, *churn_out;
+    const char *tasks[MAX_LIST];
+    int n_tasks;
+    long lengths[MAX_LIST], budgets[MAX_LIST];
+    int n_lengths, n_budgets;
+    int policies[MAX_LIST], n_policies;
+    long samples, calib, max_length, max_gen, chunk, mam_budget, sink, window;
+    double frac;
+};
+
+/* Splits a comma list into at most MAX_LIST items of buf (modified in place). */
+static int split(const char *flag, char *buf, const char **items)
+{
+    int n = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == MAX_LIST) {
+            cli_error(CMD, "%s: at most %d items", flag, MAX_LIST);
+            return -1;
+        }
+        items[n++] = tok;
+    }
+    if (!n) cli_error(CMD, "%s: empty list", flag);
+    return n ? n : -1;
+}
+
+static int int_list(const char *flag, const char *arg, long lo, long hi, long *out)
+{
+    char buf[1024];
+    const char *items[MAX_LIST];
+    snprintf(buf, sizeof buf, "%s", arg);
+    int n = split(flag, buf, items);
+    for (int i = 0; i < n; i++)
+        if (cli_int(CMD, flag, items[i], lo, hi, &out[i])) return -1;
+    return n;
+}
+
+static char g_tasks_buf[1024];
+
+static int parse(int argc, char **argv, struct acc_opts *o)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},        {"backend", required_argument, 0, 'b'},
+        {"data", required_argument, 0, 'd'},         {"longbench", required_argument, 0, 'L'},
+        {"lengths", required_argument, 0, 'l'},      {"max-length", required_argument, 0, 'M'},
+        {"tasks", required_argument, 0, 't'},        {"samples", required_argument, 0, 'n'},
+        {"calib-samples", required_argument, 0, 'c'}, {"policies", required_argument, 0, 'p'},
+        {"budgets", required_argument, 0, 'B'},      {"mam-budget", required_argument, 0, 'A'},
+        {"sink", required_argument, 0, 's'},         {"window", required_argument, 0, 'w'},
+        {"infinigen-frac", required_argument, 0, 'f'}, {"max-gen", required_argument, 0, 'g'},
+        {"prefill-chunk", required_argument, 0, 'C'}, {"out", required_argument, 0, 'o'},
+        {"churn-profile", required_argument, 0, 'P'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    *o = (struct acc_opts){.backend = "auto", .samples = 10, .calib = 2, .max_length = 16384,
+                           .chunk = 256, .mam_budget = 2048, .sink = 1, .window = 2, .frac = 1.0,
+                           .n_budgets = 3, .budgets = {512, 1024, 2048}, .n_policies = 5,
+                           .policies = {SPARSE_FULL, SPARSE_SOLOHEAD, SPARSE_REVERSED,
+                                        SPARSE_HEADWISE, SPARSE_INFINIGEN}};
+    int c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'm': o->model = optarg; break;
+        case 'b': o->backend = optarg; break;
+        case 'd': o->data = optarg; break;
+        case 'L': o->longbench = optarg; break;
+        case 'o': o->out = optarg; break;
+        case 'P': o->churn_out = optarg; break;
+        case 'l': bad = (o->n_lengths = int_list("--lengths", optarg, 64, 1 << 20, o->lengths)) < 0; break;
+        case 'B': bad = (o->n_budgets = int_list("--budgets", optarg, 16, 1 << 20, o->budgets)) < 0; break;
+        case 'M': bad = cli_int(CMD, "--max-length", optarg, 64, 1 << 20, &o->max_length); break;
+        case 'n': bad = cli_int(CMD, "--samples", optarg, 1, 1 << 20, &o->samples); break;
+        case 'c': bad = cli_int(CMD, "--calib-samples", optarg, 0, 1 << 20, &o->calib); break;
+        case 'A': bad = cli_int(CMD, "--mam-budget", optarg, 16, 1 << 20, &o->mam_budget); break;
+        case 's': bad = cli_int(CMD, "--sink", optarg, 0, 64, &o->sink); break;
+        case 'w': bad = cli_int(CMD, "--window", optarg, 0, 64, &o->window); break;
+        case 'g': bad = cli_int(CMD, "--max-gen", optarg, 1, 4096, &o->max_gen); break;
+        case 'C': bad = cli_int(CMD, "--prefill-chunk", optarg, 1, 4096, &o->chunk); break;
+        case 'f': bad = cli_double(CMD, "--infinigen-frac", optarg, 1e-6, 1.0, &o->frac); break;
+        case 't':
+            snprintf(g_tasks_buf, sizeof g_tasks_buf, "%s", optarg);
+            bad = (o->n_tasks = split("--tasks", g_tasks_buf, o->tasks)) < 0;
+            break;
+        case 'p': {
+            char buf[1024];
+            const char *items[MAX_LIST];
+            snprintf(buf, sizeof buf, "%s", optarg);
+            int n = split("--policies", buf, items);
+            bad = n < 0;
+            for (int i = 0; i < n && !bad; i++)
+                if ((o->policies[i] = sparse_policy_find(items[i])) < 0) {
+                    cli_error(CMD, "--policies: '%s' is not a policy (%s)", items[i],
+                              sparse_policy_names());
+                    bad = 1;
+                }
+            o->n_policies = n;
+            break;
+        }
+        case 'h': fputs(usage, stdout); return 1;
+        default: cli_unknown_flag(CMD, argc, argv); return -1;
+        }
+        if (bad) return -1;
+    }
+    if (cli_no_extra_args(CMD, argc, argv)) return -1;
+    if (!o->model) return cli_error(CMD, "--model is required"), -1;
+    if (!o->data == !o->longbench)
+        return cli_error(CMD, "give exactly one of --data and --longbench"), -1;
+    if (o->data && !o->n_lengths) return cli_error(CMD, "--data needs --lengths"), -1;
+    if (!o->n_tasks) return cli_error(CMD, "--tasks is required"), -1;
+    for (int i = 0; i < o->n_tasks; i++)
+        if (!longbench_task_find(o->tasks[i]))
+            return cli_error(CMD, "--tasks: '%s' is not a LongBench or synthetic task",
+                             o->tasks[i]),
+                   -1;
+    for (int i = 0; i < o->n_budgets; i++)
+        if (o->budgets[i] % 16)
+            return cli_error(CMD, "--budgets: %ld is not a multiple of the block size 16",
+                             o->budgets[i]),
+                   -1;
+    if (o->mam_budget % 16)
+        return cli_error(CMD, "--mam-budget: %ld is not a multiple of 16", o->mam_budget), -1;
+    return 0;
+}
+
+/* One (policy, budget) decode of every sample; run 0 is full attention. */
+struct run_def {
+    int policy;
+    long budget;
+};
+
+/* One task at one length: its samples and the sums per run. */
+struct acc_set {
+    const struct longbench_task *task;
+    long length;
+    struct longbench_set *set;
+    double score[MAX_RUNS], attended[MAX_RUNS];
+    int n_scored;
+};
+
+struct acc {
+    struct acc_opts o;
+    struct session s;
+    const struct backend *be;
+    struct sparse_attn *sp;
+    struct run_def runs[MAX_RUNS];
+    int n_runs, eos;
+    struct acc_set *sets;
+    int n_sets;
+    int32_t *ids, *gen, *sel, *sel_rev;
+    double *mam; /* [n_tasks][n_layers][n_heads] */
+    int64_t *mam_obs;
+    struct locality_meter *meter;
+    int meter_run; /* run index whose selections the meter sees */
+    char *text;
+    size_t text_cap;
+    double t_prefill, t_decode;
+    int64_t prompt_tokens, gen_tokens;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int max_gen_of(const struct acc *A, const struct longbench_task *t)
+{
+    return A->o.max_gen ? (int)PULSE_MIN(A->o.max_gen, t->max_gen) : t->max_gen;
+}
+
+/* Tokenises the sample's prompt into A->ids, truncated in the middle to `limit` tokens. */
+static int encode_prompt(struct acc *A, const struct longbench_task *t,
+                         const struct longbench_sample *smp, int limit, char *err, size_t errlen)
+{
+    char *prompt = longbench_build_prompt(t, smp, err, errlen);
+    if (!prompt) return -1;
+    size_t n = 0, cap = (size_t)A->s.max_tokens * 4;
+    int32_t *all = mem_alloc(MEM_HOST, sizeof(int32_t) * cap, "prompt ids");
+    int rc = all ? tokenizer_encode(A->s.tok, prompt, strlen(prompt), 1, all, cap, &n) : -1;
+    free(prompt);
+    if (rc != PULSE_OK) {
+        snprintf(err, errlen, "sample at line %zu: the prompt does not fit %zu tokens", smp->line,
+                 cap);
+        mem_free(MEM_HOST, all, sizeof(int32_t) * cap);
+        return -1;
+    }
+    int m = (int)PULSE_MIN(n, (size_t)limit), head = m / 2;
+    memcpy(A->ids, all, sizeof(int32_t) * head);
+    memcpy(A->ids + head, all + n - (m - head), sizeof(int32_t) * (m - head));
+    mem_free(MEM_HOST, all, sizeof(int32_t) * cap);
+    return m;
+}
+
+static int ends_line(const struct acc *A, int32_t id)
+{
+    size_t len;
+    const char *p = tokenizer_piece(A->s.tok, id, &len);
+    return p && memchr(p, '\n', len) != NULL;
+}
+
+/* Greedy decoding from the prefilled prompt of n tokens whose next token is first. */
+static int decode(struct acc *A, int n, int32_t first, int max_gen, int stop_nl)
+{
+    int k = 0;
+    int32_t tok = first;
+    double t0 = now_s();
+    while (k < max_gen && tok != A->eos) {
+        if (stop_nl && ends_line(A, tok)) break;
+        A->gen[k++] = tok;
+        if (k == max_gen) break;
+        tok = session_decode(&A->s, n + k - 1, tok);
+    }
+    A->t_decode += now_s() - t0;
+    A->gen_tokens += k;
+    return k;
+}
+
+static const char *detok(struct acc *A, int k)
+{
+    size_t len = 0;
+    if (tokenizer_decode(A->s.tok, A->gen, (size_t)k, 0, A->text, A->text_cap, &len) != PULSE_OK)
+        A->text[0] = '\0';
+    return A->text;
+}
+
+static void meter_observe(void *user, int layer, int list, const int32_t *blocks, int count,
+                          int n_tokens)
+{
+    struct acc *A = user;
+    int32_t slot = 0, nt = n_tokens, cnt = count;
+    (void)list;
+    locality_meter_add(A->meter, layer, &slot, &nt, blocks, &cnt, 1);
+}
+
+static int configure(struct acc *A, const struct run_def *r, char *err, size_t errlen)
+{
+    struct sparse_params sp = {r->policy, (int)r->budget, (int)A->o.sink, (int)A->o.window,
+                               r->policy == SPARSE_REVERSED ? A->sel_rev : A->sel};
+    int rc = sparse_attn_configure(A->sp, &sp, A->s.slot, err, errlen);
+    if (rc != PULSE_OK) return rc;
+    struct engine_layer_hook h = sparse_attn_hook(A->sp);
+    engine_set_hook(A->s.e, r->policy == SPARSE_FULL ? NULL : &h);
+    return PULSE_OK;
+}
+
+/* Every run of one sample; appends its record to recs. */
+static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *recs, char *err,
+                       size_t errlen)
+{
+    const struct longbench_sample *smp = longbench_get(st->set, idx);
+    int max_gen = max_gen_of(A, st->task);
+    int limit = (int)(A->o.longbench ? A->o.max_length : st->length) - max_gen;
+    int n = encode_prompt(A, st->task, smp, limit, err, errlen);
+    if (n < 1) return PULSE_ERR_INVALID;
+    double t0 = now_s();
+    engine_set_hook(A->s.e, NULL);
+    int32_t first = session_prefill(&A->s, A->ids, n);
+    A->t_prefill += now_s() - t0;
+    A->prompt_tokens += n;
+    json_t *rj = json_array();
+    for (int r = 0; r < A->n_runs; r++) {
+        int rc = configure(A, &A->runs[r], err, errlen);
+        if (rc != PULSE_OK) {
+            json_decref(rj);
+            return rc;
+        }
+        if (r == A->meter_run) locality_meter_reset(A->meter, 0);
+        sparse_attn_set_list_observer(A->sp, r == A->meter_run ? meter_observe : NULL, A);
+        int k = decode(A, n, first, max_gen, st->task->stop_at_newline);
+        const char *pred = detok(A, k);
+        double score = longbench_score_sample(st->task, smp, pred);
+        struct sparse_stats ss;
+        sparse_attn_get_stats(A->sp, &ss);
+        double frac = ss.context_tokens ? (double)ss.attended_tokens / ss.context_tokens : 1.0;
+        st->score[r] += score;
+        st->attended[r] += frac;
+        json_array_append_new(
+            rj, json_pack("{s:s,s:I,s:s,s:f,s:i,s:f}", "policy",
+                          sparse_policy_name(A->runs[r].policy), "budget",
+                          (json_int_t)A->runs[r].budget, "pred", pred, "score", score,
+                          "new_tokens", k, "attended_fraction", frac));
+    }
+    engine_set_hook(A->s.e, NULL);
+    st->n_scored++;
+    json_array_append_new(recs, json_pack("{s:s,s:I,s:I,s:s,s:i,s:o}", "task", st->task->name,
+                                          "length", (json_int_t)st->length, "index",
+                                          (json_int_t)idx, "id", smp->id, "prompt_tokens", n,
+                                          "runs", rj));
+    printf("  %s/%ld #%zu (%d tokens):", st->task->name, st->length, idx, n);
+    for (int r = 0; r < A->n_runs; r++)
+        printf(" %.0f", 100.0 * json_real_value(json_object_get(json_array_get(rj, r), "score")));
+    printf("\n");
+    fflush(stdout);
+    return PULSE_OK;
+}
+
+/* MAM of every task from full-attention decoding of its calibration samples; selectors from
+ * the mean over tasks. */
+static int calibrate(struct acc *A, char *err, size_t errlen)
+{
+    const struct model_config *c = A->s.cfg;
+    size_t LH = (size_t)c->n_layers * c->n_heads;
+    struct head_mass *hm = head_mass_create(A->s.e, A->s.kv, 16, A->s.max_tokens,
+                                            (int)A->o.mam_budget, (int)A->o.sink,
+                                            (int)A->o.window, err, errlen);
+    if (!hm) return PULSE_ERR_NOMEM;
+    head_mass_set_slot(hm, A->s.slot);
+    double *mean = mem_alloc(MEM_HOST, sizeof(double) * LH, "mam mean");
+    if (!mean) {
+        head_mass_free(hm);
+        return PULSE_ERR_NOMEM;
+    }
+    memset(mean, 0, sizeof(double) * LH);
+    int rc = PULSE_OK;
+    for (int t = 0; t < A->o.n_tasks && rc == PULSE_OK; t++) {
+        struct acc_set *st = &A->sets[t * (A->o.longbench ? 1 : A->o.n_lengths)];
+        head_mass_reset(hm);
+        int max_gen = max_gen_of(A, st->task);
+        int limit = (int)(A->o.longbench ? A->o.max_length : st->length) - max_gen;
+        for (long i = A->o.samples; i < A->o.samples + A->o.calib; i++) {
+            int n = encode_prompt(A, st->task, longbench_get(st->set, (size_t)i), limit, err,
+                                  errlen);
+            if (n < 1) {
+                rc = PULSE_ERR_INVALID;
+                break;
+            }
+            engine_set_hook(A->s.e, NULL);
+            int32_t first = session_prefill(&A->s, A->ids, n);
+            struct engine_layer_hook h = head_mass_hook(hm);
+            engine_set_hook(A->s.e, &h);
+            decode(A, n, first, max_gen, st->task->stop_at_newline);
+            engine_set_hook(A->s.e, NULL);
+        }
+        head_mass_table(hm, A->mam + (size_t)t * LH, A->mam_obs + (size_t)t * c->n_layers);
+        for (size_t i = 0; i < LH; i++)
+            mean[i] += A->mam[(size_t)t * LH + i] / A->o.n_tasks;
+    }
+    head_mass_selectors(mean, c->n_layers, c->n_heads, 0, A->sel);
+    head_mass_selectors(mean, c->n_layers, c->n_heads, 1, A->sel_rev);
+    mem_free(MEM_HOST, mean, sizeof(double) * LH);
+    head_mass_free(hm);
+    return rc;
+}
+
+static int load_sets(struct acc *A, char *err, size_t errlen)
+{
+    const struct acc_opts *o = &A->o;
+    int per = o->longbench ? 1 : o->n_lengths;
+    A->n_sets = o->n_tasks * per;
+    A->sets = mem_alloc(MEM_HOST, sizeof *A->sets * A->n_sets, "sets");
+    if (!A->sets) return PULSE_ERR_NOMEM;
+    memset(A->sets, 0, sizeof *A->sets * A->n_sets);
+    struct longbench_load_params lp = {LONGBENCH_BAD_FAIL, NULL};
+    for (int t = 0; t < o->n_tasks; t++)
+        for (int l = 0; l < per; l++) {
+            struct acc_set *st = &A->sets[t * per + l];
+            char path[4096];
+            st->task = longbench_task_find(o->tasks[t]);
+            st->length = o->longbench ? o->max_length : o->lengths[l];
+            if (o->longbench)
+                snprintf(path, sizeof path, "%s/%s.jsonl", o->longbench, o->tasks[t]);
+            else
+                snprintf(path, sizeof path, "%s/%s_%ld.jsonl", o->data, o->tasks[t], o->lengths[l]);
+            int rc = longbench_load_file(path, &lp, &st->set, err, errlen);
+            if (rc != PULSE_OK) return rc;
+            size_t need = (size_t)o->samples + (l == 0 ? (size_t)o->calib : 0);
+            if (longbench_count(st->set) < need) {
+                snprintf(err, errlen, "%.400s: %zu samples, %zu needed (--samples%s)", path,
+                         longbench_count(st->set), need, l == 0 ? " + --calib-samples" : "");
+                return PULSE_ERR_INVALID;
+            }
+        }
+    return PULSE_OK;
+}
+
+static void plan_runs(struct acc *A)
+{
+    A->runs[0] = (struct run_def){SPARSE_FULL, 0};
+    A->n_runs = 1;
+    A->meter_run = -1;
+    for (int p = 0; p < A->o.n_policies; p++) {
+        if (A->o.policies[p] == SPARSE_FULL) continue;
+        for (int b = 0; b < A->o.n_budgets; b++) {
+            if (A->o.policies[p] == SPARSE_SOLOHEAD && A->o.budgets[b] == A->o.mam_budget)
+                A->meter_run = A->n_runs;
+            A->runs[A->n_runs++] = (struct run_def){A->o.policies[p], A->o.budgets[b]};
+        }
+    }
+}
+
+static json_t *mam_json(const struct acc *A)
+{
+    const struct model_config *c = A->s.cfg;
+    size_t LH = (size_t)c->n_layers * c->n_heads;
+    json_t *per = json_object(), *layers = json_array(), *sel = json_array(), *rev = json_array();
+    for (int l = 0; l < c->n_layers; l++)
+        if (model_layer_is_global(c, l)) {
+            json_array_append_new(layers, json_integer(l));
+            json_array_append_new(sel, json_integer(A->sel[l]));
+            json_array_append_new(rev, json_integer(A->sel_rev[l]));
+        }
+    for (int t = 0; t < A->o.n_tasks; t++) {
+        json_t *rows = json_array(), *obs = json_array();
+        for (int l = 0; l < c->n_layers; l++) {
+            if (!model_layer_is_global(c, l)) continue;
+            json_t *row = json_array();
+            for (int h = 0; h < c->n_heads; h++)
+                json_array_append_new(row, json_real(A->mam[t * LH + (size_t)l * c->n_heads + h]));
+            json_array_append_new(rows, row);
+            json_array_append_new(obs, json_integer(A->mam_obs[(size_t)t * c->n_layers + l]));
+        }
+        json_object_set_new(per, A->o.tasks[t], json_pack("{s:o,s:o}", "mam", rows,
+                                                           "observations", obs));
+    }
+    return json_pack("{s:I,s:s,s:o,s:o,s:o,s:o}", "budget_tokens", (json_int_t)A->o.mam_budget,
+                     "selector_kind", "query head", "global_layers", layers, "per_task", per,
+                     "selector", sel, "selector_reversed", rev);
+}
+
+/* Mean score per (task, length, run) and, per length and run, the mean over tasks; printed as
+ * a table and returned as JSON. */
+static json_t *table_json(const struct acc *A)
+{
+    json_t *rows = json_array();
+    int per = A->o.longbench ? 1 : A->o.n_lengths;
+    printf("\n%-10s %6s", "policy", "budget");
+    for (int i = 0; i < A->n_sets; i++)
+        printf(" %8.8s/%-5ld", A->sets[i].task->name, A->sets[i].length);
+    for (int l = 0; l < per; l++)
+        printf(" %7s/%-5ld", "avg", A->sets[l].length);
+    printf("\n");
+    for (int r = 0; r < A->n_runs; r++) {
+        printf("%-10s %6ld", sparse_policy_name(A->runs[r].policy), A->runs[r].budget);
+        for (int i = 0; i < A->n_sets; i++) {
+            const struct acc_set *st = &A->sets[i];
+            double m = st->n_scored ? 100.0 * st->score[r] / st->n_scored : 0.0;
+            double f = st->n_scored ? 100.0 * st->score[0] / st->n_scored : 0.0;
+            printf(" %14.1f", m);
+            json_array_append_new(
+                rows, json_pack("{s:s,s:I,s:s,s:I,s:i,s:f,s:f,s:o,s:f}", "task", st->task->name,
+                                "length", (json_int_t)st->length, "policy",
+                                sparse_policy_name(A->runs[r].policy), "budget",
+                                (json_int_t)A->runs[r].budget, "samples", st->n_scored, "score",
+                                m, "full_score", f, "relative_to_full",
+                                f > 0 ? json_real(m / f) : json_null(), "attended_fraction",
+                                st->n_scored ? st->attended[r] / st->n_scored : 1.0));
+        }
+        for (int l = 0; l < per; l++) {
+            double m = 0, f = 0;
+            for (int t = 0; t < A->o.n_tasks; t++) {
+                const struct acc_set *st = &A->sets[t * per + l];
+                m += st->n_scored ? 100.0 * st->score[r] / st->n_scored / A->o.n_tasks : 0.0;
+                f += st->n_scored ? 100.0 * st->score[0] / st->n_scored / A->o.n_tasks : 0.0;
+            }
+            printf(" %7.1f (%3.0f%%)", m, f > 0 ? 100.0 * m / f : 0.0);
+            json_array_append_new(
+                rows, json_pack("{s:s,s:I,s:s,s:I,s:f,s:f,s:o}", "task", "average", "length",
+                                (json_int_t)A->sets[l].length, "policy",
+                                sparse_policy_name(A->runs[r].policy), "budget",
+                                (json_int_t)A->runs[r].budget, "score", m, "full_score", f,
+                                "relative_to_full", f > 0 ? json_real(m / f) : json_null()));
+        }
+        printf("\n");
+    }
+    return rows;
+}
+
+static json_t *config_json(const struct acc *A)
+{
+    const struct acc_opts *o = &A->o;
+    json_t *tasks = json_array(), *lens = json_array(), *pols = json_array(), *buds = json_array();
+    for (int i = 0; i < o->n_tasks; i++)
+        json_array_append_new(tasks, json_string(o->tasks[i]));
+    for (int i = 0; i < A->n_sets && i < (o->longbench ? 1 : o->n_lengths); i++)
+        json_array_append_new(lens, json_integer(A->sets[i].length));
+    for (int i = 0; i < o->n_policies; i++)
+        json_array_append_new(pols, json_string(sparse_policy_name(o->policies[i])));
+    for (int i = 0; i < o->n_budgets; i++)
+        json_array_append_new(buds, json_integer(o->budgets[i]));
+    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:o,s:I,s:I,s:i,s:I,s:I,s:I,s:f,s:I,s:I}",
+                     "model", o->model, "arch",
+                     A->s.cfg->arch == MODEL_ARCH_GEMMA3 ? "gemma3" : "llama", "backend",
+                     A->be->name, "data", o->data ? o->data : o->longbench, "tasks", tasks,
+                     "lengths", lens, "policies", pols, "budgets", buds, "samples",
+                     (json_int_t)o->samples, "calib_samples", (json_int_t)o->calib,
+                     "block_size", 16, "sink_blocks", (json_int_t)o->sink, "window_blocks",
+                     (json_int_t)o->window, "mam_budget", (json_int_t)o->mam_budget,
+                     "infinigen_frac", o->frac, "max_gen_cap", (json_int_t)o->max_gen,
+                     "prefill_chunk", (json_int_t)o->chunk);
+}
+
+static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
+{
+    json_t *table = table_json(A);
+    struct locality_profile prof;
+    int have_prof = A->meter_run >= 0 &&
+                    locality_meter_to_profile(A->meter, &prof, A->s.cfg->name, err, errlen) ==
+                        PULSE_OK;
+    if (A->o.churn_out && !have_prof) {
+        snprintf(err, errlen, "--churn-profile: no SoloHead selections at --mam-budget %ld were "
+                 "made (is solohead among the policies and %ld among the budgets?)",
+                 A->o.mam_budget, A->o.mam_budget);
+        json_decref(table);
+        return PULSE_ERR_INVALID;
+    }
+    if (have_prof && A->o.churn_out &&
+        locality_profile_write(&prof, A->o.churn_out, err, errlen) != PULSE_OK) {
+        json_decref(table);
+        return PULSE_ERR_IO;
+    }
+    if (!A->o.out) {
+        json_decref(table);
+        return PULSE_OK;
+    }
+    json_t *res = results_new(CMD);
+    A->be->describe(results_env(res));
+    json_object_set_new(res, "config", config_json(A));
+    json_object_set_new(res, "mam", mam_json(A));
+    json_object_set_new(res, "table", table);
+    json_object_set_new(res, "samples", json_incref(recs));
+    json_object_set_new(res, "churn", A->meter_run >= 0 ? locality_meter_to_json(A->meter, NULL)
+                                                         : json_null());
+    json_object_set_new(res, "timing",
+                        json_pack("{s:f,s:f,s:I,s:I}", "prefill_s", A->t_prefill, "decode_s",
+                                  A->t_decode, "prompt_tokens", (json_int_t)A->prompt_tokens,
+                                  "generated_tokens", (json_int_t)A->gen_tokens));
+    json_object_set_new(res, "status", json_string("ok"));
+    int rc = results_write(res, A->o.out, err, errlen);
+    json_decref(res);
+    return rc;
+}
+
+static int setup(struct acc *A, char *err, size_t errlen)
+{
+    const struct model_config *c = A->s.cfg;
+    long longest = 0, gen = 0;
+    for (int i = 0; i < A->n_sets; i++) {
+        longest = PULSE_MAX(longest, A->sets[i].length);
+        gen = PULSE_MAX(gen, max_gen_of(A, A->sets[i].task));
+    }
+    int rc = session_start(&A->s, A->be, 1, (int)(longest + gen), (int)A->o.chunk, err, errlen);
+    if (rc != PULSE_OK) return rc;
+    struct tokenizer_info ti;
+    tokenizer_get_info(A->s.tok, &ti);
+    A->eos = ti.eos_id;
+    A->sp = sparse_attn_create(A->s.e, A->s.kv, 16, A->s.max_tokens, A->o.frac, err, errlen);
+    if (!A->sp) return PULSE_ERR_NOMEM;
+    size_t LH = (size_t)c->n_layers * c->n_heads;
+    A->ids = mem_alloc(MEM_HOST, sizeof(int32_t) * A->s.max_tokens, "ids");
+    A->gen = mem_alloc(MEM_HOST, sizeof(int32_t) * (gen + 1), "gen");
+    A->sel = mem_alloc(MEM_HOST, sizeof(int32_t) * c->n_layers, "sel");
+    A->sel_rev = mem_alloc(MEM_HOST, sizeof(int32_t) * c->n_layers, "sel rev");
+    A->mam = mem_alloc(MEM_HOST, sizeof(double) * LH * A->o.n_tasks, "mam");
+    A->mam_obs = mem_alloc(MEM_HOST, sizeof(int64_t) * c->n_layers * A->o.n_tasks, "mam obs");
+    A->text_cap = (size_t)gen * 64 + 1;
+    A->text = mem_alloc(MEM_HOST, A->text_cap, "text");
+    struct locality_meter_params mp = {
+        {1, 1, c->head_dim, 16, (int)A->o.mam_budget / 16, (int)A->o.sink, (int)A->o.window,
+         PULSE_CEIL_DIV(A->s.max_tokens, 16)},
+        c->n_layers, 1, 1, 0};
+    A->meter = locality_meter_create(&mp, err, errlen);
+    if (!A->ids || !A->gen || !A->sel || !A->sel_rev || !A->mam || !A->mam_obs || !A->text ||
+        !A->meter)
+        return PULSE_ERR_NOMEM;
+    memset(A->sel, 0, sizeof(int32_t) * c->n_layers);
+    memset(A->sel_rev, 0, sizeof(int32_t) * c->n_layers);
+    memset(A->mam, 0, sizeof(double) * LH * A->o.n_tasks);
+    memset(A->mam_obs, 0, sizeof(int64_t) * c->n_layers * A->o.n_tasks);
+    return PULSE_OK;
+}
+
+static void teardown(struct acc *A)
+{
+    const struct model_config *c = A->s.cfg;
+    if (c) {
+        size_t LH = (size_t)c->n_layers * c->n_heads;
+        long gen = (long)((A->text_cap - 1) / 64);
+        mem_free(MEM_HOST, A->ids, sizeof(int32_t) * A->s.max_tokens);
+        mem_free(MEM_HOST, A->gen, sizeof(int32_t) * (gen + 1));
+        mem_free(MEM_HOST, A->sel, sizeof(int32_t) * c->n_layers);
+        mem_free(MEM_HOST, A->sel_rev, sizeof(int32_t) * c->n_layers);
+        mem_free(MEM_HOST, A->mam, sizeof(double) * LH * A->o.n_tasks);
+        mem_free(MEM_HOST, A->mam_obs, sizeof(int64_t) * c->n_layers * A->o.n_tasks);
+        mem_free(MEM_HOST, A->text, A->text_cap);
+    }
+    locality_meter_free(A->meter);
+    sparse_attn_free(A->sp);
+    for (int i = 0; i < A->n_sets; i++)
+        longbench_free(A->sets[i].set);
+    mem_free(MEM_HOST, A->sets, sizeof *A->sets * A->n_sets);
+    session_close(&A->s);
+}
+
+static int exit_code(int rc)
+{
+    return rc == PULSE_OK ? 0 : rc == PULSE_ERR_OOM || rc == PULSE_ERR_NOMEM ? EXIT_OOM : 1;
+}
+
+int cmd_accuracy(int argc, char **argv)
+{
+    static struct acc A; /* large; one run per process */
+    memset(&A, 0, sizeof A);
+    int rc = parse(argc, argv, &A.o);
+    if (rc) return rc > 0 ? 0 : EXIT_USAGE;
+    if (!(A.be = cli_backend(CMD, A.o.backend))) return EXIT_USAGE;
+    char err[1024] = "";
+    if (session_config(&A.s, A.o.model, err, sizeof err) != PULSE_OK ||
+        session_tokenizer(&A.s, err, sizeof err) != PULSE_OK || !A.s.tok) {
+        cli_error(CMD, "--model: %s", err[0] ? err : "the model file carries no tokenizer");
+        session_close(&A.s);
+        return EXIT_USAGE;
+    }
+    if ((rc = load_sets(&A, err, sizeof err)) != PULSE_OK) {
+        cli_error(CMD, "%s", err);
+        teardown(&A);
+        return rc == PULSE_ERR_NOMEM ? EXIT_OOM : EXIT_USAGE;
+    }
+    plan_runs(&A);
+    json_t *recs = json_array();
+    if ((rc = setup(&A, err, sizeof err)) == PULSE_OK) {
+        printf("pulse accuracy: %s on %s, %d runs per sample\n", A.s.cfg->name, A.be->name,
+               A.n_runs);
+        if (A.o.calib > 0) rc = calibrate(&A, err, sizeof err);
+        for (int i = 0; i < A.n_sets && rc == PULSE_OK; i++)
+            for (long k = 0; k < A.o.samples && rc == PULSE_OK; k++)
+                rc = eval_sample(&A, &A.sets[i], (size_t)k, recs, err, sizeof err);
+    }
+    if (rc == PULSE_OK) rc = write_outputs(&A, recs, err, sizeof err);
+    if (rc != PULSE_OK) cli_error(CMD, "%s", err);
+    json_decref(recs);
+    teardown(&A);
+    return exit_code(rc);
+}
