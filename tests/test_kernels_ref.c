@@ -131,6 +131,40 @@ static void test_attention(void)
     attn_decode_ref(&C0, q, &v, n, out, 1, 2, 2, 1.0f);
     EXPECT_NEAR(bf16_to_f32(out[0]), 2, 0);
     EXPECT_NEAR(bf16_to_f32(out[3]), 4, 0);
+    /* a sliding window of 1 over 2 tokens: only the last token, whatever the query */
+    n[0] = 2;
+    v.window = 1;
+    attn_decode_ref(&C0, q, &v, n, out, 1, 2, 2, 1.0f);
+    EXPECT_NEAR(bf16_to_f32(out[0]), 6, 0);
+    EXPECT_NEAR(bf16_to_f32(out[1]), 8, 0);
+    EXPECT_NEAR(bf16_to_f32(out[2]), 6, 0);
+    v.window = 2; /* a window as long as the context changes nothing */
+    attn_decode_ref(&C0, q, &v, n, out, 1, 2, 2, 1.0f);
+    EXPECT_NEAR(bf16_to_f32(out[2]), 4, 0);
+}
+
+/* Gemma 3's pieces: tanh-GELU gating, the fused post-norm + residual add, embedding scale. */
+static void test_gemma_kernels(void)
+{
+    float gu[4] = {1, -2, 3, 0.5f}; /* ffn 2: gates 1, -2; ups 3, 0.5 */
+    uint16_t out[2];
+    gelu_mul_ref(&C0, gu, out, 1, 2);
+    /* gelu_tanh(1) = 0.841192, gelu_tanh(-2) = -0.045402 */
+    EXPECT_NEAR(bf16_to_f32(out[0]), 0.841192 * 3, 2.6 / 128);
+    EXPECT_NEAR(bf16_to_f32(out[1]), -0.045402 * 0.5, 0.023 / 128);
+    /* x += y / rms(y) * w: y = [3, 4] has rms sqrt(12.5) */
+    float x[2] = {1, -1}, y[2] = {3, 4};
+    uint16_t w[2] = {f32_to_bf16(2.0f), f32_to_bf16(0.5f)};
+    rmsnorm_add_ref(&C0, x, y, w, 1, 2, 0.0f);
+    EXPECT_NEAR(x[0], 1 + 3 / sqrt(12.5) * 2, 1e-6);
+    EXPECT_NEAR(x[1], -1 + 4 / sqrt(12.5) * 0.5, 1e-6);
+    uint16_t table[4] = {f32_to_bf16(1.5f), f32_to_bf16(-2.0f), f32_to_bf16(0.25f),
+                         f32_to_bf16(4.0f)};
+    int32_t tok[1] = {1};
+    float e[2];
+    embed_ref(&C0, tok, table, e, 1, 2, 25.298221f);
+    EXPECT_NEAR(e[0], 0.25 * 25.298221, 1e-5);
+    EXPECT_NEAR(e[1], 4.0 * 25.298221, 1e-4);
 }
 
 static void test_silu_argmax(void)
@@ -198,6 +232,7 @@ int main(void)
     test_rope_append();
     test_attention();
     test_silu_argmax();
+    test_gemma_kernels();
     test_synthetic_fill();
     test_fill_random();
     return tu_finish("test_kernels_ref");

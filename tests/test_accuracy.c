@@ -1,0 +1,294 @@
+/* The accuracy path on the CPU backend with the built-in tiny models (random weights):
+ * - the chunked prefill gives bit-identical logits to feeding the prompt through the decode
+ *   step one token at a time (llama layout and the Gemma 3 layout with local layers);
+ * - the sliding window of Gemma 3's local layers changes the result once the context passes it;
+ * - sparse attention (accuracy/sparse_attn.h) whose budget covers the context leaves every
+ *   logit unchanged; with a small budget every policy attends fewer tokens than it sees and its
+ *   lists are valid (ascending, forced blocks present);
+ * - the query-head MAM (accuracy/head_mass.h) is 1 when the budget covers the context and in
+ *   (0, 1] otherwise; its selectors are the arg max / arg min. */
+#include <string.h>
+
+#include "accuracy/head_mass.h"
+#include "accuracy/sparse_attn.h"
+#include "backend.h"
+#include "engine.h"
+#include "mem.h"
+#include "numeric.h"
+#include "testutil.h"
+
+#define T_MAX 320
+
+struct rig {
+    const struct model_config *c;
+    struct engine *e;
+    struct kv_cache *kv;
+    struct batch *bt;
+    int slot;
+};
+
+static int rig_open(struct rig *r, const struct model_config *c, int chunk)
+{
+    char err[256];
+    memset(r, 0, sizeof *r);
+    r->c = c;
+    struct engine_params p = {.cfg = c, .be = backend_find("cpu"), .seed = 7, .max_batch = chunk,
+                              .max_tokens = T_MAX};
+    if (!(r->e = engine_create(&p, err, sizeof err))) return fprintf(stderr, "%s\n", err), -1;
+    struct kv_cache_params kp = {c->n_layers, c->n_kv_heads, c->head_dim, 16, 0, 1, T_MAX};
+    kp.budget_bytes = kv_cache_params_request_bytes(&kp, T_MAX);
+    r->kv = kv_cache_create(&kp, backend_find("cpu"), engine_ctx(r->e), err, sizeof err);
+    r->bt = batch_create(r->e);
+    if (!r->kv || !r->bt || kv_cache_admit(r->kv, T_MAX, &r->slot) != PULSE_OK) return -1;
+    return 0;
+}
+
+static void rig_close(struct rig *r)
+{
+    if (r->e) batch_free(r->e, r->bt);
+    kv_cache_free(r->kv);
+    engine_free(r->e);
+}
+
+static int32_t prompt_token(const struct model_config *c, int t)
+{
+    return (int32_t)(pulse_hash64(99, (uint64_t)t) % (uint64_t)c->vocab);
+}
+
+/* Prefill of n prompt tokens in chunks of the engine's batch; returns the next token. */
+static int32_t prefill(struct rig *r, int n, int chunk)
+{
+    struct batch_entry en[64];
+    int32_t tok[64];
+    for (int c0 = 0; c0 < n; c0 += chunk) {
+        int m = PULSE_MIN(chunk, n - c0);
+        for (int i = 0; i < m; i++)
+            en[i] = (struct batch_entry){r->slot, 0, c0 + i, T_MAX, prompt_token(r->c, c0 + i)};
+        batch_set(r->e, r->bt, r->kv, en, m);
+        engine_prefill(r->e, r->bt, r->kv);
+    }
+    batch_read_tokens(r->e, r->bt, tok);
+    return tok[0];
+}
+
+static int32_t step(struct rig *r, int pos, int32_t token, float *logits)
+{
+    struct batch_entry en = {r->slot, 0, pos, T_MAX, token};
+    batch_set(r->e, r->bt, r->kv, &en, 1);
+    engine_step(r->e, r->bt, r->kv);
+    int32_t next;
+    batch_read_tokens(r->e, r->bt, &next);
+    if (logits) engine_read_logits(r->e, logits, 1);
+    return next;
+}
+
+/* Prefill (chunk 16) vs the prompt one token per decode step: the same logits, bit for bit. */
+static void test_prefill_matches_steps(const char *model, int n)
+{
+    const struct model_config *c = model_config_find(model);
+    struct rig a, b;
+    EXPECT_EQ_INT(rig_open(&a, c, 16), 0);
+    EXPECT_EQ_INT(rig_open(&b, c, 1), 0);
+    float *la = malloc(sizeof(float) * c->vocab), *lb = malloc(sizeof(float) * c->vocab);
+    int32_t ta = prefill(&a, n, 16);
+    engine_read_logits(a.e, la, 1);
+    int32_t tb = 0;
+    for (int t = 0; t < n; t++)
+        tb = step(&b, t, prompt_token(c, t), lb);
+    EXPECT_EQ_INT(ta, tb);
+    EXPECT(memcmp(la, lb, sizeof(float) * c->vocab) == 0);
+    /* and the decode continues identically from either cache */
+    for (int k = 0; k < 8; k++) {
+        ta = step(&a, n + k, ta, la);
+        tb = step(&b, n + k, tb, lb);
+        EXPECT_EQ_INT(ta, tb);
+    }
+    EXPECT(memcmp(la, lb, sizeof(float) * c->vocab) == 0);
+    fprintf(stderr, "%s: prefill of %d tokens == %d decode steps (logits bit-identical)\n", model,
+            n, n);
+    free(la);
+    free(lb);
+    rig_close(&a);
+    rig_close(&b);
+}
+
+/* tiny-gemma3's local layers see 24 tokens: at 20 tokens the window changes nothing, at 100 the
+ * logits must differ from the same model with every layer global. */
+static void test_window_matters(void)
+{
+    struct model_config all = *model_config_find("tiny-gemma3");
+    all.sliding_window = 1 << 20; /* local layers (same RoPE base) that see everything */
+    for (int n = 20; n <= 100; n += 80) {
+        struct rig a, b;
+        EXPECT_EQ_INT(rig_open(&a, model_config_find("tiny-gemma3"), 16), 0);
+        EXPECT_EQ_INT(rig_open(&b, &all, 16), 0);
+        float *la = malloc(sizeof(float) * all.vocab), *lb = malloc(sizeof(float) * all.vocab);
+        prefill(&a, n, 16);
+        prefill(&b, n, 16);
+        engine_read_logits(a.e, la, 1);
+        engine_read_logits(b.e, lb, 1);
+        int same = memcmp(la, lb, sizeof(float) * all.vocab) == 0;
+        EXPECT_EQ_INT(same, n <= 24);
+        free(la);
+        free(lb);
+        rig_close(&a);
+        rig_close(&b);
+    }
+}
+
+struct list_check {
+    int lists, bad, sink, window;
+};
+
+static void check_list(void *user, int layer, int list, const int32_t *blocks, int count,
+                       int n_tokens)
+{
+    struct list_check *lc = user;
+    int nb = PULSE_CEIL_DIV(n_tokens, 16);
+    (void)layer, (void)list;
+    lc->lists++;
+    for (int i = 1; i < count; i++)
+        if (blocks[i] <= blocks[i - 1]) lc->bad++;
+    if (blocks[0] != 0 || blocks[count - 1] != nb - 1) lc->bad++; /* sink and tail */
+    for (int w = 1; w <= lc->window; w++) {                       /* the window before the tail */
+        int found = 0;
+        for (int i = 0; i < count; i++)
+            found |= blocks[i] == nb - 1 - w;
+        lc->bad += !found;
+    }
+}
+
+/* Decodes 12 steps after a prompt of n tokens with the hook of policy p at `budget`; returns the
+ * stats, the logits of the last step in out. */
+static struct sparse_stats run_policy(const char *model, int n, int policy, int budget,
+                                      const int32_t *selector, float *out, struct list_check *lc)
+{
+    const struct model_config *c = model_config_find(model);
+    struct rig r;
+    char err[256] = "";
+    EXPECT_EQ_INT(rig_open(&r, c, 16), 0);
+    struct sparse_attn *s = sparse_attn_create(r.e, r.kv, 16, T_MAX, 0.5, err, sizeof err);
+    EXPECT(s != NULL);
+    struct sparse_stats st = {0};
+    if (!s) return st;
+    struct sparse_params sp = {policy, budget, 1, 2, selector};
+    EXPECT_EQ_INT(sparse_attn_configure(s, &sp, r.slot, err, sizeof err), PULSE_OK);
+    if (lc) sparse_attn_set_list_observer(s, check_list, lc);
+    int32_t tok = prefill(&r, n, 16);
+    struct engine_layer_hook h = sparse_attn_hook(s);
+    engine_set_hook(r.e, policy == SPARSE_FULL ? NULL : &h);
+    for (int k = 0; k < 12; k++)
+        tok = step(&r, n + k, tok, out);
+    engine_set_hook(r.e, NULL);
+    sparse_attn_get_stats(s, &st);
+    sparse_attn_free(s);
+    rig_close(&r);
+    return st;
+}
+
+static void test_sparse(void)
+{
+    const struct model_config *c = model_config_find("tiny-gemma3");
+    int32_t sel[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    float *dense = malloc(sizeof(float) * c->vocab), *l = malloc(sizeof(float) * c->vocab);
+    run_policy("tiny-gemma3", 200, SPARSE_FULL, 0, NULL, dense, NULL);
+    /* a budget that covers the context: dense attention, same logits */
+    for (int p = SPARSE_SOLOHEAD; p < SPARSE_POLICY_COUNT; p++) {
+        struct sparse_stats st = run_policy("tiny-gemma3", 200, p, 256, sel, l, NULL);
+        EXPECT_EQ_INT(st.sparse_calls, 0);
+        EXPECT_EQ_INT(st.dense_calls, 12 * model_n_global_layers(c));
+        EXPECT(memcmp(l, dense, sizeof(float) * c->vocab) == 0);
+    }
+    /* a small budget: fewer tokens attended than seen, valid lists */
+    for (int p = SPARSE_SOLOHEAD; p < SPARSE_POLICY_COUNT; p++) {
+        struct list_check lc = {0, 0, 1, 2};
+        struct sparse_stats st = run_policy("tiny-gemma3", 200, p, 32, sel, l, &lc);
+        int lists = p == SPARSE_HEADWISE || p == SPARSE_INFINIGEN ? c->n_heads : 1;
+        EXPECT_EQ_INT(st.sparse_calls, 12 * model_n_global_layers(c));
+        EXPECT_EQ_INT(st.lists, st.sparse_calls * lists);
+        EXPECT_EQ_INT(lc.lists, st.lists);
+        EXPECT_EQ_INT(lc.bad, 0);
+        /* sink 1 + window 2 + tail 1 + budget 2 blocks of 16 of ~13 blocks */
+        EXPECT(st.attended_tokens < st.context_tokens / 2);
+        EXPECT(st.attended_tokens > 0);
+        EXPECT_EQ_INT(st.unspeculated, 0);
+        fprintf(stderr, "%-9s budget 32: attended %.3f of the context\n", sparse_policy_name(p),
+                (double)st.attended_tokens / (double)st.context_tokens);
+    }
+    /* solohead on a model with several KV heads (tiny: 2) works; headwise is refused there */
+    struct rig r;
+    char err[256] = "";
+    EXPECT_EQ_INT(rig_open(&r, model_config_find("tiny"), 16), 0);
+    struct sparse_attn *s = sparse_attn_create(r.e, r.kv, 16, T_MAX, 1.0, err, sizeof err);
+    struct sparse_params hw = {SPARSE_HEADWISE, 32, 1, 2, NULL};
+    EXPECT(sparse_attn_configure(s, &hw, r.slot, err, sizeof err) != PULSE_OK);
+    EXPECT_STR_CONTAINS(err, "one KV head");
+    struct sparse_params bad = {SPARSE_SOLOHEAD, 40, 1, 2, sel};
+    EXPECT(sparse_attn_configure(s, &bad, r.slot, err, sizeof err) != PULSE_OK);
+    EXPECT_STR_CONTAINS(err, "multiple of the block size");
+    struct sparse_params nosel = {SPARSE_SOLOHEAD, 32, 1, 2, NULL};
+    EXPECT(sparse_attn_configure(s, &nosel, r.slot, err, sizeof err) != PULSE_OK);
+    EXPECT_STR_CONTAINS(err, "selector");
+    sparse_attn_free(s);
+    rig_close(&r);
+    struct sparse_stats st = run_policy("tiny", 200, SPARSE_SOLOHEAD, 32, sel, l, NULL);
+    EXPECT(st.sparse_calls == 12 * model_config_find("tiny")->n_layers);
+    free(dense);
+    free(l);
+}
+
+static void test_head_mass(void)
+{
+    const struct model_config *c = model_config_find("tiny-gemma3");
+    for (int budget = 16; budget <= 512; budget += 496) {
+        struct rig r;
+        char err[256] = "";
+        EXPECT_EQ_INT(rig_open(&r, c, 16), 0);
+        struct head_mass *hm = head_mass_create(r.e, r.kv, 16, T_MAX, budget, 1, 2, err,
+                                                sizeof err);
+        EXPECT(hm != NULL);
+        head_mass_set_slot(hm, r.slot);
+        int n = 150;
+        int32_t tok = prefill(&r, n, 16);
+        struct engine_layer_hook h = head_mass_hook(hm);
+        engine_set_hook(r.e, &h);
+        for (int k = 0; k < 6; k++)
+            tok = step(&r, n + k, tok, NULL);
+        engine_set_hook(r.e, NULL);
+        double mam[6 * 4];
+        int64_t obs[6];
+        int32_t best[6], worst[6];
+        head_mass_table(hm, mam, obs);
+        head_mass_selectors(mam, c->n_layers, c->n_heads, 0, best);
+        head_mass_selectors(mam, c->n_layers, c->n_heads, 1, worst);
+        for (int l = 0; l < c->n_layers; l++) {
+            EXPECT_EQ_INT(obs[l], model_layer_is_global(c, l) ? 6 : 0);
+            for (int hh = 0; hh < c->n_heads; hh++) {
+                double v = mam[l * c->n_heads + hh];
+                if (!model_layer_is_global(c, l))
+                    EXPECT(v == 0.0);
+                else if (budget >= n + 6)
+                    EXPECT_NEAR(v, 1.0, 1e-9);
+                else
+                    EXPECT(v > 0.0 && v <= 1.0 + 1e-9);
+                EXPECT(mam[l * c->n_heads + best[l]] >= v);
+                EXPECT(mam[l * c->n_heads + worst[l]] <= v);
+            }
+        }
+        fprintf(stderr, "budget %d: MAM of layer 2 = %.3f %.3f %.3f %.3f\n", budget, mam[8],
+                mam[9], mam[10], mam[11]);
+        head_mass_free(hm);
+        rig_close(&r);
+    }
+}
+
+int main(void)
+{
+    test_prefill_matches_steps("tiny", 70);
+    test_prefill_matches_steps("tiny-gemma3", 70);
+    test_window_matters();
+    test_sparse();
+    test_head_mass();
+    printf("test_accuracy: %d checks, %d failed\n", tu_checks, tu_failures);
+    return tu_failures ? 1 : 0;
+}
