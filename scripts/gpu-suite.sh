@@ -2,8 +2,15 @@
 # The GPU machine's suite, in one call: build with nvcc (sm_90), every test (each CUDA kernel
 # against its CPU reference; the tiny model on CUDA against the CPU), compute-sanitizer on the
 # decode test, the PyTorch peer, the decode-step benchmark, the main job; a short table last.
-# Stages: any of  test sanitize peer bench run  (default: all but peer, whose kept result in
-# experiments/peer/results/ stands in). Results go to $OUT (or out/).
+# Stages: any of  test sanitize peer bench run recall model accuracy  (default: test sanitize
+# bench run recall; the peer's kept result in experiments/peer/results/ stands in). Results go
+# to $OUT (or out/).
+#   model     copies the carried pieces .model/part* to /tmp/model (the machine takes 64 MiB of
+#             files per call, so the 253 MB Gemma 3 270M file comes over several calls while it
+#             stays up); the piece that completes the set assembles /tmp/model/gemma.gguf and
+#             checks its sha256 against .model/sha256.txt.
+#   accuracy  pulse accuracy on the assembled model over the synthetic sets in .accdata
+#             (ACC_SAMPLES samples per task and length, default 10; ACC_LENGTHS).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/out}
@@ -24,7 +31,7 @@ if has test; then
     summary+=("ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)")
     "$root/build-gpu/test_kernels_gpu" >"$out/kernels_gpu.txt" 2>&1
     summary+=("test_kernels_gpu exit $?")
-    for t in test_decode_gpu test_select_gpu test_recall_gpu; do
+    for t in test_decode_gpu test_select_gpu test_recall_gpu test_gemma3_gpu; do
         "$root/build-gpu/$t" >"$out/$t.txt" 2>&1
         summary+=("$t exit $?")
     done
@@ -71,8 +78,35 @@ if has recall; then
     python3 "$root/plots/recall_bandwidth.py" "$out/recall_bench.json" --out "$out/recall_bandwidth.png" \
         >/dev/null 2>&1 || true
 fi
+if has model; then
+    mkdir -p /tmp/model
+    cp "$root"/.model/part* /tmp/model/ 2>/dev/null
+    if [ "$(ls /tmp/model/part* 2>/dev/null | wc -l)" = 5 ] && [ ! -f /tmp/model/gemma.gguf ]; then
+        cat /tmp/model/part0* > /tmp/model/gemma.gguf
+        want=$(cut -d' ' -f1 "$root/.model/sha256.txt" 2>/dev/null)
+        got=$(sha256sum /tmp/model/gemma.gguf | cut -d' ' -f1)
+        [ -n "$want" ] && [ "$want" = "$got" ] || { echo "model sha256 mismatch"; rm -f /tmp/model/gemma.gguf; }
+    fi
+    summary+=("model pieces on this machine: $(ls /tmp/model | tr '\n' ' ')")
+fi
+if has accuracy && [ -f /tmp/model/gemma.gguf ]; then
+    log accuracy
+    m=/tmp/model/gemma.gguf
+    "$bin" generate --backend cuda --model $m --prompt "The capital of France is" \
+        --max-new-tokens 8 >"$out/generate_cuda.txt" 2>&1
+    want=$(grep '^generated ids:' "$root/tests/golden/gemma3_270m_q4km.txt")
+    got=$(grep '^generated ids:' "$out/generate_cuda.txt")
+    summary+=("gemma3 golden completion on cuda: $([ "$want" = "$got" ] && echo same || echo "DIFFERS: $got")")
+    timeout "${ACC_TIMEOUT:-480}" "$bin" accuracy --backend cuda --model $m --data "$root/.accdata" \
+        --lengths "${ACC_LENGTHS:-4096,8192,16384}" \
+        --tasks passkey,niah_multikey,variable_tracking,kv_retrieval \
+        --samples "${ACC_SAMPLES:-10}" --calib-samples 2 --max-gen 32 \
+        --out "$out/accuracy.json" --churn-profile "$out/churn_profile.json" \
+        >"$out/accuracy.txt" 2>&1
+    summary+=("accuracy exit $?")
+fi
 log done
 printf '%s\n' "${summary[@]}"
-for f in kernels_gpu.txt bench.txt run.txt recall_bench.txt; do
+for f in kernels_gpu.txt test_gemma3_gpu.txt bench.txt run.txt recall_bench.txt accuracy.txt; do
     [ -f "$out/$f" ] && { echo "--- $f"; tail -n 25 "$out/$f"; }
 done

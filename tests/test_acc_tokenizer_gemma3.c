@@ -121,18 +121,8 @@ static void check_long(const struct tokenizer *t, json_t *rec)
 int main(void)
 {
     char path[4096], err[512];
-    const char *env = getenv("PULSE_GEMMA_GGUF"), *src = getenv("PULSE_SRC");
-    if (env && *env)
-        snprintf(path, sizeof path, "%s", env);
-    else
-        snprintf(path, sizeof path, "%s/models/gemma3-270m-q4_k_m.gguf", src ? src : ".");
-    if (access(path, R_OK) != 0) {
-        fprintf(stderr,
-                "test_acc_tokenizer_gemma3: %s not found (scripts/setup-model.sh installs it; "
-                "or set PULSE_GEMMA_GGUF): skipped\n",
-                path);
-        return 77;
-    }
+    const char *src = getenv("PULSE_SRC");
+    if (tu_gemma_path("test_acc_tokenizer_gemma3", path, sizeof path) != 0) return 77;
     char ref[4096];
     snprintf(ref, sizeof ref, "%s/tests/data/tokenizer_gemma3_ref.jsonl", src ? src : ".");
     FILE *f = fopen(ref, "r");

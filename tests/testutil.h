@@ -70,6 +70,28 @@ static inline int tu_run_pulse(const char *args, char *out, size_t outlen)
 }
 
 /* Ends main(): prints a summary; a test file that checked nothing fails. */
+/* The real model (scripts/setup-model.sh): PULSE_GEMMA_GGUF, else
+ * $PULSE_SRC/models/gemma3-270m-q4_k_m.gguf. Returns 0 when it is readable; otherwise prints
+ * that `test` is skipped and returns -1 (the test then exits 77). */
+static inline int tu_gemma_path(const char *test, char *path, size_t len)
+{
+    const char *env = getenv("PULSE_GEMMA_GGUF"), *src = getenv("PULSE_SRC");
+    if (env && *env)
+        snprintf(path, len, "%s", env);
+    else
+        snprintf(path, len, "%s/models/gemma3-270m-q4_k_m.gguf", src ? src : ".");
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        fclose(f);
+        return 0;
+    }
+    fprintf(stderr,
+            "%s: %s not found (scripts/setup-model.sh installs it; or set PULSE_GEMMA_GGUF): "
+            "skipped\n",
+            test, path);
+    return -1;
+}
+
 static inline int tu_finish(const char *name)
 {
     if (tu_checks == 0) {
