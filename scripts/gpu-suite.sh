@@ -77,6 +77,14 @@ if has recall; then
     summary+=("recall-bench exit $?")
     python3 "$root/plots/recall_bandwidth.py" "$out/recall_bench.json" --out "$out/recall_bandwidth.png" \
         >/dev/null 2>&1 || true
+    # e.g. RECALL_VARIANTS="PULSE_ZC_GROUP=4": zero-copy and gather-scatter at 8K/64K only
+    for v in ${RECALL_VARIANTS:-}; do
+        tag=${v//[^A-Za-z0-9]/_}
+        env ${v//,/ } timeout 120 "$bin" recall-bench --engines zero-copy,gather-scatter \
+            --sizes 8K,64K --counts 1024,4096 --no-interference --caps 0.4,0.6,0.8 \
+            --out "$out/recall_$tag.json" >"$out/recall_$tag.txt" 2>&1
+        echo "--- recall-bench with $v"; tail -n 20 "$out/recall_$tag.txt"
+    done
 fi
 if has model; then
     mkdir -p /tmp/model
