@@ -10,7 +10,9 @@
 #include "engine.h"
 #include "kv_cache.h"
 #include "numeric.h"
+#include "offload.h"
 #include "results.h"
+#include "run_offload.h"
 #include "serve.h"
 #include "workloads/workload.h"
 
@@ -19,7 +21,7 @@ static const char usage[] =
     "  Serves every request of a workload to its output length and writes a result JSON.\n"
     "  --backend B        cpu, cuda or auto (default auto: cuda when a GPU is usable)\n"
     "  --model NAME       built-in model config (default tiny; see pulse models)\n"
-    "  --policy P         vanilla (default vanilla)\n"
+    "  --policy P         vanilla, arkvale or infinigen (default vanilla)\n"
     "  --workload SPEC    uniform:LEN:COUNT or lengths:L1,L2,... (default uniform:256:4)\n"
     "  --output-len N     output tokens per request (default 32)\n"
     "  --kv-budget-gb G   GPU KV pool in GB (default 45 on cuda, emulating an 80 GB card; 0.25 on "
@@ -31,7 +33,8 @@ static const char usage[] =
     "  --print-tokens     print each request's output token ids\n"
     "  --no-graph         launch every kernel instead of replaying steps as CUDA graphs\n"
     "  --weights PATH     real weights: a Hugging Face Llama/Qwen3 checkpoint dir (config.json\n"
-    "                     + safetensors) or a llama/qwen3 FILE.gguf; replaces --model\n"
+    "                     + safetensors) or a llama/qwen3 FILE.gguf; replaces --model\n";
+static const char usage_exit[] =
     "exit: 0 ok, 1 run failed, 2 bad usage, 3 out of device memory (result written, status oom)\n";
 
 struct run_opts {
@@ -40,6 +43,7 @@ struct run_opts {
     double budget_gb;
     int budget_set, print_tokens, no_graph;
     uint64_t seed;
+    struct run_offload_opts off;
 };
 
 static int parse(int argc, char **argv, struct run_opts *o)
@@ -58,6 +62,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
                                          {"help", no_argument, 0, 'h'},
                                          {"no-graph", no_argument, 0, 'G'},
                                          {"weights", required_argument, 0, 'W'},
+                                         RUN_OFFLOAD_OPTIONS,
                                          {0, 0, 0, 0}};
     *o = (struct run_opts){.backend = "auto",
                            .model = "tiny",
@@ -67,10 +72,15 @@ static int parse(int argc, char **argv, struct run_opts *o)
                            .max_batch = 64,
                            .page_size = 16,
                            .seed = 1};
+    run_offload_opts_init(&o->off);
     int c;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c >= RUN_OFF_BUDGET && c < RUN_OFF_END) {
+            if (run_offload_flag(&o->off, c, optarg)) return -1;
+            continue;
+        }
         switch (c) {
         case 'b':
             o->backend = optarg;
@@ -114,6 +124,8 @@ static int parse(int argc, char **argv, struct run_opts *o)
             break;
         case 'h':
             fputs(usage, stdout);
+            fputs(run_offload_usage, stdout);
+            fputs(usage_exit, stdout);
             return 1;
         default:
             cli_unknown_flag("run", argc, argv);
@@ -150,14 +162,16 @@ static json_t *config_json(const struct run_opts *o, const struct model_config *
 
 static json_t *counters_json(const struct serve_counters *c, const struct kv_cache_stats *ks)
 {
-    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "steps",
-                     c->steps, "tokens", c->tokens, "admitted", c->admitted, "batch_changes",
-                     c->batch_changes, "admission_refusals", c->admission_refusals, "peak_batch",
-                     c->peak_batch, "peak_kv_pages_used", c->peak_pages_used, "kv_pages",
-                     (json_int_t)ks->n_pages, "step_alloc_calls", c->step_alloc_calls,
-                     "recall_bytes", c->recall_bytes, "recall_chunks", c->recall_chunks,
-                     "recall_stalls", c->recall_stalls, "layer_switches", c->layer_switches,
-                     "ioaa_nodes", c->ioaa_nodes, "kv_page_bytes", (json_int_t)ks->page_bytes);
+    json_t *j = json_pack(
+        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "steps", c->steps,
+        "tokens", c->tokens, "admitted", c->admitted, "batch_changes", c->batch_changes,
+        "admission_refusals", c->admission_refusals, "peak_batch", c->peak_batch,
+        "peak_kv_pages_used", c->peak_pages_used, "kv_pages", (json_int_t)ks->n_pages,
+        "step_alloc_calls", c->step_alloc_calls, "recall_bytes", c->recall_bytes, "recall_chunks",
+        c->recall_chunks, "recall_stalls", c->recall_stalls, "layer_switches", c->layer_switches,
+        "ioaa_nodes", c->ioaa_nodes, "kv_page_bytes", (json_int_t)ks->page_bytes);
+    json_object_set_new(j, "clock_paused_s", json_real(c->clock_paused_s));
+    return j;
 }
 
 /* Per-request TTFT / TPOT / E2EL (seconds), the metrics block, and the requests array. */
@@ -212,6 +226,79 @@ static int finish(json_t *res, const char *out, int code)
     return code;
 }
 
+/* The KV budget (and for an offload policy the offload params and host pool) must hold the
+ * longest request. 0, or -1 after a message. */
+static int check_sizes(const struct run_opts *o, const struct policy *pol,
+                       const struct model_config *m, const struct backend *be,
+                       const struct workload *w, const struct kv_cache_params *kp,
+                       struct run_offload *ro)
+{
+    if (!pol->needs_ctx && o->off.first_flag) {
+        cli_error("run", "%s: only for offload policies (arkvale, infinigen)", o->off.first_flag);
+        return -1;
+    }
+    if (pol->needs_ctx) return run_offload_resolve(ro, &o->off, pol, m, be, w, kp, o->seed);
+    size_t need = kv_cache_params_request_bytes(kp, kp->max_tokens);
+    if (need <= kp->budget_bytes) return 0;
+    cli_error("run",
+              "--kv-budget-gb: %g GB cannot hold even one request: the longest (%d tokens "
+              "of %s) needs %.4f GB of KV",
+              o->budget_gb, kp->max_tokens, m->name, need / 1e9);
+    return -1;
+}
+
+/* The summary line, the tokens when asked, metrics, requests and counters into res. */
+static void report(const struct run_opts *o, json_t *res, const struct workload *w,
+                   const struct serve_counters *ctr, double wall, struct engine *e,
+                   const struct kv_cache *kv, const struct offload *off)
+{
+    const char *be_name = engine_model(e)->be->name, *model = engine_model(e)->cfg->name;
+    struct kv_cache_stats ks;
+    kv_cache_get_stats(kv, &ks);
+    json_t *requests;
+    json_t *metrics = metrics_json(w, wall, &requests);
+    char hash[32];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)tokens_hash(w));
+    json_object_set_new(metrics, "output_tokens_fnv1a", json_string(hash));
+    printf("%s %s %s %s: %d requests, %lld tokens in %.3f s: %.1f tok/s, mean TPOT %.3f ms, "
+           "tokens %s\n",
+           be_name, model, o->policy, w->spec, w->n, (long long)ctr->tokens, wall,
+           json_real_value(json_object_get(metrics, "output_throughput")),
+           json_is_real(json_object_get(metrics, "mean_tpot_ms"))
+               ? json_real_value(json_object_get(metrics, "mean_tpot_ms"))
+               : NAN,
+           hash);
+    if (off)
+        printf("offload: %lld bytes recalled in %lld chunks, %lld stalled rounds\n",
+               (long long)ctr->recall_bytes, (long long)ctr->recall_chunks,
+               (long long)ctr->recall_stalls);
+    if (o->print_tokens)
+        for (int i = 0; i < w->n; i++) {
+            printf("request %d:", i);
+            for (int t = 0; t < w->reqs[i].generated; t++)
+                printf(" %d", w->reqs[i].tokens[t]);
+            printf("\n");
+        }
+    json_object_set_new(res, "metrics", metrics);
+    json_object_set_new(res, "requests", requests);
+    json_t *cj = counters_json(ctr, &ks);
+    struct engine_stats es;
+    engine_get_stats(e, &es);
+    json_object_set_new(cj, "graph_captures", json_integer(es.graph_captures));
+    json_object_set_new(cj, "graph_launches", json_integer(es.graph_launches));
+    if (off) json_object_set_new(cj, "offload", offload_counters_json(off));
+    json_object_set_new(res, "counters", cj);
+}
+
+/* Marks res failed (status, error) and returns code. */
+static int failed(json_t *res, const char *status, const char *err, int code)
+{
+    cli_error("run", "%s", err);
+    json_object_set_new(res, "status", json_string(status));
+    json_object_set_new(res, "error", json_string(err));
+    return code;
+}
+
 int cmd_run(int argc, char **argv)
 {
     struct run_opts o;
@@ -246,14 +333,12 @@ int cmd_run(int argc, char **argv)
     int max_tokens = workload_max_tokens(&w);
     struct kv_cache_params kp = {m->n_layers, m->n_kv_heads,    m->head_dim, (int)o.page_size,
                                  budget,      (int)o.max_batch, max_tokens};
-    size_t need = kv_cache_params_request_bytes(&kp, max_tokens);
-    if (need > budget) {
-        cli_error("run",
-                  "--kv-budget-gb: %g GB cannot hold even one request: the longest (%d tokens "
-                  "of %s) needs %.4f GB of KV",
-                  o.budget_gb, max_tokens, m->name, need / 1e9);
+    struct run_offload *ro = mem_alloc(MEM_HOST, sizeof *ro, "run offload");
+    if (!ro) cli_error("run", "out of host memory");
+    if (!ro || check_sizes(&o, pol, m, be, &w, &kp, ro)) {
+        mem_free(MEM_HOST, ro, sizeof *ro);
         workload_free(&w);
-        return EXIT_USAGE;
+        return ro ? EXIT_USAGE : EXIT_OOM;
     }
 
     json_t *res = results_new("run");
@@ -270,66 +355,40 @@ int cmd_run(int argc, char **argv)
                                .load_weights = o.weights ? load_hf : NULL,
                                .load_user = (void *)o.weights};
     struct engine *e = engine_create(&ep, err, sizeof err);
+    struct kv_cache *kv = NULL;
+    struct offload *off = NULL;
+    int code = 0;
     if (!e) {
-        cli_error("run", "%s", err);
-        json_object_set_new(res, "status", json_string("oom"));
-        json_object_set_new(res, "error", json_string(err));
-        workload_free(&w);
-        return finish(res, o.out, EXIT_OOM);
+        code = failed(res, "oom", err, EXIT_OOM);
+        goto out;
     }
     be->describe(results_env(res));
-    struct kv_cache *kv = kv_cache_create(&kp, be, engine_ctx(e), err, sizeof err);
-    int code = 0;
-    if (!kv) {
-        cli_error("run", "%s", err);
-        json_object_set_new(res, "status", json_string("oom"));
-        json_object_set_new(res, "error", json_string(err));
-        code = EXIT_OOM;
+    if (!(kv = kv_cache_create(&kp, be, engine_ctx(e), err, sizeof err))) {
+        code = failed(res, "oom", err, EXIT_OOM);
         goto out;
+    }
+    if (pol->needs_ctx) {
+        rc = offload_create(e, kv, &ro->p, &off, err, sizeof err);
+        if (rc != PULSE_OK) {
+            code = rc == PULSE_ERR_OOM ? failed(res, "oom", err, EXIT_OOM)
+                                       : failed(res, "error", err, 1);
+            goto out;
+        }
+        json_object_set_new(cfg_json, "offload", offload_config_json(off));
     }
     struct serve_counters ctr;
     double wall;
-    if (serve_run(e, kv, pol, w.reqs, w.n, (int)o.max_batch, &ctr, &wall, err, sizeof err) !=
-        PULSE_OK) {
-        cli_error("run", "%s", err);
-        json_object_set_new(res, "status", json_string("error"));
-        json_object_set_new(res, "error", json_string(err));
-        code = 1;
+    if (serve_run_policy(e, kv, pol, off, w.reqs, w.n, (int)o.max_batch, &ctr, &wall, err,
+                         sizeof err) != PULSE_OK) {
+        code = failed(res, "error", err, 1);
         goto out;
     }
-    struct kv_cache_stats ks;
-    kv_cache_get_stats(kv, &ks);
-    json_t *requests;
-    json_t *metrics = metrics_json(&w, wall, &requests);
-    char hash[32];
-    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)tokens_hash(&w));
-    json_object_set_new(metrics, "output_tokens_fnv1a", json_string(hash));
-    printf("%s %s %s %s: %d requests, %lld tokens in %.3f s: %.1f tok/s, mean TPOT %.3f ms, "
-           "tokens %s\n",
-           be->name, m->name, pol->name, w.spec, w.n, (long long)ctr.tokens, wall,
-           json_real_value(json_object_get(metrics, "output_throughput")),
-           json_is_real(json_object_get(metrics, "mean_tpot_ms"))
-               ? json_real_value(json_object_get(metrics, "mean_tpot_ms"))
-               : NAN,
-           hash);
-    if (o.print_tokens)
-        for (int i = 0; i < w.n; i++) {
-            printf("request %d:", i);
-            for (int t = 0; t < w.reqs[i].generated; t++)
-                printf(" %d", w.reqs[i].tokens[t]);
-            printf("\n");
-        }
-    json_object_set_new(res, "metrics", metrics);
-    json_object_set_new(res, "requests", requests);
-    json_t *cj = counters_json(&ctr, &ks);
-    struct engine_stats es;
-    engine_get_stats(e, &es);
-    json_object_set_new(cj, "graph_captures", json_integer(es.graph_captures));
-    json_object_set_new(cj, "graph_launches", json_integer(es.graph_launches));
-    json_object_set_new(res, "counters", cj);
+    report(&o, res, &w, &ctr, wall, e, kv, off);
 out:
+    offload_free(off);
     kv_cache_free(kv);
     engine_free(e);
     workload_free(&w);
+    mem_free(MEM_HOST, ro, sizeof *ro);
     return finish(res, o.out, code);
 }

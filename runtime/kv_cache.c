@@ -18,6 +18,11 @@ struct kv_cache {
     int32_t *free_pages; /* host stack */
     int64_t n_free;
     int32_t *slot_tokens; /* reserved tokens per slot; 0 = free slot */
+    int32_t *slot_dense;  /* per slot: layers [0, slot_dense) map their owned pages in order */
+    int32_t *owned;       /* [max_requests][n_layers][max_owned] pages each (slot, layer) owns */
+    int32_t *n_owned;     /* [max_requests][n_layers] */
+    int64_t max_owned;    /* max_pages + 1 */
+    size_t owned_bytes;
     struct kv_cache_stats st;
 };
 
@@ -86,7 +91,12 @@ struct kv_cache *kv_cache_create(const struct kv_cache_params *p, const struct b
     kv->h_page_ids = mem_alloc(MEM_HOST, kv->table_bytes, "page table mirror");
     kv->free_pages = mem_alloc(MEM_HOST, sizeof(int32_t) * (size_t)kv->n_pages, "free list");
     kv->slot_tokens = mem_alloc(MEM_HOST, sizeof(int32_t) * p->max_requests, "slots");
-    if (!kv->pool || !kv->d_page_ids || !kv->h_page_ids || !kv->free_pages || !kv->slot_tokens) {
+    kv->slot_dense = mem_alloc(MEM_HOST, sizeof(int32_t) * p->max_requests, "slot layers");
+    kv->max_owned = kv->max_pages + 1;
+    kv->owned_bytes = sizeof(int32_t) * (size_t)p->max_requests * p->n_layers * (kv->max_owned + 1);
+    kv->owned = mem_alloc(MEM_HOST, kv->owned_bytes, "owned pages");
+    if (!kv->pool || !kv->d_page_ids || !kv->h_page_ids || !kv->free_pages || !kv->slot_tokens ||
+        !kv->slot_dense || !kv->owned) {
         fmt(err, errlen, "cannot allocate a %.3f GB KV pool on %s", p->budget_bytes / 1e9,
             be->name);
         kv_cache_free(kv);
@@ -97,6 +107,8 @@ struct kv_cache *kv_cache_create(const struct kv_cache_params *p, const struct b
     kv->n_free = kv->n_pages;
     memset(kv->h_page_ids, 0xff, kv->table_bytes); /* -1: no page */
     memset(kv->slot_tokens, 0, sizeof(int32_t) * p->max_requests);
+    kv->n_owned = kv->owned + (size_t)p->max_requests * p->n_layers * kv->max_owned;
+    memset(kv->n_owned, 0, sizeof(int32_t) * (size_t)p->max_requests * p->n_layers);
     be->upload(ctx, kv->d_page_ids, kv->h_page_ids, kv->table_bytes);
     return kv;
 }
@@ -109,6 +121,8 @@ void kv_cache_free(struct kv_cache *kv)
     mem_free(MEM_HOST, kv->h_page_ids, kv->table_bytes);
     mem_free(MEM_HOST, kv->free_pages, sizeof(int32_t) * (size_t)kv->n_pages);
     mem_free(MEM_HOST, kv->slot_tokens, sizeof(int32_t) * kv->p.max_requests);
+    mem_free(MEM_HOST, kv->slot_dense, sizeof(int32_t) * kv->p.max_requests);
+    mem_free(MEM_HOST, kv->owned, kv->owned_bytes);
     mem_free(MEM_HOST, kv, sizeof *kv);
 }
 
@@ -117,9 +131,28 @@ int32_t kv_cache_row(const struct kv_cache *kv, int slot, int layer)
     return (int32_t)(((int64_t)slot * kv->p.n_layers + layer) * kv->max_pages);
 }
 
-int kv_cache_admit(struct kv_cache *kv, int n_tokens, int *slot)
+static int32_t *owned_row(const struct kv_cache *kv, int slot, int layer)
 {
-    int64_t need = kv_cache_pages_for(kv, n_tokens) * kv->p.n_layers;
+    return kv->owned + ((size_t)slot * kv->p.n_layers + layer) * kv->max_owned;
+}
+
+static int32_t *owned_count(const struct kv_cache *kv, int slot, int layer)
+{
+    return kv->n_owned + (size_t)slot * kv->p.n_layers + layer;
+}
+
+int64_t kv_cache_params_offload_pages(const struct kv_cache_params *p, int n_tokens, int n_dense,
+                                      int layer_pages)
+{
+    int64_t per_layer = PULSE_CEIL_DIV((int64_t)n_tokens, p->page_size);
+    return per_layer * n_dense + (int64_t)layer_pages * (p->n_layers - n_dense);
+}
+
+/* Takes a free slot and the pages of an admission (n_dense layers of n_tokens mapped in order,
+ * the others layer_pages each, every block mapped to the last); uploads the slot's rows. */
+static int admit_pages(struct kv_cache *kv, int n_tokens, int n_dense, int layer_pages, int *slot)
+{
+    int64_t need = kv_cache_params_offload_pages(&kv->p, n_tokens, n_dense, layer_pages);
     if (n_tokens < 1 || n_tokens > kv->p.max_tokens || need > kv->n_pages) return PULSE_ERR_INVALID;
     int s = -1;
     for (int i = 0; i < kv->p.max_requests && s < 0; i++)
@@ -128,13 +161,18 @@ int kv_cache_admit(struct kv_cache *kv, int n_tokens, int *slot)
         kv->st.admit_refusals++;
         return PULSE_ERR_NOMEM;
     }
-    int64_t per_layer = kv_cache_pages_for(kv, n_tokens);
+    int64_t blocks = kv_cache_pages_for(kv, n_tokens);
     for (int l = 0; l < kv->p.n_layers; l++) {
-        int32_t *row = kv->h_page_ids + kv_cache_row(kv, s, l);
-        for (int64_t i = 0; i < per_layer; i++)
-            row[i] = kv->free_pages[--kv->n_free];
+        int32_t *row = kv->h_page_ids + kv_cache_row(kv, s, l), *own = owned_row(kv, s, l);
+        int64_t n_own = l < n_dense ? blocks : layer_pages;
+        for (int64_t i = 0; i < n_own; i++)
+            own[i] = kv->free_pages[--kv->n_free];
+        for (int64_t i = 0; i < blocks; i++)
+            row[i] = l < n_dense ? own[i] : own[n_own - 1];
+        *owned_count(kv, s, l) = (int32_t)n_own;
     }
     kv->slot_tokens[s] = n_tokens;
+    kv->slot_dense[s] = n_dense;
     int32_t *first = kv->h_page_ids + kv_cache_row(kv, s, 0);
     kv->be->upload(kv->ctx, kv->d_page_ids + kv_cache_row(kv, s, 0), first,
                    sizeof(int32_t) * (size_t)kv->p.n_layers * kv->max_pages);
@@ -143,86 +181,117 @@ int kv_cache_admit(struct kv_cache *kv, int n_tokens, int *slot)
     return PULSE_OK;
 }
 
+int kv_cache_admit(struct kv_cache *kv, int n_tokens, int *slot)
+{
+    return admit_pages(kv, n_tokens, kv->p.n_layers, 0, slot);
+}
+
+int kv_cache_admit_offload(struct kv_cache *kv, int n_tokens, int n_dense, int layer_pages,
+                           int *slot)
+{
+    if (n_dense < 0 || n_dense > kv->p.n_layers ||
+        (n_dense < kv->p.n_layers && (layer_pages < 1 || layer_pages > kv->max_owned)))
+        return PULSE_ERR_INVALID;
+    return admit_pages(kv, n_tokens, n_dense, layer_pages, slot);
+}
+
+const int32_t *kv_cache_owned_pages(const struct kv_cache *kv, int slot, int layer, int *n)
+{
+    PULSE_CHECK(slot >= 0 && slot < kv->p.max_requests && layer >= 0 && layer < kv->p.n_layers,
+                "kv_cache_owned_pages: slot or layer out of range");
+    *n = *owned_count(kv, slot, layer);
+    return owned_row(kv, slot, layer);
+}
+
 void kv_cache_release(struct kv_cache *kv, int slot)
 {
     PULSE_CHECK(slot >= 0 && slot < kv->p.max_requests && kv->slot_tokens[slot] > 0,
                 "release of a free slot");
-    int64_t per_layer = kv_cache_pages_for(kv, kv->slot_tokens[slot]);
     for (int l = 0; l < kv->p.n_layers; l++) {
-        int32_t *row = kv->h_page_ids + kv_cache_row(kv, slot, l);
-        for (int64_t i = per_layer - 1; i >= 0; i--) {
-            kv->free_pages[kv->n_free++] = row[i];
+        int32_t *row = kv->h_page_ids + kv_cache_row(kv, slot, l), *own = owned_row(kv, slot, l);
+        for (int64_t i = *owned_count(kv, slot, l) - 1; i >= 0; i--)
+            kv->free_pages[kv->n_free++] = own[i];
+        *owned_count(kv, slot, l) = 0;
+        for (int64_t i = 0; i < kv->max_pages; i++)
             row[i] = -1;
-        }
     }
     kv->slot_tokens[slot] = 0;
+    kv->slot_dense[slot] = 0;
     kv->st.releases++;
 }
 
-int kv_cache_check(const struct kv_cache *kv, char *err, size_t errlen)
+/* Rows of (slot, layer) against what it owns (header comment of kv_cache_check). */
+static int check_row(const struct kv_cache *kv, int s, int l, char *err, size_t errlen)
 {
-    /* one bit per page: set when some owner (free list or a slot row) claims it */
-    size_t words = (size_t)(kv->n_pages + 63) / 64;
-    uint64_t *seen = mem_alloc(MEM_HOST, words * 8, "check bitmap");
-    int rc = 0;
-    if (!seen) {
-        fmt(err, errlen, "check: out of host memory");
+    const int64_t used = kv->slot_tokens[s] ? kv_cache_pages_for(kv, kv->slot_tokens[s]) : 0;
+    const int32_t *row = kv->h_page_ids + kv_cache_row(kv, s, l), *own = owned_row(kv, s, l);
+    const int32_t n_own = *owned_count(kv, s, l);
+    const int mapped = l < kv->slot_dense[s];
+    if (!used && n_own) {
+        fmt(err, errlen, "free slot %d owns %d pages in layer %d", s, n_own, l);
         return -1;
     }
-    memset(seen, 0, words * 8);
-#define MARK(pg, what, ...)                                                                        \
-    do {                                                                                           \
-        int64_t pg_ = (pg);                                                                        \
-        if (pg_ < 0 || pg_ >= kv->n_pages) {                                                       \
-            fmt(err, errlen, "page %lld out of range in " what, (long long)pg_, __VA_ARGS__);      \
-            rc = -1;                                                                               \
-            goto out;                                                                              \
-        }                                                                                          \
-        if (seen[pg_ / 64] >> (pg_ % 64) & 1) {                                                    \
-            fmt(err, errlen, "page %lld owned twice (at " what ")", (long long)pg_, __VA_ARGS__);  \
-            rc = -1;                                                                               \
-            goto out;                                                                              \
-        }                                                                                          \
-        seen[pg_ / 64] |= 1ull << (pg_ % 64);                                                      \
-    } while (0)
+    if (used && mapped && n_own != used) {
+        fmt(err, errlen, "slot %d layer %d owns %d pages for %lld blocks", s, l, n_own,
+            (long long)used);
+        return -1;
+    }
+    for (int64_t i = 0; i < kv->max_pages; i++) {
+        int32_t want = i >= used ? -1 : mapped ? own[i] : own[n_own - 1];
+        if (row[i] != want) {
+            fmt(err, errlen, "slot %d layer %d index %lld maps page %d, expected %d", s, l,
+                (long long)i, row[i], want);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Every page is on the free list or owned by one (slot, layer), exactly once. */
+static int check_owners(const struct kv_cache *kv, uint64_t *seen, char *err, size_t errlen)
+{
     if (kv->n_free < 0 || kv->n_free > kv->n_pages) {
         fmt(err, errlen, "free count %lld outside [0, %lld]", (long long)kv->n_free,
             (long long)kv->n_pages);
-        rc = -1;
-        goto out;
+        return -1;
     }
-    for (int64_t i = 0; i < kv->n_free; i++)
-        MARK(kv->free_pages[i], "free list %lld", (long long)i);
-    int64_t owned = 0;
-    for (int s = 0; s < kv->p.max_requests; s++) {
-        int64_t used = kv->slot_tokens[s] ? kv_cache_pages_for(kv, kv->slot_tokens[s]) : 0;
-        for (int l = 0; l < kv->p.n_layers; l++) {
-            const int32_t *row = kv->h_page_ids + kv_cache_row(kv, s, l);
-            for (int64_t i = 0; i < kv->max_pages; i++) {
-                if (i < used) {
-                    MARK(row[i], "slot %d layer %d index %lld", s, l, (long long)i);
-                    owned++;
-                } else if (row[i] != -1) {
-                    fmt(err, errlen, "slot %d layer %d index %lld holds page %d past its length", s,
-                        l, (long long)i, row[i]);
-                    rc = -1;
-                    goto out;
-                }
+    int64_t claims = 0;
+    for (int64_t k = 0; k < kv->n_free + (int64_t)kv->p.max_requests * kv->p.n_layers; k++) {
+        const int32_t *ids = k < kv->n_free ? kv->free_pages + k : NULL;
+        int n = 1;
+        if (!ids) {
+            int64_t u = k - kv->n_free;
+            ids = owned_row(kv, (int)(u / kv->p.n_layers), (int)(u % kv->p.n_layers));
+            n = kv->n_owned[u];
+        }
+        for (int i = 0; i < n; i++, claims++) {
+            int64_t pg = ids[i];
+            if (pg < 0 || pg >= kv->n_pages || (seen[pg / 64] >> (pg % 64) & 1)) {
+                fmt(err, errlen, "page %lld %s (claim %lld: %s)", (long long)pg,
+                    pg < 0 || pg >= kv->n_pages ? "out of range" : "claimed twice",
+                    (long long)claims, k < kv->n_free ? "free list" : "owned by a slot");
+                return -1;
             }
+            seen[pg / 64] |= 1ull << (pg % 64);
         }
     }
-    if (owned + kv->n_free != kv->n_pages) {
-        fmt(err, errlen, "%lld owned + %lld free != %lld pages", (long long)owned,
-            (long long)kv->n_free, (long long)kv->n_pages);
-        rc = -1;
-        goto out;
+    if (claims != kv->n_pages) {
+        fmt(err, errlen, "%lld owned + free pages != %lld pages", (long long)claims,
+            (long long)kv->n_pages);
+        return -1;
     }
+    return 0;
+}
+
+/* The backend copy of every active slot's rows equals the host mirror. */
+static int check_backend(const struct kv_cache *kv, char *err, size_t errlen)
+{
     size_t slot_ids = (size_t)kv->p.n_layers * kv->max_pages;
     int32_t *copy = mem_alloc(MEM_HOST, slot_ids * sizeof(int32_t), "check copy");
+    int rc = 0;
     if (!copy) {
         fmt(err, errlen, "check: out of host memory");
-        rc = -1;
-        goto out;
+        return -1;
     }
     for (int s = 0; s < kv->p.max_requests && rc == 0; s++) {
         if (!kv->slot_tokens[s]) continue;
@@ -234,8 +303,24 @@ int kv_cache_check(const struct kv_cache *kv, char *err, size_t errlen)
         }
     }
     mem_free(MEM_HOST, copy, slot_ids * sizeof(int32_t));
-#undef MARK
-out:
+    return rc;
+}
+
+int kv_cache_check(const struct kv_cache *kv, char *err, size_t errlen)
+{
+    /* one bit per page: set when some owner (free list or a slot) claims it */
+    size_t words = (size_t)(kv->n_pages + 63) / 64;
+    uint64_t *seen = mem_alloc(MEM_HOST, words * 8, "check bitmap");
+    if (!seen) {
+        fmt(err, errlen, "check: out of host memory");
+        return -1;
+    }
+    memset(seen, 0, words * 8);
+    int rc = check_owners(kv, seen, err, errlen);
+    for (int s = 0; s < kv->p.max_requests && rc == 0; s++)
+        for (int l = 0; l < kv->p.n_layers && rc == 0; l++)
+            rc = check_row(kv, s, l, err, errlen);
+    if (rc == 0) rc = check_backend(kv, err, errlen);
     mem_free(MEM_HOST, seen, words * 8);
     return rc;
 }

@@ -12,7 +12,14 @@
  *
  * A request reserves the pages of its whole length (prompt + output) in every layer at
  * admission, so the decode step never allocates and a page table row never changes while the
- * request runs. Budget: n_pages = budget_bytes / page_bytes. */
+ * request runs. Budget: n_pages = budget_bytes / page_bytes.
+ *
+ * Ownership is kept apart from the page table: each (slot, layer) owns a list of pages (at
+ * most max_pages + 1). A normal admission owns exactly the pages its rows map, in token order.
+ * An offload admission (kv_cache_admit_offload) does the same for its leading dense layers; every
+ * other layer owns a fixed number of pages whatever the request's length: the offload policy
+ * uses them as hot-cache slots, and its page-table row maps every token block to the layer's
+ * LAST owned page, the tail page the decode step appends into (engine.h). */
 #ifndef PULSE_KV_CACHE_H
 #define PULSE_KV_CACHE_H
 
@@ -55,6 +62,17 @@ size_t kv_cache_params_request_bytes(const struct kv_cache_params *p, int n_toke
  * PULSE_OK and *slot on success; PULSE_ERR_NOMEM when pages or slots are short right now;
  * PULSE_ERR_INVALID when n_tokens can never fit (over max_tokens or the whole pool). */
 int kv_cache_admit(struct kv_cache *kv, int n_tokens, int *slot);
+/* Offload admission: layers [0, n_dense) reserve and map the pages of n_tokens in token order,
+ * as kv_cache_admit; every other layer owns layer_pages pages (1 .. max_pages + 1) and its row
+ * maps each of the request's ceil(n_tokens / page_size) blocks to the last of them. Statuses as
+ * kv_cache_admit (PULSE_ERR_INVALID also for n_dense or layer_pages out of range). */
+int kv_cache_admit_offload(struct kv_cache *kv, int n_tokens, int n_dense, int layer_pages,
+                           int *slot);
+/* Pages needed by an offload admission of n_tokens (all layers), from the params alone. */
+int64_t kv_cache_params_offload_pages(const struct kv_cache_params *p, int n_tokens, int n_dense,
+                                      int layer_pages);
+/* The pages (slot, layer) owns, in reservation order; their count in *n (0 for a free slot). */
+const int32_t *kv_cache_owned_pages(const struct kv_cache *kv, int slot, int layer, int *n);
 /* Returns the slot's pages to the free list. */
 void kv_cache_release(struct kv_cache *kv, int slot);
 
@@ -65,9 +83,11 @@ struct kv_view kv_cache_view(const struct kv_cache *kv, const int32_t *page_star
 /* The host mirror of the page table (read-only; for tests and the CPU side). */
 const int32_t *kv_cache_host_page_ids(const struct kv_cache *kv);
 
-/* Verifies the invariants: every page is free or owned by exactly one (slot, layer, index);
- * free count + owned = n_pages; free slots own nothing; the backend copy of every active
- * slot's table equals the host mirror. Returns 0, or -1 with a reason in err. */
+/* Verifies the invariants: every page is free or owned by exactly one (slot, layer);
+ * free count + owned = n_pages; free slots own nothing; a mapped layer's row holds exactly its
+ * owned pages in token order, an offload layer's row maps each block to its last owned page;
+ * rows are -1 past the request's blocks; the backend copy of every active slot's table equals
+ * the host mirror. Returns 0, or -1 with a reason in err. */
 int kv_cache_check(const struct kv_cache *kv, char *err, size_t errlen);
 void kv_cache_get_stats(const struct kv_cache *kv, struct kv_cache_stats *out);
 

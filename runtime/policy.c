@@ -4,9 +4,12 @@
 #include "common.h"
 #include "serve.h"
 
-extern const struct policy policy_vanilla; /* baselines/vanilla.c */
+extern const struct policy policy_vanilla;   /* baselines/vanilla.c */
+extern const struct policy policy_arkvale;   /* baselines/arkvale.c */
+extern const struct policy policy_infinigen; /* baselines/infinigen.c */
 
-static const struct policy *const registry[] = {&policy_vanilla};
+static const struct policy *const registry[] = {&policy_vanilla, &policy_arkvale,
+                                                &policy_infinigen};
 
 const struct policy *policy_find(const char *name)
 {
@@ -17,5 +20,5 @@ const struct policy *policy_find(const char *name)
 
 const char *policy_names(void)
 {
-    return "vanilla";
+    return "vanilla, arkvale, infinigen";
 }

@@ -6,25 +6,46 @@
 #include "common.h"
 #include "mem.h"
 
-int serve_admit_request(struct serve_state *s, int i)
+static struct batch_entry entry_of(const struct serve_state *s, int i, int slot)
 {
-    struct request *r = &s->reqs[i];
-    int slot, rc = kv_cache_admit(s->kv, r->prompt_len + r->output_len, &slot);
-    if (rc != PULSE_OK) return rc;
+    const struct request *r = &s->reqs[i];
     struct batch_entry en = {.slot = slot,
                              .req_id = r->id,
                              .pos = r->prompt_len,
                              .reserved = r->prompt_len + r->output_len,
                              .token = engine_first_token(s->eng, r->id)};
+    return en;
+}
+
+int serve_admit_request(struct serve_state *s, int i)
+{
+    struct request *r = &s->reqs[i];
+    int slot, rc = kv_cache_admit(s->kv, r->prompt_len + r->output_len, &slot);
+    if (rc != PULSE_OK) return rc;
+    struct batch_entry en = entry_of(s, i, slot);
     batch_set(s->eng, s->admit_batch, s->kv, &en, 1);
     engine_fill_prompt(s->eng, s->admit_batch, s->kv);
+    serve_add_entry(s, i, slot);
+    return PULSE_OK;
+}
+
+void serve_add_entry(struct serve_state *s, int i, int slot)
+{
+    struct request *r = &s->reqs[i];
+    struct batch_entry en = entry_of(s, i, slot);
     r->slot = slot;
     r->admit_s = pulse_now() - s->t0;
     s->entries[s->n_entries] = en;
     s->entry_req[s->n_entries++] = i;
     s->batch_dirty = 1;
     s->ctr.admitted++;
-    return PULSE_OK;
+}
+
+void serve_pause_clock(struct serve_state *s, double seconds)
+{
+    if (!(seconds > 0)) return;
+    s->t0 += seconds;
+    s->ctr.clock_paused_s += seconds;
 }
 
 /* Records the tokens of one step; retires finished requests. Returns how many finished. */
@@ -38,6 +59,7 @@ static int collect(struct serve_state *s, const int32_t *toks, double t)
         s->ctr.tokens++;
         if (r->generated == r->output_len) {
             r->done_s = t;
+            if (s->pol->release) s->pol->release(s, r->slot);
             kv_cache_release(s->kv, r->slot);
             r->slot = -1;
             finished++;
@@ -65,8 +87,39 @@ int serve_run(struct engine *e, struct kv_cache *kv, const struct policy *pol, s
               int n, int max_batch, struct serve_counters *ctr, double *wall_s, char *err,
               size_t errlen)
 {
+    return serve_run_policy(e, kv, pol, NULL, reqs, n, max_batch, ctr, wall_s, err, errlen);
+}
+
+/* The message for a request that can never be admitted. */
+static void never_fits(const struct serve_state *s, char *err, size_t errlen)
+{
+    const struct request *r = &s->reqs[s->next_waiting];
+    if (s->why[0]) {
+        snprintf(err, errlen, "request %d (%d prompt + %d output tokens): %s", r->id, r->prompt_len,
+                 r->output_len, s->why);
+        return;
+    }
+    snprintf(err, errlen,
+             "request %d (%d prompt + %d output tokens, %.3f GB of KV) can never fit the KV "
+             "budget",
+             r->id, r->prompt_len, r->output_len,
+             kv_cache_request_bytes(s->kv, r->prompt_len + r->output_len) / 1e9);
+}
+
+int serve_run_policy(struct engine *e, struct kv_cache *kv, const struct policy *pol,
+                     void *policy_ctx, struct request *reqs, int n, int max_batch,
+                     struct serve_counters *ctr, double *wall_s, char *err, size_t errlen)
+{
     struct serve_state s;
     memset(&s, 0, sizeof s);
+    s.pol = pol;
+    s.policy_ctx = policy_ctx;
+    if (pol->needs_ctx && !policy_ctx) {
+        snprintf(err, errlen, "policy %s needs its context (serve_run_policy)", pol->name);
+        memset(ctr, 0, sizeof *ctr);
+        *wall_s = 0;
+        return PULSE_ERR_INVALID;
+    }
     s.eng = e;
     s.kv = kv;
     s.reqs = reqs;
@@ -95,16 +148,15 @@ int serve_run(struct engine *e, struct kv_cache *kv, const struct policy *pol, s
             s.n_arrived++;
         rc = pol->admit(&s);
         if (rc == PULSE_ERR_INVALID || (s.n_entries == 0 && s.next_waiting < s.n_arrived)) {
-            struct request *r = &reqs[s.next_waiting];
-            snprintf(err, errlen,
-                     "request %d (%d prompt + %d output tokens, %.3f GB of KV) can never fit "
-                     "the KV budget",
-                     r->id, r->prompt_len, r->output_len,
-                     kv_cache_request_bytes(kv, r->prompt_len + r->output_len) / 1e9);
+            never_fits(&s, err, errlen);
             rc = PULSE_ERR_INVALID;
             goto out;
         }
-        rc = PULSE_OK;
+        if (rc != PULSE_OK) {
+            snprintf(err, errlen, "policy %s: admission failed (%d)%s%s", pol->name, rc,
+                     s.why[0] ? ": " : "", s.why);
+            goto out;
+        }
         if (s.n_entries == 0) { /* idle until the next arrival */
             sleep_until(reqs[s.n_arrived].arrival_s, s.t0);
             continue;

@@ -24,6 +24,7 @@ struct serve_counters {
     int64_t step_alloc_calls; /* allocations made while steps ran: must stay 0 */
     /* offload counters (zero for vanilla; carried so every result has them) */
     int64_t recall_bytes, recall_chunks, recall_stalls, layer_switches, ioaa_nodes;
+    double clock_paused_s; /* excluded from the recorded times (serve_pause_clock) */
 };
 
 /* What a policy works on. Requests are in arrival order; [0, n_arrived) have arrived. */
@@ -39,6 +40,9 @@ struct serve_state {
     int batch_dirty; /* entries changed since the last batch_set */
     double t0;
     struct serve_counters ctr;
+    const struct policy *pol;
+    void *policy_ctx; /* what serve_run_policy was given (offload policies: struct offload *) */
+    char why[256];    /* a policy's reason when a request can never be admitted ("" = none) */
 };
 
 struct policy {
@@ -47,6 +51,11 @@ struct policy {
     int (*admit)(struct serve_state *s);
     /* Runs one decode step over the running requests; returns PULSE_OK. */
     int (*step)(struct serve_state *s);
+    /* Optional: frees what the policy holds for the request in cache slot `slot` (called when
+     * it finishes, before its KV pages are released). */
+    void (*release)(struct serve_state *s, int slot);
+    int needs_ctx;         /* 1: runs only with a policy context (serve_run_policy) */
+    int offload_lookahead; /* offload policies: offload_params.lookahead (offload.h) */
 };
 
 /* The policy registered under `name`, or NULL; names for messages. */
@@ -56,11 +65,22 @@ const char *policy_names(void);
 /* Admits reqs[i] as an entry of the running batch: reserves its KV (PULSE_ERR_NOMEM when it
  * does not fit now) and queues its synthetic prompt KV. Shared by policies. */
 int serve_admit_request(struct serve_state *s, int i);
+/* Adds reqs[i], already holding cache slot `slot` and its prompt KV, to the running batch. */
+void serve_add_entry(struct serve_state *s, int i, int slot);
+/* Excludes `seconds` just spent from every time the loop records (arrivals, token times, the
+ * wall time): for work that stands for another machine, e.g. an offload policy writing a
+ * prompt's synthetic KV into the host pool, as a prefill instance would have. */
+void serve_pause_clock(struct serve_state *s, double seconds);
 
 /* Runs every request to its output length. Returns PULSE_OK, or PULSE_ERR_INVALID with a
  * reason in err when a request can never be admitted (longer than the KV budget). */
 int serve_run(struct engine *e, struct kv_cache *kv, const struct policy *pol, struct request *reqs,
               int n, int max_batch, struct serve_counters *ctr, double *wall_s, char *err,
               size_t errlen);
+/* serve_run with a policy context (owned by the caller, alive for the run): required by a
+ * policy with needs_ctx (PULSE_ERR_INVALID without it), NULL otherwise. */
+int serve_run_policy(struct engine *e, struct kv_cache *kv, const struct policy *pol,
+                     void *policy_ctx, struct request *reqs, int n, int max_batch,
+                     struct serve_counters *ctr, double *wall_s, char *err, size_t errlen);
 
 #endif

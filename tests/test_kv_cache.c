@@ -1,5 +1,7 @@
-/* The paged KV cache: kv_cache_check holds after long random sequences of admit/release; the
- * budget, slots and length limits refuse what does not fit; pages are conserved. */
+/* The paged KV cache: kv_cache_check holds after long random sequences of admit/release (normal
+ * and offload admissions mixed); the budget, slots and length limits refuse what does not fit;
+ * pages are conserved; an offload admission's sparse layers own a fixed number of pages and map
+ * every block to the last one. */
 #include <string.h>
 
 #include "backend.h"
@@ -105,8 +107,70 @@ static void test_limits(void)
     EXPECT_STR_CONTAINS(err, "KV budget");
 }
 
+/* Random normal and offload admissions (random dense layers and pages per sparse layer). */
+static void test_offload_sequences(void)
+{
+    const int ps = 4, max_tokens = 40;
+    size_t page_bytes = (size_t)2 * 2 * ps * 8 * 2;
+    struct kv_cache_params kp = {3, 2, 8, ps, 60 * page_bytes, 6, max_tokens};
+    struct kv_cache *kv = make(ps, 60 * page_bytes, 6, max_tokens);
+    if (!kv) return;
+    int live[6] = {0};
+    int64_t pages[6] = {0};
+    int admits = 0, offloads = 0, refusals = 0, failures = 0;
+    char err[256];
+    for (int it = 0; it < 3000; it++) {
+        uint64_t r = pulse_hash64(99, (uint64_t)it);
+        int s = (int)((r >> 16) % 6), slot;
+        if (r % 3 == 0) {
+            if (live[s]) kv_cache_release(kv, s), live[s] = 0;
+        } else {
+            int n = 1 + (int)((r >> 8) % max_tokens), dense = (int)((r >> 24) % 4);
+            int lp = 1 + (int)((r >> 28) % 11); /* 1 .. max_pages + 1 */
+            int rc = r % 3 == 1 ? kv_cache_admit(kv, n, &slot)
+                                : kv_cache_admit_offload(kv, n, dense, lp, &slot);
+            int64_t need = r % 3 == 1 ? 3 * kv_cache_pages_for(kv, n)
+                                      : kv_cache_params_offload_pages(&kp, n, dense, lp);
+            if (rc == PULSE_OK) {
+                live[slot] = 1, pages[slot] = need, admits++, offloads += r % 3 == 2;
+                for (int l = dense; r % 3 == 2 && l < 3; l++) {
+                    int n_own;
+                    const int32_t *own = kv_cache_owned_pages(kv, slot, l, &n_own);
+                    const int32_t *row = kv_cache_host_page_ids(kv) + kv_cache_row(kv, slot, l);
+                    EXPECT_EQ_INT(n_own, lp);
+                    EXPECT_EQ_INT(row[kv_cache_pages_for(kv, n) - 1], own[lp - 1]);
+                }
+            } else {
+                EXPECT_EQ_INT(rc, PULSE_ERR_NOMEM);
+                refusals++;
+            }
+        }
+        if (kv_cache_check(kv, err, sizeof err) != 0 && failures++ < 3)
+            fprintf(stderr, "offload iteration %d: %s\n", it, err);
+        struct kv_cache_stats st;
+        kv_cache_get_stats(kv, &st);
+        int64_t used = 0;
+        for (int k = 0; k < 6; k++)
+            used += live[k] ? pages[k] : 0;
+        failures += used != st.n_pages - st.free_pages;
+    }
+    EXPECT_EQ_INT(failures, 0);
+    EXPECT(offloads > 300 && admits > offloads && refusals > 50);
+    /* out of range: pages per sparse layer, dense layers */
+    for (int s = 0; s < 6; s++)
+        if (live[s]) kv_cache_release(kv, s);
+    int slot;
+    EXPECT_EQ_INT(kv_cache_admit_offload(kv, 8, 1, 12, &slot), PULSE_ERR_INVALID);
+    EXPECT_EQ_INT(kv_cache_admit_offload(kv, 8, 1, 0, &slot), PULSE_ERR_INVALID);
+    EXPECT_EQ_INT(kv_cache_admit_offload(kv, 8, 4, 2, &slot), PULSE_ERR_INVALID);
+    EXPECT_EQ_INT(kv_cache_admit_offload(kv, 8, 3, 0, &slot), PULSE_OK); /* all dense: normal */
+    EXPECT_EQ_INT(kv_cache_check(kv, err, sizeof err), 0);
+    kv_cache_free(kv);
+}
+
 int main(void)
 {
+    test_offload_sequences();
     test_random_sequences(16);
     test_random_sequences(1);
     test_random_sequences(5);

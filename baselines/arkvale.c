@@ -1,0 +1,13 @@
+/* arkvale: every admitted request is an offload request (offload.h). Per sparse layer: select
+ * (head-wise by default), recall the missing blocks (per-block engine by default), wait, attend:
+ * synchronous recall, as ArkVale. */
+#include "offload_policy.h"
+
+const struct policy policy_arkvale = {
+    .name = "arkvale",
+    .admit = offload_policy_admit,
+    .step = offload_policy_step,
+    .release = offload_policy_release,
+    .needs_ctx = 1,
+    .offload_lookahead = 0,
+};

@@ -1,0 +1,14 @@
+/* infinigen: every admitted request is an offload request (offload.h). Layer l+1's blocks are
+ * selected at layer l, from layer l+1's query stream of the locality model (standing for
+ * InfiniGen's speculated query), and their recall is submitted there; layer l+1 waits for it, so
+ * the recall overlaps layer l's MLP and layer l+1's projections. */
+#include "offload_policy.h"
+
+const struct policy policy_infinigen = {
+    .name = "infinigen",
+    .admit = offload_policy_admit,
+    .step = offload_policy_step,
+    .release = offload_policy_release,
+    .needs_ctx = 1,
+    .offload_lookahead = 1,
+};

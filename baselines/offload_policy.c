@@ -1,0 +1,45 @@
+/* The offload policies' serving-loop side (offload_policy.h). */
+#include "offload_policy.h"
+
+#include "common.h"
+#include "offload.h"
+
+int offload_policy_admit(struct serve_state *s)
+{
+    struct offload *o = s->policy_ctx;
+    while (s->next_waiting < s->n_arrived && s->n_entries < s->max_batch) {
+        const struct request *r = &s->reqs[s->next_waiting];
+        struct offload_stats a, b;
+        offload_get_stats(o, &a);
+        int slot, rc = offload_admit(o, r->id, r->prompt_len, r->prompt_len + r->output_len, &slot,
+                                     s->why, sizeof s->why);
+        offload_get_stats(o, &b);
+        serve_pause_clock(s, b.prompt_fill_s - a.prompt_fill_s); /* a prefill instance's work */
+        if (rc == PULSE_ERR_NOMEM) {
+            s->ctr.admission_refusals++;
+            return PULSE_OK;
+        }
+        if (rc != PULSE_OK) return rc;
+        serve_add_entry(s, s->next_waiting++, slot);
+    }
+    return PULSE_OK;
+}
+
+int offload_policy_step(struct serve_state *s)
+{
+    struct offload *o = s->policy_ctx;
+    PULSE_CHECK(offload_lookahead(o) == s->pol->offload_lookahead,
+                "offload policy: the offload runtime was made for another lookahead");
+    int rc = offload_step(o, s->batch, s->entries, s->n_entries);
+    struct offload_stats st;
+    offload_get_stats(o, &st);
+    s->ctr.recall_bytes = st.recall_bytes;
+    s->ctr.recall_chunks = st.recall_chunks;
+    s->ctr.recall_stalls = st.stalls;
+    return rc;
+}
+
+void offload_policy_release(struct serve_state *s, int slot)
+{
+    offload_release(s->policy_ctx, slot);
+}

@@ -1,0 +1,16 @@
+/* The serving-loop side shared by the offload policies (arkvale.c, infinigen.c): FCFS admission
+ * of offload requests while the GPU pages, the host pool and the digest store allow (the head of
+ * the queue blocks the rest), one step through offload_step, release. Their policy context is a
+ * struct offload (offload.h) created with the policy's lookahead. Writing a prompt's synthetic KV
+ * into the host pool stands for the prefill instance: the loop's clock is paused meanwhile. */
+#ifndef PULSE_OFFLOAD_POLICY_H
+#define PULSE_OFFLOAD_POLICY_H
+
+#include "serve.h"
+
+int offload_policy_admit(struct serve_state *s);
+/* PULSE_OK, or the step's failure; the recall counters go into s->ctr. */
+int offload_policy_step(struct serve_state *s);
+void offload_policy_release(struct serve_state *s, int slot);
+
+#endif

@@ -1,0 +1,227 @@
+/* pulse run's offload options (run_offload.h). */
+#include "run_offload.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common.h"
+#include "mam.h"
+
+const char run_offload_usage[] =
+    "  offload policies (arkvale, infinigen):\n"
+    "  --budget-tokens N  tokens selected per request and layer besides sink, window and tail\n"
+    "                     (a multiple of --page-size; default 2048)\n"
+    "  --selection S      headwise or solohead (default headwise)\n"
+    "  --head-profile F   MAM profile (pulse profile-heads) giving SoloHead's selector heads\n"
+    "                     (default: KV head 0 of every layer)\n"
+    "  --recall-engine E  per-block, gather-scatter, zero-copy or batch (default per-block)\n"
+    "  --recall-cap-gbps G  recall bandwidth cap (default none)\n"
+    "  --locality-profile F  per-layer churn profile JSON (default: the built-in profile)\n"
+    "  --prompt-kv K      locality (structured keys, default) or synthetic (vanilla's KV)\n"
+    "  --dense-layers N   leading layers kept whole on the GPU (default 2)\n"
+    "  --host-pool-gb G   pinned host KV pool (default: max-batch longest requests, at most 100\n"
+    "                     on cuda, 4 on cpu)\n"
+    "  --hot-slots N      GPU blocks per request, layer (and head) (default: the selection's)\n"
+    "  --calib-tokens N   context of the locality calibration (default: from the prompts)\n";
+
+static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
+    "--budget-tokens",   "--selection",    "--recall-engine", "--locality-profile",
+    "--head-profile",    "--host-pool-gb", "--dense-layers",  "--prompt-kv",
+    "--recall-cap-gbps", "--hot-slots",    "--calib-tokens"};
+
+static const char *flag_name(int code)
+{
+    return flag_names[code - RUN_OFF_BUDGET];
+}
+
+void run_offload_opts_init(struct run_offload_opts *oo)
+{
+    memset(oo, 0, sizeof *oo);
+    oo->budget_tokens = 2048;
+    oo->dense_layers = 2;
+    oo->selection = "headwise";
+    oo->engine = "per-block";
+    oo->prompt_kv = "locality";
+}
+
+static int one_of(const char *flag, const char *arg, const char *a, const char *b)
+{
+    if (!strcmp(arg, a) || !strcmp(arg, b)) return 0;
+    cli_error("run", "%s: '%s' is not %s or %s", flag, arg, a, b);
+    return -1;
+}
+
+int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
+{
+    const char *f = flag_name(code);
+    if (!oo->first_flag) oo->first_flag = f;
+    switch (code) {
+    case RUN_OFF_BUDGET:
+        oo->budget_set = 1;
+        return cli_int("run", f, arg, 0, 1 << 24, &oo->budget_tokens);
+    case RUN_OFF_DENSE:
+        return cli_int("run", f, arg, 0, LOC_MAX_LAYERS, &oo->dense_layers);
+    case RUN_OFF_HOT:
+        return cli_int("run", f, arg, 1, 1 << 20, &oo->hot_slots);
+    case RUN_OFF_CALIB:
+        return cli_int("run", f, arg, 1, 1 << 22, &oo->calib_tokens);
+    case RUN_OFF_HOST_GB:
+        return cli_double("run", f, arg, 1e-6, 1e6, &oo->host_pool_gb);
+    case RUN_OFF_CAP:
+        return cli_double("run", f, arg, 1e-3, 1e4, &oo->cap_gbps);
+    case RUN_OFF_SELECTION:
+        oo->selection = arg;
+        return one_of(f, arg, "headwise", "solohead");
+    case RUN_OFF_PROMPT_KV:
+        oo->prompt_kv = arg;
+        return one_of(f, arg, "locality", "synthetic");
+    case RUN_OFF_ENGINE:
+        oo->engine = arg;
+        if (recall_engine_find(arg) >= 0) return 0;
+        cli_error("run",
+                  "%s: unknown recall engine '%s' (known: per-block, gather-scatter, "
+                  "zero-copy, batch)",
+                  f, arg);
+        return -1;
+    case RUN_OFF_PROFILE:
+        oo->profile = arg;
+        return 0;
+    case RUN_OFF_HEADS:
+        oo->heads = arg;
+        return 0;
+    }
+    return -1;
+}
+
+/* SoloHead's selectors from a MAM profile of model m. */
+static int read_selectors(struct run_offload *ro, const char *path, const struct model_config *m)
+{
+    struct mam_profile mp;
+    char err[512];
+    if (mam_profile_read(path, m, &mp, err, sizeof err) != PULSE_OK) {
+        cli_error("run", "--head-profile: %s", err);
+        return -1;
+    }
+    int sel[LOC_MAX_LAYERS];
+    mam_profile_selectors(&mp, 0, sel);
+    for (int l = 0; l < m->n_layers; l++)
+        ro->selector[l] = sel[l];
+    mam_profile_free(&mp);
+    ro->p.selector = ro->selector;
+    return 0;
+}
+
+/* Host pool: the flag, else max_batch longest requests within [one request, the cap]. */
+static int host_pool(struct run_offload *ro, const struct run_offload_opts *oo,
+                     const struct model_config *m, const struct backend *be,
+                     const struct kv_cache_params *kp)
+{
+    const size_t one = offload_request_host_bytes(&ro->p, m, kp->page_size, kp->max_tokens);
+    if (oo->host_pool_gb > 0) {
+        ro->p.host_pool_bytes = (size_t)(oo->host_pool_gb * 1e9);
+        if (one <= ro->p.host_pool_bytes) return 0;
+        cli_error("run",
+                  "--host-pool-gb: %g GB cannot hold even one request: the longest (%d tokens "
+                  "of %s) needs %.4f GB",
+                  oo->host_pool_gb, kp->max_tokens, m->name, one / 1e9);
+        return -1;
+    }
+    const double cap = be->mem == MEM_DEVICE ? 100e9 : 4e9;
+    const double all = (double)one * kp->max_requests;
+    ro->p.host_pool_bytes = (size_t)(all < cap ? all : cap > one ? cap : one);
+    return 0;
+}
+
+/* The flags whose range depends on the model and the workload, named in the message; the
+ * budget in *budget (the default rounded down to the block size). */
+static int check_flags(const struct run_offload_opts *oo, const struct model_config *m,
+                       const struct kv_cache_params *kp, long *budget)
+{
+    const int ps = kp->page_size;
+    *budget = oo->budget_set ? oo->budget_tokens : oo->budget_tokens / ps * ps;
+    if (*budget % ps) {
+        cli_error("run",
+                  "--budget-tokens: %ld is not a multiple of the block size %d (--page-size)",
+                  *budget, ps);
+        return -1;
+    }
+    if (oo->dense_layers >= m->n_layers) {
+        cli_error("run", "--dense-layers: %ld leaves no sparse layer (%s has %d layers)",
+                  oo->dense_layers, m->name, m->n_layers);
+        return -1;
+    }
+    const long blocks = PULSE_CEIL_DIV(kp->max_tokens, ps);
+    const long sel = PULSE_MIN(blocks, 1 + 2 + 1 + *budget / ps);
+    if (oo->hot_slots && (oo->hot_slots < sel || oo->hot_slots > blocks)) {
+        cli_error("run",
+                  "--hot-slots: %ld is not in [%ld, %ld] (the blocks one step selects .. the "
+                  "longest request's blocks)",
+                  oo->hot_slots, sel, blocks);
+        return -1;
+    }
+    return 0;
+}
+
+/* The params the flags and the workload give directly. */
+static void fill_params(struct offload_params *p, const struct run_offload_opts *oo,
+                        const struct policy *pol, const struct workload *w, long budget)
+{
+    p->budget_tokens = (int)budget;
+    p->n_dense = (int)oo->dense_layers;
+    p->hot_slots = (int)oo->hot_slots;
+    p->calib_tokens = (int)oo->calib_tokens;
+    p->selection = !strcmp(oo->selection, "solohead") ? OFFLOAD_SOLOHEAD : OFFLOAD_HEADWISE;
+    p->engine = (enum recall_engine)recall_engine_find(oo->engine);
+    p->prompt_kv = !strcmp(oo->prompt_kv, "synthetic") ? OFFLOAD_KV_SYNTHETIC : OFFLOAD_KV_LOCALITY;
+    p->cap_gbps = oo->cap_gbps;
+    p->lookahead = pol->offload_lookahead;
+    const char *verify = getenv("PULSE_OFFLOAD_VERIFY");
+    p->verify_steps = verify && *verify == '1';
+    int64_t prompt = 0, out = 0;
+    for (int i = 0; i < w->n; i++)
+        prompt += w->reqs[i].prompt_len, out += w->reqs[i].output_len;
+    p->typical_tokens = w->n ? (int)(prompt / w->n) : 0;
+    p->max_steps = out > 0 ? out : 1;
+}
+
+int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *oo,
+                        const struct policy *pol, const struct model_config *m,
+                        const struct backend *be, const struct workload *w,
+                        const struct kv_cache_params *kp, uint64_t seed)
+{
+    struct offload_params *p = &ro->p;
+    long budget;
+    if (check_flags(oo, m, kp, &budget)) return -1;
+    offload_params_init(p, kp->max_requests, kp->max_tokens, seed);
+    fill_params(p, oo, pol, w, budget);
+    char err[512];
+    if (oo->profile) {
+        if (locality_profile_read(oo->profile, &ro->profile, err, sizeof err) != PULSE_OK) {
+            cli_error("run", "--locality-profile: %s", err);
+            return -1;
+        }
+        p->profile = &ro->profile;
+    }
+    if (oo->heads) {
+        if (p->selection != OFFLOAD_SOLOHEAD) {
+            cli_error("run", "--head-profile: only with --selection solohead");
+            return -1;
+        }
+        if (read_selectors(ro, oo->heads, m)) return -1;
+    }
+    if (offload_params_check(p, m, kp, err, sizeof err) != PULSE_OK) {
+        cli_error("run", "%s", err);
+        return -1;
+    }
+    size_t need = offload_request_kv_bytes(p, kp, kp->max_tokens);
+    if (need > kp->budget_bytes) {
+        cli_error("run",
+                  "--kv-budget-gb: %g GB cannot hold even one request: the longest (%d tokens "
+                  "of %s) needs %.4f GB of GPU KV as an offload request",
+                  kp->budget_bytes / 1e9, kp->max_tokens, m->name, need / 1e9);
+        return -1;
+    }
+    return host_pool(ro, oo, m, be, kp);
+}

@@ -1,0 +1,72 @@
+/* pulse run's offload options (policies with an offload runtime: arkvale): the flags, their
+ * resolution into struct offload_params (profiles read from files), and checks. */
+#ifndef PULSE_RUN_OFFLOAD_H
+#define PULSE_RUN_OFFLOAD_H
+
+#include <getopt.h>
+
+#include "offload.h"
+#include "serve.h"
+#include "workloads/locality.h"
+#include "workloads/workload.h"
+
+/* getopt_long codes of the offload flags (above every character). */
+enum {
+    RUN_OFF_BUDGET = 1000,
+    RUN_OFF_SELECTION,
+    RUN_OFF_ENGINE,
+    RUN_OFF_PROFILE,
+    RUN_OFF_HEADS,
+    RUN_OFF_HOST_GB,
+    RUN_OFF_DENSE,
+    RUN_OFF_PROMPT_KV,
+    RUN_OFF_CAP,
+    RUN_OFF_HOT,
+    RUN_OFF_CALIB,
+    RUN_OFF_END
+};
+
+#define RUN_OFF_OPT(name, code)                                                                    \
+    {                                                                                              \
+        name, required_argument, 0, code                                                           \
+    }
+#define RUN_OFFLOAD_OPTIONS                                                                        \
+    RUN_OFF_OPT("budget-tokens", RUN_OFF_BUDGET), RUN_OFF_OPT("selection", RUN_OFF_SELECTION),     \
+        RUN_OFF_OPT("recall-engine", RUN_OFF_ENGINE),                                              \
+        RUN_OFF_OPT("locality-profile", RUN_OFF_PROFILE),                                          \
+        RUN_OFF_OPT("head-profile", RUN_OFF_HEADS), RUN_OFF_OPT("host-pool-gb", RUN_OFF_HOST_GB),  \
+        RUN_OFF_OPT("dense-layers", RUN_OFF_DENSE), RUN_OFF_OPT("prompt-kv", RUN_OFF_PROMPT_KV),   \
+        RUN_OFF_OPT("recall-cap-gbps", RUN_OFF_CAP), RUN_OFF_OPT("hot-slots", RUN_OFF_HOT),        \
+        RUN_OFF_OPT("calib-tokens", RUN_OFF_CALIB)
+
+/* The offload flags' part of pulse run --help. */
+extern const char run_offload_usage[];
+
+struct run_offload_opts {
+    const char *first_flag; /* the first offload flag given, NULL when none */
+    long budget_tokens, dense_layers, hot_slots, calib_tokens;
+    int budget_set; /* --budget-tokens given (else the default is rounded to the block size) */
+    const char *selection, *engine, *profile, *heads, *prompt_kv;
+    double host_pool_gb, cap_gbps;
+};
+
+/* What a resolved run holds (profiles and selectors live here while the run does). */
+struct run_offload {
+    struct offload_params p;
+    struct locality_profile profile;
+    int32_t selector[LOC_MAX_LAYERS];
+};
+
+void run_offload_opts_init(struct run_offload_opts *oo);
+/* Parses the value of offload flag `code` (a RUN_OFF_* code). 0, or -1 after a one-line
+ * message naming the flag. */
+int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg);
+/* Resolves the params for offload policy pol on model m, backend be, the workload and cache
+ * shape kp (max_requests = max batch); checks the KV budget and the host pool hold the longest
+ * request. 0, or -1 after a one-line message naming the flag. */
+int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *oo,
+                        const struct policy *pol, const struct model_config *m,
+                        const struct backend *be, const struct workload *w,
+                        const struct kv_cache_params *kp, uint64_t seed);
+
+#endif

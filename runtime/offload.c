@@ -1,0 +1,590 @@
+/* The offload runtime (offload.h): params, create and free, admission with the prompt's KV and
+ * digests, release, checks. The per-layer work is in offload_layer.c, counters in
+ * offload_json.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+#include "mem.h"
+#include "model.h"
+#include "offload_impl.h"
+
+#define CALIB_CAP_TOKENS 16384 /* default calibration context at most (its cost grows with it) */
+
+static const int32_t k_zero = 0;
+
+/* ------------------------------------------------------------------ params */
+
+void offload_params_init(struct offload_params *p, int max_batch, int max_tokens, uint64_t seed)
+{
+    memset(p, 0, sizeof *p);
+    p->budget_tokens = 2048;
+    p->sink = 1;
+    p->window = 2;
+    p->n_dense = 2;
+    p->selection = OFFLOAD_HEADWISE;
+    p->engine = RECALL_PER_BLOCK;
+    p->prompt_kv = OFFLOAD_KV_LOCALITY;
+    p->seed = seed;
+    p->max_batch = max_batch;
+    p->max_tokens = max_tokens;
+    p->max_steps = 1 << 16;
+}
+
+static struct select_cfg cfg_of(const struct offload_params *p, const struct model_config *m,
+                                int ps)
+{
+    struct select_cfg c = {m->n_heads,
+                           m->n_kv_heads,
+                           m->head_dim,
+                           ps,
+                           p->budget_tokens / ps,
+                           p->sink,
+                           p->window,
+                           (int)PULSE_CEIL_DIV(p->max_tokens, ps)};
+    return c;
+}
+
+/* Blocks one step selects at most (select_max_selected from the params alone). */
+static int max_selected(const struct offload_params *p, int ps)
+{
+    long long want = (long long)p->sink + p->window + 1 + p->budget_tokens / ps;
+    long long mb = PULSE_CEIL_DIV((long long)p->max_tokens, ps);
+    return (int)(want < mb ? want : mb);
+}
+
+static int hot_slots_of(const struct offload_params *p, int ps)
+{
+    return p->hot_slots ? p->hot_slots : max_selected(p, ps);
+}
+
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        snprintf(err, errlen, __VA_ARGS__);                                                        \
+        return PULSE_ERR_INVALID;                                                                  \
+    } while (0)
+
+#define OOM_BAD(...)                                                                               \
+    do {                                                                                           \
+        snprintf(err, errlen, __VA_ARGS__);                                                        \
+        return PULSE_ERR_OOM;                                                                      \
+    } while (0)
+
+static int check_profile(const struct offload_params *p, const struct model_config *m, char *err,
+                         size_t errlen)
+{
+    const struct locality_profile *f = p->profile;
+    if (!f) return PULSE_OK;
+    if (f->n_layers != m->n_layers)
+        BAD("locality profile: %d layers, model %s has %d", f->n_layers, m->name, m->n_layers);
+    for (int l = 0; l < m->n_layers; l++)
+        if (!f->dense[l] != !(l < p->n_dense))
+            BAD("locality profile: layer %d is %s, but the policy keeps exactly the first %d "
+                "layers dense",
+                l, f->dense[l] ? "dense" : "sparse", p->n_dense);
+    return PULSE_OK;
+}
+
+int offload_params_check(const struct offload_params *p, const struct model_config *m,
+                         const struct kv_cache_params *kp, char *err, size_t errlen)
+{
+    const int ps = kp->page_size;
+    if (p->max_batch < 1 || p->max_tokens < 1)
+        BAD("offload: max_batch and max_tokens must be >= 1");
+    if (p->budget_tokens < 0 || p->budget_tokens % ps)
+        BAD("budget tokens: %d is not a non-negative multiple of the block size %d",
+            p->budget_tokens, ps);
+    if (p->sink < 0 || p->window < 0) BAD("offload: sink and window must be >= 0 blocks");
+    if (p->n_dense < 0 || p->n_dense >= m->n_layers)
+        BAD("dense layers: %d is not in [0, %d) (%s has %d layers)", p->n_dense, m->n_layers,
+            m->name, m->n_layers);
+    if (p->selection != OFFLOAD_HEADWISE && p->selection != OFFLOAD_SOLOHEAD)
+        BAD("offload: unknown selection %d", p->selection);
+    for (int l = 0; p->selection == OFFLOAD_SOLOHEAD && p->selector && l < m->n_layers; l++)
+        if (p->selector[l] < 0 || p->selector[l] >= m->n_kv_heads)
+            BAD("selector of layer %d is %d, not a KV head of %s (0..%d)", l, p->selector[l],
+                m->name, m->n_kv_heads - 1);
+    if ((unsigned)p->engine >= RECALL_ENGINES) BAD("offload: unknown recall engine %d", p->engine);
+    if (p->prompt_kv != OFFLOAD_KV_LOCALITY && p->prompt_kv != OFFLOAD_KV_SYNTHETIC)
+        BAD("offload: unknown prompt KV source %d", p->prompt_kv);
+    if (p->lookahead != 0 && p->lookahead != 1) BAD("offload: lookahead must be 0 or 1");
+    if (!(p->cap_gbps >= 0)) BAD("recall cap: %g GB/s must be >= 0", p->cap_gbps);
+    if (m->sliding_window > 0)
+        BAD("model %s has sliding-window layers; offload policies handle global layers only",
+            m->name);
+    struct select_cfg c = cfg_of(p, m, ps);
+    char why[160];
+    if (select_cfg_check(&c, why, sizeof why)) BAD("offload: %s", why);
+    const int ms = select_max_selected(&c);
+    if (p->hot_slots && (p->hot_slots < ms || p->hot_slots > c.max_blocks))
+        BAD("hot slots: %d is not in [%d, %d] (the blocks one step selects .. the longest "
+            "request's blocks)",
+            p->hot_slots, ms, c.max_blocks);
+    if (kp->n_layers != m->n_layers || kp->n_kv_heads != m->n_kv_heads ||
+        kp->head_dim != m->head_dim)
+        BAD("offload: the KV cache's shape is not the model's");
+    return check_profile(p, m, err, errlen);
+}
+
+size_t offload_request_kv_bytes(const struct offload_params *p, const struct kv_cache_params *kp,
+                                int n_tokens)
+{
+    size_t page = (size_t)kp->n_kv_heads * 2 * kp->page_size * kp->head_dim * sizeof(uint16_t);
+    int64_t pages =
+        kv_cache_params_offload_pages(kp, n_tokens, p->n_dense, hot_slots_of(p, kp->page_size) + 1);
+    return (size_t)pages * page;
+}
+
+size_t offload_request_host_bytes(const struct offload_params *p, const struct model_config *m,
+                                  int page_size, int n_tokens)
+{
+    size_t block = (size_t)m->n_kv_heads * 2 * page_size * m->head_dim * sizeof(uint16_t);
+    return (size_t)(m->n_layers - p->n_dense) * PULSE_CEIL_DIV((size_t)n_tokens, page_size) * block;
+}
+
+/* ------------------------------------------------------------------ buffers */
+
+struct carve {
+    char *base;
+    size_t off;
+};
+
+static void *take(struct carve *c, size_t n)
+{
+    void *p = c->base ? c->base + c->off : NULL;
+    c->off += (n + 255) & ~(size_t)255;
+    return p;
+}
+
+/* Carves the host buffers from base (NULL: only sizes them); returns the bytes. */
+static size_t host_layout(struct offload *o, char *base)
+{
+    struct carve c = {base, 0};
+    const size_t B = (size_t)o->max_batch, V = B * o->n_lists, MB = (size_t)o->max_blocks;
+    o->h_q = take(&c, 2 * B * o->nq * o->hd);
+    o->q_next = take(&c, 2 * B * o->n_sparse * o->nq * o->hd);
+    o->q_ready = take(&c, B * o->n_sparse);
+    o->h_sel = take(&c, 4 * V * (o->ms + 1));
+    o->h_att_buf[0] = take(&c, 4 * V * (o->ms + 1));
+    o->h_att_buf[1] = take(&c, 4 * V * (o->ms + 1));
+    o->h_step = take(&c, 4 * B * (1 + o->n_sparse));
+    o->h_slot = take(&c, 4 * B);
+    o->tail_buf[0] = take(&c, 4 * V);
+    o->tail_buf[1] = take(&c, 4 * V);
+    o->items = take(&c, sizeof(struct recall_item) * (size_t)o->max_items);
+    int32_t *r = take(&c, 4 * 6 * (size_t)o->ms);
+    o->res = (struct hot_cache_result){
+        r, r + o->ms, r + 2 * o->ms, r + 3 * o->ms, r + 4 * o->ms, r + 5 * o->ms, 0, 0, -1, -1, -1};
+    o->ids = take(&c, 4 * MB);
+    o->ident = take(&c, 4 * MB);
+    o->stage_kv = take(&c, MB * o->page_bytes);
+    o->stage_dg = take(&c, MB * o->dpage_bytes);
+    o->check_page = take(&c, o->page_bytes);
+    o->hp_slot = take(&c, 4 * B);
+    o->dg_slot = take(&c, 4 * B);
+    o->req_id = take(&c, 4 * B);
+    o->last_nb = take(&c, 4 * B * o->n_sparse);
+    o->ls = take(&c, sizeof(struct offload_layer_stats) * (size_t)o->n_layers);
+    o->series = take(&c, 8 * (size_t)o->p.max_steps);
+    o->prof = take(&c, sizeof(struct locality_profile));
+    return c.off;
+}
+
+static size_t dev_layout(struct offload *o, char *base)
+{
+    struct carve c = {base, 0};
+    const size_t B = (size_t)o->max_batch, V = B * o->n_lists;
+    o->d_q = take(&c, 2 * B * o->nq * o->hd);
+    o->d_scores = take(&c, 4 * V * o->max_blocks);
+    o->d_sel = take(&c, 4 * V * (o->ms + 1));
+    o->d_att = take(&c, 4 * V * (o->ms + 1));
+    o->d_att_start = take(&c, 4 * V);
+    o->d_step = take(&c, 4 * B * (1 + o->n_sparse));
+    return c.off;
+}
+
+static int alloc_host(struct offload *o)
+{
+    o->hmem_bytes = host_layout(o, NULL);
+    o->hmem = mem_alloc(MEM_HOST, o->hmem_bytes, "offload host buffers");
+    if (!o->hmem) return PULSE_ERR_OOM;
+    memset(o->hmem, 0, o->hmem_bytes);
+    host_layout(o, o->hmem);
+    for (int i = 0; i < o->max_blocks; i++)
+        o->ident[i] = i;
+    for (int s = 0; s < o->max_batch; s++)
+        o->hp_slot[s] = o->dg_slot[s] = o->req_id[s] = -1;
+    return PULSE_OK;
+}
+
+static int alloc_dev(struct offload *o)
+{
+    o->dmem_bytes = dev_layout(o, NULL);
+    o->dmem = mem_alloc(o->be->mem, o->dmem_bytes, "offload buffers");
+    if (!o->dmem) return PULSE_ERR_OOM;
+    dev_layout(o, o->dmem);
+    const int V = o->max_batch * o->n_lists;
+    int32_t *start = o->h_att_buf[0]; /* staging: rewritten every layer */
+    for (int v = 0; v < V; v++)
+        start[v] = v * o->ms;
+    o->be->upload(o->ctx, o->d_att_start, start, sizeof(int32_t) * (size_t)V);
+    return PULSE_OK;
+}
+
+/* ------------------------------------------------------------------ create */
+
+static const struct offload_sel_fns fns_ref = {digest_update_ref, select_blocks_ref};
+#ifdef PULSE_HAVE_CUDA
+static const struct offload_sel_fns fns_cuda = {digest_update_cuda, select_blocks_cuda};
+#endif
+
+/* Shapes, sizes and the selector head of every layer. */
+static void set_shape(struct offload *o, const struct model_config *m, int ps)
+{
+    const struct offload_params *p = &o->p;
+    o->mc = m;
+    o->n_layers = m->n_layers, o->n_dense = p->n_dense, o->n_sparse = m->n_layers - p->n_dense;
+    o->nq = m->n_heads, o->nkv = m->n_kv_heads, o->hd = m->head_dim, o->ps = ps;
+    o->G = o->nq / o->nkv;
+    o->cfg = cfg_of(p, m, ps);
+    o->max_blocks = o->cfg.max_blocks, o->max_batch = p->max_batch;
+    o->ms = select_max_selected(&o->cfg);
+    o->hot_slots = hot_slots_of(p, ps);
+    o->headwise = p->selection == OFFLOAD_HEADWISE;
+    o->n_lists = o->headwise ? o->nkv : 1;
+    o->dig_heads = o->headwise ? o->nkv : 1;
+    o->all_selected = p->sink + p->window + 1 + o->cfg.budget >= o->max_blocks;
+    o->max_items = o->max_batch * o->n_lists * o->ms;
+    o->head_bytes = (size_t)2 * ps * o->hd * sizeof(uint16_t);
+    o->page_bytes = o->head_bytes * o->nkv;
+    o->dpage_bytes = (size_t)o->dig_heads * 2 * o->hd * sizeof(uint16_t);
+    for (int l = 0; l < m->n_layers; l++)
+        o->sel_head[l] = o->headwise ? SELECT_HEADWISE : p->selector ? p->selector[l] : 0;
+    o->fn = fns_ref;
+#ifdef PULSE_HAVE_CUDA
+    if (o->be->mem == MEM_DEVICE) o->fn = fns_cuda;
+#endif
+}
+
+/* The calibration context: the given one, or the run's typical context within
+ * [2 x the selected tokens, max(that, CALIB_CAP_TOKENS)], or locality's default. */
+static int calib_tokens(const struct offload *o, const struct select_cfg *gc)
+{
+    if (o->p.calib_tokens > 0) return o->p.calib_tokens;
+    const int sel_tokens = (gc->sink + gc->window + 1 + gc->budget) * gc->block_size;
+    if (o->p.typical_tokens <= 0) return PULSE_MAX(2048, 4 * sel_tokens);
+    int lo = 2 * sel_tokens, hi = PULSE_MAX(lo, CALIB_CAP_TOKENS);
+    return PULSE_MAX(lo, PULSE_MIN(o->p.typical_tokens, hi));
+}
+
+static int make_locality(struct offload *o, char *err, size_t errlen)
+{
+    char why[256];
+    if (o->p.profile) {
+        *o->prof = *o->p.profile;
+    } else {
+        struct locality_default_params dp;
+        locality_default_params_init(&dp, o->n_layers, o->p.seed);
+        dp.n_dense = o->n_dense;
+        if (locality_profile_default(o->prof, &dp, why, sizeof why) != PULSE_OK) BAD("%s", why);
+    }
+    /* when the budget covers every block (or is 0), the selection does not depend on the
+     * queries: calibrate the generator (used for its keys and query streams only) minimally at a
+     * nominal budget */
+    struct select_cfg gc = o->cfg;
+    const int trivial = o->all_selected || gc.budget == 0; /* no choice: no churn to calibrate */
+    if (trivial) gc.budget = 8;
+    const int calib = trivial ? 64 * gc.block_size : calib_tokens(o, &gc);
+    gc.max_blocks = PULSE_MAX(gc.max_blocks, (int)PULSE_CEIL_DIV(calib, o->ps));
+    if (gc.max_blocks > SELECT_MAX_BLOCKS) BAD("calibration tokens: %d are too many", calib);
+    struct locality_params lp;
+    locality_params_init(&lp, &gc, o->n_layers, o->max_batch, o->p.seed);
+    lp.calib_tokens = calib;
+    if (trivial) /* the table is never used: the smallest calibration */
+        lp.calib_points = 3, lp.calib_steps = 1, lp.calib_streams = 1;
+    if (!(o->L = locality_create(&lp, o->prof, why, sizeof why))) BAD("%s", why);
+    struct locality_meter_params mp = {o->cfg, o->n_layers, o->max_batch, !o->headwise,
+                                       o->hot_slots};
+    if (!(o->meter = locality_meter_create(&mp, why, sizeof why))) BAD("%s", why);
+    return PULSE_OK;
+}
+
+static int make_pools(struct offload *o, char *err, size_t errlen)
+{
+    char why[256];
+    size_t host = o->p.host_pool_bytes;
+    if (!host)
+        host =
+            (size_t)o->max_batch * offload_request_host_bytes(&o->p, o->mc, o->ps, o->p.max_tokens);
+    struct host_pool_params hpp = {o->n_sparse,
+                                   o->nkv,
+                                   o->hd,
+                                   o->ps,
+                                   2,
+                                   host,
+                                   o->max_batch,
+                                   o->p.max_tokens,
+                                   o->be->mem == MEM_DEVICE};
+    if (!(o->hp = host_pool_create(&hpp, why, sizeof why))) OOM_BAD("%s", why);
+    struct host_pool_stats hs;
+    host_pool_get_stats(o->hp, &hs);
+    struct kv_cache_params dp = {
+        o->n_sparse,  o->dig_heads, o->hd, 1, (size_t)hs.n_blocks * o->dpage_bytes,
+        o->max_batch, o->max_blocks};
+    if (!(o->dg = kv_cache_create(&dp, o->be, o->ctx, why, sizeof why)))
+        OOM_BAD("digest store: %s", why);
+    struct hot_cache_params hcp = {o->max_batch * o->n_sparse * o->n_lists, o->hot_slots, o->p.sink,
+                                   o->p.window};
+    if (!(o->hc = hot_cache_create(&hcp, why, sizeof why))) OOM_BAD("%s", why);
+    struct recall_params rp;
+    recall_params_init(&rp, o->p.engine, o->max_items);
+    rp.cap_gbps = o->p.cap_gbps;
+    rp.ops = recall_copy_ops_for(o->be);
+    rp.host_base = host_pool_base(o->hp);
+    rp.host_bytes = host_pool_bytes(o->hp);
+    if (!(o->rc = recall_create(&rp, why, sizeof why))) OOM_BAD("recall engine: %s", why);
+    return PULSE_OK;
+}
+
+int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_params *p,
+                   struct offload **out, char *err, size_t errlen)
+{
+    const struct model_config *m = engine_model(e)->cfg;
+    struct kv_view view = kv_cache_view(kv, NULL);
+    struct kv_cache_stats ks;
+    kv_cache_get_stats(kv, &ks);
+    struct kv_cache_params kp = {m->n_layers, view.n_kv_heads, view.head_dim, view.page_size,
+                                 0,           ks.max_requests, p->max_tokens};
+    *out = NULL;
+    int rc = offload_params_check(p, m, &kp, err, errlen);
+    if (rc != PULSE_OK) return rc;
+    if (ks.max_requests != p->max_batch)
+        BAD("offload: the KV cache has %d request slots, max_batch is %d", ks.max_requests,
+            p->max_batch);
+    struct offload *o = mem_alloc(MEM_HOST, sizeof *o, "offload");
+    if (!o) goto oom;
+    memset(o, 0, sizeof *o);
+    o->p = *p;
+    o->eng = e, o->kv = kv, o->kp = kp, o->be = engine_model(e)->be, o->ctx = engine_ctx(e);
+    o->gpu_pool = (char *)view.pool;
+    set_shape(o, m, view.page_size);
+    if (alloc_host(o) != PULSE_OK) goto oom;
+    if ((rc = make_locality(o, err, errlen)) != PULSE_OK ||
+        (rc = make_pools(o, err, errlen)) != PULSE_OK) {
+        offload_free(o);
+        return rc;
+    }
+    if (alloc_dev(o) != PULSE_OK) goto oom;
+    *out = o;
+    return PULSE_OK;
+oom:
+    snprintf(err, errlen, "offload: out of memory for its buffers");
+    offload_free(o);
+    return PULSE_ERR_OOM;
+}
+
+void offload_free(struct offload *o)
+{
+    if (!o) return;
+    recall_free(o->rc);
+    hot_cache_free(o->hc);
+    kv_cache_free(o->dg);
+    host_pool_free(o->hp);
+    locality_meter_free(o->meter);
+    locality_free(o->L);
+    if (o->dmem) mem_free(o->be->mem, o->dmem, o->dmem_bytes);
+    mem_free(MEM_HOST, o->hmem, o->hmem_bytes);
+    mem_free(MEM_HOST, o, sizeof *o);
+}
+
+/* ------------------------------------------------------------------ admission */
+
+static struct kv_view host_view(const struct offload *o, void *pool, const int32_t *ids)
+{
+    struct kv_view v = {pool, ids, &k_zero, o->ps, o->nkv, o->hd, 0};
+    return v;
+}
+
+/* Writes tokens [0, n) of (req, layer) into the host view v: locality keys or synthetic. */
+static void fill_view(struct offload *o, const struct kv_view *v, int n, int req, int layer)
+{
+    if (o->p.prompt_kv == OFFLOAD_KV_LOCALITY)
+        locality_fill_kv(o->L, v, NULL, &n, &req, 1, layer);
+    else
+        kv_fill_synthetic_ref(NULL, v, &n, &req, 1, layer, o->p.seed, o->p.max_tokens);
+}
+
+/* Copies staged pages [0, n) to backend pages ids[i] of pool, one copy per run of ids. */
+static void upload_pages(const struct offload *o, char *pool, size_t bytes, const int32_t *ids,
+                         int n, const void *stage)
+{
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        while (j < n && ids[j] == ids[j - 1] + 1)
+            j++;
+        o->be->upload(o->ctx, pool + (size_t)ids[i] * bytes, (const char *)stage + i * bytes,
+                      (size_t)(j - i) * bytes);
+        i = j;
+    }
+}
+
+static void write_dense_layer(struct offload *o, int slot, int req, int layer, int prompt_len)
+{
+    struct kv_view v = host_view(o, o->stage_kv, o->ident);
+    fill_view(o, &v, prompt_len, req, layer);
+    int n_own;
+    const int32_t *own = kv_cache_owned_pages(o->kv, slot, layer, &n_own);
+    upload_pages(o, o->gpu_pool, o->page_bytes, own, (int)PULSE_CEIL_DIV(prompt_len, o->ps),
+                 o->stage_kv);
+}
+
+/* The prompt into the host pool (blocks from the prompt's last one on zeroed first), its
+ * digests into the digest store, its last block into the tail page. */
+static void write_sparse_layer(struct offload *o, int slot, int req, int layer, int prompt_len,
+                               int n_tokens)
+{
+    const int sl = offload_sl(o, layer), hs = o->hp_slot[slot];
+    const int nb = (int)PULSE_CEIL_DIV(n_tokens, o->ps), first = prompt_len / o->ps;
+    for (int i = 0; i < nb; i++)
+        o->ids[i] = (int32_t)host_pool_block_id(o->hp, hs, sl, i);
+    for (int i = first; i < nb; i++)
+        memset(host_pool_block(o->hp, hs, sl, i), 0, o->page_bytes);
+    struct kv_view v = host_view(o, host_pool_base(o->hp), o->ids);
+    fill_view(o, &v, prompt_len, req, layer);
+    const struct digest_view dv = {o->stage_dg, o->ident, &k_zero, o->dig_heads, o->hd};
+    digest_build_ref(NULL, &v, &dv, &prompt_len, 1, o->sel_head[layer], o->p.max_tokens);
+    const int32_t *drow = kv_cache_host_page_ids(o->dg) + kv_cache_row(o->dg, o->dg_slot[slot], sl);
+    upload_pages(o, (char *)kv_cache_view(o->dg, NULL).pool, o->dpage_bytes, drow,
+                 (int)PULSE_CEIL_DIV(prompt_len, o->ps), o->stage_dg);
+    int n_own;
+    const int32_t *own = kv_cache_owned_pages(o->kv, slot, layer, &n_own);
+    if (first < nb)
+        o->be->upload(o->ctx, o->gpu_pool + (size_t)own[n_own - 1] * o->page_bytes,
+                      host_pool_block(o->hp, hs, sl, first), o->page_bytes);
+}
+
+/* New query streams, meter lists and hot-cache units for the request in `slot`. */
+static void reset_slot(struct offload *o, int slot)
+{
+    locality_meter_reset(o->meter, slot);
+    for (int sl = 0; sl < o->n_sparse; sl++) {
+        o->last_nb[slot * o->n_sparse + sl] = 0;
+        o->q_ready[slot * o->n_sparse + sl] = 0;
+        for (int k = 0; k < o->n_lists; k++)
+            hot_cache_reset(o->hc, offload_unit(o, slot, sl, k));
+    }
+}
+
+/* Reserves GPU pages, host blocks and digest pages; undoes what it took on failure. */
+static int reserve(struct offload *o, int n_tokens, int *slot, char *why, size_t whylen)
+{
+    const int nb = (int)PULSE_CEIL_DIV(n_tokens, o->ps);
+    int ks, hs, ds, rc = kv_cache_admit_offload(o->kv, n_tokens, o->n_dense, o->hot_slots + 1, &ks);
+    if (rc != PULSE_OK) {
+        o->st.refusals_gpu += rc == PULSE_ERR_NOMEM;
+        snprintf(why, whylen, "its %.4f GB of GPU KV pages %s the KV budget",
+                 offload_request_kv_bytes(&o->p, &o->kp, n_tokens) / 1e9,
+                 rc == PULSE_ERR_NOMEM ? "do not fit now in" : "can never fit");
+        return rc;
+    }
+    if ((rc = host_pool_reserve(o->hp, n_tokens, &hs)) != PULSE_OK) {
+        kv_cache_release(o->kv, ks);
+        o->st.refusals_host += rc == PULSE_ERR_NOMEM;
+        snprintf(why, whylen, "its %.4f GB of KV %s the host pool",
+                 offload_request_host_bytes(&o->p, o->mc, o->ps, n_tokens) / 1e9,
+                 rc == PULSE_ERR_NOMEM ? "do not fit now in" : "can never fit");
+        return rc;
+    }
+    if ((rc = kv_cache_admit(o->dg, nb, &ds)) != PULSE_OK) {
+        host_pool_release(o->hp, hs);
+        kv_cache_release(o->kv, ks);
+        o->st.refusals_digest += rc == PULSE_ERR_NOMEM;
+        snprintf(why, whylen, "its digests %s the digest store",
+                 rc == PULSE_ERR_NOMEM ? "do not fit now in" : "can never fit");
+        return rc;
+    }
+    PULSE_CHECK(ks < o->max_batch, "offload: cache slot past max_batch");
+    o->hp_slot[ks] = hs, o->dg_slot[ks] = ds;
+    *slot = ks;
+    return PULSE_OK;
+}
+
+int offload_admit(struct offload *o, int req_id, int prompt_len, int n_tokens, int *slot, char *why,
+                  size_t whylen)
+{
+    if (req_id < 0 || prompt_len < 0 || prompt_len >= n_tokens) {
+        snprintf(why, whylen, "offload: bad request (id %d, %d of %d tokens)", req_id, prompt_len,
+                 n_tokens);
+        return PULSE_ERR_INVALID;
+    }
+    int ks, rc = reserve(o, n_tokens, &ks, why, whylen);
+    if (rc != PULSE_OK) return rc;
+    double t0 = pulse_now();
+    o->req_id[ks] = req_id;
+    locality_start(o->L, ks, req_id);
+    for (int l = 0; l < o->n_dense && prompt_len > 0; l++)
+        write_dense_layer(o, ks, req_id, l, prompt_len);
+    for (int l = o->n_dense; l < o->n_layers; l++)
+        write_sparse_layer(o, ks, req_id, l, prompt_len, n_tokens);
+    reset_slot(o, ks);
+    o->st.prompt_fill_s += pulse_now() - t0;
+    o->st.admitted++;
+    *slot = ks;
+    return PULSE_OK;
+}
+
+void offload_release(struct offload *o, int slot)
+{
+    PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->hp_slot[slot] >= 0,
+                "offload_release: the slot holds no offload request");
+    host_pool_release(o->hp, o->hp_slot[slot]);
+    kv_cache_release(o->dg, o->dg_slot[slot]);
+    reset_slot(o, slot);
+    o->hp_slot[slot] = o->dg_slot[slot] = o->req_id[slot] = -1;
+}
+
+/* The resident blocks of one unit against their host copies (the tail, nb - 1, is skipped:
+ * its data lives in the tail page until it fills). */
+static int verify_unit(const struct offload *o, int slot, int sl, int k, char *err, size_t errlen)
+{
+    const int nb = o->last_nb[slot * o->n_sparse + sl], unit = offload_unit(o, slot, sl, k);
+    int n_own;
+    const int32_t *own = kv_cache_owned_pages(o->kv, slot, o->n_dense + sl, &n_own);
+    const size_t bytes = offload_chunk_bytes(o);
+    for (int s = 0; s < o->hot_slots; s++) {
+        const int blk = hot_cache_slot_block(o->hc, unit, s);
+        if (blk < 0 || blk == nb - 1) continue;
+        o->be->download(o->ctx, o->check_page, offload_gpu_piece(o, own[s], k), bytes);
+        if (memcmp(o->check_page, offload_host_chunk(o, o->hp_slot[slot], sl, blk, k), bytes))
+            BAD("slot %d layer %d list %d: hot slot %d holds block %d unlike its host copy", slot,
+                o->n_dense + sl, k, s, blk);
+    }
+    return PULSE_OK;
+}
+
+int offload_verify(const struct offload *o, char *err, size_t errlen)
+{
+    char why[256];
+    if (hot_cache_check(o->hc, why, sizeof why)) BAD("hot cache: %s", why);
+    for (int s = 0; s < o->max_batch; s++)
+        for (int sl = 0; sl < o->n_sparse && o->hp_slot[s] >= 0; sl++)
+            for (int k = 0; k < o->n_lists; k++)
+                if (verify_unit(o, s, sl, k, err, errlen) != PULSE_OK) return PULSE_ERR_INVALID;
+    return PULSE_OK;
+}
+
+int offload_check(const struct offload *o, char *err, size_t errlen)
+{
+    char why[256];
+    if (host_pool_check(o->hp, why, sizeof why)) BAD("host pool: %s", why);
+    if (kv_cache_check(o->dg, why, sizeof why)) BAD("digest store: %s", why);
+    if (kv_cache_check(o->kv, why, sizeof why)) BAD("KV cache: %s", why);
+    for (int s = 0; s < o->max_batch; s++)
+        for (int l = o->n_dense; l < o->n_layers && o->hp_slot[s] >= 0; l++) {
+            int n;
+            kv_cache_owned_pages(o->kv, s, l, &n);
+            if (n != o->hot_slots + 1)
+                BAD("slot %d layer %d owns %d GPU pages, not %d", s, l, n, o->hot_slots + 1);
+        }
+    return offload_verify(o, err, errlen);
+}

@@ -1,0 +1,158 @@
+/* Sparse KV offloading in the serving loop (DESIGN.md sections 4-7): what the offload policies
+ * (arkvale, infinigen) work on. The caller creates it beside the engine and the KV cache, hands it
+ * to serve_run_policy, and reads its counters afterwards.
+ *
+ * Placement of one offload request (kv_cache_admit_offload):
+ *   dense layers   [0, n_dense): the whole KV in the GPU cache, dense attention (engine's).
+ *   sparse layers  the prompt's KV lives in the pinned host pool (host_pool.h, one row per
+ *                  sparse layer). The GPU holds per (request, layer) hot_slots + 1 pages: the
+ *                  hot-cache slots (hot_cache.h, LRU; head-wise: one unit per KV head, head h
+ *                  of slot s is the head-h piece of page s) and the tail page T. Every token
+ *                  block of the layer's page-table row maps to T, so the engine appends each new
+ *                  token into T; when the tail block fills, T is copied into the tail's slot
+ *                  and into the host pool. GPU KV per request is bounded by
+ *                  (n_layers - n_dense) * (hot_slots + 1) pages, whatever its length.
+ *   digests        Quest min/max per block (select.h) in a GPU digest store (a kv_cache with
+ *                  one-token pages, one layer per sparse layer), built at admission from the
+ *                  prompt keys and folded per decode token (digest_update).
+ *
+ * Keys and values: from the locality model (workloads/locality.h: structured keys, V as
+ * kv_fill_synthetic) or, with prompt_kv = OFFLOAD_KV_SYNTHETIC, exactly kv_fill_synthetic's (the
+ * vanilla policy's prompt KV, for equality tests).
+ *
+ * Per sparse layer of a step (engine_layer_hook.attend; ArkVale style, lookahead 0): fold the
+ * new key into its digest; the selection query is the layer's locality query stream (so the
+ * step-to-step churn follows the profile); select (select_blocks_{ref,cuda}: head-wise or
+ * SoloHead); read the lists back; hot-cache lookup; recall the misses (recall.h engine);
+ * wait; attention with the model's real q over the selected blocks' GPU pages, ascending in
+ * token order (attn_decode of the backend; head-wise as one virtual entry per KV head); then
+ * the tail copy when the tail block filled. With lookahead 1 (InfiniGen style) the selection,
+ * lookup and recall submission of layer l+1 happen at layer l, right after its attention is
+ * queued, and layer l+1 waits for them: the same selections (the same query stream), with the
+ * recall overlapping layer l's MLP and layer l+1's projections. The locality meter
+ * (locality.h) sees the same lists and a hot cache of the same size, so its churn and recall
+ * numbers are the runtime's.
+ *
+ * Digests of tokens the model generates come from its real keys (the prompt's from the locality
+ * model). The per-layer selection queries of the next step are made on the CPU while the GPU
+ * runs the following layer. Nothing allocates after create. Not thread-safe (one serving
+ * loop). */
+#ifndef PULSE_OFFLOAD_H
+#define PULSE_OFFLOAD_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "kv_cache.h"
+#include "recall.h"
+
+struct locality_profile;
+
+enum offload_selection { OFFLOAD_HEADWISE = 0, OFFLOAD_SOLOHEAD = 1 };
+enum offload_prompt_kv { OFFLOAD_KV_LOCALITY = 0, OFFLOAD_KV_SYNTHETIC = 1 };
+
+struct offload_params {
+    int budget_tokens;         /* selected by score besides the forced blocks (multiple of the
+                                  page size, >= 0; default 2048) */
+    int sink, window;          /* forced blocks (default 1 and 2) */
+    int n_dense;               /* leading dense layers (default 2) */
+    int selection;             /* enum offload_selection (default head-wise) */
+    const int32_t *selector;   /* SoloHead: [n_layers] KV head per layer; NULL = head 0 */
+    int hot_slots;             /* slots per hot-cache unit; 0 = the blocks one step selects */
+    enum recall_engine engine; /* default per-block */
+    double cap_gbps;           /* recall bandwidth cap, 0 = none */
+    size_t host_pool_bytes;    /* pinned host pool; 0 = max_batch requests of max_tokens */
+    int prompt_kv;             /* enum offload_prompt_kv (default locality) */
+    const struct locality_profile *profile; /* churn per layer; NULL = the default profile */
+    int calib_tokens;          /* locality calibration context; 0 = from typical_tokens */
+    int typical_tokens;        /* the run's typical context (e.g. the mean prompt); 0 = unknown */
+    uint64_t seed;             /* the engine's seed (V and synthetic K are functions of it) */
+    int max_batch, max_tokens; /* as the engine's and the cache's */
+    int64_t max_steps;         /* capacity of the per-step series (later steps are not kept) */
+    int lookahead;    /* 0: at each sparse layer select, recall, wait (ArkVale); 1: select layer
+                         l+1 and submit its recall at layer l, wait at l+1 (InfiniGen) */
+    int verify_steps; /* tests: after every step, offload_verify (synchronises; pulse
+                         run sets it when the environment has PULSE_OFFLOAD_VERIFY=1) */
+};
+
+/* Per sparse layer, what the runtime did (the locality meter adds churn and its quantiles). */
+struct offload_layer_stats {
+    int64_t selections;   /* (entry, step) selections */
+    int64_t hits, misses; /* selected (block, list) pairs found resident / recalled */
+    int64_t fresh;        /* new tail blocks given a slot without a copy */
+    int64_t evictions;    /* misses or fresh tails that displaced a resident block */
+    int64_t recall_bytes, recall_chunks;
+    int64_t recalls, stalls; /* recall rounds; rounds not complete when waited for */
+    double recall_wait_s;    /* time the step blocked waiting for recalls, summed */
+    int64_t tail_flushes;    /* filled tail blocks copied to their slot and the host pool */
+};
+
+struct offload_stats {
+    int64_t steps, admitted, refusals_host, refusals_digest, refusals_gpu;
+    int64_t recall_bytes, recall_chunks, recalls, stalls, recall_failures;
+    double recall_wait_s, prompt_fill_s;
+    int64_t engine_bytes, engine_chunks; /* the recall engine's own counters (cross-check) */
+    size_t host_pool_bytes, digest_store_bytes;
+    int64_t gpu_pages_per_request_max; /* pages one offload request held on the GPU, at most */
+};
+
+struct offload;
+
+/* Defaults above for an engine of max_batch entries and max_tokens. */
+void offload_params_init(struct offload_params *p, int max_batch, int max_tokens, uint64_t seed);
+/* Validates the params against the model and the cache (one line naming the field in err). */
+int offload_params_check(const struct offload_params *p, const struct model_config *m,
+                         const struct kv_cache_params *kp, char *err, size_t errlen);
+/* GPU KV bytes an offload request of n_tokens reserves in the cache (all layers). */
+size_t offload_request_kv_bytes(const struct offload_params *p, const struct kv_cache_params *kp,
+                                int n_tokens);
+/* Host pool bytes an offload request of n_tokens reserves. */
+size_t offload_request_host_bytes(const struct offload_params *p, const struct model_config *m,
+                                  int page_size, int n_tokens);
+
+/* Creates the offload runtime for engine e and its cache kv (page size = block size; request
+ * slots = max_batch): host pool, digest store, hot cache, recall engine, locality generator
+ * (calibrated here: the slow part) and meter, and every buffer a step uses. PULSE_OK and *out;
+ * PULSE_ERR_INVALID (params, calibration) or PULSE_ERR_OOM (memory refused) with a one-line
+ * reason in err. */
+int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_params *p,
+                   struct offload **out, char *err, size_t errlen);
+void offload_free(struct offload *o);
+
+/* Admits request req_id with prompt_len tokens (its whole length n_tokens reserved): GPU pages,
+ * host blocks and digests, then writes its prompt KV and digests. PULSE_OK and *slot (the cache
+ * slot); PULSE_ERR_NOMEM when a pool is short now; PULSE_ERR_INVALID when it can never fit.
+ * A one-line reason in why on failure. */
+int offload_admit(struct offload *o, int req_id, int prompt_len, int n_tokens, int *slot, char *why,
+                  size_t whylen);
+/* Frees what the request in cache slot `slot` holds besides its cache pages. */
+void offload_release(struct offload *o, int slot);
+
+/* One decode step of the batch (entries as batch_set got them): installs the attend hook,
+ * runs engine_step, removes the hook. PULSE_OK, or the first failure (a recall that failed
+ * three times: PULSE_ERR_IO; a failed verify_steps check: PULSE_ERR_INVALID, its reason on
+ * stderr) with the step's tokens undefined. */
+int offload_step(struct offload *o, struct batch *bt, const struct batch_entry *entries, int n);
+
+void offload_get_stats(const struct offload *o, struct offload_stats *out);
+/* The params' lookahead (0 or 1). */
+int offload_lookahead(const struct offload *o);
+/* Stats of a layer (zeros for a dense layer). */
+void offload_get_layer_stats(const struct offload *o, int layer, struct offload_layer_stats *out);
+/* The resolved params and sizes ("config" side) and the measured counters: totals, one entry
+ * per sparse layer (achieved churn mean/p50/p90/p99 beside the profile's target, recall bytes
+ * per step mean/p50/p90/p99/total, hot-cache hits/misses/evictions), the per-step series and
+ * the locality calibration. Caller owns the references. */
+json_t *offload_config_json(const struct offload *o);
+json_t *offload_counters_json(const struct offload *o);
+
+/* Verifies the hot cache, the host pool, the digest store and the GPU cache, then
+ * offload_verify. 0, or PULSE_ERR_INVALID with the first violation in err (tests; allocates). */
+int offload_check(const struct offload *o, char *err, size_t errlen);
+/* The hot cache's invariants, and that every resident block but a request's tail holds on the
+ * GPU exactly its host-pool copy (downloads each one; no allocation). 0 or PULSE_ERR_INVALID. */
+int offload_verify(const struct offload *o, char *err, size_t errlen);
+
+#endif

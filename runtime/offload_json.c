@@ -1,0 +1,159 @@
+/* The offload runtime's counters (offload.h): totals, per sparse layer (the runtime's hot-cache
+ * and recall counts beside the locality meter's achieved churn and recall bytes per step and
+ * the profile's target), the per-step series, and the resolved configuration. */
+#include <string.h>
+
+#include "common.h"
+#include "offload_impl.h"
+#include "results.h"
+
+void offload_get_layer_stats(const struct offload *o, int layer, struct offload_layer_stats *out)
+{
+    PULSE_CHECK(layer >= 0 && layer < o->n_layers, "offload_get_layer_stats: layer out of range");
+    *out = o->ls[layer];
+}
+
+void offload_get_stats(const struct offload *o, struct offload_stats *out)
+{
+    *out = o->st;
+    out->recall_bytes = out->recall_chunks = out->recalls = out->stalls = 0;
+    out->recall_wait_s = 0;
+    for (int l = o->n_dense; l < o->n_layers; l++) {
+        const struct offload_layer_stats *s = &o->ls[l];
+        out->recall_bytes += s->recall_bytes;
+        out->recall_chunks += s->recall_chunks;
+        out->recalls += s->recalls;
+        out->stalls += s->stalls;
+        out->recall_wait_s += s->recall_wait_s;
+    }
+    struct recall_stats rs;
+    recall_get_stats(o->rc, &rs);
+    out->engine_bytes = rs.bytes;
+    out->engine_chunks = rs.chunks;
+    out->host_pool_bytes = host_pool_bytes(o->hp);
+    struct kv_cache_stats ds;
+    kv_cache_get_stats(o->dg, &ds);
+    out->digest_store_bytes = (size_t)ds.n_pages * (size_t)ds.page_bytes;
+    out->gpu_pages_per_request_max =
+        (int64_t)o->n_sparse * (o->hot_slots + 1) + (int64_t)o->n_dense * o->max_blocks;
+}
+
+int offload_lookahead(const struct offload *o)
+{
+    return o->p.lookahead;
+}
+
+static const char *selection_name(const struct offload *o)
+{
+    return o->headwise ? "headwise" : "solohead";
+}
+
+json_t *offload_config_json(const struct offload *o)
+{
+    struct host_pool_stats hs;
+    host_pool_get_stats(o->hp, &hs);
+    struct offload_stats st;
+    offload_get_stats(o, &st);
+    json_t *sel = json_array();
+    for (int l = 0; l < o->n_layers; l++)
+        json_array_append_new(sel, l < o->n_dense ? json_null() : json_integer(o->sel_head[l]));
+    json_t *j = json_pack(
+        "{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:f, s:I, s:b, s:f, s:I, s:s, s:b, s:I, s:I}",
+        "budget_tokens", o->p.budget_tokens, "budget_blocks", o->cfg.budget, "sink_blocks",
+        o->p.sink, "window_blocks", o->p.window, "dense_layers", o->n_dense, "selection",
+        selection_name(o), "hot_slots", o->hot_slots, "recall_engine",
+        recall_engine_name(o->p.engine), "recall_cap_gbps", o->p.cap_gbps, "host_pool_bytes",
+        (json_int_t)hs.pool_bytes, "host_pool_pinned", hs.pinned, "host_pool_pin_s", hs.pin_seconds,
+        "digest_store_bytes", (json_int_t)st.digest_store_bytes, "prompt_kv",
+        o->p.prompt_kv == OFFLOAD_KV_LOCALITY ? "locality" : "synthetic", "every_block_selected",
+        o->all_selected, "chunk_bytes", (json_int_t)(o->headwise ? o->head_bytes : o->page_bytes),
+        "gpu_pages_per_request_max", (json_int_t)st.gpu_pages_per_request_max);
+    json_object_set_new(j, "selector_per_layer", sel);
+    json_object_set_new(j, "lookahead_layers", json_integer(o->p.lookahead));
+    json_object_set_new(j, "locality", locality_to_json(o->L));
+    return j;
+}
+
+static json_t *churn_json(const struct offload *o, int l, const struct locality_layer_stats *s)
+{
+    json_t *c = json_pack("{s:I}", "samples", (json_int_t)s->churn_samples);
+    results_set_real(c, "mean", s->churn_mean);
+    results_set_real(c, "p50", s->churn_median);
+    results_set_real(c, "p90", s->churn_p90);
+    results_set_real(c, "p99", s->churn_p99);
+    results_set_real(c, "max", s->churn_max);
+    results_set_real(c, "target_mean", locality_profile_mean(o->prof, l));
+    results_set_real(c, "target_p50", locality_profile_quantile(o->prof, l, 0.5));
+    results_set_real(c, "target_p90", locality_profile_quantile(o->prof, l, 0.9));
+    return c;
+}
+
+static json_t *layer_json(const struct offload *o, int l)
+{
+    struct locality_layer_stats s;
+    locality_meter_layer_stats(o->meter, l, &s);
+    const struct offload_layer_stats *r = &o->ls[l];
+    json_t *rb = json_pack("{s:I, s:I}", "steps", (json_int_t)s.steps, "total",
+                           (json_int_t)s.recall_bytes_total);
+    results_set_real(rb, "mean", s.recall_bytes_mean);
+    results_set_real(rb, "p50", s.recall_bytes_median);
+    results_set_real(rb, "p90", s.recall_bytes_p90);
+    results_set_real(rb, "p99", s.recall_bytes_p99);
+    results_set_real(rb, "max", s.recall_bytes_max);
+    json_t *hc = json_pack("{s:I, s:I, s:I, s:I}", "hits", (json_int_t)r->hits, "misses",
+                           (json_int_t)r->misses, "fresh", (json_int_t)r->fresh, "evictions",
+                           (json_int_t)r->evictions);
+    json_t *j = json_pack(
+        "{s:i, s:o, s:o, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I}", "layer", l, "churn",
+        churn_json(o, l, &s), "recall_bytes_per_step", rb, "cold_steps", (json_int_t)s.cold_steps,
+        "cold_recall_bytes", (json_int_t)s.cold_recall_bytes, "hot_cache", hc, "recall_bytes",
+        (json_int_t)r->recall_bytes, "recall_chunks", (json_int_t)r->recall_chunks, "recalls",
+        (json_int_t)r->recalls, "recall_stalls", (json_int_t)r->stalls, "selections",
+        (json_int_t)r->selections, "tail_flushes", (json_int_t)r->tail_flushes);
+    results_set_real(j, "recall_wait_s", r->recall_wait_s);
+    return j;
+}
+
+static json_t *series_json(const struct offload *o)
+{
+    const int64_t kept = PULSE_MIN(o->st.steps, o->p.max_steps);
+    json_t *a = json_array();
+    for (int64_t i = 0; i < kept; i++)
+        json_array_append_new(a, json_integer(o->series[i]));
+    return json_pack("{s:o, s:I, s:I}", "recall_bytes", a, "kept", (json_int_t)kept, "dropped",
+                     (json_int_t)(o->st.steps - kept));
+}
+
+json_t *offload_counters_json(const struct offload *o)
+{
+    struct offload_stats st;
+    offload_get_stats(o, &st);
+    struct hot_cache_stats hs;
+    hot_cache_get_stats(o->hc, &hs);
+    struct recall_stats rs;
+    recall_get_stats(o->rc, &rs);
+    json_t *layers = json_array();
+    for (int l = o->n_dense; l < o->n_layers; l++)
+        json_array_append_new(layers, layer_json(o, l));
+    json_t *eng = json_pack(
+        "{s:s, s:I, s:I, s:I, s:I, s:I}", "name", recall_engine_name(o->p.engine), "bytes",
+        (json_int_t)rs.bytes, "chunks", (json_int_t)rs.chunks, "recalls", (json_int_t)rs.completed,
+        "failed", (json_int_t)rs.failed, "submissions", (json_int_t)rs.submissions);
+    results_set_real(eng, "busy_s", rs.busy_s);
+    results_set_real(eng, "cap_wait_s", rs.cap_wait_s);
+    json_t *hc = json_pack("{s:I, s:I, s:I, s:I, s:I}", "hits", (json_int_t)hs.hits, "misses",
+                           (json_int_t)hs.misses, "fresh", (json_int_t)hs.fresh, "evictions",
+                           (json_int_t)hs.evictions, "resident", (json_int_t)hs.resident);
+    json_t *j = json_pack(
+        "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:o}", "selection",
+        selection_name(o), "steps", (json_int_t)st.steps, "admitted", (json_int_t)st.admitted,
+        "recall_bytes", (json_int_t)st.recall_bytes, "recall_chunks", (json_int_t)st.recall_chunks,
+        "recalls", (json_int_t)st.recalls, "recall_stalls", (json_int_t)st.stalls,
+        "recall_failures", (json_int_t)st.recall_failures, "refusals_gpu",
+        (json_int_t)st.refusals_gpu, "refusals_host", (json_int_t)st.refusals_host,
+        "refusals_digest", (json_int_t)st.refusals_digest, "recall_engine", eng, "hot_cache", hc,
+        "layers", layers, "per_step", series_json(o));
+    results_set_real(j, "recall_wait_s", st.recall_wait_s);
+    results_set_real(j, "prompt_fill_s", st.prompt_fill_s);
+    return j;
+}

@@ -1,0 +1,407 @@
+/* The offload policies arkvale and infinigen (baselines/, over runtime/offload.h) on the CPU
+ * backend with the tiny model:
+ * - with a budget that covers the context every block is selected, so arkvale decodes exactly
+ *   vanilla's tokens (same prompt KV, attention over the same tokens in the same order), head-
+ *   wise and SoloHead, at page sizes 16 and 1, with requests joining released slots;
+ * - with a small budget on the locality model's KV: recall moves bytes, the achieved churn per
+ *   sparse layer follows the profile, the runtime's recall equals the locality meter's, every
+ *   resident block's GPU copy equals its host copy after every step, the hot cache's invariants
+ *   hold, the JSON has one entry per sparse layer and none for the dense ones, GPU KV per request
+ *   is bounded, and no step allocates;
+ * - SoloHead recalls whole blocks; every recall engine gives the same tokens and bytes;
+ * - infinigen (selection and recall one layer ahead) selects what arkvale selects: the same
+ *   tokens, recall bytes and churn;
+ * - bad flags of pulse run get one-line messages and exit 2; a good run's JSON has the series. */
+#include <jansson.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "common.h"
+#include "engine.h"
+#include "kv_cache.h"
+#include "offload.h"
+#include "serve.h"
+#include "testutil.h"
+#include "workloads/workload.h"
+
+struct run_cfg {
+    const char *policy, *spec;
+    int out_len, max_batch, page_size;
+    size_t kv_budget; /* GPU KV bytes; 0 = 64 MB */
+};
+
+struct run_out {
+    struct workload w;
+    struct serve_counters ctr;
+    struct offload_stats st;
+    struct offload_layer_stats ls[4];
+    json_t *counters; /* offload_counters_json, or NULL */
+    int rc, check_rc;
+    int64_t peak_pages, page_bytes;
+};
+
+static void run_free(struct run_out *r)
+{
+    workload_free(&r->w);
+    json_decref(r->counters);
+}
+
+/* Serves cfg on the cpu backend: engine, cache (budget 64 MB), offload runtime for arkvale. */
+static void serve(const struct run_cfg *c, struct offload_params *op, struct run_out *r)
+{
+    char err[512];
+    memset(r, 0, sizeof *r);
+    r->rc = -1;
+    if (workload_create(&r->w, c->spec, c->out_len, 1, err, sizeof err) != 0) return;
+    const int max_tokens = workload_max_tokens(&r->w);
+    const struct model_config *m = model_config_find("tiny");
+    struct engine_params ep = {.cfg = m,
+                               .be = backend_find("cpu"),
+                               .seed = 1,
+                               .max_batch = c->max_batch,
+                               .max_tokens = max_tokens};
+    struct engine *e = engine_create(&ep, err, sizeof err);
+    struct kv_cache_params kp = {m->n_layers,
+                                 m->n_kv_heads,
+                                 m->head_dim,
+                                 c->page_size,
+                                 c->kv_budget ? c->kv_budget : 64u << 20,
+                                 c->max_batch,
+                                 max_tokens};
+    struct kv_cache *kv = e ? kv_cache_create(&kp, ep.be, engine_ctx(e), err, sizeof err) : NULL;
+    struct offload *o = NULL;
+    const struct policy *pol = policy_find(c->policy);
+    if (kv && pol->needs_ctx) {
+        op->max_batch = c->max_batch, op->max_tokens = max_tokens;
+        op->lookahead = pol->offload_lookahead;
+        int64_t prompt = 0;
+        for (int i = 0; i < r->w.n; i++)
+            prompt += r->w.reqs[i].prompt_len;
+        op->typical_tokens = (int)(prompt / r->w.n);
+        if (offload_create(e, kv, op, &o, err, sizeof err) != PULSE_OK)
+            fprintf(stderr, "offload: %s\n", err);
+    }
+    double wall;
+    if (kv && (o || !pol->needs_ctx))
+        r->rc = serve_run_policy(e, kv, pol, o, r->w.reqs, r->w.n, c->max_batch, &r->ctr, &wall,
+                                 err, sizeof err);
+    if (r->rc) fprintf(stderr, "serve %s %s: %s\n", c->policy, c->spec, err);
+    if (o) {
+        offload_get_stats(o, &r->st);
+        for (int l = 0; l < 4; l++)
+            offload_get_layer_stats(o, l, &r->ls[l]);
+        r->counters = offload_counters_json(o);
+        r->check_rc = offload_check(o, err, sizeof err);
+        if (r->check_rc) fprintf(stderr, "check: %s\n", err);
+    }
+    r->peak_pages = r->ctr.peak_pages_used;
+    r->page_bytes = (int64_t)m->n_kv_heads * 2 * c->page_size * m->head_dim * 2;
+    offload_free(o);
+    kv_cache_free(kv);
+    engine_free(e);
+}
+
+static struct offload_params defaults(void)
+{
+    struct offload_params p;
+    offload_params_init(&p, 1, 1, 1);
+    p.verify_steps = 1;
+    return p;
+}
+
+static int same_tokens(const struct workload *a, const struct workload *b)
+{
+    if (a->n != b->n || a->output_len != b->output_len) return 0;
+    return !memcmp(a->token_store, b->token_store, sizeof(int32_t) * a->n * a->output_len);
+}
+
+/* ------------------------------------------------------------------ equality with vanilla */
+
+/* `policy` with every block selected (budget above the context) on vanilla's prompt KV decodes
+ * vanilla's tokens (v: the vanilla run of spec at page_size); with `control`, a budget of one
+ * block makes them differ, so the equality is not an accident of attention hardly mattering. */
+static void equal_case(const struct run_out *v, const char *policy, const char *spec, int page_size,
+                       int selection, int control)
+{
+    struct run_out a;
+    struct offload_params p = defaults();
+    p.prompt_kv = OFFLOAD_KV_SYNTHETIC;            /* vanilla's prompt KV */
+    p.budget_tokens = 512 / page_size * page_size; /* >= every context: all blocks selected */
+    p.selection = selection;
+    struct run_cfg ca = {policy, spec, 16, 2, page_size, 0};
+    serve(&ca, &p, &a);
+    EXPECT_EQ_INT(a.rc, 0);
+    EXPECT_EQ_INT(a.check_rc, 0);
+    const int eq = same_tokens(&v->w, &a.w);
+    if (!eq)
+        fprintf(stderr, "%s differs from vanilla: %s, ps %d, sel %d\n", policy, spec, page_size,
+                selection);
+    EXPECT(eq);
+    EXPECT(a.ctr.recall_bytes > 0); /* the first step recalls every block it attends */
+    EXPECT_EQ_INT(a.ctr.recall_bytes, a.st.engine_bytes);
+    EXPECT_EQ_INT(a.ctr.step_alloc_calls, 0);
+    EXPECT(a.ls[2].tail_flushes > 0 && a.ls[3].tail_flushes > 0);
+    EXPECT_EQ_INT(a.ls[0].selections + a.ls[1].selections, 0); /* dense layers */
+    run_free(&a);
+    if (!control) return;
+    p.budget_tokens = page_size;
+    serve(&ca, &p, &a);
+    EXPECT_EQ_INT(a.rc, 0);
+    EXPECT(!same_tokens(&v->w, &a.w));
+    run_free(&a);
+}
+
+static void test_equals_vanilla(void)
+{
+    /* a 1-token prompt, odd lengths, a batch of 2 so the third request reuses a slot */
+    struct run_out v;
+    struct run_cfg cv = {"vanilla", "lengths:100,37,1", 16, 2, 16, 0};
+    serve(&cv, NULL, &v);
+    EXPECT_EQ_INT(v.rc, 0);
+    EXPECT_EQ_INT(v.ctr.recall_bytes, 0);
+    equal_case(&v, "arkvale", cv.spec, 16, OFFLOAD_HEADWISE, 1);
+    equal_case(&v, "arkvale", cv.spec, 16, OFFLOAD_SOLOHEAD, 0);
+    equal_case(&v, "infinigen", cv.spec, 16, OFFLOAD_HEADWISE, 0);
+    run_free(&v);
+    /* one-token pages: a tail flush every step */
+    struct run_cfg c1 = {"vanilla", "lengths:61,130", 16, 2, 1, 0};
+    serve(&c1, NULL, &v);
+    EXPECT_EQ_INT(v.rc, 0);
+    equal_case(&v, "arkvale", c1.spec, 1, OFFLOAD_HEADWISE, 1);
+    run_free(&v);
+}
+
+/* ------------------------------------------------------------------ small budget */
+
+static double layer_num(json_t *layer, const char *obj, const char *key)
+{
+    json_t *o = obj ? json_object_get(layer, obj) : layer;
+    json_t *v = json_object_get(o, key);
+    return json_is_integer(v) ? (double)json_integer_value(v) : json_real_value(v);
+}
+
+static void check_layers(const struct run_out *r, int chunk_bytes)
+{
+    json_t *layers = json_object_get(r->counters, "layers");
+    EXPECT_EQ_INT(json_array_size(layers), 2); /* sparse layers 2 and 3 only */
+    for (size_t i = 0; i < json_array_size(layers); i++) {
+        json_t *L = json_array_get(layers, i);
+        const int l = (int)layer_num(L, NULL, "layer");
+        EXPECT_EQ_INT(l, 2 + (int)i);
+        const double mean = layer_num(L, "churn", "mean"),
+                     tmean = layer_num(L, "churn", "target_mean");
+        fprintf(stderr,
+                "layer %d churn: target mean %.4f p50 %.4f p90 %.4f | achieved mean %.4f p50 %.4f "
+                "p90 %.4f (%d samples); recall B/step mean %.0f p50 %.0f p90 %.0f\n",
+                l, tmean, layer_num(L, "churn", "target_p50"), layer_num(L, "churn", "target_p90"),
+                mean, layer_num(L, "churn", "p50"), layer_num(L, "churn", "p90"),
+                (int)layer_num(L, "churn", "samples"),
+                layer_num(L, "recall_bytes_per_step", "mean"),
+                layer_num(L, "recall_bytes_per_step", "p50"),
+                layer_num(L, "recall_bytes_per_step", "p90"));
+        EXPECT_EQ_INT(layer_num(L, "churn", "samples"), 4 * 2 * 24); /* requests x heads x steps */
+        EXPECT_NEAR(mean / tmean, 1.0, 0.3);
+        /* the runtime recalled exactly what the meter counted (steady steps + cold ones) */
+        const struct offload_layer_stats *s = &r->ls[l];
+        EXPECT_EQ_INT(s->recall_bytes, (int64_t)layer_num(L, "recall_bytes_per_step", "total") +
+                                           (int64_t)layer_num(L, NULL, "cold_recall_bytes"));
+        EXPECT_EQ_INT(s->recall_bytes, s->recall_chunks * chunk_bytes);
+        EXPECT_EQ_INT(s->recall_chunks, s->misses);
+        EXPECT(s->evictions > 0 && s->hits > s->misses && s->fresh > 0);
+        EXPECT(layer_num(L, "recall_bytes_per_step", "p90") >=
+               layer_num(L, "recall_bytes_per_step", "p50"));
+    }
+}
+
+static void test_small_budget(void)
+{
+    struct offload_params p = defaults();
+    p.budget_tokens = 512; /* 32 of ~130 blocks */
+    struct run_cfg c = {"arkvale", "lengths:2048,1900,2100,1600", 25, 4, 16, 0};
+    struct run_out r, ig;
+    serve(&c, &p, &r);
+    /* infinigen: the same selections made one layer earlier */
+    c.policy = "infinigen";
+    serve(&c, &p, &ig);
+    EXPECT_EQ_INT(ig.rc, 0);
+    EXPECT_EQ_INT(ig.check_rc, 0);
+    EXPECT_EQ_INT(ig.ctr.step_alloc_calls, 0);
+    EXPECT(same_tokens(&r.w, &ig.w));
+    EXPECT_EQ_INT(ig.ctr.recall_bytes, r.ctr.recall_bytes);
+    for (int l = 2; l < 4; l++) {
+        EXPECT_EQ_INT(ig.ls[l].recall_chunks, r.ls[l].recall_chunks);
+        EXPECT_EQ_INT(ig.ls[l].evictions, r.ls[l].evictions);
+    }
+    json_t *lj = json_array_get(json_object_get(ig.counters, "layers"), 0);
+    json_t *la = json_array_get(json_object_get(r.counters, "layers"), 0);
+    EXPECT_NEAR(layer_num(lj, "churn", "mean"), layer_num(la, "churn", "mean"), 0);
+    run_free(&ig);
+    EXPECT_EQ_INT(r.rc, 0);
+    EXPECT_EQ_INT(r.check_rc, 0);
+    EXPECT_EQ_INT(r.ctr.step_alloc_calls, 0);
+    EXPECT(r.ctr.recall_bytes > 0 && r.ctr.recall_chunks > 0 && r.ctr.recall_stalls > 0);
+    EXPECT_EQ_INT(r.ctr.recall_bytes, r.st.engine_bytes);
+    EXPECT_EQ_INT(r.ctr.recall_chunks, r.st.engine_chunks);
+    EXPECT_EQ_INT(r.ctr.recall_bytes, r.ls[2].recall_bytes + r.ls[3].recall_bytes);
+    EXPECT_EQ_INT(r.st.recall_failures, 0);
+    for (int l = 0; l < 2; l++)
+        EXPECT_EQ_INT(r.ls[l].recall_bytes + r.ls[l].hits + r.ls[l].selections, 0);
+    check_layers(&r, 2 * 16 * 64 * 2); /* head-wise: one KV head of a block, 4 KB */
+    /* GPU KV per request bounded: 2 dense layers whole + 2 x (36 slots + tail page) */
+    const int64_t per_req = 2 * 132 + 2 * (36 + 1);
+    EXPECT(r.peak_pages <= 4 * per_req);
+    /* per-step series: one entry per step, summing to the total */
+    json_t *ser = json_object_get(json_object_get(r.counters, "per_step"), "recall_bytes");
+    EXPECT_EQ_INT(json_array_size(ser), r.ctr.steps);
+    int64_t sum = 0;
+    for (size_t i = 0; i < json_array_size(ser); i++)
+        sum += json_integer_value(json_array_get(ser, i));
+    EXPECT_EQ_INT(sum, r.ctr.recall_bytes);
+    run_free(&r);
+}
+
+/* SoloHead: token-wise recall (whole blocks); the engines agree on tokens and bytes. */
+static void test_solohead_engines(void)
+{
+    struct run_out ref;
+    for (int eng = 0; eng < RECALL_ENGINES; eng++) {
+        struct offload_params p = defaults();
+        p.budget_tokens = 128;
+        p.selection = OFFLOAD_SOLOHEAD;
+        p.engine = (enum recall_engine)eng;
+        struct run_cfg c = {"arkvale", "lengths:600,500,700", 12, 3, 16, 0};
+        struct run_out r;
+        serve(&c, &p, &r);
+        EXPECT_EQ_INT(r.rc, 0);
+        EXPECT_EQ_INT(r.check_rc, 0);
+        EXPECT_EQ_INT(r.ctr.step_alloc_calls, 0);
+        EXPECT(r.ctr.recall_chunks > 0);
+        EXPECT_EQ_INT(r.ctr.recall_bytes, r.ctr.recall_chunks * r.page_bytes); /* 8 KB blocks */
+        EXPECT_EQ_INT(r.ctr.recall_bytes, r.st.engine_bytes);
+        if (eng == 0) {
+            ref = r;
+            r.counters = NULL, memset(&r.w, 0, sizeof r.w);
+            continue;
+        }
+        fprintf(stderr, "engine %s: %lld bytes\n", recall_engine_name((enum recall_engine)eng),
+                (long long)r.ctr.recall_bytes);
+        EXPECT(same_tokens(&ref.w, &r.w));
+        EXPECT_EQ_INT(r.ctr.recall_bytes, ref.ctr.recall_bytes);
+        run_free(&r);
+    }
+    /* a GPU budget for one request at a time (116 pages of 8 KB for the longest: 2 dense layers
+     * x 45 blocks + 2 x 13 slots) serialises them; each request's tokens stay the same */
+    struct offload_params p = defaults();
+    p.budget_tokens = 128;
+    p.selection = OFFLOAD_SOLOHEAD;
+    struct run_cfg c = {"arkvale", "lengths:600,500,700", 12, 3, 16, 130 * 8192};
+    struct run_out r;
+    serve(&c, &p, &r);
+    EXPECT_EQ_INT(r.rc, 0);
+    EXPECT_EQ_INT(r.ctr.peak_batch, 1);
+    EXPECT(r.ctr.admission_refusals > 0 && r.st.refusals_gpu > 0);
+    EXPECT(same_tokens(&ref.w, &r.w));
+    run_free(&r);
+    run_free(&ref);
+}
+
+/* ------------------------------------------------------------------ command line */
+
+static char out[1 << 16];
+
+struct bad_case {
+    const char *args, *message;
+};
+
+static const struct bad_case bad[] = {
+    {"--selection frob", "--selection: 'frob' is not headwise or solohead"},
+    {"--recall-engine nope", "--recall-engine: unknown recall engine 'nope'"},
+    {"--budget-tokens 100", "--budget-tokens: 100 is not a multiple of the block size 16"},
+    {"--budget-tokens -16", "--budget-tokens: '-16' is not an integer"},
+    {"--prompt-kv x", "--prompt-kv: 'x' is not locality or synthetic"},
+    {"--dense-layers 4", "--dense-layers: 4 leaves no sparse layer"},
+    {"--hot-slots 3", "--hot-slots: 3 is not in ["},
+    {"--host-pool-gb 0.000001", "--host-pool-gb: 1e-06 GB cannot hold even one request"},
+    {"--kv-budget-gb 0.0001", "--kv-budget-gb: 0.0001 GB cannot hold even one request"},
+    {"--locality-profile /nonexistent/p.json", "--locality-profile: "},
+    {"--head-profile /nonexistent/h.json", "--head-profile: only with --selection solohead"},
+    {"--selection solohead --head-profile /nonexistent/h.json", "--head-profile: "},
+    {"--recall-cap-gbps 0", "--recall-cap-gbps: '0' is not a number"},
+    {"--model tiny-gemma3", "sliding-window layers"},
+};
+
+static void test_cli(void)
+{
+    char args[1024];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args,
+                 "run --backend cpu --policy arkvale --workload uniform:256:2 --output-len 8 %s",
+                 bad[i].args);
+        int code = tu_run_pulse(args, out, sizeof out);
+        EXPECT_EQ_INT(code, 2);
+        EXPECT_STR_CONTAINS(out, bad[i].message);
+        EXPECT(strchr(out, '\n') == strrchr(out, '\n')); /* one line */
+        if (code != 2 || !strstr(out, bad[i].message)) fprintf(stderr, "case: %s\n", args);
+    }
+    EXPECT_EQ_INT(
+        tu_run_pulse("run --backend cpu --policy vanilla --budget-tokens 512", out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "--budget-tokens: only for offload policies");
+}
+
+/* A good run of `policy` writes its offload config and counters; returns the recall bytes. */
+static int64_t cli_json(const char *policy, int lookahead)
+{
+    char path[] = "/tmp/pulse_offload_XXXXXX", args[512];
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    snprintf(args, sizeof args,
+             "run --backend cpu --policy %s --workload uniform:1024:2 --output-len 12 "
+             "--budget-tokens 256 --out %s",
+             policy, path);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+    json_error_t je;
+    json_t *r = json_load_file(path, 0, &je);
+    remove(path);
+    EXPECT(r != NULL);
+    if (!r) return -1;
+    json_t *c = json_object_get(r, "counters"), *o = json_object_get(c, "offload");
+    const int64_t bytes = json_integer_value(json_object_get(c, "recall_bytes"));
+    EXPECT_EQ_INT(json_integer_value(json_object_get(c, "step_alloc_calls")), 0);
+    EXPECT(bytes > 0);
+    EXPECT_EQ_INT(bytes, json_integer_value(json_object_get(o, "recall_bytes")));
+    EXPECT_EQ_INT(json_array_size(json_object_get(o, "layers")), 2);
+    EXPECT_EQ_INT(json_array_size(json_object_get(json_object_get(o, "per_step"), "recall_bytes")),
+                  12);
+    json_t *cfg = json_object_get(json_object_get(r, "config"), "offload");
+    EXPECT(!strcmp(json_string_value(json_object_get(cfg, "recall_engine")), "per-block"));
+    EXPECT(!strcmp(json_string_value(json_object_get(cfg, "selection")), "headwise"));
+    EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "budget_tokens")), 256);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "lookahead_layers")), lookahead);
+    EXPECT(json_object_get(json_object_get(cfg, "locality"), "calibration") != NULL);
+    EXPECT(!strcmp(json_string_value(json_object_get(r, "status")), "ok"));
+    json_decref(r);
+    return bytes;
+}
+
+static void test_cli_json(void)
+{
+    EXPECT_EQ_INT(cli_json("arkvale", 0), cli_json("infinigen", 1));
+}
+
+static void timed(const char *name, void (*fn)(void))
+{
+    double t0 = pulse_now();
+    fn();
+    fprintf(stderr, "%s: %.2f s\n", name, pulse_now() - t0);
+}
+
+int main(void)
+{
+    timed("equals_vanilla", test_equals_vanilla);
+    timed("small_budget", test_small_budget);
+    timed("solohead_engines", test_solohead_engines);
+    timed("cli", test_cli);
+    timed("cli_json", test_cli_json);
+    return tu_finish("test_offload");
+}
