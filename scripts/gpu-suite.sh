@@ -21,8 +21,13 @@ export PATH=$PATH:/usr/local/cuda/bin
 log() { echo "== $(date +%H:%M:%S) $*"; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
-log build
-PULSE_BUILD="$root/build-gpu" "$root/scripts/build.sh" >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+# SKIP_BUILD=1 reuses the build of an earlier call on the same machine
+if [ "${SKIP_BUILD:-0}" = 1 ] && [ -x "$root/build-gpu/pulse" ]; then
+    log build skipped
+else
+    log build
+    PULSE_BUILD="$root/build-gpu" "$root/scripts/build.sh" >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+fi
 bin="$root/build-gpu/pulse"
 summary=()
 if has test; then
@@ -31,7 +36,7 @@ if has test; then
     summary+=("ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)")
     "$root/build-gpu/test_kernels_gpu" >"$out/kernels_gpu.txt" 2>&1
     summary+=("test_kernels_gpu exit $?")
-    for t in test_decode_gpu test_select_gpu test_recall_gpu test_gemma3_gpu; do
+    for t in test_decode_gpu test_select_gpu test_recall_gpu test_gemma3_gpu test_offload_gpu; do
         "$root/build-gpu/$t" >"$out/$t.txt" 2>&1
         summary+=("$t exit $?")
     done
@@ -70,6 +75,14 @@ if has run; then
     "$bin" run --backend cuda --model qwen3-14b --workload uniform:16384:16 --output-len 128 \
         --kv-budget-gb 45 --out "$out/run.json" >"$out/run.txt" 2>&1
     summary+=("run exit $?")
+    # the offload path on the GPU: arkvale (head-wise, per-block) and SoloHead + gather-scatter
+    for v in "headwise per-block" "solohead gather-scatter"; do
+        set -- $v
+        timeout 240 "$bin" run --backend cuda --model qwen3-14b --policy arkvale \
+            --workload uniform:16384:4 --output-len 32 --selection $1 --recall-engine $2 \
+            --out "$out/run_arkvale_$1.json" >"$out/run_arkvale_$1.txt" 2>&1
+        summary+=("run arkvale $1 $2 exit $?")
+    done
 fi
 if has recall; then
     log recall-bench
@@ -115,6 +128,6 @@ if has accuracy && [ -f /tmp/model/gemma.gguf ]; then
 fi
 log done
 printf '%s\n' "${summary[@]}"
-for f in kernels_gpu.txt test_gemma3_gpu.txt bench.txt run.txt recall_bench.txt accuracy.txt; do
+for f in kernels_gpu.txt test_gemma3_gpu.txt test_offload_gpu.txt bench.txt run.txt run_arkvale_headwise.txt run_arkvale_solohead.txt recall_bench.txt accuracy.txt; do
     [ -f "$out/$f" ] && { echo "--- $f"; tail -n 25 "$out/$f"; }
 done
