@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "kernels_cpu.h"
 
 static void cpu_upload(const struct kctx *c, void *dst, const void *src, size_t bytes)
 {
@@ -64,9 +65,9 @@ static const struct backend cpu_backend = {
     .fill_random_bf16 = fill_random_bf16_ref,
     .embed = embed_ref,
     .rmsnorm = rmsnorm_ref,
-    .gemm_bf16 = gemm_bf16_ref,
+    .gemm_bf16 = gemm_bf16_cpu,
     .qk_norm_rope_append = qk_norm_rope_append_ref,
-    .attn_decode = attn_decode_ref,
+    .attn_decode = attn_decode_cpu,
     .silu_mul = silu_mul_ref,
     .gelu_mul = gelu_mul_ref,
     .rmsnorm_add = rmsnorm_add_ref,

@@ -1,6 +1,7 @@
 /* A backend is a struct of function pointers: the kernels of kernels.h (same signatures) plus
- * memory movement. `cpu` runs the references on host memory; `cuda` runs the CUDA kernels on
- * device memory. Registered by name in one table (backend_find). */
+ * memory movement. `cpu` runs on host memory: the fast GEMM and attention of kernels_cpu.h,
+ * the references for the rest; `cuda` runs the CUDA kernels on device memory. Registered by
+ * name in one table (backend_find). */
 #ifndef PULSE_BACKEND_H
 #define PULSE_BACKEND_H
 

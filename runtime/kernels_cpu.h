@@ -1,0 +1,25 @@
+/* Fast CPU kernels for the `cpu` backend: the GEMM and decode attention of kernels.h, vectorised
+ * and spread over a persistent thread pool, bit-identical to gemm_bf16_ref / attn_decode_ref
+ * (every output sums its terms in the reference's order; the file is built without FMA
+ * contraction). Same signatures and semantics as the references; host pointers.
+ *
+ * Threads: PULSE_CPU_THREADS if set (1 runs inline), else the online CPU count capped at 16.
+ * The pool starts on the first call and lives until the process exits (idle workers poll for
+ * ~25 us after a call, then sleep); calls from several threads are serialised. Per-thread
+ * scratch (attention scores) grows on first use and is then reused: no allocation per call. */
+#ifndef PULSE_KERNELS_CPU_H
+#define PULSE_KERNELS_CPU_H
+
+#include "kernels.h"
+
+void gemm_bf16_cpu(const struct kctx *c, const uint16_t *a, const uint16_t *w, float *out, int m,
+                   int n, int k, float beta);
+void attn_decode_cpu(const struct kctx *c, const uint16_t *q, const struct kv_view *kv,
+                     const int32_t *n_tokens, uint16_t *out, int batch, int nq, int max_tokens,
+                     float scale);
+
+/* Sets the number of threads later calls use (clamped to 1..64; tests and benchmarks).
+ * Returns the previous number. */
+int kernels_cpu_set_threads(int n);
+
+#endif
