@@ -9,8 +9,9 @@
 #             files per call, so the 253 MB Gemma 3 270M file comes over several calls while it
 #             stays up); the piece that completes the set assembles /tmp/model/gemma.gguf and
 #             checks its sha256 against .model/sha256.txt.
-#   accuracy  pulse accuracy on the assembled model over the synthetic sets in .accdata
-#             (ACC_SAMPLES samples per task and length, default 10; ACC_LENGTHS).
+#   accuracy  pulse accuracy on the assembled model over the synthetic sets in ACC_DATA
+#             (default .accdata; ACC_SAMPLES samples per task and length, default 10;
+#             ACC_LENGTHS, ACC_TASKS, ACC_POLICIES).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/out}
@@ -101,10 +102,10 @@ if has recall; then
 fi
 if has model; then
     mkdir -p /tmp/model
-    cp "$root"/.model/part* /tmp/model/ 2>/dev/null
+    cp "$root"/.model/part* "$root"/.model/sha256.txt /tmp/model/ 2>/dev/null
     if [ "$(ls /tmp/model/part* 2>/dev/null | wc -l)" = 5 ] && [ ! -f /tmp/model/gemma.gguf ]; then
         cat /tmp/model/part0* > /tmp/model/gemma.gguf
-        want=$(cut -d' ' -f1 "$root/.model/sha256.txt" 2>/dev/null)
+        want=$(cut -d' ' -f1 /tmp/model/sha256.txt 2>/dev/null)
         got=$(sha256sum /tmp/model/gemma.gguf | cut -d' ' -f1)
         [ -n "$want" ] && [ "$want" = "$got" ] || { echo "model sha256 mismatch"; rm -f /tmp/model/gemma.gguf; }
     fi
@@ -118,9 +119,10 @@ if has accuracy && [ -f /tmp/model/gemma.gguf ]; then
     want=$(grep '^generated ids:' "$root/tests/golden/gemma3_270m_q4km.txt")
     got=$(grep '^generated ids:' "$out/generate_cuda.txt")
     summary+=("gemma3 golden completion on cuda: $([ "$want" = "$got" ] && echo same || echo "DIFFERS: $got")")
-    timeout "${ACC_TIMEOUT:-480}" "$bin" accuracy --backend cuda --model $m --data "$root/.accdata" \
-        --lengths "${ACC_LENGTHS:-4096,8192,16384}" \
-        --tasks passkey,niah_multikey,variable_tracking,kv_retrieval \
+    timeout "${ACC_TIMEOUT:-480}" "$bin" accuracy --backend cuda --model $m \
+        --data "${ACC_DATA:-$root/.accdata}" --lengths "${ACC_LENGTHS:-4096,8192,16384}" \
+        --tasks "${ACC_TASKS:-passkey,niah_multikey,variable_tracking,kv_retrieval}" \
+        --policies "${ACC_POLICIES:-full,solohead,reversed,headwise,infinigen}" \
         --samples "${ACC_SAMPLES:-10}" --calib-samples 2 --max-gen 32 \
         --out "$out/accuracy.json" --churn-profile "$out/churn_profile.json" \
         >"$out/accuracy.txt" 2>&1
