@@ -18,14 +18,14 @@ struct head_mass {
     double *sum;  /* [n_layers][n_heads] */
     int64_t *obs; /* [n_layers] */
     /* host scratch */
-    uint16_t *q;      /* [n_heads][hd] */
-    uint16_t *pages;  /* [max_blocks][page_elems] the layer's pages, ids 0.. */
-    uint16_t *dig;    /* [n_kv_heads][max_blocks][2 hd] */
-    int32_t *ident;   /* [max_blocks] */
-    float *scores;    /* [max_blocks] */
-    float *logit;     /* [max_tokens] */
-    double *mass;     /* [n_heads][max_blocks] exact probability per block */
-    int32_t *sel;     /* [max_blocks] */
+    uint16_t *q;     /* [n_heads][hd] */
+    uint16_t *pages; /* [max_blocks][page_elems] the layer's pages, ids 0.. */
+    uint16_t *dig;   /* [n_kv_heads][max_blocks][2 hd] */
+    int32_t *ident;  /* [max_blocks] */
+    float *scores;   /* [max_blocks] */
+    float *logit;    /* [max_tokens] */
+    double *mass;    /* [n_heads][max_blocks] exact probability per block */
+    int32_t *sel;    /* [max_blocks] */
     size_t page_elems, max_tokens;
 };
 
@@ -62,7 +62,7 @@ struct head_mass *head_mass_create(struct engine *e, const struct kv_cache *kv, 
     int mb = hm->max_blocks = PULSE_CEIL_DIV(max_tokens, page_size);
     hm->max_tokens = (size_t)max_tokens;
     hm->page_elems = (size_t)c->n_kv_heads * 2 * page_size * c->head_dim;
-    hm->one = (struct select_cfg){1, 1, c->head_dim, page_size, budget_tokens / page_size,
+    hm->one = (struct select_cfg){1,    1,      c->head_dim, page_size, budget_tokens / page_size,
                                   sink, window, mb};
     if (select_cfg_check(&hm->one, err, errlen) != 0) {
         mem_free(MEM_HOST, hm, sizeof *hm);
@@ -155,8 +155,8 @@ static void observe(void *user, int layer, const uint16_t *q, const struct kv_vi
     int32_t zero = 0, nt = n, cnt = 0;
     struct kv_view hv = {hm->pages, hm->ident, &zero, hm->bs, c->n_kv_heads, hd, 0};
     for (int g = 0; g < c->n_kv_heads; g++) {
-        struct digest_view dv = {hm->dig + (size_t)g * hm->max_blocks * 2 * hd, hm->ident, &zero,
-                                 1, hd};
+        struct digest_view dv = {hm->dig + (size_t)g * hm->max_blocks * 2 * hd, hm->ident, &zero, 1,
+                                 hd};
         digest_build_ref(NULL, &hv, &dv, &nt, 1, g, n);
     }
     exact_mass(hm, &hv, n);
@@ -192,8 +192,7 @@ void head_mass_table(const struct head_mass *hm, double *mam, int64_t *obs)
     }
 }
 
-void head_mass_selectors(const double *mam, int n_layers, int n_heads, int reversed,
-                         int32_t *out)
+void head_mass_selectors(const double *mam, int n_layers, int n_heads, int reversed, int32_t *out)
 {
     for (int l = 0; l < n_layers; l++) {
         const double *r = mam + (size_t)l * n_heads;

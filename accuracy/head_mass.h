@@ -36,7 +36,6 @@ struct engine_layer_hook head_mass_hook(struct head_mass *hm);
 void head_mass_table(const struct head_mass *hm, double *mam, int64_t *obs);
 /* Selectors from a table: per layer the highest (reversed: lowest) MAM head, ties to the lower
  * head; local layers get 0. */
-void head_mass_selectors(const double *mam, int n_layers, int n_heads, int reversed,
-                         int32_t *out);
+void head_mass_selectors(const double *mam, int n_layers, int n_heads, int reversed, int32_t *out);
 
 #endif

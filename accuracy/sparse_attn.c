@@ -7,8 +7,8 @@
 #include "mem.h"
 #include "select.h"
 
-static const char *const policy_names[SPARSE_POLICY_COUNT] = {
-    "full", "solohead", "reversed", "headwise", "quest", "infinigen"};
+static const char *const policy_names[SPARSE_POLICY_COUNT] = {"full",     "solohead", "reversed",
+                                                              "headwise", "quest",    "infinigen"};
 
 const char *sparse_policy_name(int policy)
 {
@@ -53,30 +53,30 @@ struct sparse_attn {
     struct sel_fns fn;
     int bs, max_blocks, slot;
     struct sparse_params p;
-    struct select_cfg one;  /* one query head against one KV head's digests */
-    struct select_cfg kvh;  /* a KV head's query heads summed (quest) */
+    struct select_cfg one; /* one query head against one KV head's digests */
+    struct select_cfg kvh; /* a KV head's query heads summed (quest) */
     struct sparse_stats st;
     sparse_list_fn observe;
     void *observe_user;
     /* backend memory, one allocation */
     void *mem;
     size_t mem_bytes;
-    uint16_t *digests;     /* [n_kv_heads][max_blocks] digest pages of one head (2 * hd) */
-    int32_t *d_ident;      /* [max_blocks] 0, 1, 2, ... (digest page ids) */
-    int32_t *d_zero;       /* [1] 0 */
-    float *d_scores;       /* [n_heads][max_blocks] */
-    int32_t *d_sel;        /* [n_heads][max_blocks] selected blocks */
-    int32_t *d_count;      /* [n_heads] */
-    int32_t *d_pages;      /* [n_heads][max_blocks] page ids of the selected blocks */
-    int32_t *d_n;          /* [n_heads] tokens attended per list */
-    uint16_t *d_approx_q;  /* [n_heads * hd] */
-    void *d_approx_ws;     /* approximate query workspace */
+    uint16_t *digests;    /* [n_kv_heads][max_blocks] digest pages of one head (2 * hd) */
+    int32_t *d_ident;     /* [max_blocks] 0, 1, 2, ... (digest page ids) */
+    int32_t *d_zero;      /* [1] 0 */
+    float *d_scores;      /* [n_heads][max_blocks] */
+    int32_t *d_sel;       /* [n_heads][max_blocks] selected blocks */
+    int32_t *d_count;     /* [n_heads] */
+    int32_t *d_pages;     /* [n_heads][max_blocks] page ids of the selected blocks */
+    int32_t *d_n;         /* [n_heads] tokens attended per list */
+    uint16_t *d_approx_q; /* [n_heads * hd] */
+    void *d_approx_ws;    /* approximate query workspace */
     size_t approx_ws_bytes;
     uint16_t *d_partial_wq; /* [global layers][n_heads*hd][n_channels] (frac < 1) */
     int32_t *d_channels;    /* [global layers][n_channels] */
     int n_channels;
-    int *global_index;      /* [n_layers] index among global layers, -1 for local */
-    int approx_ready;       /* the approximate query of the next layer is in d_approx_q */
+    int *global_index; /* [n_layers] index among global layers, -1 for local */
+    int approx_ready;  /* the approximate query of the next layer is in d_approx_q */
     /* host */
     int32_t *h_sel, *h_count, *h_pages, *h_n;
 };
@@ -92,8 +92,16 @@ static size_t device_bytes(const struct model_config *c, int max_blocks, int n_g
                            size_t approx_ws)
 {
     size_t H = (size_t)c->n_heads, hd = (size_t)c->head_dim, mb = (size_t)max_blocks;
-    size_t parts[] = {2 * (size_t)c->n_kv_heads * mb * 2 * hd, 4 * mb, 4, 4 * H * mb, 4 * H * mb,
-                      4 * H, 4 * H * mb, 4 * H, 2 * H * hd, approx_ws,
+    size_t parts[] = {2 * (size_t)c->n_kv_heads * mb * 2 * hd,
+                      4 * mb,
+                      4,
+                      4 * H * mb,
+                      4 * H * mb,
+                      4 * H,
+                      4 * H * mb,
+                      4 * H,
+                      2 * H * hd,
+                      approx_ws,
                       nch < c->hidden ? 2 * (size_t)n_global * H * hd * nch : 0,
                       nch < c->hidden ? 4 * (size_t)n_global * nch : 0};
     size_t total = 0;
@@ -221,8 +229,8 @@ void sparse_attn_free(struct sparse_attn *s)
     mem_free(MEM_HOST, s, sizeof *s);
 }
 
-int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, int slot,
-                          char *err, size_t errlen)
+int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, int slot, char *err,
+                          size_t errlen)
 {
     const struct model_config *c = s->c;
     if (p->policy < 0 || p->policy >= SPARSE_POLICY_COUNT) {
@@ -230,12 +238,14 @@ int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, 
         return PULSE_ERR_INVALID;
     }
     if (p->budget_tokens < 0 || p->budget_tokens % s->bs || p->sink < 0 || p->window < 0) {
-        snprintf(err, errlen, "budget %d tokens: not a multiple of the block size %d (or "
-                 "negative sink/window)", p->budget_tokens, s->bs);
+        snprintf(err, errlen,
+                 "budget %d tokens: not a multiple of the block size %d (or "
+                 "negative sink/window)",
+                 p->budget_tokens, s->bs);
         return PULSE_ERR_INVALID;
     }
-    int per_head = p->policy == SPARSE_HEADWISE || p->policy == SPARSE_QUEST ||
-                   p->policy == SPARSE_INFINIGEN;
+    int per_head =
+        p->policy == SPARSE_HEADWISE || p->policy == SPARSE_QUEST || p->policy == SPARSE_INFINIGEN;
     if (per_head && c->n_kv_heads != 1) {
         snprintf(err, errlen, "policy %s: implemented for one KV head; %s has %d",
                  sparse_policy_name(p->policy), c->name, c->n_kv_heads);
@@ -257,7 +267,7 @@ int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, 
     s->slot = slot;
     memset(&s->st, 0, sizeof s->st);
     s->approx_ready = 0;
-    s->one = (struct select_cfg){1, 1, c->head_dim, s->bs, p->budget_tokens / s->bs,
+    s->one = (struct select_cfg){1,       1,         c->head_dim,  s->bs, p->budget_tokens / s->bs,
                                  p->sink, p->window, s->max_blocks};
     s->kvh = s->one;
     s->kvh.n_heads = c->n_heads / c->n_kv_heads;
@@ -366,14 +376,15 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
     default: { /* headwise, infinigen: a list per query head (one KV head) */
         const uint16_t *qs = q;
         if (s->p.policy == SPARSE_INFINIGEN) { /* a global first layer has no speculation */
-            if (s->approx_ready) qs = s->d_approx_q;
-            else s->st.unspeculated++;
+            if (s->approx_ready)
+                qs = s->d_approx_q;
+            else
+                s->st.unspeculated++;
             s->approx_ready = 0;
         }
         for (int h = 0; h < nh; h++)
-            s->fn.select_blocks(s->ctx, &s->one, qs + h * hd, &dv0, n_tokens,
-                                s->d_scores + h * mb, s->d_sel + h * mb, s->d_count + h, 1,
-                                SELECT_HEADWISE);
+            s->fn.select_blocks(s->ctx, &s->one, qs + h * hd, &dv0, n_tokens, s->d_scores + h * mb,
+                                s->d_sel + h * mb, s->d_count + h, 1, SELECT_HEADWISE);
         lists_to_pages(s, layer, nh, n);
         for (int h = 0; h < nh; h++)
             attend_list(s, kv, q, out, h, h, 1, n);
@@ -390,8 +401,7 @@ static void sparse_before_layer(void *user, int layer, const float *x, const int
     struct sparse_attn *s = user;
     const struct model_config *c = s->c;
     int next = layer + 1;
-    if (s->p.policy != SPARSE_INFINIGEN || next >= c->n_layers || s->global_index[next] < 0)
-        return;
+    if (s->p.policy != SPARSE_INFINIGEN || next >= c->n_layers || s->global_index[next] < 0) return;
     const struct layer_weights *w = &engine_model(s->e)->layers[next];
     size_t qrows = (size_t)c->n_heads * c->head_dim;
     int g = s->global_index[next];
@@ -401,8 +411,8 @@ static void sparse_before_layer(void *user, int layer, const float *x, const int
         aw.channels = s->d_channels + (size_t)g * s->n_channels;
         aw.n_channels = s->n_channels;
     }
-    s->fn.approx_q(s->ctx, &aw, x, pos, s->d_approx_ws, s->d_approx_q, batch, c->hidden,
-                   c->n_heads, c->head_dim, model_layer_rope_theta(c, next), c->norm_eps);
+    s->fn.approx_q(s->ctx, &aw, x, pos, s->d_approx_ws, s->d_approx_q, batch, c->hidden, c->n_heads,
+                   c->head_dim, model_layer_rope_theta(c, next), c->norm_eps);
     s->approx_ready = 1;
 }
 

@@ -49,9 +49,9 @@ int sparse_policy_find(const char *name);
 const char *sparse_policy_names(void);
 
 struct sparse_params {
-    int policy;             /* enum sparse_policy */
-    int budget_tokens;      /* tokens chosen by score besides the forced blocks (multiple of bs) */
-    int sink, window;       /* forced blocks (default 1 and 2) */
+    int policy;              /* enum sparse_policy */
+    int budget_tokens;       /* tokens chosen by score besides the forced blocks (multiple of bs) */
+    int sink, window;        /* forced blocks (default 1 and 2) */
     const int32_t *selector; /* [n_layers] query head per layer (solohead, reversed) */
 };
 
@@ -82,8 +82,8 @@ void sparse_attn_free(struct sparse_attn *s);
 /* Sets the policy and the request's cache slot, resets the counters. PULSE_OK, or
  * PULSE_ERR_INVALID with a reason (a budget not a multiple of the block size, a policy the
  * model's KV heads rule out, a missing selector). */
-int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, int slot,
-                          char *err, size_t errlen);
+int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, int slot, char *err,
+                          size_t errlen);
 /* The hook to install with engine_set_hook while decoding with the configured policy. */
 struct engine_layer_hook sparse_attn_hook(struct sparse_attn *s);
 /* Optional observer of the selection lists (NULL removes it). */

@@ -101,21 +101,39 @@ static char g_tasks_buf[1024];
 
 static int parse(int argc, char **argv, struct acc_opts *o)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},        {"backend", required_argument, 0, 'b'},
-        {"data", required_argument, 0, 'd'},         {"longbench", required_argument, 0, 'L'},
-        {"lengths", required_argument, 0, 'l'},      {"max-length", required_argument, 0, 'M'},
-        {"tasks", required_argument, 0, 't'},        {"samples", required_argument, 0, 'n'},
-        {"calib-samples", required_argument, 0, 'c'}, {"policies", required_argument, 0, 'p'},
-        {"budgets", required_argument, 0, 'B'},      {"mam-budget", required_argument, 0, 'A'},
-        {"sink", required_argument, 0, 's'},         {"window", required_argument, 0, 'w'},
-        {"infinigen-frac", required_argument, 0, 'f'}, {"max-gen", required_argument, 0, 'g'},
-        {"prefill-chunk", required_argument, 0, 'C'}, {"out", required_argument, 0, 'o'},
-        {"churn-profile", required_argument, 0, 'P'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    *o = (struct acc_opts){.backend = "auto", .samples = 10, .calib = 2, .max_length = 16384,
-                           .chunk = 256, .mam_budget = 2048, .sink = 1, .window = 2, .frac = 1.0,
-                           .n_budgets = 3, .budgets = {512, 1024, 2048}, .n_policies = 5,
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"backend", required_argument, 0, 'b'},
+                                         {"data", required_argument, 0, 'd'},
+                                         {"longbench", required_argument, 0, 'L'},
+                                         {"lengths", required_argument, 0, 'l'},
+                                         {"max-length", required_argument, 0, 'M'},
+                                         {"tasks", required_argument, 0, 't'},
+                                         {"samples", required_argument, 0, 'n'},
+                                         {"calib-samples", required_argument, 0, 'c'},
+                                         {"policies", required_argument, 0, 'p'},
+                                         {"budgets", required_argument, 0, 'B'},
+                                         {"mam-budget", required_argument, 0, 'A'},
+                                         {"sink", required_argument, 0, 's'},
+                                         {"window", required_argument, 0, 'w'},
+                                         {"infinigen-frac", required_argument, 0, 'f'},
+                                         {"max-gen", required_argument, 0, 'g'},
+                                         {"prefill-chunk", required_argument, 0, 'C'},
+                                         {"out", required_argument, 0, 'o'},
+                                         {"churn-profile", required_argument, 0, 'P'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    *o = (struct acc_opts){.backend = "auto",
+                           .samples = 10,
+                           .calib = 2,
+                           .max_length = 16384,
+                           .chunk = 256,
+                           .mam_budget = 2048,
+                           .sink = 1,
+                           .window = 2,
+                           .frac = 1.0,
+                           .n_budgets = 3,
+                           .budgets = {512, 1024, 2048},
+                           .n_policies = 5,
                            .policies = {SPARSE_FULL, SPARSE_SOLOHEAD, SPARSE_REVERSED,
                                         SPARSE_HEADWISE, SPARSE_INFINIGEN}};
     int c;
@@ -124,23 +142,57 @@ static int parse(int argc, char **argv, struct acc_opts *o)
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
-        case 'm': o->model = optarg; break;
-        case 'b': o->backend = optarg; break;
-        case 'd': o->data = optarg; break;
-        case 'L': o->longbench = optarg; break;
-        case 'o': o->out = optarg; break;
-        case 'P': o->churn_out = optarg; break;
-        case 'l': bad = (o->n_lengths = int_list("--lengths", optarg, 64, 1 << 20, o->lengths)) < 0; break;
-        case 'B': bad = (o->n_budgets = int_list("--budgets", optarg, 16, 1 << 20, o->budgets)) < 0; break;
-        case 'M': bad = cli_int(CMD, "--max-length", optarg, 64, 1 << 20, &o->max_length); break;
-        case 'n': bad = cli_int(CMD, "--samples", optarg, 1, 1 << 20, &o->samples); break;
-        case 'c': bad = cli_int(CMD, "--calib-samples", optarg, 0, 1 << 20, &o->calib); break;
-        case 'A': bad = cli_int(CMD, "--mam-budget", optarg, 16, 1 << 20, &o->mam_budget); break;
-        case 's': bad = cli_int(CMD, "--sink", optarg, 0, 64, &o->sink); break;
-        case 'w': bad = cli_int(CMD, "--window", optarg, 0, 64, &o->window); break;
-        case 'g': bad = cli_int(CMD, "--max-gen", optarg, 1, 4096, &o->max_gen); break;
-        case 'C': bad = cli_int(CMD, "--prefill-chunk", optarg, 1, 4096, &o->chunk); break;
-        case 'f': bad = cli_double(CMD, "--infinigen-frac", optarg, 1e-6, 1.0, &o->frac); break;
+        case 'm':
+            o->model = optarg;
+            break;
+        case 'b':
+            o->backend = optarg;
+            break;
+        case 'd':
+            o->data = optarg;
+            break;
+        case 'L':
+            o->longbench = optarg;
+            break;
+        case 'o':
+            o->out = optarg;
+            break;
+        case 'P':
+            o->churn_out = optarg;
+            break;
+        case 'l':
+            bad = (o->n_lengths = int_list("--lengths", optarg, 64, 1 << 20, o->lengths)) < 0;
+            break;
+        case 'B':
+            bad = (o->n_budgets = int_list("--budgets", optarg, 16, 1 << 20, o->budgets)) < 0;
+            break;
+        case 'M':
+            bad = cli_int(CMD, "--max-length", optarg, 64, 1 << 20, &o->max_length);
+            break;
+        case 'n':
+            bad = cli_int(CMD, "--samples", optarg, 1, 1 << 20, &o->samples);
+            break;
+        case 'c':
+            bad = cli_int(CMD, "--calib-samples", optarg, 0, 1 << 20, &o->calib);
+            break;
+        case 'A':
+            bad = cli_int(CMD, "--mam-budget", optarg, 16, 1 << 20, &o->mam_budget);
+            break;
+        case 's':
+            bad = cli_int(CMD, "--sink", optarg, 0, 64, &o->sink);
+            break;
+        case 'w':
+            bad = cli_int(CMD, "--window", optarg, 0, 64, &o->window);
+            break;
+        case 'g':
+            bad = cli_int(CMD, "--max-gen", optarg, 1, 4096, &o->max_gen);
+            break;
+        case 'C':
+            bad = cli_int(CMD, "--prefill-chunk", optarg, 1, 4096, &o->chunk);
+            break;
+        case 'f':
+            bad = cli_double(CMD, "--infinigen-frac", optarg, 1e-6, 1.0, &o->frac);
+            break;
         case 't':
             snprintf(g_tasks_buf, sizeof g_tasks_buf, "%s", optarg);
             bad = (o->n_tasks = split("--tasks", g_tasks_buf, o->tasks)) < 0;
@@ -160,8 +212,12 @@ static int parse(int argc, char **argv, struct acc_opts *o)
             o->n_policies = n;
             break;
         }
-        case 'h': fputs(usage, stdout); return 1;
-        default: cli_unknown_flag(CMD, argc, argv); return -1;
+        case 'h':
+            fputs(usage, stdout);
+            return 1;
+        default:
+            cli_unknown_flag(CMD, argc, argv);
+            return -1;
         }
         if (bad) return -1;
     }
@@ -339,18 +395,17 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
         double frac = ss.context_tokens ? (double)ss.attended_tokens / ss.context_tokens : 1.0;
         st->score[r] += score;
         st->attended[r] += frac;
-        json_array_append_new(
-            rj, json_pack("{s:s,s:I,s:s,s:f,s:i,s:f}", "policy",
-                          sparse_policy_name(A->runs[r].policy), "budget",
-                          (json_int_t)A->runs[r].budget, "pred", pred, "score", score,
-                          "new_tokens", k, "attended_fraction", frac));
+        json_array_append_new(rj, json_pack("{s:s,s:I,s:s,s:f,s:i,s:f}", "policy",
+                                            sparse_policy_name(A->runs[r].policy), "budget",
+                                            (json_int_t)A->runs[r].budget, "pred", pred, "score",
+                                            score, "new_tokens", k, "attended_fraction", frac));
     }
     engine_set_hook(A->s.e, NULL);
     st->n_scored++;
-    json_array_append_new(recs, json_pack("{s:s,s:I,s:I,s:s,s:i,s:o}", "task", st->task->name,
-                                          "length", (json_int_t)st->length, "index",
-                                          (json_int_t)idx, "id", smp->id, "prompt_tokens", n,
-                                          "runs", rj));
+    json_array_append_new(recs,
+                          json_pack("{s:s,s:I,s:I,s:s,s:i,s:o}", "task", st->task->name, "length",
+                                    (json_int_t)st->length, "index", (json_int_t)idx, "id", smp->id,
+                                    "prompt_tokens", n, "runs", rj));
     printf("  %s/%ld #%zu (%d tokens):", st->task->name, st->length, idx, n);
     for (int r = 0; r < A->n_runs; r++)
         printf(" %.0f", 100.0 * json_real_value(json_object_get(json_array_get(rj, r), "score")));
@@ -365,9 +420,9 @@ static int calibrate(struct acc *A, char *err, size_t errlen)
 {
     const struct model_config *c = A->s.cfg;
     size_t LH = (size_t)c->n_layers * c->n_heads;
-    struct head_mass *hm = head_mass_create(A->s.e, A->s.kv, 16, A->s.max_tokens,
-                                            (int)A->o.mam_budget, (int)A->o.sink,
-                                            (int)A->o.window, err, errlen);
+    struct head_mass *hm =
+        head_mass_create(A->s.e, A->s.kv, 16, A->s.max_tokens, (int)A->o.mam_budget, (int)A->o.sink,
+                         (int)A->o.window, err, errlen);
     if (!hm) return PULSE_ERR_NOMEM;
     head_mass_set_slot(hm, A->s.slot);
     double *mean = mem_alloc(MEM_HOST, sizeof(double) * LH, "mam mean");
@@ -383,8 +438,8 @@ static int calibrate(struct acc *A, char *err, size_t errlen)
         int max_gen = max_gen_of(A, st->task);
         int limit = (int)(A->o.longbench ? A->o.max_length : st->length) - max_gen;
         for (long i = A->o.samples; i < A->o.samples + A->o.calib; i++) {
-            int n = encode_prompt(A, st->task, longbench_get(st->set, (size_t)i), limit, err,
-                                  errlen);
+            int n =
+                encode_prompt(A, st->task, longbench_get(st->set, (size_t)i), limit, err, errlen);
             if (n < 1) {
                 rc = PULSE_ERR_INVALID;
                 break;
@@ -474,8 +529,8 @@ static json_t *mam_json(const struct acc *A)
             json_array_append_new(rows, row);
             json_array_append_new(obs, json_integer(A->mam_obs[(size_t)t * c->n_layers + l]));
         }
-        json_object_set_new(per, A->o.tasks[t], json_pack("{s:o,s:o}", "mam", rows,
-                                                           "observations", obs));
+        json_object_set_new(per, A->o.tasks[t],
+                            json_pack("{s:o,s:o}", "mam", rows, "observations", obs));
     }
     return json_pack("{s:I,s:s,s:o,s:o,s:o,s:o}", "budget_tokens", (json_int_t)A->o.mam_budget,
                      "selector_kind", "query head", "global_layers", layers, "per_task", per,
@@ -502,13 +557,13 @@ static json_t *table_json(const struct acc *A)
             double f = st->n_scored ? 100.0 * st->score[0] / st->n_scored : 0.0;
             printf(" %14.1f", m);
             json_array_append_new(
-                rows, json_pack("{s:s,s:I,s:s,s:I,s:i,s:f,s:f,s:o,s:f}", "task", st->task->name,
-                                "length", (json_int_t)st->length, "policy",
-                                sparse_policy_name(A->runs[r].policy), "budget",
-                                (json_int_t)A->runs[r].budget, "samples", st->n_scored, "score",
-                                m, "full_score", f, "relative_to_full",
-                                f > 0 ? json_real(m / f) : json_null(), "attended_fraction",
-                                st->n_scored ? st->attended[r] / st->n_scored : 1.0));
+                rows,
+                json_pack("{s:s,s:I,s:s,s:I,s:i,s:f,s:f,s:o,s:f}", "task", st->task->name, "length",
+                          (json_int_t)st->length, "policy", sparse_policy_name(A->runs[r].policy),
+                          "budget", (json_int_t)A->runs[r].budget, "samples", st->n_scored, "score",
+                          m, "full_score", f, "relative_to_full",
+                          f > 0 ? json_real(m / f) : json_null(), "attended_fraction",
+                          st->n_scored ? st->attended[r] / st->n_scored : 1.0));
         }
         for (int l = 0; l < per; l++) {
             double m = 0, f = 0;
@@ -542,27 +597,25 @@ static json_t *config_json(const struct acc *A)
         json_array_append_new(pols, json_string(sparse_policy_name(o->policies[i])));
     for (int i = 0; i < o->n_budgets; i++)
         json_array_append_new(buds, json_integer(o->budgets[i]));
-    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:o,s:I,s:I,s:i,s:I,s:I,s:I,s:f,s:I,s:I}",
-                     "model", o->model, "arch",
-                     A->s.cfg->arch == MODEL_ARCH_GEMMA3 ? "gemma3" : "llama", "backend",
-                     A->be->name, "data", o->data ? o->data : o->longbench, "tasks", tasks,
-                     "lengths", lens, "policies", pols, "budgets", buds, "samples",
-                     (json_int_t)o->samples, "calib_samples", (json_int_t)o->calib,
-                     "block_size", 16, "sink_blocks", (json_int_t)o->sink, "window_blocks",
-                     (json_int_t)o->window, "mam_budget", (json_int_t)o->mam_budget,
-                     "infinigen_frac", o->frac, "max_gen_cap", (json_int_t)o->max_gen,
-                     "prefill_chunk", (json_int_t)o->chunk);
+    return json_pack(
+        "{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:o,s:I,s:I,s:i,s:I,s:I,s:I,s:f,s:I,s:I}", "model", o->model,
+        "arch", A->s.cfg->arch == MODEL_ARCH_GEMMA3 ? "gemma3" : "llama", "backend", A->be->name,
+        "data", o->data ? o->data : o->longbench, "tasks", tasks, "lengths", lens, "policies", pols,
+        "budgets", buds, "samples", (json_int_t)o->samples, "calib_samples", (json_int_t)o->calib,
+        "block_size", 16, "sink_blocks", (json_int_t)o->sink, "window_blocks",
+        (json_int_t)o->window, "mam_budget", (json_int_t)o->mam_budget, "infinigen_frac", o->frac,
+        "max_gen_cap", (json_int_t)o->max_gen, "prefill_chunk", (json_int_t)o->chunk);
 }
 
 static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
 {
     json_t *table = table_json(A);
     struct locality_profile prof;
-    int have_prof = A->meter_run >= 0 &&
-                    locality_meter_to_profile(A->meter, &prof, A->s.cfg->name, err, errlen) ==
-                        PULSE_OK;
+    int have_prof = A->meter_run >= 0 && locality_meter_to_profile(A->meter, &prof, A->s.cfg->name,
+                                                                   err, errlen) == PULSE_OK;
     if (A->o.churn_out && !have_prof) {
-        snprintf(err, errlen, "--churn-profile: no SoloHead selections at --mam-budget %ld were "
+        snprintf(err, errlen,
+                 "--churn-profile: no SoloHead selections at --mam-budget %ld were "
                  "made (is solohead among the policies and %ld among the budgets?)",
                  A->o.mam_budget, A->o.mam_budget);
         json_decref(table);
@@ -583,8 +636,8 @@ static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
     json_object_set_new(res, "mam", mam_json(A));
     json_object_set_new(res, "table", table);
     json_object_set_new(res, "samples", json_incref(recs));
-    json_object_set_new(res, "churn", A->meter_run >= 0 ? locality_meter_to_json(A->meter, NULL)
-                                                         : json_null());
+    json_object_set_new(res, "churn",
+                        A->meter_run >= 0 ? locality_meter_to_json(A->meter, NULL) : json_null());
     json_object_set_new(res, "timing",
                         json_pack("{s:f,s:f,s:I,s:I}", "prefill_s", A->t_prefill, "decode_s",
                                   A->t_decode, "prompt_tokens", (json_int_t)A->prompt_tokens,
@@ -619,10 +672,13 @@ static int setup(struct acc *A, char *err, size_t errlen)
     A->mam_obs = mem_alloc(MEM_HOST, sizeof(int64_t) * c->n_layers * A->o.n_tasks, "mam obs");
     A->text_cap = (size_t)gen * 64 + 1;
     A->text = mem_alloc(MEM_HOST, A->text_cap, "text");
-    struct locality_meter_params mp = {
-        {1, 1, c->head_dim, 16, (int)A->o.mam_budget / 16, (int)A->o.sink, (int)A->o.window,
-         PULSE_CEIL_DIV(A->s.max_tokens, 16)},
-        c->n_layers, 1, 1, 0};
+    struct locality_meter_params mp = {{1, 1, c->head_dim, 16, (int)A->o.mam_budget / 16,
+                                        (int)A->o.sink, (int)A->o.window,
+                                        PULSE_CEIL_DIV(A->s.max_tokens, 16)},
+                                       c->n_layers,
+                                       1,
+                                       1,
+                                       0};
     A->meter = locality_meter_create(&mp, err, errlen);
     if (!A->ids || !A->gen || !A->sel || !A->sel_rev || !A->mam || !A->mam_obs || !A->text ||
         !A->meter)

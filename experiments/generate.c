@@ -204,9 +204,9 @@ int cmd_generate(int argc, char **argv)
             json_array_append_new(lj, json_real(logits[v]));
         json_object_set_new(res, "config",
                             json_pack("{s:s,s:s,s:b,s:I,s:i,s:s}", "model", o.model, "backend",
-                                      be->name, "real_weights", ss.real, "seed",
-                                      (json_int_t)o.seed, "max_new_tokens", (int)o.max_new,
-                                      "prompt", o.token_by_token ? "token-by-token" : "prefill"));
+                                      be->name, "real_weights", ss.real, "seed", (json_int_t)o.seed,
+                                      "max_new_tokens", (int)o.max_new, "prompt",
+                                      o.token_by_token ? "token-by-token" : "prefill"));
         json_object_set_new(res, "prompt_ids", pj);
         json_object_set_new(res, "generated_ids", gj);
         json_object_set_new(res, "last_logits", lj);

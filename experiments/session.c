@@ -60,8 +60,8 @@ int session_start(struct session *s, const struct backend *be, uint64_t seed, in
     s->bt = batch_create(s->e);
     s->entries = mem_alloc(MEM_HOST, sizeof *s->entries * chunk, "prefill entries");
     s->tokbuf = mem_alloc(MEM_HOST, sizeof *s->tokbuf * chunk, "prefill tokens");
-    if (!s->tokbuf || !(s->kv = kv_cache_create(&kp, be, engine_ctx(s->e), err, errlen)) || !s->bt ||
-        !s->entries || kv_cache_admit(s->kv, max_tokens, &s->slot) != PULSE_OK) {
+    if (!s->tokbuf || !(s->kv = kv_cache_create(&kp, be, engine_ctx(s->e), err, errlen)) ||
+        !s->bt || !s->entries || kv_cache_admit(s->kv, max_tokens, &s->slot) != PULSE_OK) {
         snprintf(err, errlen, "out of memory for %d tokens of KV", max_tokens);
         return PULSE_ERR_OOM;
     }

@@ -68,12 +68,15 @@ static int parse_task(const char *C, const char *s, struct synth_opts *o)
 
 static int parse(int argc, char **argv, struct synth_opts *o)
 {
-    static const struct option opts[] = {
-        {"task", required_argument, 0, 't'},    {"length", required_argument, 0, 'l'},
-        {"samples", required_argument, 0, 'n'}, {"seed", required_argument, 0, 's'},
-        {"corpus", required_argument, 0, 'c'},  {"out-dir", required_argument, 0, 'o'},
-        {"tokenizer", required_argument, 0, 'k'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"task", required_argument, 0, 't'},
+                                         {"length", required_argument, 0, 'l'},
+                                         {"samples", required_argument, 0, 'n'},
+                                         {"seed", required_argument, 0, 's'},
+                                         {"corpus", required_argument, 0, 'c'},
+                                         {"out-dir", required_argument, 0, 'o'},
+                                         {"tokenizer", required_argument, 0, 'k'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->samples = 100, o->seed = 1;
     const char *C = "synth";
@@ -170,7 +173,7 @@ static long long count_tokens(void *user, const char *text, size_t len)
         if (!c->ids) return -1;
     }
     return tokenizer_encode(c->tok, text, len, 1, c->ids, c->cap, &n) == PULSE_OK ? (long long)n
-                                                                                 : -1;
+                                                                                  : -1;
 }
 
 static int write_one(const struct synth_opts *o, const struct synth_corpus *corpus, int task,
@@ -178,9 +181,8 @@ static int write_one(const struct synth_opts *o, const struct synth_corpus *corp
 {
     char path[4096], err[512];
     snprintf(path, sizeof path, "%s/%s_%ld.jsonl", o->out_dir, synth_task_name(task), length);
-    struct synth_params p = {
-        (enum synth_task)task, length, (size_t)o->samples, o->seed,
-        ctr->tok ? count_tokens : NULL, ctr};
+    struct synth_params p = {(enum synth_task)task,          length, (size_t)o->samples, o->seed,
+                             ctr->tok ? count_tokens : NULL, ctr};
     FILE *f = fopen(path, "w");
     if (!f) {
         cli_error("synth", "--out-dir: %s: cannot write: %s", path, strerror(errno));

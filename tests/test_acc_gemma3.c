@@ -4,8 +4,8 @@
  *   (tests/golden/gemma3_270m_q4km.txt; PULSE_GOLDEN_WRITE=1 rewrites it after a deliberate
  *   change of the numerics);
  * - passkey: a ~1K-token passkey prompt (the classic repeated filler, the key in its last
- *   quarter) is answered with full attention, and `pulse accuracy` runs every policy on it, writing the
- *   table, the MAM table of the task and the churn of SoloHead's selections. */
+ *   quarter) is answered with full attention, and `pulse accuracy` runs every policy on it, writing
+ * the table, the MAM table of the task and the churn of SoloHead's selections. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,8 +43,8 @@ static void test_golden(void)
     if (!f) return;
     char line[512], want[512] = "";
     while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "generated ids:", 14)) snprintf(want, sizeof want, "%.*s",
-                                                          (int)strcspn(line, "\n"), line);
+        if (!strncmp(line, "generated ids:", 14))
+            snprintf(want, sizeof want, "%.*s", (int)strcspn(line, "\n"), line);
     fclose(f);
     EXPECT_STR_CONTAINS(got, want);
     EXPECT(strlen(want) > 20);
@@ -68,8 +68,10 @@ static void write_passkey(const char *path, int before, int after, int records)
         fprintf(f, "The pass key is %s. Remember it. %s is the pass key. ", key, key);
         for (int i = 0; i < after; i++)
             fputs(filler, f);
-        fprintf(f, "\", \"answers\": [\"%s\"], \"length\": 0, \"all_classes\": null, "
-                   "\"dataset\": \"passkey\", \"_id\": \"t%d\"}\n", key, r);
+        fprintf(f,
+                "\", \"answers\": [\"%s\"], \"length\": 0, \"all_classes\": null, "
+                "\"dataset\": \"passkey\", \"_id\": \"t%d\"}\n",
+                key, r);
     }
     fclose(f);
 }
@@ -107,12 +109,12 @@ static void test_passkey(void)
         fprintf(stderr, "passkey at %d tokens, full attention: %s\n", tokens,
                 json_string_value(json_object_get(full, "pred")));
         for (size_t i = 1; i < json_array_size(runs); i++) { /* sparse runs attend less */
-            double f = json_real_value(json_object_get(json_array_get(runs, i),
-                                                       "attended_fraction"));
+            double f =
+                json_real_value(json_object_get(json_array_get(runs, i), "attended_fraction"));
             EXPECT(f > 0.2 && f < 0.6);
         }
-        json_t *mam = json_object_get(json_object_get(json_object_get(r, "mam"), "per_task"),
-                                      "passkey");
+        json_t *mam =
+            json_object_get(json_object_get(json_object_get(r, "mam"), "per_task"), "passkey");
         json_t *rows = json_object_get(mam, "mam");
         EXPECT_EQ_INT(json_array_size(rows), 3); /* global layers 5, 11, 17 */
         for (size_t l = 0; l < json_array_size(rows); l++)
@@ -123,8 +125,8 @@ static void test_passkey(void)
         json_t *layers = json_object_get(json_object_get(r, "churn"), "layers");
         EXPECT_EQ_INT(json_array_size(layers), 18);
         for (size_t l = 0; l < json_array_size(layers); l++) {
-            json_int_t n = json_integer_value(json_object_get(
-                json_object_get(json_array_get(layers, l), "churn"), "samples"));
+            json_int_t n = json_integer_value(
+                json_object_get(json_object_get(json_array_get(layers, l), "churn"), "samples"));
             EXPECT(l % 6 == 5 ? n > 0 : n == 0);
         }
         json_decref(r);

@@ -32,8 +32,8 @@ static int rig_open(struct rig *r, const struct model_config *c, int chunk)
     char err[256];
     memset(r, 0, sizeof *r);
     r->c = c;
-    struct engine_params p = {.cfg = c, .be = backend_find("cpu"), .seed = 7, .max_batch = chunk,
-                              .max_tokens = T_MAX};
+    struct engine_params p = {
+        .cfg = c, .be = backend_find("cpu"), .seed = 7, .max_batch = chunk, .max_tokens = T_MAX};
     if (!(r->e = engine_create(&p, err, sizeof err))) return fprintf(stderr, "%s\n", err), -1;
     struct kv_cache_params kp = {c->n_layers, c->n_kv_heads, c->head_dim, 16, 0, 1, T_MAX};
     kp.budget_bytes = kv_cache_params_request_bytes(&kp, T_MAX);
@@ -244,8 +244,8 @@ static void test_head_mass(void)
         struct rig r;
         char err[256] = "";
         EXPECT_EQ_INT(rig_open(&r, c, 16), 0);
-        struct head_mass *hm = head_mass_create(r.e, r.kv, 16, T_MAX, budget, 1, 2, err,
-                                                sizeof err);
+        struct head_mass *hm =
+            head_mass_create(r.e, r.kv, 16, T_MAX, budget, 1, 2, err, sizeof err);
         EXPECT(hm != NULL);
         head_mass_set_slot(hm, r.slot);
         int n = 150;
@@ -275,8 +275,8 @@ static void test_head_mass(void)
                 EXPECT(mam[l * c->n_heads + worst[l]] <= v);
             }
         }
-        fprintf(stderr, "budget %d: MAM of layer 2 = %.3f %.3f %.3f %.3f\n", budget, mam[8],
-                mam[9], mam[10], mam[11]);
+        fprintf(stderr, "budget %d: MAM of layer 2 = %.3f %.3f %.3f %.3f\n", budget, mam[8], mam[9],
+                mam[10], mam[11]);
         head_mass_free(hm);
         rig_close(&r);
     }

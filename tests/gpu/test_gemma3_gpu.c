@@ -39,11 +39,10 @@ static int rig_open(struct rig *r, const char *backend)
     memset(r, 0, sizeof *r);
     r->c = model_config_find("tiny-gemma3");
     const struct backend *be = backend_find(backend);
-    struct engine_params p = {.cfg = r->c, .be = be, .seed = 5, .max_batch = 64,
-                              .max_tokens = T_MAX};
+    struct engine_params p = {
+        .cfg = r->c, .be = be, .seed = 5, .max_batch = 64, .max_tokens = T_MAX};
     if (!(r->e = engine_create(&p, err, sizeof err))) return fprintf(stderr, "%s\n", err), -1;
-    struct kv_cache_params kp = {r->c->n_layers, r->c->n_kv_heads, r->c->head_dim, 16, 0, 1,
-                                 T_MAX};
+    struct kv_cache_params kp = {r->c->n_layers, r->c->n_kv_heads, r->c->head_dim, 16, 0, 1, T_MAX};
     kp.budget_bytes = kv_cache_params_request_bytes(&kp, T_MAX);
     r->kv = kv_cache_create(&kp, be, engine_ctx(r->e), err, sizeof err);
     r->bt = batch_create(r->e);
@@ -100,8 +99,10 @@ static int top1(const float *l, int n, double *gap)
 {
     int b = 0, s = -1;
     for (int i = 1; i < n; i++)
-        if (l[i] > l[b]) s = b, b = i;
-        else if (s < 0 || l[i] > l[s]) s = i;
+        if (l[i] > l[b])
+            s = b, b = i;
+        else if (s < 0 || l[i] > l[s])
+            s = i;
     *gap = l[b] - l[s];
     return b;
 }
@@ -156,8 +157,10 @@ int main(void)
     }
     EXPECT(worst < 1e-2);
     EXPECT_EQ_INT(agree, clear);
-    fprintf(stderr, "prefill %d + %d steps: worst normalised logit error %.2e, argmax %d/%d "
-                    "clear cases agree\n", N_PROMPT, STEPS, worst, agree, clear);
+    fprintf(stderr,
+            "prefill %d + %d steps: worst normalised logit error %.2e, argmax %d/%d "
+            "clear cases agree\n",
+            N_PROMPT, STEPS, worst, agree, clear);
 
     /* sparse on CUDA: a covering budget reproduces the dense CUDA logits exactly */
     for (int p = SPARSE_SOLOHEAD; p < SPARSE_POLICY_COUNT; p++) {
@@ -199,9 +202,10 @@ int main(void)
             same += lcpu.h[i] == lgpu.h[i];
         EXPECT(4 * same >= 3 * lcpu.n);
         if (one_list && same == lcpu.n) EXPECT(w < 5e-2);
-        fprintf(stderr, "%-9s budget 32 on cuda: attended %.3f (cpu %.3f), %d of %d lists as on "
-                        "the cpu, worst logit error vs cpu %.2e\n", sparse_policy_name(p),
-                (double)sg.attended_tokens / sg.context_tokens,
+        fprintf(stderr,
+                "%-9s budget 32 on cuda: attended %.3f (cpu %.3f), %d of %d lists as on "
+                "the cpu, worst logit error vs cpu %.2e\n",
+                sparse_policy_name(p), (double)sg.attended_tokens / sg.context_tokens,
                 (double)sc.attended_tokens / sc.context_tokens, same, lcpu.n, w);
         sparse_attn_set_list_observer(cpu.sp, NULL, NULL);
         sparse_attn_set_list_observer(gpu.sp, NULL, NULL);
