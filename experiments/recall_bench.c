@@ -36,6 +36,8 @@ static const char usage[] =
     "  --warmup N         untimed repetitions first (default 1)\n"
     "  --caps LIST        cap fractions of the peak (default 0.4,0.6,0.8)\n"
     "  --cap-chunk SIZE   chunk of the cap points (default 256K); --cap-count N (default 1024)\n"
+    "  --cap-unit SIZE    pacing unit of the non-staged engines (default 1M); --cap-burst SIZE\n"
+    "                     the bucket's depth (default 4M)\n"
     "  --zc-grids LIST    zero-copy grids beside compute (default 4,8,16,32,64)\n"
     "  --no-interference  skip the runs beside compute\n"
     "  --threads N        gather-scatter CPU threads (default: online CPUs - 2, at most 16)\n"
@@ -153,6 +155,8 @@ static int parse(int argc, char **argv, struct opts *o)
         O_WARM,
         O_CAPS,
         O_CCHUNK,
+        O_CUNIT,
+        O_CBURST,
         O_CCOUNT,
         O_GRIDS,
         O_NOINT,
@@ -178,6 +182,8 @@ static int parse(int argc, char **argv, struct opts *o)
                                          {"warmup", 1, 0, O_WARM},
                                          {"caps", 1, 0, O_CAPS},
                                          {"cap-chunk", 1, 0, O_CCHUNK},
+                                         {"cap-unit", 1, 0, O_CUNIT},
+                                         {"cap-burst", 1, 0, O_CBURST},
                                          {"cap-count", 1, 0, O_CCOUNT},
                                          {"zc-grids", 1, 0, O_GRIDS},
                                          {"no-interference", 0, 0, O_NOINT},
@@ -262,6 +268,12 @@ static int parse(int argc, char **argv, struct opts *o)
             break;
         case O_ZCT:
             bad = cli_int(CMD, "--zc-threads", optarg, 32, 1024, &o->zc_threads);
+            break;
+        case O_CUNIT:
+            bad = size_flag("--cap-unit", optarg, &o->cap_unit);
+            break;
+        case O_CBURST:
+            bad = size_flag("--cap-burst", optarg, &o->cap_burst);
             break;
         case O_CCHUNK:
             bad = size_flag("--cap-chunk", optarg, &o->cap_chunk);
@@ -403,6 +415,8 @@ struct recall *recall_bench_engine(struct bench *b, int e, int max_items, double
     p.zc_threads = (int)b->o.zc_threads;
     p.nt_stores = b->o.nt;
     p.cap_gbps = cap_gbps;
+    if (b->o.cap_unit) p.cap_unit_bytes = b->o.cap_unit;
+    if (b->o.cap_burst) p.cap_burst_bytes = b->o.cap_burst;
     p.host_base = b->h_pool;
     p.host_bytes = host_pool_bytes(b->pool);
     p.ops = b->ops;
@@ -601,8 +615,10 @@ static json_t *config_json(const struct bench *b)
         json_array_append_new(gr, json_integer(o->grids[i]));
     struct recall_params def; /* the engine defaults the run does not override */
     recall_params_init(&def, RECALL_PER_BLOCK, 1);
-    json_t *c = json_pack("{s:I,s:I,s:i}", "cap_burst_bytes", (json_int_t)def.cap_burst_bytes,
-                          "cap_unit_bytes", (json_int_t)def.cap_unit_bytes, "spin_us", def.spin_us);
+    json_t *c = json_pack(
+        "{s:I,s:I,s:i}", "cap_burst_bytes",
+        (json_int_t)(o->cap_burst ? o->cap_burst : def.cap_burst_bytes), "cap_unit_bytes",
+        (json_int_t)(o->cap_unit ? o->cap_unit : def.cap_unit_bytes), "spin_us", def.spin_us);
     json_t *r =
         json_pack("{s:s,s:s,s:b,s:o,s:o,s:o,s:i,s:i,s:o,s:I,s:i,s:o,s:i,s:I,s:i,s:b,s:i,s:i,"
                   "s:i,s:I,s:I,s:I,s:s}",

@@ -21,6 +21,7 @@
 struct opts {
     const char *backend, *out;
     size_t sizes[MAX_LIST], cap_chunk, piece, pool_bytes, peak_bytes;
+    size_t cap_unit, cap_burst; /* 0: the engine defaults (recall_params_init) */
     long counts[MAX_LIST], grids[MAX_LIST], reps, warmup, cap_count, threads, stages, zc_blocks,
         zc_threads;
     double caps[MAX_LIST];
