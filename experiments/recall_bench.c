@@ -36,7 +36,7 @@ static const char usage[] =
     "  --warmup N         untimed repetitions first (default 1)\n"
     "  --caps LIST        cap fractions of the peak (default 0.4,0.6,0.8)\n"
     "  --cap-chunk SIZE   chunk of the cap points (default 256K); --cap-count N (default 1024)\n"
-    "  --cap-unit SIZE    pacing unit of the non-staged engines (default 1M); --cap-burst SIZE\n"
+    "  --cap-unit SIZE    pacing unit of the non-staged engines (default 4M); --cap-burst SIZE\n"
     "                     the bucket's depth (default 4M)\n"
     "  --zc-grids LIST    zero-copy grids beside compute (default 4,8,16,32,64)\n"
     "  --no-interference  skip the runs beside compute\n"

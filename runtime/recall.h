@@ -119,7 +119,7 @@ struct recall_params {
     int zc_threads;
     double cap_gbps;        /* bandwidth cap in GB/s (1e9 B/s); 0 = none */
     size_t cap_burst_bytes; /* bucket depth (default 4 MiB; 0: strict pacing) */
-    size_t cap_unit_bytes;  /* pacing unit of the non-staged engines (default 1 MiB) */
+    size_t cap_unit_bytes;  /* pacing unit of the non-staged engines (default 4 MiB) */
     int spin_us;            /* issuer/worker spin before sleeping, microseconds (default 200) */
     int nt_stores;          /* gather-scatter: streaming stores into staging (x86; default 1) */
     /* Optional: the mapped host region every zero-copy source lies in (the host pool), so
