@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accuracy/sparse_attn.h"
 #include "cli.h"
 #include "common.h"
 #include "results.h"
@@ -19,16 +20,22 @@
 
 static const char usage[] =
     "usage: pulse generate --model NAME|DIR|FILE.gguf (--prompt TEXT | --prompt-ids 1,2,3)\n"
-    "                      [--max-new-tokens N] [--backend cpu|cuda|auto] [--policy vanilla]\n"
+    "                      [--max-new-tokens N] [--backend cpu|cuda|auto] [--policy P]\n"
+    "                      [--budget-tokens N] [--selector H]\n"
     "                      [--seed S] [--out FILE.json] [--token-by-token]\n"
     "  Greedy continuation. --prompt needs a model file with a SentencePiece tokenizer in it.\n"
-    "  --out writes the prompt and generated ids, the text, and the last position's logits.\n";
+    "  --out writes the prompt and generated ids, the text, and the last position's logits.\n"
+    "  --policy: vanilla (= full) or a sparse policy for the decoded tokens' global layers\n"
+    "  (solohead, reversed, headwise, quest, infinigen; accuracy/sparse_attn.h) with a budget\n"
+    "  of --budget-tokens (default 2048) besides 1 sink and 2 window blocks; solohead and\n"
+    "  reversed use query head --selector (default 0) in every layer (pulse accuracy picks\n"
+    "  them per layer from a measured MAM profile).\n";
 
 struct gen_opts {
     const char *model, *prompt, *prompt_ids, *backend, *policy, *out;
-    long max_new;
+    long max_new, budget, selector;
     uint64_t seed;
-    int token_by_token;
+    int token_by_token, sparse;
 };
 
 static int parse(int argc, char **argv, struct gen_opts *o)
@@ -42,9 +49,12 @@ static int parse(int argc, char **argv, struct gen_opts *o)
                                          {"seed", required_argument, 0, 's'},
                                          {"out", required_argument, 0, 'o'},
                                          {"token-by-token", no_argument, 0, 't'},
+                                         {"budget-tokens", required_argument, 0, 'B'},
+                                         {"selector", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    *o = (struct gen_opts){.backend = "auto", .policy = "vanilla", .max_new = 16, .seed = 1};
+    *o = (struct gen_opts){
+        .backend = "auto", .policy = "vanilla", .max_new = 16, .seed = 1, .budget = 2048};
     int c;
     opterr = 0;
     optind = 1;
@@ -71,6 +81,12 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         case 't':
             o->token_by_token = 1;
             break;
+        case 'B':
+            if (cli_int(CMD, "--budget-tokens", optarg, 16, 1 << 24, &o->budget)) return -1;
+            break;
+        case 'S':
+            if (cli_int(CMD, "--selector", optarg, 0, 1024, &o->selector)) return -1;
+            break;
         case 'n':
             if (cli_int(CMD, "--max-new-tokens", optarg, 1, 1 << 20, &o->max_new)) return -1;
             break;
@@ -94,8 +110,14 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         cli_error(CMD, "give exactly one of --prompt and --prompt-ids");
         return -1;
     }
-    if (strcmp(o->policy, "vanilla") != 0) {
-        cli_error(CMD, "--policy: '%s' is not available here (known: vanilla)", o->policy);
+    o->sparse = strcmp(o->policy, "vanilla") ? sparse_policy_find(o->policy) : SPARSE_FULL;
+    if (o->sparse < 0) {
+        cli_error(CMD, "--policy: '%s' is not available here (known: vanilla, %s)", o->policy,
+                  sparse_policy_names());
+        return -1;
+    }
+    if (o->budget % 16) {
+        cli_error(CMD, "--budget-tokens: %ld is not a multiple of the block size 16", o->budget);
         return -1;
     }
     return 0;
@@ -120,6 +142,37 @@ static long parse_ids(const char *s, int vocab, int32_t *ids, long max)
     return n ? n : -1;
 }
 
+/* The sparse policy of --policy on the decoded tokens (after the dense prefill). */
+struct gen_sparse {
+    struct sparse_attn *s;
+    int32_t *selector;
+    struct sparse_stats st;
+};
+
+static int sparse_start(struct session *ss, const struct gen_opts *o, struct gen_sparse *g,
+                        char *err, size_t errlen)
+{
+    const struct model_config *m = ss->cfg;
+    g->selector = mem_alloc(MEM_HOST, sizeof(int32_t) * m->n_layers, "selector");
+    if (!g->selector) return PULSE_ERR_NOMEM;
+    for (int l = 0; l < m->n_layers; l++)
+        g->selector[l] = (int32_t)o->selector;
+    g->s = sparse_attn_create(ss->e, ss->kv, 16, ss->max_tokens, 1.0, err, errlen);
+    if (!g->s) return PULSE_ERR_NOMEM;
+    struct sparse_params p = {o->sparse, (int)o->budget, 1, 2, g->selector};
+    int rc = sparse_attn_configure(g->s, &p, ss->slot, err, errlen);
+    if (rc != PULSE_OK) return rc;
+    struct engine_layer_hook h = sparse_attn_hook(g->s);
+    engine_set_hook(ss->e, &h);
+    return PULSE_OK;
+}
+
+static void gen_sparse_free(struct gen_sparse *g, const struct model_config *m)
+{
+    sparse_attn_free(g->s);
+    if (g->selector) mem_free(MEM_HOST, g->selector, sizeof(int32_t) * m->n_layers);
+}
+
 int cmd_generate(int argc, char **argv)
 {
     struct gen_opts o;
@@ -136,6 +189,7 @@ int cmd_generate(int argc, char **argv)
     const struct model_config *m = ss.cfg;
     if (session_tokenizer(&ss, err, sizeof err) != PULSE_OK) ss.tok = NULL;
     int32_t *ids = mem_alloc(MEM_HOST, sizeof(int32_t) * (MAX_PROMPT + o.max_new), "ids");
+    struct gen_sparse sp = {0};
     long n_prompt = -1;
     int code = EXIT_USAGE;
     float *logits = NULL;
@@ -170,9 +224,21 @@ int cmd_generate(int argc, char **argv)
             next = session_decode(&ss, (int)t, ids[t]);
     else
         next = session_prefill(&ss, ids, (int)n_prompt);
+    if (o.sparse != SPARSE_FULL && (rc = sparse_start(&ss, &o, &sp, err, sizeof err))) {
+        cli_error(CMD, "%s", err);
+        code = rc == PULSE_ERR_NOMEM ? EXIT_OOM : EXIT_USAGE;
+        goto out;
+    }
     for (long k = 0; k < o.max_new; k++) {
         if (k) next = session_decode(&ss, (int)(n_prompt + k - 1), ids[n_prompt + k - 1]);
         ids[n_prompt + k] = next;
+    }
+    if (sp.s) {
+        sparse_attn_get_stats(sp.s, &sp.st);
+        printf("sparse attention (%s, budget %ld): %lld global-layer steps sparse, %lld dense, "
+               "%.3f of the context attended\n",
+               o.policy, o.budget, (long long)sp.st.sparse_calls, (long long)sp.st.dense_calls,
+               sp.st.context_tokens ? (double)sp.st.attended_tokens / sp.st.context_tokens : 1.0);
     }
     engine_read_logits(ss.e, logits, 1);
     printf("prompt ids:");
@@ -218,6 +284,7 @@ int cmd_generate(int argc, char **argv)
     }
     if (text) mem_free(MEM_HOST, text, (size_t)o.max_new * 64 + 1);
 out:
+    gen_sparse_free(&sp, m);
     json_decref(res);
     mem_free(MEM_HOST, logits, sizeof(float) * m->vocab);
     session_close(&ss);

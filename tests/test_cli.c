@@ -57,6 +57,12 @@ static const struct bad_case bad[] = {
     {"generate --model tiny --policy magic --prompt-ids 1", "--policy: 'magic' is not available",
      2},
     {"generate --model /nonexistent/m --prompt-ids 1", "is no built-in model", 2},
+    {"generate --model tiny --backend cpu --prompt-ids 1 --policy solohead --budget-tokens 20",
+     "20 is not a multiple of the block size 16", 2},
+    {"generate --model tiny --backend cpu --prompt-ids 1 --policy solohead --selector 9",
+     "9 is not a query head", 2},
+    {"generate --model tiny --backend cpu --prompt-ids 1 --policy headwise",
+     "implemented for one KV head", 2},
     {"accuracy --data d --lengths 4096 --tasks passkey", "--model is required", 2},
     {"accuracy --model tiny --tasks passkey", "exactly one of --data and --longbench", 2},
     {"accuracy --model tiny --data d --tasks passkey", "--data needs --lengths", 2},
@@ -190,12 +196,44 @@ static void test_good_run(void)
     unlink(path);
 }
 
+/* pulse generate with a sparse policy on the decoded tokens: a budget covering the context gives
+ * vanilla's tokens; a small one attends part of it (the stats line says how much). */
+static void test_generate_sparse(void)
+{
+    char args[4096], ids[2048] = "", want[512] = "";
+    for (int i = 0; i < 300; i++)
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "",
+                 (i * 37) % 1000);
+    snprintf(args, sizeof args,
+             "generate --model tiny-gemma3 --backend cpu --prompt-ids %s "
+             "--max-new-tokens 6",
+             ids);
+    EXPECT_EQ_INT(run(args), 0);
+    const char *g = strstr(out, "generated ids:");
+    EXPECT(g != NULL);
+    if (g) snprintf(want, sizeof want, "%.*s", (int)strcspn(g, "\n"), g);
+    snprintf(args, sizeof args,
+             "generate --model tiny-gemma3 --backend cpu --prompt-ids %s "
+             "--max-new-tokens 6 --policy headwise --budget-tokens 1024",
+             ids);
+    EXPECT_EQ_INT(run(args), 0);
+    EXPECT_STR_CONTAINS(out, want);
+    EXPECT_STR_CONTAINS(out, "0 global-layer steps sparse");
+    snprintf(args, sizeof args,
+             "generate --model tiny-gemma3 --backend cpu --prompt-ids %s "
+             "--max-new-tokens 6 --policy solohead --selector 2 --budget-tokens 32",
+             ids);
+    EXPECT_EQ_INT(run(args), 0);
+    EXPECT_STR_CONTAINS(out, "(solohead, budget 32): 10 global-layer steps sparse, 0 dense");
+}
+
 int main(void)
 {
     test_bad_inputs();
     test_oom_result();
     test_help();
     test_models();
+    test_generate_sparse();
     test_good_run();
     return tu_finish("test_cli");
 }
