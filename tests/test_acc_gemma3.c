@@ -138,10 +138,36 @@ static void test_passkey(void)
     unlink(path), unlink(res), unlink(prof), rmdir(dir);
 }
 
+/* --longbench DIR reads DIR/<task>.jsonl and truncates a long prompt in the middle to
+ * --max-length minus the task's new tokens, keeping its start and its end (the question). */
+static void test_longbench_truncation(void)
+{
+    char dir[] = "/tmp/pulse_gemma_lb_XXXXXX", path[256], res[256], args[8192];
+    EXPECT(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/passkey.jsonl", dir);
+    snprintf(res, sizeof res, "%s/acc.json", dir);
+    write_passkey(path, 40, 30, 1); /* ~1500 tokens */
+    snprintf(args, sizeof args,
+             "accuracy --model %s --backend cpu --longbench %s --max-length 520 --tasks passkey "
+             "--samples 1 --calib-samples 0 --policies full --max-gen 4 --out %s",
+             model, dir, res);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+    json_error_t je;
+    json_t *r = json_load_file(res, 0, &je);
+    EXPECT(r != NULL);
+    if (r) {
+        json_t *s0 = json_array_get(json_object_get(r, "samples"), 0);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(s0, "prompt_tokens")), 520 - 4);
+        json_decref(r);
+    }
+    unlink(path), unlink(res), rmdir(dir);
+}
+
 int main(void)
 {
     if (tu_gemma_path("test_acc_gemma3", model, sizeof model) != 0) return 77;
     test_golden();
     test_passkey();
+    test_longbench_truncation();
     return tu_finish("test_acc_gemma3");
 }
