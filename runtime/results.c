@@ -18,6 +18,23 @@ void results_set_real(json_t *obj, const char *key, double v)
     json_object_set_new(obj, key, isfinite(v) ? json_real(v) : json_null());
 }
 
+extern char **environ;
+
+/* Every PULSE_* environment variable: the switches that change kernels or engines (e.g.
+ * PULSE_ATTN_BLOCKS_PER_SM, PULSE_ZC_GROUP, PULSE_CPU_THREADS) belong to the result. */
+static json_t *pulse_env_vars(void)
+{
+    json_t *o = json_object();
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (strncmp(*e, "PULSE_", 6) != 0 || !eq) continue;
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - *e), *e);
+        json_object_set_new(o, key, json_string(eq + 1));
+    }
+    return o;
+}
+
 json_t *results_new(const char *experiment)
 {
     json_t *r = json_object();
@@ -38,6 +55,7 @@ json_t *results_new(const char *experiment)
     json_object_set_new(r, "env",
                         json_pack("{s:s, s:s, s:s, s:i}", "host", host, "os", u.sysname, "kernel",
                                   u.release, "cpus", (int)sysconf(_SC_NPROCESSORS_ONLN)));
+    json_object_set_new(results_env(r), "pulse_variables", pulse_env_vars());
     json_object_set_new(r, "status", json_string("ok"));
     return r;
 }

@@ -225,6 +225,19 @@ static void test_generate_sparse(void)
              ids);
     EXPECT_EQ_INT(run(args), 0);
     EXPECT_STR_CONTAINS(out, "(solohead, budget 32): 10 global-layer steps sparse, 0 dense");
+    /* every PULSE_* switch of the environment lands in the result's env */
+    setenv("PULSE_TEST_SWITCH", "7", 1);
+    EXPECT_EQ_INT(run("generate --model tiny --backend cpu --prompt-ids 3 --max-new-tokens 1 "
+                      "--out /tmp/pulse_cli_env.json"),
+                  0);
+    unsetenv("PULSE_TEST_SWITCH");
+    json_error_t je;
+    json_t *r = json_load_file("/tmp/pulse_cli_env.json", 0, &je);
+    json_t *v = json_object_get(json_object_get(json_object_get(r, "env"), "pulse_variables"),
+                                "PULSE_TEST_SWITCH");
+    EXPECT_STR_CONTAINS(json_string_value(v), "7");
+    json_decref(r);
+    unlink("/tmp/pulse_cli_env.json");
 }
 
 int main(void)
