@@ -20,7 +20,7 @@ int offload_policy_admit(struct serve_state *s)
             return PULSE_OK;
         }
         if (rc != PULSE_OK) return rc;
-        serve_add_entry(s, s->next_waiting++, slot);
+        serve_add_entry(s, s->next_waiting++, slot, offload_first_token(o, slot));
     }
     return PULSE_OK;
 }

@@ -1,5 +1,6 @@
 /* vanilla: all KV on the GPU, full attention, FCFS admission while the KV budget allows. A
- * request reserves its whole length at admission; the head of the queue blocks the rest. */
+ * request reserves its whole length at admission; the head of the queue blocks the rest. Its
+ * prompt KV is synthetic, or prefilled when the policy context is a struct prefill. */
 #include "common.h"
 #include "serve.h"
 

@@ -11,6 +11,7 @@
 #include "kv_cache.h"
 #include "numeric.h"
 #include "offload.h"
+#include "prefill.h"
 #include "results.h"
 #include "run_offload.h"
 #include "serve.h"
@@ -28,7 +29,7 @@ static const char usage[] =
     "cpu)\n"
     "  --max-batch N      most requests decoded together (default 64)\n"
     "  --page-size N      tokens per KV block (default 16)\n"
-    "  --seed S           weights, synthetic prompt KV and workload (default 1)\n"
+    "  --seed S           weights, prompt KV or prompt ids, and workload (default 1)\n"
     "  --out FILE         result JSON (default: none, summary only)\n"
     "  --print-tokens     print each request's output token ids\n"
     "  --no-graph         launch every kernel instead of replaying steps as CUDA graphs\n"
@@ -237,6 +238,11 @@ static int check_sizes(const struct run_opts *o, const struct policy *pol,
         cli_error("run", "%s: only for offload policies (arkvale, infinigen)", o->off.first_flag);
         return -1;
     }
+    if (!pol->needs_ctx && o->off.prompt_kv && !strcmp(o->off.prompt_kv, "locality")) {
+        cli_error("run", "--prompt-kv locality: only for offload policies (vanilla takes synthetic "
+                         "or prefill)");
+        return -1;
+    }
     if (pol->needs_ctx) return run_offload_resolve(ro, &o->off, pol, m, be, w, kp, o->seed);
     size_t need = kv_cache_params_request_bytes(kp, kp->max_tokens);
     if (need <= kp->budget_bytes) return 0;
@@ -357,6 +363,8 @@ int cmd_run(int argc, char **argv)
     struct engine *e = engine_create(&ep, err, sizeof err);
     struct kv_cache *kv = NULL;
     struct offload *off = NULL;
+    struct prefill *pf = NULL; /* vanilla with --prompt-kv prefill */
+    const int prefill = o.off.prompt_kv && !strcmp(o.off.prompt_kv, "prefill");
     int code = 0;
     if (!e) {
         code = failed(res, "oom", err, EXIT_OOM);
@@ -375,16 +383,23 @@ int cmd_run(int argc, char **argv)
             goto out;
         }
         json_object_set_new(cfg_json, "offload", offload_config_json(off));
+    } else {
+        json_object_set_new(cfg_json, "prompt_kv", json_string(prefill ? "prefill" : "synthetic"));
+        if (prefill && !(pf = prefill_create(e, o.seed, (int)o.max_batch))) {
+            code = failed(res, "oom", "out of memory for the prefill", EXIT_OOM);
+            goto out;
+        }
     }
     struct serve_counters ctr;
     double wall;
-    if (serve_run_policy(e, kv, pol, off, w.reqs, w.n, (int)o.max_batch, &ctr, &wall, err,
-                         sizeof err) != PULSE_OK) {
+    if (serve_run_policy(e, kv, pol, off ? (void *)off : pf, w.reqs, w.n, (int)o.max_batch, &ctr,
+                         &wall, err, sizeof err) != PULSE_OK) {
         code = failed(res, "error", err, 1);
         goto out;
     }
     report(&o, res, &w, &ctr, wall, e, kv, off);
 out:
+    prefill_free(pf);
     offload_free(off);
     kv_cache_free(kv);
     engine_free(e);

@@ -19,7 +19,9 @@ const char run_offload_usage[] =
     "  --recall-engine E  per-block, gather-scatter, zero-copy or batch (default per-block)\n"
     "  --recall-cap-gbps G  recall bandwidth cap (default none)\n"
     "  --locality-profile F  per-layer churn profile JSON (default: the built-in profile)\n"
-    "  --prompt-kv K      locality (structured keys, default) or synthetic (vanilla's KV)\n"
+    "  --prompt-kv K      locality (structured keys, default), synthetic (vanilla's KV) or\n"
+    "                     prefill (deterministic prompt ids through a real prefill; also for\n"
+    "                     vanilla)\n"
     "  --dense-layers N   leading layers kept whole on the GPU (default 2)\n"
     "  --host-pool-gb G   pinned host KV pool (default: max-batch longest requests, at most 100\n"
     "                     on cuda, 4 on cpu)\n"
@@ -43,7 +45,7 @@ void run_offload_opts_init(struct run_offload_opts *oo)
     oo->dense_layers = 2;
     oo->selection = "headwise";
     oo->engine = "per-block";
-    oo->prompt_kv = "locality";
+    oo->prompt_kv = NULL; /* locality for offload policies, synthetic for vanilla */
 }
 
 static int one_of(const char *flag, const char *arg, const char *a, const char *b)
@@ -56,7 +58,7 @@ static int one_of(const char *flag, const char *arg, const char *a, const char *
 int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
 {
     const char *f = flag_name(code);
-    if (!oo->first_flag) oo->first_flag = f;
+    if (!oo->first_flag && code != RUN_OFF_PROMPT_KV) oo->first_flag = f; /* vanilla takes it */
     switch (code) {
     case RUN_OFF_BUDGET:
         oo->budget_set = 1;
@@ -76,7 +78,10 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
         return one_of(f, arg, "headwise", "solohead");
     case RUN_OFF_PROMPT_KV:
         oo->prompt_kv = arg;
-        return one_of(f, arg, "locality", "synthetic");
+        if (!strcmp(arg, "locality") || !strcmp(arg, "synthetic") || !strcmp(arg, "prefill"))
+            return 0;
+        cli_error("run", "%s: '%s' is not locality, synthetic or prefill", f, arg);
+        return -1;
     case RUN_OFF_ENGINE:
         oo->engine = arg;
         if (recall_engine_find(arg) >= 0) return 0;
@@ -174,7 +179,10 @@ static void fill_params(struct offload_params *p, const struct run_offload_opts 
     p->calib_tokens = (int)oo->calib_tokens;
     p->selection = !strcmp(oo->selection, "solohead") ? OFFLOAD_SOLOHEAD : OFFLOAD_HEADWISE;
     p->engine = (enum recall_engine)recall_engine_find(oo->engine);
-    p->prompt_kv = !strcmp(oo->prompt_kv, "synthetic") ? OFFLOAD_KV_SYNTHETIC : OFFLOAD_KV_LOCALITY;
+    const char *kv = oo->prompt_kv ? oo->prompt_kv : "locality";
+    p->prompt_kv = !strcmp(kv, "synthetic") ? OFFLOAD_KV_SYNTHETIC
+                   : !strcmp(kv, "prefill") ? OFFLOAD_KV_PREFILL
+                                            : OFFLOAD_KV_LOCALITY;
     p->cap_gbps = oo->cap_gbps;
     p->lookahead = pol->offload_lookahead;
     const char *verify = getenv("PULSE_OFFLOAD_VERIFY");

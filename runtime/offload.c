@@ -8,6 +8,7 @@
 #include "mem.h"
 #include "model.h"
 #include "offload_impl.h"
+#include "prefill.h"
 
 #define CALIB_CAP_TOKENS 16384 /* default calibration context at most (its cost grows with it) */
 
@@ -105,7 +106,8 @@ int offload_params_check(const struct offload_params *p, const struct model_conf
             BAD("selector of layer %d is %d, not a KV head of %s (0..%d)", l, p->selector[l],
                 m->name, m->n_kv_heads - 1);
     if ((unsigned)p->engine >= RECALL_ENGINES) BAD("offload: unknown recall engine %d", p->engine);
-    if (p->prompt_kv != OFFLOAD_KV_LOCALITY && p->prompt_kv != OFFLOAD_KV_SYNTHETIC)
+    if (p->prompt_kv != OFFLOAD_KV_LOCALITY && p->prompt_kv != OFFLOAD_KV_SYNTHETIC &&
+        p->prompt_kv != OFFLOAD_KV_PREFILL)
         BAD("offload: unknown prompt KV source %d", p->prompt_kv);
     if (p->lookahead != 0 && p->lookahead != 1) BAD("offload: lookahead must be 0 or 1");
     if (!(p->cap_gbps >= 0)) BAD("recall cap: %g GB/s must be >= 0", p->cap_gbps);
@@ -183,6 +185,7 @@ static size_t host_layout(struct offload *o, char *base)
     o->hp_slot = take(&c, 4 * B);
     o->dg_slot = take(&c, 4 * B);
     o->req_id = take(&c, 4 * B);
+    o->first_tok = take(&c, 4 * B);
     o->last_nb = take(&c, 4 * B * o->n_sparse);
     o->ls = take(&c, sizeof(struct offload_layer_stats) * (size_t)o->n_layers);
     o->series = take(&c, 8 * (size_t)o->p.max_steps);
@@ -346,6 +349,20 @@ static int make_pools(struct offload *o, char *err, size_t errlen)
     return PULSE_OK;
 }
 
+/* OFFLOAD_KV_PREFILL: full-length pages of every layer for one request, and the prefill. */
+static int make_prefill(struct offload *o, char *err, size_t errlen)
+{
+    char why[256];
+    if (o->p.prompt_kv != OFFLOAD_KV_PREFILL) return PULSE_OK;
+    struct kv_cache_params sp = {o->n_layers, o->nkv, o->hd, o->ps, 0, 1, o->p.max_tokens};
+    sp.budget_bytes = kv_cache_params_request_bytes(&sp, o->p.max_tokens);
+    if (!(o->pf_kv = kv_cache_create(&sp, o->be, o->ctx, why, sizeof why)))
+        OOM_BAD("prefill staging pages: %s", why);
+    if (!(o->pf = prefill_create(o->eng, o->p.seed, o->max_batch)))
+        OOM_BAD("prefill: out of memory for its batch");
+    return PULSE_OK;
+}
+
 int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_params *p,
                    struct offload **out, char *err, size_t errlen)
 {
@@ -370,7 +387,8 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     set_shape(o, m, view.page_size);
     if (alloc_host(o) != PULSE_OK) goto oom;
     if ((rc = make_locality(o, err, errlen)) != PULSE_OK ||
-        (rc = make_pools(o, err, errlen)) != PULSE_OK) {
+        (rc = make_pools(o, err, errlen)) != PULSE_OK ||
+        (rc = make_prefill(o, err, errlen)) != PULSE_OK) {
         offload_free(o);
         return rc;
     }
@@ -386,6 +404,8 @@ oom:
 void offload_free(struct offload *o)
 {
     if (!o) return;
+    prefill_free(o->pf);
+    kv_cache_free(o->pf_kv);
     recall_free(o->rc);
     hot_cache_free(o->hc);
     kv_cache_free(o->dg);
@@ -405,10 +425,32 @@ static struct kv_view host_view(const struct offload *o, void *pool, const int32
     return v;
 }
 
-/* Writes tokens [0, n) of (req, layer) into the host view v: locality keys or synthetic. */
+/* Copies the prefill's pages of `layer` holding tokens [0, n) into host view v (one download
+ * per run of pages consecutive on both sides). */
+static void copy_prefill(struct offload *o, const struct kv_view *v, int n, int layer)
+{
+    int n_own;
+    const int32_t *src = kv_cache_owned_pages(o->pf_kv, o->pf_slot, layer, &n_own);
+    const char *pool = (const char *)kv_cache_view(o->pf_kv, NULL).pool;
+    const int nb = (int)PULSE_CEIL_DIV(n, o->ps);
+    const int32_t *dst = v->page_ids;
+    for (int i = 0; i < nb;) {
+        int j = i + 1;
+        while (j < nb && src[j] == src[j - 1] + 1 && dst[j] == dst[j - 1] + 1)
+            j++;
+        o->be->download(o->ctx, (char *)v->pool + (size_t)dst[i] * o->page_bytes,
+                        pool + (size_t)src[i] * o->page_bytes, (size_t)(j - i) * o->page_bytes);
+        i = j;
+    }
+}
+
+/* Writes tokens [0, n) of (req, layer) into the host view v: locality keys, synthetic, or the
+ * prefill's. */
 static void fill_view(struct offload *o, const struct kv_view *v, int n, int req, int layer)
 {
-    if (o->p.prompt_kv == OFFLOAD_KV_LOCALITY)
+    if (o->p.prompt_kv == OFFLOAD_KV_PREFILL)
+        copy_prefill(o, v, n, layer);
+    else if (o->p.prompt_kv == OFFLOAD_KV_LOCALITY)
         locality_fill_kv(o->L, v, NULL, &n, &req, 1, layer);
     else
         kv_fill_synthetic_ref(NULL, v, &n, &req, 1, layer, o->p.seed, o->p.max_tokens);
@@ -509,6 +551,19 @@ static int reserve(struct offload *o, int n_tokens, int *slot, char *why, size_t
     return PULSE_OK;
 }
 
+/* The prompt through engine_prefill into a zeroed staging slot (left in o->pf_slot); returns
+ * the greedy next token. */
+static int32_t run_prefill(struct offload *o, int req_id, int prompt_len)
+{
+    PULSE_CHECK(kv_cache_admit(o->pf_kv, prompt_len + 1, &o->pf_slot) == PULSE_OK,
+                "offload: the prefill staging slot is taken");
+    struct kv_cache_stats st;
+    kv_cache_get_stats(o->pf_kv, &st);
+    o->be->memset(o->ctx, kv_cache_view(o->pf_kv, NULL).pool, 0,
+                  (size_t)(st.n_pages * st.page_bytes));
+    return prefill_run(o->pf, o->pf_kv, o->pf_slot, req_id, prompt_len, prompt_len + 1);
+}
+
 int offload_admit(struct offload *o, int req_id, int prompt_len, int n_tokens, int *slot, char *why,
                   size_t whylen)
 {
@@ -521,16 +576,33 @@ int offload_admit(struct offload *o, int req_id, int prompt_len, int n_tokens, i
     if (rc != PULSE_OK) return rc;
     double t0 = pulse_now();
     o->req_id[ks] = req_id;
+    o->first_tok[ks] = engine_first_token(o->eng, req_id);
     locality_start(o->L, ks, req_id);
+    if (o->pf) o->first_tok[ks] = run_prefill(o, req_id, prompt_len);
     for (int l = 0; l < o->n_dense && prompt_len > 0; l++)
         write_dense_layer(o, ks, req_id, l, prompt_len);
     for (int l = o->n_dense; l < o->n_layers; l++)
         write_sparse_layer(o, ks, req_id, l, prompt_len, n_tokens);
+    if (o->pf) kv_cache_release(o->pf_kv, o->pf_slot);
     reset_slot(o, ks);
     o->st.prompt_fill_s += pulse_now() - t0;
     o->st.admitted++;
     *slot = ks;
     return PULSE_OK;
+}
+
+int32_t offload_first_token(const struct offload *o, int slot)
+{
+    PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->hp_slot[slot] >= 0,
+                "offload_first_token: the slot holds no offload request");
+    return o->first_tok[slot];
+}
+
+const void *offload_host_block(const struct offload *o, int slot, int layer, int block)
+{
+    PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->hp_slot[slot] >= 0 && layer >= o->n_dense,
+                "offload_host_block: not a sparse layer of an admitted request");
+    return host_pool_block(o->hp, o->hp_slot[slot], offload_sl(o, layer), block);
 }
 
 void offload_release(struct offload *o, int slot)

@@ -18,7 +18,13 @@
  *
  * Keys and values: from the locality model (workloads/locality.h: structured keys, V as
  * kv_fill_synthetic) or, with prompt_kv = OFFLOAD_KV_SYNTHETIC, exactly kv_fill_synthetic's (the
- * vanilla policy's prompt KV, for equality tests).
+ * vanilla policy's prompt KV, for equality tests) or, with OFFLOAD_KV_PREFILL, from a real
+ * prefill (prefill.h: the request's deterministic prompt ids through engine_prefill with the
+ * model's weights) into a staging cache of full-length GPU pages for one request (every layer,
+ * max_tokens long: one whole request's KV beside the cache, allocated at create); admission
+ * then copies each dense layer's pages into the request's own pages and each sparse layer's
+ * pages into the host pool (its digests from those keys, its last block into the tail page),
+ * and the first decoded token is the prefill's greedy next token (offload_first_token).
  *
  * Per sparse layer of a step (engine_layer_hook.attend; ArkVale style, lookahead 0): fold the
  * new key into its digest; the selection query is the layer's locality query stream (so the
@@ -51,7 +57,11 @@
 struct locality_profile;
 
 enum offload_selection { OFFLOAD_HEADWISE = 0, OFFLOAD_SOLOHEAD = 1 };
-enum offload_prompt_kv { OFFLOAD_KV_LOCALITY = 0, OFFLOAD_KV_SYNTHETIC = 1 };
+enum offload_prompt_kv {
+    OFFLOAD_KV_LOCALITY = 0,
+    OFFLOAD_KV_SYNTHETIC = 1,
+    OFFLOAD_KV_PREFILL = 2
+};
 
 struct offload_params {
     int budget_tokens;         /* selected by score besides the forced blocks (multiple of the
@@ -127,6 +137,9 @@ void offload_free(struct offload *o);
  * A one-line reason in why on failure. */
 int offload_admit(struct offload *o, int req_id, int prompt_len, int n_tokens, int *slot, char *why,
                   size_t whylen);
+/* The token the decode of the request admitted into `slot` consumes first: the prefill's greedy
+ * next token (OFFLOAD_KV_PREFILL) or engine_first_token of its id. */
+int32_t offload_first_token(const struct offload *o, int slot);
 /* Frees what the request in cache slot `slot` holds besides its cache pages. */
 void offload_release(struct offload *o, int slot);
 
@@ -154,5 +167,8 @@ int offload_check(const struct offload *o, char *err, size_t errlen);
 /* The hot cache's invariants, and that every resident block but a request's tail holds on the
  * GPU exactly its host-pool copy (downloads each one; no allocation). 0 or PULSE_ERR_INVALID. */
 int offload_verify(const struct offload *o, char *err, size_t errlen);
+/* Tests: the host pool's bytes of block `block` of (slot, layer) (a sparse layer of an admitted
+ * request). */
+const void *offload_host_block(const struct offload *o, int slot, int layer, int block);
 
 #endif

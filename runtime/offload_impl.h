@@ -34,6 +34,9 @@ struct offload {
     struct locality *L;
     struct locality_meter *meter;
     struct locality_profile *prof; /* owned copy */
+    struct kv_cache *pf_kv;        /* OFFLOAD_KV_PREFILL: staging cache of one request */
+    struct prefill *pf;            /* its prefill (own batch) */
+    int pf_slot;                   /* the staging slot during an admission */
     struct select_cfg cfg;         /* max_blocks = the cache's row width */
     int n_layers, n_dense, n_sparse, n_lists, ms, hot_slots, dig_heads, all_selected, headwise;
     int nq, nkv, hd, ps, G, max_blocks, max_batch, max_items;
@@ -44,6 +47,7 @@ struct offload {
 
     /* per cache slot */
     int32_t *hp_slot, *dg_slot, *req_id; /* [max_batch]; -1 when the slot is not ours */
+    int32_t *first_tok;                  /* [max_batch] offload_first_token */
     int32_t *last_nb;                    /* [max_batch][n_sparse] blocks at the last step */
 
     /* the step's batch (host), and what the layers of a step share */

@@ -65,9 +65,12 @@ json_t *offload_config_json(const struct offload *o)
         recall_engine_name(o->p.engine), "recall_cap_gbps", o->p.cap_gbps, "host_pool_bytes",
         (json_int_t)hs.pool_bytes, "host_pool_pinned", hs.pinned, "host_pool_pin_s", hs.pin_seconds,
         "digest_store_bytes", (json_int_t)st.digest_store_bytes, "prompt_kv",
-        o->p.prompt_kv == OFFLOAD_KV_LOCALITY ? "locality" : "synthetic", "every_block_selected",
-        o->all_selected, "chunk_bytes", (json_int_t)(o->headwise ? o->head_bytes : o->page_bytes),
-        "gpu_pages_per_request_max", (json_int_t)st.gpu_pages_per_request_max);
+        o->p.prompt_kv == OFFLOAD_KV_LOCALITY  ? "locality"
+        : o->p.prompt_kv == OFFLOAD_KV_PREFILL ? "prefill"
+                                               : "synthetic",
+        "every_block_selected", o->all_selected, "chunk_bytes",
+        (json_int_t)(o->headwise ? o->head_bytes : o->page_bytes), "gpu_pages_per_request_max",
+        (json_int_t)st.gpu_pages_per_request_max);
     json_object_set_new(j, "selector_per_layer", sel);
     json_object_set_new(j, "lookahead_layers", json_integer(o->p.lookahead));
     json_object_set_new(j, "locality", locality_to_json(o->L));

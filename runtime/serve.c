@@ -5,15 +5,16 @@
 
 #include "common.h"
 #include "mem.h"
+#include "prefill.h"
 
-static struct batch_entry entry_of(const struct serve_state *s, int i, int slot)
+static struct batch_entry entry_of(const struct serve_state *s, int i, int slot, int32_t token)
 {
     const struct request *r = &s->reqs[i];
     struct batch_entry en = {.slot = slot,
                              .req_id = r->id,
                              .pos = r->prompt_len,
                              .reserved = r->prompt_len + r->output_len,
-                             .token = engine_first_token(s->eng, r->id)};
+                             .token = token};
     return en;
 }
 
@@ -22,17 +23,25 @@ int serve_admit_request(struct serve_state *s, int i)
     struct request *r = &s->reqs[i];
     int slot, rc = kv_cache_admit(s->kv, r->prompt_len + r->output_len, &slot);
     if (rc != PULSE_OK) return rc;
-    struct batch_entry en = entry_of(s, i, slot);
-    batch_set(s->eng, s->admit_batch, s->kv, &en, 1);
-    engine_fill_prompt(s->eng, s->admit_batch, s->kv);
-    serve_add_entry(s, i, slot);
+    int32_t token = engine_first_token(s->eng, r->id);
+    if (s->policy_ctx) { /* a real prefill, a prefill instance's work: off the clock */
+        double t0 = pulse_now();
+        token = prefill_run(s->policy_ctx, s->kv, slot, r->id, r->prompt_len,
+                            r->prompt_len + r->output_len);
+        serve_pause_clock(s, pulse_now() - t0);
+    } else {
+        struct batch_entry en = entry_of(s, i, slot, token);
+        batch_set(s->eng, s->admit_batch, s->kv, &en, 1);
+        engine_fill_prompt(s->eng, s->admit_batch, s->kv);
+    }
+    serve_add_entry(s, i, slot, token);
     return PULSE_OK;
 }
 
-void serve_add_entry(struct serve_state *s, int i, int slot)
+void serve_add_entry(struct serve_state *s, int i, int slot, int32_t token)
 {
     struct request *r = &s->reqs[i];
-    struct batch_entry en = entry_of(s, i, slot);
+    struct batch_entry en = entry_of(s, i, slot, token);
     r->slot = slot;
     r->admit_s = pulse_now() - s->t0;
     s->entries[s->n_entries] = en;

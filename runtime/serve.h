@@ -41,7 +41,8 @@ struct serve_state {
     double t0;
     struct serve_counters ctr;
     const struct policy *pol;
-    void *policy_ctx; /* what serve_run_policy was given (offload policies: struct offload *) */
+    void *policy_ctx; /* what serve_run_policy was given (offload policies: struct offload *;
+                         vanilla: NULL or a struct prefill *) */
     char why[256];    /* a policy's reason when a request can never be admitted ("" = none) */
 };
 
@@ -63,10 +64,14 @@ const struct policy *policy_find(const char *name);
 const char *policy_names(void);
 
 /* Admits reqs[i] as an entry of the running batch: reserves its KV (PULSE_ERR_NOMEM when it
- * does not fit now) and queues its synthetic prompt KV. Shared by policies. */
+ * does not fit now) and queues its synthetic prompt KV, its first token engine_first_token; or,
+ * when the policy context is a struct prefill (vanilla with --prompt-kv prefill, prefill.h),
+ * prefills the prompt into its pages (off the clock, as a prefill instance's work) and starts
+ * from the prefill's greedy token. Shared by policies. */
 int serve_admit_request(struct serve_state *s, int i);
-/* Adds reqs[i], already holding cache slot `slot` and its prompt KV, to the running batch. */
-void serve_add_entry(struct serve_state *s, int i, int slot);
+/* Adds reqs[i], already holding cache slot `slot` and its prompt KV, to the running batch; the
+ * first step consumes `token`. */
+void serve_add_entry(struct serve_state *s, int i, int slot, int32_t token);
 /* Excludes `seconds` just spent from every time the loop records (arrivals, token times, the
  * wall time): for work that stands for another machine, e.g. an offload policy writing a
  * prompt's synthetic KV into the host pool, as a prefill instance would have. */
@@ -78,7 +83,8 @@ int serve_run(struct engine *e, struct kv_cache *kv, const struct policy *pol, s
               int n, int max_batch, struct serve_counters *ctr, double *wall_s, char *err,
               size_t errlen);
 /* serve_run with a policy context (owned by the caller, alive for the run): required by a
- * policy with needs_ctx (PULSE_ERR_INVALID without it), NULL otherwise. */
+ * policy with needs_ctx (PULSE_ERR_INVALID without it); for vanilla NULL (synthetic prompt KV)
+ * or a struct prefill * (real prefill). */
 int serve_run_policy(struct engine *e, struct kv_cache *kv, const struct policy *pol,
                      void *policy_ctx, struct request *reqs, int n, int max_batch,
                      struct serve_counters *ctr, double *wall_s, char *err, size_t errlen);

@@ -319,7 +319,7 @@ static const struct bad_case bad[] = {
     {"--recall-engine nope", "--recall-engine: unknown recall engine 'nope'"},
     {"--budget-tokens 100", "--budget-tokens: 100 is not a multiple of the block size 16"},
     {"--budget-tokens -16", "--budget-tokens: '-16' is not an integer"},
-    {"--prompt-kv x", "--prompt-kv: 'x' is not locality or synthetic"},
+    {"--prompt-kv x", "--prompt-kv: 'x' is not locality, synthetic or prefill"},
     {"--dense-layers 4", "--dense-layers: 4 leaves no sparse layer"},
     {"--hot-slots 3", "--hot-slots: 3 is not in ["},
     {"--host-pool-gb 0.000001", "--host-pool-gb: 1e-06 GB cannot hold even one request"},
