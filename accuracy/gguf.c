@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,19 +53,8 @@ struct gguf_file {
 
 /* ---- errors and names ---- */
 
-static int set_err(char *err, size_t errlen, int code, const char *label, const char *fmt, ...)
-{
-    if (err && errlen) {
-        int n = snprintf(err, errlen, "%s: ", label ? label : "(gguf)");
-        if (n >= 0 && (size_t)n < errlen) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
-    return code;
-}
+#define set_err(err, errlen, code, label, ...)                                                     \
+    pulse_errorf((err), (errlen), (code), (label) ? (label) : "(gguf)", __VA_ARGS__)
 
 /* Copies a name for a message: printable ASCII kept, other bytes '?', cut at 64 bytes. */
 static const char *quote(const char *p, uint64_t len, char buf[NAMEBUF])

@@ -9,7 +9,6 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,19 +56,8 @@ static const struct {
 
 /* ---- errors ---- */
 
-static int set_err(char *err, size_t errlen, int code, const char *label, const char *fmt, ...)
-{
-    if (err && errlen) {
-        int n = snprintf(err, errlen, "%s: ", label ? label : "(safetensors)");
-        if (n >= 0 && (size_t)n < errlen) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
-    return code;
-}
+#define set_err(err, errlen, code, label, ...)                                                     \
+    pulse_errorf((err), (errlen), (code), (label) ? (label) : "(safetensors)", __VA_ARGS__)
 
 /* A name for a message: control bytes become '?', cut at 80 bytes. */
 static const char *quote(const char *s, char buf[NAMEBUF])

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "accuracy/head_mass.h"
 #include "accuracy/longbench.h"
@@ -277,13 +276,6 @@ struct acc {
     int64_t prompt_tokens, gen_tokens;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int max_gen_of(const struct acc *A, const struct longbench_task *t)
 {
     return A->o.max_gen ? (int)PULSE_MIN(A->o.max_gen, t->max_gen) : t->max_gen;
@@ -324,14 +316,14 @@ static int decode(struct acc *A, int n, int32_t first, int max_gen, int stop_nl)
 {
     int k = 0;
     int32_t tok = first;
-    double t0 = now_s();
+    double t0 = pulse_now();
     while (k < max_gen && tok != A->eos) {
         if (stop_nl && ends_line(A, tok)) break;
         A->gen[k++] = tok;
         if (k == max_gen) break;
         tok = session_decode(&A->s, n + k - 1, tok);
     }
-    A->t_decode += now_s() - t0;
+    A->t_decode += pulse_now() - t0;
     A->gen_tokens += k;
     return k;
 }
@@ -373,10 +365,10 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
     int limit = (int)(A->o.longbench ? A->o.max_length : st->length) - max_gen;
     int n = encode_prompt(A, st->task, smp, limit, err, errlen);
     if (n < 1) return PULSE_ERR_INVALID;
-    double t0 = now_s();
+    double t0 = pulse_now();
     engine_set_hook(A->s.e, NULL);
     int32_t first = session_prefill(&A->s, A->ids, n);
-    A->t_prefill += now_s() - t0;
+    A->t_prefill += pulse_now() - t0;
     A->prompt_tokens += n;
     json_t *rj = json_array();
     for (int r = 0; r < A->n_runs; r++) {

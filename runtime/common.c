@@ -1,8 +1,23 @@
 #define _POSIX_C_SOURCE 200809L
 #include "common.h"
 
+#include <stdarg.h>
 #include <string.h>
 #include <time.h>
+
+int pulse_errorf(char *err, size_t errlen, int code, const char *label, const char *fmt, ...)
+{
+    if (err && errlen) {
+        int n = snprintf(err, errlen, "%s: ", label);
+        if (n >= 0 && (size_t)n < errlen) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+            va_end(ap);
+        }
+    }
+    return code;
+}
 
 void pulse_die(const char *file, int line, const char *what, const char *detail)
 {

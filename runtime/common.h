@@ -37,6 +37,11 @@ void pulse_die(const char *file, int line, const char *what, const char *detail)
         if (!(cond)) pulse_die(__FILE__, __LINE__, #cond, (detail));                               \
     } while (0)
 
+/* Writes "label: message" (printf-style) into err when err and errlen are set, and returns
+ * code: the one-line error of a reader that names what it was reading. */
+int pulse_errorf(char *err, size_t errlen, int code, const char *label, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
 /* Monotonic wall clock in seconds. */
 double pulse_now(void);
 
