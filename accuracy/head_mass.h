@@ -1,14 +1,14 @@
-/* The MAM head profile with QUERY heads as selectors (sparse_attn.h), measured on a real model
- * during dense decoding: for global layer l and query head h, MAM(l, h) is the mean over
- * observed steps and over all query heads j of layer l of the fraction of j's exact attention
- * probability (softmax of q_j . k / sqrt(hd) over every token) that falls in the blocks h's own
- * Quest selection picks (its q against its KV head's digests: forced sink, window and tail plus
- * the `budget` best others). The highest-MAM head is SoloHead's selector, the lowest the
- * reversed one. (mam.h defines the same with KV heads as selectors, for models with several.)
+/* The MAM head profile with QUERY heads as selectors (sparse_attn.h) for the accuracy driver:
+ * runtime/mam.h's accumulator and probe with query_selectors set. For global layer l and query
+ * head h, MAM(l, h) is the mean over observed steps and over all query heads j of layer l of
+ * the fraction of j's exact attention probability that falls in the blocks h's own Quest
+ * selection picks (its q against its KV head's digests: forced sink, window and tail plus the
+ * `budget` best others). The highest-MAM head is SoloHead's selector, the lowest the reversed
+ * one. Sliding-window layers are not observed.
  *
  * Installed as an engine_layer_hook (after_attention) while decoding one request with dense
- * attention; it copies the layer's q and KV pages to the host (a few MB per global layer and
- * step) and computes there with the CPU references. */
+ * attention; on cuda it copies the layer's q and KV pages to the host (a few MB per global
+ * layer and step) and computes there with the CPU references. */
 #ifndef PULSE_HEAD_MASS_H
 #define PULSE_HEAD_MASS_H
 
@@ -27,8 +27,6 @@ struct head_mass *head_mass_create(struct engine *e, const struct kv_cache *kv, 
                                    int max_tokens, int budget_tokens, int sink, int window,
                                    char *err, size_t errlen);
 void head_mass_free(struct head_mass *hm);
-/* The request slot observed next. */
-void head_mass_set_slot(struct head_mass *hm, int slot);
 /* Forgets every observation. */
 void head_mass_reset(struct head_mass *hm);
 struct engine_layer_hook head_mass_hook(struct head_mass *hm);

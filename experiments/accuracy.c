@@ -416,7 +416,6 @@ static int calibrate(struct acc *A, char *err, size_t errlen)
         head_mass_create(A->s.e, A->s.kv, 16, A->s.max_tokens, (int)A->o.mam_budget, (int)A->o.sink,
                          (int)A->o.window, err, errlen);
     if (!hm) return PULSE_ERR_NOMEM;
-    head_mass_set_slot(hm, A->s.slot);
     double *mean = mem_alloc(MEM_HOST, sizeof(double) * LH, "mam mean");
     if (!mean) {
         head_mass_free(hm);

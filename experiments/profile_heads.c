@@ -202,7 +202,8 @@ int cmd_profile_heads(int argc, char **argv)
                             (int)o.window,
                             (int)o.batch,
                             max_tokens,
-                            0.0f};
+                            0.0f,
+                            0};
     struct mam_acc *acc = mam_acc_create(&mp, err, sizeof err);
     if (!acc) { /* the shape was checked in parse: what is left is host memory */
         cli_error(C, "%s", err);

@@ -34,18 +34,20 @@ static size_t round64(size_t n)
 struct mam_acc {
     struct mam_params p;
     struct select_cfg cfg; /* head-wise selection of every KV head */
+    struct select_cfg one; /* query selectors: one query head against one KV head's digests */
+    int n_sel;             /* selectors per layer: n_kv_heads, or n_heads (query_selectors) */
     struct kctx ctx;       /* zeroed: the references ignore it */
     int max_blocks, max_sel;
     void *mem; /* one host allocation, carved below */
     size_t mem_bytes;
     uint16_t *digests;            /* [max_batch * max_blocks] digest pages */
     int32_t *dig_ids, *dig_start; /* identity digest page table: page b*max_blocks + i */
-    float *scores;                /* [max_batch][n_kv][max_blocks] */
-    int32_t *sel_idx, *sel_count; /* [max_batch][n_kv][max_sel], [max_batch][n_kv] */
+    float *scores;                /* [max_batch][n_sel][max_blocks] */
+    int32_t *sel_idx, *sel_count; /* [max_batch][n_sel][max_sel], [max_batch][n_sel] */
     float *logits;                /* [max_tokens] one query head's scaled q . k */
     double *mass;                 /* [n_heads][max_blocks] exp-mass per block */
     double *total;                /* [n_heads] */
-    double *sum;                  /* [n_layers][n_kv] coverage sums */
+    double *sum;                  /* [n_layers][n_sel] coverage sums */
     int64_t *terms;               /* [n_layers] coverage terms per head */
 };
 
@@ -86,20 +88,23 @@ struct mam_acc *mam_acc_create(const struct mam_params *p, char *err, size_t err
     a->p = *p;
     if (a->p.scale == 0.0f) a->p.scale = 1.0f / sqrtf((float)p->head_dim);
     a->cfg = cfg;
+    a->one = cfg;
+    a->one.n_heads = a->one.n_kv_heads = 1;
+    a->n_sel = p->query_selectors ? p->n_heads : p->n_kv_heads;
     a->max_blocks = cfg.max_blocks;
     a->max_sel = select_max_selected(&cfg);
-    size_t B = (size_t)p->max_batch, MB = (size_t)a->max_blocks, nkv = (size_t)p->n_kv_heads;
-    size_t dig_page = nkv * 2 * (size_t)p->head_dim;
-    size_t sizes[] = {2 * B * MB * dig_page,
+    size_t B = (size_t)p->max_batch, MB = (size_t)a->max_blocks, ns = (size_t)a->n_sel;
+    size_t dig_page = (size_t)p->n_kv_heads * 2 * (size_t)p->head_dim;
+    size_t sizes[] = {2 * B * MB * dig_page, /* query selectors: one pool per KV head */
                       4 * B * MB,
                       4 * B,
-                      select_scores_bytes(&cfg, (int)B, SELECT_HEADWISE),
-                      4 * B * nkv * (size_t)a->max_sel,
-                      4 * B * nkv,
+                      4 * B * ns * MB,
+                      4 * B * ns * (size_t)a->max_sel,
+                      4 * B * ns,
                       4 * (size_t)p->max_tokens,
                       8 * (size_t)p->n_heads * MB,
                       8 * (size_t)p->n_heads,
-                      8 * (size_t)p->n_layers * nkv,
+                      8 * (size_t)p->n_layers * ns,
                       8 * (size_t)p->n_layers};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(sizes); i++)
         a->mem_bytes += round64(sizes[i]);
@@ -141,6 +146,49 @@ int64_t mam_acc_terms(const struct mam_acc *a, int layer)
 {
     PULSE_CHECK(layer >= 0 && layer < a->p.n_layers, "layer out of range");
     return a->terms[layer];
+}
+
+int mam_acc_selectors(const struct mam_acc *a)
+{
+    return a->n_sel;
+}
+
+void mam_acc_table(const struct mam_acc *a, double *out)
+{
+    for (int l = 0; l < a->p.n_layers; l++)
+        for (int h = 0; h < a->n_sel; h++) {
+            size_t i = (size_t)l * a->n_sel + h;
+            out[i] = a->terms[l] ? fmin(1.0, a->sum[i] / (double)a->terms[l]) : 0.0;
+        }
+}
+
+void mam_acc_reset(struct mam_acc *a)
+{
+    memset(a->sum, 0, sizeof(double) * (size_t)a->p.n_layers * a->n_sel);
+    memset(a->terms, 0, sizeof(int64_t) * (size_t)a->p.n_layers);
+}
+
+/* Query selectors: a digest pool per KV head, then a list per (entry, query head) from that
+ * head's q alone. */
+static void select_per_query_head(struct mam_acc *a, const uint16_t *q, const struct kv_view *kv,
+                                  const int32_t *n_tokens, int batch)
+{
+    const struct mam_params *p = &a->p;
+    const int nq = p->n_heads, G = nq / p->n_kv_heads, hd = p->head_dim;
+    const size_t pool = (size_t)p->max_batch * a->max_blocks * 2 * hd;
+    for (int g = 0; g < p->n_kv_heads; g++) {
+        struct digest_view dv = {a->digests + g * pool, a->dig_ids, a->dig_start, 1, hd};
+        digest_build_ref(&a->ctx, kv, &dv, n_tokens, batch, g, p->max_tokens);
+    }
+    for (int b = 0; b < batch; b++)
+        for (int h = 0; h < nq; h++) {
+            size_t l = (size_t)b * nq + h;
+            struct digest_view dv = {a->digests + (h / G) * pool, a->dig_ids, a->dig_start + b, 1,
+                                     hd};
+            select_blocks_ref(&a->ctx, &a->one, q + l * hd, &dv, n_tokens + b,
+                              a->scores + l * a->max_blocks, a->sel_idx + l * a->max_sel,
+                              a->sel_count + l, 1, SELECT_HEADWISE);
+        }
 }
 
 /* K of token t, KV head h, entry b in a host paged view. */
@@ -193,23 +241,27 @@ void mam_acc_add_layer(struct mam_acc *a, int layer, const uint16_t *q, const st
     for (int b = 0; b < batch; b++)
         PULSE_CHECK(n_tokens[b] >= 1 && n_tokens[b] <= p->max_tokens,
                     "mam: n_tokens out of [1, max_tokens]");
-    struct digest_view dv = {a->digests, a->dig_ids, a->dig_start, p->n_kv_heads, p->head_dim};
-    digest_build_ref(&a->ctx, kv, &dv, n_tokens, batch, SELECT_HEADWISE, p->max_tokens);
-    select_blocks_ref(&a->ctx, &a->cfg, q, &dv, n_tokens, a->scores, a->sel_idx, a->sel_count,
-                      batch, SELECT_HEADWISE);
-    const int nkv = p->n_kv_heads, nq = p->n_heads;
+    if (p->query_selectors) {
+        select_per_query_head(a, q, kv, n_tokens, batch);
+    } else {
+        struct digest_view dv = {a->digests, a->dig_ids, a->dig_start, p->n_kv_heads, p->head_dim};
+        digest_build_ref(&a->ctx, kv, &dv, n_tokens, batch, SELECT_HEADWISE, p->max_tokens);
+        select_blocks_ref(&a->ctx, &a->cfg, q, &dv, n_tokens, a->scores, a->sel_idx, a->sel_count,
+                          batch, SELECT_HEADWISE);
+    }
+    const int ns = a->n_sel, nq = p->n_heads;
     for (int b = 0; b < batch; b++) {
         block_mass(a, q, kv, b, n_tokens[b]);
-        for (int h = 0; h < nkv; h++) {
-            const int32_t *sel = a->sel_idx + ((size_t)b * nkv + h) * a->max_sel;
-            const int cnt = a->sel_count[(size_t)b * nkv + h];
+        for (int h = 0; h < ns; h++) {
+            const int32_t *sel = a->sel_idx + ((size_t)b * ns + h) * a->max_sel;
+            const int cnt = a->sel_count[(size_t)b * ns + h];
             for (int j = 0; j < nq; j++) {
                 /* ascending indices, the same order as the total: a subset sums to <= it */
                 const double *mj = a->mass + (size_t)j * a->max_blocks;
                 double c = 0.0;
                 for (int s = 0; s < cnt; s++)
                     c += mj[sel[s]];
-                a->sum[(size_t)layer * nkv + h] += fmin(1.0, c / a->total[j]);
+                a->sum[(size_t)layer * ns + h] += fmin(1.0, c / a->total[j]);
             }
         }
         a->terms[layer] += nq;
@@ -225,15 +277,11 @@ int mam_acc_finalize(const struct mam_acc *a, struct mam_profile *out, char *err
             snprintf(err, errlen, "mam: layer %d has no observation", l);
             return PULSE_ERR_INVALID;
         }
-    if (mam_profile_init(out, p->n_layers, p->n_kv_heads) != PULSE_OK) {
+    if (mam_profile_init(out, p->n_layers, a->n_sel) != PULSE_OK) {
         snprintf(err, errlen, "mam: out of host memory");
         return PULSE_ERR_OOM;
     }
-    for (int l = 0; l < p->n_layers; l++)
-        for (int h = 0; h < p->n_kv_heads; h++) {
-            size_t i = (size_t)l * p->n_kv_heads + h;
-            out->mam[i] = fmin(1.0, a->sum[i] / (double)a->terms[l]);
-        }
+    mam_acc_table(a, out->mam);
     out->meta.budget_tokens = p->budget * p->block_size;
     out->meta.block_size = p->block_size;
     out->meta.sink = p->sink;
@@ -344,7 +392,8 @@ static struct kv_view probe_stage(struct mam_probe *p, const uint16_t *q, const 
         }
     }
     p->staged_bytes += bytes;
-    struct kv_view hv = {p->pages, p->ids, p->start, mp->block_size, mp->n_kv_heads, mp->head_dim, 0};
+    struct kv_view hv = {p->pages,       p->ids,       p->start, mp->block_size,
+                         mp->n_kv_heads, mp->head_dim, 0};
     return hv;
 }
 
@@ -352,6 +401,7 @@ static void probe_after_attention(void *user, int layer, const uint16_t *q,
                                   const struct kv_view *kv, const int32_t *n_tokens, int batch)
 {
     struct mam_probe *p = user;
+    if (kv->window > 0) return; /* a sliding-window layer is never selected */
     if (!p->stage) {
         mam_acc_add_layer(p->acc, layer, q, kv, n_tokens, batch);
         return;

@@ -45,6 +45,11 @@ struct mam_params {
     int budget, sink, window;                    /* blocks, as in struct select_cfg */
     int max_batch, max_tokens;                   /* bound every observation */
     float scale; /* softmax scale of q . k; 0 means 1/sqrt(head_dim), the engine's */
+    /* 0: the selectors are the KV heads (the definition above). 1: every QUERY head h is a
+     * selector, its list made from its own q alone against its KV head's digests (one list
+     * per query head); the table is [n_layers][n_heads]. For models with one KV head (Gemma 3
+     * 270M), where SoloHead's single list must come from one query head. */
+    int query_selectors;
 };
 
 /* What was measured (plain data, owned by the caller). */
@@ -83,6 +88,12 @@ void mam_acc_add_layer(struct mam_acc *a, int layer, const uint16_t *q, const st
 
 /* Coverage terms summed so far for (layer, any head): steps * entries * n_heads. */
 int64_t mam_acc_terms(const struct mam_acc *a, int layer);
+/* Selectors per layer: n_kv_heads, or n_heads with query_selectors. */
+int mam_acc_selectors(const struct mam_acc *a);
+/* The means so far, [n_layers][mam_acc_selectors()] (0 for a layer without observations). */
+void mam_acc_table(const struct mam_acc *a, double *out);
+/* Forgets every observation. */
+void mam_acc_reset(struct mam_acc *a);
 
 /* The means so far into out (allocated here; free with mam_profile_free). meta gets the
  * selection shape (budget_tokens, block_size, sink, window); the caller fills the rest.
@@ -98,7 +109,8 @@ int mam_acc_finalize(const struct mam_acc *a, struct mam_profile *out, char *err
 struct mam_probe *mam_probe_create(struct mam_acc *acc, const struct backend *be,
                                    const struct kctx *ctx, int stage, char *err, size_t errlen);
 void mam_probe_free(struct mam_probe *p);
-/* The hook to pass to engine_set_hook (user = p). */
+/* The hook to pass to engine_set_hook (user = p). Layers whose view has a sliding window
+ * (kv->window > 0: local layers, never selected) are not observed. */
 struct engine_layer_hook mam_probe_hook(struct mam_probe *p);
 /* Bytes copied into staging so far (0 when the probe reads backend memory directly). */
 int64_t mam_probe_staged_bytes(const struct mam_probe *p);

@@ -247,7 +247,6 @@ static void test_head_mass(void)
         struct head_mass *hm =
             head_mass_create(r.e, r.kv, 16, T_MAX, budget, 1, 2, err, sizeof err);
         EXPECT(hm != NULL);
-        head_mass_set_slot(hm, r.slot);
         int n = 150;
         int32_t tok = prefill(&r, n, 16);
         struct engine_layer_hook h = head_mass_hook(hm);

@@ -95,7 +95,7 @@ static struct mam_acc *acc_for(const struct layer *L, int n_layers, int budget, 
                                int window, int max_tokens, float scale)
 {
     struct mam_params p = {n_layers, L->nq,  L->nkv,   L->hd,      L->ps, budget,
-                           sink,     window, L->batch, max_tokens, scale};
+                           sink,     window, L->batch, max_tokens, scale, 0};
     char err[256];
     struct mam_acc *a = mam_acc_create(&p, err, sizeof err);
     if (!a) fprintf(stderr, "mam_acc_create: %s\n", err);
@@ -276,7 +276,7 @@ static void test_random_layers(void)
 static void test_bad_params(void)
 {
     char err[256];
-    struct mam_params p = {4, 4, 2, 64, 16, 8, 1, 2, 1, 100, 0.0f};
+    struct mam_params p = {4, 4, 2, 64, 16, 8, 1, 2, 1, 100, 0.0f, 0};
     p.n_heads = 3;
     EXPECT(mam_acc_create(&p, err, sizeof err) == NULL);
     EXPECT_STR_CONTAINS(err, "n_heads");
@@ -481,7 +481,8 @@ static void run_profile(const struct run_cfg *rc, struct mam_profile *pr, int32_
     engine_fill_prompt(e, bt, kv);
     struct mam_params mp = {
         m->n_layers, m->n_heads, m->n_kv_heads, m->head_dim, 16,  rc->budget_tokens / 16,
-        1,           2,          rc->batch,     reserved,    0.0f};
+        1,           2,          rc->batch,     reserved,    0.0f,
+        0};
     struct mam_acc *acc = mam_acc_create(&mp, err, sizeof err);
     struct mam_probe *probe = mam_probe_create(acc, be, engine_ctx(e), rc->stage, err, sizeof err);
     struct engine_layer_hook hook = mam_probe_hook(probe);
