@@ -634,9 +634,6 @@ static json_t *config_json(const struct bench *b)
                   "device events");
     json_object_update(r, c);
     json_decref(c);
-#ifdef PULSE_HAVE_CUDA
-    json_object_set_new(r, "zc_group", json_integer(recall_zero_copy_group()));
-#endif
     return r;
 }
 

@@ -190,9 +190,6 @@ void recall_scatter_ref(const struct recall_desc *d_desc, int n, void *stream);
 void recall_gather_ref(const struct recall_desc *desc, int n, int blocks, int threads,
                        void *stream);
 void recall_scatter_cuda(const struct recall_desc *d_desc, int n, void *stream);
-/* Descriptors per round of a zero-copy block: PULSE_ZC_GROUP (1, 2, 4 or 8; default 1, one
- * descriptor at a time). Read once; recall-bench records it. CUDA builds only. */
-int recall_zero_copy_group(void);
 void recall_gather_cuda(const struct recall_desc *desc, int n, int blocks, int threads,
                         void *stream);
 

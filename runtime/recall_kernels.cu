@@ -12,7 +12,6 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "cuda_check.h"
 #include "recall.h"
@@ -83,92 +82,7 @@ __global__ void __launch_bounds__(1024) gather_kernel(const recall_desc *desc, i
     }
 }
 
-/* The grouped form: a block takes K descriptors per round and spreads the 16-byte words of all
- * of them over its threads, four loads in flight per thread, with no barrier between the
- * descriptors of a round, so K times the bytes are in flight (an 8 KB chunk is one load per
- * thread of a 512-thread block). The next round's K descriptors are prefetched by threads
- * 0..K-1 during the copy. A round with an unaligned descriptor copies its descriptors one by
- * one. */
-template <int K> __global__ void __launch_bounds__(1024) gather_group_kernel(const recall_desc *desc, int n)
-{
-    __shared__ uint64_t sd[2][K][3];
-    const int rounds = (n + K - 1) / K;
-    int g = blockIdx.x;
-    if (g >= rounds) return;
-    if (threadIdx.x < K) {
-        const int j = g * K + threadIdx.x;
-        sd[0][threadIdx.x][0] = j < n ? desc[j].src : 0;
-        sd[0][threadIdx.x][1] = j < n ? desc[j].dst : 0;
-        sd[0][threadIdx.x][2] = j < n ? desc[j].bytes : 0;
-    }
-    __syncthreads();
-    int cur = 0;
-    for (; g < rounds; g += gridDim.x) {
-        const int j = (g + gridDim.x) * K + threadIdx.x;
-        uint64_t ns = 0, nd = 0, nb = 0;
-        if (threadIdx.x < K && j < n) { /* issued now, used after the copy */
-            ns = desc[j].src;
-            nd = desc[j].dst;
-            nb = desc[j].bytes;
-        }
-        uint64_t ofs[K + 1], any = 0;
-        ofs[0] = 0;
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            any |= sd[cur][k][0] | sd[cur][k][1] | sd[cur][k][2];
-            ofs[k + 1] = ofs[k] + (sd[cur][k][2] >> 4);
-        }
-        if ((any & 15) == 0) {
-            const uint64_t total = ofs[K], step = blockDim.x;
-            for (uint64_t i = threadIdx.x; i < total; i += 4 * step) {
-                uint4 v[4];
-                uint4 *dst[4];
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    const uint64_t w = i + u * step;
-                    dst[u] = nullptr;
-                    if (w < total) {
-                        int k = 0;
-#pragma unroll
-                        for (int q = 1; q < K; q++) k += w >= ofs[q];
-                        const uint64_t o = w - ofs[k];
-                        v[u] = reinterpret_cast<const uint4 *>(sd[cur][k][0])[o];
-                        dst[u] = reinterpret_cast<uint4 *>(sd[cur][k][1]) + o;
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < 4; u++)
-                    if (dst[u]) *dst[u] = v[u];
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < K; k++) copy_desc(sd[cur][k][0], sd[cur][k][1], sd[cur][k][2]);
-        }
-        if (threadIdx.x < K && j < n) {
-            sd[cur ^ 1][threadIdx.x][0] = ns;
-            sd[cur ^ 1][threadIdx.x][1] = nd;
-            sd[cur ^ 1][threadIdx.x][2] = nb;
-        } else if (threadIdx.x < K) {
-            sd[cur ^ 1][threadIdx.x][2] = 0;
-            sd[cur ^ 1][threadIdx.x][0] = sd[cur ^ 1][threadIdx.x][1] = 0;
-        }
-        __syncthreads();
-        cur ^= 1;
-    }
-}
-
 } /* namespace */
-
-extern "C" int recall_zero_copy_group(void)
-{
-    static int group = -1;
-    if (group < 0) {
-        const char *e = getenv("PULSE_ZC_GROUP");
-        const int v = e ? atoi(e) : 1;
-        group = v == 2 || v == 4 || v == 8 ? v : 1;
-    }
-    return group;
-}
 
 extern "C" void recall_scatter_cuda(const struct recall_desc *d_desc, int n, void *stream)
 {
@@ -184,13 +98,7 @@ extern "C" void recall_gather_cuda(const struct recall_desc *desc, int n, int bl
 {
     if (n <= 0) return;
     cudaStream_t st = (cudaStream_t)stream;
-    const int k = recall_zero_copy_group(), rounds = (n + k - 1) / k;
-    const int grid = rounds < blocks ? rounds : blocks;
-    switch (k) {
-    case 2: gather_group_kernel<2><<<grid, threads, 0, st>>>(desc, n); break;
-    case 4: gather_group_kernel<4><<<grid, threads, 0, st>>>(desc, n); break;
-    case 8: gather_group_kernel<8><<<grid, threads, 0, st>>>(desc, n); break;
-    default: gather_kernel<<<grid, threads, 0, st>>>(desc, n); break;
-    }
+    const int grid = n < blocks ? n : blocks;
+    gather_kernel<<<grid, threads, 0, st>>>(desc, n);
     CUDA_CHECK_LAUNCH(st);
 }

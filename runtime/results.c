@@ -21,7 +21,7 @@ void results_set_real(json_t *obj, const char *key, double v)
 extern char **environ;
 
 /* Every PULSE_* environment variable: the switches that change kernels or engines (e.g.
- * PULSE_ATTN_BLOCKS_PER_SM, PULSE_ZC_GROUP, PULSE_CPU_THREADS) belong to the result. */
+ * PULSE_ATTN_BLOCKS_PER_SM, PULSE_CPU_THREADS, PULSE_SYNC) belong to the result. */
 static json_t *pulse_env_vars(void)
 {
     json_t *o = json_object();

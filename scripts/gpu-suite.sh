@@ -91,7 +91,7 @@ if has recall; then
     summary+=("recall-bench exit $?")
     python3 "$root/plots/recall_bandwidth.py" "$out/recall_bench.json" --out "$out/recall_bandwidth.png" \
         >/dev/null 2>&1 || true
-    # e.g. RECALL_VARIANTS="PULSE_ZC_GROUP=4": zero-copy and gather-scatter at 8K/64K only
+    # e.g. RECALL_VARIANTS="PULSE_SYNC=1": zero-copy and gather-scatter at 8K/64K only
     for v in ${RECALL_VARIANTS:-}; do
         tag=${v//[^A-Za-z0-9]/_}
         env ${v//,/ } timeout 120 "$bin" recall-bench --engines zero-copy,gather-scatter \
