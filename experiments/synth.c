@@ -215,23 +215,23 @@ int cmd_synth(int argc, char **argv)
     if (!n_paths) paths = synth_corpus_default_paths(&n_paths);
     struct synth_corpus *corpus = NULL;
     char err[512];
-    int lrc = synth_corpus_load(paths, n_paths, &corpus, err, sizeof err);
-    if (lrc != PULSE_OK) {
-        cli_error("synth", "--corpus: %s", err);
-        return lrc == PULSE_ERR_NOMEM ? EXIT_OOM : EXIT_USAGE;
-    }
-    print_stats(corpus);
     struct counter ctr = {NULL, NULL, 0};
-    if (o.tokenizer) {
+    if (o.tokenizer) { /* before the corpus: a bad path fails at once */
         struct gguf_file *g;
         if (gguf_open(o.tokenizer, &g, err, sizeof err) != PULSE_OK ||
             (tokenizer_load(g, &ctr.tok, err, sizeof err) != PULSE_OK && (gguf_free(g), 1))) {
             cli_error("synth", "--tokenizer: %s", err);
-            synth_corpus_free(corpus);
             return EXIT_USAGE;
         }
         gguf_free(g);
     }
+    int lrc = synth_corpus_load(paths, n_paths, &corpus, err, sizeof err);
+    if (lrc != PULSE_OK) {
+        cli_error("synth", "--corpus: %s", err);
+        tokenizer_free(ctr.tok);
+        return lrc == PULSE_ERR_NOMEM ? EXIT_OOM : EXIT_USAGE;
+    }
+    print_stats(corpus);
     if (mkdir(o.out_dir, 0777) != 0 && errno != EEXIST) {
         cli_error("synth", "--out-dir: %s: cannot create: %s", o.out_dir, strerror(errno));
         synth_corpus_free(corpus);

@@ -161,6 +161,12 @@ static void test_longbench_truncation(void)
         json_decref(r);
     }
     unlink(path), unlink(res), rmdir(dir);
+    /* a missing set names its file; too few samples for --samples + --calib-samples */
+    snprintf(args, sizeof args,
+             "accuracy --model %s --backend cpu --data %s --lengths 2048 --tasks passkey", model,
+             dir);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "passkey_2048.jsonl");
 }
 
 int main(void)

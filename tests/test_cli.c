@@ -75,6 +75,11 @@ static const struct bad_case bad[] = {
      "--infinigen-frac", 2},
     {"accuracy --model tiny --data /nonexistent --lengths 4096 --tasks passkey",
      "carries no tokenizer", 2},
+    {"synth --task passkey --length 512 --out-dir /tmp/pulse_cli_synth --tokenizer "
+     "/nonexistent.gguf",
+     "--tokenizer: ", 2},
+    {"recall-bench --backend cpu --cap-unit 3Q", "--cap-unit: '3Q' is not a size", 2},
+    {"recall-bench --backend cpu --cap-burst x", "--cap-burst: 'x' is not a size", 2},
     {"bench frob", "unknown benchmark 'frob'", 2},
     {"bench decode-step --backend cpu --points 4x", "--points: '4x' is not", 2},
 };
