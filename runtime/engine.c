@@ -38,6 +38,7 @@ struct batch {
     size_t stage_bytes;
     void *graph; /* the captured step, valid for graph_kv and these entries */
     const struct kv_cache *graph_kv;
+    int len_on_host; /* h_stage's len row equals d_len (set by batch_set, lost when a step ends) */
 };
 
 /* Carves n bytes (256-aligned) from a cursor. */
@@ -211,6 +212,7 @@ void batch_set(struct engine *e, struct batch *bt, const struct kv_cache *kv,
         bt->max_len = PULSE_MAX(bt->max_len, en->reserved);
     }
     e->be->upload(&e->ctx, bt->mem, h, bt->stage_bytes);
+    bt->len_on_host = 1;
 }
 
 void batch_read_tokens(struct engine *e, struct batch *bt, int32_t *out)
@@ -260,11 +262,14 @@ void engine_run_attention(struct engine *e, struct batch *bt, const struct kv_ca
                        1.0f / sqrtf((float)c->head_dim));
 }
 
-/* The host copy of the attended lengths (the batch's staging len row), for hooks. */
+/* The host copy of the attended lengths (the batch's staging len row), for hooks: fetched at
+ * most once per step (the lengths change only when a step ends). */
 static const int32_t *host_lengths(struct engine *e, struct batch *bt)
 {
     int32_t *len = bt->h_stage + 2 * (size_t)e->p.max_batch;
-    e->be->download(&e->ctx, len, bt->d_len, sizeof(int32_t) * (size_t)bt->n);
+    if (!bt->len_on_host)
+        e->be->download(&e->ctx, len, bt->d_len, sizeof(int32_t) * (size_t)bt->n);
+    bt->len_on_host = 1;
     return len;
 }
 
@@ -334,6 +339,7 @@ void engine_run_head(struct engine *e, struct batch *bt)
     e->be->argmax(x, e->logits, bt->d_tokens, bt->n, c->vocab);
     e->be->advance_pos(x, bt->d_pos, bt->n);
     e->be->advance_pos(x, bt->d_len, bt->n);
+    bt->len_on_host = 0;
 }
 
 void engine_prefill(struct engine *e, struct batch *bt, const struct kv_cache *kv)
@@ -392,6 +398,7 @@ void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv)
     }
     e->be->graph_launch(&e->ctx, bt->graph);
     e->st.graph_launches++;
+    bt->len_on_host = 0; /* the replayed head advanced the lengths */
     TRACE_POP();
 }
 
