@@ -81,13 +81,6 @@ struct sparse_attn {
     int32_t *h_sel, *h_count, *h_pages, *h_n;
 };
 
-static void *carve(char **cur, size_t n)
-{
-    void *p = *cur;
-    *cur += (n + 255) & ~(size_t)255;
-    return p;
-}
-
 static size_t device_bytes(const struct model_config *c, int max_blocks, int n_global, int nch,
                            size_t approx_ws)
 {
@@ -106,7 +99,7 @@ static size_t device_bytes(const struct model_config *c, int max_blocks, int n_g
                       nch < c->hidden ? 4 * (size_t)n_global * nch : 0};
     size_t total = 0;
     for (size_t i = 0; i < PULSE_ARRAY_LEN(parts); i++)
-        total += (parts[i] + 255) & ~(size_t)255;
+        total += mem_aligned(parts[i]);
     return total;
 }
 
@@ -189,19 +182,19 @@ struct sparse_attn *sparse_attn_create(struct engine *e, const struct kv_cache *
     s->h_n = mem_alloc(MEM_HOST, 4 * H, "n host");
     if (!s->mem || !s->h_sel || !s->h_pages || !s->h_count || !s->h_n) goto oom;
     char *cur = s->mem;
-    s->digests = carve(&cur, 2 * (size_t)c->n_kv_heads * mb * 2 * hd);
-    s->d_ident = carve(&cur, 4 * mb);
-    s->d_zero = carve(&cur, 4);
-    s->d_scores = carve(&cur, 4 * H * mb);
-    s->d_sel = carve(&cur, 4 * H * mb);
-    s->d_count = carve(&cur, 4 * H);
-    s->d_pages = carve(&cur, 4 * H * mb);
-    s->d_n = carve(&cur, 4 * H);
-    s->d_approx_q = carve(&cur, 2 * H * hd);
-    s->d_approx_ws = carve(&cur, s->approx_ws_bytes);
+    s->digests = mem_carve(&cur, 2 * (size_t)c->n_kv_heads * mb * 2 * hd);
+    s->d_ident = mem_carve(&cur, 4 * mb);
+    s->d_zero = mem_carve(&cur, 4);
+    s->d_scores = mem_carve(&cur, 4 * H * mb);
+    s->d_sel = mem_carve(&cur, 4 * H * mb);
+    s->d_count = mem_carve(&cur, 4 * H);
+    s->d_pages = mem_carve(&cur, 4 * H * mb);
+    s->d_n = mem_carve(&cur, 4 * H);
+    s->d_approx_q = mem_carve(&cur, 2 * H * hd);
+    s->d_approx_ws = mem_carve(&cur, s->approx_ws_bytes);
     if (s->n_channels < c->hidden) {
-        s->d_partial_wq = carve(&cur, 2 * (size_t)n_global * H * hd * s->n_channels);
-        s->d_channels = carve(&cur, 4 * (size_t)n_global * s->n_channels);
+        s->d_partial_wq = mem_carve(&cur, 2 * (size_t)n_global * H * hd * s->n_channels);
+        s->d_channels = mem_carve(&cur, 4 * (size_t)n_global * s->n_channels);
     }
     for (int i = 0; i < max_blocks; i++) /* the host page buffer stages the identity ids */
         s->h_pages[i] = i;

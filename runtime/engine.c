@@ -41,14 +41,6 @@ struct batch {
     int len_on_host; /* h_stage's len row equals d_len (set by batch_set, lost when a step ends) */
 };
 
-/* Carves n bytes (256-aligned) from a cursor. */
-static void *take(char **cur, size_t n)
-{
-    void *p = *cur;
-    *cur += (n + 255) & ~(size_t)255;
-    return p;
-}
-
 static size_t scratch_size(const struct model_config *c, int B)
 {
     size_t qd = (size_t)c->n_heads * c->head_dim, sz = 0;
@@ -61,7 +53,7 @@ static size_t scratch_size(const struct model_config *c, int B)
                       4 * (size_t)B * c->vocab,
                       4 * (size_t)B * c->hidden};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(parts); i++)
-        sz += (parts[i] + 255) & ~(size_t)255;
+        sz += mem_aligned(parts[i]);
     return sz;
 }
 
@@ -101,14 +93,14 @@ struct engine *engine_create(const struct engine_params *p, char *err, size_t er
     if (!e->scratch) goto oom;
     char *cur = e->scratch;
     size_t B = (size_t)p->max_batch, qd = (size_t)c->n_heads * c->head_dim;
-    e->xn = take(&cur, 2 * B * c->hidden);
-    e->qkv = take(&cur, 4 * B * model_qkv_dim(c));
-    e->q = take(&cur, 2 * B * qd);
-    e->attn = take(&cur, 2 * B * qd);
-    e->gu = take(&cur, 8 * B * c->ffn);
-    e->act = take(&cur, 2 * B * c->ffn);
-    e->logits = take(&cur, 4 * B * c->vocab);
-    e->tmp = take(&cur, 4 * B * c->hidden);
+    e->xn = mem_carve(&cur, 2 * B * c->hidden);
+    e->qkv = mem_carve(&cur, 4 * B * model_qkv_dim(c));
+    e->q = mem_carve(&cur, 2 * B * qd);
+    e->attn = mem_carve(&cur, 2 * B * qd);
+    e->gu = mem_carve(&cur, 8 * B * c->ffn);
+    e->act = mem_carve(&cur, 2 * B * c->ffn);
+    e->logits = mem_carve(&cur, 4 * B * c->vocab);
+    e->tmp = mem_carve(&cur, 4 * B * c->hidden);
     e->use_graph = p->use_graph && p->be->graph_begin && !pulse_sync_each_launch();
     p->be->sync(&e->ctx);
     return e;
@@ -156,7 +148,7 @@ struct batch *batch_create(struct engine *e)
     memset(bt, 0, sizeof *bt);
     size_t B = (size_t)e->p.max_batch;
     bt->stage_bytes = sizeof(int32_t) * batch_int_count(e);
-    bt->mem_bytes = ((bt->stage_bytes + 255) & ~(size_t)255) + sizeof(float) * B * e->p.cfg->hidden;
+    bt->mem_bytes = mem_aligned(bt->stage_bytes) + sizeof(float) * B * e->p.cfg->hidden;
     bt->mem = mem_alloc(e->be->mem, bt->mem_bytes, "batch");
     bt->h_stage = mem_alloc(MEM_HOST, bt->stage_bytes, "batch stage");
     if (!bt->mem || !bt->h_stage) {
@@ -169,7 +161,7 @@ struct batch *batch_create(struct engine *e)
     bt->d_len = ints + 2 * B;
     bt->d_req = ints + 3 * B;
     bt->d_page_start = ints + 4 * B;
-    bt->d_x = (float *)((char *)bt->mem + ((bt->stage_bytes + 255) & ~(size_t)255));
+    bt->d_x = (float *)((char *)bt->mem + mem_aligned(bt->stage_bytes));
     return bt;
 }
 
@@ -267,8 +259,7 @@ void engine_run_attention(struct engine *e, struct batch *bt, const struct kv_ca
 static const int32_t *host_lengths(struct engine *e, struct batch *bt)
 {
     int32_t *len = bt->h_stage + 2 * (size_t)e->p.max_batch;
-    if (!bt->len_on_host)
-        e->be->download(&e->ctx, len, bt->d_len, sizeof(int32_t) * (size_t)bt->n);
+    if (!bt->len_on_host) e->be->download(&e->ctx, len, bt->d_len, sizeof(int32_t) * (size_t)bt->n);
     bt->len_on_host = 1;
     return len;
 }

@@ -16,19 +16,6 @@
 #include "results.h"
 #include "select.h"
 
-/* Carves n bytes (64-aligned) from a cursor. */
-static void *take(char **cur, size_t n)
-{
-    void *p = *cur;
-    *cur += (n + 63) & ~(size_t)63;
-    return p;
-}
-
-static size_t round64(size_t n)
-{
-    return (n + 63) & ~(size_t)63;
-}
-
 /* ------------------------------------------------------------------ accumulator */
 
 struct mam_acc {
@@ -107,7 +94,7 @@ struct mam_acc *mam_acc_create(const struct mam_params *p, char *err, size_t err
                       8 * (size_t)p->n_layers * ns,
                       8 * (size_t)p->n_layers};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(sizes); i++)
-        a->mem_bytes += round64(sizes[i]);
+        a->mem_bytes += mem_aligned(sizes[i]);
     a->mem = mem_alloc(MEM_HOST, a->mem_bytes, "mam scratch");
     if (!a->mem) {
         snprintf(err, errlen, "mam accumulator: out of host memory for %.1f MB of scratch",
@@ -117,17 +104,17 @@ struct mam_acc *mam_acc_create(const struct mam_params *p, char *err, size_t err
     }
     memset(a->mem, 0, a->mem_bytes);
     char *cur = a->mem;
-    a->digests = take(&cur, sizes[0]);
-    a->dig_ids = take(&cur, sizes[1]);
-    a->dig_start = take(&cur, sizes[2]);
-    a->scores = take(&cur, sizes[3]);
-    a->sel_idx = take(&cur, sizes[4]);
-    a->sel_count = take(&cur, sizes[5]);
-    a->logits = take(&cur, sizes[6]);
-    a->mass = take(&cur, sizes[7]);
-    a->total = take(&cur, sizes[8]);
-    a->sum = take(&cur, sizes[9]);
-    a->terms = take(&cur, sizes[10]);
+    a->digests = mem_carve(&cur, sizes[0]);
+    a->dig_ids = mem_carve(&cur, sizes[1]);
+    a->dig_start = mem_carve(&cur, sizes[2]);
+    a->scores = mem_carve(&cur, sizes[3]);
+    a->sel_idx = mem_carve(&cur, sizes[4]);
+    a->sel_count = mem_carve(&cur, sizes[5]);
+    a->logits = mem_carve(&cur, sizes[6]);
+    a->mass = mem_carve(&cur, sizes[7]);
+    a->total = mem_carve(&cur, sizes[8]);
+    a->sum = mem_carve(&cur, sizes[9]);
+    a->terms = mem_carve(&cur, sizes[10]);
     for (size_t i = 0; i < B * MB; i++)
         a->dig_ids[i] = (int32_t)i;
     for (size_t b = 0; b < B; b++)
@@ -329,7 +316,7 @@ struct mam_probe *mam_probe_create(struct mam_acc *acc, const struct backend *be
     size_t sizes[] = {2 * B * mp->n_heads * mp->head_dim, 4 * B, 4 * B * MP, 4 * B * MP, 4 * B,
                       2 * B * MP * p->page_elems};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(sizes); i++)
-        p->mem_bytes += round64(sizes[i]);
+        p->mem_bytes += mem_aligned(sizes[i]);
     p->mem = mem_alloc(MEM_HOST, p->mem_bytes, "mam staging");
     if (!p->mem) {
         snprintf(err, errlen, "mam probe: out of host memory for %.1f MB of staging",
@@ -338,12 +325,12 @@ struct mam_probe *mam_probe_create(struct mam_acc *acc, const struct backend *be
         return NULL;
     }
     char *cur = p->mem;
-    p->q = take(&cur, sizes[0]);
-    p->src_start = take(&cur, sizes[1]);
-    p->src_ids = take(&cur, sizes[2]);
-    p->ids = take(&cur, sizes[3]);
-    p->start = take(&cur, sizes[4]);
-    p->pages = take(&cur, sizes[5]);
+    p->q = mem_carve(&cur, sizes[0]);
+    p->src_start = mem_carve(&cur, sizes[1]);
+    p->src_ids = mem_carve(&cur, sizes[2]);
+    p->ids = mem_carve(&cur, sizes[3]);
+    p->start = mem_carve(&cur, sizes[4]);
+    p->pages = mem_carve(&cur, sizes[5]);
     for (size_t i = 0; i < B * MP; i++)
         p->ids[i] = (int32_t)i;
     for (size_t b = 0; b < B; b++)

@@ -23,4 +23,18 @@ void mem_free(enum mem_kind kind, void *p, size_t bytes);
 void mem_get_stats(struct mem_stats *out);
 const char *mem_kind_name(enum mem_kind kind);
 
+/* One allocation carved into parts: the bytes a part of n takes (256-byte aligned, enough for
+ * any vector load), and the next part from a cursor. */
+static inline size_t mem_aligned(size_t n)
+{
+    return (n + 255) & ~(size_t)255;
+}
+
+static inline void *mem_carve(char **cur, size_t n)
+{
+    void *p = *cur;
+    *cur += mem_aligned(n);
+    return p;
+}
+
 #endif

@@ -154,7 +154,7 @@ struct carve {
 static void *take(struct carve *c, size_t n)
 {
     void *p = c->base ? c->base + c->off : NULL;
-    c->off += (n + 255) & ~(size_t)255;
+    c->off += mem_aligned(n);
     return p;
 }
 
