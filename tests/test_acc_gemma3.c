@@ -169,11 +169,40 @@ static void test_longbench_truncation(void)
     EXPECT_STR_CONTAINS(out, "passkey_2048.jsonl");
 }
 
+/* pulse synth --tokenizer fits each prompt plus the task's new tokens (passkey: 32) into the
+ * length in the model's own tokens, as the accuracy driver will count them. */
+static void test_synth_tokenizer(void)
+{
+    char dir[] = "/tmp/pulse_gemma_syn_XXXXXX", path[256], args[8192];
+    EXPECT(mkdtemp(dir) != NULL);
+    snprintf(args, sizeof args,
+             "synth --task passkey --length 1024 --samples 3 --seed 5 --out-dir %s --tokenizer %s",
+             dir, model);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+    snprintf(path, sizeof path, "%s/passkey_1024.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    EXPECT(f != NULL);
+    char line[1 << 16];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        json_error_t je;
+        json_t *r = json_loads(line, 0, &je);
+        json_int_t t = json_integer_value(json_object_get(r, "tokens"));
+        EXPECT(t > 900 && t <= 1024 - 32);
+        json_decref(r);
+        n++;
+    }
+    EXPECT_EQ_INT(n, 3);
+    if (f) fclose(f);
+    unlink(path), rmdir(dir);
+}
+
 int main(void)
 {
     if (tu_gemma_path("test_acc_gemma3", model, sizeof model) != 0) return 77;
     test_golden();
     test_passkey();
     test_longbench_truncation();
+    test_synth_tokenizer();
     return tu_finish("test_acc_gemma3");
 }

@@ -245,6 +245,23 @@ static void test_generate_sparse(void)
     unlink("/tmp/pulse_cli_env.json");
 }
 
+/* recall-bench --cap-unit / --cap-burst reach the engines and the JSON. */
+static void test_recall_cap_flags(void)
+{
+    EXPECT_EQ_INT(run("recall-bench --backend cpu --engines zero-copy --sizes 8K --counts 64 "
+                      "--reps 1 --warmup 0 --caps 0.4 --cap-chunk 8K --cap-count 64 "
+                      "--no-interference --peak-bytes 1M --cap-unit 64K --cap-burst 128K "
+                      "--out /tmp/pulse_cli_rb.json"),
+                  0);
+    json_error_t je;
+    json_t *r = json_load_file("/tmp/pulse_cli_rb.json", 0, &je);
+    json_t *c = json_object_get(r, "config");
+    EXPECT_EQ_INT(json_integer_value(json_object_get(c, "cap_unit_bytes")), 65536);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(c, "cap_burst_bytes")), 131072);
+    json_decref(r);
+    unlink("/tmp/pulse_cli_rb.json");
+}
+
 int main(void)
 {
     test_bad_inputs();
@@ -252,6 +269,7 @@ int main(void)
     test_help();
     test_models();
     test_generate_sparse();
+    test_recall_cap_flags();
     test_good_run();
     return tu_finish("test_cli");
 }
