@@ -1,14 +1,63 @@
 #include "backend.h"
 
+#include <sched.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "common.h"
 #include "kernels_cpu.h"
 
+/* upload / download / sync block until the copy is done: a host synchronisation, noted on the
+ * cpu backend too, so that tests on the cpu see every one a decode step would make on cuda. */
 static void cpu_upload(const struct kctx *c, void *dst, const void *src, size_t bytes)
 {
     (void)c;
+    pulse_host_sync_note();
     memcpy(dst, src, bytes);
+}
+
+static void cpu_copy_async(const struct kctx *c, void *dst, const void *src, size_t bytes)
+{
+    (void)c;
+    memmove(dst, src, bytes);
+}
+
+static char cpu_event_token; /* every cpu event: work is done when it is queued */
+
+static void *cpu_event_create(void)
+{
+    return &cpu_event_token;
+}
+
+static void cpu_event_destroy(void *ev)
+{
+    (void)ev;
+}
+
+static void cpu_event_record(const struct kctx *c, void *ev)
+{
+    (void)c, (void)ev;
+}
+
+static int cpu_event_query(void *ev)
+{
+    (void)ev;
+    return 1;
+}
+
+static void cpu_event_sync(void *ev)
+{
+    (void)ev;
+    pulse_host_sync_note();
+}
+
+/* The cpu backend's stream is the calling thread: it waits here as a device would. */
+static void cpu_wait_value(const struct kctx *c, const uint32_t *flag, uint32_t value)
+{
+    (void)c;
+    const _Atomic uint32_t *f = (const _Atomic uint32_t *)flag;
+    for (int spins = 0; (int32_t)(atomic_load_explicit(f, memory_order_acquire) - value) < 0;)
+        if (++spins > 1000) sched_yield();
 }
 
 static void cpu_memset(const struct kctx *c, void *dst, int value, size_t bytes)
@@ -20,6 +69,7 @@ static void cpu_memset(const struct kctx *c, void *dst, int value, size_t bytes)
 static void cpu_sync(const struct kctx *c)
 {
     (void)c;
+    pulse_host_sync_note();
 }
 
 static int cpu_ctx_create(struct kctx *c, size_t workspace_bytes)
@@ -80,6 +130,13 @@ static const struct backend cpu_backend = {
     .download = cpu_upload,
     .memset = cpu_memset,
     .sync = cpu_sync,
+    .copy_async = cpu_copy_async,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .event_query = cpu_event_query,
+    .event_sync = cpu_event_sync,
+    .wait_value = cpu_wait_value,
     .copy_bandwidth = cpu_copy_bandwidth,
     .describe = cpu_describe,
 };

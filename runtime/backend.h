@@ -46,6 +46,23 @@ struct backend {
     void (*memset)(const struct kctx *c, void *dst, int value, size_t bytes);
     /* Waits for all work queued on the context. */
     void (*sync)(const struct kctx *c);
+    /* The decode step's asynchronous side (nothing here blocks the caller on device work):
+     * copies queued on the context's stream between host memory (pinned on cuda: the host side
+     * must stay untouched until the copy has run) and backend memory, or within backend memory;
+     * the cpu backend copies at once. */
+    void (*copy_async)(const struct kctx *c, void *dst, const void *src, size_t bytes);
+    /* Events: created once (outside any step), recorded on the context's stream; query is
+     * non-blocking (1 done, 0 pending); sync blocks the calling thread (a host synchronisation,
+     * noted). The cpu backend's work is done when it is queued, so its events are always done. */
+    void *(*event_create)(void);
+    void (*event_destroy)(void *ev);
+    void (*event_record)(const struct kctx *c, void *ev);
+    int (*event_query)(void *ev);
+    void (*event_sync)(void *ev);
+    /* The stream waits on the device until (int32_t)(*flag - value) >= 0 (a flag in pinned host
+     * memory that another thread or a recall stream writes; cuStreamWaitValue32 on cuda). The
+     * cpu backend, whose stream is the calling thread, spins until then. */
+    void (*wait_value)(const struct kctx *c, const uint32_t *flag, uint32_t value);
     /* Measures the memory copy bandwidth on this backend's memory: copies of `bytes`, counting
      * bytes read plus written, median of `reps`, in GB/s. Allocates (outside any step). */
     double (*copy_bandwidth)(const struct kctx *c, size_t bytes, int reps);

@@ -7,6 +7,7 @@
 #include "backend.h"
 #include "common.h"
 #include "cuda_check.h"
+#include "stream_value.h"
 
 int backend_cuda_available(void)
 {
@@ -69,8 +70,50 @@ static void cuda_ctx_free(struct kctx *c)
 static void cuda_copy(const struct kctx *c, void *dst, const void *src, size_t bytes)
 {
     cudaStream_t s = (cudaStream_t)c->stream;
+    pulse_host_sync_note();
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+static void cuda_copy_async(const struct kctx *c, void *dst, const void *src, size_t bytes)
+{
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)c->stream));
+}
+
+static void *cuda_event_create(void)
+{
+    cudaEvent_t ev;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    return ev;
+}
+
+static void cuda_event_destroy(void *ev)
+{
+    if (ev) CUDA_CHECK(cudaEventDestroy((cudaEvent_t)ev));
+}
+
+static void cuda_event_record(const struct kctx *c, void *ev)
+{
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)c->stream));
+}
+
+static int cuda_event_query(void *ev)
+{
+    cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
+    if (e == cudaErrorNotReady) return 0;
+    CUDA_CHECK(e);
+    return 1;
+}
+
+static void cuda_event_sync(void *ev)
+{
+    pulse_host_sync_note();
+    CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)ev));
+}
+
+static void cuda_wait_value(const struct kctx *c, const uint32_t *flag, uint32_t value)
+{
+    pulse_cuda_wait_value(c->stream, flag, value);
 }
 
 static void cuda_memset(const struct kctx *c, void *dst, int value, size_t bytes)
@@ -80,6 +123,7 @@ static void cuda_memset(const struct kctx *c, void *dst, int value, size_t bytes
 
 static void cuda_sync(const struct kctx *c)
 {
+    pulse_host_sync_note();
     CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)c->stream));
 }
 
@@ -201,6 +245,13 @@ const struct backend cuda_backend = {
     .download = cuda_copy,
     .memset = cuda_memset,
     .sync = cuda_sync,
+    .copy_async = cuda_copy_async,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_sync = cuda_event_sync,
+    .wait_value = cuda_wait_value,
     .copy_bandwidth = cuda_copy_bandwidth,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,

@@ -42,3 +42,15 @@ int pulse_sync_each_launch(void)
     }
     return cached;
 }
+
+static _Thread_local int64_t host_syncs;
+
+void pulse_host_sync_note(void)
+{
+    host_syncs++;
+}
+
+int64_t pulse_host_syncs(void)
+{
+    return host_syncs;
+}

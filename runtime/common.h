@@ -45,6 +45,13 @@ int pulse_errorf(char *err, size_t errlen, int code, const char *label, const ch
 /* Monotonic wall clock in seconds. */
 double pulse_now(void);
 
+/* Host synchronisations made by the calling thread: every backend call that blocks until
+ * device work is done (a synchronous copy, a stream or event synchronisation) notes one. A
+ * decode step's count is the difference around it on the thread that drives it (thread-local,
+ * so a recall thread's waits do not count). */
+void pulse_host_sync_note(void);
+int64_t pulse_host_syncs(void);
+
 /* Environment switch PULSE_SYNC=1: synchronise after every kernel launch (debugging). */
 int pulse_sync_each_launch(void);
 

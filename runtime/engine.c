@@ -17,8 +17,6 @@ struct engine {
     size_t scratch_bytes;
     uint16_t *xn;   /* [B][hidden] normalised input of a GEMM */
     float *qkv;     /* [B][qkv_dim] */
-    uint16_t *q;    /* [B][nq*hd] rotated queries */
-    uint16_t *attn; /* [B][nq*hd] attention output */
     float *gu;      /* [B][2*ffn] */
     float *tmp;     /* [B][hidden] a projection before its post-norm (Gemma 3) */
     uint16_t *act;  /* [B][ffn] */
@@ -34,6 +32,8 @@ struct batch {
     size_t mem_bytes;
     int32_t *d_tokens, *d_pos, *d_len, *d_req, *d_page_start; /* page_start: [layer][max_batch] */
     float *d_x;                                               /* [max_batch][hidden] residual */
+    uint16_t *d_q;    /* [max_batch][nq*hd] rotated queries: pre-attention -> attention */
+    uint16_t *d_attn; /* [max_batch][nq*hd] attention output: attention -> post-attention */
     int32_t *h_stage; /* host staging of the int arrays, same layout as the device block */
     size_t stage_bytes;
     void *graph; /* the captured step, valid for graph_kv and these entries */
@@ -43,11 +43,9 @@ struct batch {
 
 static size_t scratch_size(const struct model_config *c, int B)
 {
-    size_t qd = (size_t)c->n_heads * c->head_dim, sz = 0;
+    size_t sz = 0;
     size_t parts[] = {2 * (size_t)B * c->hidden,
                       4 * (size_t)B * model_qkv_dim(c),
-                      2 * B * qd,
-                      2 * B * qd,
                       8 * (size_t)B * c->ffn,
                       2 * (size_t)B * c->ffn,
                       4 * (size_t)B * c->vocab,
@@ -92,11 +90,9 @@ struct engine *engine_create(const struct engine_params *p, char *err, size_t er
     e->scratch = mem_alloc(p->be->mem, e->scratch_bytes, "layer scratch");
     if (!e->scratch) goto oom;
     char *cur = e->scratch;
-    size_t B = (size_t)p->max_batch, qd = (size_t)c->n_heads * c->head_dim;
+    size_t B = (size_t)p->max_batch;
     e->xn = mem_carve(&cur, 2 * B * c->hidden);
     e->qkv = mem_carve(&cur, 4 * B * model_qkv_dim(c));
-    e->q = mem_carve(&cur, 2 * B * qd);
-    e->attn = mem_carve(&cur, 2 * B * qd);
     e->gu = mem_carve(&cur, 8 * B * c->ffn);
     e->act = mem_carve(&cur, 2 * B * c->ffn);
     e->logits = mem_carve(&cur, 4 * B * c->vocab);
@@ -147,8 +143,10 @@ struct batch *batch_create(struct engine *e)
     if (!bt) return NULL;
     memset(bt, 0, sizeof *bt);
     size_t B = (size_t)e->p.max_batch;
+    const size_t xb = sizeof(float) * B * e->p.cfg->hidden,
+                 qb = sizeof(uint16_t) * B * e->p.cfg->n_heads * e->p.cfg->head_dim;
     bt->stage_bytes = sizeof(int32_t) * batch_int_count(e);
-    bt->mem_bytes = mem_aligned(bt->stage_bytes) + sizeof(float) * B * e->p.cfg->hidden;
+    bt->mem_bytes = mem_aligned(bt->stage_bytes) + mem_aligned(xb) + 2 * mem_aligned(qb);
     bt->mem = mem_alloc(e->be->mem, bt->mem_bytes, "batch");
     bt->h_stage = mem_alloc(MEM_HOST, bt->stage_bytes, "batch stage");
     if (!bt->mem || !bt->h_stage) {
@@ -161,7 +159,10 @@ struct batch *batch_create(struct engine *e)
     bt->d_len = ints + 2 * B;
     bt->d_req = ints + 3 * B;
     bt->d_page_start = ints + 4 * B;
-    bt->d_x = (float *)((char *)bt->mem + mem_aligned(bt->stage_bytes));
+    char *cur = (char *)bt->mem + mem_aligned(bt->stage_bytes);
+    bt->d_x = mem_carve(&cur, xb);
+    bt->d_q = mem_carve(&cur, qb);
+    bt->d_attn = mem_carve(&cur, qb);
     return bt;
 }
 
@@ -250,8 +251,8 @@ void engine_run_attention(struct engine *e, struct batch *bt, const struct kv_ca
     const struct model_config *c = e->p.cfg;
     struct kv_view v = kv_cache_view(kv, bt->d_page_start + (size_t)layer * e->p.max_batch);
     v.window = model_layer_window(c, layer);
-    e->be->attn_decode(&e->ctx, e->q, &v, bt->d_len, e->attn, bt->n, c->n_heads, bt->max_len,
-                       1.0f / sqrtf((float)c->head_dim));
+    e->be->attn_decode(&e->ctx, bt->d_q, &v, bt->d_len, bt->d_attn, bt->n, c->n_heads,
+                       bt->max_len, 1.0f / sqrtf((float)c->head_dim));
 }
 
 /* The host copy of the attended lengths (the batch's staging len row), for hooks: fetched at
@@ -264,32 +265,33 @@ static const int32_t *host_lengths(struct engine *e, struct batch *bt)
     return len;
 }
 
-void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
+void engine_layer_pre(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
+{
+    const struct model_config *c = e->p.cfg;
+    const struct backend *be = e->be;
+    const struct layer_weights *w = &e->model.layers[layer];
+    const struct kctx *x = &e->ctx;
+    int B = bt->n, H = c->hidden;
+    struct kv_view v = kv_cache_view(kv, bt->d_page_start + (size_t)layer * e->p.max_batch);
+    be->rmsnorm(x, bt->d_x, w->attn_norm, e->xn, B, H, c->norm_eps);
+    be->gemm_bf16(x, e->xn, w->wqkv, e->qkv, B, model_qkv_dim(c), H, 0.0f);
+    be->qk_norm_rope_append(x, e->qkv, w->q_norm, w->k_norm, bt->d_q, &v, bt->d_pos, B,
+                            c->n_heads, model_layer_rope_theta(c, layer), c->norm_eps);
+}
+
+void engine_layer_post(struct engine *e, struct batch *bt, int layer)
 {
     const struct model_config *c = e->p.cfg;
     const struct backend *be = e->be;
     const struct layer_weights *w = &e->model.layers[layer];
     const struct kctx *x = &e->ctx;
     int B = bt->n, H = c->hidden, qd = c->n_heads * c->head_dim;
-    struct kv_view v = kv_cache_view(kv, bt->d_page_start + (size_t)layer * e->p.max_batch);
-    v.window = model_layer_window(c, layer);
     const int gemma = c->arch == MODEL_ARCH_GEMMA3;
-    TRACE_PUSH("layer");
-    if (e->hook.before_layer) e->hook.before_layer(e->hook.user, layer, bt->d_x, bt->d_pos, B);
-    be->rmsnorm(x, bt->d_x, w->attn_norm, e->xn, B, H, c->norm_eps);
-    be->gemm_bf16(x, e->xn, w->wqkv, e->qkv, B, model_qkv_dim(c), H, 0.0f);
-    be->qk_norm_rope_append(x, e->qkv, w->q_norm, w->k_norm, e->q, &v, bt->d_pos, B, c->n_heads,
-                            model_layer_rope_theta(c, layer), c->norm_eps);
-    if (!e->hook.attend ||
-        !e->hook.attend(e->hook.user, layer, e->q, &v, bt->d_len, host_lengths(e, bt), e->attn, B))
-        engine_run_attention(e, bt, kv, layer);
-    if (e->hook.after_attention)
-        e->hook.after_attention(e->hook.user, layer, e->q, &v, host_lengths(e, bt), B);
     if (gemma) { /* post-norm, then the residual add */
-        be->gemm_bf16(x, e->attn, w->wo, e->tmp, B, H, qd, 0.0f);
+        be->gemm_bf16(x, bt->d_attn, w->wo, e->tmp, B, H, qd, 0.0f);
         be->rmsnorm_add(x, bt->d_x, e->tmp, w->post_attn_norm, B, H, c->norm_eps);
     } else {
-        be->gemm_bf16(x, e->attn, w->wo, bt->d_x, B, H, qd, 1.0f);
+        be->gemm_bf16(x, bt->d_attn, w->wo, bt->d_x, B, H, qd, 1.0f);
     }
     be->rmsnorm(x, bt->d_x, w->mlp_norm, e->xn, B, H, c->norm_eps);
     be->gemm_bf16(x, e->xn, w->wgu, e->gu, B, 2 * c->ffn, H, 0.0f);
@@ -300,6 +302,22 @@ void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache 
     } else {
         be->gemm_bf16(x, e->act, w->wdown, bt->d_x, B, H, c->ffn, 1.0f);
     }
+}
+
+void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
+{
+    struct kv_view v = kv_cache_view(kv, bt->d_page_start + (size_t)layer * e->p.max_batch);
+    v.window = model_layer_window(e->p.cfg, layer);
+    const int B = bt->n;
+    TRACE_PUSH("layer");
+    if (e->hook.before_layer) e->hook.before_layer(e->hook.user, layer, bt->d_x, bt->d_pos, B);
+    engine_layer_pre(e, bt, kv, layer);
+    if (!e->hook.attend || !e->hook.attend(e->hook.user, layer, bt->d_q, &v, bt->d_len,
+                                           host_lengths(e, bt), bt->d_attn, B))
+        engine_run_attention(e, bt, kv, layer);
+    if (e->hook.after_attention)
+        e->hook.after_attention(e->hook.user, layer, bt->d_q, &v, host_lengths(e, bt), B);
+    engine_layer_post(e, bt, layer);
     TRACE_POP();
 }
 
@@ -310,7 +328,7 @@ void engine_run_layer_gemms(struct engine *e, struct batch *bt, int layer)
     const struct kctx *x = &e->ctx;
     int B = bt->n, H = c->hidden;
     e->be->gemm_bf16(x, e->xn, w->wqkv, e->qkv, B, model_qkv_dim(c), H, 0.0f);
-    e->be->gemm_bf16(x, e->attn, w->wo, bt->d_x, B, H, c->n_heads * c->head_dim, 1.0f);
+    e->be->gemm_bf16(x, bt->d_attn, w->wo, bt->d_x, B, H, c->n_heads * c->head_dim, 1.0f);
     e->be->gemm_bf16(x, e->xn, w->wgu, e->gu, B, 2 * c->ffn, H, 0.0f);
     e->be->gemm_bf16(x, e->act, w->wdown, bt->d_x, B, H, c->ffn, 1.0f);
 }
@@ -404,4 +422,34 @@ void engine_set_hook(struct engine *e, const struct engine_layer_hook *hook)
         e->hook = *hook;
     else
         memset(&e->hook, 0, sizeof e->hook);
+}
+
+uint16_t *batch_q(const struct batch *bt)
+{
+    return bt->d_q;
+}
+
+uint16_t *batch_attn_out(const struct batch *bt)
+{
+    return bt->d_attn;
+}
+
+const int32_t *batch_pos(const struct batch *bt)
+{
+    return bt->d_pos;
+}
+
+const int32_t *batch_len(const struct batch *bt)
+{
+    return bt->d_len;
+}
+
+const float *batch_residual(const struct batch *bt)
+{
+    return bt->d_x;
+}
+
+const int32_t *batch_page_starts(const struct engine *e, const struct batch *bt, int layer)
+{
+    return bt->d_page_start + (size_t)layer * e->p.max_batch;
 }

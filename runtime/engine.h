@@ -90,9 +90,29 @@ void engine_fill_prompt(struct engine *e, struct batch *bt, const struct kv_cach
 
 /* The pieces of a step, queued on the context's stream (asynchronous on cuda). */
 void engine_run_embed(struct engine *e, struct batch *bt);
+/* One layer: engine_layer_pre, the attention (a hook's, or engine_run_attention), then
+ * engine_layer_post. */
 void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer);
-/* Attention of one layer alone (the benchmark times it apart). */
+/* The three pieces of a layer for one batch, which a policy may drive itself (an offload layer
+ * puts its own attention between them). Each reads and writes only the batch's state and the
+ * engine's scratch inside the piece, so pieces of different batches may interleave at piece
+ * boundaries. pre: RMSNorm, QKV GEMM, QK-norm, RoPE into batch_q, K/V appended to the token's
+ * page of `kv`. attention: dense paged attention over the layer's view into batch_attn_out (the
+ * benchmark also times it alone). post: O GEMM, residual, RMSNorm, gate/up GEMM, activation,
+ * down GEMM, residual. */
+void engine_layer_pre(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer);
 void engine_run_attention(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer);
+void engine_layer_post(struct engine *e, struct batch *bt, int layer);
+/* The batch's device state (backend memory, valid while it lives): rotated queries and the
+ * attention output bf16 [max_batch][nq][head_dim], positions and attended lengths [max_batch]
+ * (lengths = positions + 1 during a step), the residual stream fp32 [max_batch][hidden]. */
+uint16_t *batch_q(const struct batch *bt);
+uint16_t *batch_attn_out(const struct batch *bt);
+const int32_t *batch_pos(const struct batch *bt);
+const int32_t *batch_len(const struct batch *bt);
+const float *batch_residual(const struct batch *bt);
+/* The batch's page starts of one layer ([max_batch], backend memory): kv_cache_view's. */
+const int32_t *batch_page_starts(const struct engine *e, const struct batch *bt, int layer);
 /* The four GEMMs of one layer alone, and the LM head GEMM (benchmark breakdown; they clobber
  * the batch's residual stream and logits, so call them after reading what a step produced). */
 void engine_run_layer_gemms(struct engine *e, struct batch *bt, int layer);

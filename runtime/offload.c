@@ -162,17 +162,14 @@ static void *take(struct carve *c, size_t n)
 static size_t host_layout(struct offload *o, char *base)
 {
     struct carve c = {base, 0};
-    const size_t B = (size_t)o->max_batch, V = B * o->n_lists, MB = (size_t)o->max_blocks;
-    o->h_q = take(&c, 2 * B * o->nq * o->hd);
+    const size_t B = (size_t)o->max_batch, MB = (size_t)o->max_blocks;
     o->q_next = take(&c, 2 * B * o->n_sparse * o->nq * o->hd);
     o->q_ready = take(&c, B * o->n_sparse);
-    o->h_sel = take(&c, 4 * V * (o->ms + 1));
-    o->h_att_buf[0] = take(&c, 4 * V * (o->ms + 1));
-    o->h_att_buf[1] = take(&c, 4 * V * (o->ms + 1));
-    o->h_step = take(&c, 4 * B * (1 + o->n_sparse));
-    o->h_slot = take(&c, 4 * B);
-    o->tail_buf[0] = take(&c, 4 * V);
-    o->tail_buf[1] = take(&c, 4 * V);
+    for (int p = 0; p < 2; p++) {
+        o->ss[p].slot = take(&c, 4 * B);
+        o->ss[p].n_tok = take(&c, 4 * B);
+    }
+    o->ev_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
     o->items = take(&c, sizeof(struct recall_item) * (size_t)o->max_items);
     int32_t *r = take(&c, 4 * 6 * (size_t)o->ms);
     o->res = (struct hot_cache_result){
@@ -193,16 +190,34 @@ static size_t host_layout(struct offload *o, char *base)
     return c.off;
 }
 
+/* Carves what the device reads or writes asynchronously from pinned memory (the step upload,
+ * the lists, the control blocks, the flags). */
+static size_t pin_layout(struct offload *o, char *base)
+{
+    struct carve c = {base, 0};
+    const size_t V = (size_t)o->max_batch * o->n_lists, S = (size_t)o->n_sparse;
+    o->sel_ints = mem_aligned(4 * V * (o->ms + 1)) / 4;
+    o->ctl_ints = mem_aligned(4 * offload_ctl_desc_off(o) + sizeof(struct recall_desc) * V) / 4;
+    for (int p = 0; p < 2; p++)
+        o->h_up[p] = take(&c, offload_up_bytes(o));
+    o->h_sel = take(&c, 4 * 2 * S * o->sel_ints);
+    o->h_ctl = take(&c, 4 * 2 * S * o->ctl_ints);
+    o->flags = take(&c, 4 * S);
+    return c.off;
+}
+
 static size_t dev_layout(struct offload *o, char *base)
 {
     struct carve c = {base, 0};
-    const size_t B = (size_t)o->max_batch, V = B * o->n_lists;
-    o->d_q = take(&c, 2 * B * o->nq * o->hd);
+    const size_t V = (size_t)o->max_batch * o->n_lists;
+    o->d_up = take(&c, offload_up_bytes(o));
+    o->d_q = (uint16_t *)((char *)o->d_up + (offload_up_bytes(o) - sizeof(uint16_t) *
+                                                                     (size_t)o->n_sparse *
+                                                                     o->max_batch * o->nq * o->hd));
     o->d_scores = take(&c, 4 * V * o->max_blocks);
     o->d_sel = take(&c, 4 * V * (o->ms + 1));
-    o->d_att = take(&c, 4 * V * (o->ms + 1));
+    o->d_ctl = take(&c, 4 * o->ctl_ints);
     o->d_att_start = take(&c, 4 * V);
-    o->d_step = take(&c, 4 * B * (1 + o->n_sparse));
     return c.off;
 }
 
@@ -220,25 +235,42 @@ static int alloc_host(struct offload *o)
     return PULSE_OK;
 }
 
+/* Pinned where the backend is a device (host memory on the cpu). */
+static enum mem_kind pin_kind(const struct offload *o)
+{
+    return o->be->mem == MEM_DEVICE ? MEM_PINNED : MEM_HOST;
+}
+
 static int alloc_dev(struct offload *o)
 {
+    o->pin_bytes = pin_layout(o, NULL);
+    o->pin = mem_alloc(pin_kind(o), o->pin_bytes, "offload pinned buffers");
+    if (!o->pin) return PULSE_ERR_OOM;
+    memset(o->pin, 0, o->pin_bytes);
+    pin_layout(o, o->pin);
     o->dmem_bytes = dev_layout(o, NULL);
     o->dmem = mem_alloc(o->be->mem, o->dmem_bytes, "offload buffers");
     if (!o->dmem) return PULSE_ERR_OOM;
     dev_layout(o, o->dmem);
     const int V = o->max_batch * o->n_lists;
-    int32_t *start = o->h_att_buf[0]; /* staging: rewritten every layer */
+    int32_t *start = o->h_ctl; /* staging, before any step */
     for (int v = 0; v < V; v++)
         start[v] = v * o->ms;
     o->be->upload(o->ctx, o->d_att_start, start, sizeof(int32_t) * (size_t)V);
-    return PULSE_OK;
+    for (int p = 0; p < 2; p++)
+        o->ev_up[p] = o->be->event_create();
+    for (int i = 0; i < 2 * o->n_sparse; i++)
+        o->ev_sel[i] = o->be->event_create();
+    return offload_planner_start(o);
 }
 
 /* ------------------------------------------------------------------ create */
 
-static const struct offload_sel_fns fns_ref = {digest_update_ref, select_blocks_ref};
+static const struct offload_sel_fns fns_ref = {recall_scatter_ref, digest_update_ref,
+                                               select_blocks_ref};
 #ifdef PULSE_HAVE_CUDA
-static const struct offload_sel_fns fns_cuda = {digest_update_cuda, select_blocks_cuda};
+static const struct offload_sel_fns fns_cuda = {recall_scatter_cuda, digest_update_cuda,
+                                                select_blocks_cuda};
 #endif
 
 /* Shapes, sizes and the selector head of every layer. */
@@ -406,12 +438,18 @@ void offload_free(struct offload *o)
     if (!o) return;
     prefill_free(o->pf);
     kv_cache_free(o->pf_kv);
+    offload_planner_stop(o);
     recall_free(o->rc);
     hot_cache_free(o->hc);
     kv_cache_free(o->dg);
     host_pool_free(o->hp);
     locality_meter_free(o->meter);
     locality_free(o->L);
+    for (int p = 0; p < 2 && o->ev_sel; p++)
+        o->be->event_destroy(o->ev_up[p]);
+    for (int i = 0; i < 2 * o->n_sparse && o->ev_sel; i++)
+        o->be->event_destroy(o->ev_sel[i]);
+    if (o->pin) mem_free(pin_kind(o), o->pin, o->pin_bytes);
     if (o->dmem) mem_free(o->be->mem, o->dmem, o->dmem_bytes);
     mem_free(MEM_HOST, o->hmem, o->hmem_bytes);
     mem_free(MEM_HOST, o, sizeof *o);
@@ -572,6 +610,7 @@ int offload_admit(struct offload *o, int req_id, int prompt_len, int n_tokens, i
                  n_tokens);
         return PULSE_ERR_INVALID;
     }
+    offload_quiesce(o); /* the planner's last jobs touch the hot cache and the meter */
     int ks, rc = reserve(o, n_tokens, &ks, why, whylen);
     if (rc != PULSE_OK) return rc;
     double t0 = pulse_now();
@@ -609,6 +648,7 @@ void offload_release(struct offload *o, int slot)
 {
     PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->hp_slot[slot] >= 0,
                 "offload_release: the slot holds no offload request");
+    offload_quiesce(o);
     host_pool_release(o->hp, o->hp_slot[slot]);
     kv_cache_release(o->dg, o->dg_slot[slot]);
     reset_slot(o, slot);
@@ -637,6 +677,8 @@ static int verify_unit(const struct offload *o, int slot, int sl, int k, char *e
 int offload_verify(const struct offload *o, char *err, size_t errlen)
 {
     char why[256];
+    offload_quiesce(o);
+    o->be->sync(o->ctx);
     if (hot_cache_check(o->hc, why, sizeof why)) BAD("hot cache: %s", why);
     for (int s = 0; s < o->max_batch; s++)
         for (int sl = 0; sl < o->n_sparse && o->hp_slot[s] >= 0; sl++)

@@ -106,6 +106,9 @@ struct offload_stats {
     int64_t engine_bytes, engine_chunks; /* the recall engine's own counters (cross-check) */
     size_t host_pool_bytes, digest_store_bytes;
     int64_t gpu_pages_per_request_max; /* pages one offload request held on the GPU, at most */
+    /* host synchronisations the main thread made inside offload_step (summed; the last step's):
+     * 0 when the step is free of host round trips (verify_steps' checks are not counted) */
+    int64_t host_syncs, last_step_host_syncs;
 };
 
 struct offload;

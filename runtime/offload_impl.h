@@ -3,6 +3,8 @@
 #ifndef PULSE_OFFLOAD_IMPL_H
 #define PULSE_OFFLOAD_IMPL_H
 
+#include <stdatomic.h>
+
 #include "host_pool.h"
 #include "hot_cache.h"
 #include "offload.h"
@@ -11,11 +13,19 @@
 
 /* The selection kernels of the backend (the _ref or the _cuda ones of select.h). */
 struct offload_sel_fns {
+    void (*scatter)(const struct recall_desc *, int, void *); /* recall_scatter_{ref,cuda} */
     void (*digest_update)(const struct kctx *, const struct kv_view *, const struct digest_view *,
                           const int32_t *, int, int);
     void (*select_blocks)(const struct kctx *, const struct select_cfg *, const uint16_t *,
                           const struct digest_view *, const int32_t *, float *, int32_t *,
                           int32_t *, int, int);
+};
+
+/* What the planner needs of a step: its entries' cache slots and attended lengths. */
+struct offload_step_state {
+    int n;
+    int64_t step;
+    int32_t *slot, *n_tok; /* [max_batch] */
 };
 
 struct offload {
@@ -50,27 +60,38 @@ struct offload {
     int32_t *first_tok;                  /* [max_batch] offload_first_token */
     int32_t *last_nb;                    /* [max_batch][n_sparse] blocks at the last step */
 
-    /* the step's batch (host), and what the layers of a step share */
+    /* The step (main thread). A step of parity p = steps & 1 uses the p-th copy of every
+     * buffer a later step could overwrite while the planner or the device still reads it. */
     int n;
-    int32_t *h_slot;      /* [max_batch] cache slot of entry b */
-    int32_t *h_step;      /* [max_batch] pos, then [n_sparse][max_batch] digest row starts */
-    int32_t *d_step;      /* backend copy */
-    int32_t *tail_buf[2]; /* [V] hot-cache slot of the tail of virtual entry v, by layer parity */
-    int pend_layer;       /* the layer whose plan and recall were issued, -1 = none */
-    int pend_items;       /* its recall items (in items) */
-    int64_t pend_ticket;
-    int64_t step_bytes; /* recall bytes of the step so far */
+    struct offload_step_state ss[2];
+    int32_t *h_up[2];     /* pinned, by parity: [max_batch] pos, [n_sparse][max_batch] digest row
+                             starts, then (bf16) [n_sparse][max_batch][nq][hd] selection queries */
+    int32_t *d_up;        /* backend copy of the step's h_up */
+    uint16_t *d_q;        /* inside d_up: the queries */
+    void *ev_up[2];       /* the upload of h_up[p] has been read */
+    uint16_t *q_next;     /* [max_batch][n_sparse][nq][hd] the next step's, made in advance */
+    uint8_t *q_ready;     /* [max_batch][n_sparse] q_next holds the slot's next query */
+    uint32_t seq;         /* the step's signal value (steps + 1) */
+    int64_t jobs_end[2];  /* planner jobs posted by the end of the last step of that parity */
 
-    /* selection and attention buffers: V = max_batch * n_lists virtual entries */
-    uint16_t *h_q, *d_q;   /* [max_batch][nq][hd] selection queries */
-    uint16_t *q_next;      /* [max_batch][n_sparse][nq][hd] the next step's, made in advance */
-    uint8_t *q_ready;      /* [max_batch][n_sparse] q_next holds the slot's next query */
-    float *d_scores;       /* [max_batch][n_lists][max_blocks] */
-    int32_t *h_sel;        /* [max_batch][n_lists][ms] lists, then [max_batch][n_lists] counts */
-    int32_t *d_sel;        /* backend copy */
-    int32_t *h_att_buf[2]; /* by layer parity: [V] attended tokens, then [V][ms] page ids */
-    int32_t *d_att;        /* backend copy of the layer being attended */
-    int32_t *d_att_start;  /* [V] v * ms (constant) */
+    /* per sparse layer, by parity (pinned where the device reads or writes them) */
+    int32_t *h_sel;       /* [2][n_sparse][sel_ints] lists, then counts (async download) */
+    int32_t *h_ctl;       /* [2][n_sparse][ctl_ints] the planner's control block (att lengths
+                             [V], att pages [V][ms], tail-flush descriptors [max_batch][n_lists]) */
+    uint32_t *flags;      /* [n_sparse] the layer's recall and control block are in place */
+    void **ev_sel;        /* [2][n_sparse] the lists are on the host */
+    size_t sel_ints, ctl_ints;
+    float *d_scores;      /* [max_batch][n_lists][max_blocks] */
+    int32_t *d_sel;       /* [max_batch][n_lists][ms] lists, then [max_batch][n_lists] counts */
+    int32_t *d_ctl;       /* the attended layer's control block */
+    int32_t *d_att_start; /* [V] v * ms (constant) */
+    void *pin;            /* pinned allocation of the above */
+    size_t pin_bytes;
+    int64_t step_syncs;   /* host synchronisations of the last step (main thread) */
+    int64_t host_syncs;   /* summed over steps */
+
+    /* the planner thread (offload_plan.c) */
+    struct offload_planner *pl;
     struct recall_item *items;
     struct hot_cache_result res;
 
@@ -84,14 +105,53 @@ struct offload {
     struct offload_layer_stats *ls; /* [n_layers] */
     struct offload_stats st;
     int64_t *series; /* [max_steps] recall bytes per step */
-    int status;      /* first failure of a step */
+    _Atomic int status; /* first failure of a step (the planner sets it) */
 
     void *hmem, *dmem;
     size_t hmem_bytes, dmem_bytes;
 };
 
-/* The engine hook of a step (offload_layer.c). */
-struct engine_layer_hook offload_hook(struct offload *o);
+/* The planner thread (offload_plan.c): it takes a sparse layer's job once the layer's lists
+ * are on the host (ev_sel), feeds the locality meter, plans the hot cache, writes the control
+ * block, submits the recall with the layer's flag as its signal (or sets the flag when nothing
+ * is missing), and waits for the recall itself (retrying a failed one) so the main thread never
+ * does. JOB_PLAN does all of that; JOB_METER only the meter. */
+enum { OFFLOAD_JOB_PLAN = 1, OFFLOAD_JOB_METER = 2 };
+int offload_planner_start(struct offload *o);
+void offload_planner_stop(struct offload *o);
+/* Posts a job of step `step` (its parity's state) for `layer`; returns at once unless the job
+ * ring is full (then waits, a noted host synchronisation). */
+void offload_planner_post(struct offload *o, int kind, int layer, int64_t step);
+/* Jobs posted so far; blocks until the planner has done the first `jobs` of them (returns 1
+ * when it had to wait). */
+int64_t offload_planner_posted(const struct offload *o);
+int offload_planner_wait(const struct offload *o, int64_t jobs);
+
+/* Waits until the planner has done every job posted (outside steps: admission, release,
+ * counters, checks). */
+static inline void offload_quiesce(const struct offload *o)
+{
+    if (o->pl) offload_planner_wait(o, offload_planner_posted(o));
+}
+
+/* Bytes of the step upload (offload_layer.c). */
+size_t offload_up_bytes(const struct offload *o);
+
+/* Control block of parity p and sparse layer sl (host), and its parts. */
+static inline int32_t *offload_ctl(const struct offload *o, int p, int sl)
+{
+    return o->h_ctl + ((size_t)p * o->n_sparse + sl) * o->ctl_ints;
+}
+static inline int32_t *offload_sel(const struct offload *o, int p, int sl)
+{
+    return o->h_sel + ((size_t)p * o->n_sparse + sl) * o->sel_ints;
+}
+/* Offset of the tail-flush descriptors in a control block, in int32 units (32-byte aligned). */
+static inline size_t offload_ctl_desc_off(const struct offload *o)
+{
+    const size_t V = (size_t)o->max_batch * o->n_lists;
+    return (V * (1 + (size_t)o->ms) + 7) / 8 * 8;
+}
 
 /* Sparse layer index of a layer >= n_dense. */
 static inline int offload_sl(const struct offload *o, int layer)

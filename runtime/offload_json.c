@@ -10,12 +10,16 @@
 void offload_get_layer_stats(const struct offload *o, int layer, struct offload_layer_stats *out)
 {
     PULSE_CHECK(layer >= 0 && layer < o->n_layers, "offload_get_layer_stats: layer out of range");
+    offload_quiesce(o);
     *out = o->ls[layer];
 }
 
 void offload_get_stats(const struct offload *o, struct offload_stats *out)
 {
+    offload_quiesce(o);
     *out = o->st;
+    out->host_syncs = o->host_syncs;
+    out->last_step_host_syncs = o->step_syncs;
     out->recall_bytes = out->recall_chunks = out->recalls = out->stalls = 0;
     out->recall_wait_s = 0;
     for (int l = o->n_dense; l < o->n_layers; l++) {

@@ -192,12 +192,16 @@ static int issue_zero_copy(struct recall *r, struct slot *s, struct acc *a)
         s->h_desc[i] = (struct recall_desc){(uint64_t)(uintptr_t)dev, (uint64_t)(uintptr_t)it->dst,
                                             it->bytes, 0};
     }
+    /* the kernel reads its descriptors from device memory: one copy ahead of it on the stream
+     * (h_desc is pinned and stays untouched until the slot's event, recorded after the kernels) */
+    int rc = r->o->h2d(r->o, s->d_desc, s->h_desc, sizeof *s->h_desc * (size_t)s->n, r->stream);
+    a->subs++;
+    if (rc) return a->opf++, rc;
     for (int i = 0; i < s->n;) {
         size_t ub;
         int end = unit_end(r, s, i, &ub);
         recall_cap_pace(r, ub, a);
-        int rc =
-            r->o->gather(r->o, s->d_desc + i, end - i, r->p.zc_blocks, r->p.zc_threads, r->stream);
+        rc = r->o->gather(r->o, s->d_desc + i, end - i, r->p.zc_blocks, r->p.zc_threads, r->stream);
         a->subs++;
         if (rc) return a->opf++, rc;
         i = end;
@@ -227,6 +231,11 @@ static void issue(struct recall *r, struct slot *s)
         break;
     }
     void *es = r->p.engine == RECALL_GATHER_SCATTER ? r->kstream : r->stream;
+    if (st == PULSE_OK && s->sig.flag) { /* the signal: after the data, and paced by the cap */
+        if (r->cap_rate > 0) sleep_until(r->cap_tat);
+        st = r->o->write_value(r->o, s->sig.flag, s->sig.value, es);
+        if (st) a.opf++;
+    }
     int rec = r->o->event_record(r->o, s->ev, es);
     if (rec) a.opf++;
     pthread_mutex_lock(&r->mu);
@@ -340,7 +349,8 @@ static int alloc_memory(struct recall *r)
     r->n_host = o_bsize + sizeof(size_t) * nb;
     size_t o_hstage = up((zc ? ni : 0) * sizeof(struct recall_desc), 4096);
     r->n_pinned = o_hstage + S * r->stage_bytes;
-    r->n_dev = S * r->stage_bytes;
+    size_t o_ddesc = S * r->stage_bytes; /* zero-copy: the device copy of the descriptors */
+    r->n_dev = o_ddesc + (zc ? ni : 0) * sizeof(struct recall_desc);
     char *h = r->m_host = mem_alloc(MEM_HOST, r->n_host, "recall host");
     char *ph = r->n_pinned
                    ? (r->m_pinned = mem_alloc(r->o->host_kind, r->n_pinned, "recall staging"))
@@ -360,7 +370,10 @@ static int alloc_memory(struct recall *r)
     for (int i = 0; i < p->max_inflight; i++) {
         r->slots[i].ticket = -1;
         r->slots[i].items = items + (size_t)i * p->max_items;
-        if (zc) r->slots[i].h_desc = (struct recall_desc *)ph + (size_t)i * p->max_items;
+        if (zc) {
+            r->slots[i].h_desc = (struct recall_desc *)ph + (size_t)i * p->max_items;
+            r->slots[i].d_desc = (struct recall_desc *)(dv + o_ddesc) + (size_t)i * p->max_items;
+        }
     }
     for (size_t i = 0; i < S; i++) {
         r->stages[i].h = ph + o_hstage + i * r->stage_bytes;
@@ -384,17 +397,11 @@ static int make_events(struct recall *r)
         rc = o->event_create(o, &r->stages[i].ev_dma);
         if (!rc) rc = o->event_create(o, &r->stages[i].ev_free);
     }
-    if (!rc && r->p.engine == RECALL_ZERO_COPY) {
-        void *d; /* map allocation bases, then offset (interior pointers need not map) */
-        rc = o->map_host(o, r->m_pinned, &d);
-        for (int i = 0; !rc && i < r->p.max_inflight; i++)
-            r->slots[i].d_desc = (struct recall_desc *)((char *)d + ((char *)r->slots[i].h_desc -
-                                                                     (char *)r->m_pinned));
-        if (!rc && r->p.host_base) {
-            rc = o->map_host(o, r->p.host_base, &d);
-            r->host_base = r->p.host_base;
-            r->dev_base = d;
-        }
+    if (!rc && r->p.engine == RECALL_ZERO_COPY && r->p.host_base) {
+        void *d; /* map the region's base, then offset (interior pointers need not map) */
+        rc = o->map_host(o, r->p.host_base, &d);
+        r->host_base = r->p.host_base;
+        r->dev_base = d;
     }
     return rc;
 }
@@ -494,6 +501,13 @@ void recall_free(struct recall *r)
 
 int recall_submit(struct recall *r, const struct recall_item *items, int n, int64_t *ticket)
 {
+    return recall_submit_signal(r, items, n, NULL, ticket);
+}
+
+int recall_submit_signal(struct recall *r, const struct recall_item *items, int n,
+                         const struct recall_signal *sig, int64_t *ticket)
+{
+    if (sig && !sig->flag) return PULSE_ERR_INVALID;
     if (!items || n < 1 || n > r->p.max_items) return PULSE_ERR_INVALID;
     size_t bytes = 0;
     for (int i = 0; i < n; i++) {
@@ -510,6 +524,7 @@ int recall_submit(struct recall *r, const struct recall_item *items, int n, int6
     }
     memcpy(s->items, items, sizeof *items * (size_t)n);
     s->n = n;
+    s->sig = sig ? *sig : (struct recall_signal){NULL, 0};
     s->bytes = bytes;
     s->ticket = r->next_ticket;
     s->status = PULSE_OK;

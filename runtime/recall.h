@@ -94,10 +94,14 @@ struct recall_copy_ops {
     /* Device-side copy of n descriptors (in device memory) from staging to slots. */
     int (*scatter)(const struct recall_copy_ops *o, const struct recall_desc *d_desc, int n,
                    void *stream);
-    /* Zero-copy: n descriptors (in mapped host memory) read from mapped host memory by a grid
-     * of blocks x threads. */
+    /* Zero-copy: n descriptors (in device memory) whose sources are mapped host memory, read
+     * by a grid of blocks x threads. */
     int (*gather)(const struct recall_copy_ops *o, const struct recall_desc *desc, int n,
                   int blocks, int threads, void *stream);
+    /* Stores value into *flag (pinned host memory) when the stream reaches this point
+     * (cuStreamWriteValue32 on cuda; a release store on the cpu path, whose copies are done). */
+    int (*write_value)(const struct recall_copy_ops *o, uint32_t *flag, uint32_t value,
+                       void *stream);
 };
 
 /* The built-in copy paths: CPU (always) and CUDA (NULL in CPU-only builds). */
@@ -166,6 +170,17 @@ void recall_free(struct recall *r);
  * max_inflight recalls are outstanding (complete one, then retry); PULSE_ERR_INVALID when n is
  * not in [1, max_items] or an item has a NULL pointer or zero bytes. One caller thread. */
 int recall_submit(struct recall *r, const struct recall_item *items, int n, int64_t *ticket);
+/* A flag the recall sets once its data has landed, so a compute stream can wait for it on the
+ * device (backend wait_value) while no host thread waits: *flag = value, written on the
+ * engine's stream after the recall's last copy (with a cap: no earlier than the paced
+ * stream's finish time). A recall that fails does not write it; the caller must. */
+struct recall_signal {
+    uint32_t *flag; /* pinned host memory, 4-byte aligned */
+    uint32_t value;
+};
+/* recall_submit, and the recall sets sig's flag when it completes without failure. */
+int recall_submit_signal(struct recall *r, const struct recall_item *items, int n,
+                         const struct recall_signal *sig, int64_t *ticket);
 /* Non-blocking: 0 while in flight, 1 when complete, a negative status when it completed with a
  * failure. A ticket stays valid until max_inflight newer submissions (then PULSE_ERR_INVALID). */
 int recall_query(struct recall *r, int64_t ticket);
@@ -185,13 +200,26 @@ int recall_engine_find(const char *name);
 
 /* The kernels behind the copy paths, each with a CPU reference of the same signature (the
  * reference runs synchronously; stream is ignored). Descriptors with src, dst and bytes all
- * multiples of 16 move in 16-byte words, others byte by byte. */
+ * multiples of 16 move in 16-byte words, others byte by byte; destinations must not overlap.
+ *
+ * scatter: d_desc[0..n) in device memory, sources in device memory (gather-scatter staging).
+ * gather (zero-copy): d_desc[0..n) in device memory (the caller owns it and keeps it, and the
+ *   sources, unchanged until the kernel has run on `stream`); sources in mapped pinned host
+ *   memory, as device addresses (recall_copy_ops.map_host); a grid of blocks (>= 1) x threads
+ *   (32..1024, a multiple of 32). Bytes in any unit; n <= 0 launches nothing.
+ * gather_dev: the same, for a count that only the device knows (written by a GPU planning
+ *   kernel): copies d_desc[0..c) where c = *d_count (an int32 in device memory, read when the
+ *   kernel runs) clamped to [0, max_n]; d_desc must hold max_n descriptors' worth of memory. */
 void recall_scatter_ref(const struct recall_desc *d_desc, int n, void *stream);
-void recall_gather_ref(const struct recall_desc *desc, int n, int blocks, int threads,
+void recall_gather_ref(const struct recall_desc *d_desc, int n, int blocks, int threads,
                        void *stream);
+void recall_gather_dev_ref(const struct recall_desc *d_desc, const int32_t *d_count, int max_n,
+                           int blocks, int threads, void *stream);
 void recall_scatter_cuda(const struct recall_desc *d_desc, int n, void *stream);
-void recall_gather_cuda(const struct recall_desc *desc, int n, int blocks, int threads,
+void recall_gather_cuda(const struct recall_desc *d_desc, int n, int blocks, int threads,
                         void *stream);
+void recall_gather_dev_cuda(const struct recall_desc *d_desc, const int32_t *d_count, int max_n,
+                            int blocks, int threads, void *stream);
 
 #ifdef __cplusplus
 }

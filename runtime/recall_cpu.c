@@ -15,11 +15,19 @@ void recall_scatter_ref(const struct recall_desc *d_desc, int n, void *stream)
                (size_t)d_desc[i].bytes);
 }
 
-void recall_gather_ref(const struct recall_desc *desc, int n, int blocks, int threads, void *stream)
+void recall_gather_ref(const struct recall_desc *d_desc, int n, int blocks, int threads,
+                       void *stream)
 {
     (void)blocks;
     (void)threads;
-    recall_scatter_ref(desc, n, stream);
+    recall_scatter_ref(d_desc, n, stream);
+}
+
+void recall_gather_dev_ref(const struct recall_desc *d_desc, const int32_t *d_count, int max_n,
+                           int blocks, int threads, void *stream)
+{
+    int n = *d_count < 0 ? 0 : PULSE_MIN(*d_count, max_n);
+    recall_gather_ref(d_desc, n, blocks, threads, stream);
 }
 
 struct cpu_event {
@@ -118,6 +126,14 @@ static int cpu_batch(const struct recall_copy_ops *o, void *const *dsts, const v
         memcpy(dsts[i], srcs[i], sizes[i]);
     return PULSE_OK;
 }
+static int cpu_write_value(const struct recall_copy_ops *o, uint32_t *flag, uint32_t value,
+                           void *s)
+{
+    (void)o, (void)s;
+    atomic_store_explicit((_Atomic uint32_t *)flag, value, memory_order_release);
+    return PULSE_OK;
+}
+
 static int cpu_scatter(const struct recall_copy_ops *o, const struct recall_desc *d, int n, void *s)
 {
     (void)o;
@@ -152,6 +168,7 @@ static const struct recall_copy_ops cpu_ops = {
     .batch = cpu_batch,
     .scatter = cpu_scatter,
     .gather = cpu_gather,
+    .write_value = cpu_write_value,
 };
 
 const struct recall_copy_ops *recall_copy_ops_cpu(void)

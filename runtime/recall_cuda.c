@@ -10,6 +10,7 @@
 #include "common.h"
 #include "cuda_check.h"
 #include "recall.h"
+#include "stream_value.h"
 
 static int status_of(cudaError_t e, const char *what)
 {
@@ -142,6 +143,13 @@ static int cu_batch(const struct recall_copy_ops *o, void *const *dsts, const vo
 #endif
 }
 
+static int cu_write_value(const struct recall_copy_ops *o, uint32_t *flag, uint32_t value,
+                          void *s)
+{
+    (void)o;
+    return pulse_cuda_write_value(s, flag, value);
+}
+
 static int cu_scatter(const struct recall_copy_ops *o, const struct recall_desc *d_desc, int n,
                       void *stream)
 {
@@ -150,11 +158,12 @@ static int cu_scatter(const struct recall_copy_ops *o, const struct recall_desc 
     return PULSE_OK;
 }
 
-static int cu_gather(const struct recall_copy_ops *o, const struct recall_desc *desc, int n,
+/* d_desc: in device memory (the engine copies its descriptors there on the same stream first) */
+static int cu_gather(const struct recall_copy_ops *o, const struct recall_desc *d_desc, int n,
                      int blocks, int threads, void *stream)
 {
     (void)o;
-    recall_gather_cuda(desc, n, blocks, threads, stream);
+    recall_gather_cuda(d_desc, n, blocks, threads, stream);
     return PULSE_OK;
 }
 
@@ -178,4 +187,5 @@ const struct recall_copy_ops recall_cuda_ops = {
     .batch = cu_batch,
     .scatter = cu_scatter,
     .gather = cu_gather,
+    .write_value = cu_write_value,
 };

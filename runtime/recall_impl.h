@@ -30,6 +30,7 @@ struct slot {
     size_t bytes;
     double t_submit, not_before;
     struct recall_item *items;
+    struct recall_signal sig;   /* flag NULL: none */
     struct recall_desc *h_desc; /* zero-copy descriptors, host view (pinned) ... */
     struct recall_desc *d_desc; /* ... and the device's view of the same memory */
     void *ev;

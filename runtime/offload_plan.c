@@ -1,0 +1,250 @@
+/* The offload runtime's planner thread (offload_impl.h): per sparse layer of a step, once the
+ * selection's lists are on the host, it feeds the locality meter, plans the hot cache (hits,
+ * misses, victims), writes the layer's control block (attended lengths and pages, tail-flush
+ * descriptors), and submits the misses to the recall engine with the layer's flag as the
+ * recall's signal; the compute stream waits on that flag on the device. The planner then waits
+ * for the recall itself, counts it and retries a failed one (the flag is set in the end either
+ * way, so the device never waits forever; a recall that failed every attempt makes the step's
+ * status PULSE_ERR_IO). Jobs come in order through a ring; the main thread never blocks on them
+ * inside a step. */
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+#include <time.h>
+
+#include "common.h"
+#include "offload_impl.h"
+
+#define RECALL_ATTEMPTS 3
+
+struct job {
+    int kind, layer;
+    int64_t step;
+};
+
+struct offload_planner {
+    pthread_t th;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct job *ring;
+    int cap;
+    _Atomic int64_t posted, done;
+    _Atomic int stop, sleeping;
+};
+
+/* ------------------------------------------------------------------ plan */
+
+static void count_access(struct offload_layer_stats *ls, const struct hot_cache_result *r)
+{
+    ls->hits += r->n_hits;
+    ls->misses += r->n_recalls;
+    ls->fresh += r->fresh_block >= 0;
+    ls->evictions += r->fresh_victim >= 0;
+    for (int i = 0; i < r->n_recalls; i++)
+        ls->evictions += r->victim_block[i] >= 0;
+}
+
+/* Hot-cache access of list k of entry b (n tokens, nb blocks): appends its recall items and
+ * writes its page list (the tail read from the tail page T), attended length and, when the tail
+ * block fills this step, its flush descriptor into the control block. */
+static int plan_list(struct offload *o, const struct offload_step_state *ss, int layer,
+                     const int32_t *h_sel, int32_t *ctl, int b, int k, int tail_new, int n_items,
+                     struct recall_desc **desc)
+{
+    const int B = ss->n, sl = offload_sl(o, layer), slot = ss->slot[b], v = b * o->n_lists + k;
+    const int n = ss->n_tok[b], nb = (int)PULSE_CEIL_DIV(n, o->ps);
+    const int cnt = h_sel[(size_t)B * o->n_lists * o->ms + v];
+    const int32_t *sel = h_sel + (size_t)v * o->ms;
+    struct hot_cache_result *r = &o->res;
+    int rc = hot_cache_access(o->hc, offload_unit(o, slot, sl, k), sel, cnt, nb, tail_new, r);
+    PULSE_CHECK(rc == PULSE_OK && cnt >= 1 && sel[cnt - 1] == nb - 1,
+                "offload: the hot cache refused a selection (or it lacks the tail)");
+    count_access(&o->ls[layer], r);
+    int n_own;
+    const int32_t *own = kv_cache_owned_pages(o->kv, slot, layer, &n_own);
+    for (int i = 0; i < r->n_recalls; i++)
+        o->items[n_items++] = (struct recall_item){
+            offload_host_chunk(o, o->hp_slot[slot], sl, r->recall_block[i], k),
+            offload_gpu_piece(o, own[r->recall_slot[i]], k), offload_chunk_bytes(o)};
+    const size_t V = (size_t)o->max_batch * o->n_lists;
+    int32_t *pages = ctl + V + (size_t)v * o->ms;
+    for (int i = 0; i < cnt - 1; i++)
+        pages[i] = offload_att_page(o, own[r->attend_slot[i]], k);
+    pages[cnt - 1] = offload_att_page(o, own[n_own - 1], k);
+    ctl[v] = (cnt - 1) * o->ps + (n - (nb - 1) * o->ps);
+    if (n % o->ps == 0) /* the tail block filled: T into the tail's slot */
+        *(*desc)++ = (struct recall_desc){
+            (uint64_t)(uintptr_t)offload_gpu_piece(o, own[n_own - 1], k),
+            (uint64_t)(uintptr_t)offload_gpu_piece(o, own[r->attend_slot[cnt - 1]], k),
+            offload_chunk_bytes(o), 0};
+    return n_items;
+}
+
+/* Every list of the batch; returns the number of recall items. The tail is new when the
+ * entry has more blocks than at its last step (as the meter defines it). */
+static int plan(struct offload *o, const struct offload_step_state *ss, int layer,
+                const int32_t *h_sel, int32_t *ctl)
+{
+    const int sl = offload_sl(o, layer);
+    struct recall_desc *desc = (struct recall_desc *)(ctl + offload_ctl_desc_off(o));
+    int n_items = 0;
+    for (int b = 0; b < ss->n; b++) {
+        const int nb = (int)PULSE_CEIL_DIV(ss->n_tok[b], o->ps);
+        int32_t *last = &o->last_nb[ss->slot[b] * o->n_sparse + sl];
+        const int tail_new = *last > 0 && nb > *last;
+        *last = nb;
+        for (int k = 0; k < o->n_lists; k++)
+            n_items = plan_list(o, ss, layer, h_sel, ctl, b, k, tail_new, n_items, &desc);
+        o->ls[layer].selections++;
+    }
+    return n_items;
+}
+
+static void set_flag(uint32_t *flag, uint32_t value)
+{
+    atomic_store_explicit((_Atomic uint32_t *)flag, value, memory_order_release);
+}
+
+/* The misses to the recall engine with the layer's flag as the signal; waits, retries. */
+static void recall_layer(struct offload *o, int layer, int n_items, uint32_t seq)
+{
+    struct offload_layer_stats *ls = &o->ls[layer];
+    uint32_t *flag = &o->flags[offload_sl(o, layer)];
+    const struct recall_signal sig = {flag, seq};
+    for (int attempt = 0; attempt < RECALL_ATTEMPTS; attempt++) {
+        int64_t ticket;
+        int rc = recall_submit_signal(o->rc, o->items, n_items, &sig, &ticket);
+        PULSE_CHECK(rc == PULSE_OK, "offload: recall_submit refused a round");
+        const double t0 = pulse_now();
+        const int stalled = recall_query(o->rc, ticket) == 0;
+        rc = recall_wait(o->rc, ticket);
+        ls->recall_wait_s += pulse_now() - t0;
+        ls->recalls++;
+        ls->stalls += stalled;
+        if (rc == PULSE_OK) {
+            const int64_t bytes = (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
+            ls->recall_bytes += bytes;
+            ls->recall_chunks += n_items;
+            return;
+        }
+        o->st.recall_failures++;
+    }
+    int ok = PULSE_OK;
+    atomic_compare_exchange_strong(&o->status, &ok, PULSE_ERR_IO);
+    set_flag(flag, seq); /* the device must not wait forever: the step is failed */
+}
+
+static void run_job(struct offload *o, const struct job *j)
+{
+    const int p = (int)(j->step & 1), sl = offload_sl(o, j->layer);
+    const struct offload_step_state *ss = &o->ss[p];
+    o->be->event_sync(o->ev_sel[(size_t)p * o->n_sparse + sl]);
+    const int32_t *h_sel = offload_sel(o, p, sl);
+    const size_t lists = (size_t)ss->n * o->n_lists;
+    int rc = locality_meter_add(o->meter, j->layer, ss->slot, ss->n_tok, h_sel,
+                                h_sel + lists * o->ms, ss->n);
+    PULSE_CHECK(rc == PULSE_OK, "offload: the locality meter refused a selection");
+    if (j->kind != OFFLOAD_JOB_PLAN) return;
+    const uint32_t seq = (uint32_t)(j->step + 1);
+    const int n_items = plan(o, ss, j->layer, h_sel, offload_ctl(o, p, sl));
+    if (n_items > 0) {
+        recall_layer(o, j->layer, n_items, seq);
+        if (j->step < o->p.max_steps)
+            o->series[j->step] += (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
+    } else {
+        set_flag(&o->flags[sl], seq);
+    }
+}
+
+/* ------------------------------------------------------------------ the thread */
+
+static void *planner_main(void *arg)
+{
+    struct offload *o = arg;
+    struct offload_planner *pl = o->pl;
+    for (;;) {
+        int64_t done = atomic_load(&pl->done);
+        double spin_end = pulse_now() + 200e-6;
+        while (atomic_load(&pl->posted) == done && !atomic_load(&pl->stop)) {
+            if (pulse_now() < spin_end) {
+                sched_yield();
+                continue;
+            }
+            pthread_mutex_lock(&pl->mu);
+            atomic_store(&pl->sleeping, 1);
+            if (atomic_load(&pl->posted) == done && !atomic_load(&pl->stop))
+                pthread_cond_wait(&pl->cv, &pl->mu);
+            atomic_store(&pl->sleeping, 0);
+            pthread_mutex_unlock(&pl->mu);
+        }
+        if (atomic_load(&pl->posted) == done) return NULL; /* stopping, nothing left */
+        run_job(o, &pl->ring[done % pl->cap]);
+        atomic_store(&pl->done, done + 1);
+    }
+}
+
+int offload_planner_start(struct offload *o)
+{
+    struct offload_planner *pl = mem_alloc(MEM_HOST, sizeof *pl, "offload planner");
+    if (!pl) return PULSE_ERR_OOM;
+    memset(pl, 0, sizeof *pl);
+    pl->cap = 2 * o->n_layers + 2;
+    pl->ring = mem_alloc(MEM_HOST, sizeof(struct job) * (size_t)pl->cap, "planner jobs");
+    o->pl = pl;
+    if (!pl->ring) return PULSE_ERR_OOM;
+    pthread_mutex_init(&pl->mu, NULL);
+    pthread_cond_init(&pl->cv, NULL);
+    if (pthread_create(&pl->th, NULL, planner_main, o)) return PULSE_ERR_OOM;
+    pl->started = 1;
+    return PULSE_OK;
+}
+
+void offload_planner_stop(struct offload *o)
+{
+    struct offload_planner *pl = o->pl;
+    if (!pl) return;
+    if (pl->started) {
+        pthread_mutex_lock(&pl->mu);
+        atomic_store(&pl->stop, 1);
+        pthread_cond_signal(&pl->cv);
+        pthread_mutex_unlock(&pl->mu);
+        pthread_join(pl->th, NULL);
+        pthread_mutex_destroy(&pl->mu);
+        pthread_cond_destroy(&pl->cv);
+    }
+    mem_free(MEM_HOST, pl->ring, sizeof(struct job) * (size_t)pl->cap);
+    mem_free(MEM_HOST, pl, sizeof *pl);
+    o->pl = NULL;
+}
+
+void offload_planner_post(struct offload *o, int kind, int layer, int64_t step)
+{
+    struct offload_planner *pl = o->pl;
+    const int64_t posted = atomic_load(&pl->posted);
+    if (offload_planner_wait(o, posted - pl->cap + 1)) pulse_host_sync_note(); /* ring full */
+    pl->ring[posted % pl->cap] = (struct job){kind, layer, step};
+    atomic_store(&pl->posted, posted + 1);
+    if (atomic_load(&pl->sleeping)) {
+        pthread_mutex_lock(&pl->mu);
+        pthread_cond_signal(&pl->cv);
+        pthread_mutex_unlock(&pl->mu);
+    }
+}
+
+int64_t offload_planner_posted(const struct offload *o)
+{
+    return atomic_load(&o->pl->posted);
+}
+
+int offload_planner_wait(const struct offload *o, int64_t jobs)
+{
+    struct offload_planner *pl = o->pl;
+    int waited = 0;
+    for (int spins = 0; atomic_load(&pl->done) < jobs; waited = 1)
+        if (++spins > 100) {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    return waited;
+}

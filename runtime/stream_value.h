@@ -1,0 +1,23 @@
+/* Stream memory operations of the CUDA driver (cuStreamWaitValue32 / cuStreamWriteValue32),
+ * reached through the runtime's driver entry points so that nothing links libcuda directly
+ * (CPU-only machines load the binaries without a driver). A stream waits on the device until
+ * (int32_t)(*flag - value) >= 0; a write stores value into *flag when the stream reaches it.
+ * flag: pinned host memory (cudaHostAlloc) or device memory. CUDA builds only. */
+#ifndef PULSE_STREAM_VALUE_H
+#define PULSE_STREAM_VALUE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Queue the wait / the write on `stream` (a cudaStream_t); abort with the driver's error. */
+void pulse_cuda_wait_value(void *stream, const uint32_t *flag, uint32_t value);
+/* PULSE_OK, or PULSE_ERR_IO when the driver refused the operation. */
+int pulse_cuda_write_value(void *stream, uint32_t *flag, uint32_t value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,55 @@
+/* Stream memory operations through the driver's entry points (stream_value.h). */
+#include "stream_value.h"
+
+#include <cuda.h>
+#include <pthread.h>
+
+#include "common.h"
+#include "cuda_check.h"
+
+typedef CUresult (*value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+static value_fn fn_wait, fn_write;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static value_fn entry(const char *name)
+{
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q;
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q));
+    PULSE_CHECK(q == cudaDriverEntryPointSuccess && fn, name);
+    return (value_fn)fn;
+}
+
+static void resolve(void)
+{
+    fn_wait = entry("cuStreamWaitValue32");
+    fn_write = entry("cuStreamWriteValue32");
+}
+
+static CUdeviceptr dev_addr(const uint32_t *flag)
+{
+    struct cudaPointerAttributes a;
+    CUDA_CHECK(cudaPointerGetAttributes(&a, flag));
+    const void *d = a.type == cudaMemoryTypeHost ? a.devicePointer : (const void *)flag;
+    PULSE_CHECK(d != NULL, "stream value: the flag is neither pinned host nor device memory");
+    return (CUdeviceptr)(uintptr_t)d;
+}
+
+void pulse_cuda_wait_value(void *stream, const uint32_t *flag, uint32_t value)
+{
+    pthread_once(&once, resolve);
+    CUresult r = fn_wait((CUstream)stream, dev_addr(flag), value, CU_STREAM_WAIT_VALUE_GEQ);
+    if (r != CUDA_SUCCESS) {
+        char d[64];
+        snprintf(d, sizeof d, "CUresult %d", (int)r);
+        pulse_die(__FILE__, __LINE__, "cuStreamWaitValue32", d);
+    }
+}
+
+int pulse_cuda_write_value(void *stream, uint32_t *flag, uint32_t value)
+{
+    pthread_once(&once, resolve);
+    CUresult r = fn_write((CUstream)stream, dev_addr(flag), value, CU_STREAM_WRITE_VALUE_DEFAULT);
+    return r == CUDA_SUCCESS ? PULSE_OK : PULSE_ERR_IO;
+}
