@@ -181,7 +181,11 @@ int serve_run_policy(struct engine *e, struct kv_cache *kv, const struct policy 
         }
         struct mem_stats m0, m1;
         mem_get_stats(&m0);
+        const int64_t syncs0 = pulse_host_syncs();
         rc = pol->step(&s);
+        const int64_t syncs = pulse_host_syncs() - syncs0;
+        s.ctr.step_host_syncs += syncs;
+        s.ctr.step_host_syncs_max = PULSE_MAX(s.ctr.step_host_syncs_max, syncs);
         if (rc != PULSE_OK) {
             snprintf(err, errlen, "policy %s: step failed (%d)", pol->name, rc);
             goto out;

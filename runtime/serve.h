@@ -22,6 +22,10 @@ struct serve_counters {
     int64_t admission_refusals; /* a waiting request did not fit the KV budget yet */
     int64_t peak_batch, peak_pages_used;
     int64_t step_alloc_calls; /* allocations made while steps ran: must stay 0 */
+    /* host synchronisations (common.h) made inside the policy's step calls, summed and the
+     * most in one step: 0 when no step makes a host round trip. The loop's own readback of a
+     * step's tokens comes after the step and is not counted here. */
+    int64_t step_host_syncs, step_host_syncs_max;
     /* offload counters (zero for vanilla; carried so every result has them) */
     int64_t recall_bytes, recall_chunks, recall_stalls, layer_switches, ioaa_nodes;
     double clock_paused_s; /* excluded from the recorded times (serve_pause_clock) */

@@ -89,6 +89,7 @@ static void serve(const struct run_cfg *c, struct offload_params *op, struct run
     if (r->rc) fprintf(stderr, "serve %s %s: %s\n", c->policy, c->spec, err);
     if (o) {
         offload_get_stats(o, &r->st);
+        EXPECT_EQ_INT(r->st.host_syncs, 0); /* verify_steps' checks are not counted here */
         for (int l = 0; l < 4; l++)
             offload_get_layer_stats(o, l, &r->ls[l]);
         r->counters = offload_counters_json(o);
@@ -368,6 +369,8 @@ static int64_t cli_json(const char *policy, int lookahead)
     json_t *c = json_object_get(r, "counters"), *o = json_object_get(c, "offload");
     const int64_t bytes = json_integer_value(json_object_get(c, "recall_bytes"));
     EXPECT_EQ_INT(json_integer_value(json_object_get(c, "step_alloc_calls")), 0);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(c, "step_host_syncs")), 0);
+    EXPECT(json_object_get(c, "step_host_syncs_max") != NULL);
     EXPECT(bytes > 0);
     EXPECT_EQ_INT(bytes, json_integer_value(json_object_get(o, "recall_bytes")));
     EXPECT_EQ_INT(json_array_size(json_object_get(o, "layers")), 2);
@@ -382,6 +385,45 @@ static int64_t cli_json(const char *policy, int lookahead)
     EXPECT(!strcmp(json_string_value(json_object_get(r, "status")), "ok"));
     json_decref(r);
     return bytes;
+}
+
+/* No step of any policy, selection and engine makes a host round trip: the serving loop's
+ * count of blocking backend calls inside its step calls stays 0. The count is live: with
+ * verify_steps (downloads after every step, inside offload_step) it moves. */
+static void test_no_host_sync(void)
+{
+    const char *pols[] = {"vanilla", "arkvale", "infinigen"};
+    for (int pi = 0; pi < 3; pi++)
+        for (int sel = 0; sel < 2; sel++)
+            for (int eng = 0; eng < RECALL_ENGINES; eng++) {
+                if (pi == 0 && (sel || eng)) continue;
+                struct offload_params p = defaults();
+                p.verify_steps = 0;
+                p.budget_tokens = 64;
+                p.selection = sel;
+                p.engine = (enum recall_engine)eng;
+                struct run_cfg c = {pols[pi], "lengths:300,170,260", 10, 2, 16, 0};
+                struct run_out r;
+                serve(&c, &p, &r);
+                EXPECT_EQ_INT(r.rc, 0);
+                EXPECT_EQ_INT(r.ctr.steps > 0, 1);
+                EXPECT_EQ_INT(r.ctr.step_host_syncs, 0);
+                EXPECT_EQ_INT(r.ctr.step_host_syncs_max, 0);
+                if (pi) EXPECT(r.ctr.recall_chunks > 0);
+                if (r.ctr.step_host_syncs)
+                    fprintf(stderr, "%s sel %d engine %s: %lld host syncs in steps\n", pols[pi],
+                            sel, recall_engine_name((enum recall_engine)eng),
+                            (long long)r.ctr.step_host_syncs);
+                run_free(&r);
+            }
+    struct offload_params p = defaults(); /* verify_steps on */
+    p.budget_tokens = 64;
+    struct run_cfg c = {"arkvale", "lengths:300,170", 6, 2, 16, 0};
+    struct run_out r;
+    serve(&c, &p, &r);
+    EXPECT_EQ_INT(r.rc, 0);
+    EXPECT(r.ctr.step_host_syncs >= r.ctr.steps);
+    run_free(&r);
 }
 
 static void test_cli_json(void)
@@ -401,6 +443,7 @@ int main(void)
     timed("equals_vanilla", test_equals_vanilla);
     timed("small_budget", test_small_budget);
     timed("solohead_engines", test_solohead_engines);
+    timed("no_host_sync", test_no_host_sync);
     timed("cli", test_cli);
     timed("cli_json", test_cli_json);
     return tu_finish("test_offload");
