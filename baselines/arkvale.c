@@ -8,6 +8,8 @@ const struct policy policy_arkvale = {
     .admit = offload_policy_admit,
     .step = offload_policy_step,
     .release = offload_policy_release,
+    .traffic = offload_policy_traffic,
+    .overlapped = 0,
     .needs_ctx = 1,
     .offload_lookahead = 0,
 };

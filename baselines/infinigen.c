@@ -9,6 +9,8 @@ const struct policy policy_infinigen = {
     .admit = offload_policy_admit,
     .step = offload_policy_step,
     .release = offload_policy_release,
+    .traffic = offload_policy_traffic,
+    .overlapped = 1,
     .needs_ctx = 1,
     .offload_lookahead = 1,
 };

@@ -24,8 +24,22 @@ static int vanilla_step(struct serve_state *s)
     return PULSE_OK;
 }
 
+/* Weights, and every layer's KV of every entry (a sliding-window layer reads its window). */
+static void vanilla_traffic(struct serve_state *s, struct floor_traffic *t)
+{
+    const struct model_config *c = engine_model(s->eng)->cfg;
+    const double per_layer = (double)model_kv_bytes_per_token(c) / c->n_layers;
+    t->weight_bytes = (double)model_step_weight_bytes(c);
+    for (int b = 0; b < s->n_entries; b++)
+        for (int l = 0; l < c->n_layers; l++) {
+            const int n = s->entries[b].pos + 1, w = model_layer_window(c, l);
+            t->kv_bytes += per_layer * (w > 0 && w < n ? w : n);
+        }
+}
+
 const struct policy policy_vanilla = {
     .name = "vanilla",
     .admit = vanilla_admit,
     .step = vanilla_step,
+    .traffic = vanilla_traffic,
 };

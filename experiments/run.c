@@ -276,6 +276,9 @@ static void report(const struct run_opts *o, json_t *res, const struct workload 
                ? json_real_value(json_object_get(metrics, "mean_tpot_ms"))
                : NAN,
            hash);
+    if (ctr->steps > 0 && ctr->traffic_sum.weight_bytes > 0)
+        printf("steps: %lld, mean %.3f ms, %lld host syncs inside steps\n", (long long)ctr->steps,
+               ctr->step_s_sum / ctr->steps * 1e3, (long long)ctr->step_host_syncs);
     if (off)
         printf("offload: %lld bytes recalled in %lld chunks, %lld stalled rounds\n",
                (long long)ctr->recall_bytes, (long long)ctr->recall_chunks,
@@ -296,6 +299,40 @@ static void report(const struct run_opts *o, json_t *res, const struct workload 
     json_object_set_new(cj, "graph_launches", json_integer(es.graph_launches));
     if (off) json_object_set_new(cj, "offload", offload_counters_json(off));
     json_object_set_new(res, "counters", cj);
+}
+
+/* The steps against their floors: the mean step (mean time over the mean step's floor), the
+ * bandwidths, and the per-step series (time, floors, batch). */
+static json_t *step_json(const struct serve_counters *c, const struct floor_bw *bw,
+                         const struct policy *pol)
+{
+    json_t *j = json_object();
+    const double n = c->steps > 0 ? (double)c->steps : 1.0;
+    struct floor_traffic mean = {c->traffic_sum.weight_bytes / n, c->traffic_sum.kv_bytes / n,
+                                 c->traffic_sum.digest_bytes / n, c->traffic_sum.recall_bytes / n};
+    struct floor_result f;
+    floor_compute(&mean, bw, pol->overlapped, &f);
+    results_set_real(j, "mean_step_ms", c->step_s_sum / n * 1e3);
+    json_object_set_new(j, "mean_step_floor", floor_json(&mean, bw, pol->overlapped));
+    results_set_real(j, "ratio_to_floor", f.floor_s > 0 ? c->step_s_sum / n / f.floor_s : NAN);
+    results_set_real(j, "hbm_copy_GBps", bw->hbm_gbps);
+    results_set_real(j, "h2d_peak_GBps", bw->h2d_gbps);
+    json_object_set_new(j, "policy_reports_traffic", json_boolean(pol->traffic != NULL));
+    json_t *ms = json_array(), *fl = json_array(), *hb = json_array(), *pc = json_array(),
+           *bs = json_array();
+    for (int64_t i = 0; i < c->steps && i < c->series_cap; i++) {
+        const struct serve_step *st = &c->series[i];
+        floor_compute(&st->t, bw, pol->overlapped, &f);
+        json_array_append_new(ms, json_real(st->step_s * 1e3));
+        json_array_append_new(fl, json_real(f.floor_s * 1e3));
+        json_array_append_new(hb, json_real(f.hbm_s * 1e3));
+        json_array_append_new(pc, json_real(f.pcie_s * 1e3));
+        json_array_append_new(bs, json_integer(st->batch));
+    }
+    json_t *ps = json_pack("{s:o,s:o,s:o,s:o,s:o}", "step_ms", ms, "floor_ms", fl, "hbm_floor_ms",
+                           hb, "pcie_floor_ms", pc, "batch", bs);
+    json_object_set_new(j, "per_step", ps);
+    return j;
 }
 
 /* Marks res failed (status, error) and returns code. */
@@ -366,6 +403,8 @@ int cmd_run(int argc, char **argv)
     struct kv_cache *kv = NULL;
     struct offload *off = NULL;
     struct prefill *pf = NULL; /* vanilla with --prompt-kv prefill */
+    struct serve_step *series = NULL;
+    int64_t series_cap = 0;
     const int prefill = o.off.prompt_kv && !strcmp(o.off.prompt_kv, "prefill");
     int code = 0;
     if (!e) {
@@ -392,7 +431,13 @@ int cmd_run(int argc, char **argv)
             goto out;
         }
     }
-    struct serve_counters ctr;
+    /* the step floor's bandwidths, measured once in this process before the run */
+    const int dev = be->mem == MEM_DEVICE;
+    const struct floor_bw bw = {be->copy_bandwidth(engine_ctx(e), (size_t)(dev ? 512 : 64) << 20, 10),
+                                be->h2d_bandwidth(engine_ctx(e), (size_t)(dev ? 256 : 64) << 20, 10)};
+    struct serve_counters ctr = {.series_cap = (int64_t)w.n * w.output_len};
+    ctr.series = mem_alloc(MEM_HOST, sizeof(struct serve_step) * (size_t)ctr.series_cap, "series");
+    series = ctr.series, series_cap = ctr.series_cap;
     double wall;
     if (serve_run_policy(e, kv, pol, off ? (void *)off : pf, w.reqs, w.n, (int)o.max_batch, &ctr,
                          &wall, err, sizeof err) != PULSE_OK) {
@@ -400,7 +445,9 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     report(&o, res, &w, &ctr, wall, e, kv, off);
+    json_object_set_new(json_object_get(res, "metrics"), "step", step_json(&ctr, &bw, pol));
 out:
+    mem_free(MEM_HOST, series, sizeof(struct serve_step) * (size_t)series_cap);
     prefill_free(pf);
     offload_free(off);
     kv_cache_free(kv);

@@ -104,6 +104,26 @@ static double cpu_copy_bandwidth(const struct kctx *c, size_t bytes, int reps)
     return best;
 }
 
+static double cpu_h2d_bandwidth(const struct kctx *c, size_t bytes, int reps)
+{
+    (void)c;
+    char *a = mem_alloc(MEM_HOST, bytes, "h2d a"), *b = mem_alloc(MEM_HOST, bytes, "h2d b");
+    double best = 0.0;
+    if (a && b) {
+        memset(a, 1, bytes);
+        memset(b, 2, bytes);
+        for (int r = 0; r < reps; r++) {
+            double t = pulse_now();
+            memcpy(b, a, bytes);
+            double gbs = (double)bytes / (pulse_now() - t) / 1e9;
+            best = gbs > best ? gbs : best;
+        }
+    }
+    mem_free(MEM_HOST, a, bytes);
+    mem_free(MEM_HOST, b, bytes);
+    return best;
+}
+
 static void cpu_describe(json_t *env)
 {
     json_object_set_new(env, "device", json_string("cpu"));
@@ -138,6 +158,7 @@ static const struct backend cpu_backend = {
     .event_sync = cpu_event_sync,
     .wait_value = cpu_wait_value,
     .copy_bandwidth = cpu_copy_bandwidth,
+    .h2d_bandwidth = cpu_h2d_bandwidth,
     .describe = cpu_describe,
 };
 

@@ -66,6 +66,9 @@ struct backend {
     /* Measures the memory copy bandwidth on this backend's memory: copies of `bytes`, counting
      * bytes read plus written, median of `reps`, in GB/s. Allocates (outside any step). */
     double (*copy_bandwidth)(const struct kctx *c, size_t bytes, int reps);
+    /* The single-copy host-to-device peak: one copy of `bytes` from pinned host memory, median
+     * of `reps`, GB/s (the cpu backend: one memcpy). Allocates (outside any step). */
+    double (*h2d_bandwidth)(const struct kctx *c, size_t bytes, int reps);
     /* CUDA graphs (NULL on the cpu backend): capture the work queued on the context between
      * begin and end into an executable graph; launch replays it; destroy frees it. */
     void (*graph_begin)(const struct kctx *c);

@@ -164,6 +164,36 @@ static double cuda_copy_bandwidth(const struct kctx *c, size_t bytes, int reps)
     return gbs;
 }
 
+static double cuda_h2d_bandwidth(const struct kctx *c, size_t bytes, int reps)
+{
+    cudaStream_t s = (cudaStream_t)c->stream;
+    void *h = mem_alloc(MEM_PINNED, bytes, "h2d host"), *d = mem_alloc(MEM_DEVICE, bytes, "h2d dev");
+    float ms[64];
+    double gbs = 0.0;
+    if (reps > 64) reps = 64;
+    if (h && d && reps > 0) {
+        cudaEvent_t e0, e1;
+        CUDA_CHECK(cudaEventCreate(&e0));
+        CUDA_CHECK(cudaEventCreate(&e1));
+        memset(h, 1, bytes);
+        CUDA_CHECK(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s)); /* warm-up */
+        for (int r = 0; r < reps; r++) {
+            CUDA_CHECK(cudaEventRecord(e0, s));
+            CUDA_CHECK(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s));
+            CUDA_CHECK(cudaEventRecord(e1, s));
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            CUDA_CHECK(cudaEventElapsedTime(&ms[r], e0, e1));
+        }
+        qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+        gbs = (double)bytes / (ms[reps / 2] * 1e-3) / 1e9;
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+    }
+    mem_free(MEM_PINNED, h, bytes);
+    mem_free(MEM_DEVICE, d, bytes);
+    return gbs;
+}
+
 static void cuda_graph_begin(const struct kctx *c)
 {
     CUDA_CHECK(cudaStreamBeginCapture((cudaStream_t)c->stream, cudaStreamCaptureModeThreadLocal));
@@ -253,6 +283,7 @@ const struct backend cuda_backend = {
     .event_sync = cuda_event_sync,
     .wait_value = cuda_wait_value,
     .copy_bandwidth = cuda_copy_bandwidth,
+    .h2d_bandwidth = cuda_h2d_bandwidth,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,

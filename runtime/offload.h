@@ -51,6 +51,7 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "floor.h"
 #include "kv_cache.h"
 #include "recall.h"
 
@@ -153,6 +154,10 @@ void offload_release(struct offload *o, int slot);
 int offload_step(struct offload *o, struct batch *bt, const struct batch_entry *entries, int n);
 
 void offload_get_stats(const struct offload *o, struct offload_stats *out);
+/* What the last step moved (floor.h): weights, the dense layers' KV, the selected pages' KV,
+ * the digests selection read, the recalled bytes. Waits for the planner's bookkeeping (call it
+ * after the step's tokens were read). */
+void offload_last_step_traffic(const struct offload *o, struct floor_traffic *out);
 /* The params' lookahead (0 or 1). */
 int offload_lookahead(const struct offload *o);
 /* Stats of a layer (zeros for a dense layer). */

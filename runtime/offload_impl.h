@@ -87,6 +87,8 @@ struct offload {
     int32_t *d_att_start; /* [V] v * ms (constant) */
     void *pin;            /* pinned allocation of the above */
     size_t pin_bytes;
+    struct floor_traffic traffic[2]; /* by parity: the step's bytes (main thread: weights,
+                                        dense KV, digests; the planner: sparse KV, recall) */
     int64_t step_syncs;   /* host synchronisations of the last step (main thread) */
     int64_t host_syncs;   /* summed over steps */
 

@@ -180,6 +180,15 @@ static void stage(struct offload *o, const struct batch_entry *en, int n)
             h[MB * (1 + sl) + b] = kv_cache_row(o->dg, o->dg_slot[slot], sl);
     }
     take_q(o, (uint16_t *)(h + up_ints(o)));
+    /* the step's fixed traffic: weights, dense layers' KV, the digests selection reads */
+    struct floor_traffic *t = &o->traffic[p];
+    const double tok_bytes = (double)o->page_bytes / o->ps;
+    *t = (struct floor_traffic){(double)model_step_weight_bytes(o->mc), 0, 0, 0};
+    for (int b = 0; b < n; b++) {
+        t->kv_bytes += tok_bytes * o->n_dense * ss->n_tok[b];
+        t->digest_bytes +=
+            (double)o->n_sparse * PULSE_CEIL_DIV(ss->n_tok[b], o->ps) * (double)o->dpage_bytes;
+    }
     o->att_max_tokens = PULSE_MIN(o->ms * o->ps, max_len);
     o->be->copy_async(o->ctx, o->d_up, h, offload_up_bytes(o));
     o->be->event_record(o->ctx, o->ev_up[p]);
@@ -214,4 +223,11 @@ int offload_step(struct offload *o, struct batch *bt, const struct batch_entry *
         }
     }
     return atomic_load(&o->status);
+}
+
+void offload_last_step_traffic(const struct offload *o, struct floor_traffic *out)
+{
+    PULSE_CHECK(o->st.steps > 0, "offload_last_step_traffic: no step yet");
+    offload_quiesce(o);
+    *out = o->traffic[(o->st.steps - 1) & 1];
 }

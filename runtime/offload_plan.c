@@ -73,6 +73,7 @@ static int plan_list(struct offload *o, const struct offload_step_state *ss, int
         pages[i] = offload_att_page(o, own[r->attend_slot[i]], k);
     pages[cnt - 1] = offload_att_page(o, own[n_own - 1], k);
     ctl[v] = (cnt - 1) * o->ps + (n - (nb - 1) * o->ps);
+    o->traffic[ss->step & 1].kv_bytes += (double)ctl[v] * offload_chunk_bytes(o) / o->ps;
     if (n % o->ps == 0) /* the tail block filled: T into the tail's slot */
         *(*desc)++ = (struct recall_desc){
             (uint64_t)(uintptr_t)offload_gpu_piece(o, own[n_own - 1], k),
@@ -150,8 +151,9 @@ static void run_job(struct offload *o, const struct job *j)
     const int n_items = plan(o, ss, j->layer, h_sel, offload_ctl(o, p, sl));
     if (n_items > 0) {
         recall_layer(o, j->layer, n_items, seq);
-        if (j->step < o->p.max_steps)
-            o->series[j->step] += (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
+        const int64_t bytes = (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
+        if (j->step < o->p.max_steps) o->series[j->step] += bytes;
+        o->traffic[p].recall_bytes += (double)bytes;
     } else {
         set_flag(&o->flags[sl], seq);
     }

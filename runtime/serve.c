@@ -84,6 +84,16 @@ static int collect(struct serve_state *s, const int32_t *toks, double t)
     return finished;
 }
 
+/* The step's time and traffic into the sums and the caller's series. */
+static void record_step(struct serve_state *s, double step_s)
+{
+    struct serve_step st = {step_s, s->n_entries, {0, 0, 0, 0}};
+    if (s->pol->traffic) s->pol->traffic(s, &st.t);
+    s->ctr.step_s_sum += step_s;
+    floor_traffic_add(&s->ctr.traffic_sum, &st.t);
+    if (s->ctr.steps < s->ctr.series_cap) s->ctr.series[s->ctr.steps] = st;
+}
+
 static void sleep_until(double t_rel, double t0)
 {
     double dt = t0 + t_rel - pulse_now();
@@ -121,6 +131,8 @@ int serve_run_policy(struct engine *e, struct kv_cache *kv, const struct policy 
 {
     struct serve_state s;
     memset(&s, 0, sizeof s);
+    s.ctr.series = ctr->series;
+    s.ctr.series_cap = ctr->series ? ctr->series_cap : 0;
     s.pol = pol;
     s.policy_ctx = policy_ctx;
     if (pol->needs_ctx && !policy_ctx) {
@@ -182,6 +194,7 @@ int serve_run_policy(struct engine *e, struct kv_cache *kv, const struct policy 
         struct mem_stats m0, m1;
         mem_get_stats(&m0);
         const int64_t syncs0 = pulse_host_syncs();
+        const double t_step = pulse_now();
         rc = pol->step(&s);
         const int64_t syncs = pulse_host_syncs() - syncs0;
         s.ctr.step_host_syncs += syncs;
@@ -191,6 +204,7 @@ int serve_run_policy(struct engine *e, struct kv_cache *kv, const struct policy 
             goto out;
         }
         batch_read_tokens(e, s.batch, toks);
+        record_step(&s, pulse_now() - t_step);
         mem_get_stats(&m1);
         for (int k = 0; k < MEM_KINDS; k++)
             s.ctr.step_alloc_calls += (int64_t)(m1.alloc_calls[k] - m0.alloc_calls[k]);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "floor.h"
 
 struct request {
     int id, prompt_len, output_len;
@@ -15,6 +16,14 @@ struct request {
     int generated;
     int slot;        /* cache slot while running, else -1 */
     int32_t *tokens; /* optional [output_len] ids, owned by the caller */
+};
+
+/* One decode step as the loop saw it: wall time from the step call to its tokens on the host,
+ * the batch, and what the step moved (the policy's traffic report; zeros without one). */
+struct serve_step {
+    double step_s;
+    int batch;
+    struct floor_traffic t;
 };
 
 struct serve_counters {
@@ -29,6 +38,12 @@ struct serve_counters {
     /* offload counters (zero for vanilla; carried so every result has them) */
     int64_t recall_bytes, recall_chunks, recall_stalls, layer_switches, ioaa_nodes;
     double clock_paused_s; /* excluded from the recorded times (serve_pause_clock) */
+    double step_s_sum;     /* steps' wall time, summed (serve_step.step_s) */
+    struct floor_traffic traffic_sum;
+    /* in: the caller's buffer for the per-step record (series_cap entries; NULL = none); the
+     * first series_cap steps are kept, the sums cover every step */
+    struct serve_step *series;
+    int64_t series_cap;
 };
 
 /* What a policy works on. Requests are in arrival order; [0, n_arrived) have arrived. */
@@ -59,6 +74,9 @@ struct policy {
     /* Optional: frees what the policy holds for the request in cache slot `slot` (called when
      * it finishes, before its KV pages are released). */
     void (*release)(struct serve_state *s, int slot);
+    /* Optional: what the step just run moved (floor.h), called after its tokens were read. */
+    void (*traffic)(struct serve_state *s, struct floor_traffic *out);
+    int overlapped;        /* its recall overlaps compute: the step floor is max(HBM, PCIe) */
     int needs_ctx;         /* 1: runs only with a policy context (serve_run_policy) */
     int offload_lookahead; /* offload policies: offload_params.lookahead (offload.h) */
 };
