@@ -457,6 +457,52 @@ static void test_calibration(void)
     EXPECT_STR_CONTAINS(err, "calib_tokens");
 }
 
+/* The calibration's table is the same bits on 1 thread, on N, and on more threads than
+ * streams (the streams' terms are added in stream order whatever thread ran them); the JSON
+ * says how many threads ran and for how long. */
+static void test_calibration_threads(void)
+{
+    char err[256];
+    struct locality_default_params dp;
+    locality_default_params_init(&dp, NLAYERS, 9);
+    EXPECT_EQ_INT(locality_profile_default(&g_prof, &dp, err, sizeof err), PULSE_OK);
+    const int threads[] = {1, 2, 3, 5, 16};
+    double theta0[64], churn0[64];
+    for (size_t k = 0; k < PULSE_ARRAY_LEN(threads); k++) {
+        struct locality_params lp;
+        locality_params_init(&lp, &CFG, NLAYERS, NREQ, 9);
+        lp.calib_tokens = 1024;
+        lp.calib_streams = 5;
+        lp.calib_steps = 3;
+        lp.calib_threads = threads[k];
+        struct locality *L = locality_create(&lp, &g_prof, err, sizeof err);
+        EXPECT(L != NULL);
+        if (!L) return;
+        struct locality_calib c;
+        locality_get_calib(L, &c);
+        if (k == 0) {
+            memcpy(theta0, c.theta, sizeof(double) * c.n);
+            memcpy(churn0, c.churn, sizeof(double) * c.n);
+        } else {
+            EXPECT(memcmp(theta0, c.theta, sizeof(double) * c.n) == 0);
+            EXPECT(memcmp(churn0, c.churn, sizeof(double) * c.n) == 0);
+        }
+        json_t *j = locality_to_json(L);
+        json_t *cj = json_object_get(j, "calibration");
+        EXPECT_EQ_INT(json_integer_value(json_object_get(cj, "threads")),
+                      threads[k] < 5 ? threads[k] : 5); /* never more threads than streams */
+        EXPECT(json_real_value(json_object_get(cj, "seconds")) > 0);
+        json_decref(j);
+        locality_free(L);
+    }
+    struct locality_params lp;
+    locality_params_init(&lp, &CFG, NLAYERS, NREQ, 9);
+    EXPECT_EQ_INT(lp.calib_threads, 0); /* default: the online CPUs */
+    lp.calib_threads = -1;
+    EXPECT(locality_create(&lp, &g_prof, err, sizeof err) == NULL);
+    EXPECT_STR_CONTAINS(err, "calib_threads");
+}
+
 /* ------------------------------------------------------------------ the main property */
 
 static void test_churn_follows_profile(void)
@@ -647,6 +693,7 @@ int main(void)
     test_count_new();
     test_keys();
     test_calibration();
+    test_calibration_threads();
     test_churn_follows_profile();
     test_solohead();
     test_determinism();

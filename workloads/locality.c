@@ -3,12 +3,15 @@
 #include "locality.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "mem.h"
 #include "numeric.h"
+#include "progress.h"
 
 #define PI_D 3.14159265358979323846
 
@@ -23,6 +26,14 @@ enum {
     TAG_CAL_Z = 0x637a7a7a,    /* calibration stream's innovations */
 };
 
+/* Scratch of the key writer: one per thread that writes keys (the generator's own, and one per
+ * calibration worker). */
+struct key_scratch {
+    float *dirs;    /* [nkv][D][hd] key directions of the entry being written */
+    float *mean;    /* [hd] the current block's mean */
+    uint16_t *page; /* one KV page: the digest path's scratch */
+};
+
 struct locality {
     struct locality_params p;
     struct locality_profile prof;
@@ -32,9 +43,11 @@ struct locality {
     int32_t *step;                  /* [n_slots][n_layers] steps taken */
     int64_t *req;                   /* [n_slots] request in the slot, -1 = none */
     struct locality_gen_stats *gst; /* [n_layers] */
-    float *dirs;                    /* [nkv][D][hd] key directions of the entry being written */
-    float *mean;                    /* [hd] the current block's mean */
-    uint16_t *page;                 /* one KV page: the digest path's scratch */
+    struct key_scratch ks;          /* locality_fill_kv / locality_build_digests */
+    int calib_threads;              /* threads the calibration ran on */
+    double calib_s;                 /* its wall time */
+    float *d_dirs;                  /* device fill (locality_cuda.cu): [nkv][D][hd] */
+    size_t d_dirs_bytes;
     void *mem;
     size_t mem_bytes;
 };
@@ -66,15 +79,16 @@ static void normalize(float *v, int n)
 
 /* ------------------------------------------------------------------ keys */
 
-/* The directions of every KV head of (tag, id, layer) into L->dirs. */
-static void make_dirs(struct locality *L, uint64_t tag, uint64_t id, int layer)
+/* The directions of every KV head of (tag, id, layer) into ks->dirs. */
+static void make_dirs(const struct locality *L, struct key_scratch *ks, uint64_t tag, uint64_t id,
+                      int layer)
 {
     const int hd = L->hd, D = L->D;
     for (int h = 0; h < L->nkv; h++) {
         uint64_t s =
             pulse_seed_mix(stream_seed(L->p.seed, tag, id, (uint64_t)layer, (uint64_t)h), 1, 0);
         for (int d = 0; d < D; d++) {
-            float *u = L->dirs + ((size_t)h * D + d) * hd;
+            float *u = ks->dirs + ((size_t)h * D + d) * hd;
             for (int c = 0; c < hd; c++)
                 u[c] = gauss(s, (uint64_t)d * hd + c);
             normalize(u, hd);
@@ -82,20 +96,22 @@ static void make_dirs(struct locality *L, uint64_t tag, uint64_t id, int layer)
     }
 }
 
-/* The mean of block i of head h into L->mean (make_dirs done for the same entry). */
-static void block_mean(struct locality *L, uint64_t ks, int h, int i)
+/* The mean of block i of head h (key stream kseed) into ks->mean (make_dirs done for the same
+ * entry). */
+static void block_mean(const struct locality *L, struct key_scratch *ks, uint64_t kseed, int h,
+                       int i)
 {
     const int hd = L->hd, D = L->D;
-    uint64_t s = pulse_seed_mix(ks, 2, (uint64_t)i);
+    uint64_t s = pulse_seed_mix(kseed, 2, (uint64_t)i);
     float rho = expf(L->p.key_strength_sigma * gauss(s, (uint64_t)D));
     float scale = rho * sqrtf((float)hd / (float)D);
     for (int c = 0; c < hd; c++)
-        L->mean[c] = 0.0f;
+        ks->mean[c] = 0.0f;
     for (int d = 0; d < D; d++) {
         float w = gauss(s, (uint64_t)d) * scale;
-        const float *u = L->dirs + ((size_t)h * D + d) * hd;
+        const float *u = ks->dirs + ((size_t)h * D + d) * hd;
         for (int c = 0; c < hd; c++)
-            L->mean[c] += w * u[c];
+            ks->mean[c] += w * u[c];
     }
 }
 
@@ -108,19 +124,19 @@ static uint16_t *kv_at(const struct kv_view *kv, int b, int t, int h, int which)
 }
 
 /* K of head h, tokens [t0, t1) of (tag, id, layer) into entry b of kv at token t - t_off. */
-static void write_keys(struct locality *L, uint64_t tag, uint64_t id, int layer, int h,
-                       const struct kv_view *kv, int b, int t0, int t1, int t_off)
+static void write_keys(const struct locality *L, struct key_scratch *ks, uint64_t tag, uint64_t id,
+                       int layer, int h, const struct kv_view *kv, int b, int t0, int t1, int t_off)
 {
     const int hd = L->hd, bs = L->p.sel.block_size;
-    const uint64_t ks = stream_seed(L->p.seed, tag, id, (uint64_t)layer, (uint64_t)h);
-    const uint64_t ns = pulse_seed_mix(ks, 3, 0);
+    const uint64_t kseed = stream_seed(L->p.seed, tag, id, (uint64_t)layer, (uint64_t)h);
+    const uint64_t ns = pulse_seed_mix(kseed, 3, 0);
     const float amp = L->p.key_noise * 1.7320508f; /* U[-1, 1) has std 1/sqrt(3) */
     int cur = -1;
     for (int t = t0; t < t1; t++) {
-        if (t / bs != cur) block_mean(L, ks, h, cur = t / bs);
+        if (t / bs != cur) block_mean(L, ks, kseed, h, cur = t / bs);
         uint16_t *k = kv_at(kv, b, t - t_off, h, 0);
         for (int c = 0; c < hd; c++)
-            k[c] = f32_to_bf16(L->mean[c] + amp * pulse_uniform(ns, (uint64_t)t * hd + c));
+            k[c] = f32_to_bf16(ks->mean[c] + amp * pulse_uniform(ns, (uint64_t)t * hd + c));
     }
 }
 
@@ -136,9 +152,9 @@ void locality_fill_kv(struct locality *L, const struct kv_view *kv, const int32_
     for (int b = 0; b < batch; b++) {
         PULSE_CHECK(req_ids[b] >= 0, "locality_fill_kv: request ids must be >= 0");
         const int a = t0 ? t0[b] : 0, e = t1[b];
-        make_dirs(L, TAG_KEYS, (uint64_t)req_ids[b], layer);
+        make_dirs(L, &L->ks, TAG_KEYS, (uint64_t)req_ids[b], layer);
         for (int h = 0; h < nkv; h++)
-            write_keys(L, TAG_KEYS, (uint64_t)req_ids[b], layer, h, kv, b, a, e, 0);
+            write_keys(L, &L->ks, TAG_KEYS, (uint64_t)req_ids[b], layer, h, kv, b, a, e, 0);
         /* V exactly as kv_fill_synthetic writes it */
         uint64_t s = pulse_seed_mix(L->p.seed, (uint64_t)req_ids[b], (uint64_t)layer);
         for (int t = a; t < e; t++)
@@ -153,18 +169,19 @@ void locality_fill_kv(struct locality *L, const struct kv_view *kv, const int32_
 
 /* Digests of blocks [0, ceil(n / bs)) of (tag, id, layer) into entry b of dv, one block at a
  * time through the one-page scratch and digest_build_ref (so the bits are digest_build's). */
-static void digests_entry(struct locality *L, const struct digest_view *dv, int b, int n,
-                          uint64_t tag, uint64_t id, int layer, int sel_head)
+static void digests_entry(const struct locality *L, struct key_scratch *ks,
+                          const struct digest_view *dv, int b, int n, uint64_t tag, uint64_t id,
+                          int layer, int sel_head)
 {
     const int bs = L->p.sel.block_size;
     const int32_t zero = 0;
-    const struct kv_view one = {L->page, &zero, &zero, bs, L->nkv, L->hd, 0};
-    make_dirs(L, tag, id, layer);
+    const struct kv_view one = {ks->page, &zero, &zero, bs, L->nkv, L->hd, 0};
+    make_dirs(L, ks, tag, id, layer);
     for (int i = 0; i * bs < n; i++) {
         const int t0 = i * bs, t1 = PULSE_MIN(n, t0 + bs);
         for (int h = 0; h < L->nkv; h++)
             if (sel_head == SELECT_HEADWISE || sel_head == h)
-                write_keys(L, tag, id, layer, h, &one, 0, t0, t1, t0);
+                write_keys(L, ks, tag, id, layer, h, &one, 0, t0, t1, t0);
         const int32_t start = dv->page_start[b] + i, cnt = t1 - t0;
         const struct digest_view d1 = {dv->pool, dv->page_ids, &start, dv->n_heads, dv->head_dim};
         digest_build_ref(NULL, &one, &d1, &cnt, 1, sel_head, bs);
@@ -178,7 +195,8 @@ void locality_build_digests(struct locality *L, const struct digest_view *dv,
     PULSE_CHECK(layer >= 0 && layer < L->p.n_layers, "locality_build_digests: layer out of range");
     for (int b = 0; b < batch; b++) {
         PULSE_CHECK(req_ids[b] >= 0, "locality_build_digests: request ids must be >= 0");
-        digests_entry(L, dv, b, n_tokens[b], TAG_KEYS, (uint64_t)req_ids[b], layer, sel_head);
+        digests_entry(L, &L->ks, dv, b, n_tokens[b], TAG_KEYS, (uint64_t)req_ids[b], layer,
+                      sel_head);
     }
 }
 
@@ -287,62 +305,98 @@ void locality_step_q(struct locality *L, int layer, const int32_t *slots, int ba
 
 /* ------------------------------------------------------------------ calibration */
 
-/* Calibration scratch (create only). */
+/* One calibration worker's scratch (create only): the digests of one key set, the query, the
+ * selections of two steps, scores, the key writer's scratch, and the churn terms of the stream it
+ * works on in the order the single-threaded loop adds them: [calib_points - 1][calib_steps][nkv],
+ * -1 where a list had no budget part (not counted). terms is NULL for a lone worker whose terms
+ * would be large: it adds them straight into the sums, in the same order. */
 struct cal_buf {
+    struct cal_run *run;
     uint16_t *dig, *qb;
     int32_t *ident, *sel[2], *cnt[2];
     float *scores, *qf;
-    void *mem;
-    size_t bytes;
+    struct key_scratch ks;
+    double *terms;
 };
 
-static int cal_alloc(struct locality *L, const struct select_cfg *cfg, int nb, struct cal_buf *c)
+/* What the workers share. Streams are taken in order; each worker adds its stream's terms to the
+ * sums only when every earlier stream has been added, so the table is the same bits whatever
+ * the number of threads. */
+struct cal_run {
+    struct locality *L;
+    struct select_cfg cfg;
+    int n_sparse, sparse[LOC_MAX_LAYERS];
+    size_t n_terms; /* per stream */
+    pthread_mutex_t mu;
+    pthread_cond_t turn;
+    int next;    /* the next stream to take */
+    int reduced; /* streams added to sum and cnt */
+    double sum[64];
+    int64_t cnt[64];
+    struct progress pg;
+};
+
+#define CAL_TERMS_MAX_BYTES ((size_t)64 << 20) /* buffered terms of one stream at most */
+
+/* Bytes of one worker's scratch; with base, carves it into c. */
+static size_t cal_carve(const struct locality *L, const struct select_cfg *cfg, int nb,
+                        size_t n_terms, char *base, struct cal_buf *c)
 {
-    const int ms = select_max_selected(cfg), nkv = L->nkv;
-    const size_t qn = (size_t)L->nq * L->hd;
-    size_t sz[] = {(size_t)nb * nkv * 2 * L->hd * 2,
-                   qn * 2,
-                   (size_t)nb * 4,
-                   (size_t)nkv * ms * 4,
-                   (size_t)nkv * ms * 4,
-                   (size_t)nkv * 4,
-                   (size_t)nkv * 4,
-                   (size_t)nkv * nb * 4,
-                   qn * 4};
-    size_t off[PULSE_ARRAY_LEN(sz)], total = 0;
-    for (size_t i = 0; i < PULSE_ARRAY_LEN(sz); i++)
-        off[i] = total, total += (sz[i] + 63) / 64 * 64;
-    char *m = mem_alloc(MEM_HOST, total, "locality calibration");
-    if (!m) return PULSE_ERR_NOMEM;
-    c->mem = m, c->bytes = total;
-    c->dig = (uint16_t *)(m + off[0]), c->qb = (uint16_t *)(m + off[1]);
-    c->ident = (int32_t *)(m + off[2]);
-    c->sel[0] = (int32_t *)(m + off[3]), c->sel[1] = (int32_t *)(m + off[4]);
-    c->cnt[0] = (int32_t *)(m + off[5]), c->cnt[1] = (int32_t *)(m + off[6]);
-    c->scores = (float *)(m + off[7]), c->qf = (float *)(m + off[8]);
-    for (int i = 0; i < nb; i++)
-        c->ident[i] = i;
-    return PULSE_OK;
+    const size_t ms = (size_t)select_max_selected(cfg), nkv = (size_t)L->nkv, hd = (size_t)L->hd;
+    const size_t qn = (size_t)L->nq * hd;
+    char *m = base;
+    struct cal_buf t;
+    t.dig = mem_carve(&m, (size_t)nb * nkv * 2 * hd * 2);
+    t.qb = mem_carve(&m, qn * 2);
+    t.ident = mem_carve(&m, (size_t)nb * 4);
+    t.sel[0] = mem_carve(&m, nkv * ms * 4);
+    t.sel[1] = mem_carve(&m, nkv * ms * 4);
+    t.cnt[0] = mem_carve(&m, nkv * 4);
+    t.cnt[1] = mem_carve(&m, nkv * 4);
+    t.scores = mem_carve(&m, nkv * (size_t)nb * 4);
+    t.qf = mem_carve(&m, qn * 4);
+    t.ks.dirs = mem_carve(&m, nkv * (size_t)L->D * hd * 4);
+    t.ks.mean = mem_carve(&m, hd * 4);
+    t.ks.page = mem_carve(&m, nkv * 2 * (size_t)cfg->block_size * hd * 2);
+    t.terms = n_terms ? mem_carve(&m, n_terms * 8) : NULL;
+    if (base) {
+        *c = t;
+        for (int i = 0; i < nb; i++)
+            c->ident[i] = i;
+    }
+    return (size_t)(m - base);
+}
+
+/* Adds term idx of the current stream (value v, of angle j): buffered, or straight into the sums
+ * of the lone worker. */
+static void cal_term(struct cal_buf *c, size_t idx, int j, double v)
+{
+    if (c->terms)
+        c->terms[idx] = v;
+    else if (v >= 0)
+        c->run->sum[j] += v, c->run->cnt[j]++;
 }
 
 /* One calibration stream r on its keys: for every angle j >= 1, calib_steps steps from the same
- * start with the same innovations; adds the per-list churn to sum[j], cnt[j]. */
-static void cal_stream(struct locality *L, const struct select_cfg *cfg, struct cal_buf *c, int r,
-                       int layer, int n_tok, double *sum, int64_t *cnt)
+ * start with the same innovations; the per-list churn of each step is a term (cal_term). */
+static void cal_stream(struct cal_buf *c, int r, int layer)
 {
+    const struct locality *L = c->run->L;
+    const struct select_cfg *cfg = &c->run->cfg;
+    const int n_tok = L->p.calib_tokens, S = L->p.calib_steps;
     const int32_t zero = 0, ntok[1] = {n_tok};
     const int nb = PULSE_CEIL_DIV(n_tok, cfg->block_size), ms = select_max_selected(cfg);
     const struct digest_view dv = {c->dig, c->ident, &zero, L->nkv, L->hd};
     const size_t qn = (size_t)L->nq * L->hd;
     const float scale = sqrtf((float)L->hd) * L->p.q_scale;
-    digests_entry(L, &dv, 0, n_tok, TAG_CAL_KEYS, (uint64_t)r, layer, SELECT_HEADWISE);
+    digests_entry(L, &c->ks, &dv, 0, n_tok, TAG_CAL_KEYS, (uint64_t)r, layer, SELECT_HEADWISE);
     for (int j = 1; j < L->p.calib_points; j++) {
         const float ca = (float)cos(L->theta[j]), sa = (float)sin(L->theta[j]);
         init_q(c->qf, L->nq, L->hd, L->p.seed, TAG_CAL_Q, (uint64_t)r, 0);
         q_to_bf16(c->qf, qn, scale, c->qb);
         select_blocks_ref(NULL, cfg, c->qb, &dv, ntok, c->scores, c->sel[0], c->cnt[0], 1,
                           SELECT_HEADWISE);
-        for (int s = 1; s <= L->p.calib_steps; s++) {
+        for (int s = 1; s <= S; s++) {
             const int cur = s & 1, prev = cur ^ 1;
             uint64_t zs = stream_seed(L->p.seed, TAG_CAL_Z, (uint64_t)r, 0, (uint64_t)s);
             for (int g = 0; g < L->nq; g++)
@@ -354,49 +408,136 @@ static void cal_stream(struct locality *L, const struct select_cfg *cfg, struct 
                 int nbud,
                     nn = locality_count_new(cfg, c->sel[cur] + (size_t)h * ms, c->cnt[cur][h], nb,
                                             c->sel[prev] + (size_t)h * ms, c->cnt[prev][h], &nbud);
-                if (nbud > 0) sum[j] += (double)nn / nbud, cnt[j]++;
+                size_t idx = ((size_t)(j - 1) * S + (s - 1)) * L->nkv + h;
+                cal_term(c, idx, j, nbud > 0 ? (double)nn / nbud : -1.0);
             }
         }
     }
 }
 
-static int calibrate(struct locality *L, char *err, size_t errlen)
+/* Takes streams until none is left; adds each one's terms in stream order. */
+static void cal_work(struct cal_buf *c)
 {
-    const int J = L->p.calib_points;
-    struct select_cfg cfg = L->p.sel;
-    const int nb = PULSE_CEIL_DIV(L->p.calib_tokens, cfg.block_size);
-    cfg.max_blocks = nb;
-    struct cal_buf c;
-    if (cal_alloc(L, &cfg, nb, &c) != PULSE_OK) {
-        snprintf(err, errlen, "locality: out of memory for the calibration");
+    struct cal_run *run = c->run;
+    const int R = run->L->p.calib_streams, S = run->L->p.calib_steps, nkv = run->L->nkv;
+    for (;;) {
+        pthread_mutex_lock(&run->mu);
+        const int r = run->next < R ? run->next++ : -1;
+        pthread_mutex_unlock(&run->mu);
+        if (r < 0) return;
+        cal_stream(c, r, run->n_sparse ? run->sparse[r % run->n_sparse] : 0);
+        pthread_mutex_lock(&run->mu);
+        while (run->reduced != r)
+            pthread_cond_wait(&run->turn, &run->mu);
+        for (size_t i = 0; c->terms && i < run->n_terms; i++) {
+            const int j = 1 + (int)(i / ((size_t)S * nkv));
+            if (c->terms[i] >= 0) run->sum[j] += c->terms[i], run->cnt[j]++;
+        }
+        run->reduced++;
+        progress_update(&run->pg, run->reduced);
+        pthread_cond_broadcast(&run->turn);
+        pthread_mutex_unlock(&run->mu);
+    }
+}
+
+static void *cal_thread(void *arg)
+{
+    cal_work(arg);
+    return NULL;
+}
+
+/* Calibration threads: the params', else the online CPUs (at most LOC_CALIB_MAX_THREADS); never
+ * more than the streams, nor more than the buffered terms allow. */
+static int cal_threads(const struct locality_params *p, size_t n_terms)
+{
+    long n = p->calib_threads;
+    if (n <= 0) {
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+        n = PULSE_MIN(n, LOC_CALIB_MAX_THREADS);
+    }
+    n = PULSE_MIN(n, p->calib_streams);
+    if (n_terms * 8 > CAL_TERMS_MAX_BYTES) n = 1;
+    return (int)PULSE_MAX(n, 1);
+}
+
+/* Runs the streams on the threads, into run->sum and run->cnt. */
+static int cal_run_streams(struct cal_run *run, int nb)
+{
+    struct locality *L = run->L;
+    const int T = cal_threads(&L->p, run->n_terms);
+    const size_t n_terms = T == 1 && run->n_terms * 8 > CAL_TERMS_MAX_BYTES ? 0 : run->n_terms;
+    const size_t per = cal_carve(L, &run->cfg, nb, n_terms, NULL, NULL);
+    struct cal_buf *bufs = mem_alloc(MEM_HOST, sizeof *bufs * T, "locality calibration workers");
+    char *m = mem_alloc(MEM_HOST, per * T, "locality calibration");
+    pthread_t *th = mem_alloc(MEM_HOST, sizeof *th * T, "locality calibration threads");
+    if (!bufs || !m || !th) {
+        mem_free(MEM_HOST, bufs, sizeof *bufs * T);
+        mem_free(MEM_HOST, m, per * T);
+        mem_free(MEM_HOST, th, sizeof *th * T);
         return PULSE_ERR_NOMEM;
     }
-    double sum[64] = {0};
-    int64_t cnt[64] = {0};
+    for (int k = 0; k < T; k++) {
+        cal_carve(L, &run->cfg, nb, n_terms, m + per * k, &bufs[k]);
+        bufs[k].run = run;
+    }
+    pthread_mutex_init(&run->mu, NULL);
+    pthread_cond_init(&run->turn, NULL);
+    progress_begin(&run->pg, "calibration", "streams", L->p.calib_streams);
+    int started = 0; /* a thread that cannot start leaves its streams to the others */
+    for (int k = 1; k < T; k++)
+        started += pthread_create(&th[started], NULL, cal_thread, &bufs[k]) == 0;
+    cal_work(&bufs[0]);
+    for (int k = 0; k < started; k++)
+        pthread_join(th[k], NULL);
+    progress_end(&run->pg, run->reduced);
+    pthread_cond_destroy(&run->turn);
+    pthread_mutex_destroy(&run->mu);
+    L->calib_threads = started + 1;
+    mem_free(MEM_HOST, th, sizeof *th * T);
+    mem_free(MEM_HOST, m, per * T);
+    mem_free(MEM_HOST, bufs, sizeof *bufs * T);
+    return PULSE_OK;
+}
+
+static int calibrate(struct locality *L, char *err, size_t errlen)
+{
+    const double t0 = pulse_now();
+    const int J = L->p.calib_points;
+    struct cal_run *run = mem_alloc(MEM_HOST, sizeof *run, "locality calibration");
+    if (!run) goto oom;
+    memset(run, 0, sizeof *run);
+    run->L = L;
+    run->cfg = L->p.sel;
+    const int nb = PULSE_CEIL_DIV(L->p.calib_tokens, run->cfg.block_size);
+    run->cfg.max_blocks = nb;
+    run->n_terms = (size_t)(J - 1) * L->p.calib_steps * L->nkv;
     for (int j = 0; j < J; j++) {
         double f = (double)j / (J - 1);
         L->theta[j] = PI_D * f * f;
     }
-    int sparse[LOC_MAX_LAYERS], n_sparse = 0;
     for (int l = 0; l < L->p.n_layers; l++)
-        if (!L->prof.dense[l]) sparse[n_sparse++] = l;
-    for (int r = 0; r < L->p.calib_streams; r++)
-        cal_stream(L, &cfg, &c, r, n_sparse ? sparse[r % n_sparse] : 0, L->p.calib_tokens, sum,
-                   cnt);
-    mem_free(MEM_HOST, c.mem, c.bytes);
+        if (!L->prof.dense[l]) run->sparse[run->n_sparse++] = l;
+    if (cal_run_streams(run, nb) != PULSE_OK) goto oom;
     L->cal[0] = 0.0;
     for (int j = 1; j < J; j++) {
-        double g = cnt[j] ? sum[j] / (double)cnt[j] : 0.0;
+        double g = run->cnt[j] ? run->sum[j] / (double)run->cnt[j] : 0.0;
         L->cal[j] = g > L->cal[j - 1] ? g : L->cal[j - 1]; /* non-decreasing */
     }
+    const int budget = run->cfg.budget;
+    mem_free(MEM_HOST, run, sizeof *run);
+    L->calib_s = pulse_now() - t0;
     if (!(L->cal[J - 1] > 0.0)) {
         snprintf(err, errlen,
                  "locality: calibration saw no churn at any angle (budget %d blocks "
                  "leaves no choice among the candidates of calib_tokens %d?)",
-                 cfg.budget, L->p.calib_tokens);
+                 budget, L->p.calib_tokens);
         return PULSE_ERR_INVALID;
     }
     return PULSE_OK;
+oom:
+    mem_free(MEM_HOST, run, sizeof *run);
+    snprintf(err, errlen, "locality: out of memory for the calibration");
+    return PULSE_ERR_NOMEM;
 }
 
 /* ------------------------------------------------------------------ create / free */
@@ -437,6 +578,7 @@ static const char *params_why(const struct locality_params *p, const struct loca
     if (p->calib_points < 3 || p->calib_points > 64) return "calib_points must be in 3..64";
     if (p->calib_steps < 1 || p->calib_steps > 100000) return "calib_steps must be in 1..100000";
     if (p->calib_streams < 1 || p->calib_streams > 1024) return "calib_streams must be in 1..1024";
+    if (p->calib_threads < 0 || p->calib_threads > 1024) return "calib_threads must be in 0..1024";
     return NULL;
 }
 
@@ -484,8 +626,8 @@ struct locality *locality_create(const struct locality_params *p,
     L->theta = (double *)(m + off[0]), L->cal = (double *)(m + off[1]);
     L->q = (float *)(m + off[2]), L->step = (int32_t *)(m + off[3]);
     L->req = (int64_t *)(m + off[4]), L->gst = (struct locality_gen_stats *)(m + off[5]);
-    L->dirs = (float *)(m + off[6]), L->mean = (float *)(m + off[7]);
-    L->page = (uint16_t *)(m + off[8]);
+    L->ks.dirs = (float *)(m + off[6]), L->ks.mean = (float *)(m + off[7]);
+    L->ks.page = (uint16_t *)(m + off[8]);
     for (int s = 0; s < p->n_slots; s++)
         L->req[s] = -1;
     if (calibrate(L, err, errlen) != PULSE_OK) {
@@ -503,6 +645,7 @@ oom:
 void locality_free(struct locality *L)
 {
     if (!L) return;
+    mem_free(MEM_DEVICE, L->d_dirs, L->d_dirs_bytes);
     mem_free(MEM_HOST, L->mem, L->mem_bytes);
     mem_free(MEM_HOST, L, sizeof *L);
 }
@@ -549,9 +692,10 @@ json_t *locality_to_json(const struct locality *L)
                              "low-rank block means + uniform token noise", "dirs", p->key_dirs,
                              "noise", (double)p->key_noise, "strength_sigma",
                              (double)p->key_strength_sigma, "q_scale", (double)p->q_scale);
-    json_t *cal = json_pack("{s:i, s:i, s:i, s:o, s:o, s:f}", "tokens", p->calib_tokens, "steps",
-                            p->calib_steps, "streams", p->calib_streams, "theta", th, "churn", ch,
-                            "churn_max", L->cal[p->calib_points - 1]);
+    json_t *cal = json_pack("{s:i, s:i, s:i, s:o, s:o, s:f, s:i, s:f}", "tokens", p->calib_tokens,
+                            "steps", p->calib_steps, "streams", p->calib_streams, "theta", th,
+                            "churn", ch, "churn_max", L->cal[p->calib_points - 1], "threads",
+                            L->calib_threads, "seconds", L->calib_s);
     return json_pack("{s:o, s:o, s:o, s:o, s:o}", "params", params, "key_model", keys,
                      "calibration", cal, "profile", locality_profile_to_json(&L->prof), "layers",
                      layers);

@@ -94,6 +94,7 @@
 #define LOC_MAX_LAYERS 256
 #define LOC_MAX_LEVELS 16
 #define LOC_HIST_BINS 4096 /* churn histogram resolution of the meter */
+#define LOC_CALIB_MAX_THREADS 16
 
 /* ================================================================== profile */
 
@@ -174,6 +175,9 @@ struct locality_params {
     int calib_points;         /* J, angles in the table (default 24), 3..64 */
     int calib_steps;          /* steps per angle and key set (default 8) */
     int calib_streams;        /* calibration key sets (default 16) */
+    int calib_threads;        /* threads the calibration runs on; 0 (default) = the online CPUs,
+                                 at most LOC_CALIB_MAX_THREADS. The table is the same bits for
+                                 every thread count. */
 };
 
 /* Calibration table: churn[j] = expected churn of a step of angle theta[j] (radians). */
