@@ -3,7 +3,9 @@
  *   sweep         every engine's bandwidth vs chunk size and chunk count: random chunks of the
  *                 pinned host pool into random slots of a device region (wall time from submit
  *                 to completion, median of --reps; a sample of every point's chunks is checked
- *                 bit for bit afterwards)
+ *                 bit for bit afterwards); and the zero-copy kernel alone on the same chunks
+ *                 (device time around the kernel, its descriptors already in device memory),
+ *                 which separates the kernel's rate from the engine's overhead
  *   cap           achieved / target at fractions of the peak, per engine
  *   interference  the slowdown of a GEMM-bound kernel (cuBLAS bf16 8192^3) and of an
  *                 attention-bound one (attn_decode over 2 GiB of paged KV) while zero-copy
@@ -44,7 +46,8 @@ static const char usage[] =
     "  --piece SIZE       gather-scatter largest piece (default 2M); --stages N (default 3)\n"
     "  --no-nt-stores     gather-scatter: plain stores into the staging buffer (default: "
     "streaming)\n"
-    "  --zc-blocks N      zero-copy grid of the sweep (default 16); --zc-threads N (default 512)\n"
+    "  --zc-blocks N      zero-copy grid of the sweep and its kernel-alone column (default 16);\n"
+    "                     --zc-threads N (default 512)\n"
     "  --pool-bytes SIZE  host pool (default 1.25 x the largest recall, at least --peak-bytes)\n"
     "  --peak-bytes SIZE  the single copy (default 512M on cuda, 64M on cpu)\n"
     "  --seed S           default 1\n"
@@ -356,7 +359,16 @@ static int setup(struct bench *b, json_t *res, char *err, size_t errlen)
     b->items = mem_alloc(MEM_HOST, sizeof *b->items * (size_t)b->max_count, "bench items");
     b->h_check = mem_alloc(MEM_HOST, b->max_chunk, "bench check");
     b->d_dst = mem_alloc(b->be->mem, b->dst_bytes, "bench slots");
-    if (!b->perm || !b->items || !b->h_check || !b->d_dst) {
+    size_t kd = sizeof(struct recall_desc) * (size_t)b->max_count;
+    b->h_kdesc = mem_alloc(MEM_HOST, kd, "bench kernel descs");
+    b->d_kdesc = mem_alloc(b->be->mem, kd, "bench kernel descs");
+    void *dp = NULL;
+    if (b->ops->map_host(b->ops, b->h_pool, &dp)) {
+        snprintf(err, errlen, "the %s copy path cannot map the host pool", b->ops->name);
+        return 1;
+    }
+    b->d_pool = dp;
+    if (!b->perm || !b->items || !b->h_check || !b->d_dst || !b->h_kdesc || !b->d_kdesc) {
         snprintf(err, errlen, "cannot allocate %zu bytes of %s memory for the slots", b->dst_bytes,
                  mem_kind_name(b->be->mem));
         return EXIT_OOM;
@@ -495,6 +507,61 @@ static void measure_peak(struct bench *b, json_t *res)
     o->stream_destroy(o, st);
 }
 
+/* The zero-copy kernel alone on b->items[0..n), as the engine launches it (the copy path's
+ * gather, --zc-blocks x --zc-threads) but with its descriptors uploaded beforehand: device time
+ * from an event before the kernel to one after it, warmup + reps runs, seconds into s. */
+static int zc_kernel_time(struct bench *b, void *st, void *e0, void *e1, int n, double *s)
+{
+    const struct recall_copy_ops *o = b->ops;
+    for (int i = 0; i < n; i++) {
+        const struct recall_item *it = &b->items[i];
+        b->h_kdesc[i] = (struct recall_desc){
+            (uint64_t)(uintptr_t)(b->d_pool + ((const char *)it->src - b->h_pool)),
+            (uint64_t)(uintptr_t)it->dst, it->bytes, 0};
+    }
+    b->be->upload(&b->ctx, b->d_kdesc, b->h_kdesc, sizeof *b->h_kdesc * (size_t)n);
+    for (int i = 0; i < b->o.warmup + b->o.reps; i++) {
+        float ms = 0;
+        int rc = o->event_record(o, e0, st);
+        if (!rc) rc = o->gather(o, b->d_kdesc, n, (int)b->o.zc_blocks, (int)b->o.zc_threads, st);
+        if (!rc) rc = o->event_record(o, e1, st);
+        if (!rc) rc = o->event_sync(o, e1);
+        if (!rc) rc = o->event_elapsed_ms(o, e0, e1, &ms);
+        if (rc) return rc;
+        if (i >= b->o.warmup) s[i - b->o.warmup] = PULSE_MAX(ms * 1e-3, 1e-9);
+    }
+    return 0;
+}
+
+/* The zero-copy kernel alone at one sweep point into a JSON object (and *gbs); fresh slots
+ * first, so the check afterwards sees what the kernel moved. Returns 1 when it failed or moved
+ * wrong data. */
+static int zc_kernel_point(struct bench *b, void *st, void *e0, void *e1, size_t chunk, int n,
+                           json_t **out, double *gbs)
+{
+    double s[MAX_REPS];
+    b->be->memset(&b->ctx, b->d_dst, 0x5a, b->dst_bytes);
+    b->be->sync(&b->ctx);
+    *gbs = 0;
+    if (zc_kernel_time(b, st, e0, e1, n, s)) {
+        *out = json_pack("{s:s}", "status", "error");
+        return 1;
+    }
+    double med = recall_bench_median(s, (int)b->o.reps);
+    int ok = verify(b, n);
+    *gbs = (double)chunk * n / med / 1e9;
+    *out =
+        json_pack("{s:s,s:s,s:i,s:i,s:o,s:f,s:f,s:f,s:b}", "status", ok ? "ok" : "wrong data",
+                  "timing", "device events around the kernel alone, descriptors in device memory",
+                  "zc_blocks", (int)b->o.zc_blocks, "zc_threads", (int)b->o.zc_threads, "samples_s",
+                  recall_bench_samples(s, (int)b->o.reps), "median_s", med, "GBps", *gbs,
+                  "fraction_of_peak", *gbs / b->peak, "verified", ok);
+    /* fresh slots again, so the engine's own check sees what the engine moved */
+    b->be->memset(&b->ctx, b->d_dst, 0x5a, b->dst_bytes);
+    b->be->sync(&b->ctx);
+    return !ok;
+}
+
 /* Returns the points that failed or moved wrong data. */
 static int sweep(struct bench *b, json_t *res)
 {
@@ -507,31 +574,49 @@ static int sweep(struct bench *b, json_t *res)
         if (!(eng[k] = recall_bench_engine(b, o->engines[k], b->max_count, 0, (int)o->zc_blocks,
                                            err, sizeof err)))
             json_object_set_new(errs, recall_engine_name(o->engines[k]), json_string(err));
+    int zk = -1; /* the zero-copy engine's index: its kernel alone gets a column of its own */
+    void *kst = NULL, *ke0 = NULL, *ke1 = NULL;
+    for (int k = 0; k < o->n_engines; k++)
+        if (o->engines[k] == RECALL_ZERO_COPY && eng[k]) zk = k;
+    if (zk >= 0)
+        PULSE_CHECK(!b->ops->stream_create(b->ops, &kst) && !b->ops->event_create(b->ops, &ke0) &&
+                        !b->ops->event_create(b->ops, &ke1),
+                    "recall-bench: the kernel's stream and events");
     printf("%-8s %-6s", "chunk", "count");
     for (int k = 0; k < o->n_engines; k++)
-        printf(" %15s", recall_engine_name(o->engines[k]));
-    printf("   (GB/s, median of %ld)\n", o->reps);
+        printf(" %16s", recall_engine_name(o->engines[k]));
+    if (zk >= 0) printf(" %16s", "zc-kernel-alone");
+    printf("   (GB/s (fraction of the peak), median of %ld; zero-copy grid %ld x %ld)\n", o->reps,
+           o->zc_blocks, o->zc_threads);
     for (int i = 0; i < o->n_sizes; i++)
         for (int j = 0; j < o->n_counts; j++) {
             size_t chunk = o->sizes[i];
             int n = (int)o->counts[j];
             recall_bench_pick(b, chunk, n);
             printf("%-8zu %-6d", chunk, n);
+            json_t *kj = NULL;
+            double kgbs = 0;
+            if (zk >= 0) bad += zc_kernel_point(b, kst, ke0, ke1, chunk, n, &kj, &kgbs);
             for (int k = 0; k < o->n_engines; k++) {
                 double s[MAX_REPS];
                 json_t *pj = json_pack(
                     "{s:s,s:I,s:i,s:I}", "engine", recall_engine_name(o->engines[k]), "chunk_bytes",
                     (json_int_t)chunk, "chunks", n, "bytes", (json_int_t)(chunk * (size_t)n));
                 json_array_append_new(arr, pj);
+                if (k == zk) {
+                    json_object_set_new(pj, "zc_blocks", json_integer(o->zc_blocks));
+                    json_object_set_new(pj, "zc_threads", json_integer(o->zc_threads));
+                    json_object_set_new(pj, "kernel", kj);
+                }
                 if (!eng[k]) {
                     json_object_set_new(pj, "status", json_string("unavailable"));
-                    printf(" %15s", "-");
+                    printf(" %16s", "-");
                     continue;
                 }
                 int rc = recall_bench_time(b, eng[k], n, s);
                 if (rc) {
                     json_object_set_new(pj, "status", json_string("error"));
-                    printf(" %15s", "error");
+                    printf(" %16s", "error");
                     bad++;
                     continue;
                 }
@@ -546,13 +631,25 @@ static int sweep(struct bench *b, json_t *res)
                 json_object_set_new(pj, "fraction_of_peak", json_real(gbs / b->peak));
                 json_object_set_new(pj, "verified", json_boolean(ok));
                 json_object_set_new(pj, "stats", stats_json(eng[k]));
-                printf(" %15.2f%s", gbs, ok ? "" : "!");
+                printf(" %9.2f (%4.2f)%s", gbs, gbs / b->peak, ok ? "" : "!");
+            }
+            if (zk >= 0) {
+                const char *ks = json_string_value(json_object_get(kj, "status"));
+                if (strcmp(ks, "error"))
+                    printf(" %9.2f (%4.2f)%s", kgbs, kgbs / b->peak, strcmp(ks, "ok") ? "!" : "");
+                else
+                    printf(" %16s", "error");
             }
             printf("\n");
             fflush(stdout);
         }
     for (int k = 0; k < o->n_engines; k++)
         recall_free(eng[k]);
+    if (zk >= 0) {
+        b->ops->event_destroy(b->ops, ke0);
+        b->ops->event_destroy(b->ops, ke1);
+        b->ops->stream_destroy(b->ops, kst);
+    }
     json_object_set_new(res, "sweep", arr);
     json_object_set_new(res, "engine_errors", errs);
     return bad;
@@ -630,8 +727,8 @@ static json_t *config_json(const struct bench *b)
                   "nt_stores", o->nt, "zc_blocks", (int)o->zc_blocks, "zc_threads",
                   (int)o->zc_threads, "max_inflight", 2, "pool_bytes", (json_int_t)b->pool_bytes,
                   "dst_bytes", (json_int_t)b->dst_bytes, "seed", (json_int_t)o->seed, "timing",
-                  "sweep and cap: wall time from submit to completion; peak and compute: "
-                  "device events");
+                  "sweep and cap: wall time from submit to completion; the sweep's zero-copy "
+                  "kernel alone, peak and compute: device events");
     json_object_update(r, c);
     json_decref(c);
     return r;
@@ -685,6 +782,8 @@ out:
     mem_free(MEM_HOST, b.perm, b.perm_n * 4);
     mem_free(MEM_HOST, b.items, sizeof *b.items * (size_t)b.max_count);
     mem_free(MEM_HOST, b.h_check, b.max_chunk);
+    mem_free(MEM_HOST, b.h_kdesc, sizeof *b.h_kdesc * (size_t)b.max_count);
+    mem_free(b.be ? b.be->mem : MEM_HOST, b.d_kdesc, sizeof *b.d_kdesc * (size_t)b.max_count);
     host_pool_free(b.pool);
     if (b.o.out && results_write(res, b.o.out, err, sizeof err) != PULSE_OK) {
         cli_error(CMD, "--out: %s", err);

@@ -41,6 +41,8 @@ struct bench {
     uint32_t *perm;
     size_t perm_n;
     struct recall_item *items;
+    struct recall_desc *h_kdesc, *d_kdesc; /* the zero-copy kernel alone: its descriptors */
+    char *d_pool;                          /* the pool as the device sees it (map_host) */
     int max_count;
     double peak;
     uint64_t rng;

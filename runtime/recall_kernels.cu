@@ -1,14 +1,20 @@
 /* The recall kernels (recall.h): the gather-scatter engine's scatter (device staging -> slots)
- * and the zero-copy gather (mapped pinned host memory -> slots). Both walk descriptors
- * {src, dst, bytes}, one thread block per descriptor at a time (grid-stride over descriptors);
- * a descriptor whose src, dst and bytes are multiples of 16 moves in 16-byte words, four loads
- * in flight per thread, anything else byte by byte. References: recall_cpu.c.
+ * and the zero-copy gather (mapped pinned host memory -> slots). Both read descriptors
+ * {src, dst, bytes} from device memory; a descriptor whose src, dst and bytes are multiples of
+ * 16 moves in 16-byte words, anything else byte by byte. References: recall_cpu.c.
  *
- * The zero-copy kernel reads its descriptors from mapped host memory too, so each block
- * prefetches the next descriptor while it copies the current one: the PCIe read latency of a
- * descriptor hides behind the data. Its grid is bounded (the engine's zc_blocks), since a few
- * blocks already saturate the link (HARDWARE.md) and every block is an SM slot taken from
- * compute that runs beside it. */
+ * scatter: one thread block per descriptor at a time (grid-stride over descriptors), four
+ * 16-byte loads in flight per thread; its data is in device memory, so latency is short.
+ *
+ * gather: every load crosses PCIe (about 1.5 us), so its rate is the bytes in flight per SM
+ * divided by that latency, and a bounded grid (the engine's zc_blocks; every block is an SM
+ * slot taken from compute beside it, HARDWARE.md) must keep a lot in flight. So: no barrier
+ * anywhere; one warp moves one piece of GATHER_V x 512 bytes at a time (8 KB for the grids of
+ * up to 512 threads), each lane issuing all GATHER_V of its 16-byte loads before its first
+ * store; warps stride over descriptors on their own. With fewer descriptors than warps, each
+ * descriptor's pieces are shared by warps / n warps, so a few large chunks still spread over
+ * the grid. The count can come from device memory (recall_gather_dev_cuda: written by a GPU
+ * planning kernel), clamped to [0, max_n]. */
 #include <cuda_runtime.h>
 
 #include <stdint.h>
@@ -51,35 +57,104 @@ __global__ void __launch_bounds__(256) scatter_kernel(const recall_desc *desc, i
     }
 }
 
-__global__ void __launch_bounds__(1024) gather_kernel(const recall_desc *desc, int n)
+/* One warp copies 16-byte words [first, first + 32 V) of a descriptor of nv words: lane l
+ * takes words first + 32 u + l (each load instruction of the warp reads 512 contiguous
+ * bytes), all V loads issued before the first store. */
+template <int V>
+__device__ __forceinline__ void warp_piece_vec(const uint4 *__restrict__ s, uint4 *__restrict__ d,
+                                               size_t nv, size_t first, int lane)
 {
-    __shared__ uint64_t sd[2][3]; /* current and next descriptor (src, dst, bytes) */
-    int i = blockIdx.x;
-    if (i >= n) return;
-    if (threadIdx.x == 0) {
-        sd[0][0] = desc[i].src;
-        sd[0][1] = desc[i].dst;
-        sd[0][2] = desc[i].bytes;
-    }
-    __syncthreads();
-    int cur = 0;
-    for (; i < n; i += gridDim.x) {
-        const int next = i + gridDim.x;
-        uint64_t ns = 0, nd = 0, nb = 0;
-        if (threadIdx.x == 0 && next < n) { /* issued now, used after the copy */
-            ns = desc[next].src;
-            nd = desc[next].dst;
-            nb = desc[next].bytes;
+    uint4 r[V];
+    if (first + 32 * (size_t)V <= nv) { /* a whole piece: no bounds checks */
+#pragma unroll
+        for (int u = 0; u < V; u++)
+            r[u] = s[first + 32 * u + lane];
+#pragma unroll
+        for (int u = 0; u < V; u++)
+            d[first + 32 * u + lane] = r[u];
+    } else { /* the descriptor's last, partial piece */
+#pragma unroll
+        for (int u = 0; u < V; u++) {
+            const size_t i = first + 32 * u + lane;
+            r[u] = i < nv ? s[i] : make_uint4(0, 0, 0, 0);
         }
-        copy_desc(sd[cur][0], sd[cur][1], sd[cur][2]);
-        if (threadIdx.x == 0 && next < n) {
-            sd[cur ^ 1][0] = ns;
-            sd[cur ^ 1][1] = nd;
-            sd[cur ^ 1][2] = nb;
+#pragma unroll
+        for (int u = 0; u < V; u++) {
+            const size_t i = first + 32 * u + lane;
+            if (i < nv) d[i] = r[u];
         }
-        __syncthreads();
-        cur ^= 1;
     }
+}
+
+/* One warp copies bytes [lo, hi) byte by byte, V loads per lane before its stores. */
+template <int V>
+__device__ __forceinline__ void warp_piece_bytes(const unsigned char *__restrict__ s,
+                                                 unsigned char *__restrict__ d, size_t lo,
+                                                 size_t hi, int lane)
+{
+    for (size_t b = lo; b < hi; b += 32 * (size_t)V) {
+        unsigned char r[V];
+#pragma unroll
+        for (int u = 0; u < V; u++) {
+            const size_t i = b + 32 * u + lane;
+            r[u] = i < hi ? s[i] : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < V; u++) {
+            const size_t i = b + 32 * u + lane;
+            if (i < hi) d[i] = r[u];
+        }
+    }
+}
+
+/* V: 16-byte loads per lane per piece (piece = 512 V bytes). d_count: NULL, or the count in
+ * device memory, clamped to [0, n]. blockDim.x is a multiple of 32. */
+template <int V>
+__global__ void __launch_bounds__(V >= 16 ? 512 : 1024)
+    gather_kernel(const recall_desc *__restrict__ desc, const int32_t *__restrict__ d_count, int n)
+{
+    if (d_count) {
+        const int c = *d_count;
+        n = c < 0 ? 0 : c < n ? c : n;
+    }
+    if (n <= 0) return;
+    const int lane = threadIdx.x & 31, per_block = blockDim.x >> 5;
+    const int warps = gridDim.x * per_block, warp = blockIdx.x * per_block + (threadIdx.x >> 5);
+    const int share = n < warps ? warps / n : 1; /* warps per descriptor */
+    const int groups = warps / share, grp = warp / share, sub = warp - grp * share;
+    if (grp >= groups) return; /* the warps / n remainder */
+    constexpr uint64_t piece = 512 * (uint64_t)V;
+    for (int i = grp; i < n; i += groups) {
+        const ulonglong2 *dp = reinterpret_cast<const ulonglong2 *>(desc + i);
+        const ulonglong2 sd = dp[0], bp = dp[1]; /* (src, dst), (bytes, pad) */
+        const uint64_t bytes = bp.x, pieces = (bytes + piece - 1) / piece;
+        if (((sd.x | sd.y | bytes) & 15) == 0) {
+            const uint4 *s = reinterpret_cast<const uint4 *>(sd.x);
+            uint4 *d = reinterpret_cast<uint4 *>(sd.y);
+            for (uint64_t k = sub; k < pieces; k += share)
+                warp_piece_vec<V>(s, d, bytes >> 4, k * 32 * V, lane);
+        } else {
+            const unsigned char *s = reinterpret_cast<const unsigned char *>(sd.x);
+            unsigned char *d = reinterpret_cast<unsigned char *>(sd.y);
+            for (uint64_t k = sub; k < pieces; k += share)
+                warp_piece_bytes<V>(s, d, k * piece, k + 1 < pieces ? (k + 1) * piece : bytes,
+                                    lane);
+        }
+    }
+}
+
+void launch_gather(const recall_desc *d_desc, const int32_t *d_count, int n, int blocks,
+                   int threads, void *stream)
+{
+    PULSE_CHECK(blocks >= 1 && blocks <= 65535 && threads >= 32 && threads <= 1024 &&
+                    threads % 32 == 0,
+                "recall gather: 1..65535 blocks of 32..1024 threads (a multiple of 32)");
+    cudaStream_t st = (cudaStream_t)stream;
+    if (threads <= 512) /* 8 KB pieces: 64 registers of loads per lane */
+        gather_kernel<16><<<blocks, threads, 0, st>>>(d_desc, d_count, n);
+    else /* 1024 threads leave 64 registers per lane: 4 KB pieces */
+        gather_kernel<8><<<blocks, threads, 0, st>>>(d_desc, d_count, n);
+    CUDA_CHECK_LAUNCH(st);
 }
 
 } /* namespace */
@@ -93,12 +168,16 @@ extern "C" void recall_scatter_cuda(const struct recall_desc *d_desc, int n, voi
     CUDA_CHECK_LAUNCH(st);
 }
 
-extern "C" void recall_gather_cuda(const struct recall_desc *desc, int n, int blocks, int threads,
+extern "C" void recall_gather_cuda(const struct recall_desc *d_desc, int n, int blocks, int threads,
                                    void *stream)
 {
     if (n <= 0) return;
-    cudaStream_t st = (cudaStream_t)stream;
-    const int grid = n < blocks ? n : blocks;
-    gather_kernel<<<grid, threads, 0, st>>>(desc, n);
-    CUDA_CHECK_LAUNCH(st);
+    launch_gather(d_desc, NULL, n, blocks, threads, stream);
+}
+
+extern "C" void recall_gather_dev_cuda(const struct recall_desc *d_desc, const int32_t *d_count,
+                                       int max_n, int blocks, int threads, void *stream)
+{
+    if (max_n <= 0) return;
+    launch_gather(d_desc, d_count, max_n, blocks, threads, stream);
 }

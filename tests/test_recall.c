@@ -154,6 +154,10 @@ struct inject {
     double link_gbps;       /* emulated link: each transfer sleeps bytes / rate; 0: none */
     double event_latency_s; /* events complete this long after their record */
     double link_free;       /* issuer thread only */
+    /* what the issuer passed (read after a wait): descriptor copies and kernel launches */
+    int h2d_calls, gather_calls;
+    const void *h2d_dst, *gather_desc; /* the last h2d's destination, the first gather's list */
+    size_t h2d_bytes;
 };
 
 struct inj_event {
@@ -192,6 +196,9 @@ static int transfer(const struct recall_copy_ops *o, size_t bytes)
 
 static int w_h2d(const struct recall_copy_ops *o, void *d, const void *s, size_t n, void *st)
 {
+    inj(o)->h2d_calls++;
+    inj(o)->h2d_dst = d;
+    inj(o)->h2d_bytes = n;
     int rc = transfer(o, n);
     return rc ? rc : inj(o)->inner->h2d(inj(o)->inner, d, s, n, st);
 }
@@ -218,6 +225,7 @@ static int w_gather(const struct recall_copy_ops *o, const struct recall_desc *d
     size_t b = 0;
     for (int i = 0; i < n; i++)
         b += d[i].bytes;
+    if (!inj(o)->gather_calls++) inj(o)->gather_desc = d;
     int rc = transfer(o, b);
     return rc ? rc : inj(o)->inner->gather(inj(o)->inner, d, n, bl, th, st);
 }
@@ -554,6 +562,43 @@ static void test_engine_cap(enum recall_engine e)
     EXPECT(wait_s > 0); /* the cap, not the link, set the pace */
 }
 
+/* Zero-copy: the issuer copies the recall's descriptors (device addresses of the items) into
+ * the copy path's device memory with one h2d, then launches the kernels on that copy: one
+ * launch without a cap, one per pacing unit with one. */
+static void test_zero_copy_descriptors(void)
+{
+    static struct recall_item it[MAX_ITEMS];
+    struct shape sh = {8192, 97, 0, 0}; /* 776 KiB: four 256 KiB cap units */
+    for (int capped = 0; capped < 2; capped++) {
+        struct inject j = {0};
+        struct recall_copy_ops o = wrap(&j);
+        j.fail_at = -1;
+        struct recall *r = make_engine(RECALL_ZERO_COPY, &o, 0, capped ? 1000.0 : 0);
+        EXPECT(r != NULL);
+        if (!r) return;
+        reset_slots();
+        make_items(&sh, it);
+        int64_t t;
+        EXPECT_EQ_INT(recall_submit(r, it, sh.n, &t), PULSE_OK);
+        EXPECT_EQ_INT(recall_wait(r, t), PULSE_OK);
+        EXPECT_EQ_INT(j.h2d_calls, 1);
+        EXPECT_EQ_INT(j.h2d_bytes, sh.n * sizeof(struct recall_desc));
+        EXPECT_EQ_INT(j.gather_calls, capped ? 4 : 1);
+        EXPECT(j.gather_desc == j.h2d_dst);
+        const struct recall_desc *d = j.h2d_dst;
+        int same = 0;
+        for (int i = 0; d && i < sh.n; i++) /* the cpu path maps host memory to itself */
+            same += d[i].src == (uintptr_t)it[i].src && d[i].dst == (uintptr_t)it[i].dst &&
+                    d[i].bytes == it[i].bytes;
+        EXPECT_EQ_INT(same, sh.n);
+        EXPECT_EQ_INT(verify_items(it, sh.n), 0);
+        struct recall_stats st;
+        recall_get_stats(r, &st);
+        EXPECT_EQ_INT(st.submissions, 1 + j.gather_calls);
+        recall_free(r);
+    }
+}
+
 static void test_bad_input(void)
 {
     char err[256];
@@ -677,6 +722,7 @@ int main(void)
         test_engine_zero_sync((enum recall_engine)e);
         test_engine_cap((enum recall_engine)e);
     }
+    test_zero_copy_descriptors();
     test_bad_input();
     test_cli();
     mem_free(MEM_HOST, dst_region, dst_bytes);

@@ -1,4 +1,10 @@
-/* The four recall engines on the CUDA copy path move integer-valued chunks bit for bit from a
+/* First the zero-copy kernels alone (recall_gather_cuda, recall_gather_dev_cuda) against their
+ * CPU references, bit for bit: descriptors in device memory, sources in the pinned host pool
+ * (integer-valued, never zero), destinations in a region of guard bytes; awkward cases (1
+ * descriptor, 17, 97 tiny ones, unaligned bytes and offsets, 8 KB, 64 KB, 2 MB, a mix, 1024)
+ * at several grids (1 x 32 threads .. 132 x 256, and over 512 threads, which takes the other
+ * instantiation); the device-count variant with counts below, above and outside [0, max_n].
+ * Then the four recall engines on the CUDA copy path move integer-valued chunks bit for bit from a
  * pinned host pool (qwen3-14b's block shape: 64 KB blocks, 8 KB heads) into random device slots
  * with guard bytes around them: awkward shapes (1 chunk, 97, 4099, odd sizes and offsets that
  * take the kernels' byte path, chunks larger than a piece), several recalls in flight, small
@@ -14,6 +20,7 @@
 
 #define GUARD 0xA5
 #define MAX_ITEMS 4200
+#define KMAX_DESC 1024
 
 static const struct backend *be;
 static struct kctx ctx;
@@ -142,6 +149,160 @@ static void test_exact(enum recall_engine e, size_t piece, int registered)
     recall_free(r);
 }
 
+/* ---- the gather kernels alone against their references ---- */
+
+struct kcase {
+    const char *name;
+    int n;
+    size_t bytes;           /* per descriptor; 0: a mix of sizes 1..70000, half of them aligned */
+    int src_skew, dst_skew; /* added to 16-aligned offsets (not 0 mod 16: the byte path) */
+};
+
+static const int kgrids[][2] = {{16, 512}, {1, 32}, {3, 96}, {132, 256}, {16, 1024}, {7, 544}};
+
+struct kbufs {
+    struct recall_desc *h_ref, *h_dev, *d_desc; /* reference's, device's (host copy), device */
+    int32_t *d_count;
+    char *h_ref_region, *h_got; /* the reference's destination region; the device's, read back */
+    char *d_src;                /* the pool as the device sees it */
+    size_t extent;              /* bytes of the region the case uses (and compares) */
+};
+
+static size_t kcase_bytes(const struct kcase *c, int i, int *ss, int *ds)
+{
+    *ss = c->src_skew, *ds = c->dst_skew;
+    if (c->bytes) return c->bytes;
+    size_t b = 1 + rnd() % 70000;
+    if (i % 2) { /* odd descriptors: any size, any offsets */
+        *ss = (int)(rnd() % 16), *ds = (int)(rnd() % 16);
+        return b;
+    }
+    return (b + 15) & ~(size_t)15; /* even ones: 16-byte words */
+}
+
+/* Fills both descriptor lists of a case: n distinct slots among 2n of one stride in the region
+ * (the gaps and the 32 bytes before every slot stay guard), sources anywhere in the pool. */
+static void kcase_make(const struct kcase *c, struct kbufs *k)
+{
+    size_t maxb = c->bytes ? c->bytes : 70016, pool_b = host_pool_bytes(pool);
+    size_t stride = (maxb + 64 + 16 + 15) & ~(size_t)15, nslots = 2 * (size_t)c->n;
+    static uint32_t perm[2 * KMAX_DESC];
+    PULSE_CHECK(c->n <= KMAX_DESC && nslots * stride + (64 << 10) <= region_bytes, "kernel case");
+    for (size_t i = 0; i < nslots; i++)
+        perm[i] = (uint32_t)i;
+    for (size_t i = 0; i < (size_t)c->n; i++) {
+        size_t j = i + rnd() % (nslots - i);
+        uint32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    for (int i = 0; i < c->n; i++) {
+        int ss, ds;
+        size_t b = kcase_bytes(c, i, &ss, &ds);
+        size_t src = 16 * (rnd() % ((pool_b - b - 16) / 16)) + (size_t)ss;
+        size_t dst = perm[i] * stride + 32 + (size_t)ds;
+        char *h_pool = host_pool_base(pool);
+        k->h_ref[i] = (struct recall_desc){(uintptr_t)(h_pool + src),
+                                           (uintptr_t)(k->h_ref_region + dst), b, 0};
+        k->h_dev[i] =
+            (struct recall_desc){(uintptr_t)(k->d_src + src), (uintptr_t)(d_region + dst), b, 0};
+    }
+    k->extent = nslots * stride + (64 << 10); /* and 64 KB past the last slot */
+}
+
+/* Runs one kernel (count NULL: recall_gather_cuda; else recall_gather_dev_cuda with *count)
+ * and its reference on the case; returns the bytes of the region that differ. */
+static long kcase_run(const struct kcase *c, struct kbufs *k, int blocks, int threads,
+                      const int32_t *count, long *first_bad)
+{
+    memset(k->h_ref_region, GUARD, k->extent);
+    be->memset(&ctx, d_region, GUARD, k->extent);
+    be->upload(&ctx, k->d_desc, k->h_dev, sizeof *k->h_dev * (size_t)c->n);
+    if (count) {
+        be->upload(&ctx, k->d_count, count, sizeof *count);
+        recall_gather_dev_ref(k->h_ref, count, c->n, blocks, threads, NULL);
+        recall_gather_dev_cuda(k->d_desc, k->d_count, c->n, blocks, threads, ctx.stream);
+    } else {
+        recall_gather_ref(k->h_ref, c->n, blocks, threads, NULL);
+        recall_gather_cuda(k->d_desc, c->n, blocks, threads, ctx.stream);
+    }
+    be->sync(&ctx);
+    be->download(&ctx, k->h_got, d_region, k->extent);
+    long bad = 0;
+    *first_bad = -1;
+    if (memcmp(k->h_got, k->h_ref_region, k->extent))
+        for (size_t q = 0; q < k->extent; q++)
+            if (k->h_got[q] != k->h_ref_region[q]) {
+                if (!bad++) *first_bad = (long)q;
+            }
+    return bad;
+}
+
+static void test_kernels(void)
+{
+    static const struct kcase cases[] = {
+        {"1 x 8 KB", 1, 8192, 0, 0},
+        {"17 x 8 KB", 17, 8192, 0, 0},
+        {"17 x 1000 B, src +5, dst +3 (bytes)", 17, 1000, 5, 3},
+        {"97 x 48 B", 97, 48, 0, 0},
+        {"333 x 24 B (bytes: size not a multiple of 16)", 333, 24, 0, 0},
+        {"1 x 2 MB", 1, (size_t)2 << 20, 0, 0},
+        {"3 x 200000 B, src +16 (a partial last piece)", 3, 200000, 16, 0},
+        {"5 x 200001 B, src +1, dst +7 (bytes, several pieces)", 5, 200001, 1, 7},
+        {"257 of mixed sizes 1..70000 B, half unaligned", 257, 0, 0, 0},
+        {"1024 x 8 KB", 1024, 8192, 0, 0},
+        {"1024 x 64 KB", 1024, 65536, 0, 0},
+    };
+    struct kbufs k;
+    size_t dbytes = sizeof(struct recall_desc) * KMAX_DESC;
+    k.h_ref = mem_alloc(MEM_HOST, dbytes, "test ref descs");
+    k.h_dev = mem_alloc(MEM_HOST, dbytes, "test dev descs");
+    k.d_desc = mem_alloc(MEM_DEVICE, dbytes, "test descs");
+    k.d_count = mem_alloc(MEM_DEVICE, sizeof(int32_t), "test count");
+    k.h_ref_region = mem_alloc(MEM_HOST, region_bytes, "test ref region");
+    k.h_got = h_region;
+    const struct recall_copy_ops *o = recall_copy_ops_cuda();
+    void *dv = NULL;
+    PULSE_CHECK(k.h_ref && k.h_dev && k.d_desc && k.d_count && k.h_ref_region &&
+                    !o->map_host(o, host_pool_base(pool), &dv),
+                "kernel test memory");
+    k.d_src = dv;
+    for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
+        const struct kcase *c = &cases[ci];
+        kcase_make(c, &k);
+        /* the device count: half (1 descriptor: none); on the first grid also n + 7 (clamped to
+         * max_n = n) and -3 (none) */
+        int32_t counts[3] = {c->n / 2, c->n + 7, -3};
+        long fails = 0;
+        for (size_t g = 0; g < PULSE_ARRAY_LEN(kgrids); g++) {
+            int bl = kgrids[g][0], th = kgrids[g][1];
+            for (int v = -1; v < (g == 0 ? 3 : 1); v++) {
+                long first, bad = kcase_run(c, &k, bl, th, v < 0 ? NULL : &counts[v], &first);
+                if (!bad) continue;
+                fails++;
+                fprintf(stderr,
+                        "  FAIL %s, grid %d x %d, %s: %ld bytes differ from the reference, the "
+                        "first at region offset %ld\n",
+                        c->name, bl, th, v < 0 ? "recall_gather_cuda" : "recall_gather_dev_cuda",
+                        bad, first);
+                if (v >= 0) fprintf(stderr, "       (device count %d of %d)\n", counts[v], c->n);
+            }
+        }
+        fprintf(stderr,
+                "gather kernels, %s: %s at %zu grids (gather; gather_dev with count %d of %d, "
+                "and %d, %d on the first grid)\n",
+                c->name, fails ? "FAILED" : "bit-exact", PULSE_ARRAY_LEN(kgrids), counts[0], c->n,
+                counts[1], counts[2]);
+        EXPECT_EQ_INT(fails, 0);
+    }
+    be->memset(&ctx, d_region, GUARD, region_bytes);
+    be->sync(&ctx);
+    mem_free(MEM_HOST, k.h_ref, dbytes);
+    mem_free(MEM_HOST, k.h_dev, dbytes);
+    mem_free(MEM_DEVICE, k.d_desc, dbytes);
+    mem_free(MEM_DEVICE, k.d_count, sizeof(int32_t));
+    mem_free(MEM_HOST, k.h_ref_region, region_bytes);
+}
+
 static double peak_gbps(size_t bytes)
 {
     const struct recall_copy_ops *o = recall_copy_ops_cuda();
@@ -219,6 +380,7 @@ int main(void)
     PULSE_CHECK(d_region && h_region, "test memory");
     be->memset(&ctx, d_region, GUARD, region_bytes);
     be->sync(&ctx);
+    test_kernels();
     for (int e = 0; e < RECALL_ENGINES; e++) {
         test_exact((enum recall_engine)e, 0, 1);
         if (e == RECALL_GATHER_SCATTER) test_exact((enum recall_engine)e, 24 << 10, 1);
