@@ -28,7 +28,7 @@ static int cuda_ctx_create(struct kctx *c, size_t workspace_bytes)
     int dev;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&c->num_sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    s = pulse_cuda_stream_acquire(0); /* from the pool: see stream_value.h */
     CUBLAS_CHECK(cublasCreate(&h));
     CUBLAS_CHECK(cublasSetStream(h, s));
     CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
@@ -37,7 +37,7 @@ static int cuda_ctx_create(struct kctx *c, size_t workspace_bytes)
     c->blas_workspace = mem_alloc(MEM_DEVICE, c->blas_workspace_bytes, "cublas workspace");
     if (!c->blas_workspace) {
         cublasDestroy(h);
-        cudaStreamDestroy(s);
+        pulse_cuda_stream_release(s);
         memset(c, 0, sizeof *c);
         return PULSE_ERR_OOM;
     }
@@ -49,7 +49,7 @@ static int cuda_ctx_create(struct kctx *c, size_t workspace_bytes)
         c->workspace = mem_alloc(MEM_DEVICE, workspace_bytes, "workspace");
         if (!c->workspace) {
             cublasDestroy(h);
-            cudaStreamDestroy(s);
+            pulse_cuda_stream_release(s);
             memset(c, 0, sizeof *c);
             return PULSE_ERR_OOM;
         }
@@ -63,7 +63,7 @@ static void cuda_ctx_free(struct kctx *c)
     mem_free(MEM_DEVICE, c->workspace, c->workspace_bytes);
     mem_free(MEM_DEVICE, c->blas_workspace, c->blas_workspace_bytes);
     if (c->blas) cublasDestroy((cublasHandle_t)c->blas);
-    if (c->stream) cudaStreamDestroy((cudaStream_t)c->stream);
+    if (c->stream) pulse_cuda_stream_release(c->stream);
     memset(c, 0, sizeof *c);
 }
 

@@ -8,6 +8,8 @@
  * status PULSE_ERR_IO). Jobs come in order through a ring; the main thread never blocks on them
  * inside a step. */
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sched.h>
 #include <string.h>
 #include <time.h>
@@ -136,11 +138,24 @@ static void recall_layer(struct offload *o, int layer, int n_items, uint32_t seq
     set_flag(flag, seq); /* the device must not wait forever: the step is failed */
 }
 
+/* PULSE_OFFLOAD_TRACE=1: one line per planner job on stderr (debugging a stuck step). */
+static int trace_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("PULSE_OFFLOAD_TRACE");
+        on = e && *e == '1';
+    }
+    return on;
+}
+
 static void run_job(struct offload *o, const struct job *j)
 {
     const int p = (int)(j->step & 1), sl = offload_sl(o, j->layer);
     const struct offload_step_state *ss = &o->ss[p];
+    if (trace_on()) fprintf(stderr, "planner: step %lld layer %d: waiting for lists\n", (long long)j->step, j->layer);
     o->be->event_sync(o->ev_sel[(size_t)p * o->n_sparse + sl]);
+    if (trace_on()) fprintf(stderr, "planner: step %lld layer %d: lists in\n", (long long)j->step, j->layer);
     const int32_t *h_sel = offload_sel(o, p, sl);
     const size_t lists = (size_t)ss->n * o->n_lists;
     int rc = locality_meter_add(o->meter, j->layer, ss->slot, ss->n_tok, h_sel,
@@ -157,6 +172,9 @@ static void run_job(struct offload *o, const struct job *j)
     } else {
         set_flag(&o->flags[sl], seq);
     }
+    if (trace_on())
+        fprintf(stderr, "planner: step %lld layer %d: %d items, flag %u\n", (long long)j->step,
+                j->layer, n_items, seq);
 }
 
 /* ------------------------------------------------------------------ the thread */

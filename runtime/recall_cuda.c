@@ -35,22 +35,14 @@ static int cu_set_device(const struct recall_copy_ops *o, int dev)
 static int cu_stream_create(const struct recall_copy_ops *o, void **stream)
 {
     (void)o;
-    int least = 0, greatest = 0;
-    cudaStream_t s = NULL;
-    int rc = status_of(cudaDeviceGetStreamPriorityRange(&least, &greatest),
-                       "cudaDeviceGetStreamPriorityRange");
-    if (!rc)
-        rc = status_of(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest),
-                       "cudaStreamCreateWithPriority");
-    *stream = s;
-    return rc;
+    *stream = pulse_cuda_stream_acquire(1); /* high priority, from the pool (stream_value.h) */
+    return PULSE_OK;
 }
 
 static void cu_stream_destroy(const struct recall_copy_ops *o, void *stream)
 {
     (void)o;
-    CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
-    CUDA_CHECK(cudaStreamDestroy((cudaStream_t)stream));
+    pulse_cuda_stream_release(stream);
 }
 
 static int cu_event_create(const struct recall_copy_ops *o, void **ev)

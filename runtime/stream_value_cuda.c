@@ -3,6 +3,7 @@
 
 #include <cuda.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "common.h"
 #include "cuda_check.h"
@@ -52,4 +53,49 @@ int pulse_cuda_write_value(void *stream, uint32_t *flag, uint32_t value)
     pthread_once(&once, resolve);
     CUresult r = fn_write((CUstream)stream, dev_addr(flag), value, CU_STREAM_WRITE_VALUE_DEFAULT);
     return r == CUDA_SUCCESS ? PULSE_OK : PULSE_ERR_IO;
+}
+
+/* Before any CUDA call of the process (the connections are read when the context starts). */
+__attribute__((constructor)) static void more_connections(void)
+{
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+}
+
+#define POOL_MAX 64
+
+static struct {
+    pthread_mutex_t mu;
+    void *free[2][POOL_MAX]; /* [greatest] */
+    int n[2];
+} pool = {PTHREAD_MUTEX_INITIALIZER, {{0}}, {0, 0}};
+
+void *pulse_cuda_stream_acquire(int greatest)
+{
+    const int g = greatest != 0;
+    pthread_mutex_lock(&pool.mu);
+    void *s = pool.n[g] ? pool.free[g][--pool.n[g]] : NULL;
+    pthread_mutex_unlock(&pool.mu);
+    if (s) return s;
+    int least = 0, most = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &most));
+    cudaStream_t st;
+    CUDA_CHECK(cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking, g ? most : 0));
+    return st;
+}
+
+void pulse_cuda_stream_release(void *stream)
+{
+    if (!stream) return;
+    CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+    int prio = 0, least = 0, most = 0;
+    CUDA_CHECK(cudaStreamGetPriority((cudaStream_t)stream, &prio));
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &most));
+    const int g = prio == most && most != 0;
+    pthread_mutex_lock(&pool.mu);
+    if (pool.n[g] < POOL_MAX) {
+        pool.free[g][pool.n[g]++] = stream;
+        stream = NULL;
+    }
+    pthread_mutex_unlock(&pool.mu);
+    if (stream) CUDA_CHECK(cudaStreamDestroy((cudaStream_t)stream));
 }

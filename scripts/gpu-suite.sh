@@ -2,7 +2,7 @@
 # The GPU machine's suite, in one call: build with nvcc (sm_90), every test (each CUDA kernel
 # against its CPU reference; the tiny model on CUDA against the CPU), compute-sanitizer on the
 # decode test, the PyTorch peer, the decode-step benchmark, the main job; a short table last.
-# Stages: any of  test sanitize peer bench run recall model accuracy  (default: test sanitize
+# Stages: any of  test sanitize peer bench run offload recall model accuracy  (default: test sanitize
 # bench run recall; the peer's kept result in experiments/peer/results/ stands in). Results go
 # to $OUT (or out/).
 #   model     copies the carried pieces .model/part* to /tmp/model (the machine takes 64 MiB of
@@ -21,6 +21,7 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 export PATH=$PATH:/usr/local/cuda/bin
 log() { echo "== $(date +%H:%M:%S) $*"; }
 
+uname -r | tee "$out/uname.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
 # SKIP_BUILD=1 reuses the build of an earlier call on the same machine
 if [ "${SKIP_BUILD:-0}" = 1 ] && [ -x "$root/build-gpu/pulse" ]; then
@@ -84,6 +85,26 @@ if has run; then
             --out "$out/run_arkvale_$1.json" >"$out/run_arkvale_$1.txt" 2>&1
         summary+=("run arkvale $1 $2 exit $?")
     done
+fi
+if has offload; then
+    # the offload step against its floor: every policy and engine on one workload
+    # (OFFLOAD_SPEC, default the issue's uniform:16384:12, 32 new tokens, 8 GB of GPU KV)
+    log offload
+    spec=${OFFLOAD_SPEC:-uniform:16384:12}
+    for v in ${OFFLOAD_RUNS:-vanilla:-:- arkvale:solohead:gather-scatter arkvale:solohead:zero-copy \
+             arkvale:headwise:per-block arkvale:solohead:per-block arkvale:solohead:batch \
+             infinigen:solohead:gather-scatter infinigen:solohead:per-block}; do
+        IFS=: read -r pol sel eng <<<"$v"
+        tag="${pol}_${sel}_${eng}"
+        args=()
+        [ "$pol" != vanilla ] && args=(--selection "$sel" --recall-engine "$eng")
+        /usr/bin/time -f "%e s wall, %M KB" timeout "${OFFLOAD_TIMEOUT:-150}" "$bin" run --backend cuda \
+            --model qwen3-14b --policy "$pol" --workload "$spec" --output-len "${OFFLOAD_OUT:-32}" \
+            --kv-budget-gb "${OFFLOAD_KV_GB:-8}" "${args[@]}" ${OFFLOAD_ARGS:-} --out "$out/off_$tag.json" \
+            >"$out/off_$tag.txt" 2>&1
+        summary+=("offload $tag exit $? ($(tail -n 1 "$out/off_$tag.txt"))")
+    done
+    python3 "$root/scripts/offload_table.py" "$out"/off_*.json | tee "$out/offload_table.txt"
 fi
 if has recall; then
     log recall-bench
