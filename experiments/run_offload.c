@@ -23,8 +23,9 @@ const char run_offload_usage[] =
     "                     prefill (deterministic prompt ids through a real prefill; also for\n"
     "                     vanilla)\n"
     "  --dense-layers N   leading layers kept whole on the GPU (default 2)\n"
-    "  --host-pool-gb G   pinned host KV pool (default: max-batch longest requests, at most 100\n"
-    "                     on cuda, 4 on cpu)\n"
+    "  --host-pool-gb G   pinned host KV pool (default: what the run holds at once, the smaller\n"
+    "                     of every request and max-batch longest ones; at most 100 on cuda, 4 on\n"
+    "                     cpu)\n"
     "  --hot-slots N      GPU blocks per request, layer (and head) (default: the selection's)\n"
     "  --calib-tokens N   context of the locality calibration (default: from the prompts)\n";
 
@@ -118,10 +119,12 @@ static int read_selectors(struct run_offload *ro, const char *path, const struct
     return 0;
 }
 
-/* Host pool: the flag, else max_batch longest requests within [one request, the cap]. */
+/* Host pool: the flag, else the most the run can hold at once, min(every request of the
+ * workload, max_batch requests of the longest), within [one request, the cap]. Pinning runs at
+ * a few GB/s, so a pool larger than the run needs costs seconds for nothing. */
 static int host_pool(struct run_offload *ro, const struct run_offload_opts *oo,
                      const struct model_config *m, const struct backend *be,
-                     const struct kv_cache_params *kp)
+                     const struct workload *w, const struct kv_cache_params *kp)
 {
     const size_t one = offload_request_host_bytes(&ro->p, m, kp->page_size, kp->max_tokens);
     if (oo->host_pool_gb > 0) {
@@ -134,8 +137,13 @@ static int host_pool(struct run_offload *ro, const struct run_offload_opts *oo,
         return -1;
     }
     const double cap = be->mem == MEM_DEVICE ? 100e9 : 4e9;
-    const double all = (double)one * kp->max_requests;
-    ro->p.host_pool_bytes = (size_t)(all < cap ? all : cap > one ? cap : one);
+    double every = 0;
+    for (int i = 0; i < w->n; i++)
+        every += (double)offload_request_host_bytes(&ro->p, m, kp->page_size,
+                                                    w->reqs[i].prompt_len + w->reqs[i].output_len);
+    const double concurrent = (double)one * kp->max_requests;
+    const double at_once = every < concurrent ? every : concurrent;
+    ro->p.host_pool_bytes = (size_t)(at_once < cap ? at_once : cap > one ? cap : one);
     return 0;
 }
 
@@ -231,5 +239,5 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
                   kp->budget_bytes / 1e9, kp->max_tokens, m->name, need / 1e9);
         return -1;
     }
-    return host_pool(ro, oo, m, be, kp);
+    return host_pool(ro, oo, m, be, w, kp);
 }

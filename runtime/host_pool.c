@@ -1,10 +1,14 @@
 #include "host_pool.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.h"
 #include "mem.h"
+#include "progress.h"
 
 struct host_pool {
     struct host_pool_params p;
@@ -22,6 +26,7 @@ struct host_pool {
     int64_t n_free;
     int active;
     double pin_seconds;
+    struct mem_pin_report pin;
     int64_t reserves, releases, refusals;
 };
 
@@ -42,7 +47,63 @@ static int bad_params(const struct host_pool_params *p, char *err, size_t errlen
     return 0;
 }
 
+/* The pin's progress line: the pinning threads store the bytes done, a ticker thread prints
+ * (one cudaHostAlloc reports nothing until it returns: its line shows the time only). */
+struct pin_ticker {
+    struct progress pg;
+    _Atomic size_t done;
+    _Atomic int stop;
+    pthread_t th;
+};
+
+static void pin_progress(void *user, size_t done)
+{
+    atomic_store(&((struct pin_ticker *)user)->done, done);
+}
+
+static void *ticker_main(void *arg)
+{
+    struct pin_ticker *t = arg;
+    const struct timespec tick = {0, 100 * 1000 * 1000};
+    while (!atomic_load(&t->stop)) {
+        nanosleep(&tick, NULL);
+        progress_update(&t->pg, atomic_load(&t->done) / 1e9);
+    }
+    return NULL;
+}
+
+/* The pool's memory of `bytes`: pinned as pin says (with a progress line), or MEM_HOST. */
+static void *pool_alloc(struct host_pool *hp, size_t bytes, const struct mem_pin_params *pin)
+{
+    if (hp->kind != MEM_PINNED) return mem_alloc(hp->kind, bytes, "host pool");
+    struct mem_pin_params pp;
+    if (pin)
+        pp = *pin;
+    else
+        mem_pin_params_default(&pp);
+    struct pin_ticker t;
+    memset(&t, 0, sizeof t);
+    char label[64];
+    snprintf(label, sizeof label, "pin %.1f GB", bytes / 1e9);
+    const int amounts = pp.strategy == MEM_PIN_REGISTER;
+    progress_begin(&t.pg, amounts ? "pin" : label, "GB", amounts ? bytes / 1e9 : -1.0);
+    const int ticking = t.pg.on && pthread_create(&t.th, NULL, ticker_main, &t) == 0;
+    pp.progress = pin_progress, pp.user = &t;
+    pp.piece_align = hp->block_bytes; /* no block straddles two registrations */
+    void *m = mem_alloc_pinned(bytes, &pp, &hp->pin, "host pool");
+    atomic_store(&t.stop, 1);
+    if (ticking) pthread_join(t.th, NULL);
+    progress_end(&t.pg, bytes / 1e9);
+    return m;
+}
+
 struct host_pool *host_pool_create(const struct host_pool_params *p, char *err, size_t errlen)
+{
+    return host_pool_create_ex(p, NULL, err, errlen);
+}
+
+struct host_pool *host_pool_create_ex(const struct host_pool_params *p,
+                                      const struct mem_pin_params *pin, char *err, size_t errlen)
 {
     if (bad_params(p, err, errlen)) return NULL;
     size_t head = (size_t)2 * p->page_size * p->head_dim * p->elem_bytes;
@@ -75,7 +136,7 @@ struct host_pool *host_pool_create(const struct host_pool_params *p, char *err, 
     hp->tables_bytes = o_mark + (size_t)n_blocks;
     hp->tables = mem_alloc(MEM_HOST, hp->tables_bytes, "host pool tables");
     double t0 = pulse_now();
-    hp->h_pool = hp->tables ? mem_alloc(hp->kind, (size_t)n_blocks * block, "host pool") : NULL;
+    hp->h_pool = hp->tables ? pool_alloc(hp, (size_t)n_blocks * block, pin) : NULL;
     hp->pin_seconds = pulse_now() - t0;
     if (!hp->tables || !hp->h_pool) {
         snprintf(err, errlen, "host pool: cannot allocate %zu bytes of %s memory",
@@ -262,6 +323,13 @@ void host_pool_get_stats(const struct host_pool *hp, struct host_pool_stats *out
     out->pool_bytes = (size_t)hp->n_blocks * hp->block_bytes;
     out->pinned = hp->kind == MEM_PINNED;
     out->pin_seconds = hp->pin_seconds;
+    out->pin_strategy = hp->kind == MEM_PINNED ? mem_pin_strategy_name(hp->pin.strategy) : "";
+    out->pin_pieces = hp->pin.pieces;
+    out->pin_piece_bytes = hp->pin.piece_bytes;
+    out->pin_threads = hp->pin.threads;
+    out->pin_fallback = hp->pin.fallback;
+    out->pin_touch_s = hp->pin.touch_s;
+    out->pin_register_s = hp->pin.register_s;
     out->active_requests = hp->active;
     out->max_requests = hp->p.max_requests;
     out->reserves = hp->reserves;

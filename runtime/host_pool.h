@@ -1,6 +1,8 @@
 /* The pinned host KV pool: every block of every offloaded request lives here (DESIGN.md section
- * 4), allocated and pinned once at create (pinning runs at about 1.5 GB/s, so a process pins
- * its pool once and reuses it; the seconds spent are in the stats).
+ * 4), allocated and pinned once at create (one cudaHostAlloc pins at about 1.5 GB/s; the pool
+ * pins in pieces on several threads, mem.h's mem_alloc_pinned, so a process pins its pool once
+ * and reuses it; the seconds spent and how are in the stats, and a progress line shows on a
+ * terminal while it runs).
  *
  *   block      n_kv_heads * 2 * page_size * head_dim * elem_bytes bytes, the layout of a GPU
  *              page (kernels.h): [kv_head][K=0,V=1][token][head_dim]. A token-wise recall of a
@@ -37,6 +39,10 @@ struct host_pool_stats {
     size_t block_bytes, head_bytes, pool_bytes; /* pool_bytes = n_blocks * block_bytes */
     int pinned;                                 /* 1 when the pool is MEM_PINNED */
     double pin_seconds;                         /* wall time of the pool allocation */
+    const char *pin_strategy;                   /* mem_pin_strategy_name, "" when not pinned */
+    int pin_pieces, pin_threads, pin_fallback;  /* mem_pin_report's */
+    size_t pin_piece_bytes; /* registered pieces (whole blocks): a copy should not cross one */
+    double pin_touch_s, pin_register_s;
     int active_requests, max_requests;
     int64_t reserves, releases, refusals;
 };
@@ -46,6 +52,10 @@ struct host_pool;
 /* Allocates the pool and its tables. Returns NULL with a one-line reason in err when the params
  * are invalid or the memory is refused. In CPU-only builds `pinned` falls back to MEM_HOST. */
 struct host_pool *host_pool_create(const struct host_pool_params *p, char *err, size_t errlen);
+/* The same with the pinning spelled out (NULL = mem_pin_params_default: the environment's). */
+struct mem_pin_params;
+struct host_pool *host_pool_create_ex(const struct host_pool_params *p,
+                                      const struct mem_pin_params *pin, char *err, size_t errlen);
 /* Frees the pool (NULL is a no-op). No recall may still be reading it. */
 void host_pool_free(struct host_pool *hp);
 

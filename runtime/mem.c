@@ -1,8 +1,15 @@
 #include "mem.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common.h"
 
 #ifdef PULSE_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -49,6 +56,290 @@ void *mem_alloc(enum mem_kind kind, size_t bytes, const char *name)
     return p;
 }
 
+/* ================================================================== pinning */
+
+#define PIN_ALIGN ((size_t)2 << 20) /* huge page */
+#define PIN_MAX_THREADS 16
+#define PIN_MAX_REGIONS 64
+
+static const char *const pin_names[MEM_PIN_STRATEGIES] = {"alloc", "register"};
+
+const char *mem_pin_strategy_name(enum mem_pin_strategy s)
+{
+    return (unsigned)s < MEM_PIN_STRATEGIES ? pin_names[s] : "?";
+}
+
+int mem_pin_strategy_find(const char *name)
+{
+    for (int i = 0; i < MEM_PIN_STRATEGIES; i++)
+        if (name && !strcmp(name, pin_names[i])) return i;
+    return -1;
+}
+
+/* An integer environment switch in [lo, hi]: 1 and *out when set and valid; a warning and 0
+ * when set and bad; 0 when unset. */
+static int env_long(const char *name, long lo, long hi, long *out)
+{
+    const char *e = getenv(name);
+    if (!e || !*e) return 0;
+    char *end;
+    long v = strtol(e, &end, 10);
+    if (*end || v < lo || v > hi) {
+        fprintf(stderr, "%s=%s: expected an integer in %ld..%ld; ignored\n", name, e, lo, hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+void mem_pin_params_default(struct mem_pin_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->strategy = MEM_PIN_DEFAULT;
+    p->piece_bytes = (size_t)1 << 30;
+    p->hugepages = 1;
+    const char *e = getenv("PULSE_PIN");
+    if (e && *e) {
+        int s = mem_pin_strategy_find(e);
+        if (s < 0)
+            fprintf(stderr, "PULSE_PIN=%s: expected alloc or register; using %s\n", e,
+                    mem_pin_strategy_name(p->strategy));
+        else
+            p->strategy = (enum mem_pin_strategy)s;
+    }
+    long v;
+    if (env_long("PULSE_PIN_PIECE_MB", 2, 1L << 20, &v)) p->piece_bytes = (size_t)v << 20;
+    if (env_long("PULSE_PIN_THREADS", 1, 256, &v)) p->threads = (int)v;
+    if (env_long("PULSE_PIN_HUGEPAGES", 0, 1, &v)) p->hugepages = (int)v;
+}
+
+#ifdef PULSE_HAVE_CUDA
+
+/* Regions made by REGISTER (mem_free must unregister and unmap them, not cudaFreeHost). */
+struct pin_region {
+    char *base;
+    size_t bytes, piece; /* registered length; piece = bytes when registered in one call */
+    void *map;
+    size_t map_bytes;
+};
+static struct pin_region g_regions[PIN_MAX_REGIONS];
+static pthread_mutex_t g_regions_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void unregister_pieces(char *base, size_t bytes, size_t piece, const uint8_t *done)
+{
+    for (size_t k = 0, off = 0; off < bytes; k++, off += piece)
+        if (!done || done[k]) {
+            cudaHostUnregister(base + off);
+            (void)cudaGetLastError();
+        }
+}
+
+static void pinned_free(void *p)
+{
+    struct pin_region r = {0};
+    pthread_mutex_lock(&g_regions_lock);
+    for (int i = 0; i < PIN_MAX_REGIONS && !r.base; i++)
+        if (g_regions[i].base == p) r = g_regions[i], memset(&g_regions[i], 0, sizeof r);
+    pthread_mutex_unlock(&g_regions_lock);
+    if (!r.base) {
+        cudaFreeHost(p);
+        return;
+    }
+    unregister_pieces(r.base, r.bytes, r.piece, NULL);
+    munmap(r.map, r.map_bytes);
+}
+
+static int remember_region(const struct pin_region *r)
+{
+    int ok = 0;
+    pthread_mutex_lock(&g_regions_lock);
+    for (int i = 0; i < PIN_MAX_REGIONS && !ok; i++)
+        if (!g_regions[i].base) g_regions[i] = *r, ok = 1;
+    pthread_mutex_unlock(&g_regions_lock);
+    return ok;
+}
+
+/* MemAvailable of /proc/meminfo in bytes, or 0 when unknown. */
+static size_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (size_t)kb << 10;
+}
+
+static size_t gcd_size(size_t a, size_t b)
+{
+    while (b) {
+        size_t t = a % b;
+        a = b, b = t;
+    }
+    return a;
+}
+
+/* The unit pieces are a multiple of: lcm(huge page, align); 0 when that is absurdly large
+ * (then the region is one piece). */
+static size_t pin_unit(size_t align)
+{
+    if (!align) return PIN_ALIGN;
+    const size_t g = gcd_size(PIN_ALIGN, align), m = PIN_ALIGN / g;
+    return align > ((size_t)16 << 30) / m ? 0 : align * m;
+}
+
+/* One REGISTER allocation in progress: its pieces are taken in order by the threads. */
+struct pin_job {
+    char *base;
+    size_t bytes, piece;
+    int n_pieces, dev, whole; /* whole: touch only; the caller registers the region at once */
+    const struct mem_pin_params *pp;
+    uint8_t *registered; /* [n_pieces] */
+    pthread_mutex_t mu;
+    int next, failed;
+    size_t done;
+    double touch_s, register_s;
+};
+
+static void *pin_worker(void *arg)
+{
+    struct pin_job *j = arg;
+    if (cudaSetDevice(j->dev) != cudaSuccess) { /* the thread cannot work: leave it to others */
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        const int k = j->failed || j->next >= j->n_pieces ? -1 : j->next++;
+        pthread_mutex_unlock(&j->mu);
+        if (k < 0) return NULL;
+        char *a = j->base + (size_t)k * j->piece;
+        const size_t len = PULSE_MIN(j->piece, j->bytes - (size_t)k * j->piece);
+        const double t0 = pulse_now();
+        for (size_t off = 0; off < len; off += 4096) /* fault every page in */
+            ((volatile char *)a)[off] = 0;
+        const double t1 = pulse_now();
+        int ok = 1;
+        if (!j->whole) {
+            ok = cudaHostRegister(a, len, cudaHostRegisterPortable | cudaHostRegisterMapped) ==
+                 cudaSuccess;
+            if (!ok) (void)cudaGetLastError();
+            j->registered[k] = (uint8_t)ok;
+        }
+        const double t2 = pulse_now();
+        pthread_mutex_lock(&j->mu);
+        j->touch_s += t1 - t0, j->register_s += t2 - t1;
+        j->failed |= !ok;
+        const size_t done = j->done += len;
+        pthread_mutex_unlock(&j->mu);
+        if (ok && j->pp->progress) j->pp->progress(j->pp->user, done);
+    }
+}
+
+/* REGISTER (mem.h); NULL when any step fails (everything undone). */
+static void *pin_register(size_t bytes, const struct mem_pin_params *pp, struct mem_pin_report *r)
+{
+    const size_t len = (bytes + PIN_ALIGN - 1) / PIN_ALIGN * PIN_ALIGN;
+    const size_t avail = mem_available();
+    if (avail && len > avail) return NULL; /* touching would wake the OOM killer: let ALLOC fail */
+    struct pin_job j;
+    memset(&j, 0, sizeof j);
+    j.pp = pp;
+    j.bytes = len;
+    const size_t unit = pin_unit(pp->piece_align);
+    j.piece = unit ? PULSE_MAX(unit, (pp->piece_bytes + unit - 1) / unit * unit) : len;
+    j.piece = PULSE_MIN(j.piece, len);
+    j.n_pieces = (int)((len + j.piece - 1) / j.piece);
+    int can = 0;
+    if (cudaGetDevice(&j.dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&can, cudaDevAttrCanUseHostPointerForRegisteredMem, j.dev) !=
+            cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    j.whole = !can; /* pieces would not be contiguous for the device: one registration */
+    const size_t map_bytes = len + PIN_ALIGN;
+    void *map = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) return NULL;
+    j.base = (char *)(((uintptr_t)map + PIN_ALIGN - 1) / PIN_ALIGN * PIN_ALIGN);
+    if (pp->hugepages) madvise(j.base, len, MADV_HUGEPAGE); /* advisory: ignore a refusal */
+    j.registered = calloc((size_t)j.n_pieces, 1);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int T = pp->threads > 0 ? pp->threads : (int)PULSE_MIN(PULSE_MAX(cpus, 1), PIN_MAX_THREADS);
+    T = PULSE_MIN(PULSE_MIN(T, j.n_pieces), 256);
+    pthread_t th[256];
+    int started = 0;
+    if (j.registered) {
+        pthread_mutex_init(&j.mu, NULL);
+        for (int k = 1; k < T; k++)
+            started += pthread_create(&th[started], NULL, pin_worker, &j) == 0;
+        pin_worker(&j);
+        for (int k = 0; k < started; k++)
+            pthread_join(th[k], NULL);
+        pthread_mutex_destroy(&j.mu);
+    }
+    int ok = j.registered && !j.failed && j.done == len;
+    if (ok && j.whole) {
+        const double t0 = pulse_now();
+        ok = cudaHostRegister(j.base, len, cudaHostRegisterPortable | cudaHostRegisterMapped) ==
+             cudaSuccess;
+        if (!ok) (void)cudaGetLastError();
+        j.register_s += pulse_now() - t0;
+    }
+    struct pin_region reg = {j.base, len, j.whole ? len : j.piece, map, map_bytes};
+    if (ok && !remember_region(&reg)) {
+        unregister_pieces(j.base, len, reg.piece, NULL);
+        ok = 0;
+    } else if (!ok && j.registered && !j.whole) {
+        unregister_pieces(j.base, len, j.piece, j.registered);
+    }
+    free(j.registered);
+    if (!ok) {
+        munmap(map, map_bytes);
+        return NULL;
+    }
+    r->pieces = j.whole ? 1 : j.n_pieces;
+    r->piece_bytes = j.whole ? len : j.piece;
+    r->threads = started + 1;
+    r->touch_s = j.touch_s, r->register_s = j.register_s;
+    return j.base;
+}
+
+#endif
+
+void *mem_alloc_pinned(size_t bytes, const struct mem_pin_params *pp, struct mem_pin_report *rep,
+                       const char *name)
+{
+    (void)name;
+    struct mem_pin_params d;
+    if (!pp) mem_pin_params_default(&d), pp = &d;
+    struct mem_pin_report r;
+    memset(&r, 0, sizeof r);
+    const double t0 = pulse_now();
+    void *p = NULL;
+    if (bytes == 0) bytes = 1;
+#ifdef PULSE_HAVE_CUDA
+    r.strategy = pp->strategy;
+    if (pp->strategy == MEM_PIN_REGISTER) {
+        p = pin_register(bytes, pp, &r);
+        r.fallback = !p;
+    }
+    if (!p) {
+        r.strategy = MEM_PIN_ALLOC, r.pieces = 1, r.threads = 1, r.piece_bytes = bytes;
+        if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+            (void)cudaGetLastError();
+            p = NULL;
+        }
+    }
+#endif
+    r.seconds = pulse_now() - t0;
+    if (p) count(MEM_PINNED, bytes);
+    if (rep) *rep = r;
+    return p;
+}
+
 void mem_free(enum mem_kind kind, void *p, size_t bytes)
 {
     if (!p) return;
@@ -59,7 +350,7 @@ void mem_free(enum mem_kind kind, void *p, size_t bytes)
         break;
 #ifdef PULSE_HAVE_CUDA
     case MEM_PINNED:
-        cudaFreeHost(p);
+        pinned_free(p);
         break;
     case MEM_DEVICE:
         cudaFree(p);

@@ -23,6 +23,59 @@ void mem_free(enum mem_kind kind, void *p, size_t bytes);
 void mem_get_stats(struct mem_stats *out);
 const char *mem_kind_name(enum mem_kind kind);
 
+/* Pinned host memory made at hardware speed (DESIGN.md section 10; HARDWARE.md: one
+ * cudaHostAlloc pins at about 1.5 GB/s). Strategies:
+ *   MEM_PIN_ALLOC     one cudaHostAlloc of the whole size: the driver allocates, zeroes and pins
+ *                     it on the calling thread.
+ *   MEM_PIN_REGISTER  one anonymous mapping (2 MiB aligned; transparent huge pages asked for),
+ *                     split into pieces that `threads` threads fault in (touch) and register
+ *                     (cudaHostRegister, portable + mapped), each thread the pieces it touched.
+ * Either way the result is ONE contiguous region, counted as ONE MEM_PINNED allocation of its
+ * bytes and freed by mem_free(MEM_PINNED, p, bytes); mapped for the device at the same address
+ * (unified addressing: REGISTER registers the region in one call when the device cannot use
+ * host pointers for registered memory, so the device view stays contiguous). A failed
+ * registration undoes the others and falls back to ALLOC (report.fallback). CPU-only builds
+ * cannot pin: NULL. */
+enum mem_pin_strategy { MEM_PIN_ALLOC = 0, MEM_PIN_REGISTER = 1, MEM_PIN_STRATEGIES = 2 };
+
+struct mem_pin_params {
+    enum mem_pin_strategy strategy;
+    size_t piece_bytes; /* REGISTER: bytes per registration, rounded up to a multiple of 2 MiB
+                           and of piece_align (default 1 GiB) */
+    size_t piece_align; /* REGISTER: pieces are a multiple of this too (the pool's block, so that
+                           no block straddles two registrations); 0 = none */
+    int threads;        /* REGISTER: threads that touch and register (default: online CPUs, at
+                           most 16) */
+    int hugepages;      /* REGISTER: madvise(MADV_HUGEPAGE) before touching (default 1) */
+    /* Optional: called (from any of the threads) after each piece with the bytes done so far. */
+    void (*progress)(void *user, size_t bytes_done);
+    void *user;
+};
+
+struct mem_pin_report {
+    enum mem_pin_strategy strategy; /* what made the region (ALLOC after a fallback) */
+    int pieces, threads, fallback;  /* fallback: REGISTER failed, ALLOC made it */
+    size_t piece_bytes;             /* piece k is bytes [k * piece_bytes, ...) of the region (the
+                                       whole region when it is one): a cudaMemcpy should not
+                                       cross a piece boundary, or the driver may take it as
+                                       pageable */
+    double seconds;                 /* wall time of the whole allocation */
+    double touch_s, register_s;     /* REGISTER: summed over the threads */
+};
+
+/* The default strategy is REGISTER (MEM_PIN_DEFAULT); the environment overrides it for a run:
+ * PULSE_PIN=alloc|register, PULSE_PIN_PIECE_MB=N, PULSE_PIN_THREADS=N, PULSE_PIN_HUGEPAGES=0|1
+ * (bad values: a warning on stderr, the default kept). */
+#define MEM_PIN_DEFAULT MEM_PIN_REGISTER
+void mem_pin_params_default(struct mem_pin_params *p);
+const char *mem_pin_strategy_name(enum mem_pin_strategy s);
+/* The strategy called `name` ("alloc", "register"), or -1. */
+int mem_pin_strategy_find(const char *name);
+/* `bytes` of pinned, mapped, portable host memory made as pp says (NULL = the defaults); rep
+ * (may be NULL) says how. NULL when refused. */
+void *mem_alloc_pinned(size_t bytes, const struct mem_pin_params *pp, struct mem_pin_report *rep,
+                       const char *name);
+
 /* One allocation carved into parts: the bytes a part of n takes (256-byte aligned, enough for
  * any vector load), and the next part from a cursor. */
 static inline size_t mem_aligned(size_t n)

@@ -110,6 +110,11 @@ struct offload_stats {
     /* host synchronisations the main thread made inside offload_step (summed; the last step's):
      * 0 when the step is free of host round trips (verify_steps' checks are not counted) */
     int64_t host_syncs, last_step_host_syncs;
+    /* set-up (counters' "setup" object; prompt_fill_s above is the prompt KV's time) */
+    double pin_s;         /* allocating and pinning the host pool */
+    double calibration_s; /* creating the locality generator (its calibration) */
+    int prompt_kv_device; /* 1: prompt KV generated on the device, 0: written by the CPU */
+    size_t staging_bytes; /* device staging of the device path */
 };
 
 struct offload;

@@ -102,6 +102,12 @@ struct offload {
     uint16_t *stage_kv;   /* [max_blocks] GPU pages of one layer */
     uint16_t *stage_dg;   /* [max_blocks] digest pages of one layer */
     char *check_page;     /* one GPU page read back by offload_verify */
+    /* admission on the device (cuda; locality or synthetic prompt KV): offload.c */
+    uint16_t *d_stage; /* [max_blocks] device pages of one sparse layer */
+    int32_t *d_fill;   /* [FILL_ARGS + n_layers] the admission's arguments, then [max_blocks]
+                          0, 1, 2, ... */
+    void *fmem;        /* the device allocation of both */
+    size_t fmem_bytes;
 
     /* counters */
     struct offload_layer_stats *ls; /* [n_layers] */

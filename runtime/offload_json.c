@@ -38,6 +38,8 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out)
     struct kv_cache_stats ds;
     kv_cache_get_stats(o->dg, &ds);
     out->digest_store_bytes = (size_t)ds.n_pages * (size_t)ds.page_bytes;
+    out->prompt_kv_device = o->fmem != NULL;
+    out->staging_bytes = o->fmem ? (size_t)o->max_blocks * o->page_bytes : 0;
     out->gpu_pages_per_request_max =
         (int64_t)o->n_sparse * (o->hot_slots + 1) + (int64_t)o->n_dense * o->max_blocks;
 }
@@ -131,6 +133,27 @@ static json_t *series_json(const struct offload *o)
                      (json_int_t)(o->st.steps - kept));
 }
 
+/* What the run spent before its first token, and how: pinning the host pool, the prompt KV of
+ * every admission, the locality calibration. */
+static json_t *setup_json(const struct offload *o, const struct offload_stats *st)
+{
+    struct host_pool_stats hs;
+    host_pool_get_stats(o->hp, &hs);
+    json_t *j = json_pack("{s:I, s:b, s:s, s:i, s:i, s:b, s:b, s:I}", "host_pool_bytes",
+                          (json_int_t)hs.pool_bytes, "host_pool_pinned", hs.pinned, "pin_strategy",
+                          hs.pin_strategy, "pin_pieces", hs.pin_pieces, "pin_threads",
+                          hs.pin_threads, "pin_fallback", hs.pin_fallback, "prompt_kv_device",
+                          st->prompt_kv_device, "staging_bytes", (json_int_t)st->staging_bytes);
+    json_object_set_new(j, "pin_piece_bytes", json_integer((json_int_t)hs.pin_piece_bytes));
+    results_set_real(j, "pin_s", st->pin_s);
+    results_set_real(j, "pin_touch_s", hs.pin_touch_s);
+    results_set_real(j, "pin_register_s", hs.pin_register_s);
+    results_set_real(j, "prompt_kv_s", st->prompt_fill_s);
+    results_set_real(j, "calibration_s", st->calibration_s);
+    results_set_real(j, "total_s", st->pin_s + st->prompt_fill_s + st->calibration_s);
+    return j;
+}
+
 json_t *offload_counters_json(const struct offload *o)
 {
     struct offload_stats st;
@@ -162,5 +185,6 @@ json_t *offload_counters_json(const struct offload *o)
         "layers", layers, "per_step", series_json(o));
     results_set_real(j, "recall_wait_s", st.recall_wait_s);
     results_set_real(j, "prompt_fill_s", st.prompt_fill_s);
+    json_object_set_new(j, "setup", setup_json(o, &st));
     return j;
 }

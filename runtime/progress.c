@@ -64,7 +64,9 @@ void progress_begin(struct progress *p, const char *label, const char *unit, dou
 static void print_line(struct progress *p, double done, double now, int final)
 {
     FILE *f = out_stream();
-    if (p->total > 0)
+    if (p->total < 0)
+        fprintf(f, "\r%s %.1f s   ", p->label, now - p->t0);
+    else if (p->total > 0)
         fprintf(f, "\r%s %.1f/%.1f %s %.1f s   ", p->label, done, p->total, p->unit, now - p->t0);
     else
         fprintf(f, "\r%s %.1f %s %.1f s   ", p->label, done, p->unit, now - p->t0);

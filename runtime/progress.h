@@ -22,7 +22,8 @@ enum progress_mode { PROGRESS_AUTO = 0, PROGRESS_ON = 1, PROGRESS_OFF = 2 };
 struct progress {
     char label[48]; /* "pin", "prompt KV", "calibration" */
     char unit[16];  /* "GB", "layers", "streams" */
-    double total;   /* in units; <= 0: unknown (the line shows only what is done) */
+    double total;   /* in units; 0: unknown (the line shows what is done); < 0: no amounts
+                       (the line shows the label and the time) */
     double t0;      /* pulse_now() at begin */
     double next;    /* earliest time of the next line */
     int on;         /* lines enabled for this phase */

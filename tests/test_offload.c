@@ -431,6 +431,73 @@ static void test_cli_json(void)
     EXPECT_EQ_INT(cli_json("arkvale", 0), cli_json("infinigen", 1));
 }
 
+/* The JSON of a good `pulse run` with `args` (NULL when it failed). */
+static json_t *run_json(const char *args)
+{
+    char path[] = "/tmp/pulse_offload_XXXXXX", cmd[1024];
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    snprintf(cmd, sizeof cmd, "%s --out %s", args, path);
+    const int code = tu_run_pulse(cmd, out, sizeof out);
+    EXPECT_EQ_INT(code, 0);
+    if (code) fprintf(stderr, "%s: %s", cmd, out);
+    json_error_t je;
+    json_t *r = json_load_file(path, 0, &je);
+    remove(path);
+    EXPECT(r != NULL);
+    return r;
+}
+
+static int64_t json_int_at(json_t *r, const char *a, const char *b, const char *c)
+{
+    return json_integer_value(json_object_get(json_object_get(json_object_get(r, a), b), c));
+}
+
+/* The host pool is sized from the workload: what the run can hold at once, the smaller of every
+ * request and max-batch requests of the longest (tiny: 2 sparse layers x 8 KB blocks of 16
+ * tokens); --host-pool-gb still wins. */
+static void test_pool_sizing(void)
+{
+    const int64_t block = 8192, sparse = 2;
+    struct {
+        const char *workload;
+        int max_batch;
+        int64_t blocks; /* per sparse layer */
+    } cases[] = {
+        {"uniform:256:3", 8, 3 * 17},          /* 3 requests of 264 tokens, not 8 */
+        {"uniform:256:3", 2, 2 * 17},          /* at most 2 at once */
+        {"lengths:100,600,50", 2, 7 + 38 + 4}, /* every request is less than 2 x 38 */
+        {"lengths:100,600,50,600", 2, 2 * 38}, /* 2 of the longest are less than all */
+        {"lengths:1", 4, 1},                   /* one block */
+    };
+    char args[512];
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(cases); i++) {
+        snprintf(args, sizeof args,
+                 "run --backend cpu --policy arkvale --workload %s --output-len 8 --max-batch %d "
+                 "--budget-tokens 32",
+                 cases[i].workload, cases[i].max_batch);
+        json_t *r = run_json(args);
+        const int64_t want = cases[i].blocks * sparse * block;
+        EXPECT_EQ_INT(json_int_at(r, "config", "offload", "host_pool_bytes"), want);
+        json_t *setup =
+            json_object_get(json_object_get(json_object_get(r, "counters"), "offload"), "setup");
+        EXPECT_EQ_INT(json_integer_value(json_object_get(setup, "host_pool_bytes")), want);
+        if (json_integer_value(json_object_get(setup, "host_pool_bytes")) != want)
+            fprintf(stderr, "pool sizing case %zu: %s\n", i, args);
+        /* the set-up's phases: timed, and the CPU writes the prompt KV on the cpu backend */
+        EXPECT(json_real_value(json_object_get(setup, "pin_s")) >= 0);
+        EXPECT(json_real_value(json_object_get(setup, "prompt_kv_s")) > 0);
+        EXPECT(json_real_value(json_object_get(setup, "calibration_s")) > 0);
+        EXPECT(json_is_false(json_object_get(setup, "prompt_kv_device")));
+        EXPECT(json_is_false(json_object_get(setup, "host_pool_pinned")));
+        json_decref(r);
+    }
+    json_t *r = run_json("run --backend cpu --policy arkvale --workload uniform:256:3 "
+                         "--output-len 8 --max-batch 8 --host-pool-gb 0.01");
+    EXPECT_EQ_INT(json_int_at(r, "config", "offload", "host_pool_bytes"), 10000000 / block * block);
+    json_decref(r);
+}
+
 static void timed(const char *name, void (*fn)(void))
 {
     double t0 = pulse_now();
@@ -446,5 +513,6 @@ int main(void)
     timed("no_host_sync", test_no_host_sync);
     timed("cli", test_cli);
     timed("cli_json", test_cli_json);
+    timed("pool_sizing", test_pool_sizing);
     return tu_finish("test_offload");
 }

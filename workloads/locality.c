@@ -167,6 +167,52 @@ void locality_fill_kv(struct locality *L, const struct kv_view *kv, const int32_
     }
 }
 
+/* ------------------------------------------------------------------ device fill */
+
+#ifdef PULSE_HAVE_CUDA
+int locality_device_init(struct locality *L, char *err, size_t errlen)
+{
+    if (L->d_dirs) return PULSE_OK;
+    if (L->nkv > LOC_DEV_MAX_KV_HEADS || L->hd > SELECT_MAX_HEAD_DIM) {
+        snprintf(err, errlen, "locality: the device fill takes at most %d KV heads",
+                 LOC_DEV_MAX_KV_HEADS);
+        return PULSE_ERR_INVALID;
+    }
+    const size_t bytes = (size_t)L->nkv * L->D * L->hd * sizeof(float);
+    if (!(L->d_dirs = mem_alloc(MEM_DEVICE, bytes, "locality key directions"))) {
+        snprintf(err, errlen, "locality: out of device memory for the key directions");
+        return PULSE_ERR_OOM;
+    }
+    L->d_dirs_bytes = bytes;
+    return PULSE_OK;
+}
+
+void locality_fill_kv_cuda(struct locality *L, const struct kctx *c, const struct kv_view *kv,
+                           const int32_t *t0, const int32_t *t1, const int32_t *req_ids, int batch,
+                           int layer)
+{
+    PULSE_CHECK(L->d_dirs != NULL, "locality_fill_kv_cuda: locality_device_init was not called");
+    PULSE_CHECK(layer >= 0 && layer < L->p.n_layers, "locality_fill_kv_cuda: layer out of range");
+    struct locality_dev_args a;
+    memset(&a, 0, sizeof a);
+    a.nkv = L->nkv, a.hd = L->hd, a.D = L->D, a.bs = L->p.sel.block_size;
+    a.amp = L->p.key_noise * 1.7320508f; /* as write_keys */
+    a.sigma = L->p.key_strength_sigma;
+    a.sq = sqrtf((float)L->hd / (float)L->D); /* as block_mean */
+    for (int b = 0; b < batch; b++) {
+        PULSE_CHECK(req_ids[b] >= 0, "locality_fill_kv_cuda: request ids must be >= 0");
+        const uint64_t id = (uint64_t)req_ids[b];
+        for (int h = 0; h < L->nkv; h++) {
+            a.key_seed[h] = stream_seed(L->p.seed, TAG_KEYS, id, (uint64_t)layer, (uint64_t)h);
+            a.dir_seed[h] = pulse_seed_mix(a.key_seed[h], 1, 0); /* as make_dirs */
+        }
+        a.v_seed = pulse_seed_mix(L->p.seed, id, (uint64_t)layer);
+        locality_dirs_launch(c, &a, L->d_dirs);
+        locality_keys_launch(c, &a, L->d_dirs, kv, kv->page_start + b, t0 ? t0[b] : 0, t1[b]);
+    }
+}
+#endif
+
 /* Digests of blocks [0, ceil(n / bs)) of (tag, id, layer) into entry b of dv, one block at a
  * time through the one-page scratch and digest_build_ref (so the bits are digest_build's). */
 static void digests_entry(const struct locality *L, struct key_scratch *ks,

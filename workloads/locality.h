@@ -70,14 +70,19 @@
  * for a batch of 32 over 40 layers. The q of step t+1 does not depend on the model, so it can be
  * produced while the GPU runs step t and uploaded (10 KB per request and layer). Keys cost
  * 3.2 ns per K/V element: 0.11 s for 16K tokens of one layer at 8 KV heads, ~17 s for a 64K
- * prompt over 40 layers, fine for tests and short prompts; long-prompt throughput runs want a
- * device fill (not written: every element is a pure function of (seed, request, layer, head,
- * token, dim), so a CUDA port is a per-element kernel of the same formula). Calibration is
+ * prompt over 40 layers, fine for tests and short prompts; long-prompt throughput runs use the
+ * device fill (locality_fill_kv_cuda, locality_cuda.cu: every element is a pure function of
+ * (seed, request, layer, head, token, dim), so it is a per-element kernel of the same formula;
+ * the offload runtime generates the prompt KV with it on the cuda backend). Calibration is
  * calib_streams * (calib_points - 1) * (calib_steps + 1) head-wise selections at calib_tokens
  * (defaults 16 * 23 * 9 = 3312): 0.4 s at the test shapes (nq 8, hd 64, 2.2K tokens), 15 s at
- * qwen3-14b shapes with budget 128 (calib_tokens 8448). Many key sets with few steps each: the
- * churn at a given angle varies more between key sets than between steps (one key set's bias
- * shifts the whole table; with 16 sets the achieved mean churn is within 5% sd of the target).
+ * qwen3-14b shapes with budget 128 (calib_tokens 8448), on one core; the streams are
+ * independent and run on calib_threads threads (the online CPUs, at most 16), so the wall time
+ * is about ceil(calib_streams / threads) streams' worth (~1 s on 16 cores), and the table is the
+ * same bits for any thread count (each stream's terms are added in stream order). Many key sets
+ * with few steps each: the churn at a given angle varies more between key sets than between
+ * steps (one key set's bias shifts the whole table; with 16 sets the achieved mean churn is
+ * within 5% sd of the target).
  *
  * Ownership: handles own everything they allocate (through mem_alloc, at create); nothing in a
  * per-step function allocates. A generator or meter is used by one thread at a time, except that
@@ -227,6 +232,53 @@ void locality_fill_kv(struct locality *L, const struct kv_view *kv, const int32_
 void locality_build_digests(struct locality *L, const struct digest_view *dv,
                             const int32_t *n_tokens, const int32_t *req_ids, int batch, int layer,
                             int sel_head);
+
+/* ------------------------------------------------------------------ device fill (CUDA builds) */
+
+/* Makes L able to write keys on the device: allocates its device scratch (the key directions
+ * of one entry, n_kv_heads * key_dirs * head_dim floats). Create time only. PULSE_OK, or
+ * PULSE_ERR_OOM with the reason in err. */
+int locality_device_init(struct locality *L, char *err, size_t errlen);
+/* locality_fill_kv on the device, queued on c->stream: the same K and V of tokens
+ * [t0[b], t1[b]) (t0 NULL = 0) of request req_ids[b] into the device paged KV kv (pool,
+ * page_ids and page_start are device arrays; t0, t1 and req_ids host arrays). V and the noise
+ * are bit-identical to locality_fill_kv's; the key directions and block weights go through
+ * log, cos and exp, which the device evaluates in double and rounds to float (correctly
+ * rounded) where the host calls libm's logf, cosf and expf (glibc 2.36: not correctly rounded
+ * for about 1.5% of the Box-Muller draws), so a gaussian can differ in its last float bit and a
+ * tiny fraction of K elements differs: 8e-6 in a host emulation at qwen3-14b shapes, asserted
+ * <= 1e-4 by tests/gpu/test_locality_gpu.c, each one bf16 ulp off or, where mean and noise
+ * cancel near zero, within 2^-20. Needs locality_device_init. No allocation, no sync. */
+struct kctx;
+void locality_fill_kv_cuda(struct locality *L, const struct kctx *c, const struct kv_view *kv,
+                           const int32_t *t0, const int32_t *t1, const int32_t *req_ids, int batch,
+                           int layer);
+
+/* What the kernels of locality_cuda.cu need of one (request, layer) (locality.c fills it from
+ * the generator's seeds, so the stream formulas live in one place). */
+#define LOC_DEV_MAX_KV_HEADS 64
+struct locality_dev_args {
+    uint64_t dir_seed[LOC_DEV_MAX_KV_HEADS]; /* per KV head: the directions' stream */
+    uint64_t key_seed[LOC_DEV_MAX_KV_HEADS]; /* per KV head: blocks and noise derive from it */
+    uint64_t v_seed;                         /* kv_fill_synthetic's stream of (request, layer) */
+    int nkv, hd, D, bs;
+    float amp;   /* key_noise * sqrt(3) */
+    float sigma; /* key_strength_sigma */
+    float sq;    /* sqrtf(hd / D) */
+};
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* The directions of every KV head into d_dirs [nkv][D][hd]. */
+void locality_dirs_launch(const struct kctx *c, const struct locality_dev_args *a, float *d_dirs);
+/* K and V of tokens [t0, t1) of one entry whose first page id is page_ids[*d_start] (d_start a
+ * device pointer) from the directions in d_dirs. */
+void locality_keys_launch(const struct kctx *c, const struct locality_dev_args *a,
+                          const float *d_dirs, const struct kv_view *kv, const int32_t *d_start,
+                          int t0, int t1);
+#ifdef __cplusplus
+}
+#endif
 
 /* The calibration table (valid while L lives). */
 void locality_get_calib(const struct locality *L, struct locality_calib *out);
