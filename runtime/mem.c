@@ -134,6 +134,50 @@ static void unregister_pieces(char *base, size_t bytes, size_t piece, const uint
         }
 }
 
+/* Unregistering a region's pieces, on several threads (unpinning costs about what pinning
+ * does, minus the zeroing). */
+struct unpin_job {
+    struct pin_region r;
+    pthread_mutex_t mu;
+    size_t next; /* offset of the next piece */
+    int dev;
+};
+
+static void *unpin_worker(void *arg)
+{
+    struct unpin_job *j = arg;
+    if (cudaSetDevice(j->dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL; /* the others take its pieces */
+    }
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        const size_t off = j->next;
+        j->next += j->r.piece;
+        pthread_mutex_unlock(&j->mu);
+        if (off >= j->r.bytes) return NULL;
+        cudaHostUnregister(j->r.base + off);
+        (void)cudaGetLastError();
+    }
+}
+
+static void unpin_region(const struct pin_region *r)
+{
+    struct unpin_job j = {*r, PTHREAD_MUTEX_INITIALIZER, 0, 0};
+    if (cudaGetDevice(&j.dev) != cudaSuccess) (void)cudaGetLastError();
+    const size_t pieces = (r->bytes + r->piece - 1) / r->piece;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int T = (int)PULSE_MIN(PULSE_MIN(PULSE_MAX(cpus, 1), PIN_MAX_THREADS), (long)pieces);
+    pthread_t th[PIN_MAX_THREADS];
+    int started = 0;
+    for (int k = 1; k < T; k++)
+        started += pthread_create(&th[started], NULL, unpin_worker, &j) == 0;
+    unpin_worker(&j);
+    for (int k = 0; k < started; k++)
+        pthread_join(th[k], NULL);
+    pthread_mutex_destroy(&j.mu);
+}
+
 static void pinned_free(void *p)
 {
     struct pin_region r = {0};
@@ -145,7 +189,7 @@ static void pinned_free(void *p)
         cudaFreeHost(p);
         return;
     }
-    unregister_pieces(r.base, r.bytes, r.piece, NULL);
+    unpin_region(&r);
     munmap(r.map, r.map_bytes);
 }
 

@@ -352,6 +352,22 @@ static void test_offload_paths(int prompt_kv, int selection)
     EXPECT_EQ_INT(offload_check(dev.o, err, sizeof err), 0);
     printf("set-up %s: prompt KV %.4f s on the device, %.4f s on the host\n", cs, sd.prompt_fill_s,
            sh.prompt_fill_s);
+    /* the pool was pinned by the default strategy (or PULSE_PIN's), without a fallback */
+    json_t *cj = offload_counters_json(dev.o);
+    json_t *su = json_object_get(cj, "setup");
+    const char *strategy = json_string_value(json_object_get(su, "pin_strategy"));
+    const char *want = getenv("PULSE_PIN") ? getenv("PULSE_PIN") : "register";
+    EXPECT(strategy && !strcmp(strategy, want));
+    EXPECT(json_is_true(json_object_get(su, "host_pool_pinned")));
+    EXPECT(json_is_false(json_object_get(su, "pin_fallback")));
+    EXPECT(json_is_true(json_object_get(su, "prompt_kv_device")));
+    printf("host pool: %lld bytes pinned by %s in %lld pieces on %lld threads, %.3f s\n",
+           (long long)json_integer_value(json_object_get(su, "host_pool_bytes")),
+           strategy ? strategy : "?",
+           (long long)json_integer_value(json_object_get(su, "pin_pieces")),
+           (long long)json_integer_value(json_object_get(su, "pin_threads")),
+           json_real_value(json_object_get(su, "pin_s")));
+    json_decref(cj);
     free(ba), free(bb);
     rig_free(&dev);
     rig_free(&host);
