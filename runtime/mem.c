@@ -293,7 +293,8 @@ static void *pin_register(size_t bytes, const struct mem_pin_params *pp, struct 
     j.pp = pp;
     j.bytes = len;
     const size_t unit = pin_unit(pp->piece_align);
-    j.piece = unit ? PULSE_MAX(unit, (pp->piece_bytes + unit - 1) / unit * unit) : len;
+    const size_t want = pp->piece_bytes ? pp->piece_bytes : (size_t)1 << 30;
+    j.piece = unit ? PULSE_MAX(unit, (want + unit - 1) / unit * unit) : len;
     j.piece = PULSE_MIN(j.piece, len);
     j.n_pieces = (int)((len + j.piece - 1) / j.piece);
     int can = 0;
@@ -309,6 +310,7 @@ static void *pin_register(size_t bytes, const struct mem_pin_params *pp, struct 
     if (map == MAP_FAILED) return NULL;
     j.base = (char *)(((uintptr_t)map + PIN_ALIGN - 1) / PIN_ALIGN * PIN_ALIGN);
     if (pp->hugepages) madvise(j.base, len, MADV_HUGEPAGE); /* advisory: ignore a refusal */
+    madvise(j.base, len, MADV_DONTFORK); /* a child (popen) must not share pinned pages COW */
     j.registered = calloc((size_t)j.n_pieces, 1);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int T = pp->threads > 0 ? pp->threads : (int)PULSE_MIN(PULSE_MAX(cpus, 1), PIN_MAX_THREADS);
