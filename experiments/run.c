@@ -303,8 +303,8 @@ static void report(const struct run_opts *o, json_t *res, const struct workload 
 
 /* The steps against their floors: the mean step (mean time over the mean step's floor), the
  * bandwidths, and the per-step series (time, floors, batch). */
-static json_t *step_json(const struct serve_counters *c, const struct floor_bw *bw,
-                         const struct policy *pol)
+static json_t *step_json(const struct serve_counters *c, const struct serve_step *series,
+                         int64_t cap, const struct floor_bw *bw, const struct policy *pol)
 {
     json_t *j = json_object();
     const double n = c->steps > 0 ? (double)c->steps : 1.0;
@@ -320,8 +320,8 @@ static json_t *step_json(const struct serve_counters *c, const struct floor_bw *
     json_object_set_new(j, "policy_reports_traffic", json_boolean(pol->traffic != NULL));
     json_t *ms = json_array(), *fl = json_array(), *hb = json_array(), *pc = json_array(),
            *bs = json_array();
-    for (int64_t i = 0; i < c->steps && i < c->series_cap; i++) {
-        const struct serve_step *st = &c->series[i];
+    for (int64_t i = 0; i < c->steps && i < cap; i++) {
+        const struct serve_step *st = &series[i];
         floor_compute(&st->t, bw, pol->overlapped, &f);
         json_array_append_new(ms, json_real(st->step_s * 1e3));
         json_array_append_new(fl, json_real(f.floor_s * 1e3));
@@ -435,17 +435,18 @@ int cmd_run(int argc, char **argv)
     const int dev = be->mem == MEM_DEVICE;
     const struct floor_bw bw = {be->copy_bandwidth(engine_ctx(e), (size_t)(dev ? 512 : 64) << 20, 10),
                                 be->h2d_bandwidth(engine_ctx(e), (size_t)(dev ? 256 : 64) << 20, 10)};
-    struct serve_counters ctr = {.series_cap = (int64_t)w.n * w.output_len};
-    ctr.series = mem_alloc(MEM_HOST, sizeof(struct serve_step) * (size_t)ctr.series_cap, "series");
-    series = ctr.series, series_cap = ctr.series_cap;
+    struct serve_counters ctr;
+    series_cap = (int64_t)w.n * w.output_len;
+    series = mem_alloc(MEM_HOST, sizeof(struct serve_step) * (size_t)series_cap, "series");
     double wall;
-    if (serve_run_policy(e, kv, pol, off ? (void *)off : pf, w.reqs, w.n, (int)o.max_batch, &ctr,
-                         &wall, err, sizeof err) != PULSE_OK) {
+    if (serve_run_series(e, kv, pol, off ? (void *)off : pf, w.reqs, w.n, (int)o.max_batch, series,
+                         series ? series_cap : 0, &ctr, &wall, err, sizeof err) != PULSE_OK) {
         code = failed(res, "error", err, 1);
         goto out;
     }
     report(&o, res, &w, &ctr, wall, e, kv, off);
-    json_object_set_new(json_object_get(res, "metrics"), "step", step_json(&ctr, &bw, pol));
+    json_object_set_new(json_object_get(res, "metrics"), "step",
+                        step_json(&ctr, series, series ? series_cap : 0, &bw, pol));
 out:
     mem_free(MEM_HOST, series, sizeof(struct serve_step) * (size_t)series_cap);
     prefill_free(pf);

@@ -91,7 +91,7 @@ static void record_step(struct serve_state *s, double step_s)
     if (s->pol->traffic) s->pol->traffic(s, &st.t);
     s->ctr.step_s_sum += step_s;
     floor_traffic_add(&s->ctr.traffic_sum, &st.t);
-    if (s->ctr.steps < s->ctr.series_cap) s->ctr.series[s->ctr.steps] = st;
+    if (s->ctr.steps < s->series_cap) s->series[s->ctr.steps] = st;
 }
 
 static void sleep_until(double t_rel, double t0)
@@ -129,10 +129,19 @@ int serve_run_policy(struct engine *e, struct kv_cache *kv, const struct policy 
                      void *policy_ctx, struct request *reqs, int n, int max_batch,
                      struct serve_counters *ctr, double *wall_s, char *err, size_t errlen)
 {
+    return serve_run_series(e, kv, pol, policy_ctx, reqs, n, max_batch, NULL, 0, ctr, wall_s, err,
+                            errlen);
+}
+
+int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy *pol,
+                     void *policy_ctx, struct request *reqs, int n, int max_batch,
+                     struct serve_step *series, int64_t cap, struct serve_counters *ctr,
+                     double *wall_s, char *err, size_t errlen)
+{
     struct serve_state s;
     memset(&s, 0, sizeof s);
-    s.ctr.series = ctr->series;
-    s.ctr.series_cap = ctr->series ? ctr->series_cap : 0;
+    s.series = series;
+    s.series_cap = series ? cap : 0;
     s.pol = pol;
     s.policy_ctx = policy_ctx;
     if (pol->needs_ctx && !policy_ctx) {

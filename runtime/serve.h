@@ -40,10 +40,6 @@ struct serve_counters {
     double clock_paused_s; /* excluded from the recorded times (serve_pause_clock) */
     double step_s_sum;     /* steps' wall time, summed (serve_step.step_s) */
     struct floor_traffic traffic_sum;
-    /* in: the caller's buffer for the per-step record (series_cap entries; NULL = none); the
-     * first series_cap steps are kept, the sums cover every step */
-    struct serve_step *series;
-    int64_t series_cap;
 };
 
 /* What a policy works on. Requests are in arrival order; [0, n_arrived) have arrived. */
@@ -60,6 +56,8 @@ struct serve_state {
     double t0;
     struct serve_counters ctr;
     const struct policy *pol;
+    struct serve_step *series; /* the caller's per-step record (serve_run_series), or NULL */
+    int64_t series_cap;
     void *policy_ctx; /* what serve_run_policy was given (offload policies: struct offload *;
                          vanilla: NULL or a struct prefill *) */
     char why[256];    /* a policy's reason when a request can never be admitted ("" = none) */
@@ -110,5 +108,11 @@ int serve_run(struct engine *e, struct kv_cache *kv, const struct policy *pol, s
 int serve_run_policy(struct engine *e, struct kv_cache *kv, const struct policy *pol,
                      void *policy_ctx, struct request *reqs, int n, int max_batch,
                      struct serve_counters *ctr, double *wall_s, char *err, size_t errlen);
+/* serve_run_policy that also keeps the first `cap` steps' records in series (the caller's
+ * buffer; the counters' sums cover every step). */
+int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy *pol,
+                     void *policy_ctx, struct request *reqs, int n, int max_batch,
+                     struct serve_step *series, int64_t cap, struct serve_counters *ctr,
+                     double *wall_s, char *err, size_t errlen);
 
 #endif
