@@ -59,9 +59,11 @@ struct backend {
     void (*event_record)(const struct kctx *c, void *ev);
     int (*event_query)(void *ev);
     void (*event_sync)(void *ev);
-    /* The stream waits on the device until (int32_t)(*flag - value) >= 0 (a flag in pinned host
-     * memory that another thread or a recall stream writes; cuStreamWaitValue32 on cuda). The
-     * cpu backend, whose stream is the calling thread, spins until then. */
+    /* The stream waits until (int32_t)(*flag - value) >= 0 (a flag in pinned host memory that
+     * another thread or a recall stream writes): on cuda on the device (cuStreamWaitValue32)
+     * with PULSE_DEVICE_WAIT=1, else the calling thread waits on the host (a noted host
+     * synchronisation; common.h, pulse_device_wait, says why); the cpu backend, whose stream is the calling
+     * thread, spins until then. */
     void (*wait_value)(const struct kctx *c, const uint32_t *flag, uint32_t value);
     /* Measures the memory copy bandwidth on this backend's memory: copies of `bytes`, counting
      * bytes read plus written, median of `reps`, in GB/s. Allocates (outside any step). */

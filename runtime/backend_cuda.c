@@ -2,6 +2,7 @@
  * and the engine's device workspace. Plain C over the CUDA runtime and cuBLAS C APIs. */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <sched.h>
 #include <string.h>
 
 #include "backend.h"
@@ -113,7 +114,16 @@ static void cuda_event_sync(void *ev)
 
 static void cuda_wait_value(const struct kctx *c, const uint32_t *flag, uint32_t value)
 {
-    pulse_cuda_wait_value(c->stream, flag, value);
+    if (pulse_device_wait()) {
+        pulse_cuda_wait_value(c->stream, flag, value);
+        return;
+    }
+    /* the host wait (common.h, pulse_device_wait): pinned memory the recall stream writes */
+    pulse_host_sync_note();
+    const volatile uint32_t *f = flag;
+    for (int spins = 0; (int32_t)(*f - value) < 0;)
+        if (++spins > 256) sched_yield();
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
 }
 
 static void cuda_memset(const struct kctx *c, void *dst, int value, size_t bytes)

@@ -54,3 +54,13 @@ int64_t pulse_host_syncs(void)
 {
     return host_syncs;
 }
+
+int pulse_device_wait(void)
+{
+    static int cached = -1;
+    if (cached < 0) {
+        const char *s = getenv("PULSE_DEVICE_WAIT");
+        cached = (s && strcmp(s, "1") == 0) ? 1 : 0;
+    }
+    return cached;
+}

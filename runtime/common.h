@@ -52,6 +52,15 @@ double pulse_now(void);
 void pulse_host_sync_note(void);
 int64_t pulse_host_syncs(void);
 
+/* Environment switch PULSE_DEVICE_WAIT=1: on cuda the offload step's compute stream waits for
+ * a layer's recall on the device (cuStreamWaitValue32); otherwise the thread that queues the
+ * step waits for the recall's flag on the host (a noted host synchronisation) before queueing
+ * the layer's attention. The device wait hung on the H200 (2026-12-01) whenever a recall
+ * launched a kernel for the first time while the compute stream waited, which fits CUDA's lazy
+ * kernel loading (now turned off, stream_value_cuda.c) but has not been run since; until it
+ * has, the host wait is the default. */
+int pulse_device_wait(void);
+
 /* Environment switch PULSE_SYNC=1: synchronise after every kernel launch (debugging). */
 int pulse_sync_each_launch(void);
 

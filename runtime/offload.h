@@ -26,23 +26,28 @@
  * pages into the host pool (its digests from those keys, its last block into the tail page),
  * and the first decoded token is the prefill's greedy next token (offload_first_token).
  *
- * Per sparse layer of a step (engine_layer_hook.attend; ArkVale style, lookahead 0): fold the
- * new key into its digest; the selection query is the layer's locality query stream (so the
- * step-to-step churn follows the profile); select (select_blocks_{ref,cuda}: head-wise or
- * SoloHead); read the lists back; hot-cache lookup; recall the misses (recall.h engine);
- * wait; attention with the model's real q over the selected blocks' GPU pages, ascending in
- * token order (attn_decode of the backend; head-wise as one virtual entry per KV head); then
- * the tail copy when the tail block filled. With lookahead 1 (InfiniGen style) the selection,
- * lookup and recall submission of layer l+1 happen at layer l, right after its attention is
- * queued, and layer l+1 waits for them: the same selections (the same query stream), with the
- * recall overlapping layer l's MLP and layer l+1's projections. The locality meter
- * (locality.h) sees the same lists and a hot cache of the same size, so its churn and recall
- * numbers are the runtime's.
+ * Per sparse layer of a step (offload_layer.c, ArkVale style, lookahead 0), all queued on the
+ * compute stream by the thread that calls offload_step, which never waits for the device: the
+ * layer's pre-attention piece (engine.h), the new key folded into its digest, selection
+ * (select_blocks_{ref,cuda}: head-wise or SoloHead) on the layer's locality query (made during
+ * the previous step and uploaded with the step's one asynchronous copy), the lists' download
+ * into pinned memory and an event. The planner thread (offload_plan.c) takes the layer once its
+ * lists are on the host: locality meter, hot-cache lookup, the layer's control block (attended
+ * pages in token order, lengths, tail-flush descriptors), and the misses submitted to the
+ * recall engine (recall.h) with the layer's flag as the recall's signal. The compute stream then
+ * waits for the flag (backend wait_value: on the device with PULSE_DEVICE_WAIT=1, else the
+ * queueing thread waits on the host: common.h says why), uploads the control block, runs
+ * attention with the model's real q over the selected pages (head-wise as one virtual entry per
+ * KV head), flushes filled tails (tail page into its slot, and into the host pool), and the
+ * post-attention piece. With lookahead 1 (InfiniGen style) the selection of layer l+1 is queued
+ * at layer l right after its attention, so the recall overlaps layer l's MLP and layer l+1's
+ * projections: the same selections (the same query streams). The locality meter sees the same
+ * lists and a hot cache of the same size, so its churn and recall numbers are the runtime's.
+ * Host synchronisations made inside offload_step are counted (offload_stats.host_syncs).
  *
  * Digests of tokens the model generates come from its real keys (the prompt's from the locality
  * model). The per-layer selection queries of the next step are made on the CPU while the GPU
- * runs the following layer. Nothing allocates after create. Not thread-safe (one serving
- * loop). */
+ * runs this one. Nothing allocates after create. One thread drives it (plus its planner). */
 #ifndef PULSE_OFFLOAD_H
 #define PULSE_OFFLOAD_H
 
@@ -152,10 +157,11 @@ int32_t offload_first_token(const struct offload *o, int slot);
 /* Frees what the request in cache slot `slot` holds besides its cache pages. */
 void offload_release(struct offload *o, int slot);
 
-/* One decode step of the batch (entries as batch_set got them): installs the attend hook,
- * runs engine_step, removes the hook. PULSE_OK, or the first failure (a recall that failed
- * three times: PULSE_ERR_IO; a failed verify_steps check: PULSE_ERR_INVALID, its reason on
- * stderr) with the step's tokens undefined. */
+/* One decode step of the batch (entries as batch_set got them), queued as above; the tokens
+ * are the batch's once the step has run (batch_read_tokens). PULSE_OK, or the first failure
+ * seen so far (a recall that failed three times: PULSE_ERR_IO, found by the planner, so it may
+ * surface at the next step; a failed verify_steps check: PULSE_ERR_INVALID, its reason on
+ * stderr), after which tokens are undefined. */
 int offload_step(struct offload *o, struct batch *bt, const struct batch_entry *entries, int n);
 
 void offload_get_stats(const struct offload *o, struct offload_stats *out);

@@ -5,7 +5,10 @@
  * event, posts the layer to the planner thread (offload_plan.c), and queues a device-side wait
  * on the layer's flag, the control block's upload, attention over the planned pages, the tail
  * flush and post-attention. The planner plans and recalls; the recall engine's stream sets the
- * flag when the data has landed. Nothing on the main thread waits for the device. */
+ * flag when the data has landed. With PULSE_DEVICE_WAIT=1 nothing on the main thread waits for
+ * the device; by default on cuda the main thread waits for each sparse layer's flag on the host
+ * before queueing its attention (common.h, pulse_device_wait, says why), counted as a host
+ * synchronisation. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

@@ -216,6 +216,9 @@ void recall_gather_ref(const struct recall_desc *d_desc, int n, int blocks, int 
 void recall_gather_dev_ref(const struct recall_desc *d_desc, const int32_t *d_count, int max_n,
                            int blocks, int threads, void *stream);
 void recall_scatter_cuda(const struct recall_desc *d_desc, int n, void *stream);
+/* Loads the recall kernels now (the CUDA copy path calls it when an engine makes its streams),
+ * so that no recall's first launch loads a module while a compute stream waits on it. */
+void recall_kernels_load(void);
 void recall_gather_cuda(const struct recall_desc *d_desc, int n, int blocks, int threads,
                         void *stream);
 void recall_gather_dev_cuda(const struct recall_desc *d_desc, const int32_t *d_count, int max_n,

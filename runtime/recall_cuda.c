@@ -35,6 +35,7 @@ static int cu_set_device(const struct recall_copy_ops *o, int dev)
 static int cu_stream_create(const struct recall_copy_ops *o, void **stream)
 {
     (void)o;
+    recall_kernels_load();
     *stream = pulse_cuda_stream_acquire(1); /* high priority, from the pool (stream_value.h) */
     return PULSE_OK;
 }

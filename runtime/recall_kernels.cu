@@ -181,3 +181,11 @@ extern "C" void recall_gather_dev_cuda(const struct recall_desc *d_desc, const i
     if (max_n <= 0) return;
     launch_gather(d_desc, d_count, max_n, blocks, threads, stream);
 }
+
+extern "C" void recall_kernels_load(void)
+{
+    cudaFuncAttributes a;
+    CUDA_CHECK(cudaFuncGetAttributes(&a, scatter_kernel));
+    CUDA_CHECK(cudaFuncGetAttributes(&a, gather_kernel<16>));
+    CUDA_CHECK(cudaFuncGetAttributes(&a, gather_kernel<8>));
+}

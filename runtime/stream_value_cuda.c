@@ -55,10 +55,15 @@ int pulse_cuda_write_value(void *stream, uint32_t *flag, uint32_t value)
     return r == CUDA_SUCCESS ? PULSE_OK : PULSE_ERR_IO;
 }
 
-/* Before any CUDA call of the process (the connections are read when the context starts). */
-__attribute__((constructor)) static void more_connections(void)
+/* Before any CUDA call of the process (both are read when the context starts), unless the
+ * environment sets them: 32 hardware connections, and every kernel loaded when its module is.
+ * Lazy loading (CUDA's default) loads a kernel at its first launch and may wait for the work
+ * in flight to finish first: a recall kernel launched for the first time while the compute
+ * stream waits on that recall's flag would wait for itself. */
+__attribute__((constructor)) static void cuda_environment(void)
 {
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 }
 
 #define POOL_MAX 64
