@@ -34,13 +34,15 @@ bin="$root/build-gpu/pulse"
 summary=()
 if has test; then
     log tests
-    ctest --test-dir "$root/build-gpu" --output-on-failure -j4 >"$out/ctest.log" 2>&1
-    summary+=("ctest: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)")
-    "$root/build-gpu/test_kernels_gpu" >"$out/kernels_gpu.txt" 2>&1
-    summary+=("test_kernels_gpu exit $?")
-    for t in test_decode_gpu test_select_gpu test_recall_gpu test_gemma3_gpu test_offload_gpu; do
-        "$root/build-gpu/$t" >"$out/$t.txt" 2>&1
-        summary+=("$t exit $?")
+    # the CPU tests through ctest, then each GPU test once, each under a time limit (a stuck
+    # device wait must not eat the session's device time)
+    ctest --test-dir "$root/build-gpu" --output-on-failure -j8 -LE gpu --timeout "${TEST_TIMEOUT:-180}" \
+        >"$out/ctest.log" 2>&1
+    summary+=("ctest (cpu tests): $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)")
+    for t in "$root"/build-gpu/test_*_gpu; do
+        n=$(basename "$t")
+        timeout "${TEST_TIMEOUT:-180}" "$t" >"$out/$n.txt" 2>&1
+        summary+=("$n exit $?")
     done
 fi
 if has sanitize && command -v compute-sanitizer >/dev/null; then
@@ -151,6 +153,6 @@ if has accuracy && [ -f /tmp/model/gemma.gguf ]; then
 fi
 log done
 printf '%s\n' "${summary[@]}"
-for f in kernels_gpu.txt test_gemma3_gpu.txt test_offload_gpu.txt bench.txt run.txt run_arkvale_headwise.txt run_arkvale_solohead.txt recall_bench.txt accuracy.txt; do
+for f in test_kernels_gpu.txt test_gemma3_gpu.txt test_offload_gpu.txt bench.txt run.txt run_arkvale_headwise.txt run_arkvale_solohead.txt recall_bench.txt accuracy.txt; do
     [ -f "$out/$f" ] && { echo "--- $f"; tail -n 25 "$out/$f"; }
 done
