@@ -463,6 +463,7 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     o->p = *p;
     o->eng = e, o->kv = kv, o->kp = kp, o->be = engine_model(e)->be, o->ctx = engine_ctx(e);
     o->gpu_pool = (char *)view.pool;
+    o->next_layer = -1;
     set_shape(o, m, view.page_size);
     if (alloc_host(o) != PULSE_OK) goto oom;
     const double t_cal = pulse_now();

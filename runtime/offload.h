@@ -163,6 +163,24 @@ void offload_release(struct offload *o, int slot);
  * surface at the next step; a failed verify_steps check: PULSE_ERR_INVALID, its reason on
  * stderr), after which tokens are undefined. */
 int offload_step(struct offload *o, struct batch *bt, const struct batch_entry *entries, int n);
+/* offload_step in pieces, so a scheduler can run other batches' layers (engine.h pieces, or
+ * engine_run_layer) between them: begin (the step's uploads and the embedding), every layer
+ * once in order, end (the head; returns what offload_step returns). The batch's own layers
+ * keep their order, so its tokens are those of offload_step. */
+void offload_step_begin(struct offload *o, struct batch *bt, const struct batch_entry *entries,
+                        int n);
+void offload_step_layer(struct offload *o, struct batch *bt, int layer);
+/* offload_step_layer in two pieces, for a scheduler that runs other batches while a layer's
+ * recall is in flight (PulseInfer's interruptible layer-wise scheduling): issue queues the
+ * layer's pre-attention piece and, in a sparse layer, its selection and the planner's job;
+ * ready says, without blocking, whether the layer's recall and control block are in place (1
+ * for a dense layer); finish queues the attention (waiting for the recall as wait_value does),
+ * the tail flush, the next layer's selection when one ahead, and post-attention. Between issue
+ * and finish only other batches' work may run. */
+void offload_layer_issue(struct offload *o, struct batch *bt, int layer);
+int offload_layer_ready(const struct offload *o, int layer);
+void offload_layer_finish(struct offload *o, struct batch *bt, int layer);
+int offload_step_end(struct offload *o, struct batch *bt);
 
 void offload_get_stats(const struct offload *o, struct offload_stats *out);
 /* What the last step moved (floor.h): weights, the dense layers' KV, the selected pages' KV,

@@ -137,25 +137,51 @@ static void attend(struct offload *o, struct batch *bt, int layer)
     }
 }
 
-/* Layer `layer` of the step: dense (the engine's attention over the whole KV) or sparse. */
-static void run_layer(struct offload *o, struct batch *bt, int layer)
+/* The first piece of a layer: pre-attention; in a sparse layer the new key folded into its
+ * digest and, unless it was issued one layer ahead, the selection and the planner's job. */
+void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
 {
+    PULSE_CHECK(layer == o->next_layer && !o->issued,
+                "offload_layer_issue: layers run in order, each issued once");
+    const int64_t s0 = pulse_host_syncs();
     TRACE_PUSH("layer");
     engine_layer_pre(o->eng, bt, o->kv, layer);
+    if (layer >= o->n_dense) {
+        const struct digest_view dv = digest_view_of(o, offload_sl(o, layer));
+        const struct kv_view kv = kv_cache_view(o->kv, batch_page_starts(o->eng, bt, layer));
+        o->fn.digest_update(o->ctx, &kv, &dv, o->d_up, o->n, o->sel_head[layer]);
+        if (!o->p.lookahead || layer == 0) issue(o, bt, layer); /* else issued at layer - 1 */
+    }
+    o->issued = 1;
+    o->step_syncs += pulse_host_syncs() - s0;
+}
+
+int offload_layer_ready(const struct offload *o, int layer)
+{
+    if (layer < o->n_dense) return 1;
+    const _Atomic uint32_t *f = (const _Atomic uint32_t *)&o->flags[offload_sl(o, layer)];
+    return (int32_t)(atomic_load_explicit(f, memory_order_acquire) - o->seq) >= 0;
+}
+
+/* The rest: attention (a sparse layer's waits for its recall), tail flush, the next layer's
+ * selection when one ahead, post-attention. */
+void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
+{
+    PULSE_CHECK(layer == o->next_layer && o->issued, "offload_layer_finish: issue the layer first");
+    const int64_t s0 = pulse_host_syncs();
     const int ahead = o->p.lookahead;
     if (layer < o->n_dense) {
         engine_run_attention(o->eng, bt, o->kv, layer);
         if (ahead && layer + 1 == o->n_dense) issue(o, bt, layer + 1);
     } else {
-        const struct digest_view dv = digest_view_of(o, offload_sl(o, layer));
-        const struct kv_view kv = kv_cache_view(o->kv, batch_page_starts(o->eng, bt, layer));
-        o->fn.digest_update(o->ctx, &kv, &dv, o->d_up, o->n, o->sel_head[layer]);
-        if (!ahead || layer == 0) issue(o, bt, layer); /* ArkVale, or no dense layer before */
         attend(o, bt, layer);
         if (ahead && layer + 1 < o->n_layers) issue(o, bt, layer + 1);
     }
     engine_layer_post(o->eng, bt, layer);
     TRACE_POP();
+    o->issued = 0;
+    o->next_layer++;
+    o->step_syncs += pulse_host_syncs() - s0;
 }
 
 /* ------------------------------------------------------------------ the step */
@@ -197,35 +223,54 @@ static void stage(struct offload *o, const struct batch_entry *en, int n)
     o->be->event_record(o->ctx, o->ev_up[p]);
 }
 
-int offload_step(struct offload *o, struct batch *bt, const struct batch_entry *en, int n)
+void offload_step_begin(struct offload *o, struct batch *bt, const struct batch_entry *en, int n)
 {
     PULSE_CHECK(n >= 1 && n <= o->max_batch && n == batch_size(bt),
                 "offload_step: batch size out of range or not the batch's");
-    const int64_t syncs0 = pulse_host_syncs();
+    PULSE_CHECK(o->next_layer < 0, "offload_step_begin: the last step has not ended");
+    o->syncs0 = pulse_host_syncs();
     TRACE_PUSH("offload step");
     o->n = n;
     o->seq = (uint32_t)(o->st.steps + 1);
     stage(o, en, n);
     engine_run_embed(o->eng, bt);
-    for (int l = 0; l < o->n_layers; l++)
-        run_layer(o, bt, l);
+    o->next_layer = 0;
+    o->step_syncs = pulse_host_syncs() - o->syncs0;
+}
+
+void offload_step_layer(struct offload *o, struct batch *bt, int layer)
+{
+    offload_layer_issue(o, bt, layer);
+    offload_layer_finish(o, bt, layer);
+}
+
+int offload_step_end(struct offload *o, struct batch *bt)
+{
+    PULSE_CHECK(o->next_layer == o->n_layers, "offload_step_end: a layer has not run");
+    const int64_t s0 = pulse_host_syncs();
     engine_run_head(o->eng, bt);
     o->jobs_end[o->st.steps & 1] = offload_planner_posted(o);
     prefetch_q(o); /* while the device runs the step */
     o->st.steps++;
+    o->next_layer = -1;
     TRACE_POP();
-    o->step_syncs = pulse_host_syncs() - syncs0;
+    o->step_syncs += pulse_host_syncs() - s0;
     o->host_syncs += o->step_syncs;
     char why[256];
-    if (o->p.verify_steps && atomic_load(&o->status) == PULSE_OK) {
-        offload_planner_wait(o, offload_planner_posted(o));
-        o->be->sync(o->ctx);
-        if (offload_verify(o, why, sizeof why)) {
-            fprintf(stderr, "offload: step %lld: %s\n", (long long)o->st.steps, why);
-            atomic_store(&o->status, PULSE_ERR_INVALID);
-        }
+    if (o->p.verify_steps && atomic_load(&o->status) == PULSE_OK &&
+        offload_verify(o, why, sizeof why)) {
+        fprintf(stderr, "offload: step %lld: %s\n", (long long)o->st.steps, why);
+        atomic_store(&o->status, PULSE_ERR_INVALID);
     }
     return atomic_load(&o->status);
+}
+
+int offload_step(struct offload *o, struct batch *bt, const struct batch_entry *en, int n)
+{
+    offload_step_begin(o, bt, en, n);
+    for (int l = 0; l < o->n_layers; l++)
+        offload_step_layer(o, bt, l);
+    return offload_step_end(o, bt);
 }
 
 void offload_last_step_traffic(const struct offload *o, struct floor_traffic *out)
