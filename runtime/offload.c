@@ -189,6 +189,8 @@ static size_t host_layout(struct offload *o, char *base)
     o->ls = take(&c, sizeof(struct offload_layer_stats) * (size_t)o->n_layers);
     o->series = take(&c, 8 * (size_t)o->p.max_steps);
     o->prof = take(&c, sizeof(struct locality_profile));
+    o->prev_totals = take(&c, 8 * (size_t)o->n_sparse * OFFLOAD_TOTALS);
+    o->h_hp = o->device_plan ? take(&c, o->hp_bytes) : NULL;
     return c.off;
 }
 
@@ -205,6 +207,8 @@ static size_t pin_layout(struct offload *o, char *base)
     o->h_sel = take(&c, 4 * 2 * S * o->sel_ints);
     o->h_ctl = take(&c, 4 * 2 * S * o->ctl_ints);
     o->flags = take(&c, 4 * S);
+    for (int p = 0; p < 2; p++)
+        o->h_totals[p] = take(&c, 8 * S * OFFLOAD_TOTALS);
     return c.off;
 }
 
@@ -220,6 +224,20 @@ static size_t dev_layout(struct offload *o, char *base)
     o->d_sel = take(&c, 4 * V * (o->ms + 1));
     o->d_ctl = take(&c, 4 * o->ctl_ints);
     o->d_att_start = take(&c, 4 * V);
+    if (o->device_plan) {
+        const size_t VM = V * o->ms, S = (size_t)o->n_sparse;
+        o->d_hp = take(&c, o->hp_bytes);
+        struct hot_plan_out *po = &o->po;
+        po->status = take(&c, 4 * V), po->n_hits = take(&c, 4 * V), po->n_recalls = take(&c, 4 * V);
+        po->recall_block = take(&c, 4 * VM), po->recall_slot = take(&c, 4 * VM);
+        po->victim_block = take(&c, 4 * VM), po->attend_slot = take(&c, 4 * VM);
+        po->fresh_block = take(&c, 4 * V), po->fresh_slot = take(&c, 4 * V);
+        po->fresh_victim = take(&c, 4 * V);
+        o->d_totals = take(&c, 8 * S * OFFLOAD_TOTALS);
+        o->d_desc = take(&c, sizeof(struct recall_desc) * VM);
+        o->d_own = take(&c, 4 * (size_t)o->max_batch * S * (o->hot_slots + 1));
+        o->d_hids = take(&c, 4 * (size_t)o->max_batch * S * o->max_blocks);
+    }
     return c.off;
 }
 
@@ -259,8 +277,20 @@ static int alloc_dev(struct offload *o)
     for (int v = 0; v < V; v++)
         start[v] = v * o->ms;
     o->be->upload(o->ctx, o->d_att_start, start, sizeof(int32_t) * (size_t)V);
-    for (int p = 0; p < 2; p++)
+    if (o->device_plan) {
+        hot_plan_state_carve(&o->hpp, o->d_hp, &o->hps);
+        o->fn.hot_plan_init(&o->hpp, &o->hps, o->ctx->stream);
+        o->be->memset(o->ctx, o->d_totals, 0, 8 * (size_t)o->n_sparse * OFFLOAD_TOTALS);
+        void *dev = NULL;
+        const struct recall_copy_ops *ops = recall_copy_ops_for(o->be);
+        if (ops->map_host(ops, host_pool_base(o->hp), &dev) != PULSE_OK) return PULSE_ERR_OOM;
+        o->host_dev = (uint64_t)(uintptr_t)dev;
+        o->be->sync(o->ctx);
+    }
+    for (int p = 0; p < 2; p++) {
         o->ev_up[p] = o->be->event_create();
+        o->ev_end[p] = o->be->event_create();
+    }
     for (int i = 0; i < 2 * o->n_sparse; i++)
         o->ev_sel[i] = o->be->event_create();
     return offload_planner_start(o);
@@ -268,11 +298,13 @@ static int alloc_dev(struct offload *o)
 
 /* ------------------------------------------------------------------ create */
 
-static const struct offload_sel_fns fns_ref = {recall_scatter_ref, digest_update_ref,
-                                               select_blocks_ref};
+static const struct offload_sel_fns fns_ref = {
+    hot_plan_ref,      hot_plan_reset_ref, hot_plan_init_ref, offload_build_ref, recall_gather_ref,
+    recall_scatter_ref, digest_update_ref, select_blocks_ref};
 #ifdef PULSE_HAVE_CUDA
-static const struct offload_sel_fns fns_cuda = {recall_scatter_cuda, digest_update_cuda,
-                                                select_blocks_cuda};
+static const struct offload_sel_fns fns_cuda = {
+    hot_plan_cuda,      hot_plan_reset_cuda, hot_plan_init_cuda, offload_build_cuda,
+    recall_gather_cuda, recall_scatter_cuda, digest_update_cuda, select_blocks_cuda};
 #endif
 
 /* Shapes, sizes and the selector head of every layer. */
@@ -295,6 +327,10 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
     o->head_bytes = (size_t)2 * ps * o->hd * sizeof(uint16_t);
     o->page_bytes = o->head_bytes * o->nkv;
     o->dpage_bytes = (size_t)o->dig_heads * 2 * o->hd * sizeof(uint16_t);
+    o->device_plan = p->engine == RECALL_ZERO_COPY;
+    o->hpp = (struct hot_plan_params){o->max_batch * o->n_sparse * o->n_lists, o->hot_slots,
+                                      p->sink, p->window, o->max_blocks};
+    o->hp_bytes = o->device_plan ? hot_plan_state_bytes(&o->hpp) : 0;
     for (int l = 0; l < m->n_layers; l++)
         o->sel_head[l] = o->headwise ? SELECT_HEADWISE : p->selector ? p->selector[l] : 0;
     o->fn = fns_ref;
@@ -465,6 +501,12 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     o->gpu_pool = (char *)view.pool;
     o->next_layer = -1;
     set_shape(o, m, view.page_size);
+    char why[256];
+    if (o->device_plan && hot_plan_params_check(&o->hpp, why, sizeof why)) {
+        snprintf(err, errlen, "offload: zero-copy's device hot cache: %s", why);
+        offload_free(o);
+        return PULSE_ERR_INVALID;
+    }
     if (alloc_host(o) != PULSE_OK) goto oom;
     const double t_cal = pulse_now();
     rc = make_locality(o, err, errlen);
@@ -496,8 +538,10 @@ void offload_free(struct offload *o)
     host_pool_free(o->hp);
     locality_meter_free(o->meter);
     locality_free(o->L);
-    for (int p = 0; p < 2 && o->ev_sel; p++)
+    for (int p = 0; p < 2 && o->ev_sel; p++) {
         o->be->event_destroy(o->ev_up[p]);
+        o->be->event_destroy(o->ev_end[p]);
+    }
     for (int i = 0; i < 2 * o->n_sparse && o->ev_sel; i++)
         o->be->event_destroy(o->ev_sel[i]);
     if (o->pin) mem_free(pin_kind(o), o->pin, o->pin_bytes);
@@ -702,11 +746,32 @@ static void write_layer(struct offload *o, int slot, int req, int layer, int pro
 static void reset_slot(struct offload *o, int slot)
 {
     locality_meter_reset(o->meter, slot);
+    if (o->device_plan)
+        o->fn.hot_plan_reset(&o->hpp, &o->hps, offload_unit(o, slot, 0, 0),
+                             o->n_sparse * o->n_lists, o->ctx->stream);
     for (int sl = 0; sl < o->n_sparse; sl++) {
         o->last_nb[slot * o->n_sparse + sl] = 0;
         o->q_ready[slot * o->n_sparse + sl] = 0;
         for (int k = 0; k < o->n_lists; k++)
             hot_cache_reset(o->hc, offload_unit(o, slot, sl, k));
+    }
+}
+
+/* The device path's tables of the request in `slot`: its owned GPU pages and host block ids of
+ * every sparse layer (admission, outside any step). */
+static void upload_tables(struct offload *o, int slot)
+{
+    const int H1 = o->hot_slots + 1, hs = o->hp_slot[slot];
+    for (int sl = 0; sl < o->n_sparse; sl++) {
+        int n_own;
+        const int32_t *own = kv_cache_owned_pages(o->kv, slot, o->n_dense + sl, &n_own);
+        PULSE_CHECK(n_own == H1, "offload: an offload request owns hot_slots + 1 pages a layer");
+        o->be->upload(o->ctx, o->d_own + ((size_t)slot * o->n_sparse + sl) * H1, own,
+                      sizeof(int32_t) * (size_t)H1);
+        for (int i = 0; i < o->max_blocks; i++)
+            o->ids[i] = (int32_t)host_pool_block_id(o->hp, hs, sl, i);
+        o->be->upload(o->ctx, o->d_hids + ((size_t)hs * o->n_sparse + sl) * o->max_blocks, o->ids,
+                      sizeof(int32_t) * (size_t)o->max_blocks);
     }
 }
 
@@ -788,6 +853,7 @@ int offload_admit(struct offload *o, int req_id, int prompt_len, int n_tokens, i
     progress_end(&pg, o->n_layers);
     if (o->pf) kv_cache_release(o->pf_kv, o->pf_slot);
     reset_slot(o, ks);
+    if (o->device_plan) upload_tables(o, ks);
     o->st.prompt_fill_s += pulse_now() - t0;
     o->st.admitted++;
     *slot = ks;
@@ -819,16 +885,23 @@ void offload_release(struct offload *o, int slot)
     o->hp_slot[slot] = o->dg_slot[slot] = o->req_id[slot] = -1;
 }
 
+/* The block in slot s of unit u: the host hot cache's, or the device one's (mirrored). */
+static int slot_block(const struct offload *o, const struct hot_plan_state *mirror, int u, int s)
+{
+    return mirror ? mirror->slot_block[(size_t)u * o->hot_slots + s] : hot_cache_slot_block(o->hc, u, s);
+}
+
 /* The resident blocks of one unit against their host copies (the tail, nb - 1, is skipped:
  * its data lives in the tail page until it fills). */
-static int verify_unit(const struct offload *o, int slot, int sl, int k, char *err, size_t errlen)
+static int verify_unit(const struct offload *o, const struct hot_plan_state *mirror, int slot,
+                       int sl, int k, char *err, size_t errlen)
 {
     const int nb = o->last_nb[slot * o->n_sparse + sl], unit = offload_unit(o, slot, sl, k);
     int n_own;
     const int32_t *own = kv_cache_owned_pages(o->kv, slot, o->n_dense + sl, &n_own);
     const size_t bytes = offload_chunk_bytes(o);
     for (int s = 0; s < o->hot_slots; s++) {
-        const int blk = hot_cache_slot_block(o->hc, unit, s);
+        const int blk = slot_block(o, mirror, unit, s);
         if (blk < 0 || blk == nb - 1) continue;
         o->be->download(o->ctx, o->check_page, offload_gpu_piece(o, own[s], k), bytes);
         if (memcmp(o->check_page, offload_host_chunk(o, o->hp_slot[slot], sl, blk, k), bytes))
@@ -843,11 +916,19 @@ int offload_verify(const struct offload *o, char *err, size_t errlen)
     char why[256];
     offload_quiesce(o);
     o->be->sync(o->ctx);
-    if (hot_cache_check(o->hc, why, sizeof why)) BAD("hot cache: %s", why);
+    struct hot_plan_state mirror, *m = NULL;
+    if (o->device_plan) { /* the device hot cache, downloaded into its host mirror */
+        o->be->download(o->ctx, o->h_hp, o->d_hp, o->hp_bytes);
+        hot_plan_state_carve(&o->hpp, o->h_hp, &mirror);
+        m = &mirror;
+        if (hot_plan_check(&o->hpp, m, why, sizeof why)) BAD("device hot cache: %s", why);
+    } else if (hot_cache_check(o->hc, why, sizeof why)) {
+        BAD("hot cache: %s", why);
+    }
     for (int s = 0; s < o->max_batch; s++)
         for (int sl = 0; sl < o->n_sparse && o->hp_slot[s] >= 0; sl++)
             for (int k = 0; k < o->n_lists; k++)
-                if (verify_unit(o, s, sl, k, err, errlen) != PULSE_OK) return PULSE_ERR_INVALID;
+                if (verify_unit(o, m, s, sl, k, err, errlen) != PULSE_OK) return PULSE_ERR_INVALID;
     return PULSE_OK;
 }
 

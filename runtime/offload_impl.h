@@ -7,12 +7,21 @@
 
 #include "host_pool.h"
 #include "hot_cache.h"
+#include "hot_plan.h"
+#include "offload_kernels.h"
 #include "offload.h"
 #include "select.h"
 #include "workloads/locality.h"
 
 /* The selection kernels of the backend (the _ref or the _cuda ones of select.h). */
 struct offload_sel_fns {
+    void (*hot_plan)(const struct hot_plan_params *, const struct hot_plan_state *,
+                     const struct hot_plan_in *, const struct hot_plan_out *, void *);
+    void (*hot_plan_reset)(const struct hot_plan_params *, const struct hot_plan_state *, int, int,
+                           void *);
+    void (*hot_plan_init)(const struct hot_plan_params *, const struct hot_plan_state *, void *);
+    void (*build)(const struct offload_build_args *, void *);
+    void (*gather)(const struct recall_desc *, int, int, int, void *);
     void (*scatter)(const struct recall_desc *, int, void *); /* recall_scatter_{ref,cuda} */
     void (*digest_update)(const struct kctx *, const struct kv_view *, const struct digest_view *,
                           const int32_t *, int, int);
@@ -95,6 +104,26 @@ struct offload {
     int64_t step_syncs;   /* host synchronisations of the last step (main thread) */
     int64_t host_syncs;   /* summed over steps */
 
+    /* The device-driven path (engine zero-copy): the selection's lists feed hot_plan on the
+     * device, offload_build turns its plan into descriptors and page lists, the zero-copy
+     * gather reads the host pool; the host sees the lists only for the meter (JOB_METER) and
+     * the per-layer totals once a step (JOB_STEP). */
+    int device_plan;
+    struct hot_plan_params hpp;
+    struct hot_plan_state hps;   /* device memory */
+    void *d_hp, *h_hp;           /* the state, and a host mirror for offload_verify */
+    size_t hp_bytes;
+    struct hot_plan_out po;      /* device: the layer's plan */
+    int64_t *d_totals;           /* [n_sparse][OFFLOAD_TOTALS] hot_plan totals, then att tokens
+                                    and refused lists (offload_build) */
+    int64_t *h_totals[2];        /* pinned copies, by parity */
+    int64_t *prev_totals;        /* [n_sparse][OFFLOAD_TOTALS] the planner's last seen */
+    void *ev_end[2];             /* the step's totals are on the host */
+    struct recall_desc *d_desc;  /* [V][ms] the layer's recall */
+    int32_t *d_own;              /* [max_batch][n_sparse][hot_slots + 1] owned GPU pages */
+    int32_t *d_hids;             /* [max_batch][n_sparse][max_blocks] host block ids */
+    uint64_t host_dev;           /* device address of the host pool */
+
     /* the planner thread (offload_plan.c) */
     struct offload_planner *pl;
     struct recall_item *items;
@@ -127,7 +156,9 @@ struct offload {
  * block, submits the recall with the layer's flag as its signal (or sets the flag when nothing
  * is missing), and waits for the recall itself (retrying a failed one) so the main thread never
  * does. JOB_PLAN does all of that; JOB_METER only the meter. */
-enum { OFFLOAD_JOB_PLAN = 1, OFFLOAD_JOB_METER = 2 };
+enum { OFFLOAD_JOB_PLAN = 1, OFFLOAD_JOB_METER = 2, OFFLOAD_JOB_STEP = 3 };
+/* Per-layer device totals: hot_plan's four, then attended tokens and refused lists. */
+enum { OFFLOAD_TOT_ATT = 4, OFFLOAD_TOT_REFUSED = 5, OFFLOAD_TOTALS = 6 };
 int offload_planner_start(struct offload *o);
 void offload_planner_stop(struct offload *o);
 /* Posts a job of step `step` (its parity's state) for `layer`; returns at once unless the job

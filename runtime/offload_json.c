@@ -34,6 +34,10 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out)
     recall_get_stats(o->rc, &rs);
     out->engine_bytes = rs.bytes;
     out->engine_chunks = rs.chunks;
+    if (o->device_plan) { /* the zero-copy gather on the compute stream is the engine */
+        out->engine_bytes = out->recall_bytes;
+        out->engine_chunks = out->recall_chunks;
+    }
     out->host_pool_bytes = host_pool_bytes(o->hp);
     struct kv_cache_stats ds;
     kv_cache_get_stats(o->dg, &ds);
@@ -171,6 +175,14 @@ json_t *offload_counters_json(const struct offload *o)
         "failed", (json_int_t)rs.failed, "submissions", (json_int_t)rs.submissions);
     results_set_real(eng, "busy_s", rs.busy_s);
     results_set_real(eng, "cap_wait_s", rs.cap_wait_s);
+    if (o->device_plan) { /* the device hot cache's counts (the host one is unused) */
+        memset(&hs, 0, sizeof hs);
+        for (int l = o->n_dense; l < o->n_layers; l++) {
+            hs.hits += o->ls[l].hits, hs.misses += o->ls[l].misses;
+            hs.fresh += o->ls[l].fresh, hs.evictions += o->ls[l].evictions;
+        }
+        hs.resident = -1; /* not tracked on the device */
+    }
     json_t *hc = json_pack("{s:I, s:I, s:I, s:I, s:I}", "hits", (json_int_t)hs.hits, "misses",
                            (json_int_t)hs.misses, "fresh", (json_int_t)hs.fresh, "evictions",
                            (json_int_t)hs.evictions, "resident", (json_int_t)hs.resident);
@@ -191,7 +203,8 @@ json_t *offload_counters_json(const struct offload *o)
     /* where a sparse layer waits for its recall (common.h, pulse_device_wait) */
     json_object_set_new(j, "recall_wait_on",
                         json_string(o->be->mem != MEM_DEVICE ? "cpu stream (the thread)"
-                                    : pulse_device_wait()  ? "device"
-                                                           : "host"));
+                                    : o->device_plan || pulse_device_wait() ? "device"
+                                                                             : "host"));
+    json_object_set_new(j, "device_plan", json_boolean(o->device_plan));
     return j;
 }

@@ -27,11 +27,22 @@ static struct digest_view digest_view_of(const struct offload *o, int sl)
     return d;
 }
 
-/* Ints of the step upload before the queries (pos and digest rows), 256-byte aligned. */
+/* The step upload's int rows, [max_batch] each unless noted: positions, digest row starts
+ * [n_sparse], and for the device path block counts, new tails, tail indices, cache slots,
+ * host-pool slots, hot-plan unit bases [n_sparse]. */
+enum { UP_POS, UP_DROWS };
+static size_t up_row(const struct offload *o, int which)
+{
+    const size_t B = (size_t)o->max_batch, S = (size_t)o->n_sparse;
+    return B * (which <= UP_DROWS ? (size_t)which : 1 + S + (size_t)(which - UP_DROWS - 1));
+}
+enum { UP_NB = UP_DROWS + 1, UP_TNEW, UP_TIDX, UP_SLOT, UP_HSLOT, UP_UBASE, UP_END = UP_UBASE + 1 };
+
+/* Ints of the step upload before the queries, 256-byte aligned. */
 static size_t up_ints(const struct offload *o)
 {
-    return mem_aligned(sizeof(int32_t) * (size_t)o->max_batch * (1 + o->n_sparse)) /
-           sizeof(int32_t);
+    const size_t n = up_row(o, UP_END) + (size_t)o->max_batch * (o->n_sparse - 1);
+    return mem_aligned(sizeof(int32_t) * n) / sizeof(int32_t);
 }
 
 size_t offload_up_bytes(const struct offload *o)
@@ -77,6 +88,49 @@ static void take_q(struct offload *o, uint16_t *dst)
 
 /* ------------------------------------------------------------------ one sparse layer */
 
+/* The device path (zero-copy): the layer's hot-cache plan, its descriptors and page lists, and
+ * the gather from the host pool, all queued on the compute stream after the selection. */
+static void plan_on_device(struct offload *o, struct batch *bt, int sl)
+{
+    const int B = o->n;
+    const size_t lists = (size_t)B * o->n_lists;
+    const int32_t *up = o->d_up;
+    const struct hot_plan_in in = {o->d_sel,
+                                   o->d_sel + lists * o->ms,
+                                   up + up_row(o, UP_UBASE) + (size_t)sl * o->max_batch,
+                                   up + up_row(o, UP_NB),
+                                   up + up_row(o, UP_TNEW),
+                                   B,
+                                   o->n_lists,
+                                   o->ms};
+    struct hot_plan_out po = o->po;
+    po.totals = o->d_totals + (size_t)sl * OFFLOAD_TOTALS;
+    o->fn.hot_plan(&o->hpp, &o->hps, &in, &po, o->ctx->stream);
+    const size_t V = (size_t)o->max_batch * o->n_lists;
+    const struct offload_build_args a = {
+        po.status,        po.n_recalls,
+        po.recall_block,  po.recall_slot,
+        po.attend_slot,   in.sel_count,
+        batch_len(bt),    up + up_row(o, UP_SLOT),
+        up + up_row(o, UP_HSLOT), up + up_row(o, UP_TIDX),
+        o->d_own,         o->d_hids,
+        B,                o->n_lists,
+        o->ms,            o->ps,
+        o->hot_slots,     o->n_sparse,
+        sl,               o->max_blocks,
+        o->headwise,      o->nkv,
+        o->host_dev,      (uint64_t)(uintptr_t)o->gpu_pool,
+        o->page_bytes,    o->head_bytes,
+        offload_chunk_bytes(o),
+        o->d_desc,        o->d_ctl,
+        o->d_ctl + V,     (struct recall_desc *)(o->d_ctl + offload_ctl_desc_off(o)),
+        (unsigned long long *)(po.totals + OFFLOAD_TOT_ATT),
+        (unsigned long long *)(po.totals + OFFLOAD_TOT_REFUSED)};
+    o->fn.build(&a, o->ctx->stream);
+    const struct recall_params *rp = recall_get_params(o->rc);
+    o->fn.gather(o->d_desc, (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads, o->ctx->stream);
+}
+
 /* Selection of a sparse layer on the compute stream, its lists' download and event, and the
  * planner's job. */
 static void issue(struct offload *o, struct batch *bt, int layer)
@@ -92,7 +146,9 @@ static void issue(struct offload *o, struct batch *bt, int layer)
     o->be->copy_async(o->ctx, h + lists * o->ms, o->d_sel + lists * o->ms,
                       sizeof(int32_t) * lists);
     o->be->event_record(o->ctx, o->ev_sel[(size_t)p * o->n_sparse + sl]);
-    offload_planner_post(o, OFFLOAD_JOB_PLAN, layer, o->st.steps);
+    offload_planner_post(o, o->device_plan ? OFFLOAD_JOB_METER : OFFLOAD_JOB_PLAN, layer,
+                         o->st.steps);
+    if (o->device_plan) plan_on_device(o, bt, sl);
 }
 
 /* Attention with the model's q over the planned pages (waited for on the device): one entry per
@@ -101,11 +157,13 @@ static void issue(struct offload *o, struct batch *bt, int layer)
 static void attend(struct offload *o, struct batch *bt, int layer)
 {
     const int sl = offload_sl(o, layer), p = o->st.steps & 1, nv = o->n * o->n_lists;
-    o->be->wait_value(o->ctx, &o->flags[sl], o->seq);
     const int32_t *ctl = offload_ctl(o, p, sl);
     const size_t V = (size_t)o->max_batch * o->n_lists, doff = offload_ctl_desc_off(o);
-    o->be->copy_async(o->ctx, o->d_ctl, ctl, sizeof(int32_t) * (size_t)nv);
-    o->be->copy_async(o->ctx, o->d_ctl + V, ctl + V, sizeof(int32_t) * (size_t)nv * o->ms);
+    if (!o->device_plan) { /* the planner's control block, once its recall has landed */
+        o->be->wait_value(o->ctx, &o->flags[sl], o->seq);
+        o->be->copy_async(o->ctx, o->d_ctl, ctl, sizeof(int32_t) * (size_t)nv);
+        o->be->copy_async(o->ctx, o->d_ctl + V, ctl + V, sizeof(int32_t) * (size_t)nv * o->ms);
+    }
     struct kv_view v = {(uint16_t *)o->gpu_pool,
                         o->d_ctl + V,
                         o->d_att_start,
@@ -132,7 +190,8 @@ static void attend(struct offload *o, struct batch *bt, int layer)
     }
     if (n_desc) {
         struct recall_desc *d = (struct recall_desc *)(o->d_ctl + doff);
-        o->be->copy_async(o->ctx, d, ctl + doff, sizeof(struct recall_desc) * (size_t)n_desc);
+        if (!o->device_plan)
+            o->be->copy_async(o->ctx, d, ctl + doff, sizeof(struct recall_desc) * (size_t)n_desc);
         o->fn.scatter(d, n_desc, o->ctx->stream);
     }
 }
@@ -158,7 +217,7 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
 
 int offload_layer_ready(const struct offload *o, int layer)
 {
-    if (layer < o->n_dense) return 1;
+    if (layer < o->n_dense || o->device_plan) return 1; /* the device path waits in order */
     const _Atomic uint32_t *f = (const _Atomic uint32_t *)&o->flags[offload_sl(o, layer)];
     return (int32_t)(atomic_load_explicit(f, memory_order_acquire) - o->seq) >= 0;
 }
@@ -186,6 +245,26 @@ void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
 
 /* ------------------------------------------------------------------ the step */
 
+/* The device path's rows of the step upload; the main thread keeps the block counts (the
+ * planner's job on the host path). */
+static void stage_device(struct offload *o, const struct offload_step_state *ss, int32_t *h)
+{
+    int tails = 0;
+    for (int b = 0; b < ss->n; b++) {
+        const int slot = ss->slot[b], nb = (int)PULSE_CEIL_DIV(ss->n_tok[b], o->ps);
+        int32_t *last = &o->last_nb[slot * o->n_sparse];
+        h[up_row(o, UP_NB) + b] = nb;
+        h[up_row(o, UP_TNEW) + b] = *last > 0 && nb > *last;
+        h[up_row(o, UP_TIDX) + b] = ss->n_tok[b] % o->ps ? -1 : tails++;
+        h[up_row(o, UP_SLOT) + b] = slot;
+        h[up_row(o, UP_HSLOT) + b] = o->hp_slot[slot];
+        for (int sl = 0; sl < o->n_sparse; sl++) {
+            h[up_row(o, UP_UBASE) + (size_t)sl * o->max_batch + b] = offload_unit(o, slot, sl, 0);
+            last[sl] = nb;
+        }
+    }
+}
+
 /* The step's state and upload (parity p): entries, digest rows, queries. */
 static void stage(struct offload *o, const struct batch_entry *en, int n)
 {
@@ -208,6 +287,7 @@ static void stage(struct offload *o, const struct batch_entry *en, int n)
         for (int sl = 0; sl < o->n_sparse; sl++)
             h[MB * (1 + sl) + b] = kv_cache_row(o->dg, o->dg_slot[slot], sl);
     }
+    if (o->device_plan) stage_device(o, ss, h);
     take_q(o, (uint16_t *)(h + up_ints(o)));
     /* the step's fixed traffic: weights, dense layers' KV, the digests selection reads */
     struct floor_traffic *t = &o->traffic[p];
@@ -249,6 +329,13 @@ int offload_step_end(struct offload *o, struct batch *bt)
     PULSE_CHECK(o->next_layer == o->n_layers, "offload_step_end: a layer has not run");
     const int64_t s0 = pulse_host_syncs();
     engine_run_head(o->eng, bt);
+    if (o->device_plan) { /* the layers' totals come down once a step, for the counters */
+        const int p = o->st.steps & 1;
+        o->be->copy_async(o->ctx, o->h_totals[p], o->d_totals,
+                          8 * (size_t)o->n_sparse * OFFLOAD_TOTALS);
+        o->be->event_record(o->ctx, o->ev_end[p]);
+        offload_planner_post(o, OFFLOAD_JOB_STEP, -1, o->st.steps);
+    }
     o->jobs_end[o->st.steps & 1] = offload_planner_posted(o);
     prefetch_q(o); /* while the device runs the step */
     o->st.steps++;

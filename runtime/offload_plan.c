@@ -149,8 +149,48 @@ static int trace_on(void)
     return on;
 }
 
+/* The device path's step: each layer's totals since the last step into its counters, the
+ * per-step series and the step's traffic. */
+static void step_totals(struct offload *o, const struct job *j)
+{
+    const int p = (int)(j->step & 1);
+    o->be->event_sync(o->ev_end[p]);
+    const int64_t *cur = o->h_totals[p];
+    const int64_t chunk = (int64_t)offload_chunk_bytes(o);
+    const struct offload_step_state *ss = &o->ss[p];
+    for (int sl = 0; sl < o->n_sparse; sl++) {
+        int64_t d[OFFLOAD_TOTALS];
+        for (int t = 0; t < OFFLOAD_TOTALS; t++) {
+            d[t] = cur[sl * OFFLOAD_TOTALS + t] - o->prev_totals[sl * OFFLOAD_TOTALS + t];
+            o->prev_totals[sl * OFFLOAD_TOTALS + t] = cur[sl * OFFLOAD_TOTALS + t];
+        }
+        struct offload_layer_stats *ls = &o->ls[o->n_dense + sl];
+        ls->hits += d[HOT_PLAN_HITS];
+        ls->misses += d[HOT_PLAN_MISSES];
+        ls->fresh += d[HOT_PLAN_FRESH];
+        ls->evictions += d[HOT_PLAN_EVICTIONS];
+        ls->selections += ss->n;
+        ls->recall_chunks += d[HOT_PLAN_MISSES];
+        ls->recall_bytes += d[HOT_PLAN_MISSES] * chunk;
+        ls->recalls += d[HOT_PLAN_MISSES] > 0;
+        if (j->step < o->p.max_steps) o->series[j->step] += d[HOT_PLAN_MISSES] * chunk;
+        o->traffic[p].recall_bytes += (double)(d[HOT_PLAN_MISSES] * chunk);
+        o->traffic[p].kv_bytes += (double)d[OFFLOAD_TOT_ATT] * (double)chunk / o->ps;
+        if (d[OFFLOAD_TOT_REFUSED]) { /* a selection the hot cache refused: a bug */
+            int ok = PULSE_OK;
+            atomic_compare_exchange_strong(&o->status, &ok, PULSE_ERR_INVALID);
+            fprintf(stderr, "offload: step %lld layer %d: the device hot cache refused %lld lists\n",
+                    (long long)j->step, o->n_dense + sl, (long long)d[OFFLOAD_TOT_REFUSED]);
+        }
+    }
+}
+
 static void run_job(struct offload *o, const struct job *j)
 {
+    if (j->kind == OFFLOAD_JOB_STEP) {
+        step_totals(o, j);
+        return;
+    }
     const int p = (int)(j->step & 1), sl = offload_sl(o, j->layer);
     const struct offload_step_state *ss = &o->ss[p];
     if (trace_on()) fprintf(stderr, "planner: step %lld layer %d: waiting for lists\n", (long long)j->step, j->layer);

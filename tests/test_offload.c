@@ -123,10 +123,11 @@ static int same_tokens(const struct workload *a, const struct workload *b)
  * vanilla's tokens (v: the vanilla run of spec at page_size); with `control`, a budget of one
  * block makes them differ, so the equality is not an accident of attention hardly mattering. */
 static void equal_case(const struct run_out *v, const char *policy, const char *spec, int page_size,
-                       int selection, int control)
+                       int selection, int control, enum recall_engine engine)
 {
     struct run_out a;
     struct offload_params p = defaults();
+    p.engine = engine;
     p.prompt_kv = OFFLOAD_KV_SYNTHETIC;            /* vanilla's prompt KV */
     p.budget_tokens = 512 / page_size * page_size; /* >= every context: all blocks selected */
     p.selection = selection;
@@ -161,15 +162,20 @@ static void test_equals_vanilla(void)
     serve(&cv, NULL, &v);
     EXPECT_EQ_INT(v.rc, 0);
     EXPECT_EQ_INT(v.ctr.recall_bytes, 0);
-    equal_case(&v, "arkvale", cv.spec, 16, OFFLOAD_HEADWISE, 1);
-    equal_case(&v, "arkvale", cv.spec, 16, OFFLOAD_SOLOHEAD, 0);
-    equal_case(&v, "infinigen", cv.spec, 16, OFFLOAD_HEADWISE, 0);
+    /* the host-planned path (per-block) and the device-driven one (zero-copy) */
+    for (int e = RECALL_PER_BLOCK; e <= RECALL_ZERO_COPY; e += RECALL_ZERO_COPY) {
+        equal_case(&v, "arkvale", cv.spec, 16, OFFLOAD_HEADWISE, 1, (enum recall_engine)e);
+        equal_case(&v, "arkvale", cv.spec, 16, OFFLOAD_SOLOHEAD, 0, (enum recall_engine)e);
+        equal_case(&v, "infinigen", cv.spec, 16, OFFLOAD_HEADWISE, 0, (enum recall_engine)e);
+        equal_case(&v, "infinigen", cv.spec, 16, OFFLOAD_SOLOHEAD, 0, (enum recall_engine)e);
+    }
     run_free(&v);
     /* one-token pages: a tail flush every step */
     struct run_cfg c1 = {"vanilla", "lengths:61,130", 16, 2, 1, 0};
     serve(&c1, NULL, &v);
     EXPECT_EQ_INT(v.rc, 0);
-    equal_case(&v, "arkvale", c1.spec, 1, OFFLOAD_HEADWISE, 1);
+    equal_case(&v, "arkvale", c1.spec, 1, OFFLOAD_HEADWISE, 1, RECALL_PER_BLOCK);
+    equal_case(&v, "arkvale", c1.spec, 1, OFFLOAD_SOLOHEAD, 1, RECALL_ZERO_COPY);
     run_free(&v);
 }
 

@@ -1,0 +1,57 @@
+/* The device-driven (zero-copy) offload path's glue kernel: one sparse layer's hot-cache plan
+ * (hot_plan.h) turned into the recall's copy descriptors, the attention's page lists and
+ * lengths, and the tail-flush descriptors, in device memory, with no host involvement.
+ *
+ * Addressing (offload_impl.h): entry b (cache slot slot[b], host-pool slot hslot[b]) has, in the
+ * layer, owned GPU pages own[(slot * n_sparse + sl) * (hot_slots + 1) + s] (hot slots s <
+ * hot_slots, then its tail page T) and host blocks host_ids[(hslot * n_sparse + sl) *
+ * max_blocks + i]. List v = b * n_lists + k (k a KV head head-wise, else 0) moves chunks of
+ * chunk_bytes: KV head k of a block (head-wise, head k at k * head_bytes inside a page or a host
+ * block) or the whole block. Recall r of list v: from host_base + host_id * block_bytes (+ k *
+ * head_bytes) to gpu_pool + own[recall_slot] * page_bytes (+ k * head_bytes), written at
+ * desc[v * ms + r]; desc[v * ms + r] for r >= n_recalls[v] gets bytes 0 (nothing to move), so
+ * the gather walks a fixed V * ms descriptors. Attention: att_len[v] = (cnt - 1) * ps + the tail
+ * block's tokens, att_pages[v * ms + j] = the attention's page id of attend_slot[j] (j < cnt -
+ * 1; head-wise page * nkv + k) and the tail page T for j = cnt - 1. Tail flush: entries with
+ * tail_index[b] >= 0 (their tail block filled this step) get desc tail_desc[tail_index[b] *
+ * n_lists + k] from T's piece to the tail block's slot's piece. Counters (ADDED): att_tokens +=
+ * sum of att_len; refused += lists whose plan status was not PULSE_OK (their outputs are not
+ * written: the caller fails the step).
+ *
+ * `_ref` (host pointers, clarity) and `_cuda` (device pointers, queued on `stream`, no
+ * allocation or synchronisation) have one signature. */
+#ifndef PULSE_OFFLOAD_KERNELS_H
+#define PULSE_OFFLOAD_KERNELS_H
+
+#include <stdint.h>
+
+#include "recall.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct offload_build_args {
+    /* the layer's plan (hot_plan_out) and selection counts */
+    const int32_t *status, *n_recalls, *recall_block, *recall_slot, *attend_slot, *sel_count;
+    /* per entry [B]: attended tokens, cache slot, host-pool slot, tail index or -1 */
+    const int32_t *n_tok, *slot, *hslot, *tail_index;
+    const int32_t *own;      /* [max_batch][n_sparse][hot_slots + 1] owned GPU pages */
+    const int32_t *host_ids; /* [max_batch][n_sparse][max_blocks] host block ids */
+    int B, n_lists, ms, ps, hot_slots, n_sparse, sl, max_blocks, headwise, nkv;
+    uint64_t host_base, gpu_pool; /* device addresses of host block 0 and GPU page 0 */
+    uint64_t page_bytes, head_bytes, chunk_bytes;
+    /* outputs */
+    struct recall_desc *desc;      /* [B * n_lists][ms] */
+    int32_t *att_len, *att_pages;  /* [B * n_lists], [B * n_lists][ms] */
+    struct recall_desc *tail_desc; /* [tails * n_lists] */
+    unsigned long long *att_tokens, *refused; /* one counter each */
+};
+
+void offload_build_ref(const struct offload_build_args *a, void *stream);
+void offload_build_cuda(const struct offload_build_args *a, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

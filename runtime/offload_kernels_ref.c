@@ -1,0 +1,50 @@
+/* CPU reference of the device path's glue kernel (offload_kernels.h). */
+#include "offload_kernels.h"
+
+#include "common.h"
+
+/* One list v of the layer (what one CUDA thread block does). */
+static void build_list(const struct offload_build_args *a, int v)
+{
+    const int b = v / a->n_lists, k = v % a->n_lists, H1 = a->hot_slots + 1;
+    const int32_t *own = a->own + ((size_t)a->slot[b] * a->n_sparse + a->sl) * H1;
+    const int32_t *ids = a->host_ids + ((size_t)a->hslot[b] * a->n_sparse + a->sl) * a->max_blocks;
+    const uint64_t koff = a->headwise ? (uint64_t)k * a->head_bytes : 0;
+    struct recall_desc *d = a->desc + (size_t)v * a->ms;
+    if (a->status[v] != PULSE_OK) {
+        *a->refused += 1;
+        for (int r = 0; r < a->ms; r++)
+            d[r] = (struct recall_desc){0, 0, 0, 0};
+        return;
+    }
+    const int nr = a->n_recalls[v];
+    for (int r = 0; r < a->ms; r++) {
+        const size_t i = (size_t)v * a->ms + r;
+        if (r < nr)
+            d[r] = (struct recall_desc){
+                a->host_base + (uint64_t)ids[a->recall_block[i]] * a->page_bytes + koff,
+                a->gpu_pool + (uint64_t)own[a->recall_slot[i]] * a->page_bytes + koff,
+                a->chunk_bytes, 0};
+        else
+            d[r] = (struct recall_desc){0, 0, 0, 0};
+    }
+    const int cnt = a->sel_count[v], n = a->n_tok[b], nb = (n + a->ps - 1) / a->ps;
+    int32_t *pages = a->att_pages + (size_t)v * a->ms;
+    const int32_t *att = a->attend_slot + (size_t)v * a->ms;
+    for (int j = 0; j < cnt - 1; j++)
+        pages[j] = a->headwise ? own[att[j]] * a->nkv + k : own[att[j]];
+    pages[cnt - 1] = a->headwise ? own[H1 - 1] * a->nkv + k : own[H1 - 1];
+    a->att_len[v] = (cnt - 1) * a->ps + (n - (nb - 1) * a->ps);
+    *a->att_tokens += (unsigned long long)a->att_len[v];
+    if (a->tail_index[b] >= 0)
+        a->tail_desc[(size_t)a->tail_index[b] * a->n_lists + k] = (struct recall_desc){
+            a->gpu_pool + (uint64_t)own[H1 - 1] * a->page_bytes + koff,
+            a->gpu_pool + (uint64_t)own[att[cnt - 1]] * a->page_bytes + koff, a->chunk_bytes, 0};
+}
+
+void offload_build_ref(const struct offload_build_args *a, void *stream)
+{
+    (void)stream;
+    for (int v = 0; v < a->B * a->n_lists; v++)
+        build_list(a, v);
+}
