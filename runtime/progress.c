@@ -67,9 +67,11 @@ static void print_line(struct progress *p, double done, double now, int final)
     if (p->total < 0)
         fprintf(f, "\r%s %.1f s   ", p->label, now - p->t0);
     else if (p->total > 0)
-        fprintf(f, "\r%s %.1f/%.1f %s %.1f s   ", p->label, done, p->total, p->unit, now - p->t0);
+        fprintf(f, "\r%s %.1f/%.1f %s %.1f s (%.1f %s/s)   ", p->label, done, p->total, p->unit,
+                now - p->t0, now > p->t0 ? done / (now - p->t0) : 0.0, p->unit);
     else
-        fprintf(f, "\r%s %.1f %s %.1f s   ", p->label, done, p->unit, now - p->t0);
+        fprintf(f, "\r%s %.1f %s %.1f s (%.1f %s/s)   ", p->label, done, p->unit, now - p->t0,
+                now > p->t0 ? done / (now - p->t0) : 0.0, p->unit);
     if (final) fputc('\n', f);
     fflush(f);
     p->shown = 1;

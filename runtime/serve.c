@@ -6,6 +6,7 @@
 #include "common.h"
 #include "mem.h"
 #include "prefill.h"
+#include "progress.h"
 
 static struct batch_entry entry_of(const struct serve_state *s, int i, int slot, int32_t token)
 {
@@ -161,6 +162,7 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
     s.entry_req = mem_alloc(MEM_HOST, sizeof(int) * max_batch, "entry reqs");
     int32_t *toks = mem_alloc(MEM_HOST, sizeof(int32_t) * max_batch, "step tokens");
     int rc = PULSE_OK, done = 0;
+    struct progress prog = {.on = 0}; /* a line on a terminal: tokens and tokens/s (progress.h) */
     if (!s.batch || !s.admit_batch || !s.entries || !s.entry_req || !toks) {
         snprintf(err, errlen, "out of memory for the serving loop");
         rc = PULSE_ERR_OOM;
@@ -172,6 +174,10 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
         reqs[i].slot = -1;
     }
     s.t0 = pulse_now();
+    int64_t total_tokens = 0;
+    for (int i = 0; i < n; i++)
+        total_tokens += reqs[i].output_len;
+    progress_begin(&prog, "decoding", "tokens", (double)total_tokens);
     while (done < n) {
         double now = pulse_now() - s.t0;
         while (s.n_arrived < n && reqs[s.n_arrived].arrival_s <= now)
@@ -219,8 +225,10 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
             s.ctr.step_alloc_calls += (int64_t)(m1.alloc_calls[k] - m0.alloc_calls[k]);
         s.ctr.steps++;
         done += collect(&s, toks, pulse_now() - s.t0);
+        progress_update(&prog, (double)s.ctr.tokens);
     }
 out:
+    progress_end(&prog, (double)s.ctr.tokens);
     *wall_s = pulse_now() - s.t0;
     *ctr = s.ctr;
     mem_free(MEM_HOST, toks, sizeof(int32_t) * max_batch);
