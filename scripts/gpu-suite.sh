@@ -99,10 +99,10 @@ if has offload; then
         IFS=: read -r pol sel eng <<<"$v"
         tag="${pol}_${sel}_${eng}"
         args=()
-        [ "$pol" != vanilla ] && args=(--selection "$sel" --recall-engine "$eng")
+        [ "$pol" != vanilla ] && args=(--selection "$sel" --recall-engine "$eng" ${OFFLOAD_ARGS:-})
         /usr/bin/time -f "%e s wall, %M KB" timeout "${OFFLOAD_TIMEOUT:-150}" "$bin" run --backend cuda \
             --model qwen3-14b --policy "$pol" --workload "$spec" --output-len "${OFFLOAD_OUT:-32}" \
-            --kv-budget-gb "${OFFLOAD_KV_GB:-8}" "${args[@]}" ${OFFLOAD_ARGS:-} --out "$out/off_$tag.json" \
+            --kv-budget-gb "${OFFLOAD_KV_GB:-8}" "${args[@]}" --out "$out/off_$tag.json" \
             >"$out/off_$tag.txt" 2>&1
         summary+=("offload $tag exit $? ($(tail -n 1 "$out/off_$tag.txt"))")
     done
