@@ -143,31 +143,40 @@ static int cmp_float(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The median of `reps` timed cudaMemcpyAsync's of `bytes` (after one warm-up), in GB/s counting
+ * `counted` x bytes a copy; `alternate` swaps src and dst every copy (device to device). */
+static double median_copy_gbs(cudaStream_t s, void *dst, void *src, size_t bytes, int reps,
+                              double counted, int alternate)
+{
+    float ms[64];
+    if (reps > 64) reps = 64;
+    if (reps < 1) return 0.0;
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s)); /* warm-up */
+    for (int r = 0; r < reps; r++) {
+        const int back = alternate && r % 2;
+        CUDA_CHECK(cudaEventRecord(e0, s));
+        CUDA_CHECK(cudaMemcpyAsync(back ? src : dst, back ? dst : src, bytes, cudaMemcpyDefault, s));
+        CUDA_CHECK(cudaEventRecord(e1, s));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaEventElapsedTime(&ms[r], e0, e1));
+    }
+    qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return counted * (double)bytes / (ms[reps / 2] * 1e-3) / 1e9;
+}
+
 static double cuda_copy_bandwidth(const struct kctx *c, size_t bytes, int reps)
 {
     cudaStream_t s = (cudaStream_t)c->stream;
     void *a = mem_alloc(MEM_DEVICE, bytes, "copy a"), *b = mem_alloc(MEM_DEVICE, bytes, "copy b");
-    float ms[64];
     double gbs = 0.0;
-    if (reps > 64) reps = 64;
-    if (a && b && reps > 0) {
-        cudaEvent_t e0, e1;
-        CUDA_CHECK(cudaEventCreate(&e0));
-        CUDA_CHECK(cudaEventCreate(&e1));
+    if (a && b) {
         CUDA_CHECK(cudaMemsetAsync(a, 1, bytes, s));
-        CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); /* warm-up */
-        for (int r = 0; r < reps; r++) {
-            CUDA_CHECK(cudaEventRecord(e0, s));
-            CUDA_CHECK(
-                cudaMemcpyAsync(r % 2 ? a : b, r % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, s));
-            CUDA_CHECK(cudaEventRecord(e1, s));
-            CUDA_CHECK(cudaEventSynchronize(e1));
-            CUDA_CHECK(cudaEventElapsedTime(&ms[r], e0, e1));
-        }
-        qsort(ms, (size_t)reps, sizeof(float), cmp_float);
-        gbs = 2.0 * (double)bytes / (ms[reps / 2] * 1e-3) / 1e9;
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
+        gbs = median_copy_gbs(s, b, a, bytes, reps, 2.0, 1); /* read + write */
     }
     mem_free(MEM_DEVICE, a, bytes);
     mem_free(MEM_DEVICE, b, bytes);
@@ -176,28 +185,11 @@ static double cuda_copy_bandwidth(const struct kctx *c, size_t bytes, int reps)
 
 static double cuda_h2d_bandwidth(const struct kctx *c, size_t bytes, int reps)
 {
-    cudaStream_t s = (cudaStream_t)c->stream;
     void *h = mem_alloc(MEM_PINNED, bytes, "h2d host"), *d = mem_alloc(MEM_DEVICE, bytes, "h2d dev");
-    float ms[64];
     double gbs = 0.0;
-    if (reps > 64) reps = 64;
-    if (h && d && reps > 0) {
-        cudaEvent_t e0, e1;
-        CUDA_CHECK(cudaEventCreate(&e0));
-        CUDA_CHECK(cudaEventCreate(&e1));
+    if (h && d) {
         memset(h, 1, bytes);
-        CUDA_CHECK(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s)); /* warm-up */
-        for (int r = 0; r < reps; r++) {
-            CUDA_CHECK(cudaEventRecord(e0, s));
-            CUDA_CHECK(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s));
-            CUDA_CHECK(cudaEventRecord(e1, s));
-            CUDA_CHECK(cudaEventSynchronize(e1));
-            CUDA_CHECK(cudaEventElapsedTime(&ms[r], e0, e1));
-        }
-        qsort(ms, (size_t)reps, sizeof(float), cmp_float);
-        gbs = (double)bytes / (ms[reps / 2] * 1e-3) / 1e9;
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
+        gbs = median_copy_gbs((cudaStream_t)c->stream, d, h, bytes, reps, 1.0, 0);
     }
     mem_free(MEM_PINNED, h, bytes);
     mem_free(MEM_DEVICE, d, bytes);
