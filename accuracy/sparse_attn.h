@@ -84,7 +84,7 @@ void sparse_attn_free(struct sparse_attn *s);
  * model's KV heads rule out, a missing selector). */
 int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, int slot, char *err,
                           size_t errlen);
-/* The hook to install with engine_set_hook while decoding with the configured policy. */
+/* The hook to install with batch_set_hook while decoding with the configured policy. */
 struct engine_layer_hook sparse_attn_hook(struct sparse_attn *s);
 /* Optional observer of the selection lists (NULL removes it). */
 void sparse_attn_set_list_observer(struct sparse_attn *s, sparse_list_fn fn, void *user);

@@ -352,7 +352,7 @@ static int configure(struct acc *A, const struct run_def *r, char *err, size_t e
     int rc = sparse_attn_configure(A->sp, &sp, A->s.slot, err, errlen);
     if (rc != PULSE_OK) return rc;
     struct engine_layer_hook h = sparse_attn_hook(A->sp);
-    engine_set_hook(A->s.e, r->policy == SPARSE_FULL ? NULL : &h);
+    batch_set_hook(A->s.bt, r->policy == SPARSE_FULL ? NULL : &h);
     return PULSE_OK;
 }
 
@@ -366,7 +366,7 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
     int n = encode_prompt(A, st->task, smp, limit, err, errlen);
     if (n < 1) return PULSE_ERR_INVALID;
     double t0 = pulse_now();
-    engine_set_hook(A->s.e, NULL);
+    batch_set_hook(A->s.bt, NULL);
     int32_t first = session_prefill(&A->s, A->ids, n);
     A->t_prefill += pulse_now() - t0;
     A->prompt_tokens += n;
@@ -392,7 +392,7 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
                                             (json_int_t)A->runs[r].budget, "pred", pred, "score",
                                             score, "new_tokens", k, "attended_fraction", frac));
     }
-    engine_set_hook(A->s.e, NULL);
+    batch_set_hook(A->s.bt, NULL);
     st->n_scored++;
     json_array_append_new(recs,
                           json_pack("{s:s,s:I,s:I,s:s,s:i,s:o}", "task", st->task->name, "length",
@@ -435,12 +435,12 @@ static int calibrate(struct acc *A, char *err, size_t errlen)
                 rc = PULSE_ERR_INVALID;
                 break;
             }
-            engine_set_hook(A->s.e, NULL);
+            batch_set_hook(A->s.bt, NULL);
             int32_t first = session_prefill(&A->s, A->ids, n);
             struct engine_layer_hook h = head_mass_hook(hm);
-            engine_set_hook(A->s.e, &h);
+            batch_set_hook(A->s.bt, &h);
             decode(A, n, first, max_gen, st->task->stop_at_newline);
-            engine_set_hook(A->s.e, NULL);
+            batch_set_hook(A->s.bt, NULL);
         }
         head_mass_table(hm, A->mam + (size_t)t * LH, A->mam_obs + (size_t)t * c->n_layers);
         for (size_t i = 0; i < LH; i++)

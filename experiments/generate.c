@@ -163,7 +163,7 @@ static int sparse_start(struct session *ss, const struct gen_opts *o, struct gen
     int rc = sparse_attn_configure(g->s, &p, ss->slot, err, errlen);
     if (rc != PULSE_OK) return rc;
     struct engine_layer_hook h = sparse_attn_hook(g->s);
-    engine_set_hook(ss->e, &h);
+    batch_set_hook(ss->bt, &h);
     return PULSE_OK;
 }
 

@@ -168,11 +168,11 @@ static int calibrate(struct engine *e, const struct prof_opts *o, const struct m
     batch_set(e, bt, kv, en, (int)o->batch);
     engine_fill_prompt(e, bt, kv);
     struct engine_layer_hook hook = mam_probe_hook(*probe);
-    engine_set_hook(e, &hook);
+    batch_set_hook(bt, &hook);
     for (int s = 0; s < o->steps; s++)
         engine_step(e, bt, kv);
     be->sync(ctx);
-    engine_set_hook(e, NULL);
+    batch_set_hook(bt, NULL);
 out:
     mem_free(MEM_HOST, en, sizeof *en * (size_t)o->batch);
     batch_free(e, bt);

@@ -21,7 +21,7 @@ struct session {
     struct tokenizer *tok; /* NULL when the model file has none */
     struct engine *e;
     struct kv_cache *kv;
-    struct batch *bt;
+    struct batch *bt;            /* prefill and decode steps: a hook set on it sees both */
     struct batch_entry *entries; /* [chunk] */
     int32_t *tokbuf;             /* [chunk] */
     int slot, max_tokens, chunk;

@@ -23,7 +23,6 @@ struct engine {
     float *logits;  /* [B][vocab] */
     int use_graph;
     struct engine_stats st;
-    struct engine_layer_hook hook; /* optional observer (profiling); zeroed = none */
 };
 
 struct batch {
@@ -39,6 +38,7 @@ struct batch {
     void *graph; /* the captured step, valid for graph_kv and these entries */
     const struct kv_cache *graph_kv;
     int len_on_host; /* h_stage's len row equals d_len (set by batch_set, lost when a step ends) */
+    struct engine_layer_hook hook; /* observer of this batch's layers; zeroed = none */
 };
 
 static size_t scratch_size(const struct model_config *c, int B)
@@ -309,14 +309,14 @@ void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache 
     struct kv_view v = kv_cache_view(kv, bt->d_page_start + (size_t)layer * e->p.max_batch);
     v.window = model_layer_window(e->p.cfg, layer);
     const int B = bt->n;
+    const struct engine_layer_hook *h = &bt->hook;
     TRACE_PUSH("layer");
-    if (e->hook.before_layer) e->hook.before_layer(e->hook.user, layer, bt->d_x, bt->d_pos, B);
+    if (h->before_layer) h->before_layer(h->user, layer, bt->d_x, bt->d_pos, B);
     engine_layer_pre(e, bt, kv, layer);
-    if (!e->hook.attend || !e->hook.attend(e->hook.user, layer, bt->d_q, &v, bt->d_len,
-                                           host_lengths(e, bt), bt->d_attn, B))
+    if (!h->attend ||
+        !h->attend(h->user, layer, bt->d_q, &v, bt->d_len, host_lengths(e, bt), bt->d_attn, B))
         engine_run_attention(e, bt, kv, layer);
-    if (e->hook.after_attention)
-        e->hook.after_attention(e->hook.user, layer, bt->d_q, &v, host_lengths(e, bt), B);
+    if (h->after_attention) h->after_attention(h->user, layer, bt->d_q, &v, host_lengths(e, bt), B);
     engine_layer_post(e, bt, layer);
     TRACE_POP();
 }
@@ -372,9 +372,9 @@ void engine_read_logits(struct engine *e, float *out, int rows)
     e->be->download(&e->ctx, out, e->logits, sizeof(float) * (size_t)rows * e->p.cfg->vocab);
 }
 
-static int engine_hooked(const struct engine *e)
+static int hook_set(const struct engine_layer_hook *h)
 {
-    return e->hook.after_attention || e->hook.attend || e->hook.before_layer;
+    return h && (h->after_attention || h->attend || h->before_layer);
 }
 
 static void step_body(struct engine *e, struct batch *bt, const struct kv_cache *kv)
@@ -390,7 +390,7 @@ void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv)
     if (!bt->n) return;
     TRACE_PUSH("step");
     e->st.steps++;
-    if (!e->use_graph || engine_hooked(e)) { /* a hook runs host code: no graph */
+    if (!e->use_graph || hook_set(&bt->hook)) { /* a hook runs host code: no graph */
         step_body(e, bt, kv);
         TRACE_POP();
         return;
@@ -416,12 +416,12 @@ void engine_get_stats(const struct engine *e, struct engine_stats *out)
     *out = e->st;
 }
 
-void engine_set_hook(struct engine *e, const struct engine_layer_hook *hook)
+void batch_set_hook(struct batch *bt, const struct engine_layer_hook *hook)
 {
-    if (hook && (hook->after_attention || hook->attend || hook->before_layer))
-        e->hook = *hook;
+    if (hook_set(hook))
+        bt->hook = *hook;
     else
-        memset(&e->hook, 0, sizeof e->hook);
+        memset(&bt->hook, 0, sizeof bt->hook);
 }
 
 uint16_t *batch_q(const struct batch *bt)

@@ -39,14 +39,20 @@ struct batch_entry {
 struct engine;
 struct batch;
 
-/* An optional observer of every layer (the MAM head profiler, mam.h). after_attention runs on
- * the host inside engine_run_layer, right after the layer's attention is queued, with backend
- * pointers to the rotated queries q [batch][nq][head_dim] and the layer's KV view (the step's
- * token already appended), and the attended lengths n_tokens_host [batch] on the host. It may
- * synchronise and copy (on cuda the engine fetches n_tokens_host with a synchronous copy, and
- * engine_step does not use CUDA graphs while a hook is set); it must not allocate, nor change
- * the batch. For profiling only: it costs a host round trip per layer. */
+/* An optional observer of one batch's layers (the MAM head profiler, mam.h; sparse attention,
+ * sparse_attn.h), set on that batch with batch_set_hook. It fires in engine_run_layer of its
+ * batch only (engine_step, engine_prefill), never for another batch interleaved in the same
+ * engine, nor in layers a policy drives piece by piece (offload.h). Its callbacks run on the
+ * host between the layer's launches, with backend pointers into the batch's state; the caller
+ * owns `user` and keeps it alive while the hook is set. A hook may synchronise (that waits for
+ * everything queued on the engine's stream, other batches' work included) and copy: on cuda
+ * the engine fetches n_tokens_host with a synchronous copy, and engine_step replays no CUDA
+ * graph for a hooked batch (unhooked batches keep theirs). It must not allocate, nor change the
+ * batch. A host round trip per layer: for profiling and accuracy runs only. */
 struct engine_layer_hook {
+    /* Right after the layer's attention is queued, with the rotated queries q
+     * [batch][nq][head_dim], the layer's KV view (the step's token already appended) and the
+     * attended lengths n_tokens_host [batch] on the host. */
     void (*after_attention)(void *user, int layer, const uint16_t *q, const struct kv_view *kv,
                             const int32_t *n_tokens_host, int batch);
     /* Sparse attention (accuracy runs): called in place of the layer's dense attention with the
@@ -75,6 +81,9 @@ void batch_free(struct engine *e, struct batch *bt);
 /* Sets the batch's entries (n <= max_batch) and uploads them; page starts come from kv. */
 void batch_set(struct engine *e, struct batch *bt, const struct kv_cache *kv,
                const struct batch_entry *entries, int n);
+/* Sets (copies) the batch's layer hook, kept across batch_set until replaced; NULL, or a hook
+ * with no callback, removes it. */
+void batch_set_hook(struct batch *bt, const struct engine_layer_hook *hook);
 int batch_size(const struct batch *bt);
 /* Waits for the step and copies the tokens it produced (n entries) into out. */
 void batch_read_tokens(struct engine *e, struct batch *bt, int32_t *out);
@@ -90,8 +99,8 @@ void engine_fill_prompt(struct engine *e, struct batch *bt, const struct kv_cach
 
 /* The pieces of a step, queued on the context's stream (asynchronous on cuda). */
 void engine_run_embed(struct engine *e, struct batch *bt);
-/* One layer: engine_layer_pre, the attention (a hook's, or engine_run_attention), then
- * engine_layer_post. */
+/* One layer: engine_layer_pre, the attention (the batch hook's, or engine_run_attention), then
+ * engine_layer_post; the batch's hook, when set, is called around them. */
 void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer);
 /* The three pieces of a layer for one batch, which a policy may drive itself (an offload layer
  * puts its own attention between them). Each reads and writes only the batch's state and the
@@ -127,13 +136,11 @@ void engine_run_head(struct engine *e, struct batch *bt);
 void engine_prefill(struct engine *e, struct batch *bt, const struct kv_cache *kv);
 /* Waits and copies the first `rows` rows of the logits ([rows][vocab] fp32) into out. */
 void engine_read_logits(struct engine *e, float *out, int rows);
-/* embed + every layer + head. */
+/* embed + every layer + head; replayed as the batch's CUDA graph when use_graph is on and
+ * the batch has no hook. */
 void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv);
 
 void engine_get_stats(const struct engine *e, struct engine_stats *out);
-
-/* Sets (copies) the per-layer hook; NULL or a NULL after_attention removes it. */
-void engine_set_hook(struct engine *e, const struct engine_layer_hook *hook);
 
 /* The first token a request's decode consumes (its synthetic last prompt token). */
 int32_t engine_first_token(const struct engine *e, int req_id);

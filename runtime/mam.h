@@ -109,7 +109,7 @@ int mam_acc_finalize(const struct mam_acc *a, struct mam_profile *out, char *err
 struct mam_probe *mam_probe_create(struct mam_acc *acc, const struct backend *be,
                                    const struct kctx *ctx, int stage, char *err, size_t errlen);
 void mam_probe_free(struct mam_probe *p);
-/* The hook to pass to engine_set_hook (user = p). Layers whose view has a sliding window
+/* The hook to pass to batch_set_hook (user = p). Layers whose view has a sliding window
  * (kv->window > 0: local layers, never selected) are not observed. */
 struct engine_layer_hook mam_probe_hook(struct mam_probe *p);
 /* Bytes copied into staging so far (0 when the probe reads backend memory directly). */

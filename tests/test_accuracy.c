@@ -176,10 +176,10 @@ static struct sparse_stats run_policy(const char *model, int n, int policy, int 
     if (lc) sparse_attn_set_list_observer(s, check_list, lc);
     int32_t tok = prefill(&r, n, 16);
     struct engine_layer_hook h = sparse_attn_hook(s);
-    engine_set_hook(r.e, policy == SPARSE_FULL ? NULL : &h);
+    batch_set_hook(r.bt, policy == SPARSE_FULL ? NULL : &h);
     for (int k = 0; k < 12; k++)
         tok = step(&r, n + k, tok, out);
-    engine_set_hook(r.e, NULL);
+    batch_set_hook(r.bt, NULL);
     sparse_attn_get_stats(s, &st);
     sparse_attn_free(s);
     rig_close(&r);
@@ -250,10 +250,10 @@ static void test_head_mass(void)
         int n = 150;
         int32_t tok = prefill(&r, n, 16);
         struct engine_layer_hook h = head_mass_hook(hm);
-        engine_set_hook(r.e, &h);
+        batch_set_hook(r.bt, &h);
         for (int k = 0; k < 6; k++)
             tok = step(&r, n + k, tok, NULL);
-        engine_set_hook(r.e, NULL);
+        batch_set_hook(r.bt, NULL);
         double mam[6 * 4];
         int64_t obs[6];
         int32_t best[6], worst[6];

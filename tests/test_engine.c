@@ -3,10 +3,15 @@
  *   PULSE_GOLDEN_WRITE=1 rewrites it after a deliberate change of the numerics);
  * - a request decodes the same tokens alone as inside a batch with continuous batching;
  * - no allocation inside decode steps (the memory counters do not move);
- * - vanilla recalls nothing and never switches layers (its counters stay zero). */
+ * - vanilla recalls nothing and never switches layers (its counters stay zero);
+ * - a layer hook belongs to its batch: with a hooked and an unhooked batch interleaved layer by
+ *   layer in one engine, the hook sees exactly its batch's layers and state, and both batches
+ *   decode the tokens they decode alone; engine_step skips the CUDA graph only for the hooked
+ *   batch (counted through a cpu backend with stand-in graph functions). */
 #include <string.h>
 
 #include "backend.h"
+#include "common.h"
 #include "engine.h"
 #include "mem.h"
 #include "serve.h"
@@ -170,10 +175,236 @@ static void test_no_alloc_in_step(void)
     EXPECT_EQ_INT(m1.live_bytes[MEM_HOST], 0); /* everything freed */
 }
 
+/* ------------------------------------------------------------------ per-batch hooks */
+
+#define HA 2      /* entries of the hooked batch */
+#define HB 3      /* entries of the unhooked batch */
+#define H_STEPS 6 /* decode steps */
+
+static const int hook_pos_a[HA] = {60, 91}, hook_pos_b[HB] = {45, 120, 77};
+
+/* What the hook saw: calls of each callback, and mismatches against the batch it belongs to
+ * (its size, its state pointers, its host lengths, the order before -> attend -> after of
+ * layer 0, 1, ... within each step). */
+struct hook_log {
+    const struct batch *bt;
+    int n, L;
+    int32_t want_len[HA]; /* attended lengths of this step's entries */
+    int64_t calls[3];     /* before_layer, attend, after_attention */
+    int64_t bad;
+};
+
+static void log_call(struct hook_log *g, int kind, int layer, int batch)
+{
+    const int64_t seq = g->calls[0] + g->calls[1] + g->calls[2];
+    g->bad += seq % 3 != kind || layer != (int)(seq / 3 % g->L) || batch != g->n;
+    g->calls[kind]++;
+}
+
+static void log_lengths(struct hook_log *g, const int32_t *n_tokens_host)
+{
+    for (int i = 0; i < g->n; i++)
+        g->bad += n_tokens_host[i] != g->want_len[i];
+}
+
+static void hook_before(void *user, int layer, const float *x, const int32_t *pos, int batch)
+{
+    struct hook_log *g = user;
+    log_call(g, 0, layer, batch);
+    g->bad += x != batch_residual(g->bt) || pos != batch_pos(g->bt);
+}
+
+static int hook_attend(void *user, int layer, const uint16_t *q, const struct kv_view *kv,
+                       const int32_t *n_tokens, const int32_t *n_tokens_host, uint16_t *out,
+                       int batch)
+{
+    struct hook_log *g = user;
+    log_call(g, 1, layer, batch);
+    g->bad +=
+        q != batch_q(g->bt) || out != batch_attn_out(g->bt) || n_tokens != batch_len(g->bt) || !kv;
+    log_lengths(g, n_tokens_host);
+    return 0; /* the engine's dense attention: the hook only observes */
+}
+
+static void hook_after(void *user, int layer, const uint16_t *q, const struct kv_view *kv,
+                       const int32_t *n_tokens_host, int batch)
+{
+    struct hook_log *g = user;
+    log_call(g, 2, layer, batch);
+    g->bad += q != batch_q(g->bt) || !kv;
+    log_lengths(g, n_tokens_host);
+}
+
+/* H_STEPS steps of batch A (hooked when `hooked`) and batch B in one engine and cache: A alone
+ * (run_a), B alone (run_b), or both, their layers interleaved (A's layer first on even steps,
+ * B's on odd ones; every third step two whole engine_steps, B's first). A is re-set from the
+ * host halfway (batch_set keeps the hook). Tokens into ta [H_STEPS][HA], tb [H_STEPS][HB]. */
+static void hook_run(int run_a, int run_b, int hooked, struct hook_log *g, int32_t *ta, int32_t *tb)
+{
+    struct engine *e = make_engine(HA + HB, 200);
+    struct kv_cache *kv = make_kv(e, 1u << 24, HA + HB, 200);
+    struct batch *a = batch_create(e), *b = batch_create(e);
+    struct batch_entry ea[HA], eb[HB];
+    for (int i = 0; i < HA + HB; i++) {
+        int slot, pos = i < HA ? hook_pos_a[i] : hook_pos_b[i - HA];
+        EXPECT_EQ_INT(kv_cache_admit(kv, pos + H_STEPS + 1, &slot), 0);
+        struct batch_entry en = {slot, 10 + i, pos, pos + H_STEPS + 1,
+                                 engine_first_token(e, 10 + i)};
+        if (i < HA)
+            ea[i] = en;
+        else
+            eb[i - HA] = en;
+    }
+    batch_set(e, a, kv, ea, HA);
+    batch_set(e, b, kv, eb, HB);
+    engine_fill_prompt(e, a, kv);
+    engine_fill_prompt(e, b, kv);
+    *g = (struct hook_log){.bt = a, .n = HA, .L = engine_model(e)->cfg->n_layers};
+    struct engine_layer_hook h = {hook_after, hook_attend, hook_before, g};
+    if (hooked) batch_set_hook(a, &h);
+    for (int s = 0; s < H_STEPS; s++) {
+        for (int i = 0; i < HA; i++)
+            g->want_len[i] = ea[i].pos + 1;
+        if (run_a && run_b && s % 3 != 2) {
+            engine_run_embed(e, a);
+            engine_run_embed(e, b);
+            for (int l = 0; l < g->L; l++) {
+                struct batch *first = s & 1 ? b : a, *second = s & 1 ? a : b;
+                engine_run_layer(e, first, kv, l);
+                engine_run_layer(e, second, kv, l);
+            }
+            engine_run_head(e, a);
+            engine_run_head(e, b);
+        } else {
+            if (run_b) engine_step(e, b, kv);
+            if (run_a) engine_step(e, a, kv);
+        }
+        if (run_a) batch_read_tokens(e, a, ta + s * HA);
+        if (run_b) batch_read_tokens(e, b, tb + s * HB);
+        for (int i = 0; i < HA; i++) {
+            ea[i].pos++;
+            ea[i].token = run_a ? ta[s * HA + i] : 0;
+        }
+        if (run_a && s == H_STEPS / 2) batch_set(e, a, kv, ea, HA);
+    }
+    batch_free(e, a);
+    batch_free(e, b);
+    kv_cache_free(kv);
+    engine_free(e);
+}
+
+static void test_hook_per_batch(void)
+{
+    int32_t ta[H_STEPS * HA], tb[H_STEPS * HB], xa[H_STEPS * HA], xb[H_STEPS * HB];
+    struct hook_log g;
+    hook_run(1, 0, 0, &g, ta, NULL);
+    EXPECT_EQ_INT(g.calls[0] + g.calls[1] + g.calls[2], 0);
+    hook_run(0, 1, 0, &g, NULL, tb);
+    hook_run(1, 1, 1, &g, xa, xb);
+    const int64_t want = (int64_t)H_STEPS * g.L;
+    fprintf(stderr,
+            "hooked batch of %d beside an unhooked one of %d, %d steps of %d layers: hook calls "
+            "%lld/%lld/%lld (want %lld each), %lld mismatches; unhooked batch %s, hooked %s\n",
+            HA, HB, H_STEPS, g.L, (long long)g.calls[0], (long long)g.calls[1],
+            (long long)g.calls[2], (long long)want, (long long)g.bad,
+            memcmp(tb, xb, sizeof tb) ? "DIFFERENT tokens" : "same tokens as alone",
+            memcmp(ta, xa, sizeof ta) ? "DIFFERENT tokens" : "same tokens as alone");
+    for (int k = 0; k < 3; k++)
+        EXPECT_EQ_INT(g.calls[k], want);
+    EXPECT_EQ_INT(g.bad, 0);
+    EXPECT(memcmp(tb, xb, sizeof tb) == 0);
+    EXPECT(memcmp(ta, xa, sizeof ta) == 0);
+    int differ = 0; /* the two batches decode different sequences: a swap would show */
+    for (int s = 0; s < H_STEPS; s++)
+        differ |= ta[s * HA] != tb[s * HB];
+    EXPECT(differ);
+}
+
+/* Stand-in graph functions on the cpu backend: capture runs the step as usual (the cpu backend
+ * executes at once), launch does nothing; only the engine's graph counters are meaningful. */
+static int fake_graph;
+static void fake_graph_begin(const struct kctx *c)
+{
+    (void)c;
+}
+static void *fake_graph_end(const struct kctx *c)
+{
+    (void)c;
+    return &fake_graph;
+}
+static void fake_graph_launch(const struct kctx *c, void *graph)
+{
+    (void)c, (void)graph;
+}
+static void fake_graph_destroy(void *graph)
+{
+    (void)graph;
+}
+
+static void test_hook_graph_per_batch(void)
+{
+    if (pulse_sync_each_launch()) {
+        fprintf(stderr, "PULSE_SYNC set: the engine uses no graphs, graph check skipped\n");
+        return;
+    }
+    static struct backend be;
+    be = *backend_find("cpu");
+    be.graph_begin = fake_graph_begin;
+    be.graph_end = fake_graph_end;
+    be.graph_launch = fake_graph_launch;
+    be.graph_destroy = fake_graph_destroy;
+    char err[256];
+    const struct model_config *c = model_config_find("tiny");
+    struct engine_params p = {
+        .cfg = c, .be = &be, .seed = 1, .max_batch = 2, .max_tokens = 100, .use_graph = 1};
+    struct engine *e = engine_create(&p, err, sizeof err);
+    struct kv_cache_params kp = {c->n_layers, c->n_kv_heads, c->head_dim, 16, 1u << 22, 2, 100};
+    struct kv_cache *kv = kv_cache_create(&kp, &be, engine_ctx(e), err, sizeof err);
+    struct batch *a = batch_create(e), *b = batch_create(e);
+    struct batch_entry en[2];
+    for (int i = 0; i < 2; i++) {
+        int slot;
+        EXPECT_EQ_INT(kv_cache_admit(kv, 50, &slot), 0);
+        en[i] = (struct batch_entry){slot, i, 20, 50, engine_first_token(e, i)};
+    }
+    batch_set(e, a, kv, en, 1);
+    batch_set(e, b, kv, en + 1, 1);
+    engine_fill_prompt(e, a, kv);
+    engine_fill_prompt(e, b, kv);
+    struct hook_log g = {.bt = a, .n = 1, .L = c->n_layers};
+    struct engine_layer_hook h = {hook_after, hook_attend, hook_before, &g};
+    batch_set_hook(a, &h);
+    struct engine_stats st;
+    for (int s = 0; s < 3; s++) {
+        g.want_len[0] = en[0].pos + 1 + s;
+        engine_step(e, a, kv);
+        engine_step(e, b, kv);
+    }
+    engine_get_stats(e, &st);
+    EXPECT_EQ_INT(st.steps, 6);
+    EXPECT_EQ_INT(st.graph_captures, 1); /* b's, once */
+    EXPECT_EQ_INT(st.graph_launches, 3); /* b's steps only */
+    EXPECT_EQ_INT(g.calls[2], 3 * c->n_layers);
+    EXPECT_EQ_INT(g.bad, 0);
+    struct engine_layer_hook none = {.user = &g}; /* no callback: removes the hook */
+    batch_set_hook(a, &none);
+    engine_step(e, a, kv);
+    engine_get_stats(e, &st);
+    EXPECT_EQ_INT(st.graph_captures, 2); /* a unhooked: its own graph */
+    EXPECT_EQ_INT(st.graph_launches, 4);
+    EXPECT_EQ_INT(g.calls[2], 3 * c->n_layers);
+    batch_free(e, a);
+    batch_free(e, b);
+    kv_cache_free(kv);
+    engine_free(e);
+}
+
 int main(void)
 {
     test_golden();
     test_batch_independence();
     test_no_alloc_in_step();
+    test_hook_per_batch();
+    test_hook_graph_per_batch();
     return tu_finish("test_engine");
 }

@@ -486,7 +486,7 @@ static void run_profile(const struct run_cfg *rc, struct mam_profile *pr, int32_
     struct mam_acc *acc = mam_acc_create(&mp, err, sizeof err);
     struct mam_probe *probe = mam_probe_create(acc, be, engine_ctx(e), rc->stage, err, sizeof err);
     struct engine_layer_hook hook = mam_probe_hook(probe);
-    if (rc->hook) engine_set_hook(e, &hook);
+    if (rc->hook) batch_set_hook(bt, &hook);
     struct mem_stats m0, m1;
     mem_get_stats(&m0);
     for (int s = 0; s < rc->steps; s++)
@@ -503,7 +503,7 @@ static void run_profile(const struct run_cfg *rc, struct mam_profile *pr, int32_
             EXPECT_EQ_INT(mam_acc_terms(acc, l), (int64_t)rc->steps * rc->batch * m->n_heads);
         EXPECT_EQ_INT(finalize(acc, pr), 0);
     }
-    engine_set_hook(e, NULL);
+    batch_set_hook(bt, NULL);
     mam_probe_free(probe);
     mam_acc_free(acc);
     batch_free(e, bt);

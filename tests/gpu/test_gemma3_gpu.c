@@ -128,7 +128,7 @@ static void set_policy(struct rig *r, int policy, int budget)
     char err[256];
     EXPECT_EQ_INT(sparse_attn_configure(r->sp, &sp, r->slot, err, sizeof err), PULSE_OK);
     struct engine_layer_hook h = sparse_attn_hook(r->sp);
-    engine_set_hook(r->e, policy == SPARSE_FULL ? NULL : &h);
+    batch_set_hook(r->bt, policy == SPARSE_FULL ? NULL : &h);
 }
 
 int main(void)
@@ -174,7 +174,7 @@ int main(void)
         sparse_attn_get_stats(gpu.sp, &st);
         EXPECT(same);
         EXPECT_EQ_INT(st.sparse_calls, 0);
-        engine_set_hook(gpu.e, NULL);
+        batch_set_hook(gpu.bt, NULL);
     }
     /* a small budget: attends less; CUDA and CPU make the same lists */
     static struct lists lcpu, lgpu;
@@ -209,8 +209,8 @@ int main(void)
                 (double)sc.attended_tokens / sc.context_tokens, same, lcpu.n, w);
         sparse_attn_set_list_observer(cpu.sp, NULL, NULL);
         sparse_attn_set_list_observer(gpu.sp, NULL, NULL);
-        engine_set_hook(gpu.e, NULL);
-        engine_set_hook(cpu.e, NULL);
+        batch_set_hook(gpu.bt, NULL);
+        batch_set_hook(cpu.bt, NULL);
     }
     free(lc), free(lg), free(ld);
     rig_close(&cpu);
