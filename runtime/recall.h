@@ -200,7 +200,8 @@ int recall_engine_find(const char *name);
 
 /* The kernels behind the copy paths, each with a CPU reference of the same signature (the
  * reference runs synchronously; stream is ignored). Descriptors with src, dst and bytes all
- * multiples of 16 move in 16-byte words, others byte by byte; destinations must not overlap.
+ * multiples of 16 move in 16-byte words, others byte by byte; one of 0 bytes moves nothing
+ * (its addresses may be 0); destinations must not overlap.
  *
  * scatter: d_desc[0..n) in device memory, sources in device memory (gather-scatter staging).
  * gather (zero-copy): d_desc[0..n) in device memory (the caller owns it and keeps it, and the

@@ -10,9 +10,10 @@
 void recall_scatter_ref(const struct recall_desc *d_desc, int n, void *stream)
 {
     (void)stream;
-    for (int i = 0; i < n; i++)
-        memcpy((void *)(uintptr_t)d_desc[i].dst, (const void *)(uintptr_t)d_desc[i].src,
-               (size_t)d_desc[i].bytes);
+    for (int i = 0; i < n; i++) /* a descriptor of 0 bytes moves nothing (its pointers may be 0) */
+        if (d_desc[i].bytes)
+            memcpy((void *)(uintptr_t)d_desc[i].dst, (const void *)(uintptr_t)d_desc[i].src,
+                   (size_t)d_desc[i].bytes);
 }
 
 void recall_gather_ref(const struct recall_desc *d_desc, int n, int blocks, int threads,
