@@ -15,8 +15,7 @@ struct backend {
     enum mem_kind mem; /* where tensors live: MEM_HOST (cpu) or MEM_DEVICE (cuda) */
 
     void (*fill_random_bf16)(const struct kctx *, uint16_t *, size_t, uint64_t, float, float);
-    void (*embed)(const struct kctx *, const int32_t *, const uint16_t *, float *, int, int,
-                  float);
+    void (*embed)(const struct kctx *, const int32_t *, const uint16_t *, float *, int, int, float);
     void (*rmsnorm)(const struct kctx *, const float *, const uint16_t *, uint16_t *, int, int,
                     float);
     void (*gemm_bf16)(const struct kctx *, const uint16_t *, const uint16_t *, float *, int, int,
@@ -62,8 +61,8 @@ struct backend {
     /* The stream waits until (int32_t)(*flag - value) >= 0 (a flag in pinned host memory that
      * another thread or a recall stream writes): on cuda on the device (cuStreamWaitValue32)
      * with PULSE_DEVICE_WAIT=1, else the calling thread waits on the host (a noted host
-     * synchronisation; common.h, pulse_device_wait, says why); the cpu backend, whose stream is the calling
-     * thread, spins until then. */
+     * synchronisation; common.h, pulse_device_wait, says why); the cpu backend, whose stream is the
+     * calling thread, spins until then. */
     void (*wait_value)(const struct kctx *c, const uint32_t *flag, uint32_t value);
     /* Measures the memory copy bandwidth on this backend's memory: copies of `bytes`, counting
      * bytes read plus written, median of `reps`, in GB/s. Allocates (outside any step). */

@@ -158,7 +158,8 @@ static double median_copy_gbs(cudaStream_t s, void *dst, void *src, size_t bytes
     for (int r = 0; r < reps; r++) {
         const int back = alternate && r % 2;
         CUDA_CHECK(cudaEventRecord(e0, s));
-        CUDA_CHECK(cudaMemcpyAsync(back ? src : dst, back ? dst : src, bytes, cudaMemcpyDefault, s));
+        CUDA_CHECK(
+            cudaMemcpyAsync(back ? src : dst, back ? dst : src, bytes, cudaMemcpyDefault, s));
         CUDA_CHECK(cudaEventRecord(e1, s));
         CUDA_CHECK(cudaEventSynchronize(e1));
         CUDA_CHECK(cudaEventElapsedTime(&ms[r], e0, e1));
@@ -185,7 +186,8 @@ static double cuda_copy_bandwidth(const struct kctx *c, size_t bytes, int reps)
 
 static double cuda_h2d_bandwidth(const struct kctx *c, size_t bytes, int reps)
 {
-    void *h = mem_alloc(MEM_PINNED, bytes, "h2d host"), *d = mem_alloc(MEM_DEVICE, bytes, "h2d dev");
+    void *h = mem_alloc(MEM_PINNED, bytes, "h2d host"),
+         *d = mem_alloc(MEM_DEVICE, bytes, "h2d dev");
     double gbs = 0.0;
     if (h && d) {
         memset(h, 1, bytes);

@@ -9,8 +9,8 @@ void floor_compute(const struct floor_traffic *t, const struct floor_bw *bw, int
 {
     PULSE_CHECK(bw->hbm_gbps > 0 && (bw->h2d_gbps > 0 || t->recall_bytes == 0),
                 "floor_compute: bandwidths must be positive");
-    out->hbm_s = (t->weight_bytes + t->kv_bytes + t->digest_bytes + t->recall_bytes) /
-                 (bw->hbm_gbps * 1e9);
+    out->hbm_s =
+        (t->weight_bytes + t->kv_bytes + t->digest_bytes + t->recall_bytes) / (bw->hbm_gbps * 1e9);
     out->pcie_s = t->recall_bytes > 0 ? t->recall_bytes / (bw->h2d_gbps * 1e9) : 0.0;
     out->floor_s = overlapped ? PULSE_MAX(out->hbm_s, out->pcie_s) : out->hbm_s + out->pcie_s;
 }

@@ -42,9 +42,9 @@ struct offload_build_args {
     uint64_t host_base, gpu_pool; /* device addresses of host block 0 and GPU page 0 */
     uint64_t page_bytes, head_bytes, chunk_bytes;
     /* outputs */
-    struct recall_desc *desc;      /* [B * n_lists][ms] */
-    int32_t *att_len, *att_pages;  /* [B * n_lists], [B * n_lists][ms] */
-    struct recall_desc *tail_desc; /* [tails * n_lists] */
+    struct recall_desc *desc;                 /* [B * n_lists][ms] */
+    int32_t *att_len, *att_pages;             /* [B * n_lists], [B * n_lists][ms] */
+    struct recall_desc *tail_desc;            /* [tails * n_lists] */
     unsigned long long *att_tokens, *refused; /* one counter each */
 };
 

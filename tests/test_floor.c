@@ -19,7 +19,7 @@ static void test_cases(void)
     EXPECT_NEAR(f.pcie_s, 10e-3, 1e-12);
     EXPECT_NEAR(f.floor_s, 17.8e-3, 1e-9); /* synchronous: the sum */
     floor_compute(&t, &bw, 1, &f);
-    EXPECT_NEAR(f.floor_s, 10e-3, 1e-12); /* overlapped: the larger, here PCIe */
+    EXPECT_NEAR(f.floor_s, 10e-3, 1e-12);            /* overlapped: the larger, here PCIe */
     const struct floor_traffic v = {1e9, 1e9, 0, 0}; /* nothing recalled: no PCIe term */
     floor_compute(&v, &(struct floor_bw){2000.0, 0.0}, 0, &f);
     EXPECT_NEAR(f.hbm_s, 1e-3, 1e-15);
@@ -60,10 +60,10 @@ static void test_run_json(void)
     if (!r) return;
     json_t *st = json_object_get(json_object_get(r, "metrics"), "step");
     json_t *mf = json_object_get(st, "mean_step_floor");
-    const double steps = (double)json_integer_value(
-        json_object_get(json_object_get(r, "counters"), "steps"));
-    const double recalled = (double)json_integer_value(
-        json_object_get(json_object_get(r, "counters"), "recall_bytes"));
+    const double steps =
+        (double)json_integer_value(json_object_get(json_object_get(r, "counters"), "steps"));
+    const double recalled =
+        (double)json_integer_value(json_object_get(json_object_get(r, "counters"), "recall_bytes"));
     EXPECT(steps >= 6);
     EXPECT(recalled > 0);
     EXPECT_NEAR(json_real_value(json_object_get(mf, "recall_bytes")) * steps, recalled, 0.5);

@@ -74,8 +74,8 @@ static int rig_create(struct rig *r, int selection)
     for (int i = 0; i < NB; i++) { /* offload: host pool, digests, hot slots */
         int slot;
         char why[256];
-        EXPECT_EQ_INT(offload_admit(r->o, 200 + i, prompt_b[i], prompt_b[i] + STEPS + 1, &slot,
-                                    why, sizeof why),
+        EXPECT_EQ_INT(offload_admit(r->o, 200 + i, prompt_b[i], prompt_b[i] + STEPS + 1, &slot, why,
+                                    sizeof why),
                       PULSE_OK);
         r->eb[i] = (struct batch_entry){slot, 200 + i, prompt_b[i], prompt_b[i] + STEPS + 1,
                                         offload_first_token(r->o, slot)};
@@ -102,10 +102,14 @@ static void schedule(enum order ord, int L, uint64_t seed, int *seq)
     int na = 0, nb = 0;
     for (int i = 0; i < 3 * L; i++) {
         int pick;
-        if (ord == A_THEN_B) pick = na == L;
-        else if (ord == B_THEN_A) pick = nb < 2 * L;
-        else if (ord == ALTERNATE) pick = !(nb & 1) || na > nb / 2; /* issue, A, finish */
-        else pick = (int)(pulse_hash64(seed, (uint64_t)i) & 1);
+        if (ord == A_THEN_B)
+            pick = na == L;
+        else if (ord == B_THEN_A)
+            pick = nb < 2 * L;
+        else if (ord == ALTERNATE)
+            pick = !(nb & 1) || na > nb / 2; /* issue, A, finish */
+        else
+            pick = (int)(pulse_hash64(seed, (uint64_t)i) & 1);
         if (na == L) pick = 1;
         if (nb == 2 * L) pick = 0;
         seq[i] = pick;
@@ -207,11 +211,12 @@ static void test_orders(int selection)
     for (int ord = 0; ord < ORDERS; ord++) {
         const int64_t both = run(selection, 1, 1, (enum order)ord, xa, xb);
         const int eq_a = !memcmp(ta, xa, sizeof ta), eq_b = !memcmp(tb, xb, sizeof tb);
-        fprintf(stderr, "%s, %s: vanilla batch %s, offload batch %s, recall %lld bytes (%lld "
-                        "alone)\n",
+        fprintf(stderr,
+                "%s, %s: vanilla batch %s, offload batch %s, recall %lld bytes (%lld "
+                "alone)\n",
                 selection == OFFLOAD_SOLOHEAD ? "solohead" : "headwise", order_names[ord],
-                eq_a ? "same tokens" : "DIFFERENT tokens", eq_b ? "same tokens" : "DIFFERENT tokens",
-                (long long)both, (long long)alone);
+                eq_a ? "same tokens" : "DIFFERENT tokens",
+                eq_b ? "same tokens" : "DIFFERENT tokens", (long long)both, (long long)alone);
         EXPECT(eq_a);
         EXPECT(eq_b);
         EXPECT_EQ_INT(both, alone);

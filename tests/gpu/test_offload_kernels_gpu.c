@@ -62,18 +62,42 @@ static size_t layout(struct bufs *b, char *base, int B, int L, int ms, int MB, i
     return off;
 }
 
-static struct offload_build_args args_of(const struct bufs *b, int B, int L, int ms, int H,
-                                         int S, int maxb)
+static struct offload_build_args args_of(const struct bufs *b, int B, int L, int ms, int H, int S,
+                                         int maxb)
 {
-    struct offload_build_args a = {
-        b->status,    b->n_recalls,  b->recall_block, b->recall_slot, b->attend_slot,
-        b->sel_count, b->n_tok,      b->slot,         b->hslot,       b->tail_index,
-        b->own,       b->host_ids,   B,               L,              ms,
-        16,           H,             S,               1,              maxb,
-        L > 1,        8,             0x7f0000001000ull, 0x7e0000000000ull, 65536,
-        8192,         L > 1 ? 8192u : 65536u,
-        b->desc,      b->att_len,    b->att_pages,    b->tail_desc,   b->cnt,
-        b->cnt + 1};
+    struct offload_build_args a = {b->status,
+                                   b->n_recalls,
+                                   b->recall_block,
+                                   b->recall_slot,
+                                   b->attend_slot,
+                                   b->sel_count,
+                                   b->n_tok,
+                                   b->slot,
+                                   b->hslot,
+                                   b->tail_index,
+                                   b->own,
+                                   b->host_ids,
+                                   B,
+                                   L,
+                                   ms,
+                                   16,
+                                   H,
+                                   S,
+                                   1,
+                                   maxb,
+                                   L > 1,
+                                   8,
+                                   0x7f0000001000ull,
+                                   0x7e0000000000ull,
+                                   65536,
+                                   8192,
+                                   L > 1 ? 8192u : 65536u,
+                                   b->desc,
+                                   b->att_len,
+                                   b->att_pages,
+                                   b->tail_desc,
+                                   b->cnt,
+                                   b->cnt + 1};
     return a;
 }
 
@@ -133,8 +157,9 @@ static void one_case(const struct backend *be, const struct kctx *ctx, int B, in
     size_t diff = 0, first = 0;
     for (size_t i = 0; i < bytes; i++)
         if (h[i] != r[i] && !diff++) first = i;
-    fprintf(stderr, "offload_build B %d lists %d: %s (%zu bytes differ, first at %zu), "
-                    "att tokens %llu, refused %llu\n",
+    fprintf(stderr,
+            "offload_build B %d lists %d: %s (%zu bytes differ, first at %zu), "
+            "att tokens %llu, refused %llu\n",
             B, L, diff ? "FAIL" : "bit-exact", diff, first, rb.cnt[0] - 12345, rb.cnt[1] - 7);
     EXPECT_EQ_INT(diff, 0);
     EXPECT(rb.cnt[0] > 12345);
