@@ -413,7 +413,7 @@ static int make_pools(struct offload *o, char *err, size_t errlen)
     struct recall_params rp;
     recall_params_init(&rp, o->p.engine, o->max_items);
     rp.cap_gbps = o->p.cap_gbps;
-    rp.ops = recall_copy_ops_for(o->be);
+    rp.ops = o->p.recall_ops ? o->p.recall_ops : recall_copy_ops_for(o->be);
     rp.host_base = host_pool_base(o->hp);
     rp.host_bytes = host_pool_bytes(o->hp);
     if (!(o->rc = recall_create(&rp, why, sizeof why))) OOM_BAD("recall engine: %s", why);

@@ -79,6 +79,8 @@ struct offload_params {
     int hot_slots;             /* slots per hot-cache unit; 0 = the blocks one step selects */
     enum recall_engine engine; /* default per-block */
     double cap_gbps;           /* recall bandwidth cap, 0 = none */
+    const struct recall_copy_ops *recall_ops; /* the recall engine's copy path; NULL = the
+                                                 backend's (tests wrap it to inject failures) */
     size_t host_pool_bytes;    /* pinned host pool; 0 = max_batch requests of max_tokens */
     int prompt_kv;             /* enum offload_prompt_kv (default locality) */
     const struct locality_profile *profile; /* churn per layer; NULL = the default profile */

@@ -13,6 +13,7 @@
  *   tokens, recall bytes and churn;
  * - bad flags of pulse run get one-line messages and exit 2; a good run's JSON has the series. */
 #include <jansson.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include "engine.h"
 #include "kv_cache.h"
 #include "offload.h"
+#include "recall.h"
 #include "serve.h"
 #include "testutil.h"
 #include "workloads/workload.h"
@@ -432,6 +434,57 @@ static void test_no_host_sync(void)
     run_free(&r);
 }
 
+/* ------------------------------------------------------------------ a failing link */
+
+/* The cpu copy path with its per-block copies failing: the first `fail_first` of them, or every
+ * one (fail_first < 0). */
+static _Atomic int g_h2d_calls;
+static int g_fail_first;
+
+static int failing_h2d(const struct recall_copy_ops *o, void *dst, const void *src, size_t bytes,
+                       void *stream)
+{
+    const int k = atomic_fetch_add(&g_h2d_calls, 1);
+    if (g_fail_first < 0 || k < g_fail_first) return PULSE_ERR_IO;
+    return recall_copy_ops_cpu()->h2d(o, dst, src, bytes, stream);
+}
+
+/* A recall that fails is retried by the planner (up to three attempts) and the run decodes the
+ * tokens of a clean one; a link that always fails fails the run with an I/O error instead of
+ * hanging (the layer's flag is set so the device does not wait forever). */
+static void test_failing_link(void)
+{
+    struct recall_copy_ops ops = *recall_copy_ops_cpu();
+    ops.h2d = failing_h2d;
+    struct run_cfg c = {"arkvale", "lengths:300,170", 8, 2, 16, 0};
+    struct offload_params p = defaults();
+    p.budget_tokens = 64;
+    struct run_out clean, r;
+    serve(&c, &p, &clean);
+    EXPECT_EQ_INT(clean.rc, 0);
+    EXPECT_EQ_INT(clean.st.recall_failures, 0);
+    p.recall_ops = &ops;
+    atomic_store(&g_h2d_calls, 0);
+    g_fail_first = 2; /* the first round fails, its retry too, the third attempt lands */
+    serve(&c, &p, &r);
+    EXPECT_EQ_INT(r.rc, 0);
+    EXPECT_EQ_INT(r.st.recall_failures, 2);
+    EXPECT(same_tokens(&clean.w, &r.w));
+    EXPECT_EQ_INT(r.ctr.recall_bytes, clean.ctr.recall_bytes);
+    run_free(&r);
+    atomic_store(&g_h2d_calls, 0);
+    g_fail_first = -1; /* a dead link */
+    p.verify_steps = 0;
+    serve(&c, &p, &r);
+    EXPECT(r.rc != 0);
+    EXPECT(r.st.recall_failures >= 3);
+    fprintf(stderr, "failing link: %lld failed rounds retried; a dead link: run status %d after "
+                    "%lld failed rounds\n",
+            (long long)2, r.rc, (long long)r.st.recall_failures);
+    run_free(&r);
+    run_free(&clean);
+}
+
 static void test_cli_json(void)
 {
     EXPECT_EQ_INT(cli_json("arkvale", 0), cli_json("infinigen", 1));
@@ -517,6 +570,7 @@ int main(void)
     timed("small_budget", test_small_budget);
     timed("solohead_engines", test_solohead_engines);
     timed("no_host_sync", test_no_host_sync);
+    timed("failing_link", test_failing_link);
     timed("cli", test_cli);
     timed("cli_json", test_cli_json);
     timed("pool_sizing", test_pool_sizing);
