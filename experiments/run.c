@@ -402,6 +402,7 @@ int cmd_run(int argc, char **argv)
     struct engine *e = engine_create(&ep, err, sizeof err);
     struct kv_cache *kv = NULL;
     struct offload *off = NULL;
+    struct query_source *qs = NULL; /* the offload runtime's: the locality model */
     struct prefill *pf = NULL; /* vanilla with --prompt-kv prefill */
     struct serve_step *series = NULL;
     int64_t series_cap = 0;
@@ -417,6 +418,13 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     if (pol->needs_ctx) {
+        struct query_source_shape sh;
+        offload_source_shape(&ro->p, m, kp.page_size, &sh);
+        if (!(qs = locality_source_create(&sh, &ro->src, err, sizeof err))) {
+            code = failed(res, "error", err, 1);
+            goto out;
+        }
+        ro->p.source = qs;
         rc = offload_create(e, kv, &ro->p, &off, err, sizeof err);
         if (rc != PULSE_OK) {
             code = rc == PULSE_ERR_OOM ? failed(res, "oom", err, EXIT_OOM)
@@ -451,6 +459,7 @@ out:
     mem_free(MEM_HOST, series, sizeof(struct serve_step) * (size_t)series_cap);
     prefill_free(pf);
     offload_free(off);
+    query_source_free(qs);
     kv_cache_free(kv);
     engine_free(e);
     workload_free(&w);
