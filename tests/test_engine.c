@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "baselines/registry.h"
 #include "engine.h"
 #include "mem.h"
 #include "serve.h"

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "baselines/registry.h"
 #include "common.h"
 #include "engine.h"
 #include "kv_cache.h"

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "baselines/registry.h"
 #include "common.h"
 #include "engine.h"
 #include "kv_cache.h"
@@ -79,11 +80,10 @@ static int serve(const char *policy, int selection, int budget, int prefill, str
     const struct policy *pol = policy_find(policy);
     void *ctx = NULL;
     struct offload_params p = params(&r, policy, selection, budget);
-    if (pol->needs_ctx && test_source(r.e, r.kv, &p, NULL) &&
-        offload_create(r.e, r.kv, &p, (struct offload **)&ctx, err, sizeof err))
-        fprintf(stderr, "offload: %s\n", err);
-    else if (!pol->needs_ctx && prefill)
-        ctx = prefill_create(r.e, 1, MAX_BATCH);
+    const struct policy_ctx_params cp = {r.e, r.kv, 1, MAX_BATCH, prefill, &p};
+    if ((!pol->needs_ctx || test_source(r.e, r.kv, &p, NULL)) &&
+        pol->ctx_create(&cp, &ctx, err, sizeof err))
+        fprintf(stderr, "%s: %s\n", policy, err);
     double wall;
     if (ctx || !prefill)
         rc = serve_run_policy(r.e, r.kv, pol, ctx, w->reqs, w->n, MAX_BATCH, c, &wall, err,
@@ -93,7 +93,7 @@ static int serve(const char *policy, int selection, int budget, int prefill, str
         fprintf(stderr, "check: %s\n", err);
         rc = -1;
     }
-    pol->needs_ctx ? offload_free(ctx) : prefill_free(ctx);
+    pol->ctx_free(ctx);
     query_source_free(p.source);
     rig_free(&r);
 out:

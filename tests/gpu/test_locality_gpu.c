@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "baselines/registry.h"
 #include "common.h"
 #include "cuda_check.h"
 #include "engine.h"
