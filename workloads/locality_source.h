@@ -15,7 +15,7 @@ struct locality_source_params {
     int calib_tokens;   /* calibration context; 0 = the run's typical context within [2 x the
                            selected tokens, max(that, 16384)], or locality's default */
     int typical_tokens; /* the run's typical context (e.g. the mean prompt); 0 = unknown */
-    const char *model;  /* names the model in messages; NULL = "the model" */
+    const char *model;  /* names the model in messages; may be NULL */
 };
 
 /* PULSE_OK when prof has n_layers layers of which exactly the first n_dense are dense, else
