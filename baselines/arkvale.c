@@ -11,5 +11,8 @@ const struct policy policy_arkvale = {
     .traffic = offload_policy_traffic,
     .overlapped = 0,
     .needs_ctx = 1,
+    .ctx_kind = POLICY_CTX_OFFLOAD,
+    .ctx_create = offload_policy_ctx_create,
+    .ctx_free = offload_policy_ctx_free,
     .offload_lookahead = 0,
 };

@@ -12,5 +12,8 @@ const struct policy policy_infinigen = {
     .traffic = offload_policy_traffic,
     .overlapped = 1,
     .needs_ctx = 1,
+    .ctx_kind = POLICY_CTX_OFFLOAD,
+    .ctx_create = offload_policy_ctx_create,
+    .ctx_free = offload_policy_ctx_free,
     .offload_lookahead = 1,
 };

@@ -1,8 +1,29 @@
 /* The offload policies' serving-loop side (offload_policy.h). */
 #include "offload_policy.h"
 
+#include <stdio.h>
+
 #include "common.h"
 #include "offload.h"
+
+int offload_policy_ctx_create(const struct policy_ctx_params *p, void **ctx, char *err,
+                              size_t errlen)
+{
+    *ctx = NULL;
+    if (!p->offload) {
+        snprintf(err, errlen, "offload policy: no offload params for its context");
+        return PULSE_ERR_INVALID;
+    }
+    struct offload *o;
+    int rc = offload_create(p->eng, p->kv, p->offload, &o, err, errlen);
+    if (rc == PULSE_OK) *ctx = o;
+    return rc;
+}
+
+void offload_policy_ctx_free(void *ctx)
+{
+    offload_free(ctx);
+}
 
 int offload_policy_admit(struct serve_state *s)
 {

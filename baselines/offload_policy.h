@@ -8,6 +8,10 @@
 
 #include "serve.h"
 
+/* The context: offload_create over p->offload (its lookahead the policy's), offload_free. */
+int offload_policy_ctx_create(const struct policy_ctx_params *p, void **ctx, char *err,
+                              size_t errlen);
+void offload_policy_ctx_free(void *ctx);
 int offload_policy_admit(struct serve_state *s);
 /* PULSE_OK, or the step's failure; the recall counters go into s->ctr. */
 int offload_policy_step(struct serve_state *s);

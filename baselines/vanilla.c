@@ -1,7 +1,10 @@
 /* vanilla: all KV on the GPU, full attention, FCFS admission while the KV budget allows. A
  * request reserves its whole length at admission; the head of the queue blocks the rest. Its
  * prompt KV is synthetic, or prefilled when the policy context is a struct prefill. */
+#include <stdio.h>
+
 #include "common.h"
+#include "prefill.h"
 #include "serve.h"
 
 static int vanilla_admit(struct serve_state *s)
@@ -37,9 +40,30 @@ static void vanilla_traffic(struct serve_state *s, struct floor_traffic *t)
         }
 }
 
+/* A struct prefill when the run prefills, else none. */
+static int vanilla_ctx_create(const struct policy_ctx_params *p, void **ctx, char *err,
+                              size_t errlen)
+{
+    *ctx = NULL;
+    if (!p->prefill) return PULSE_OK;
+    if (!(*ctx = prefill_create(p->eng, p->seed, p->max_batch))) {
+        snprintf(err, errlen, "out of memory for the prefill");
+        return PULSE_ERR_OOM;
+    }
+    return PULSE_OK;
+}
+
+static void vanilla_ctx_free(void *ctx)
+{
+    prefill_free(ctx);
+}
+
 const struct policy policy_vanilla = {
     .name = "vanilla",
     .admit = vanilla_admit,
     .step = vanilla_step,
     .traffic = vanilla_traffic,
+    .ctx_kind = POLICY_CTX_PREFILL,
+    .ctx_create = vanilla_ctx_create,
+    .ctx_free = vanilla_ctx_free,
 };

@@ -5,13 +5,13 @@
 #include <string.h>
 
 #include "accuracy/model_load.h"
+#include "baselines/registry.h"
 #include "cli.h"
 #include "common.h"
 #include "engine.h"
 #include "kv_cache.h"
 #include "numeric.h"
 #include "offload.h"
-#include "prefill.h"
 #include "results.h"
 #include "run_offload.h"
 #include "serve.h"
@@ -401,8 +401,9 @@ int cmd_run(int argc, char **argv)
                                .load_user = (void *)o.weights};
     struct engine *e = engine_create(&ep, err, sizeof err);
     struct kv_cache *kv = NULL;
-    struct offload *off = NULL;
-    struct prefill *pf = NULL; /* vanilla with --prompt-kv prefill */
+    void *ctx = NULL;               /* the policy's context (its ctx_create) */
+    struct offload *off = NULL;     /* ctx of an offload policy */
+    struct query_source *qs = NULL; /* the offload runtime's: the locality model */
     struct serve_step *series = NULL;
     int64_t series_cap = 0;
     const int prefill = o.off.prompt_kv && !strcmp(o.off.prompt_kv, "prefill");
@@ -417,19 +418,26 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     if (pol->needs_ctx) {
-        rc = offload_create(e, kv, &ro->p, &off, err, sizeof err);
-        if (rc != PULSE_OK) {
-            code = rc == PULSE_ERR_OOM ? failed(res, "oom", err, EXIT_OOM)
-                                       : failed(res, "error", err, 1);
+        struct query_source_shape sh;
+        offload_source_shape(&ro->p, m, kp.page_size, &sh);
+        if (!(qs = locality_source_create(&sh, &ro->src, err, sizeof err))) {
+            code = failed(res, "error", err, 1);
             goto out;
         }
-        json_object_set_new(cfg_json, "offload", offload_config_json(off));
+        ro->p.source = qs;
     } else {
         json_object_set_new(cfg_json, "prompt_kv", json_string(prefill ? "prefill" : "synthetic"));
-        if (prefill && !(pf = prefill_create(e, o.seed, (int)o.max_batch))) {
-            code = failed(res, "oom", "out of memory for the prefill", EXIT_OOM);
-            goto out;
-        }
+    }
+    const struct policy_ctx_params cp = {e, kv, o.seed, (int)o.max_batch, prefill, &ro->p};
+    rc = pol->ctx_create ? pol->ctx_create(&cp, &ctx, err, sizeof err) : PULSE_OK;
+    if (rc != PULSE_OK) {
+        code =
+            rc == PULSE_ERR_OOM ? failed(res, "oom", err, EXIT_OOM) : failed(res, "error", err, 1);
+        goto out;
+    }
+    if (pol->ctx_kind == POLICY_CTX_OFFLOAD) {
+        off = ctx;
+        json_object_set_new(cfg_json, "offload", offload_config_json(off));
     }
     /* the step floor's bandwidths, measured once in this process before the run */
     const int dev = be->mem == MEM_DEVICE;
@@ -439,7 +447,7 @@ int cmd_run(int argc, char **argv)
     series_cap = (int64_t)w.n * w.output_len;
     series = mem_alloc(MEM_HOST, sizeof(struct serve_step) * (size_t)series_cap, "series");
     double wall;
-    if (serve_run_series(e, kv, pol, off ? (void *)off : pf, w.reqs, w.n, (int)o.max_batch, series,
+    if (serve_run_series(e, kv, pol, ctx, w.reqs, w.n, (int)o.max_batch, series,
                          series ? series_cap : 0, &ctr, &wall, err, sizeof err) != PULSE_OK) {
         code = failed(res, "error", err, 1);
         goto out;
@@ -449,8 +457,8 @@ int cmd_run(int argc, char **argv)
                         step_json(&ctr, series, series ? series_cap : 0, &bw, pol));
 out:
     mem_free(MEM_HOST, series, sizeof(struct serve_step) * (size_t)series_cap);
-    prefill_free(pf);
-    offload_free(off);
+    if (ctx) pol->ctx_free(ctx);
+    query_source_free(qs);
     kv_cache_free(kv);
     engine_free(e);
     workload_free(&w);

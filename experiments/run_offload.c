@@ -178,13 +178,14 @@ static int check_flags(const struct run_offload_opts *oo, const struct model_con
 }
 
 /* The params the flags and the workload give directly. */
-static void fill_params(struct offload_params *p, const struct run_offload_opts *oo,
+static void fill_params(struct run_offload *ro, const struct run_offload_opts *oo,
                         const struct policy *pol, const struct workload *w, long budget)
 {
+    struct offload_params *p = &ro->p;
     p->budget_tokens = (int)budget;
     p->n_dense = (int)oo->dense_layers;
     p->hot_slots = (int)oo->hot_slots;
-    p->calib_tokens = (int)oo->calib_tokens;
+    ro->src.calib_tokens = (int)oo->calib_tokens;
     p->selection = !strcmp(oo->selection, "solohead") ? OFFLOAD_SOLOHEAD : OFFLOAD_HEADWISE;
     p->engine = (enum recall_engine)recall_engine_find(oo->engine);
     const char *kv = oo->prompt_kv ? oo->prompt_kv : "locality";
@@ -198,7 +199,7 @@ static void fill_params(struct offload_params *p, const struct run_offload_opts 
     int64_t prompt = 0, out = 0;
     for (int i = 0; i < w->n; i++)
         prompt += w->reqs[i].prompt_len, out += w->reqs[i].output_len;
-    p->typical_tokens = w->n ? (int)(prompt / w->n) : 0;
+    ro->src.typical_tokens = w->n ? (int)(prompt / w->n) : 0;
     p->max_steps = out > 0 ? out : 1;
 }
 
@@ -211,14 +212,16 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
     long budget;
     if (check_flags(oo, m, kp, &budget)) return -1;
     offload_params_init(p, kp->max_requests, kp->max_tokens, seed);
-    fill_params(p, oo, pol, w, budget);
+    memset(&ro->src, 0, sizeof ro->src);
+    ro->src.model = m->name;
+    fill_params(ro, oo, pol, w, budget);
     char err[512];
     if (oo->profile) {
         if (locality_profile_read(oo->profile, &ro->profile, err, sizeof err) != PULSE_OK) {
             cli_error("run", "--locality-profile: %s", err);
             return -1;
         }
-        p->profile = &ro->profile;
+        ro->src.profile = &ro->profile;
     }
     if (oo->heads) {
         if (p->selection != OFFLOAD_SOLOHEAD) {
@@ -227,7 +230,8 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
         }
         if (read_selectors(ro, oo->heads, m)) return -1;
     }
-    if (offload_params_check(p, m, kp, err, sizeof err) != PULSE_OK) {
+    if (offload_params_check(p, m, kp, err, sizeof err) != PULSE_OK ||
+        locality_profile_fits(ro->src.profile, m->n_layers, p->n_dense, m->name, err, sizeof err)) {
         cli_error("run", "%s", err);
         return -1;
     }

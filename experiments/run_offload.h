@@ -8,6 +8,7 @@
 #include "offload.h"
 #include "serve.h"
 #include "workloads/locality.h"
+#include "workloads/locality_source.h"
 #include "workloads/workload.h"
 
 /* getopt_long codes of the offload flags (above every character). */
@@ -50,9 +51,11 @@ struct run_offload_opts {
     double host_pool_gb, cap_gbps;
 };
 
-/* What a resolved run holds (profiles and selectors live here while the run does). */
+/* What a resolved run holds (profiles and selectors live here while the run does); src makes
+ * the query source (locality_source_create) for p. */
 struct run_offload {
     struct offload_params p;
+    struct locality_source_params src;
     struct locality_profile profile;
     int32_t selector[LOC_MAX_LAYERS];
 };

@@ -12,8 +12,6 @@
 #include "prefill.h"
 #include "progress.h"
 
-#define CALIB_CAP_TOKENS 16384 /* default calibration context at most (its cost grows with it) */
-
 static const int32_t k_zero = 0;
 
 /* ------------------------------------------------------------------ params */
@@ -73,21 +71,6 @@ static int hot_slots_of(const struct offload_params *p, int ps)
         return PULSE_ERR_OOM;                                                                      \
     } while (0)
 
-static int check_profile(const struct offload_params *p, const struct model_config *m, char *err,
-                         size_t errlen)
-{
-    const struct locality_profile *f = p->profile;
-    if (!f) return PULSE_OK;
-    if (f->n_layers != m->n_layers)
-        BAD("locality profile: %d layers, model %s has %d", f->n_layers, m->name, m->n_layers);
-    for (int l = 0; l < m->n_layers; l++)
-        if (!f->dense[l] != !(l < p->n_dense))
-            BAD("locality profile: layer %d is %s, but the policy keeps exactly the first %d "
-                "layers dense",
-                l, f->dense[l] ? "dense" : "sparse", p->n_dense);
-    return PULSE_OK;
-}
-
 int offload_params_check(const struct offload_params *p, const struct model_config *m,
                          const struct kv_cache_params *kp, char *err, size_t errlen)
 {
@@ -98,6 +81,9 @@ int offload_params_check(const struct offload_params *p, const struct model_conf
         BAD("budget tokens: %d is not a non-negative multiple of the block size %d",
             p->budget_tokens, ps);
     if (p->sink < 0 || p->window < 0) BAD("offload: sink and window must be >= 0 blocks");
+    if (m->n_layers > OFFLOAD_MAX_LAYERS)
+        BAD("offload: model %s has %d layers, at most %d are supported", m->name, m->n_layers,
+            OFFLOAD_MAX_LAYERS);
     if (p->n_dense < 0 || p->n_dense >= m->n_layers)
         BAD("dense layers: %d is not in [0, %d) (%s has %d layers)", p->n_dense, m->n_layers,
             m->name, m->n_layers);
@@ -127,7 +113,18 @@ int offload_params_check(const struct offload_params *p, const struct model_conf
     if (kp->n_layers != m->n_layers || kp->n_kv_heads != m->n_kv_heads ||
         kp->head_dim != m->head_dim)
         BAD("offload: the KV cache's shape is not the model's");
-    return check_profile(p, m, err, errlen);
+    return PULSE_OK;
+}
+
+void offload_source_shape(const struct offload_params *p, const struct model_config *m,
+                          int page_size, struct query_source_shape *out)
+{
+    memset(out, 0, sizeof *out);
+    out->sel = cfg_of(p, m, page_size);
+    out->n_layers = m->n_layers, out->n_dense = p->n_dense, out->n_slots = p->max_batch;
+    out->solohead = p->selection == OFFLOAD_SOLOHEAD;
+    out->hot_slots = hot_slots_of(p, page_size);
+    out->seed = p->seed;
 }
 
 size_t offload_request_kv_bytes(const struct offload_params *p, const struct kv_cache_params *kp,
@@ -188,7 +185,6 @@ static size_t host_layout(struct offload *o, char *base)
     o->last_nb = take(&c, 4 * B * o->n_sparse);
     o->ls = take(&c, sizeof(struct offload_layer_stats) * (size_t)o->n_layers);
     o->series = take(&c, 8 * (size_t)o->p.max_steps);
-    o->prof = take(&c, sizeof(struct locality_profile));
     o->prev_totals = take(&c, 8 * (size_t)o->n_sparse * OFFLOAD_TOTALS);
     o->h_hp = o->device_plan ? take(&c, o->hp_bytes) : NULL;
     return c.off;
@@ -339,46 +335,27 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
 #endif
 }
 
-/* The calibration context: the given one, or the run's typical context within
- * [2 x the selected tokens, max(that, CALIB_CAP_TOKENS)], or locality's default. */
-static int calib_tokens(const struct offload *o, const struct select_cfg *gc)
+static int same_shape(const struct query_source_shape *a, const struct query_source_shape *b)
 {
-    if (o->p.calib_tokens > 0) return o->p.calib_tokens;
-    const int sel_tokens = (gc->sink + gc->window + 1 + gc->budget) * gc->block_size;
-    if (o->p.typical_tokens <= 0) return PULSE_MAX(2048, 4 * sel_tokens);
-    int lo = 2 * sel_tokens, hi = PULSE_MAX(lo, CALIB_CAP_TOKENS);
-    return PULSE_MAX(lo, PULSE_MIN(o->p.typical_tokens, hi));
+    const struct select_cfg *x = &a->sel, *y = &b->sel;
+    return x->n_heads == y->n_heads && x->n_kv_heads == y->n_kv_heads &&
+           x->head_dim == y->head_dim && x->block_size == y->block_size &&
+           x->budget == y->budget && x->sink == y->sink && x->window == y->window &&
+           x->max_blocks == y->max_blocks && a->n_layers == b->n_layers &&
+           a->n_dense == b->n_dense && a->n_slots == b->n_slots && a->solohead == b->solohead &&
+           a->hot_slots == b->hot_slots && a->seed == b->seed;
 }
 
-static int make_locality(struct offload *o, char *err, size_t errlen)
+/* The params' query source, which must have been made for this runtime's shape. */
+static int take_source(struct offload *o, char *err, size_t errlen)
 {
-    char why[256];
-    if (o->p.profile) {
-        *o->prof = *o->p.profile;
-    } else {
-        struct locality_default_params dp;
-        locality_default_params_init(&dp, o->n_layers, o->p.seed);
-        dp.n_dense = o->n_dense;
-        if (locality_profile_default(o->prof, &dp, why, sizeof why) != PULSE_OK) BAD("%s", why);
-    }
-    /* when the budget covers every block (or is 0), the selection does not depend on the
-     * queries: calibrate the generator (used for its keys and query streams only) minimally at a
-     * nominal budget */
-    struct select_cfg gc = o->cfg;
-    const int trivial = o->all_selected || gc.budget == 0; /* no choice: no churn to calibrate */
-    if (trivial) gc.budget = 8;
-    const int calib = trivial ? 64 * gc.block_size : calib_tokens(o, &gc);
-    gc.max_blocks = PULSE_MAX(gc.max_blocks, (int)PULSE_CEIL_DIV(calib, o->ps));
-    if (gc.max_blocks > SELECT_MAX_BLOCKS) BAD("calibration tokens: %d are too many", calib);
-    struct locality_params lp;
-    locality_params_init(&lp, &gc, o->n_layers, o->max_batch, o->p.seed);
-    lp.calib_tokens = calib;
-    if (trivial) /* the table is never used: the smallest calibration */
-        lp.calib_points = 3, lp.calib_steps = 1, lp.calib_streams = 1;
-    if (!(o->L = locality_create(&lp, o->prof, why, sizeof why))) BAD("%s", why);
-    struct locality_meter_params mp = {o->cfg, o->n_layers, o->max_batch, !o->headwise,
-                                       o->hot_slots};
-    if (!(o->meter = locality_meter_create(&mp, why, sizeof why))) BAD("%s", why);
+    struct query_source_shape want;
+    offload_source_shape(&o->p, o->mc, o->ps, &want);
+    if (!o->p.source) BAD("offload: no query source (offload_params.source)");
+    if (!same_shape(&o->p.source->shape, &want))
+        BAD("offload: the query source was made for another shape (offload_source_shape)");
+    o->qs = o->p.source;
+    o->st.calibration_s = o->qs->setup_s;
     return PULSE_OK;
 }
 
@@ -449,7 +426,9 @@ enum {
 static int device_fill_wanted(const struct offload *o)
 {
     const char *e = getenv("PULSE_PROMPT_KV_HOST");
-    return o->be->mem == MEM_DEVICE && o->p.prompt_kv != OFFLOAD_KV_PREFILL && !(e && *e == '1');
+    const int source_fills = o->p.prompt_kv != OFFLOAD_KV_LOCALITY || o->qs->device_init != NULL;
+    return o->be->mem == MEM_DEVICE && o->p.prompt_kv != OFFLOAD_KV_PREFILL && source_fills &&
+           !(e && *e == '1');
 }
 
 /* Device staging of one sparse layer's pages and the admission's arguments. */
@@ -459,7 +438,7 @@ static int make_device_fill(struct offload *o, char *err, size_t errlen)
 #ifdef PULSE_HAVE_CUDA
     char why[256];
     if (o->p.prompt_kv == OFFLOAD_KV_LOCALITY &&
-        locality_device_init(o->L, why, sizeof why) != PULSE_OK)
+        o->qs->device_init(o->qs->user, why, sizeof why) != PULSE_OK)
         OOM_BAD("%s", why);
     const size_t stage = (size_t)o->max_blocks * o->page_bytes;
     const size_t args = sizeof(int32_t) * ((size_t)FILL_ARGS + o->n_layers + o->max_blocks);
@@ -508,10 +487,8 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
         return PULSE_ERR_INVALID;
     }
     if (alloc_host(o) != PULSE_OK) goto oom;
-    const double t_cal = pulse_now();
-    rc = make_locality(o, err, errlen);
-    o->st.calibration_s = pulse_now() - t_cal;
-    if (rc != PULSE_OK || (rc = make_pools(o, err, errlen)) != PULSE_OK ||
+    if ((rc = take_source(o, err, errlen)) != PULSE_OK ||
+        (rc = make_pools(o, err, errlen)) != PULSE_OK ||
         (rc = make_prefill(o, err, errlen)) != PULSE_OK ||
         (rc = make_device_fill(o, err, errlen)) != PULSE_OK) {
         offload_free(o);
@@ -536,8 +513,6 @@ void offload_free(struct offload *o)
     hot_cache_free(o->hc);
     kv_cache_free(o->dg);
     host_pool_free(o->hp);
-    locality_meter_free(o->meter);
-    locality_free(o->L);
     for (int p = 0; p < 2 && o->ev_sel; p++) {
         o->be->event_destroy(o->ev_up[p]);
         o->be->event_destroy(o->ev_end[p]);
@@ -578,14 +553,14 @@ static void copy_prefill(struct offload *o, const struct kv_view *v, int n, int 
     }
 }
 
-/* Writes tokens [0, n) of (req, layer) into the host view v: locality keys, synthetic, or the
- * prefill's. */
+/* Writes tokens [0, n) of (req, layer) into the host view v: the source's keys, synthetic, or
+ * the prefill's. */
 static void fill_view(struct offload *o, const struct kv_view *v, int n, int req, int layer)
 {
     if (o->p.prompt_kv == OFFLOAD_KV_PREFILL)
         copy_prefill(o, v, n, layer);
     else if (o->p.prompt_kv == OFFLOAD_KV_LOCALITY)
-        locality_fill_kv(o->L, v, NULL, &n, &req, 1, layer);
+        o->qs->fill_kv(o->qs->user, v, n, req, layer);
     else
         kv_fill_synthetic_ref(NULL, v, &n, &req, 1, layer, o->p.seed, o->p.max_tokens);
 }
@@ -640,10 +615,10 @@ static void write_sparse_layer(struct offload *o, int slot, int req, int layer, 
 }
 
 #ifdef PULSE_HAVE_CUDA
-/* The device path of the prompt KV (cuda, locality or synthetic): the same bytes as the host
- * path above (bit for bit for synthetic KV and for V; locality keys as locality_fill_kv_cuda
- * says), generated by kernels instead of written by the CPU. Dense layers are generated
- * straight into the request's GPU pages; a sparse layer into the device staging (its pages in
+/* The device path of the prompt KV (cuda, the source's or synthetic): the same bytes as the host
+ * path above (bit for bit for synthetic KV; the source's as its fill_kv_device says), generated
+ * by kernels instead of written by the CPU. Dense layers are generated straight into the
+ * request's GPU pages; a sparse layer into the device staging (its pages in
  * token order), its digests built from there into the digest store, its pages copied to the
  * host pool with one D2H copy per run of consecutive host blocks inside one registered piece of
  * the pool (PCIe speed on pinned memory) and its tail block into the tail page. Everything is
@@ -652,7 +627,7 @@ static void write_sparse_layer(struct offload *o, int slot, int req, int layer, 
 /* The admission's arguments (one upload) and the zeroed staging pages past the prompt. */
 static void begin_device_fill(struct offload *o, int slot, int req, int prompt_len, int n_tokens)
 {
-    int32_t a[FILL_ARGS + LOC_MAX_LAYERS];
+    int32_t a[FILL_ARGS + OFFLOAD_MAX_LAYERS];
     a[FILL_NTOK] = prompt_len, a[FILL_REQ] = req, a[FILL_ZERO] = 0;
     for (int l = 0; l < o->n_layers; l++)
         a[FILL_ARGS + l] = l < o->n_dense ? kv_cache_row(o->kv, slot, l)
@@ -668,7 +643,7 @@ static void begin_device_fill(struct offload *o, int slot, int req, int prompt_l
 static void fill_device(struct offload *o, const struct kv_view *v, int n, int req, int layer)
 {
     if (o->p.prompt_kv == OFFLOAD_KV_LOCALITY)
-        locality_fill_kv_cuda(o->L, o->ctx, v, NULL, &n, &req, 1, layer);
+        o->qs->fill_kv_device(o->qs->user, o->ctx, v, n, req, layer);
     else
         kv_fill_synthetic_cuda(o->ctx, v, o->d_fill + FILL_NTOK, o->d_fill + FILL_REQ, 1, layer,
                                o->p.seed, n);
@@ -745,7 +720,7 @@ static void write_layer(struct offload *o, int slot, int req, int layer, int pro
 /* New query streams, meter lists and hot-cache units for the request in `slot`. */
 static void reset_slot(struct offload *o, int slot)
 {
-    locality_meter_reset(o->meter, slot);
+    o->qs->meter_reset(o->qs->user, slot);
     if (o->device_plan)
         o->fn.hot_plan_reset(&o->hpp, &o->hps, offload_unit(o, slot, 0, 0),
                              o->n_sparse * o->n_lists, o->ctx->stream);
@@ -836,7 +811,7 @@ int offload_admit(struct offload *o, int req_id, int prompt_len, int n_tokens, i
     double t0 = pulse_now();
     o->req_id[ks] = req_id;
     o->first_tok[ks] = engine_first_token(o->eng, req_id);
-    locality_start(o->L, ks, req_id);
+    o->qs->start(o->qs->user, ks, req_id);
     if (o->pf) o->first_tok[ks] = run_prefill(o, req_id, prompt_len);
     char label[64];
     snprintf(label, sizeof label, "prompt KV (request %d, %d tokens)", req_id, prompt_len);

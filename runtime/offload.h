@@ -16,7 +16,7 @@
  *                  one-token pages, one layer per sparse layer), built at admission from the
  *                  prompt keys and folded per decode token (digest_update).
  *
- * Keys and values: from the locality model (workloads/locality.h: structured keys, V as
+ * Keys and values: from the query source (query_source.h, the locality model's: keys, V as
  * kv_fill_synthetic) or, with prompt_kv = OFFLOAD_KV_SYNTHETIC, exactly kv_fill_synthetic's (the
  * vanilla policy's prompt KV, for equality tests) or, with OFFLOAD_KV_PREFILL, from a real
  * prefill (prefill.h: the request's deterministic prompt ids through engine_prefill with the
@@ -29,10 +29,10 @@
  * Per sparse layer of a step (offload_layer.c, ArkVale style, lookahead 0), all queued on the
  * compute stream by the thread that calls offload_step, which never waits for the device: the
  * layer's pre-attention piece (engine.h), the new key folded into its digest, selection
- * (select_blocks_{ref,cuda}: head-wise or SoloHead) on the layer's locality query (made during
+ * (select_blocks_{ref,cuda}: head-wise or SoloHead) on the layer's source query (made during
  * the previous step and uploaded with the step's one asynchronous copy), the lists' download
  * into pinned memory and an event. The planner thread (offload_plan.c) takes the layer once its
- * lists are on the host: locality meter, hot-cache lookup, the layer's control block (attended
+ * lists are on the host: the source's meter, hot-cache lookup, the layer's control block (attended
  * pages in token order, lengths, tail-flush descriptors), and the misses submitted to the
  * recall engine (recall.h) with the layer's flag as the recall's signal. The compute stream then
  * waits for the flag (backend wait_value: on the device with PULSE_DEVICE_WAIT=1, else the
@@ -41,12 +41,12 @@
  * KV head), flushes filled tails (tail page into its slot, and into the host pool), and the
  * post-attention piece. With lookahead 1 (InfiniGen style) the selection of layer l+1 is queued
  * at layer l right after its attention, so the recall overlaps layer l's MLP and layer l+1's
- * projections: the same selections (the same query streams). The locality meter sees the same
+ * projections: the same selections (the same query streams). The source's meter sees the same
  * lists and a hot cache of the same size, so its churn and recall numbers are the runtime's.
  * Host synchronisations made inside offload_step are counted (offload_stats.host_syncs).
  *
- * Digests of tokens the model generates come from its real keys (the prompt's from the locality
- * model). The per-layer selection queries of the next step are made on the CPU while the GPU
+ * Digests of tokens the model generates come from its real keys (the prompt's from the source's
+ * keys). The per-layer selection queries of the next step are made on the CPU while the GPU
  * runs this one. Nothing allocates after create. One thread drives it (plus its planner). */
 #ifndef PULSE_OFFLOAD_H
 #define PULSE_OFFLOAD_H
@@ -58,9 +58,10 @@
 #include "engine.h"
 #include "floor.h"
 #include "kv_cache.h"
+#include "query_source.h"
 #include "recall.h"
 
-struct locality_profile;
+#define OFFLOAD_MAX_LAYERS 256
 
 enum offload_selection { OFFLOAD_HEADWISE = 0, OFFLOAD_SOLOHEAD = 1 };
 enum offload_prompt_kv {
@@ -82,10 +83,10 @@ struct offload_params {
     const struct recall_copy_ops *recall_ops; /* the recall engine's copy path; NULL = the
                                                  backend's (tests wrap it to inject failures) */
     size_t host_pool_bytes;    /* pinned host pool; 0 = max_batch requests of max_tokens */
-    int prompt_kv;             /* enum offload_prompt_kv (default locality) */
-    const struct locality_profile *profile; /* churn per layer; NULL = the default profile */
-    int calib_tokens;          /* locality calibration context; 0 = from typical_tokens */
-    int typical_tokens;        /* the run's typical context (e.g. the mean prompt); 0 = unknown */
+    int prompt_kv;             /* enum offload_prompt_kv (default locality: the source's) */
+    struct query_source *source; /* queries, prompt keys and meter (query_source.h), made for
+                                    offload_source_shape of these params; required by
+                                    offload_create, not owned */
     uint64_t seed;             /* the engine's seed (V and synthetic K are functions of it) */
     int max_batch, max_tokens; /* as the engine's and the cache's */
     int64_t max_steps;         /* capacity of the per-step series (later steps are not kept) */
@@ -95,7 +96,7 @@ struct offload_params {
                          run sets it when the environment has PULSE_OFFLOAD_VERIFY=1) */
 };
 
-/* Per sparse layer, what the runtime did (the locality meter adds churn and its quantiles). */
+/* Per sparse layer, what the runtime did (the source's meter adds churn and its quantiles). */
 struct offload_layer_stats {
     int64_t selections;   /* (entry, step) selections */
     int64_t hits, misses; /* selected (block, list) pairs found resident / recalled */
@@ -119,7 +120,7 @@ struct offload_stats {
     int64_t host_syncs, last_step_host_syncs;
     /* set-up (counters' "setup" object; prompt_fill_s above is the prompt KV's time) */
     double pin_s;         /* allocating and pinning the host pool */
-    double calibration_s; /* creating the locality generator (its calibration) */
+    double calibration_s; /* creating the query source (its calibration: its setup_s) */
     int prompt_kv_device; /* 1: prompt KV generated on the device, 0: written by the CPU */
     size_t staging_bytes; /* device staging of the device path */
 };
@@ -138,11 +139,16 @@ size_t offload_request_kv_bytes(const struct offload_params *p, const struct kv_
 size_t offload_request_host_bytes(const struct offload_params *p, const struct model_config *m,
                                   int page_size, int n_tokens);
 
+/* The shape the query source of an offload runtime with params p on model m and cache page
+ * size page_size must have (p valid: offload_params_check). */
+void offload_source_shape(const struct offload_params *p, const struct model_config *m,
+                          int page_size, struct query_source_shape *out);
+
 /* Creates the offload runtime for engine e and its cache kv (page size = block size; request
- * slots = max_batch): host pool, digest store, hot cache, recall engine, locality generator
- * (calibrated here: the slow part) and meter, and every buffer a step uses. PULSE_OK and *out;
- * PULSE_ERR_INVALID (params, calibration) or PULSE_ERR_OOM (memory refused) with a one-line
- * reason in err. */
+ * slots = max_batch): host pool, digest store, hot cache, recall engine, and every buffer a step
+ * uses; p->source must have been made for offload_source_shape. PULSE_OK and *out;
+ * PULSE_ERR_INVALID (params, source) or PULSE_ERR_OOM (memory refused) with a one-line reason
+ * in err. */
 int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_params *p,
                    struct offload **out, char *err, size_t errlen);
 void offload_free(struct offload *o);
@@ -196,7 +202,7 @@ void offload_get_layer_stats(const struct offload *o, int layer, struct offload_
 /* The resolved params and sizes ("config" side) and the measured counters: totals, one entry
  * per sparse layer (achieved churn mean/p50/p90/p99 beside the profile's target, recall bytes
  * per step mean/p50/p90/p99/total, hot-cache hits/misses/evictions), the per-step series and
- * the locality calibration. Caller owns the references. */
+ * the source's description (its calibration). Caller owns the references. */
 json_t *offload_config_json(const struct offload *o);
 json_t *offload_counters_json(const struct offload *o);
 

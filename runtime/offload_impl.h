@@ -10,8 +10,8 @@
 #include "hot_plan.h"
 #include "offload_kernels.h"
 #include "offload.h"
+#include "query_source.h"
 #include "select.h"
-#include "workloads/locality.h"
 
 /* The selection kernels of the backend (the _ref or the _cuda ones of select.h). */
 struct offload_sel_fns {
@@ -50,19 +50,17 @@ struct offload {
     struct host_pool *hp;
     struct recall *rc;
     struct hot_cache *hc;
-    struct locality *L;
-    struct locality_meter *meter;
-    struct locality_profile *prof; /* owned copy */
-    struct kv_cache *pf_kv;        /* OFFLOAD_KV_PREFILL: staging cache of one request */
-    struct prefill *pf;            /* its prefill (own batch) */
-    int pf_slot;                   /* the staging slot during an admission */
-    struct select_cfg cfg;         /* max_blocks = the cache's row width */
+    struct query_source *qs; /* queries, prompt keys, meter (the params', not owned) */
+    struct kv_cache *pf_kv;  /* OFFLOAD_KV_PREFILL: staging cache of one request */
+    struct prefill *pf;      /* its prefill (own batch) */
+    int pf_slot;             /* the staging slot during an admission */
+    struct select_cfg cfg;   /* max_blocks = the cache's row width */
     int n_layers, n_dense, n_sparse, n_lists, ms, hot_slots, dig_heads, all_selected, headwise;
     int nq, nkv, hd, ps, G, max_blocks, max_batch, max_items;
     int att_max_tokens; /* bounds every attended length of the step (min(ms * ps, max reserved)) */
     size_t page_bytes, head_bytes, dpage_bytes; /* GPU page, one head's piece, digest page */
     char *gpu_pool;                             /* the cache's page pool (backend memory) */
-    int32_t sel_head[LOC_MAX_LAYERS]; /* SELECT_HEADWISE, or the layer's SoloHead KV head */
+    int32_t sel_head[OFFLOAD_MAX_LAYERS]; /* SELECT_HEADWISE, or the layer's SoloHead KV head */
 
     /* per cache slot */
     int32_t *hp_slot, *dg_slot, *req_id; /* [max_batch]; -1 when the slot is not ours */
@@ -152,7 +150,7 @@ struct offload {
 };
 
 /* The planner thread (offload_plan.c): it takes a sparse layer's job once the layer's lists
- * are on the host (ev_sel), feeds the locality meter, plans the hot cache, writes the control
+ * are on the host (ev_sel), feeds the source's meter, plans the hot cache, writes the control
  * block, submits the recall with the layer's flag as its signal (or sets the flag when nothing
  * is missing), and waits for the recall itself (retrying a failed one) so the main thread never
  * does. JOB_PLAN does all of that; JOB_METER only the meter. */

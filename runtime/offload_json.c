@@ -83,33 +83,33 @@ json_t *offload_config_json(const struct offload *o)
         (json_int_t)st.gpu_pages_per_request_max);
     json_object_set_new(j, "selector_per_layer", sel);
     json_object_set_new(j, "lookahead_layers", json_integer(o->p.lookahead));
-    json_object_set_new(j, "locality", locality_to_json(o->L));
+    json_object_set_new(j, "locality", o->qs->to_json(o->qs->user));
     return j;
 }
 
-static json_t *churn_json(const struct offload *o, int l, const struct locality_layer_stats *s)
+static json_t *churn_json(const struct query_meter_stats *s)
 {
     json_t *c = json_pack("{s:I}", "samples", (json_int_t)s->churn_samples);
     results_set_real(c, "mean", s->churn_mean);
-    results_set_real(c, "p50", s->churn_median);
+    results_set_real(c, "p50", s->churn_p50);
     results_set_real(c, "p90", s->churn_p90);
     results_set_real(c, "p99", s->churn_p99);
     results_set_real(c, "max", s->churn_max);
-    results_set_real(c, "target_mean", locality_profile_mean(o->prof, l));
-    results_set_real(c, "target_p50", locality_profile_quantile(o->prof, l, 0.5));
-    results_set_real(c, "target_p90", locality_profile_quantile(o->prof, l, 0.9));
+    results_set_real(c, "target_mean", s->target_mean);
+    results_set_real(c, "target_p50", s->target_p50);
+    results_set_real(c, "target_p90", s->target_p90);
     return c;
 }
 
 static json_t *layer_json(const struct offload *o, int l)
 {
-    struct locality_layer_stats s;
-    locality_meter_layer_stats(o->meter, l, &s);
+    struct query_meter_stats s;
+    o->qs->meter_stats(o->qs->user, l, &s);
     const struct offload_layer_stats *r = &o->ls[l];
     json_t *rb = json_pack("{s:I, s:I}", "steps", (json_int_t)s.steps, "total",
                            (json_int_t)s.recall_bytes_total);
     results_set_real(rb, "mean", s.recall_bytes_mean);
-    results_set_real(rb, "p50", s.recall_bytes_median);
+    results_set_real(rb, "p50", s.recall_bytes_p50);
     results_set_real(rb, "p90", s.recall_bytes_p90);
     results_set_real(rb, "p99", s.recall_bytes_p99);
     results_set_real(rb, "max", s.recall_bytes_max);
@@ -118,7 +118,7 @@ static json_t *layer_json(const struct offload *o, int l)
                            (json_int_t)r->evictions);
     json_t *j = json_pack(
         "{s:i, s:o, s:o, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I}", "layer", l, "churn",
-        churn_json(o, l, &s), "recall_bytes_per_step", rb, "cold_steps", (json_int_t)s.cold_steps,
+        churn_json(&s), "recall_bytes_per_step", rb, "cold_steps", (json_int_t)s.cold_steps,
         "cold_recall_bytes", (json_int_t)s.cold_recall_bytes, "hot_cache", hc, "recall_bytes",
         (json_int_t)r->recall_bytes, "recall_chunks", (json_int_t)r->recall_chunks, "recalls",
         (json_int_t)r->recalls, "recall_stalls", (json_int_t)r->stalls, "selections",

@@ -64,7 +64,8 @@ static void prefetch_q(struct offload *o)
         for (int b = 0; b < ss->n; b++) {
             const int u = ss->slot[b] * o->n_sparse + sl;
             if (o->q_ready[u]) continue;
-            locality_step_q(o->L, o->n_dense + sl, ss->slot + b, 1, o->q_next + (size_t)u * per);
+            o->qs->step_q(o->qs->user, o->n_dense + sl, ss->slot + b, 1,
+                          o->q_next + (size_t)u * per);
             o->q_ready[u] = 1;
         }
 }
@@ -81,7 +82,7 @@ static void take_q(struct offload *o, uint16_t *dst)
             if (o->q_ready[u])
                 memcpy(q, o->q_next + (size_t)u * per, per * sizeof(uint16_t));
             else
-                locality_step_q(o->L, o->n_dense + sl, ss->slot + b, 1, q);
+                o->qs->step_q(o->qs->user, o->n_dense + sl, ss->slot + b, 1, q);
             o->q_ready[u] = 0;
         }
 }

@@ -198,9 +198,9 @@ static void run_job(struct offload *o, const struct job *j)
     if (trace_on()) fprintf(stderr, "planner: step %lld layer %d: lists in\n", (long long)j->step, j->layer);
     const int32_t *h_sel = offload_sel(o, p, sl);
     const size_t lists = (size_t)ss->n * o->n_lists;
-    int rc = locality_meter_add(o->meter, j->layer, ss->slot, ss->n_tok, h_sel,
-                                h_sel + lists * o->ms, ss->n);
-    PULSE_CHECK(rc == PULSE_OK, "offload: the locality meter refused a selection");
+    int rc = o->qs->meter_add(o->qs->user, j->layer, ss->slot, ss->n_tok, h_sel,
+                              h_sel + lists * o->ms, ss->n);
+    PULSE_CHECK(rc == PULSE_OK, "offload: the source's meter refused a selection");
     if (j->kind != OFFLOAD_JOB_PLAN) return;
     const uint32_t seq = (uint32_t)(j->step + 1);
     const int n_items = plan(o, ss, j->layer, h_sel, offload_ctl(o, p, sl));

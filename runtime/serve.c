@@ -25,7 +25,8 @@ int serve_admit_request(struct serve_state *s, int i)
     int slot, rc = kv_cache_admit(s->kv, r->prompt_len + r->output_len, &slot);
     if (rc != PULSE_OK) return rc;
     int32_t token = engine_first_token(s->eng, r->id);
-    if (s->policy_ctx) { /* a real prefill, a prefill instance's work: off the clock */
+    if (s->policy_ctx && s->pol->ctx_kind == POLICY_CTX_PREFILL) {
+        /* a real prefill, a prefill instance's work: off the clock */
         double t0 = pulse_now();
         token = prefill_run(s->policy_ctx, s->kv, slot, r->id, r->prompt_len,
                             r->prompt_len + r->output_len);

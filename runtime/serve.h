@@ -3,6 +3,7 @@
 #ifndef PULSE_SERVE_H
 #define PULSE_SERVE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "engine.h"
@@ -58,11 +59,31 @@ struct serve_state {
     const struct policy *pol;
     struct serve_step *series; /* the caller's per-step record (serve_run_series), or NULL */
     int64_t series_cap;
-    void *policy_ctx; /* what serve_run_policy was given (offload policies: struct offload *;
-                         vanilla: NULL or a struct prefill *) */
+    void *policy_ctx; /* what serve_run_policy was given, of the policy's ctx_kind */
     char why[256];    /* a policy's reason when a request can never be admitted ("" = none) */
 };
 
+/* What a policy's context (serve_run_policy's policy_ctx) is. */
+enum policy_ctx_kind {
+    POLICY_CTX_NONE = 0,    /* none (a context given is not used) */
+    POLICY_CTX_PREFILL = 1, /* optional: NULL (synthetic prompt KV) or a struct prefill *
+                               (prefill.h: admission prefills the prompt) */
+    POLICY_CTX_OFFLOAD = 2, /* required: a struct offload * (offload.h) */
+};
+
+struct offload_params;
+
+/* What a policy's ctx_create makes its context from. */
+struct policy_ctx_params {
+    struct engine *eng;
+    struct kv_cache *kv;
+    uint64_t seed;
+    int max_batch;
+    int prefill;                          /* POLICY_CTX_PREFILL: 1 = a real prefill, 0 = none */
+    const struct offload_params *offload; /* POLICY_CTX_OFFLOAD: the runtime's params */
+};
+
+/* A policy's table; baselines/registry.h finds them by name. */
 struct policy {
     const char *name;
     /* Admits waiting requests (reserving their KV and writing their prompt KV). */
@@ -77,15 +98,19 @@ struct policy {
     int overlapped;        /* its recall overlaps compute: the step floor is max(HBM, PCIe) */
     int needs_ctx;         /* 1: runs only with a policy context (serve_run_policy) */
     int offload_lookahead; /* offload policies: offload_params.lookahead (offload.h) */
+    int ctx_kind;          /* enum policy_ctx_kind */
+    /* Optional (NULL: it takes no context): makes the context a run of this policy takes from
+     * p into *ctx (NULL when there is none, e.g. vanilla without prefill). PULSE_OK, or
+     * PULSE_ERR_OOM / PULSE_ERR_INVALID with a one-line reason in err. */
+    int (*ctx_create)(const struct policy_ctx_params *p, void **ctx, char *err, size_t errlen);
+    /* With ctx_create: frees what it made (NULL is fine). */
+    void (*ctx_free)(void *ctx);
 };
-
-/* The policy registered under `name`, or NULL; names for messages. */
-const struct policy *policy_find(const char *name);
-const char *policy_names(void);
 
 /* Admits reqs[i] as an entry of the running batch: reserves its KV (PULSE_ERR_NOMEM when it
  * does not fit now) and queues its synthetic prompt KV, its first token engine_first_token; or,
- * when the policy context is a struct prefill (vanilla with --prompt-kv prefill, prefill.h),
+ * when the policy's context is a prefill (POLICY_CTX_PREFILL, not NULL: vanilla with
+ * --prompt-kv prefill, prefill.h),
  * prefills the prompt into its pages (off the clock, as a prefill instance's work) and starts
  * from the prefill's greedy token. Shared by policies. */
 int serve_admit_request(struct serve_state *s, int i);
@@ -102,9 +127,9 @@ void serve_pause_clock(struct serve_state *s, double seconds);
 int serve_run(struct engine *e, struct kv_cache *kv, const struct policy *pol, struct request *reqs,
               int n, int max_batch, struct serve_counters *ctr, double *wall_s, char *err,
               size_t errlen);
-/* serve_run with a policy context (owned by the caller, alive for the run): required by a
- * policy with needs_ctx (PULSE_ERR_INVALID without it); for vanilla NULL (synthetic prompt KV)
- * or a struct prefill * (real prefill). */
+/* serve_run with a policy context of the policy's ctx_kind (owned by the caller, alive for the
+ * run; ctx_create makes one): required by a policy with needs_ctx (PULSE_ERR_INVALID without
+ * it); for vanilla NULL (synthetic prompt KV) or a struct prefill * (real prefill). */
 int serve_run_policy(struct engine *e, struct kv_cache *kv, const struct policy *pol,
                      void *policy_ctx, struct request *reqs, int n, int max_batch,
                      struct serve_counters *ctr, double *wall_s, char *err, size_t errlen);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "baselines/registry.h"
 #include "common.h"
 #include "engine.h"
 #include "mem.h"

@@ -16,6 +16,7 @@
 #include "kv_cache.h"
 #include "numeric.h"
 #include "offload.h"
+#include "testsource.h"
 #include "testutil.h"
 
 #define NA 2     /* vanilla requests */
@@ -35,6 +36,7 @@ struct rig {
     struct engine *e;
     struct kv_cache *kv;
     struct offload *o;
+    struct query_source *qs;
     struct batch *a, *b;
     struct batch_entry ea[NA], eb[NB];
 };
@@ -58,7 +60,8 @@ static int rig_create(struct rig *r, int selection)
     offload_params_init(&p, MAXB, max_tokens, 3);
     p.budget_tokens = 64;
     p.selection = selection;
-    p.typical_tokens = 250;
+    const struct locality_source_params lp = {.typical_tokens = 250};
+    if (!(r->qs = test_source(r->e, r->kv, &p, &lp))) return -1;
     if (offload_create(r->e, r->kv, &p, &r->o, err, sizeof err) != PULSE_OK)
         return fprintf(stderr, "offload: %s\n", err), -1;
     r->a = batch_create(r->e);
@@ -91,6 +94,7 @@ static void rig_free(struct rig *r)
         batch_free(r->e, r->b);
     }
     offload_free(r->o);
+    query_source_free(r->qs);
     kv_cache_free(r->kv);
     engine_free(r->e);
 }

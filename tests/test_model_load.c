@@ -9,6 +9,7 @@
 
 #include "accuracy/model_load.h"
 #include "backend.h"
+#include "baselines/registry.h"
 #include "bytebuf.h"
 #include "engine.h"
 #include "numeric.h"

@@ -18,12 +18,14 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "baselines/registry.h"
 #include "common.h"
 #include "engine.h"
 #include "kv_cache.h"
 #include "offload.h"
 #include "recall.h"
 #include "serve.h"
+#include "testsource.h"
 #include "testutil.h"
 #include "workloads/workload.h"
 
@@ -80,8 +82,8 @@ static void serve(const struct run_cfg *c, struct offload_params *op, struct run
         int64_t prompt = 0;
         for (int i = 0; i < r->w.n; i++)
             prompt += r->w.reqs[i].prompt_len;
-        op->typical_tokens = (int)(prompt / r->w.n);
-        if (offload_create(e, kv, op, &o, err, sizeof err) != PULSE_OK)
+        const struct locality_source_params lp = {.typical_tokens = (int)(prompt / r->w.n)};
+        if (test_source(e, kv, op, &lp) && offload_create(e, kv, op, &o, err, sizeof err))
             fprintf(stderr, "offload: %s\n", err);
     }
     double wall;
@@ -101,6 +103,7 @@ static void serve(const struct run_cfg *c, struct offload_params *op, struct run
     r->peak_pages = r->ctr.peak_pages_used;
     r->page_bytes = (int64_t)m->n_kv_heads * 2 * c->page_size * m->head_dim * 2;
     offload_free(o);
+    if (op) query_source_free(op->source), op->source = NULL;
     kv_cache_free(kv);
     engine_free(e);
 }

@@ -10,12 +10,14 @@
 #include <string.h>
 
 #include "backend.h"
+#include "baselines/registry.h"
 #include "common.h"
 #include "engine.h"
 #include "kv_cache.h"
 #include "offload.h"
 #include "prefill.h"
 #include "serve.h"
+#include "testsource.h"
 #include "testutil.h"
 #include "workloads/workload.h"
 
@@ -78,10 +80,10 @@ static int serve(const char *policy, int selection, int budget, int prefill, str
     const struct policy *pol = policy_find(policy);
     void *ctx = NULL;
     struct offload_params p = params(&r, policy, selection, budget);
-    if (pol->needs_ctx && offload_create(r.e, r.kv, &p, (struct offload **)&ctx, err, sizeof err))
-        fprintf(stderr, "offload: %s\n", err);
-    else if (!pol->needs_ctx && prefill)
-        ctx = prefill_create(r.e, 1, MAX_BATCH);
+    const struct policy_ctx_params cp = {r.e, r.kv, 1, MAX_BATCH, prefill, &p};
+    if ((!pol->needs_ctx || test_source(r.e, r.kv, &p, NULL)) &&
+        pol->ctx_create(&cp, &ctx, err, sizeof err))
+        fprintf(stderr, "%s: %s\n", policy, err);
     double wall;
     if (ctx || !prefill)
         rc = serve_run_policy(r.e, r.kv, pol, ctx, w->reqs, w->n, MAX_BATCH, c, &wall, err,
@@ -91,7 +93,8 @@ static int serve(const char *policy, int selection, int budget, int prefill, str
         fprintf(stderr, "check: %s\n", err);
         rc = -1;
     }
-    pol->needs_ctx ? offload_free(ctx) : prefill_free(ctx);
+    pol->ctx_free(ctx);
+    query_source_free(p.source);
     rig_free(&r);
 out:
     return rc;
@@ -164,6 +167,7 @@ static void host_pool_case(int prompt_len, int page_size)
     struct offload *o = NULL;
     int slot, rs;
     EXPECT(ref && pf);
+    test_source(r.e, r.kv, &p, NULL);
     EXPECT_EQ_INT(offload_create(r.e, r.kv, &p, &o, err, sizeof err), 0);
     if (!o || !ref || !pf) goto out;
     EXPECT_EQ_INT(offload_admit(o, req, prompt_len, n_tokens, &slot, why, sizeof why), 0);
@@ -203,6 +207,7 @@ static void host_pool_case(int prompt_len, int page_size)
     if (diffs) fprintf(stderr, "host pool case: prompt %d, page size %d\n", prompt_len, page_size);
 out:
     offload_free(o);
+    query_source_free(p.source);
     prefill_free(pf);
     kv_cache_free(ref);
     rig_free(&r);

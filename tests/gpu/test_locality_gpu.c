@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "baselines/registry.h"
 #include "common.h"
 #include "cuda_check.h"
 #include "engine.h"
@@ -34,6 +35,7 @@
 #include "offload.h"
 #include "select.h"
 #include "serve.h"
+#include "tests/testsource.h"
 #include "tests/testutil.h"
 #include "workloads/locality.h"
 #include "workloads/workload.h"
@@ -232,6 +234,7 @@ struct rig {
     struct engine *e;
     struct kv_cache *kv;
     struct offload *o;
+    struct query_source *qs;
     int slot[8];
 };
 
@@ -258,7 +261,9 @@ static int rig_init(struct rig *r, int prompt_kv, int selection, int host)
     p.selection = selection;
     p.budget_tokens = 32;
     if (host) setenv("PULSE_PROMPT_KV_HOST", "1", 1);
-    int rc = r->kv ? offload_create(r->e, r->kv, &p, &r->o, err, sizeof err) : -1;
+    if (r->kv && !(r->qs = test_source(r->e, r->kv, &p, NULL)))
+        snprintf(err, sizeof err, "no query source");
+    int rc = r->qs ? offload_create(r->e, r->kv, &p, &r->o, err, sizeof err) : -1;
     unsetenv("PULSE_PROMPT_KV_HOST");
     if (rc != PULSE_OK) {
         fprintf(stderr, "rig: %s\n", err);
@@ -277,6 +282,7 @@ static int rig_init(struct rig *r, int prompt_kv, int selection, int host)
 static void rig_free(struct rig *r)
 {
     offload_free(r->o);
+    query_source_free(r->qs);
     kv_cache_free(r->kv);
     engine_free(r->e);
     workload_free(&r->w);
@@ -398,6 +404,7 @@ static void test_served_tokens(void)
         p.budget_tokens = 32;
         if (host) setenv("PULSE_PROMPT_KV_HOST", "1", 1);
         struct offload *o = NULL;
+        test_source(e, kv, &p, NULL);
         EXPECT_EQ_INT(offload_create(e, kv, &p, &o, err, sizeof err), PULSE_OK);
         unsetenv("PULSE_PROMPT_KV_HOST");
         struct serve_counters ctr;
@@ -407,6 +414,7 @@ static void test_served_tokens(void)
                                            w[host].n, max_batch, &ctr, &wall, err, sizeof err),
                           0);
         offload_free(o);
+        query_source_free(p.source);
         kv_cache_free(kv);
         engine_free(e);
     }

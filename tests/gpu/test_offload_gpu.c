@@ -12,11 +12,13 @@
 #include <string.h>
 
 #include "backend.h"
+#include "baselines/registry.h"
 #include "common.h"
 #include "engine.h"
 #include "kv_cache.h"
 #include "offload.h"
 #include "serve.h"
+#include "testsource.h"
 #include "testutil.h"
 #include "workloads/workload.h"
 
@@ -52,7 +54,7 @@ static void serve(const char *be_name, const char *policy, const char *spec, int
     if (kv && pol->needs_ctx) {
         p->max_batch = max_batch, p->max_tokens = max_tokens;
         p->lookahead = pol->offload_lookahead;
-        if (offload_create(e, kv, p, &o, err, sizeof err) != PULSE_OK)
+        if (test_source(e, kv, p, NULL) && offload_create(e, kv, p, &o, err, sizeof err))
             fprintf(stderr, "%s %s: offload: %s\n", be_name, policy, err);
     }
     r->created = kv && (o || !pol->needs_ctx);
@@ -63,6 +65,7 @@ static void serve(const char *be_name, const char *policy, const char *spec, int
     if (r->created && r->rc) fprintf(stderr, "%s %s %s: %s\n", be_name, policy, spec, err);
     if (o) offload_get_stats(o, &r->st);
     offload_free(o);
+    if (p) query_source_free(p->source), p->source = NULL;
     kv_cache_free(kv);
     engine_free(e);
 }

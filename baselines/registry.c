@@ -1,12 +1,13 @@
-/* The registry of policies by name. */
+/* The registry of policies by name (registry.h). */
+#include "registry.h"
+
 #include <string.h>
 
 #include "common.h"
-#include "serve.h"
 
-extern const struct policy policy_vanilla;   /* baselines/vanilla.c */
-extern const struct policy policy_arkvale;   /* baselines/arkvale.c */
-extern const struct policy policy_infinigen; /* baselines/infinigen.c */
+extern const struct policy policy_vanilla;   /* vanilla.c */
+extern const struct policy policy_arkvale;   /* arkvale.c */
+extern const struct policy policy_infinigen; /* infinigen.c */
 
 static const struct policy *const registry[] = {&policy_vanilla, &policy_arkvale,
                                                 &policy_infinigen};

@@ -1,0 +1,213 @@
+/* The locality model as a query source (locality_source.h). */
+#include "locality_source.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+#include "mem.h"
+
+#define CALIB_CAP_TOKENS 16384 /* default calibration context at most (its cost grows with it) */
+
+struct locality_source {
+    struct query_source qs;
+    struct locality *L;
+    struct locality_meter *meter;
+    struct locality_profile prof; /* owned copy */
+};
+
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        snprintf(err, errlen, __VA_ARGS__);                                                        \
+        return PULSE_ERR_INVALID;                                                                  \
+    } while (0)
+
+int locality_profile_fits(const struct locality_profile *f, int n_layers, int n_dense,
+                          const char *model, char *err, size_t errlen)
+{
+    if (!f) return PULSE_OK;
+    if (f->n_layers != n_layers)
+        BAD("locality profile: %d layers, model %s has %d", f->n_layers,
+            model ? model : "(unnamed)", n_layers);
+    for (int l = 0; l < n_layers; l++)
+        if (!f->dense[l] != !(l < n_dense))
+            BAD("locality profile: layer %d is %s, but the policy keeps exactly the first %d "
+                "layers dense",
+                l, f->dense[l] ? "dense" : "sparse", n_dense);
+    return PULSE_OK;
+}
+
+/* ------------------------------------------------------------------ the table */
+
+static void src_start(void *u, int slot, int64_t req_id)
+{
+    struct locality_source *s = u;
+    locality_start(s->L, slot, req_id);
+}
+
+static void src_step_q(void *u, int layer, const int32_t *slots, int batch, uint16_t *q_out)
+{
+    struct locality_source *s = u;
+    locality_step_q(s->L, layer, slots, batch, q_out);
+}
+
+static void src_fill_kv(void *u, const struct kv_view *kv, int n_tokens, int32_t req_id, int layer)
+{
+    struct locality_source *s = u;
+    locality_fill_kv(s->L, kv, NULL, &n_tokens, &req_id, 1, layer);
+}
+
+#ifdef PULSE_HAVE_CUDA
+static int src_device_init(void *u, char *err, size_t errlen)
+{
+    struct locality_source *s = u;
+    return locality_device_init(s->L, err, errlen);
+}
+
+static void src_fill_kv_device(void *u, const struct kctx *c, const struct kv_view *kv,
+                               int n_tokens, int32_t req_id, int layer)
+{
+    struct locality_source *s = u;
+    locality_fill_kv_cuda(s->L, c, kv, NULL, &n_tokens, &req_id, 1, layer);
+}
+#endif
+
+static json_t *src_to_json(const void *u)
+{
+    const struct locality_source *s = u;
+    return locality_to_json(s->L);
+}
+
+static void src_meter_reset(void *u, int slot)
+{
+    struct locality_source *s = u;
+    locality_meter_reset(s->meter, slot);
+}
+
+static int src_meter_add(void *u, int layer, const int32_t *slots, const int32_t *n_tokens,
+                         const int32_t *sel_idx, const int32_t *sel_count, int batch)
+{
+    struct locality_source *s = u;
+    return locality_meter_add(s->meter, layer, slots, n_tokens, sel_idx, sel_count, batch);
+}
+
+static void src_meter_stats(const void *u, int layer, struct query_meter_stats *out)
+{
+    const struct locality_source *s = u;
+    struct locality_layer_stats m;
+    locality_meter_layer_stats(s->meter, layer, &m);
+    *out = (struct query_meter_stats){
+        .churn_samples = m.churn_samples,
+        .churn_mean = m.churn_mean,
+        .churn_p50 = m.churn_median,
+        .churn_p90 = m.churn_p90,
+        .churn_p99 = m.churn_p99,
+        .churn_max = m.churn_max,
+        .target_mean = locality_profile_mean(&s->prof, layer),
+        .target_p50 = locality_profile_quantile(&s->prof, layer, 0.5),
+        .target_p90 = locality_profile_quantile(&s->prof, layer, 0.9),
+        .steps = m.steps,
+        .recall_bytes_mean = m.recall_bytes_mean,
+        .recall_bytes_p50 = m.recall_bytes_median,
+        .recall_bytes_p90 = m.recall_bytes_p90,
+        .recall_bytes_p99 = m.recall_bytes_p99,
+        .recall_bytes_max = m.recall_bytes_max,
+        .recall_bytes_total = m.recall_bytes_total,
+        .cold_steps = m.cold_steps,
+        .cold_recall_bytes = m.cold_recall_bytes,
+    };
+}
+
+static void src_free(struct query_source *qs)
+{
+    struct locality_source *s = qs->user;
+    locality_meter_free(s->meter);
+    locality_free(s->L);
+    mem_free(MEM_HOST, s, sizeof *s);
+}
+
+/* ------------------------------------------------------------------ create */
+
+/* The calibration context: the given one, or the run's typical context within
+ * [2 x the selected tokens, max(that, CALIB_CAP_TOKENS)], or locality's default. */
+static int calib_tokens(const struct locality_source_params *p, const struct select_cfg *gc)
+{
+    if (p->calib_tokens > 0) return p->calib_tokens;
+    const int sel_tokens = (gc->sink + gc->window + 1 + gc->budget) * gc->block_size;
+    if (p->typical_tokens <= 0) return PULSE_MAX(2048, 4 * sel_tokens);
+    int lo = 2 * sel_tokens, hi = PULSE_MAX(lo, CALIB_CAP_TOKENS);
+    return PULSE_MAX(lo, PULSE_MIN(p->typical_tokens, hi));
+}
+
+/* The profile, the calibrated generator and the meter of s. */
+static int make(struct locality_source *s, const struct query_source_shape *sh,
+                const struct locality_source_params *p, char *err, size_t errlen)
+{
+    char why[256];
+    if (locality_profile_fits(p->profile, sh->n_layers, sh->n_dense, p->model, err, errlen))
+        return PULSE_ERR_INVALID;
+    if (p->profile) {
+        s->prof = *p->profile;
+    } else {
+        struct locality_default_params dp;
+        locality_default_params_init(&dp, sh->n_layers, sh->seed);
+        dp.n_dense = sh->n_dense;
+        if (locality_profile_default(&s->prof, &dp, why, sizeof why) != PULSE_OK) BAD("%s", why);
+    }
+    /* when the budget covers every block (or is 0), the selection does not depend on the
+     * queries: calibrate the generator (used for its keys and query streams only) minimally at a
+     * nominal budget */
+    struct select_cfg gc = sh->sel;
+    const int all_selected = gc.sink + gc.window + 1 + gc.budget >= gc.max_blocks;
+    const int trivial = all_selected || gc.budget == 0; /* no choice: no churn to calibrate */
+    if (trivial) gc.budget = 8;
+    const int calib = trivial ? 64 * gc.block_size : calib_tokens(p, &gc);
+    gc.max_blocks = PULSE_MAX(gc.max_blocks, (int)PULSE_CEIL_DIV(calib, gc.block_size));
+    if (gc.max_blocks > SELECT_MAX_BLOCKS) BAD("calibration tokens: %d are too many", calib);
+    struct locality_params lp;
+    locality_params_init(&lp, &gc, sh->n_layers, sh->n_slots, sh->seed);
+    lp.calib_tokens = calib;
+    if (trivial) /* the table is never used: the smallest calibration */
+        lp.calib_points = 3, lp.calib_steps = 1, lp.calib_streams = 1;
+    if (!(s->L = locality_create(&lp, &s->prof, why, sizeof why))) BAD("%s", why);
+    struct locality_meter_params mp = {sh->sel, sh->n_layers, sh->n_slots, sh->solohead,
+                                       sh->hot_slots};
+    if (!(s->meter = locality_meter_create(&mp, why, sizeof why))) BAD("%s", why);
+    return PULSE_OK;
+}
+
+struct query_source *locality_source_create(const struct query_source_shape *sh,
+                                            const struct locality_source_params *p, char *err,
+                                            size_t errlen)
+{
+    const struct locality_source_params defaults = {0};
+    const double t0 = pulse_now();
+    struct locality_source *s = mem_alloc(MEM_HOST, sizeof *s, "locality source");
+    if (!s) {
+        snprintf(err, errlen, "locality source: out of host memory");
+        return NULL;
+    }
+    memset(s, 0, sizeof *s);
+    s->qs = (struct query_source){
+        .shape = *sh,
+        .user = s,
+        .start = src_start,
+        .step_q = src_step_q,
+        .fill_kv = src_fill_kv,
+#ifdef PULSE_HAVE_CUDA
+        .device_init = src_device_init,
+        .fill_kv_device = src_fill_kv_device,
+#endif
+        .to_json = src_to_json,
+        .meter_reset = src_meter_reset,
+        .meter_add = src_meter_add,
+        .meter_stats = src_meter_stats,
+        .free = src_free,
+    };
+    if (make(s, sh, p ? p : &defaults, err, errlen) != PULSE_OK) {
+        src_free(&s->qs);
+        return NULL;
+    }
+    s->qs.setup_s = pulse_now() - t0;
+    return &s->qs;
+}

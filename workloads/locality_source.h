@@ -1,0 +1,34 @@
+/* The locality model (locality.h) as the offload runtime's query source (runtime/query_source.h):
+ * a generator calibrated for the shape's selection supplies the queries and the prompt keys, a
+ * meter with the shape's hot cache measures what the runtime's selections achieve. */
+#ifndef PULSE_LOCALITY_SOURCE_H
+#define PULSE_LOCALITY_SOURCE_H
+
+#include <stddef.h>
+
+#include "query_source.h"
+#include "workloads/locality.h"
+
+struct locality_source_params {
+    const struct locality_profile *profile; /* churn per layer (copied); NULL = the default
+                                               profile, its first n_dense layers dense */
+    int calib_tokens;   /* calibration context; 0 = the run's typical context within [2 x the
+                           selected tokens, max(that, 16384)], or locality's default */
+    int typical_tokens; /* the run's typical context (e.g. the mean prompt); 0 = unknown */
+    const char *model;  /* names the model in messages; may be NULL */
+};
+
+/* PULSE_OK when prof has n_layers layers of which exactly the first n_dense are dense, else
+ * PULSE_ERR_INVALID with the first mismatch in err (prof NULL: PULSE_OK). */
+int locality_profile_fits(const struct locality_profile *prof, int n_layers, int n_dense,
+                          const char *model, char *err, size_t errlen);
+
+/* The source for shape sh (offload_source_shape): checks the profile against it, calibrates
+ * the generator (the slow part, timed in setup_s; when every block or none is selected the
+ * queries do not matter and the calibration is the smallest) and makes the meter. p NULL = the
+ * defaults. NULL with a one-line reason in err. Free with query_source_free. */
+struct query_source *locality_source_create(const struct query_source_shape *sh,
+                                            const struct locality_source_params *p, char *err,
+                                            size_t errlen);
+
+#endif
