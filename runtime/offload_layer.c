@@ -1,14 +1,14 @@
-/* One decode step under the offload runtime (offload.h), driven on the main thread without a
- * host round trip: the step's uploads (positions, digest rows, the locality queries made
- * during the previous step) are one asynchronous copy from pinned memory; per sparse layer the
- * main thread queues pre-attention, digest update and selection, the lists' download and an
- * event, posts the layer to the planner thread (offload_plan.c), and queues a device-side wait
- * on the layer's flag, the control block's upload, attention over the planned pages, the tail
- * flush and post-attention. The planner plans and recalls; the recall engine's stream sets the
- * flag when the data has landed. With PULSE_DEVICE_WAIT=1 nothing on the main thread waits for
- * the device; by default on cuda the main thread waits for each sparse layer's flag on the host
- * before queueing its attention (common.h, pulse_device_wait, says why), counted as a host
- * synchronisation. */
+/* One decode step under the offload runtime (offload.h), queued by the thread that calls it:
+ * the step's uploads (positions, digest rows, the locality queries made during the previous
+ * step) are one asynchronous copy from pinned memory; per sparse layer it queues pre-attention,
+ * digest update and selection, the lists' download and an event, then one of two paths.
+ * Device-driven (zero-copy): hot-cache planning, descriptors and page lists by kernels, the
+ * zero-copy gather, attention; the host sees the lists only for the meter (planner JOB_METER).
+ * Host-planned (the other engines): the planner thread (offload_plan.c) plans and submits the
+ * recall, whose stream sets the layer's flag when the data has landed; the attention waits for
+ * the flag: on the device with PULSE_DEVICE_WAIT=1, else this thread waits on the host before
+ * queueing it (common.h, pulse_device_wait, says why), counted as a host synchronisation. Then
+ * the tail flush and post-attention. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
