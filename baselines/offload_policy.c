@@ -28,7 +28,7 @@ void offload_policy_ctx_free(void *ctx)
 int offload_policy_admit(struct serve_state *s)
 {
     struct offload *o = s->policy_ctx;
-    while (s->next_waiting < s->n_arrived && s->n_entries < s->max_batch) {
+    while (s->next_waiting < s->n_arrived && s->run[0].n_entries < s->max_batch) {
         const struct request *r = &s->reqs[s->next_waiting];
         struct offload_stats a, b;
         offload_get_stats(o, &a);
@@ -41,7 +41,7 @@ int offload_policy_admit(struct serve_state *s)
             return PULSE_OK;
         }
         if (rc != PULSE_OK) return rc;
-        serve_add_entry(s, s->next_waiting++, slot, offload_first_token(o, slot));
+        serve_add_entry(s, 0, s->next_waiting++, slot, offload_first_token(o, slot));
     }
     return PULSE_OK;
 }
@@ -51,7 +51,7 @@ int offload_policy_step(struct serve_state *s)
     struct offload *o = s->policy_ctx;
     PULSE_CHECK(offload_lookahead(o) == s->pol->offload_lookahead,
                 "offload policy: the offload runtime was made for another lookahead");
-    int rc = offload_step(o, s->batch, s->entries, s->n_entries);
+    int rc = offload_step(o, s->run[0].bt, s->run[0].entries, s->run[0].n_entries);
     struct offload_stats st;
     offload_get_stats(o, &st);
     s->ctr.recall_bytes = st.recall_bytes;

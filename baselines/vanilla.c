@@ -9,8 +9,8 @@
 
 static int vanilla_admit(struct serve_state *s)
 {
-    while (s->next_waiting < s->n_arrived && s->n_entries < s->max_batch) {
-        int rc = serve_admit_request(s, s->next_waiting);
+    while (s->next_waiting < s->n_arrived && s->run[0].n_entries < s->max_batch) {
+        int rc = serve_admit_request(s, 0, s->next_waiting);
         if (rc == PULSE_ERR_NOMEM) {
             s->ctr.admission_refusals++;
             return PULSE_OK;
@@ -23,7 +23,7 @@ static int vanilla_admit(struct serve_state *s)
 
 static int vanilla_step(struct serve_state *s)
 {
-    engine_step(s->eng, s->batch, s->kv);
+    engine_step(s->eng, s->run[0].bt, s->kv);
     return PULSE_OK;
 }
 
@@ -33,11 +33,12 @@ static void vanilla_traffic(struct serve_state *s, struct floor_traffic *t)
     const struct model_config *c = engine_model(s->eng)->cfg;
     const double per_layer = (double)model_kv_bytes_per_token(c) / c->n_layers;
     t->weight_bytes = (double)model_step_weight_bytes(c);
-    for (int b = 0; b < s->n_entries; b++)
-        for (int l = 0; l < c->n_layers; l++) {
-            const int n = s->entries[b].pos + 1, w = model_layer_window(c, l);
-            t->kv_bytes += per_layer * (w > 0 && w < n ? w : n);
-        }
+    for (int k = 0; k < s->n_batches; k++)
+        for (int b = 0; b < s->run[k].n_entries; b++)
+            for (int l = 0; l < c->n_layers; l++) {
+                const int n = s->run[k].entries[b].pos + 1, w = model_layer_window(c, l);
+                t->kv_bytes += per_layer * (w > 0 && w < n ? w : n);
+            }
 }
 
 /* A struct prefill when the run prefills, else none. */

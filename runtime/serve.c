@@ -19,7 +19,7 @@ static struct batch_entry entry_of(const struct serve_state *s, int i, int slot,
     return en;
 }
 
-int serve_admit_request(struct serve_state *s, int i)
+int serve_admit_request(struct serve_state *s, int k, int i)
 {
     struct request *r = &s->reqs[i];
     int slot, rc = kv_cache_admit(s->kv, r->prompt_len + r->output_len, &slot);
@@ -36,20 +36,30 @@ int serve_admit_request(struct serve_state *s, int i)
         batch_set(s->eng, s->admit_batch, s->kv, &en, 1);
         engine_fill_prompt(s->eng, s->admit_batch, s->kv);
     }
-    serve_add_entry(s, i, slot, token);
+    serve_add_entry(s, k, i, slot, token);
     return PULSE_OK;
 }
 
-void serve_add_entry(struct serve_state *s, int i, int slot, int32_t token)
+void serve_add_entry(struct serve_state *s, int k, int i, int slot, int32_t token)
 {
+    PULSE_CHECK(k >= 0 && k < s->n_batches && s->run[k].n_entries < s->max_batch,
+                "serve_add_entry: no such running batch, or it is full");
+    struct serve_batch *sb = &s->run[k];
     struct request *r = &s->reqs[i];
-    struct batch_entry en = entry_of(s, i, slot, token);
     r->slot = slot;
     r->admit_s = pulse_now() - s->t0;
-    s->entries[s->n_entries] = en;
-    s->entry_req[s->n_entries++] = i;
-    s->batch_dirty = 1;
+    sb->entries[sb->n_entries] = entry_of(s, i, slot, token);
+    sb->entry_req[sb->n_entries++] = i;
+    sb->dirty = 1;
     s->ctr.admitted++;
+}
+
+int serve_entries(const struct serve_state *s)
+{
+    int n = 0;
+    for (int k = 0; k < s->n_batches; k++)
+        n += s->run[k].n_entries;
+    return n;
 }
 
 void serve_pause_clock(struct serve_state *s, double seconds)
@@ -59,12 +69,13 @@ void serve_pause_clock(struct serve_state *s, double seconds)
     s->ctr.clock_paused_s += seconds;
 }
 
-/* Records the tokens of one step; retires finished requests. Returns how many finished. */
-static int collect(struct serve_state *s, const int32_t *toks, double t)
+/* Records the tokens of one step of batch sb; retires finished requests. Returns how many
+ * finished. */
+static int collect(struct serve_state *s, struct serve_batch *sb, const int32_t *toks, double t)
 {
     int finished = 0, keep = 0;
-    for (int b = 0; b < s->n_entries; b++) {
-        struct request *r = &s->reqs[s->entry_req[b]];
+    for (int b = 0; b < sb->n_entries; b++) {
+        struct request *r = &s->reqs[sb->entry_req[b]];
         if (r->tokens) r->tokens[r->generated] = toks[b];
         if (r->generated++ == 0) r->first_token_s = t;
         s->ctr.tokens++;
@@ -76,20 +87,20 @@ static int collect(struct serve_state *s, const int32_t *toks, double t)
             finished++;
             continue;
         }
-        s->entries[keep] = s->entries[b];
-        s->entries[keep].pos++;
-        s->entries[keep].token = toks[b];
-        s->entry_req[keep++] = s->entry_req[b];
+        sb->entries[keep] = sb->entries[b];
+        sb->entries[keep].pos++;
+        sb->entries[keep].token = toks[b];
+        sb->entry_req[keep++] = sb->entry_req[b];
     }
-    s->n_entries = keep;
-    if (finished) s->batch_dirty = 1;
+    sb->n_entries = keep;
+    if (finished) sb->dirty = 1;
     return finished;
 }
 
 /* The step's time and traffic into the sums and the caller's series. */
 static void record_step(struct serve_state *s, double step_s)
 {
-    struct serve_step st = {step_s, s->n_entries, {0, 0, 0, 0}};
+    struct serve_step st = {step_s, serve_entries(s), {0, 0, 0, 0}};
     if (s->pol->traffic) s->pol->traffic(s, &st.t);
     s->ctr.step_s_sum += step_s;
     floor_traffic_add(&s->ctr.traffic_sum, &st.t);
@@ -157,14 +168,21 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
     s.reqs = reqs;
     s.n_reqs = n;
     s.max_batch = max_batch;
-    s.batch = batch_create(e);
-    s.admit_batch = batch_create(e);
-    s.entries = mem_alloc(MEM_HOST, sizeof(struct batch_entry) * max_batch, "entries");
-    s.entry_req = mem_alloc(MEM_HOST, sizeof(int) * max_batch, "entry reqs");
-    int32_t *toks = mem_alloc(MEM_HOST, sizeof(int32_t) * max_batch, "step tokens");
+    s.n_batches = pol->n_batches > 0 ? pol->n_batches : 1;
+    PULSE_CHECK(s.n_batches <= SERVE_MAX_BATCHES, "policy: more running batches than the loop has");
+    int ok = (s.admit_batch = batch_create(e)) != NULL;
+    for (int k = 0; k < s.n_batches; k++) {
+        struct serve_batch *sb = &s.run[k];
+        sb->bt = batch_create(e);
+        sb->entries = mem_alloc(MEM_HOST, sizeof(struct batch_entry) * max_batch, "entries");
+        sb->entry_req = mem_alloc(MEM_HOST, sizeof(int) * max_batch, "entry reqs");
+        ok = ok && sb->bt && sb->entries && sb->entry_req;
+    }
+    const size_t toks_bytes = sizeof(int32_t) * (size_t)max_batch * SERVE_MAX_BATCHES;
+    int32_t *toks = mem_alloc(MEM_HOST, toks_bytes, "step tokens"); /* [batch][max_batch] */
     int rc = PULSE_OK, done = 0;
     struct progress prog = {.on = 0}; /* a line on a terminal: tokens and tokens/s (progress.h) */
-    if (!s.batch || !s.admit_batch || !s.entries || !s.entry_req || !toks) {
+    if (!ok || !toks) {
         snprintf(err, errlen, "out of memory for the serving loop");
         rc = PULSE_ERR_OOM;
         goto out;
@@ -184,7 +202,7 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
         while (s.n_arrived < n && reqs[s.n_arrived].arrival_s <= now)
             s.n_arrived++;
         rc = pol->admit(&s);
-        if (rc == PULSE_ERR_INVALID || (s.n_entries == 0 && s.next_waiting < s.n_arrived)) {
+        if (rc == PULSE_ERR_INVALID || (serve_entries(&s) == 0 && s.next_waiting < s.n_arrived)) {
             never_fits(&s, err, errlen);
             rc = PULSE_ERR_INVALID;
             goto out;
@@ -194,17 +212,19 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
                      s.why[0] ? ": " : "", s.why);
             goto out;
         }
-        if (s.n_entries == 0) { /* idle until the next arrival */
+        if (serve_entries(&s) == 0) { /* idle until the next arrival */
             sleep_until(reqs[s.n_arrived].arrival_s, s.t0);
             continue;
         }
         struct kv_cache_stats ks;
         kv_cache_get_stats(kv, &ks);
         s.ctr.peak_pages_used = PULSE_MAX(s.ctr.peak_pages_used, ks.n_pages - ks.free_pages);
-        s.ctr.peak_batch = PULSE_MAX(s.ctr.peak_batch, s.n_entries);
-        if (s.batch_dirty) {
-            batch_set(e, s.batch, kv, s.entries, s.n_entries);
-            s.batch_dirty = 0;
+        s.ctr.peak_batch = PULSE_MAX(s.ctr.peak_batch, serve_entries(&s));
+        for (int k = 0; k < s.n_batches; k++) {
+            struct serve_batch *sb = &s.run[k];
+            if (!sb->dirty) continue;
+            batch_set(e, sb->bt, kv, sb->entries, sb->n_entries);
+            sb->dirty = 0;
             s.ctr.batch_changes++;
         }
         struct mem_stats m0, m1;
@@ -219,23 +239,30 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
             snprintf(err, errlen, "policy %s: step failed (%d)", pol->name, rc);
             goto out;
         }
-        batch_read_tokens(e, s.batch, toks);
+        /* every batch with entries stepped: read its tokens, then retire what finished */
+        for (int k = 0; k < s.n_batches; k++)
+            if (s.run[k].n_entries) batch_read_tokens(e, s.run[k].bt, toks + (size_t)k * max_batch);
         record_step(&s, pulse_now() - t_step);
         mem_get_stats(&m1);
         for (int k = 0; k < MEM_KINDS; k++)
             s.ctr.step_alloc_calls += (int64_t)(m1.alloc_calls[k] - m0.alloc_calls[k]);
         s.ctr.steps++;
-        done += collect(&s, toks, pulse_now() - s.t0);
+        const double t_done = pulse_now() - s.t0;
+        for (int k = 0; k < s.n_batches; k++)
+            if (s.run[k].n_entries)
+                done += collect(&s, &s.run[k], toks + (size_t)k * max_batch, t_done);
         progress_update(&prog, (double)s.ctr.tokens);
     }
 out:
     progress_end(&prog, (double)s.ctr.tokens);
     *wall_s = pulse_now() - s.t0;
     *ctr = s.ctr;
-    mem_free(MEM_HOST, toks, sizeof(int32_t) * max_batch);
-    mem_free(MEM_HOST, s.entry_req, sizeof(int) * max_batch);
-    mem_free(MEM_HOST, s.entries, sizeof(struct batch_entry) * max_batch);
+    mem_free(MEM_HOST, toks, toks_bytes);
+    for (int k = 0; k < s.n_batches; k++) {
+        mem_free(MEM_HOST, s.run[k].entry_req, sizeof(int) * max_batch);
+        mem_free(MEM_HOST, s.run[k].entries, sizeof(struct batch_entry) * max_batch);
+        batch_free(e, s.run[k].bt);
+    }
     batch_free(e, s.admit_batch);
-    batch_free(e, s.batch);
     return rc;
 }

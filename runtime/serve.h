@@ -44,16 +44,29 @@ struct serve_counters {
 };
 
 /* What a policy works on. Requests are in arrival order; [0, n_arrived) have arrived. */
+/* One running batch of the loop: the engine batch, the host view of its entries, the request
+ * each entry serves. The loop owns them; a policy adds entries (serve_add_entry) and steps the
+ * batch; the loop re-sets a dirty batch before the step, reads its tokens after and retires
+ * finished requests. */
+struct serve_batch {
+    struct batch *bt;
+    struct batch_entry *entries; /* [max_batch] */
+    int *entry_req;              /* [max_batch] request index of each entry */
+    int n_entries;
+    int dirty; /* entries changed since the last batch_set */
+};
+
+#define SERVE_MAX_BATCHES 4
+
 struct serve_state {
     struct engine *eng;
     struct kv_cache *kv;
     struct request *reqs;
-    int n_reqs, n_arrived, next_waiting; /* FCFS: reqs[next_waiting..n_arrived) wait */
-    struct batch *batch, *admit_batch;   /* running batch; scratch batch for new arrivals */
-    struct batch_entry *entries;         /* host view of the running batch */
-    int *entry_req;                      /* request index of each entry */
-    int n_entries, max_batch;
-    int batch_dirty; /* entries changed since the last batch_set */
+    int n_reqs, n_arrived, next_waiting;       /* FCFS: reqs[next_waiting..n_arrived) wait */
+    struct serve_batch run[SERVE_MAX_BATCHES]; /* the running batches, [0, n_batches) */
+    int n_batches;
+    struct batch *admit_batch; /* scratch batch for new arrivals' prompt KV */
+    int max_batch;             /* entries per batch */
     double t0;
     struct serve_counters ctr;
     const struct policy *pol;
@@ -86,9 +99,11 @@ struct policy_ctx_params {
 /* A policy's table; baselines/registry.h finds them by name. */
 struct policy {
     const char *name;
+    int n_batches; /* running batches the loop holds for it (0 = 1, at most SERVE_MAX_BATCHES) */
     /* Admits waiting requests (reserving their KV and writing their prompt KV). */
     int (*admit)(struct serve_state *s);
-    /* Runs one decode step over the running requests; returns PULSE_OK. */
+    /* Runs one decode step of every running batch that has entries (in any interleaving: each
+     * batch's layers in order); returns PULSE_OK. */
     int (*step)(struct serve_state *s);
     /* Optional: frees what the policy holds for the request in cache slot `slot` (called when
      * it finishes, before its KV pages are released). */
@@ -107,16 +122,17 @@ struct policy {
     void (*ctx_free)(void *ctx);
 };
 
-/* Admits reqs[i] as an entry of the running batch: reserves its KV (PULSE_ERR_NOMEM when it
- * does not fit now) and queues its synthetic prompt KV, its first token engine_first_token; or,
- * when the policy's context is a prefill (POLICY_CTX_PREFILL, not NULL: vanilla with
- * --prompt-kv prefill, prefill.h),
- * prefills the prompt into its pages (off the clock, as a prefill instance's work) and starts
- * from the prefill's greedy token. Shared by policies. */
-int serve_admit_request(struct serve_state *s, int i);
-/* Adds reqs[i], already holding cache slot `slot` and its prompt KV, to the running batch; the
- * first step consumes `token`. */
-void serve_add_entry(struct serve_state *s, int i, int slot, int32_t token);
+/* Admits reqs[i] as an entry of running batch k: reserves its KV (PULSE_ERR_NOMEM when it does
+ * not fit now) and queues its synthetic prompt KV, its first token engine_first_token; or, when
+ * the policy's context is a prefill (POLICY_CTX_PREFILL, not NULL: vanilla with --prompt-kv
+ * prefill, prefill.h), prefills the prompt into its pages (off the clock, as a prefill
+ * instance's work) and starts from the prefill's greedy token. Shared by policies. */
+int serve_admit_request(struct serve_state *s, int k, int i);
+/* Adds reqs[i], already holding cache slot `slot` and its prompt KV, to running batch k (which
+ * must have room); the first step consumes `token`. */
+void serve_add_entry(struct serve_state *s, int k, int i, int slot, int32_t token);
+/* Entries of every running batch. */
+int serve_entries(const struct serve_state *s);
 /* Excludes `seconds` just spent from every time the loop records (arrivals, token times, the
  * wall time): for work that stands for another machine, e.g. an offload policy writing a
  * prompt's synthetic KV into the host pool, as a prefill instance would have. */
