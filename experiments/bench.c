@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "baselines/registry.h"
+#include "bench_offload.h"
 #include "cli.h"
 #include "common.h"
 #include "engine.h"
@@ -30,6 +32,9 @@ static const char usage[] =
     "  --seed S         weights and synthetic KV (default 1)\n"
     "  --peer FILE      a peer's result JSON (experiments/peer) to put beside ours\n"
     "  --no-graph       launch every kernel instead of replaying the step as a CUDA graph\n"
+    "  --policy P       vanilla (default), or an offload policy (arkvale, infinigen): its steps\n"
+    "                   against their floor (HBM + PCIe, runtime/floor.h), with pulse run's\n"
+    "                   offload flags (--budget-tokens, --selection, --recall-engine, ...)\n"
     "  --out FILE       result JSON\n";
 
 struct point {
@@ -37,7 +42,8 @@ struct point {
 };
 
 struct bench_opts {
-    const char *backend, *model, *points, *peer, *out;
+    const char *backend, *model, *points, *peer, *out, *policy;
+    struct run_offload_opts off;
     long iters, warmup, page_size;
     uint64_t seed;
     int no_graph;
@@ -72,17 +78,25 @@ static int parse_points(const char *s, struct point *pts, int *n)
 
 static int parse(int argc, char **argv, struct bench_opts *o)
 {
-    static const struct option opts[] = {
-        {"backend", required_argument, 0, 'b'}, {"model", required_argument, 0, 'm'},
-        {"points", required_argument, 0, 'p'},  {"iters", required_argument, 0, 'i'},
-        {"warmup", required_argument, 0, 'w'},  {"page-size", required_argument, 0, 'P'},
-        {"seed", required_argument, 0, 's'},    {"peer", required_argument, 0, 'e'},
-        {"out", required_argument, 0, 'o'},     {"help", no_argument, 0, 'h'},
-        {"no-graph", no_argument, 0, 'G'},      {0, 0, 0, 0}};
-    *o = (struct bench_opts){"auto", "qwen3-14b", "1x4096,8x4096,32x4096,1x32768,8x32768,16x32768",
-                             NULL,   NULL,        20,
-                             3,      16,          1,
-                             0};
+    static const struct option opts[] = {{"backend", required_argument, 0, 'b'},
+                                         {"model", required_argument, 0, 'm'},
+                                         {"points", required_argument, 0, 'p'},
+                                         {"iters", required_argument, 0, 'i'},
+                                         {"warmup", required_argument, 0, 'w'},
+                                         {"page-size", required_argument, 0, 'P'},
+                                         {"seed", required_argument, 0, 's'},
+                                         {"peer", required_argument, 0, 'e'},
+                                         {"out", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {"no-graph", no_argument, 0, 'G'},
+                                         {"policy", required_argument, 0, 'y'},
+                                         RUN_OFFLOAD_OPTIONS,
+                                         {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->backend = "auto", o->model = "qwen3-14b", o->policy = "vanilla";
+    o->points = "1x4096,8x4096,32x4096,1x32768,8x32768,16x32768";
+    o->iters = 20, o->warmup = 3, o->page_size = 16, o->seed = 1;
+    run_offload_opts_init(&o->off);
     int c;
     opterr = 0;
     optind = 1;
@@ -118,15 +132,31 @@ static int parse(int argc, char **argv, struct bench_opts *o)
         case 's':
             if (cli_u64("bench", "--seed", optarg, INT64_MAX, &o->seed)) return -1;
             break;
+        case 'y':
+            o->policy = optarg;
+            break;
         case 'h':
             fputs(usage, stdout);
             return 1;
         default:
+            if (c >= RUN_OFF_BUDGET && c < RUN_OFF_END) {
+                if (run_offload_flag(&o->off, c, optarg)) return -1;
+                break;
+            }
             cli_unknown_flag("bench", argc, argv);
             return -1;
         }
     }
     if (cli_no_extra_args("bench", argc, argv)) return -1;
+    const struct policy *pol = policy_find(o->policy);
+    if (!pol) {
+        cli_error("bench", "--policy: unknown policy '%s' (known: %s)", o->policy, policy_names());
+        return -1;
+    }
+    if (pol->ctx_kind != POLICY_CTX_OFFLOAD && o->off.first_flag) {
+        cli_error("bench", "%s: only for offload policies (arkvale, infinigen)", o->off.first_flag);
+        return -1;
+    }
     return 0;
 }
 
@@ -252,6 +282,48 @@ static int run_point(struct engine *e, const struct bench_opts *o, const struct 
     return 0;
 }
 
+/* Offload steps at every point, against their floors (bandwidths measured once, here). */
+static int offload_points(struct engine *e, const struct policy *pol, const struct bench_opts *o,
+                          const struct point *pts, int np, json_t *res)
+{
+    const struct backend *be = engine_model(e)->be;
+    const int dev = be->mem == MEM_DEVICE;
+    const struct floor_bw bw = {
+        be->copy_bandwidth(engine_ctx(e), (size_t)(dev ? 512 : 64) << 20, 10),
+        be->h2d_bandwidth(engine_ctx(e), (size_t)(dev ? 256 : 64) << 20, 10)};
+    results_set_real(res, "copy_bandwidth_GBps", bw.hbm_gbps);
+    results_set_real(res, "h2d_peak_GBps", bw.h2d_gbps);
+    json_t *arr = json_array();
+    json_object_set_new(res, "points", arr);
+    printf("%-6s %-7s %9s %9s %9s %9s %7s %8s %9s\n", "batch", "context", "ms/step", "hbm ms",
+           "pcie ms", "floor ms", "ratio", "syncs", "recall MB");
+    int code = 0;
+    for (int i = 0; i < np; i++) {
+        json_t *pj = json_pack("{s:i,s:i}", "batch", pts[i].batch, "context", pts[i].ctx);
+        json_array_append_new(arr, pj);
+        int rc =
+            bench_offload_point(e, pol, &o->off, pts[i].batch, pts[i].ctx, (int)o->warmup,
+                                (int)(o->warmup + o->iters), (int)o->page_size, o->seed, &bw, pj);
+        if (rc) {
+            printf("%-6d %-7d %10s\n", pts[i].batch, pts[i].ctx, rc == EXIT_OOM ? "oom" : "error");
+            code = code ? code : rc;
+            continue;
+        }
+        json_t *f = json_object_get(pj, "mean_step_floor");
+        printf("%-6d %-7d %9.3f %9.3f %9.3f %9.3f %7.3f %8lld %9.2f\n", pts[i].batch, pts[i].ctx,
+               json_real_value(json_object_get(pj, "ms_per_step_mean")),
+               json_real_value(json_object_get(f, "hbm_floor_ms")),
+               json_real_value(json_object_get(f, "pcie_floor_ms")),
+               json_real_value(json_object_get(f, "floor_ms")),
+               json_real_value(json_object_get(pj, "ratio_to_floor")),
+               (long long)json_integer_value(json_object_get(pj, "host_syncs_in_steps")),
+               json_real_value(json_object_get(f, "recall_bytes")) / 1e6);
+    }
+    printf("copy bandwidth %.1f GB/s (read + write), H2D peak %.1f GB/s\n", bw.hbm_gbps,
+           bw.h2d_gbps);
+    return code;
+}
+
 static int decode_step(int argc, char **argv)
 {
     struct bench_opts o;
@@ -298,6 +370,12 @@ static int decode_step(int argc, char **argv)
         goto out;
     }
     be->describe(results_env(res));
+    const struct policy *pol = policy_find(o.policy);
+    json_object_set_new(json_object_get(res, "config"), "policy", json_string(pol->name));
+    if (pol->ctx_kind == POLICY_CTX_OFFLOAD) {
+        code = offload_points(e, pol, &o, pts, np, res);
+        goto out;
+    }
     size_t copy_bytes = be->mem == MEM_DEVICE ? (size_t)1 << 31 : (size_t)1 << 26;
     double copy_gbs = be->copy_bandwidth(engine_ctx(e), copy_bytes, 10);
     results_set_real(res, "copy_bandwidth_GBps", copy_gbs);

@@ -107,6 +107,17 @@ if has offload; then
         summary+=("offload $tag exit $? ($(tail -n 1 "$out/off_$tag.txt"))")
     done
     python3 "$root/scripts/offload_table.py" "$out"/off_*.json | tee "$out/offload_table.txt"
+    # the offload step alone against its floor (no serving loop), at the workload's point
+    for v in ${OFFLOAD_BENCH:-arkvale:solohead:zero-copy arkvale:solohead:gather-scatter \
+             infinigen:solohead:gather-scatter}; do
+        IFS=: read -r pol sel eng <<<"$v"
+        timeout "${OFFLOAD_TIMEOUT:-150}" "$bin" bench decode-step --backend cuda --model qwen3-14b \
+            --policy "$pol" --selection "$sel" --recall-engine "$eng" \
+            --points "${OFFLOAD_POINTS:-12x16384}" --iters 10 ${OFFLOAD_ARGS:-} \
+            --out "$out/bench_off_${pol}_${sel}_${eng}.json" >"$out/bench_off_${pol}_${sel}_${eng}.txt" 2>&1
+        summary+=("bench --policy $v exit $?")
+        tail -n 3 "$out/bench_off_${pol}_${sel}_${eng}.txt"
+    done
 fi
 if has recall; then
     log recall-bench

@@ -1,6 +1,7 @@
 /* The step floor's arithmetic (runtime/floor.h) on hand-computed cases, and the floors a run
  * reports: every offload step's traffic adds up to what its counters say it moved. */
 #include <jansson.h>
+#include <string.h>
 
 #include "floor.h"
 #include "testutil.h"
@@ -82,9 +83,49 @@ static void test_run_json(void)
     json_decref(r);
 }
 
+/* pulse bench decode-step --policy: offload steps against their floors, per point. */
+static void test_bench_offload(void)
+{
+    const char *bin = getenv("PULSE_BIN");
+    if (!bin) return;
+    char cmd[512];
+    const char *out = "/tmp/pulse_test_floor_bench.json";
+    snprintf(cmd, sizeof cmd,
+             "%s bench decode-step --backend cpu --model tiny --policy infinigen --points "
+             "2x300,3x170 --iters 3 --warmup 1 --budget-tokens 64 --out %s >/dev/null",
+             bin, out);
+    EXPECT_EQ_INT(system(cmd), 0);
+    json_error_t e;
+    json_t *r = json_load_file(out, 0, &e);
+    EXPECT(r != NULL);
+    if (!r) return;
+    json_t *pts = json_object_get(r, "points");
+    EXPECT_EQ_INT(json_array_size(pts), 2);
+    EXPECT(!strcmp(json_string_value(json_object_get(json_object_get(r, "config"), "policy")),
+                   "infinigen"));
+    for (size_t i = 0; i < json_array_size(pts); i++) {
+        json_t *p = json_array_get(pts, i), *f = json_object_get(p, "mean_step_floor");
+        EXPECT(!strcmp(json_string_value(json_object_get(p, "status")), "ok"));
+        EXPECT_EQ_INT(json_integer_value(json_object_get(p, "host_syncs_in_steps")), 0);
+        EXPECT_EQ_INT(json_array_size(json_object_get(p, "ms_samples")), 3);
+        EXPECT(json_real_value(json_object_get(f, "recall_bytes")) > 0);
+        EXPECT(json_is_true(json_object_get(f, "overlapped")));
+        EXPECT(json_real_value(json_object_get(p, "ratio_to_floor")) > 0);
+        EXPECT(json_object_get(json_object_get(p, "offload"), "recall_engine") != NULL);
+    }
+    json_decref(r);
+    /* an offload flag without an offload policy: a one-line usage error */
+    snprintf(cmd, sizeof cmd,
+             "%s bench decode-step --backend cpu --model tiny --selection solohead 2>/dev/null",
+             bin);
+    const int st = system(cmd);
+    EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+}
+
 int main(void)
 {
     test_cases();
     test_run_json();
+    test_bench_offload();
     return tu_finish("test_floor");
 }
