@@ -40,24 +40,29 @@ static void test_cases(void)
 
 /* pulse run on the cpu: the per-step series has a floor per step, the mean step's recall bytes
  * times the steps are the run's recall bytes, and the sync policy's floor is HBM + PCIe. */
-static void test_run_json(void)
+/* Runs `pulse ARGS --out FILE` and returns the result JSON (NULL after a failed check). */
+static json_t *pulse_json(const char *args)
 {
     const char *bin = getenv("PULSE_BIN");
     if (!bin) {
         fprintf(stderr, "PULSE_BIN not set: run through ctest\n");
         tu_failures++;
-        return;
+        return NULL;
     }
-    char cmd[512];
+    char cmd[1024];
     const char *out = "/tmp/pulse_test_floor.json";
-    snprintf(cmd, sizeof cmd,
-             "%s run --backend cpu --model tiny --policy arkvale --workload uniform:300:3 "
-             "--output-len 6 --budget-tokens 64 --out %s >/dev/null",
-             bin, out);
+    snprintf(cmd, sizeof cmd, "%s %s --out %s >/dev/null", bin, args, out);
     EXPECT_EQ_INT(system(cmd), 0);
     json_error_t e;
     json_t *r = json_load_file(out, 0, &e);
     EXPECT(r != NULL);
+    return r;
+}
+
+static void test_run_json(void)
+{
+    json_t *r = pulse_json("run --backend cpu --model tiny --policy arkvale --workload "
+                           "uniform:300:3 --output-len 6 --budget-tokens 64");
     if (!r) return;
     json_t *st = json_object_get(json_object_get(r, "metrics"), "step");
     json_t *mf = json_object_get(st, "mean_step_floor");
@@ -86,18 +91,8 @@ static void test_run_json(void)
 /* pulse bench decode-step --policy: offload steps against their floors, per point. */
 static void test_bench_offload(void)
 {
-    const char *bin = getenv("PULSE_BIN");
-    if (!bin) return;
-    char cmd[512];
-    const char *out = "/tmp/pulse_test_floor_bench.json";
-    snprintf(cmd, sizeof cmd,
-             "%s bench decode-step --backend cpu --model tiny --policy infinigen --points "
-             "2x300,3x170 --iters 3 --warmup 1 --budget-tokens 64 --out %s >/dev/null",
-             bin, out);
-    EXPECT_EQ_INT(system(cmd), 0);
-    json_error_t e;
-    json_t *r = json_load_file(out, 0, &e);
-    EXPECT(r != NULL);
+    json_t *r = pulse_json("bench decode-step --backend cpu --model tiny --policy infinigen "
+                           "--points 2x300,3x170 --iters 3 --warmup 1 --budget-tokens 64");
     if (!r) return;
     json_t *pts = json_object_get(r, "points");
     EXPECT_EQ_INT(json_array_size(pts), 2);
@@ -115,9 +110,10 @@ static void test_bench_offload(void)
     }
     json_decref(r);
     /* an offload flag without an offload policy: a one-line usage error */
+    char cmd[512];
     snprintf(cmd, sizeof cmd,
              "%s bench decode-step --backend cpu --model tiny --selection solohead 2>/dev/null",
-             bin);
+             getenv("PULSE_BIN"));
     const int st = system(cmd);
     EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 2);
 }
