@@ -441,8 +441,9 @@ int cmd_run(int argc, char **argv)
     }
     /* the step floor's bandwidths, measured once in this process before the run */
     const int dev = be->mem == MEM_DEVICE;
-    const struct floor_bw bw = {be->copy_bandwidth(engine_ctx(e), (size_t)(dev ? 512 : 64) << 20, 10),
-                                be->h2d_bandwidth(engine_ctx(e), (size_t)(dev ? 256 : 64) << 20, 10)};
+    const struct floor_bw bw = {
+        be->copy_bandwidth(engine_ctx(e), (size_t)(dev ? 512 : 64) << 20, 10),
+        be->h2d_bandwidth(engine_ctx(e), (size_t)(dev ? 256 : 64) << 20, 10)};
     struct serve_counters ctr;
     series_cap = (int64_t)w.n * w.output_len;
     series = mem_alloc(MEM_HOST, sizeof(struct serve_step) * (size_t)series_cap, "series");

@@ -15,12 +15,12 @@ struct engine {
     /* scratch of one layer, carved from one backend allocation */
     void *scratch;
     size_t scratch_bytes;
-    uint16_t *xn;   /* [B][hidden] normalised input of a GEMM */
-    float *qkv;     /* [B][qkv_dim] */
-    float *gu;      /* [B][2*ffn] */
-    float *tmp;     /* [B][hidden] a projection before its post-norm (Gemma 3) */
-    uint16_t *act;  /* [B][ffn] */
-    float *logits;  /* [B][vocab] */
+    uint16_t *xn;  /* [B][hidden] normalised input of a GEMM */
+    float *qkv;    /* [B][qkv_dim] */
+    float *gu;     /* [B][2*ffn] */
+    float *tmp;    /* [B][hidden] a projection before its post-norm (Gemma 3) */
+    uint16_t *act; /* [B][ffn] */
+    float *logits; /* [B][vocab] */
     int use_graph;
     struct engine_stats st;
 };
@@ -44,12 +44,9 @@ struct batch {
 static size_t scratch_size(const struct model_config *c, int B)
 {
     size_t sz = 0;
-    size_t parts[] = {2 * (size_t)B * c->hidden,
-                      4 * (size_t)B * model_qkv_dim(c),
-                      8 * (size_t)B * c->ffn,
-                      2 * (size_t)B * c->ffn,
-                      4 * (size_t)B * c->vocab,
-                      4 * (size_t)B * c->hidden};
+    size_t parts[] = {2 * (size_t)B * c->hidden, 4 * (size_t)B * model_qkv_dim(c),
+                      8 * (size_t)B * c->ffn,    2 * (size_t)B * c->ffn,
+                      4 * (size_t)B * c->vocab,  4 * (size_t)B * c->hidden};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(parts); i++)
         sz += mem_aligned(parts[i]);
     return sz;
@@ -251,8 +248,8 @@ void engine_run_attention(struct engine *e, struct batch *bt, const struct kv_ca
     const struct model_config *c = e->p.cfg;
     struct kv_view v = kv_cache_view(kv, bt->d_page_start + (size_t)layer * e->p.max_batch);
     v.window = model_layer_window(c, layer);
-    e->be->attn_decode(&e->ctx, bt->d_q, &v, bt->d_len, bt->d_attn, bt->n, c->n_heads,
-                       bt->max_len, 1.0f / sqrtf((float)c->head_dim));
+    e->be->attn_decode(&e->ctx, bt->d_q, &v, bt->d_len, bt->d_attn, bt->n, c->n_heads, bt->max_len,
+                       1.0f / sqrtf((float)c->head_dim));
 }
 
 /* The host copy of the attended lengths (the batch's staging len row), for hooks: fetched at
@@ -275,8 +272,8 @@ void engine_layer_pre(struct engine *e, struct batch *bt, const struct kv_cache 
     struct kv_view v = kv_cache_view(kv, bt->d_page_start + (size_t)layer * e->p.max_batch);
     be->rmsnorm(x, bt->d_x, w->attn_norm, e->xn, B, H, c->norm_eps);
     be->gemm_bf16(x, e->xn, w->wqkv, e->qkv, B, model_qkv_dim(c), H, 0.0f);
-    be->qk_norm_rope_append(x, e->qkv, w->q_norm, w->k_norm, bt->d_q, &v, bt->d_pos, B,
-                            c->n_heads, model_layer_rope_theta(c, layer), c->norm_eps);
+    be->qk_norm_rope_append(x, e->qkv, w->q_norm, w->k_norm, bt->d_q, &v, bt->d_pos, B, c->n_heads,
+                            model_layer_rope_theta(c, layer), c->norm_eps);
 }
 
 void engine_layer_post(struct engine *e, struct batch *bt, int layer)

@@ -213,9 +213,9 @@ static size_t dev_layout(struct offload *o, char *base)
     struct carve c = {base, 0};
     const size_t V = (size_t)o->max_batch * o->n_lists;
     o->d_up = take(&c, offload_up_bytes(o));
-    o->d_q = (uint16_t *)((char *)o->d_up + (offload_up_bytes(o) - sizeof(uint16_t) *
-                                                                     (size_t)o->n_sparse *
-                                                                     o->max_batch * o->nq * o->hd));
+    o->d_q = (uint16_t *)((char *)o->d_up +
+                          (offload_up_bytes(o) -
+                           sizeof(uint16_t) * (size_t)o->n_sparse * o->max_batch * o->nq * o->hd));
     o->d_scores = take(&c, 4 * V * o->max_blocks);
     o->d_sel = take(&c, 4 * V * (o->ms + 1));
     o->d_ctl = take(&c, 4 * o->ctl_ints);
@@ -295,8 +295,8 @@ static int alloc_dev(struct offload *o)
 /* ------------------------------------------------------------------ create */
 
 static const struct offload_sel_fns fns_ref = {
-    hot_plan_ref,      hot_plan_reset_ref, hot_plan_init_ref, offload_build_ref, recall_gather_ref,
-    recall_scatter_ref, digest_update_ref, select_blocks_ref};
+    hot_plan_ref,      hot_plan_reset_ref, hot_plan_init_ref, offload_build_ref,
+    recall_gather_ref, recall_scatter_ref, digest_update_ref, select_blocks_ref};
 #ifdef PULSE_HAVE_CUDA
 static const struct offload_sel_fns fns_cuda = {
     hot_plan_cuda,      hot_plan_reset_cuda, hot_plan_init_cuda, offload_build_cuda,
@@ -339,11 +339,10 @@ static int same_shape(const struct query_source_shape *a, const struct query_sou
 {
     const struct select_cfg *x = &a->sel, *y = &b->sel;
     return x->n_heads == y->n_heads && x->n_kv_heads == y->n_kv_heads &&
-           x->head_dim == y->head_dim && x->block_size == y->block_size &&
-           x->budget == y->budget && x->sink == y->sink && x->window == y->window &&
-           x->max_blocks == y->max_blocks && a->n_layers == b->n_layers &&
-           a->n_dense == b->n_dense && a->n_slots == b->n_slots && a->solohead == b->solohead &&
-           a->hot_slots == b->hot_slots && a->seed == b->seed;
+           x->head_dim == y->head_dim && x->block_size == y->block_size && x->budget == y->budget &&
+           x->sink == y->sink && x->window == y->window && x->max_blocks == y->max_blocks &&
+           a->n_layers == b->n_layers && a->n_dense == b->n_dense && a->n_slots == b->n_slots &&
+           a->solohead == b->solohead && a->hot_slots == b->hot_slots && a->seed == b->seed;
 }
 
 /* The params' query source, which must have been made for this runtime's shape. */
@@ -863,7 +862,8 @@ void offload_release(struct offload *o, int slot)
 /* The block in slot s of unit u: the host hot cache's, or the device one's (mirrored). */
 static int slot_block(const struct offload *o, const struct hot_plan_state *mirror, int u, int s)
 {
-    return mirror ? mirror->slot_block[(size_t)u * o->hot_slots + s] : hot_cache_slot_block(o->hc, u, s);
+    return mirror ? mirror->slot_block[(size_t)u * o->hot_slots + s]
+                  : hot_cache_slot_block(o->hc, u, s);
 }
 
 /* The resident blocks of one unit against their host copies (the tail, nb - 1, is skipped:

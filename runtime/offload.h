@@ -82,14 +82,14 @@ struct offload_params {
     double cap_gbps;           /* recall bandwidth cap, 0 = none */
     const struct recall_copy_ops *recall_ops; /* the recall engine's copy path; NULL = the
                                                  backend's (tests wrap it to inject failures) */
-    size_t host_pool_bytes;    /* pinned host pool; 0 = max_batch requests of max_tokens */
-    int prompt_kv;             /* enum offload_prompt_kv (default locality: the source's) */
+    size_t host_pool_bytes;      /* pinned host pool; 0 = max_batch requests of max_tokens */
+    int prompt_kv;               /* enum offload_prompt_kv (default locality: the source's) */
     struct query_source *source; /* queries, prompt keys and meter (query_source.h), made for
                                     offload_source_shape of these params; required by
                                     offload_create, not owned */
-    uint64_t seed;             /* the engine's seed (V and synthetic K are functions of it) */
-    int max_batch, max_tokens; /* as the engine's and the cache's */
-    int64_t max_steps;         /* capacity of the per-step series (later steps are not kept) */
+    uint64_t seed;               /* the engine's seed (V and synthetic K are functions of it) */
+    int max_batch, max_tokens;   /* as the engine's and the cache's */
+    int64_t max_steps;           /* capacity of the per-step series (later steps are not kept) */
     int lookahead;    /* 0: at each sparse layer select, recall, wait (ArkVale); 1: select layer
                          l+1 and submit its recall at layer l, wait at l+1 (InfiniGen) */
     int verify_steps; /* tests: after every step, offload_verify (synchronises; pulse

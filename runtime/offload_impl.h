@@ -8,8 +8,8 @@
 #include "host_pool.h"
 #include "hot_cache.h"
 #include "hot_plan.h"
-#include "offload_kernels.h"
 #include "offload.h"
+#include "offload_kernels.h"
 #include "query_source.h"
 #include "select.h"
 
@@ -71,22 +71,22 @@ struct offload {
      * buffer a later step could overwrite while the planner or the device still reads it. */
     int n;
     struct offload_step_state ss[2];
-    int32_t *h_up[2];     /* pinned, by parity: [max_batch] pos, [n_sparse][max_batch] digest row
-                             starts, then (bf16) [n_sparse][max_batch][nq][hd] selection queries */
-    int32_t *d_up;        /* backend copy of the step's h_up */
-    uint16_t *d_q;        /* inside d_up: the queries */
-    void *ev_up[2];       /* the upload of h_up[p] has been read */
-    uint16_t *q_next;     /* [max_batch][n_sparse][nq][hd] the next step's, made in advance */
-    uint8_t *q_ready;     /* [max_batch][n_sparse] q_next holds the slot's next query */
-    uint32_t seq;         /* the step's signal value (steps + 1) */
-    int64_t jobs_end[2];  /* planner jobs posted by the end of the last step of that parity */
+    int32_t *h_up[2];    /* pinned, by parity: [max_batch] pos, [n_sparse][max_batch] digest row
+                            starts, then (bf16) [n_sparse][max_batch][nq][hd] selection queries */
+    int32_t *d_up;       /* backend copy of the step's h_up */
+    uint16_t *d_q;       /* inside d_up: the queries */
+    void *ev_up[2];      /* the upload of h_up[p] has been read */
+    uint16_t *q_next;    /* [max_batch][n_sparse][nq][hd] the next step's, made in advance */
+    uint8_t *q_ready;    /* [max_batch][n_sparse] q_next holds the slot's next query */
+    uint32_t seq;        /* the step's signal value (steps + 1) */
+    int64_t jobs_end[2]; /* planner jobs posted by the end of the last step of that parity */
 
     /* per sparse layer, by parity (pinned where the device reads or writes them) */
-    int32_t *h_sel;       /* [2][n_sparse][sel_ints] lists, then counts (async download) */
-    int32_t *h_ctl;       /* [2][n_sparse][ctl_ints] the planner's control block (att lengths
-                             [V], att pages [V][ms], tail-flush descriptors [max_batch][n_lists]) */
-    uint32_t *flags;      /* [n_sparse] the layer's recall and control block are in place */
-    void **ev_sel;        /* [2][n_sparse] the lists are on the host */
+    int32_t *h_sel;  /* [2][n_sparse][sel_ints] lists, then counts (async download) */
+    int32_t *h_ctl;  /* [2][n_sparse][ctl_ints] the planner's control block (att lengths
+                        [V], att pages [V][ms], tail-flush descriptors [max_batch][n_lists]) */
+    uint32_t *flags; /* [n_sparse] the layer's recall and control block are in place */
+    void **ev_sel;   /* [2][n_sparse] the lists are on the host */
     size_t sel_ints, ctl_ints;
     float *d_scores;      /* [max_batch][n_lists][max_blocks] */
     int32_t *d_sel;       /* [max_batch][n_lists][ms] lists, then [max_batch][n_lists] counts */
@@ -96,11 +96,11 @@ struct offload {
     size_t pin_bytes;
     struct floor_traffic traffic[2]; /* by parity: the step's bytes (main thread: weights,
                                         dense KV, digests; the planner: sparse KV, recall) */
-    int next_layer;       /* the layer offload_step_layer runs next; -1 between steps */
-    int issued;           /* next_layer has been issued (offload_layer_issue) */
-    int64_t syncs0;       /* pulse_host_syncs() when the step began */
-    int64_t step_syncs;   /* host synchronisations of the last step (main thread) */
-    int64_t host_syncs;   /* summed over steps */
+    int next_layer;                  /* the layer offload_step_layer runs next; -1 between steps */
+    int issued;                      /* next_layer has been issued (offload_layer_issue) */
+    int64_t syncs0;                  /* pulse_host_syncs() when the step began */
+    int64_t step_syncs;              /* host synchronisations of the last step (main thread) */
+    int64_t host_syncs;              /* summed over steps */
 
     /* The device-driven path (engine zero-copy): the selection's lists feed hot_plan on the
      * device, offload_build turns its plan into descriptors and page lists, the zero-copy
@@ -108,19 +108,19 @@ struct offload {
      * the per-layer totals once a step (JOB_STEP). */
     int device_plan;
     struct hot_plan_params hpp;
-    struct hot_plan_state hps;   /* device memory */
-    void *d_hp, *h_hp;           /* the state, and a host mirror for offload_verify */
+    struct hot_plan_state hps; /* device memory */
+    void *d_hp, *h_hp;         /* the state, and a host mirror for offload_verify */
     size_t hp_bytes;
-    struct hot_plan_out po;      /* device: the layer's plan */
-    int64_t *d_totals;           /* [n_sparse][OFFLOAD_TOTALS] hot_plan totals, then att tokens
-                                    and refused lists (offload_build) */
-    int64_t *h_totals[2];        /* pinned copies, by parity */
-    int64_t *prev_totals;        /* [n_sparse][OFFLOAD_TOTALS] the planner's last seen */
-    void *ev_end[2];             /* the step's totals are on the host */
-    struct recall_desc *d_desc;  /* [V][ms] the layer's recall */
-    int32_t *d_own;              /* [max_batch][n_sparse][hot_slots + 1] owned GPU pages */
-    int32_t *d_hids;             /* [max_batch][n_sparse][max_blocks] host block ids */
-    uint64_t host_dev;           /* device address of the host pool */
+    struct hot_plan_out po;     /* device: the layer's plan */
+    int64_t *d_totals;          /* [n_sparse][OFFLOAD_TOTALS] hot_plan totals, then att tokens
+                                   and refused lists (offload_build) */
+    int64_t *h_totals[2];       /* pinned copies, by parity */
+    int64_t *prev_totals;       /* [n_sparse][OFFLOAD_TOTALS] the planner's last seen */
+    void *ev_end[2];            /* the step's totals are on the host */
+    struct recall_desc *d_desc; /* [V][ms] the layer's recall */
+    int32_t *d_own;             /* [max_batch][n_sparse][hot_slots + 1] owned GPU pages */
+    int32_t *d_hids;            /* [max_batch][n_sparse][max_blocks] host block ids */
+    uint64_t host_dev;          /* device address of the host pool */
 
     /* the planner thread (offload_plan.c) */
     struct offload_planner *pl;
@@ -142,7 +142,7 @@ struct offload {
     /* counters */
     struct offload_layer_stats *ls; /* [n_layers] */
     struct offload_stats st;
-    int64_t *series; /* [max_steps] recall bytes per step */
+    int64_t *series;    /* [max_steps] recall bytes per step */
     _Atomic int status; /* first failure of a step (the planner sets it) */
 
     void *hmem, *dmem;

@@ -204,7 +204,7 @@ json_t *offload_counters_json(const struct offload *o)
     json_object_set_new(j, "recall_wait_on",
                         json_string(o->be->mem != MEM_DEVICE ? "cpu stream (the thread)"
                                     : o->device_plan || pulse_device_wait() ? "device"
-                                                                             : "host"));
+                                                                            : "host"));
     json_object_set_new(j, "device_plan", json_boolean(o->device_plan));
     return j;
 }

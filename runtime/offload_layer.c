@@ -108,25 +108,39 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl)
     po.totals = o->d_totals + (size_t)sl * OFFLOAD_TOTALS;
     o->fn.hot_plan(&o->hpp, &o->hps, &in, &po, o->ctx->stream);
     const size_t V = (size_t)o->max_batch * o->n_lists;
-    const struct offload_build_args a = {
-        po.status,        po.n_recalls,
-        po.recall_block,  po.recall_slot,
-        po.attend_slot,   in.sel_count,
-        batch_len(bt),    up + up_row(o, UP_SLOT),
-        up + up_row(o, UP_HSLOT), up + up_row(o, UP_TIDX),
-        o->d_own,         o->d_hids,
-        B,                o->n_lists,
-        o->ms,            o->ps,
-        o->hot_slots,     o->n_sparse,
-        sl,               o->max_blocks,
-        o->headwise,      o->nkv,
-        o->host_dev,      (uint64_t)(uintptr_t)o->gpu_pool,
-        o->page_bytes,    o->head_bytes,
-        offload_chunk_bytes(o),
-        o->d_desc,        o->d_ctl,
-        o->d_ctl + V,     (struct recall_desc *)(o->d_ctl + offload_ctl_desc_off(o)),
-        (unsigned long long *)(po.totals + OFFLOAD_TOT_ATT),
-        (unsigned long long *)(po.totals + OFFLOAD_TOT_REFUSED)};
+    const struct offload_build_args a = {po.status,
+                                         po.n_recalls,
+                                         po.recall_block,
+                                         po.recall_slot,
+                                         po.attend_slot,
+                                         in.sel_count,
+                                         batch_len(bt),
+                                         up + up_row(o, UP_SLOT),
+                                         up + up_row(o, UP_HSLOT),
+                                         up + up_row(o, UP_TIDX),
+                                         o->d_own,
+                                         o->d_hids,
+                                         B,
+                                         o->n_lists,
+                                         o->ms,
+                                         o->ps,
+                                         o->hot_slots,
+                                         o->n_sparse,
+                                         sl,
+                                         o->max_blocks,
+                                         o->headwise,
+                                         o->nkv,
+                                         o->host_dev,
+                                         (uint64_t)(uintptr_t)o->gpu_pool,
+                                         o->page_bytes,
+                                         o->head_bytes,
+                                         offload_chunk_bytes(o),
+                                         o->d_desc,
+                                         o->d_ctl,
+                                         o->d_ctl + V,
+                                         (struct recall_desc *)(o->d_ctl + offload_ctl_desc_off(o)),
+                                         (unsigned long long *)(po.totals + OFFLOAD_TOT_ATT),
+                                         (unsigned long long *)(po.totals + OFFLOAD_TOT_REFUSED)};
     o->fn.build(&a, o->ctx->stream);
     const struct recall_params *rp = recall_get_params(o->rc);
     o->fn.gather(o->d_desc, (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads, o->ctx->stream);
@@ -144,8 +158,7 @@ static void issue(struct offload *o, struct batch *bt, int layer)
                         o->d_sel + lists * o->ms, B, o->sel_head[layer]);
     int32_t *h = offload_sel(o, p, sl);
     o->be->copy_async(o->ctx, h, o->d_sel, sizeof(int32_t) * lists * o->ms);
-    o->be->copy_async(o->ctx, h + lists * o->ms, o->d_sel + lists * o->ms,
-                      sizeof(int32_t) * lists);
+    o->be->copy_async(o->ctx, h + lists * o->ms, o->d_sel + lists * o->ms, sizeof(int32_t) * lists);
     o->be->event_record(o->ctx, o->ev_sel[(size_t)p * o->n_sparse + sl]);
     offload_planner_post(o, o->device_plan ? OFFLOAD_JOB_METER : OFFLOAD_JOB_PLAN, layer,
                          o->st.steps);
@@ -183,9 +196,9 @@ static void attend(struct offload *o, struct batch *bt, int layer)
         const int slot = ss->slot[b];
         int n_own;
         const int32_t *own = kv_cache_owned_pages(o->kv, slot, layer, &n_own);
-        o->be->copy_async(
-            o->ctx, host_pool_block(o->hp, o->hp_slot[slot], sl, ss->n_tok[b] / o->ps - 1),
-            o->gpu_pool + (size_t)own[n_own - 1] * o->page_bytes, o->page_bytes);
+        o->be->copy_async(o->ctx,
+                          host_pool_block(o->hp, o->hp_slot[slot], sl, ss->n_tok[b] / o->ps - 1),
+                          o->gpu_pool + (size_t)own[n_own - 1] * o->page_bytes, o->page_bytes);
         n_desc += o->n_lists;
         o->ls[layer].tail_flushes++;
     }

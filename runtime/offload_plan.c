@@ -8,9 +8,9 @@
  * status PULSE_ERR_IO). Jobs come in order through a ring; the main thread never blocks on them
  * inside a step. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sched.h>
 #include <string.h>
 #include <time.h>
 
@@ -179,7 +179,8 @@ static void step_totals(struct offload *o, const struct job *j)
         if (d[OFFLOAD_TOT_REFUSED]) { /* a selection the hot cache refused: a bug */
             int ok = PULSE_OK;
             atomic_compare_exchange_strong(&o->status, &ok, PULSE_ERR_INVALID);
-            fprintf(stderr, "offload: step %lld layer %d: the device hot cache refused %lld lists\n",
+            fprintf(stderr,
+                    "offload: step %lld layer %d: the device hot cache refused %lld lists\n",
                     (long long)j->step, o->n_dense + sl, (long long)d[OFFLOAD_TOT_REFUSED]);
         }
     }
@@ -193,9 +194,12 @@ static void run_job(struct offload *o, const struct job *j)
     }
     const int p = (int)(j->step & 1), sl = offload_sl(o, j->layer);
     const struct offload_step_state *ss = &o->ss[p];
-    if (trace_on()) fprintf(stderr, "planner: step %lld layer %d: waiting for lists\n", (long long)j->step, j->layer);
+    if (trace_on())
+        fprintf(stderr, "planner: step %lld layer %d: waiting for lists\n", (long long)j->step,
+                j->layer);
     o->be->event_sync(o->ev_sel[(size_t)p * o->n_sparse + sl]);
-    if (trace_on()) fprintf(stderr, "planner: step %lld layer %d: lists in\n", (long long)j->step, j->layer);
+    if (trace_on())
+        fprintf(stderr, "planner: step %lld layer %d: lists in\n", (long long)j->step, j->layer);
     const int32_t *h_sel = offload_sel(o, p, sl);
     const size_t lists = (size_t)ss->n * o->n_lists;
     int rc = o->qs->meter_add(o->qs->user, j->layer, ss->slot, ss->n_tok, h_sel,

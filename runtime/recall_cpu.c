@@ -127,8 +127,7 @@ static int cpu_batch(const struct recall_copy_ops *o, void *const *dsts, const v
         memcpy(dsts[i], srcs[i], sizes[i]);
     return PULSE_OK;
 }
-static int cpu_write_value(const struct recall_copy_ops *o, uint32_t *flag, uint32_t value,
-                           void *s)
+static int cpu_write_value(const struct recall_copy_ops *o, uint32_t *flag, uint32_t value, void *s)
 {
     (void)o, (void)s;
     atomic_store_explicit((_Atomic uint32_t *)flag, value, memory_order_release);

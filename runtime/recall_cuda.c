@@ -136,8 +136,7 @@ static int cu_batch(const struct recall_copy_ops *o, void *const *dsts, const vo
 #endif
 }
 
-static int cu_write_value(const struct recall_copy_ops *o, uint32_t *flag, uint32_t value,
-                          void *s)
+static int cu_write_value(const struct recall_copy_ops *o, uint32_t *flag, uint32_t value, void *s)
 {
     (void)o;
     return pulse_cuda_write_value(s, flag, value);

@@ -481,8 +481,9 @@ static void test_failing_link(void)
     serve(&c, &p, &r);
     EXPECT(r.rc != 0);
     EXPECT(r.st.recall_failures >= 3);
-    fprintf(stderr, "failing link: %lld failed rounds retried; a dead link: run status %d after "
-                    "%lld failed rounds\n",
+    fprintf(stderr,
+            "failing link: %lld failed rounds retried; a dead link: run status %d after "
+            "%lld failed rounds\n",
             (long long)2, r.rc, (long long)r.st.recall_failures);
     run_free(&r);
     run_free(&clean);
