@@ -98,7 +98,6 @@ struct offload {
                                         dense KV, digests; the planner: sparse KV, recall) */
     int next_layer;                  /* the layer offload_step_layer runs next; -1 between steps */
     int issued;                      /* next_layer has been issued (offload_layer_issue) */
-    int64_t syncs0;                  /* pulse_host_syncs() when the step began */
     int64_t step_syncs;              /* host synchronisations of the last step (main thread) */
     int64_t host_syncs;              /* summed over steps */
 

@@ -322,14 +322,14 @@ void offload_step_begin(struct offload *o, struct batch *bt, const struct batch_
     PULSE_CHECK(n >= 1 && n <= o->max_batch && n == batch_size(bt),
                 "offload_step: batch size out of range or not the batch's");
     PULSE_CHECK(o->next_layer < 0, "offload_step_begin: the last step has not ended");
-    o->syncs0 = pulse_host_syncs();
+    const int64_t s0 = pulse_host_syncs();
     TRACE_PUSH("offload step");
     o->n = n;
     o->seq = (uint32_t)(o->st.steps + 1);
     stage(o, en, n);
     engine_run_embed(o->eng, bt);
     o->next_layer = 0;
-    o->step_syncs = pulse_host_syncs() - o->syncs0;
+    o->step_syncs = pulse_host_syncs() - s0;
 }
 
 void offload_step_layer(struct offload *o, struct batch *bt, int layer)
