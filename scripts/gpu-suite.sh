@@ -107,6 +107,7 @@ if has offload; then
         summary+=("offload $tag exit $? ($(tail -n 1 "$out/off_$tag.txt"))")
     done
     python3 "$root/scripts/offload_table.py" "$out"/off_*.json | tee "$out/offload_table.txt"
+    python3 "$root/plots/step_floor.py" "$out"/off_*.json --out "$out/step_floor.png" >/dev/null 2>&1 || true
     # the offload step alone against its floor (no serving loop), at the workload's point
     for v in ${OFFLOAD_BENCH:-arkvale:solohead:zero-copy arkvale:solohead:gather-scatter \
              infinigen:solohead:gather-scatter}; do
