@@ -1,7 +1,5 @@
 #include "backend.h"
 
-#include <sched.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #include "common.h"
@@ -55,9 +53,7 @@ static void cpu_event_sync(void *ev)
 static void cpu_wait_value(const struct kctx *c, const uint32_t *flag, uint32_t value)
 {
     (void)c;
-    const _Atomic uint32_t *f = (const _Atomic uint32_t *)flag;
-    for (int spins = 0; (int32_t)(atomic_load_explicit(f, memory_order_acquire) - value) < 0;)
-        if (++spins > 1000) sched_yield();
+    pulse_wait_flag(flag, value, "cpu wait_value (a recall's flag)");
 }
 
 static void cpu_memset(const struct kctx *c, void *dst, int value, size_t bytes)

@@ -2,7 +2,6 @@
  * and the engine's device workspace. Plain C over the CUDA runtime and cuBLAS C APIs. */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
-#include <sched.h>
 #include <string.h>
 
 #include "backend.h"
@@ -120,10 +119,7 @@ static void cuda_wait_value(const struct kctx *c, const uint32_t *flag, uint32_t
     }
     /* the host wait (common.h, pulse_device_wait): pinned memory the recall stream writes */
     pulse_host_sync_note();
-    const volatile uint32_t *f = flag;
-    for (int spins = 0; (int32_t)(*f - value) < 0;)
-        if (++spins > 256) sched_yield();
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    pulse_wait_flag(flag, value, "cuda wait_value on the host (a recall's flag)");
 }
 
 static void cuda_memset(const struct kctx *c, void *dst, int value, size_t bytes)

@@ -1,7 +1,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include "common.h"
 
+#include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
@@ -63,4 +65,28 @@ int pulse_device_wait(void)
         cached = (s && strcmp(s, "1") == 0) ? 1 : 0;
     }
     return cached;
+}
+
+void pulse_wait_flag(const uint32_t *flag, uint32_t value, const char *what)
+{
+    const _Atomic uint32_t *f = (const _Atomic uint32_t *)flag;
+    double t0 = 0, timeout = 120.0;
+    for (int spins = 0; (int32_t)(atomic_load_explicit(f, memory_order_acquire) - value) < 0;) {
+        if (++spins < 1000) continue;
+        sched_yield();
+        if (spins % 4096) continue;
+        const double now = pulse_now();
+        if (t0 == 0) { /* a slow wait: read the limit once */
+            t0 = now;
+            const char *e = getenv("PULSE_WAIT_TIMEOUT_S");
+            if (e && atof(e) > 0) timeout = atof(e);
+        }
+        if (now - t0 > timeout) {
+            char d[160];
+            snprintf(d, sizeof d,
+                     "%s: flag %u, waiting for %u, after %.0f s (PULSE_WAIT_TIMEOUT_S)", what,
+                     (unsigned)atomic_load(f), (unsigned)value, now - t0);
+            pulse_die(__FILE__, __LINE__, "pulse_wait_flag", d);
+        }
+    }
 }

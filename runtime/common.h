@@ -61,6 +61,11 @@ int64_t pulse_host_syncs(void);
  * has, the host wait is the default. */
 int pulse_device_wait(void);
 
+/* Waits on the calling thread until (int32_t)(*flag - value) >= 0 (a flag another thread or a
+ * device stream writes), spinning, then yielding. A flag that has not reached the value after
+ * PULSE_WAIT_TIMEOUT_S seconds (default 120; a stuck recall) aborts with what was awaited. */
+void pulse_wait_flag(const uint32_t *flag, uint32_t value, const char *what);
+
 /* Environment switch PULSE_SYNC=1: synchronise after every kernel launch (debugging). */
 int pulse_sync_each_launch(void);
 

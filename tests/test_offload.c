@@ -13,8 +13,10 @@
  *   tokens, recall bytes and churn;
  * - bad flags of pulse run get one-line messages and exit 2; a good run's JSON has the series. */
 #include <jansson.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -489,6 +491,27 @@ static void test_failing_link(void)
     run_free(&clean);
 }
 
+/* A flag that never comes aborts the wait after PULSE_WAIT_TIMEOUT_S with what was awaited,
+ * instead of hanging (in a child process). */
+static void test_wait_timeout(void)
+{
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        setenv("PULSE_WAIT_TIMEOUT_S", "0.2", 1);
+        freopen("/dev/null", "w", stderr);
+        uint32_t flag = 3;
+        backend_find("cpu")->wait_value(NULL, &flag, 4);
+        _exit(0); /* not reached */
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    EXPECT(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+    uint32_t done = 9; /* a flag at or past the value: returns at once */
+    backend_find("cpu")->wait_value(NULL, &done, 9);
+    backend_find("cpu")->wait_value(NULL, &done, 5);
+}
+
 static void test_cli_json(void)
 {
     EXPECT_EQ_INT(cli_json("arkvale", 0), cli_json("infinigen", 1));
@@ -575,6 +598,7 @@ int main(void)
     timed("solohead_engines", test_solohead_engines);
     timed("no_host_sync", test_no_host_sync);
     timed("failing_link", test_failing_link);
+    timed("wait_timeout", test_wait_timeout);
     timed("cli", test_cli);
     timed("cli_json", test_cli_json);
     timed("pool_sizing", test_pool_sizing);
