@@ -1,0 +1,133 @@
+/* IO-Adaptive Offloading Admission (DESIGN.md section 7, mechanism 2): the cost model and its
+ * pruned search. Plain C, no CUDA; all memory is allocated by ioaa_create.
+ *
+ * Profile (struct ioaa_profile, copied at create). Times in seconds, sizes in bytes.
+ *   t_N(b, c): one dense layer of a normal batch of b requests at mean context c tokens; a grid
+ *     tn[i * nc + j] = t_N(tn_b[i], tn_c[j]). Bilinear inside the grid; above the last b linear
+ *     extrapolation of the last b segment, below the first b the first row; c is clamped to
+ *     [tn_c[0], tn_c[nc-1]] (no extrapolation in c).
+ *   t_O(b): one sparse layer of an offload batch of b requests; t_R(x): one recall round of x
+ *     bytes. 1-D tables: linear inside, linear extrapolation of the last segment above, the first
+ *     value below; t_R(0) = 0 (no round when nothing moves).
+ *   A table of one point is constant. Grids must be strictly increasing, values finite, t_N and
+ *   t_O > 0, t_R >= 0, and every table nondecreasing along each axis (the search's bound relies
+ *   on it; a reader of measured profiles should take a running maximum).
+ *   r = expected recall bytes per offload request and layer; L = layers.
+ *
+ * Model, for a normal batch of b_N requests with contexts summing to C (c_N = C / b_N) and an
+ * offload batch of b_O requests, the running requests included:
+ *   t_N = t_N(b_N, c_N) if b_N > 0 else 0;  t_O = t_O(b_O), t_R = t_R(b_O r) if b_O > 0 else 0
+ *   overlap depth d = ceil(t_R / t_N) when both batches are nonempty, else 0
+ *   step time S = L (t_N + t_O + max(0, t_R - t_N))  when b_N > 0, b_O > 0 and irq is on
+ *               = L t_N + L (t_O + t_R)               otherwise (no normal batch, or irq off:
+ *                                                     the batches run one after the other)
+ *   throughput = (b_N + b_O) / S (decode steps of one token per request: tokens per second);
+ *   0 when both batches are empty.
+ *   Memory: a normal request reserves gpu_normal bytes on the GPU; an offload request gpu_offload
+ *   on the GPU and host_offload in the host pool. The admitted requests' sums must fit the free
+ *   budgets of struct ioaa_state (free = what the running requests left).
+ *
+ * Search. Waiting requests are sorted by (length, caller index). At depth i, request i is NORMAL
+ * or OFFLOAD; stopping at depth i (a cut) means requests i.. WAIT, so the admitted requests are
+ * always a prefix of the sorted order. Monotonicity ("longer requests are offloaded"): in sorted
+ * order no NORMAL follows an OFFLOAD, so every normal request is no longer than every offloaded
+ * one (equal lengths: the lower caller index is the normal one). The running batches are outside
+ * the rule. Pruned: a child that does not fit memory (its whole subtree cannot: bytes only add),
+ * a NORMAL child after an OFFLOAD, and a node whose bound is below the best found. Bound of a
+ * node: (its requests + K) / G, with K the most further requests that can fit the GPU budget in
+ * sorted order at min(gpu_normal, gpu_offload) each (gpu_offload plus the host budget once an
+ * offload was chosen), and G the node's step time with t_N replaced by its minimum over the c
+ * grid (for an empty node, the smaller of its one-request children's); with nondecreasing tables
+ * no descendant's step time is below G. Ties: higher throughput, then more admitted, then more
+ * normal requests: the answer is unique, and the exhaustive search returns the same one.
+ * Nodes visited: the nodes entered, the root (everything waits) included.
+ *
+ * Next step: read and write the profile as `pulse profile`'s JSON. */
+#ifndef PULSE_IOAA_H
+#define PULSE_IOAA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ioaa_profile {
+    int n_layers;                /* L > 0 */
+    int tn_nb, tn_nc;            /* t_N grid: batch sizes x mean contexts, each >= 1 */
+    const double *tn_b, *tn_c;   /* [tn_nb], [tn_nc], strictly increasing */
+    const double *tn;            /* [tn_nb * tn_nc], row i = batch tn_b[i] */
+    int to_n;                    /* t_O table points, >= 1 */
+    const double *to_b, *to;     /* [to_n] batch sizes and times */
+    int tr_n;                    /* t_R table points, >= 1 */
+    const double *tr_bytes, *tr; /* [tr_n] round sizes and times */
+    double recall_bytes;         /* r >= 0: per offload request and layer */
+};
+
+struct ioaa_params {
+    struct ioaa_profile profile; /* copied: the caller's arrays may go after create */
+    int max_waiting;             /* most waiting requests one decision takes, >= 0 */
+    int irq;                     /* 1: interruptible layer-wise scheduling on (overlap) */
+    int no_bound;                /* 1: search without the throughput bound (tests, ablation) */
+};
+
+/* The running requests and the free budgets, in bytes. */
+struct ioaa_state {
+    int normal_count;          /* running normal batch */
+    int64_t normal_ctx_sum;    /* sum of their contexts, tokens */
+    int64_t normal_gpu_bytes;  /* reported only: free_gpu_bytes already excludes them */
+    int offload_count;         /* running offload batch */
+    int64_t offload_gpu_bytes; /* reported only */
+    int64_t offload_host_bytes;
+    int64_t free_gpu_bytes, free_host_bytes; /* budgets left for the waiting requests, >= 0 */
+};
+
+/* One waiting request; all numbers from the caller (e.g. offload_request_kv_bytes). */
+struct ioaa_request {
+    int64_t length;       /* prompt + output tokens: the sort key */
+    int64_t context;      /* its context in c_N if normal (e.g. its length), tokens */
+    int64_t gpu_normal;   /* GPU bytes if normal: the whole KV */
+    int64_t gpu_offload;  /* GPU bytes if offloaded: dense layers, hot slots, digests, tail */
+    int64_t host_offload; /* host pool bytes if offloaded: the whole KV */
+};
+
+enum ioaa_assign { IOAA_WAIT = 0, IOAA_NORMAL = 1, IOAA_OFFLOAD = 2 };
+
+struct ioaa_decision {
+    double step_s, throughput;     /* predicted, with the running requests */
+    int overlap_depth;             /* d of the chosen batches */
+    int n_normal, n_offload;       /* admitted from the waiting requests */
+    int64_t gpu_bytes, host_bytes; /* what the admitted requests reserve */
+    int64_t nodes_visited;         /* tree nodes entered (exhaustive: assignments enumerated) */
+    int64_t pruned_memory, pruned_monotone, pruned_bound;
+};
+
+struct ioaa;
+
+/* Validates and copies the profile, allocates the search's scratch for max_waiting requests.
+ * NULL with a one-line reason naming the bad input in err (when given). */
+struct ioaa *ioaa_create(const struct ioaa_params *p, char *err, size_t errlen);
+void ioaa_free(struct ioaa *a);
+
+/* The profile's tables at a point (the interpolation above). */
+double ioaa_t_normal(const struct ioaa *a, double b, double c);
+double ioaa_t_offload(const struct ioaa *a, double b);
+double ioaa_t_recall(const struct ioaa *a, double bytes);
+
+/* The model for batches (b_N, contexts summing to ctx_sum, b_O): returns S in seconds, and d in
+ * *depth when depth is set. */
+double ioaa_step_time(const struct ioaa *a, int b_normal, int64_t ctx_sum, int b_offload,
+                      int *depth);
+
+/* Chooses NORMAL / OFFLOAD / WAIT for the n waiting requests w (n <= max_waiting), written to
+ * assign[n] in the caller's order, and fills *out. No allocation. Returns PULSE_OK, or
+ * PULSE_ERR_INVALID with a reason in err for bad input (n out of range, negative bytes). */
+int ioaa_decide(struct ioaa *a, const struct ioaa_state *st, const struct ioaa_request *w, int n,
+                enum ioaa_assign *assign, struct ioaa_decision *out, char *err, size_t errlen);
+
+/* The reference: every one of the 3^n assignments, kept when it is of the tree's form (waits a
+ * suffix of the sorted order, monotone) and fits memory; the best under the same ties. For
+ * tests: n <= IOAA_EXHAUSTIVE_MAX. */
+#define IOAA_EXHAUSTIVE_MAX 14
+int ioaa_decide_exhaustive(struct ioaa *a, const struct ioaa_state *st,
+                           const struct ioaa_request *w, int n, enum ioaa_assign *assign,
+                           struct ioaa_decision *out, char *err, size_t errlen);
+
+#endif
