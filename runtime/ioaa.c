@@ -287,11 +287,14 @@ static double bound(const struct ioaa *a, int i, int m, int64_t gpu, int64_t hos
     }
     if (k == 0) return -INFINITY;
     int bn = a->st->normal_count + m, bo = a->st->offload_count + (i - m);
-    double s;
-    if (bn + bo > 0)
-        s = step_s(a, bn, 0, bo, 1, NULL);
-    else
-        s = fmin(step_s(a, 1, 0, 0, 1, NULL), step_s(a, 0, 0, 1, 1, NULL));
+    /* every strict descendant passes through a child that fits, and G only grows down a path */
+    const struct ioaa_request *r = &a->w[a->order[i]];
+    double s = INFINITY;
+    if (!off && gpu + r->gpu_normal <= a->st->free_gpu_bytes) s = step_s(a, bn + 1, 0, bo, 1, NULL);
+    if (gpu + r->gpu_offload <= a->st->free_gpu_bytes &&
+        host + r->host_offload <= a->st->free_host_bytes)
+        s = fmin(s, step_s(a, bn, 0, bo + 1, 1, NULL));
+    if (s == INFINITY) return -INFINITY;
     return s > 0 ? (bn + bo + k) / s : INFINITY;
 }
 

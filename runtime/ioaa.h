@@ -36,8 +36,9 @@
  * a NORMAL child after an OFFLOAD, and a node whose bound is below the best found. Bound of a
  * node: (its requests + K) / G, with K the most further requests that can fit the GPU budget in
  * sorted order at min(gpu_normal, gpu_offload) each (gpu_offload plus the host budget once an
- * offload was chosen), and G the node's step time with t_N replaced by its minimum over the c
- * grid (for an empty node, the smaller of its one-request children's); with nondecreasing tables
+ * offload was chosen), and G the smaller of the step times of the node's children that fit,
+ * each with t_N replaced by its minimum over the c grid (every strict descendant passes through
+ * one of them, and that lower step time only grows down a path); with nondecreasing tables
  * no descendant's step time is below G. Ties: higher throughput, then more admitted, then more
  * normal requests: the answer is unique, and the exhaustive search returns the same one.
  * Nodes visited: the nodes entered, the root (everything waits) included.
