@@ -499,7 +499,8 @@ static void test_wait_timeout(void)
     const pid_t pid = fork();
     if (pid == 0) {
         setenv("PULSE_WAIT_TIMEOUT_S", "0.2", 1);
-        freopen("/dev/null", "w", stderr);
+        if (!freopen("/dev/null", "w", stderr))
+            _exit(3);
         uint32_t flag = 3;
         backend_find("cpu")->wait_value(NULL, &flag, 4);
         _exit(0); /* not reached */
