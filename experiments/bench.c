@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "baselines/registry.h"
+#include "bench_batch.h"
 #include "bench_offload.h"
 #include "cli.h"
 #include "common.h"
@@ -189,30 +190,21 @@ static int run_point(struct engine *e, const struct bench_opts *o, const struct 
     const struct backend *be = engine_model(e)->be;
     const struct kctx *ctx = engine_ctx(e);
     int steps = (int)(o->warmup + o->iters), attn_iters = (int)o->iters;
-    int reserved = pt.ctx + steps + 1;
+    const int reserved = pt.ctx + steps + 1;
     char err[256];
-    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, (int)o->page_size,
-                                 0,           pt.batch,      reserved};
-    kp.budget_bytes = (size_t)pt.batch * kv_cache_params_request_bytes(&kp, reserved);
     json_object_set_new(pj, "batch", json_integer(pt.batch));
     json_object_set_new(pj, "context", json_integer(pt.ctx));
-    json_object_set_new(pj, "kv_pool_bytes", json_integer((json_int_t)kp.budget_bytes));
-    struct kv_cache *kv = kv_cache_create(&kp, be, ctx, err, sizeof err);
-    if (!kv) {
+    struct bench_batch bb;
+    const int rc =
+        bench_batch_create(e, pt.batch, pt.ctx, reserved, (int)o->page_size, &bb, err, sizeof err);
+    json_object_set_new(pj, "kv_pool_bytes", json_integer((json_int_t)bb.kv_bytes));
+    if (rc != PULSE_OK) {
         json_object_set_new(pj, "status", json_string("oom"));
         json_object_set_new(pj, "error", json_string(err));
         return EXIT_OOM;
     }
-    struct batch *bt = batch_create(e);
-    struct batch_entry en[4096];
-    for (int b = 0; b < pt.batch; b++) {
-        int slot;
-        PULSE_CHECK(kv_cache_admit(kv, reserved, &slot) == PULSE_OK, "bench admission");
-        en[b] = (struct batch_entry){slot, b, pt.ctx, reserved, engine_first_token(e, b)};
-    }
-    batch_set(e, bt, kv, en, pt.batch);
-    engine_fill_prompt(e, bt, kv);
-    be->sync(ctx);
+    struct batch *bt = bb.bt;
+    const struct kv_cache *kv = bb.kv;
     double *ms = mem_alloc(MEM_HOST, sizeof(double) * (steps + attn_iters), "samples");
     for (int i = 0; i < steps; i++) {
         double t = pulse_now();
@@ -277,8 +269,7 @@ static int run_point(struct engine *e, const struct bench_opts *o, const struct 
     snprintf(hs, sizeof hs, "%016llx", (unsigned long long)h);
     json_object_set_new(pj, "last_tokens_fnv1a", json_string(hs));
     mem_free(MEM_HOST, ms, sizeof(double) * (steps + attn_iters));
-    batch_free(e, bt);
-    kv_cache_free(kv);
+    bench_batch_free(e, &bb);
     return 0;
 }
 

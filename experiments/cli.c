@@ -57,6 +57,36 @@ int cli_double(const char *cmd, const char *flag, const char *s, double lo, doub
     return 0;
 }
 
+int cli_parse_size(const char *s, size_t *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    double mul = *end == 'K' || *end == 'k'   ? 1024.0
+                 : *end == 'M' || *end == 'm' ? 1048576.0
+                 : *end == 'G' || *end == 'g' ? 1073741824.0
+                                              : 1.0;
+    if (mul > 1) end++;
+    if (end == s || *end || !(v >= 1) || v * mul > 1e12) return -1;
+    *out = (size_t)(v * mul);
+    return 0;
+}
+
+int cli_list(const char *cmd, const char *flag, const char *s, int max, int *n,
+             int (*each)(const char *item, int i, void *ctx), void *ctx)
+{
+    char buf[512];
+    if (strlen(s) >= sizeof buf) return cli_error(cmd, "%s: list too long", flag), -1;
+    strcpy(buf, s);
+    *n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (*n >= max) return cli_error(cmd, "%s: more than %d values", flag, max), -1;
+        if (each(tok, (*n)++, ctx)) return -1;
+    }
+    if (!*n) return cli_error(cmd, "%s: empty list", flag), -1;
+    return 0;
+}
+
 const struct model_config *cli_model(const char *cmd, const char *name)
 {
     const struct model_config *c = model_config_find(name);

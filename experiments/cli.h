@@ -3,6 +3,7 @@
 #ifndef PULSE_CLI_H
 #define PULSE_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend.h"
@@ -17,6 +18,14 @@ void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(prin
 int cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
 int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t hi, uint64_t *out);
 int cli_double(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
+/* A byte count with an optional K, M or G suffix (powers of 1024), e.g. 8K, 2M, 1.5G: >= 1 and
+ * at most 1e12. 0, or -1 (no message: the caller names the flag). */
+int cli_parse_size(const char *s, size_t *out);
+/* Splits the comma list s (the value of flag) and calls each(item, index, ctx) on every item,
+ * at most max of them; their count in *n. 0, or -1 after a message naming the flag (too long,
+ * too many, empty) or each's own (each returns -1 after printing one). */
+int cli_list(const char *cmd, const char *flag, const char *s, int max, int *n,
+             int (*each)(const char *item, int i, void *ctx), void *ctx);
 /* Resolves --model and --backend ("auto" picks cuda when a GPU is usable); NULL after an error. */
 const struct model_config *cli_model(const char *cmd, const char *name);
 const struct backend *cli_backend(const char *cmd, const char *name);
@@ -33,5 +42,6 @@ int cmd_profile_heads(int argc, char **argv); /* profile_heads.c */
 int cmd_generate(int argc, char **argv);
 int cmd_synth(int argc, char **argv);    /* synth.c */
 int cmd_accuracy(int argc, char **argv); /* accuracy.c */
+int cmd_profile(int argc, char **argv);  /* profile.c */
 
 #endif

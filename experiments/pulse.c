@@ -14,6 +14,7 @@ static const struct {
     {"bench", cmd_bench, "microbenchmarks (decode-step)"},
     {"recall-bench", cmd_recall_bench,
      "recall engines: bandwidth vs chunk size and count, cap, zero-copy cost"},
+    {"profile", cmd_profile, "IOAA profile: t_N, t_O, t_R tables of a model on a backend"},
     {"profile-heads", cmd_profile_heads, "MAM head profile of a model (SoloHead's selectors)"},
     {"generate", cmd_generate, "greedy continuation of a prompt (built-in or real weights)"},
     {"synth", cmd_synth, "write RULER-style synthetic tasks as LongBench JSONL"},

@@ -56,39 +56,16 @@ static const char usage[] =
 
 /* ---- parsing ---- */
 
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    double mul = *end == 'K' || *end == 'k'   ? 1024.0
-                 : *end == 'M' || *end == 'm' ? 1048576.0
-                 : *end == 'G' || *end == 'g' ? 1073741824.0
-                                              : 1.0;
-    if (mul > 1) end++;
-    if (end == s || *end || !(v >= 1) || v * mul > 1e12) return -1;
-    *out = (size_t)(v * mul);
-    return 0;
-}
-
 /* Splits a comma list; calls each(item, index) for every element. */
 static int parse_list(const char *flag, const char *s, int *n,
                       int (*each)(const char *, int, void *), void *ctx)
 {
-    char buf[512];
-    if (strlen(s) >= sizeof buf) return cli_error(CMD, "%s: list too long", flag), -1;
-    strcpy(buf, s);
-    *n = 0;
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (*n >= MAX_LIST) return cli_error(CMD, "%s: more than %d values", flag, MAX_LIST), -1;
-        if (each(tok, (*n)++, ctx)) return -1;
-    }
-    if (!*n) return cli_error(CMD, "%s: empty list", flag), -1;
-    return 0;
+    return cli_list(CMD, flag, s, MAX_LIST, n, each, ctx);
 }
 
 static int each_size(const char *t, int i, void *c)
 {
-    if (!parse_size(t, &((size_t *)c)[i]) && ((size_t *)c)[i] <= ((size_t)1 << 30)) return 0;
+    if (!cli_parse_size(t, &((size_t *)c)[i]) && ((size_t *)c)[i] <= ((size_t)1 << 30)) return 0;
     cli_error(CMD, "--sizes: '%s' is not a size in bytes (e.g. 8K, 64K, 1M; at most 1G)", t);
     return -1;
 }
@@ -119,7 +96,7 @@ static int each_engine(const char *t, int i, void *c)
 
 static int size_flag(const char *flag, const char *s, size_t *out)
 {
-    if (!parse_size(s, out)) return 0;
+    if (!cli_parse_size(s, out)) return 0;
     cli_error(CMD, "%s: '%s' is not a size in bytes (e.g. 256K, 2M, 12G)", flag, s);
     return -1;
 }

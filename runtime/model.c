@@ -100,6 +100,11 @@ uint64_t model_step_weight_bytes(const struct model_config *c)
     return tied(c) ? model_weight_bytes(c) : model_weight_bytes(c) - 2 * (uint64_t)c->vocab * c->hidden;
 }
 
+uint64_t model_layer_weight_bytes(const struct model_config *c)
+{
+    return 2 * layer_params(c);
+}
+
 uint64_t model_kv_bytes_per_token(const struct model_config *c)
 {
     return (uint64_t)c->n_layers * c->n_kv_heads * c->head_dim * 2 /* K,V */ * 2 /* bf16 */;

@@ -46,6 +46,9 @@ const char *model_config_names(void);
 uint64_t model_param_count(const struct model_config *c);
 uint64_t model_weight_bytes(const struct model_config *c);
 uint64_t model_step_weight_bytes(const struct model_config *c);
+/* Weight bytes of one decoder layer (every layer has the same shapes): model_step_weight_bytes
+ * is n_layers of these plus the head and the final norm. */
+uint64_t model_layer_weight_bytes(const struct model_config *c);
 uint64_t model_kv_bytes_per_token(const struct model_config *c);
 /* Width of the fused QKV projection: (n_heads + 2 n_kv_heads) * head_dim. */
 int model_qkv_dim(const struct model_config *c);

@@ -76,14 +76,15 @@ void results_add_dist_ms(json_t *obj, const char *name, const struct dist_summar
     }
 }
 
-int results_write(const json_t *r, const char *path, char *err, size_t errlen)
+/* Writes r to a temporary file with the dump flags, then renames it into place. */
+static int write_atomic(const json_t *r, const char *path, size_t flags, char *err, size_t errlen)
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
         snprintf(err, errlen, "%s: path too long", path);
         return PULSE_ERR_IO;
     }
-    if (json_dump_file(r, tmp, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) != 0) {
+    if (json_dump_file(r, tmp, flags) != 0) {
         snprintf(err, errlen, "%s: cannot write (%s)", path, strerror(errno));
         remove(tmp);
         return PULSE_ERR_IO;
@@ -94,4 +95,16 @@ int results_write(const json_t *r, const char *path, char *err, size_t errlen)
         return PULSE_ERR_IO;
     }
     return PULSE_OK;
+}
+
+int results_write(const json_t *r, const char *path, char *err, size_t errlen)
+{
+    return write_atomic(r, path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9), err,
+                        errlen);
+}
+
+int results_write_exact(const json_t *r, const char *path, char *err, size_t errlen)
+{
+    /* JSON_REAL_PRECISION(0), the default: 17 significant digits */
+    return write_atomic(r, path, JSON_INDENT(2) | JSON_SORT_KEYS, err, errlen);
 }

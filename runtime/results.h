@@ -23,5 +23,8 @@ void results_add_dist_ms(json_t *obj, const char *name, const struct dist_summar
 void results_set_real(json_t *obj, const char *key, double v);
 /* Writes r to path (indent 2, sorted keys). PULSE_OK or PULSE_ERR_IO with a reason in err. */
 int results_write(const json_t *r, const char *path, char *err, size_t errlen);
+/* The same with every real at full precision (17 digits: it reads back bit for bit), for
+ * files that are read back as inputs (profiles). */
+int results_write_exact(const json_t *r, const char *path, char *err, size_t errlen);
 
 #endif

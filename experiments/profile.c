@@ -1,0 +1,770 @@
+/* pulse profile: the IOAA model's inputs (DESIGN.md section 7; runtime/ioaa_profile.h) measured
+ * on a backend and written as a pulse-ioaa-profile/1 file:
+ *   t_N(b, c)  one dense decode layer of b requests at context c: the engine's layers run one
+ *              after another over a batch of synthetic requests (bench_batch.h), timed from the
+ *              first layer's launch to the backend's sync after the last, over n_layers; the
+ *              median of --reps after --warmup
+ *   t_O(b)     one sparse layer of an offload batch of b, approximated by the dense layer time
+ *              at the selection budget's context (selection itself and the hot-cache work are
+ *              not in it; the file's note says so)
+ *   t_R(x)     one recall round of x bytes with the chosen engine: random chunks of a host pool
+ *              (a head's piece of a block for headwise selection, a whole block for solohead)
+ *              into random slots, wall time from submit to completion, median of --reps; two
+ *              chunks of every point are read back and compared
+ *   r          recall bytes per offload request and layer: --recall-bytes, or budget x the mean
+ *              churn over all layers of the locality profile (dense layers recall nothing) x
+ *              one layer's KV bytes per token
+ * A t_N point whose KV does not fit (the backend refuses it, or over --max-kv-gb) is not
+ * measured: it is extended linearly in c from the last two measured contexts of its row (never
+ * below the last), and listed in measurement.normal.extrapolated; t_O likewise in b. Beside
+ * each measured median the record has its samples and its analytic floor (bytes over the copy
+ * and H2D bandwidths measured in the same run). --analytic writes the analytic profile instead.
+ * The file is read back with ioaa_profile_load and checked with ioaa_create before the command
+ * returns: what it writes is what `pulse run` can read. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_batch.h"
+#include "cli.h"
+#include "common.h"
+#include "engine.h"
+#include "host_pool.h"
+#include "ioaa.h"
+#include "ioaa_profile.h"
+#include "metrics.h"
+#include "recall.h"
+#include "results.h"
+#include "workloads/locality.h"
+
+#define CMD "profile"
+#define MAX_GRID 32
+#define MAX_REPS 100
+
+static const char usage[] =
+    "usage: pulse profile --model NAME [options]\n"
+    "  Measures the IOAA model's tables on a backend and writes them as a profile (schema\n"
+    "  pulse-ioaa-profile/1, read by pulse run): t_N(b, c), one dense layer of b requests at\n"
+    "  context c; t_O(b), one sparse layer of b offload requests (the dense layer at the\n"
+    "  selection budget's context); t_R(x), one recall round of x bytes; r, recall bytes per\n"
+    "  offload request and layer.\n"
+    "  --model NAME        built-in model config (pulse models)\n"
+    "  --backend B         cpu, cuda or auto (default auto)\n"
+    "  --recall-engine E   per-block, gather-scatter, zero-copy or batch (default per-block)\n"
+    "  --selection S       headwise (a recall chunk is one head's piece of a block, default) or\n"
+    "                      solohead (a whole block)\n"
+    "  --batches LIST      t_N and t_O batch sizes (default cpu 1,2,4; cuda 1,2,4,...,64)\n"
+    "  --contexts LIST     t_N contexts in tokens (default cpu 256,1024,4096; cuda\n"
+    "                      1024,2048,...,131072)\n"
+    "  --recall-sizes LIST t_R round sizes, K/M/G suffixes, rounded up to whole chunks\n"
+    "                      (default cpu 64K,256K,1M; cuda 64K,256K,...,64M)\n"
+    "  --budget-tokens N   selected tokens per offload request and layer: t_O's context and\n"
+    "                      r's budget (default 2048)\n"
+    "  --recall-bytes N    r itself (default: budget x mean churn x KV bytes per token and layer)\n"
+    "  --locality-profile F  the churn profile behind r (default: the built-in one)\n"
+    "  --reps N            timed repetitions per point, median kept (default cpu 3, cuda 5)\n"
+    "  --warmup N          untimed repetitions first (default 1)\n"
+    "  --page-size N       tokens per KV block (default 16)\n"
+    "  --max-kv-gb G       t_N points whose KV exceeds G are extrapolated, not measured (default\n"
+    "                      cpu 4; cuda: what the device refuses)\n"
+    "  --analytic          write the analytic profile (bytes over the copy and H2D bandwidths\n"
+    "                      measured here) instead of measuring the tables\n"
+    "  --seed S            weights, synthetic KV, chunk placement (default 1)\n"
+    "  --out FILE          the profile (default: none, the tables are printed only)\n";
+
+struct opts {
+    const char *backend, *model, *engine, *selection, *locality, *out;
+    long batches[MAX_GRID], contexts[MAX_GRID];
+    size_t sizes[MAX_GRID];
+    int n_batches, n_contexts, n_sizes;
+    long budget, reps, warmup, page_size;
+    double recall_bytes, max_kv_gb; /* < 0: not given */
+    int analytic;
+    uint64_t seed;
+};
+
+/* ---- parsing ---- */
+
+static int each_batch(const char *t, int i, void *c)
+{
+    return cli_int(CMD, "--batches", t, 1, 4096, &((long *)c)[i]);
+}
+static int each_context(const char *t, int i, void *c)
+{
+    return cli_int(CMD, "--contexts", t, 1, 1 << 22, &((long *)c)[i]);
+}
+static int each_size(const char *t, int i, void *c)
+{
+    if (!cli_parse_size(t, &((size_t *)c)[i]) && ((size_t *)c)[i] <= ((size_t)1 << 34)) return 0;
+    cli_error(CMD, "--recall-sizes: '%s' is not a size in bytes (e.g. 64K, 1M; at most 16G)", t);
+    return -1;
+}
+
+/* -1 after a message when the list is not strictly increasing. */
+static int increasing(const char *flag, const long *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        if (v[i] <= v[i - 1])
+            return cli_error(CMD, "%s: must be strictly increasing: %ld after %ld", flag, v[i],
+                             v[i - 1]),
+                   -1;
+    return 0;
+}
+
+/* Fills what the flags left unset with the backend's defaults. */
+static void defaults(struct opts *o, int dev)
+{
+    if (!o->n_batches)
+        for (long b = 1; b <= (dev ? 64 : 4); b *= 2)
+            o->batches[o->n_batches++] = b;
+    if (!o->n_contexts)
+        for (long c = dev ? 1024 : 256; c <= (dev ? 131072 : 4096); c *= dev ? 2 : 4)
+            o->contexts[o->n_contexts++] = c;
+    if (!o->n_sizes)
+        for (size_t x = 64 << 10; x <= (dev ? (size_t)64 << 20 : (size_t)1 << 20); x *= 4)
+            o->sizes[o->n_sizes++] = x;
+    if (o->reps < 0) o->reps = dev ? 5 : 3;
+    if (o->max_kv_gb < 0 && !dev) o->max_kv_gb = 4;
+}
+
+static int parse(int argc, char **argv, struct opts *o)
+{
+    enum {
+        O_BACKEND = 256,
+        O_MODEL,
+        O_ENGINE,
+        O_SELECTION,
+        O_BATCHES,
+        O_CONTEXTS,
+        O_SIZES,
+        O_BUDGET,
+        O_RBYTES,
+        O_LOCALITY,
+        O_REPS,
+        O_WARMUP,
+        O_PAGE,
+        O_MAXKV,
+        O_ANALYTIC,
+        O_SEED,
+        O_OUT,
+        O_HELP
+    };
+    static const struct option opts[] = {{"backend", 1, 0, O_BACKEND},
+                                         {"model", 1, 0, O_MODEL},
+                                         {"recall-engine", 1, 0, O_ENGINE},
+                                         {"selection", 1, 0, O_SELECTION},
+                                         {"batches", 1, 0, O_BATCHES},
+                                         {"contexts", 1, 0, O_CONTEXTS},
+                                         {"recall-sizes", 1, 0, O_SIZES},
+                                         {"budget-tokens", 1, 0, O_BUDGET},
+                                         {"recall-bytes", 1, 0, O_RBYTES},
+                                         {"locality-profile", 1, 0, O_LOCALITY},
+                                         {"reps", 1, 0, O_REPS},
+                                         {"warmup", 1, 0, O_WARMUP},
+                                         {"page-size", 1, 0, O_PAGE},
+                                         {"max-kv-gb", 1, 0, O_MAXKV},
+                                         {"analytic", 0, 0, O_ANALYTIC},
+                                         {"seed", 1, 0, O_SEED},
+                                         {"out", 1, 0, O_OUT},
+                                         {"help", 0, 0, O_HELP},
+                                         {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->backend = "auto", o->engine = "per-block", o->selection = "headwise";
+    o->budget = 2048, o->reps = -1, o->warmup = 1, o->page_size = 16, o->seed = 1;
+    o->recall_bytes = o->max_kv_gb = -1;
+    int c, bad = 0;
+    opterr = 0;
+    optind = 1;
+    while (!bad && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case O_BACKEND:
+            o->backend = optarg;
+            break;
+        case O_MODEL:
+            o->model = optarg;
+            break;
+        case O_ENGINE:
+            o->engine = optarg;
+            if (recall_engine_find(optarg) < 0)
+                bad = (cli_error(CMD,
+                                 "--recall-engine: unknown engine '%s' (known: per-block, "
+                                 "gather-scatter, zero-copy, batch)",
+                                 optarg),
+                       -1);
+            break;
+        case O_SELECTION:
+            o->selection = optarg;
+            if (strcmp(optarg, "headwise") && strcmp(optarg, "solohead"))
+                bad = (cli_error(CMD, "--selection: '%s' is not headwise or solohead", optarg), -1);
+            break;
+        case O_BATCHES:
+            bad =
+                cli_list(CMD, "--batches", optarg, MAX_GRID, &o->n_batches, each_batch, o->batches);
+            break;
+        case O_CONTEXTS:
+            bad = cli_list(CMD, "--contexts", optarg, MAX_GRID, &o->n_contexts, each_context,
+                           o->contexts);
+            break;
+        case O_SIZES:
+            bad =
+                cli_list(CMD, "--recall-sizes", optarg, MAX_GRID, &o->n_sizes, each_size, o->sizes);
+            break;
+        case O_BUDGET:
+            bad = cli_int(CMD, "--budget-tokens", optarg, 1, 1 << 22, &o->budget);
+            break;
+        case O_RBYTES:
+            bad = cli_double(CMD, "--recall-bytes", optarg, 0, 1e12, &o->recall_bytes);
+            break;
+        case O_LOCALITY:
+            o->locality = optarg;
+            break;
+        case O_REPS:
+            bad = cli_int(CMD, "--reps", optarg, 1, MAX_REPS, &o->reps);
+            break;
+        case O_WARMUP:
+            bad = cli_int(CMD, "--warmup", optarg, 0, 100, &o->warmup);
+            break;
+        case O_PAGE:
+            bad = cli_int(CMD, "--page-size", optarg, 1, 4096, &o->page_size);
+            break;
+        case O_MAXKV:
+            bad = cli_double(CMD, "--max-kv-gb", optarg, 1e-6, 1e6, &o->max_kv_gb);
+            break;
+        case O_ANALYTIC:
+            o->analytic = 1;
+            break;
+        case O_SEED:
+            bad = cli_u64(CMD, "--seed", optarg, INT64_MAX, &o->seed);
+            break;
+        case O_OUT:
+            o->out = optarg;
+            break;
+        case O_HELP:
+            fputs(usage, stdout);
+            return 1;
+        default:
+            cli_unknown_flag(CMD, argc, argv);
+            return -1;
+        }
+    }
+    if (bad || cli_no_extra_args(CMD, argc, argv)) return -1;
+    if (!o->model) return cli_error(CMD, "--model: required (known: %s)", model_config_names()), -1;
+    if (increasing("--batches", o->batches, o->n_batches) ||
+        increasing("--contexts", o->contexts, o->n_contexts))
+        return -1;
+    if (o->recall_bytes >= 0 && o->locality)
+        return cli_error(CMD, "--locality-profile: not with --recall-bytes (r is given)"), -1;
+    return 0;
+}
+
+/* ---- r ---- */
+
+/* r from the flags: --recall-bytes, or budget x the locality profile's mean churn over all
+ * layers (a dense layer's 0) x one layer's KV bytes per token. How, into cfg. -1 after a
+ * message. */
+static int recall_bytes(const struct opts *o, const struct model_config *m, json_t *cfg, double *r)
+{
+    if (o->recall_bytes >= 0) {
+        *r = o->recall_bytes;
+        json_object_set_new(cfg, "recall_bytes_from", json_string("--recall-bytes"));
+        return 0;
+    }
+    char err[512];
+    struct locality_profile *lp = mem_alloc(MEM_HOST, sizeof *lp, "locality profile");
+    PULSE_CHECK(lp != NULL, "profile: host memory");
+    int rc;
+    if (o->locality) {
+        rc = locality_profile_read(o->locality, lp, err, sizeof err);
+    } else {
+        struct locality_default_params dp;
+        locality_default_params_init(&dp, m->n_layers, o->seed);
+        rc = locality_profile_default(lp, &dp, err, sizeof err);
+    }
+    if (rc == PULSE_OK && lp->n_layers != m->n_layers)
+        rc = pulse_errorf(err, sizeof err, PULSE_ERR_INVALID, o->locality,
+                          "%d layers, model %s has %d", lp->n_layers, m->name, m->n_layers);
+    if (rc != PULSE_OK) {
+        cli_error(CMD, "--locality-profile: %s", err);
+        mem_free(MEM_HOST, lp, sizeof *lp);
+        return -1;
+    }
+    double churn = 0;
+    for (int l = 0; l < m->n_layers; l++)
+        churn += lp->dense[l] ? 0 : locality_profile_mean(lp, l);
+    churn /= m->n_layers;
+    const double tok = (double)model_kv_bytes_per_token(m) / m->n_layers;
+    *r = (double)o->budget * churn * tok;
+    json_object_set_new(cfg, "recall_bytes_from",
+                        json_pack("{s:s, s:f, s:I, s:f}", "locality_profile",
+                                  o->locality ? o->locality : "default", "mean_churn", churn,
+                                  "budget_tokens", (json_int_t)o->budget,
+                                  "kv_bytes_per_token_layer", tok));
+    mem_free(MEM_HOST, lp, sizeof *lp);
+    return 0;
+}
+
+/* ---- the tables ---- */
+
+static json_t *reals(const double *v, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_real(v[i]));
+    return a;
+}
+
+static double median(const double *v, int n)
+{
+    struct dist_summary d;
+    metrics_summarize(v, n, &d);
+    return d.median;
+}
+
+/* One dense layer of b requests at context c: seconds per layer into s[reps], the median in
+ * *t. PULSE_OK, or PULSE_ERR_NOMEM when the point's KV is over the limit or refused. */
+static int layer_point(struct engine *e, const struct opts *o, int b, int c, double *s, double *t)
+{
+    const struct model_config *m = engine_model(e)->cfg;
+    const struct backend *be = engine_model(e)->be;
+    const struct kctx *ctx = engine_ctx(e);
+    const int ps = (int)o->page_size;
+    if (o->max_kv_gb > 0 && bench_batch_kv_bytes(m, b, c + 1, ps) > o->max_kv_gb * 1e9)
+        return PULSE_ERR_NOMEM;
+    struct bench_batch bb;
+    char err[256];
+    if (bench_batch_create(e, b, c, c + 1, ps, &bb, err, sizeof err) != PULSE_OK)
+        return PULSE_ERR_NOMEM;
+    /* every repetition restarts the residual stream at the embedding (outside the clock), so
+     * the layers see the same inputs; the appended token's K/V lands at position c each time */
+    for (int i = -(int)o->warmup; i < o->reps; i++) {
+        engine_run_embed(e, bb.bt);
+        be->sync(ctx);
+        const double t0 = pulse_now();
+        for (int l = 0; l < m->n_layers; l++)
+            engine_run_layer(e, bb.bt, bb.kv, l);
+        be->sync(ctx);
+        if (i >= 0) s[i] = (pulse_now() - t0) / m->n_layers;
+    }
+    bench_batch_free(e, &bb);
+    *t = median(s, (int)o->reps);
+    return PULSE_OK;
+}
+
+/* y[m..n) from the line through the last two measured points (x[m-2], y[m-2]) and
+ * (x[m-1], y[m-1]), never below y[m-1]. -1 when fewer than two were measured. */
+static int extend(const double *x, double *y, int n, int m)
+{
+    if (m >= n) return 0;
+    if (m < 2) return -1;
+    const double slope = (y[m - 1] - y[m - 2]) / (x[m - 1] - x[m - 2]);
+    for (int i = m; i < n; i++)
+        y[i] = fmax(y[m - 1], y[m - 1] + slope * (x[i] - x[m - 1]));
+    return 0;
+}
+
+/* The t_N grid and the t_O table into d; samples, floors and extrapolated points into meas.
+ * 0, or EXIT_OOM after a message when a row or the t_O table has too few measured points. */
+static int measure_layers(struct engine *e, const struct opts *o,
+                          const struct ioaa_analytic_params *ap, struct ioaa_profile_data *d,
+                          json_t *meas)
+{
+    const int nb = o->n_batches, nc = o->n_contexts, R = (int)o->reps;
+    double s[MAX_REPS];
+    json_t *nm = json_pack("{s:[], s:[], s:[]}", "samples_s", "floor_s", "extrapolated");
+    json_object_set_new(meas, "normal", nm);
+    for (int i = 0; i < nb; i++) {
+        json_t *srow = json_array(), *frow = json_array();
+        json_array_append_new(json_object_get(nm, "samples_s"), srow);
+        json_array_append_new(json_object_get(nm, "floor_s"), frow);
+        int m = 0; /* measured contexts: a prefix (the KV grows with c) */
+        for (int j = 0; j < nc; j++) {
+            double *t = &d->tn[(size_t)i * nc + j];
+            int ok = m == j &&
+                     layer_point(e, o, (int)o->batches[i], (int)o->contexts[j], s, t) == PULSE_OK;
+            m += ok;
+            json_array_append_new(srow, ok ? reals(s, R) : json_null());
+            json_array_append_new(frow,
+                                  json_real(ioaa_analytic_t_normal(ap, d->tn_b[i], d->tn_c[j])));
+            if (!ok)
+                json_array_append_new(json_object_get(nm, "extrapolated"),
+                                      json_pack("{s:I,s:I}", "batch", (json_int_t)o->batches[i],
+                                                "context", (json_int_t)o->contexts[j]));
+        }
+        if (extend(d->tn_c, d->tn + (size_t)i * nc, nc, m)) {
+            cli_error(CMD,
+                      "t_N at batch %ld: the KV of context %ld does not fit (the backend refused "
+                      "it or --max-kv-gb), and fewer than two contexts were measured to "
+                      "extrapolate from: use smaller --batches or --contexts",
+                      o->batches[i], o->contexts[m]);
+            return EXIT_OOM;
+        }
+    }
+    json_t *of = json_pack("{s:[], s:[], s:[], s:I}", "samples_s", "floor_s", "extrapolated",
+                           "context", (json_int_t)o->budget);
+    json_object_set_new(meas, "offload", of);
+    int m = 0;
+    for (int i = 0; i < nb; i++) {
+        int ok = m == i &&
+                 layer_point(e, o, (int)o->batches[i], (int)o->budget, s, &d->to[i]) == PULSE_OK;
+        m += ok;
+        json_array_append_new(json_object_get(of, "samples_s"), ok ? reals(s, R) : json_null());
+        json_array_append_new(json_object_get(of, "floor_s"),
+                              json_real(ioaa_analytic_t_offload(ap, d->to_b[i])));
+        if (!ok)
+            json_array_append_new(json_object_get(of, "extrapolated"),
+                                  json_integer((json_int_t)o->batches[i]));
+    }
+    if (extend(d->to_b, d->to, nb, m)) {
+        cli_error(CMD,
+                  "t_O: a batch of %ld at the budget's %ld tokens does not fit, and fewer than "
+                  "two batches were measured: use smaller --batches or --budget-tokens",
+                  o->batches[m], o->budget);
+        return EXIT_OOM;
+    }
+    return 0;
+}
+
+/* The recall rounds' fixture: a host pool of chunks, a destination region on the backend and
+ * the engine, sized for the largest round. */
+struct recall_rig {
+    const struct backend *be;
+    const struct kctx *ctx;
+    struct host_pool *pool;
+    char *h_pool, *d_dst, *h_check;
+    size_t chunk, dst_bytes;
+    int max_items;
+    uint32_t *perm; /* [pool chunks] */
+    size_t n_src;
+    struct recall_item *items;
+    struct recall *r;
+    uint64_t rng;
+};
+
+static uint64_t rnd(struct recall_rig *g)
+{
+    g->rng ^= g->rng << 13;
+    g->rng ^= g->rng >> 7;
+    g->rng ^= g->rng << 17;
+    return g->rng;
+}
+
+static void rig_free(struct recall_rig *g)
+{
+    recall_free(g->r);
+    host_pool_free(g->pool);
+    mem_free(g->be->mem, g->d_dst, g->dst_bytes);
+    mem_free(MEM_HOST, g->h_check, g->chunk);
+    mem_free(MEM_HOST, g->perm, sizeof *g->perm * g->n_src);
+    mem_free(MEM_HOST, g->items, sizeof *g->items * (size_t)g->max_items);
+}
+
+static int rig_create(struct recall_rig *g, const struct opts *o, const struct model_config *m,
+                      const struct backend *be, const struct kctx *ctx, char *err, size_t errlen)
+{
+    memset(g, 0, sizeof *g);
+    g->be = be, g->ctx = ctx, g->rng = o->seed * 0x9E3779B97F4A7C15ull | 1;
+    const int ps = (int)o->page_size;
+    const size_t block = (size_t)m->n_kv_heads * 2 * ps * m->head_dim * 2;
+    g->chunk = strcmp(o->selection, "solohead") ? block / m->n_kv_heads : block;
+    size_t max_bytes = 0;
+    for (int i = 0; i < o->n_sizes; i++)
+        max_bytes = PULSE_MAX(max_bytes, o->sizes[i]);
+    g->max_items = (int)PULSE_CEIL_DIV(max_bytes, g->chunk);
+    g->dst_bytes = (size_t)g->max_items * g->chunk;
+    /* a quarter more source chunks than the largest round, so the picks stay random */
+    const struct host_pool_params hp = {.n_layers = 1,
+                                        .n_kv_heads = m->n_kv_heads,
+                                        .head_dim = m->head_dim,
+                                        .page_size = ps,
+                                        .elem_bytes = 2,
+                                        .pool_bytes = g->dst_bytes + g->dst_bytes / 4 + block,
+                                        .max_requests = 1,
+                                        .max_tokens = ps,
+                                        .pinned = be->mem == MEM_DEVICE};
+    if (!(g->pool = host_pool_create(&hp, err, errlen))) return EXIT_OOM;
+    PULSE_CHECK(host_pool_block_bytes(g->pool) == block, "profile: the pool's block size");
+    g->h_pool = host_pool_base(g->pool);
+    g->n_src = host_pool_bytes(g->pool) / g->chunk;
+    g->perm = mem_alloc(MEM_HOST, sizeof *g->perm * g->n_src, "profile perm");
+    g->items = mem_alloc(MEM_HOST, sizeof *g->items * (size_t)g->max_items, "profile items");
+    g->h_check = mem_alloc(MEM_HOST, g->chunk, "profile check");
+    g->d_dst = mem_alloc(be->mem, g->dst_bytes, "profile recall slots");
+    if (!g->perm || !g->items || !g->h_check || !g->d_dst) {
+        snprintf(err, errlen, "cannot allocate %zu bytes of %s memory for the recall slots",
+                 g->dst_bytes, mem_kind_name(be->mem));
+        return EXIT_OOM;
+    }
+    /* position-unique words, so a chunk that lands in the wrong slot is caught */
+    uint64_t *w = (uint64_t *)g->h_pool;
+    for (size_t i = 0, n = host_pool_bytes(g->pool) / 8; i < n; i++)
+        w[i] = (i + 1) * 0x9E3779B97F4A7C15ull ^ o->seed;
+    struct recall_params rp;
+    recall_params_init(&rp, (enum recall_engine)recall_engine_find(o->engine), g->max_items);
+    rp.host_base = g->h_pool;
+    rp.host_bytes = host_pool_bytes(g->pool);
+    rp.ops = recall_copy_ops_for(be);
+    if (!(g->r = recall_create(&rp, err, errlen))) return 1;
+    return 0;
+}
+
+/* n distinct random source chunks into n distinct random slots of the destination. */
+static void rig_pick(struct recall_rig *g, int n)
+{
+    for (int side = 0; side < 2; side++) {
+        const size_t slots = side ? (size_t)g->max_items : g->n_src;
+        for (size_t i = 0; i < slots; i++)
+            g->perm[i] = (uint32_t)i;
+        for (int i = 0; i < n; i++) {
+            const size_t j = i + rnd(g) % (slots - i);
+            const uint32_t t = g->perm[i];
+            g->perm[i] = g->perm[j], g->perm[j] = t;
+            if (side)
+                g->items[i].dst = g->d_dst + (size_t)g->perm[i] * g->chunk;
+            else
+                g->items[i].src = g->h_pool + (size_t)g->perm[i] * g->chunk;
+            g->items[i].bytes = g->chunk;
+        }
+    }
+}
+
+/* Round sizes (whole chunks) into d's t_R grid; -1 after a message when two coincide. */
+static int recall_grid(const struct opts *o, size_t chunk, struct ioaa_profile_data *d)
+{
+    for (int i = 0; i < o->n_sizes; i++) {
+        d->tr_bytes[i] = (double)(PULSE_CEIL_DIV(o->sizes[i], chunk) * chunk);
+        if (i > 0 && !(d->tr_bytes[i] > d->tr_bytes[i - 1]))
+            return cli_error(CMD,
+                             "--recall-sizes: must be strictly increasing in whole %zu-byte "
+                             "chunks: %zu after %zu gives %.0f bytes again",
+                             chunk, o->sizes[i], o->sizes[i - 1], d->tr_bytes[i]),
+                   -1;
+    }
+    return 0;
+}
+
+/* The t_R table into d (its grid set); samples and floors into meas. 0, or 1 after a message
+ * (a failed recall, a chunk that landed wrong). */
+static int measure_recalls(struct recall_rig *g, const struct opts *o,
+                           const struct ioaa_analytic_params *ap, struct ioaa_profile_data *d,
+                           json_t *meas)
+{
+    const int R = (int)o->reps;
+    double s[MAX_REPS];
+    json_t *rc =
+        json_pack("{s:[], s:[], s:I}", "samples_s", "floor_s", "chunk_bytes", (json_int_t)g->chunk);
+    json_object_set_new(meas, "recall", rc);
+    for (int i = 0; i < o->n_sizes; i++) {
+        const int n = (int)(d->tr_bytes[i] / g->chunk);
+        rig_pick(g, n);
+        for (int k = -(int)o->warmup; k < R; k++) {
+            int64_t ticket;
+            const double t0 = pulse_now();
+            int st = recall_submit(g->r, g->items, n, &ticket);
+            if (st == PULSE_OK) st = recall_wait(g->r, ticket);
+            if (st != PULSE_OK) {
+                cli_error(CMD, "a recall of %d chunks failed (status %d)", n, st);
+                return 1;
+            }
+            if (k >= 0) s[k] = pulse_now() - t0;
+        }
+        for (int k = 0; k < 2; k++) { /* the first and the last chunk, read back */
+            const struct recall_item *it = &g->items[k ? n - 1 : 0];
+            g->be->download(g->ctx, g->h_check, it->dst, it->bytes);
+            if (memcmp(g->h_check, it->src, it->bytes)) {
+                cli_error(CMD, "a recall of %d chunks: chunk %d landed wrong", n, k ? n - 1 : 0);
+                return 1;
+            }
+        }
+        d->tr[i] = median(s, R);
+        json_array_append_new(json_object_get(rc, "samples_s"), reals(s, R));
+        json_array_append_new(json_object_get(rc, "floor_s"),
+                              json_real(ioaa_analytic_t_recall(ap, d->tr_bytes[i])));
+    }
+    return 0;
+}
+
+/* ---- output ---- */
+
+static void print_tables(const struct ioaa_profile_data *d, const struct opts *o)
+{
+    const struct ioaa_profile *p = &d->prof;
+    printf("t_N: ms per dense layer (%s, %s)\n%8s", d->info.model, d->info.backend, "batch");
+    for (int j = 0; j < p->tn_nc; j++)
+        printf(" %9.0f", p->tn_c[j]);
+    printf("  <- context\n");
+    for (int i = 0; i < p->tn_nb; i++) {
+        printf("%8.0f", p->tn_b[i]);
+        for (int j = 0; j < p->tn_nc; j++)
+            printf(" %9.4f", p->tn[(size_t)i * p->tn_nc + j] * 1e3);
+        printf("\n");
+    }
+    printf("t_O: ms per sparse layer (at %ld tokens):", o->budget);
+    for (int i = 0; i < p->to_n; i++)
+        printf(" b=%.0f %.4f", p->to_b[i], p->to[i] * 1e3);
+    printf("\nt_R: ms per recall round (%s):", d->info.recall_engine);
+    for (int i = 0; i < p->tr_n; i++)
+        printf(" %.0fK %.4f", p->tr_bytes[i] / 1024, p->tr[i] * 1e3);
+    printf("\nr = %.0f bytes per offload request and layer\n", p->recall_bytes);
+}
+
+/* Reads the profile in res as pulse run would and checks that it passes ioaa_create; the
+ * values the reader's running maximum raises go into meas. 0, or 1 after a message. */
+static int check_profile(const json_t *res, json_t *meas)
+{
+    struct ioaa_profile_data back = {0};
+    char err[512];
+    struct ioaa *a = NULL;
+    int rc = ioaa_profile_from_json(res, "profile", &back, err, sizeof err);
+    if (rc == PULSE_OK) {
+        const struct ioaa_params ip = {.profile = back.prof, .max_waiting = 1, .irq = 1};
+        if (!(a = ioaa_create(&ip, err, sizeof err))) rc = PULSE_ERR_INVALID;
+    }
+    if (rc == PULSE_OK) {
+        json_object_set_new(meas, "raised_by_reader", json_integer(back.raised));
+        if (back.raised)
+            printf("%d noisy table values are raised to the running maximum when read\n",
+                   back.raised);
+    } else {
+        cli_error(CMD, "the profile does not pass the reader: %s", err);
+    }
+    ioaa_free(a);
+    ioaa_profile_data_free(&back);
+    return rc == PULSE_OK ? 0 : 1;
+}
+
+/* Writes res to path and loads it back with ioaa_profile_load. 0, or 1 after a message. */
+static int write_profile(const json_t *res, const char *path)
+{
+    char err[512];
+    struct ioaa_profile_data back = {0};
+    int rc = results_write_exact(res, path, err, sizeof err);
+    if (rc == PULSE_OK) rc = ioaa_profile_load(path, &back, err, sizeof err);
+    ioaa_profile_data_free(&back);
+    if (rc != PULSE_OK) cli_error(CMD, "--out: %s", err);
+    return rc == PULSE_OK ? 0 : 1;
+}
+
+/* ---- the command ---- */
+
+/* The bandwidths of the analytic floor, measured on be, into ap and res's measurement. */
+static void measure_bw(const struct backend *be, const struct kctx *ctx,
+                       struct ioaa_analytic_params *ap, json_t *res)
+{
+    const int dev = be->mem == MEM_DEVICE;
+    ap->bw = (struct floor_bw){be->copy_bandwidth(ctx, (size_t)(dev ? 512 : 64) << 20, 10),
+                               be->h2d_bandwidth(ctx, (size_t)(dev ? 256 : 64) << 20, 10)};
+    json_t *meas = json_object_get(res, "measurement");
+    results_set_real(meas, "copy_bandwidth_GBps", ap->bw.hbm_gbps);
+    results_set_real(meas, "h2d_peak_GBps", ap->bw.h2d_gbps);
+}
+
+/* --analytic: the bandwidths, then the analytic profile into d. 0, or 1 after a message. */
+static int analytic(const struct backend *be, struct ioaa_analytic_params *ap,
+                    struct ioaa_profile_data *d, json_t *res)
+{
+    char err[512];
+    struct kctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    if (be->ctx_create(&ctx, 0) != PULSE_OK)
+        return cli_error(CMD, "backend %s: no usable device", be->name), 1;
+    be->describe(results_env(res));
+    measure_bw(be, &ctx, ap, res);
+    be->ctx_free(&ctx);
+    if (ioaa_profile_analytic(ap, d, err, sizeof err)) return cli_error(CMD, "%s", err), 1;
+    return 0;
+}
+
+/* The measured profile into d: the engine's layers, then the recall rounds. 0, or an exit
+ * code after a message. */
+static int measure(const struct opts *o, const struct model_config *m, const struct backend *be,
+                   struct ioaa_analytic_params *ap, struct ioaa_profile_data *d, json_t *res)
+{
+    char err[512];
+    if (ioaa_profile_data_alloc(d, o->n_batches, o->n_contexts, o->n_batches, o->n_sizes, err,
+                                sizeof err))
+        return cli_error(CMD, "%s", err), 1;
+    for (int i = 0; i < o->n_batches; i++)
+        d->tn_b[i] = d->to_b[i] = (double)o->batches[i];
+    for (int j = 0; j < o->n_contexts; j++)
+        d->tn_c[j] = (double)o->contexts[j];
+    long max_c = o->budget;
+    for (int j = 0; j < o->n_contexts; j++)
+        max_c = PULSE_MAX(max_c, o->contexts[j]);
+    const struct engine_params ep = {.cfg = m,
+                                     .be = be,
+                                     .seed = o->seed,
+                                     .max_batch = (int)o->batches[o->n_batches - 1],
+                                     .max_tokens = (int)max_c + 1};
+    struct engine *e = engine_create(&ep, err, sizeof err);
+    if (!e) return cli_error(CMD, "%s", err), EXIT_OOM;
+    be->describe(results_env(res));
+    measure_bw(be, engine_ctx(e), ap, res);
+    json_t *meas = json_object_get(res, "measurement");
+    const double t0 = pulse_now();
+    int code = measure_layers(e, o, ap, d, meas);
+    struct recall_rig g;
+    memset(&g, 0, sizeof g);
+    g.be = be;
+    if (!code && (code = rig_create(&g, o, m, be, engine_ctx(e), err, sizeof err)))
+        cli_error(CMD, "the recall rounds: %s", err);
+    if (!code && recall_grid(o, g.chunk, d)) code = EXIT_USAGE;
+    if (!code) code = measure_recalls(&g, o, ap, d, meas);
+    results_set_real(meas, "seconds", pulse_now() - t0);
+    d->prof.n_layers = m->n_layers;
+    d->prof.recall_bytes = ap->recall_bytes;
+    struct ioaa_profile_info *in = &d->info;
+    snprintf(in->model, sizeof in->model, "%s", m->name);
+    snprintf(in->backend, sizeof in->backend, "%s", be->name);
+    snprintf(in->recall_engine, sizeof in->recall_engine, "%s", o->engine);
+    snprintf(in->source, sizeof in->source, "measured");
+    snprintf(in->note, sizeof in->note,
+             "measured: t_N is the dense layer time (all layers over n_layers, median); t_O is "
+             "approximated by the dense layer time at the selection budget's context (%ld "
+             "tokens), without selection and hot-cache work; t_R is submit to completion of "
+             "one recall round of %s chunks of %zu bytes",
+             o->budget, o->selection, g.chunk);
+    rig_free(&g);
+    engine_free(e);
+    return code;
+}
+
+int cmd_profile(int argc, char **argv)
+{
+    struct opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc > 0 ? 0 : EXIT_USAGE;
+    const struct model_config *m = cli_model(CMD, o.model);
+    const struct backend *be = m ? cli_backend(CMD, o.backend) : NULL;
+    if (!be) return EXIT_USAGE;
+    defaults(&o, be->mem == MEM_DEVICE);
+    json_t *res = results_new("profile");
+    json_t *cfg = json_pack(
+        "{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:b}", "backend", be->name, "model", m->name,
+        "recall_engine", o.engine, "selection", o.selection, "budget_tokens", (json_int_t)o.budget,
+        "reps", (json_int_t)o.reps, "warmup", (json_int_t)o.warmup, "page_size",
+        (json_int_t)o.page_size, "seed", (json_int_t)o.seed, "analytic", o.analytic);
+    json_object_set_new(res, "config", cfg);
+    results_set_real(cfg, "max_kv_gb", o.max_kv_gb > 0 ? o.max_kv_gb : NAN);
+    json_object_set_new(res, "measurement", json_object());
+    struct ioaa_analytic_params ap = {
+        .cfg = m, .budget_tokens = (int)o.budget, .backend = be->name, .recall_engine = o.engine};
+    struct ioaa_profile_data d = {0};
+    int code = recall_bytes(&o, m, cfg, &ap.recall_bytes) ? EXIT_USAGE : 0;
+    if (!code) code = o.analytic ? analytic(be, &ap, &d, res) : measure(&o, m, be, &ap, &d, res);
+    if (!code) {
+        /* one date: the result's */
+        snprintf(d.info.date, sizeof d.info.date, "%s",
+                 json_string_value(json_object_get(res, "date")));
+        json_t *pj = ioaa_profile_to_json(&d.prof, &d.info);
+        json_object_update(res, pj);
+        json_decref(pj);
+        print_tables(&d, &o);
+        code = check_profile(res, json_object_get(res, "measurement"));
+        if (!code && o.out) code = write_profile(res, o.out);
+    }
+    ioaa_profile_data_free(&d);
+    json_decref(res);
+    return code;
+}

@@ -1,0 +1,439 @@
+/* The IOAA profile file and the analytic profile (the definitions are in ioaa_profile.h). */
+#include "ioaa_profile.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "common.h"
+#include "mem.h"
+
+/* ---- the tables ---- */
+
+int ioaa_profile_data_alloc(struct ioaa_profile_data *d, int nb, int nc, int n_offload,
+                            int n_recall, char *err, size_t errlen)
+{
+    ioaa_profile_data_free(d);
+    const int M = IOAA_PROFILE_MAX_POINTS;
+    if (nb < 1 || nb > M || nc < 1 || nc > M || n_offload < 1 || n_offload > M || n_recall < 1 ||
+        n_recall > M)
+        return pulse_errorf(err, errlen, PULSE_ERR_INVALID, "ioaa profile",
+                            "table sizes %d x %d, %d, %d: expected 1..%d points per axis", nb, nc,
+                            n_offload, n_recall, M);
+    const size_t dl = sizeof(double), ntn = (size_t)nb * nc;
+    const size_t bytes = mem_aligned(nb * dl) + mem_aligned(nc * dl) + mem_aligned(ntn * dl) +
+                         2 * mem_aligned(n_offload * dl) + 2 * mem_aligned(n_recall * dl);
+    char *cur = mem_alloc(MEM_HOST, bytes, "ioaa profile");
+    if (!cur)
+        return pulse_errorf(err, errlen, PULSE_ERR_NOMEM, "ioaa profile",
+                            "cannot allocate %zu bytes", bytes);
+    memset(cur, 0, bytes);
+    d->mem = cur;
+    d->mem_bytes = bytes;
+    d->tn_b = mem_carve(&cur, nb * dl);
+    d->tn_c = mem_carve(&cur, nc * dl);
+    d->tn = mem_carve(&cur, ntn * dl);
+    d->to_b = mem_carve(&cur, n_offload * dl);
+    d->to = mem_carve(&cur, n_offload * dl);
+    d->tr_bytes = mem_carve(&cur, n_recall * dl);
+    d->tr = mem_carve(&cur, n_recall * dl);
+    d->prof = (struct ioaa_profile){.tn_nb = nb,
+                                    .tn_nc = nc,
+                                    .tn_b = d->tn_b,
+                                    .tn_c = d->tn_c,
+                                    .tn = d->tn,
+                                    .to_n = n_offload,
+                                    .to_b = d->to_b,
+                                    .to = d->to,
+                                    .tr_n = n_recall,
+                                    .tr_bytes = d->tr_bytes,
+                                    .tr = d->tr};
+    return PULSE_OK;
+}
+
+void ioaa_profile_data_free(struct ioaa_profile_data *d)
+{
+    if (!d) return;
+    mem_free(MEM_HOST, d->mem, d->mem_bytes);
+    memset(d, 0, sizeof *d);
+}
+
+/* v[i] = max(v[0..i]) for i < n; returns how many values rose. */
+static int prefix_max(double *v, int n)
+{
+    int raised = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] < v[i - 1]) {
+            v[i] = v[i - 1];
+            raised++;
+        }
+    return raised;
+}
+
+int ioaa_profile_data_monotone(struct ioaa_profile_data *d)
+{
+    const int nb = d->prof.tn_nb, nc = d->prof.tn_nc;
+    int raised = 0;
+    /* in row-major order the neighbours below in b and in c are final already, so one pass
+     * gives the prefix maximum over b' <= b, c' <= c */
+    for (int i = 0; i < nb; i++)
+        for (int j = 0; j < nc; j++) {
+            double *v = &d->tn[(size_t)i * nc + j], m = *v;
+            if (i > 0) m = fmax(m, v[-nc]);
+            if (j > 0) m = fmax(m, v[-1]);
+            if (m > *v) {
+                *v = m;
+                raised++;
+            }
+        }
+    raised += prefix_max(d->to, d->prof.to_n);
+    raised += prefix_max(d->tr, d->prof.tr_n);
+    return raised;
+}
+
+/* ---- writing ---- */
+
+/* A grid value: an integer when it is one (batch sizes, contexts, byte counts), else a real;
+ * a NaN or Inf, which JSON cannot hold, as null (the reader rejects it). */
+static json_t *grid_value(double v)
+{
+    if (!isfinite(v)) return json_null();
+    if (v == floor(v) && fabs(v) < 9007199254740992.0) return json_integer((json_int_t)v);
+    return json_real(v);
+}
+
+static json_t *grid_json(const double *v, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, grid_value(v[i]));
+    return a;
+}
+
+/* Times: reals (non-finite ones as null). */
+static json_t *times_json(const double *v, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, isfinite(v[i]) ? json_real(v[i]) : json_null());
+    return a;
+}
+
+json_t *ioaa_profile_to_json(const struct ioaa_profile *p, const struct ioaa_profile_info *info)
+{
+    json_t *rows = json_array();
+    for (int i = 0; i < p->tn_nb; i++)
+        json_array_append_new(rows, times_json(p->tn + (size_t)i * p->tn_nc, p->tn_nc));
+    json_t *j = json_pack(
+        "{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:{s:o, s:o, s:o}, s:{s:o, s:o}, s:{s:o, s:o}}",
+        "schema", IOAA_PROFILE_SCHEMA, "model", info->model, "backend", info->backend,
+        "recall_engine", info->recall_engine, "date", info->date, "source", info->source,
+        "n_layers", p->n_layers, "normal", "batch", grid_json(p->tn_b, p->tn_nb), "context",
+        grid_json(p->tn_c, p->tn_nc), "layer_s", rows, "offload", "batch",
+        grid_json(p->to_b, p->to_n), "layer_s", times_json(p->to, p->to_n), "recall", "bytes",
+        grid_json(p->tr_bytes, p->tr_n), "round_s", times_json(p->tr, p->tr_n));
+    PULSE_CHECK(j != NULL, "ioaa_profile_to_json: json_pack");
+    json_object_set_new(j, "recall_bytes_per_request_layer",
+                        isfinite(p->recall_bytes) ? json_real(p->recall_bytes) : json_null());
+    if (info->note[0]) json_object_set_new(j, "note", json_string(info->note));
+    return j;
+}
+
+/* ---- reading ---- */
+
+#define BAD(...) pulse_errorf(err, errlen, PULSE_ERR_INVALID, name, __VA_ARGS__)
+
+/* The string `key` of j into out[len]. */
+static int read_string(const json_t *j, const char *key, int optional, char *out, size_t len,
+                       const char *name, char *err, size_t errlen)
+{
+    const json_t *v = json_object_get(j, key);
+    if (!v && optional) return PULSE_OK;
+    if (!json_is_string(v))
+        return BAD("%s: %s, expected a string", key, v ? "not a string" : "missing");
+    if (json_string_length(v) >= len)
+        return BAD("%s: %zu characters, expected at most %zu", key, json_string_length(v), len - 1);
+    memcpy(out, json_string_value(v), json_string_length(v) + 1);
+    return PULSE_OK;
+}
+
+/* The array `field` (named `what` in messages) of 1..IOAA_PROFILE_MAX_POINTS elements; its
+ * size in *n. NULL after a message. */
+static const json_t *read_array(const json_t *obj, const char *key, const char *what, int *n,
+                                const char *name, char *err, size_t errlen)
+{
+    const json_t *a = json_object_get(obj, key);
+    if (!json_is_array(a)) {
+        BAD("%s: %s, expected an array", what, a ? "not an array" : "missing");
+        return NULL;
+    }
+    size_t sz = json_array_size(a);
+    if (sz < 1 || sz > IOAA_PROFILE_MAX_POINTS) {
+        BAD("%s: %zu values, expected 1..%d", what, sz, IOAA_PROFILE_MAX_POINTS);
+        return NULL;
+    }
+    *n = (int)sz;
+    return a;
+}
+
+/* The n numbers of array a (named what) into out[n]: a grid > 0 and strictly increasing, times > 0
+ * (>= 0 when zero_ok), all finite. */
+static int read_numbers(const json_t *a, const char *what, int n, int grid, int zero_ok,
+                        double *out, const char *name, char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++) {
+        const json_t *e = json_array_get(a, (size_t)i);
+        if (!json_is_number(e)) return BAD("%s[%d]: not a number", what, i);
+        const double v = json_number_value(e);
+        if (!isfinite(v)) return BAD("%s[%d]: not finite", what, i);
+        if (grid && !(v > 0)) return BAD("%s[%d]: %.17g, expected a value > 0", what, i, v);
+        if (grid && i > 0 && !(v > out[i - 1]))
+            return BAD("%s[%d]: %.17g after %.17g (must be strictly increasing)", what, i, v,
+                       out[i - 1]);
+        if (!grid && (v < 0 || (!zero_ok && v == 0)))
+            return BAD("%s[%d]: %.17g is not a time %s 0 seconds", what, i, v,
+                       zero_ok ? ">=" : ">");
+        out[i] = v;
+    }
+    return PULSE_OK;
+}
+
+/* The object `key` of j, or NULL after a message. */
+static const json_t *read_object(const json_t *j, const char *key, const char *name, char *err,
+                                 size_t errlen)
+{
+    const json_t *o = json_object_get(j, key);
+    if (!json_is_object(o)) BAD("%s: %s, expected an object", key, o ? "not an object" : "missing");
+    return json_is_object(o) ? o : NULL;
+}
+
+/* The header fields: schema, strings, n_layers, r. */
+static int read_header(const json_t *j, struct ioaa_profile_info *info, int *n_layers, double *r,
+                       const char *name, char *err, size_t errlen)
+{
+    const json_t *s = json_object_get(j, "schema");
+    if (!json_is_string(s) || strcmp(json_string_value(s), IOAA_PROFILE_SCHEMA))
+        return BAD("schema: %s%s%s, expected \"%s\"", s ? "\"" : "missing",
+                   json_is_string(s) ? json_string_value(s) : "", s ? "\"" : "",
+                   IOAA_PROFILE_SCHEMA);
+    int rc;
+    if ((rc = read_string(j, "model", 0, info->model, sizeof info->model, name, err, errlen)) ||
+        (rc = read_string(j, "backend", 0, info->backend, sizeof info->backend, name, err,
+                          errlen)) ||
+        (rc = read_string(j, "recall_engine", 0, info->recall_engine, sizeof info->recall_engine,
+                          name, err, errlen)) ||
+        (rc = read_string(j, "date", 0, info->date, sizeof info->date, name, err, errlen)) ||
+        (rc = read_string(j, "source", 0, info->source, sizeof info->source, name, err, errlen)) ||
+        (rc = read_string(j, "note", 1, info->note, sizeof info->note, name, err, errlen)))
+        return rc;
+    if (strcmp(info->source, "measured") && strcmp(info->source, "analytic"))
+        return BAD("source: \"%s\", expected \"measured\" or \"analytic\"", info->source);
+    const json_t *l = json_object_get(j, "n_layers");
+    if (!json_is_integer(l) || json_integer_value(l) < 1 || json_integer_value(l) > 1000000)
+        return BAD("n_layers: expected an integer in 1..1000000");
+    *n_layers = (int)json_integer_value(l);
+    const json_t *rb = json_object_get(j, "recall_bytes_per_request_layer");
+    if (!json_is_number(rb) || !isfinite(json_number_value(rb)) || json_number_value(rb) < 0)
+        return BAD("recall_bytes_per_request_layer: %s, expected a number >= 0",
+                   rb ? "out of range or not a number" : "missing");
+    *r = json_number_value(rb);
+    return PULSE_OK;
+}
+
+/* The three tables' arrays and sizes (checked for shape before anything is allocated). */
+struct tables_json {
+    const json_t *nb, *nc, *tn, *ob, *ot, *rx, *rt;
+    int n_b, n_c, n_o, n_r;
+};
+
+static int read_shapes(const json_t *j, struct tables_json *t, const char *name, char *err,
+                       size_t errlen)
+{
+    const json_t *nm = read_object(j, "normal", name, err, errlen);
+    if (!nm) return PULSE_ERR_INVALID;
+    const json_t *of = read_object(j, "offload", name, err, errlen);
+    if (!of) return PULSE_ERR_INVALID;
+    const json_t *rc = read_object(j, "recall", name, err, errlen);
+    if (!rc) return PULSE_ERR_INVALID;
+    int n;
+    if (!(t->nb = read_array(nm, "batch", "normal.batch", &t->n_b, name, err, errlen)) ||
+        !(t->nc = read_array(nm, "context", "normal.context", &t->n_c, name, err, errlen)) ||
+        !(t->tn = read_array(nm, "layer_s", "normal.layer_s", &n, name, err, errlen)))
+        return PULSE_ERR_INVALID;
+    if (n != t->n_b)
+        return BAD("normal.layer_s: %d rows, expected %d (one per normal.batch)", n, t->n_b);
+    for (int i = 0; i < n; i++) {
+        const json_t *row = json_array_get(t->tn, (size_t)i);
+        if (!json_is_array(row)) return BAD("normal.layer_s[%d]: not an array", i);
+        if (json_array_size(row) != (size_t)t->n_c)
+            return BAD("normal.layer_s[%d]: %zu values, expected %d (one per normal.context)", i,
+                       json_array_size(row), t->n_c);
+    }
+    if (!(t->ob = read_array(of, "batch", "offload.batch", &t->n_o, name, err, errlen)) ||
+        !(t->ot = read_array(of, "layer_s", "offload.layer_s", &n, name, err, errlen)))
+        return PULSE_ERR_INVALID;
+    if (n != t->n_o)
+        return BAD("offload.layer_s: %d values, expected %d (one per offload.batch)", n, t->n_o);
+    if (!(t->rx = read_array(rc, "bytes", "recall.bytes", &t->n_r, name, err, errlen)) ||
+        !(t->rt = read_array(rc, "round_s", "recall.round_s", &n, name, err, errlen)))
+        return PULSE_ERR_INVALID;
+    if (n != t->n_r)
+        return BAD("recall.round_s: %d values, expected %d (one per recall.bytes)", n, t->n_r);
+    return PULSE_OK;
+}
+
+static int read_tables(const struct tables_json *t, struct ioaa_profile_data *d, const char *name,
+                       char *err, size_t errlen)
+{
+    int rc;
+    if ((rc = read_numbers(t->nb, "normal.batch", t->n_b, 1, 0, d->tn_b, name, err, errlen)) ||
+        (rc = read_numbers(t->nc, "normal.context", t->n_c, 1, 0, d->tn_c, name, err, errlen)))
+        return rc;
+    for (int i = 0; i < t->n_b; i++) {
+        char what[48];
+        snprintf(what, sizeof what, "normal.layer_s[%d]", i);
+        if ((rc = read_numbers(json_array_get(t->tn, (size_t)i), what, t->n_c, 0, 0,
+                               d->tn + (size_t)i * t->n_c, name, err, errlen)))
+            return rc;
+    }
+    if ((rc = read_numbers(t->ob, "offload.batch", t->n_o, 1, 0, d->to_b, name, err, errlen)) ||
+        (rc = read_numbers(t->ot, "offload.layer_s", t->n_o, 0, 0, d->to, name, err, errlen)) ||
+        (rc = read_numbers(t->rx, "recall.bytes", t->n_r, 1, 0, d->tr_bytes, name, err, errlen)) ||
+        (rc = read_numbers(t->rt, "recall.round_s", t->n_r, 0, 1, d->tr, name, err, errlen)))
+        return rc;
+    return PULSE_OK;
+}
+
+int ioaa_profile_from_json(const json_t *j, const char *name, struct ioaa_profile_data *d,
+                           char *err, size_t errlen)
+{
+    ioaa_profile_data_free(d);
+    if (!json_is_object(j)) return BAD("expected a JSON object");
+    struct ioaa_profile_info info;
+    memset(&info, 0, sizeof info);
+    struct tables_json t = {0};
+    int n_layers = 0, rc;
+    double r = 0;
+    if ((rc = read_header(j, &info, &n_layers, &r, name, err, errlen)) ||
+        (rc = read_shapes(j, &t, name, err, errlen)) ||
+        (rc = ioaa_profile_data_alloc(d, t.n_b, t.n_c, t.n_o, t.n_r, err, errlen)))
+        return rc;
+    if ((rc = read_tables(&t, d, name, err, errlen))) {
+        ioaa_profile_data_free(d);
+        return rc;
+    }
+    d->info = info;
+    d->prof.n_layers = n_layers;
+    d->prof.recall_bytes = r;
+    d->raised = ioaa_profile_data_monotone(d);
+    return PULSE_OK;
+}
+
+int ioaa_profile_load(const char *path, struct ioaa_profile_data *d, char *err, size_t errlen)
+{
+    ioaa_profile_data_free(d);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return pulse_errorf(err, errlen, PULSE_ERR_IO, path, "cannot open (%s)", strerror(errno));
+    json_error_t je;
+    json_t *j = json_loadf(f, 0, &je);
+    fclose(f);
+    if (!j)
+        return pulse_errorf(err, errlen, PULSE_ERR_IO, path, "not JSON: line %d: %s", je.line,
+                            je.text);
+    int rc = ioaa_profile_from_json(j, path, d, err, errlen);
+    json_decref(j);
+    return rc;
+}
+
+/* ---- the analytic profile ---- */
+
+void ioaa_profile_date_now(char *buf, size_t len)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* Tokens layer l attends at context c, averaged over the layers (a local layer its window). */
+static double mean_attended(const struct model_config *m, double c)
+{
+    double sum = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        const int w = model_layer_window(m, l);
+        sum += w > 0 && w < c ? w : c;
+    }
+    return sum / m->n_layers;
+}
+
+double ioaa_analytic_t_normal(const struct ioaa_analytic_params *p, double b, double c)
+{
+    const struct model_config *m = p->cfg;
+    const double k = (double)model_kv_bytes_per_token(m) / m->n_layers;
+    return ((double)model_layer_weight_bytes(m) + b * k * mean_attended(m, c)) /
+           (p->bw.hbm_gbps * 1e9);
+}
+
+double ioaa_analytic_t_offload(const struct ioaa_analytic_params *p, double b)
+{
+    const struct model_config *m = p->cfg;
+    const double k = (double)model_kv_bytes_per_token(m) / m->n_layers;
+    return ((double)model_layer_weight_bytes(m) + b * k * p->budget_tokens) /
+           (p->bw.hbm_gbps * 1e9);
+}
+
+double ioaa_analytic_t_recall(const struct ioaa_analytic_params *p, double bytes)
+{
+    return bytes / (p->bw.h2d_gbps * 1e9);
+}
+
+int ioaa_profile_analytic(const struct ioaa_analytic_params *p, struct ioaa_profile_data *d,
+                          char *err, size_t errlen)
+{
+    ioaa_profile_data_free(d);
+    const char *name = "ioaa analytic profile";
+    if (!p || !p->cfg || p->cfg->n_layers < 1) return BAD("no model config");
+    if (!(p->bw.hbm_gbps > 0) || !(p->bw.h2d_gbps > 0) || !isfinite(p->bw.hbm_gbps) ||
+        !isfinite(p->bw.h2d_gbps))
+        return BAD("bandwidths %g (HBM) and %g (H2D) GB/s: expected both finite and > 0",
+                   p->bw.hbm_gbps, p->bw.h2d_gbps);
+    if (p->budget_tokens < 1) return BAD("budget_tokens is %d: expected >= 1", p->budget_tokens);
+    if (!isfinite(p->recall_bytes) || p->recall_bytes < 0)
+        return BAD("recall_bytes is %g: expected a finite value >= 0", p->recall_bytes);
+    enum { NB = 7, NC = 8, NR = 10 }; /* b = 1..64, c = 1K..128K, x = 4 KiB..1 GiB */
+    int rc = ioaa_profile_data_alloc(d, NB, NC, NB, NR, err, errlen);
+    if (rc) return rc;
+    const struct model_config *m = p->cfg;
+    for (int i = 0; i < NB; i++)
+        d->tn_b[i] = d->to_b[i] = (double)(1 << i);
+    for (int j = 0; j < NC; j++)
+        d->tn_c[j] = (double)(1024 << j);
+    for (int i = 0; i < NB; i++) {
+        for (int j = 0; j < NC; j++)
+            d->tn[i * NC + j] = ioaa_analytic_t_normal(p, d->tn_b[i], d->tn_c[j]);
+        d->to[i] = ioaa_analytic_t_offload(p, d->to_b[i]);
+    }
+    for (int i = 0; i < NR; i++) {
+        d->tr_bytes[i] = (double)((int64_t)4096 << (2 * i));
+        d->tr[i] = ioaa_analytic_t_recall(p, d->tr_bytes[i]);
+    }
+    d->prof.n_layers = m->n_layers;
+    d->prof.recall_bytes = p->recall_bytes;
+    struct ioaa_profile_info *in = &d->info;
+    snprintf(in->model, sizeof in->model, "%s", m->name);
+    snprintf(in->backend, sizeof in->backend, "%s", p->backend ? p->backend : "");
+    snprintf(in->recall_engine, sizeof in->recall_engine, "%s",
+             p->recall_engine ? p->recall_engine : "");
+    ioaa_profile_date_now(in->date, sizeof in->date);
+    snprintf(in->source, sizeof in->source, "analytic");
+    snprintf(in->note, sizeof in->note,
+             "analytic: bytes over bandwidth, HBM copy %.6g GB/s (t_N: one layer's weights and "
+             "its KV at the context; t_O: weights and %d selected tokens), H2D %.6g GB/s (t_R); "
+             "a floor, real layers are slower",
+             p->bw.hbm_gbps, p->budget_tokens, p->bw.h2d_gbps);
+    d->raised = 0;
+    return PULSE_OK;
+}

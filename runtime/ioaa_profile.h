@@ -1,0 +1,111 @@
+/* The IOAA model's inputs (ioaa.h's struct ioaa_profile) as an offline profile: the JSON that
+ * `pulse profile` writes, read back with validation, or an analytic profile from a model config
+ * and two bandwidths when nothing was measured. Plain C, host memory.
+ *
+ * Schema "pulse-ioaa-profile/1", one JSON object (times in seconds, sizes in bytes):
+ *   schema          "pulse-ioaa-profile/1"
+ *   model, backend, recall_engine, date   strings describing the profile
+ *   source          "measured" or "analytic"; note: an optional string (how it was made)
+ *   n_layers        L >= 1
+ *   normal          {"batch": [nb], "context": [nc], "layer_s": [nb rows of nc]}: t_N(b, c),
+ *                   row i at batch[i]
+ *   offload         {"batch": [n], "layer_s": [n]}: t_O(b)
+ *   recall          {"bytes": [n], "round_s": [n]}: t_R(x)
+ *   recall_bytes_per_request_layer   r >= 0
+ * The reader ignores other keys (pulse profile's tool, env, config, measurement). Grids hold
+ * 1..IOAA_PROFILE_MAX_POINTS values > 0, strictly increasing; times are finite, t_N and t_O > 0,
+ * t_R >= 0.
+ * Measured tables are noisy, and ioaa.h needs them nondecreasing along every axis: the reader
+ * replaces each value by the running maximum (t_N(b, c) by the largest t_N(b', c') with b' <= b
+ * and c' <= c, the smallest nondecreasing table above the measured one) and counts the values
+ * it raised. Written with all 17 digits (results_write_exact), a profile reads back bit for
+ * bit: to_json, write, load gives the same tables. */
+#ifndef PULSE_IOAA_PROFILE_H
+#define PULSE_IOAA_PROFILE_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "floor.h"
+#include "ioaa.h"
+#include "model.h"
+
+#define IOAA_PROFILE_SCHEMA "pulse-ioaa-profile/1"
+#define IOAA_PROFILE_MAX_POINTS 1024 /* per grid axis */
+
+/* The descriptive fields (NUL-terminated; a longer string in a file is an error). */
+struct ioaa_profile_info {
+    char model[64], backend[32], recall_engine[32];
+    char date[32];   /* UTC, e.g. 2026-12-01T10:00:00Z */
+    char source[16]; /* "measured" or "analytic" */
+    char note[512];  /* "" when none */
+};
+
+/* A profile that owns its tables: prof's pointers point at the arrays below, which are carved
+ * from one host allocation (mem, mem_bytes). Zero it before the first alloc / load. */
+struct ioaa_profile_data {
+    struct ioaa_profile prof;
+    struct ioaa_profile_info info;
+    int raised; /* table values the reader's running maximum raised (0 for a monotone file) */
+    double *tn_b, *tn_c, *tn, *to_b, *to, *tr_bytes, *tr;
+    void *mem;
+    size_t mem_bytes;
+};
+
+/* Frees d's tables (if any) and allocates zeroed ones of nb x nc (t_N), n_offload (t_O) and
+ * n_recall (t_R) points, each in 1..IOAA_PROFILE_MAX_POINTS; prof points at them with its
+ * counts set, n_layers and recall_bytes 0, info cleared. PULSE_OK, PULSE_ERR_INVALID (a count
+ * out of range) or PULSE_ERR_NOMEM, with a reason in err. */
+int ioaa_profile_data_alloc(struct ioaa_profile_data *d, int nb, int nc, int n_offload,
+                            int n_recall, char *err, size_t errlen);
+/* Frees the tables and zeroes d (a zeroed d is a no-op). */
+void ioaa_profile_data_free(struct ioaa_profile_data *d);
+
+/* Raises every table value of d to the running maximum (header comment); returns how many
+ * values it raised. */
+int ioaa_profile_data_monotone(struct ioaa_profile_data *d);
+
+/* The schema object of p (any values: nothing is checked) and info; caller owns the reference.
+ * Grid values that are integers below 2^53 are written as JSON integers. */
+json_t *ioaa_profile_to_json(const struct ioaa_profile *p, const struct ioaa_profile_info *info);
+
+/* Parses and validates j into d (freed first; on failure d is left zeroed), then takes the
+ * running maximum (d->raised). `name` (a file name) prefixes every message, which names the
+ * field, e.g. "prof.json: normal.layer_s[1]: 3 values, expected 4 (one per normal.context)".
+ * PULSE_OK, PULSE_ERR_INVALID or PULSE_ERR_NOMEM. */
+int ioaa_profile_from_json(const json_t *j, const char *name, struct ioaa_profile_data *d,
+                           char *err, size_t errlen);
+/* Reads path and parses it as from_json does: PULSE_OK, PULSE_ERR_IO (missing file, bad JSON)
+ * or PULSE_ERR_INVALID / PULSE_ERR_NOMEM. */
+int ioaa_profile_load(const char *path, struct ioaa_profile_data *d, char *err, size_t errlen);
+
+/* An analytic profile: what each table's traffic costs at the bandwidths measured on a backend
+ * (floor.h: HBM copy GB/s, read + write counted, and the single-copy H2D peak), with W = one
+ * layer's weight bytes and k = one layer's KV bytes per token:
+ *   t_N(b, c) = (W + b k c') / HBM   c' = c averaged over the layers, a local layer's clamped
+ *                                        to its window (as the vanilla floor counts it)
+ *   t_O(b)    = (W + b k budget_tokens) / HBM
+ *   t_R(x)    = x / H2D
+ * on b in {1, 2, 4, ..., 64} (t_N and t_O), c in {1024, 2048, ..., 131072}, x in {4 KiB,
+ * 16 KiB, ..., 1 GiB}. Such a profile is a floor: real layers are slower. */
+struct ioaa_analytic_params {
+    const struct model_config *cfg;
+    struct floor_bw bw;        /* both > 0 */
+    int budget_tokens;         /* tokens an offload request's sparse layer attends, >= 1 */
+    double recall_bytes;       /* r, per offload request and layer, >= 0 */
+    const char *backend;       /* descriptive (may be NULL): where the bandwidths were measured */
+    const char *recall_engine; /* descriptive (may be NULL) */
+};
+/* The formulas above at one point, seconds (p valid as ioaa_profile_analytic requires). */
+double ioaa_analytic_t_normal(const struct ioaa_analytic_params *p, double b, double c);
+double ioaa_analytic_t_offload(const struct ioaa_analytic_params *p, double b);
+double ioaa_analytic_t_recall(const struct ioaa_analytic_params *p, double bytes);
+/* Fills d (freed first) with the analytic profile: info.source "analytic", the date now, a
+ * note with the bandwidths. PULSE_OK, or PULSE_ERR_INVALID / PULSE_ERR_NOMEM with a reason. */
+int ioaa_profile_analytic(const struct ioaa_analytic_params *p, struct ioaa_profile_data *d,
+                          char *err, size_t errlen);
+
+/* The current UTC time as "YYYY-MM-DDTHH:MM:SSZ" into buf (>= 21 bytes). */
+void ioaa_profile_date_now(char *buf, size_t len);
+
+#endif

@@ -1,0 +1,392 @@
+/* The IOAA profile file (runtime/ioaa_profile.h): the analytic profile on hand-computed values,
+ * to_json -> file -> load giving back the same bits, the reader's messages for bad files, its
+ * running maximum, and `pulse profile` on the CPU: a file the reader accepts, with positive
+ * nondecreasing tables that ioaa_create takes. */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "ioaa.h"
+#include "ioaa_profile.h"
+#include "results.h"
+#include "testutil.h"
+
+static char tmp_path[256];
+
+/* tiny: one layer's weights are 256 + 512 * 256 (qkv) + 256 * 256 (o) + 256 + 3 * 512 * 256
+ * (gate, up, down) + 2 * 64 (QK-norm) = 590464 bf16 parameters; its KV is 2 heads x 64 x K,V x
+ * 2 bytes = 512 bytes per token and layer. */
+#define TINY_W 1180928.0
+#define TINY_K 512.0
+
+static struct ioaa_analytic_params tiny_params(void)
+{
+    return (struct ioaa_analytic_params){.cfg = model_config_find("tiny"),
+                                         .bw = {100.0, 10.0},
+                                         .budget_tokens = 256,
+                                         .recall_bytes = 1000,
+                                         .backend = "cpu",
+                                         .recall_engine = "per-block"};
+}
+
+static void test_analytic(void)
+{
+    char err[256];
+    struct ioaa_analytic_params ap = tiny_params();
+    struct ioaa_profile_data d = {0};
+    EXPECT_EQ_INT(ioaa_profile_analytic(&ap, &d, err, sizeof err), PULSE_OK);
+    const struct ioaa_profile *p = &d.prof;
+    EXPECT_EQ_INT(model_layer_weight_bytes(ap.cfg), (long long)TINY_W);
+    EXPECT_EQ_INT(p->n_layers, 4);
+    EXPECT_EQ_INT(p->tn_nb, 7);
+    EXPECT_EQ_INT(p->tn_nc, 8);
+    EXPECT_EQ_INT(p->to_n, 7);
+    EXPECT_EQ_INT(p->tr_n, 10);
+    EXPECT_NEAR(p->tn_b[6], 64, 0);
+    EXPECT_NEAR(p->tn_c[0], 1024, 0);
+    EXPECT_NEAR(p->tn_c[7], 131072, 0);
+    EXPECT_NEAR(p->tr_bytes[0], 4096, 0);
+    EXPECT_NEAR(p->tr_bytes[9], 1073741824.0, 0);
+    EXPECT_NEAR(p->tn[0], (TINY_W + 1024 * TINY_K) / 100e9, 1e-18);
+    EXPECT_NEAR(p->tn[6 * 8 + 7], (TINY_W + 64 * 131072 * TINY_K) / 100e9, 1e-15);
+    EXPECT_NEAR(p->tn[3 * 8 + 2], (TINY_W + 8 * 4096 * TINY_K) / 100e9, 1e-16);
+    EXPECT_NEAR(p->to[3], (TINY_W + 8 * 256 * TINY_K) / 100e9, 1e-18);
+    EXPECT_NEAR(p->tr[0], 4096 / 10e9, 1e-20);
+    EXPECT_NEAR(p->recall_bytes, 1000, 0);
+    EXPECT(!strcmp(d.info.source, "analytic"));
+    EXPECT(!strcmp(d.info.model, "tiny"));
+    EXPECT_STR_CONTAINS(d.info.note, "analytic");
+    EXPECT_EQ_INT(strlen(d.info.date), 20);
+    struct ioaa_params ip = {.profile = d.prof, .max_waiting = 4, .irq = 1};
+    struct ioaa *a = ioaa_create(&ip, err, sizeof err);
+    EXPECT(a != NULL);
+    ioaa_free(a);
+    /* a local layer reads its window: tiny-gemma3 has 4 local layers of 24 tokens of 6 */
+    ap.cfg = model_config_find("tiny-gemma3");
+    EXPECT_EQ_INT(ioaa_profile_analytic(&ap, &d, err, sizeof err), PULSE_OK);
+    const double k3 = 512.0; /* 1 KV head x 128 x K,V x 2 bytes */
+    EXPECT_NEAR(d.prof.tn[0],
+                (model_layer_weight_bytes(ap.cfg) + k3 * (4 * 24 + 2 * 1024) / 6.0) / 100e9, 1e-18);
+    /* bad params name the input */
+    ap.bw.h2d_gbps = 0;
+    EXPECT_EQ_INT(ioaa_profile_analytic(&ap, &d, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "H2D");
+    EXPECT(d.mem == NULL);
+    ap = tiny_params();
+    ap.budget_tokens = 0;
+    EXPECT_EQ_INT(ioaa_profile_analytic(&ap, &d, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "budget_tokens");
+    ioaa_profile_data_free(&d);
+}
+
+/* Writes j to tmp_path (full precision) and loads it into d. */
+static int load_json(const json_t *j, struct ioaa_profile_data *d, char *err, size_t errlen)
+{
+    char werr[256];
+    if (results_write_exact(j, tmp_path, werr, sizeof werr) != PULSE_OK) {
+        fprintf(stderr, "write %s: %s\n", tmp_path, werr);
+        tu_failures++;
+        return PULSE_ERR_IO;
+    }
+    return ioaa_profile_load(tmp_path, d, err, errlen);
+}
+
+static int same_doubles(const double *a, const double *b, int n)
+{
+    return memcmp(a, b, sizeof *a * (size_t)n) == 0;
+}
+
+static void expect_same(const struct ioaa_profile_data *a, const struct ioaa_profile_data *b)
+{
+    const struct ioaa_profile *p = &a->prof, *q = &b->prof;
+    EXPECT_EQ_INT(p->n_layers, q->n_layers);
+    EXPECT_EQ_INT(p->tn_nb, q->tn_nb);
+    EXPECT_EQ_INT(p->tn_nc, q->tn_nc);
+    EXPECT_EQ_INT(p->to_n, q->to_n);
+    EXPECT_EQ_INT(p->tr_n, q->tr_n);
+    if (p->tn_nb != q->tn_nb || p->tn_nc != q->tn_nc || p->to_n != q->to_n || p->tr_n != q->tr_n)
+        return;
+    EXPECT(same_doubles(p->tn_b, q->tn_b, p->tn_nb));
+    EXPECT(same_doubles(p->tn_c, q->tn_c, p->tn_nc));
+    EXPECT(same_doubles(p->tn, q->tn, p->tn_nb * p->tn_nc));
+    EXPECT(same_doubles(p->to_b, q->to_b, p->to_n));
+    EXPECT(same_doubles(p->to, q->to, p->to_n));
+    EXPECT(same_doubles(p->tr_bytes, q->tr_bytes, p->tr_n));
+    EXPECT(same_doubles(p->tr, q->tr, p->tr_n));
+    EXPECT(p->recall_bytes == q->recall_bytes);
+    const struct ioaa_profile_info *x = &a->info, *y = &b->info;
+    EXPECT(!strcmp(x->model, y->model) && !strcmp(x->backend, y->backend) &&
+           !strcmp(x->recall_engine, y->recall_engine) && !strcmp(x->date, y->date) &&
+           !strcmp(x->source, y->source) && !strcmp(x->note, y->note));
+}
+
+static void test_round_trip(void)
+{
+    char err[256];
+    struct ioaa_analytic_params ap = tiny_params();
+    ap.recall_bytes = 1000.0 / 3; /* a real that needs all 17 digits */
+    struct ioaa_profile_data d = {0}, back = {0};
+    EXPECT_EQ_INT(ioaa_profile_analytic(&ap, &d, err, sizeof err), PULSE_OK);
+    d.tn_c[0] = 1000.5; /* a grid value that is not an integer */
+    json_t *j = ioaa_profile_to_json(&d.prof, &d.info);
+    EXPECT(!strcmp(json_string_value(json_object_get(j, "schema")), IOAA_PROFILE_SCHEMA));
+    EXPECT(
+        json_is_integer(json_array_get(json_object_get(json_object_get(j, "recall"), "bytes"), 0)));
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_OK);
+    expect_same(&d, &back);
+    EXPECT_EQ_INT(back.raised, 0);
+    json_decref(j);
+    /* a profile without a note reads back with none */
+    d.info.note[0] = 0;
+    j = ioaa_profile_to_json(&d.prof, &d.info);
+    EXPECT(json_object_get(j, "note") == NULL);
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_OK);
+    expect_same(&d, &back);
+    json_decref(j);
+    ioaa_profile_data_free(&d);
+    ioaa_profile_data_free(&back);
+}
+
+/* The analytic profile's JSON, to be broken by the caller. */
+static json_t *good_json(void)
+{
+    char err[256];
+    struct ioaa_analytic_params ap = tiny_params();
+    struct ioaa_profile_data d = {0};
+    PULSE_CHECK(ioaa_profile_analytic(&ap, &d, err, sizeof err) == PULSE_OK, err);
+    json_t *j = ioaa_profile_to_json(&d.prof, &d.info);
+    ioaa_profile_data_free(&d);
+    return j;
+}
+
+static json_t *table(json_t *j, const char *obj, const char *key)
+{
+    return json_object_get(json_object_get(j, obj), key);
+}
+
+/* Loads j (consumed) and expects the failure status and both message parts. */
+static void expect_reject(json_t *j, int status, const char *what, const char *why)
+{
+    char err[512] = "";
+    struct ioaa_profile_data d = {0};
+    EXPECT_EQ_INT(load_json(j, &d, err, sizeof err), status);
+    EXPECT_STR_CONTAINS(err, tmp_path); /* the file is named */
+    EXPECT_STR_CONTAINS(err, what);
+    EXPECT_STR_CONTAINS(err, why);
+    EXPECT(d.mem == NULL && d.prof.tn == NULL); /* nothing is left behind */
+    json_decref(j);
+}
+
+static void test_rejects(void)
+{
+    char err[512];
+    struct ioaa_profile_data d = {0};
+    /* a missing file; a file that is not JSON */
+    EXPECT_EQ_INT(ioaa_profile_load("/nonexistent/ioaa.json", &d, err, sizeof err), PULSE_ERR_IO);
+    EXPECT_STR_CONTAINS(err, "/nonexistent/ioaa.json: cannot open");
+    FILE *f = fopen(tmp_path, "w");
+    fputs("{\"schema\": ", f);
+    fclose(f);
+    EXPECT_EQ_INT(ioaa_profile_load(tmp_path, &d, err, sizeof err), PULSE_ERR_IO);
+    EXPECT_STR_CONTAINS(err, "not JSON");
+
+    json_t *j = good_json();
+    json_object_set_new(j, "schema", json_string("pulse-ioaa-profile/0"));
+    expect_reject(j, PULSE_ERR_INVALID, "schema", "pulse-ioaa-profile/1");
+    /* a grid that does not increase */
+    j = good_json();
+    json_array_set_new(table(j, "normal", "context"), 1, json_integer(1024));
+    expect_reject(j, PULSE_ERR_INVALID, "normal.context[1]", "strictly increasing");
+    j = good_json();
+    json_array_set_new(table(j, "recall", "bytes"), 3, json_integer(100));
+    expect_reject(j, PULSE_ERR_INVALID, "recall.bytes[3]", "strictly increasing");
+    /* negative and zero times; t_R may be 0 */
+    j = good_json();
+    json_array_set_new(table(j, "offload", "layer_s"), 2, json_real(-1e-3));
+    expect_reject(j, PULSE_ERR_INVALID, "offload.layer_s[2]", "not a time > 0");
+    j = good_json();
+    json_array_set_new(json_array_get(table(j, "normal", "layer_s"), 4), 5, json_real(0));
+    expect_reject(j, PULSE_ERR_INVALID, "normal.layer_s[4][5]", "not a time > 0");
+    j = good_json();
+    json_array_set_new(table(j, "recall", "round_s"), 1, json_real(-0.5));
+    expect_reject(j, PULSE_ERR_INVALID, "recall.round_s[1]", "not a time >= 0");
+    j = good_json();
+    json_array_set_new(table(j, "recall", "round_s"), 0, json_real(0));
+    EXPECT_EQ_INT(load_json(j, &d, err, sizeof err), PULSE_OK);
+    json_decref(j);
+    /* shapes */
+    j = good_json();
+    json_array_remove(json_array_get(table(j, "normal", "layer_s"), 1), 0);
+    expect_reject(j, PULSE_ERR_INVALID, "normal.layer_s[1]", "7 values, expected 8");
+    j = good_json();
+    json_array_remove(table(j, "normal", "layer_s"), 6);
+    expect_reject(j, PULSE_ERR_INVALID, "normal.layer_s", "6 rows, expected 7");
+    j = good_json();
+    json_array_append_new(table(j, "offload", "layer_s"), json_real(1));
+    expect_reject(j, PULSE_ERR_INVALID, "offload.layer_s", "8 values, expected 7");
+    j = good_json();
+    json_array_clear(table(j, "recall", "bytes"));
+    expect_reject(j, PULSE_ERR_INVALID, "recall.bytes", "0 values");
+    j = good_json();
+    json_array_set_new(table(j, "normal", "batch"), 0, json_string("one"));
+    expect_reject(j, PULSE_ERR_INVALID, "normal.batch[0]", "not a number");
+    /* header fields */
+    j = good_json();
+    json_object_del(j, "recall_bytes_per_request_layer");
+    expect_reject(j, PULSE_ERR_INVALID, "recall_bytes_per_request_layer", "missing");
+    j = good_json();
+    json_object_set_new(j, "n_layers", json_integer(0));
+    expect_reject(j, PULSE_ERR_INVALID, "n_layers", "1..");
+    j = good_json();
+    json_object_set_new(j, "source", json_string("guessed"));
+    expect_reject(j, PULSE_ERR_INVALID, "source", "measured");
+    j = good_json();
+    json_object_del(j, "offload");
+    expect_reject(j, PULSE_ERR_INVALID, "offload", "missing");
+    ioaa_profile_data_free(&d);
+}
+
+/* Dips in every table are raised to the running maximum and counted. */
+static void test_running_max(void)
+{
+    json_t *j = good_json();
+    json_t *nm = json_object_get(j, "normal");
+    json_object_set_new(nm, "batch", json_pack("[i,i,i]", 1, 4, 16));
+    json_object_set_new(nm, "context", json_pack("[i,i,i]", 100, 1000, 10000));
+    /* row-major prefix maximum: (1,1) 1.2 -> 2 (above), (2,0) 1.4 -> 1.5 (below in b),
+     * (2,2) 4.5 -> 5 (left) */
+    json_object_set_new(
+        nm, "layer_s",
+        json_pack("[[f,f,f],[f,f,f],[f,f,f]]", 1.0, 2.0, 3.0, 1.5, 1.2, 4.0, 1.4, 5.0, 4.5));
+    json_object_set_new(json_object_get(j, "offload"), "layer_s",
+                        json_pack("[f,f,f,f,f,f,f]", 1.0, 0.5, 2.0, 3.0, 4.0, 5.0, 6.0));
+    json_t *rt = table(j, "recall", "round_s");
+    json_array_set_new(rt, 0, json_real(0));
+    json_array_set_new(rt, 2, json_real(json_real_value(json_array_get(rt, 1)) / 2));
+    char err[256];
+    struct ioaa_profile_data d = {0};
+    EXPECT_EQ_INT(load_json(j, &d, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(d.raised, 5);
+    const double want[9] = {1, 2, 3, 1.5, 2, 4, 1.5, 5, 5};
+    EXPECT(same_doubles(d.tn, want, 9));
+    EXPECT_NEAR(d.to[1], 1.0, 0);
+    EXPECT_NEAR(d.tr[0], 0, 0);
+    EXPECT(d.tr[2] == d.tr[1]);
+    struct ioaa_params ip = {.profile = d.prof, .max_waiting = 2, .irq = 1};
+    struct ioaa *a = ioaa_create(&ip, err, sizeof err);
+    EXPECT(a != NULL);
+    ioaa_free(a);
+    /* the raised tables are monotone: a second pass raises nothing */
+    EXPECT_EQ_INT(ioaa_profile_data_monotone(&d), 0);
+    json_decref(j);
+    ioaa_profile_data_free(&d);
+}
+
+static int nondecreasing(const double *v, int stride, int n)
+{
+    for (int i = 1; i < n; i++)
+        if (v[i * stride] < v[(i - 1) * stride]) return 0;
+    return 1;
+}
+
+static int positive(const double *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!(v[i] > 0)) return 0;
+    return 1;
+}
+
+/* pulse profile on the CPU with the tiny model: measured and analytic files. */
+static void test_pulse_profile(void)
+{
+    char args[1024], out[8192], err[512];
+    snprintf(args, sizeof args,
+             "profile --backend cpu --model tiny --batches 1,2,3 --contexts 64,256 "
+             "--recall-sizes 16K,64K --budget-tokens 128 --reps 2 --out %s",
+             tmp_path);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+    EXPECT_STR_CONTAINS(out, "t_N");
+    struct ioaa_profile_data d = {0};
+    EXPECT_EQ_INT(ioaa_profile_load(tmp_path, &d, err, sizeof err), PULSE_OK);
+    const struct ioaa_profile *p = &d.prof;
+    EXPECT(!strcmp(d.info.source, "measured"));
+    EXPECT(!strcmp(d.info.model, "tiny"));
+    EXPECT(!strcmp(d.info.backend, "cpu"));
+    EXPECT(!strcmp(d.info.recall_engine, "per-block"));
+    EXPECT_STR_CONTAINS(d.info.note, "approximated by the dense layer time");
+    EXPECT_EQ_INT(p->n_layers, 4);
+    EXPECT_EQ_INT(p->tn_nb, 3);
+    EXPECT_EQ_INT(p->tn_nc, 2);
+    EXPECT_EQ_INT(p->to_n, 3);
+    EXPECT_EQ_INT(p->tr_n, 2);
+    if (p->tn_nb == 3 && p->tn_nc == 2 && p->tr_n == 2) {
+        EXPECT_NEAR(p->tn_b[2], 3, 0);
+        EXPECT_NEAR(p->tn_c[1], 256, 0);
+        /* headwise chunks: one KV head's K and V of a 16-token block, 4 KiB */
+        EXPECT_NEAR(p->tr_bytes[0], 16384, 0);
+        EXPECT_NEAR(p->tr_bytes[1], 65536, 0);
+        EXPECT(positive(p->tn, 6) && positive(p->to, 3) && positive(p->tr, 2));
+        for (int i = 0; i < 3; i++)
+            EXPECT(nondecreasing(p->tn + i * 2, 1, 2));
+        for (int j = 0; j < 2; j++)
+            EXPECT(nondecreasing(p->tn + j, 2, 3));
+        EXPECT(nondecreasing(p->to, 1, 3) && nondecreasing(p->tr, 1, 2));
+    }
+    /* r = 128 tokens x the default profile's mean churn x 512 bytes: a fraction of 64 KiB */
+    EXPECT(p->recall_bytes > 0 && p->recall_bytes < 128 * 512);
+    struct ioaa_params ip = {.profile = d.prof, .max_waiting = 8, .irq = 1};
+    struct ioaa *a = ioaa_create(&ip, err, sizeof err);
+    EXPECT(a != NULL);
+    ioaa_free(a);
+    /* the record beside the tables: samples per point, the read-back count */
+    json_error_t je;
+    json_t *r = json_load_file(tmp_path, 0, &je);
+    EXPECT(r != NULL);
+    json_t *meas = json_object_get(r, "measurement");
+    EXPECT_EQ_INT(
+        json_array_size(json_array_get(
+            json_array_get(json_object_get(json_object_get(meas, "normal"), "samples_s"), 2), 1)),
+        2);
+    EXPECT(json_is_integer(json_object_get(meas, "raised_by_reader")));
+    EXPECT(json_object_get(r, "tool") != NULL);
+    json_decref(r);
+
+    /* --recall-bytes sets r; --analytic writes the analytic tables */
+    snprintf(args, sizeof args,
+             "profile --backend cpu --model tiny --analytic --recall-bytes 4096 --out %s",
+             tmp_path);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+    EXPECT_EQ_INT(ioaa_profile_load(tmp_path, &d, err, sizeof err), PULSE_OK);
+    EXPECT(!strcmp(d.info.source, "analytic"));
+    EXPECT_NEAR(d.prof.recall_bytes, 4096, 0);
+    EXPECT_EQ_INT(d.prof.tn_nc, 8);
+    EXPECT_EQ_INT(d.raised, 0);
+    ioaa_profile_data_free(&d);
+
+    /* usage errors name the flag */
+    EXPECT_EQ_INT(
+        tu_run_pulse("profile --backend cpu --model tiny --contexts 256,64", out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "--contexts: must be strictly increasing");
+    EXPECT_EQ_INT(tu_run_pulse("profile --backend cpu", out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "--model: required");
+    /* a row whose KV does not fit after one context cannot be extrapolated */
+    EXPECT_EQ_INT(tu_run_pulse("profile --backend cpu --model tiny --batches 1 --contexts "
+                               "64,4096 --max-kv-gb 0.001",
+                               out, sizeof out),
+                  3);
+    EXPECT_STR_CONTAINS(out, "fewer than two contexts");
+}
+
+int main(void)
+{
+    snprintf(tmp_path, sizeof tmp_path, "/tmp/pulse_test_ioaa_profile_%d.json", (int)getpid());
+    test_analytic();
+    test_round_trip();
+    test_rejects();
+    test_running_max();
+    test_pulse_profile();
+    remove(tmp_path);
+    return tu_finish("test_ioaa_profile");
+}
