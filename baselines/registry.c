@@ -8,9 +8,10 @@
 extern const struct policy policy_vanilla;   /* vanilla.c */
 extern const struct policy policy_arkvale;   /* arkvale.c */
 extern const struct policy policy_infinigen; /* infinigen.c */
+extern const struct policy policy_pulseinfer; /* pulseinfer.c */
 
 static const struct policy *const registry[] = {&policy_vanilla, &policy_arkvale,
-                                                &policy_infinigen};
+                                                &policy_infinigen, &policy_pulseinfer};
 
 const struct policy *policy_find(const char *name)
 {
@@ -21,5 +22,5 @@ const struct policy *policy_find(const char *name)
 
 const char *policy_names(void)
 {
-    return "vanilla, arkvale, infinigen";
+    return "vanilla, arkvale, infinigen, pulseinfer";
 }

@@ -22,7 +22,7 @@ static const char usage[] =
     "  Serves every request of a workload to its output length and writes a result JSON.\n"
     "  --backend B        cpu, cuda or auto (default auto: cuda when a GPU is usable)\n"
     "  --model NAME       built-in model config (default tiny; see pulse models)\n"
-    "  --policy P         vanilla, arkvale or infinigen (default vanilla)\n"
+    "  --policy P         vanilla, arkvale, infinigen or pulseinfer (default vanilla)\n"
     "  --workload SPEC    uniform:LEN:COUNT or lengths:L1,L2,... (default uniform:256:4)\n"
     "  --output-len N     output tokens per request (default 32)\n"
     "  --kv-budget-gb G   GPU KV pool in GB (default 45 on cuda, emulating an 80 GB card; 0.25 on "
@@ -174,6 +174,23 @@ static json_t *counters_json(const struct serve_counters *c, const struct kv_cac
     json_object_set_new(j, "clock_paused_s", json_real(c->clock_paused_s));
     json_object_set_new(j, "step_host_syncs", json_integer(c->step_host_syncs));
     json_object_set_new(j, "step_host_syncs_max", json_integer(c->step_host_syncs_max));
+    json_t *sched = json_pack(
+        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "layer_switches", c->layer_switches,
+        "normal_layers_in_flight", c->normal_layers_in_flight, "recalls_hidden",
+        c->recalls_hidden, "recalls_exposed", c->recalls_exposed, "ioaa_decisions",
+        c->ioaa_decisions, "ioaa_nodes", c->ioaa_nodes, "ioaa_nodes_max", c->ioaa_nodes_max,
+        "admitted_normal", c->admitted_normal, "admitted_offload", c->admitted_offload);
+    results_set_real(sched, "offload_wait_s", c->offload_wait_s);
+    results_set_real(sched, "ioaa_nodes_mean",
+                     c->ioaa_decisions ? (double)c->ioaa_nodes / c->ioaa_decisions : 0.0);
+    json_t *bm = json_array(), *bx = json_array();
+    for (int k = 0; k < SERVE_MAX_BATCHES; k++) {
+        json_array_append_new(bm, json_real(c->steps ? (double)c->batch_sum[k] / c->steps : 0.0));
+        json_array_append_new(bx, json_integer(c->batch_max[k]));
+    }
+    json_object_set_new(sched, "batch_mean", bm);
+    json_object_set_new(sched, "batch_max", bx);
+    json_object_set_new(j, "schedule", sched);
     return j;
 }
 
@@ -237,7 +254,12 @@ static int check_sizes(const struct run_opts *o, const struct policy *pol,
                        struct run_offload *ro)
 {
     if (!pol->needs_ctx && o->off.first_flag) {
-        cli_error("run", "%s: only for offload policies (arkvale, infinigen)", o->off.first_flag);
+        cli_error("run", "%s: only for offload policies (arkvale, infinigen, pulseinfer)",
+                  o->off.first_flag);
+        return -1;
+    }
+    if (pol->n_batches < 2 && o->off.two_batch_flag) {
+        cli_error("run", "%s: only for pulseinfer", o->off.two_batch_flag);
         return -1;
     }
     if (!pol->needs_ctx && o->off.prompt_kv && !strcmp(o->off.prompt_kv, "locality")) {
@@ -319,7 +341,7 @@ static json_t *step_json(const struct serve_counters *c, const struct serve_step
     results_set_real(j, "h2d_peak_GBps", bw->h2d_gbps);
     json_object_set_new(j, "policy_reports_traffic", json_boolean(pol->traffic != NULL));
     json_t *ms = json_array(), *fl = json_array(), *hb = json_array(), *pc = json_array(),
-           *bs = json_array();
+           *bs = json_array(), *bk = json_array();
     for (int64_t i = 0; i < c->steps && i < cap; i++) {
         const struct serve_step *st = &series[i];
         floor_compute(&st->t, bw, pol->overlapped, &f);
@@ -328,9 +350,13 @@ static json_t *step_json(const struct serve_counters *c, const struct serve_step
         json_array_append_new(hb, json_real(f.hbm_s * 1e3));
         json_array_append_new(pc, json_real(f.pcie_s * 1e3));
         json_array_append_new(bs, json_integer(st->batch));
+        json_t *one = json_array();
+        for (int k = 0; k < (pol->n_batches > 0 ? pol->n_batches : 1); k++)
+            json_array_append_new(one, json_integer(st->batches[k]));
+        json_array_append_new(bk, one);
     }
-    json_t *ps = json_pack("{s:o,s:o,s:o,s:o,s:o}", "step_ms", ms, "floor_ms", fl, "hbm_floor_ms",
-                           hb, "pcie_floor_ms", pc, "batch", bs);
+    json_t *ps = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "step_ms", ms, "floor_ms", fl,
+                           "hbm_floor_ms", hb, "pcie_floor_ms", pc, "batch", bs, "batches", bk);
     json_object_set_new(j, "per_step", ps);
     return j;
 }
@@ -428,7 +454,23 @@ int cmd_run(int argc, char **argv)
     } else {
         json_object_set_new(cfg_json, "prompt_kv", json_string(prefill ? "prefill" : "synthetic"));
     }
-    const struct policy_ctx_params cp = {e, kv, o.seed, (int)o.max_batch, prefill, &ro->p};
+    /* the step floor's bandwidths, measured once in this process before the run (and the
+     * analytic IOAA profile's inputs) */
+    const int dev = be->mem == MEM_DEVICE;
+    const struct floor_bw bw = {
+        be->copy_bandwidth(engine_ctx(e), (size_t)(dev ? 512 : 64) << 20, 10),
+        be->h2d_bandwidth(engine_ctx(e), (size_t)(dev ? 256 : 64) << 20, 10)};
+    const struct policy_ctx_params cp = {.eng = e,
+                                         .kv = kv,
+                                         .seed = o.seed,
+                                         .max_batch = (int)o.max_batch,
+                                         .prefill = prefill,
+                                         .offload = &ro->p,
+                                         .no_irq = o.off.no_irq,
+                                         .admission = o.off.admission,
+                                         .profile = o.off.ioaa_profile,
+                                         .hbm_gbps = bw.hbm_gbps,
+                                         .h2d_gbps = bw.h2d_gbps};
     rc = pol->ctx_create ? pol->ctx_create(&cp, &ctx, err, sizeof err) : PULSE_OK;
     if (rc != PULSE_OK) {
         code =
@@ -436,14 +478,9 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     if (pol->ctx_kind == POLICY_CTX_OFFLOAD) {
-        off = ctx;
+        off = pol->offload_of ? pol->offload_of(ctx) : ctx;
         json_object_set_new(cfg_json, "offload", offload_config_json(off));
     }
-    /* the step floor's bandwidths, measured once in this process before the run */
-    const int dev = be->mem == MEM_DEVICE;
-    const struct floor_bw bw = {
-        be->copy_bandwidth(engine_ctx(e), (size_t)(dev ? 512 : 64) << 20, 10),
-        be->h2d_bandwidth(engine_ctx(e), (size_t)(dev ? 256 : 64) << 20, 10)};
     struct serve_counters ctr;
     series_cap = (int64_t)w.n * w.output_len;
     series = mem_alloc(MEM_HOST, sizeof(struct serve_step) * (size_t)series_cap, "series");
@@ -454,6 +491,8 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     report(&o, res, &w, &ctr, wall, e, kv, off);
+    if (pol->ctx_json)
+        json_object_set_new(json_object_get(res, "counters"), pol->name, pol->ctx_json(ctx));
     json_object_set_new(json_object_get(res, "metrics"), "step",
                         step_json(&ctr, series, series ? series_cap : 0, &bw, pol));
 out:

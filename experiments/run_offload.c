@@ -27,12 +27,19 @@ const char run_offload_usage[] =
     "                     of every request and max-batch longest ones; at most 100 on cuda, 4 on\n"
     "                     cpu)\n"
     "  --hot-slots N      GPU blocks per request, layer (and head) (default: the selection's)\n"
-    "  --calib-tokens N   context of the locality calibration (default: from the prompts)\n";
+    "  --calib-tokens N   context of the locality calibration (default: from the prompts)\n"
+    "  pulseinfer (defaults: --selection solohead, --recall-engine gather-scatter):\n"
+    "  --no-irq           the offload batch's layers run without interruption (ablation)\n"
+    "  --admission A      ioaa (default: the I/O-adaptive model) or fixed:LEN (offload every\n"
+    "                     request longer than LEN prompt + output tokens)\n"
+    "  --profile F        IOAA profile JSON (pulse profile; default: analytic, from the\n"
+    "                     bandwidths measured at start)\n";
 
 static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
     "--budget-tokens",   "--selection",    "--recall-engine", "--locality-profile",
     "--head-profile",    "--host-pool-gb", "--dense-layers",  "--prompt-kv",
-    "--recall-cap-gbps", "--hot-slots",    "--calib-tokens"};
+    "--recall-cap-gbps", "--hot-slots",    "--calib-tokens",  "--no-irq",
+    "--admission",       "--profile"};
 
 static const char *flag_name(int code)
 {
@@ -44,8 +51,8 @@ void run_offload_opts_init(struct run_offload_opts *oo)
     memset(oo, 0, sizeof *oo);
     oo->budget_tokens = 2048;
     oo->dense_layers = 2;
-    oo->selection = "headwise";
-    oo->engine = "per-block";
+    oo->selection = NULL; /* the policy's default (policy.offload_selection), else headwise */
+    oo->engine = NULL;    /* the policy's default (policy.offload_engine), else per-block */
     oo->prompt_kv = NULL; /* locality for offload policies, synthetic for vanilla */
 }
 
@@ -96,6 +103,20 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
         return 0;
     case RUN_OFF_HEADS:
         oo->heads = arg;
+        return 0;
+    case RUN_OFF_NO_IRQ:
+        if (!oo->two_batch_flag) oo->two_batch_flag = f;
+        oo->no_irq = 1;
+        return 0;
+    case RUN_OFF_ADMISSION:
+        if (!oo->two_batch_flag) oo->two_batch_flag = f;
+        oo->admission = arg;
+        if (!strcmp(arg, "ioaa") || !strncmp(arg, "fixed:", 6)) return 0;
+        cli_error("run", "%s: '%s' is not ioaa or fixed:LEN", f, arg);
+        return -1;
+    case RUN_OFF_IOAA_PROFILE:
+        if (!oo->two_batch_flag) oo->two_batch_flag = f;
+        oo->ioaa_profile = arg;
         return 0;
     }
     return -1;
@@ -186,8 +207,12 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
     p->n_dense = (int)oo->dense_layers;
     p->hot_slots = (int)oo->hot_slots;
     ro->src.calib_tokens = (int)oo->calib_tokens;
-    p->selection = !strcmp(oo->selection, "solohead") ? OFFLOAD_SOLOHEAD : OFFLOAD_HEADWISE;
-    p->engine = (enum recall_engine)recall_engine_find(oo->engine);
+    const char *sel = oo->selection      ? oo->selection
+                      : pol->offload_selection ? pol->offload_selection
+                                               : "headwise";
+    const char *eng = oo->engine ? oo->engine : pol->offload_engine ? pol->offload_engine : "per-block";
+    p->selection = !strcmp(sel, "solohead") ? OFFLOAD_SOLOHEAD : OFFLOAD_HEADWISE;
+    p->engine = (enum recall_engine)recall_engine_find(eng);
     const char *kv = oo->prompt_kv ? oo->prompt_kv : "locality";
     p->prompt_kv = !strcmp(kv, "synthetic") ? OFFLOAD_KV_SYNTHETIC
                    : !strcmp(kv, "prefill") ? OFFLOAD_KV_PREFILL

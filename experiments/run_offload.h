@@ -24,6 +24,9 @@ enum {
     RUN_OFF_CAP,
     RUN_OFF_HOT,
     RUN_OFF_CALIB,
+    RUN_OFF_NO_IRQ,
+    RUN_OFF_ADMISSION,
+    RUN_OFF_IOAA_PROFILE,
     RUN_OFF_END
 };
 
@@ -38,7 +41,8 @@ enum {
         RUN_OFF_OPT("head-profile", RUN_OFF_HEADS), RUN_OFF_OPT("host-pool-gb", RUN_OFF_HOST_GB),  \
         RUN_OFF_OPT("dense-layers", RUN_OFF_DENSE), RUN_OFF_OPT("prompt-kv", RUN_OFF_PROMPT_KV),   \
         RUN_OFF_OPT("recall-cap-gbps", RUN_OFF_CAP), RUN_OFF_OPT("hot-slots", RUN_OFF_HOT),        \
-        RUN_OFF_OPT("calib-tokens", RUN_OFF_CALIB)
+        RUN_OFF_OPT("calib-tokens", RUN_OFF_CALIB), {"no-irq", no_argument, 0, RUN_OFF_NO_IRQ},   \
+        RUN_OFF_OPT("admission", RUN_OFF_ADMISSION), RUN_OFF_OPT("profile", RUN_OFF_IOAA_PROFILE)
 
 /* The offload flags' part of pulse run --help. */
 extern const char run_offload_usage[];
@@ -47,8 +51,12 @@ struct run_offload_opts {
     const char *first_flag; /* the first offload flag given, NULL when none */
     long budget_tokens, dense_layers, hot_slots, calib_tokens;
     int budget_set; /* --budget-tokens given (else the default is rounded to the block size) */
-    const char *selection, *engine, *profile, *heads, *prompt_kv;
+    const char *selection, *engine, *profile, *heads, *prompt_kv; /* NULL: the policy's */
     double host_pool_gb, cap_gbps;
+    /* pulseinfer: --no-irq, --admission, --profile (the IOAA profile) */
+    int no_irq;
+    const char *admission, *ioaa_profile;
+    const char *two_batch_flag; /* the first of those given, NULL when none */
 };
 
 /* What a resolved run holds (profiles and selectors live here while the run does); src makes

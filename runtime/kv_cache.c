@@ -45,6 +45,11 @@ size_t kv_cache_page_bytes(const struct kv_cache *kv)
     return kv->page_elems * sizeof(uint16_t);
 }
 
+int kv_cache_page_size(const struct kv_cache *kv)
+{
+    return kv->p.page_size;
+}
+
 size_t kv_cache_params_request_bytes(const struct kv_cache_params *p, int n_tokens)
 {
     size_t page_bytes = (size_t)p->n_kv_heads * 2 * p->page_size * p->head_dim * sizeof(uint16_t);

@@ -53,6 +53,8 @@ void kv_cache_free(struct kv_cache *kv);
 /* Pages one layer of an n_tokens request needs; bytes of one page. */
 int64_t kv_cache_pages_for(const struct kv_cache *kv, int n_tokens);
 size_t kv_cache_page_bytes(const struct kv_cache *kv);
+/* Tokens per page. */
+int kv_cache_page_size(const struct kv_cache *kv);
 /* Bytes a request of n_tokens reserves (all layers); the same from the params alone, so a
  * driver can size a pool before creating it. */
 size_t kv_cache_request_bytes(const struct kv_cache *kv, int n_tokens);

@@ -197,6 +197,12 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out);
 void offload_last_step_traffic(const struct offload *o, struct floor_traffic *out);
 /* The params' lookahead (0 or 1). */
 int offload_lookahead(const struct offload *o);
+/* Leading dense layers (offload_params.n_dense). */
+int offload_n_dense(const struct offload *o);
+/* What a request of n_tokens would reserve if admitted now: GPU KV bytes (dense layers, hot
+ * slots, tail) and host pool bytes; and the host pool's free bytes. For admission models. */
+void offload_request_bytes(const struct offload *o, int n_tokens, size_t *gpu, size_t *host);
+size_t offload_host_free_bytes(const struct offload *o);
 /* Stats of a layer (zeros for a dense layer). */
 void offload_get_layer_stats(const struct offload *o, int layer, struct offload_layer_stats *out);
 /* The resolved params and sizes ("config" side) and the measured counters: totals, one entry

@@ -53,6 +53,24 @@ int offload_lookahead(const struct offload *o)
     return o->p.lookahead;
 }
 
+int offload_n_dense(const struct offload *o)
+{
+    return o->n_dense;
+}
+
+void offload_request_bytes(const struct offload *o, int n_tokens, size_t *gpu, size_t *host)
+{
+    *gpu = offload_request_kv_bytes(&o->p, &o->kp, n_tokens);
+    *host = offload_request_host_bytes(&o->p, o->mc, o->ps, n_tokens);
+}
+
+size_t offload_host_free_bytes(const struct offload *o)
+{
+    struct host_pool_stats hs;
+    host_pool_get_stats(o->hp, &hs);
+    return (size_t)hs.free_blocks * hs.block_bytes;
+}
+
 static const char *selection_name(const struct offload *o)
 {
     return o->headwise ? "headwise" : "solohead";

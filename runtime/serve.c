@@ -54,6 +54,14 @@ void serve_add_entry(struct serve_state *s, int k, int i, int slot, int32_t toke
     s->ctr.admitted++;
 }
 
+void serve_take_waiting(struct serve_state *s, int j)
+{
+    PULSE_CHECK(j >= s->next_waiting && j < s->n_arrived, "serve_take_waiting: not waiting");
+    const struct request t = s->reqs[j];
+    s->reqs[j] = s->reqs[s->next_waiting];
+    s->reqs[s->next_waiting] = t;
+}
+
 int serve_entries(const struct serve_state *s)
 {
     int n = 0;
@@ -100,7 +108,12 @@ static int collect(struct serve_state *s, struct serve_batch *sb, const int32_t 
 /* The step's time and traffic into the sums and the caller's series. */
 static void record_step(struct serve_state *s, double step_s)
 {
-    struct serve_step st = {step_s, serve_entries(s), {0, 0, 0, 0}};
+    struct serve_step st = {step_s, serve_entries(s), {0}, {0, 0, 0, 0}};
+    for (int k = 0; k < s->n_batches; k++) {
+        st.batches[k] = s->run[k].n_entries;
+        s->ctr.batch_sum[k] += st.batches[k];
+        s->ctr.batch_max[k] = PULSE_MAX(s->ctr.batch_max[k], st.batches[k]);
+    }
     if (s->pol->traffic) s->pol->traffic(s, &st.t);
     s->ctr.step_s_sum += step_s;
     floor_traffic_add(&s->ctr.traffic_sum, &st.t);

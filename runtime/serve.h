@@ -9,6 +9,8 @@
 #include "engine.h"
 #include "floor.h"
 
+#define SERVE_MAX_BATCHES_ 4 /* = SERVE_MAX_BATCHES, needed before struct serve_step */
+
 struct request {
     int id, prompt_len, output_len;
     double arrival_s; /* after the run's start */
@@ -23,7 +25,8 @@ struct request {
  * the batch, and what the step moved (the policy's traffic report; zeros without one). */
 struct serve_step {
     double step_s;
-    int batch;
+    int batch;                        /* entries of every running batch */
+    int batches[SERVE_MAX_BATCHES_]; /* entries of each running batch */
     struct floor_traffic t;
 };
 
@@ -38,6 +41,15 @@ struct serve_counters {
     int64_t step_host_syncs, step_host_syncs_max;
     /* offload counters (zero for vanilla; carried so every result has them) */
     int64_t recall_bytes, recall_chunks, recall_stalls, layer_switches, ioaa_nodes;
+    /* two-batch schedulers (pulseinfer): normal-batch layers run while an offload layer's
+     * recall was in flight; sparse offload layers whose recall was done when the scheduler
+     * came back to it (hidden) or not (exposed: it waited); the time it waited; admission
+     * decisions and the most nodes one visited; requests admitted to each batch; batch sizes
+     * summed over steps and at most */
+    int64_t normal_layers_in_flight, recalls_hidden, recalls_exposed;
+    double offload_wait_s;
+    int64_t ioaa_decisions, ioaa_nodes_max, admitted_normal, admitted_offload;
+    int64_t batch_sum[SERVE_MAX_BATCHES_], batch_max[SERVE_MAX_BATCHES_];
     double clock_paused_s; /* excluded from the recorded times (serve_pause_clock) */
     double step_s_sum;     /* steps' wall time, summed (serve_step.step_s) */
     struct floor_traffic traffic_sum;
@@ -56,7 +68,7 @@ struct serve_batch {
     int dirty; /* entries changed since the last batch_set */
 };
 
-#define SERVE_MAX_BATCHES 4
+#define SERVE_MAX_BATCHES SERVE_MAX_BATCHES_
 
 struct serve_state {
     struct engine *eng;
@@ -94,6 +106,12 @@ struct policy_ctx_params {
     int max_batch;
     int prefill;                          /* POLICY_CTX_PREFILL: 1 = a real prefill, 0 = none */
     const struct offload_params *offload; /* POLICY_CTX_OFFLOAD: the runtime's params */
+    /* two-batch schedulers (pulseinfer) */
+    int no_irq;             /* 1: the offload batch's layers run without interruption */
+    const char *admission;  /* "ioaa" (NULL: the default) or "fixed:LEN" */
+    const char *profile;    /* IOAA profile JSON (pulse profile); NULL: analytic from bw */
+    double hbm_gbps, h2d_gbps; /* measured in this process: the analytic profile's inputs */
+    int max_waiting;        /* waiting requests one admission decision takes (0: 32) */
 };
 
 /* A policy's table; baselines/registry.h finds them by name. */
@@ -120,6 +138,15 @@ struct policy {
     int (*ctx_create)(const struct policy_ctx_params *p, void **ctx, char *err, size_t errlen);
     /* With ctx_create: frees what it made (NULL is fine). */
     void (*ctx_free)(void *ctx);
+    /* Optional: the offload runtime inside the context (POLICY_CTX_OFFLOAD; NULL: the context
+     * is the struct offload itself). */
+    struct offload *(*offload_of)(void *ctx);
+    /* Optional: the context's own counters and config as a new JSON object (pulse run puts it
+     * in counters under the policy's name). */
+    struct json_t *(*ctx_json)(const void *ctx);
+    /* Offload policies' defaults of pulse run's --selection and --recall-engine (NULL:
+     * headwise, per-block) */
+    const char *offload_selection, *offload_engine;
 };
 
 /* Admits reqs[i] as an entry of running batch k: reserves its KV (PULSE_ERR_NOMEM when it does
@@ -131,6 +158,10 @@ int serve_admit_request(struct serve_state *s, int k, int i);
 /* Adds reqs[i], already holding cache slot `slot` and its prompt KV, to running batch k (which
  * must have room); the first step consumes `token`. */
 void serve_add_entry(struct serve_state *s, int k, int i, int slot, int32_t token);
+/* Moves waiting request j (next_waiting <= j < n_arrived) to the head of the queue, so that a
+ * policy admitting out of arrival order (by length: IOAA) admits reqs[next_waiting]; the
+ * waiting requests' order among themselves is not kept. */
+void serve_take_waiting(struct serve_state *s, int j);
 /* Entries of every running batch. */
 int serve_entries(const struct serve_state *s);
 /* Excludes `seconds` just spent from every time the loop records (arrivals, token times, the

@@ -80,7 +80,8 @@ static int serve(const char *policy, int selection, int budget, int prefill, str
     const struct policy *pol = policy_find(policy);
     void *ctx = NULL;
     struct offload_params p = params(&r, policy, selection, budget);
-    const struct policy_ctx_params cp = {r.e, r.kv, 1, MAX_BATCH, prefill, &p};
+    const struct policy_ctx_params cp = {
+        .eng = r.e, .kv = r.kv, .seed = 1, .max_batch = MAX_BATCH, .prefill = prefill, .offload = &p};
     if ((!pol->needs_ctx || test_source(r.e, r.kv, &p, NULL)) &&
         pol->ctx_create(&cp, &ctx, err, sizeof err))
         fprintf(stderr, "%s: %s\n", policy, err);

@@ -1,0 +1,473 @@
+/* pulseinfer: the two-level scheduler of DESIGN.md section 7 on the shared runtime.
+ *
+ * Two running batches of the serving loop: the normal batch (run[0]) keeps its KV whole on the
+ * GPU and runs the engine's layers (vanilla's computation); the offload batch (run[1]) keeps its
+ * prompt KV in the host pool and runs the offload runtime's layers (SoloHead selection and
+ * gather-scatter recall by default).
+ *
+ * IRQ, interruptible layer-wise scheduling: a step issues the offload batch's layer (its
+ * pre-attention piece, selection and recall), then at every layer boundary asks, without
+ * blocking, whether that layer's recall is in place (offload_layer_ready); while it is not, the
+ * normal batch's next layer runs; once it is, the offload layer finishes and the next one is
+ * issued at once. Each batch's own layers keep their order, so every request decodes the tokens
+ * it would alone. When the normal batch has no layer left the offload batch waits for its
+ * recall (an exposed round). --no-irq: the offload batch's step runs whole, then the normal
+ * batch's (the batches one after the other).
+ *
+ * Admission at each admission point (a request arrived or finished, or memory was freed while
+ * requests wait): IOAA (runtime/ioaa.h) chooses normal, offload or wait for up to max_waiting
+ * waiting requests by the model's expected throughput, with the running batches; or
+ * --admission fixed:LEN offloads every request longer than LEN tokens (prompt + output) and
+ * runs the others normally, in arrival order. The IOAA profile is `pulse profile`'s JSON
+ * (--profile) or, without one, the analytic profile from the bandwidths measured in this
+ * process (ioaa_profile.h). */
+#include <jansson.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "ioaa.h"
+#include "ioaa_profile.h"
+#include "mem.h"
+#include "offload.h"
+#include "offload_policy.h"
+#include "results.h"
+#include "serve.h"
+
+enum { NORMAL = 0, OFFLOAD = 1 };
+#define DEFAULT_MAX_WAITING 32
+
+struct pulseinfer {
+    struct offload *o;
+    int irq;       /* interruptible layer-wise scheduling */
+    int fixed_len; /* >= 0: --admission fixed:LEN; -1: IOAA */
+    int max_waiting;
+    struct ioaa *ioaa;
+    struct ioaa_profile_data prof;
+    int have_prof;
+    /* the last admission point's view: decide again only when it changed */
+    int last_arrived, last_entries, decided_once;
+    int64_t last_free_pages;
+    size_t last_free_host;
+    /* scratch of one decision */
+    struct ioaa_request *w;
+    enum ioaa_assign *assign;
+    int *order, *cls; /* the chosen requests' ids and batches */
+    /* predicted step time of the last decision (0: none) and the measured steps since */
+    double predicted_s, pred_sum, meas_sum;
+    int64_t pred_steps;
+    double step_t0;
+    /* the normal batch's last two layers' completion (layer l records ev_layer[l & 1]): while
+     * the offload batch waits, the scheduler queues normal layer l only once layer l - 2 is
+     * done, one layer ahead of the device, so that it sees a recall land within about a
+     * layer's time instead of queueing every normal layer before the offload batch's selection
+     * has even run */
+    const struct backend *be;
+    void *ev_layer[2];
+};
+
+static struct offload *pi_offload_of(void *ctx)
+{
+    return ctx ? ((struct pulseinfer *)ctx)->o : NULL;
+}
+
+static void pi_free(void *ctx)
+{
+    struct pulseinfer *pi = ctx;
+    if (!pi) return;
+    offload_free(pi->o);
+    for (int i = 0; i < 2; i++)
+        if (pi->ev_layer[i]) pi->be->event_destroy(pi->ev_layer[i]);
+    ioaa_free(pi->ioaa);
+    if (pi->have_prof) ioaa_profile_data_free(&pi->prof);
+    const size_t n = (size_t)pi->max_waiting;
+    mem_free(MEM_HOST, pi->w, sizeof *pi->w * n);
+    mem_free(MEM_HOST, pi->assign, sizeof *pi->assign * n);
+    mem_free(MEM_HOST, pi->order, sizeof *pi->order * n);
+    mem_free(MEM_HOST, pi->cls, sizeof *pi->cls * n);
+    mem_free(MEM_HOST, pi, sizeof *pi);
+}
+
+/* "ioaa" or "fixed:LEN" into pi. */
+static int parse_admission(struct pulseinfer *pi, const char *a, char *err, size_t errlen)
+{
+    pi->fixed_len = -1;
+    if (!a || !strcmp(a, "ioaa")) return PULSE_OK;
+    char *end = NULL;
+    if (!strncmp(a, "fixed:", 6)) {
+        long v = strtol(a + 6, &end, 10);
+        if (end != a + 6 && !*end && v >= 0 && v < (1L << 30)) {
+            pi->fixed_len = (int)v;
+            return PULSE_OK;
+        }
+    }
+    snprintf(err, errlen, "--admission: '%s' is not ioaa or fixed:LEN (LEN >= 0 tokens)", a);
+    return PULSE_ERR_INVALID;
+}
+
+/* The IOAA search over the profile (measured, else analytic). */
+static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, char *err,
+                     size_t errlen)
+{
+    char why[256];
+    int rc;
+    const struct model_config *m = engine_model(p->eng)->cfg;
+    const struct offload_params *op = p->offload;
+    if (p->profile) {
+        rc = ioaa_profile_load(p->profile, &pi->prof, why, sizeof why);
+        if (rc != PULSE_OK) {
+            snprintf(err, errlen, "--profile: %s", why);
+            return PULSE_ERR_INVALID;
+        }
+    } else {
+        /* recall per offload request and layer: the selected blocks, as if none were hot */
+        const int ps = kv_cache_page_size(p->kv);
+        const int sel_tokens = op->budget_tokens + (op->sink + op->window + 1) * ps;
+        const double per_tok = (double)model_kv_bytes_per_token(m) / m->n_layers;
+        const struct ioaa_analytic_params ap = {.cfg = m,
+                                                .bw = {p->hbm_gbps, p->h2d_gbps},
+                                                .budget_tokens = sel_tokens,
+                                                .recall_bytes = sel_tokens * per_tok,
+                                                .backend = engine_model(p->eng)->be->name,
+                                                .recall_engine = recall_engine_name(op->engine)};
+        rc = ioaa_profile_analytic(&ap, &pi->prof, why, sizeof why);
+        if (rc != PULSE_OK) {
+            snprintf(err, errlen, "pulseinfer: the analytic IOAA profile: %s", why);
+            return rc;
+        }
+    }
+    pi->have_prof = 1;
+    struct ioaa_params ip = {.profile = pi->prof.prof, .max_waiting = pi->max_waiting,
+                             .irq = pi->irq};
+    if (!(pi->ioaa = ioaa_create(&ip, why, sizeof why))) {
+        snprintf(err, errlen, "pulseinfer: IOAA: %s", why);
+        return PULSE_ERR_INVALID;
+    }
+    return PULSE_OK;
+}
+
+static int pi_create(const struct policy_ctx_params *p, void **ctx, char *err, size_t errlen)
+{
+    *ctx = NULL;
+    if (!p->offload) {
+        snprintf(err, errlen, "pulseinfer: no offload params for its context");
+        return PULSE_ERR_INVALID;
+    }
+    struct pulseinfer *pi = mem_alloc(MEM_HOST, sizeof *pi, "pulseinfer");
+    if (!pi) {
+        snprintf(err, errlen, "pulseinfer: out of host memory");
+        return PULSE_ERR_OOM;
+    }
+    memset(pi, 0, sizeof *pi);
+    pi->irq = !p->no_irq;
+    pi->max_waiting = p->max_waiting > 0 ? p->max_waiting : DEFAULT_MAX_WAITING;
+    int rc = parse_admission(pi, p->admission, err, errlen);
+    const size_t n = (size_t)pi->max_waiting;
+    if (rc == PULSE_OK) {
+        pi->w = mem_alloc(MEM_HOST, sizeof *pi->w * n, "ioaa waiting");
+        pi->assign = mem_alloc(MEM_HOST, sizeof *pi->assign * n, "ioaa assignment");
+        pi->order = mem_alloc(MEM_HOST, sizeof *pi->order * n, "ioaa order");
+        pi->cls = mem_alloc(MEM_HOST, sizeof *pi->cls * n, "ioaa classes");
+        if (!pi->w || !pi->assign || !pi->order || !pi->cls) {
+            snprintf(err, errlen, "pulseinfer: out of host memory");
+            rc = PULSE_ERR_OOM;
+        }
+    }
+    if (rc == PULSE_OK && pi->fixed_len < 0) rc = make_ioaa(pi, p, err, errlen);
+    if (rc == PULSE_OK) rc = offload_create(p->eng, p->kv, p->offload, &pi->o, err, errlen);
+    pi->be = engine_model(p->eng)->be;
+    for (int i = 0; rc == PULSE_OK && i < 2; i++)
+        if (!(pi->ev_layer[i] = pi->be->event_create())) {
+            snprintf(err, errlen, "pulseinfer: no backend event");
+            rc = PULSE_ERR_OOM;
+        }
+    if (rc != PULSE_OK) {
+        pi_free(pi);
+        return rc;
+    }
+    *ctx = pi;
+    return PULSE_OK;
+}
+
+/* ------------------------------------------------------------------ admission */
+
+static int total_len(const struct request *r)
+{
+    return r->prompt_len + r->output_len;
+}
+
+/* Admits reqs[next_waiting] into batch k. PULSE_OK, PULSE_ERR_NOMEM (does not fit now), or an
+ * error. */
+static int admit_head(struct serve_state *s, struct pulseinfer *pi, int k)
+{
+    if (serve_entries(s) >= s->max_batch || s->run[k].n_entries >= s->max_batch)
+        return PULSE_ERR_NOMEM;
+    const struct request *r = &s->reqs[s->next_waiting];
+    int rc;
+    if (k == NORMAL) {
+        rc = serve_admit_request(s, NORMAL, s->next_waiting);
+    } else {
+        struct offload_stats a, b;
+        offload_get_stats(pi->o, &a);
+        int slot;
+        rc = offload_admit(pi->o, r->id, r->prompt_len, total_len(r), &slot, s->why,
+                           sizeof s->why);
+        offload_get_stats(pi->o, &b);
+        serve_pause_clock(s, b.prompt_fill_s - a.prompt_fill_s); /* a prefill instance's work */
+        if (rc == PULSE_OK) serve_add_entry(s, OFFLOAD, s->next_waiting, slot,
+                                            offload_first_token(pi->o, slot));
+    }
+    if (rc == PULSE_OK) {
+        s->next_waiting++;
+        ++*(k == NORMAL ? &s->ctr.admitted_normal : &s->ctr.admitted_offload);
+        s->why[0] = 0;
+    }
+    return rc;
+}
+
+/* --admission fixed:LEN: arrival order, each to its batch by length, until one does not fit. */
+static int admit_fixed(struct serve_state *s, struct pulseinfer *pi)
+{
+    while (s->next_waiting < s->n_arrived) {
+        const int k = total_len(&s->reqs[s->next_waiting]) > pi->fixed_len ? OFFLOAD : NORMAL;
+        const int rc = admit_head(s, pi, k);
+        if (rc == PULSE_ERR_NOMEM) {
+            s->ctr.admission_refusals++;
+            return PULSE_OK;
+        }
+        if (rc != PULSE_OK) return rc;
+    }
+    return PULSE_OK;
+}
+
+static int64_t free_pages(const struct kv_cache *kv)
+{
+    struct kv_cache_stats ks;
+    kv_cache_get_stats(kv, &ks);
+    return ks.free_pages;
+}
+
+/* IOAA over the first max_waiting waiting requests, then their admission in sorted order. */
+static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
+{
+    const int64_t fp = free_pages(s->kv);
+    const size_t fh = offload_host_free_bytes(pi->o);
+    const int entries = serve_entries(s);
+    if (s->next_waiting >= s->n_arrived) return PULSE_OK;
+    if (pi->decided_once && s->n_arrived == pi->last_arrived && entries == pi->last_entries &&
+        fp == pi->last_free_pages && fh == pi->last_free_host)
+        return PULSE_OK; /* not an admission point: nothing changed since the last decision */
+    struct kv_cache_stats ks;
+    kv_cache_get_stats(s->kv, &ks);
+    const int n = PULSE_MIN(s->n_arrived - s->next_waiting, pi->max_waiting);
+    struct ioaa_state st = {0};
+    const struct serve_batch *nb = &s->run[NORMAL], *ob = &s->run[OFFLOAD];
+    st.normal_count = nb->n_entries;
+    for (int b = 0; b < nb->n_entries; b++)
+        st.normal_ctx_sum += nb->entries[b].pos + 1;
+    st.offload_count = ob->n_entries;
+    st.free_gpu_bytes = fp * ks.page_bytes;
+    st.free_host_bytes = (int64_t)fh;
+    for (int i = 0; i < n; i++) {
+        const struct request *r = &s->reqs[s->next_waiting + i];
+        size_t g, h;
+        offload_request_bytes(pi->o, total_len(r), &g, &h);
+        pi->w[i] = (struct ioaa_request){total_len(r), r->prompt_len,
+                                         (int64_t)kv_cache_request_bytes(s->kv, total_len(r)),
+                                         (int64_t)g, (int64_t)h};
+    }
+    struct ioaa_decision d;
+    char err[200];
+    if (ioaa_decide(pi->ioaa, &st, pi->w, n, pi->assign, &d, err, sizeof err) != PULSE_OK) {
+        snprintf(s->why, sizeof s->why, "IOAA: %s", err);
+        return PULSE_ERR_INVALID;
+    }
+    s->ctr.ioaa_decisions++;
+    s->ctr.ioaa_nodes += d.nodes_visited;
+    s->ctr.ioaa_nodes_max = PULSE_MAX(s->ctr.ioaa_nodes_max, d.nodes_visited);
+    pi->predicted_s = d.step_s;
+    /* admit in the order IOAA sorted them (length, then arrival): the chosen ones by id */
+    int *ids = pi->order, *cls = pi->cls, m = 0;
+    for (int i = 0; i < n; i++)
+        if (pi->assign[i] != IOAA_WAIT) {
+            ids[m] = s->reqs[s->next_waiting + i].id;
+            cls[m++] = pi->assign[i] == IOAA_NORMAL ? NORMAL : OFFLOAD;
+        }
+    int rc = PULSE_OK;
+    for (int a = 0; a < m && rc == PULSE_OK; a++) {
+        int j = s->next_waiting;
+        while (j < s->n_arrived && s->reqs[j].id != ids[a])
+            j++;
+        serve_take_waiting(s, j);
+        rc = admit_head(s, pi, cls[a]);
+        if (rc == PULSE_ERR_NOMEM) { /* batch slots (outside the model) or pages: later */
+            s->ctr.admission_refusals++;
+            rc = PULSE_OK;
+            break;
+        }
+    }
+    /* nothing running and nothing chosen: the queue's head as whatever fits, so the loop
+     * never idles on a model that would wait for ever */
+    if (rc == PULSE_OK && serve_entries(s) == 0 && s->next_waiting < s->n_arrived) {
+        rc = admit_head(s, pi, OFFLOAD);
+        if (rc == PULSE_ERR_NOMEM) rc = admit_head(s, pi, NORMAL);
+        if (rc == PULSE_ERR_NOMEM) rc = PULSE_OK; /* the loop reports it can never fit */
+    }
+    pi->decided_once = 1;
+    pi->last_arrived = s->n_arrived;
+    pi->last_entries = serve_entries(s);
+    pi->last_free_pages = free_pages(s->kv);
+    pi->last_free_host = offload_host_free_bytes(pi->o);
+    return rc;
+}
+
+static int pi_admit(struct serve_state *s)
+{
+    struct pulseinfer *pi = s->policy_ctx;
+    return pi->fixed_len >= 0 ? admit_fixed(s, pi) : admit_ioaa(s, pi);
+}
+
+/* ------------------------------------------------------------------ the step */
+
+/* One step of both batches, the offload batch's layers interleaved with the normal batch's
+ * at layer boundaries (IRQ). Counters: an interruption (layer_switches) is a visit to the
+ * normal batch while an offload layer's recall is in flight; a sparse layer's round is hidden
+ * when normal layers ran meanwhile and it was in when the scheduler came back, exposed when
+ * the offload batch had to wait for it (offload_wait_s: that wait, host-side). */
+static int step_irq(struct serve_state *s, struct pulseinfer *pi)
+{
+    struct engine *e = s->eng;
+    struct serve_batch *nb = &s->run[NORMAL], *ob = &s->run[OFFLOAD];
+    const int L = engine_model(e)->cfg->n_layers, n_dense = offload_n_dense(pi->o);
+    offload_step_begin(pi->o, ob->bt, ob->entries, ob->n_entries);
+    engine_run_embed(e, nb->bt);
+    int ln = 0;
+    for (int lo = 0; lo < L; lo++) {
+        offload_layer_issue(pi->o, ob->bt, lo);
+        int ran = 0;
+        while (ln < L && !offload_layer_ready(pi->o, lo)) {
+            if (ln >= 2 && !pi->be->event_query(pi->ev_layer[ln & 1])) {
+                sched_yield(); /* layer ln - 2 still runs: one normal layer is queued ahead */
+                continue;
+            }
+            engine_run_layer(e, nb->bt, s->kv, ln);
+            pi->be->event_record(engine_ctx(e), pi->ev_layer[ln++ & 1]);
+            ran++;
+        }
+        s->ctr.normal_layers_in_flight += ran;
+        s->ctr.layer_switches += ran > 0;
+        if (lo >= n_dense && !offload_layer_ready(pi->o, lo)) {
+            const double t0 = pulse_now();
+            while (!offload_layer_ready(pi->o, lo))
+                sched_yield();
+            s->ctr.offload_wait_s += pulse_now() - t0;
+            s->ctr.recalls_exposed++;
+        } else if (lo >= n_dense && ran) {
+            s->ctr.recalls_hidden++;
+        }
+        offload_layer_finish(pi->o, ob->bt, lo);
+    }
+    while (ln < L)
+        engine_run_layer(e, nb->bt, s->kv, ln++);
+    engine_run_head(e, nb->bt);
+    return offload_step_end(pi->o, ob->bt);
+}
+
+static void sync_counters(struct serve_state *s, struct pulseinfer *pi)
+{
+    struct offload_stats st;
+    offload_get_stats(pi->o, &st);
+    s->ctr.recall_bytes = st.recall_bytes;
+    s->ctr.recall_chunks = st.recall_chunks;
+    s->ctr.recall_stalls = st.stalls;
+}
+
+static int pi_step(struct serve_state *s)
+{
+    struct pulseinfer *pi = s->policy_ctx;
+    struct serve_batch *nb = &s->run[NORMAL], *ob = &s->run[OFFLOAD];
+    int rc = PULSE_OK;
+    if (pi->predicted_s > 0 && pi->step_t0 > 0) { /* the previous step, measured */
+        pi->meas_sum += pulse_now() - pi->step_t0;
+        pi->pred_sum += pi->predicted_s;
+        pi->pred_steps++;
+    }
+    pi->step_t0 = pulse_now();
+    if (ob->n_entries && nb->n_entries && pi->irq) {
+        rc = step_irq(s, pi);
+    } else {
+        if (ob->n_entries) rc = offload_step(pi->o, ob->bt, ob->entries, ob->n_entries);
+        if (nb->n_entries) engine_step(s->eng, nb->bt, s->kv);
+    }
+    sync_counters(s, pi);
+    return rc;
+}
+
+/* The normal batch's traffic (vanilla's: weights and whole KV) plus the offload batch's
+ * (the runtime's); weights once when both ran. */
+static void pi_traffic(struct serve_state *s, struct floor_traffic *t)
+{
+    struct pulseinfer *pi = s->policy_ctx;
+    const struct model_config *c = engine_model(s->eng)->cfg;
+    const double per_layer = (double)model_kv_bytes_per_token(c) / c->n_layers;
+    memset(t, 0, sizeof *t);
+    if (s->run[OFFLOAD].n_entries) offload_last_step_traffic(pi->o, t);
+    t->weight_bytes = (double)model_step_weight_bytes(c);
+    const struct serve_batch *nb = &s->run[NORMAL];
+    for (int b = 0; b < nb->n_entries; b++)
+        for (int l = 0; l < c->n_layers; l++) {
+            const int n = nb->entries[b].pos + 1, w = model_layer_window(c, l);
+            t->kv_bytes += per_layer * (w > 0 && w < n ? w : n);
+        }
+}
+
+static void pi_release(struct serve_state *s, int slot)
+{
+    struct pulseinfer *pi = s->policy_ctx;
+    /* the slot is an offload request's when the offload runtime holds it */
+    for (int b = 0; b < s->run[OFFLOAD].n_entries; b++)
+        if (s->run[OFFLOAD].entries[b].slot == slot) {
+            offload_release(pi->o, slot);
+            return;
+        }
+}
+
+static json_t *pi_json(const void *ctx)
+{
+    const struct pulseinfer *pi = ctx;
+    json_t *j = json_object();
+    json_object_set_new(j, "irq", json_boolean(pi->irq));
+    json_object_set_new(j, "admission", pi->fixed_len >= 0 ? json_sprintf("fixed:%d", pi->fixed_len)
+                                                      : json_string("ioaa"));
+    if (pi->fixed_len < 0) {
+        json_object_set_new(j, "ioaa_profile", json_string(pi->prof.info.source));
+        json_object_set_new(j, "max_waiting", json_integer(pi->max_waiting));
+    }
+    json_object_set_new(j, "ioaa_predicted_steps", json_integer(pi->pred_steps));
+    if (pi->pred_steps) {
+        results_set_real(j, "ioaa_predicted_step_ms", pi->pred_sum / pi->pred_steps * 1e3);
+        results_set_real(j, "ioaa_measured_step_ms", pi->meas_sum / pi->pred_steps * 1e3);
+    }
+    return j;
+}
+
+const struct policy policy_pulseinfer = {
+    .name = "pulseinfer",
+    .n_batches = 2,
+    .admit = pi_admit,
+    .step = pi_step,
+    .release = pi_release,
+    .traffic = pi_traffic,
+    .overlapped = 1,
+    .needs_ctx = 1,
+    .ctx_kind = POLICY_CTX_OFFLOAD,
+    .ctx_create = pi_create,
+    .ctx_free = pi_free,
+    .offload_of = pi_offload_of,
+    .ctx_json = pi_json,
+    .offload_lookahead = 0,
+    .offload_selection = "solohead",
+    .offload_engine = "gather-scatter",
+};

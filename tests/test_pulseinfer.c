@@ -1,0 +1,346 @@
+/* pulseinfer (baselines/pulseinfer.c) on the CPU backend with the tiny model:
+ * - semantics: with a budget covering the context, on vanilla's prompt KV, every request
+ *   decodes vanilla's tokens: fixed:LEN admission with some requests normal and some offloaded,
+ *   IOAA admission, with and without IRQ, in two arrival orders of mixed lengths;
+ * - IRQ: with a delay injected into the recall's copies and a small budget (every step
+ *   recalls), the normal batch's layers run while the offload batch's recalls are in flight
+ *   (layer switches, hidden rounds) and the tokens equal those of the same run without IRQ
+ *   (IRQ changes when layers run, never what they compute); --no-irq makes no switch;
+ * - counters: IOAA decides and counts its nodes, fixed admission makes no decision; SoloHead's
+ *   recall chunks are whole blocks (token-wise), head-wise ones a KV head's;
+ * - bad --admission is refused with one line; pulse run's pulseinfer flags are refused for
+ *   other policies, and a pulseinfer run's JSON carries the schedule counters. */
+#include <jansson.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "baselines/registry.h"
+#include "common.h"
+#include "engine.h"
+#include "kv_cache.h"
+#include "offload.h"
+#include "recall.h"
+#include "serve.h"
+#include "testsource.h"
+#include "testutil.h"
+#include "workloads/workload.h"
+
+struct pi_cfg {
+    const char *policy, *spec, *admission;
+    int out_len, max_batch, no_irq;
+    int selection, budget_tokens, prompt_kv;
+    const struct recall_copy_ops *ops;
+    size_t kv_budget; /* GPU KV bytes; 0 = 64 MB */
+};
+
+struct pi_out {
+    struct workload w;
+    struct serve_counters ctr;
+    int rc;
+};
+
+/* Serves c on the cpu backend (page size 16, 64 MB of GPU KV unless c says). */
+static void serve(const struct pi_cfg *c, struct pi_out *r)
+{
+    char err[512];
+    memset(r, 0, sizeof *r);
+    r->rc = -1;
+    if (workload_create(&r->w, c->spec, c->out_len, 1, err, sizeof err) != 0) return;
+    const int max_tokens = workload_max_tokens(&r->w);
+    const struct model_config *m = model_config_find("tiny");
+    struct engine_params ep = {.cfg = m,
+                               .be = backend_find("cpu"),
+                               .seed = 1,
+                               .max_batch = c->max_batch,
+                               .max_tokens = max_tokens};
+    struct engine *e = engine_create(&ep, err, sizeof err);
+    struct kv_cache_params kp = {m->n_layers,  m->n_kv_heads,
+                                 m->head_dim,  16,
+                                 c->kv_budget ? c->kv_budget : 64u << 20,
+                                 c->max_batch, max_tokens};
+    struct kv_cache *kv = e ? kv_cache_create(&kp, ep.be, engine_ctx(e), err, sizeof err) : NULL;
+    const struct policy *pol = policy_find(c->policy);
+    struct offload_params p;
+    offload_params_init(&p, c->max_batch, max_tokens, 1);
+    p.verify_steps = 1;
+    p.selection = c->selection;
+    p.budget_tokens = c->budget_tokens;
+    p.prompt_kv = c->prompt_kv;
+    p.engine = RECALL_GATHER_SCATTER;
+    p.recall_ops = c->ops;
+    p.lookahead = pol->offload_lookahead;
+    void *ctx = NULL;
+    if (kv && pol->needs_ctx) {
+        int64_t prompt = 0;
+        for (int i = 0; i < r->w.n; i++)
+            prompt += r->w.reqs[i].prompt_len;
+        const struct locality_source_params lp = {.typical_tokens = (int)(prompt / r->w.n)};
+        const struct policy_ctx_params cp = {.eng = e,
+                                             .kv = kv,
+                                             .seed = 1,
+                                             .max_batch = c->max_batch,
+                                             .offload = &p,
+                                             .no_irq = c->no_irq,
+                                             .admission = c->admission,
+                                             .hbm_gbps = 20,
+                                             .h2d_gbps = 5};
+        if (!test_source(e, kv, &p, &lp) || pol->ctx_create(&cp, &ctx, err, sizeof err)) {
+            fprintf(stderr, "pulseinfer: %s\n", err);
+            ctx = NULL;
+        }
+    }
+    double wall;
+    if (kv && (ctx || !pol->needs_ctx))
+        r->rc = serve_run_policy(e, kv, pol, ctx, r->w.reqs, r->w.n, c->max_batch, &r->ctr,
+                                 &wall, err, sizeof err);
+    if (r->rc) fprintf(stderr, "serve %s %s: %s\n", c->policy, c->spec, err);
+    if (ctx) pol->ctx_free(ctx);
+    query_source_free(p.source);
+    kv_cache_free(kv);
+    engine_free(e);
+}
+
+static int same_tokens(const struct workload *a, const struct workload *b)
+{
+    if (a->n != b->n || a->output_len != b->output_len) return 0;
+    return !memcmp(a->token_store, b->token_store, sizeof(int32_t) * a->n * a->output_len);
+}
+
+/* ------------------------------------------------------------------ semantics */
+
+static void test_equals_vanilla(void)
+{
+    static const char *const specs[] = {"lengths:300,170,90,260,40,200",
+                                        "lengths:40,260,90,300,200,170"};
+    for (int k = 0; k < 2; k++) {
+        struct pi_cfg v = {.policy = "vanilla", .spec = specs[k], .out_len = 10, .max_batch = 4};
+        struct pi_out van;
+        serve(&v, &van);
+        EXPECT_EQ_INT(van.rc, 0);
+        /* a GPU budget of about two whole requests: IOAA must offload some to run more */
+        const struct model_config *m = model_config_find("tiny");
+        const size_t tight = (size_t)model_kv_bytes_per_token(m) * 320 * 2;
+        struct {
+            const char *admission;
+            int no_irq, selection;
+            size_t kv_budget;
+        } cases[] = {{"fixed:200", 0, OFFLOAD_SOLOHEAD, 0}, {"fixed:200", 1, OFFLOAD_SOLOHEAD, 0},
+                     {"fixed:200", 0, OFFLOAD_HEADWISE, 0}, {"ioaa", 0, OFFLOAD_SOLOHEAD, 0},
+                     {"ioaa", 0, OFFLOAD_SOLOHEAD, tight}, {"fixed:0", 0, OFFLOAD_SOLOHEAD, 0}};
+        /* (with a covering budget an offload request's hot slots hold its whole KV: offloading
+         * frees nothing, so IOAA keeps every request normal even when the GPU is tight) */
+        for (size_t i = 0; i < PULSE_ARRAY_LEN(cases); i++) {
+            struct pi_cfg c = {.policy = "pulseinfer",
+                               .spec = specs[k],
+                               .admission = cases[i].admission,
+                               .out_len = 10,
+                               .max_batch = 4,
+                               .no_irq = cases[i].no_irq,
+                               .selection = cases[i].selection,
+                               .budget_tokens = 512, /* every block selected */
+                               .prompt_kv = OFFLOAD_KV_SYNTHETIC,
+                               .kv_budget = cases[i].kv_budget};
+            struct pi_out r;
+            serve(&c, &r);
+            EXPECT_EQ_INT(r.rc, 0);
+            const int same = same_tokens(&van.w, &r.w);
+            EXPECT(same);
+            printf("%s, %s%s%s, %s: %lld normal + %lld offloaded, tokens %s vanilla's\n",
+                   specs[k], cases[i].admission, cases[i].no_irq ? " --no-irq" : "",
+                   cases[i].kv_budget ? " (tight GPU budget)" : "",
+                   cases[i].selection == OFFLOAD_SOLOHEAD ? "solohead" : "headwise",
+                   (long long)r.ctr.admitted_normal, (long long)r.ctr.admitted_offload,
+                   same ? "equal" : "DIFFER from");
+            EXPECT_EQ_INT(r.ctr.admitted_normal + r.ctr.admitted_offload, 6);
+            if (!strcmp(cases[i].admission, "fixed:200")) {
+                EXPECT_EQ_INT(r.ctr.admitted_offload, 3); /* 300, 260 and 200 tokens + 10 */
+                EXPECT_EQ_INT(r.ctr.ioaa_decisions, 0);
+            }
+            if (!strcmp(cases[i].admission, "fixed:0")) EXPECT_EQ_INT(r.ctr.admitted_normal, 0);
+            if (!strcmp(cases[i].admission, "ioaa")) {
+                EXPECT(r.ctr.ioaa_decisions > 0);
+                EXPECT(r.ctr.ioaa_nodes >= r.ctr.ioaa_decisions);
+            }
+            workload_free(&r.w);
+        }
+        workload_free(&van.w);
+    }
+}
+
+/* IOAA with a small selection budget and a GPU budget of about two whole requests: offloading
+ * frees GPU memory, so it runs more requests at once by offloading some. */
+static void test_ioaa_offloads(void)
+{
+    const struct model_config *m = model_config_find("tiny");
+    struct pi_cfg c = {.policy = "pulseinfer",
+                       .spec = "lengths:300,170,90,260,40,200,310,280",
+                       .admission = "ioaa",
+                       .out_len = 8,
+                       .max_batch = 8,
+                       .selection = OFFLOAD_SOLOHEAD,
+                       .budget_tokens = 32,
+                       .prompt_kv = OFFLOAD_KV_LOCALITY,
+                       .kv_budget = (size_t)model_kv_bytes_per_token(m) * 330 * 2};
+    struct pi_out r;
+    serve(&c, &r);
+    EXPECT_EQ_INT(r.rc, 0);
+    EXPECT_EQ_INT(r.ctr.admitted_normal + r.ctr.admitted_offload, 8);
+    EXPECT(r.ctr.admitted_offload > 0);
+    EXPECT(r.ctr.ioaa_decisions > 0);
+    EXPECT(r.ctr.ioaa_nodes_max >= 1);
+    EXPECT_EQ_INT(r.ctr.tokens, 8 * 8);
+    printf("IOAA, GPU budget of two requests: %lld normal + %lld offloaded, %lld decisions, "
+           "%.1f nodes each (at most %lld), peak batch %lld\n",
+           (long long)r.ctr.admitted_normal, (long long)r.ctr.admitted_offload,
+           (long long)r.ctr.ioaa_decisions,
+           r.ctr.ioaa_decisions ? (double)r.ctr.ioaa_nodes / r.ctr.ioaa_decisions : 0.0,
+           (long long)r.ctr.ioaa_nodes_max, (long long)r.ctr.peak_batch);
+    workload_free(&r.w);
+}
+
+/* ------------------------------------------------------------------ IRQ */
+
+static _Atomic long g_delay_ns;
+
+static int slow_h2d(const struct recall_copy_ops *o, void *dst, const void *src, size_t bytes,
+                    void *stream)
+{
+    const long ns = atomic_load(&g_delay_ns);
+    if (ns > 0) nanosleep(&(struct timespec){0, ns}, NULL);
+    return recall_copy_ops_cpu()->h2d(o, dst, src, bytes, stream);
+}
+
+static void test_irq(void)
+{
+    struct recall_copy_ops ops = *recall_copy_ops_cpu();
+    ops.h2d = slow_h2d;
+    atomic_store(&g_delay_ns, 3000000); /* 3 ms per copied piece: a slow link */
+    struct pi_cfg c = {.policy = "pulseinfer",
+                       .spec = "lengths:60,70,300,280",
+                       .admission = "fixed:200",
+                       .out_len = 6,
+                       .max_batch = 4,
+                       .selection = OFFLOAD_SOLOHEAD,
+                       .budget_tokens = 32, /* a few blocks: every step recalls */
+                       .prompt_kv = OFFLOAD_KV_LOCALITY,
+                       .ops = &ops};
+    struct pi_out irq, seq;
+    serve(&c, &irq);
+    c.no_irq = 1;
+    serve(&c, &seq);
+    EXPECT_EQ_INT(irq.rc, 0);
+    EXPECT_EQ_INT(seq.rc, 0);
+    EXPECT(same_tokens(&irq.w, &seq.w));
+    EXPECT_EQ_INT(irq.ctr.admitted_offload, 2);
+    EXPECT(irq.ctr.recall_bytes > 0);
+    EXPECT_EQ_INT(irq.ctr.recall_bytes, seq.ctr.recall_bytes);
+    EXPECT(irq.ctr.layer_switches > 0);
+    EXPECT(irq.ctr.normal_layers_in_flight >= irq.ctr.layer_switches);
+    EXPECT(irq.ctr.recalls_hidden + irq.ctr.recalls_exposed > 0);
+    EXPECT_EQ_INT(seq.ctr.layer_switches, 0);
+    EXPECT_EQ_INT(seq.ctr.normal_layers_in_flight, 0);
+    printf("IRQ with a slow link: %lld switches, %lld normal layers during recalls, %lld rounds "
+           "hidden, %lld exposed (%.1f ms waited); --no-irq: %lld switches\n",
+           (long long)irq.ctr.layer_switches, (long long)irq.ctr.normal_layers_in_flight,
+           (long long)irq.ctr.recalls_hidden, (long long)irq.ctr.recalls_exposed,
+           irq.ctr.offload_wait_s * 1e3, (long long)seq.ctr.layer_switches);
+    atomic_store(&g_delay_ns, 0);
+    workload_free(&irq.w);
+    workload_free(&seq.w);
+}
+
+/* SoloHead recalls whole blocks (every KV head: token-wise chunks), head-wise one head's. */
+static void test_chunks(void)
+{
+    const struct model_config *m = model_config_find("tiny");
+    const int64_t block = (int64_t)16 * m->n_kv_heads * m->head_dim * 2 * 2; /* K and V, bf16 */
+    for (int sel = 0; sel < 2; sel++) {
+        struct pi_cfg c = {.policy = "pulseinfer",
+                           .spec = "lengths:300,280",
+                           .admission = "fixed:0",
+                           .out_len = 4,
+                           .max_batch = 2,
+                           .selection = sel ? OFFLOAD_SOLOHEAD : OFFLOAD_HEADWISE,
+                           .budget_tokens = 32,
+                           .prompt_kv = OFFLOAD_KV_LOCALITY};
+        struct pi_out r;
+        serve(&c, &r);
+        EXPECT_EQ_INT(r.rc, 0);
+        EXPECT(r.ctr.recall_chunks > 0);
+        if (r.ctr.recall_chunks)
+            EXPECT_EQ_INT(r.ctr.recall_bytes / r.ctr.recall_chunks,
+                          sel ? block : block / m->n_kv_heads);
+        workload_free(&r.w);
+    }
+    struct pi_cfg v = {.policy = "vanilla", .spec = "lengths:300,280", .out_len = 4, .max_batch = 2};
+    struct pi_out van;
+    serve(&v, &van);
+    EXPECT_EQ_INT(van.ctr.recall_bytes, 0);
+    workload_free(&van.w);
+}
+
+/* ------------------------------------------------------------------ flags */
+
+static char out[1 << 16];
+
+static void test_flags(void)
+{
+    struct pi_cfg c = {.policy = "pulseinfer",
+                       .spec = "lengths:100",
+                       .admission = "fixed:x",
+                       .out_len = 2,
+                       .max_batch = 1,
+                       .budget_tokens = 32};
+    struct pi_out r;
+    serve(&c, &r); /* ctx_create refuses it: the run never starts */
+    EXPECT(r.rc != 0);
+    workload_free(&r.w);
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy arkvale --no-irq", out, sizeof out), 2);
+    EXPECT(strstr(out, "--no-irq: only for pulseinfer") != NULL);
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy vanilla --admission fixed:10", out,
+                               sizeof out),
+                  2);
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy pulseinfer --admission fixe", out,
+                               sizeof out),
+                  2);
+    EXPECT(strstr(out, "--admission") != NULL);
+    char path[] = "/tmp/pulse_pi_XXXXXX", cmd[512];
+    const int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    snprintf(cmd, sizeof cmd,
+             "run --backend cpu --policy pulseinfer --workload lengths:60,300,280,90 "
+             "--output-len 4 --max-batch 4 --budget-tokens 32 --admission fixed:200 --out %s",
+             path);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    remove(path);
+    EXPECT(j != NULL);
+    json_t *sched = json_object_get(json_object_get(j, "counters"), "schedule");
+    EXPECT_EQ_INT(json_integer_value(json_object_get(sched, "admitted_offload")), 2);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(sched, "admitted_normal")), 2);
+    EXPECT(json_is_array(json_object_get(sched, "batch_max")));
+    json_t *pi = json_object_get(json_object_get(j, "counters"), "pulseinfer");
+    EXPECT(json_is_true(json_object_get(pi, "irq")));
+    EXPECT(!strcmp(json_string_value(json_object_get(pi, "admission")) ?: "", "fixed:200"));
+    json_t *cfg = json_object_get(json_object_get(j, "config"), "offload");
+    EXPECT(!strcmp(json_string_value(json_object_get(cfg, "selection")) ?: "", "solohead"));
+    json_t *batches = json_object_get(
+        json_object_get(json_object_get(json_object_get(j, "metrics"), "step"), "per_step"),
+        "batches");
+    EXPECT(json_array_size(batches) == 4 && json_array_size(json_array_get(batches, 0)) == 2);
+    json_decref(j);
+}
+
+int main(void)
+{
+    test_equals_vanilla();
+    test_ioaa_offloads();
+    test_irq();
+    test_chunks();
+    test_flags();
+    return tu_finish("test_pulseinfer");
+}
