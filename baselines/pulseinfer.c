@@ -122,14 +122,23 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
             return PULSE_ERR_INVALID;
         }
     } else {
-        /* recall per offload request and layer: the selected blocks, as if none were hot */
+        /* recall per offload request and layer: the budget's blocks times the query source's
+         * target churn, its mean over the sparse layers (every block when it has none) */
         const int ps = kv_cache_page_size(p->kv);
         const int sel_tokens = op->budget_tokens + (op->sink + op->window + 1) * ps;
         const double per_tok = (double)model_kv_bytes_per_token(m) / m->n_layers;
+        double churn = 0;
+        int n_sparse = 0;
+        for (int l = op->n_dense; op->source && l < m->n_layers; l++, n_sparse++) {
+            struct query_meter_stats ms;
+            op->source->meter_stats(op->source->user, l, &ms);
+            churn += ms.target_mean;
+        }
+        churn = n_sparse && churn > 0 ? churn / n_sparse : 1.0;
         const struct ioaa_analytic_params ap = {.cfg = m,
                                                 .bw = {p->hbm_gbps, p->h2d_gbps},
                                                 .budget_tokens = sel_tokens,
-                                                .recall_bytes = sel_tokens * per_tok,
+                                                .recall_bytes = op->budget_tokens * churn * per_tok,
                                                 .backend = engine_model(p->eng)->be->name,
                                                 .recall_engine = recall_engine_name(op->engine)};
         rc = ioaa_profile_analytic(&ap, &pi->prof, why, sizeof why);
@@ -444,6 +453,7 @@ static json_t *pi_json(const void *ctx)
     if (pi->fixed_len < 0) {
         json_object_set_new(j, "ioaa_profile", json_string(pi->prof.info.source));
         json_object_set_new(j, "max_waiting", json_integer(pi->max_waiting));
+        results_set_real(j, "ioaa_recall_bytes_per_request_layer", pi->prof.prof.recall_bytes);
     }
     json_object_set_new(j, "ioaa_predicted_steps", json_integer(pi->pred_steps));
     if (pi->pred_steps) {
