@@ -43,7 +43,7 @@
  * normal requests: the answer is unique, and the exhaustive search returns the same one.
  * Nodes visited: the nodes entered, the root (everything waits) included.
  *
- * Next step: read and write the profile as `pulse profile`'s JSON. */
+ * The profile comes from `pulse profile`'s JSON or its analytic floor (ioaa_profile.h). */
 #ifndef PULSE_IOAA_H
 #define PULSE_IOAA_H
 
