@@ -35,7 +35,7 @@ int bench_offload_point(struct engine *e, const struct policy *pol,
     const struct model_config *m = engine_model(e)->cfg;
     const struct backend *be = engine_model(e)->be;
     const int reserved = ctx + steps + 1;
-    char spec[64], err[512];
+    char spec[64], err[512] = "";
     snprintf(spec, sizeof spec, "uniform:%d:%d", ctx, batch);
     struct workload w;
     struct run_offload *ro = mem_alloc(MEM_HOST, sizeof *ro, "bench offload");
@@ -113,7 +113,7 @@ int bench_offload_point(struct engine *e, const struct policy *pol,
     json_object_set_new(pj, "status", json_string("ok"));
     code = 0;
 out:
-    if (code == 1 && !json_object_get(pj, "error"))
+    if (code == 1 && err[0] && !json_object_get(pj, "error")) /* else the message is out */
         json_object_set_new(pj, "error", json_string(err));
     if (code) json_object_set_new(pj, "status", json_string(code == EXIT_OOM ? "oom" : "error"));
     if (bt) batch_free(e, bt);

@@ -4,16 +4,28 @@
  *              after another over a batch of synthetic requests (bench_batch.h), timed from the
  *              first layer's launch to the backend's sync after the last, over n_layers; the
  *              median of --reps after --warmup
- *   t_O(b)     one sparse layer of an offload batch of b, approximated by the dense layer time
- *              at the selection budget's context (selection itself and the hot-cache work are
- *              not in it; the file's note says so)
+ *   t_O(b)     one sparse layer of an offload batch of b. --offload-steps (the default on
+ *              cuda): real offload steps of b requests at --offload-context tokens
+ *              (bench_offload_point, policy arkvale with this command's --selection,
+ *              --recall-engine, --budget-tokens and --locality-profile), their median step
+ *              S_O(b) and their mean recall bytes per step B(b); r_b = B(b) / (b L) is the
+ *              recall per request and layer over all L layers (dense ones recall nothing), as r
+ *              is everywhere in the model, so b r_b L = B(b), and
+ *                  t_O(b) = S_O(b) / L - t_R(b r_b)
+ *              with t_R read from this run's table as ioaa.h reads it (running maximum, then
+ *              interpolated): the model S = L (t_O(b) + t_R(b r_b)) gives S_O(b) back. A t_O
+ *              that comes out <= 0 is the dense approximation below instead, listed in
+ *              measurement.offload.clamped. --offload-approx (the default on cpu): the dense
+ *              layer time at the selection budget's context (selection and the hot-cache work
+ *              are not in it; the file's note says which)
  *   t_R(x)     one recall round of x bytes with the chosen engine: random chunks of a host pool
  *              (a head's piece of a block for headwise selection, a whole block for solohead)
  *              into random slots, wall time from submit to completion, median of --reps; two
  *              chunks of every point are read back and compared
- *   r          recall bytes per offload request and layer: --recall-bytes, or budget x the mean
- *              churn over all layers of the locality profile (dense layers recall nothing) x
- *              one layer's KV bytes per token
+ *   r          recall bytes per offload request and layer: --recall-bytes; else with
+ *              --offload-steps r_b at the largest measured b; else budget x the mean churn over
+ *              all layers of the locality profile (dense layers recall nothing) x one layer's
+ *              KV bytes per token. measurement.recall_bytes has the one used and the others
  * A t_N point whose KV does not fit (the backend refuses it, or over --max-kv-gb) is not
  * measured: it is extended linearly in c from the last two measured contexts of its row (never
  * below the last), and listed in measurement.normal.extrapolated; t_O likewise in b. Beside
@@ -27,7 +39,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "baselines/registry.h"
 #include "bench_batch.h"
+#include "bench_offload.h"
 #include "cli.h"
 #include "common.h"
 #include "engine.h"
@@ -35,6 +49,7 @@
 #include "ioaa.h"
 #include "ioaa_profile.h"
 #include "metrics.h"
+#include "offload.h"
 #include "recall.h"
 #include "results.h"
 #include "workloads/locality.h"
@@ -47,9 +62,8 @@ static const char usage[] =
     "usage: pulse profile --model NAME [options]\n"
     "  Measures the IOAA model's tables on a backend and writes them as a profile (schema\n"
     "  pulse-ioaa-profile/1, read by pulse run): t_N(b, c), one dense layer of b requests at\n"
-    "  context c; t_O(b), one sparse layer of b offload requests (the dense layer at the\n"
-    "  selection budget's context); t_R(x), one recall round of x bytes; r, recall bytes per\n"
-    "  offload request and layer.\n"
+    "  context c; t_O(b), one sparse layer of b offload requests; t_R(x), one recall round of\n"
+    "  x bytes; r, recall bytes per offload request and layer.\n"
     "  --model NAME        built-in model config (pulse models)\n"
     "  --backend B         cpu, cuda or auto (default auto)\n"
     "  --recall-engine E   per-block, gather-scatter, zero-copy or batch (default per-block)\n"
@@ -60,15 +74,27 @@ static const char usage[] =
     "                      1024,2048,...,131072)\n"
     "  --recall-sizes LIST t_R round sizes, K/M/G suffixes, rounded up to whole chunks\n"
     "                      (default cpu 64K,256K,1M; cuda 64K,256K,...,64M)\n"
-    "  --budget-tokens N   selected tokens per offload request and layer: t_O's context and\n"
-    "                      r's budget (default 2048)\n"
-    "  --recall-bytes N    r itself (default: budget x mean churn x KV bytes per token and layer)\n"
-    "  --locality-profile F  the churn profile behind r (default: the built-in one)\n"
+    "  --budget-tokens N   selected tokens per offload request and layer: the offload steps'\n"
+    "                      budget (a multiple of --page-size), --offload-approx's context, the\n"
+    "                      churn estimate's budget (default 2048)\n"
+    "  --recall-bytes N    r itself (default: what the offload steps recalled per request and\n"
+    "                      layer at the largest batch; with --offload-approx budget x mean churn\n"
+    "                      x KV bytes per token and layer)\n"
+    "  --locality-profile F  the churn profile behind r and the offload steps (default: the\n"
+    "                      built-in one)\n"
     "  --reps N            timed repetitions per point, median kept (default cpu 3, cuda 5)\n"
     "  --warmup N          untimed repetitions first (default 1)\n"
     "  --page-size N       tokens per KV block (default 16)\n"
     "  --max-kv-gb G       t_N points whose KV exceeds G are extrapolated, not measured (default\n"
     "                      cpu 4; cuda: what the device refuses)\n"
+    "  --offload-steps     t_O(b) from real offload steps (policy arkvale, this command's\n"
+    "                      --selection, --recall-engine, --budget-tokens, --locality-profile):\n"
+    "                      median step / n_layers - t_R(the step's recall bytes / n_layers)\n"
+    "                      (default on cuda)\n"
+    "  --offload-approx    t_O(b) = the dense layer time at --budget-tokens (default on cpu)\n"
+    "  --offload-context N the offload steps' prompt tokens, above the budget plus 4 blocks\n"
+    "                      (default: the largest such --contexts value up to 16384 on cuda,\n"
+    "                      1024 on cpu, else the smallest)\n"
     "  --analytic          write the analytic profile (bytes over the copy and H2D bandwidths\n"
     "                      measured here) instead of measuring the tables\n"
     "  --seed S            weights, synthetic KV, chunk placement (default 1)\n"
@@ -82,6 +108,8 @@ struct opts {
     long budget, reps, warmup, page_size;
     double recall_bytes, max_kv_gb; /* < 0: not given */
     int analytic;
+    int offload_steps; /* 1 --offload-steps, 0 --offload-approx, -1 the backend's default */
+    long offload_ctx;  /* 0: the default */
     uint64_t seed;
 };
 
@@ -147,6 +175,9 @@ static int parse(int argc, char **argv, struct opts *o)
         O_PAGE,
         O_MAXKV,
         O_ANALYTIC,
+        O_OFF_STEPS,
+        O_OFF_APPROX,
+        O_OFF_CTX,
         O_SEED,
         O_OUT,
         O_HELP
@@ -166,6 +197,9 @@ static int parse(int argc, char **argv, struct opts *o)
                                          {"page-size", 1, 0, O_PAGE},
                                          {"max-kv-gb", 1, 0, O_MAXKV},
                                          {"analytic", 0, 0, O_ANALYTIC},
+                                         {"offload-steps", 0, 0, O_OFF_STEPS},
+                                         {"offload-approx", 0, 0, O_OFF_APPROX},
+                                         {"offload-context", 1, 0, O_OFF_CTX},
                                          {"seed", 1, 0, O_SEED},
                                          {"out", 1, 0, O_OUT},
                                          {"help", 0, 0, O_HELP},
@@ -174,6 +208,7 @@ static int parse(int argc, char **argv, struct opts *o)
     o->backend = "auto", o->engine = "per-block", o->selection = "headwise";
     o->budget = 2048, o->reps = -1, o->warmup = 1, o->page_size = 16, o->seed = 1;
     o->recall_bytes = o->max_kv_gb = -1;
+    o->offload_steps = -1;
     int c, bad = 0;
     opterr = 0;
     optind = 1;
@@ -235,6 +270,16 @@ static int parse(int argc, char **argv, struct opts *o)
         case O_ANALYTIC:
             o->analytic = 1;
             break;
+        case O_OFF_STEPS:
+        case O_OFF_APPROX:
+            if (o->offload_steps == (c == O_OFF_APPROX))
+                bad =
+                    (cli_error(CMD, "--offload-steps and --offload-approx: one or the other"), -1);
+            o->offload_steps = c == O_OFF_STEPS;
+            break;
+        case O_OFF_CTX:
+            bad = cli_int(CMD, "--offload-context", optarg, 1, 1 << 22, &o->offload_ctx);
+            break;
         case O_SEED:
             bad = cli_u64(CMD, "--seed", optarg, INT64_MAX, &o->seed);
             break;
@@ -254,8 +299,58 @@ static int parse(int argc, char **argv, struct opts *o)
     if (increasing("--batches", o->batches, o->n_batches) ||
         increasing("--contexts", o->contexts, o->n_contexts))
         return -1;
-    if (o->recall_bytes >= 0 && o->locality)
-        return cli_error(CMD, "--locality-profile: not with --recall-bytes (r is given)"), -1;
+    if (o->analytic && (o->offload_steps == 1 || o->offload_ctx))
+        return cli_error(CMD, "%s: not with --analytic (nothing is measured)",
+                         o->offload_ctx ? "--offload-context" : "--offload-steps"),
+               -1;
+    return 0;
+}
+
+/* The offload steps' defaults once the backend is known: --offload-steps on cuda, and its
+ * context, the largest t_N context up to 16384 tokens on cuda and 1024 on cpu (else the
+ * smallest) among those above the selection (budget, sink, window and tail blocks: at most that
+ * every block is selected and nothing is offloaded); -1 after a message when the offload flags
+ * do not go together. */
+static int offload_defaults(struct opts *o, int dev)
+{
+    if (o->offload_steps < 0) o->offload_steps = dev && !o->analytic;
+    if (o->recall_bytes >= 0 && o->locality && !o->offload_steps)
+        return cli_error(CMD, "--locality-profile: not with --recall-bytes (r is given) unless "
+                              "the offload steps use it (--offload-steps)"),
+               -1;
+    if (!o->offload_steps) {
+        if (o->offload_ctx)
+            return cli_error(CMD, "--offload-context: only with --offload-steps (the default on "
+                                  "cuda)"),
+                   -1;
+        return 0;
+    }
+    if (o->budget % o->page_size)
+        return cli_error(CMD,
+                         "--budget-tokens: %ld is not a multiple of the block size %ld "
+                         "(--page-size), as the offload steps need",
+                         o->budget, o->page_size),
+               -1;
+    struct offload_params p;
+    offload_params_init(&p, 1, 1, o->seed);
+    const long sel = o->budget + (p.sink + p.window + 1) * o->page_size;
+    if (o->offload_ctx && o->offload_ctx <= sel)
+        return cli_error(CMD,
+                         "--offload-context: %ld tokens are not above the %ld the steps select "
+                         "(--budget-tokens, sink, window and tail blocks): nothing would be "
+                         "offloaded",
+                         o->offload_ctx, sel),
+               -1;
+    if (o->offload_ctx) return 0;
+    for (int j = 0; j < o->n_contexts; j++) /* contexts increase */
+        if (o->contexts[j] > sel && (!o->offload_ctx || o->contexts[j] <= (dev ? 16384 : 1024)))
+            o->offload_ctx = o->contexts[j];
+    if (!o->offload_ctx)
+        return cli_error(CMD,
+                         "--offload-context: no --contexts value is above the %ld tokens the "
+                         "steps select (--budget-tokens, sink, window and tail blocks): give one",
+                         sel),
+               -1;
     return 0;
 }
 
@@ -401,8 +496,8 @@ static int measure_layers(struct engine *e, const struct opts *o,
             return EXIT_OOM;
         }
     }
-    json_t *of = json_pack("{s:[], s:[], s:[], s:I}", "samples_s", "floor_s", "extrapolated",
-                           "context", (json_int_t)o->budget);
+    json_t *of = json_pack("{s:s, s:[], s:[], s:[], s:I}", "method", "dense-approx", "samples_s",
+                           "floor_s", "extrapolated", "context", (json_int_t)o->budget);
     json_object_set_new(meas, "offload", of);
     int m = 0;
     for (int i = 0; i < nb; i++) {
@@ -585,6 +680,188 @@ static int measure_recalls(struct recall_rig *g, const struct opts *o,
     return 0;
 }
 
+/* ---- t_O from offload steps ---- */
+
+static json_t *real_or_null(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+/* t_R as ioaa.h will read it: d's table under the reader's running maximum (into tr[tr_n]), in
+ * a model whose single t_N and t_O points are never read. NULL after a message. */
+static struct ioaa *recall_model(const struct ioaa_profile_data *d, double *tr)
+{
+    static const double one = 1;
+    for (int i = 0; i < d->prof.tr_n; i++)
+        tr[i] = i ? fmax(tr[i - 1], d->tr[i]) : d->tr[i];
+    const struct ioaa_params ip = {.profile = {.n_layers = 1,
+                                               .tn_nb = 1,
+                                               .tn_nc = 1,
+                                               .tn_b = &one,
+                                               .tn_c = &one,
+                                               .tn = &one,
+                                               .to_n = 1,
+                                               .to_b = &one,
+                                               .to = &one,
+                                               .tr_n = d->prof.tr_n,
+                                               .tr_bytes = d->tr_bytes,
+                                               .tr = tr}};
+    char err[256];
+    struct ioaa *a = ioaa_create(&ip, err, sizeof err);
+    if (!a) cli_error(CMD, "the t_R table: %s", err);
+    return a;
+}
+
+/* Untimed offload steps first: at least one, the cold step that recalls every selected block. */
+static int offload_warmup(const struct opts *o)
+{
+    return (int)PULSE_MAX(1, o->warmup);
+}
+
+/* Real offload steps of b requests at --offload-context (bench_offload_point's record into
+ * pj): the median step in *s_o (seconds) and the mean recall bytes per step in *bytes.
+ * PULSE_OK; PULSE_ERR_NOMEM when the batch does not fit (over pulse run's default host pool
+ * cap, 100 GB on cuda and 4 GB on cpu, or refused by the backend); 1 after a message. */
+static int offload_point(struct engine *e, const struct opts *o, const struct run_offload_opts *oo,
+                         const struct floor_bw *bw, int b, json_t *pj, double *s_o, double *bytes)
+{
+    const struct model_config *m = engine_model(e)->cfg;
+    const int dev = engine_model(e)->be->mem == MEM_DEVICE;
+    const int ctx = (int)o->offload_ctx, warm = offload_warmup(o), steps = warm + (int)o->reps;
+    struct offload_params p;
+    offload_params_init(&p, b, ctx + steps + 1, o->seed);
+    p.n_dense = (int)oo->dense_layers;
+    const double host =
+        (double)b * (double)offload_request_host_bytes(&p, m, (int)o->page_size, ctx + steps + 1);
+    if (host > (dev ? 100e9 : 4e9)) {
+        json_object_set_new(pj, "status", json_string("over the host pool cap"));
+        results_set_real(pj, "host_pool_bytes_needed", host);
+        return PULSE_ERR_NOMEM;
+    }
+    const int rc = bench_offload_point(e, policy_find("arkvale"), oo, b, ctx, warm, steps,
+                                       (int)o->page_size, o->seed, bw, pj);
+    if (rc == EXIT_OOM) return PULSE_ERR_NOMEM;
+    if (rc) {
+        const char *why = json_string_value(json_object_get(pj, "error"));
+        cli_error(CMD, "the offload steps of %d requests at %d tokens failed%s%s", b, ctx,
+                  why && *why ? ": " : "", why && *why ? why : "");
+        return 1;
+    }
+    *s_o = json_real_value(json_object_get(pj, "ms_per_step_median")) * 1e-3;
+    *bytes =
+        json_real_value(json_object_get(json_object_get(pj, "mean_step_floor"), "recall_bytes"));
+    return PULSE_OK;
+}
+
+/* measurement.offload's per-batch arrays under --offload-steps (null where not measured). */
+enum {
+    OF_STEP_S,   /* S_O(b), the median step, seconds */
+    OF_BYTES,    /* B(b), the mean recall bytes per step */
+    OF_R,        /* r_b = B / (b L) */
+    OF_R_SPARSE, /* B / (b sparse layers): what one sparse layer recalls per request */
+    OF_T_R,      /* t_R(B / L) */
+    OF_DERIVED,  /* S_O / L - t_R(B / L), before the clamp */
+    OF_FLOOR,    /* the analytic t_O floor */
+    OF_CLAMPED,  /* batches whose derived t_O is <= 0 (the dense approximation kept) */
+    OF_EXTRAP,   /* batches not run (over the host pool, refused): extrapolated */
+    OF_POINTS,   /* bench_offload_point's records (its offload config once, beside them) */
+    OF_N
+};
+static const char *const of_keys[OF_N] = {"step_median_s",
+                                          "recall_bytes_per_step",
+                                          "recall_bytes_per_request_layer",
+                                          "recall_bytes_per_request_sparse_layer",
+                                          "t_recall_s",
+                                          "derived_s",
+                                          "floor_s",
+                                          "clamped",
+                                          "extrapolated",
+                                          "points"};
+
+/* measurement.offload under --offload-steps, its arrays in arr[OF_N], the approximation's
+ * record (meas.offload until now) under dense_approx; caller owns the reference. */
+static json_t *offload_record(const struct opts *o, int L, int n_sparse, json_t *meas, json_t **arr)
+{
+    json_t *of =
+        json_pack("{s:s, s:s, s:I, s:i, s:i, s:i, s:i, s:O}", "method", "offload-steps", "policy",
+                  "arkvale", "context", (json_int_t)o->offload_ctx, "warmup_steps",
+                  offload_warmup(o), "timed_steps", (int)o->reps, "n_layers", L, "sparse_layers",
+                  n_sparse, "dense_approx", json_object_get(meas, "offload"));
+    for (int k = 0; k < OF_N; k++)
+        json_object_set_new(of, of_keys[k], arr[k] = json_array());
+    json_object_set(meas, "offload", of);
+    return of;
+}
+
+/* --offload-steps: t_O(b) = S_O(b) / L - t_R(B(b) / L) into d over the dense approximation
+ * that d->to holds (kept where the difference is <= 0: "clamped"); the steps' record into
+ * meas.offload; r_b at the largest measured b into *r. 0; EXIT_OOM after a message when fewer
+ * than two batches fit to extrapolate from; 1 after a message on a failure. */
+static int measure_offload(struct engine *e, const struct opts *o,
+                           const struct ioaa_analytic_params *ap, struct ioaa_profile_data *d,
+                           json_t *meas, double *r)
+{
+    const int nb = o->n_batches, L = engine_model(e)->cfg->n_layers;
+    double tr[MAX_GRID];
+    struct ioaa *a = recall_model(d, tr);
+    if (!a) return 1;
+    struct run_offload_opts oo;
+    run_offload_opts_init(&oo);
+    oo.budget_tokens = o->budget, oo.budget_set = 1;
+    oo.selection = o->selection, oo.engine = o->engine, oo.profile = o->locality;
+    const int n_sparse = L - (int)oo.dense_layers;
+    json_t *arr[OF_N], *of = offload_record(o, L, n_sparse, meas, arr);
+    printf("offload steps (arkvale, %ld tokens, %s, %s):\n", o->offload_ctx, o->selection,
+           o->engine);
+    int m = 0, code = 0; /* measured batches: a prefix */
+    for (int i = 0; i < nb && !code; i++) {
+        const int b = (int)o->batches[i];
+        json_t *pj = json_pack("{s:i}", "batch", b);
+        double s_o = NAN, bytes = NAN, t_rec = NAN, t = NAN;
+        const int rc =
+            m == i ? offload_point(e, o, &oo, &ap->bw, b, pj, &s_o, &bytes) : PULSE_ERR_NOMEM;
+        code = rc == 1;
+        if (rc == PULSE_OK) {
+            t_rec = ioaa_t_recall(a, bytes / L); /* b r_b = B / L */
+            t = s_o / L - t_rec;
+            if (t > 0)
+                d->to[i] = t;
+            else /* the dense approximation stays */
+                json_array_append_new(arr[OF_CLAMPED], json_integer(b));
+            *r = bytes / ((double)b * L);
+            printf("  b=%d  S_O %.4f ms  recall %.0f bytes/step  t_R %.4f ms  t_O %.4f ms%s\n", b,
+                   s_o * 1e3, bytes, t_rec * 1e3, d->to[i] * 1e3, t > 0 ? "" : " (clamped)");
+            m++;
+        } else if (rc == PULSE_ERR_NOMEM) {
+            json_array_append_new(arr[OF_EXTRAP], json_integer(b));
+        }
+        const double v[OF_FLOOR + 1] = {s_o,
+                                        bytes,
+                                        bytes / ((double)b * L),
+                                        bytes / ((double)b * n_sparse),
+                                        t_rec,
+                                        t,
+                                        ioaa_analytic_t_offload(ap, d->to_b[i])};
+        for (int k = 0; k <= OF_FLOOR; k++)
+            json_array_append_new(arr[k], real_or_null(v[k]));
+        json_t *cfg = json_object_get(pj, "offload"); /* the last measured batch's */
+        if (cfg) json_object_set(of, "offload", cfg);
+        json_object_del(pj, "offload");
+        json_array_append_new(arr[OF_POINTS], pj);
+    }
+    ioaa_free(a);
+    if (!code && extend(d->to_b, d->to, nb, m)) {
+        cli_error(CMD,
+                  "t_O: offload steps of %ld requests at %ld tokens do not fit, and fewer than "
+                  "two batches were measured: use smaller --batches or --offload-context, or "
+                  "--offload-approx",
+                  o->batches[m], o->offload_ctx);
+        code = EXIT_OOM;
+    }
+    json_decref(of);
+    return code;
+}
+
 /* ---- output ---- */
 
 static void print_tables(const struct ioaa_profile_data *d, const struct opts *o)
@@ -600,7 +877,10 @@ static void print_tables(const struct ioaa_profile_data *d, const struct opts *o
             printf(" %9.4f", p->tn[(size_t)i * p->tn_nc + j] * 1e3);
         printf("\n");
     }
-    printf("t_O: ms per sparse layer (at %ld tokens):", o->budget);
+    if (o->offload_steps)
+        printf("t_O: ms per sparse layer (offload steps at %ld tokens):", o->offload_ctx);
+    else
+        printf("t_O: ms per sparse layer (dense at %ld tokens):", o->budget);
     for (int i = 0; i < p->to_n; i++)
         printf(" b=%.0f %.4f", p->to_b[i], p->to[i] * 1e3);
     printf("\nt_R: ms per recall round (%s):", d->info.recall_engine);
@@ -676,6 +956,56 @@ static int analytic(const struct backend *be, struct ioaa_analytic_params *ap,
     return 0;
 }
 
+/* r's record: the one used and where from (config.recall_bytes_from, when the steps gave it),
+ * the churn estimate and the steps' value beside it (null when not made). */
+static void record_recall_bytes(const struct opts *o, double churn, double steps, json_t *cfg,
+                                json_t *meas)
+{
+    const char *from = o->recall_bytes >= 0 ? "--recall-bytes"
+                       : o->offload_steps   ? "offload steps"
+                                            : "locality churn";
+    json_t *rb = json_pack("{s:s}", "from", from);
+    results_set_real(rb, "used",
+                     o->recall_bytes >= 0 ? o->recall_bytes
+                     : o->offload_steps   ? steps
+                                          : churn);
+    results_set_real(rb, "churn_estimate", o->recall_bytes >= 0 ? NAN : churn);
+    results_set_real(rb, "offload_steps", steps);
+    json_object_set_new(meas, "recall_bytes", rb);
+    if (o->recall_bytes < 0 && o->offload_steps) {
+        json_object_set(rb, "churn_estimate_from", json_object_get(cfg, "recall_bytes_from"));
+        json_object_set_new(cfg, "recall_bytes_from", json_string("offload steps"));
+    }
+}
+
+/* The measured profile's info: names, source, and a note on how each table was made. */
+static void describe(const struct opts *o, const struct model_config *m, const struct backend *be,
+                     size_t chunk, struct ioaa_profile_info *in)
+{
+    snprintf(in->model, sizeof in->model, "%s", m->name);
+    snprintf(in->backend, sizeof in->backend, "%s", be->name);
+    snprintf(in->recall_engine, sizeof in->recall_engine, "%s", o->engine);
+    snprintf(in->source, sizeof in->source, "measured");
+    char t_o[320];
+    if (o->offload_steps)
+        snprintf(t_o, sizeof t_o,
+                 "t_O(b) = S_O(b) / L - t_R(B(b) / L), S_O the median step and B the mean recall "
+                 "bytes per step of real offload steps (arkvale, %s, budget %ld) of b requests "
+                 "at %ld tokens (<= 0: the dense approximation, measurement.offload.clamped); "
+                 "r = %s",
+                 o->selection, o->budget, o->offload_ctx,
+                 o->recall_bytes < 0 ? "B / (b L) at the largest b" : "--recall-bytes");
+    else
+        snprintf(t_o, sizeof t_o,
+                 "t_O is approximated by the dense layer time at the selection budget's context "
+                 "(%ld tokens), without selection and hot-cache work",
+                 o->budget);
+    snprintf(in->note, sizeof in->note,
+             "measured: t_N is the dense layer time (all layers over n_layers, median); %s; t_R "
+             "is submit to completion of one recall round of %s chunks of %zu bytes",
+             t_o, o->selection, chunk);
+}
+
 /* The measured profile into d: the engine's layers, then the recall rounds. 0, or an exit
  * code after a message. */
 static int measure(const struct opts *o, const struct model_config *m, const struct backend *be,
@@ -692,6 +1022,8 @@ static int measure(const struct opts *o, const struct model_config *m, const str
     long max_c = o->budget;
     for (int j = 0; j < o->n_contexts; j++)
         max_c = PULSE_MAX(max_c, o->contexts[j]);
+    if (o->offload_steps) /* bench_offload_point's context plus its steps */
+        max_c = PULSE_MAX(max_c, o->offload_ctx + offload_warmup(o) + o->reps);
     const struct engine_params ep = {.cfg = m,
                                      .be = be,
                                      .seed = o->seed,
@@ -711,20 +1043,13 @@ static int measure(const struct opts *o, const struct model_config *m, const str
         cli_error(CMD, "the recall rounds: %s", err);
     if (!code && recall_grid(o, g.chunk, d)) code = EXIT_USAGE;
     if (!code) code = measure_recalls(&g, o, ap, d, meas);
+    double r_steps = NAN;
+    if (!code && o->offload_steps) code = measure_offload(e, o, ap, d, meas, &r_steps);
     results_set_real(meas, "seconds", pulse_now() - t0);
     d->prof.n_layers = m->n_layers;
-    d->prof.recall_bytes = ap->recall_bytes;
-    struct ioaa_profile_info *in = &d->info;
-    snprintf(in->model, sizeof in->model, "%s", m->name);
-    snprintf(in->backend, sizeof in->backend, "%s", be->name);
-    snprintf(in->recall_engine, sizeof in->recall_engine, "%s", o->engine);
-    snprintf(in->source, sizeof in->source, "measured");
-    snprintf(in->note, sizeof in->note,
-             "measured: t_N is the dense layer time (all layers over n_layers, median); t_O is "
-             "approximated by the dense layer time at the selection budget's context (%ld "
-             "tokens), without selection and hot-cache work; t_R is submit to completion of "
-             "one recall round of %s chunks of %zu bytes",
-             o->budget, o->selection, g.chunk);
+    d->prof.recall_bytes = o->recall_bytes < 0 && o->offload_steps ? r_steps : ap->recall_bytes;
+    record_recall_bytes(o, ap->recall_bytes, r_steps, json_object_get(res, "config"), meas);
+    describe(o, m, be, g.chunk, &d->info);
     rig_free(&g);
     engine_free(e);
     return code;
@@ -739,6 +1064,7 @@ int cmd_profile(int argc, char **argv)
     const struct backend *be = m ? cli_backend(CMD, o.backend) : NULL;
     if (!be) return EXIT_USAGE;
     defaults(&o, be->mem == MEM_DEVICE);
+    if (offload_defaults(&o, be->mem == MEM_DEVICE)) return EXIT_USAGE;
     json_t *res = results_new("profile");
     json_t *cfg = json_pack(
         "{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:b}", "backend", be->name, "model", m->name,
@@ -747,6 +1073,12 @@ int cmd_profile(int argc, char **argv)
         (json_int_t)o.page_size, "seed", (json_int_t)o.seed, "analytic", o.analytic);
     json_object_set_new(res, "config", cfg);
     results_set_real(cfg, "max_kv_gb", o.max_kv_gb > 0 ? o.max_kv_gb : NAN);
+    json_object_set_new(cfg, "t_offload",
+                        json_string(o.analytic        ? "analytic"
+                                    : o.offload_steps ? "offload-steps"
+                                                      : "dense-approx"));
+    json_object_set_new(cfg, "offload_context",
+                        o.offload_steps ? json_integer(o.offload_ctx) : json_null());
     json_object_set_new(res, "measurement", json_object());
     struct ioaa_analytic_params ap = {
         .cfg = m, .budget_tokens = (int)o.budget, .backend = be->name, .recall_engine = o.engine};

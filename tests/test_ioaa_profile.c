@@ -1,7 +1,8 @@
 /* The IOAA profile file (runtime/ioaa_profile.h): the analytic profile on hand-computed values,
  * to_json -> file -> load giving back the same bits, the reader's messages for bad files, its
  * running maximum, and `pulse profile` on the CPU: a file the reader accepts, with positive
- * nondecreasing tables that ioaa_create takes. */
+ * nondecreasing tables that ioaa_create takes, t_O from the dense approximation (the CPU's
+ * default, --offload-approx) or from real offload steps (--offload-steps), each recorded. */
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
@@ -351,6 +352,13 @@ static void test_pulse_profile(void)
         2);
     EXPECT(json_is_integer(json_object_get(meas, "raised_by_reader")));
     EXPECT(json_object_get(r, "tool") != NULL);
+    /* the CPU's default t_O is the dense approximation at the budget, r the churn estimate */
+    json_t *of = json_object_get(meas, "offload"), *rb = json_object_get(meas, "recall_bytes");
+    EXPECT(!strcmp(json_string_value(json_object_get(of, "method")), "dense-approx"));
+    EXPECT_EQ_INT(json_integer_value(json_object_get(of, "context")), 128);
+    EXPECT(!strcmp(json_string_value(json_object_get(rb, "from")), "locality churn"));
+    EXPECT(json_real_value(json_object_get(rb, "used")) == p->recall_bytes);
+    EXPECT(json_is_null(json_object_get(rb, "offload_steps")));
     json_decref(r);
 
     /* --recall-bytes sets r; --analytic writes the analytic tables */
@@ -379,6 +387,148 @@ static void test_pulse_profile(void)
     EXPECT_STR_CONTAINS(out, "fewer than two contexts");
 }
 
+static const char *str_at(const json_t *o, const char *key)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : "";
+}
+
+static double real_at(const json_t *a, int i)
+{
+    return json_number_value(json_array_get(a, (size_t)i));
+}
+
+/* --offload-steps on the CPU: t_O(b) = S_O(b) / L - t_R(B(b) / L) from real arkvale steps, r
+ * their recall per request and layer at the largest batch; both exactly as recorded. */
+static void test_profile_offload_steps(void)
+{
+    char args[1024], out[8192], err[512];
+    const char *base = "profile --backend cpu --model tiny --batches 1,2,3 --contexts 64,256 "
+                       "--recall-sizes 16K,64K --budget-tokens 128 --reps 2";
+    snprintf(args, sizeof args, "%s --offload-steps --out %s", base, tmp_path);
+    const double t0 = pulse_now();
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+    printf("pulse profile --offload-steps (tiny, cpu): %.2f s\n", pulse_now() - t0);
+    EXPECT_STR_CONTAINS(out, "offload steps at 256 tokens");
+    struct ioaa_profile_data d = {0};
+    EXPECT_EQ_INT(ioaa_profile_load(tmp_path, &d, err, sizeof err), PULSE_OK);
+    const struct ioaa_profile *p = &d.prof;
+    EXPECT_STR_CONTAINS(d.info.note, "real offload steps (arkvale");
+    EXPECT_EQ_INT(p->to_n, 3);
+    EXPECT_EQ_INT(p->n_layers, 4);
+    if (p->to_n == 3) EXPECT(positive(p->to, 3) && nondecreasing(p->to, 1, 3));
+    EXPECT(p->recall_bytes > 0);
+    struct ioaa_params ip = {.profile = d.prof, .max_waiting = 8, .irq = 1};
+    struct ioaa *a = ioaa_create(&ip, err, sizeof err);
+    EXPECT(a != NULL);
+
+    json_error_t je;
+    json_t *r = json_load_file(tmp_path, 0, &je);
+    EXPECT(r != NULL);
+    json_t *cfg = json_object_get(r, "config"), *meas = json_object_get(r, "measurement");
+    json_t *of = json_object_get(meas, "offload"), *rb = json_object_get(meas, "recall_bytes");
+    EXPECT(!strcmp(str_at(cfg, "t_offload"), "offload-steps"));
+    EXPECT(!strcmp(str_at(of, "method"), "offload-steps"));
+    EXPECT(!strcmp(str_at(of, "policy"), "arkvale"));
+    /* the default context: the largest of --contexts up to 1024 above the 128 + 4 x 16 the
+     * steps select */
+    EXPECT_EQ_INT(json_integer_value(json_object_get(of, "context")), 256);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(of, "sparse_layers")), 2);
+    EXPECT(!strcmp(str_at(json_object_get(of, "dense_approx"), "method"), "dense-approx"));
+    EXPECT(!strcmp(str_at(json_object_get(of, "offload"), "selection"), "headwise"));
+    EXPECT_EQ_INT(json_array_size(json_object_get(of, "extrapolated")), 0);
+    json_t *med = json_object_get(of, "step_median_s"),
+           *bps = json_object_get(of, "recall_bytes_per_step");
+    json_t *rpl = json_object_get(of, "recall_bytes_per_request_layer");
+    json_t *trs = json_object_get(of, "t_recall_s"), *clamped = json_object_get(of, "clamped");
+    json_t *written = json_object_get(json_object_get(r, "offload"), "layer_s");
+    EXPECT_EQ_INT(json_array_size(med), 3);
+    for (int i = 0; i < 3 && a; i++) {
+        const int b = i + 1;
+        json_t *pt = json_array_get(json_object_get(of, "points"), (size_t)i);
+        EXPECT(!strcmp(str_at(pt, "status"), "ok"));
+        EXPECT_EQ_INT(json_array_size(json_object_get(pt, "ms_samples")), 2);
+        EXPECT_NEAR(real_at(med, i),
+                    json_real_value(json_object_get(pt, "ms_per_step_median")) * 1e-3, 0);
+        /* B(b): the steps' mean recall bytes; r_b = B / (b L) */
+        const double B = real_at(bps, i);
+        EXPECT(B == json_real_value(
+                        json_object_get(json_object_get(pt, "mean_step_floor"), "recall_bytes")));
+        EXPECT(i < 2 ? B >= 0 : B > 0);
+        EXPECT(real_at(rpl, i) == B / (b * 4.0));
+        /* t_R at b r_b = B / L, read from the profile as ioaa.h reads it */
+        EXPECT(real_at(trs, i) == ioaa_t_recall(a, B / 4));
+        int was_clamped = 0;
+        for (size_t k = 0; k < json_array_size(clamped); k++)
+            was_clamped |= json_integer_value(json_array_get(clamped, k)) == b;
+        const double t = real_at(med, i) / 4 - real_at(trs, i);
+        EXPECT(real_at(json_object_get(of, "derived_s"), i) == t);
+        /* a clamped point keeps the dense approximation (measured, so > 0) */
+        EXPECT(was_clamped ? !(t > 0) && real_at(written, i) > 0 : real_at(written, i) == t);
+    }
+    /* r: the steps' at the largest batch; the churn estimate beside it */
+    EXPECT(!strcmp(str_at(rb, "from"), "offload steps"));
+    EXPECT(p->recall_bytes == real_at(rpl, 2));
+    EXPECT(json_real_value(json_object_get(rb, "used")) == p->recall_bytes);
+    EXPECT(json_real_value(json_object_get(rb, "offload_steps")) == p->recall_bytes);
+    EXPECT(json_real_value(json_object_get(rb, "churn_estimate")) > 0);
+    EXPECT(!strcmp(str_at(cfg, "recall_bytes_from"), "offload steps"));
+    json_decref(r);
+    ioaa_free(a);
+
+    /* --recall-bytes still sets r; the steps' value is recorded beside it */
+    snprintf(args, sizeof args, "%s --offload-steps --recall-bytes 5000 --out %s", base, tmp_path);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+    EXPECT_EQ_INT(ioaa_profile_load(tmp_path, &d, err, sizeof err), PULSE_OK);
+    EXPECT_NEAR(d.prof.recall_bytes, 5000, 0);
+    EXPECT(positive(d.prof.to, d.prof.to_n));
+    r = json_load_file(tmp_path, 0, &je);
+    rb = json_object_get(json_object_get(r, "measurement"), "recall_bytes");
+    EXPECT(!strcmp(str_at(rb, "from"), "--recall-bytes"));
+    EXPECT(json_real_value(json_object_get(rb, "offload_steps")) > 0);
+    json_decref(r);
+
+    /* --offload-approx: the dense approximation, as without the flag on the CPU */
+    snprintf(args, sizeof args, "%s --offload-approx --out %s", base, tmp_path);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+    EXPECT_EQ_INT(ioaa_profile_load(tmp_path, &d, err, sizeof err), PULSE_OK);
+    EXPECT_STR_CONTAINS(d.info.note, "approximated by the dense layer time");
+    EXPECT(d.prof.recall_bytes > 0 && d.prof.recall_bytes < 128 * 512);
+    r = json_load_file(tmp_path, 0, &je);
+    meas = json_object_get(r, "measurement");
+    EXPECT(!strcmp(str_at(json_object_get(meas, "offload"), "method"), "dense-approx"));
+    EXPECT(json_real_value(json_object_get(json_object_get(meas, "recall_bytes"),
+                                           "churn_estimate")) == d.prof.recall_bytes);
+    json_decref(r);
+    ioaa_profile_data_free(&d);
+
+    /* the flags that do not go together, and a context the steps cannot use, are named */
+    snprintf(args, sizeof args, "%s --offload-steps --offload-approx", base);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "one or the other");
+    snprintf(args, sizeof args, "%s --offload-context 512", base);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "--offload-context: only with --offload-steps");
+    snprintf(args, sizeof args, "%s --offload-steps --offload-context 192", base);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "not above the 192");
+    snprintf(args, sizeof args, "%s --offload-steps --page-size 48", base);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "not a multiple of the block size 48");
+    EXPECT_EQ_INT(tu_run_pulse("profile --backend cpu --model tiny --analytic --offload-steps", out,
+                               sizeof out),
+                  2);
+    EXPECT_STR_CONTAINS(out, "not with --analytic");
+    /* a batch over the host pool (4 GB on cpu) is not run; one measured batch cannot be
+     * extended to the next */
+    EXPECT_EQ_INT(tu_run_pulse("profile --backend cpu --model tiny --batches 1,2 --contexts 64,256 "
+                               "--recall-sizes 16K --budget-tokens 128 --reps 1 --offload-steps "
+                               "--offload-context 4194304",
+                               out, sizeof out),
+                  3);
+    EXPECT_STR_CONTAINS(out, "fewer than two batches");
+}
+
 int main(void)
 {
     snprintf(tmp_path, sizeof tmp_path, "/tmp/pulse_test_ioaa_profile_%d.json", (int)getpid());
@@ -387,6 +537,7 @@ int main(void)
     test_rejects();
     test_running_max();
     test_pulse_profile();
+    test_profile_offload_steps();
     remove(tmp_path);
     return tu_finish("test_ioaa_profile");
 }
