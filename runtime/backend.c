@@ -1,5 +1,6 @@
 #include "backend.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 #include "common.h"
@@ -20,21 +21,42 @@ static void cpu_copy_async(const struct kctx *c, void *dst, const void *src, siz
     memmove(dst, src, bytes);
 }
 
-static char cpu_event_token; /* every cpu event: work is done when it is queued */
+static char cpu_event_token; /* every untimed cpu event: work is done when it is queued */
+
+/* A timed cpu event: the host time of its last record (the stream is the calling thread, so
+ * the work queued before it is done by then). Atomic: another thread may read it. */
+struct cpu_timed_event {
+    _Atomic double t;
+};
 
 static void *cpu_event_create(void)
 {
     return &cpu_event_token;
 }
 
-static void cpu_event_destroy(void *ev)
+static void *cpu_event_create_timed(void)
 {
-    (void)ev;
+    struct cpu_timed_event *e = mem_alloc(MEM_HOST, sizeof *e, "cpu timed event");
+    if (e) atomic_init(&e->t, 0.0);
+    return e;
 }
 
+static void cpu_event_destroy(void *ev)
+{
+    if (ev != &cpu_event_token) mem_free(MEM_HOST, ev, sizeof(struct cpu_timed_event));
+}
+
+/* Untimed events are left alone; timed ones are stamped. */
 static void cpu_event_record(const struct kctx *c, void *ev)
 {
-    (void)c, (void)ev;
+    (void)c;
+    if (ev != &cpu_event_token) atomic_store(&((struct cpu_timed_event *)ev)->t, pulse_now());
+}
+
+static double cpu_event_elapsed_s(void *a, void *b)
+{
+    return atomic_load(&((struct cpu_timed_event *)b)->t) -
+           atomic_load(&((struct cpu_timed_event *)a)->t);
 }
 
 static int cpu_event_query(void *ev)
@@ -146,6 +168,8 @@ static const struct backend cpu_backend = {
     .event_record = cpu_event_record,
     .event_query = cpu_event_query,
     .event_sync = cpu_event_sync,
+    .event_create_timed = cpu_event_create_timed,
+    .event_elapsed_s = cpu_event_elapsed_s,
     .wait_value = cpu_wait_value,
     .copy_bandwidth = cpu_copy_bandwidth,
     .h2d_bandwidth = cpu_h2d_bandwidth,

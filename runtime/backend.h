@@ -58,6 +58,14 @@ struct backend {
     void (*event_record)(const struct kctx *c, void *ev);
     int (*event_query)(void *ev);
     void (*event_sync)(void *ev);
+    /* Timed events (for timelines): event_create_timed makes one that event_record stamps with
+     * the time its stream reaches it (cuda: an event with timing; cpu: pulse_now() at the
+     * record, when the work queued before it is done); the calls above take it too and
+     * event_destroy frees it. event_elapsed_s: seconds from a to b, both timed, recorded and
+     * complete (cuda: cudaEventElapsedTime's float milliseconds, about 0.5 us resolution, a
+     * microsecond or coarser past some seconds apart). */
+    void *(*event_create_timed)(void);
+    double (*event_elapsed_s)(void *a, void *b);
     /* The stream waits until (int32_t)(*flag - value) >= 0 (a flag in pinned host memory that
      * another thread or a recall stream writes): on cuda on the device (cuStreamWaitValue32)
      * with PULSE_DEVICE_WAIT=1, else the calling thread waits on the host (a noted host

@@ -87,6 +87,20 @@ static void *cuda_event_create(void)
     return ev;
 }
 
+static void *cuda_event_create_timed(void)
+{
+    cudaEvent_t ev;
+    CUDA_CHECK(cudaEventCreate(&ev)); /* default flags: with timing */
+    return ev;
+}
+
+static double cuda_event_elapsed_s(void *a, void *b)
+{
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b));
+    return (double)ms * 1e-3;
+}
+
 static void cuda_event_destroy(void *ev)
 {
     if (ev) CUDA_CHECK(cudaEventDestroy((cudaEvent_t)ev));
@@ -281,6 +295,8 @@ const struct backend cuda_backend = {
     .event_record = cuda_event_record,
     .event_query = cuda_event_query,
     .event_sync = cuda_event_sync,
+    .event_create_timed = cuda_event_create_timed,
+    .event_elapsed_s = cuda_event_elapsed_s,
     .wait_value = cuda_wait_value,
     .copy_bandwidth = cuda_copy_bandwidth,
     .h2d_bandwidth = cuda_h2d_bandwidth,
