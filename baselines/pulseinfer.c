@@ -35,13 +35,16 @@
 #include "offload_policy.h"
 #include "results.h"
 #include "serve.h"
+#include "timeline.h"
 
 enum { NORMAL = 0, OFFLOAD = 1 };
 #define DEFAULT_MAX_WAITING 32
 
 struct pulseinfer {
     struct offload *o;
-    int irq;       /* interruptible layer-wise scheduling */
+    int irq;       /* interruptible layer-wise scheduling, as asked (--no-irq: 0) */
+    int irq_on;    /* and in effect: not with a device-driven offload path (zero-copy), whose
+                      layers never wait for a recall the normal batch could run beside */
     int fixed_len; /* >= 0: --admission fixed:LEN; -1: IOAA */
     int max_waiting;
     struct ioaa *ioaa;
@@ -66,7 +69,15 @@ struct pulseinfer {
      * has even run */
     const struct backend *be;
     void *ev_layer[2];
+    /* --trace: the schedule's timeline, written after the run (pi_json) */
+    struct timeline *tl;
+    const char *trace_path;
+    int64_t steps;
 };
+
+/* Trace spans: at most this many (later ones are dropped, counted); a step of qwen3-14b's
+ * 40 layers takes about 120 */
+#define TRACE_MAX_SPANS 40000
 
 static struct offload *pi_offload_of(void *ctx)
 {
@@ -78,6 +89,7 @@ static void pi_free(void *ctx)
     struct pulseinfer *pi = ctx;
     if (!pi) return;
     offload_free(pi->o);
+    timeline_free(pi->tl);
     for (int i = 0; i < 2; i++)
         if (pi->ev_layer[i]) pi->be->event_destroy(pi->ev_layer[i]);
     ioaa_free(pi->ioaa);
@@ -123,18 +135,18 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
         }
     } else {
         /* recall per offload request and layer: the budget's blocks times the query source's
-         * target churn, its mean over the sparse layers (every block when it has none) */
+         * target churn (every sparse layer's block when it has none) */
         const int ps = kv_cache_page_size(p->kv);
         const int sel_tokens = op->budget_tokens + (op->sink + op->window + 1) * ps;
         const double per_tok = (double)model_kv_bytes_per_token(m) / m->n_layers;
-        double churn = 0;
-        int n_sparse = 0;
-        for (int l = op->n_dense; op->source && l < m->n_layers; l++, n_sparse++) {
+        double churn = 0; /* over every layer, the dense ones recalling nothing, as the model
+                             charges r at each of its L layers (pulse profile counts it so) */
+        for (int l = op->n_dense; op->source && l < m->n_layers; l++) {
             struct query_meter_stats ms;
             op->source->meter_stats(op->source->user, l, &ms);
             churn += ms.target_mean;
         }
-        churn = n_sparse && churn > 0 ? churn / n_sparse : 1.0;
+        churn = churn > 0 ? churn / m->n_layers : (double)(m->n_layers - op->n_dense) / m->n_layers;
         const struct ioaa_analytic_params ap = {.cfg = m,
                                                 .bw = {p->hbm_gbps, p->h2d_gbps},
                                                 .budget_tokens = sel_tokens,
@@ -149,7 +161,7 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
     }
     pi->have_prof = 1;
     struct ioaa_params ip = {.profile = pi->prof.prof, .max_waiting = pi->max_waiting,
-                             .irq = pi->irq};
+                             .irq = pi->irq_on};
     if (!(pi->ioaa = ioaa_create(&ip, why, sizeof why))) {
         snprintf(err, errlen, "pulseinfer: IOAA: %s", why);
         return PULSE_ERR_INVALID;
@@ -184,9 +196,21 @@ static int pi_create(const struct policy_ctx_params *p, void **ctx, char *err, s
             rc = PULSE_ERR_OOM;
         }
     }
-    if (rc == PULSE_OK && pi->fixed_len < 0) rc = make_ioaa(pi, p, err, errlen);
     if (rc == PULSE_OK) rc = offload_create(p->eng, p->kv, p->offload, &pi->o, err, errlen);
+    if (rc == PULSE_OK) pi->irq_on = pi->irq && !offload_device_driven(pi->o);
+    if (rc == PULSE_OK && pi->fixed_len < 0) rc = make_ioaa(pi, p, err, errlen);
     pi->be = engine_model(p->eng)->be;
+    if (rc == PULSE_OK && p->trace) {
+        char why[256];
+        pi->trace_path = p->trace;
+        if (!(pi->tl = timeline_create(pi->be, TRACE_MAX_SPANS, why, sizeof why))) {
+            snprintf(err, errlen, "--trace: %s", why);
+            rc = PULSE_ERR_OOM;
+        } else {
+            timeline_start(pi->tl, engine_ctx(p->eng));
+            offload_set_timeline(pi->o, pi->tl);
+        }
+    }
     for (int i = 0; rc == PULSE_OK && i < 2; i++)
         if (!(pi->ev_layer[i] = pi->be->event_create())) {
             snprintf(err, errlen, "pulseinfer: no backend event");
@@ -214,20 +238,22 @@ static int admit_head(struct serve_state *s, struct pulseinfer *pi, int k)
     if (serve_entries(s) >= s->max_batch || s->run[k].n_entries >= s->max_batch)
         return PULSE_ERR_NOMEM;
     const struct request *r = &s->reqs[s->next_waiting];
-    int rc;
-    if (k == NORMAL) {
-        rc = serve_admit_request(s, NORMAL, s->next_waiting);
+    struct offload_stats a, b;
+    offload_get_stats(pi->o, &a);
+    int slot, rc;
+    int32_t tok = 0;
+    if (k == NORMAL) { /* its prompt KV from the offload runtime's source: the same tokens as
+                          if it were offloaded with every block selected */
+        rc = offload_admit_normal(pi->o, r->id, r->prompt_len, total_len(r), &slot, &tok, s->why,
+                                  sizeof s->why);
     } else {
-        struct offload_stats a, b;
-        offload_get_stats(pi->o, &a);
-        int slot;
         rc = offload_admit(pi->o, r->id, r->prompt_len, total_len(r), &slot, s->why,
                            sizeof s->why);
-        offload_get_stats(pi->o, &b);
-        serve_pause_clock(s, b.prompt_fill_s - a.prompt_fill_s); /* a prefill instance's work */
-        if (rc == PULSE_OK) serve_add_entry(s, OFFLOAD, s->next_waiting, slot,
-                                            offload_first_token(pi->o, slot));
+        if (rc == PULSE_OK) tok = offload_first_token(pi->o, slot);
     }
+    offload_get_stats(pi->o, &b);
+    serve_pause_clock(s, b.prompt_fill_s - a.prompt_fill_s); /* a prefill instance's work */
+    if (rc == PULSE_OK) serve_add_entry(s, k, s->next_waiting, slot, tok);
     if (rc == PULSE_OK) {
         s->next_waiting++;
         ++*(k == NORMAL ? &s->ctr.admitted_normal : &s->ctr.admitted_offload);
@@ -270,7 +296,10 @@ static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
         return PULSE_OK; /* not an admission point: nothing changed since the last decision */
     struct kv_cache_stats ks;
     kv_cache_get_stats(s->kv, &ks);
-    const int n = PULSE_MIN(s->n_arrived - s->next_waiting, pi->max_waiting);
+    /* at most as many as there are free cache slots (the model counts bytes, not slots) */
+    const int n = PULSE_MIN(PULSE_MIN(s->n_arrived - s->next_waiting, pi->max_waiting),
+                            s->max_batch - entries);
+    if (n <= 0) return PULSE_OK;
     struct ioaa_state st = {0};
     const struct serve_batch *nb = &s->run[NORMAL], *ob = &s->run[OFFLOAD];
     st.normal_count = nb->n_entries;
@@ -297,7 +326,7 @@ static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
     s->ctr.ioaa_nodes += d.nodes_visited;
     s->ctr.ioaa_nodes_max = PULSE_MAX(s->ctr.ioaa_nodes_max, d.nodes_visited);
     pi->predicted_s = d.step_s;
-    /* admit in the order IOAA sorted them (length, then arrival): the chosen ones by id */
+    /* admit the chosen ones, in arrival order, found by id (admission reorders the queue) */
     int *ids = pi->order, *cls = pi->cls, m = 0;
     for (int i = 0; i < n; i++)
         if (pi->assign[i] != IOAA_WAIT) {
@@ -321,8 +350,18 @@ static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
      * never idles on a model that would wait for ever */
     if (rc == PULSE_OK && serve_entries(s) == 0 && s->next_waiting < s->n_arrived) {
         rc = admit_head(s, pi, OFFLOAD);
-        if (rc == PULSE_ERR_NOMEM) rc = admit_head(s, pi, NORMAL);
-        if (rc == PULSE_ERR_NOMEM) rc = PULSE_OK; /* the loop reports it can never fit */
+        if (rc != PULSE_OK) {
+            char why_off[sizeof s->why], why_normal[sizeof s->why];
+            snprintf(why_off, sizeof why_off, "%s", s->why);
+            const int rn = admit_head(s, pi, NORMAL);
+            if (rn != PULSE_OK) { /* neither: both reasons for the loop's message */
+                snprintf(why_normal, sizeof why_normal, "%s", s->why);
+                snprintf(s->why, sizeof s->why, "offloaded, %.110s; normal, %.110s", why_off,
+                         why_normal);
+            }
+            /* a request that fits neither now: the loop says it can never fit */
+            rc = rn == PULSE_OK || rn == PULSE_ERR_NOMEM ? PULSE_OK : rn;
+        }
     }
     pi->decided_once = 1;
     pi->last_arrived = s->n_arrived;
@@ -350,36 +389,50 @@ static int step_irq(struct serve_state *s, struct pulseinfer *pi)
     struct engine *e = s->eng;
     struct serve_batch *nb = &s->run[NORMAL], *ob = &s->run[OFFLOAD];
     const int L = engine_model(e)->cfg->n_layers, n_dense = offload_n_dense(pi->o);
+    const struct kctx *c = engine_ctx(e);
+    const int64_t step = pi->steps;
     offload_step_begin(pi->o, ob->bt, ob->entries, ob->n_entries);
     engine_run_embed(e, nb->bt);
     int ln = 0;
     for (int lo = 0; lo < L; lo++) {
+        int sp = timeline_begin(pi->tl, c, TIMELINE_OFFLOAD, "pre+select", OFFLOAD, lo, step);
         offload_layer_issue(pi->o, ob->bt, lo);
+        timeline_end(pi->tl, c, sp);
         int ran = 0;
+        const int pending = !offload_layer_ready(pi->o, lo); /* its recall is in flight */
         while (ln < L && !offload_layer_ready(pi->o, lo)) {
             if (ln >= 2 && !pi->be->event_query(pi->ev_layer[ln & 1])) {
                 sched_yield(); /* layer ln - 2 still runs: one normal layer is queued ahead */
                 continue;
             }
+            sp = timeline_begin(pi->tl, c, TIMELINE_NORMAL, "layer", NORMAL, ln, step);
             engine_run_layer(e, nb->bt, s->kv, ln);
-            pi->be->event_record(engine_ctx(e), pi->ev_layer[ln++ & 1]);
+            timeline_end(pi->tl, c, sp);
+            pi->be->event_record(c, pi->ev_layer[ln++ & 1]);
             ran++;
         }
         s->ctr.normal_layers_in_flight += ran;
         s->ctr.layer_switches += ran > 0;
         if (lo >= n_dense && !offload_layer_ready(pi->o, lo)) {
+            /* no normal layer left: the offload batch waits (finish's wait_value counts it as
+             * a host synchronisation on cuda) */
             const double t0 = pulse_now();
             while (!offload_layer_ready(pi->o, lo))
                 sched_yield();
             s->ctr.offload_wait_s += pulse_now() - t0;
             s->ctr.recalls_exposed++;
-        } else if (lo >= n_dense && ran) {
+        } else if (lo >= n_dense && pending && ran) {
             s->ctr.recalls_hidden++;
         }
+        sp = timeline_begin(pi->tl, c, TIMELINE_OFFLOAD, "attend+post", OFFLOAD, lo, step);
         offload_layer_finish(pi->o, ob->bt, lo);
+        timeline_end(pi->tl, c, sp);
     }
-    while (ln < L)
-        engine_run_layer(e, nb->bt, s->kv, ln++);
+    for (; ln < L; ln++) {
+        const int sp = timeline_begin(pi->tl, c, TIMELINE_NORMAL, "layer", NORMAL, ln, step);
+        engine_run_layer(e, nb->bt, s->kv, ln);
+        timeline_end(pi->tl, c, sp);
+    }
     engine_run_head(e, nb->bt);
     return offload_step_end(pi->o, ob->bt);
 }
@@ -398,32 +451,54 @@ static int pi_step(struct serve_state *s)
     struct pulseinfer *pi = s->policy_ctx;
     struct serve_batch *nb = &s->run[NORMAL], *ob = &s->run[OFFLOAD];
     int rc = PULSE_OK;
-    if (pi->predicted_s > 0 && pi->step_t0 > 0) { /* the previous step, measured */
-        pi->meas_sum += pulse_now() - pi->step_t0;
-        pi->pred_sum += pi->predicted_s;
-        pi->pred_steps++;
-    }
     pi->step_t0 = pulse_now();
-    if (ob->n_entries && nb->n_entries && pi->irq) {
+    pi->predicted_s = 0; /* the model's step for the batches this step runs (IOAA only) */
+    if (pi->ioaa) {
+        int64_t ctx = 0;
+        for (int b = 0; b < nb->n_entries; b++)
+            ctx += nb->entries[b].pos + 1;
+        pi->predicted_s = ioaa_step_time(pi->ioaa, nb->n_entries, ctx, ob->n_entries, NULL);
+    }
+    const struct kctx *c = engine_ctx(s->eng);
+    if (ob->n_entries && nb->n_entries && pi->irq_on) {
         rc = step_irq(s, pi);
     } else {
-        if (ob->n_entries) rc = offload_step(pi->o, ob->bt, ob->entries, ob->n_entries);
-        if (nb->n_entries) engine_step(s->eng, nb->bt, s->kv);
+        if (ob->n_entries) {
+            const int sp = timeline_begin(pi->tl, c, TIMELINE_OFFLOAD, "step", OFFLOAD, -1,
+                                          pi->steps);
+            rc = offload_step(pi->o, ob->bt, ob->entries, ob->n_entries);
+            timeline_end(pi->tl, c, sp);
+        }
+        if (nb->n_entries) {
+            const int sp = timeline_begin(pi->tl, c, TIMELINE_NORMAL, "step", NORMAL, -1,
+                                          pi->steps);
+            engine_step(s->eng, nb->bt, s->kv);
+            timeline_end(pi->tl, c, sp);
+        }
     }
+    pi->steps++;
     sync_counters(s, pi);
     return rc;
 }
 
 /* The normal batch's traffic (vanilla's: weights and whole KV) plus the offload batch's
- * (the runtime's); weights once when both ran. */
+ * (the runtime's); and the measured step against IOAA's prediction (this is called right
+ * after the step's tokens were read). */
 static void pi_traffic(struct serve_state *s, struct floor_traffic *t)
 {
     struct pulseinfer *pi = s->policy_ctx;
     const struct model_config *c = engine_model(s->eng)->cfg;
     const double per_layer = (double)model_kv_bytes_per_token(c) / c->n_layers;
+    if (pi->predicted_s > 0) { /* the step just read back, against the model's */
+        pi->meas_sum += pulse_now() - pi->step_t0;
+        pi->pred_sum += pi->predicted_s;
+        pi->pred_steps++;
+    }
     memset(t, 0, sizeof *t);
     if (s->run[OFFLOAD].n_entries) offload_last_step_traffic(pi->o, t);
-    t->weight_bytes = (double)model_step_weight_bytes(c);
+    /* each batch runs its own GEMMs: the weights are read once per batch that ran */
+    t->weight_bytes = (double)model_step_weight_bytes(c) *
+                      ((s->run[OFFLOAD].n_entries > 0) + (s->run[NORMAL].n_entries > 0));
     const struct serve_batch *nb = &s->run[NORMAL];
     for (int b = 0; b < nb->n_entries; b++)
         for (int l = 0; l < c->n_layers; l++) {
@@ -443,11 +518,23 @@ static void pi_release(struct serve_state *s, int slot)
         }
 }
 
+/* The context's counters, and with --trace the timeline written to its file (its summary
+ * here: busy fraction, spans) */
 static json_t *pi_json(const void *ctx)
 {
     const struct pulseinfer *pi = ctx;
     json_t *j = json_object();
+    if (pi->tl) {
+        char err[512];
+        const int rc = timeline_write(pi->tl, pi->trace_path, err, sizeof err);
+        if (rc != PULSE_OK) fprintf(stderr, "pulse run: --trace: %s\n", err);
+        json_t *tj = timeline_summary_json(pi->tl);
+        json_object_set_new(tj, "path", json_string(pi->trace_path));
+        json_object_set_new(tj, "written", json_boolean(rc == PULSE_OK));
+        json_object_set_new(j, "trace", tj);
+    }
     json_object_set_new(j, "irq", json_boolean(pi->irq));
+    json_object_set_new(j, "irq_in_effect", json_boolean(pi->irq_on));
     json_object_set_new(j, "admission", pi->fixed_len >= 0 ? json_sprintf("fixed:%d", pi->fixed_len)
                                                       : json_string("ioaa"));
     if (pi->fixed_len < 0) {

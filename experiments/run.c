@@ -307,7 +307,7 @@ static void report(const struct run_opts *o, json_t *res, const struct workload 
                (long long)ctr->recall_stalls);
     if (o->print_tokens)
         for (int i = 0; i < w->n; i++) {
-            printf("request %d:", i);
+            printf("request %d:", w->reqs[i].id);
             for (int t = 0; t < w->reqs[i].generated; t++)
                 printf(" %d", w->reqs[i].tokens[t]);
             printf("\n");
@@ -469,6 +469,7 @@ int cmd_run(int argc, char **argv)
                                          .no_irq = o.off.no_irq,
                                          .admission = o.off.admission,
                                          .profile = o.off.ioaa_profile,
+                                         .trace = o.off.trace,
                                          .hbm_gbps = bw.hbm_gbps,
                                          .h2d_gbps = bw.h2d_gbps};
     rc = pol->ctx_create ? pol->ctx_create(&cp, &ctx, err, sizeof err) : PULSE_OK;

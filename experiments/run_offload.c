@@ -33,13 +33,15 @@ const char run_offload_usage[] =
     "  --admission A      ioaa (default: the I/O-adaptive model) or fixed:LEN (offload every\n"
     "                     request longer than LEN prompt + output tokens)\n"
     "  --profile F        IOAA profile JSON (pulse profile; default: analytic, from the\n"
-    "                     bandwidths measured at start)\n";
+    "                     bandwidths measured at start)\n"
+    "  --trace F          the schedule as a Chrome-trace / Perfetto timeline JSON (device\n"
+    "                     times; plots/timeline.py draws it)\n";
 
 static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
     "--budget-tokens",   "--selection",    "--recall-engine", "--locality-profile",
     "--head-profile",    "--host-pool-gb", "--dense-layers",  "--prompt-kv",
     "--recall-cap-gbps", "--hot-slots",    "--calib-tokens",  "--no-irq",
-    "--admission",       "--profile"};
+    "--admission",       "--profile",      "--trace"};
 
 static const char *flag_name(int code)
 {
@@ -117,6 +119,10 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
     case RUN_OFF_IOAA_PROFILE:
         if (!oo->two_batch_flag) oo->two_batch_flag = f;
         oo->ioaa_profile = arg;
+        return 0;
+    case RUN_OFF_TRACE:
+        if (!oo->two_batch_flag) oo->two_batch_flag = f;
+        oo->trace = arg;
         return 0;
     }
     return -1;

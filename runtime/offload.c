@@ -834,6 +834,47 @@ int offload_admit(struct offload *o, int req_id, int prompt_len, int n_tokens, i
     return PULSE_OK;
 }
 
+int offload_admit_normal(struct offload *o, int req_id, int prompt_len, int n_tokens, int *slot,
+                         int32_t *first_token, char *why, size_t whylen)
+{
+    if (req_id < 0 || prompt_len < 0 || prompt_len >= n_tokens) {
+        snprintf(why, whylen, "offload: bad request (id %d, %d of %d tokens)", req_id, prompt_len,
+                 n_tokens);
+        return PULSE_ERR_INVALID;
+    }
+    offload_quiesce(o);
+    int ks, rc = kv_cache_admit(o->kv, n_tokens, &ks);
+    if (rc != PULSE_OK) {
+        snprintf(why, whylen, "its %.4f GB of GPU KV %s the KV budget",
+                 kv_cache_request_bytes(o->kv, n_tokens) / 1e9,
+                 rc == PULSE_ERR_NOMEM ? "do not fit now in" : "can never fit");
+        return rc;
+    }
+    const double t0 = pulse_now();
+    *first_token = engine_first_token(o->eng, req_id);
+    if (o->pf) *first_token = run_prefill(o, req_id, prompt_len);
+    if (prompt_len > 0) {
+#ifdef PULSE_HAVE_CUDA
+        if (o->fmem) { /* every layer as a dense one, generated into the request's pages */
+            int32_t a[FILL_ARGS + OFFLOAD_MAX_LAYERS];
+            a[FILL_NTOK] = prompt_len, a[FILL_REQ] = req_id, a[FILL_ZERO] = 0;
+            for (int l = 0; l < o->n_layers; l++)
+                a[FILL_ARGS + l] = kv_cache_row(o->kv, ks, l);
+            o->be->upload(o->ctx, o->d_fill, a, sizeof(int32_t) * (size_t)(FILL_ARGS + o->n_layers));
+            for (int l = 0; l < o->n_layers; l++)
+                write_dense_layer_dev(o, req_id, l, prompt_len);
+            o->be->sync(o->ctx);
+        } else
+#endif
+            for (int l = 0; l < o->n_layers; l++)
+                write_dense_layer(o, ks, req_id, l, prompt_len);
+    }
+    if (o->pf) kv_cache_release(o->pf_kv, o->pf_slot);
+    o->st.prompt_fill_s += pulse_now() - t0;
+    *slot = ks;
+    return PULSE_OK;
+}
+
 int32_t offload_first_token(const struct offload *o, int slot)
 {
     PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->hp_slot[slot] >= 0,

@@ -159,6 +159,14 @@ void offload_free(struct offload *o);
  * A one-line reason in why on failure. */
 int offload_admit(struct offload *o, int req_id, int prompt_len, int n_tokens, int *slot, char *why,
                   size_t whylen);
+/* Admits a request whose KV stays whole on the GPU (a two-batch scheduler's normal request)
+ * into a cache slot of the runtime's cache: every layer's prompt KV written as a dense layer's,
+ * from the same source as an offload request's (offload_params.prompt_kv: the query source's,
+ * synthetic or prefilled), so a request decodes the same tokens whichever batch it is in;
+ * *first_token as offload_first_token would give. The runtime keeps nothing for it: release
+ * its slot with kv_cache_release only. Statuses as offload_admit. */
+int offload_admit_normal(struct offload *o, int req_id, int prompt_len, int n_tokens, int *slot,
+                         int32_t *first_token, char *why, size_t whylen);
 /* The token the decode of the request admitted into `slot` consumes first: the prefill's greedy
  * next token (OFFLOAD_KV_PREFILL) or engine_first_token of its id. */
 int32_t offload_first_token(const struct offload *o, int slot);
@@ -197,6 +205,14 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out);
 void offload_last_step_traffic(const struct offload *o, struct floor_traffic *out);
 /* The params' lookahead (0 or 1). */
 int offload_lookahead(const struct offload *o);
+/* Records the planner's recall rounds (submission to completion, host times) on tl's recall
+ * track from now on (NULL: stop). tl must outlive o's use of it. */
+struct timeline;
+void offload_set_timeline(struct offload *o, struct timeline *tl);
+/* 1 when the offload layers are device-driven (the zero-copy engine: selection, hot-cache
+ * plan and gather queued on the compute stream), so offload_layer_ready is always 1 and a
+ * scheduler has no recall to run other work beside. */
+int offload_device_driven(const struct offload *o);
 /* Leading dense layers (offload_params.n_dense). */
 int offload_n_dense(const struct offload *o);
 /* What a request of n_tokens would reserve if admitted now: GPU KV bytes (dense layers, hot

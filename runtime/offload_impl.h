@@ -123,6 +123,7 @@ struct offload {
 
     /* the planner thread (offload_plan.c) */
     struct offload_planner *pl;
+    struct timeline *tl; /* optional: the planner's recall rounds as host spans (timeline.h) */
     struct recall_item *items;
     struct hot_cache_result res;
 

@@ -53,6 +53,17 @@ int offload_lookahead(const struct offload *o)
     return o->p.lookahead;
 }
 
+void offload_set_timeline(struct offload *o, struct timeline *tl)
+{
+    offload_quiesce(o);
+    o->tl = tl;
+}
+
+int offload_device_driven(const struct offload *o)
+{
+    return o->device_plan;
+}
+
 int offload_n_dense(const struct offload *o)
 {
     return o->n_dense;

@@ -16,6 +16,7 @@
 
 #include "common.h"
 #include "offload_impl.h"
+#include "timeline.h"
 
 #define RECALL_ATTEMPTS 3
 
@@ -112,6 +113,7 @@ static void set_flag(uint32_t *flag, uint32_t value)
 /* The misses to the recall engine with the layer's flag as the signal; waits, retries. */
 static void recall_layer(struct offload *o, int layer, int n_items, uint32_t seq)
 {
+    const double t_submit = pulse_now();
     struct offload_layer_stats *ls = &o->ls[layer];
     uint32_t *flag = &o->flags[offload_sl(o, layer)];
     const struct recall_signal sig = {flag, seq};
@@ -126,6 +128,8 @@ static void recall_layer(struct offload *o, int layer, int n_items, uint32_t seq
         ls->recalls++;
         ls->stalls += stalled;
         if (rc == PULSE_OK) {
+            timeline_host_span(o->tl, TIMELINE_RECALL, "recall", 1, layer, (int64_t)seq - 1,
+                               t_submit, pulse_now());
             const int64_t bytes = (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
             ls->recall_bytes += bytes;
             ls->recall_chunks += n_items;

@@ -55,7 +55,9 @@ struct serve_counters {
     struct floor_traffic traffic_sum;
 };
 
-/* What a policy works on. Requests are in arrival order; [0, n_arrived) have arrived. */
+/* What a policy works on. Requests are in arrival order; [0, n_arrived) have arrived, and a
+ * policy admitting out of order (serve_take_waiting) permutes the waiting ones: after a run the
+ * caller's array holds every request, each with its own id and tokens, perhaps reordered. */
 /* One running batch of the loop: the engine batch, the host view of its entries, the request
  * each entry serves. The loop owns them; a policy adds entries (serve_add_entry) and steps the
  * batch; the loop re-sets a dirty batch before the step, reads its tokens after and retires
@@ -112,6 +114,7 @@ struct policy_ctx_params {
     const char *profile;    /* IOAA profile JSON (pulse profile); NULL: analytic from bw */
     double hbm_gbps, h2d_gbps; /* measured in this process: the analytic profile's inputs */
     int max_waiting;        /* waiting requests one admission decision takes (0: 32) */
+    const char *trace;      /* Chrome-trace timeline of the schedule (timeline.h), or NULL */
 };
 
 /* A policy's table; baselines/registry.h finds them by name. */

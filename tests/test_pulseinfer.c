@@ -2,6 +2,7 @@
  * - semantics: with a budget covering the context, on vanilla's prompt KV, every request
  *   decodes vanilla's tokens: fixed:LEN admission with some requests normal and some offloaded,
  *   IOAA admission, with and without IRQ, in two arrival orders of mixed lengths;
+ * - on the locality model's prompt KV a request decodes the same tokens normal or offloaded;
  * - IRQ: with a delay injected into the recall's copies and a small budget (every step
  *   recalls), the normal batch's layers run while the offload batch's recalls are in flight
  *   (layer switches, hidden rounds) and the tokens equal those of the same run without IRQ
@@ -9,7 +10,9 @@
  * - counters: IOAA decides and counts its nodes, fixed admission makes no decision; SoloHead's
  *   recall chunks are whole blocks (token-wise), head-wise ones a KV head's;
  * - bad --admission is refused with one line; pulse run's pulseinfer flags are refused for
- *   other policies, and a pulseinfer run's JSON carries the schedule counters. */
+ *   other policies, and a pulseinfer run's JSON carries the schedule counters; its --trace is
+ *   a timeline whose schema holds and whose batches run their layers in order, with spans on
+ *   the normal, offload and recall tracks. */
 #include <jansson.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -26,6 +29,7 @@
 #include "serve.h"
 #include "testsource.h"
 #include "testutil.h"
+#include "timeline.h"
 #include "workloads/workload.h"
 
 struct pi_cfg {
@@ -170,6 +174,33 @@ static void test_equals_vanilla(void)
     }
 }
 
+/* On the locality model's prompt KV (not vanilla's) a request decodes the same tokens whichever
+ * batch it is in: all normal, all offloaded with every block selected, and mixed. */
+static void test_batch_independent(void)
+{
+    const char *adm[] = {"fixed:100000", "fixed:0", "fixed:200"};
+    struct pi_out r[3];
+    for (int i = 0; i < 3; i++) {
+        struct pi_cfg c = {.policy = "pulseinfer",
+                           .spec = "lengths:300,170,90,260",
+                           .admission = adm[i],
+                           .out_len = 8,
+                           .max_batch = 4,
+                           .selection = OFFLOAD_SOLOHEAD,
+                           .budget_tokens = 512,
+                           .prompt_kv = OFFLOAD_KV_LOCALITY};
+        serve(&c, &r[i]);
+        EXPECT_EQ_INT(r[i].rc, 0);
+    }
+    EXPECT_EQ_INT(r[0].ctr.admitted_offload, 0);
+    EXPECT_EQ_INT(r[1].ctr.admitted_normal, 0);
+    EXPECT(r[2].ctr.admitted_normal > 0 && r[2].ctr.admitted_offload > 0);
+    EXPECT(same_tokens(&r[0].w, &r[1].w));
+    EXPECT(same_tokens(&r[0].w, &r[2].w));
+    for (int i = 0; i < 3; i++)
+        workload_free(&r[i].w);
+}
+
 /* IOAA with a small selection budget and a GPU budget of about two whole requests: offloading
  * frees GPU memory, so it runs more requests at once by offloading some. */
 static void test_ioaa_offloads(void)
@@ -307,18 +338,45 @@ static void test_flags(void)
                                sizeof out),
                   2);
     EXPECT(strstr(out, "--admission") != NULL);
-    char path[] = "/tmp/pulse_pi_XXXXXX", cmd[512];
-    const int fd = mkstemp(path);
+    char path[] = "/tmp/pulse_pi_XXXXXX", trace[] = "/tmp/pulse_pi_trace_XXXXXX", cmd[512];
+    int fd = mkstemp(path);
     if (fd >= 0) close(fd);
+    if ((fd = mkstemp(trace)) >= 0) close(fd);
     snprintf(cmd, sizeof cmd,
              "run --backend cpu --policy pulseinfer --workload lengths:60,300,280,90 "
-             "--output-len 4 --max-batch 4 --budget-tokens 32 --admission fixed:200 --out %s",
-             path);
+             "--output-len 4 --max-batch 4 --budget-tokens 32 --admission fixed:200 --out %s "
+             "--trace %s",
+             path, trace);
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
     remove(path);
     EXPECT(j != NULL);
+    /* the timeline: its schema, every batch's layers in order, spans on all three tracks */
+    char why[512];
+    EXPECT_EQ_INT(timeline_check(trace, why, sizeof why), 0);
+    json_t *tr = json_load_file(trace, 0, &je);
+    remove(trace);
+    int per_track[TIMELINE_TRACKS] = {0};
+    json_t *ev;
+    size_t k;
+    json_array_foreach(json_object_get(tr, "traceEvents"), k, ev)
+    {
+        const int tid = (int)json_integer_value(json_object_get(ev, "tid"));
+        if (!strcmp(json_string_value(json_object_get(ev, "ph")) ?: "", "X") && tid >= 0 &&
+            tid < TIMELINE_TRACKS)
+            per_track[tid]++;
+    }
+    json_decref(tr);
+    /* 4 steps x 4 layers of each batch (offload: two pieces a layer) while both run */
+    EXPECT(per_track[TIMELINE_NORMAL] >= 4 * 4);
+    EXPECT(per_track[TIMELINE_OFFLOAD] >= 2 * 4 * 4);
+    EXPECT(per_track[TIMELINE_RECALL] > 0);
+    json_t *tj = json_object_get(json_object_get(json_object_get(j, "counters"), "pulseinfer"),
+                                 "trace");
+    EXPECT(json_is_true(json_object_get(tj, "written")));
+    const double busy = json_real_value(json_object_get(tj, "device_busy_fraction"));
+    EXPECT(busy > 0 && busy <= 1.0);
     json_t *sched = json_object_get(json_object_get(j, "counters"), "schedule");
     EXPECT_EQ_INT(json_integer_value(json_object_get(sched, "admitted_offload")), 2);
     EXPECT_EQ_INT(json_integer_value(json_object_get(sched, "admitted_normal")), 2);
@@ -338,6 +396,7 @@ static void test_flags(void)
 int main(void)
 {
     test_equals_vanilla();
+    test_batch_independent();
     test_ioaa_offloads();
     test_irq();
     test_chunks();
