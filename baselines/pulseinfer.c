@@ -325,6 +325,7 @@ static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
     s->ctr.ioaa_decisions++;
     s->ctr.ioaa_nodes += d.nodes_visited;
     s->ctr.ioaa_nodes_max = PULSE_MAX(s->ctr.ioaa_nodes_max, d.nodes_visited);
+    s->ctr.ioaa_bound_evaluations += d.bound_evaluations;
     pi->predicted_s = d.step_s;
     /* admit the chosen ones, in arrival order, found by id (admission reorders the queue) */
     int *ids = pi->order, *cls = pi->cls, m = 0;

@@ -181,6 +181,7 @@ static json_t *counters_json(const struct serve_counters *c, const struct kv_cac
         c->ioaa_decisions, "ioaa_nodes", c->ioaa_nodes, "ioaa_nodes_max", c->ioaa_nodes_max,
         "admitted_normal", c->admitted_normal, "admitted_offload", c->admitted_offload);
     results_set_real(sched, "offload_wait_s", c->offload_wait_s);
+    json_object_set_new(sched, "ioaa_bound_evaluations", json_integer(c->ioaa_bound_evaluations));
     results_set_real(sched, "ioaa_nodes_mean",
                      c->ioaa_decisions ? (double)c->ioaa_nodes / c->ioaa_decisions : 0.0);
     json_t *bm = json_array(), *bx = json_array();

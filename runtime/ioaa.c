@@ -271,63 +271,86 @@ static double eval(const struct ioaa *a, int m, int64_t ctx, int k)
     return throughput(bn + bo, step_s(a, bn, a->st->normal_ctx_sum + ctx, bo, 0, NULL));
 }
 
-/* The bound of the node's strict descendants (ioaa.h): (requests + K) / G. */
-static double bound(const struct ioaa *a, int i, int m, int64_t gpu, int64_t host, int off)
+/* The bound of the node's strict descendants (ioaa.h). A strict descendant admits the next j
+ * sorted requests i .. i+j-1 (j >= 1), the first x of them normal and the rest offloaded (x = 0
+ * once the node has offloaded one): the pair (j, x) is one descendant, whose bytes and contexts
+ * are known, so the bound is the best throughput over the pairs that fit the budgets (exact:
+ * the search then enters only the nodes on the way to the best; bound_evaluations says what the
+ * bounds cost); -INFINITY when none fits. */
+static double bound(struct ioaa *a, int i, int m, int64_t ctx, int64_t gpu, int64_t host, int off)
 {
-    int64_t g = a->st->free_gpu_bytes - gpu, h = a->st->free_host_bytes - host;
-    int k = 0;
-    for (int j = i; j < a->n; j++) {
-        const struct ioaa_request *r = &a->w[a->order[j]];
-        int64_t cg = off ? r->gpu_offload : PULSE_MIN(r->gpu_normal, r->gpu_offload);
-        int64_t ch = off ? r->host_offload : 0;
-        if (cg > g || ch > h) break;
-        g -= cg;
-        h -= ch;
-        k++;
+    const int64_t g = a->st->free_gpu_bytes - gpu, h = a->st->free_host_bytes - host;
+    const int bn = a->st->normal_count + m, bo = a->st->offload_count + (i - m);
+    double ub = -INFINITY;
+    int64_t ng = 0, nc = 0; /* GPU bytes and contexts of requests i .. i+x-1 as normal ones */
+    for (int x = 0; i + x <= a->n && (x == 0 || !off); x++) {
+        if (x > 0) {
+            ng += a->w[a->order[i + x - 1]].gpu_normal;
+            nc += a->w[a->order[i + x - 1]].context;
+        }
+        if (ng > g) break; /* more normal ones fit even less */
+        int64_t og = 0, oh = 0; /* requests i+x .. i+j-1 offloaded */
+        for (int j = PULSE_MAX(x, 1); i + j <= a->n; j++) {
+            if (j > x) {
+                const struct ioaa_request *r = &a->w[a->order[i + j - 1]];
+                og += r->gpu_offload;
+                oh += r->host_offload;
+            }
+            if (ng + og > g || oh > h) break; /* a longer prefix needs every byte of this one */
+            a->dec.bound_evaluations++;
+            const double st = step_s(a, bn + x, a->st->normal_ctx_sum + ctx + nc, bo + j - x,
+                                     0, NULL);
+            if (!(st > 0)) return INFINITY;
+            ub = fmax(ub, (bn + bo + j) / st);
+        }
     }
-    if (k == 0) return -INFINITY;
-    int bn = a->st->normal_count + m, bo = a->st->offload_count + (i - m);
-    /* every strict descendant passes through a child that fits, and G only grows down a path */
-    const struct ioaa_request *r = &a->w[a->order[i]];
-    double s = INFINITY;
-    if (!off && gpu + r->gpu_normal <= a->st->free_gpu_bytes) s = step_s(a, bn + 1, 0, bo, 1, NULL);
-    if (gpu + r->gpu_offload <= a->st->free_gpu_bytes &&
-        host + r->host_offload <= a->st->free_host_bytes)
-        s = fmin(s, step_s(a, bn, 0, bo + 1, 1, NULL));
-    if (s == INFINITY) return -INFINITY;
-    return s > 0 ? (bn + bo + k) / s : INFINITY;
+    return ub;
 }
 
 /* Node at depth i: m of the first i sorted requests normal (the rest of them offloaded, off set
- * when any is), using ctx tokens of context and gpu / host bytes. */
+ * when any is), using ctx tokens of context and gpu / host bytes. Its children that fit are
+ * entered in the order of their subtrees' bounds (the higher first), and one whose bound (its
+ * own throughput, or its descendants' bound) is below the best found is pruned unentered. */
 static void visit(struct ioaa *a, int i, int m, int64_t ctx, int64_t gpu, int64_t host, int off)
 {
     a->dec.nodes_visited++;
     offer(a, eval(a, m, ctx, i), i, m);
     if (i == a->n) return;
-    if (!a->no_bound) {
-        double ub = bound(a, i, m, gpu, host, off);
-        if (ub == -INFINITY) { /* no child fits memory */
-            a->dec.pruned_memory++;
-            return;
-        }
-        if (ub * (1 + 1e-12) < a->best_t) {
-            a->dec.pruned_bound++;
-            return;
-        }
-    }
     const struct ioaa_request *r = &a->w[a->order[i]];
-    if (off)
+    /* child 0: request i normal; child 1: offloaded */
+    int fits[2] = {1, 1};
+    if (off) {
         a->dec.pruned_monotone++;
-    else if (gpu + r->gpu_normal > a->st->free_gpu_bytes)
+        fits[0] = 0;
+    } else if (gpu + r->gpu_normal > a->st->free_gpu_bytes) {
         a->dec.pruned_memory++;
-    else
-        visit(a, i + 1, m + 1, ctx + r->context, gpu + r->gpu_normal, host, 0);
+        fits[0] = 0;
+    }
     if (gpu + r->gpu_offload > a->st->free_gpu_bytes ||
-        host + r->host_offload > a->st->free_host_bytes)
+        host + r->host_offload > a->st->free_host_bytes) {
         a->dec.pruned_memory++;
-    else
-        visit(a, i + 1, m, ctx, gpu + r->gpu_offload, host + r->host_offload, 1);
+        fits[1] = 0;
+    }
+    const int cm[2] = {m + 1, m};
+    const int64_t cctx[2] = {ctx + r->context, ctx};
+    const int64_t cgpu[2] = {gpu + r->gpu_normal, gpu + r->gpu_offload};
+    const int64_t chost[2] = {host, host + r->host_offload};
+    double ub[2] = {INFINITY, INFINITY};
+    if (!a->no_bound)
+        for (int c = 0; c < 2; c++)
+            if (fits[c])
+                ub[c] = fmax(eval(a, cm[c], cctx[c], i + 1),
+                             bound(a, i + 1, cm[c], cctx[c], cgpu[c], chost[c], c == 1 || off));
+    const int first = ub[1] > ub[0] ? 1 : 0;
+    for (int t = 0; t < 2; t++) {
+        const int c = t == 0 ? first : 1 - first;
+        if (!fits[c]) continue;
+        if (!a->no_bound && ub[c] * (1 + 1e-12) < a->best_t) {
+            a->dec.pruned_bound++;
+            continue;
+        }
+        visit(a, i + 1, cm[c], cctx[c], cgpu[c], chost[c], c == 1 || off);
+    }
 }
 
 /* Writes the best (k, m) out in the caller's order. */

@@ -34,12 +34,11 @@
  * one (equal lengths: the lower caller index is the normal one). The running batches are outside
  * the rule. Pruned: a child that does not fit memory (its whole subtree cannot: bytes only add),
  * a NORMAL child after an OFFLOAD, and a node whose bound is below the best found. Bound of a
- * node: (its requests + K) / G, with K the most further requests that can fit the GPU budget in
- * sorted order at min(gpu_normal, gpu_offload) each (gpu_offload plus the host budget once an
- * offload was chosen), and G the smaller of the step times of the node's children that fit,
- * each with t_N replaced by its minimum over the c grid (every strict descendant passes through
- * one of them, and that lower step time only grows down a path); with nondecreasing tables
- * no descendant's step time is below G. Ties: higher throughput, then more admitted, then more
+ * node at depth i: a strict descendant admits the next j sorted requests, the first x normal and
+ * the rest offloaded (x = 0 below an OFFLOAD), so (j, x) fixes its GPU and host bytes; over the
+ * pairs that fit, the best (requests) / (step of the batches with t_N at its minimum over the c
+ * grid), which with nondecreasing tables no such descendant beats (bound_evaluations counts the
+ * step times this takes: the bound's own cost, beside the nodes). Ties: higher throughput, then more admitted, then more
  * normal requests: the answer is unique, and the exhaustive search returns the same one.
  * Nodes visited: the nodes entered, the root (everything waits) included.
  *
@@ -97,6 +96,7 @@ struct ioaa_decision {
     int n_normal, n_offload;       /* admitted from the waiting requests */
     int64_t gpu_bytes, host_bytes; /* what the admitted requests reserve */
     int64_t nodes_visited;         /* tree nodes entered (exhaustive: assignments enumerated) */
+    int64_t bound_evaluations;     /* step-time evaluations the bounds made (the bound's cost) */
     int64_t pruned_memory, pruned_monotone, pruned_bound;
 };
 

@@ -48,7 +48,8 @@ struct serve_counters {
      * summed over steps and at most */
     int64_t normal_layers_in_flight, recalls_hidden, recalls_exposed;
     double offload_wait_s;
-    int64_t ioaa_decisions, ioaa_nodes_max, admitted_normal, admitted_offload;
+    int64_t ioaa_decisions, ioaa_nodes_max, ioaa_bound_evaluations, admitted_normal,
+        admitted_offload;
     int64_t batch_sum[SERVE_MAX_BATCHES_], batch_max[SERVE_MAX_BATCHES_];
     double clock_paused_s; /* excluded from the recorded times (serve_pause_clock) */
     double step_s_sum;     /* steps' wall time, summed (serve_step.step_s) */
