@@ -36,9 +36,18 @@
 #include "results.h"
 #include "serve.h"
 #include "timeline.h"
+#include "trace.h"
 
 enum { NORMAL = 0, OFFLOAD = 1 };
 #define DEFAULT_MAX_WAITING 32
+
+/* The first admission decisions kept for the JSON */
+#define MAX_DECISIONS_KEPT 256
+struct decision_rec {
+    double t_s, predicted_step_s;
+    int waiting, n_normal, n_offload;
+    int64_t nodes;
+};
 
 struct pulseinfer {
     struct offload *o;
@@ -73,6 +82,8 @@ struct pulseinfer {
     struct timeline *tl;
     const char *trace_path;
     int64_t steps;
+    struct decision_rec decisions[MAX_DECISIONS_KEPT];
+    int n_decisions;
 };
 
 /* Trace spans: at most this many (later ones are dropped, counted); a step of qwen3-14b's
@@ -326,7 +337,10 @@ static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
     s->ctr.ioaa_nodes += d.nodes_visited;
     s->ctr.ioaa_nodes_max = PULSE_MAX(s->ctr.ioaa_nodes_max, d.nodes_visited);
     s->ctr.ioaa_bound_evaluations += d.bound_evaluations;
-    pi->predicted_s = d.step_s;
+    if (pi->n_decisions < MAX_DECISIONS_KEPT)
+        pi->decisions[pi->n_decisions++] =
+            (struct decision_rec){pulse_now() - s->t0, d.step_s, n, d.n_normal, d.n_offload,
+                                  d.nodes_visited};
     /* admit the chosen ones, in arrival order, found by id (admission reorders the queue) */
     int *ids = pi->order, *cls = pi->cls, m = 0;
     for (int i = 0; i < n; i++)
@@ -407,7 +421,9 @@ static int step_irq(struct serve_state *s, struct pulseinfer *pi)
                 continue;
             }
             sp = timeline_begin(pi->tl, c, TIMELINE_NORMAL, "layer", NORMAL, ln, step);
+            TRACE_PUSH("normal layer during a recall");
             engine_run_layer(e, nb->bt, s->kv, ln);
+            TRACE_POP();
             timeline_end(pi->tl, c, sp);
             pi->be->event_record(c, pi->ev_layer[ln++ & 1]);
             ran++;
@@ -418,8 +434,10 @@ static int step_irq(struct serve_state *s, struct pulseinfer *pi)
             /* no normal layer left: the offload batch waits (finish's wait_value counts it as
              * a host synchronisation on cuda) */
             const double t0 = pulse_now();
+            TRACE_PUSH("offload batch waits for its recall");
             while (!offload_layer_ready(pi->o, lo))
                 sched_yield();
+            TRACE_POP();
             s->ctr.offload_wait_s += pulse_now() - t0;
             s->ctr.recalls_exposed++;
         } else if (lo >= n_dense && pending && ran) {
@@ -543,6 +561,16 @@ static json_t *pi_json(const void *ctx)
         json_object_set_new(j, "max_waiting", json_integer(pi->max_waiting));
         results_set_real(j, "ioaa_recall_bytes_per_request_layer", pi->prof.prof.recall_bytes);
     }
+    json_t *dj = json_array(); /* the admission decisions (the first MAX_DECISIONS_KEPT) */
+    for (int i = 0; i < pi->n_decisions; i++) {
+        const struct decision_rec *r = &pi->decisions[i];
+        json_t *e = json_pack("{s:i,s:i,s:i,s:I}", "waiting", r->waiting, "normal", r->n_normal,
+                              "offload", r->n_offload, "nodes", (json_int_t)r->nodes);
+        results_set_real(e, "t_s", r->t_s);
+        results_set_real(e, "predicted_step_ms", r->predicted_step_s * 1e3);
+        json_array_append_new(dj, e);
+    }
+    json_object_set_new(j, "decisions", dj);
     json_object_set_new(j, "ioaa_predicted_steps", json_integer(pi->pred_steps));
     if (pi->pred_steps) {
         results_set_real(j, "ioaa_predicted_step_ms", pi->pred_sum / pi->pred_steps * 1e3);

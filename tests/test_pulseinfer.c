@@ -384,6 +384,8 @@ static void test_flags(void)
     json_t *pi = json_object_get(json_object_get(j, "counters"), "pulseinfer");
     EXPECT(json_is_true(json_object_get(pi, "irq")));
     EXPECT(!strcmp(json_string_value(json_object_get(pi, "admission")) ?: "", "fixed:200"));
+    EXPECT(json_is_array(json_object_get(pi, "decisions")) &&
+           json_array_size(json_object_get(pi, "decisions")) == 0); /* fixed: IOAA never ran */
     json_t *cfg = json_object_get(json_object_get(j, "config"), "offload");
     EXPECT(!strcmp(json_string_value(json_object_get(cfg, "selection")) ?: "", "solohead"));
     json_t *batches = json_object_get(
