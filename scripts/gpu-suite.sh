@@ -2,7 +2,7 @@
 # The GPU machine's suite, in one call: build with nvcc (sm_90), every test (each CUDA kernel
 # against its CPU reference; the tiny model on CUDA against the CPU), compute-sanitizer on the
 # decode test, the PyTorch peer, the decode-step benchmark, the main job; a short table last.
-# Stages: any of  test sanitize peer bench run offload recall model accuracy  (default: test sanitize
+# Stages: any of  test sanitize peer bench run offload pulseinfer recall model accuracy  (default: test sanitize
 # bench run recall; the peer's kept result in experiments/peer/results/ stands in). Results go
 # to $OUT (or out/).
 #   model     copies the carried pieces .model/part* to /tmp/model (the machine takes 64 MiB of
@@ -118,6 +118,45 @@ if has offload; then
             --out "$out/bench_off_${pol}_${sel}_${eng}.json" >"$out/bench_off_${pol}_${sel}_${eng}.txt" 2>&1
         summary+=("bench --policy $v exit $?")
         tail -n 3 "$out/bench_off_${pol}_${sel}_${eng}.txt"
+    done
+fi
+if has pulseinfer; then
+    # the paper's comparison: every policy at each point of PI_POINTS, each
+    # KV_GB:POOL_GB:LEN:COUNT (POOL_GB 0: sized to the run); 128 output tokens (PI_OUT); the
+    # IOAA profile measured first (PI_PROFILE reuses a file); a trace of the first pulseinfer run
+    log pulseinfer
+    prof=${PI_PROFILE:-$out/ioaa_profile.json}
+    if [ ! -f "$prof" ]; then
+        timeout "${PI_PROFILE_TIMEOUT:-240}" "$bin" profile --backend cuda --model qwen3-14b \
+            --batches "${PI_PROFILE_BATCHES:-1,4,16}" --contexts "${PI_PROFILE_CONTEXTS:-4096,16384,65536}" \
+            --selection solohead --recall-engine gather-scatter --out "$prof" >"$out/profile.txt" 2>&1
+        summary+=("pulse profile exit $?")
+    fi
+    traced=0
+    for pt in ${PI_POINTS:-12:96:65536:16 45:0:16384:32 45:0:32768:24 45:0:65536:12}; do
+        IFS=: read -r kv pool len cnt <<<"$pt"
+        for v in ${PI_POLICIES:-vanilla:-:- arkvale:headwise:per-block infinigen:headwise:per-block \
+                 arkvale:solohead:gather-scatter infinigen:solohead:gather-scatter pulseinfer:-:-}; do
+            IFS=: read -r pol sel eng <<<"$v"
+            tag="${kv}g_${len}x${cnt}_${pol}_${sel}_${eng}"
+            args=()
+            [ "$sel" != - ] && args+=(--selection "$sel" --recall-engine "$eng")
+            [ "$pool" != 0 ] && [ "$pol" != vanilla ] && args+=(--host-pool-gb "$pool")
+            if [ "$pol" = pulseinfer ]; then
+                [ -f "$prof" ] && args+=(--profile "$prof")
+                [ $traced = 0 ] && args+=(--trace "$out/trace_$tag.json") && traced=1
+            fi
+            /usr/bin/time -f "%e s wall" timeout "${PI_TIMEOUT:-150}" "$bin" run --backend cuda \
+                --model qwen3-14b --policy "$pol" --workload "uniform:$len:$cnt" \
+                --output-len "${PI_OUT:-128}" --kv-budget-gb "$kv" "${args[@]}" \
+                --out "$out/pi_$tag.json" >"$out/pi_$tag.txt" 2>&1
+            summary+=("pulseinfer point $tag exit $? ($(tail -n 1 "$out/pi_$tag.txt"))")
+        done
+    done
+    python3 "$root/scripts/pulseinfer_table.py" "$out"/pi_*.json | tee "$out/pulseinfer_table.txt"
+    for t in "$out"/trace_*.json; do
+        [ -f "$t" ] && python3 "$root/plots/timeline.py" "$t" --step 4 --out "${t%.json}.png" \
+            >/dev/null 2>&1
     done
 fi
 if has recall; then
