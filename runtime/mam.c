@@ -475,20 +475,7 @@ int mam_profile_write(const struct mam_profile *p, const char *path, char *err, 
     mam_profile_selectors(p, 1, sel);
     json_object_set_new(r, "selector_reversed", int_array(sel, p->n_layers));
     /* full precision (JSON_REAL_PRECISION 0 = 17 digits): the table round-trips exactly */
-    char tmp[4096];
-    int rc = PULSE_OK;
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
-        snprintf(err, errlen, "%s: path too long", path);
-        rc = PULSE_ERR_IO;
-    } else if (json_dump_file(r, tmp, JSON_INDENT(2) | JSON_SORT_KEYS) != 0) {
-        snprintf(err, errlen, "%s: cannot write (%s)", path, strerror(errno));
-        remove(tmp);
-        rc = PULSE_ERR_IO;
-    } else if (rename(tmp, path) != 0) {
-        snprintf(err, errlen, "%s: cannot rename into place (%s)", path, strerror(errno));
-        remove(tmp);
-        rc = PULSE_ERR_IO;
-    }
+    const int rc = results_write_exact(r, path, err, errlen);
     json_decref(r);
     return rc;
 }

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -76,9 +77,32 @@ void results_add_dist_ms(json_t *obj, const char *name, const struct dist_summar
     }
 }
 
-/* Writes r to a temporary file with the dump flags, then renames it into place. */
-static int write_atomic(const json_t *r, const char *path, size_t flags, char *err, size_t errlen)
+/* A path that names something other than a regular file (a device such as /dev/null, a FIFO,
+ * a symbolic link) is written through, never replaced; a regular file (or a new one) is written
+ * to a temporary file beside it and renamed into place, so a failed write leaves the old one. */
+int results_write_json(const json_t *r, const char *path, size_t flags, char *err, size_t errlen)
 {
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        if (S_ISDIR(st.st_mode)) {
+            snprintf(err, errlen, "%s: is a directory", path);
+            return PULSE_ERR_IO;
+        }
+        FILE *f = fopen(path, "w");
+        if (!f) {
+            snprintf(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+            return PULSE_ERR_IO;
+        }
+        int bad = json_dumpf(r, f, flags) != 0;
+        bad |= fflush(f) != 0 || ferror(f);
+        const int e = errno;
+        bad |= fclose(f) != 0;
+        if (bad) {
+            snprintf(err, errlen, "%s: cannot write (%s)", path, strerror(e ? e : errno));
+            return PULSE_ERR_IO;
+        }
+        return PULSE_OK;
+    }
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
         snprintf(err, errlen, "%s: path too long", path);
@@ -99,12 +123,12 @@ static int write_atomic(const json_t *r, const char *path, size_t flags, char *e
 
 int results_write(const json_t *r, const char *path, char *err, size_t errlen)
 {
-    return write_atomic(r, path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9), err,
+    return results_write_json(r, path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9), err,
                         errlen);
 }
 
 int results_write_exact(const json_t *r, const char *path, char *err, size_t errlen)
 {
     /* JSON_REAL_PRECISION(0), the default: 17 significant digits */
-    return write_atomic(r, path, JSON_INDENT(2) | JSON_SORT_KEYS, err, errlen);
+    return results_write_json(r, path, JSON_INDENT(2) | JSON_SORT_KEYS, err, errlen);
 }

@@ -21,6 +21,11 @@ json_t *results_env(json_t *r);
 void results_add_dist_ms(json_t *obj, const char *name, const struct dist_summary *d);
 /* Sets a real, mapping NaN/Inf to null. */
 void results_set_real(json_t *obj, const char *key, double v);
+/* Writes r to path with jansson's dump flags: a regular file (or a new one) through a temporary
+ * file renamed into place; anything else (/dev/null, a FIFO, a symbolic link) written through,
+ * never replaced; a directory refused. Every write error, /dev/full's included, is reported:
+ * PULSE_OK or PULSE_ERR_IO with a reason in err. The one writer of every JSON the suite saves. */
+int results_write_json(const json_t *r, const char *path, size_t flags, char *err, size_t errlen);
 /* Writes r to path (indent 2, sorted keys). PULSE_OK or PULSE_ERR_IO with a reason in err. */
 int results_write(const json_t *r, const char *path, char *err, size_t errlen);
 /* The same with every real at full precision (17 digits: it reads back bit for bit), for

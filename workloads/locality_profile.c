@@ -9,6 +9,7 @@
 
 #include "common.h"
 #include "locality.h"
+#include "results.h"
 #include "mem.h"
 #include "metrics.h"
 #include "numeric.h"
@@ -375,24 +376,15 @@ int locality_profile_read(const char *path, struct locality_profile *out, char *
 int locality_profile_write(const struct locality_profile *p, const char *path, char *err,
                            size_t errlen)
 {
-    char why[192], tmp[4096];
+    char why[192];
     if (locality_profile_check(p, why, sizeof why) != 0) {
         snprintf(err, errlen, "%s: not writing an invalid profile: %s", path, why);
         return PULSE_ERR_INVALID;
     }
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
-        snprintf(err, errlen, "%s: path too long", path);
-        return PULSE_ERR_IO;
-    }
     json_t *j = locality_profile_to_json(p);
-    int rc = json_dump_file(j, tmp, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    const int rc = results_write_json(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER, err, errlen);
     json_decref(j);
-    if (rc != 0 || rename(tmp, path) != 0) {
-        snprintf(err, errlen, "%s: cannot write (%s)", path, strerror(errno));
-        remove(tmp);
-        return PULSE_ERR_IO;
-    }
-    return PULSE_OK;
+    return rc;
 }
 
 /* ------------------------------------------------------------------ measured profiles */
