@@ -52,8 +52,8 @@ struct decision_rec {
 struct pulseinfer {
     struct offload *o;
     int irq;       /* interruptible layer-wise scheduling, as asked (--no-irq: 0) */
-    int irq_on;    /* and in effect: not with a device-driven offload path (zero-copy), whose
-                      layers never wait for a recall the normal batch could run beside */
+    int irq_on;    /* and in effect (with zero-copy, its gather on a stream of its own:
+                      offload_params.device_overlap) */
     int fixed_len; /* >= 0: --admission fixed:LEN; -1: IOAA */
     int max_waiting;
     struct ioaa *ioaa;
@@ -207,8 +207,10 @@ static int pi_create(const struct policy_ctx_params *p, void **ctx, char *err, s
             rc = PULSE_ERR_OOM;
         }
     }
-    if (rc == PULSE_OK) rc = offload_create(p->eng, p->kv, p->offload, &pi->o, err, errlen);
-    if (rc == PULSE_OK) pi->irq_on = pi->irq && !offload_device_driven(pi->o);
+    struct offload_params op = *p->offload;
+    op.device_overlap = pi->irq; /* zero-copy: the gather beside the normal batch's layers */
+    if (rc == PULSE_OK) rc = offload_create(p->eng, p->kv, &op, &pi->o, err, errlen);
+    if (rc == PULSE_OK) pi->irq_on = pi->irq && offload_device_driven(pi->o) != 1;
     if (rc == PULSE_OK && pi->fixed_len < 0) rc = make_ioaa(pi, p, err, errlen);
     pi->be = engine_model(p->eng)->be;
     if (rc == PULSE_OK && p->trace) {

@@ -71,6 +71,12 @@ static void cpu_event_sync(void *ev)
     pulse_host_sync_note();
 }
 
+static void cpu_stream_wait_event(const struct kctx *c, void *ev)
+{
+    (void)c;
+    (void)ev; /* the work before the event ran when it was queued */
+}
+
 /* The cpu backend's stream is the calling thread: it waits here as a device would. */
 static void cpu_wait_value(const struct kctx *c, const uint32_t *flag, uint32_t value)
 {
@@ -168,6 +174,7 @@ static const struct backend cpu_backend = {
     .event_record = cpu_event_record,
     .event_query = cpu_event_query,
     .event_sync = cpu_event_sync,
+    .stream_wait_event = cpu_stream_wait_event,
     .event_create_timed = cpu_event_create_timed,
     .event_elapsed_s = cpu_event_elapsed_s,
     .wait_value = cpu_wait_value,

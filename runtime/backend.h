@@ -58,6 +58,9 @@ struct backend {
     void (*event_record)(const struct kctx *c, void *ev);
     int (*event_query)(void *ev);
     void (*event_sync)(void *ev);
+    /* The context's stream waits, on the device, for the work before the event's last record
+     * (cudaStreamWaitEvent: a dependency CUDA sees, unlike wait_value); cpu: nothing to wait. */
+    void (*stream_wait_event)(const struct kctx *c, void *ev);
     /* Timed events (for timelines): event_create_timed makes one that event_record stamps with
      * the time its stream reaches it (cuda: an event with timing; cpu: pulse_now() at the
      * record, when the work queued before it is done); the calls above take it too and

@@ -125,6 +125,11 @@ static void cuda_event_sync(void *ev)
     CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)ev));
 }
 
+static void cuda_stream_wait_event(const struct kctx *c, void *ev)
+{
+    CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)c->stream, (cudaEvent_t)ev, 0));
+}
+
 static void cuda_wait_value(const struct kctx *c, const uint32_t *flag, uint32_t value)
 {
     if (pulse_device_wait()) {
@@ -295,6 +300,7 @@ const struct backend cuda_backend = {
     .event_record = cuda_event_record,
     .event_query = cuda_event_query,
     .event_sync = cuda_event_sync,
+    .stream_wait_event = cuda_stream_wait_event,
     .event_create_timed = cuda_event_create_timed,
     .event_elapsed_s = cuda_event_elapsed_s,
     .wait_value = cuda_wait_value,

@@ -169,6 +169,8 @@ static size_t host_layout(struct offload *o, char *base)
         o->ss[p].n_tok = take(&c, 4 * B);
     }
     o->ev_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
+    o->ev_built = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
+    o->ev_gathered = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
     o->items = take(&c, sizeof(struct recall_item) * (size_t)o->max_items);
     int32_t *r = take(&c, 4 * 6 * (size_t)o->ms);
     o->res = (struct hot_cache_result){
@@ -289,6 +291,13 @@ static int alloc_dev(struct offload *o)
     }
     for (int i = 0; i < 2 * o->n_sparse; i++)
         o->ev_sel[i] = o->be->event_create();
+    if (o->overlap) {
+        if (o->be->ctx_create(&o->gctx, 0) != PULSE_OK) return PULSE_ERR_OOM;
+        for (int i = 0; i < o->n_sparse; i++)
+            if (!(o->ev_built[i] = o->be->event_create()) ||
+                !(o->ev_gathered[i] = o->be->event_create()))
+                return PULSE_ERR_OOM;
+    }
     return offload_planner_start(o);
 }
 
@@ -324,6 +333,7 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
     o->page_bytes = o->head_bytes * o->nkv;
     o->dpage_bytes = (size_t)o->dig_heads * 2 * o->hd * sizeof(uint16_t);
     o->device_plan = p->engine == RECALL_ZERO_COPY;
+    o->overlap = o->device_plan && p->device_overlap;
     o->hpp = (struct hot_plan_params){o->max_batch * o->n_sparse * o->n_lists, o->hot_slots,
                                       p->sink, p->window, o->max_blocks};
     o->hp_bytes = o->device_plan ? hot_plan_state_bytes(&o->hpp) : 0;
@@ -518,6 +528,11 @@ void offload_free(struct offload *o)
     }
     for (int i = 0; i < 2 * o->n_sparse && o->ev_sel; i++)
         o->be->event_destroy(o->ev_sel[i]);
+    for (int i = 0; i < o->n_sparse && o->ev_built; i++) {
+        if (o->ev_built[i]) o->be->event_destroy(o->ev_built[i]);
+        if (o->ev_gathered[i]) o->be->event_destroy(o->ev_gathered[i]);
+    }
+    if (o->gctx.stream || o->gctx.blas) o->be->ctx_free(&o->gctx);
     if (o->pin) mem_free(pin_kind(o), o->pin, o->pin_bytes);
     if (o->fmem) mem_free(MEM_DEVICE, o->fmem, o->fmem_bytes);
     if (o->dmem) mem_free(o->be->mem, o->dmem, o->dmem_bytes);

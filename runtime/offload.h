@@ -92,6 +92,11 @@ struct offload_params {
     int64_t max_steps;           /* capacity of the per-step series (later steps are not kept) */
     int lookahead;    /* 0: at each sparse layer select, recall, wait (ArkVale); 1: select layer
                          l+1 and submit its recall at layer l, wait at l+1 (InfiniGen) */
+    int device_overlap; /* zero-copy: the gather on a stream of its own, the attention
+                           waiting for it on the device (an event: no host round trip), and
+                           offload_layer_ready telling whether it is done, so a scheduler runs
+                           other batches' layers beside it (PulseInfer's IRQ); 0: the gather
+                           in stream order on the compute stream */
     int verify_steps; /* tests: after every step, offload_verify (synchronises; pulse
                          run sets it when the environment has PULSE_OFFLOAD_VERIFY=1) */
 };
@@ -210,8 +215,9 @@ int offload_lookahead(const struct offload *o);
 struct timeline;
 void offload_set_timeline(struct offload *o, struct timeline *tl);
 /* 1 when the offload layers are device-driven (the zero-copy engine: selection, hot-cache
- * plan and gather queued on the compute stream), so offload_layer_ready is always 1 and a
- * scheduler has no recall to run other work beside. */
+ * plan and gather queued by the calling thread), 2 when, besides, the gather runs beside the
+ * compute stream (offload_params.device_overlap): only then does offload_layer_ready report a
+ * gather in flight that a scheduler can run other work beside (else it is always 1). */
 int offload_device_driven(const struct offload *o);
 /* Leading dense layers (offload_params.n_dense). */
 int offload_n_dense(const struct offload *o);

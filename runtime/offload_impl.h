@@ -120,6 +120,12 @@ struct offload {
     int32_t *d_own;             /* [max_batch][n_sparse][hot_slots + 1] owned GPU pages */
     int32_t *d_hids;            /* [max_batch][n_sparse][max_blocks] host block ids */
     uint64_t host_dev;          /* device address of the host pool */
+    /* device_overlap: the gather's context (its own stream), and per sparse layer the events
+     * after the layer's plan (the gather waits for it) and after its gather (the attention
+     * waits for it; offload_layer_ready queries it) */
+    struct kctx gctx;
+    int overlap;
+    void **ev_built, **ev_gathered;
 
     /* the planner thread (offload_plan.c) */
     struct offload_planner *pl;

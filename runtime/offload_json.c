@@ -61,7 +61,7 @@ void offload_set_timeline(struct offload *o, struct timeline *tl)
 
 int offload_device_driven(const struct offload *o)
 {
-    return o->device_plan;
+    return o->device_plan ? 1 + o->overlap : 0;
 }
 
 int offload_n_dense(const struct offload *o)

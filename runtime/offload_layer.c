@@ -143,7 +143,17 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl)
                                          (unsigned long long *)(po.totals + OFFLOAD_TOT_REFUSED)};
     o->fn.build(&a, o->ctx->stream);
     const struct recall_params *rp = recall_get_params(o->rc);
-    o->fn.gather(o->d_desc, (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads, o->ctx->stream);
+    if (!o->overlap) {
+        o->fn.gather(o->d_desc, (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads,
+                     o->ctx->stream);
+        return;
+    }
+    /* the gather on its own stream once the plan is built; the attention waits for it */
+    o->be->event_record(o->ctx, o->ev_built[sl]);
+    o->be->stream_wait_event(&o->gctx, o->ev_built[sl]);
+    o->fn.gather(o->d_desc, (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads,
+                 o->gctx.stream);
+    o->be->event_record(&o->gctx, o->ev_gathered[sl]);
 }
 
 /* Selection of a sparse layer on the compute stream, its lists' download and event, and the
@@ -173,6 +183,8 @@ static void attend(struct offload *o, struct batch *bt, int layer)
     const int sl = offload_sl(o, layer), p = o->st.steps & 1, nv = o->n * o->n_lists;
     const int32_t *ctl = offload_ctl(o, p, sl);
     const size_t V = (size_t)o->max_batch * o->n_lists, doff = offload_ctl_desc_off(o);
+    if (o->overlap) /* the device path's gather, on its stream: a device-side event wait */
+        o->be->stream_wait_event(o->ctx, o->ev_gathered[sl]);
     if (!o->device_plan) { /* the planner's control block, once its recall has landed */
         o->be->wait_value(o->ctx, &o->flags[sl], o->seq);
         o->be->copy_async(o->ctx, o->d_ctl, ctl, sizeof(int32_t) * (size_t)nv);
@@ -231,7 +243,9 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
 
 int offload_layer_ready(const struct offload *o, int layer)
 {
-    if (layer < o->n_dense || o->device_plan) return 1; /* the device path waits in order */
+    if (layer < o->n_dense) return 1;
+    if (o->device_plan) /* in stream order, or its gather's event (device_overlap) */
+        return o->overlap ? o->be->event_query(o->ev_gathered[offload_sl(o, layer)]) : 1;
     const _Atomic uint32_t *f = (const _Atomic uint32_t *)&o->flags[offload_sl(o, layer)];
     return (int32_t)(atomic_load_explicit(f, memory_order_acquire) - o->seq) >= 0;
 }

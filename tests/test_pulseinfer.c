@@ -38,6 +38,8 @@ struct pi_cfg {
     int selection, budget_tokens, prompt_kv;
     const struct recall_copy_ops *ops;
     size_t kv_budget; /* GPU KV bytes; 0 = 64 MB */
+    int zero_copy;    /* the zero-copy engine (device-driven, its gather beside), else
+                         gather-scatter */
 };
 
 struct pi_out {
@@ -73,7 +75,7 @@ static void serve(const struct pi_cfg *c, struct pi_out *r)
     p.selection = c->selection;
     p.budget_tokens = c->budget_tokens;
     p.prompt_kv = c->prompt_kv;
-    p.engine = RECALL_GATHER_SCATTER;
+    p.engine = c->zero_copy ? RECALL_ZERO_COPY : RECALL_GATHER_SCATTER;
     p.recall_ops = c->ops;
     p.lookahead = pol->offload_lookahead;
     void *ctx = NULL;
@@ -131,9 +133,11 @@ static void test_equals_vanilla(void)
             const char *admission;
             int no_irq, selection;
             size_t kv_budget;
-        } cases[] = {{"fixed:200", 0, OFFLOAD_SOLOHEAD, 0}, {"fixed:200", 1, OFFLOAD_SOLOHEAD, 0},
-                     {"fixed:200", 0, OFFLOAD_HEADWISE, 0}, {"ioaa", 0, OFFLOAD_SOLOHEAD, 0},
-                     {"ioaa", 0, OFFLOAD_SOLOHEAD, tight}, {"fixed:0", 0, OFFLOAD_SOLOHEAD, 0}};
+            int zero_copy;
+        } cases[] = {{"fixed:200", 0, OFFLOAD_SOLOHEAD, 0, 0}, {"fixed:200", 1, OFFLOAD_SOLOHEAD, 0, 0},
+                     {"fixed:200", 0, OFFLOAD_HEADWISE, 0, 0}, {"ioaa", 0, OFFLOAD_SOLOHEAD, 0, 0},
+                     {"ioaa", 0, OFFLOAD_SOLOHEAD, tight, 0}, {"fixed:0", 0, OFFLOAD_SOLOHEAD, 0, 0},
+                     {"fixed:200", 0, OFFLOAD_SOLOHEAD, 0, 1}, {"fixed:200", 0, OFFLOAD_HEADWISE, 0, 1}};
         /* (with a covering budget an offload request's hot slots hold its whole KV: offloading
          * frees nothing, so IOAA keeps every request normal even when the GPU is tight) */
         for (size_t i = 0; i < PULSE_ARRAY_LEN(cases); i++) {
@@ -146,14 +150,16 @@ static void test_equals_vanilla(void)
                                .selection = cases[i].selection,
                                .budget_tokens = 512, /* every block selected */
                                .prompt_kv = OFFLOAD_KV_SYNTHETIC,
-                               .kv_budget = cases[i].kv_budget};
+                               .kv_budget = cases[i].kv_budget,
+                               .zero_copy = cases[i].zero_copy};
             struct pi_out r;
             serve(&c, &r);
             EXPECT_EQ_INT(r.rc, 0);
             const int same = same_tokens(&van.w, &r.w);
             EXPECT(same);
-            printf("%s, %s%s%s, %s: %lld normal + %lld offloaded, tokens %s vanilla's\n",
+            printf("%s, %s%s%s%s, %s: %lld normal + %lld offloaded, tokens %s vanilla's\n",
                    specs[k], cases[i].admission, cases[i].no_irq ? " --no-irq" : "",
+                   cases[i].zero_copy ? " zero-copy" : "",
                    cases[i].kv_budget ? " (tight GPU budget)" : "",
                    cases[i].selection == OFFLOAD_SOLOHEAD ? "solohead" : "headwise",
                    (long long)r.ctr.admitted_normal, (long long)r.ctr.admitted_offload,
