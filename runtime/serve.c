@@ -7,6 +7,7 @@
 #include "mem.h"
 #include "prefill.h"
 #include "progress.h"
+#include "watchdog.h"
 
 static struct batch_entry entry_of(const struct serve_state *s, int i, int slot, int32_t token)
 {
@@ -206,6 +207,8 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
         reqs[i].slot = -1;
     }
     s.t0 = pulse_now();
+    watchdog_start(); /* PULSE_STACKS_AFTER_S: every thread's stack when steps stop */
+    watchdog_kick();
     int64_t total_tokens = 0;
     for (int i = 0; i < n; i++)
         total_tokens += reqs[i].output_len;
@@ -265,6 +268,7 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
             if (s.run[k].n_entries)
                 done += collect(&s, &s.run[k], toks + (size_t)k * max_batch, t_done);
         progress_update(&prog, (double)s.ctr.tokens);
+        watchdog_kick();
     }
 out:
     progress_end(&prog, (double)s.ctr.tokens);
