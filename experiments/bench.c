@@ -50,31 +50,27 @@ struct bench_opts {
     int no_graph;
 };
 
-static int parse_points(const char *s, struct point *pts, int *n)
+static int each_point(const char *t, int i, void *c)
 {
-    *n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        long b = strtol(p, &end, 10), c = -1;
-        if (end != p && *end == 'x') {
-            const char *q = end + 1;
-            c = strtol(q, &end, 10);
-            if (end == q) c = -1;
-        }
-        if (b < 1 || b > 4096 || c < 1 || c > (1 << 22) || (*end && *end != ',') ||
-            *n >= MAX_POINTS) {
-            cli_error("bench", "--points: '%s' is not a list of BATCHxCONTEXT (e.g. 8x4096)", s);
-            return -1;
-        }
-        pts[(*n)++] = (struct point){(int)b, (int)c};
-        p = *end ? end + 1 : end;
-    }
-    if (!*n) {
-        cli_error("bench", "--points: empty list");
+    char buf[32];
+    const char *x = strchr(t, 'x');
+    long b, ctx;
+    if (!x || (size_t)(x - t) >= sizeof buf ||
+        (memcpy(buf, t, (size_t)(x - t)), buf[x - t] = 0, cli_parse_long(buf, 1, 4096, &b)) ||
+        cli_parse_long(x + 1, 1, 1 << 22, &ctx)) {
+        cli_error("bench",
+                  "--points: '%s' is not BATCHxCONTEXT with BATCH in [1, 4096] and CONTEXT in "
+                  "[1, %d] (decimal, e.g. 8x4096)",
+                  t, 1 << 22);
         return -1;
     }
+    ((struct point *)c)[i] = (struct point){(int)b, (int)ctx};
     return 0;
+}
+
+static int parse_points(const char *s, struct point *pts, int *n)
+{
+    return cli_list("bench", "--points", s, MAX_POINTS, n, each_point, pts);
 }
 
 static int parse(int argc, char **argv, struct bench_opts *o)

@@ -18,16 +18,59 @@ void cli_error(const char *cmd, const char *fmt, ...)
     fputc('\n', stderr);
 }
 
+/* Decimal digits with an optional leading '-' (when neg): nothing else, no spaces, no '+',
+ * no hex, not empty. */
+static int is_decimal(const char *s, int neg)
+{
+    if (neg && *s == '-') s++;
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9') return 0;
+    return 1;
+}
+
+/* [-]DIGITS[.DIGITS][e[+-]DIGITS] (or .DIGITS): what strtod reads as a finite decimal number,
+ * without its leading spaces, '+', hex, inf or nan. Returns the length of the prefix matched. */
+static size_t decimal_number_len(const char *s, int neg)
+{
+    const char *p = s;
+    if (neg && *p == '-') p++;
+    size_t digits = 0;
+    while (*p >= '0' && *p <= '9')
+        p++, digits++;
+    if (*p == '.') {
+        p++;
+        while (*p >= '0' && *p <= '9')
+            p++, digits++;
+    }
+    if (!digits) return 0;
+    if (*p == 'e' || *p == 'E') {
+        const char *q = p + 1;
+        if (*q == '-' || *q == '+') q++;
+        if (*q < '0' || *q > '9') return 0;
+        while (*q >= '0' && *q <= '9')
+            q++;
+        p = q;
+    }
+    return (size_t)(p - s);
+}
+
+int cli_parse_long(const char *s, long lo, long hi, long *out)
+{
+    if (!is_decimal(s, lo < 0)) return -1;
+    errno = 0;
+    long v = strtol(s, NULL, 10);
+    if (errno || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
 int cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi) {
-        cli_error(cmd, "%s: '%s' is not an integer in [%ld, %ld]", flag, s, lo, hi);
+    if (cli_parse_long(s, lo, hi, out)) {
+        cli_error(cmd, "%s: '%s' is not an integer in [%ld, %ld] (decimal)", flag, s, lo, hi);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
@@ -35,9 +78,10 @@ int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t hi, uint6
 {
     char *end;
     errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (!*s || *end || errno || s[0] == '-' || v > hi) {
-        cli_error(cmd, "%s: '%s' is not an integer in [0, %llu]", flag, s, (unsigned long long)hi);
+    unsigned long long v = is_decimal(s, 0) ? strtoull(s, &end, 10) : 0;
+    if (!is_decimal(s, 0) || errno || v > hi) {
+        cli_error(cmd, "%s: '%s' is not an integer in [0, %llu] (decimal)", flag, s,
+                  (unsigned long long)hi);
         return -1;
     }
     *out = v;
@@ -46,11 +90,11 @@ int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t hi, uint6
 
 int cli_double(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out)
 {
-    char *end;
+    size_t n = decimal_number_len(s, 1);
     errno = 0;
-    double v = strtod(s, &end);
-    if (!*s || *end || errno || !isfinite(v) || v < lo || v > hi) {
-        cli_error(cmd, "%s: '%s' is not a number in [%g, %g]", flag, s, lo, hi);
+    double v = n && !s[n] ? strtod(s, NULL) : NAN;
+    if (!n || s[n] || errno || !isfinite(v) || v < lo || v > hi) {
+        cli_error(cmd, "%s: '%s' is not a number in [%g, %g] (decimal)", flag, s, lo, hi);
         return -1;
     }
     *out = v;
@@ -59,14 +103,16 @@ int cli_double(const char *cmd, const char *flag, const char *s, double lo, doub
 
 int cli_parse_size(const char *s, size_t *out)
 {
-    char *end;
-    double v = strtod(s, &end);
+    size_t n = decimal_number_len(s, 0);
+    if (!n) return -1;
+    double v = strtod(s, NULL);
+    const char *end = s + n;
     double mul = *end == 'K' || *end == 'k'   ? 1024.0
                  : *end == 'M' || *end == 'm' ? 1048576.0
                  : *end == 'G' || *end == 'g' ? 1073741824.0
                                               : 1.0;
     if (mul > 1) end++;
-    if (end == s || *end || !(v >= 1) || v * mul > 1e12) return -1;
+    if (*end || !(v >= 1) || v * mul > 1e12) return -1;
     *out = (size_t)(v * mul);
     return 0;
 }
@@ -74,17 +120,33 @@ int cli_parse_size(const char *s, size_t *out)
 int cli_list(const char *cmd, const char *flag, const char *s, int max, int *n,
              int (*each)(const char *item, int i, void *ctx), void *ctx)
 {
-    char buf[512];
-    if (strlen(s) >= sizeof buf) return cli_error(cmd, "%s: list too long", flag), -1;
-    strcpy(buf, s);
     *n = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (*n >= max) return cli_error(cmd, "%s: more than %d values", flag, max), -1;
-        if (each(tok, (*n)++, ctx)) return -1;
+    if (!*s) return cli_error(cmd, "%s: empty list", flag), -1;
+    char *buf = strdup(s);
+    if (!buf) return cli_error(cmd, "%s: out of memory", flag), -1;
+    int rc = 0;
+    for (char *tok = buf;;) {
+        char *comma = strchr(tok, ',');
+        if (comma) *comma = 0;
+        if (!*tok) {
+            cli_error(cmd, "%s: '%s' has an empty element (item %d)", flag, s, *n + 1);
+            rc = -1;
+            break;
+        }
+        if (*n >= max) {
+            cli_error(cmd, "%s: more than %d values", flag, max);
+            rc = -1;
+            break;
+        }
+        if (each(tok, (*n)++, ctx)) {
+            rc = -1;
+            break;
+        }
+        if (!comma) break;
+        tok = comma + 1;
     }
-    if (!*n) return cli_error(cmd, "%s: empty list", flag), -1;
-    return 0;
+    free(buf);
+    return rc;
 }
 
 const struct model_config *cli_model(const char *cmd, const char *name)

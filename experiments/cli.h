@@ -14,16 +14,22 @@
 
 /* Prints "pulse CMD: message" to stderr. */
 void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Parse flag values; on a bad value print an error naming the flag and return -1. */
+/* Parse flag values; on a bad value print an error naming the flag and the range and return -1.
+ * Strict: decimal only (no hex, no '+', '-' only where the range is negative), no surrounding
+ * spaces, no trailing characters; doubles also refuse inf and nan. */
 int cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
 int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t hi, uint64_t *out);
 int cli_double(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
-/* A byte count with an optional K, M or G suffix (powers of 1024), e.g. 8K, 2M, 1.5G: >= 1 and
- * at most 1e12. 0, or -1 (no message: the caller names the flag). */
+/* cli_int's strict parse without the message: 0, or -1 (the caller names the flag). */
+int cli_parse_long(const char *s, long lo, long hi, long *out);
+/* A byte count (decimal, as cli_double reads it) with an optional K, M or G suffix (powers of
+ * 1024), e.g. 8K, 2M, 1.5G: >= 1 and at most 1e12. 0, or -1 (no message: the caller names the
+ * flag). */
 int cli_parse_size(const char *s, size_t *out);
-/* Splits the comma list s (the value of flag) and calls each(item, index, ctx) on every item,
- * at most max of them; their count in *n. 0, or -1 after a message naming the flag (too long,
- * too many, empty) or each's own (each returns -1 after printing one). */
+/* Splits the comma list s (the value of flag; any length) and calls each(item, index, ctx) on
+ * every item, at most max of them; their count in *n. 0, or -1 after a message naming the flag
+ * (too many; an empty list or element: "1,,2", "1,2,", ",1") or each's own (each returns -1
+ * after printing one). */
 int cli_list(const char *cmd, const char *flag, const char *s, int max, int *n,
              int (*each)(const char *item, int i, void *ctx), void *ctx);
 /* Resolves --model and --backend ("auto" picks cuda when a GPU is usable); NULL after an error. */

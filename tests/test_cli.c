@@ -82,6 +82,24 @@ static const struct bad_case bad[] = {
     {"recall-bench --backend cpu --cap-burst x", "--cap-burst: 'x' is not a size", 2},
     {"bench frob", "unknown benchmark 'frob'", 2},
     {"bench decode-step --backend cpu --points 4x", "--points: '4x' is not", 2},
+    /* one strict parser: decimal only, no hex, no surrounding spaces, no sign where none fits,
+     * no empty list element; the range in the message */
+    {"run --backend cpu --max-batch 0x10", "--max-batch: '0x10' is not an integer in [1, 4096]", 2},
+    {"run --backend cpu --max-batch ' 8'", "--max-batch: ' 8' is not an integer in [1, 4096]", 2},
+    {"run --backend cpu --seed +3", "--seed: '+3' is not an integer in [0, ", 2},
+    {"run --backend cpu --kv-budget-gb 0x1p-3", "--kv-budget-gb: '0x1p-3' is not a number in [", 2},
+    {"run --backend cpu --kv-budget-gb ' 1'", "--kv-budget-gb: ' 1' is not a number", 2},
+    {"run --backend cpu --workload 'uniform: 8:2'", "is not uniform:LEN:COUNT", 2},
+    {"run --backend cpu --workload 'lengths:5, 6'", "length 2 is not an integer", 2},
+    {"run --backend cpu --workload lengths:5,6,",
+     "length 3 is not an integer in [1, 16777216] (empty)", 2},
+    {"bench decode-step --backend cpu --points 1x64,", "--points: '1x64,' has an empty element", 2},
+    {"bench decode-step --backend cpu --points ' 1x64'", "--points: ' 1x64' is not BATCHxCONTEXT",
+     2},
+    {"recall-bench --backend cpu --sizes 8K,,16K", "--sizes: '8K,,16K' has an empty element", 2},
+    {"recall-bench --backend cpu --sizes ,8K", "has an empty element (item 1)", 2},
+    {"recall-bench --backend cpu --cap-unit 0x10K", "--cap-unit: '0x10K' is not a size", 2},
+    {"recall-bench --backend cpu --cap-unit ' 8K'", "--cap-unit: ' 8K' is not a size", 2},
 };
 
 static void test_bad_inputs(void)
@@ -127,6 +145,22 @@ static void test_oom_result(void)
     }
     json_decref(r);
     unlink(path);
+}
+
+/* A workload spec past its 255 characters says so, and a list longer than the old 512-byte
+ * buffer of cli_list is parsed. */
+static void test_long_values(void)
+{
+    char args[4096] = "run --backend cpu --workload lengths:";
+    for (int i = 0; i < 80; i++)
+        strcat(args, i ? ",100" : "100");
+    EXPECT_EQ_INT(run(args), 2);
+    EXPECT_STR_CONTAINS(out, "--workload: the spec is 327 characters, at most 255");
+    snprintf(args, sizeof args, "recall-bench --backend cpu --counts ");
+    for (int i = 0; i < 200; i++)
+        strcat(args, i ? ",1000" : "1000");
+    EXPECT_EQ_INT(run(args), 2);
+    EXPECT_STR_CONTAINS(out, "--counts: more than");
 }
 
 static void test_help(void)
@@ -265,6 +299,7 @@ static void test_recall_cap_flags(void)
 int main(void)
 {
     test_bad_inputs();
+    test_long_values();
     test_oom_result();
     test_help();
     test_models();

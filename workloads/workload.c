@@ -1,6 +1,5 @@
 #include "workload.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,18 +10,18 @@
 #define WORKLOAD_MAX_REQUESTS 1000000
 #define WORKLOAD_MAX_LEN (1 << 24)
 
-/* Parses a positive int in [1, max] from [s, end); returns -1 when it is not one. */
+/* Parses a positive int in [1, max] from [s, end): decimal digits only (no sign, spaces or hex,
+ * the rules of the command line's cli_int, which this library cannot link); -1 when it is not
+ * one. */
 static long parse_pos(const char *s, const char *end, long max)
 {
     if (s == end || end - s > 12) return -1;
-    char buf[16];
-    memcpy(buf, s, (size_t)(end - s));
-    buf[end - s] = 0;
-    char *stop;
-    errno = 0;
-    long v = strtol(buf, &stop, 10);
-    if (errno || *stop || v < 1 || v > max || buf[0] == '+' || buf[0] == '-') return -1;
-    return v;
+    long v = 0;
+    for (const char *p = s; p < end; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v >= 1 && v <= max ? v : -1;
 }
 
 static int alloc_reqs(struct workload *w, int n)
@@ -51,7 +50,8 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
         return PULSE_ERR_INVALID;
     }
     if (strlen(spec) >= sizeof w->spec) {
-        snprintf(err, errlen, "--workload: spec too long");
+        snprintf(err, errlen, "--workload: the spec is %zu characters, at most %zu", strlen(spec),
+                 sizeof w->spec - 1);
         return PULSE_ERR_INVALID;
     }
     strcpy(w->spec, spec);
@@ -63,7 +63,7 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
         if (len < 0 || count < 0) {
             snprintf(err, errlen,
                      "--workload: '%s' is not uniform:LEN:COUNT with LEN in [1, %d] and COUNT "
-                     "in [1, %d]",
+                     "in [1, %d] (decimal)",
                      spec, WORKLOAD_MAX_LEN, WORKLOAD_MAX_REQUESTS);
             return PULSE_ERR_INVALID;
         }
@@ -83,8 +83,9 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
             if (!end) end = p + strlen(p);
             long len = parse_pos(p, end, WORKLOAD_MAX_LEN);
             if (len < 0) {
-                snprintf(err, errlen, "--workload: '%s': length %d is not an integer in [1, %d]",
-                         spec, i + 1, WORKLOAD_MAX_LEN);
+                snprintf(err, errlen,
+                         "--workload: '%s': length %d is not an integer in [1, %d] (%s)", spec,
+                         i + 1, WORKLOAD_MAX_LEN, p == end ? "empty" : "decimal");
                 workload_free(w);
                 return PULSE_ERR_INVALID;
             }
