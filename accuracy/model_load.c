@@ -36,12 +36,9 @@ int model_config_from_hf(const char *dir, struct loaded_config *out, char *err, 
     c->rope_theta = (float)sc.rope_theta;
     c->norm_eps = (float)sc.rms_norm_eps;
     safetensors_free(st);
-    if (c->head_dim % 2 || c->n_heads % c->n_kv_heads) {
-        snprintf(err, errlen, "%s/config.json: head_dim %d and %d/%d heads do not fit the runtime",
-                 dir, c->head_dim, c->n_heads, c->n_kv_heads);
-        return PULSE_ERR_INVALID;
-    }
-    return PULSE_OK;
+    char label[600];
+    snprintf(label, sizeof label, "%s/config.json", dir);
+    return model_config_validate(c, label, err, errlen);
 }
 
 /* One destination: a tensor name, its expected shape, and where its rows go. */

@@ -61,13 +61,26 @@ int model_config_from_gguf(const char *path, struct loaded_config *out, char *er
         rc = PULSE_ERR_INVALID;
         goto out;
     }
-    if (layers < 1 || hidden < 1 || ffn < 1 || heads < 1 || kv_heads < 1 || hd < 2 || hd % 2 ||
-        heads % kv_heads || layers > 1024 || hidden > 65536 || ffn > 1 << 20 || hd > 512) {
+    /* each within int before the config holds it; model_config_validate checks the rest */
+    if (layers < 1 || hidden < 1 || ffn < 1 || heads < 1 || kv_heads < 1 || hd < 1 ||
+        layers > MODEL_MAX_LAYERS || hidden > MODEL_MAX_HIDDEN || ffn > MODEL_MAX_FFN ||
+        heads > MODEL_MAX_HEADS || kv_heads > MODEL_MAX_HEADS || hd > MODEL_MAX_HEAD_DIM ||
+        emb->ne[1] < 1 || emb->ne[1] > MODEL_MAX_VOCAB) {
         snprintf(err, errlen,
                  "%s: shape metadata out of range (layers %lld, hidden %lld, "
-                 "heads %lld/%lld, head_dim %lld, ffn %lld)",
+                 "heads %lld/%lld, head_dim %lld, ffn %lld, vocab %llu)",
                  path, (long long)layers, (long long)hidden, (long long)heads, (long long)kv_heads,
-                 (long long)hd, (long long)ffn);
+                 (long long)hd, (long long)ffn, (unsigned long long)emb->ne[1]);
+        rc = PULSE_ERR_INVALID;
+        goto out;
+    }
+    /* the tokenizer's ids index the embedding: a vocabulary larger than its rows would read
+     * past the table */
+    const struct gguf_value *tv = gguf_find_kv(g, "tokenizer.ggml.tokens");
+    if (tv && tv->type == GGUF_TYPE_ARRAY && tv->a.n > emb->ne[1]) {
+        snprintf(err, errlen,
+                 "%s: the tokenizer has %llu tokens but token_embd.weight only %llu rows", path,
+                 (unsigned long long)tv->a.n, (unsigned long long)emb->ne[1]);
         rc = PULSE_ERR_INVALID;
         goto out;
     }
@@ -101,6 +114,7 @@ int model_config_from_gguf(const char *path, struct loaded_config *out, char *er
         c->sliding_pattern = 6;
         c->rope_theta_local = 10000.0f;
     }
+    rc = model_config_validate(c, path, err, errlen);
 out:
     gguf_free(g);
     return rc;

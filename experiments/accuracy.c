@@ -238,6 +238,25 @@ static int parse(int argc, char **argv, struct acc_opts *o)
                    -1;
     if (o->mam_budget % 16)
         return cli_error(CMD, "--mam-budget: %ld is not a multiple of 16", o->mam_budget), -1;
+    /* each length holds the prompt (at least one token) and the task's new tokens */
+    long gen = 0;
+    const char *gen_task = "";
+    for (int i = 0; i < o->n_tasks; i++) {
+        const struct longbench_task *t = longbench_task_find(o->tasks[i]);
+        long g = o->max_gen ? PULSE_MIN(o->max_gen, (long)t->max_gen) : t->max_gen;
+        if (g > gen) gen = g, gen_task = t->name;
+    }
+    int n_len = o->longbench ? 1 : o->n_lengths;
+    for (int i = 0; i < n_len; i++) {
+        long len = o->longbench ? o->max_length : o->lengths[i];
+        if (len <= gen)
+            return cli_error(CMD,
+                             "%s: %ld tokens leave no room for a prompt: task %s generates up "
+                             "to %ld new tokens (give a longer %s or a smaller --max-gen)",
+                             o->longbench ? "--max-length" : "--lengths", len, gen_task, gen,
+                             o->longbench ? "--max-length" : "length"),
+                   -1;
+    }
     return 0;
 }
 
@@ -272,6 +291,7 @@ struct acc {
     int meter_run; /* run index whose selections the meter sees */
     char *text;
     size_t text_cap;
+    float *logits; /* [vocab]: the last step's, checked for NaN/Inf after every run */
     double t_prefill, t_decode;
     int64_t prompt_tokens, gen_tokens;
 };
@@ -279,6 +299,14 @@ struct acc {
 static int max_gen_of(const struct acc *A, const struct longbench_task *t)
 {
     return A->o.max_gen ? (int)PULSE_MIN(A->o.max_gen, t->max_gen) : t->max_gen;
+}
+
+static long count_nonfinite(const float *x, int n)
+{
+    long bad = 0;
+    for (int i = 0; i < n; i++)
+        bad += !isfinite(x[i]);
+    return bad;
 }
 
 /* Tokenises the sample's prompt into A->ids, truncated in the middle to `limit` tokens. */
@@ -290,10 +318,23 @@ static int encode_prompt(struct acc *A, const struct longbench_task *t,
     size_t n = 0, cap = (size_t)A->s.max_tokens * 4;
     int32_t *all = mem_alloc(MEM_HOST, sizeof(int32_t) * cap, "prompt ids");
     int rc = all ? tokenizer_encode(A->s.tok, prompt, strlen(prompt), 1, all, cap, &n) : -1;
+    if (rc == PULSE_ERR_NOMEM && n > cap) { /* a prompt longer than the guess: its own size */
+        mem_free(MEM_HOST, all, sizeof(int32_t) * cap);
+        cap = n;
+        all = mem_alloc(MEM_HOST, sizeof(int32_t) * cap, "prompt ids");
+        rc = all ? tokenizer_encode(A->s.tok, prompt, strlen(prompt), 1, all, cap, &n) : -1;
+    }
     free(prompt);
     if (rc != PULSE_OK) {
         snprintf(err, errlen, "sample at line %zu: the prompt does not fit %zu tokens", smp->line,
                  cap);
+        mem_free(MEM_HOST, all, sizeof(int32_t) * cap);
+        return -1;
+    }
+    /* the limit and the new tokens fit the session (parse checks every length) */
+    if (limit < 1 || limit > A->s.max_tokens || n < 1) {
+        snprintf(err, errlen, "sample at line %zu: %zu prompt tokens, limit %d of %d", smp->line, n,
+                 limit, A->s.max_tokens);
         mem_free(MEM_HOST, all, sizeof(int32_t) * cap);
         return -1;
     }
@@ -380,6 +421,17 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
         if (r == A->meter_run) locality_meter_reset(A->meter, 0);
         sparse_attn_set_list_observer(A->sp, r == A->meter_run ? meter_observe : NULL, A);
         int k = decode(A, n, first, max_gen, st->task->stop_at_newline);
+        engine_read_logits(A->s.e, A->logits, 1);
+        long bad = count_nonfinite(A->logits, A->s.cfg->vocab);
+        if (bad) {
+            snprintf(err, errlen,
+                     "%s/%ld sample %zu, policy %s: %ld of the %d final logits are NaN or "
+                     "infinite (non-finite weights or an overflow)",
+                     st->task->name, st->length, idx, sparse_policy_name(A->runs[r].policy), bad,
+                     A->s.cfg->vocab);
+            json_decref(rj);
+            return PULSE_ERR_INVALID;
+        }
         const char *pred = detok(A, k);
         double score = longbench_score_sample(st->task, smp, pred);
         struct sparse_stats ss;
@@ -663,6 +715,7 @@ static int setup(struct acc *A, char *err, size_t errlen)
     A->mam_obs = mem_alloc(MEM_HOST, sizeof(int64_t) * c->n_layers * A->o.n_tasks, "mam obs");
     A->text_cap = (size_t)gen * 64 + 1;
     A->text = mem_alloc(MEM_HOST, A->text_cap, "text");
+    A->logits = mem_alloc(MEM_HOST, sizeof(float) * c->vocab, "logits");
     struct locality_meter_params mp = {{1, 1, c->head_dim, 16, (int)A->o.mam_budget / 16,
                                         (int)A->o.sink, (int)A->o.window,
                                         PULSE_CEIL_DIV(A->s.max_tokens, 16)},
@@ -672,7 +725,7 @@ static int setup(struct acc *A, char *err, size_t errlen)
                                        0};
     A->meter = locality_meter_create(&mp, err, errlen);
     if (!A->ids || !A->gen || !A->sel || !A->sel_rev || !A->mam || !A->mam_obs || !A->text ||
-        !A->meter)
+        !A->logits || !A->meter)
         return PULSE_ERR_NOMEM;
     memset(A->sel, 0, sizeof(int32_t) * c->n_layers);
     memset(A->sel_rev, 0, sizeof(int32_t) * c->n_layers);
@@ -694,6 +747,7 @@ static void teardown(struct acc *A)
         mem_free(MEM_HOST, A->mam, sizeof(double) * LH * A->o.n_tasks);
         mem_free(MEM_HOST, A->mam_obs, sizeof(int64_t) * c->n_layers * A->o.n_tasks);
         mem_free(MEM_HOST, A->text, A->text_cap);
+        mem_free(MEM_HOST, A->logits, sizeof(float) * c->vocab);
     }
     locality_meter_free(A->meter);
     sparse_attn_free(A->sp);
@@ -719,6 +773,11 @@ int cmd_accuracy(int argc, char **argv)
     if (session_config(&A.s, A.o.model, err, sizeof err) != PULSE_OK ||
         session_tokenizer(&A.s, err, sizeof err) != PULSE_OK || !A.s.tok) {
         cli_error(CMD, "--model: %s", err[0] ? err : "the model file carries no tokenizer");
+        session_close(&A.s);
+        return EXIT_USAGE;
+    }
+    if (model_config_check_backend(A.s.cfg, A.be->name, err, sizeof err) != PULSE_OK) {
+        cli_error(CMD, "--model: %s", err);
         session_close(&A.s);
         return EXIT_USAGE;
     }

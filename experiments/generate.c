@@ -5,6 +5,7 @@
  * with the last position's logits. --token-by-token runs the prompt through the decode step
  * one token at a time instead (what the prefill must equal). */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,6 +188,11 @@ int cmd_generate(int argc, char **argv)
         return EXIT_USAGE;
     }
     const struct model_config *m = ss.cfg;
+    if (model_config_check_backend(m, be->name, err, sizeof err) != PULSE_OK) {
+        cli_error(CMD, "--model: %s", err);
+        session_close(&ss);
+        return EXIT_USAGE;
+    }
     if (session_tokenizer(&ss, err, sizeof err) != PULSE_OK) ss.tok = NULL;
     int32_t *ids = mem_alloc(MEM_HOST, sizeof(int32_t) * (MAX_PROMPT + o.max_new), "ids");
     struct gen_sparse sp = {0};
@@ -241,6 +247,17 @@ int cmd_generate(int argc, char **argv)
                sp.st.context_tokens ? (double)sp.st.attended_tokens / sp.st.context_tokens : 1.0);
     }
     engine_read_logits(ss.e, logits, 1);
+    long bad = 0;
+    for (int v = 0; v < m->vocab; v++)
+        bad += !isfinite(logits[v]);
+    if (bad) { /* NaN/Inf weights or an overflow: the ids above them mean nothing */
+        cli_error(CMD,
+                  "%ld of the %d final logits are NaN or infinite (non-finite weights in "
+                  "'%s' or an overflow); no result",
+                  bad, m->vocab, o.model);
+        code = 1;
+        goto out;
+    }
     printf("prompt ids:");
     for (long t = 0; t < n_prompt; t++)
         printf(" %d", ids[t]);

@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common.h"
@@ -60,6 +61,73 @@ int model_n_global_layers(const struct model_config *c)
     return n;
 }
 
+static int positive_finite(float x)
+{
+    return isfinite(x) && x > 0.0f;
+}
+
+int model_config_validate(const struct model_config *c, const char *label, char *err, size_t errlen)
+{
+    /* int fields compared one by one: no product is formed before its factors are bounded */
+    if (c->n_layers < 1 || c->n_layers > MODEL_MAX_LAYERS || c->hidden < 1 ||
+        c->hidden > MODEL_MAX_HIDDEN || c->n_heads < 1 || c->n_heads > MODEL_MAX_HEADS ||
+        c->n_kv_heads < 1 || c->n_kv_heads > c->n_heads || c->head_dim < 2 ||
+        c->head_dim > MODEL_MAX_HEAD_DIM || c->head_dim % 2 || c->n_heads % c->n_kv_heads ||
+        c->ffn < 1 || c->ffn > MODEL_MAX_FFN || c->vocab < 1 || c->vocab > MODEL_MAX_VOCAB) {
+        snprintf(err, errlen,
+                 "%s: shape out of range (layers %d of 1..%d, hidden %d of 1..%d, heads %d/%d "
+                 "of 1..%d with kv dividing heads, head_dim %d even in 2..%d, ffn %d of 1..%d, "
+                 "vocab %d of 1..%d)",
+                 label, c->n_layers, MODEL_MAX_LAYERS, c->hidden, MODEL_MAX_HIDDEN, c->n_heads,
+                 c->n_kv_heads, MODEL_MAX_HEADS, c->head_dim, MODEL_MAX_HEAD_DIM, c->ffn,
+                 MODEL_MAX_FFN, c->vocab, MODEL_MAX_VOCAB);
+        return PULSE_ERR_INVALID;
+    }
+    if (!positive_finite(c->norm_eps) || !positive_finite(c->rope_theta) ||
+        (c->sliding_window > 0 && !positive_finite(c->rope_theta_local))) {
+        snprintf(err, errlen,
+                 "%s: norm epsilon %g, RoPE base %g (local %g): each must be finite and > 0", label,
+                 (double)c->norm_eps, (double)c->rope_theta, (double)c->rope_theta_local);
+        return PULSE_ERR_INVALID;
+    }
+    if (c->sliding_window < 0 || c->sliding_pattern < 0) {
+        snprintf(err, errlen, "%s: sliding window %d, pattern %d: must be >= 0", label,
+                 c->sliding_window, c->sliding_pattern);
+        return PULSE_ERR_INVALID;
+    }
+    /* within these bounds: qkv width <= 3 * 1024 * 512 (int), weights < 2^50 elements; the
+     * total must also fit size_t for the one allocation */
+    uint64_t bytes = model_weight_bytes(c);
+    if (bytes > (uint64_t)SIZE_MAX / 2) {
+        snprintf(err, errlen, "%s: %llu weight bytes do not fit this machine's address space",
+                 label, (unsigned long long)bytes);
+        return PULSE_ERR_INVALID;
+    }
+    return PULSE_OK;
+}
+
+int model_config_check_backend(const struct model_config *c, const char *backend_name, char *err,
+                               size_t errlen)
+{
+    if (strcmp(backend_name, "cuda") != 0) return PULSE_OK;
+    int hd = c->head_dim, group = c->n_kv_heads > 0 ? c->n_heads / c->n_kv_heads : 0;
+    if (hd != 64 && hd != 128 && hd != 256) {
+        snprintf(err, errlen,
+                 "%s: head_dim %d: the cuda backend's attention takes 64, 128 or 256 (the cpu "
+                 "backend runs it)",
+                 c->name, hd);
+        return PULSE_ERR_INVALID;
+    }
+    if (group < 1 || group > 8) {
+        snprintf(err, errlen,
+                 "%s: %d query heads per KV head: the cuda backend's attention takes 1 to 8 "
+                 "(the cpu backend runs it)",
+                 c->name, group);
+        return PULSE_ERR_INVALID;
+    }
+    return PULSE_OK;
+}
+
 static int tied(const struct model_config *c)
 {
     return c->arch == MODEL_ARCH_GEMMA3;
@@ -67,7 +135,9 @@ static int tied(const struct model_config *c)
 
 int model_qkv_dim(const struct model_config *c)
 {
-    return (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    /* int64: a config not yet through model_config_validate must not overflow here */
+    int64_t d = ((int64_t)c->n_heads + 2 * (int64_t)c->n_kv_heads) * c->head_dim;
+    return d > INT32_MAX ? INT32_MAX : (int)d;
 }
 
 static uint64_t layer_params(const struct model_config *c)
@@ -141,7 +211,9 @@ static size_t arena_elems(const struct model_config *c)
                           h,
                           2 * (size_t)c->ffn * h,
                           h * c->ffn,
-                          c->arch == MODEL_ARCH_GEMMA3 ? 2 * h : 0};
+                          /* Gemma 3's post-norms: two carves, each aligned */
+                          c->arch == MODEL_ARCH_GEMMA3 ? h : 0,
+                          c->arch == MODEL_ARCH_GEMMA3 ? h : 0};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(per_layer); i++)
         total += (per_layer[i] + 63) & ~(size_t)63;
     total *= (size_t)c->n_layers;
@@ -164,7 +236,7 @@ static int model_layout(struct model *m, const struct model_config *cfg, const s
         return PULSE_ERR_OOM;
     }
     struct carver cv = {be, ctx, m->base, seed, 0, fill};
-    float h = (float)cfg->hidden, qd = (float)(cfg->n_heads * cfg->head_dim);
+    float h = (float)cfg->hidden, qd = (float)cfg->n_heads * (float)cfg->head_dim;
     /* a tied table serves the head too: the head's scale, times sqrt(hidden) on the way in */
     m->embed = carve(&cv, (size_t)cfg->vocab * cfg->hidden, tied(cfg) ? sqrtf(3.0f / h) : 1.0f, 0.0f);
     for (int l = 0; l < cfg->n_layers; l++) {

@@ -3,6 +3,7 @@
 #ifndef PULSE_MODEL_H
 #define PULSE_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend.h"
@@ -40,6 +41,26 @@ const struct model_config *model_config_find(const char *name);
 const struct model_config *model_config_at(int i);
 /* Names of the built-in configs, comma separated (for messages). */
 const char *model_config_names(void);
+
+/* Whether c describes a model this runtime can lay out and run: every count >= 1, head_dim even,
+ * n_heads a multiple of n_kv_heads, norm_eps and the RoPE bases finite and > 0, and the shapes
+ * within MODEL_MAX_* (so that every size below fits 64-bit and the int widths used by the
+ * kernels). PULSE_OK, or PULSE_ERR_INVALID with a one-line reason starting with `label` (the
+ * file the config came from) in err. Both loaders (accuracy/model_load.h) call it. */
+#define MODEL_MAX_LAYERS 1024
+#define MODEL_MAX_HIDDEN 65536
+#define MODEL_MAX_HEADS 1024
+#define MODEL_MAX_HEAD_DIM 512
+#define MODEL_MAX_FFN (1 << 20)
+#define MODEL_MAX_VOCAB (1 << 22)
+int model_config_validate(const struct model_config *c, const char *label, char *err,
+                          size_t errlen);
+/* Whether backend `backend_name` ("cpu", "cuda") runs c's attention: cuda's decode kernel takes
+ * head_dim 64, 128 or 256 and at most 8 query heads per KV head; cpu takes any valid config.
+ * PULSE_OK, or PULSE_ERR_INVALID with a one-line reason naming the backend. Callers check it
+ * before creating an engine, so that a model the loader accepted never aborts in a kernel. */
+int model_config_check_backend(const struct model_config *c, const char *backend_name, char *err,
+                               size_t errlen);
 
 /* Parameter count, total weight bytes (bf16), bytes a decode step reads from the weights (all
  * but the embedding table, of which it gathers a few rows), KV bytes per token (all layers). */
