@@ -42,7 +42,7 @@ struct run_opts {
     const char *backend, *model, *policy, *workload, *out, *weights;
     long output_len, max_batch, page_size;
     double budget_gb;
-    int budget_set, print_tokens, no_graph;
+    int budget_set, model_set, print_tokens, no_graph;
     uint64_t seed;
     struct run_offload_opts off;
 };
@@ -77,7 +77,8 @@ static int parse(int argc, char **argv, struct run_opts *o)
     int c;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    struct cli_seen seen = {0};
+    while ((c = cli_getopt("run", argc, argv, opts, &seen)) != -1) {
         if (c >= RUN_OFF_BUDGET && c < RUN_OFF_END) {
             if (run_offload_flag(&o->off, c, optarg)) return -1;
             continue;
@@ -88,6 +89,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
             break;
         case 'm':
             o->model = optarg;
+            o->model_set = 1;
             break;
         case 'p':
             o->policy = optarg;
@@ -134,6 +136,10 @@ static int parse(int argc, char **argv, struct run_opts *o)
         }
     }
     if (cli_no_extra_args("run", argc, argv)) return -1;
+    if (o->weights && o->model_set) {
+        cli_error("run", "--weights and --model: give one (the weights' config replaces --model)");
+        return -1;
+    }
     return 0;
 }
 
@@ -395,6 +401,10 @@ int cmd_run(int argc, char **argv)
     }
     const struct backend *be = cli_backend("run", o.backend);
     if (!be) return EXIT_USAGE;
+    if (model_config_check_backend(m, be->name, err, sizeof err) != PULSE_OK) {
+        cli_error("run", "%s", err);
+        return EXIT_USAGE;
+    }
     struct workload w;
     if (workload_create(&w, o.workload, (int)o.output_len, o.seed, err, sizeof err) != PULSE_OK) {
         cli_error("run", "%s", err);
