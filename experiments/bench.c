@@ -97,7 +97,8 @@ static int parse(int argc, char **argv, struct bench_opts *o)
     int c;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    struct cli_seen seen = {0};
+    while ((c = cli_getopt("bench", argc, argv, opts, &seen)) != -1) {
         switch (c) {
         case 'b':
             o->backend = optarg;

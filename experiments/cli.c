@@ -172,8 +172,36 @@ const struct backend *cli_backend(const char *cmd, const char *name)
     return be;
 }
 
+/* Set when cli_getopt returned '?' after its own message. */
+static int cli_reported;
+
+int cli_getopt(const char *cmd, int argc, char **argv, const struct option *opts,
+               struct cli_seen *seen)
+{
+    int li = -1;
+    int c = getopt_long(argc, argv, "", opts, &li);
+    if (c == -1 || c == '?' || li < 0 || (size_t)li >= sizeof seen->given ||
+        opts[li].has_arg == no_argument)
+        return c;
+    if (seen->repeatable) {
+        size_t n = strlen(opts[li].name);
+        for (const char *r = seen->repeatable; (r = strstr(r, opts[li].name)); r += n)
+            if ((r == seen->repeatable || r[-1] == ',') && (r[n] == ',' || !r[n])) return c;
+    }
+    if (seen->given[li]++) {
+        cli_error(cmd, "--%s given twice", opts[li].name);
+        cli_reported = 1;
+        return '?';
+    }
+    return c;
+}
+
 void cli_unknown_flag(const char *cmd, int argc, char **argv)
 {
+    if (cli_reported) {
+        cli_reported = 0;
+        return;
+    }
     const char *bad = (optind - 1 < argc && optind >= 1) ? argv[optind - 1] : "?";
     cli_error(cmd, "unknown or incomplete option '%s' (see pulse %s --help)", bad, cmd);
 }

@@ -35,6 +35,18 @@ int cli_list(const char *cmd, const char *flag, const char *s, int max, int *n,
 /* Resolves --model and --backend ("auto" picks cuda when a GPU is usable); NULL after an error. */
 const struct model_config *cli_model(const char *cmd, const char *name);
 const struct backend *cli_backend(const char *cmd, const char *name);
+/* getopt_long over long options only (optstring ""), refusing a flag with a value given twice:
+ * then it prints "pulse CMD: --seed given twice" and returns '?', and the cli_unknown_flag that
+ * the caller's '?' case calls prints nothing more. A flag without a value may repeat, and so may
+ * those named in repeatable ("task,length": flags that accumulate). seen is zeroed by the caller
+ * before the loop, but for repeatable; given is indexed by the option's place in opts. */
+struct cli_seen {
+    const char *repeatable;
+    unsigned char given[256];
+};
+struct option;
+int cli_getopt(const char *cmd, int argc, char **argv, const struct option *opts,
+               struct cli_seen *seen);
 /* getopt_long's message for an unknown flag is replaced by this one (call on '?'). */
 void cli_unknown_flag(const char *cmd, int argc, char **argv);
 /* After getopt_long: -1 with a message when positional arguments are left, else 0. */

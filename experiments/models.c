@@ -18,7 +18,8 @@ int cmd_models(int argc, char **argv)
     int as_json = 0, c;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    struct cli_seen seen = {0};
+    while ((c = cli_getopt("models", argc, argv, opts, &seen)) != -1) {
         if (c == 'h') {
             fputs(usage, stdout);
             return 0;

@@ -57,7 +57,8 @@ static int parse(int argc, char **argv, struct prof_opts *o)
     int c;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    struct cli_seen seen = {0};
+    while ((c = cli_getopt(C, argc, argv, opts, &seen)) != -1) {
         int bad = 0;
         switch (c) {
         case 'm':

@@ -196,7 +196,8 @@ static int parse(int argc, char **argv, struct opts *o)
     int c, bad = 0;
     opterr = 0;
     optind = 1;
-    while (!bad && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    struct cli_seen seen = {0};
+    while (!bad && (c = cli_getopt(CMD, argc, argv, opts, &seen)) != -1) {
         switch (c) {
         case O_BACKEND:
             o->backend = optarg;

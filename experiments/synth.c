@@ -83,7 +83,8 @@ static int parse(int argc, char **argv, struct synth_opts *o)
     int c, any_task = 0;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    struct cli_seen seen = {.repeatable = "task,length,corpus"};
+    while ((c = cli_getopt(C, argc, argv, opts, &seen)) != -1) {
         int bad = 0;
         switch (c) {
         case 't':

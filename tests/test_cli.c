@@ -100,6 +100,15 @@ static const struct bad_case bad[] = {
     {"recall-bench --backend cpu --sizes ,8K", "has an empty element (item 1)", 2},
     {"recall-bench --backend cpu --cap-unit 0x10K", "--cap-unit: '0x10K' is not a size", 2},
     {"recall-bench --backend cpu --cap-unit ' 8K'", "--cap-unit: ' 8K' is not a size", 2},
+    /* a value given twice, or two flags that conflict, is refused, not silently overridden */
+    {"run --backend cpu --seed 1 --seed 2", "pulse run: --seed given twice", 2},
+    {"run --backend cpu --policy arkvale --budget-tokens 16 --budget-tokens 32",
+     "--budget-tokens given twice", 2},
+    {"run --backend cpu --weights /nonexistent/ckpt --model tiny",
+     "--weights and --model: give one", 2},
+    {"bench decode-step --backend cpu --points 1x64 --points 2x64", "--points given twice", 2},
+    {"recall-bench --backend cpu --sizes 8K --sizes 16K", "--sizes given twice", 2},
+    {"profile --backend cpu --batches 1 --batches 2", "--batches given twice", 2},
 };
 
 static void test_bad_inputs(void)
