@@ -166,7 +166,48 @@ static json_t *samples_json(const double *ms, int n)
     return a;
 }
 
-/* The peer's point with the same batch and context, or NULL. */
+/* A point whose step was timed: status "ok" or none (older peer files). */
+static int peer_point_ok(json_t *p)
+{
+    json_t *st = json_object_get(p, "status");
+    return !st || (json_is_string(st) && !strcmp(json_string_value(st), "ok"));
+}
+
+/* The peer's result JSON (experiments/peer), checked: an object whose "points" is an array of
+ * objects with integer "batch" and "context" >= 1 and, when timed, a positive finite
+ * "ms_per_step_median". NULL after a one-line message naming the first bad field. */
+static json_t *load_peer(const char *path)
+{
+    json_t *peer = cli_load_json("bench", "--peer", path);
+    if (!peer) return NULL;
+    char why[128] = "";
+    json_t *pts = json_object_get(peer, "points"), *p;
+    size_t i;
+    if (!json_is_object(peer) || !json_is_array(pts))
+        snprintf(why, sizeof why, "no \"points\" array");
+    json_array_foreach(why[0] ? NULL : pts, i, p)
+    {
+        const char *keys[] = {"batch", "context"};
+        for (int k = 0; k < 2 && !why[0]; k++) {
+            json_t *v = json_object_get(p, keys[k]);
+            if (!json_is_integer(v) || json_integer_value(v) < 1)
+                snprintf(why, sizeof why, "points[%zu].%s is not an integer >= 1", i, keys[k]);
+        }
+        json_t *ms = json_object_get(p, "ms_per_step_median");
+        if (!why[0] && peer_point_ok(p) &&
+            !(json_is_number(ms) && isfinite(json_number_value(ms)) && json_number_value(ms) > 0))
+            snprintf(why, sizeof why, "points[%zu].ms_per_step_median is not a positive number", i);
+        if (why[0]) break;
+    }
+    if (why[0]) {
+        cli_error("bench", "--peer: %s: %s (not a peer result of experiments/peer)", path, why);
+        json_decref(peer);
+        return NULL;
+    }
+    return peer;
+}
+
+/* The peer's timed point with the same batch and context, or NULL. */
 static json_t *peer_point(json_t *peer, int batch, int ctx)
 {
     size_t i;
@@ -174,7 +215,7 @@ static json_t *peer_point(json_t *peer, int batch, int ctx)
     json_array_foreach(json_object_get(peer, "points"), i, p)
     {
         if (json_integer_value(json_object_get(p, "batch")) == batch &&
-            json_integer_value(json_object_get(p, "context")) == ctx)
+            json_integer_value(json_object_get(p, "context")) == ctx && peer_point_ok(p))
             return p;
     }
     return NULL;
@@ -324,12 +365,8 @@ static int decode_step(int argc, char **argv)
     if (!m) return EXIT_USAGE;
     const struct backend *be = cli_backend("bench", o.backend);
     if (!be) return EXIT_USAGE;
-    json_error_t je;
     json_t *peer = NULL;
-    if (o.peer && !(peer = json_load_file(o.peer, 0, &je))) {
-        cli_error("bench", "--peer: %s: %s (line %d)", o.peer, je.text, je.line);
-        return EXIT_USAGE;
-    }
+    if (o.peer && !(peer = load_peer(o.peer))) return EXIT_USAGE;
     int max_b = 1, max_t = 1;
     for (int i = 0; i < np; i++) {
         max_b = PULSE_MAX(max_b, pts[i].batch);
@@ -385,14 +422,18 @@ static int decode_step(int argc, char **argv)
             results_set_real(pj, "peer_ms_per_step", peer_ms);
             results_set_real(pj, "speedup_vs_peer", peer_ms / step);
         }
-        printf("%-6d %-7d %9.3f %9.3f %7.3f %9.1f %8.4f %9.3f %8.3f %8.3f %8.3f\n", pts[i].batch,
+        printf("%-6d %-7d %9.3f %9.3f %7.3f %9.1f %8.4f %9.3f %8.3f %8.3f ", pts[i].batch,
                pts[i].ctx, step, json_real_value(json_object_get(pj, "floor_ms")),
                json_real_value(json_object_get(pj, "ratio_to_floor")),
                json_real_value(json_object_get(pj, "output_tokens_per_s")),
                json_real_value(json_object_get(pj, "attn_ms_median")),
                json_real_value(json_object_get(pj, "attn_fraction_of_copy_bw")),
                json_real_value(json_object_get(pj, "gemm_ms_per_step")),
-               json_real_value(json_object_get(pj, "gemm_GBps")) / copy_gbs, peer_ms / step);
+               json_real_value(json_object_get(pj, "gemm_GBps")) / copy_gbs);
+        if (pp)
+            printf("%8.3f\n", peer_ms / step);
+        else
+            printf("%8s\n", "-"); /* no peer, or no timed point of the peer here */
     }
     printf("copy bandwidth %.1f GB/s (read + write)\n", copy_gbs);
     json_object_set_new(res, "points", arr);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void cli_error(const char *cmd, const char *fmt, ...)
 {
@@ -147,6 +148,23 @@ int cli_list(const char *cmd, const char *flag, const char *s, int max, int *n,
     }
     free(buf);
     return rc;
+}
+
+json_t *cli_load_json(const char *cmd, const char *flag, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        cli_error(cmd, "%s: %s: cannot open (%s)", flag, path, strerror(errno));
+        return NULL;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        cli_error(cmd, "%s: %s: is a directory, not a JSON file", flag, path);
+        return NULL;
+    }
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j) cli_error(cmd, "%s: %s: %s (line %d)", flag, path, je.text, je.line);
+    return j;
 }
 
 const struct model_config *cli_model(const char *cmd, const char *name)

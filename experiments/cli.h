@@ -3,6 +3,7 @@
 #ifndef PULSE_CLI_H
 #define PULSE_CLI_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +33,9 @@ int cli_parse_size(const char *s, size_t *out);
  * after printing one). */
 int cli_list(const char *cmd, const char *flag, const char *s, int max, int *n,
              int (*each)(const char *item, int i, void *ctx), void *ctx);
+/* Loads the JSON file path (the value of flag): the document (the caller's reference), or NULL
+ * after a one-line message: "--peer: DIR: is a directory", cannot open, or the parse error. */
+json_t *cli_load_json(const char *cmd, const char *flag, const char *path);
 /* Resolves --model and --backend ("auto" picks cuda when a GPU is usable); NULL after an error. */
 const struct model_config *cli_model(const char *cmd, const char *name);
 const struct backend *cli_backend(const char *cmd, const char *name);

@@ -172,6 +172,49 @@ static void test_long_values(void)
     EXPECT_STR_CONTAINS(out, "--counts: more than");
 }
 
+/* bench --peer: a directory says so, a JSON that is not a peer result names its first bad field,
+ * a peer without the point prints "-" and never nan. */
+static void test_bench_peer(void)
+{
+    const char *path = "/tmp/pulse_cli_peer.json";
+    struct {
+        const char *json, *message;
+    } bad_peers[] = {
+        {"{}", "--peer: /tmp/pulse_cli_peer.json: no \"points\" array"},
+        {"[1, 2]", "no \"points\" array"},
+        {"{\"points\": [{\"batch\": 1}]}", "points[0].context is not an integer >= 1"},
+        {"{\"points\": [{\"batch\": 1, \"context\": 64, \"status\": \"oom\"}, "
+         "{\"batch\": 2, \"context\": 64, \"ms_per_step_median\": \"fast\"}]}",
+         "points[1].ms_per_step_median is not a positive number"},
+    };
+    char args[512];
+    for (size_t i = 0; i < sizeof bad_peers / sizeof bad_peers[0]; i++) {
+        FILE *f = fopen(path, "w");
+        fputs(bad_peers[i].json, f);
+        fclose(f);
+        snprintf(args, sizeof args,
+                 "bench decode-step --backend cpu --model tiny --points 1x64 --iters 1 "
+                 "--warmup 0 --peer %s",
+                 path);
+        EXPECT_EQ_INT(run(args), 2);
+        EXPECT_STR_CONTAINS(out, bad_peers[i].message);
+    }
+    EXPECT_EQ_INT(run("bench decode-step --backend cpu --model tiny --points 1x64 --peer /tmp"), 2);
+    EXPECT_STR_CONTAINS(out, "--peer: /tmp: is a directory");
+    FILE *f = fopen(path, "w");
+    fputs("{\"points\": [{\"batch\": 1, \"context\": 64, \"status\": \"oom\"}, "
+          "{\"batch\": 2, \"context\": 64, \"ms_per_step_median\": 0.5}]}",
+          f);
+    fclose(f);
+    snprintf(args, sizeof args,
+             "bench decode-step --backend cpu --model tiny --points 1x64,2x64,3x64 --iters 1 "
+             "--warmup 0 --peer %s",
+             path);
+    EXPECT_EQ_INT(run(args), 0);
+    EXPECT(strstr(out, "nan") == NULL);
+    unlink(path);
+}
+
 static void test_help(void)
 {
     const char *cmds[] = {
@@ -309,6 +352,7 @@ int main(void)
 {
     test_bad_inputs();
     test_long_values();
+    test_bench_peer();
     test_oom_result();
     test_help();
     test_models();
