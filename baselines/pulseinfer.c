@@ -119,7 +119,7 @@ static int parse_admission(struct pulseinfer *pi, const char *a, char *err, size
     pi->fixed_len = -1;
     if (!a || !strcmp(a, "ioaa")) return PULSE_OK;
     char *end = NULL;
-    if (!strncmp(a, "fixed:", 6)) {
+    if (!strncmp(a, "fixed:", 6) && a[6] >= '0' && a[6] <= '9') { /* decimal digits only */
         long v = strtol(a + 6, &end, 10);
         if (end != a + 6 && !*end && v >= 0 && v < (1L << 30)) {
             pi->fixed_len = (int)v;

@@ -335,6 +335,13 @@ static void test_flags(void)
     serve(&c, &r); /* ctx_create refuses it: the run never starts */
     EXPECT(r.rc != 0);
     workload_free(&r.w);
+    static const char *const bad[] = {"fixed: 5", "fixed:+5", "fixed:0x10", "fixed:5 ", "fixed:"};
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
+        c.admission = bad[i];
+        serve(&c, &r);
+        EXPECT(r.rc != 0);
+        workload_free(&r.w);
+    }
     EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy arkvale --no-irq", out, sizeof out), 2);
     EXPECT(strstr(out, "--no-irq: only for pulseinfer") != NULL);
     EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy vanilla --admission fixed:10", out,
