@@ -40,6 +40,7 @@ struct pi_cfg {
     size_t kv_budget; /* GPU KV bytes; 0 = 64 MB */
     int zero_copy;    /* the zero-copy engine (device-driven, its gather beside), else
                          gather-scatter */
+    int no_verify;    /* without offload_verify after each step (then host syncs are 0) */
 };
 
 struct pi_out {
@@ -71,7 +72,7 @@ static void serve(const struct pi_cfg *c, struct pi_out *r)
     const struct policy *pol = policy_find(c->policy);
     struct offload_params p;
     offload_params_init(&p, c->max_batch, max_tokens, 1);
-    p.verify_steps = 1;
+    p.verify_steps = !c->no_verify;
     p.selection = c->selection;
     p.budget_tokens = c->budget_tokens;
     p.prompt_kv = c->prompt_kv;
@@ -103,6 +104,8 @@ static void serve(const struct pi_cfg *c, struct pi_out *r)
         r->rc = serve_run_policy(e, kv, pol, ctx, r->w.reqs, r->w.n, c->max_batch, &r->ctr,
                                  &wall, err, sizeof err);
     if (r->rc) fprintf(stderr, "serve %s %s: %s\n", c->policy, c->spec, err);
+    /* no host round trip inside a step (offload_verify's checks synchronise: only without) */
+    if (r->rc == 0 && c->no_verify) EXPECT_EQ_INT(r->ctr.step_host_syncs, 0);
     if (ctx) pol->ctx_free(ctx);
     query_source_free(p.source);
     kv_cache_free(kv);
@@ -264,7 +267,12 @@ static void test_irq(void)
                        .budget_tokens = 32, /* a few blocks: every step recalls */
                        .prompt_kv = OFFLOAD_KV_LOCALITY,
                        .ops = &ops};
-    struct pi_out irq, seq;
+    struct pi_out irq, seq, irq_zc;
+    c.no_verify = 1;
+    c.zero_copy = 1;
+    serve(&c, &irq_zc); /* zero-copy's gather beside the normal layers: no host round trip */
+    EXPECT_EQ_INT(irq_zc.rc, 0);
+    c.zero_copy = 0;
     serve(&c, &irq);
     c.no_irq = 1;
     serve(&c, &seq);
@@ -285,8 +293,10 @@ static void test_irq(void)
            (long long)irq.ctr.recalls_hidden, (long long)irq.ctr.recalls_exposed,
            irq.ctr.offload_wait_s * 1e3, (long long)seq.ctr.layer_switches);
     atomic_store(&g_delay_ns, 0);
+    EXPECT(same_tokens(&irq.w, &irq_zc.w)); /* the same selection, another engine */
     workload_free(&irq.w);
     workload_free(&seq.w);
+    workload_free(&irq_zc.w);
 }
 
 /* SoloHead recalls whole blocks (every KV head: token-wise chunks), head-wise one head's. */
@@ -394,6 +404,9 @@ static void test_flags(void)
     EXPECT_EQ_INT(json_integer_value(json_object_get(sched, "admitted_offload")), 2);
     EXPECT_EQ_INT(json_integer_value(json_object_get(sched, "admitted_normal")), 2);
     EXPECT(json_is_array(json_object_get(sched, "batch_max")));
+    EXPECT_EQ_INT(json_integer_value(json_object_get(json_object_get(j, "counters"),
+                                                     "step_host_syncs")),
+                  0);
     json_t *pi = json_object_get(json_object_get(j, "counters"), "pulseinfer");
     EXPECT(json_is_true(json_object_get(pi, "irq")));
     EXPECT(!strcmp(json_string_value(json_object_get(pi, "admission")) ?: "", "fixed:200"));
