@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 void cli_error(const char *cmd, const char *fmt, ...)
 {
@@ -148,6 +149,25 @@ int cli_list(const char *cmd, const char *flag, const char *s, int max, int *n,
     }
     free(buf);
     return rc;
+}
+
+int cli_out_path(const char *cmd, const char *flag, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        cli_error(cmd, "%s: %s: is a directory", flag, path);
+        return -1;
+    }
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (access(dir, W_OK) != 0) {
+        cli_error(cmd, "%s: %s: cannot write in %s (%s)", flag, path, dir, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 json_t *cli_load_json(const char *cmd, const char *flag, const char *path)

@@ -36,6 +36,9 @@ int cli_list(const char *cmd, const char *flag, const char *s, int max, int *n,
 /* Loads the JSON file path (the value of flag): the document (the caller's reference), or NULL
  * after a one-line message: "--peer: DIR: is a directory", cannot open, or the parse error. */
 json_t *cli_load_json(const char *cmd, const char *flag, const char *path);
+/* An output path (the value of flag) that the run can write at its end: not a directory, its
+ * directory existing and writable. 0, or -1 after a one-line message, before any work. */
+int cli_out_path(const char *cmd, const char *flag, const char *path);
 /* Resolves --model and --backend ("auto" picks cuda when a GPU is usable); NULL after an error. */
 const struct model_config *cli_model(const char *cmd, const char *name);
 const struct backend *cli_backend(const char *cmd, const char *name);

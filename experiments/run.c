@@ -136,6 +136,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
         }
     }
     if (cli_no_extra_args("run", argc, argv)) return -1;
+    if (o->off.trace && cli_out_path("run", "--trace", o->off.trace)) return -1;
     if (o->weights && o->model_set) {
         cli_error("run", "--weights and --model: give one (the weights' config replaces --model)");
         return -1;

@@ -361,6 +361,14 @@ static void test_flags(void)
                                sizeof out),
                   2);
     EXPECT(strstr(out, "--admission") != NULL);
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy pulseinfer --trace /nonexistent/t.json",
+                               out, sizeof out),
+                  2);
+    EXPECT(strstr(out, "--trace: /nonexistent/t.json: cannot write in /nonexistent") != NULL);
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy pulseinfer --profile /nonexistent.json",
+                               out, sizeof out),
+                  1);
+    EXPECT(strstr(out, "--profile: /nonexistent.json: cannot open") != NULL);
     char path[] = "/tmp/pulse_pi_XXXXXX", trace[] = "/tmp/pulse_pi_trace_XXXXXX", cmd[512];
     int fd = mkstemp(path);
     if (fd >= 0) close(fd);
