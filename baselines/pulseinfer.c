@@ -297,18 +297,19 @@ static int64_t free_pages(const struct kv_cache *kv)
     return ks.free_pages;
 }
 
-/* IOAA over the first max_waiting waiting requests, then their admission in sorted order. */
+/* IOAA over the first max_waiting waiting requests (no more than the free slots), then the
+ * chosen ones' admission in arrival order. */
 static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
 {
-    const int64_t fp = free_pages(s->kv);
+    struct kv_cache_stats ks;
+    kv_cache_get_stats(s->kv, &ks);
+    const int64_t fp = ks.free_pages;
     const size_t fh = offload_host_free_bytes(pi->o);
     const int entries = serve_entries(s);
     if (s->next_waiting >= s->n_arrived) return PULSE_OK;
     if (pi->decided_once && s->n_arrived == pi->last_arrived && entries == pi->last_entries &&
         fp == pi->last_free_pages && fh == pi->last_free_host)
         return PULSE_OK; /* not an admission point: nothing changed since the last decision */
-    struct kv_cache_stats ks;
-    kv_cache_get_stats(s->kv, &ks);
     /* at most as many as there are free cache slots (the model counts bytes, not slots) */
     const int n = PULSE_MIN(PULSE_MIN(s->n_arrived - s->next_waiting, pi->max_waiting),
                             s->max_batch - entries);
