@@ -35,6 +35,8 @@ struct batch {
     uint16_t *d_attn; /* [max_batch][nq*hd] attention output: attention -> post-attention */
     int32_t *h_stage; /* host staging of the int arrays, same layout as the device block */
     size_t stage_bytes;
+    int32_t *h_tokens; /* [max_batch], pinned on cuda: the step's tokens come back through it */
+    void *ev_tokens;   /* recorded after their copy; the reader waits on it */
     void *graph; /* the captured step, valid for graph_kv and these entries */
     const struct kv_cache *graph_kv;
     int len_on_host; /* h_stage's len row equals d_len (set by batch_set, lost when a step ends) */
@@ -134,6 +136,15 @@ static size_t batch_int_count(const struct engine *e)
     return (size_t)e->p.max_batch * (4 + e->p.cfg->n_layers);
 }
 
+/* Host memory the device copies into without the driver staging it: pinned on cuda. A copy
+ * into pageable memory returns only once it has run, inside the driver, which then holds up
+ * other threads' submissions (a recall the same stream waits for on the device would never
+ * be queued). */
+static enum mem_kind batch_token_kind(const struct engine *e)
+{
+    return e->be->mem == MEM_DEVICE ? MEM_PINNED : MEM_HOST;
+}
+
 struct batch *batch_create(struct engine *e)
 {
     struct batch *bt = mem_alloc(MEM_HOST, sizeof *bt, "batch");
@@ -146,7 +157,9 @@ struct batch *batch_create(struct engine *e)
     bt->mem_bytes = mem_aligned(bt->stage_bytes) + mem_aligned(xb) + 2 * mem_aligned(qb);
     bt->mem = mem_alloc(e->be->mem, bt->mem_bytes, "batch");
     bt->h_stage = mem_alloc(MEM_HOST, bt->stage_bytes, "batch stage");
-    if (!bt->mem || !bt->h_stage) {
+    bt->h_tokens = mem_alloc(batch_token_kind(e), sizeof(int32_t) * B, "batch tokens");
+    bt->ev_tokens = e->be->event_create();
+    if (!bt->mem || !bt->h_stage || !bt->h_tokens || !bt->ev_tokens) {
         batch_free(e, bt);
         return NULL;
     }
@@ -169,6 +182,8 @@ void batch_free(struct engine *e, struct batch *bt)
     if (bt->graph) e->be->graph_destroy(bt->graph);
     mem_free(e->be->mem, bt->mem, bt->mem_bytes);
     mem_free(MEM_HOST, bt->h_stage, bt->stage_bytes);
+    mem_free(batch_token_kind(e), bt->h_tokens, sizeof(int32_t) * (size_t)e->p.max_batch);
+    if (bt->ev_tokens) e->be->event_destroy(bt->ev_tokens);
     mem_free(MEM_HOST, bt, sizeof *bt);
 }
 
@@ -207,7 +222,11 @@ void batch_set(struct engine *e, struct batch *bt, const struct kv_cache *kv,
 
 void batch_read_tokens(struct engine *e, struct batch *bt, int32_t *out)
 {
-    e->be->download(&e->ctx, out, bt->d_tokens, sizeof(int32_t) * bt->n);
+    const size_t bytes = sizeof(int32_t) * (size_t)bt->n;
+    e->be->copy_async(&e->ctx, bt->h_tokens, bt->d_tokens, bytes);
+    e->be->event_record(&e->ctx, bt->ev_tokens);
+    e->be->event_sync(bt->ev_tokens);
+    memcpy(out, bt->h_tokens, bytes);
 }
 
 void batch_read_logits(struct engine *e, struct batch *bt, float *out)

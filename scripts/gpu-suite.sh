@@ -2,7 +2,7 @@
 # The GPU machine's suite, in one call: build with nvcc (sm_90), every test (each CUDA kernel
 # against its CPU reference; the tiny model on CUDA against the CPU), compute-sanitizer on the
 # decode test, the PyTorch peer, the decode-step benchmark, the main job; a short table last.
-# Stages: any of  test sanitize peer bench run offload pulseinfer recall model accuracy  (default: test sanitize
+# Stages: any of  test sanitize peer bench run devwait offload pulseinfer recall model accuracy  (default: test sanitize
 # bench run recall; the peer's kept result in experiments/peer/results/ stands in). Results go
 # to $OUT (or out/).
 #   model     copies the carried pieces .model/part* to /tmp/model (the machine takes 64 MiB of
@@ -86,6 +86,20 @@ if has run; then
             --workload uniform:16384:4 --output-len 32 --selection $1 --recall-engine $2 \
             --out "$out/run_arkvale_$1.json" >"$out/run_arkvale_$1.txt" 2>&1
         summary+=("run arkvale $1 $2 exit $?")
+    done
+fi
+if has devwait; then
+    # the device-side recall wait (PULSE_DEVICE_WAIT=1) at scale, each host-planned engine; a run
+    # that stops making progress gets every thread's stack (PULSE_STACKS_AFTER_S), resolved
+    log device wait
+    for eng in ${DW_ENGINES:-per-block gather-scatter}; do
+        PULSE_DEVICE_WAIT=1 PULSE_STACKS_AFTER_S=${DW_STACKS_S:-20} timeout "${DW_TIMEOUT:-60}" \
+            "$bin" run --backend cuda --model qwen3-14b --policy arkvale --workload "${DW_SPEC:-uniform:16384:12}" \
+            --output-len "${DW_OUT:-8}" --kv-budget-gb 8 --selection solohead --recall-engine "$eng" \
+            --out "$out/dw_$eng.json" >"$out/dw_$eng.txt" 2>&1
+        summary+=("device wait $eng exit $? ($(grep -v '^ ' "$out/dw_$eng.txt" | tail -n 1 | cut -c1-160))")
+        grep -q "pulse watchdog" "$out/dw_$eng.txt" &&
+            python3 "$root/scripts/stacks.py" "$out/dw_$eng.txt" >"$out/dw_${eng}_stacks.txt" 2>&1
     done
 fi
 if has offload; then

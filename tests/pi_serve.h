@@ -1,0 +1,111 @@
+/* Serving the tiny model under a policy with a policy context (pulseinfer), for the CPU test
+ * (test_pulseinfer) and the CUDA one (gpu/test_pulseinfer_gpu). */
+#ifndef PULSE_TEST_PI_SERVE_H
+#define PULSE_TEST_PI_SERVE_H
+
+#include <string.h>
+
+#include "backend.h"
+#include "baselines/registry.h"
+#include "common.h"
+#include "engine.h"
+#include "kv_cache.h"
+#include "offload.h"
+#include "recall.h"
+#include "serve.h"
+#include "testsource.h"
+#include "testutil.h"
+#include "workloads/workload.h"
+
+struct pi_cfg {
+    const char *backend; /* NULL: cpu */
+    const char *policy, *spec, *admission;
+    int out_len, max_batch, no_irq;
+    int selection, budget_tokens, prompt_kv;
+    const struct recall_copy_ops *ops;
+    size_t kv_budget; /* GPU KV bytes; 0 = 64 MB */
+    int zero_copy;    /* the zero-copy engine (device-driven, its gather beside), else
+                         gather-scatter */
+    int no_verify;    /* without offload_verify after each step (then host syncs are 0) */
+};
+
+struct pi_out {
+    struct workload w;
+    struct serve_counters ctr;
+    int rc;
+};
+
+/* Serves c on its backend (page size 16, 64 MB of GPU KV unless c says). */
+static inline void serve(const struct pi_cfg *c, struct pi_out *r)
+{
+    char err[512];
+    memset(r, 0, sizeof *r);
+    r->rc = -1;
+    if (workload_create(&r->w, c->spec, c->out_len, 1, err, sizeof err) != 0) return;
+    const int max_tokens = workload_max_tokens(&r->w);
+    const struct model_config *m = model_config_find("tiny");
+    struct engine_params ep = {.cfg = m,
+                               .be = backend_find(c->backend ? c->backend : "cpu"),
+                               .seed = 1,
+                               .max_batch = c->max_batch,
+                               .max_tokens = max_tokens};
+    struct engine *e = engine_create(&ep, err, sizeof err);
+    struct kv_cache_params kp = {m->n_layers,  m->n_kv_heads,
+                                 m->head_dim,  16,
+                                 c->kv_budget ? c->kv_budget : 64u << 20,
+                                 c->max_batch, max_tokens};
+    struct kv_cache *kv = e ? kv_cache_create(&kp, ep.be, engine_ctx(e), err, sizeof err) : NULL;
+    const struct policy *pol = policy_find(c->policy);
+    struct offload_params p;
+    offload_params_init(&p, c->max_batch, max_tokens, 1);
+    p.verify_steps = !c->no_verify;
+    p.selection = c->selection;
+    p.budget_tokens = c->budget_tokens;
+    p.prompt_kv = c->prompt_kv;
+    p.engine = c->zero_copy ? RECALL_ZERO_COPY : RECALL_GATHER_SCATTER;
+    p.recall_ops = c->ops;
+    p.lookahead = pol->offload_lookahead;
+    void *ctx = NULL;
+    if (kv && pol->needs_ctx) {
+        int64_t prompt = 0;
+        for (int i = 0; i < r->w.n; i++)
+            prompt += r->w.reqs[i].prompt_len;
+        const struct locality_source_params lp = {.typical_tokens = (int)(prompt / r->w.n)};
+        const struct policy_ctx_params cp = {.eng = e,
+                                             .kv = kv,
+                                             .seed = 1,
+                                             .max_batch = c->max_batch,
+                                             .offload = &p,
+                                             .no_irq = c->no_irq,
+                                             .admission = c->admission,
+                                             .hbm_gbps = 20,
+                                             .h2d_gbps = 5};
+        if (!test_source(e, kv, &p, &lp) || pol->ctx_create(&cp, &ctx, err, sizeof err)) {
+            fprintf(stderr, "pulseinfer: %s\n", err);
+            ctx = NULL;
+        }
+    }
+    double wall;
+    if (kv && (ctx || !pol->needs_ctx))
+        r->rc = serve_run_policy(e, kv, pol, ctx, r->w.reqs, r->w.n, c->max_batch, &r->ctr,
+                                 &wall, err, sizeof err);
+    if (r->rc) fprintf(stderr, "serve %s %s: %s\n", c->policy, c->spec, err);
+    /* no host round trip inside a step (offload_verify's checks synchronise: only without) */
+    /* (on cuda the host-planned engines wait for a recall on the host unless the device wait
+     * is on: common.h, pulse_device_wait) */
+    const int device_waits = !c->backend || !strcmp(c->backend, "cpu") || c->zero_copy ||
+                             pulse_device_wait();
+    if (r->rc == 0 && c->no_verify && device_waits) EXPECT_EQ_INT(r->ctr.step_host_syncs, 0);
+    if (ctx) pol->ctx_free(ctx);
+    query_source_free(p.source);
+    kv_cache_free(kv);
+    engine_free(e);
+}
+
+static inline int same_tokens(const struct workload *a, const struct workload *b)
+{
+    if (a->n != b->n || a->output_len != b->output_len) return 0;
+    return !memcmp(a->token_store, b->token_store, sizeof(int32_t) * a->n * a->output_len);
+}
+
+#endif
