@@ -54,6 +54,42 @@ static size_t scratch_size(const struct model_config *c, int B)
     return sz;
 }
 
+/* Every GEMM a decode step can run, once at each batch size 1 .. max_batch, before any step:
+ * cuBLAS loads a kernel library the first time a shape needs it (cuLibraryLoadData), and that
+ * load waits for the device while holding a driver lock that every other thread's submissions
+ * take. Inside a step whose compute stream waits on the device for a recall (common.h,
+ * pulse_device_wait), the recall's thread could then never submit it: a deadlock (seen on the
+ * H200, 2026-12-01, at the LM head's first run at batch 12). Outputs go to scratch. */
+static int warm_gemms(struct engine *e)
+{
+    const struct model_config *c = e->p.cfg;
+    const struct layer_weights *w = &e->model.layers[0];
+    const int H = c->hidden, qd = c->n_heads * c->head_dim, B = e->p.max_batch;
+    const size_t in_elems = (size_t)B * PULSE_MAX(PULSE_MAX(H, qd), c->ffn);
+    uint16_t *in = mem_alloc(MEM_DEVICE, sizeof(uint16_t) * in_elems, "gemm warm-up input");
+    float *out = mem_alloc(MEM_DEVICE, sizeof(float) * (size_t)B * H, "gemm warm-up output");
+    if (!in || !out) {
+        mem_free(MEM_DEVICE, in, sizeof(uint16_t) * in_elems);
+        mem_free(MEM_DEVICE, out, sizeof(float) * (size_t)B * H);
+        return PULSE_ERR_OOM;
+    }
+    const struct kctx *x = &e->ctx;
+    e->be->memset(x, in, 0, sizeof(uint16_t) * in_elems);
+    for (int b = 1; b <= B; b++) {
+        e->be->gemm_bf16(x, in, w->wqkv, e->qkv, b, model_qkv_dim(c), H, 0.0f);
+        for (int beta = 0; beta < 2; beta++) { /* accumulate into the residual, or not (Gemma) */
+            e->be->gemm_bf16(x, in, w->wo, out, b, H, qd, (float)beta);
+            e->be->gemm_bf16(x, in, w->wdown, out, b, H, c->ffn, (float)beta);
+        }
+        e->be->gemm_bf16(x, in, w->wgu, e->gu, b, 2 * c->ffn, H, 0.0f);
+        e->be->gemm_bf16(x, in, e->model.lm_head, e->logits, b, c->vocab, H, 0.0f);
+    }
+    e->be->sync(x);
+    mem_free(MEM_DEVICE, in, sizeof(uint16_t) * in_elems);
+    mem_free(MEM_DEVICE, out, sizeof(float) * (size_t)B * H);
+    return PULSE_OK;
+}
+
 struct engine *engine_create(const struct engine_params *p, char *err, size_t errlen)
 {
     struct engine *e = mem_alloc(MEM_HOST, sizeof *e, "engine");
@@ -97,6 +133,7 @@ struct engine *engine_create(const struct engine_params *p, char *err, size_t er
     e->logits = mem_carve(&cur, 4 * B * c->vocab);
     e->tmp = mem_carve(&cur, 4 * B * c->hidden);
     e->use_graph = p->use_graph && p->be->graph_begin && !pulse_sync_each_launch();
+    if (p->be->mem == MEM_DEVICE && warm_gemms(e) != PULSE_OK) goto oom;
     p->be->sync(&e->ctx);
     return e;
 oom:
