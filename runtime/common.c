@@ -62,7 +62,7 @@ int pulse_device_wait(void)
     static int cached = -1;
     if (cached < 0) {
         const char *s = getenv("PULSE_DEVICE_WAIT");
-        cached = (s && strcmp(s, "1") == 0) ? 1 : 0;
+        cached = (s && strcmp(s, "0") == 0) ? 0 : 1;
     }
     return cached;
 }

@@ -52,13 +52,14 @@ double pulse_now(void);
 void pulse_host_sync_note(void);
 int64_t pulse_host_syncs(void);
 
-/* Environment switch PULSE_DEVICE_WAIT=1: on cuda the offload step's compute stream waits for
- * a layer's recall on the device (cuStreamWaitValue32); otherwise the thread that queues the
- * step waits for the recall's flag on the host (a noted host synchronisation) before queueing
- * the layer's attention. The device wait hung on the H200 (2026-12-01) whenever a recall
- * launched a kernel for the first time while the compute stream waited, which fits CUDA's lazy
- * kernel loading (now turned off, stream_value_cuda.c) but has not been run since; until it
- * has, the host wait is the default. */
+/* The offload step's recall wait on cuda: the compute stream waits for a layer's recall on the
+ * device (cuStreamWaitValue32), the default; PULSE_DEVICE_WAIT=0 makes the thread that queues
+ * the step wait for the recall's flag on the host instead (a noted host synchronisation) before
+ * queueing the layer's attention, for comparison. Anything that takes the driver's locks and
+ * waits for the device while a step is queued would deadlock the device wait (the recall's
+ * thread could not submit what the compute stream waits for): CUDA's lazy module loading (off,
+ * stream_value_cuda.c), cuBLAS's lazy kernel libraries (every decode GEMM runs once at engine
+ * creation, engine.c), copies into pageable memory (the token readback is pinned). */
 int pulse_device_wait(void);
 
 /* Waits on the calling thread until (int32_t)(*flag - value) >= 0 (a flag another thread or a

@@ -333,7 +333,8 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
     o->page_bytes = o->head_bytes * o->nkv;
     o->dpage_bytes = (size_t)o->dig_heads * 2 * o->hd * sizeof(uint16_t);
     o->device_plan = p->engine == RECALL_ZERO_COPY;
-    o->overlap = o->device_plan && p->device_overlap;
+    /* with lookahead the next layer's gather overlaps this layer's MLP on its own stream */
+    o->overlap = o->device_plan && (p->device_overlap || p->lookahead);
     o->hpp = (struct hot_plan_params){o->max_batch * o->n_sparse * o->n_lists, o->hot_slots,
                                       p->sink, p->window, o->max_blocks};
     o->hp_bytes = o->device_plan ? hot_plan_state_bytes(&o->hpp) : 0;

@@ -35,8 +35,8 @@
  * lists are on the host: the source's meter, hot-cache lookup, the layer's control block (attended
  * pages in token order, lengths, tail-flush descriptors), and the misses submitted to the
  * recall engine (recall.h) with the layer's flag as the recall's signal. The compute stream then
- * waits for the flag (backend wait_value: on the device with PULSE_DEVICE_WAIT=1, else the
- * queueing thread waits on the host: common.h says why), uploads the control block, runs
+ * waits for the flag (backend wait_value: on the device, or with PULSE_DEVICE_WAIT=0 the
+ * queueing thread waits on the host: common.h), uploads the control block, runs
  * attention with the model's real q over the selected pages (head-wise as one virtual entry per
  * KV head), flushes filled tails (tail page into its slot, and into the host pool), and the
  * post-attention piece. With lookahead 1 (InfiniGen style) the selection of layer l+1 is queued
@@ -96,7 +96,8 @@ struct offload_params {
                            waiting for it on the device (an event: no host round trip), and
                            offload_layer_ready telling whether it is done, so a scheduler runs
                            other batches' layers beside it (PulseInfer's IRQ); 0: the gather
-                           in stream order on the compute stream */
+                           in stream order on the compute stream, unless lookahead is 1 (then
+                           it runs beside the MLP: InfiniGen's prefetch) */
     int verify_steps; /* tests: after every step, offload_verify (synchronises; pulse
                          run sets it when the environment has PULSE_OFFLOAD_VERIFY=1) */
 };

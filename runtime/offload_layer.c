@@ -6,8 +6,8 @@
  * zero-copy gather, attention; the host sees the lists only for the meter (planner JOB_METER).
  * Host-planned (the other engines): the planner thread (offload_plan.c) plans and submits the
  * recall, whose stream sets the layer's flag when the data has landed; the attention waits for
- * the flag: on the device with PULSE_DEVICE_WAIT=1, else this thread waits on the host before
- * queueing it (common.h, pulse_device_wait, says why), counted as a host synchronisation. Then
+ * the flag: on the device (or, with PULSE_DEVICE_WAIT=0, this thread waits on the host before
+ * queueing it, counted as a host synchronisation: common.h, pulse_device_wait). Then
  * the tail flush and post-attention. */
 #include <math.h>
 #include <stdio.h>

@@ -89,7 +89,7 @@ if has run; then
     done
 fi
 if has devwait; then
-    # the device-side recall wait (PULSE_DEVICE_WAIT=1) at scale, each host-planned engine; a run
+    # the device-side recall wait (the default; PULSE_DEVICE_WAIT=0 waits on the host) at scale, each host-planned engine; a run
     # that stops making progress gets every thread's stack (PULSE_STACKS_AFTER_S), resolved
     log device wait
     for eng in ${DW_ENGINES:-per-block gather-scatter}; do
