@@ -401,14 +401,18 @@ static int pi_admit(struct serve_state *s)
  * at layer boundaries (IRQ). Counters: an interruption (layer_switches) is a visit to the
  * normal batch while an offload layer's recall is in flight; a sparse layer's round is hidden
  * when normal layers ran meanwhile and it was in when the scheduler came back, exposed when
- * the offload batch had to wait for it (offload_wait_s: that wait, host-side, on the planner's
- * path; zero-copy's exposed gathers are waited for on the device and not timed here). */
+ * the offload batch had to wait for it: on the device (its attention queued behind the recall's
+ * event or flag, not timed here), or on the cpu backend and with PULSE_DEVICE_WAIT=0 on the host
+ * (offload_wait_s). */
 static int step_irq(struct serve_state *s, struct pulseinfer *pi)
 {
     struct engine *e = s->eng;
     struct serve_batch *nb = &s->run[NORMAL], *ob = &s->run[OFFLOAD];
     const int L = engine_model(e)->cfg->n_layers, n_dense = offload_n_dense(pi->o);
-    const int device_gather = offload_device_driven(pi->o) == 2;
+    /* an exposed recall is waited for on the device: zero-copy's gather, or on cuda the
+     * planner's flag (common.h, pulse_device_wait); else on the host, here */
+    const int device_waits = offload_device_driven(pi->o) == 2 ||
+                             (engine_model(e)->be->mem == MEM_DEVICE && pulse_device_wait());
     const struct kctx *c = engine_ctx(e);
     const int64_t step = pi->steps;
     offload_step_begin(pi->o, ob->bt, ob->entries, ob->n_entries);
@@ -435,9 +439,10 @@ static int step_irq(struct serve_state *s, struct pulseinfer *pi)
         }
         s->ctr.normal_layers_in_flight += ran;
         s->ctr.layer_switches += ran > 0;
-        if (lo >= n_dense && !offload_layer_ready(pi->o, lo) && device_gather) {
-            /* no normal layer left, zero-copy's gather still running: finish queues the
-             * attention behind it on the device; the host does not wait */
+        if (lo >= n_dense && !offload_layer_ready(pi->o, lo) && device_waits) {
+            /* no normal layer left, the recall still in flight: finish queues the attention
+             * behind it on the device (zero-copy's gather event, or the planner's flag); the
+             * host does not wait */
             s->ctr.recalls_exposed++;
         } else if (lo >= n_dense && !offload_layer_ready(pi->o, lo)) {
             /* no normal layer left: the offload batch waits for the planner's recall on the

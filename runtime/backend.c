@@ -103,6 +103,11 @@ static int cpu_ctx_create(struct kctx *c, size_t workspace_bytes)
     return PULSE_OK; /* the references need no workspace */
 }
 
+static int cpu_ctx_create_urgent(struct kctx *c)
+{
+    return cpu_ctx_create(c, 0);
+}
+
 static void cpu_ctx_free(struct kctx *c)
 {
     memset(c, 0, sizeof *c);
@@ -163,6 +168,7 @@ static const struct backend cpu_backend = {
     .kv_fill_synthetic = kv_fill_synthetic_ref,
     .advance_pos = advance_pos_ref,
     .ctx_create = cpu_ctx_create,
+    .ctx_create_urgent = cpu_ctx_create_urgent,
     .ctx_free = cpu_ctx_free,
     .upload = cpu_upload,
     .download = cpu_upload,

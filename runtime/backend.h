@@ -37,6 +37,10 @@ struct backend {
     /* Creates the execution context (stream, BLAS handle, `workspace_bytes` of scratch).
      * Returns PULSE_OK or PULSE_ERR_OOM / PULSE_ERR_INVALID (no device). */
     int (*ctx_create)(struct kctx *c, size_t workspace_bytes);
+    /* The same with a stream of the greatest priority, for work other streams wait on (the
+     * zero-copy gather beside the compute stream): its blocks take SMs as they free, ahead of
+     * the compute stream's pending ones. */
+    int (*ctx_create_urgent)(struct kctx *c);
     void (*ctx_free)(struct kctx *c);
     /* Copies between host memory and backend memory, ordered on the context's stream and
      * complete when the call returns (admin-path copies, not in the decode step). */

@@ -19,7 +19,8 @@ int backend_cuda_available(void)
     return n > 0;
 }
 
-static int cuda_ctx_create(struct kctx *c, size_t workspace_bytes)
+/* A context on a pooled stream of normal or (greatest) the greatest priority. */
+static int ctx_make(struct kctx *c, size_t workspace_bytes, int greatest)
 {
     memset(c, 0, sizeof *c);
     if (!backend_cuda_available()) return PULSE_ERR_INVALID;
@@ -28,7 +29,7 @@ static int cuda_ctx_create(struct kctx *c, size_t workspace_bytes)
     int dev;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&c->num_sms, cudaDevAttrMultiProcessorCount, dev));
-    s = pulse_cuda_stream_acquire(0); /* from the pool: see stream_value.h */
+    s = pulse_cuda_stream_acquire(greatest); /* from the pool: see stream_value.h */
     CUBLAS_CHECK(cublasCreate(&h));
     CUBLAS_CHECK(cublasSetStream(h, s));
     CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
@@ -55,6 +56,16 @@ static int cuda_ctx_create(struct kctx *c, size_t workspace_bytes)
         }
     }
     return PULSE_OK;
+}
+
+static int cuda_ctx_create(struct kctx *c, size_t workspace_bytes)
+{
+    return ctx_make(c, workspace_bytes, 0);
+}
+
+static int cuda_ctx_create_urgent(struct kctx *c)
+{
+    return ctx_make(c, 0, 1);
 }
 
 static void cuda_ctx_free(struct kctx *c)
@@ -289,6 +300,7 @@ const struct backend cuda_backend = {
     .kv_fill_synthetic = kv_fill_synthetic_cuda,
     .advance_pos = advance_pos_cuda,
     .ctx_create = cuda_ctx_create,
+    .ctx_create_urgent = cuda_ctx_create_urgent,
     .ctx_free = cuda_ctx_free,
     .upload = cuda_copy,
     .download = cuda_copy,

@@ -292,7 +292,7 @@ static int alloc_dev(struct offload *o)
     for (int i = 0; i < 2 * o->n_sparse; i++)
         o->ev_sel[i] = o->be->event_create();
     if (o->overlap) {
-        if (o->be->ctx_create(&o->gctx, 0) != PULSE_OK) return PULSE_ERR_OOM;
+        if (o->be->ctx_create_urgent(&o->gctx) != PULSE_OK) return PULSE_ERR_OOM;
         for (int i = 0; i < o->n_sparse; i++)
             if (!(o->ev_built[i] = o->be->event_create()) ||
                 !(o->ev_gathered[i] = o->be->event_create()))

@@ -143,7 +143,7 @@ if has pulseinfer; then
     if [ ! -f "$prof" ]; then
         timeout "${PI_PROFILE_TIMEOUT:-240}" "$bin" profile --backend cuda --model qwen3-14b \
             --batches "${PI_PROFILE_BATCHES:-1,4,16}" --contexts "${PI_PROFILE_CONTEXTS:-4096,16384,65536}" \
-            --selection solohead --recall-engine gather-scatter --out "$prof" >"$out/profile.txt" 2>&1
+            --selection solohead --recall-engine "${PI_PROFILE_ENGINE:-gather-scatter}" --out "$prof" >"$out/profile.txt" 2>&1
         summary+=("pulse profile exit $?")
     fi
     traced=0
