@@ -71,11 +71,10 @@ struct pulseinfer {
     double predicted_s, pred_sum, meas_sum;
     int64_t pred_steps;
     double step_t0;
-    /* the normal batch's last two layers' completion (layer l records ev_layer[l & 1]): while
-     * the offload batch waits, the scheduler queues normal layer l only once layer l - 2 is
-     * done, one layer ahead of the device, so that it sees a recall land within about a
-     * layer's time instead of queueing every normal layer before the offload batch's selection
-     * has even run */
+    /* the normal batch's last two layers' completion (layer l records ev_layer[l & 1]): past
+     * its share of normal layers, while a recall is in flight, the scheduler queues another
+     * normal layer only once the one before has finished, so that it sees the recall land
+     * within about a layer's time instead of queueing every normal layer ahead of it */
     const struct backend *be;
     void *ev_layer[2];
     /* --trace: the schedule's timeline, written after the run (pi_json) */
@@ -422,40 +421,43 @@ static int step_irq(struct serve_state *s, struct pulseinfer *pi)
         int sp = timeline_begin(pi->tl, c, TIMELINE_OFFLOAD, "pre+select", OFFLOAD, lo, step);
         offload_layer_issue(pi->o, ob->bt, lo);
         timeline_end(pi->tl, c, sp);
+        /* normal layers beside this offload layer: its share, normal layer lo (so that both
+         * batches' steps end together, one normal layer queued behind each recall's launch,
+         * with no host round trip between them); past the share, more only while the recall
+         * is still in flight and the normal layer before has finished (the device would
+         * idle otherwise) */
+        const int sparse = lo >= n_dense;
         int ran = 0;
-        const int pending = !offload_layer_ready(pi->o, lo); /* its recall is in flight */
-        while (ln < L && !offload_layer_ready(pi->o, lo)) {
-            if (ln >= 2 && !pi->be->event_query(pi->ev_layer[ln & 1])) {
-                sched_yield(); /* layer ln - 2 still runs: one normal layer is queued ahead */
-                continue;
+        while (ln < L) {
+            if (ln > lo) {
+                if (!sparse || offload_layer_ready(pi->o, lo)) break;
+                if (!pi->be->event_query(pi->ev_layer[(ln - 1) & 1])) {
+                    sched_yield();
+                    continue;
+                }
             }
             sp = timeline_begin(pi->tl, c, TIMELINE_NORMAL, "layer", NORMAL, ln, step);
-            TRACE_PUSH("normal layer during a recall");
+            TRACE_PUSH("normal layer beside an offload layer");
             engine_run_layer(e, nb->bt, s->kv, ln);
             TRACE_POP();
             timeline_end(pi->tl, c, sp);
             pi->be->event_record(c, pi->ev_layer[ln++ & 1]);
-            ran++;
+            ran += sparse;
         }
         s->ctr.normal_layers_in_flight += ran;
         s->ctr.layer_switches += ran > 0;
-        if (lo >= n_dense && !offload_layer_ready(pi->o, lo) && device_waits) {
-            /* no normal layer left, the recall still in flight: finish queues the attention
-             * behind it on the device (zero-copy's gather event, or the planner's flag); the
-             * host does not wait */
-            s->ctr.recalls_exposed++;
-        } else if (lo >= n_dense && !offload_layer_ready(pi->o, lo)) {
-            /* no normal layer left: the offload batch waits for the planner's recall on the
-             * host (finish's wait_value would, and counts it as a host synchronisation) */
+        if (sparse) /* hidden: normal layers ran beside the round; exposed: none could */
+            ++*(ran ? &s->ctr.recalls_hidden : &s->ctr.recalls_exposed);
+        if (sparse && !device_waits && !offload_layer_ready(pi->o, lo)) {
+            /* the recall still in flight and waited for on the host (the cpu backend, or
+             * PULSE_DEVICE_WAIT=0): here, timed; on the device finish queues the attention
+             * behind the recall's event or flag and the host goes on */
             const double t0 = pulse_now();
             TRACE_PUSH("offload batch waits for its recall");
             while (!offload_layer_ready(pi->o, lo))
                 sched_yield();
             TRACE_POP();
             s->ctr.offload_wait_s += pulse_now() - t0;
-            s->ctr.recalls_exposed++;
-        } else if (lo >= n_dense && pending && ran) {
-            s->ctr.recalls_hidden++;
         }
         sp = timeline_begin(pi->tl, c, TIMELINE_OFFLOAD, "attend+post", OFFLOAD, lo, step);
         offload_layer_finish(pi->o, ob->bt, lo);
