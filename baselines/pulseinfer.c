@@ -423,14 +423,16 @@ static int step_irq(struct serve_state *s, struct pulseinfer *pi)
         timeline_end(pi->tl, c, sp);
         /* normal layers beside this offload layer: its share, normal layer lo (so that both
          * batches' steps end together, one normal layer queued behind each recall's launch,
-         * with no host round trip between them); past the share, more only while the recall
-         * is still in flight and the normal layer before has finished (the device would
-         * idle otherwise) */
+         * with no host round trip between them). Where the recall is waited for on the
+         * device that is all: the host queues the whole step without waiting and the device
+         * runs the normal layer while the recall lands. Where the host waits for it, more
+         * only while the recall is still in flight and the normal layer before has finished
+         * (the device would idle otherwise). */
         const int sparse = lo >= n_dense;
         int ran = 0;
         while (ln < L) {
             if (ln > lo) {
-                if (!sparse || offload_layer_ready(pi->o, lo)) break;
+                if (device_waits || !sparse || offload_layer_ready(pi->o, lo)) break;
                 if (!pi->be->event_query(pi->ev_layer[(ln - 1) & 1])) {
                     sched_yield();
                     continue;
