@@ -26,11 +26,36 @@ static void count(enum mem_kind kind, size_t bytes)
     atomic_fetch_add(&calls[kind], 1);
 }
 
+/* mem_fail_after: allocations left before the one refused (-1: none), and the refusals made */
+static _Atomic int64_t fail_countdown = -1, failures_injected;
+
+void mem_fail_after(int64_t n)
+{
+    atomic_store(&fail_countdown, n < 0 ? -1 : n);
+}
+
+int64_t mem_failures_injected(void)
+{
+    return atomic_load(&failures_injected);
+}
+
+/* 1 when this allocation is the one mem_fail_after asked to refuse. */
+static int refuse(void)
+{
+    int64_t n = atomic_load(&fail_countdown);
+    while (n >= 0 && !atomic_compare_exchange_weak(&fail_countdown, &n, n - 1)) {
+    }
+    if (n != 0) return 0;
+    atomic_fetch_add(&failures_injected, 1);
+    return 1;
+}
+
 void *mem_alloc(enum mem_kind kind, size_t bytes, const char *name)
 {
     (void)name;
     void *p = NULL;
     if (bytes == 0) bytes = 1;
+    if (refuse()) return NULL;
     switch (kind) {
     case MEM_HOST:
         if (posix_memalign(&p, 64, bytes) != 0) p = NULL;
@@ -366,6 +391,10 @@ void *mem_alloc_pinned(size_t bytes, const struct mem_pin_params *pp, struct mem
     const double t0 = pulse_now();
     void *p = NULL;
     if (bytes == 0) bytes = 1;
+    if (refuse()) {
+        if (rep) *rep = r;
+        return NULL;
+    }
 #ifdef PULSE_HAVE_CUDA
     r.strategy = pp->strategy;
     if (pp->strategy == MEM_PIN_REGISTER) {

@@ -4,6 +4,7 @@
 #define PULSE_MEM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 enum mem_kind { MEM_HOST = 0, MEM_PINNED = 1, MEM_DEVICE = 2, MEM_KINDS = 3 };
 
@@ -21,6 +22,11 @@ void *mem_alloc(enum mem_kind kind, size_t bytes, const char *name);
 void mem_free(enum mem_kind kind, void *p, size_t bytes);
 /* A snapshot of the counters. */
 void mem_get_stats(struct mem_stats *out);
+/* Fault injection for tests: the allocation (mem_alloc or mem_alloc_pinned, any thread) after
+ * the next n is refused as if out of memory, once; n < 0 cancels. mem_failures_injected counts
+ * the refusals made so far. */
+void mem_fail_after(int64_t n);
+int64_t mem_failures_injected(void);
 const char *mem_kind_name(enum mem_kind kind);
 
 /* Pinned host memory made at hardware speed (DESIGN.md section 10; HARDWARE.md: one

@@ -233,6 +233,7 @@ static int model_layout(struct model *m, const struct model_config *cfg, const s
     m->layers = mem_alloc(MEM_HOST, sizeof(struct layer_weights) * cfg->n_layers, "layer ptrs");
     if (!m->layers) {
         mem_free(be->mem, m->base, m->bytes);
+        memset(m, 0, sizeof *m); /* model_free of it does nothing */
         return PULSE_ERR_OOM;
     }
     struct carver cv = {be, ctx, m->base, seed, 0, fill};
