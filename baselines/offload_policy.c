@@ -52,6 +52,10 @@ int offload_policy_step(struct serve_state *s)
     PULSE_CHECK(offload_lookahead(o) == s->pol->offload_lookahead,
                 "offload policy: the offload runtime was made for another lookahead");
     int rc = offload_step(o, s->run[0].bt, s->run[0].entries, s->run[0].n_entries);
+    if (rc == PULSE_ERR_IO) { /* a recall failed every attempt: the loop ends the batch */
+        offload_clear_failure(o);
+        s->run[0].failed = 1;
+    }
     struct offload_stats st;
     offload_get_stats(o, &st);
     s->ctr.recall_bytes = st.recall_bytes;

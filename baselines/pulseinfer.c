@@ -513,6 +513,11 @@ static int pi_step(struct serve_state *s)
             timeline_end(pi->tl, c, sp);
         }
     }
+    if (rc == PULSE_ERR_IO) { /* the offload batch's recall failed every attempt: the loop
+                                 ends its requests, the normal batch's step stands */
+        offload_clear_failure(pi->o);
+        ob->failed = 1;
+    }
     pi->steps++;
     sync_counters(s, pi);
     return rc;

@@ -178,6 +178,7 @@ static json_t *counters_json(const struct serve_counters *c, const struct kv_cac
         "step_alloc_calls", c->step_alloc_calls, "recall_bytes", c->recall_bytes, "recall_chunks",
         c->recall_chunks, "recall_stalls", c->recall_stalls, "layer_switches", c->layer_switches,
         "ioaa_nodes", c->ioaa_nodes, "kv_page_bytes", (json_int_t)ks->page_bytes);
+    json_object_set_new(j, "requests_failed", json_integer(c->requests_failed));
     json_object_set_new(j, "clock_paused_s", json_real(c->clock_paused_s));
     json_object_set_new(j, "step_host_syncs", json_integer(c->step_host_syncs));
     json_object_set_new(j, "step_host_syncs_max", json_integer(c->step_host_syncs_max));
@@ -205,39 +206,50 @@ static json_t *counters_json(const struct serve_counters *c, const struct kv_cac
 /* Per-request TTFT / TPOT / E2EL (seconds), the metrics block, and the requests array. */
 static json_t *metrics_json(const struct workload *w, double wall, json_t **requests)
 {
+    /* the distributions are over the requests that finished; one that ended with an error
+     * (request.error) is listed with its status and reason and counted in "failed" */
     double ttft[w->n], tpot[w->n], e2el[w->n];
-    int n_tpot = 0;
+    int n_tpot = 0, n_ok = 0;
     long long out_tokens = 0, in_tokens = 0;
     *requests = json_array();
     for (int i = 0; i < w->n; i++) {
         const struct request *r = &w->reqs[i];
-        ttft[i] = r->first_token_s - r->arrival_s;
-        e2el[i] = r->done_s - r->arrival_s;
-        if (r->generated > 1) tpot[n_tpot++] = (e2el[i] - ttft[i]) / (r->generated - 1);
+        const double t_first = r->first_token_s - r->arrival_s, t_done = r->done_s - r->arrival_s;
         out_tokens += r->generated;
         in_tokens += r->prompt_len;
-        json_t *jr = json_pack("{s:i,s:i,s:i}", "id", r->id, "prompt_len", r->prompt_len,
-                               "output_len", r->generated);
-        results_set_real(jr, "ttft_ms", ttft[i] * 1e3);
-        results_set_real(jr, "e2el_ms", e2el[i] * 1e3);
+        json_t *jr = json_pack("{s:i,s:i,s:i,s:s}", "id", r->id, "prompt_len", r->prompt_len,
+                               "output_len", r->generated, "status", r->error ? "error" : "ok");
+        if (r->error) {
+            json_object_set_new(jr, "error", json_string(r->error));
+            results_set_real(jr, "ended_ms", t_done * 1e3);
+            json_array_append_new(*requests, jr);
+            continue;
+        }
+        ttft[n_ok] = t_first;
+        e2el[n_ok] = t_done;
+        if (r->generated > 1) tpot[n_tpot++] = (t_done - t_first) / (r->generated - 1);
+        results_set_real(jr, "ttft_ms", t_first * 1e3);
+        results_set_real(jr, "e2el_ms", t_done * 1e3);
         results_set_real(jr, "tpot_ms", r->generated > 1 ? tpot[n_tpot - 1] * 1e3 : NAN);
         results_set_real(jr, "admit_ms", (r->admit_s - r->arrival_s) * 1e3);
         json_array_append_new(*requests, jr);
+        n_ok++;
     }
     struct dist_summary d;
     json_t *m = json_object();
-    json_object_set_new(m, "completed", json_integer(w->n));
+    json_object_set_new(m, "completed", json_integer(n_ok));
+    json_object_set_new(m, "failed", json_integer(w->n - n_ok));
     json_object_set_new(m, "total_input_tokens", json_integer(in_tokens));
     json_object_set_new(m, "total_output_tokens", json_integer(out_tokens));
     results_set_real(m, "duration", wall);
     results_set_real(m, "output_throughput", out_tokens / wall);
     results_set_real(m, "total_token_throughput", (out_tokens + in_tokens) / wall);
-    results_set_real(m, "request_throughput", w->n / wall);
-    metrics_summarize(ttft, w->n, &d);
+    results_set_real(m, "request_throughput", n_ok / wall);
+    metrics_summarize(ttft, n_ok, &d);
     results_add_dist_ms(m, "ttft", &d);
     metrics_summarize(tpot, n_tpot, &d);
     results_add_dist_ms(m, "tpot", &d);
-    metrics_summarize(e2el, w->n, &d);
+    metrics_summarize(e2el, n_ok, &d);
     results_add_dist_ms(m, "e2el", &d);
     json_object_set_new(m, "percentile_method", json_string("linear"));
     return m;
@@ -508,6 +520,11 @@ int cmd_run(int argc, char **argv)
         json_object_set_new(json_object_get(res, "counters"), pol->name, pol->ctx_json(ctx));
     json_object_set_new(json_object_get(res, "metrics"), "step",
                         step_json(&ctr, series, series ? series_cap : 0, &bw, pol));
+    if (ctr.requests_failed) { /* the run went on; its result is not ok */
+        snprintf(err, sizeof err, "%lld of %d requests ended with an error (see requests[])",
+                 (long long)ctr.requests_failed, w.n);
+        code = failed(res, "error", err, 1);
+    }
 out:
     mem_free(MEM_HOST, series, sizeof(struct serve_step) * (size_t)series_cap);
     if (ctx) pol->ctx_free(ctx);

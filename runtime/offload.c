@@ -401,6 +401,13 @@ static int make_pools(struct offload *o, char *err, size_t errlen)
     recall_params_init(&rp, o->p.engine, o->max_items);
     rp.cap_gbps = o->p.cap_gbps;
     rp.ops = o->p.recall_ops ? o->p.recall_ops : recall_copy_ops_for(o->be);
+    const char *fault = getenv("PULSE_RECALL_FAULT"); /* faults injected (recall_fault.h) */
+    if (fault && *fault) {
+        if (recall_fault_init(&o->fault, rp.ops, fault, why, sizeof why) != PULSE_OK)
+            BAD("PULSE_RECALL_FAULT: %s", why);
+        rp.ops = &o->fault.ops;
+        o->faulty = 1;
+    }
     rp.host_base = host_pool_base(o->hp);
     rp.host_bytes = host_pool_bytes(o->hp);
     if (!(o->rc = recall_create(&rp, why, sizeof why))) OOM_BAD("recall engine: %s", why);
@@ -903,6 +910,13 @@ const void *offload_host_block(const struct offload *o, int slot, int layer, int
     PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->hp_slot[slot] >= 0 && layer >= o->n_dense,
                 "offload_host_block: not a sparse layer of an admitted request");
     return host_pool_block(o->hp, o->hp_slot[slot], offload_sl(o, layer), block);
+}
+
+int offload_clear_failure(struct offload *o)
+{
+    offload_quiesce(o);
+    o->be->sync(o->ctx);
+    return atomic_exchange(&o->status, PULSE_OK);
 }
 
 void offload_release(struct offload *o, int slot)

@@ -235,6 +235,12 @@ void offload_get_layer_stats(const struct offload *o, int layer, struct offload_
 json_t *offload_config_json(const struct offload *o);
 json_t *offload_counters_json(const struct offload *o);
 
+/* After a step that returned PULSE_ERR_IO (a recall failed every attempt): waits for the
+ * planner's jobs, then makes the runtime usable again and returns that status. The failed
+ * step's requests hold blocks the hot cache counts as resident that never landed, so the
+ * caller releases every request of that step (the serving loop ends them with an error). */
+int offload_clear_failure(struct offload *o);
+
 /* Verifies the hot cache, the host pool, the digest store and the GPU cache, then
  * offload_verify. 0, or PULSE_ERR_INVALID with the first violation in err (tests; allocates). */
 int offload_check(const struct offload *o, char *err, size_t errlen);

@@ -11,6 +11,7 @@
 #include "offload.h"
 #include "offload_kernels.h"
 #include "query_source.h"
+#include "recall_fault.h"
 #include "select.h"
 
 /* The selection kernels of the backend (the _ref or the _cuda ones of select.h). */
@@ -49,6 +50,8 @@ struct offload {
     struct kv_cache *dg; /* digest store: one-token pages of dig_heads x [min, max] x head_dim */
     struct host_pool *hp;
     struct recall *rc;
+    struct recall_fault fault; /* PULSE_RECALL_FAULT: the engine's copy path, faults injected */
+    int faulty;
     struct hot_cache *hc;
     struct query_source *qs; /* queries, prompt keys, meter (the params', not owned) */
     struct kv_cache *pf_kv;  /* OFFLOAD_KV_PREFILL: staging cache of one request */

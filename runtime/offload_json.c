@@ -228,6 +228,9 @@ json_t *offload_counters_json(const struct offload *o)
     results_set_real(j, "prompt_fill_s", st.prompt_fill_s);
     json_object_set_new(j, "setup", setup_json(o, &st));
     json_object_set_new(j, "host_syncs", json_integer(st.host_syncs));
+    if (o->faulty) /* PULSE_RECALL_FAULT */
+        json_object_set_new(j, "recall_faults_injected",
+                            json_integer(recall_fault_injected(&o->fault)));
     json_object_set_new(j, "last_step_host_syncs", json_integer(st.last_step_host_syncs));
     /* where a sparse layer waits for its recall (common.h, pulse_device_wait) */
     json_object_set_new(j, "recall_wait_on",

@@ -19,6 +19,8 @@ struct request {
     int generated;
     int slot;        /* cache slot while running, else -1 */
     int32_t *tokens; /* optional [output_len] ids, owned by the caller */
+    const char *error; /* NULL: finished (or not yet); else why it ended unfinished (a static
+                          string; done_s is when): its batch's step failed (serve_batch.failed) */
 };
 
 /* One decode step as the loop saw it: wall time from the step call to its tokens on the host,
@@ -32,6 +34,7 @@ struct serve_step {
 
 struct serve_counters {
     int64_t steps, tokens, admitted, batch_changes;
+    int64_t requests_failed; /* ended with an error (request.error), the others went on */
     int64_t admission_refusals; /* a waiting request did not fit the KV budget yet */
     int64_t peak_batch, peak_pages_used;
     int64_t step_alloc_calls; /* allocations made while steps ran: must stay 0 */
@@ -69,6 +72,11 @@ struct serve_batch {
     int *entry_req;              /* [max_batch] request index of each entry */
     int n_entries;
     int dirty; /* entries changed since the last batch_set */
+    /* set by the policy's step, which then returns PULSE_ERR_IO: this batch's step failed (a
+     * recall that failed every attempt) and its tokens are not valid; the loop ends its
+     * requests with an error, releases them and goes on with the other batches and the queue.
+     * The policy has made its context usable again (offload_clear_failure). */
+    int failed;
 };
 
 #define SERVE_MAX_BATCHES SERVE_MAX_BATCHES_

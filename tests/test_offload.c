@@ -454,41 +454,78 @@ static int failing_h2d(const struct recall_copy_ops *o, void *dst, const void *s
     return recall_copy_ops_cpu()->h2d(o, dst, src, bytes, stream);
 }
 
-/* A recall that fails is retried by the planner (up to three attempts) and the run decodes the
- * tokens of a clean one; a link that always fails fails the run with an I/O error instead of
- * hanging (the layer's flag is set so the device does not wait forever). */
+/* Every request ended exactly once: finished with all its tokens, or with an error and fewer;
+ * returns how many ended with an error, and in *lost how many did neither. */
+static int ended_once(const struct run_out *r, int *lost)
+{
+    int failed = 0;
+    *lost = 0;
+    for (int i = 0; i < r->w.n; i++) {
+        const struct request *q = &r->w.reqs[i];
+        *lost += !(q->done_s >= 0 && q->slot < 0);
+        if (q->error) failed++;
+        else if (q->generated != q->output_len) ++*lost;
+    }
+    EXPECT_EQ_INT(*lost, 0);
+    return failed;
+}
+
+/* Faults injected into the recall's copies through the real serving loop, for both offload
+ * policies and both host-copy engines: a recall that fails is retried by the planner (up to
+ * three attempts) and the run decodes the tokens of a clean one; on a dead link every step's
+ * recall fails for good, so each request of the failed step ends with an error and a reason
+ * (the serving loop releases it and goes on with the queue): the run completes, no request is
+ * lost or decoded twice, and the offload runtime's checks hold afterwards. */
 static void test_failing_link(void)
 {
     struct recall_copy_ops ops = *recall_copy_ops_cpu();
     ops.h2d = failing_h2d;
-    struct run_cfg c = {"arkvale", "lengths:300,170", 8, 2, 16, 0};
-    struct offload_params p = defaults();
-    p.budget_tokens = 64;
-    struct run_out clean, r;
-    serve(&c, &p, &clean);
-    EXPECT_EQ_INT(clean.rc, 0);
-    EXPECT_EQ_INT(clean.st.recall_failures, 0);
-    p.recall_ops = &ops;
-    atomic_store(&g_h2d_calls, 0);
-    g_fail_first = 2; /* the first round fails, its retry too, the third attempt lands */
-    serve(&c, &p, &r);
-    EXPECT_EQ_INT(r.rc, 0);
-    EXPECT_EQ_INT(r.st.recall_failures, 2);
-    EXPECT(same_tokens(&clean.w, &r.w));
-    EXPECT_EQ_INT(r.ctr.recall_bytes, clean.ctr.recall_bytes);
-    run_free(&r);
-    atomic_store(&g_h2d_calls, 0);
-    g_fail_first = -1; /* a dead link */
-    p.verify_steps = 0;
-    serve(&c, &p, &r);
-    EXPECT(r.rc != 0);
-    EXPECT(r.st.recall_failures >= 3);
+    const char *pols[] = {"arkvale", "infinigen"};
+    const enum recall_engine engs[] = {RECALL_PER_BLOCK, RECALL_GATHER_SCATTER};
+    int64_t transient = 0, dead = 0, lost = 0;
+    for (int pi = 0; pi < 2; pi++)
+        for (int ei = 0; ei < 2; ei++) {
+            struct run_cfg c = {pols[pi], "lengths:300,170,90", 8, 2, 16, 0};
+            struct offload_params p = defaults();
+            p.budget_tokens = 64;
+            p.engine = engs[ei];
+            struct run_out clean, r;
+            serve(&c, &p, &clean);
+            EXPECT_EQ_INT(clean.rc, 0);
+            EXPECT_EQ_INT(clean.st.recall_failures, 0);
+            int n_lost;
+            EXPECT_EQ_INT(ended_once(&clean, &n_lost), 0);
+            p.recall_ops = &ops;
+            atomic_store(&g_h2d_calls, 0);
+            g_fail_first = 2; /* the first round fails, its retry too, the third attempt lands */
+            serve(&c, &p, &r);
+            EXPECT_EQ_INT(r.rc, 0);
+            EXPECT_EQ_INT(r.st.recall_failures, 2);
+            EXPECT(same_tokens(&clean.w, &r.w));
+            EXPECT_EQ_INT(r.ctr.recall_bytes, clean.ctr.recall_bytes);
+            EXPECT_EQ_INT(r.ctr.requests_failed, 0);
+            transient += r.st.recall_failures;
+            run_free(&r);
+            atomic_store(&g_h2d_calls, 0);
+            g_fail_first = -1; /* a dead link */
+            p.verify_steps = 0;
+            serve(&c, &p, &r);
+            EXPECT_EQ_INT(r.rc, 0); /* the run completes: its requests carry the failure */
+            EXPECT_EQ_INT(r.check_rc, 0);
+            EXPECT(r.st.recall_failures >= 3);
+            const int failed = ended_once(&r, &n_lost);
+            EXPECT_EQ_INT(failed, 3);
+            EXPECT_EQ_INT(r.ctr.requests_failed, 3);
+            dead += failed;
+            lost += n_lost;
+            run_free(&r);
+            run_free(&clean);
+        }
     fprintf(stderr,
-            "failing link: %lld failed rounds retried; a dead link: run status %d after "
-            "%lld failed rounds\n",
-            (long long)2, r.rc, (long long)r.st.recall_failures);
-    run_free(&r);
-    run_free(&clean);
+            "failing link (arkvale, infinigen x per-block, gather-scatter): %lld failed rounds "
+            "retried, tokens unchanged; a dead link: %lld requests ended with an error, %lld "
+            "lost\n",
+            (long long)transient, (long long)dead, (long long)lost);
 }
 
 /* A flag that never comes aborts the wait after PULSE_WAIT_TIMEOUT_S with what was awaited,

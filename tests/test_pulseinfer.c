@@ -15,6 +15,7 @@
  *   the normal, offload and recall tracks. */
 #include <jansson.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -244,9 +245,136 @@ static void test_chunks(void)
     workload_free(&van.w);
 }
 
+/* ------------------------------------------------------------------ a dead link */
+
+static int dead_h2d(const struct recall_copy_ops *o, void *dst, const void *src, size_t bytes,
+                    void *stream)
+{
+    (void)o, (void)dst, (void)src, (void)bytes, (void)stream;
+    return PULSE_ERR_IO;
+}
+
+/* Every recall fails for good: the offload batch's requests end with an error and a reason,
+ * the normal batch's finish with exactly the tokens of a clean run, none is lost, the run
+ * completes. */
+static void test_dead_link(void)
+{
+    struct recall_copy_ops ops = *recall_copy_ops_cpu();
+    ops.h2d = dead_h2d;
+    struct pi_cfg c = {.policy = "pulseinfer",
+                       .spec = "lengths:300,170,90,260,40,200",
+                       .admission = "fixed:200",
+                       .out_len = 6,
+                       .max_batch = 4,
+                       .selection = OFFLOAD_SOLOHEAD,
+                       .budget_tokens = 32,
+                       .no_verify = 1};
+    struct pi_out clean, r;
+    serve(&c, &clean);
+    EXPECT_EQ_INT(clean.rc, 0);
+    c.ops = &ops;
+    serve(&c, &r);
+    EXPECT_EQ_INT(r.rc, 0);
+    int failed = 0, same = 0, lost = 0;
+    for (int i = 0; i < r.w.n; i++) {
+        const struct request *q = &r.w.reqs[i];
+        lost += q->done_s < 0 || (!q->error && q->generated != q->output_len);
+        if (q->error) {
+            failed++;
+            EXPECT(q->prompt_len + q->output_len > 200); /* only offloaded ones */
+            continue;
+        }
+        for (int j = 0; j < clean.w.n; j++)
+            if (clean.w.reqs[j].id == q->id)
+                same += !memcmp(q->tokens, clean.w.reqs[j].tokens, sizeof(int32_t) * q->output_len);
+    }
+    EXPECT_EQ_INT(failed, 3);
+    EXPECT_EQ_INT(same, 3);
+    EXPECT_EQ_INT(lost, 0);
+    EXPECT_EQ_INT(r.ctr.requests_failed, 3);
+    printf("a dead link: %d offloaded requests ended with an error, %d normal ones finished with "
+           "the clean run's tokens, %d lost\n",
+           failed, same, lost);
+    workload_free(&r.w);
+    workload_free(&clean.w);
+}
+
 /* ------------------------------------------------------------------ flags */
 
 static char out[1 << 16];
+
+/* Faults through `pulse run` itself (PULSE_RECALL_FAULT, runtime/recall_fault.h): on a dead link
+ * pulseinfer's run exits 1 with status "error" and every request listed, the offloaded ones with
+ * status "error" and a reason, the normal ones "ok"; a transient fault (first:2) is retried and
+ * gives the clean run's tokens, for every offload policy; a bad spec is one line. */
+static void test_fault_cli(void)
+{
+    char path[] = "/tmp/pulse_fault_XXXXXX", cmd[512], clean_hash[64] = "";
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    const char *common = "run --backend cpu --model tiny --workload lengths:300,170,90,260,40,200 "
+                         "--output-len 6 --budget-tokens 32";
+    setenv("PULSE_RECALL_FAULT", "dead", 1);
+    snprintf(cmd, sizeof cmd, "%s --policy pulseinfer --admission fixed:200 --out %s", common, path);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 1);
+    EXPECT(strstr(out, "3 of 6 requests ended with an error") != NULL);
+    json_error_t je;
+    json_t *r = json_load_file(path, 0, &je);
+    EXPECT(r != NULL);
+    if (r) {
+        EXPECT(!strcmp(json_string_value(json_object_get(r, "status")), "error"));
+        json_t *reqs = json_object_get(r, "requests"), *q;
+        size_t i;
+        int n_err = 0, n_ok = 0;
+        EXPECT_EQ_INT((int)json_array_size(reqs), 6);
+        json_array_foreach(reqs, i, q) {
+            const char *st = json_string_value(json_object_get(q, "status"));
+            const int len = (int)json_integer_value(json_object_get(q, "prompt_len"));
+            if (st && !strcmp(st, "error")) {
+                n_err++;
+                EXPECT(len + 6 > 200 && json_is_string(json_object_get(q, "error")));
+            } else if (st && !strcmp(st, "ok")) {
+                n_ok++;
+                EXPECT(len + 6 <= 200);
+            }
+        }
+        EXPECT_EQ_INT(n_err, 3);
+        EXPECT_EQ_INT(n_ok, 3);
+        json_t *m = json_object_get(r, "metrics");
+        EXPECT_EQ_INT(json_integer_value(json_object_get(m, "failed")), 3);
+        EXPECT(json_integer_value(json_object_get(
+                   json_object_get(json_object_get(r, "counters"), "offload"),
+                   "recall_faults_injected")) > 0);
+        json_decref(r);
+    }
+    static const char *const pols[] = {"arkvale", "infinigen", "pulseinfer"};
+    for (size_t k = 0; k < PULSE_ARRAY_LEN(pols); k++) {
+        unsetenv("PULSE_RECALL_FAULT");
+        snprintf(cmd, sizeof cmd, "%s --policy %s --out %s", common, pols[k], path);
+        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+        const char *h = strstr(out, "ms, tokens "); /* the run line's token hash */
+        if (h) snprintf(clean_hash, sizeof clean_hash, "%.27s", h);
+        setenv("PULSE_RECALL_FAULT", "first:2", 1);
+        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+        EXPECT(h && strstr(out, clean_hash) != NULL); /* the same tokens */
+        r = json_load_file(path, 0, &je);
+        EXPECT(r != NULL);
+        if (r) {
+            json_t *off = json_object_get(json_object_get(r, "counters"), "offload");
+            EXPECT_EQ_INT(json_integer_value(json_object_get(off, "recall_failures")), 2);
+            EXPECT_EQ_INT(json_integer_value(json_object_get(off, "recall_faults_injected")), 2);
+            json_decref(r);
+        }
+    }
+    setenv("PULSE_RECALL_FAULT", "every:0", 1);
+    snprintf(cmd, sizeof cmd, "%s --policy arkvale --out %s", common, path);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 1);
+    EXPECT(strstr(out, "PULSE_RECALL_FAULT: recall fault: 'every:0' is not") != NULL);
+    unsetenv("PULSE_RECALL_FAULT");
+    remove(path);
+    printf("faults through pulse run: a dead link ends the offloaded requests with an error, "
+           "first:2 is retried with the clean tokens (arkvale, infinigen, pulseinfer)\n");
+}
 
 static void test_flags(void)
 {
@@ -351,6 +479,8 @@ int main(void)
     test_ioaa_offloads();
     test_irq();
     test_chunks();
+    test_dead_link();
+    test_fault_cli();
     test_flags();
     return tu_finish("test_pulseinfer");
 }
