@@ -27,6 +27,8 @@ struct pi_cfg {
     int zero_copy;    /* the zero-copy engine (device-driven, its gather beside), else
                          gather-scatter */
     int no_verify;    /* without offload_verify after each step (then host syncs are 0) */
+    int check_steps;  /* kv_cache_check after every step (failures in pi_check_failures) */
+    uint64_t seed;    /* the workload's (random: specs); 0 = 1 */
 };
 
 struct pi_out {
@@ -35,13 +37,29 @@ struct pi_out {
     int rc;
 };
 
+/* check_steps: the policy's step, then the cache's invariants */
+static const struct policy *pi_checked_pol;
+static int64_t pi_check_failures, pi_checked_steps;
+
+static inline int pi_checked_step(struct serve_state *s)
+{
+    const int rc = pi_checked_pol->step(s);
+    char why[256];
+    pi_checked_steps++;
+    if (kv_cache_check(s->kv, why, sizeof why) != PULSE_OK) {
+        if (!pi_check_failures++) fprintf(stderr, "kv_cache_check after a step: %s\n", why);
+    }
+    return rc;
+}
+
 /* Serves c on its backend (page size 16, 64 MB of GPU KV unless c says). */
 static inline void serve(const struct pi_cfg *c, struct pi_out *r)
 {
     char err[512];
     memset(r, 0, sizeof *r);
     r->rc = -1;
-    if (workload_create(&r->w, c->spec, c->out_len, 1, err, sizeof err) != 0) return;
+    if (workload_create(&r->w, c->spec, c->out_len, c->seed ? c->seed : 1, err, sizeof err) != 0)
+        return;
     const int max_tokens = workload_max_tokens(&r->w);
     const struct model_config *m = model_config_find("tiny");
     struct engine_params ep = {.cfg = m,
@@ -86,6 +104,13 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
         }
     }
     double wall;
+    static struct policy checked;
+    if (c->check_steps) {
+        pi_checked_pol = pol;
+        checked = *pol;
+        checked.step = pi_checked_step;
+        pol = &checked;
+    }
     if (kv && (ctx || !pol->needs_ctx))
         r->rc = serve_run_policy(e, kv, pol, ctx, r->w.reqs, r->w.n, c->max_batch, &r->ctr,
                                  &wall, err, sizeof err);

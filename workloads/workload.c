@@ -72,6 +72,29 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
             w->reqs[i].prompt_len = (int)len;
         return PULSE_OK;
     }
+    if (strncmp(spec, "random:", 7) == 0) { /* random:MIN:MAX:COUNT, uniform in [MIN, MAX] */
+        const char *a = spec + 7, *c1 = strchr(a, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        long lo = c2 ? parse_pos(a, c1, WORKLOAD_MAX_LEN) : -1;
+        long hi = c2 ? parse_pos(c1 + 1, c2, WORKLOAD_MAX_LEN) : -1;
+        long count = c2 ? parse_pos(c2 + 1, c2 + 1 + strlen(c2 + 1), WORKLOAD_MAX_REQUESTS) : -1;
+        if (lo < 0 || hi < lo || count < 0) {
+            snprintf(err, errlen,
+                     "--workload: '%s' is not random:MIN:MAX:COUNT with 1 <= MIN <= MAX <= %d "
+                     "and COUNT in [1, %d] (decimal)",
+                     spec, WORKLOAD_MAX_LEN, WORKLOAD_MAX_REQUESTS);
+            return PULSE_ERR_INVALID;
+        }
+        if (alloc_reqs(w, (int)count) != PULSE_OK) goto oom;
+        uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull; /* splitmix64 */
+        for (int i = 0; i < w->n; i++) {
+            uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+            z ^= z >> 31;
+            w->reqs[i].prompt_len = (int)(lo + (long)(z % (uint64_t)(hi - lo + 1)));
+        }
+        return PULSE_OK;
+    }
     if (strncmp(spec, "lengths:", 8) == 0) {
         const char *p = spec + 8;
         int n = 1;
@@ -95,8 +118,8 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
         return PULSE_OK;
     }
     snprintf(err, errlen,
-             "--workload: unknown kind in '%s' (expected uniform:LEN:COUNT or "
-             "lengths:L1,L2,...)",
+             "--workload: unknown kind in '%s' (expected uniform:LEN:COUNT, "
+             "random:MIN:MAX:COUNT or lengths:L1,L2,...)",
              spec);
     return PULSE_ERR_INVALID;
 oom:

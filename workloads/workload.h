@@ -1,5 +1,7 @@
 /* Request generators. A spec string names the workload:
  *   uniform:LEN:COUNT     COUNT requests of LEN prompt tokens
+ *   random:MIN:MAX:COUNT  COUNT requests whose prompt lengths are uniform in [MIN, MAX], from
+ *                         the seed (splitmix64)
  *   lengths:L1,L2,...     one request per listed prompt length
  * Every request gets output_len output tokens and arrives at time 0 (all at once). */
 #ifndef PULSE_WORKLOAD_H
