@@ -2,7 +2,7 @@
 # The GPU machine's suite, in one call: build with nvcc (sm_90), every test (each CUDA kernel
 # against its CPU reference; the tiny model on CUDA against the CPU), compute-sanitizer on the
 # decode test, the PyTorch peer, the decode-step benchmark, the main job; a short table last.
-# Stages: any of  test sanitize peer bench run devwait offload pulseinfer recall model accuracy  (default: test sanitize
+# Stages: any of  test sanitize sanitize-all peer bench run devwait offload pulseinfer recall model accuracy  (default: test sanitize
 # bench run recall; the peer's kept result in experiments/peer/results/ stands in). Results go
 # to $OUT (or out/).
 #   model     copies the carried pieces .model/part* to /tmp/model (the machine takes 64 MiB of
@@ -50,6 +50,20 @@ if has sanitize && command -v compute-sanitizer >/dev/null; then
     compute-sanitizer --tool memcheck --error-exitcode 9 "$root/build-gpu/test_decode_gpu" \
         >"$out/sanitizer.log" 2>&1
     summary+=("compute-sanitizer memcheck test_decode_gpu: exit $? ($(grep -c 'Invalid' "$out/sanitizer.log") invalid accesses)")
+fi
+if has sanitize-all && command -v compute-sanitizer >/dev/null; then
+    # every compute-sanitizer tool over the GPU tests of decode, selection, recall and offload
+    # (SAN_TOOLS, SAN_TESTS); each run under SAN_TIMEOUT seconds; errors counted per tool
+    log compute-sanitizer, every tool
+    for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
+        for t in ${SAN_TESTS:-test_decode_gpu test_select_gpu test_recall_gpu test_offload_kernels_gpu test_offload_gpu}; do
+            timeout "${SAN_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+                --print-limit 20 "$root/build-gpu/$t" >"$out/san_${tool}_$t.log" 2>&1
+            rc=$?
+            errs=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$out/san_${tool}_$t.log" | tail -1 | grep -oE '[0-9]+$')
+            summary+=("compute-sanitizer $tool $t: exit $rc, ${errs:-?} errors")
+        done
+    done
 fi
 if has peer; then
     log peer
