@@ -4,6 +4,7 @@
 #include "recall_impl.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
