@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common.h"
 
@@ -452,6 +453,12 @@ int longbench_load_file(const char *path, const struct longbench_load_params *pa
                         struct longbench_set **out, char *err, size_t errlen)
 {
     *out = NULL;
+    struct stat st; /* a FIFO or a device (endless, or blocking) is not a data file */
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: is not a regular file (%s): not read", path,
+                 S_ISDIR(st.st_mode) ? "a directory" : "a FIFO or a device");
+        return PULSE_ERR_IO;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));

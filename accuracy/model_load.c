@@ -6,6 +6,7 @@
 #include "accuracy/safetensors.h"
 #include "common.h"
 #include "mem.h"
+#include "numeric.h"
 
 int model_config_from_hf(const char *dir, struct loaded_config *out, char *err, size_t errlen)
 {
@@ -72,6 +73,12 @@ static int load_tensor(struct load_job *j, const char *name, uint64_t rows, uint
     }
     int rc = safetensors_read_bf16(j->st, t, j->stage, j->stage_elems, j->err, j->errlen);
     if (rc != PULSE_OK) return rc;
+    const size_t bad = bf16_count_nonfinite(j->stage, t->n_elems);
+    if (bad) {
+        snprintf(j->err, j->errlen, "%s: tensor '%s' has %zu NaN or infinite values", t->file,
+                 name, bad);
+        return PULSE_ERR_INVALID;
+    }
     j->be->upload(j->ctx, dst, j->stage, t->n_elems * sizeof(uint16_t));
     return PULSE_OK;
 }

@@ -35,8 +35,11 @@ int model_config_from_gguf(const char *path, struct loaded_config *out, char *er
 int model_load_gguf(struct model *m, const char *path, const struct kctx *ctx, char *err,
                     size_t errlen);
 
-/* Either of the above by what path is: a file ending in .gguf, else a checkpoint directory. */
+/* Either of the above by what path is: a GGUF file (by its magic, whatever its name), else a
+ * checkpoint directory. */
 int model_config_from_path(const char *path, struct loaded_config *out, char *err, size_t errlen);
+/* 1 when path is a regular file that starts with the GGUF magic (whatever its name). */
+int model_path_is_gguf(const char *path);
 int model_load_path(struct model *m, const char *path, const struct kctx *ctx, char *err,
                     size_t errlen);
 

@@ -1,11 +1,13 @@
 /* GGUF (llama / qwen3 / gemma3 architectures) into the model struct (model_load.h). */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "accuracy/gguf.h"
 #include "common.h"
 #include "mem.h"
 #include "model_load.h"
+#include "numeric.h"
 
 /* general.architecture into buf (NUL-terminated); PULSE_OK or an error in err. */
 static int read_arch(const struct gguf_file *g, char *buf, size_t len, char *err, size_t errlen)
@@ -154,6 +156,12 @@ static int gload(struct gjob *j, const char *name, uint64_t rows, uint64_t cols,
     }
     int rc = gguf_tensor_read_bf16(j->g, t, j->stage, j->cap, j->err, j->errlen);
     if (rc != PULSE_OK) return rc;
+    const size_t bad = bf16_count_nonfinite(j->stage, t->n_elems);
+    if (bad) {
+        snprintf(j->err, j->errlen, "%s: tensor '%s' has %zu NaN or infinite values",
+                 gguf_label(j->g), name, bad);
+        return PULSE_ERR_INVALID;
+    }
     const uint16_t *src = j->stage;
     if (heads > 0 && j->unpermute_qk) {
         /* GGUF row h*hd + 2i + p holds HF row h*hd + p*hd/2 + i */
@@ -240,10 +248,21 @@ out:
     return rc;
 }
 
+int model_path_is_gguf(const char *path)
+{
+    /* by its magic, whatever the name; a directory (a checkpoint) or an unreadable path is not */
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    FILE *f = fopen(path, "rb");
+    char magic[4] = {0};
+    const int ok = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "GGUF", 4);
+    if (f) fclose(f);
+    return ok;
+}
+
 static int is_gguf(const char *path)
 {
-    size_t n = strlen(path);
-    return n > 5 && !strcmp(path + n - 5, ".gguf");
+    return model_path_is_gguf(path);
 }
 
 int model_config_from_path(const char *path, struct loaded_config *out, char *err, size_t errlen)

@@ -10,6 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common.h"
+#include "results.h"
+
 void cli_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
@@ -172,18 +175,10 @@ int cli_out_path(const char *cmd, const char *flag, const char *path)
 
 json_t *cli_load_json(const char *cmd, const char *flag, const char *path)
 {
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        cli_error(cmd, "%s: %s: cannot open (%s)", flag, path, strerror(errno));
-        return NULL;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        cli_error(cmd, "%s: %s: is a directory, not a JSON file", flag, path);
-        return NULL;
-    }
-    json_error_t je;
-    json_t *j = json_load_file(path, 0, &je);
-    if (!j) cli_error(cmd, "%s: %s: %s (line %d)", flag, path, je.text, je.line);
+    json_t *j;
+    char err[512];
+    if (results_read_json(path, 0, &j, err, sizeof err) != PULSE_OK)
+        cli_error(cmd, "%s: %s", flag, err);
     return j;
 }
 

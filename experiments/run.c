@@ -144,9 +144,16 @@ static int parse(int argc, char **argv, struct run_opts *o)
     return 0;
 }
 
-static int load_hf(struct model *mdl, const struct kctx *ctx, void *dir, char *err, size_t len)
+/* --weights: the path, and how its load ended (a bad file is an error, not out of memory) */
+struct weights_load {
+    const char *path;
+    int rc;
+};
+
+static int load_hf(struct model *mdl, const struct kctx *ctx, void *user, char *err, size_t len)
 {
-    return model_load_path(mdl, (const char *)dir, ctx, err, len);
+    struct weights_load *wl = user;
+    return wl->rc = model_load_path(mdl, wl->path, ctx, err, len);
 }
 
 /* FNV-1a over every request's output ids: a fingerprint of the run's tokens. */
@@ -441,6 +448,7 @@ int cmd_run(int argc, char **argv)
     json_object_set_new(cfg_json, "weights", o.weights ? json_string(o.weights) : json_null());
     json_object_set_new(res, "config", cfg_json);
     json_object_set_new(res, "workload", workload_to_json(&w));
+    struct weights_load wload = {o.weights, PULSE_OK};
     struct engine_params ep = {.cfg = m,
                                .be = be,
                                .seed = o.seed,
@@ -448,7 +456,7 @@ int cmd_run(int argc, char **argv)
                                .max_tokens = max_tokens,
                                .use_graph = !o.no_graph,
                                .load_weights = o.weights ? load_hf : NULL,
-                               .load_user = (void *)o.weights};
+                               .load_user = &wload};
     struct engine *e = engine_create(&ep, err, sizeof err);
     struct kv_cache *kv = NULL;
     void *ctx = NULL;               /* the policy's context (its ctx_create) */
@@ -458,8 +466,9 @@ int cmd_run(int argc, char **argv)
     int64_t series_cap = 0;
     const int prefill = o.off.prompt_kv && !strcmp(o.off.prompt_kv, "prefill");
     int code = 0;
-    if (!e) {
-        code = failed(res, "oom", err, EXIT_OOM);
+    if (!e) { /* the weights' file refused (missing tensor, shape, values), or no memory */
+        const int bad = wload.rc != PULSE_OK && wload.rc != PULSE_ERR_OOM && wload.rc != PULSE_ERR_NOMEM;
+        code = bad ? failed(res, "error", err, 1) : failed(res, "oom", err, EXIT_OOM);
         goto out;
     }
     be->describe(results_env(res));

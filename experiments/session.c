@@ -25,8 +25,7 @@ int session_config(struct session *s, const char *model, char *err, size_t errle
 
 int session_tokenizer(struct session *s, char *err, size_t errlen)
 {
-    size_t n = strlen(s->model);
-    if (!s->real || n < 5 || strcmp(s->model + n - 5, ".gguf") != 0) return PULSE_OK;
+    if (!s->real || !model_path_is_gguf(s->model)) return PULSE_OK;
     struct gguf_file *g;
     int rc = gguf_open(s->model, &g, err, errlen);
     if (rc != PULSE_OK) return rc;

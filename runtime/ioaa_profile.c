@@ -9,6 +9,7 @@
 
 #include "common.h"
 #include "mem.h"
+#include "results.h"
 
 /* ---- the tables ---- */
 
@@ -334,16 +335,10 @@ int ioaa_profile_from_json(const json_t *j, const char *name, struct ioaa_profil
 int ioaa_profile_load(const char *path, struct ioaa_profile_data *d, char *err, size_t errlen)
 {
     ioaa_profile_data_free(d);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return pulse_errorf(err, errlen, PULSE_ERR_IO, path, "cannot open (%s)", strerror(errno));
-    json_error_t je;
-    json_t *j = json_loadf(f, 0, &je);
-    fclose(f);
-    if (!j)
-        return pulse_errorf(err, errlen, PULSE_ERR_IO, path, "not JSON: line %d: %s", je.line,
-                            je.text);
-    int rc = ioaa_profile_from_json(j, path, d, err, errlen);
+    json_t *j;
+    int rc = results_read_json(path, 0, &j, err, errlen);
+    if (rc != PULSE_OK) return rc;
+    rc = ioaa_profile_from_json(j, path, d, err, errlen);
     json_decref(j);
     return rc;
 }

@@ -583,19 +583,11 @@ int mam_profile_read(const char *path, const struct model_config *expect, struct
                      char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    json_error_t je;
-    json_t *r = json_load_file(path, 0, &je);
-    if (!r) {
-        FILE *f = fopen(path, "r");
-        if (!f) {
-            snprintf(err, errlen, "%s: cannot read (%s)", path, strerror(errno));
-            return PULSE_ERR_IO;
-        }
-        fclose(f);
-        snprintf(err, errlen, "%s: not valid JSON: %s (line %d)", path, je.text, je.line);
-        return PULSE_ERR_INVALID;
-    }
-    int rc = PULSE_ERR_INVALID, nl, nkv;
+    json_t *r;
+    int rc = results_read_json(path, 0, &r, err, errlen);
+    if (rc != PULSE_OK) return rc;
+    rc = PULSE_ERR_INVALID;
+    int nl, nkv;
     struct mam_profile_meta meta = {0};
     json_t *tab = json_object_get(r, "mam");
     if (!json_is_object(r)) {

@@ -130,9 +130,9 @@ void mam_profile_selectors(const struct mam_profile *p, int reversed, int *out_p
 int mam_profile_write(const struct mam_profile *p, const char *path, char *err, size_t errlen);
 
 /* Reads and validates a profile. When `expect` is not NULL, its layer and KV-head counts must
- * match the table's. PULSE_OK, or PULSE_ERR_IO (unreadable) / PULSE_ERR_INVALID (a missing or
- * bad field, or a shape mismatch) with "FILE: FIELD: what was expected" in err; out is then
- * left zeroed. */
+ * match the table's. PULSE_OK, or PULSE_ERR_IO (missing, a directory, not a regular file, not
+ * JSON: results_read_json) / PULSE_ERR_INVALID (a missing or bad field, or a shape mismatch)
+ * with "FILE: FIELD: what was expected" in err; out is then left zeroed. */
 int mam_profile_read(const char *path, const struct model_config *expect, struct mam_profile *out,
                      char *err, size_t errlen);
 

@@ -57,6 +57,15 @@ PULSE_HD uint64_t pulse_seed_mix(uint64_t seed, uint64_t a, uint64_t b)
 /* FNV-1a over n token ids, continuing from h (start with PULSE_FNV_INIT): the fingerprint of a
  * run's tokens that result files carry. */
 #define PULSE_FNV_INIT 1469598103934665603ull
+/* bf16 values of x[0..n) that are NaN or infinite (the exponent's bits all set). */
+static inline size_t bf16_count_nonfinite(const uint16_t *x, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += (x[i] & 0x7F80u) == 0x7F80u;
+    return bad;
+}
+
 static inline uint64_t pulse_fnv1a_ids(uint64_t h, const int32_t *ids, size_t n)
 {
     for (size_t i = 0; i < n; i++)

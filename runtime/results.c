@@ -132,3 +132,22 @@ int results_write_exact(const json_t *r, const char *path, char *err, size_t err
     /* JSON_REAL_PRECISION(0), the default: 17 significant digits */
     return results_write_json(r, path, JSON_INDENT(2) | JSON_SORT_KEYS, err, errlen);
 }
+
+int results_read_json(const char *path, size_t flags, json_t **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return pulse_errorf(err, errlen, PULSE_ERR_IO, path, "cannot open (%s)", strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return pulse_errorf(err, errlen, PULSE_ERR_IO, path, "is a directory, not a JSON file");
+    if (!S_ISREG(st.st_mode))
+        return pulse_errorf(err, errlen, PULSE_ERR_IO, path,
+                            "is not a regular file (a FIFO or a device): not read");
+    json_error_t je;
+    *out = json_load_file(path, flags, &je);
+    if (!*out)
+        return pulse_errorf(err, errlen, PULSE_ERR_IO, path, "not JSON: line %d: %s", je.line,
+                            je.text);
+    return PULSE_OK;
+}

@@ -28,6 +28,12 @@ void results_set_real(json_t *obj, const char *key, double v);
 int results_write_json(const json_t *r, const char *path, size_t flags, char *err, size_t errlen);
 /* Writes r to path (indent 2, sorted keys). PULSE_OK or PULSE_ERR_IO with a reason in err. */
 int results_write(const json_t *r, const char *path, char *err, size_t errlen);
+/* Reads the JSON file at path (what every profile and result reader uses): a path that is
+ * missing, a directory, or not a regular file (a FIFO, a device) is refused before reading;
+ * then jansson's parse with `flags`. *out owns the value. PULSE_OK, or PULSE_ERR_IO with
+ * "PATH: cannot open (...)", "PATH: is a directory, not a JSON file", "PATH: is not a regular
+ * file" or "PATH: not JSON: line N: ..." in err. */
+int results_read_json(const char *path, size_t flags, json_t **out, char *err, size_t errlen);
 /* The same with every real at full precision (17 digits: it reads back bit for bit), for
  * files that are read back as inputs (profiles). */
 int results_write_exact(const json_t *r, const char *path, char *err, size_t errlen);

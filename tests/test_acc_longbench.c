@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "accuracy/longbench.h"
@@ -202,6 +203,18 @@ static void test_files(void)
     EXPECT_EQ_INT(rc, PULSE_ERR_IO);
     EXPECT_STR_CONTAINS(err, path);
     EXPECT_STR_CONTAINS(err, "cannot open");
+    /* a device (endless) or a FIFO (blocking) is refused before it is opened */
+    rc = longbench_load_file("/dev/zero", NULL, &set, err, sizeof err);
+    EXPECT_EQ_INT(rc, PULSE_ERR_IO);
+    EXPECT_STR_CONTAINS(err, "/dev/zero: is not a regular file (a FIFO or a device)");
+    char fifo[] = "/tmp/pulse_lb_fifo_XXXXXX";
+    int fd = mkstemp(fifo);
+    if (fd >= 0) close(fd), unlink(fifo);
+    EXPECT_EQ_INT(mkfifo(fifo, 0600), 0);
+    rc = longbench_load_file(fifo, NULL, &set, err, sizeof err);
+    EXPECT_EQ_INT(rc, PULSE_ERR_IO);
+    EXPECT_STR_CONTAINS(err, "is not a regular file");
+    unlink(fifo);
     free(data);
 }
 

@@ -192,6 +192,11 @@ static void test_rejects(void)
     fclose(f);
     EXPECT_EQ_INT(ioaa_profile_load(tmp_path, &d, err, sizeof err), PULSE_ERR_IO);
     EXPECT_STR_CONTAINS(err, "not JSON");
+    /* a directory or a device: refused before reading, saying what it is */
+    EXPECT_EQ_INT(ioaa_profile_load("/tmp", &d, err, sizeof err), PULSE_ERR_IO);
+    EXPECT_STR_CONTAINS(err, "/tmp: is a directory, not a JSON file");
+    EXPECT_EQ_INT(ioaa_profile_load("/dev/null", &d, err, sizeof err), PULSE_ERR_IO);
+    EXPECT_STR_CONTAINS(err, "/dev/null: is not a regular file");
 
     json_t *j = good_json();
     json_object_set_new(j, "schema", json_string("pulse-ioaa-profile/0"));

@@ -418,16 +418,17 @@ static void test_corrupt_profiles(void)
     /* not JSON, not an object, no model, no file */
     struct {
         const char *text, *msg;
-    } raw[] = {{"{\"mam\": [", "not valid JSON"},
-               {"[1, 2]", "expected a JSON object at the top"},
-               {"{\"schema_version\": 1}", "model: expected a model name"},
-               {"", "not valid JSON"}};
+        int rc; /* a file that is not JSON is unreadable (IO); bad content is INVALID */
+    } raw[] = {{"{\"mam\": [", "not JSON: line 1", PULSE_ERR_IO},
+               {"[1, 2]", "expected a JSON object at the top", PULSE_ERR_INVALID},
+               {"{\"schema_version\": 1}", "model: expected a model name", PULSE_ERR_INVALID},
+               {"", "not JSON", PULSE_ERR_IO}};
     struct mam_profile pr;
     for (size_t i = 0; i < PULSE_ARRAY_LEN(raw); i++) {
         FILE *f = fopen(path, "w");
         fputs(raw[i].text, f);
         fclose(f);
-        EXPECT_EQ_INT(mam_profile_read(path, NULL, &pr, err, sizeof err), PULSE_ERR_INVALID);
+        EXPECT_EQ_INT(mam_profile_read(path, NULL, &pr, err, sizeof err), raw[i].rc);
         EXPECT_STR_CONTAINS(err, path);
         EXPECT_STR_CONTAINS(err, raw[i].msg);
     }
@@ -441,7 +442,12 @@ static void test_corrupt_profiles(void)
     EXPECT_STR_CONTAINS(err, "model qwen3-14b has 40 x 8");
     unlink(path);
     EXPECT_EQ_INT(mam_profile_read(path, NULL, &pr, err, sizeof err), PULSE_ERR_IO);
-    EXPECT_STR_CONTAINS(err, "cannot read");
+    EXPECT_STR_CONTAINS(err, "cannot open");
+    /* a directory, or a FIFO, is refused before reading (results_read_json) */
+    EXPECT_EQ_INT(mam_profile_read("/tmp", NULL, &pr, err, sizeof err), PULSE_ERR_IO);
+    EXPECT_STR_CONTAINS(err, "/tmp: is a directory, not a JSON file");
+    EXPECT_EQ_INT(mam_profile_read("/dev/zero", NULL, &pr, err, sizeof err), PULSE_ERR_IO);
+    EXPECT_STR_CONTAINS(err, "is not a regular file");
 }
 
 /* ------------------------------------------------------------------ the engine hook */

@@ -5,8 +5,10 @@
  * - head dims the cuda attention does not take (model_config_check_backend);
  * - absurd head counts in config.json (sizes that overflow int);
  * - NaN, negative or zero norm epsilon / RoPE base, in GGUF metadata and in config.json;
- * - NaN in the weights: generate fails instead of printing ids;
+ * - NaN in the weights: the loaders refuse the tensor (generate and pulse run fail with its name
+ *   instead of printing ids); a GGUF is known by its magic whatever its file name;
  * - pulse accuracy with a length limit at or below the task's new tokens: usage error. */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,11 +32,12 @@ struct gspec {
     int tokens;    /* tokenizer.ggml.tokens entries (0: none) */
     int nan_at;    /* 1: a NaN in output_norm.weight */
     int no_window; /* gemma3 without attention.sliding_window */
+    int no_norm;   /* 1: output_norm.weight left out */
 };
 
 static struct gspec base_spec(void)
 {
-    return (struct gspec){"qwen3", 1, 64, 2, 1, 32, 64, 32, 1e-6f, 10000.0f, 0, 0, 0};
+    return (struct gspec){"qwen3", 1, 64, 2, 1, 32, 64, 32, 1e-6f, 10000.0f, 0, 0, 0, 0};
 }
 
 struct gt {
@@ -87,7 +90,7 @@ static void write_gguf(const char *path, const struct gspec *s)
         }
 #undef TL
     }
-    T("output_norm.weight", H, 0, 2);
+    if (!s->no_norm) T("output_norm.weight", H, 0, 2);
 #undef T
     struct buf b = {0};
     int n_kv = 10 + (gemma && !s->no_window) + (s->tokens > 0);
@@ -325,10 +328,47 @@ static void test_nan_weights(void)
              "--max-new-tokens 2 --out %s/nan.json",
              p, DIR_);
     EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 1);
-    EXPECT_STR_CONTAINS(out, "final logits are NaN or infinite");
+    EXPECT_STR_CONTAINS(out, "tensor 'output_norm.weight' has 1 NaN or infinite values");
     char j[300];
     snprintf(j, sizeof j, "%s/nan.json", DIR_);
     EXPECT(access(j, F_OK) != 0); /* no result written */
+    /* pulse run refuses the weights too (status "error", not a run of token 0) */
+    snprintf(args, sizeof args,
+             "run --weights %s --backend cpu --workload uniform:8:1 --output-len 2 --out %s/nan.json",
+             p, DIR_);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 1);
+    EXPECT_STR_CONTAINS(out, "has 1 NaN or infinite values");
+    /* a GGUF is known by its magic, not its name: the same file as .bin is read as GGUF */
+    char bin[300];
+    snprintf(bin, sizeof bin, "%s/model.bin", DIR_);
+    EXPECT_EQ_INT(rename(p, bin), 0);
+    snprintf(args, sizeof args, "run --weights %s --backend cpu --workload uniform:8:1 --output-len 2",
+             bin);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 1);
+    EXPECT_STR_CONTAINS(out, "has 1 NaN or infinite values");
+    unlink(bin);
+    unlink(p);
+}
+
+/* A file the loader refuses (a missing tensor) is an error of the run, not out of memory. */
+static void test_load_failure_status(void)
+{
+    char p[256], args[1024], j[300];
+    struct gspec s = base_spec();
+    s.no_norm = 1;
+    gpath(p, sizeof p, "nonorm");
+    write_gguf(p, &s);
+    snprintf(j, sizeof j, "%s/nonorm.json", DIR_);
+    snprintf(args, sizeof args,
+             "run --weights %s --backend cpu --workload uniform:8:1 --output-len 2 --out %s", p, j);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 1);
+    EXPECT_STR_CONTAINS(out, "tensor 'output_norm.weight' is missing");
+    json_error_t je;
+    json_t *r = json_load_file(j, 0, &je);
+    EXPECT(r != NULL);
+    if (r) EXPECT(!strcmp(json_string_value(json_object_get(r, "status")), "error"));
+    json_decref(r);
+    unlink(j);
     unlink(p);
 }
 
@@ -367,6 +407,7 @@ int main(void)
     test_absurd_shapes();
     test_eps_theta();
     test_nan_weights();
+    test_load_failure_status();
     test_accuracy_limits();
     char p[300];
     snprintf(p, sizeof p, "%s/hf/config.json", DIR_);

@@ -360,15 +360,13 @@ int locality_profile_from_json(const json_t *j, const char *name, struct localit
 
 int locality_profile_read(const char *path, struct locality_profile *out, char *err, size_t errlen)
 {
-    json_error_t je;
-    json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!j) {
+    json_t *j;
+    int rc = results_read_json(path, JSON_REJECT_DUPLICATES, &j, err, errlen);
+    if (rc != PULSE_OK) {
         memset(out, 0, sizeof *out);
-        snprintf(err, errlen, "%s: cannot read the locality profile: %s (line %d)", path, je.text,
-                 je.line);
-        return PULSE_ERR_IO;
+        return rc;
     }
-    int rc = locality_profile_from_json(j, path, out, err, errlen);
+    rc = locality_profile_from_json(j, path, out, err, errlen);
     json_decref(j);
     return rc;
 }
