@@ -67,22 +67,35 @@ struct acc_opts {
     int n_lengths, n_budgets;
     int policies[MAX_LIST], n_policies;
     long samples, calib, max_length, max_gen, chunk, mam_budget, sink, window;
+    int max_length_set;
     double frac;
 };
 
-/* Splits a comma list into at most MAX_LIST items of buf (modified in place). */
+static int any_item(const char *item, int i, void *ctx)
+{
+    (void)item, (void)i, (void)ctx;
+    return 0;
+}
+
+/* Splits a comma list into at most MAX_LIST items of buf (modified in place): the strict form
+ * of every list flag (cli_list: no empty element, "1,,2", "1,2,", ",1"), each item once. */
 static int split(const char *flag, char *buf, const char **items)
 {
-    int n = 0;
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (n == MAX_LIST) {
-            cli_error(CMD, "%s: at most %d items", flag, MAX_LIST);
-            return -1;
-        }
-        items[n++] = tok;
+    int n;
+    if (cli_list(CMD, flag, buf, MAX_LIST, &n, any_item, NULL)) return -1;
+    char *tok = buf;
+    for (int i = 0; i < n; i++) {
+        char *comma = strchr(tok, ',');
+        if (comma) *comma = 0;
+        items[i] = tok;
+        for (int k = 0; k < i; k++)
+            if (!strcmp(items[k], tok)) {
+                cli_error(CMD, "%s: '%s' is listed twice", flag, tok);
+                return -1;
+            }
+        if (comma) tok = comma + 1;
     }
-    if (!n) cli_error(CMD, "%s: empty list", flag);
-    return n ? n : -1;
+    return n;
 }
 
 static int int_list(const char *flag, const char *arg, long lo, long hi, long *out)
@@ -167,6 +180,7 @@ static int parse(int argc, char **argv, struct acc_opts *o)
             break;
         case 'M':
             bad = cli_int(CMD, "--max-length", optarg, 64, 1 << 20, &o->max_length);
+            o->max_length_set = 1;
             break;
         case 'n':
             bad = cli_int(CMD, "--samples", optarg, 1, 1 << 20, &o->samples);
@@ -225,6 +239,14 @@ static int parse(int argc, char **argv, struct acc_opts *o)
     if (!o->data == !o->longbench)
         return cli_error(CMD, "give exactly one of --data and --longbench"), -1;
     if (o->data && !o->n_lengths) return cli_error(CMD, "--data needs --lengths"), -1;
+    /* each data source has its own length flag: the other one would be ignored */
+    if (o->data && o->max_length_set)
+        return cli_error(CMD, "--max-length is for --longbench; --data sets its lengths with "
+                              "--lengths"),
+               -1;
+    if (o->longbench && o->n_lengths)
+        return cli_error(CMD, "--lengths is for --data; --longbench truncates to --max-length"),
+               -1;
     if (!o->n_tasks) return cli_error(CMD, "--tasks is required"), -1;
     for (int i = 0; i < o->n_tasks; i++)
         if (!longbench_task_find(o->tasks[i]))

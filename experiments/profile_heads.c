@@ -204,7 +204,9 @@ int cmd_profile_heads(int argc, char **argv)
                             (int)o.batch,
                             max_tokens,
                             0.0f,
-                            0};
+                            /* one KV head (Gemma 3): a list per query head */
+                            m->n_kv_heads == 1,
+                            m->sliding_window > 0 ? m->sliding_pattern : 0};
     struct mam_acc *acc = mam_acc_create(&mp, err, sizeof err);
     if (!acc) { /* the shape was checked in parse: what is left is host memory */
         cli_error(C, "%s", err);

@@ -259,11 +259,13 @@ int mam_acc_finalize(const struct mam_acc *a, struct mam_profile *out, char *err
 {
     const struct mam_params *p = &a->p;
     memset(out, 0, sizeof *out);
-    for (int l = 0; l < p->n_layers; l++)
-        if (a->terms[l] == 0) {
+    for (int l = 0; l < p->n_layers; l++) {
+        const int local = p->sliding_pattern > 0 && (l + 1) % p->sliding_pattern != 0;
+        if (a->terms[l] == 0 && !local) {
             snprintf(err, errlen, "mam: layer %d has no observation", l);
             return PULSE_ERR_INVALID;
         }
+    }
     if (mam_profile_init(out, p->n_layers, a->n_sel) != PULSE_OK) {
         snprintf(err, errlen, "mam: out of host memory");
         return PULSE_ERR_OOM;

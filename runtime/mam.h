@@ -50,6 +50,10 @@ struct mam_params {
      * per query head); the table is [n_layers][n_heads]. For models with one KV head (Gemma 3
      * 270M), where SoloHead's single list must come from one query head. */
     int query_selectors;
+    /* > 0: the model's local (sliding-window) layers, every layer l with (l + 1) %
+     * sliding_pattern != 0 (model.h), never select blocks: they may go unobserved, their rows
+     * 0 (SoloHead's selector there is moot). 0: every layer must be observed. */
+    int sliding_pattern;
 };
 
 /* What was measured (plain data, owned by the caller). */

@@ -95,7 +95,7 @@ static struct mam_acc *acc_for(const struct layer *L, int n_layers, int budget, 
                                int window, int max_tokens, float scale)
 {
     struct mam_params p = {n_layers, L->nq,  L->nkv,   L->hd,      L->ps, budget,
-                           sink,     window, L->batch, max_tokens, scale, 0};
+                           sink,     window, L->batch, max_tokens, scale, 0, 0};
     char err[256];
     struct mam_acc *a = mam_acc_create(&p, err, sizeof err);
     if (!a) fprintf(stderr, "mam_acc_create: %s\n", err);
@@ -276,7 +276,7 @@ static void test_random_layers(void)
 static void test_bad_params(void)
 {
     char err[256];
-    struct mam_params p = {4, 4, 2, 64, 16, 8, 1, 2, 1, 100, 0.0f, 0};
+    struct mam_params p = {4, 4, 2, 64, 16, 8, 1, 2, 1, 100, 0.0f, 0, 0};
     p.n_heads = 3;
     EXPECT(mam_acc_create(&p, err, sizeof err) == NULL);
     EXPECT_STR_CONTAINS(err, "n_heads");
@@ -488,7 +488,7 @@ static void run_profile(const struct run_cfg *rc, struct mam_profile *pr, int32_
     struct mam_params mp = {
         m->n_layers, m->n_heads, m->n_kv_heads, m->head_dim, 16,  rc->budget_tokens / 16,
         1,           2,          rc->batch,     reserved,    0.0f,
-        0};
+        0,           0};
     struct mam_acc *acc = mam_acc_create(&mp, err, sizeof err);
     struct mam_probe *probe = mam_probe_create(acc, be, engine_ctx(e), rc->stage, err, sizeof err);
     struct engine_layer_hook hook = mam_probe_hook(probe);
@@ -577,6 +577,26 @@ static void test_cli(void)
     EXPECT_EQ_INT(pr.meta.seed, 7);
     mam_profile_free(&pr);
     mam_profile_free(&want);
+    unlink(path);
+    /* Gemma 3 (one KV head, local layers): a selector per query head, the local layers (every
+     * layer but each third) unobserved with rows of 0, the global ones measured */
+    snprintf(args, sizeof args,
+             "profile-heads --model tiny-gemma3 --backend cpu --prompt-len 256 --steps 2 "
+             "--budget-tokens 64 --out %s",
+             path);
+    EXPECT_EQ_INT(run_cli(args), 0);
+    EXPECT_EQ_INT(mam_profile_read(path, NULL, &pr, err, sizeof err), 0);
+    const struct model_config *g3 = model_config_find("tiny-gemma3");
+    EXPECT_EQ_INT(pr.n_layers, g3->n_layers);
+    EXPECT_EQ_INT(pr.n_kv_heads, g3->n_heads);
+    for (int l = 0; pr.mam && l < pr.n_layers; l++) {
+        double row = 0;
+        for (int h = 0; h < pr.n_kv_heads; h++)
+            row += pr.mam[(size_t)l * pr.n_kv_heads + h];
+        if ((l + 1) % g3->sliding_pattern) EXPECT(row == 0.0);
+        else EXPECT(row > 0.0);
+    }
+    mam_profile_free(&pr);
     unlink(path);
 
     struct {
