@@ -367,6 +367,15 @@ static int decode_step(int argc, char **argv)
     if (!be) return EXIT_USAGE;
     json_t *peer = NULL;
     if (o.peer && !(peer = load_peer(o.peer))) return EXIT_USAGE;
+    /* a peer of another model is no comparison */
+    const char *peer_model =
+        peer ? json_string_value(json_object_get(json_object_get(peer, "config"), "model")) : NULL;
+    if (peer && peer_model && strcmp(peer_model, m->name) != 0) {
+        cli_error("bench", "--peer: %s measured %s, this run is %s: not comparable", o.peer,
+                  peer_model, m->name);
+        json_decref(peer);
+        return EXIT_USAGE;
+    }
     int max_b = 1, max_t = 1;
     for (int i = 0; i < np; i++) {
         max_b = PULSE_MAX(max_b, pts[i].batch);

@@ -63,6 +63,9 @@ static const struct bad_case bad[] = {
      "9 is not a query head", 2},
     {"generate --model tiny --backend cpu --prompt-ids 1 --policy headwise",
      "implemented for one KV head", 2},
+    {"bench decode-step --model tiny --backend cpu --peer experiments/peer/results/h200-qwen3-14b.json "
+     "--points 1x64",
+     "measured qwen3-14b, this run is tiny: not comparable", 2},
     {"accuracy --data d --lengths 4096 --tasks passkey", "--model is required", 2},
     {"accuracy --model tiny --tasks passkey", "exactly one of --data and --longbench", 2},
     {"accuracy --model tiny --data d --tasks passkey", "--data needs --lengths", 2},
