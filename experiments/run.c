@@ -23,7 +23,10 @@ static const char usage[] =
     "  --backend B        cpu, cuda or auto (default auto: cuda when a GPU is usable)\n"
     "  --model NAME       built-in model config (default tiny; see pulse models)\n"
     "  --policy P         vanilla, arkvale, infinigen or pulseinfer (default vanilla)\n"
-    "  --workload SPEC    uniform:LEN:COUNT or lengths:L1,L2,... (default uniform:256:4)\n"
+    "  --workload SPEC    uniform:LEN:COUNT, random:MIN:MAX:COUNT or lengths:L1,L2,...\n"
+    "                     (default uniform:256:4)\n"
+    "  --arrival SPEC     all (default: every request at 0), poisson:RATE (requests/s) or\n"
+    "                     gamma:RATE:CV (gaps of coefficient of variation CV: burstiness)\n"
     "  --output-len N     output tokens per request (default 32)\n"
     "  --kv-budget-gb G   GPU KV pool in GB (default 45 on cuda, emulating an 80 GB card; 0.25 on "
     "cpu)\n"
@@ -39,7 +42,7 @@ static const char usage_exit[] =
     "exit: 0 ok, 1 run failed, 2 bad usage, 3 out of device memory (result written, status oom)\n";
 
 struct run_opts {
-    const char *backend, *model, *policy, *workload, *out, *weights;
+    const char *backend, *model, *policy, *workload, *arrival, *out, *weights;
     long output_len, max_batch, page_size;
     double budget_gb;
     int budget_set, model_set, print_tokens, no_graph;
@@ -53,6 +56,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
                                          {"model", required_argument, 0, 'm'},
                                          {"policy", required_argument, 0, 'p'},
                                          {"workload", required_argument, 0, 'w'},
+                                         {"arrival", required_argument, 0, 'a'},
                                          {"output-len", required_argument, 0, 'n'},
                                          {"kv-budget-gb", required_argument, 0, 'g'},
                                          {"max-batch", required_argument, 0, 'B'},
@@ -96,6 +100,9 @@ static int parse(int argc, char **argv, struct run_opts *o)
             break;
         case 'w':
             o->workload = optarg;
+            break;
+        case 'a':
+            o->arrival = optarg;
             break;
         case 'o':
             o->out = optarg;
@@ -226,6 +233,7 @@ static json_t *metrics_json(const struct workload *w, double wall, json_t **requ
         in_tokens += r->prompt_len;
         json_t *jr = json_pack("{s:i,s:i,s:i,s:s}", "id", r->id, "prompt_len", r->prompt_len,
                                "output_len", r->generated, "status", r->error ? "error" : "ok");
+        results_set_real(jr, "arrival_ms", r->arrival_s * 1e3);
         if (r->error) {
             json_object_set_new(jr, "error", json_string(r->error));
             results_set_real(jr, "ended_ms", t_done * 1e3);
@@ -428,6 +436,11 @@ int cmd_run(int argc, char **argv)
     struct workload w;
     if (workload_create(&w, o.workload, (int)o.output_len, o.seed, err, sizeof err) != PULSE_OK) {
         cli_error("run", "%s", err);
+        return EXIT_USAGE;
+    }
+    if (o.arrival && workload_set_arrivals(&w, o.arrival, err, sizeof err) != PULSE_OK) {
+        cli_error("run", "%s", err);
+        workload_free(&w);
         return EXIT_USAGE;
     }
     if (!o.budget_set) o.budget_gb = be->mem == MEM_DEVICE ? 45.0 : 0.25;

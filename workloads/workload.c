@@ -1,6 +1,7 @@
 #include "workload.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,6 +129,94 @@ oom:
     return PULSE_ERR_NOMEM;
 }
 
+/* ------------------------------------------------------------------ arrivals */
+
+/* A positive decimal from [s, end): digits with at most one point, no sign, exponent or spaces;
+ * -1 when it is not one. */
+static double parse_decimal(const char *s, const char *end)
+{
+    if (s == end || end - s > 24) return -1;
+    double v = 0, scale = 0;
+    int digits = 0;
+    for (const char *p = s; p < end; p++) {
+        if (*p == '.') {
+            if (scale) return -1;
+            scale = 1;
+            continue;
+        }
+        if (*p < '0' || *p > '9') return -1;
+        v = v * 10 + (*p - '0');
+        if (scale) scale *= 10;
+        digits++;
+    }
+    if (!digits) return -1;
+    if (scale) v /= scale;
+    return v > 0 ? v : -1;
+}
+
+/* splitmix64 into (0, 1) */
+static double uniform01(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return ((double)(z >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static double normal01(uint64_t *x)
+{
+    return sqrt(-2.0 * log(uniform01(x))) * cos(6.283185307179586 * uniform01(x));
+}
+
+/* Gamma(shape k, scale 1), Marsaglia and Tsang; k < 1 through Gamma(k + 1) * U^(1/k). */
+static double gamma_sample(uint64_t *x, double k)
+{
+    if (k < 1) return gamma_sample(x, k + 1) * pow(uniform01(x), 1.0 / k);
+    const double d = k - 1.0 / 3, c = 1 / sqrt(9 * d);
+    for (;;) {
+        double z = normal01(x), v = 1 + c * z;
+        if (v <= 0) continue;
+        v = v * v * v;
+        const double u = uniform01(x);
+        if (log(u) < 0.5 * z * z + d - d * v + d * log(v)) return d * v;
+    }
+}
+
+int workload_set_arrivals(struct workload *w, const char *spec, char *err, size_t errlen)
+{
+    double rate = -1, cv = 1;
+    if (!strcmp(spec, "all")) {
+        for (int i = 0; i < w->n; i++)
+            w->reqs[i].arrival_s = 0;
+        snprintf(w->arrival, sizeof w->arrival, "all");
+        return PULSE_OK;
+    }
+    if (!strncmp(spec, "poisson:", 8)) {
+        rate = parse_decimal(spec + 8, spec + strlen(spec));
+    } else if (!strncmp(spec, "gamma:", 6)) {
+        const char *a = spec + 6, *colon = strchr(a, ':');
+        rate = colon ? parse_decimal(a, colon) : -1;
+        cv = colon ? parse_decimal(colon + 1, colon + 1 + strlen(colon + 1)) : -1;
+    }
+    if (rate <= 0 || cv <= 0 || cv > 100 || strlen(spec) >= sizeof w->arrival) {
+        snprintf(err, errlen,
+                 "--arrival: '%s' is not all, poisson:RATE or gamma:RATE:CV (RATE requests/s and "
+                 "CV positive decimals, CV at most 100)",
+                 spec);
+        return PULSE_ERR_INVALID;
+    }
+    uint64_t x = w->seed * 0xD1B54A32D192ED03ull + 0x8CB92BA72F3D8DD7ull;
+    const double k = 1 / (cv * cv); /* gamma shape: CV^2 = 1 / k */
+    double t = 0;
+    for (int i = 0; i < w->n; i++) {
+        t += gamma_sample(&x, k) / (k * rate); /* mean 1 / rate */
+        w->reqs[i].arrival_s = t;
+    }
+    snprintf(w->arrival, sizeof w->arrival, "%s", spec);
+    return PULSE_OK;
+}
+
 void workload_free(struct workload *w)
 {
     mem_free(MEM_HOST, w->reqs, sizeof(struct request) * w->n);
@@ -151,5 +240,6 @@ json_t *workload_to_json(const struct workload *w)
         total += w->reqs[i].prompt_len;
     return json_pack("{s:s, s:I, s:i, s:i, s:I, s:s}", "spec", w->spec, "seed", (json_int_t)w->seed,
                      "output_len", w->output_len, "requests", w->n, "prompt_tokens_total",
-                     (json_int_t)total, "arrival", "all_at_once");
+                     (json_int_t)total, "arrival",
+                     !w->arrival[0] || !strcmp(w->arrival, "all") ? "all_at_once" : w->arrival);
 }

@@ -15,6 +15,7 @@
 
 struct workload {
     char spec[256];
+    char arrival[64]; /* the arrival spec (workload_set_arrivals): "all" by default */
     uint64_t seed;
     int output_len;
     int n;
@@ -26,6 +27,14 @@ struct workload {
 int workload_create(struct workload *w, const char *spec, int output_len, uint64_t seed, char *err,
                     size_t errlen);
 void workload_free(struct workload *w);
+/* Arrival times of w's requests, from spec:
+ *   all              every request at time 0 (the default)
+ *   poisson:RATE     a Poisson process of RATE requests/s (exponential gaps)
+ *   gamma:RATE:CV    gaps from a gamma distribution of mean 1/RATE and coefficient of variation
+ *                    CV (1 is Poisson; above 1 burstier, below 1 more regular)
+ * RATE and CV are positive decimals (no sign, exponent or spaces). Seeded by w->seed: the same
+ * seed gives the same times. PULSE_OK, or PULSE_ERR_INVALID with a one-line reason. */
+int workload_set_arrivals(struct workload *w, const char *spec, char *err, size_t errlen);
 /* The longest prompt + output of any request. */
 int workload_max_tokens(const struct workload *w);
 /* {"spec", "seed", "output_len", "requests", "prompt_tokens_total", "arrival"}. */

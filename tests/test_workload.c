@@ -1,0 +1,127 @@
+/* Arrival processes of workloads (workloads/workload.h, workload_set_arrivals): all at once by
+ * default; poisson:RATE has exponential gaps of mean 1/RATE (coefficient of variation 1);
+ * gamma:RATE:CV has gaps of mean 1/RATE and the asked CV, below and above 1; times never
+ * decrease; the same seed gives the same times and another seed others; bad specs are one-line
+ * errors; pulse run with arrivals serves every request at or after its arrival and the JSON
+ * records the process and each arrival. */
+#include <jansson.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "testutil.h"
+#include "workloads/workload.h"
+
+/* Mean and coefficient of variation of the gaps of w. */
+static void gaps(const struct workload *w, double *mean, double *cv)
+{
+    double s = 0, s2 = 0, prev = 0;
+    for (int i = 0; i < w->n; i++) {
+        const double g = w->reqs[i].arrival_s - prev;
+        EXPECT(g >= 0);
+        prev = w->reqs[i].arrival_s;
+        s += g, s2 += g * g;
+    }
+    *mean = s / w->n;
+    *cv = sqrt(fmax(0, s2 / w->n - *mean * *mean)) / *mean;
+}
+
+static void test_processes(void)
+{
+    char err[256];
+    struct workload w, v;
+    EXPECT_EQ_INT(workload_create(&w, "uniform:10:20000", 1, 3, err, sizeof err), PULSE_OK);
+    for (int i = 0; i < w.n; i++)
+        EXPECT(w.reqs[i].arrival_s == 0);
+    struct {
+        const char *spec;
+        double mean, cv;
+    } cases[] = {{"poisson:50", 0.02, 1.0}, {"gamma:10:0.5", 0.1, 0.5}, {"gamma:200:3", 0.005, 3.0},
+                 {"gamma:4.5:1", 1 / 4.5, 1.0}};
+    for (size_t k = 0; k < PULSE_ARRAY_LEN(cases); k++) {
+        EXPECT_EQ_INT(workload_set_arrivals(&w, cases[k].spec, err, sizeof err), PULSE_OK);
+        double mean, cv;
+        gaps(&w, &mean, &cv);
+        printf("%s: mean gap %.5f s (want %.5f), CV %.3f (want %.2f) over %d arrivals\n",
+               cases[k].spec, mean, cases[k].mean, cv, cases[k].cv, w.n);
+        EXPECT_NEAR(mean / cases[k].mean, 1.0, 0.05);
+        EXPECT_NEAR(cv / cases[k].cv, 1.0, 0.08);
+    }
+    /* the seed decides the times */
+    EXPECT_EQ_INT(workload_create(&v, "uniform:10:20000", 1, 3, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(workload_set_arrivals(&v, "gamma:4.5:1", err, sizeof err), PULSE_OK);
+    int same = 1;
+    for (int i = 0; i < w.n; i++)
+        same &= v.reqs[i].arrival_s == w.reqs[i].arrival_s;
+    EXPECT(same);
+    workload_free(&v);
+    EXPECT_EQ_INT(workload_create(&v, "uniform:10:20000", 1, 4, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(workload_set_arrivals(&v, "gamma:4.5:1", err, sizeof err), PULSE_OK);
+    EXPECT(v.reqs[10].arrival_s != w.reqs[10].arrival_s);
+    workload_free(&v);
+    EXPECT_EQ_INT(workload_set_arrivals(&w, "all", err, sizeof err), PULSE_OK);
+    EXPECT(w.reqs[w.n - 1].arrival_s == 0);
+    static const char *const bad[] = {"poisson:0",    "poisson:-1",   "poisson: 5",  "poisson:1e3",
+                                      "poisson:0x10", "gamma:5",      "gamma:5:0",   "gamma:5:101",
+                                      "gamma:5:1:2",  "poisson:",     "burst:5",     "poisson:5.",
+                                      "poisson:.5.5", "gamma::1"};
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
+        err[0] = 0;
+        const int rc = workload_set_arrivals(&w, bad[i], err, sizeof err);
+        if (!strcmp(bad[i], "poisson:5.")) { /* a trailing point is a decimal: 5 */
+            EXPECT_EQ_INT(rc, PULSE_OK);
+            continue;
+        }
+        EXPECT_EQ_INT(rc, PULSE_ERR_INVALID);
+        EXPECT_STR_CONTAINS(err, "is not all, poisson:RATE or gamma:RATE:CV");
+    }
+    workload_free(&w);
+}
+
+static char out[1 << 16];
+
+static void test_run(void)
+{
+    char path[] = "/tmp/pulse_arrival_XXXXXX", cmd[512];
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    snprintf(cmd, sizeof cmd,
+             "run --backend cpu --model tiny --workload uniform:32:12 --output-len 3 --arrival "
+             "gamma:400:2 --out %s",
+             path);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+    json_error_t je;
+    json_t *r = json_load_file(path, 0, &je);
+    EXPECT(r != NULL);
+    if (r) {
+        EXPECT(!strcmp(json_string_value(json_object_get(json_object_get(r, "workload"), "arrival")),
+                       "gamma:400:2"));
+        json_t *reqs = json_object_get(r, "requests"), *q;
+        size_t i;
+        double last = -1;
+        int n = 0;
+        json_array_foreach(reqs, i, q) {
+            const double a = json_number_value(json_object_get(q, "arrival_ms"));
+            EXPECT(a >= 0);
+            EXPECT(json_number_value(json_object_get(q, "admit_ms")) >= 0); /* after its arrival */
+            EXPECT(!strcmp(json_string_value(json_object_get(q, "status")), "ok"));
+            last = fmax(last, a);
+            n++;
+        }
+        EXPECT_EQ_INT(n, 12);
+        EXPECT(last > 0);
+        json_decref(r);
+    }
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --model tiny --arrival poisson:x", out, sizeof out),
+                  2);
+    EXPECT_STR_CONTAINS(out, "--arrival: 'poisson:x' is not");
+    remove(path);
+}
+
+int main(void)
+{
+    test_processes();
+    test_run();
+    return tu_finish("test_workload");
+}
