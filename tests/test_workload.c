@@ -3,7 +3,8 @@
  * gamma:RATE:CV has gaps of mean 1/RATE and the asked CV, below and above 1; times never
  * decrease; the same seed gives the same times and another seed others; bad specs are one-line
  * errors; pulse run with arrivals serves every request at or after its arrival and the JSON
- * records the process and each arrival. */
+ * records the process and each arrival. Mooncake-format traces (trace:FILE): each request's
+ * lengths and arrival from its line; a bad line is an error naming its number. */
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
@@ -79,6 +80,72 @@ static void test_processes(void)
     workload_free(&w);
 }
 
+/* A trace of lines into a temporary file; its path in path. */
+static void write_trace(char *path, const char *text)
+{
+    strcpy(path, "/tmp/pulse_trace_XXXXXX");
+    int fd = mkstemp(path);
+    if (fd >= 0) {
+        EXPECT(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+        close(fd);
+    }
+}
+
+static void test_trace(void)
+{
+    char path[64], spec[96], err[256];
+    struct workload w;
+    write_trace(path, "{\"timestamp\": 1000, \"input_length\": 200, \"output_length\": 3, "
+                      "\"hash_ids\": [0]}\n"
+                      "{\"timestamp\": 1020, \"input_length\": 700, \"output_length\": 6, "
+                      "\"hash_ids\": [0, 1]}\n\n"
+                      "{\"timestamp\": 1045.5, \"input_length\": 90, \"output_length\": 2}\n");
+    snprintf(spec, sizeof spec, "trace:%s", path);
+    EXPECT_EQ_INT(workload_create(&w, spec, 32, 1, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(w.n, 3);
+    EXPECT_EQ_INT(w.output_len, 6); /* the longest output */
+    EXPECT_EQ_INT(w.reqs[1].prompt_len, 700);
+    EXPECT_EQ_INT(w.reqs[2].output_len, 2);
+    EXPECT_NEAR(w.reqs[0].arrival_s, 0.0, 1e-12); /* after the first request's timestamp */
+    EXPECT_NEAR(w.reqs[1].arrival_s, 0.020, 1e-12);
+    EXPECT_NEAR(w.reqs[2].arrival_s, 0.0455, 1e-12);
+    EXPECT_EQ_INT(workload_max_tokens(&w), 706);
+    EXPECT(!strcmp(w.arrival, "trace"));
+    workload_free(&w);
+    unlink(path);
+    struct {
+        const char *text, *msg;
+    } bad[] = {
+        {"{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1}\n{\"timestamp\": 1,",
+         ":2: "},
+        {"{\"timestamp\": 0, \"output_length\": 1}\n", ":1: input_length: expected an integer"},
+        {"{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 0}\n",
+         ":1: output_length: expected an integer"},
+        {"{\"timestamp\": -1, \"input_length\": 5, \"output_length\": 1}\n", ":1: timestamp"},
+        {"{\"timestamp\": 9, \"input_length\": 5, \"output_length\": 1}\n"
+         "{\"timestamp\": 3, \"input_length\": 5, \"output_length\": 1}\n",
+         ":2: timestamp 3 is before the previous request's 9"},
+        {"{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1, \"x\"]}",
+         ":1: hash_ids: a block id is not an integer"},
+        {"[1, 2]\n", ":1: not a JSON object"},
+        {"\n\n", "no requests in the trace"},
+    };
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
+        write_trace(path, bad[i].text);
+        snprintf(spec, sizeof spec, "trace:%s", path);
+        err[0] = 0;
+        EXPECT_EQ_INT(workload_create(&w, spec, 32, 1, err, sizeof err), PULSE_ERR_INVALID);
+        EXPECT_STR_CONTAINS(err, bad[i].msg);
+        EXPECT(w.reqs == NULL);
+        unlink(path);
+    }
+    EXPECT_EQ_INT(workload_create(&w, "trace:/tmp", 32, 1, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "is not a regular file");
+    EXPECT_EQ_INT(workload_create(&w, "trace:/nonexistent.jsonl", 32, 1, err, sizeof err),
+                  PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "/nonexistent.jsonl");
+}
+
 static char out[1 << 16];
 
 static void test_run(void)
@@ -122,6 +189,7 @@ static void test_run(void)
 int main(void)
 {
     test_processes();
+    test_trace();
     test_run();
     return tu_finish("test_workload");
 }

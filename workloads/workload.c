@@ -1,9 +1,12 @@
 #include "workload.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common.h"
 #include "mem.h"
@@ -32,12 +35,129 @@ static int alloc_reqs(struct workload *w, int n)
     w->token_store = mem_alloc(MEM_HOST, sizeof(int32_t) * (size_t)n * w->output_len, "tokens");
     if (!w->reqs || !w->token_store) return PULSE_ERR_NOMEM;
     memset(w->reqs, 0, sizeof(struct request) * n);
+    /* rows longer than a request's output (a trace's) stay 0: the store hashes the same */
+    memset(w->token_store, 0, sizeof(int32_t) * (size_t)n * w->output_len);
     for (int i = 0; i < n; i++) {
         w->reqs[i].id = i;
         w->reqs[i].output_len = w->output_len;
         w->reqs[i].tokens = w->token_store + (size_t)i * w->output_len;
     }
     return PULSE_OK;
+}
+
+/* ------------------------------------------------------------------ Mooncake traces */
+
+/* One trace line: 1 and its fields, 0 for a blank line, -1 after a message. */
+static int trace_line(const char *path, int line, const char *text, size_t len, long *in,
+                      long *out, double *ts, char *err, size_t errlen)
+{
+    size_t k = 0;
+    while (k < len && (text[k] == ' ' || text[k] == '\t' || text[k] == '\r'))
+        k++;
+    if (k == len) return 0;
+    json_error_t je;
+    json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    const char *why = NULL;
+    json_t *ji = j ? json_object_get(j, "input_length") : NULL,
+           *jo = j ? json_object_get(j, "output_length") : NULL,
+           *jt = j ? json_object_get(j, "timestamp") : NULL, *jh = j ? json_object_get(j, "hash_ids") : NULL;
+    if (!j) why = je.text;
+    else if (!json_is_object(j)) why = "not a JSON object";
+    else if (!json_is_integer(ji) || json_integer_value(ji) < 1 ||
+             json_integer_value(ji) > WORKLOAD_MAX_LEN)
+        why = "input_length: expected an integer in [1, 16777216]";
+    else if (!json_is_integer(jo) || json_integer_value(jo) < 1 ||
+             json_integer_value(jo) > WORKLOAD_MAX_LEN)
+        why = "output_length: expected an integer in [1, 16777216]";
+    else if (!json_is_number(jt) || !isfinite(json_number_value(jt)) || json_number_value(jt) < 0)
+        why = "timestamp: expected a finite number of milliseconds >= 0";
+    else if (jh && !json_is_array(jh))
+        why = "hash_ids: expected an array of block ids";
+    if (!why && jh) {
+        size_t i;
+        json_t *h;
+        json_array_foreach(jh, i, h) if (!json_is_integer(h)) why = "hash_ids: a block id is not an integer";
+    }
+    if (why) {
+        snprintf(err, errlen, "--workload: %s:%d: %s", path, line, why);
+        json_decref(j);
+        return -1;
+    }
+    *in = (long)json_integer_value(ji);
+    *out = (long)json_integer_value(jo);
+    *ts = json_number_value(jt);
+    json_decref(j);
+    return 1;
+}
+
+/* trace:PATH, a Mooncake-format JSONL trace (timestamp in ms, input_length, output_length,
+ * hash_ids): one request per line, its prompt and output lengths and its arrival. */
+static int load_trace(struct workload *w, const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "--workload: trace %s: %s", path,
+                 stat(path, &st) != 0 ? strerror(errno) : "is not a regular file");
+        return PULSE_ERR_INVALID;
+    }
+    FILE *f = fopen(path, "rb");
+    char *buf = f ? malloc((size_t)st.st_size + 1) : NULL;
+    const size_t got = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
+    if (f) fclose(f);
+    if (!buf || got != (size_t)st.st_size) {
+        free(buf);
+        snprintf(err, errlen, "--workload: trace %s: cannot read it", path);
+        return buf ? PULSE_ERR_INVALID : PULSE_ERR_NOMEM;
+    }
+    buf[got] = 0;
+    int rc = PULSE_OK;
+    for (int pass = 0; pass < 2 && rc == PULSE_OK; pass++) { /* count, then fill */
+        int line = 0, n = 0, max_out = 1;
+        double first = 0, prev = 0;
+        for (const char *p = buf; *p && rc == PULSE_OK; line++) {
+            const char *nl = strchr(p, '\n');
+            const size_t len = nl ? (size_t)(nl - p) : strlen(p);
+            long in, out;
+            double ts;
+            const int r = trace_line(path, line + 1, p, len, &in, &out, &ts, err, errlen);
+            if (r < 0) rc = PULSE_ERR_INVALID;
+            if (r > 0 && n > 0 && ts < prev) {
+                snprintf(err, errlen,
+                         "--workload: %s:%d: timestamp %g is before the previous request's %g",
+                         path, line + 1, ts, prev);
+                rc = PULSE_ERR_INVALID;
+            }
+            if (r > 0 && rc == PULSE_OK) {
+                if (n >= WORKLOAD_MAX_REQUESTS) {
+                    snprintf(err, errlen, "--workload: %s: more than %d requests", path,
+                             WORKLOAD_MAX_REQUESTS);
+                    rc = PULSE_ERR_INVALID;
+                    break;
+                }
+                if (n == 0) first = ts;
+                prev = ts;
+                max_out = PULSE_MAX(max_out, (int)out);
+                if (pass == 1) {
+                    w->reqs[n].prompt_len = (int)in;
+                    w->reqs[n].output_len = (int)out;
+                    w->reqs[n].arrival_s = (ts - first) * 1e-3;
+                }
+                n++;
+            }
+            p = nl ? nl + 1 : p + len;
+        }
+        if (rc == PULSE_OK && n == 0) {
+            snprintf(err, errlen, "--workload: %s: no requests in the trace", path);
+            rc = PULSE_ERR_INVALID;
+        }
+        if (rc == PULSE_OK && pass == 0) {
+            w->output_len = max_out; /* the token store's row: the longest output */
+            if (alloc_reqs(w, n) != PULSE_OK) rc = PULSE_ERR_NOMEM;
+        }
+    }
+    free(buf);
+    if (rc == PULSE_OK) snprintf(w->arrival, sizeof w->arrival, "trace");
+    return rc;
 }
 
 int workload_create(struct workload *w, const char *spec, int output_len, uint64_t seed, char *err,
@@ -56,6 +176,12 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
         return PULSE_ERR_INVALID;
     }
     strcpy(w->spec, spec);
+    if (strncmp(spec, "trace:", 6) == 0) {
+        const int rc = load_trace(w, spec + 6, err, errlen);
+        if (rc != PULSE_OK) workload_free(w);
+        if (rc == PULSE_ERR_NOMEM) snprintf(err, errlen, "--workload: out of memory for '%s'", spec);
+        return rc;
+    }
     if (strncmp(spec, "uniform:", 8) == 0) {
         const char *a = spec + 8, *colon = strchr(a, ':');
         long len = colon ? parse_pos(a, colon, WORKLOAD_MAX_LEN) : -1;
@@ -120,7 +246,7 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
     }
     snprintf(err, errlen,
              "--workload: unknown kind in '%s' (expected uniform:LEN:COUNT, "
-             "random:MIN:MAX:COUNT or lengths:L1,L2,...)",
+             "random:MIN:MAX:COUNT, lengths:L1,L2,... or trace:FILE.jsonl)",
              spec);
     return PULSE_ERR_INVALID;
 oom:

@@ -3,7 +3,14 @@
  *   random:MIN:MAX:COUNT  COUNT requests whose prompt lengths are uniform in [MIN, MAX], from
  *                         the seed (splitmix64)
  *   lengths:L1,L2,...     one request per listed prompt length
- * Every request gets output_len output tokens and arrives at time 0 (all at once). */
+ *   trace:FILE.jsonl      a Mooncake-format trace (kvcache-ai/Mooncake FAST25-release): one
+ *                         JSON object a line, "timestamp" (ms, non-decreasing), "input_length",
+ *                         "output_length" (tokens), optional "hash_ids" (integers; prefix
+ *                         blocks, not used here); each request's own lengths, arriving at its
+ *                         timestamp after the first's; output_len is then the longest output.
+ *                         A bad line is reported with its number.
+ * Otherwise every request gets output_len output tokens and arrives at time 0 (all at once;
+ * workload_set_arrivals gives other processes). */
 #ifndef PULSE_WORKLOAD_H
 #define PULSE_WORKLOAD_H
 
