@@ -19,6 +19,7 @@ static const struct {
     {"generate", cmd_generate, "greedy continuation of a prompt (built-in or real weights)"},
     {"synth", cmd_synth, "write RULER-style synthetic tasks as LongBench JSONL"},
     {"accuracy", cmd_accuracy, "accuracy of full attention and sparse selection policies"},
+    {"compare", cmd_compare, "a result JSON against a baseline, for CI: exit 1 on a regression"},
 };
 
 static void usage(FILE *f)
