@@ -69,5 +69,6 @@ int cmd_synth(int argc, char **argv);    /* synth.c */
 int cmd_accuracy(int argc, char **argv); /* accuracy.c */
 int cmd_profile(int argc, char **argv);  /* profile.c */
 int cmd_compare(int argc, char **argv);  /* compare.c */
+int cmd_sweep(int argc, char **argv);    /* sweep.c */
 
 #endif

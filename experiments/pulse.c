@@ -20,6 +20,7 @@ static const struct {
     {"synth", cmd_synth, "write RULER-style synthetic tasks as LongBench JSONL"},
     {"accuracy", cmd_accuracy, "accuracy of full attention and sparse selection policies"},
     {"compare", cmd_compare, "a result JSON against a baseline, for CI: exit 1 on a regression"},
+    {"sweep", cmd_sweep, "a grid of pulse run's flags, one result per point, resumable"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,293 @@
+/* pulse sweep: a grid of pulse run's flag values, run point by point in this process, one
+ * result file per point, resumable.
+ *
+ * GRID.json:
+ *   {"out_dir": "results/ablation",                 where the points' files go (made if absent)
+ *    "base": {"--backend": "cpu", "--model": "tiny", "--workload": "uniform:256:4"},
+ *    "axes": {"--policy": ["arkvale", "pulseinfer"], "--budget-tokens": [32, 64],
+ *             "--no-irq": [false, true]}}
+ * Every combination of the axes' values (the last axis varies fastest) is one point: pulse run
+ * with the base flags and the point's, writing OUT_DIR/<name>.json, where the name joins the
+ * point's flag=value pairs ("policy=arkvale,budget-tokens=32,no-irq=true"). A value is a string
+ * or a number; true and false switch a flag without a value on or off. A point whose file
+ * exists is skipped (a result is written whole, through a rename, so an interrupted sweep
+ * leaves none half written): started again, a sweep runs only the missing points. A table of
+ * every point's outcome ends it. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "common.h"
+#include "results.h"
+
+#define CMD "sweep"
+#define MAX_AXES 8
+#define MAX_POINTS 4096
+#define MAX_ARGS 96
+
+static const char usage[] =
+    "usage: pulse sweep GRID.json [--dry-run]\n"
+    "  Runs every point of the grid (pulse run with base + the point's flags), one result\n"
+    "  file per point in out_dir; points whose file exists are skipped (resumable).\n"
+    "  GRID.json: {\"out_dir\": DIR, \"base\": {\"--flag\": value, ...},\n"
+    "              \"axes\": {\"--flag\": [value, ...], ...}}\n"
+    "  a value is a string or a number; true / false turn a flag without a value on / off\n"
+    "  --dry-run   print each point's command line, run nothing\n"
+    "exit: 0 every point ok or skipped, 1 a point failed, 2 bad usage or grid\n";
+
+/* A flag's value as text into buf: 0, 1 for a switch that is off (left out), -1 when it is
+ * neither a string, a number nor a boolean. */
+static int value_text(json_t *v, char *buf, size_t len, int *is_switch)
+{
+    *is_switch = 0;
+    if (json_is_string(v)) snprintf(buf, len, "%s", json_string_value(v));
+    else if (json_is_integer(v)) snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v)) snprintf(buf, len, "%.17g", json_real_value(v));
+    else if (json_is_boolean(v)) {
+        *is_switch = 1;
+        snprintf(buf, len, "%s", json_is_true(v) ? "true" : "false");
+        return json_is_true(v) ? 0 : 1;
+    } else return -1;
+    return 0;
+}
+
+struct grid {
+    const char *out_dir;
+    json_t *base, *axes;
+    const char *axis_flag[MAX_AXES];
+    json_t *axis_vals[MAX_AXES];
+    int n_axes;
+    long n_points;
+};
+
+static int check_flag(const char *flag, const char *where)
+{
+    if (strncmp(flag, "--", 2) || !flag[2] || !strcmp(flag, "--out")) {
+        cli_error(CMD, "%s: '%s' is not a pulse run flag (--name; --out is the sweep's)", where,
+                  flag);
+        return -1;
+    }
+    return 0;
+}
+
+static int read_grid(json_t *g, const char *path, struct grid *gr)
+{
+    memset(gr, 0, sizeof *gr);
+    gr->out_dir = json_string_value(json_object_get(g, "out_dir"));
+    gr->base = json_object_get(g, "base");
+    gr->axes = json_object_get(g, "axes");
+    if (!json_is_object(g) || !gr->out_dir || !*gr->out_dir || (gr->base && !json_is_object(gr->base)) ||
+        !json_is_object(gr->axes) || json_object_size(gr->axes) == 0 ||
+        json_object_size(gr->axes) > MAX_AXES) {
+        cli_error(CMD,
+                  "%s: expected {\"out_dir\": DIR, \"base\": {flags}, \"axes\": {1 to %d flags: "
+                  "[values]}}",
+                  path, MAX_AXES);
+        return -1;
+    }
+    const char *k;
+    json_t *v;
+    char buf[256];
+    int sw;
+    if (gr->base)
+        json_object_foreach(gr->base, k, v) {
+            if (check_flag(k, "base") || value_text(v, buf, sizeof buf, &sw) < 0) {
+                if (!check_flag(k, "base")) cli_error(CMD, "base: %s: a value is a string, a number or a boolean", k);
+                return -1;
+            }
+            if (json_object_get(gr->axes, k)) {
+                cli_error(CMD, "%s is both in base and an axis", k);
+                return -1;
+            }
+        }
+    gr->n_points = 1;
+    json_object_foreach(gr->axes, k, v) {
+        if (check_flag(k, "axes")) return -1;
+        if (!json_is_array(v) || json_array_size(v) == 0) {
+            cli_error(CMD, "axes: %s: expected a non-empty array of values", k);
+            return -1;
+        }
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) if (value_text(x, buf, sizeof buf, &sw) < 0) {
+            cli_error(CMD, "axes: %s[%zu]: a value is a string, a number or a boolean", k, i);
+            return -1;
+        }
+        gr->axis_flag[gr->n_axes] = k;
+        gr->axis_vals[gr->n_axes++] = v;
+        gr->n_points *= (long)json_array_size(v);
+        if (gr->n_points > MAX_POINTS) {
+            cli_error(CMD, "the grid has more than %d points", MAX_POINTS);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Appends flag (and its value unless a switch) to argv; a switch that is off adds nothing. */
+static int add_flag(char **argv, int *argc, char *store, size_t *used, size_t cap,
+                    const char *flag, json_t *v)
+{
+    char buf[512];
+    int sw;
+    const int off = value_text(v, buf, sizeof buf, &sw);
+    if (off) return 0;
+    const char *parts[2] = {flag, buf};
+    for (int k = 0; k < (sw ? 1 : 2); k++) {
+        const size_t n = strlen(parts[k]) + 1;
+        if (*argc >= MAX_ARGS - 3 || *used + n > cap) return -1;
+        memcpy(store + *used, parts[k], n);
+        argv[(*argc)++] = store + *used;
+        *used += n;
+    }
+    return 0;
+}
+
+/* Point p's name ("flag=value,...", characters outside [A-Za-z0-9._=,-] as '_'). */
+static void point_name(const struct grid *gr, long p, char *name, size_t len)
+{
+    size_t at = 0;
+    long rest = p;
+    long idx[MAX_AXES];
+    for (int a = gr->n_axes - 1; a >= 0; a--) {
+        const long n = (long)json_array_size(gr->axis_vals[a]);
+        idx[a] = rest % n;
+        rest /= n;
+    }
+    name[0] = 0;
+    for (int a = 0; a < gr->n_axes; a++) {
+        char buf[256];
+        int sw;
+        value_text(json_array_get(gr->axis_vals[a], (size_t)idx[a]), buf, sizeof buf, &sw);
+        at += (size_t)snprintf(name + at, at < len ? len - at : 0, "%s%s=%s", a ? "," : "",
+                               gr->axis_flag[a] + 2, buf);
+    }
+    for (char *c = name; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              strchr("._=,-", *c)))
+            *c = '_';
+}
+
+/* The table's line of a point's result file. */
+static void summary_line(const char *name, const char *path, const char *what)
+{
+    json_error_t je;
+    json_t *r = json_load_file(path, 0, &je);
+    json_t *m = r ? json_object_get(r, "metrics") : NULL;
+    const char *status = r ? json_string_value(json_object_get(r, "status")) : NULL;
+    double tps = json_number_value(json_object_get(m, "output_throughput"));
+    double tpot = json_number_value(json_object_get(m, "mean_tpot_ms"));
+    double ratio = json_number_value(json_object_get(json_object_get(m, "step"), "ratio_to_floor"));
+    printf("%-56.56s %-8s %-6s %10.1f %10.3f %8.2f\n", name, what, status ? status : "-", tps,
+           tpot, ratio);
+    json_decref(r);
+}
+
+int cmd_sweep(int argc, char **argv)
+{
+    static const struct option opts[] = {{"dry-run", no_argument, 0, 'n'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int dry = 0, c;
+    opterr = 0;
+    optind = 1;
+    struct cli_seen seen = {0};
+    while ((c = cli_getopt(CMD, argc, argv, opts, &seen)) != -1) {
+        if (c == 'n') dry = 1;
+        else if (c == 'h') return fputs(usage, stdout), 0;
+        else return cli_unknown_flag(CMD, argc, argv), EXIT_USAGE;
+    }
+    if (argc - optind != 1) {
+        cli_error(CMD, "expected GRID.json (see pulse sweep --help)");
+        return EXIT_USAGE;
+    }
+    const char *grid_path = argv[optind];
+    json_t *g = cli_load_json(CMD, "grid", grid_path);
+    if (!g) return EXIT_USAGE;
+    struct grid gr;
+    if (read_grid(g, grid_path, &gr)) {
+        json_decref(g);
+        return EXIT_USAGE;
+    }
+    if (!dry && mkdir(gr.out_dir, 0777) != 0 && errno != EEXIST) {
+        cli_error(CMD, "out_dir: %s: cannot make it (%s)", gr.out_dir, strerror(errno));
+        json_decref(g);
+        return EXIT_USAGE;
+    }
+    static char names[MAX_POINTS][160];
+    static char what[MAX_POINTS][8];
+    int failed = 0, ran = 0, skipped = 0;
+    for (long p = 0; p < gr.n_points; p++) {
+        char path[4096], store[8192];
+        char *av[MAX_ARGS];
+        int ac = 0;
+        size_t used = 0;
+        point_name(&gr, p, names[p], sizeof names[p]);
+        if (snprintf(path, sizeof path, "%s/%s.json", gr.out_dir, names[p]) >= (int)sizeof path) {
+            cli_error(CMD, "out_dir: %s: too long a path", gr.out_dir);
+            json_decref(g);
+            return EXIT_USAGE;
+        }
+        av[ac++] = "run";
+        const char *k;
+        json_t *v;
+        int bad = 0;
+        if (gr.base)
+            json_object_foreach(gr.base, k, v) bad |= add_flag(av, &ac, store, &used, sizeof store, k, v);
+        long rest = p;
+        long idx[MAX_AXES];
+        for (int a = gr.n_axes - 1; a >= 0; a--) {
+            const long n = (long)json_array_size(gr.axis_vals[a]);
+            idx[a] = rest % n;
+            rest /= n;
+        }
+        for (int a = 0; a < gr.n_axes; a++)
+            bad |= add_flag(av, &ac, store, &used, sizeof store, gr.axis_flag[a],
+                            json_array_get(gr.axis_vals[a], (size_t)idx[a]));
+        av[ac++] = "--out";
+        av[ac++] = path;
+        av[ac] = NULL;
+        if (bad) {
+            cli_error(CMD, "point %s: its command line is too long", names[p]);
+            json_decref(g);
+            return EXIT_USAGE;
+        }
+        if (dry) {
+            for (int i = 0; i < ac; i++)
+                printf("%s%s", i ? " " : "pulse ", av[i]);
+            printf("\n");
+            continue;
+        }
+        struct stat st;
+        if (stat(path, &st) == 0) { /* written by an earlier sweep: resumed past it */
+            snprintf(what[p], sizeof what[p], "skipped");
+            skipped++;
+            continue;
+        }
+        fprintf(stderr, "pulse sweep: point %ld of %ld: %s\n", p + 1, gr.n_points, names[p]);
+        fflush(stdout);
+        const int code = cmd_run(ac, av);
+        snprintf(what[p], sizeof what[p], "%s", code ? "FAILED" : "ran");
+        failed += code != 0;
+        ran++;
+    }
+    if (!dry) {
+        printf("%-56s %-8s %-6s %10s %10s %8s\n", "point", "", "status", "tok/s", "TPOT ms",
+               "/floor");
+        for (long p = 0; p < gr.n_points; p++) {
+            char path[4096];
+            if (snprintf(path, sizeof path, "%s/%s.json", gr.out_dir, names[p]) < (int)sizeof path)
+                summary_line(names[p], path, what[p]);
+        }
+        printf("%ld points: %d ran, %d skipped (already written), %d failed\n", gr.n_points, ran,
+               skipped, failed);
+    }
+    json_decref(g);
+    return failed ? 1 : 0;
+}
