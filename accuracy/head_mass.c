@@ -30,10 +30,18 @@ struct head_mass *head_mass_create(struct engine *e, const struct kv_cache *kv, 
     if (!hm) return NULL;
     memset(hm, 0, sizeof *hm);
     hm->c = c;
-    struct mam_params mp = {c->n_layers, c->n_heads, c->n_kv_heads,
-                            c->head_dim, page_size,  budget_tokens / page_size,
-                            sink,        window,     1,
-                            max_tokens,  0.0f,       1,
+    struct mam_params mp = {c->n_layers,
+                            c->n_heads,
+                            c->n_kv_heads,
+                            c->head_dim,
+                            page_size,
+                            budget_tokens / page_size,
+                            sink,
+                            window,
+                            1,
+                            max_tokens,
+                            0.0f,
+                            1,
                             c->sliding_window > 0 ? c->sliding_pattern : 0};
     if (!(hm->acc = mam_acc_create(&mp, err, errlen)) ||
         !(hm->probe = mam_probe_create(hm->acc, m->be, engine_ctx(e), 0, err, errlen))) {

@@ -75,8 +75,8 @@ static int load_tensor(struct load_job *j, const char *name, uint64_t rows, uint
     if (rc != PULSE_OK) return rc;
     const size_t bad = bf16_count_nonfinite(j->stage, t->n_elems);
     if (bad) {
-        snprintf(j->err, j->errlen, "%s: tensor '%s' has %zu NaN or infinite values", t->file,
-                 name, bad);
+        snprintf(j->err, j->errlen, "%s: tensor '%s' has %zu NaN or infinite values", t->file, name,
+                 bad);
         return PULSE_ERR_INVALID;
     }
     j->be->upload(j->ctx, dst, j->stage, t->n_elems * sizeof(uint16_t));

@@ -170,8 +170,8 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
         }
     }
     pi->have_prof = 1;
-    struct ioaa_params ip = {.profile = pi->prof.prof, .max_waiting = pi->max_waiting,
-                             .irq = pi->irq_on};
+    struct ioaa_params ip = {
+        .profile = pi->prof.prof, .max_waiting = pi->max_waiting, .irq = pi->irq_on};
     if (!(pi->ioaa = ioaa_create(&ip, why, sizeof why))) {
         snprintf(err, errlen, "pulseinfer: IOAA: %s", why);
         return PULSE_ERR_INVALID;
@@ -259,8 +259,7 @@ static int admit_head(struct serve_state *s, struct pulseinfer *pi, int k)
         rc = offload_admit_normal(pi->o, r->id, r->prompt_len, total_len(r), &slot, &tok, s->why,
                                   sizeof s->why);
     } else {
-        rc = offload_admit(pi->o, r->id, r->prompt_len, total_len(r), &slot, s->why,
-                           sizeof s->why);
+        rc = offload_admit(pi->o, r->id, r->prompt_len, total_len(r), &slot, s->why, sizeof s->why);
         if (rc == PULSE_OK) tok = offload_first_token(pi->o, slot);
     }
     offload_get_stats(pi->o, &b);
@@ -340,9 +339,8 @@ static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
     s->ctr.ioaa_nodes_max = PULSE_MAX(s->ctr.ioaa_nodes_max, d.nodes_visited);
     s->ctr.ioaa_bound_evaluations += d.bound_evaluations;
     if (pi->n_decisions < MAX_DECISIONS_KEPT)
-        pi->decisions[pi->n_decisions++] =
-            (struct decision_rec){pulse_now() - s->t0, d.step_s, n, d.n_normal, d.n_offload,
-                                  d.nodes_visited};
+        pi->decisions[pi->n_decisions++] = (struct decision_rec){
+            pulse_now() - s->t0, d.step_s, n, d.n_normal, d.n_offload, d.nodes_visited};
     /* admit the chosen ones, in arrival order, found by id (admission reorders the queue) */
     int *ids = pi->order, *cls = pi->cls, m = 0;
     for (int i = 0; i < n; i++)
@@ -501,14 +499,14 @@ static int pi_step(struct serve_state *s)
         rc = step_irq(s, pi);
     } else {
         if (ob->n_entries) {
-            const int sp = timeline_begin(pi->tl, c, TIMELINE_OFFLOAD, "step", OFFLOAD, -1,
-                                          pi->steps);
+            const int sp =
+                timeline_begin(pi->tl, c, TIMELINE_OFFLOAD, "step", OFFLOAD, -1, pi->steps);
             rc = offload_step(pi->o, ob->bt, ob->entries, ob->n_entries);
             timeline_end(pi->tl, c, sp);
         }
         if (nb->n_entries) {
-            const int sp = timeline_begin(pi->tl, c, TIMELINE_NORMAL, "step", NORMAL, -1,
-                                          pi->steps);
+            const int sp =
+                timeline_begin(pi->tl, c, TIMELINE_NORMAL, "step", NORMAL, -1, pi->steps);
             engine_step(s->eng, nb->bt, s->kv);
             timeline_end(pi->tl, c, sp);
         }
@@ -577,8 +575,9 @@ static json_t *pi_json(const void *ctx)
     }
     json_object_set_new(j, "irq", json_boolean(pi->irq));
     json_object_set_new(j, "irq_in_effect", json_boolean(pi->irq_on));
-    json_object_set_new(j, "admission", pi->fixed_len >= 0 ? json_sprintf("fixed:%d", pi->fixed_len)
-                                                      : json_string("ioaa"));
+    json_object_set_new(j, "admission",
+                        pi->fixed_len >= 0 ? json_sprintf("fixed:%d", pi->fixed_len)
+                                           : json_string("ioaa"));
     if (pi->fixed_len < 0) {
         json_object_set_new(j, "ioaa_profile", json_string(pi->prof.info.source));
         json_object_set_new(j, "max_waiting", json_integer(pi->max_waiting));

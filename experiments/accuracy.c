@@ -245,8 +245,7 @@ static int parse(int argc, char **argv, struct acc_opts *o)
                               "--lengths"),
                -1;
     if (o->longbench && o->n_lengths)
-        return cli_error(CMD, "--lengths is for --data; --longbench truncates to --max-length"),
-               -1;
+        return cli_error(CMD, "--lengths is for --data; --longbench truncates to --max-length"), -1;
     if (!o->n_tasks) return cli_error(CMD, "--tasks is required"), -1;
     for (int i = 0; i < o->n_tasks; i++)
         if (!longbench_task_find(o->tasks[i]))

@@ -163,9 +163,12 @@ int cli_out_path(const char *cmd, const char *flag, const char *path)
     }
     char dir[4096];
     const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
     if (access(dir, W_OK) != 0) {
         cli_error(cmd, "%s: %s: cannot write in %s (%s)", flag, path, dir, strerror(errno));
         return -1;

@@ -95,7 +95,8 @@ static int load_rules(const char *path, struct rule *r)
                   MAX_RULES);
         goto out;
     }
-    json_array_foreach(arr, i, m) {
+    json_array_foreach(arr, i, m)
+    {
         const char *p = json_string_value(json_object_get(m, "path"));
         const char *b = json_string_value(json_object_get(m, "better"));
         json_t *t = json_object_get(m, "rel_tol");
@@ -125,8 +126,11 @@ static int judge(const struct rule *r, json_t *base, json_t *cur, json_t *bigger
 {
     json_t *a = at_path(base, r->path), *b = at_path(cur, r->path);
     if (!a || !b) {
-        printf("%-36s %16s %16s %9s %7s  absent from %s\n", r->path, a ? "" : "-", b ? "" : "-",
-               "", "", !a && !b ? "both" : !a ? "the baseline" : "the new result");
+        printf("%-36s %16s %16s %9s %7s  absent from %s\n", r->path, a ? "" : "-", b ? "" : "-", "",
+               "",
+               !a && !b ? "both"
+               : !a     ? "the baseline"
+                        : "the new result");
         return -1;
     }
     if (json_is_string(a) || json_is_string(b) || json_is_boolean(a) || json_is_boolean(b)) {
@@ -138,8 +142,8 @@ static int judge(const struct rule *r, json_t *base, json_t *cur, json_t *bigger
         return !same;
     }
     if (!json_is_number(a) || !json_is_number(b)) {
-        printf("%-36s %16s %16s %9s %7s  not a number or a string: skipped\n", r->path, "", "",
-               "", "");
+        printf("%-36s %16s %16s %9s %7s  not a number or a string: skipped\n", r->path, "", "", "",
+               "");
         return -1;
     }
     const double x = json_number_value(a), y = json_number_value(b);

@@ -193,20 +193,11 @@ int cmd_profile_heads(int argc, char **argv)
     if (!be) return EXIT_USAGE;
     char err[512];
     int max_tokens = (int)(o.prompt + o.steps + 1);
-    struct mam_params mp = {m->n_layers,
-                            m->n_heads,
-                            m->n_kv_heads,
-                            m->head_dim,
-                            (int)o.block_size,
-                            (int)(o.budget_tokens / o.block_size),
-                            (int)o.sink,
-                            (int)o.window,
-                            (int)o.batch,
-                            max_tokens,
-                            0.0f,
+    struct mam_params mp = {m->n_layers, m->n_heads, m->n_kv_heads, m->head_dim, (int)o.block_size,
+                            (int)(o.budget_tokens / o.block_size), (int)o.sink, (int)o.window,
+                            (int)o.batch, max_tokens, 0.0f,
                             /* one KV head (Gemma 3): a list per query head */
-                            m->n_kv_heads == 1,
-                            m->sliding_window > 0 ? m->sliding_pattern : 0};
+                            m->n_kv_heads == 1, m->sliding_window > 0 ? m->sliding_pattern : 0};
     struct mam_acc *acc = mam_acc_create(&mp, err, sizeof err);
     if (!acc) { /* the shape was checked in parse: what is left is host memory */
         cli_error(C, "%s", err);

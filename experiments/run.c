@@ -198,10 +198,10 @@ static json_t *counters_json(const struct serve_counters *c, const struct kv_cac
     json_object_set_new(j, "step_host_syncs_max", json_integer(c->step_host_syncs_max));
     json_t *sched = json_pack(
         "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "layer_switches", c->layer_switches,
-        "normal_layers_in_flight", c->normal_layers_in_flight, "recalls_hidden",
-        c->recalls_hidden, "recalls_exposed", c->recalls_exposed, "ioaa_decisions",
-        c->ioaa_decisions, "ioaa_nodes", c->ioaa_nodes, "ioaa_nodes_max", c->ioaa_nodes_max,
-        "admitted_normal", c->admitted_normal, "admitted_offload", c->admitted_offload);
+        "normal_layers_in_flight", c->normal_layers_in_flight, "recalls_hidden", c->recalls_hidden,
+        "recalls_exposed", c->recalls_exposed, "ioaa_decisions", c->ioaa_decisions, "ioaa_nodes",
+        c->ioaa_nodes, "ioaa_nodes_max", c->ioaa_nodes_max, "admitted_normal", c->admitted_normal,
+        "admitted_offload", c->admitted_offload);
     results_set_real(sched, "offload_wait_s", c->offload_wait_s);
     json_object_set_new(sched, "ioaa_bound_evaluations", json_integer(c->ioaa_bound_evaluations));
     results_set_real(sched, "ioaa_nodes_mean",
@@ -480,7 +480,8 @@ int cmd_run(int argc, char **argv)
     const int prefill = o.off.prompt_kv && !strcmp(o.off.prompt_kv, "prefill");
     int code = 0;
     if (!e) { /* the weights' file refused (missing tensor, shape, values), or no memory */
-        const int bad = wload.rc != PULSE_OK && wload.rc != PULSE_ERR_OOM && wload.rc != PULSE_ERR_NOMEM;
+        const int bad =
+            wload.rc != PULSE_OK && wload.rc != PULSE_ERR_OOM && wload.rc != PULSE_ERR_NOMEM;
         code = bad ? failed(res, "error", err, 1) : failed(res, "oom", err, EXIT_OOM);
         goto out;
     }

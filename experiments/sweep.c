@@ -46,14 +46,18 @@ static const char usage[] =
 static int value_text(json_t *v, char *buf, size_t len, int *is_switch)
 {
     *is_switch = 0;
-    if (json_is_string(v)) snprintf(buf, len, "%s", json_string_value(v));
-    else if (json_is_integer(v)) snprintf(buf, len, "%lld", (long long)json_integer_value(v));
-    else if (json_is_real(v)) snprintf(buf, len, "%.17g", json_real_value(v));
+    if (json_is_string(v))
+        snprintf(buf, len, "%s", json_string_value(v));
+    else if (json_is_integer(v))
+        snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v))
+        snprintf(buf, len, "%.17g", json_real_value(v));
     else if (json_is_boolean(v)) {
         *is_switch = 1;
         snprintf(buf, len, "%s", json_is_true(v) ? "true" : "false");
         return json_is_true(v) ? 0 : 1;
-    } else return -1;
+    } else
+        return -1;
     return 0;
 }
 
@@ -82,9 +86,9 @@ static int read_grid(json_t *g, const char *path, struct grid *gr)
     gr->out_dir = json_string_value(json_object_get(g, "out_dir"));
     gr->base = json_object_get(g, "base");
     gr->axes = json_object_get(g, "axes");
-    if (!json_is_object(g) || !gr->out_dir || !*gr->out_dir || (gr->base && !json_is_object(gr->base)) ||
-        !json_is_object(gr->axes) || json_object_size(gr->axes) == 0 ||
-        json_object_size(gr->axes) > MAX_AXES) {
+    if (!json_is_object(g) || !gr->out_dir || !*gr->out_dir ||
+        (gr->base && !json_is_object(gr->base)) || !json_is_object(gr->axes) ||
+        json_object_size(gr->axes) == 0 || json_object_size(gr->axes) > MAX_AXES) {
         cli_error(CMD,
                   "%s: expected {\"out_dir\": DIR, \"base\": {flags}, \"axes\": {1 to %d flags: "
                   "[values]}}",
@@ -95,10 +99,11 @@ static int read_grid(json_t *g, const char *path, struct grid *gr)
     json_t *v;
     char buf[256];
     int sw;
-    if (gr->base)
-        json_object_foreach(gr->base, k, v) {
+    if (gr->base) json_object_foreach(gr->base, k, v)
+        {
             if (check_flag(k, "base") || value_text(v, buf, sizeof buf, &sw) < 0) {
-                if (!check_flag(k, "base")) cli_error(CMD, "base: %s: a value is a string, a number or a boolean", k);
+                if (!check_flag(k, "base"))
+                    cli_error(CMD, "base: %s: a value is a string, a number or a boolean", k);
                 return -1;
             }
             if (json_object_get(gr->axes, k)) {
@@ -107,7 +112,8 @@ static int read_grid(json_t *g, const char *path, struct grid *gr)
             }
         }
     gr->n_points = 1;
-    json_object_foreach(gr->axes, k, v) {
+    json_object_foreach(gr->axes, k, v)
+    {
         if (check_flag(k, "axes")) return -1;
         if (!json_is_array(v) || json_array_size(v) == 0) {
             cli_error(CMD, "axes: %s: expected a non-empty array of values", k);
@@ -115,7 +121,8 @@ static int read_grid(json_t *g, const char *path, struct grid *gr)
         }
         size_t i;
         json_t *x;
-        json_array_foreach(v, i, x) if (value_text(x, buf, sizeof buf, &sw) < 0) {
+        json_array_foreach(v, i, x) if (value_text(x, buf, sizeof buf, &sw) < 0)
+        {
             cli_error(CMD, "axes: %s[%zu]: a value is a string, a number or a boolean", k, i);
             return -1;
         }
@@ -131,8 +138,8 @@ static int read_grid(json_t *g, const char *path, struct grid *gr)
 }
 
 /* Appends flag (and its value unless a switch) to argv; a switch that is off adds nothing. */
-static int add_flag(char **argv, int *argc, char *store, size_t *used, size_t cap,
-                    const char *flag, json_t *v)
+static int add_flag(char **argv, int *argc, char *store, size_t *used, size_t cap, const char *flag,
+                    json_t *v)
 {
     char buf[512];
     int sw;
@@ -184,24 +191,26 @@ static void summary_line(const char *name, const char *path, const char *what)
     double tps = json_number_value(json_object_get(m, "output_throughput"));
     double tpot = json_number_value(json_object_get(m, "mean_tpot_ms"));
     double ratio = json_number_value(json_object_get(json_object_get(m, "step"), "ratio_to_floor"));
-    printf("%-56.56s %-8s %-6s %10.1f %10.3f %8.2f\n", name, what, status ? status : "-", tps,
-           tpot, ratio);
+    printf("%-56.56s %-8s %-6s %10.1f %10.3f %8.2f\n", name, what, status ? status : "-", tps, tpot,
+           ratio);
     json_decref(r);
 }
 
 int cmd_sweep(int argc, char **argv)
 {
-    static const struct option opts[] = {{"dry-run", no_argument, 0, 'n'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"dry-run", no_argument, 0, 'n'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int dry = 0, c;
     opterr = 0;
     optind = 1;
     struct cli_seen seen = {0};
     while ((c = cli_getopt(CMD, argc, argv, opts, &seen)) != -1) {
-        if (c == 'n') dry = 1;
-        else if (c == 'h') return fputs(usage, stdout), 0;
-        else return cli_unknown_flag(CMD, argc, argv), EXIT_USAGE;
+        if (c == 'n')
+            dry = 1;
+        else if (c == 'h')
+            return fputs(usage, stdout), 0;
+        else
+            return cli_unknown_flag(CMD, argc, argv), EXIT_USAGE;
     }
     if (argc - optind != 1) {
         cli_error(CMD, "expected GRID.json (see pulse sweep --help)");
@@ -239,7 +248,8 @@ int cmd_sweep(int argc, char **argv)
         json_t *v;
         int bad = 0;
         if (gr.base)
-            json_object_foreach(gr.base, k, v) bad |= add_flag(av, &ac, store, &used, sizeof store, k, v);
+            json_object_foreach(gr.base, k, v) bad |=
+                add_flag(av, &ac, store, &used, sizeof store, k, v);
         long rest = p;
         long idx[MAX_AXES];
         for (int a = gr.n_axes - 1; a >= 0; a--) {

@@ -37,7 +37,7 @@ struct batch {
     size_t stage_bytes;
     int32_t *h_tokens; /* [max_batch], pinned on cuda: the step's tokens come back through it */
     void *ev_tokens;   /* recorded after their copy; the reader waits on it */
-    void *graph; /* the captured step, valid for graph_kv and these entries */
+    void *graph;       /* the captured step, valid for graph_kv and these entries */
     const struct kv_cache *graph_kv;
     int len_on_host; /* h_stage's len row equals d_len (set by batch_set, lost when a step ends) */
     struct engine_layer_hook hook; /* observer of this batch's layers; zeroed = none */

@@ -167,7 +167,8 @@ uint64_t model_weight_bytes(const struct model_config *c)
 uint64_t model_step_weight_bytes(const struct model_config *c)
 {
     /* a tied table is read whole by the head; an untied embedding only by a few rows */
-    return tied(c) ? model_weight_bytes(c) : model_weight_bytes(c) - 2 * (uint64_t)c->vocab * c->hidden;
+    return tied(c) ? model_weight_bytes(c)
+                   : model_weight_bytes(c) - 2 * (uint64_t)c->vocab * c->hidden;
 }
 
 uint64_t model_layer_weight_bytes(const struct model_config *c)
@@ -203,21 +204,16 @@ static uint16_t *carve(struct carver *cv, size_t n, float scale, float offset)
 static size_t arena_elems(const struct model_config *c)
 {
     size_t total = 0, h = (size_t)c->hidden;
-    size_t per_layer[] = {h,
-                          (size_t)model_qkv_dim(c) * h,
-                          (size_t)c->head_dim,
-                          (size_t)c->head_dim,
-                          h * c->n_heads * c->head_dim,
-                          h,
-                          2 * (size_t)c->ffn * h,
-                          h * c->ffn,
+    size_t per_layer[] = {h, (size_t)model_qkv_dim(c) * h, (size_t)c->head_dim, (size_t)c->head_dim,
+                          h * c->n_heads * c->head_dim, h, 2 * (size_t)c->ffn * h, h * c->ffn,
                           /* Gemma 3's post-norms: two carves, each aligned */
                           c->arch == MODEL_ARCH_GEMMA3 ? h : 0,
                           c->arch == MODEL_ARCH_GEMMA3 ? h : 0};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(per_layer); i++)
         total += (per_layer[i] + 63) & ~(size_t)63;
     total *= (size_t)c->n_layers;
-    total += (tied(c) ? 1 : 2) * (((size_t)c->vocab * h + 63) & ~(size_t)63) + ((h + 63) & ~(size_t)63);
+    total +=
+        (tied(c) ? 1 : 2) * (((size_t)c->vocab * h + 63) & ~(size_t)63) + ((h + 63) & ~(size_t)63);
     return total;
 }
 
@@ -239,7 +235,8 @@ static int model_layout(struct model *m, const struct model_config *cfg, const s
     struct carver cv = {be, ctx, m->base, seed, 0, fill};
     float h = (float)cfg->hidden, qd = (float)cfg->n_heads * (float)cfg->head_dim;
     /* a tied table serves the head too: the head's scale, times sqrt(hidden) on the way in */
-    m->embed = carve(&cv, (size_t)cfg->vocab * cfg->hidden, tied(cfg) ? sqrtf(3.0f / h) : 1.0f, 0.0f);
+    m->embed =
+        carve(&cv, (size_t)cfg->vocab * cfg->hidden, tied(cfg) ? sqrtf(3.0f / h) : 1.0f, 0.0f);
     for (int l = 0; l < cfg->n_layers; l++) {
         struct layer_weights *w = &m->layers[l];
         w->attn_norm = carve(&cv, cfg->hidden, 0.1f, 1.0f);

@@ -883,7 +883,8 @@ int offload_admit_normal(struct offload *o, int req_id, int prompt_len, int n_to
             a[FILL_NTOK] = prompt_len, a[FILL_REQ] = req_id, a[FILL_ZERO] = 0;
             for (int l = 0; l < o->n_layers; l++)
                 a[FILL_ARGS + l] = kv_cache_row(o->kv, ks, l);
-            o->be->upload(o->ctx, o->d_fill, a, sizeof(int32_t) * (size_t)(FILL_ARGS + o->n_layers));
+            o->be->upload(o->ctx, o->d_fill, a,
+                          sizeof(int32_t) * (size_t)(FILL_ARGS + o->n_layers));
             for (int l = 0; l < o->n_layers; l++)
                 write_dense_layer_dev(o, req_id, l, prompt_len);
             o->be->sync(o->ctx);

@@ -90,16 +90,16 @@ struct offload_params {
     uint64_t seed;               /* the engine's seed (V and synthetic K are functions of it) */
     int max_batch, max_tokens;   /* as the engine's and the cache's */
     int64_t max_steps;           /* capacity of the per-step series (later steps are not kept) */
-    int lookahead;    /* 0: at each sparse layer select, recall, wait (ArkVale); 1: select layer
-                         l+1 and submit its recall at layer l, wait at l+1 (InfiniGen) */
+    int lookahead;      /* 0: at each sparse layer select, recall, wait (ArkVale); 1: select layer
+                           l+1 and submit its recall at layer l, wait at l+1 (InfiniGen) */
     int device_overlap; /* zero-copy: the gather on a stream of its own, the attention
                            waiting for it on the device (an event: no host round trip), and
                            offload_layer_ready telling whether it is done, so a scheduler runs
                            other batches' layers beside it (PulseInfer's IRQ); 0: the gather
                            in stream order on the compute stream, unless lookahead is 1 (then
                            it runs beside the MLP: InfiniGen's prefetch) */
-    int verify_steps; /* tests: after every step, offload_verify (synchronises; pulse
-                         run sets it when the environment has PULSE_OFFLOAD_VERIFY=1) */
+    int verify_steps;   /* tests: after every step, offload_verify (synchronises; pulse
+                           run sets it when the environment has PULSE_OFFLOAD_VERIFY=1) */
 };
 
 /* Per sparse layer, what the runtime did (the source's meter adds churn and its quantiles). */

@@ -152,10 +152,9 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl)
     /* the gather on its own stream once the plan is built; the attention waits for it */
     o->be->event_record(o->ctx, o->ev_built[sl]);
     o->be->stream_wait_event(&o->gctx, o->ev_built[sl]);
-    const int sp = timeline_begin(o->tl, &o->gctx, TIMELINE_RECALL, "gather", 1, o->n_dense + sl,
-                                  o->st.steps);
-    o->fn.gather(o->d_desc, (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads,
-                 o->gctx.stream);
+    const int sp =
+        timeline_begin(o->tl, &o->gctx, TIMELINE_RECALL, "gather", 1, o->n_dense + sl, o->st.steps);
+    o->fn.gather(o->d_desc, (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads, o->gctx.stream);
     timeline_end(o->tl, &o->gctx, sp);
     o->be->event_record(&o->gctx, o->ev_gathered[sl]);
 }

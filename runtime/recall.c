@@ -50,8 +50,10 @@ void recall_params_init(struct recall_params *p, enum recall_engine engine, int 
     if (zb && *zb) {
         char *end = NULL;
         const long v = strtol(zb, &end, 10);
-        if (*end == 0 && zb[0] >= '1' && zb[0] <= '9' && v <= 1024) p->zc_blocks = (int)v;
-        else fprintf(stderr, "PULSE_ZC_BLOCKS: '%s' is not a block count in 1..1024: ignored\n", zb);
+        if (*end == 0 && zb[0] >= '1' && zb[0] <= '9' && v <= 1024)
+            p->zc_blocks = (int)v;
+        else
+            fprintf(stderr, "PULSE_ZC_BLOCKS: '%s' is not a block count in 1..1024: ignored\n", zb);
     }
     p->zc_threads = 512;
     p->cap_burst_bytes = (size_t)4 << 20;

@@ -36,11 +36,11 @@ static int batch(const struct recall_copy_ops *o, void *const *dsts, const void 
 }
 
 /* The wrapped path's operations take the wrapped path's table. */
-#define FORWARD(name, params, args)                                                            \
-    static int fwd_##name params                                                               \
-    {                                                                                          \
-        const struct recall_copy_ops *b = fault_of(o)->base;                                   \
-        return b->name args;                                                                   \
+#define FORWARD(name, params, args)                                                                \
+    static int fwd_##name params                                                                   \
+    {                                                                                              \
+        const struct recall_copy_ops *b = fault_of(o)->base;                                       \
+        return b->name args;                                                                       \
     }
 FORWARD(get_device, (const struct recall_copy_ops *o, int *dev), (b, dev))
 FORWARD(set_device, (const struct recall_copy_ops *o, int dev), (b, dev))
@@ -77,7 +77,8 @@ int recall_fault_init(struct recall_fault *f, const struct recall_copy_ops *base
 {
     memset(f, 0, sizeof *f);
     long v = 0;
-    const int every = spec && !strncmp(spec, "every:", 6), first = spec && !strncmp(spec, "first:", 6);
+    const int every = spec && !strncmp(spec, "every:", 6),
+              first = spec && !strncmp(spec, "first:", 6);
     if ((every || first) && spec[6] >= '1' && spec[6] <= '9') {
         char *end = NULL;
         v = strtol(spec + 6, &end, 10);

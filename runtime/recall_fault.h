@@ -19,8 +19,8 @@
 struct recall_fault {
     struct recall_copy_ops ops; /* pass &ops as the copy path */
     const struct recall_copy_ops *base;
-    int every;                  /* 1: every copy fails */
-    int64_t first;              /* the first copies that fail (first:N), else 0 */
+    int every;     /* 1: every copy fails */
+    int64_t first; /* the first copies that fail (first:N), else 0 */
     _Atomic int64_t copies, injected;
 };
 

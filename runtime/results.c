@@ -123,8 +123,8 @@ int results_write_json(const json_t *r, const char *path, size_t flags, char *er
 
 int results_write(const json_t *r, const char *path, char *err, size_t errlen)
 {
-    return results_write_json(r, path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9), err,
-                        errlen);
+    return results_write_json(r, path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9),
+                              err, errlen);
 }
 
 int results_write_exact(const json_t *r, const char *path, char *err, size_t errlen)

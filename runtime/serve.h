@@ -17,8 +17,8 @@ struct request {
     /* filled by the run (seconds after the start; -1 until it happens) */
     double admit_s, first_token_s, done_s;
     int generated;
-    int slot;        /* cache slot while running, else -1 */
-    int32_t *tokens; /* optional [output_len] ids, owned by the caller */
+    int slot;          /* cache slot while running, else -1 */
+    int32_t *tokens;   /* optional [output_len] ids, owned by the caller */
     const char *error; /* NULL: finished (or not yet); else why it ended unfinished (a static
                           string; done_s is when): its batch's step failed (serve_batch.failed) */
 };
@@ -27,14 +27,14 @@ struct request {
  * the batch, and what the step moved (the policy's traffic report; zeros without one). */
 struct serve_step {
     double step_s;
-    int batch;                        /* entries of every running batch */
+    int batch;                       /* entries of every running batch */
     int batches[SERVE_MAX_BATCHES_]; /* entries of each running batch */
     struct floor_traffic t;
 };
 
 struct serve_counters {
     int64_t steps, tokens, admitted, batch_changes;
-    int64_t requests_failed; /* ended with an error (request.error), the others went on */
+    int64_t requests_failed;    /* ended with an error (request.error), the others went on */
     int64_t admission_refusals; /* a waiting request did not fit the KV budget yet */
     int64_t peak_batch, peak_pages_used;
     int64_t step_alloc_calls; /* allocations made while steps ran: must stay 0 */
@@ -118,12 +118,12 @@ struct policy_ctx_params {
     int prefill;                          /* POLICY_CTX_PREFILL: 1 = a real prefill, 0 = none */
     const struct offload_params *offload; /* POLICY_CTX_OFFLOAD: the runtime's params */
     /* two-batch schedulers (pulseinfer) */
-    int no_irq;             /* 1: the offload batch's layers run without interruption */
-    const char *admission;  /* "ioaa" (NULL: the default) or "fixed:LEN" */
-    const char *profile;    /* IOAA profile JSON (pulse profile); NULL: analytic from bw */
+    int no_irq;                /* 1: the offload batch's layers run without interruption */
+    const char *admission;     /* "ioaa" (NULL: the default) or "fixed:LEN" */
+    const char *profile;       /* IOAA profile JSON (pulse profile); NULL: analytic from bw */
     double hbm_gbps, h2d_gbps; /* measured in this process: the analytic profile's inputs */
-    int max_waiting;        /* waiting requests one admission decision takes (0: 32) */
-    const char *trace;      /* Chrome-trace timeline of the schedule (timeline.h), or NULL */
+    int max_waiting;           /* waiting requests one admission decision takes (0: 32) */
+    const char *trace;         /* Chrome-trace timeline of the schedule (timeline.h), or NULL */
 };
 
 /* A policy's table; baselines/registry.h finds them by name. */

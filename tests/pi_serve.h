@@ -68,10 +68,9 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
                                .max_batch = c->max_batch,
                                .max_tokens = max_tokens};
     struct engine *e = engine_create(&ep, err, sizeof err);
-    struct kv_cache_params kp = {m->n_layers,  m->n_kv_heads,
-                                 m->head_dim,  16,
-                                 c->kv_budget ? c->kv_budget : 64u << 20,
-                                 c->max_batch, max_tokens};
+    struct kv_cache_params kp = {
+        m->n_layers,  m->n_kv_heads, m->head_dim, 16, c->kv_budget ? c->kv_budget : 64u << 20,
+        c->max_batch, max_tokens};
     struct kv_cache *kv = e ? kv_cache_create(&kp, ep.be, engine_ctx(e), err, sizeof err) : NULL;
     const struct policy *pol = policy_find(c->policy);
     struct offload_params p;
@@ -112,14 +111,14 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
         pol = &checked;
     }
     if (kv && (ctx || !pol->needs_ctx))
-        r->rc = serve_run_policy(e, kv, pol, ctx, r->w.reqs, r->w.n, c->max_batch, &r->ctr,
-                                 &wall, err, sizeof err);
+        r->rc = serve_run_policy(e, kv, pol, ctx, r->w.reqs, r->w.n, c->max_batch, &r->ctr, &wall,
+                                 err, sizeof err);
     if (r->rc) fprintf(stderr, "serve %s %s: %s\n", c->policy, c->spec, err);
     /* no host round trip inside a step (offload_verify's checks synchronise: only without) */
     /* (on cuda the host-planned engines wait for a recall on the host unless the device wait
      * is on: common.h, pulse_device_wait) */
-    const int device_waits = !c->backend || !strcmp(c->backend, "cpu") || c->zero_copy ||
-                             pulse_device_wait();
+    const int device_waits =
+        !c->backend || !strcmp(c->backend, "cpu") || c->zero_copy || pulse_device_wait();
     /* (a step whose recall failed for good synchronises to recover: offload_clear_failure) */
     if (r->rc == 0 && c->no_verify && device_waits && !r->ctr.requests_failed)
         EXPECT_EQ_INT(r->ctr.step_host_syncs, 0);

@@ -69,7 +69,8 @@ static void policy_case(struct pi_cfg c)
         }
         int st = 0;
         waitpid(pid, &st, 0);
-        const int e = WIFEXITED(st) && WEXITSTATUS(st) < ENDED_CRASH ? WEXITSTATUS(st) : ENDED_CRASH;
+        const int e =
+            WIFEXITED(st) && WEXITSTATUS(st) < ENDED_CRASH ? WEXITSTATUS(st) : ENDED_CRASH;
         ended[e]++;
         if (e >= ENDED_LEAK)
             fprintf(stderr, "%s%s%s: allocation %lld of %lld refused: %s\n", c.policy,
@@ -87,8 +88,11 @@ static void policy_case(struct pi_cfg c)
 
 int main(void)
 {
-    const struct pi_cfg base = {.spec = "lengths:300,170,90,260", .out_len = 4, .max_batch = 2,
-                                .budget_tokens = 64, .no_verify = 1};
+    const struct pi_cfg base = {.spec = "lengths:300,170,90,260",
+                                .out_len = 4,
+                                .max_batch = 2,
+                                .budget_tokens = 64,
+                                .no_verify = 1};
     struct pi_cfg c = base;
     c.policy = "vanilla";
     policy_case(c);

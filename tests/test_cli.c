@@ -63,7 +63,8 @@ static const struct bad_case bad[] = {
      "9 is not a query head", 2},
     {"generate --model tiny --backend cpu --prompt-ids 1 --policy headwise",
      "implemented for one KV head", 2},
-    {"bench decode-step --model tiny --backend cpu --peer experiments/peer/results/h200-qwen3-14b.json "
+    {"bench decode-step --model tiny --backend cpu --peer "
+     "experiments/peer/results/h200-qwen3-14b.json "
      "--points 1x64",
      "measured qwen3-14b, this run is tiny: not comparable", 2},
     {"accuracy --data d --lengths 4096 --tasks passkey", "--model is required", 2},
@@ -74,8 +75,8 @@ static const struct bad_case bad[] = {
      "--policies: 'magic' is not a policy", 2},
     {"accuracy --model tiny --data d --lengths 4096 --max-length 8192 --tasks passkey",
      "--max-length is for --longbench", 2},
-    {"accuracy --model tiny --longbench d --lengths 4096 --tasks passkey", "--lengths is for --data",
-     2},
+    {"accuracy --model tiny --longbench d --lengths 4096 --tasks passkey",
+     "--lengths is for --data", 2},
     {"accuracy --model tiny --data d --lengths 4096,,8192 --tasks passkey",
      "--lengths: '4096,,8192' has an empty element (item 2)", 2},
     {"accuracy --model tiny --data d --lengths 4096, --tasks passkey", "has an empty element", 2},

@@ -47,23 +47,25 @@ int main(void)
     json_t *r = json_load_file(base, 0, &je);
     EXPECT(r != NULL);
     if (!r) return tu_finish("test_compare");
-    const double thr = json_number_value(json_object_get(json_object_get(r, "metrics"),
-                                                         "output_throughput"));
-    const double tpot = json_number_value(json_object_get(json_object_get(r, "metrics"),
-                                                          "mean_tpot_ms"));
+    const double thr =
+        json_number_value(json_object_get(json_object_get(r, "metrics"), "output_throughput"));
+    const double tpot =
+        json_number_value(json_object_get(json_object_get(r, "metrics"), "mean_tpot_ms"));
     EXPECT(thr > 0 && tpot > 0);
     save(r, a);
     /* unchanged: passes, the github-benchmark files parse */
     snprintf(cmd, sizeof cmd, "compare %s %s --github-benchmark /tmp", base, a);
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
     EXPECT_STR_CONTAINS(out, "0 regressions");
-    static const char *const files[] = {"/tmp/bigger_is_better.json", "/tmp/smaller_is_better.json"};
+    static const char *const files[] = {"/tmp/bigger_is_better.json",
+                                        "/tmp/smaller_is_better.json"};
     for (int k = 0; k < 2; k++) {
         json_t *g = json_load_file(files[k], 0, &je);
         EXPECT(json_is_array(g) && json_array_size(g) > 0);
         size_t i;
         json_t *e;
-        json_array_foreach(g, i, e) {
+        json_array_foreach(g, i, e)
+        {
             EXPECT(json_is_string(json_object_get(e, "name")));
             EXPECT(json_is_string(json_object_get(e, "unit")));
             EXPECT(json_is_number(json_object_get(e, "value")));

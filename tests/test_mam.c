@@ -94,8 +94,8 @@ static void layer_free(struct layer *L)
 static struct mam_acc *acc_for(const struct layer *L, int n_layers, int budget, int sink,
                                int window, int max_tokens, float scale)
 {
-    struct mam_params p = {n_layers, L->nq,  L->nkv,   L->hd,      L->ps, budget,
-                           sink,     window, L->batch, max_tokens, scale, 0, 0};
+    struct mam_params p = {n_layers, L->nq,    L->nkv,     L->hd, L->ps, budget, sink,
+                           window,   L->batch, max_tokens, scale, 0,     0};
     char err[256];
     struct mam_acc *a = mam_acc_create(&p, err, sizeof err);
     if (!a) fprintf(stderr, "mam_acc_create: %s\n", err);
@@ -486,9 +486,8 @@ static void run_profile(const struct run_cfg *rc, struct mam_profile *pr, int32_
     batch_set(e, bt, kv, en, rc->batch);
     engine_fill_prompt(e, bt, kv);
     struct mam_params mp = {
-        m->n_layers, m->n_heads, m->n_kv_heads, m->head_dim, 16,  rc->budget_tokens / 16,
-        1,           2,          rc->batch,     reserved,    0.0f,
-        0,           0};
+        m->n_layers, m->n_heads, m->n_kv_heads, m->head_dim, 16, rc->budget_tokens / 16, 1, 2,
+        rc->batch,   reserved,   0.0f,          0,           0};
     struct mam_acc *acc = mam_acc_create(&mp, err, sizeof err);
     struct mam_probe *probe = mam_probe_create(acc, be, engine_ctx(e), rc->stage, err, sizeof err);
     struct engine_layer_hook hook = mam_probe_hook(probe);
@@ -593,8 +592,10 @@ static void test_cli(void)
         double row = 0;
         for (int h = 0; h < pr.n_kv_heads; h++)
             row += pr.mam[(size_t)l * pr.n_kv_heads + h];
-        if ((l + 1) % g3->sliding_pattern) EXPECT(row == 0.0);
-        else EXPECT(row > 0.0);
+        if ((l + 1) % g3->sliding_pattern)
+            EXPECT(row == 0.0);
+        else
+            EXPECT(row > 0.0);
     }
     mam_profile_free(&pr);
     unlink(path);

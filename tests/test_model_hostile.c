@@ -333,17 +333,18 @@ static void test_nan_weights(void)
     snprintf(j, sizeof j, "%s/nan.json", DIR_);
     EXPECT(access(j, F_OK) != 0); /* no result written */
     /* pulse run refuses the weights too (status "error", not a run of token 0) */
-    snprintf(args, sizeof args,
-             "run --weights %s --backend cpu --workload uniform:8:1 --output-len 2 --out %s/nan.json",
-             p, DIR_);
+    snprintf(
+        args, sizeof args,
+        "run --weights %s --backend cpu --workload uniform:8:1 --output-len 2 --out %s/nan.json", p,
+        DIR_);
     EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 1);
     EXPECT_STR_CONTAINS(out, "has 1 NaN or infinite values");
     /* a GGUF is known by its magic, not its name: the same file as .bin is read as GGUF */
     char bin[300];
     snprintf(bin, sizeof bin, "%s/model.bin", DIR_);
     EXPECT_EQ_INT(rename(p, bin), 0);
-    snprintf(args, sizeof args, "run --weights %s --backend cpu --workload uniform:8:1 --output-len 2",
-             bin);
+    snprintf(args, sizeof args,
+             "run --weights %s --backend cpu --workload uniform:8:1 --output-len 2", bin);
     EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 1);
     EXPECT_STR_CONTAINS(out, "has 1 NaN or infinite values");
     unlink(bin);

@@ -463,8 +463,10 @@ static int ended_once(const struct run_out *r, int *lost)
     for (int i = 0; i < r->w.n; i++) {
         const struct request *q = &r->w.reqs[i];
         *lost += !(q->done_s >= 0 && q->slot < 0);
-        if (q->error) failed++;
-        else if (q->generated != q->output_len) ++*lost;
+        if (q->error)
+            failed++;
+        else if (q->generated != q->output_len)
+            ++*lost;
     }
     EXPECT_EQ_INT(*lost, 0);
     return failed;
@@ -536,8 +538,7 @@ static void test_wait_timeout(void)
     const pid_t pid = fork();
     if (pid == 0) {
         setenv("PULSE_WAIT_TIMEOUT_S", "0.2", 1);
-        if (!freopen("/dev/null", "w", stderr))
-            _exit(3);
+        if (!freopen("/dev/null", "w", stderr)) _exit(3);
         uint32_t flag = 3;
         backend_find("cpu")->wait_value(NULL, &flag, 4);
         _exit(0); /* not reached */

@@ -26,9 +26,9 @@
 #include "engine.h"
 #include "kv_cache.h"
 #include "offload.h"
+#include "pi_serve.h"
 #include "recall.h"
 #include "serve.h"
-#include "pi_serve.h"
 #include "testsource.h"
 #include "testutil.h"
 #include "timeline.h"
@@ -53,10 +53,11 @@ static void test_equals_vanilla(void)
             int no_irq, selection;
             size_t kv_budget;
             int zero_copy;
-        } cases[] = {{"fixed:200", 0, OFFLOAD_SOLOHEAD, 0, 0}, {"fixed:200", 1, OFFLOAD_SOLOHEAD, 0, 0},
-                     {"fixed:200", 0, OFFLOAD_HEADWISE, 0, 0}, {"ioaa", 0, OFFLOAD_SOLOHEAD, 0, 0},
-                     {"ioaa", 0, OFFLOAD_SOLOHEAD, tight, 0}, {"fixed:0", 0, OFFLOAD_SOLOHEAD, 0, 0},
-                     {"fixed:200", 0, OFFLOAD_SOLOHEAD, 0, 1}, {"fixed:200", 0, OFFLOAD_HEADWISE, 0, 1}};
+        } cases[] = {
+            {"fixed:200", 0, OFFLOAD_SOLOHEAD, 0, 0}, {"fixed:200", 1, OFFLOAD_SOLOHEAD, 0, 0},
+            {"fixed:200", 0, OFFLOAD_HEADWISE, 0, 0}, {"ioaa", 0, OFFLOAD_SOLOHEAD, 0, 0},
+            {"ioaa", 0, OFFLOAD_SOLOHEAD, tight, 0},  {"fixed:0", 0, OFFLOAD_SOLOHEAD, 0, 0},
+            {"fixed:200", 0, OFFLOAD_SOLOHEAD, 0, 1}, {"fixed:200", 0, OFFLOAD_HEADWISE, 0, 1}};
         /* (with a covering budget an offload request's hot slots hold its whole KV: offloading
          * frees nothing, so IOAA keeps every request normal even when the GPU is tight) */
         for (size_t i = 0; i < PULSE_ARRAY_LEN(cases); i++) {
@@ -238,7 +239,8 @@ static void test_chunks(void)
                           sel ? block : block / m->n_kv_heads);
         workload_free(&r.w);
     }
-    struct pi_cfg v = {.policy = "vanilla", .spec = "lengths:300,280", .out_len = 4, .max_batch = 2};
+    struct pi_cfg v = {
+        .policy = "vanilla", .spec = "lengths:300,280", .out_len = 4, .max_batch = 2};
     struct pi_out van;
     serve(&v, &van);
     EXPECT_EQ_INT(van.ctr.recall_bytes, 0);
@@ -315,7 +317,8 @@ static void test_fault_cli(void)
     const char *common = "run --backend cpu --model tiny --workload lengths:300,170,90,260,40,200 "
                          "--output-len 6 --budget-tokens 32";
     setenv("PULSE_RECALL_FAULT", "dead", 1);
-    snprintf(cmd, sizeof cmd, "%s --policy pulseinfer --admission fixed:200 --out %s", common, path);
+    snprintf(cmd, sizeof cmd, "%s --policy pulseinfer --admission fixed:200 --out %s", common,
+             path);
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 1);
     EXPECT(strstr(out, "3 of 6 requests ended with an error") != NULL);
     json_error_t je;
@@ -327,7 +330,8 @@ static void test_fault_cli(void)
         size_t i;
         int n_err = 0, n_ok = 0;
         EXPECT_EQ_INT((int)json_array_size(reqs), 6);
-        json_array_foreach(reqs, i, q) {
+        json_array_foreach(reqs, i, q)
+        {
             const char *st = json_string_value(json_object_get(q, "status"));
             const int len = (int)json_integer_value(json_object_get(q, "prompt_len"));
             if (st && !strcmp(st, "error")) {
@@ -342,9 +346,9 @@ static void test_fault_cli(void)
         EXPECT_EQ_INT(n_ok, 3);
         json_t *m = json_object_get(r, "metrics");
         EXPECT_EQ_INT(json_integer_value(json_object_get(m, "failed")), 3);
-        EXPECT(json_integer_value(json_object_get(
-                   json_object_get(json_object_get(r, "counters"), "offload"),
-                   "recall_faults_injected")) > 0);
+        EXPECT(json_integer_value(
+                   json_object_get(json_object_get(json_object_get(r, "counters"), "offload"),
+                                   "recall_faults_injected")) > 0);
         json_decref(r);
     }
     static const char *const pols[] = {"arkvale", "infinigen", "pulseinfer"};
@@ -397,12 +401,11 @@ static void test_flags(void)
     }
     EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy arkvale --no-irq", out, sizeof out), 2);
     EXPECT(strstr(out, "--no-irq: only for pulseinfer") != NULL);
-    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy vanilla --admission fixed:10", out,
-                               sizeof out),
-                  2);
-    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy pulseinfer --admission fixe", out,
-                               sizeof out),
-                  2);
+    EXPECT_EQ_INT(
+        tu_run_pulse("run --backend cpu --policy vanilla --admission fixed:10", out, sizeof out),
+        2);
+    EXPECT_EQ_INT(
+        tu_run_pulse("run --backend cpu --policy pulseinfer --admission fixe", out, sizeof out), 2);
     EXPECT(strstr(out, "--admission") != NULL);
     EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy pulseinfer --trace /nonexistent/t.json",
                                out, sizeof out),
@@ -446,8 +449,8 @@ static void test_flags(void)
     EXPECT(per_track[TIMELINE_NORMAL] >= 4 * 4);
     EXPECT(per_track[TIMELINE_OFFLOAD] >= 2 * 4 * 4);
     EXPECT(per_track[TIMELINE_RECALL] > 0);
-    json_t *tj = json_object_get(json_object_get(json_object_get(j, "counters"), "pulseinfer"),
-                                 "trace");
+    json_t *tj =
+        json_object_get(json_object_get(json_object_get(j, "counters"), "pulseinfer"), "trace");
     EXPECT(json_is_true(json_object_get(tj, "written")));
     const double busy = json_real_value(json_object_get(tj, "device_busy_fraction"));
     EXPECT(busy > 0 && busy <= 1.0);
@@ -455,9 +458,8 @@ static void test_flags(void)
     EXPECT_EQ_INT(json_integer_value(json_object_get(sched, "admitted_offload")), 2);
     EXPECT_EQ_INT(json_integer_value(json_object_get(sched, "admitted_normal")), 2);
     EXPECT(json_is_array(json_object_get(sched, "batch_max")));
-    EXPECT_EQ_INT(json_integer_value(json_object_get(json_object_get(j, "counters"),
-                                                     "step_host_syncs")),
-                  0);
+    EXPECT_EQ_INT(
+        json_integer_value(json_object_get(json_object_get(j, "counters"), "step_host_syncs")), 0);
     json_t *pi = json_object_get(json_object_get(j, "counters"), "pulseinfer");
     EXPECT(json_is_true(json_object_get(pi, "irq")));
     EXPECT(!strcmp(json_string_value(json_object_get(pi, "admission")) ?: "", "fixed:200"));

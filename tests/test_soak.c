@@ -1,7 +1,8 @@
 /* A soak of the serving loop on the CPU backend (bounded: seconds in a release build): for
  * every policy, hundreds of requests of random lengths (random:MIN:MAX:COUNT, a different seed
  * each) through a GPU KV budget that holds a few at a time, with faults injected into the
- * recall's copies (every 11th fails; the planner retries a failed recall, and a recall that fails all three attempts ends its batch with an error), kv_cache_check after every step and
+ * recall's copies (every 11th fails; the planner retries a failed recall, and a recall that fails
+ * all three attempts ends its batch with an error), kv_cache_check after every step and
  * offload_verify's hot-cache and copy checks after every offload step. Every request ends
  * exactly once (finished with all its tokens, or, if a recall failed every attempt, with an
  * error), and the memory counters are back where they were. Also the random: spec itself:
@@ -30,7 +31,7 @@ static void test_random_spec(void)
     workload_free(&a);
     workload_free(&b);
     workload_free(&c);
-    static const char *const bad[] = {"random:5:4:10", "random:0:4:10", "random:5:40",
+    static const char *const bad[] = {"random:5:4:10", "random:0:4:10",   "random:5:40",
                                       "random:5:40:0", "random: 5:40:10", "random:5:40:1x"};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
         err[0] = 0;
@@ -81,10 +82,14 @@ int main(void)
         int n_fin = 0, n_err = 0, n_lost = 0;
         for (int q = 0; q < r.w.n; q++) {
             const struct request *rq = &r.w.reqs[q];
-            if (rq->done_s < 0 || rq->slot >= 0) n_lost++;
-            else if (rq->error) n_err++;
-            else if (rq->generated == rq->output_len) n_fin++;
-            else n_lost++;
+            if (rq->done_s < 0 || rq->slot >= 0)
+                n_lost++;
+            else if (rq->error)
+                n_err++;
+            else if (rq->generated == rq->output_len)
+                n_fin++;
+            else
+                n_lost++;
         }
         EXPECT_EQ_INT(n_lost, 0);
         EXPECT_EQ_INT(n_fin + n_err, 300);

@@ -95,10 +95,10 @@ int main(void)
         EXPECT_EQ_INT(json_integer_value(json_object_get(off, "budget_tokens")), 64);
         EXPECT(!strcmp(json_string_value(json_object_get(off, "recall_engine")), "per-block"));
         EXPECT(!strcmp(json_string_value(json_object_get(r, "status")), "ok"));
-        EXPECT_EQ_INT(json_integer_value(json_object_get(
-                          json_object_get(json_object_get(r, "counters"), "schedule"),
-                          "layer_switches")),
-                      0); /* --no-irq */
+        EXPECT_EQ_INT(
+            json_integer_value(json_object_get(
+                json_object_get(json_object_get(r, "counters"), "schedule"), "layer_switches")),
+            0); /* --no-irq */
         json_decref(r);
     }
     /* a third run has nothing left to do */

@@ -38,7 +38,9 @@ static void test_processes(void)
     struct {
         const char *spec;
         double mean, cv;
-    } cases[] = {{"poisson:50", 0.02, 1.0}, {"gamma:10:0.5", 0.1, 0.5}, {"gamma:200:3", 0.005, 3.0},
+    } cases[] = {{"poisson:50", 0.02, 1.0},
+                 {"gamma:10:0.5", 0.1, 0.5},
+                 {"gamma:200:3", 0.005, 3.0},
                  {"gamma:4.5:1", 1 / 4.5, 1.0}};
     for (size_t k = 0; k < PULSE_ARRAY_LEN(cases); k++) {
         EXPECT_EQ_INT(workload_set_arrivals(&w, cases[k].spec, err, sizeof err), PULSE_OK);
@@ -63,9 +65,9 @@ static void test_processes(void)
     workload_free(&v);
     EXPECT_EQ_INT(workload_set_arrivals(&w, "all", err, sizeof err), PULSE_OK);
     EXPECT(w.reqs[w.n - 1].arrival_s == 0);
-    static const char *const bad[] = {"poisson:0",    "poisson:-1",   "poisson: 5",  "poisson:1e3",
-                                      "poisson:0x10", "gamma:5",      "gamma:5:0",   "gamma:5:101",
-                                      "gamma:5:1:2",  "poisson:",     "burst:5",     "poisson:5.",
+    static const char *const bad[] = {"poisson:0",    "poisson:-1", "poisson: 5", "poisson:1e3",
+                                      "poisson:0x10", "gamma:5",    "gamma:5:0",  "gamma:5:101",
+                                      "gamma:5:1:2",  "poisson:",   "burst:5",    "poisson:5.",
                                       "poisson:.5.5", "gamma::1"};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
         err[0] = 0;
@@ -162,13 +164,15 @@ static void test_run(void)
     json_t *r = json_load_file(path, 0, &je);
     EXPECT(r != NULL);
     if (r) {
-        EXPECT(!strcmp(json_string_value(json_object_get(json_object_get(r, "workload"), "arrival")),
-                       "gamma:400:2"));
+        EXPECT(
+            !strcmp(json_string_value(json_object_get(json_object_get(r, "workload"), "arrival")),
+                    "gamma:400:2"));
         json_t *reqs = json_object_get(r, "requests"), *q;
         size_t i;
         double last = -1;
         int n = 0;
-        json_array_foreach(reqs, i, q) {
+        json_array_foreach(reqs, i, q)
+        {
             const double a = json_number_value(json_object_get(q, "arrival_ms"));
             EXPECT(a >= 0);
             EXPECT(json_number_value(json_object_get(q, "admit_ms")) >= 0); /* after its arrival */
@@ -180,8 +184,8 @@ static void test_run(void)
         EXPECT(last > 0);
         json_decref(r);
     }
-    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --model tiny --arrival poisson:x", out, sizeof out),
-                  2);
+    EXPECT_EQ_INT(
+        tu_run_pulse("run --backend cpu --model tiny --arrival poisson:x", out, sizeof out), 2);
     EXPECT_STR_CONTAINS(out, "--arrival: 'poisson:x' is not");
     remove(path);
 }

@@ -9,10 +9,10 @@
 
 #include "common.h"
 #include "locality.h"
-#include "results.h"
 #include "mem.h"
 #include "metrics.h"
 #include "numeric.h"
+#include "results.h"
 
 #define PROFILE_FORMAT "pulse-locality-profile"
 #define PROFILE_VERSION 1

@@ -48,8 +48,8 @@ static int alloc_reqs(struct workload *w, int n)
 /* ------------------------------------------------------------------ Mooncake traces */
 
 /* One trace line: 1 and its fields, 0 for a blank line, -1 after a message. */
-static int trace_line(const char *path, int line, const char *text, size_t len, long *in,
-                      long *out, double *ts, char *err, size_t errlen)
+static int trace_line(const char *path, int line, const char *text, size_t len, long *in, long *out,
+                      double *ts, char *err, size_t errlen)
 {
     size_t k = 0;
     while (k < len && (text[k] == ' ' || text[k] == '\t' || text[k] == '\r'))
@@ -60,9 +60,12 @@ static int trace_line(const char *path, int line, const char *text, size_t len, 
     const char *why = NULL;
     json_t *ji = j ? json_object_get(j, "input_length") : NULL,
            *jo = j ? json_object_get(j, "output_length") : NULL,
-           *jt = j ? json_object_get(j, "timestamp") : NULL, *jh = j ? json_object_get(j, "hash_ids") : NULL;
-    if (!j) why = je.text;
-    else if (!json_is_object(j)) why = "not a JSON object";
+           *jt = j ? json_object_get(j, "timestamp") : NULL,
+           *jh = j ? json_object_get(j, "hash_ids") : NULL;
+    if (!j)
+        why = je.text;
+    else if (!json_is_object(j))
+        why = "not a JSON object";
     else if (!json_is_integer(ji) || json_integer_value(ji) < 1 ||
              json_integer_value(ji) > WORKLOAD_MAX_LEN)
         why = "input_length: expected an integer in [1, 16777216]";
@@ -76,7 +79,8 @@ static int trace_line(const char *path, int line, const char *text, size_t len, 
     if (!why && jh) {
         size_t i;
         json_t *h;
-        json_array_foreach(jh, i, h) if (!json_is_integer(h)) why = "hash_ids: a block id is not an integer";
+        json_array_foreach(jh, i, h) if (!json_is_integer(h)) why =
+            "hash_ids: a block id is not an integer";
     }
     if (why) {
         snprintf(err, errlen, "--workload: %s:%d: %s", path, line, why);
@@ -179,7 +183,8 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
     if (strncmp(spec, "trace:", 6) == 0) {
         const int rc = load_trace(w, spec + 6, err, errlen);
         if (rc != PULSE_OK) workload_free(w);
-        if (rc == PULSE_ERR_NOMEM) snprintf(err, errlen, "--workload: out of memory for '%s'", spec);
+        if (rc == PULSE_ERR_NOMEM)
+            snprintf(err, errlen, "--workload: out of memory for '%s'", spec);
         return rc;
     }
     if (strncmp(spec, "uniform:", 8) == 0) {

@@ -5,7 +5,8 @@
  *   2: the MAM head profile (runtime/mam.h, `--head-profile`; read from a file, as pulse does)
  * A refusal must explain itself (a message naming the input); an accepted profile must survive
  * its writer and reader again unchanged in shape (IOAA, locality) or be in range (MAM).
- * Build: cmake -DPULSE_FUZZ=ON -DCMAKE_C_COMPILER=clang; run: ./fuzz_profiles -max_total_time=30. */
+ * Build: cmake -DPULSE_FUZZ=ON -DCMAKE_C_COMPILER=clang; run: ./fuzz_profiles -max_total_time=30.
+ */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,7 +33,8 @@ static void ioaa_case(const json_t *j)
     }
     json_t *back = ioaa_profile_to_json(&d.prof, &d.info);
     if (!back || ioaa_profile_from_json(back, "again", &e, err, sizeof err) != PULSE_OK) abort();
-    if (e.prof.to_n != d.prof.to_n || e.prof.tr_n != d.prof.tr_n || e.prof.tn_nb != d.prof.tn_nb) abort();
+    if (e.prof.to_n != d.prof.to_n || e.prof.tr_n != d.prof.tr_n || e.prof.tn_nb != d.prof.tn_nb)
+        abort();
     json_decref(back);
     ioaa_profile_data_free(&e);
     ioaa_profile_data_free(&d);
@@ -88,8 +90,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_error_t je;
     json_t *j = json_loadb((const char *)data, size, 0, &je);
     if (!j) return 0;
-    if (which == 0) ioaa_case(j);
-    else locality_case(j);
+    if (which == 0)
+        ioaa_case(j);
+    else
+        locality_case(j);
     json_decref(j);
     return 0;
 }

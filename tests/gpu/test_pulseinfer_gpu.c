@@ -16,7 +16,10 @@ int main(void)
     static const char *const specs[] = {"lengths:300,170,90,260,40,200",
                                         "lengths:40,260,90,300,200,170"};
     for (int k = 0; k < 2; k++) {
-        struct pi_cfg v = {.backend = "cuda", .policy = "vanilla", .spec = specs[k], .out_len = 12,
+        struct pi_cfg v = {.backend = "cuda",
+                           .policy = "vanilla",
+                           .spec = specs[k],
+                           .out_len = 12,
                            .max_batch = 4};
         struct pi_out van;
         serve(&v, &van);
@@ -24,10 +27,11 @@ int main(void)
         struct {
             const char *admission;
             int no_irq, selection, zero_copy, verify;
-        } cases[] = {{"fixed:200", 0, OFFLOAD_SOLOHEAD, 0, 0}, {"fixed:200", 1, OFFLOAD_SOLOHEAD, 0, 0},
-                     {"fixed:200", 0, OFFLOAD_HEADWISE, 0, 1}, {"fixed:200", 0, OFFLOAD_SOLOHEAD, 1, 0},
-                     {"fixed:200", 0, OFFLOAD_HEADWISE, 1, 1}, {"fixed:0", 0, OFFLOAD_SOLOHEAD, 0, 0},
-                     {"ioaa", 0, OFFLOAD_SOLOHEAD, 0, 0}};
+        } cases[] = {
+            {"fixed:200", 0, OFFLOAD_SOLOHEAD, 0, 0}, {"fixed:200", 1, OFFLOAD_SOLOHEAD, 0, 0},
+            {"fixed:200", 0, OFFLOAD_HEADWISE, 0, 1}, {"fixed:200", 0, OFFLOAD_SOLOHEAD, 1, 0},
+            {"fixed:200", 0, OFFLOAD_HEADWISE, 1, 1}, {"fixed:0", 0, OFFLOAD_SOLOHEAD, 0, 0},
+            {"ioaa", 0, OFFLOAD_SOLOHEAD, 0, 0}};
         for (size_t i = 0; i < PULSE_ARRAY_LEN(cases); i++) {
             struct pi_cfg c = {.backend = "cuda",
                                .policy = "pulseinfer",
