@@ -2,15 +2,11 @@
 """One line per `pulse run` result: policy, selection, engine, throughput, the mean step
 against its floors, host synchronisations inside steps, and the set-up phases."""
 import json
+import os
 import sys
 
-
-def get(d, *path, default=None):
-    for k in path:
-        if not isinstance(d, dict) or k not in d:
-            return default
-        d = d[k]
-    return d
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from result_json import get  # noqa: E402
 
 
 def main(paths):

@@ -6,15 +6,11 @@ configuration), the mean step against its floor; and for pulseinfer its batches,
 rounds, IOAA's nodes per decision and predicted against measured step time, and the device
 busy fraction of its trace when it has one."""
 import json
+import os
 import sys
 
-
-def get(d, *path, default=None):
-    for k in path:
-        if not isinstance(d, dict) or k not in d:
-            return default
-        d = d[k]
-    return d
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from result_json import get  # noqa: E402
 
 
 def label(r):
