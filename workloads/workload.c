@@ -10,9 +10,13 @@
 
 #include "common.h"
 #include "mem.h"
+#include "numeric.h"
 
 #define WORKLOAD_MAX_REQUESTS 1000000
 #define WORKLOAD_MAX_LEN (1 << 24)
+
+/* the seed's sub-streams (pulse_seed_mix) */
+enum { STREAM_LENGTHS = 1, STREAM_ARRIVALS = 2 };
 
 /* Parses a positive int in [1, max] from [s, end): decimal digits only (no sign, spaces or hex,
  * the rules of the command line's cli_int, which this library cannot link); -1 when it is not
@@ -217,14 +221,10 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
             return PULSE_ERR_INVALID;
         }
         if (alloc_reqs(w, (int)count) != PULSE_OK) goto oom;
-        uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull; /* splitmix64 */
-        for (int i = 0; i < w->n; i++) {
-            uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-            z ^= z >> 31;
-            w->reqs[i].prompt_len = (int)(lo + (long)(z % (uint64_t)(hi - lo + 1)));
-        }
+        const uint64_t stream = pulse_seed_mix(seed, STREAM_LENGTHS, 0);
+        for (int i = 0; i < w->n; i++)
+            w->reqs[i].prompt_len =
+                (int)(lo + (long)(pulse_hash64(stream, (uint64_t)i) % (uint64_t)(hi - lo + 1)));
         return PULSE_OK;
     }
     if (strncmp(spec, "lengths:", 8) == 0) {
@@ -285,23 +285,24 @@ static double parse_decimal(const char *s, const char *end)
     return v > 0 ? v : -1;
 }
 
-/* splitmix64 into (0, 1) */
-static double uniform01(uint64_t *x)
+/* A seeded stream of doubles: element i of pulse_hash64(seed, .) (numeric.h). */
+struct stream {
+    uint64_t seed, i;
+};
+
+/* Uniform in (0, 1), 53 random bits. */
+static double uniform01(struct stream *x)
 {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return ((double)(z >> 11) + 0.5) / 9007199254740992.0;
+    return ((double)(pulse_hash64(x->seed, x->i++) >> 11) + 0.5) / 9007199254740992.0;
 }
 
-static double normal01(uint64_t *x)
+static double normal01(struct stream *x)
 {
     return sqrt(-2.0 * log(uniform01(x))) * cos(6.283185307179586 * uniform01(x));
 }
 
 /* Gamma(shape k, scale 1), Marsaglia and Tsang; k < 1 through Gamma(k + 1) * U^(1/k). */
-static double gamma_sample(uint64_t *x, double k)
+static double gamma_sample(struct stream *x, double k)
 {
     if (k < 1) return gamma_sample(x, k + 1) * pow(uniform01(x), 1.0 / k);
     const double d = k - 1.0 / 3, c = 1 / sqrt(9 * d);
@@ -337,7 +338,7 @@ int workload_set_arrivals(struct workload *w, const char *spec, char *err, size_
                  spec);
         return PULSE_ERR_INVALID;
     }
-    uint64_t x = w->seed * 0xD1B54A32D192ED03ull + 0x8CB92BA72F3D8DD7ull;
+    struct stream x = {pulse_seed_mix(w->seed, STREAM_ARRIVALS, 0), 0};
     const double k = 1 / (cv * cv); /* gamma shape: CV^2 = 1 / k */
     double t = 0;
     for (int i = 0; i < w->n; i++) {
