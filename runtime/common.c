@@ -57,6 +57,21 @@ int64_t pulse_host_syncs(void)
     return host_syncs;
 }
 
+int pulse_env_long(const char *name, long lo, long hi, long *out)
+{
+    const char *e = getenv(name);
+    if (!e || !*e) return 0;
+    char *end;
+    const long v = strtol(e, &end, 10);
+    const int decimal = (e[0] >= '0' && e[0] <= '9') || (e[0] == '-' && e[1] >= '0' && e[1] <= '9');
+    if (!decimal || *end || v < lo || v > hi) {
+        fprintf(stderr, "%s=%s: expected an integer in %ld..%ld; ignored\n", name, e, lo, hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
 int pulse_device_wait(void)
 {
     static int cached = -1;

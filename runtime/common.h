@@ -62,6 +62,10 @@ int64_t pulse_host_syncs(void);
  * creation, engine.c), copies into pageable memory (the token readback is pinned). */
 int pulse_device_wait(void);
 
+/* An integer environment switch in [lo, hi] (decimal): 1 and *out when set and valid; a warning
+ * on stderr and 0 when set and bad (the default stands); 0 when unset. */
+int pulse_env_long(const char *name, long lo, long hi, long *out);
+
 /* Waits on the calling thread until (int32_t)(*flag - value) >= 0 (a flag another thread or a
  * device stream writes), spinning, then yielding. A flag that has not reached the value after
  * PULSE_WAIT_TIMEOUT_S seconds (default 120; a stuck recall) aborts with what was awaited. */

@@ -101,22 +101,6 @@ int mem_pin_strategy_find(const char *name)
     return -1;
 }
 
-/* An integer environment switch in [lo, hi]: 1 and *out when set and valid; a warning and 0
- * when set and bad; 0 when unset. */
-static int env_long(const char *name, long lo, long hi, long *out)
-{
-    const char *e = getenv(name);
-    if (!e || !*e) return 0;
-    char *end;
-    long v = strtol(e, &end, 10);
-    if (*end || v < lo || v > hi) {
-        fprintf(stderr, "%s=%s: expected an integer in %ld..%ld; ignored\n", name, e, lo, hi);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
 void mem_pin_params_default(struct mem_pin_params *p)
 {
     memset(p, 0, sizeof *p);
@@ -133,9 +117,9 @@ void mem_pin_params_default(struct mem_pin_params *p)
             p->strategy = (enum mem_pin_strategy)s;
     }
     long v;
-    if (env_long("PULSE_PIN_PIECE_MB", 2, 1L << 20, &v)) p->piece_bytes = (size_t)v << 20;
-    if (env_long("PULSE_PIN_THREADS", 1, 256, &v)) p->threads = (int)v;
-    if (env_long("PULSE_PIN_HUGEPAGES", 0, 1, &v)) p->hugepages = (int)v;
+    if (pulse_env_long("PULSE_PIN_PIECE_MB", 2, 1L << 20, &v)) p->piece_bytes = (size_t)v << 20;
+    if (pulse_env_long("PULSE_PIN_THREADS", 1, 256, &v)) p->threads = (int)v;
+    if (pulse_env_long("PULSE_PIN_HUGEPAGES", 0, 1, &v)) p->hugepages = (int)v;
 }
 
 #ifdef PULSE_HAVE_CUDA

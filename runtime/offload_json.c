@@ -202,6 +202,8 @@ json_t *offload_counters_json(const struct offload *o)
         "{s:s, s:I, s:I, s:I, s:I, s:I}", "name", recall_engine_name(o->p.engine), "bytes",
         (json_int_t)rs.bytes, "chunks", (json_int_t)rs.chunks, "recalls", (json_int_t)rs.completed,
         "failed", (json_int_t)rs.failed, "submissions", (json_int_t)rs.submissions);
+    const struct recall_params *rp = recall_get_params(o->rc);
+    json_object_set_new(eng, "zc_blocks", json_integer(rp->zc_blocks)); /* PULSE_ZC_BLOCKS */
     results_set_real(eng, "busy_s", rs.busy_s);
     results_set_real(eng, "cap_wait_s", rs.cap_wait_s);
     if (o->device_plan) { /* the device hot cache's counts (the host one is unused) */

@@ -45,16 +45,9 @@ void recall_params_init(struct recall_params *p, enum recall_engine engine, int 
     p->nt_stores = 1;
     p->piece_bytes = (size_t)2 << 20;
     p->n_stage = 3;
-    p->zc_blocks = 16;
-    const char *zb = getenv("PULSE_ZC_BLOCKS"); /* the zero-copy gather's grid (experiments) */
-    if (zb && *zb) {
-        char *end = NULL;
-        const long v = strtol(zb, &end, 10);
-        if (*end == 0 && zb[0] >= '1' && zb[0] <= '9' && v <= 1024)
-            p->zc_blocks = (int)v;
-        else
-            fprintf(stderr, "PULSE_ZC_BLOCKS: '%s' is not a block count in 1..1024: ignored\n", zb);
-    }
+    long zb = 16; /* the zero-copy gather's grid; PULSE_ZC_BLOCKS for experiments */
+    pulse_env_long("PULSE_ZC_BLOCKS", 1, 1024, &zb);
+    p->zc_blocks = (int)zb;
     p->zc_threads = 512;
     p->cap_burst_bytes = (size_t)4 << 20;
     /* measured on the H200 machine, 2026-11-29 (256 KB x 1024 zero-copy recalls capped at 0.8

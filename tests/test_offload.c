@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -623,6 +624,30 @@ static void test_pool_sizing(void)
     json_decref(r);
 }
 
+/* PULSE_ZC_BLOCKS sets the zero-copy gather's grid, which the run's JSON reports; a bad value
+ * is warned about and the default (16) stands. */
+static void test_zc_blocks(void)
+{
+    static const char *const args = "run --backend cpu --policy arkvale --recall-engine zero-copy "
+                                    "--workload uniform:256:2 --output-len 4 --budget-tokens 32";
+    static const struct {
+        const char *value;
+        int want;
+    } cases[] = {{NULL, 16}, {"8", 8}, {"1024", 1024}, {"0", 16}, {" 8", 16}, {"x", 16}};
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(cases); i++) {
+        if (cases[i].value) setenv("PULSE_ZC_BLOCKS", cases[i].value, 1);
+        else unsetenv("PULSE_ZC_BLOCKS");
+        json_t *r = run_json(args);
+        json_t *eng = json_object_get(json_object_get(json_object_get(r, "counters"), "offload"),
+                                      "recall_engine");
+        EXPECT_EQ_INT(json_integer_value(json_object_get(eng, "zc_blocks")), cases[i].want);
+        if (cases[i].value && cases[i].want == 16)
+            EXPECT_STR_CONTAINS(out, "PULSE_ZC_BLOCKS=");
+        json_decref(r);
+    }
+    unsetenv("PULSE_ZC_BLOCKS");
+}
+
 static void timed(const char *name, void (*fn)(void))
 {
     double t0 = pulse_now();
@@ -641,5 +666,6 @@ int main(void)
     timed("cli", test_cli);
     timed("cli_json", test_cli_json);
     timed("pool_sizing", test_pool_sizing);
+    timed("zc_blocks", test_zc_blocks);
     return tu_finish("test_offload");
 }
