@@ -18,13 +18,11 @@
  * variable_tracking). */
 #include "accuracy/longbench.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "common.h"
 
@@ -453,39 +451,9 @@ int longbench_load_file(const char *path, const struct longbench_load_params *pa
                         struct longbench_set **out, char *err, size_t errlen)
 {
     *out = NULL;
-    struct stat st; /* a FIFO or a device (endless, or blocking) is not a data file */
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: is not a regular file (%s): not read", path,
-                 S_ISDIR(st.st_mode) ? "a directory" : "a FIFO or a device");
-        return PULSE_ERR_IO;
-    }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return PULSE_ERR_IO;
-    }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    int rc = PULSE_OK;
-    while (buf) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap) break;
-        char *nb = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb, cap *= 2;
-    }
-    if (!buf) {
-        snprintf(err, errlen, "%s: out of memory reading the file", path);
-        rc = PULSE_ERR_NOMEM;
-    } else if (ferror(f)) {
-        snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
-        rc = PULSE_ERR_IO;
-    }
-    fclose(f);
+    char *buf;
+    size_t len;
+    int rc = pulse_read_file(path, "JSONL file", &buf, &len, err, errlen);
     if (rc == PULSE_OK) rc = longbench_load_mem(path, buf, len, params, out, err, errlen);
     free(buf);
     return rc;

@@ -1,10 +1,14 @@
 #define _POSIX_C_SOURCE 200809L
 #include "common.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 int pulse_errorf(char *err, size_t errlen, int code, const char *label, const char *fmt, ...)
@@ -55,6 +59,45 @@ void pulse_host_sync_note(void)
 int64_t pulse_host_syncs(void)
 {
     return host_syncs;
+}
+
+int pulse_check_regular(const char *path, const char *what, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return pulse_errorf(err, errlen, PULSE_ERR_IO, path, "cannot open (%s)", strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return pulse_errorf(err, errlen, PULSE_ERR_IO, path, "is a directory, not a %s", what);
+    if (!S_ISREG(st.st_mode))
+        return pulse_errorf(err, errlen, PULSE_ERR_IO, path,
+                            "is not a regular file (a FIFO or a device): not read");
+    return PULSE_OK;
+}
+
+int pulse_read_file(const char *path, const char *what, char **buf, size_t *len, char *err,
+                    size_t errlen)
+{
+    *buf = NULL;
+    *len = 0;
+    int rc = pulse_check_regular(path, what, err, errlen);
+    if (rc != PULSE_OK) return rc;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return pulse_errorf(err, errlen, PULSE_ERR_IO, path, "cannot open (%s)", strerror(errno));
+    struct stat st;
+    char *b = fstat(fileno(f), &st) == 0 ? malloc((size_t)st.st_size + 1) : NULL;
+    const size_t got = b ? fread(b, 1, (size_t)st.st_size, f) : 0;
+    const int failed = b && (got != (size_t)st.st_size || ferror(f));
+    fclose(f);
+    if (!b) return pulse_errorf(err, errlen, PULSE_ERR_NOMEM, path, "out of memory reading it");
+    if (failed) {
+        free(b);
+        return pulse_errorf(err, errlen, PULSE_ERR_IO, path, "read error");
+    }
+    b[got] = 0;
+    *buf = b;
+    *len = got;
+    return PULSE_OK;
 }
 
 int pulse_env_long(const char *name, long lo, long hi, long *out)

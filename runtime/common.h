@@ -42,6 +42,15 @@ void pulse_die(const char *file, int line, const char *what, const char *detail)
 int pulse_errorf(char *err, size_t errlen, int code, const char *label, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
+/* Input files. pulse_check_regular: PULSE_OK when path is a regular file, else PULSE_ERR_IO with
+ * "PATH: cannot open (why)", "PATH: is a directory, not a WHAT" or "PATH: is not a regular file
+ * (a FIFO or a device): not read" in err (an endless device or a FIFO with no writer is never
+ * opened). pulse_read_file: that check, then the whole file into *buf (malloc'd, NUL-terminated,
+ * the caller frees it) and its size into *len; PULSE_OK, PULSE_ERR_IO or PULSE_ERR_NOMEM. */
+int pulse_check_regular(const char *path, const char *what, char *err, size_t errlen);
+int pulse_read_file(const char *path, const char *what, char **buf, size_t *len, char *err,
+                    size_t errlen);
+
 /* Monotonic wall clock in seconds. */
 double pulse_now(void);
 

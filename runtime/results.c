@@ -136,14 +136,8 @@ int results_write_exact(const json_t *r, const char *path, char *err, size_t err
 int results_read_json(const char *path, size_t flags, json_t **out, char *err, size_t errlen)
 {
     *out = NULL;
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return pulse_errorf(err, errlen, PULSE_ERR_IO, path, "cannot open (%s)", strerror(errno));
-    if (S_ISDIR(st.st_mode))
-        return pulse_errorf(err, errlen, PULSE_ERR_IO, path, "is a directory, not a JSON file");
-    if (!S_ISREG(st.st_mode))
-        return pulse_errorf(err, errlen, PULSE_ERR_IO, path,
-                            "is not a regular file (a FIFO or a device): not read");
+    const int rc = pulse_check_regular(path, "JSON file", err, errlen);
+    if (rc != PULSE_OK) return rc;
     json_error_t je;
     *out = json_load_file(path, flags, &je);
     if (!*out)

@@ -1,12 +1,10 @@
 #include "workload.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "common.h"
 #include "mem.h"
@@ -102,23 +100,14 @@ static int trace_line(const char *path, int line, const char *text, size_t len, 
  * hash_ids): one request per line, its prompt and output lengths and its arrival. */
 static int load_trace(struct workload *w, const char *path, char *err, size_t errlen)
 {
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "--workload: trace %s: %s", path,
-                 stat(path, &st) != 0 ? strerror(errno) : "is not a regular file");
-        return PULSE_ERR_INVALID;
+    char *buf;
+    size_t size;
+    char why[400];
+    int rc = pulse_read_file(path, "trace", &buf, &size, why, sizeof why);
+    if (rc != PULSE_OK) {
+        snprintf(err, errlen, "--workload: %s", why);
+        return rc == PULSE_ERR_NOMEM ? PULSE_ERR_NOMEM : PULSE_ERR_INVALID;
     }
-    FILE *f = fopen(path, "rb");
-    char *buf = f ? malloc((size_t)st.st_size + 1) : NULL;
-    const size_t got = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
-    if (f) fclose(f);
-    if (!buf || got != (size_t)st.st_size) {
-        free(buf);
-        snprintf(err, errlen, "--workload: trace %s: cannot read it", path);
-        return buf ? PULSE_ERR_INVALID : PULSE_ERR_NOMEM;
-    }
-    buf[got] = 0;
-    int rc = PULSE_OK;
     for (int pass = 0; pass < 2 && rc == PULSE_OK; pass++) { /* count, then fill */
         int line = 0, n = 0, max_out = 1;
         double first = 0, prev = 0;
