@@ -1,7 +1,6 @@
 /* GGUF (llama / qwen3 / gemma3 architectures) into the model struct (model_load.h). */
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "accuracy/gguf.h"
 #include "common.h"
@@ -251,8 +250,7 @@ out:
 int model_path_is_gguf(const char *path)
 {
     /* by its magic, whatever the name; a directory (a checkpoint) or an unreadable path is not */
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    if (pulse_check_regular(path, "GGUF file", NULL, 0) != PULSE_OK) return 0;
     FILE *f = fopen(path, "rb");
     char magic[4] = {0};
     const int ok = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "GGUF", 4);
