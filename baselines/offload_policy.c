@@ -53,8 +53,7 @@ int offload_policy_step(struct serve_state *s)
                 "offload policy: the offload runtime was made for another lookahead");
     int rc = offload_step(o, s->run[0].bt, s->run[0].entries, s->run[0].n_entries);
     if (rc == PULSE_ERR_IO) { /* a recall failed every attempt: the loop ends the batch */
-        offload_clear_failure(o);
-        s->run[0].failed = 1;
+        s->run[0].failed = offload_clear_failure(o);
     }
     struct offload_stats st;
     offload_get_stats(o, &st);

@@ -513,8 +513,7 @@ static int pi_step(struct serve_state *s)
     }
     if (rc == PULSE_ERR_IO) { /* the offload batch's recall failed every attempt: the loop
                                  ends its requests, the normal batch's step stands */
-        offload_clear_failure(pi->o);
-        ob->failed = 1;
+        ob->failed = offload_clear_failure(pi->o);
     }
     pi->steps++;
     sync_counters(s, pi);

@@ -913,11 +913,13 @@ const void *offload_host_block(const struct offload *o, int slot, int layer, int
     return host_pool_block(o->hp, o->hp_slot[slot], offload_sl(o, layer), block);
 }
 
-int offload_clear_failure(struct offload *o)
+const char *offload_clear_failure(struct offload *o)
 {
     offload_quiesce(o);
     o->be->sync(o->ctx);
-    return atomic_exchange(&o->status, PULSE_OK);
+    return atomic_exchange(&o->status, PULSE_OK) == PULSE_OK
+               ? NULL
+               : "its recall failed on every attempt (I/O error); the request was ended";
 }
 
 void offload_release(struct offload *o, int slot)

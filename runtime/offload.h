@@ -236,10 +236,11 @@ json_t *offload_config_json(const struct offload *o);
 json_t *offload_counters_json(const struct offload *o);
 
 /* After a step that returned PULSE_ERR_IO (a recall failed every attempt): waits for the
- * planner's jobs, then makes the runtime usable again and returns that status. The failed
- * step's requests hold blocks the hot cache counts as resident that never landed, so the
- * caller releases every request of that step (the serving loop ends them with an error). */
-int offload_clear_failure(struct offload *o);
+ * planner's jobs, then makes the runtime usable again and returns why the step failed (a static
+ * string, for serve_batch.failed), NULL when it had not. The failed step's requests hold blocks
+ * the hot cache counts as resident that never landed, so the caller releases every request of
+ * that step (the serving loop ends them with the error). */
+const char *offload_clear_failure(struct offload *o);
 
 /* Verifies the hot cache, the host pool, the digest store and the GPU cache, then
  * offload_verify. 0, or PULSE_ERR_INVALID with the first violation in err (tests; allocates). */

@@ -106,13 +106,13 @@ static int collect(struct serve_state *s, struct serve_batch *sb, const int32_t 
     return finished;
 }
 
-/* Ends every request of a batch whose step failed (serve_batch.failed), with why; returns how
- * many. */
+/* Ends every request of a batch whose step failed with its reason (serve_batch.failed); returns
+ * how many. */
 static int fail_batch(struct serve_state *s, struct serve_batch *sb, double t)
 {
     for (int b = 0; b < sb->n_entries; b++) {
         struct request *r = &s->reqs[sb->entry_req[b]];
-        r->error = "its recall failed on every attempt (I/O error); the request was ended";
+        r->error = sb->failed;
         r->done_s = t;
         if (s->pol->release) s->pol->release(s, r->slot);
         kv_cache_release(s->kv, r->slot);
@@ -121,7 +121,7 @@ static int fail_batch(struct serve_state *s, struct serve_batch *sb, double t)
     }
     const int n = sb->n_entries;
     sb->n_entries = 0;
-    sb->failed = 0;
+    sb->failed = NULL;
     sb->dirty = 1;
     return n;
 }
@@ -214,7 +214,7 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
     }
     const size_t toks_bytes = sizeof(int32_t) * (size_t)max_batch * SERVE_MAX_BATCHES;
     int32_t *toks = mem_alloc(MEM_HOST, toks_bytes, "step tokens"); /* [batch][max_batch] */
-    int rc = PULSE_OK, done = 0, failed_before = 0;
+    int rc = PULSE_OK, done = 0;
     struct progress prog = {.on = 0}; /* a line on a terminal: tokens and tokens/s (progress.h) */
     if (!ok || !toks) {
         snprintf(err, errlen, "out of memory for the serving loop");
@@ -272,16 +272,17 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
         const int64_t syncs = pulse_host_syncs() - syncs0;
         s.ctr.step_host_syncs += syncs;
         s.ctr.step_host_syncs_max = PULSE_MAX(s.ctr.step_host_syncs_max, syncs);
-        int n_failed = 0; /* batches whose step failed: their requests end with an error */
+        int batches_failed = 0; /* their requests end with the error, the others go on */
         for (int k = 0; rc == PULSE_ERR_IO && k < s.n_batches; k++)
-            if (s.run[k].failed) n_failed += fail_batch(&s, &s.run[k], pulse_now() - s.t0) >= 0;
-        if (n_failed) rc = PULSE_OK;
+            if (s.run[k].failed) {
+                done += fail_batch(&s, &s.run[k], pulse_now() - s.t0);
+                batches_failed++;
+            }
+        if (batches_failed) rc = PULSE_OK;
         if (rc != PULSE_OK) {
             snprintf(err, errlen, "policy %s: step failed (%d)", pol->name, rc);
             goto out;
         }
-        done += (int)s.ctr.requests_failed - failed_before;
-        failed_before = (int)s.ctr.requests_failed;
         /* every batch with entries stepped: read its tokens, then retire what finished */
         for (int k = 0; k < s.n_batches; k++)
             if (s.run[k].n_entries) batch_read_tokens(e, s.run[k].bt, toks + (size_t)k * max_batch);

@@ -19,8 +19,8 @@ struct request {
     int generated;
     int slot;          /* cache slot while running, else -1 */
     int32_t *tokens;   /* optional [output_len] ids, owned by the caller */
-    const char *error; /* NULL: finished (or not yet); else why it ended unfinished (a static
-                          string; done_s is when): its batch's step failed (serve_batch.failed) */
+    const char *error; /* NULL: finished (or not yet); else why it ended unfinished (done_s is
+                          when): its batch's step failed (serve_batch.failed's reason) */
 };
 
 /* One decode step as the loop saw it: wall time from the step call to its tokens on the host,
@@ -72,11 +72,11 @@ struct serve_batch {
     int *entry_req;              /* [max_batch] request index of each entry */
     int n_entries;
     int dirty; /* entries changed since the last batch_set */
-    /* set by the policy's step, which then returns PULSE_ERR_IO: this batch's step failed (a
-     * recall that failed every attempt) and its tokens are not valid; the loop ends its
-     * requests with an error, releases them and goes on with the other batches and the queue.
-     * The policy has made its context usable again (offload_clear_failure). */
-    int failed;
+    /* set by the policy's step, which then returns PULSE_ERR_IO: why this batch's step failed
+     * (a static string, e.g. a recall that failed every attempt: offload_clear_failure); its
+     * tokens are not valid. The loop ends its requests with that error, releases them and goes
+     * on with the other batches and the queue. NULL: the step did not fail. */
+    const char *failed;
 };
 
 #define SERVE_MAX_BATCHES SERVE_MAX_BATCHES_
