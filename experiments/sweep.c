@@ -101,9 +101,9 @@ static int read_grid(json_t *g, const char *path, struct grid *gr)
     int sw;
     if (gr->base) json_object_foreach(gr->base, k, v)
         {
-            if (check_flag(k, "base") || value_text(v, buf, sizeof buf, &sw) < 0) {
-                if (!check_flag(k, "base"))
-                    cli_error(CMD, "base: %s: a value is a string, a number or a boolean", k);
+            if (check_flag(k, "base")) return -1;
+            if (value_text(v, buf, sizeof buf, &sw) < 0) {
+                cli_error(CMD, "base: %s: a value is a string, a number or a boolean", k);
                 return -1;
             }
             if (json_object_get(gr->axes, k)) {
@@ -156,22 +156,24 @@ static int add_flag(char **argv, int *argc, char *store, size_t *used, size_t ca
     return 0;
 }
 
+/* Point p's value of each axis, the last axis varying fastest. */
+static json_t *point_value(const struct grid *gr, long p, int axis)
+{
+    for (int a = gr->n_axes - 1; a > axis; a--)
+        p /= (long)json_array_size(gr->axis_vals[a]);
+    return json_array_get(gr->axis_vals[axis],
+                          (size_t)(p % (long)json_array_size(gr->axis_vals[axis])));
+}
+
 /* Point p's name ("flag=value,...", characters outside [A-Za-z0-9._=,-] as '_'). */
 static void point_name(const struct grid *gr, long p, char *name, size_t len)
 {
     size_t at = 0;
-    long rest = p;
-    long idx[MAX_AXES];
-    for (int a = gr->n_axes - 1; a >= 0; a--) {
-        const long n = (long)json_array_size(gr->axis_vals[a]);
-        idx[a] = rest % n;
-        rest /= n;
-    }
     name[0] = 0;
     for (int a = 0; a < gr->n_axes; a++) {
         char buf[256];
         int sw;
-        value_text(json_array_get(gr->axis_vals[a], (size_t)idx[a]), buf, sizeof buf, &sw);
+        value_text(point_value(gr, p, a), buf, sizeof buf, &sw);
         at += (size_t)snprintf(name + at, at < len ? len - at : 0, "%s%s=%s", a ? "," : "",
                                gr->axis_flag[a] + 2, buf);
     }
@@ -250,16 +252,9 @@ int cmd_sweep(int argc, char **argv)
         if (gr.base)
             json_object_foreach(gr.base, k, v) bad |=
                 add_flag(av, &ac, store, &used, sizeof store, k, v);
-        long rest = p;
-        long idx[MAX_AXES];
-        for (int a = gr.n_axes - 1; a >= 0; a--) {
-            const long n = (long)json_array_size(gr.axis_vals[a]);
-            idx[a] = rest % n;
-            rest /= n;
-        }
         for (int a = 0; a < gr.n_axes; a++)
             bad |= add_flag(av, &ac, store, &used, sizeof store, gr.axis_flag[a],
-                            json_array_get(gr.axis_vals[a], (size_t)idx[a]));
+                            point_value(&gr, p, a));
         av[ac++] = "--out";
         av[ac++] = path;
         av[ac] = NULL;
