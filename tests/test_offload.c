@@ -635,14 +635,15 @@ static void test_zc_blocks(void)
         int want;
     } cases[] = {{NULL, 16}, {"8", 8}, {"1024", 1024}, {"0", 16}, {" 8", 16}, {"x", 16}};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(cases); i++) {
-        if (cases[i].value) setenv("PULSE_ZC_BLOCKS", cases[i].value, 1);
-        else unsetenv("PULSE_ZC_BLOCKS");
+        if (cases[i].value)
+            setenv("PULSE_ZC_BLOCKS", cases[i].value, 1);
+        else
+            unsetenv("PULSE_ZC_BLOCKS");
         json_t *r = run_json(args);
         json_t *eng = json_object_get(json_object_get(json_object_get(r, "counters"), "offload"),
                                       "recall_engine");
         EXPECT_EQ_INT(json_integer_value(json_object_get(eng, "zc_blocks")), cases[i].want);
-        if (cases[i].value && cases[i].want == 16)
-            EXPECT_STR_CONTAINS(out, "PULSE_ZC_BLOCKS=");
+        if (cases[i].value && cases[i].want == 16) EXPECT_STR_CONTAINS(out, "PULSE_ZC_BLOCKS=");
         json_decref(r);
     }
     unsetenv("PULSE_ZC_BLOCKS");

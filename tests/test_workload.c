@@ -143,7 +143,8 @@ static void test_trace(void)
     }
     EXPECT_EQ_INT(workload_create(&w, "trace:/tmp", 32, 1, err, sizeof err), PULSE_ERR_INVALID);
     EXPECT_STR_CONTAINS(err, "/tmp: is a directory, not a trace");
-    EXPECT_EQ_INT(workload_create(&w, "trace:/dev/zero", 32, 1, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_EQ_INT(workload_create(&w, "trace:/dev/zero", 32, 1, err, sizeof err),
+                  PULSE_ERR_INVALID);
     EXPECT_STR_CONTAINS(err, "/dev/zero: is not a regular file");
     EXPECT_EQ_INT(workload_create(&w, "trace:/nonexistent.jsonl", 32, 1, err, sizeof err),
                   PULSE_ERR_INVALID);
