@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "common.h"
 #include "engine.h"
+#include "gpu_activity.h"
 #include "kv_cache.h"
 #include "numeric.h"
 #include "offload.h"
@@ -36,6 +37,9 @@ static const char usage[] =
     "  --out FILE         result JSON (default: none, summary only)\n"
     "  --print-tokens     print each request's output token ids\n"
     "  --no-graph         launch every kernel instead of replaying steps as CUDA graphs\n"
+    "  --cupti            what the GPU ran during the serving loop, from CUPTI activity records\n"
+    "                     (busy fraction from the union of kernels, copies per direction, the\n"
+    "                     kernels by total time) into metrics.gpu_activity; cuda backend only\n"
     "  --weights PATH     real weights: a Hugging Face Llama/Qwen3 checkpoint dir (config.json\n"
     "                     + safetensors) or a llama/qwen3 FILE.gguf; replaces --model\n";
 static const char usage_exit[] =
@@ -45,7 +49,7 @@ struct run_opts {
     const char *backend, *model, *policy, *workload, *arrival, *out, *weights;
     long output_len, max_batch, page_size;
     double budget_gb;
-    int budget_set, model_set, print_tokens, no_graph;
+    int budget_set, model_set, print_tokens, no_graph, cupti;
     uint64_t seed;
     struct run_offload_opts off;
 };
@@ -66,6 +70,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
                                          {"print-tokens", no_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'},
                                          {"no-graph", no_argument, 0, 'G'},
+                                         {"cupti", no_argument, 0, 'C'},
                                          {"weights", required_argument, 0, 'W'},
                                          RUN_OFFLOAD_OPTIONS,
                                          {0, 0, 0, 0}};
@@ -112,6 +117,9 @@ static int parse(int argc, char **argv, struct run_opts *o)
             break;
         case 'G':
             o->no_graph = 1;
+            break;
+        case 'C':
+            o->cupti = 1;
             break;
         case 'W':
             o->weights = optarg;
@@ -476,6 +484,8 @@ int cmd_run(int argc, char **argv)
     struct offload *off = NULL;     /* ctx of an offload policy */
     struct query_source *qs = NULL; /* the offload runtime's: the locality model */
     struct serve_step *series = NULL;
+    struct gpu_activity *act = NULL; /* --cupti's collector while the serving loop runs */
+    json_t *gpu_act = NULL;
     int64_t series_cap = 0;
     const int prefill = o.off.prompt_kv && !strcmp(o.off.prompt_kv, "prefill");
     int code = 0;
@@ -530,6 +540,15 @@ int cmd_run(int argc, char **argv)
         json_object_set_new(cfg_json, "offload", offload_config_json(off));
     }
     struct serve_counters ctr;
+    if (o.cupti && be->mem != MEM_DEVICE) {
+        cli_error("run", "--cupti: needs the cuda backend (CUPTI records what a GPU ran)");
+        code = EXIT_USAGE;
+        goto out;
+    }
+    if (o.cupti && !(act = gpu_activity_start(1 << 21, err, sizeof err))) {
+        code = failed(res, "error", err, 1);
+        goto out;
+    }
     series_cap = (int64_t)w.n * w.output_len;
     series = mem_alloc(MEM_HOST, sizeof(struct serve_step) * (size_t)series_cap, "series");
     double wall;
@@ -538,17 +557,28 @@ int cmd_run(int argc, char **argv)
         code = failed(res, "error", err, 1);
         goto out;
     }
+    if (act) {
+        be->sync(engine_ctx(e)); /* the last step's work is in the records */
+        gpu_act = gpu_activity_stop(act, 40);
+        act = NULL;
+    }
     report(&o, res, &w, &ctr, wall, e, kv, off);
     if (pol->ctx_json)
         json_object_set_new(json_object_get(res, "counters"), pol->name, pol->ctx_json(ctx));
     json_object_set_new(json_object_get(res, "metrics"), "step",
                         step_json(&ctr, series, series ? series_cap : 0, &bw, pol));
+    if (gpu_act) {
+        json_object_set_new(json_object_get(res, "metrics"), "gpu_activity", gpu_act);
+        gpu_act = NULL;
+    }
     if (ctr.requests_failed) { /* the run went on; its result is not ok */
         snprintf(err, sizeof err, "%lld of %d requests ended with an error (see requests[])",
                  (long long)ctr.requests_failed, w.n);
         code = failed(res, "error", err, 1);
     }
 out:
+    json_decref(gpu_activity_stop(act, 0));
+    json_decref(gpu_act);
     mem_free(MEM_HOST, series, sizeof(struct serve_step) * (size_t)series_cap);
     if (ctx) pol->ctx_free(ctx);
     query_source_free(qs);

@@ -1,0 +1,99 @@
+/* The GPU activity summary's arithmetic (gpu_activity.h), on every build; the collector is
+ * gpu_activity_cuda.c, and without CUDA start refuses. */
+#include "gpu_activity.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+static int by_start(const void *a, const void *b)
+{
+    const struct gpu_interval *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start ? 1 : 0;
+}
+
+uint64_t gpu_interval_union(struct gpu_interval *iv, size_t n, uint64_t *first, uint64_t *last)
+{
+    if (first) *first = 0;
+    if (last) *last = 0;
+    if (n == 0) return 0;
+    qsort(iv, n, sizeof *iv, by_start);
+    uint64_t total = 0, lo = iv[0].start, hi = iv[0].end, end = iv[0].end;
+    for (size_t i = 1; i < n; i++) {
+        if (iv[i].end > end) end = iv[i].end;
+        if (iv[i].start > hi) { /* a gap: close the run */
+            total += hi - lo;
+            lo = iv[i].start;
+            hi = iv[i].end;
+        } else if (iv[i].end > hi) {
+            hi = iv[i].end;
+        }
+    }
+    total += hi - lo;
+    if (first) *first = iv[0].start;
+    if (last) *last = end;
+    return total;
+}
+
+/* One <length><identifier> of a mangled name at *p into out at *at; 0 when *p holds none. */
+static int mangled_part(const char **p, char *out, size_t n, size_t *at)
+{
+    if (!isdigit((unsigned char)**p)) return 0;
+    char *e;
+    unsigned long len = strtoul(*p, &e, 10);
+    if (len == 0 || strnlen(e, len) < len) return 0;
+    static const char anon[] = "_GLOBAL__N_1";
+    if (!(len == sizeof anon - 1 && memcmp(e, anon, len) == 0)) {
+        int w = snprintf(out + *at, n - *at, "%s%.*s", *at ? "::" : "", (int)len, e);
+        *at = w < 0 ? *at : PULSE_MIN(n - 1, *at + (size_t)w);
+    }
+    *p = e + len;
+    return 1;
+}
+
+char *gpu_kernel_short_name(const char *sym, char *out, size_t n)
+{
+    if (n == 0) return out;
+    out[0] = 0;
+    if (!sym) return out;
+    if (strncmp(sym, "_Z", 2) != 0) {
+        snprintf(out, n, "%s", sym);
+        return out;
+    }
+    const char *p = sym + 2;
+    size_t at = 0;
+    if (*p == 'L') p++;
+    if (*p == 'N') {
+        p++;
+        while (*p == 'K' || *p == 'V') p++;
+        while (mangled_part(&p, out, n, &at)) {
+        }
+    } else {
+        mangled_part(&p, out, n, &at);
+    }
+    if (at == 0) { /* not a form read here: the symbol itself */
+        snprintf(out, n, "%s", sym);
+        return out;
+    }
+    if (*p == 'I' && at + 5 < n) memcpy(out + at, "<...>", 6);
+    return out;
+}
+
+#ifndef PULSE_HAVE_CUDA
+struct gpu_activity *gpu_activity_start(int max_records, char *err, size_t errlen)
+{
+    (void)max_records;
+    snprintf(err, errlen, "GPU activity (CUPTI) needs a CUDA build and the cuda backend");
+    return NULL;
+}
+
+json_t *gpu_activity_stop(struct gpu_activity *a, int top)
+{
+    (void)a;
+    (void)top;
+    return NULL;
+}
+#endif

@@ -1,0 +1,45 @@
+/* What the GPU itself ran, from CUPTI's activity records: every kernel, memcpy and memset with
+ * its device start and end, gathered between gpu_activity_start and gpu_activity_stop, and
+ * summarised as the union of kernel intervals over the window (the GPU busy fraction, exact
+ * where timeline.h's scheduler spans are an upper bound), the copy engines' busy time and bytes
+ * per direction, and the kernels by name (count, total and mean time).
+ *
+ * All memory is taken at start: CUPTI's record buffers come from a fixed pool and records go
+ * into fixed arrays, so a run collecting activity allocates nothing in its steps; records past
+ * the arrays' capacity, or that CUPTI dropped for want of a buffer, are counted, never an error.
+ * One collector at a time per process (CUPTI's activity callbacks are global). CUPTI cannot
+ * subscribe while compute-sanitizer runs the program (HARDWARE.md). CUDA builds only: elsewhere
+ * start refuses with a reason. */
+#ifndef PULSE_GPU_ACTIVITY_H
+#define PULSE_GPU_ACTIVITY_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct gpu_activity;
+
+/* One interval [start, end) in nanoseconds on any one clock. */
+struct gpu_interval {
+    uint64_t start, end;
+};
+
+/* Starts collecting: at most max_records kernel and at most max_records copy records (>= 1).
+ * NULL with a reason in err when activity is not available here (no CUDA build, CUPTI refused,
+ * another collector active) or memory is refused. */
+struct gpu_activity *gpu_activity_start(int max_records, char *err, size_t errlen);
+/* Stops collecting (flushing CUPTI's buffers) and returns the summary (NULL when a is NULL);
+ * top: how many kernel names to list, by total time. Frees a. */
+json_t *gpu_activity_stop(struct gpu_activity *a, int top);
+
+/* The union of n intervals, sorted here in place by start; *first and *last (may be NULL) get
+ * the earliest start and the latest end (0 when n is 0). The summary's arithmetic, exposed for
+ * tests. */
+uint64_t gpu_interval_union(struct gpu_interval *iv, size_t n, uint64_t *first, uint64_t *last);
+
+/* A readable name of a kernel's symbol: an Itanium-mangled C++ name (_Z...) becomes its
+ * qualified name without the anonymous namespace, with "<...>" when it is a template instance;
+ * anything else is copied. Into out (truncated to n - 1 characters); returns out. */
+char *gpu_kernel_short_name(const char *sym, char *out, size_t n);
+
+#endif
