@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.h"
 
@@ -12,10 +13,17 @@ static struct recall_fault *fault_of(const struct recall_copy_ops *o)
     return (struct recall_fault *)o->user;
 }
 
-/* 1 when this copy is one that fails. */
+/* 1 when this copy is one that fails; a delayed copy waits here and does not fail. */
 static int fails(struct recall_fault *f)
 {
     const int64_t k = atomic_fetch_add(&f->copies, 1) + 1;
+    if (f->delay_us) {
+        struct timespec ts = {(time_t)(f->delay_us / 1000000), (long)(f->delay_us % 1000000) * 1000};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+        atomic_fetch_add(&f->injected, 1);
+        return 0;
+    }
     if (f->first ? k > f->first : k % f->every != 0) return 0;
     atomic_fetch_add(&f->injected, 1);
     return 1;
@@ -78,20 +86,23 @@ int recall_fault_init(struct recall_fault *f, const struct recall_copy_ops *base
     memset(f, 0, sizeof *f);
     long v = 0;
     const int every = spec && !strncmp(spec, "every:", 6),
-              first = spec && !strncmp(spec, "first:", 6);
-    if ((every || first) && spec[6] >= '1' && spec[6] <= '9') {
+              first = spec && !strncmp(spec, "first:", 6),
+              delay = spec && !strncmp(spec, "delay:", 6);
+    if ((every || first || delay) && spec[6] >= '1' && spec[6] <= '9') {
         char *end = NULL;
         v = strtol(spec + 6, &end, 10);
-        if (*end != 0 || v > 1000000000L) v = 0;
+        if (*end != 0 || v > (delay ? 1000000L : 1000000000L)) v = 0;
     }
     if (spec && !strcmp(spec, "dead")) v = 1;
     if (v < 1)
         return pulse_errorf(err, errlen, PULSE_ERR_INVALID, "recall fault",
-                            "'%s' is not dead, first:N or every:N (N from 1 to 1e9)",
+                            "'%s' is not dead, first:N, every:N (N from 1 to 1e9) or delay:US "
+                            "(US from 1 to 1e6)",
                             spec ? spec : "");
     f->base = base;
-    f->every = first ? 1 : (int)v;
+    f->every = first || delay ? 1 : (int)v;
     f->first = first ? v : 0;
+    f->delay_us = delay ? v : 0;
     f->ops = *base;
     f->ops.name = "fault-injecting";
     f->ops.user = f;

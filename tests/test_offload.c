@@ -29,6 +29,7 @@
 #include "recall.h"
 #include "serve.h"
 #include "testsource.h"
+#include "recall_fault.h"
 #include "testutil.h"
 #include "workloads/workload.h"
 
@@ -485,7 +486,7 @@ static void test_failing_link(void)
     ops.h2d = failing_h2d;
     const char *pols[] = {"arkvale", "infinigen"};
     const enum recall_engine engs[] = {RECALL_PER_BLOCK, RECALL_GATHER_SCATTER};
-    int64_t transient = 0, dead = 0, lost = 0;
+    int64_t transient = 0, dead = 0, lost = 0, delayed = 0;
     for (int pi = 0; pi < 2; pi++)
         for (int ei = 0; ei < 2; ei++) {
             struct run_cfg c = {pols[pi], "lengths:300,170,90", 8, 2, 16, 0};
@@ -509,6 +510,23 @@ static void test_failing_link(void)
             EXPECT_EQ_INT(r.ctr.requests_failed, 0);
             transient += r.st.recall_failures;
             run_free(&r);
+            /* a slow link: every copy 200 us late; nothing fails, the tokens are the same */
+            struct recall_fault slow;
+            char why[160];
+            EXPECT_EQ_INT(recall_fault_init(&slow, recall_copy_ops_cpu(), "delay:200", why,
+                                            sizeof why),
+                          PULSE_OK);
+            p.recall_ops = &slow.ops;
+            serve(&c, &p, &r);
+            EXPECT_EQ_INT(r.rc, 0);
+            EXPECT_EQ_INT(r.st.recall_failures, 0);
+            EXPECT(same_tokens(&clean.w, &r.w));
+            EXPECT_EQ_INT(r.ctr.recall_bytes, clean.ctr.recall_bytes);
+            EXPECT(recall_fault_injected(&slow) > 0);
+            EXPECT_EQ_INT(recall_fault_injected(&slow), atomic_load(&slow.copies));
+            delayed += recall_fault_injected(&slow);
+            run_free(&r);
+            p.recall_ops = &ops;
             atomic_store(&g_h2d_calls, 0);
             g_fail_first = -1; /* a dead link */
             p.verify_steps = 0;
@@ -526,9 +544,9 @@ static void test_failing_link(void)
         }
     fprintf(stderr,
             "failing link (arkvale, infinigen x per-block, gather-scatter): %lld failed rounds "
-            "retried, tokens unchanged; a dead link: %lld requests ended with an error, %lld "
-            "lost\n",
-            (long long)transient, (long long)dead, (long long)lost);
+            "retried, tokens unchanged; %lld copies delayed 200 us, tokens unchanged; a dead "
+            "link: %lld requests ended with an error, %lld lost\n",
+            (long long)transient, (long long)delayed, (long long)dead, (long long)lost);
 }
 
 /* A flag that never comes aborts the wait after PULSE_WAIT_TIMEOUT_S with what was awaited,

@@ -369,6 +369,17 @@ static void test_fault_cli(void)
             EXPECT_EQ_INT(json_integer_value(json_object_get(off, "recall_faults_injected")), 2);
             json_decref(r);
         }
+        setenv("PULSE_RECALL_FAULT", "delay:300", 1); /* a slow link: late, never wrong */
+        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+        EXPECT(h && strstr(out, clean_hash) != NULL);
+        r = json_load_file(path, 0, &je);
+        EXPECT(r != NULL);
+        if (r) {
+            json_t *off = json_object_get(json_object_get(r, "counters"), "offload");
+            EXPECT_EQ_INT(json_integer_value(json_object_get(off, "recall_failures")), 0);
+            EXPECT(json_integer_value(json_object_get(off, "recall_faults_injected")) > 0);
+            json_decref(r);
+        }
     }
     setenv("PULSE_RECALL_FAULT", "every:0", 1);
     snprintf(cmd, sizeof cmd, "%s --policy arkvale --out %s", common, path);
@@ -377,7 +388,8 @@ static void test_fault_cli(void)
     unsetenv("PULSE_RECALL_FAULT");
     remove(path);
     printf("faults through pulse run: a dead link ends the offloaded requests with an error, "
-           "first:2 is retried with the clean tokens (arkvale, infinigen, pulseinfer)\n");
+           "first:2 is retried and delay:300 waits, both with the clean tokens (arkvale, "
+           "infinigen, pulseinfer)\n");
 }
 
 static void test_flags(void)
