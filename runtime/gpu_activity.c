@@ -68,7 +68,8 @@ char *gpu_kernel_short_name(const char *sym, char *out, size_t n)
     if (*p == 'L') p++;
     if (*p == 'N') {
         p++;
-        while (*p == 'K' || *p == 'V') p++;
+        while (*p == 'K' || *p == 'V')
+            p++;
         while (mangled_part(&p, out, n, &at)) {
         }
     } else {

@@ -260,8 +260,9 @@ static json_t *summary(struct gpu_activity *a, int top)
     if (a->n_copy && c1 > w1) w1 = c1;
     const double win = (w1 > w0 ? w1 - w0 : 0) * 1e-9;
     json_t *j = json_object();
-    json_object_set_new(j, "source", json_string("CUPTI activity records: concurrent kernels, "
-                                                 "memcpy, memset; device timestamps"));
+    json_object_set_new(j, "source",
+                        json_string("CUPTI activity records: concurrent kernels, "
+                                    "memcpy, memset; device timestamps"));
     results_set_real(j, "collected_s", (a->t_stop - a->t_start) * 1e-9);
     results_set_real(j, "window_s", win);
     json_object_set_new(j, "kernels", json_integer(a->kernels));

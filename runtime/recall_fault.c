@@ -18,7 +18,8 @@ static int fails(struct recall_fault *f)
 {
     const int64_t k = atomic_fetch_add(&f->copies, 1) + 1;
     if (f->delay_us) {
-        struct timespec ts = {(time_t)(f->delay_us / 1000000), (long)(f->delay_us % 1000000) * 1000};
+        struct timespec ts = {(time_t)(f->delay_us / 1000000),
+                              (long)(f->delay_us % 1000000) * 1000};
         while (nanosleep(&ts, &ts) != 0) {
         }
         atomic_fetch_add(&f->injected, 1);

@@ -13,8 +13,9 @@
  * up to 512 threads), each lane issuing all GATHER_V of its 16-byte loads before its first
  * store; warps stride over descriptors on their own. With fewer descriptors than warps, each
  * descriptor's pieces are shared by warps / n warps, so a few large chunks still spread over
- * the grid. The count can come from device memory (recall_gather_dev_cuda: written by a GPU
- * planning kernel), clamped to [0, max_n]. */
+ * the grid; each warp loads its next descriptor before copying the current one. The count can come
+ * from device memory (recall_gather_dev_cuda: written by a GPU planning kernel), clamped to [0,
+ * max_n]. */
 #include <cuda_runtime.h>
 
 #include <stdint.h>
@@ -124,9 +125,21 @@ __global__ void __launch_bounds__(V >= 16 ? 512 : 1024)
     const int groups = warps / share, grp = warp / share, sub = warp - grp * share;
     if (grp >= groups) return; /* the warps / n remainder */
     constexpr uint64_t piece = 512 * (uint64_t)V;
+    /* the warp's next descriptor is loaded before the current one's copy, so its latency
+     * hides behind the copy's PCIe reads instead of standing between two copies */
+    ulonglong2 nsd = make_ulonglong2(0, 0), nbp = make_ulonglong2(0, 0);
+    if (grp < n) {
+        const ulonglong2 *dp = reinterpret_cast<const ulonglong2 *>(desc + grp);
+        nsd = dp[0];
+        nbp = dp[1];
+    }
     for (int i = grp; i < n; i += groups) {
-        const ulonglong2 *dp = reinterpret_cast<const ulonglong2 *>(desc + i);
-        const ulonglong2 sd = dp[0], bp = dp[1]; /* (src, dst), (bytes, pad) */
+        const ulonglong2 sd = nsd, bp = nbp; /* (src, dst), (bytes, pad) */
+        if (i + groups < n) {
+            const ulonglong2 *dp = reinterpret_cast<const ulonglong2 *>(desc + i + groups);
+            nsd = dp[0];
+            nbp = dp[1];
+        }
         const uint64_t bytes = bp.x, pieces = (bytes + piece - 1) / piece;
         if (((sd.x | sd.y | bytes) & 15) == 0) {
             const uint4 *s = reinterpret_cast<const uint4 *>(sd.x);

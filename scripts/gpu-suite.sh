@@ -135,14 +135,17 @@ if has offload; then
         summary+=("offload $tag exit $? ($(tail -n 1 "$out/off_$tag.txt"))")
     done
     python3 "$root/scripts/offload_table.py" "$out"/off_*.json | tee "$out/offload_table.txt"
+    python3 "$root/scripts/gpu_activity_table.py" "$out"/off_*.json >"$out/gpu_activity.txt" 2>&1 || true
     python3 "$root/plots/step_floor.py" "$out"/off_*.json --out "$out/step_floor.png" >/dev/null 2>&1 || true
     # the offload step alone against its floor (no serving loop), at the workload's point
+    # OFFLOAD_BENCH=none: no bench runs
     for v in ${OFFLOAD_BENCH:-arkvale:solohead:zero-copy arkvale:solohead:gather-scatter \
              infinigen:solohead:gather-scatter}; do
+        [ "$v" = none ] && continue
         IFS=: read -r pol sel eng <<<"$v"
         timeout "${OFFLOAD_TIMEOUT:-150}" "$bin" bench decode-step --backend cuda --model qwen3-14b \
             --policy "$pol" --selection "$sel" --recall-engine "$eng" \
-            --points "${OFFLOAD_POINTS:-12x16384}" --iters 10 ${OFFLOAD_ARGS:-} \
+            --points "${OFFLOAD_POINTS:-12x16384}" --iters 10 ${OFFLOAD_BENCH_ARGS:-} \
             --out "$out/bench_off_${pol}_${sel}_${eng}.json" >"$out/bench_off_${pol}_${sel}_${eng}.txt" 2>&1
         summary+=("bench --policy $v exit $?")
         tail -n 3 "$out/bench_off_${pol}_${sel}_${eng}.txt"
@@ -170,6 +173,7 @@ if has pulseinfer; then
             args=()
             [ "$sel" != - ] && args+=(--selection "$sel" --recall-engine "$eng")
             [ "$pool" != 0 ] && [ "$pol" != vanilla ] && args+=(--host-pool-gb "$pool")
+            args+=(${PI_ARGS:-})
             if [ "$pol" = pulseinfer ]; then
                 [ -f "$prof" ] && args+=(--profile "$prof")
                 [ $traced = 0 ] && args+=(--trace "$out/trace_$tag.json") && traced=1
@@ -182,6 +186,7 @@ if has pulseinfer; then
         done
     done
     python3 "$root/scripts/pulseinfer_table.py" "$out"/pi_*.json | tee "$out/pulseinfer_table.txt"
+    python3 "$root/scripts/gpu_activity_table.py" "$out"/pi_*.json >"$out/pi_gpu_activity.txt" 2>&1 || true
     for t in "$out"/trace_*.json; do
         [ -f "$t" ] && python3 "$root/plots/timeline.py" "$t" --step 4 --out "${t%.json}.png" \
             >/dev/null 2>&1
