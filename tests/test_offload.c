@@ -27,9 +27,9 @@
 #include "kv_cache.h"
 #include "offload.h"
 #include "recall.h"
+#include "recall_fault.h"
 #include "serve.h"
 #include "testsource.h"
-#include "recall_fault.h"
 #include "testutil.h"
 #include "workloads/workload.h"
 
@@ -513,9 +513,9 @@ static void test_failing_link(void)
             /* a slow link: every copy 200 us late; nothing fails, the tokens are the same */
             struct recall_fault slow;
             char why[160];
-            EXPECT_EQ_INT(recall_fault_init(&slow, recall_copy_ops_cpu(), "delay:200", why,
-                                            sizeof why),
-                          PULSE_OK);
+            EXPECT_EQ_INT(
+                recall_fault_init(&slow, recall_copy_ops_cpu(), "delay:200", why, sizeof why),
+                PULSE_OK);
             p.recall_ops = &slow.ops;
             serve(&c, &p, &r);
             EXPECT_EQ_INT(r.rc, 0);

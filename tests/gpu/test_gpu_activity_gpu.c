@@ -16,7 +16,10 @@
 #define N_DESC 64
 #define GATHERS 5
 
-static int ok(cudaError_t e) { return e == cudaSuccess; }
+static int ok(cudaError_t e)
+{
+    return e == cudaSuccess;
+}
 
 static double num(json_t *o, const char *path1, const char *path2, const char *key)
 {
@@ -69,7 +72,8 @@ int main(void)
         EXPECT(num(j, "copies", "h2d", "bytes") == (double)(BYTES / 2 + sizeof hd));
         EXPECT(num(j, "copies", "d2h", "bytes") == (double)(BYTES / 4));
         EXPECT_EQ_INT((int)num(j, "copies", NULL, "memsets"), 1);
-        const double busy = num(j, NULL, NULL, "kernel_busy_s"), win = num(j, NULL, NULL, "window_s");
+        const double busy = num(j, NULL, NULL, "kernel_busy_s"),
+                     win = num(j, NULL, NULL, "window_s");
         EXPECT(busy > 0 && busy <= win);
         /* 5 gathers of 4 MB over PCIe: at least 5 x 4 MB / 64 GB/s of kernel time */
         EXPECT(busy >= GATHERS * (double)(N_DESC * CHUNK) / 64e9);
