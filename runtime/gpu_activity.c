@@ -45,8 +45,8 @@ static int mangled_part(const char **p, char *out, size_t n, size_t *at)
     char *e;
     unsigned long len = strtoul(*p, &e, 10);
     if (len == 0 || strnlen(e, len) < len) return 0;
-    static const char anon[] = "_GLOBAL__N_1";
-    if (!(len == sizeof anon - 1 && memcmp(e, anon, len) == 0)) {
+    static const char anon[] = "_GLOBAL__N"; /* gcc's _GLOBAL__N_1, nvcc's _GLOBAL__N__<id> */
+    if (!(len >= sizeof anon - 1 && memcmp(e, anon, sizeof anon - 1) == 0)) {
         int w = snprintf(out + *at, n - *at, "%s%.*s", *at ? "::" : "", (int)len, e);
         *at = w < 0 ? *at : PULSE_MIN(n - 1, *at + (size_t)w);
     }
@@ -96,5 +96,11 @@ json_t *gpu_activity_stop(struct gpu_activity *a, int top)
     (void)a;
     (void)top;
     return NULL;
+}
+
+void gpu_activity_exclude_host(double t0, double t1)
+{
+    (void)t0;
+    (void)t1;
 }
 #endif

@@ -1,8 +1,8 @@
 /* What the GPU itself ran, from CUPTI's activity records: every kernel, memcpy and memset with
  * its device start and end, gathered between gpu_activity_start and gpu_activity_stop, and
- * summarised as the union of kernel intervals over the window (the GPU busy fraction, exact
- * where timeline.h's scheduler spans are an upper bound), the copy engines' busy time and bytes
- * per direction, and the kernels by name (count, total and mean time).
+ * summarised (less the spans excluded as set-up) as the union of kernel intervals over the window
+ * (the GPU busy fraction, exact where timeline.h's scheduler spans are an upper bound), the copy
+ * engines' busy time and bytes per direction, and the kernels by name (count, total and mean time).
  *
  * All memory is taken at start: CUPTI's record buffers come from a fixed pool and records go
  * into fixed arrays, so a run collecting activity allocates nothing in its steps; records past
@@ -31,6 +31,12 @@ struct gpu_activity *gpu_activity_start(int max_records, char *err, size_t errle
 /* Stops collecting (flushing CUPTI's buffers) and returns the summary (NULL when a is NULL);
  * top: how many kernel names to list, by total time. Frees a. */
 json_t *gpu_activity_stop(struct gpu_activity *a, int top);
+
+/* Leaves the host span [t0, t1] (pulse_now() seconds) out of the active collector's summary:
+ * records that lie inside it and its time in the window (set-up work inside the collection,
+ * e.g. a prompt fill while the serving clock is paused). Host times are placed on CUPTI's
+ * clock by the offset taken at start. Nothing without an active collector; any thread. */
+void gpu_activity_exclude_host(double t0, double t1);
 
 /* The union of n intervals, sorted here in place by start; *first and *last (may be NULL) get
  * the earliest start and the latest end (0 when n is 0). The summary's arithmetic, exposed for

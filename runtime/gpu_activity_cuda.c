@@ -27,17 +27,28 @@ struct kname {
     char sym[SYM_MAX]; /* "" while the slot is free */
 };
 
+enum { REC_KERNEL, REC_MEMCPY, REC_MEMSET };
+
+struct rec { /* one activity record, kept until stop (excluded spans are known only then) */
+    uint64_t start, end, bytes;
+    int32_t name; /* kernels: the names[] slot, -1 when the table was full */
+    uint8_t kind, dir;
+};
+
+#define MAX_EXCLUDED 65536
+
 struct gpu_activity {
     pthread_mutex_t mu;
     uint8_t *bufs[N_BUFS];
     int free_idx[N_BUFS], n_free;
-    struct gpu_interval *kern, *copy; /* kernels; memcpys and memsets */
-    size_t n_kern, n_copy, cap;
+    struct rec *recs;
+    size_t n_recs, cap;
+    struct gpu_interval *kern, *copy, *excl; /* the summary's scratch; the excluded spans */
+    size_t n_excl;
     struct kname *names;
-    uint64_t bytes[DIRS], copy_ns[DIRS];
-    int64_t copies[DIRS], memsets, memset_bytes, kernels;
-    int64_t over_cap, names_full, buffers_refused, cupti_dropped, unknown;
+    int64_t over_cap, names_full, buffers_refused, cupti_dropped, unknown, excl_over;
     uint64_t t_start, t_stop;
+    double host_base; /* pulse_now() when t_start was taken */
 };
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -51,30 +62,32 @@ static uint64_t fnv(const char *s)
     return h;
 }
 
-static void add_name(struct gpu_activity *a, const char *sym, uint64_t ns)
+/* The names[] slot of symbol sym (found or taken), -1 when the table is full. */
+static int32_t name_slot(struct gpu_activity *a, const char *sym)
 {
     if (!sym) sym = "?";
     const uint64_t h = fnv(sym);
     for (size_t k = 0; k < NAME_SLOTS; k++) {
-        struct kname *e = &a->names[(h + k) % NAME_SLOTS];
+        const size_t i = (h + k) % NAME_SLOTS;
+        struct kname *e = &a->names[i];
         if (!e->sym[0]) {
             e->hash = h;
             snprintf(e->sym, sizeof e->sym, "%s", sym);
         } else if (e->hash != h || strncmp(e->sym, sym, SYM_MAX - 1) != 0) {
             continue;
         }
-        e->count++;
-        e->total_ns += ns;
-        return;
+        return (int32_t)i;
     }
     a->names_full++;
+    return -1;
 }
 
-static void add_interval(struct gpu_activity *a, struct gpu_interval *iv, size_t *n, uint64_t s,
-                         uint64_t e)
+static void add_rec(struct gpu_activity *a, int kind, int dir, uint64_t s, uint64_t e,
+                    uint64_t bytes, int32_t name)
 {
-    if (*n < a->cap)
-        iv[(*n)++] = (struct gpu_interval){s, e > s ? e : s};
+    if (a->n_recs < a->cap)
+        a->recs[a->n_recs++] =
+            (struct rec){s, e > s ? e : s, bytes, name, (uint8_t)kind, (uint8_t)dir};
     else
         a->over_cap++;
 }
@@ -99,25 +112,17 @@ static void take_record(struct gpu_activity *a, const CUpti_Activity *r)
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
     case CUPTI_ACTIVITY_KIND_KERNEL: {
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)r;
-        a->kernels++;
-        add_interval(a, a->kern, &a->n_kern, k->start, k->end);
-        add_name(a, k->name, k->end > k->start ? k->end - k->start : 0);
+        add_rec(a, REC_KERNEL, 0, k->start, k->end, 0, name_slot(a, k->name));
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)r;
-        const int d = dir_of(m->copyKind);
-        a->copies[d]++;
-        a->bytes[d] += m->bytes;
-        a->copy_ns[d] += m->end > m->start ? m->end - m->start : 0;
-        add_interval(a, a->copy, &a->n_copy, m->start, m->end);
+        add_rec(a, REC_MEMCPY, dir_of(m->copyKind), m->start, m->end, m->bytes, -1);
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
         const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)r;
-        a->memsets++;
-        a->memset_bytes += (int64_t)m->bytes;
-        add_interval(a, a->copy, &a->n_copy, m->start, m->end);
+        add_rec(a, REC_MEMSET, DIR_OTHER, m->start, m->end, m->bytes, -1);
         break;
     }
     default:
@@ -175,8 +180,10 @@ static void release(struct gpu_activity *a)
     if (!a) return;
     for (int i = 0; i < N_BUFS; i++)
         mem_free(MEM_HOST, a->bufs[i], BUF_BYTES);
+    mem_free(MEM_HOST, a->recs, sizeof *a->recs * a->cap);
     mem_free(MEM_HOST, a->kern, sizeof *a->kern * a->cap);
     mem_free(MEM_HOST, a->copy, sizeof *a->copy * a->cap);
+    mem_free(MEM_HOST, a->excl, sizeof *a->excl * MAX_EXCLUDED);
     mem_free(MEM_HOST, a->names, sizeof *a->names * NAME_SLOTS);
     pthread_mutex_destroy(&a->mu);
     mem_free(MEM_HOST, a, sizeof *a);
@@ -202,10 +209,12 @@ struct gpu_activity *gpu_activity_start(int max_records, char *err, size_t errle
     memset(a, 0, sizeof *a);
     pthread_mutex_init(&a->mu, NULL);
     a->cap = (size_t)max_records;
+    a->recs = mem_alloc(MEM_HOST, sizeof *a->recs * a->cap, "gpu activity records");
     a->kern = mem_alloc(MEM_HOST, sizeof *a->kern * a->cap, "gpu activity kernels");
     a->copy = mem_alloc(MEM_HOST, sizeof *a->copy * a->cap, "gpu activity copies");
+    a->excl = mem_alloc(MEM_HOST, sizeof *a->excl * MAX_EXCLUDED, "gpu activity excluded");
     a->names = mem_alloc(MEM_HOST, sizeof *a->names * NAME_SLOTS, "gpu activity names");
-    int ok = a->kern && a->copy && a->names;
+    int ok = a->recs && a->kern && a->copy && a->excl && a->names;
     for (int i = 0; ok && i < N_BUFS; i++) {
         ok = (a->bufs[i] = mem_alloc(MEM_HOST, BUF_BYTES, "gpu activity buffer")) != NULL;
         a->free_idx[a->n_free++] = i;
@@ -229,7 +238,10 @@ struct gpu_activity *gpu_activity_start(int max_records, char *err, size_t errle
     size_t k = 0;
     for (; r == CUPTI_SUCCESS && k < N_KINDS; k++)
         r = cuptiActivityEnable(kinds[k]);
-    if (r == CUPTI_SUCCESS) r = cuptiGetTimestamp(&a->t_start);
+    if (r == CUPTI_SUCCESS) {
+        a->host_base = pulse_now();
+        r = cuptiGetTimestamp(&a->t_start);
+    }
     if (r != CUPTI_SUCCESS) {
         snprintf(err, errlen, "GPU activity: CUPTI refused: %s", cupti_error(r));
         while (k-- > 0)
@@ -243,6 +255,66 @@ struct gpu_activity *gpu_activity_start(int max_records, char *err, size_t errle
     return a;
 }
 
+void gpu_activity_exclude_host(double t0, double t1)
+{
+    pthread_mutex_lock(&g_mu);
+    struct gpu_activity *a = g_active;
+    if (a && t1 > t0) {
+        pthread_mutex_lock(&a->mu);
+        if (a->n_excl < MAX_EXCLUDED) {
+            const double b = (double)a->t_start - a->host_base * 1e9;
+            a->excl[a->n_excl++] =
+                (struct gpu_interval){(uint64_t)(b + t0 * 1e9 > 0 ? b + t0 * 1e9 : 0),
+                                      (uint64_t)(b + t1 * 1e9 > 0 ? b + t1 * 1e9 : 0)};
+        } else {
+            a->excl_over++;
+        }
+        pthread_mutex_unlock(&a->mu);
+    }
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* Merges the excluded spans in place (sorted, disjoint); returns how many remain. */
+static size_t merge_excluded(struct gpu_interval *iv, size_t n)
+{
+    if (n == 0) return 0;
+    gpu_interval_union(iv, n, NULL, NULL); /* sorts */
+    size_t m = 0;
+    for (size_t i = 1; i < n; i++) {
+        if (iv[i].start <= iv[m].end) {
+            if (iv[i].end > iv[m].end) iv[m].end = iv[i].end;
+        } else {
+            iv[++m] = iv[i];
+        }
+    }
+    return m + 1;
+}
+
+/* 1 when [s, e) lies inside one of the n merged spans. */
+static int excluded(const struct gpu_interval *iv, size_t n, uint64_t s, uint64_t e)
+{
+    size_t lo = 0, hi = n; /* the last span starting at or before s */
+    while (lo < hi) {
+        const size_t mid = (lo + hi) / 2;
+        if (iv[mid].start <= s)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && e <= iv[lo - 1].end;
+}
+
+/* Excluded time inside [w0, w1). */
+static uint64_t excluded_within(const struct gpu_interval *iv, size_t n, uint64_t w0, uint64_t w1)
+{
+    uint64_t t = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t s = iv[i].start > w0 ? iv[i].start : w0, e = iv[i].end < w1 ? iv[i].end : w1;
+        if (e > s) t += e - s;
+    }
+    return t;
+}
+
 static int by_total(const void *x, const void *y)
 {
     const struct kname *a = *(const struct kname *const *)x, *b = *(const struct kname *const *)y;
@@ -251,44 +323,80 @@ static int by_total(const void *x, const void *y)
 
 static json_t *summary(struct gpu_activity *a, int top)
 {
+    /* the records outside the excluded spans (set-up work inside the collection: a prompt fill
+     * with the serving clock paused), by kind */
+    const size_t n_excl = merge_excluded(a->excl, a->n_excl);
+    uint64_t bytes[DIRS] = {0}, copy_ns[DIRS] = {0};
+    int64_t copies[DIRS] = {0}, memsets = 0, kernels = 0, dropped_excl = 0;
+    size_t nk = 0, nc = 0;
+    for (int i = 0; i < NAME_SLOTS; i++)
+        a->names[i].count = 0, a->names[i].total_ns = 0;
+    for (size_t i = 0; i < a->n_recs; i++) {
+        const struct rec *r = &a->recs[i];
+        if (excluded(a->excl, n_excl, r->start, r->end)) {
+            dropped_excl++;
+            continue;
+        }
+        const uint64_t ns = r->end - r->start;
+        if (r->kind == REC_KERNEL) {
+            kernels++;
+            a->kern[nk++] = (struct gpu_interval){r->start, r->end};
+            if (r->name >= 0) a->names[r->name].count++, a->names[r->name].total_ns += ns;
+        } else {
+            a->copy[nc++] = (struct gpu_interval){r->start, r->end};
+            if (r->kind == REC_MEMSET) {
+                memsets++;
+            } else {
+                copies[r->dir]++;
+                bytes[r->dir] += r->bytes;
+                copy_ns[r->dir] += ns;
+            }
+        }
+    }
     uint64_t k0, k1, c0, c1;
-    const uint64_t kbusy = gpu_interval_union(a->kern, a->n_kern, &k0, &k1);
-    const uint64_t cbusy = gpu_interval_union(a->copy, a->n_copy, &c0, &c1);
-    /* the window: from the first record's start to the last one's end, kernels and copies */
-    uint64_t w0 = a->n_kern ? k0 : c0, w1 = a->n_kern ? k1 : c1;
-    if (a->n_copy && c0 < w0) w0 = c0;
-    if (a->n_copy && c1 > w1) w1 = c1;
-    const double win = (w1 > w0 ? w1 - w0 : 0) * 1e-9;
+    const uint64_t kbusy = gpu_interval_union(a->kern, nk, &k0, &k1);
+    const uint64_t cbusy = gpu_interval_union(a->copy, nc, &c0, &c1);
+    /* the window: from the first kept record's start to the last one's end, less the excluded
+     * spans inside it */
+    uint64_t w0 = nk ? k0 : c0, w1 = nk ? k1 : c1;
+    if (nc && c0 < w0) w0 = c0;
+    if (nc && c1 > w1) w1 = c1;
+    const uint64_t wex = w1 > w0 ? excluded_within(a->excl, n_excl, w0, w1) : 0;
+    const double win = (w1 > w0 + wex ? w1 - w0 - wex : 0) * 1e-9;
     json_t *j = json_object();
     json_object_set_new(j, "source",
                         json_string("CUPTI activity records: concurrent kernels, "
                                     "memcpy, memset; device timestamps"));
     results_set_real(j, "collected_s", (a->t_stop - a->t_start) * 1e-9);
     results_set_real(j, "window_s", win);
-    json_object_set_new(j, "kernels", json_integer(a->kernels));
+    results_set_real(j, "excluded_s", wex * 1e-9);
+    json_object_set_new(j, "excluded_spans", json_integer((json_int_t)n_excl));
+    json_object_set_new(j, "records_excluded", json_integer(dropped_excl));
+    json_object_set_new(j, "kernels", json_integer(kernels));
     results_set_real(j, "kernel_busy_s", kbusy * 1e-9);
-    results_set_real(j, "busy_fraction", win > 0 ? kbusy * 1e-9 / win : 0.0);
+    results_set_real(j, "busy_fraction", win > 0 ? PULSE_MIN(1.0, kbusy * 1e-9 / win) : 0.0);
     results_set_real(j, "copy_busy_s", cbusy * 1e-9);
     json_t *cp = json_object();
     for (int d = 0; d < DIRS; d++) {
         json_t *e = json_object();
-        json_object_set_new(e, "count", json_integer(a->copies[d]));
-        json_object_set_new(e, "bytes", json_integer((json_int_t)a->bytes[d]));
-        results_set_real(e, "time_s", a->copy_ns[d] * 1e-9);
-        results_set_real(e, "GBps", a->copy_ns[d] ? (double)a->bytes[d] / a->copy_ns[d] : 0.0);
+        json_object_set_new(e, "count", json_integer(copies[d]));
+        json_object_set_new(e, "bytes", json_integer((json_int_t)bytes[d]));
+        results_set_real(e, "time_s", copy_ns[d] * 1e-9);
+        results_set_real(e, "GBps", copy_ns[d] ? (double)bytes[d] / copy_ns[d] : 0.0);
         json_object_set_new(cp, dir_names[d], e);
     }
-    json_object_set_new(cp, "memsets", json_integer(a->memsets));
+    json_object_set_new(cp, "memsets", json_integer(memsets));
     json_object_set_new(j, "copies", cp);
     json_object_set_new(j, "records_over_capacity", json_integer(a->over_cap));
     json_object_set_new(j, "records_dropped_by_cupti", json_integer(a->cupti_dropped));
     json_object_set_new(j, "buffers_refused", json_integer(a->buffers_refused));
     json_object_set_new(j, "kernel_names_over_capacity", json_integer(a->names_full));
+    json_object_set_new(j, "excluded_spans_over_capacity", json_integer(a->excl_over));
     /* the kernels by name, most total time first */
     const struct kname *order[NAME_SLOTS];
     int n = 0;
     for (int i = 0; i < NAME_SLOTS; i++)
-        if (a->names[i].sym[0]) order[n++] = &a->names[i];
+        if (a->names[i].sym[0] && a->names[i].count) order[n++] = &a->names[i];
     qsort(order, (size_t)n, sizeof order[0], by_total);
     json_t *arr = json_array();
     for (int i = 0; i < n && i < top; i++) {

@@ -204,6 +204,12 @@ json_t *offload_counters_json(const struct offload *o)
         "failed", (json_int_t)rs.failed, "submissions", (json_int_t)rs.submissions);
     const struct recall_params *rp = recall_get_params(o->rc);
     json_object_set_new(eng, "zc_blocks", json_integer(rp->zc_blocks)); /* PULSE_ZC_BLOCKS */
+    json_object_set_new(eng, "zc_threads", json_integer(rp->zc_threads));
+#ifdef PULSE_HAVE_CUDA
+    if (o->be->mem == MEM_DEVICE) /* PULSE_ZC_INFLIGHT_KB */
+        json_object_set_new(eng, "zc_loads_per_lane",
+                            json_integer(recall_gather_loads(rp->zc_threads)));
+#endif
     results_set_real(eng, "busy_s", rs.busy_s);
     results_set_real(eng, "cap_wait_s", rs.cap_wait_s);
     if (o->device_plan) { /* the device hot cache's counts (the host one is unused) */

@@ -220,6 +220,9 @@ void recall_scatter_cuda(const struct recall_desc *d_desc, int n, void *stream);
 /* Loads the recall kernels now (the CUDA copy path calls it when an engine makes its streams),
  * so that no recall's first launch loads a module while a compute stream waits on it. */
 void recall_kernels_load(void);
+/* The zero-copy gather's 16-byte loads per lane at `threads` threads a block (each block keeps
+ * PULSE_ZC_INFLIGHT_KB, default 128 KB, in flight). */
+int recall_gather_loads(int threads);
 void recall_gather_cuda(const struct recall_desc *d_desc, int n, int blocks, int threads,
                         void *stream);
 void recall_gather_dev_cuda(const struct recall_desc *d_desc, const int32_t *d_count, int max_n,

@@ -74,11 +74,6 @@ int recall_gs_issue(struct recall *r, struct slot *s, struct acc *a)
     size_t pb = r->p.piece_bytes, lo = PULSE_MIN(pb, PULSE_MAX(pb / 8, (size_t)64 << 10));
     size_t target = PULSE_MIN(pb, PULSE_MAX(lo, s->bytes / 4)) & ~(size_t)15;
     if (target < 16) target = 16;
-    /* The pipeline fills and drains around each recall: nothing goes over the link until the
-     * first piece is gathered, and the last piece's DMA and scatter follow its gather. So the
-     * pieces ramp up from `lo` (doubling) and taper down to it (half of what is left), and only
-     * the middle ones are `target` bytes. */
-    size_t ramp = PULSE_MIN(target, lo), planned = 0;
     uint64_t posted = r->piece_seq, issued = r->piece_seq;
     int item = 0, status = PULSE_OK;
     size_t off = 0;
@@ -95,11 +90,7 @@ int recall_gs_issue(struct recall *r, struct slot *s, struct acc *a)
                     break;
                 }
             }
-            const size_t left = s->bytes > planned ? s->bytes - planned : 0;
-            size_t want = PULSE_MIN(ramp, PULSE_MAX(lo, left / 2)) & ~(size_t)15;
-            gs_plan(s, &item, &off, g, PULSE_MAX(want, (size_t)16));
-            planned += g->data_bytes;
-            ramp = PULSE_MIN(target, 2 * ramp);
+            gs_plan(s, &item, &off, g, target);
             gs_post(r, g);
             posted++;
         }

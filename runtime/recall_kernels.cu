@@ -6,20 +6,20 @@
  * scatter: one thread block per descriptor at a time (grid-stride over descriptors), four
  * 16-byte loads in flight per thread; its data is in device memory, so latency is short.
  *
- * gather: every load crosses PCIe (about 1.5 us), so its rate is the bytes in flight per SM
- * divided by that latency, and a bounded grid (the engine's zc_blocks; every block is an SM
- * slot taken from compute beside it, HARDWARE.md) must keep a lot in flight. So: no barrier
- * anywhere; one warp moves one piece of GATHER_V x 512 bytes at a time (8 KB for the grids of
- * up to 512 threads), each lane issuing all GATHER_V of its 16-byte loads before its first
- * store; warps stride over descriptors on their own. With fewer descriptors than warps, each
- * descriptor's pieces are shared by warps / n warps, so a few large chunks still spread over
- * the grid; each warp loads its next descriptor before copying the current one. The count can come
- * from device memory (recall_gather_dev_cuda: written by a GPU planning kernel), clamped to [0,
- * max_n]. */
+ * gather: every load crosses PCIe (about 1.5 us), so its rate is the bytes in flight over that
+ * latency, from a bounded grid (the engine's zc_blocks) that shares its SMs with the compute
+ * beside it. So: no barrier anywhere; one warp moves one piece of V x 512 bytes at a time, each
+ * lane issuing all V of its 16-byte loads before its first store, with V chosen so a block keeps
+ * a set number of bytes in flight (gather_inflight_bytes); warps stride over descriptors on their
+ * own. With fewer descriptors than warps, each descriptor's pieces are shared by warps / n warps,
+ * so a few large chunks still spread over the grid; each warp loads its next descriptor before
+ * copying the current one. The count can come from device memory (recall_gather_dev_cuda: written
+ * by a GPU planning kernel), clamped to [0, max_n]. */
 #include <cuda_runtime.h>
 
 #include <stdint.h>
 
+#include "common.h"
 #include "cuda_check.h"
 #include "recall.h"
 
@@ -156,6 +156,31 @@ __global__ void __launch_bounds__(V >= 16 ? 512 : 1024)
     }
 }
 
+/* Bytes each gather block keeps in flight (PULSE_ZC_INFLIGHT_KB, default 128 KB: 16 loads a
+ * lane at 512 threads): a lane's loads per piece are this over 16 x threads, a power of two
+ * from 1 to 16. 16 loads a lane take 128 registers a thread (ptxas), at 512 threads the whole
+ * register file of each SM the gather runs on, so no compute block shares those SMs; 4 loads
+ * take 60 registers, 1 takes 42. */
+int gather_inflight_bytes(void)
+{
+    static int bytes = 0;
+    if (!bytes) {
+        long kb = 128;
+        pulse_env_long("PULSE_ZC_INFLIGHT_KB", 1, 256, &kb);
+        bytes = (int)kb << 10;
+    }
+    return bytes;
+}
+
+int gather_loads(int threads)
+{
+    int v = 16;
+    while (v > 1 && (long)v * 16 * threads > gather_inflight_bytes())
+        v /= 2;
+    if (threads > 512 && v > 8) v = 8; /* 16 loads a lane fit 512 threads' registers only */
+    return v;
+}
+
 void launch_gather(const recall_desc *d_desc, const int32_t *d_count, int n, int blocks,
                    int threads, void *stream)
 {
@@ -163,10 +188,22 @@ void launch_gather(const recall_desc *d_desc, const int32_t *d_count, int n, int
                     threads % 32 == 0,
                 "recall gather: 1..65535 blocks of 32..1024 threads (a multiple of 32)");
     cudaStream_t st = (cudaStream_t)stream;
-    if (threads <= 512) /* 8 KB pieces: 64 registers of loads per lane */
+    switch (gather_loads(threads)) {
+    case 16:
         gather_kernel<16><<<blocks, threads, 0, st>>>(d_desc, d_count, n);
-    else /* 1024 threads leave 64 registers per lane: 4 KB pieces */
+        break;
+    case 8:
         gather_kernel<8><<<blocks, threads, 0, st>>>(d_desc, d_count, n);
+        break;
+    case 4:
+        gather_kernel<4><<<blocks, threads, 0, st>>>(d_desc, d_count, n);
+        break;
+    case 2:
+        gather_kernel<2><<<blocks, threads, 0, st>>>(d_desc, d_count, n);
+        break;
+    default:
+        gather_kernel<1><<<blocks, threads, 0, st>>>(d_desc, d_count, n);
+    }
     CUDA_CHECK_LAUNCH(st);
 }
 
@@ -195,10 +232,19 @@ extern "C" void recall_gather_dev_cuda(const struct recall_desc *d_desc, const i
     launch_gather(d_desc, d_count, max_n, blocks, threads, stream);
 }
 
+extern "C" int recall_gather_loads(int threads)
+{
+    return gather_loads(threads);
+}
+
 extern "C" void recall_kernels_load(void)
 {
     cudaFuncAttributes a;
     CUDA_CHECK(cudaFuncGetAttributes(&a, scatter_kernel));
     CUDA_CHECK(cudaFuncGetAttributes(&a, gather_kernel<16>));
     CUDA_CHECK(cudaFuncGetAttributes(&a, gather_kernel<8>));
+    CUDA_CHECK(cudaFuncGetAttributes(&a, gather_kernel<4>));
+    CUDA_CHECK(cudaFuncGetAttributes(&a, gather_kernel<2>));
+    CUDA_CHECK(cudaFuncGetAttributes(&a, gather_kernel<1>));
+    gather_inflight_bytes();
 }

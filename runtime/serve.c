@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "gpu_activity.h"
 #include "mem.h"
 #include "prefill.h"
 #include "progress.h"
@@ -76,6 +77,8 @@ void serve_pause_clock(struct serve_state *s, double seconds)
     if (!(seconds > 0)) return;
     s->t0 += seconds;
     s->ctr.clock_paused_s += seconds;
+    const double now = pulse_now(); /* the paused work just ended: not the GPU's decode work */
+    gpu_activity_exclude_host(now - seconds, now);
 }
 
 /* Records the tokens of one step of batch sb; retires finished requests. Returns how many

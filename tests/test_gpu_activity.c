@@ -32,6 +32,10 @@ static void test_names(void)
                                         "descPKii",
                                         s, sizeof s),
                   "gather_kernel<...>") == 0);
+    EXPECT(strcmp(gpu_kernel_short_name("_ZN50_GLOBAL__N__d86783ce_17_recall_kernels_cu_a9349ca"
+                                        "d13gather_kernelILi8EEEvPK11recall_descPKii",
+                                        s, sizeof s),
+                  "gather_kernel<...>") == 0); /* nvcc's anonymous namespace */
     EXPECT(strcmp(gpu_kernel_short_name("_ZL14scatter_kernelPK11recall_desci", s, sizeof s),
                   "scatter_kernel") == 0);
     EXPECT(strcmp(gpu_kernel_short_name("_ZN5pulse4attn6decodeEPKfi", s, sizeof s),

@@ -2,11 +2,12 @@
  * stop (H2D and D2H copies of known sizes, the zero-copy gather kernel a known number of times,
  * a memset) is found in the summary: the copies' bytes per direction, the kernel by name with
  * its count, a busy time no longer than the window, nothing dropped; work before start is not
- * counted. Exit 77 without a GPU. */
+ * counted, nor is work inside a span excluded as set-up. Exit 77 without a GPU. */
 #include <cuda_runtime.h>
 #include <string.h>
 
 #include "backend.h"
+#include "common.h"
 #include "gpu_activity.h"
 #include "recall.h"
 #include "testutil.h"
@@ -54,6 +55,11 @@ int main(void)
     struct gpu_activity *b = gpu_activity_start(4096, err, sizeof err);
     EXPECT(b == NULL); /* one collector at a time */
     EXPECT_STR_CONTAINS(err, "another collector");
+    /* set-up inside the collection, excluded by its host span: not counted */
+    const double x0 = pulse_now();
+    EXPECT(ok(cudaMemcpyAsync(d, h, BYTES, cudaMemcpyHostToDevice, st)));
+    EXPECT(ok(cudaStreamSynchronize(st)));
+    gpu_activity_exclude_host(x0, pulse_now());
     EXPECT(ok(cudaMemcpyAsync(dd, hd, sizeof hd, cudaMemcpyHostToDevice, st)));
     EXPECT(ok(cudaMemcpyAsync(d, h, BYTES / 2, cudaMemcpyHostToDevice, st)));
     for (int k = 0; k < GATHERS; k++)
@@ -78,6 +84,8 @@ int main(void)
         /* 5 gathers of 4 MB over PCIe: at least 5 x 4 MB / 64 GB/s of kernel time */
         EXPECT(busy >= GATHERS * (double)(N_DESC * CHUNK) / 64e9);
         EXPECT(num(j, NULL, NULL, "busy_fraction") > 0 && num(j, NULL, NULL, "busy_fraction") <= 1);
+        EXPECT_EQ_INT((int)num(j, NULL, NULL, "records_excluded"), 1);
+        EXPECT_EQ_INT((int)num(j, NULL, NULL, "excluded_spans"), 1);
         EXPECT_EQ_INT((int)num(j, NULL, NULL, "records_dropped_by_cupti"), 0);
         EXPECT_EQ_INT((int)num(j, NULL, NULL, "records_over_capacity"), 0);
         json_t *top = json_object_get(j, "top_kernels");
