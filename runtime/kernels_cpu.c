@@ -197,6 +197,13 @@ static float *slot_floats(int id, size_t n)
     return s->buf;
 }
 
+void kernels_cpu_parallel(int nth, void (*fn)(void *arg, int id, int nth), void *arg)
+{
+    const int have = call_begin();
+    pool_run(PULSE_MAX(1, PULSE_MIN(nth, have)), fn, arg);
+    call_end();
+}
+
 int kernels_cpu_set_threads(int n)
 {
     call_begin();

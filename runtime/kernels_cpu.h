@@ -18,6 +18,12 @@ void attn_decode_cpu(const struct kctx *c, const uint16_t *q, const struct kv_vi
                      const int32_t *n_tokens, uint16_t *out, int batch, int nq, int max_tokens,
                      float scale);
 
+/* Runs fn(arg, id, nth) for id = 0 .. nth-1 on the same pool (id 0 on the caller) and waits
+ * for all; nth is capped by the pool's threads (PULSE_CPU_THREADS), so a call may get fewer
+ * than it asked for: fn must split its work by the nth it is given. For host work that is not
+ * a kernel (the offload runtime's next-step queries). Serialised with the kernels. */
+void kernels_cpu_parallel(int nth, void (*fn)(void *arg, int id, int nth), void *arg);
+
 /* Sets the number of threads later calls use (clamped to 1..64; tests and benchmarks).
  * Returns the previous number. */
 int kernels_cpu_set_threads(int n);

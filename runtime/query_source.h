@@ -8,10 +8,11 @@
  * shape an offload runtime will have), the caller puts it in offload_params.source, and frees
  * it (query_source_free) after the offload runtime.
  *
- * Threads: start, step_q and the prompt functions run on the thread that drives the offload
- * runtime; the meter functions on its planner thread, concurrently with step_q (but not with
- * each other, nor with start or the prompt functions: admission waits for the planner).
- * step_q on different layers touches disjoint state. Nothing a step calls allocates. */
+ * Threads: start and the prompt functions run on the thread that drives the offload runtime;
+ * step_q there too, or on several threads of the CPU pool at once, each on different layers
+ * (step_q on different layers must touch disjoint state); the meter functions on its planner
+ * thread, concurrently with step_q (but not with each other, nor with start or the prompt
+ * functions: admission waits for the planner). Nothing a step calls allocates. */
 #ifndef PULSE_QUERY_SOURCE_H
 #define PULSE_QUERY_SOURCE_H
 
