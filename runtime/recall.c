@@ -45,7 +45,12 @@ void recall_params_init(struct recall_params *p, enum recall_engine engine, int 
     p->nt_stores = 1;
     p->piece_bytes = (size_t)2 << 20;
     p->n_stage = 3;
-    long zb = 16; /* the zero-copy gather's grid; PULSE_ZC_BLOCKS for experiments */
+    /* the zero-copy gather's grid (PULSE_ZC_BLOCKS for experiments). Measured on the H200,
+     * 2026-12-01 (CUPTI, qwen3-14b, 128 KB in flight per block): 4 blocks gather a decode
+     * step's recall 5% slower than 16 but take 12 fewer SMs from the compute beside it:
+     * pulseinfer at 32 x 16K 38.8 ms a step against 42.5 with 16, arkvale and infinigen the
+     * same within 2%. recall-bench keeps 16 for its sweep (--zc-blocks). */
+    long zb = 4;
     pulse_env_long("PULSE_ZC_BLOCKS", 1, 1024, &zb);
     p->zc_blocks = (int)zb;
     p->zc_threads = 512;

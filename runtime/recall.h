@@ -119,7 +119,7 @@ struct recall_params {
                          * a recall of B bytes goes in pieces of clamp(B / 4, P / 8 but at
                          * least 64 KiB, P) so that even small recalls pipeline */
     int n_stage;        /* gather-scatter: staging buffers, >= 2 (default 3) */
-    int zc_blocks;      /* zero-copy grid (default 16 x 512 threads) */
+    int zc_blocks;      /* zero-copy grid (default 4 x 512 threads) */
     int zc_threads;
     double cap_gbps;        /* bandwidth cap in GB/s (1e9 B/s); 0 = none */
     size_t cap_burst_bytes; /* bucket depth (default 4 MiB; 0: strict pacing) */

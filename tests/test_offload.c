@@ -643,7 +643,7 @@ static void test_pool_sizing(void)
 }
 
 /* PULSE_ZC_BLOCKS sets the zero-copy gather's grid, which the run's JSON reports; a bad value
- * is warned about and the default (16) stands. */
+ * is warned about and the default (4) stands. */
 static void test_zc_blocks(void)
 {
     static const char *const args = "run --backend cpu --policy arkvale --recall-engine zero-copy "
@@ -651,7 +651,7 @@ static void test_zc_blocks(void)
     static const struct {
         const char *value;
         int want;
-    } cases[] = {{NULL, 16}, {"8", 8}, {"1024", 1024}, {"0", 16}, {" 8", 16}, {"x", 16}};
+    } cases[] = {{NULL, 4}, {"8", 8}, {"1024", 1024}, {"0", 4}, {" 8", 4}, {"x", 4}};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(cases); i++) {
         if (cases[i].value)
             setenv("PULSE_ZC_BLOCKS", cases[i].value, 1);
@@ -661,7 +661,7 @@ static void test_zc_blocks(void)
         json_t *eng = json_object_get(json_object_get(json_object_get(r, "counters"), "offload"),
                                       "recall_engine");
         EXPECT_EQ_INT(json_integer_value(json_object_get(eng, "zc_blocks")), cases[i].want);
-        if (cases[i].value && cases[i].want == 16) EXPECT_STR_CONTAINS(out, "PULSE_ZC_BLOCKS=");
+        if (cases[i].value && cases[i].want == 4) EXPECT_STR_CONTAINS(out, "PULSE_ZC_BLOCKS=");
         json_decref(r);
     }
     unsetenv("PULSE_ZC_BLOCKS");
