@@ -558,8 +558,8 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     if (act) {
-        be->sync(engine_ctx(e)); /* the last step's work is in the records */
-        gpu_act = gpu_activity_stop(act, 40);
+        be->sync(engine_ctx(e));                    /* the last step's work is in the records */
+        gpu_act = gpu_activity_stop(act, 40, 0.01); /* busy over time in 10 ms bins */
         act = NULL;
     }
     report(&o, res, &w, &ctr, wall, e, kv, off);
@@ -577,7 +577,7 @@ int cmd_run(int argc, char **argv)
         code = failed(res, "error", err, 1);
     }
 out:
-    json_decref(gpu_activity_stop(act, 0));
+    json_decref(gpu_activity_stop(act, 0, 0));
     json_decref(gpu_act);
     mem_free(MEM_HOST, series, sizeof(struct serve_step) * (size_t)series_cap);
     if (ctx) pol->ctx_free(ctx);

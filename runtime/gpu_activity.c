@@ -38,6 +38,46 @@ uint64_t gpu_interval_union(struct gpu_interval *iv, size_t n, uint64_t *first, 
     return total;
 }
 
+size_t gpu_interval_merge(struct gpu_interval *iv, size_t n)
+{
+    if (n == 0) return 0;
+    qsort(iv, n, sizeof *iv, by_start);
+    size_t m = 0;
+    for (size_t i = 1; i < n; i++) {
+        if (iv[i].start <= iv[m].end) {
+            if (iv[i].end > iv[m].end) iv[m].end = iv[i].end;
+        } else {
+            iv[++m] = iv[i];
+        }
+    }
+    return m + 1;
+}
+
+uint64_t gpu_interval_cover(const struct gpu_interval *iv, size_t m, uint64_t lo, uint64_t hi)
+{
+    size_t a = 0, b = m; /* the first interval ending after lo */
+    while (a < b) {
+        const size_t mid = (a + b) / 2;
+        if (iv[mid].end <= lo)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    uint64_t t = 0;
+    for (size_t i = a; i < m && iv[i].start < hi; i++) {
+        const uint64_t s = iv[i].start > lo ? iv[i].start : lo, e = iv[i].end < hi ? iv[i].end : hi;
+        if (e > s) t += e - s;
+    }
+    return t;
+}
+
+int gpu_kernel_is_recall(const char *sym)
+{
+    char n[128];
+    gpu_kernel_short_name(sym, n, sizeof n);
+    return strstr(n, "gather_kernel") || strstr(n, "scatter_kernel");
+}
+
 /* One <length><identifier> of a mangled name at *p into out at *at; 0 when *p holds none. */
 static int mangled_part(const char **p, char *out, size_t n, size_t *at)
 {
@@ -91,10 +131,11 @@ struct gpu_activity *gpu_activity_start(int max_records, char *err, size_t errle
     return NULL;
 }
 
-json_t *gpu_activity_stop(struct gpu_activity *a, int top)
+json_t *gpu_activity_stop(struct gpu_activity *a, int top, double bin_s)
 {
     (void)a;
     (void)top;
+    (void)bin_s;
     return NULL;
 }
 

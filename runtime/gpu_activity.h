@@ -28,9 +28,12 @@ struct gpu_interval {
  * NULL with a reason in err when activity is not available here (no CUDA build, CUPTI refused,
  * another collector active) or memory is refused. */
 struct gpu_activity *gpu_activity_start(int max_records, char *err, size_t errlen);
-/* Stops collecting (flushing CUPTI's buffers) and returns the summary (NULL when a is NULL);
- * top: how many kernel names to list, by total time. Frees a. */
-json_t *gpu_activity_stop(struct gpu_activity *a, int top);
+/* Stops collecting (flushing CUPTI's buffers) and returns the summary (NULL when a is NULL):
+ * the busy fraction of all kernels, of the suite's recall kernels (the zero-copy gather and the
+ * gather-scatter's scatter: I/O, whose bytes the suite counts) and of the other (compute)
+ * kernels, each also over time in bins of bin_s seconds (0: none; a bin inside an excluded span
+ * is null); top: how many kernel names to list, by total time. Frees a. */
+json_t *gpu_activity_stop(struct gpu_activity *a, int top, double bin_s);
 
 /* Leaves the host span [t0, t1] (pulse_now() seconds) out of the active collector's summary:
  * records that lie inside it and its time in the window (set-up work inside the collection,
@@ -42,6 +45,15 @@ void gpu_activity_exclude_host(double t0, double t1);
  * the earliest start and the latest end (0 when n is 0). The summary's arithmetic, exposed for
  * tests. */
 uint64_t gpu_interval_union(struct gpu_interval *iv, size_t n, uint64_t *first, uint64_t *last);
+
+/* Merges n intervals in place into sorted disjoint ones; returns how many. */
+size_t gpu_interval_merge(struct gpu_interval *iv, size_t n);
+/* Time of [lo, hi) covered by m merged intervals (gpu_interval_merge's). */
+uint64_t gpu_interval_cover(const struct gpu_interval *iv, size_t m, uint64_t lo, uint64_t hi);
+
+/* 1 when the kernel symbol is one of the suite's recall kernels (the zero-copy gather, the
+ * gather-scatter's scatter). */
+int gpu_kernel_is_recall(const char *sym);
 
 /* A readable name of a kernel's symbol: an Itanium-mangled C++ name (_Z...) becomes its
  * qualified name without the anonymous namespace, with "<...>" when it is a template instance;

@@ -24,6 +24,7 @@ static const char *const dir_names[DIRS] = {"h2d", "d2h", "d2d", "other"};
 struct kname {
     uint64_t hash, total_ns;
     int64_t count;
+    int recall;        /* gpu_kernel_is_recall */
     char sym[SYM_MAX]; /* "" while the slot is free */
 };
 
@@ -43,7 +44,8 @@ struct gpu_activity {
     int free_idx[N_BUFS], n_free;
     struct rec *recs;
     size_t n_recs, cap;
-    struct gpu_interval *kern, *copy, *excl; /* the summary's scratch; the excluded spans */
+    struct gpu_interval *kern, *rk, *ck, *copy, *excl; /* the summary's scratch (all, recall and
+                                                          compute kernels, copies); excluded */
     size_t n_excl;
     struct kname *names;
     int64_t over_cap, names_full, buffers_refused, cupti_dropped, unknown, excl_over;
@@ -73,6 +75,7 @@ static int32_t name_slot(struct gpu_activity *a, const char *sym)
         if (!e->sym[0]) {
             e->hash = h;
             snprintf(e->sym, sizeof e->sym, "%s", sym);
+            e->recall = gpu_kernel_is_recall(e->sym);
         } else if (e->hash != h || strncmp(e->sym, sym, SYM_MAX - 1) != 0) {
             continue;
         }
@@ -182,6 +185,8 @@ static void release(struct gpu_activity *a)
         mem_free(MEM_HOST, a->bufs[i], BUF_BYTES);
     mem_free(MEM_HOST, a->recs, sizeof *a->recs * a->cap);
     mem_free(MEM_HOST, a->kern, sizeof *a->kern * a->cap);
+    mem_free(MEM_HOST, a->rk, sizeof *a->rk * a->cap);
+    mem_free(MEM_HOST, a->ck, sizeof *a->ck * a->cap);
     mem_free(MEM_HOST, a->copy, sizeof *a->copy * a->cap);
     mem_free(MEM_HOST, a->excl, sizeof *a->excl * MAX_EXCLUDED);
     mem_free(MEM_HOST, a->names, sizeof *a->names * NAME_SLOTS);
@@ -211,10 +216,12 @@ struct gpu_activity *gpu_activity_start(int max_records, char *err, size_t errle
     a->cap = (size_t)max_records;
     a->recs = mem_alloc(MEM_HOST, sizeof *a->recs * a->cap, "gpu activity records");
     a->kern = mem_alloc(MEM_HOST, sizeof *a->kern * a->cap, "gpu activity kernels");
+    a->rk = mem_alloc(MEM_HOST, sizeof *a->rk * a->cap, "gpu activity recall kernels");
+    a->ck = mem_alloc(MEM_HOST, sizeof *a->ck * a->cap, "gpu activity compute kernels");
     a->copy = mem_alloc(MEM_HOST, sizeof *a->copy * a->cap, "gpu activity copies");
     a->excl = mem_alloc(MEM_HOST, sizeof *a->excl * MAX_EXCLUDED, "gpu activity excluded");
     a->names = mem_alloc(MEM_HOST, sizeof *a->names * NAME_SLOTS, "gpu activity names");
-    int ok = a->recs && a->kern && a->copy && a->excl && a->names;
+    int ok = a->recs && a->kern && a->rk && a->ck && a->copy && a->excl && a->names;
     for (int i = 0; ok && i < N_BUFS; i++) {
         ok = (a->bufs[i] = mem_alloc(MEM_HOST, BUF_BYTES, "gpu activity buffer")) != NULL;
         a->free_idx[a->n_free++] = i;
@@ -274,22 +281,6 @@ void gpu_activity_exclude_host(double t0, double t1)
     pthread_mutex_unlock(&g_mu);
 }
 
-/* Merges the excluded spans in place (sorted, disjoint); returns how many remain. */
-static size_t merge_excluded(struct gpu_interval *iv, size_t n)
-{
-    if (n == 0) return 0;
-    gpu_interval_union(iv, n, NULL, NULL); /* sorts */
-    size_t m = 0;
-    for (size_t i = 1; i < n; i++) {
-        if (iv[i].start <= iv[m].end) {
-            if (iv[i].end > iv[m].end) iv[m].end = iv[i].end;
-        } else {
-            iv[++m] = iv[i];
-        }
-    }
-    return m + 1;
-}
-
 /* 1 when [s, e) lies inside one of the n merged spans. */
 static int excluded(const struct gpu_interval *iv, size_t n, uint64_t s, uint64_t e)
 {
@@ -304,31 +295,20 @@ static int excluded(const struct gpu_interval *iv, size_t n, uint64_t s, uint64_
     return lo > 0 && e <= iv[lo - 1].end;
 }
 
-/* Excluded time inside [w0, w1). */
-static uint64_t excluded_within(const struct gpu_interval *iv, size_t n, uint64_t w0, uint64_t w1)
-{
-    uint64_t t = 0;
-    for (size_t i = 0; i < n; i++) {
-        const uint64_t s = iv[i].start > w0 ? iv[i].start : w0, e = iv[i].end < w1 ? iv[i].end : w1;
-        if (e > s) t += e - s;
-    }
-    return t;
-}
-
 static int by_total(const void *x, const void *y)
 {
     const struct kname *a = *(const struct kname *const *)x, *b = *(const struct kname *const *)y;
     return a->total_ns < b->total_ns ? 1 : a->total_ns > b->total_ns ? -1 : 0;
 }
 
-static json_t *summary(struct gpu_activity *a, int top)
+static json_t *summary(struct gpu_activity *a, int top, double bin_s)
 {
     /* the records outside the excluded spans (set-up work inside the collection: a prompt fill
      * with the serving clock paused), by kind */
-    const size_t n_excl = merge_excluded(a->excl, a->n_excl);
+    const size_t n_excl = gpu_interval_merge(a->excl, a->n_excl);
     uint64_t bytes[DIRS] = {0}, copy_ns[DIRS] = {0};
     int64_t copies[DIRS] = {0}, memsets = 0, kernels = 0, dropped_excl = 0;
-    size_t nk = 0, nc = 0;
+    size_t nk = 0, nc = 0, nr = 0, ncomp = 0;
     for (int i = 0; i < NAME_SLOTS; i++)
         a->names[i].count = 0, a->names[i].total_ns = 0;
     for (size_t i = 0; i < a->n_recs; i++) {
@@ -340,7 +320,12 @@ static json_t *summary(struct gpu_activity *a, int top)
         const uint64_t ns = r->end - r->start;
         if (r->kind == REC_KERNEL) {
             kernels++;
-            a->kern[nk++] = (struct gpu_interval){r->start, r->end};
+            const struct gpu_interval iv = {r->start, r->end};
+            a->kern[nk++] = iv;
+            if (r->name >= 0 && a->names[r->name].recall)
+                a->rk[nr++] = iv;
+            else
+                a->ck[ncomp++] = iv;
             if (r->name >= 0) a->names[r->name].count++, a->names[r->name].total_ns += ns;
         } else {
             a->copy[nc++] = (struct gpu_interval){r->start, r->end};
@@ -361,7 +346,7 @@ static json_t *summary(struct gpu_activity *a, int top)
     uint64_t w0 = nk ? k0 : c0, w1 = nk ? k1 : c1;
     if (nc && c0 < w0) w0 = c0;
     if (nc && c1 > w1) w1 = c1;
-    const uint64_t wex = w1 > w0 ? excluded_within(a->excl, n_excl, w0, w1) : 0;
+    const uint64_t wex = w1 > w0 ? gpu_interval_cover(a->excl, n_excl, w0, w1) : 0;
     const double win = (w1 > w0 + wex ? w1 - w0 - wex : 0) * 1e-9;
     json_t *j = json_object();
     json_object_set_new(j, "source",
@@ -376,6 +361,47 @@ static json_t *summary(struct gpu_activity *a, int top)
     results_set_real(j, "kernel_busy_s", kbusy * 1e-9);
     results_set_real(j, "busy_fraction", win > 0 ? PULSE_MIN(1.0, kbusy * 1e-9 / win) : 0.0);
     results_set_real(j, "copy_busy_s", cbusy * 1e-9);
+    /* the recall kernels (I/O) apart from the compute kernels */
+    const size_t mr = gpu_interval_merge(a->rk, nr), mc = gpu_interval_merge(a->ck, ncomp);
+    const size_t mk = gpu_interval_merge(a->kern, nk);
+    const uint64_t rbusy = gpu_interval_cover(a->rk, mr, 0, UINT64_MAX),
+                   cobusy = gpu_interval_cover(a->ck, mc, 0, UINT64_MAX);
+    results_set_real(j, "recall_kernel_busy_s", rbusy * 1e-9);
+    results_set_real(j, "compute_kernel_busy_s", cobusy * 1e-9);
+    results_set_real(j, "compute_busy_fraction",
+                     win > 0 ? PULSE_MIN(1.0, cobusy * 1e-9 / win) : 0.0);
+    if (bin_s > 0 && w1 > w0) { /* over time: each bin's covered fraction, null when excluded */
+        const uint64_t bw = (uint64_t)(bin_s * 1e9) > 0 ? (uint64_t)(bin_s * 1e9) : 1;
+        const uint64_t nb = PULSE_MIN((w1 - w0 + bw - 1) / bw, (uint64_t)100000);
+        json_t *t = json_array(), *ball = json_array(), *bc = json_array(), *br = json_array();
+        for (uint64_t b = 0; b < nb; b++) {
+            const uint64_t lo = w0 + b * bw, hi = PULSE_MIN(lo + bw, w1);
+            const uint64_t live = (hi - lo) - gpu_interval_cover(a->excl, n_excl, lo, hi);
+            json_array_append_new(t, json_real((lo - w0) * 1e-9));
+            if (live * 2 < hi - lo) { /* mostly excluded */
+                json_array_append_new(ball, json_null());
+                json_array_append_new(bc, json_null());
+                json_array_append_new(br, json_null());
+                continue;
+            }
+            json_array_append_new(
+                ball,
+                json_real(PULSE_MIN(1.0, (double)gpu_interval_cover(a->kern, mk, lo, hi) / live)));
+            json_array_append_new(
+                bc,
+                json_real(PULSE_MIN(1.0, (double)gpu_interval_cover(a->ck, mc, lo, hi) / live)));
+            json_array_append_new(
+                br,
+                json_real(PULSE_MIN(1.0, (double)gpu_interval_cover(a->rk, mr, lo, hi) / live)));
+        }
+        json_t *bins = json_object();
+        results_set_real(bins, "bin_s", bw * 1e-9);
+        json_object_set_new(bins, "t_s", t);
+        json_object_set_new(bins, "busy", ball);
+        json_object_set_new(bins, "compute_busy", bc);
+        json_object_set_new(bins, "recall_busy", br);
+        json_object_set_new(j, "over_time", bins);
+    }
     json_t *cp = json_object();
     for (int d = 0; d < DIRS; d++) {
         json_t *e = json_object();
@@ -407,6 +433,7 @@ static json_t *summary(struct gpu_activity *a, int top)
         results_set_real(o, "total_s", e->total_ns * 1e-9);
         results_set_real(o, "mean_us", e->count ? e->total_ns * 1e-3 / e->count : 0.0);
         results_set_real(o, "share_of_busy", kbusy ? (double)e->total_ns / kbusy : 0.0);
+        json_object_set_new(o, "recall", json_boolean(e->recall));
         json_array_append_new(arr, o);
     }
     json_object_set_new(j, "kernel_names", json_integer(n));
@@ -414,7 +441,7 @@ static json_t *summary(struct gpu_activity *a, int top)
     return j;
 }
 
-json_t *gpu_activity_stop(struct gpu_activity *a, int top)
+json_t *gpu_activity_stop(struct gpu_activity *a, int top, double bin_s)
 {
     if (!a) return NULL;
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -425,7 +452,7 @@ json_t *gpu_activity_stop(struct gpu_activity *a, int top)
     pthread_mutex_lock(&g_mu);
     g_active = NULL;
     pthread_mutex_unlock(&g_mu);
-    json_t *j = summary(a, top);
+    json_t *j = summary(a, top, bin_s);
     release(a);
     return j;
 }

@@ -25,6 +25,10 @@ def table(path, top):
           "copies busy %.3f s" % (os.path.basename(path), steps, step_ms, a["window_s"],
                                    a["kernel_busy_s"], 100 * a["busy_fraction"],
                                    a["copy_busy_s"]))
+    if "compute_busy_fraction" in a:
+        print("   compute kernels busy %.1f%% of the window (%.2f ms/step), recall kernels %.2f "
+              "ms/step" % (100 * a["compute_busy_fraction"], 1e3 * a["compute_kernel_busy_s"] / steps,
+                           1e3 * a["recall_kernel_busy_s"] / steps))
     for d, c in a["copies"].items():
         if isinstance(c, dict) and c["count"]:
             print("   %-5s %7d copies %10.1f MB/step %8.3f ms/step  %6.1f GB/s" % (

@@ -25,6 +25,29 @@ static void test_union(void)
     EXPECT(gpu_interval_union(l, 2, &a, &b) == 1000 && b == 1000);
 }
 
+static void test_merge_cover(void)
+{
+    /* [0,5) [10,30) [40,50) after merging; covered inside [3, 45): 2 + 20 + 5 = 27 */
+    struct gpu_interval iv[] = {{40, 50}, {10, 20}, {45, 47}, {15, 30}, {0, 5}, {20, 25}};
+    const size_t m = gpu_interval_merge(iv, 6);
+    EXPECT(m == 3);
+    EXPECT(iv[0].start == 0 && iv[0].end == 5 && iv[1].start == 10 && iv[1].end == 30);
+    EXPECT(iv[2].start == 40 && iv[2].end == 50);
+    EXPECT(gpu_interval_cover(iv, m, 3, 45) == 27);
+    EXPECT(gpu_interval_cover(iv, m, 0, UINT64_MAX) == 35);
+    EXPECT(gpu_interval_cover(iv, m, 30, 40) == 0); /* a gap */
+    EXPECT(gpu_interval_cover(iv, m, 12, 14) == 2); /* inside one */
+    EXPECT(gpu_interval_cover(iv, 0, 0, 100) == 0);
+    EXPECT(gpu_interval_merge(iv, 0) == 0);
+    struct gpu_interval touch[] = {{5, 10}, {0, 5}}; /* touching ends merge */
+    EXPECT(gpu_interval_merge(touch, 2) == 1 && touch[0].end == 10);
+    EXPECT(gpu_kernel_is_recall("_ZN50_GLOBAL__N__d86783ce_17_recall_kernels_cu_a9349cad13gather_"
+                                "kernelILi16EEEvPK11recall_descPKii"));
+    EXPECT(gpu_kernel_is_recall("_ZN12_GLOBAL__N_114scatter_kernelEPK11recall_desci"));
+    EXPECT(!gpu_kernel_is_recall("nvjet_sm90_tss_384x16_64x4_4x1_v_bz_TNT"));
+    EXPECT(!gpu_kernel_is_recall("_ZN12_GLOBAL__N_114rmsnorm_kernelEv"));
+}
+
 static void test_names(void)
 {
     char s[64];
@@ -61,12 +84,13 @@ static void test_refusals(void)
     char err[256] = "";
     EXPECT(gpu_activity_start(1024, err, sizeof err) == NULL);
     EXPECT(err[0] != 0);
-    EXPECT(gpu_activity_stop(NULL, 10) == NULL);
+    EXPECT(gpu_activity_stop(NULL, 10, 0) == NULL);
 }
 
 int main(void)
 {
     test_union();
+    test_merge_cover();
     test_names();
     test_refusals();
     return tu_finish("test_gpu_activity");

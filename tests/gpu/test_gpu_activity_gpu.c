@@ -67,7 +67,7 @@ int main(void)
     EXPECT(ok(cudaMemsetAsync(d + BYTES / 2, 1, 4096, st)));
     EXPECT(ok(cudaMemcpyAsync(h, d, BYTES / 4, cudaMemcpyDeviceToHost, st)));
     EXPECT(ok(cudaStreamSynchronize(st)));
-    json_t *j = gpu_activity_stop(a, 10);
+    json_t *j = gpu_activity_stop(a, 10, 0.001);
     EXPECT(j != NULL);
     if (j) {
         char *txt = json_dumps(j, JSON_COMPACT);
@@ -88,6 +88,13 @@ int main(void)
         EXPECT_EQ_INT((int)num(j, NULL, NULL, "excluded_spans"), 1);
         EXPECT_EQ_INT((int)num(j, NULL, NULL, "records_dropped_by_cupti"), 0);
         EXPECT_EQ_INT((int)num(j, NULL, NULL, "records_over_capacity"), 0);
+        /* every kernel here is the gather: recall busy = all busy, no compute */
+        EXPECT_NEAR(num(j, NULL, NULL, "recall_kernel_busy_s"), busy, 1e-9);
+        EXPECT(num(j, NULL, NULL, "compute_kernel_busy_s") == 0);
+        json_t *ot = json_object_get(j, "over_time");
+        EXPECT(json_array_size(json_object_get(ot, "busy")) >= 1);
+        EXPECT(json_array_size(json_object_get(ot, "busy")) ==
+               json_array_size(json_object_get(ot, "t_s")));
         json_t *top = json_object_get(j, "top_kernels");
         EXPECT(json_array_size(top) == 1);
         json_t *k0 = json_array_get(top, 0);
@@ -109,6 +116,6 @@ int main(void)
     /* a second collector after the first stopped */
     a = gpu_activity_start(16, err, sizeof err);
     EXPECT(a != NULL);
-    json_decref(gpu_activity_stop(a, 0));
+    json_decref(gpu_activity_stop(a, 0, 0));
     return tu_finish("test_gpu_activity_gpu");
 }
