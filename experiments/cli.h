@@ -65,10 +65,18 @@ int cmd_bench(int argc, char **argv);
 int cmd_recall_bench(int argc, char **argv);  /* recall_bench.c */
 int cmd_profile_heads(int argc, char **argv); /* profile_heads.c */
 int cmd_generate(int argc, char **argv);
-int cmd_synth(int argc, char **argv);    /* synth.c */
-int cmd_accuracy(int argc, char **argv); /* accuracy.c */
-int cmd_profile(int argc, char **argv);  /* profile.c */
-int cmd_compare(int argc, char **argv);  /* compare.c */
-int cmd_sweep(int argc, char **argv);    /* sweep.c */
+int cmd_synth(int argc, char **argv);     /* synth.c */
+int cmd_accuracy(int argc, char **argv);  /* accuracy.c */
+int cmd_profile(int argc, char **argv);   /* profile.c */
+int cmd_compare(int argc, char **argv);   /* compare.c */
+int cmd_sweep(int argc, char **argv);     /* sweep.c */
+int cmd_reproduce(int argc, char **argv); /* reproduce.c */
+/* Runs the grid g (pulse sweep's GRID.json format; `where` names it in messages): every point
+ * not yet written, one result file each. dry: print the command lines only. pulse sweep's exit
+ * codes. */
+int sweep_run(json_t *g, const char *where, int dry);
+/* The grid's point names, in order (a point's file is out_dir/NAME.json): how many, or -1 for
+ * a bad grid or more than max points. */
+int sweep_point_names(json_t *g, const char *where, char (*names)[160], int max);
 
 #endif

@@ -517,6 +517,10 @@ int cmd_run(int argc, char **argv)
     const struct floor_bw bw = {
         be->copy_bandwidth(engine_ctx(e), (size_t)(dev ? 512 : 64) << 20, 10),
         be->h2d_bandwidth(engine_ctx(e), (size_t)(dev ? 256 : 64) << 20, 10)};
+    if (o.off.cap_fraction > 0) { /* the cap against the peak just measured */
+        ro->p.cap_gbps = o.off.cap_fraction * bw.h2d_gbps;
+        json_object_set_new(cfg_json, "recall_cap_fraction", json_real(o.off.cap_fraction));
+    }
     const struct policy_ctx_params cp = {.eng = e,
                                          .kv = kv,
                                          .seed = o.seed,

@@ -18,6 +18,8 @@ const char run_offload_usage[] =
     "                     (default: KV head 0 of every layer)\n"
     "  --recall-engine E  per-block, gather-scatter, zero-copy or batch (default per-block)\n"
     "  --recall-cap-gbps G  recall bandwidth cap (default none)\n"
+    "  --recall-cap-fraction F  the cap as a fraction (0 to 1] of the single-copy H2D peak the\n"
+    "                     run measures at start (PCIe bandwidth scaling)\n"
     "  --locality-profile F  per-layer churn profile JSON (default: the built-in profile)\n"
     "  --prompt-kv K      locality (structured keys, default), synthetic (vanilla's KV) or\n"
     "                     prefill (deterministic prompt ids through a real prefill; also for\n"
@@ -41,7 +43,7 @@ static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
     "--budget-tokens",   "--selection",    "--recall-engine", "--locality-profile",
     "--head-profile",    "--host-pool-gb", "--dense-layers",  "--prompt-kv",
     "--recall-cap-gbps", "--hot-slots",    "--calib-tokens",  "--no-irq",
-    "--admission",       "--profile",      "--trace"};
+    "--admission",       "--profile",      "--trace",         "--recall-cap-fraction"};
 
 static const char *flag_name(int code)
 {
@@ -82,7 +84,17 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
     case RUN_OFF_HOST_GB:
         return cli_double("run", f, arg, 1e-6, 1e6, &oo->host_pool_gb);
     case RUN_OFF_CAP:
+        if (oo->cap_fraction > 0) {
+            cli_error("run", "%s and --recall-cap-fraction: give one", f);
+            return -1;
+        }
         return cli_double("run", f, arg, 1e-3, 1e4, &oo->cap_gbps);
+    case RUN_OFF_CAP_FRACTION:
+        if (oo->cap_gbps > 0) {
+            cli_error("run", "%s and --recall-cap-gbps: give one", f);
+            return -1;
+        }
+        return cli_double("run", f, arg, 1e-3, 1.0, &oo->cap_fraction);
     case RUN_OFF_SELECTION:
         oo->selection = arg;
         return one_of(f, arg, "headwise", "solohead");
@@ -213,10 +225,12 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
     p->n_dense = (int)oo->dense_layers;
     p->hot_slots = (int)oo->hot_slots;
     ro->src.calib_tokens = (int)oo->calib_tokens;
-    const char *sel = oo->selection      ? oo->selection
+    const char *sel = oo->selection            ? oo->selection
                       : pol->offload_selection ? pol->offload_selection
                                                : "headwise";
-    const char *eng = oo->engine ? oo->engine : pol->offload_engine ? pol->offload_engine : "per-block";
+    const char *eng = oo->engine            ? oo->engine
+                      : pol->offload_engine ? pol->offload_engine
+                                            : "per-block";
     p->selection = !strcmp(sel, "solohead") ? OFFLOAD_SOLOHEAD : OFFLOAD_HEADWISE;
     p->engine = (enum recall_engine)recall_engine_find(eng);
     const char *kv = oo->prompt_kv ? oo->prompt_kv : "locality";

@@ -28,6 +28,7 @@ enum {
     RUN_OFF_ADMISSION,
     RUN_OFF_IOAA_PROFILE,
     RUN_OFF_TRACE,
+    RUN_OFF_CAP_FRACTION,
     RUN_OFF_END
 };
 
@@ -42,9 +43,10 @@ enum {
         RUN_OFF_OPT("head-profile", RUN_OFF_HEADS), RUN_OFF_OPT("host-pool-gb", RUN_OFF_HOST_GB),  \
         RUN_OFF_OPT("dense-layers", RUN_OFF_DENSE), RUN_OFF_OPT("prompt-kv", RUN_OFF_PROMPT_KV),   \
         RUN_OFF_OPT("recall-cap-gbps", RUN_OFF_CAP), RUN_OFF_OPT("hot-slots", RUN_OFF_HOT),        \
-        RUN_OFF_OPT("calib-tokens", RUN_OFF_CALIB), {"no-irq", no_argument, 0, RUN_OFF_NO_IRQ},   \
-        RUN_OFF_OPT("admission", RUN_OFF_ADMISSION), RUN_OFF_OPT("profile", RUN_OFF_IOAA_PROFILE),   \
-        RUN_OFF_OPT("trace", RUN_OFF_TRACE)
+        RUN_OFF_OPT("calib-tokens", RUN_OFF_CALIB), {"no-irq", no_argument, 0, RUN_OFF_NO_IRQ},    \
+        RUN_OFF_OPT("admission", RUN_OFF_ADMISSION), RUN_OFF_OPT("profile", RUN_OFF_IOAA_PROFILE), \
+        RUN_OFF_OPT("trace", RUN_OFF_TRACE),                                                       \
+        RUN_OFF_OPT("recall-cap-fraction", RUN_OFF_CAP_FRACTION)
 
 /* The offload flags' part of pulse run --help. */
 extern const char run_offload_usage[];
@@ -54,7 +56,7 @@ struct run_offload_opts {
     long budget_tokens, dense_layers, hot_slots, calib_tokens;
     int budget_set; /* --budget-tokens given (else the default is rounded to the block size) */
     const char *selection, *engine, *profile, *heads, *prompt_kv; /* NULL: the policy's */
-    double host_pool_gb, cap_gbps;
+    double host_pool_gb, cap_gbps, cap_fraction; /* cap_fraction: of the H2D peak, 0 none */
     /* pulseinfer: --no-irq, --admission, --profile (the IOAA profile), --trace */
     int no_irq;
     const char *admission, *ioaa_profile, *trace;

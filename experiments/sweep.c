@@ -8,7 +8,11 @@
  *             "--no-irq": [false, true]}}
  * Every combination of the axes' values (the last axis varies fastest) is one point: pulse run
  * with the base flags and the point's, writing OUT_DIR/<name>.json, where the name joins the
- * point's flag=value pairs ("policy=arkvale,budget-tokens=32,no-irq=true"). A value is a string
+ * point's flag=value pairs ("policy=arkvale,budget-tokens=32,no-irq=true"). Instead of or
+ * beside the axes, "variants": [{"name": "+solohead", "--flag": value, ...}, ...] lists
+ * configurations that are not a cross product (an ablation adding one mechanism at a time):
+ * each variant's flags join the base, its name leads the point's name, and the axes cross
+ * every variant. A value is a string
  * or a number; true and false switch a flag without a value on or off. A point whose file
  * exists is skipped (a result is written whole, through a rename, so an interrupted sweep
  * leaves none half written): started again, a sweep runs only the missing points. A table of
@@ -36,7 +40,9 @@ static const char usage[] =
     "  Runs every point of the grid (pulse run with base + the point's flags), one result\n"
     "  file per point in out_dir; points whose file exists are skipped (resumable).\n"
     "  GRID.json: {\"out_dir\": DIR, \"base\": {\"--flag\": value, ...},\n"
-    "              \"axes\": {\"--flag\": [value, ...], ...}}\n"
+    "              \"axes\": {\"--flag\": [value, ...], ...},\n"
+    "              \"variants\": [{\"name\": N, \"--flag\": value, ...}, ...]}\n"
+    "  (axes, variants or both; the axes cross every variant)\n"
     "  a value is a string or a number; true / false turn a flag without a value on / off\n"
     "  --dry-run   print each point's command line, run nothing\n"
     "exit: 0 every point ok or skipped, 1 a point failed, 2 bad usage or grid\n";
@@ -51,7 +57,7 @@ static int value_text(json_t *v, char *buf, size_t len, int *is_switch)
     else if (json_is_integer(v))
         snprintf(buf, len, "%lld", (long long)json_integer_value(v));
     else if (json_is_real(v))
-        snprintf(buf, len, "%.17g", json_real_value(v));
+        snprintf(buf, len, "%.15g", json_real_value(v)); /* the decimal it was written as */
     else if (json_is_boolean(v)) {
         *is_switch = 1;
         snprintf(buf, len, "%s", json_is_true(v) ? "true" : "false");
@@ -61,12 +67,14 @@ static int value_text(json_t *v, char *buf, size_t len, int *is_switch)
     return 0;
 }
 
+#define MAX_VARIANTS 64
+
 struct grid {
     const char *out_dir;
-    json_t *base, *axes;
+    json_t *base, *axes, *variants; /* axes, variants: NULL when absent */
     const char *axis_flag[MAX_AXES];
     json_t *axis_vals[MAX_AXES];
-    int n_axes;
+    int n_axes, n_variants; /* n_variants 0: none (one implicit, empty) */
     long n_points;
 };
 
@@ -86,13 +94,19 @@ static int read_grid(json_t *g, const char *path, struct grid *gr)
     gr->out_dir = json_string_value(json_object_get(g, "out_dir"));
     gr->base = json_object_get(g, "base");
     gr->axes = json_object_get(g, "axes");
+    gr->variants = json_object_get(g, "variants");
+    const int has_axes = gr->axes && json_object_size(gr->axes) > 0;
     if (!json_is_object(g) || !gr->out_dir || !*gr->out_dir ||
-        (gr->base && !json_is_object(gr->base)) || !json_is_object(gr->axes) ||
-        json_object_size(gr->axes) == 0 || json_object_size(gr->axes) > MAX_AXES) {
+        (gr->base && !json_is_object(gr->base)) || (gr->axes && !json_is_object(gr->axes)) ||
+        (gr->axes && json_object_size(gr->axes) > MAX_AXES) ||
+        (gr->variants && (!json_is_array(gr->variants) || json_array_size(gr->variants) == 0 ||
+                          json_array_size(gr->variants) > MAX_VARIANTS)) ||
+        (!has_axes && !gr->variants)) {
         cli_error(CMD,
-                  "%s: expected {\"out_dir\": DIR, \"base\": {flags}, \"axes\": {1 to %d flags: "
-                  "[values]}}",
-                  path, MAX_AXES);
+                  "%s: expected {\"out_dir\": DIR, \"base\": {flags}, \"axes\": {up to %d flags: "
+                  "[values]}, \"variants\": [up to %d {\"name\": N, flags}]}, with axes or "
+                  "variants",
+                  path, MAX_AXES, MAX_VARIANTS);
         return -1;
     }
     const char *k;
@@ -112,28 +126,61 @@ static int read_grid(json_t *g, const char *path, struct grid *gr)
             }
         }
     gr->n_points = 1;
-    json_object_foreach(gr->axes, k, v)
-    {
-        if (check_flag(k, "axes")) return -1;
-        if (!json_is_array(v) || json_array_size(v) == 0) {
-            cli_error(CMD, "axes: %s: expected a non-empty array of values", k);
-            return -1;
-        }
-        size_t i;
-        json_t *x;
-        json_array_foreach(v, i, x) if (value_text(x, buf, sizeof buf, &sw) < 0)
+    size_t vi;
+    json_t *var;
+    if (gr->variants) json_array_foreach(gr->variants, vi, var)
         {
-            cli_error(CMD, "axes: %s[%zu]: a value is a string, a number or a boolean", k, i);
-            return -1;
+            const char *name = json_string_value(json_object_get(var, "name"));
+            if (!json_is_object(var) || !name || !*name || strlen(name) > 48) {
+                cli_error(CMD, "variants[%zu]: expected {\"name\": 1 to 48 characters, flags}", vi);
+                return -1;
+            }
+            for (size_t vj = 0; vj < vi; vj++)
+                if (!strcmp(name, json_string_value(
+                                      json_object_get(json_array_get(gr->variants, vj), "name")))) {
+                    cli_error(CMD, "variants[%zu]: the name '%s' is taken", vi, name);
+                    return -1;
+                }
+            json_object_foreach(var, k, v)
+            {
+                if (!strcmp(k, "name")) continue;
+                if (check_flag(k, "variants")) return -1;
+                if (value_text(v, buf, sizeof buf, &sw) < 0) {
+                    cli_error(CMD, "variants[%zu]: %s: a value is a string, a number or a boolean",
+                              vi, k);
+                    return -1;
+                }
+                if ((gr->base && json_object_get(gr->base, k)) ||
+                    (gr->axes && json_object_get(gr->axes, k))) {
+                    cli_error(CMD, "variants[%zu]: %s is also in base or an axis", vi, k);
+                    return -1;
+                }
+            }
+            gr->n_variants++;
         }
-        gr->axis_flag[gr->n_axes] = k;
-        gr->axis_vals[gr->n_axes++] = v;
-        gr->n_points *= (long)json_array_size(v);
-        if (gr->n_points > MAX_POINTS) {
-            cli_error(CMD, "the grid has more than %d points", MAX_POINTS);
-            return -1;
+    if (gr->n_variants) gr->n_points = gr->n_variants;
+    if (gr->axes) json_object_foreach(gr->axes, k, v)
+        {
+            if (check_flag(k, "axes")) return -1;
+            if (!json_is_array(v) || json_array_size(v) == 0) {
+                cli_error(CMD, "axes: %s: expected a non-empty array of values", k);
+                return -1;
+            }
+            size_t i;
+            json_t *x;
+            json_array_foreach(v, i, x) if (value_text(x, buf, sizeof buf, &sw) < 0)
+            {
+                cli_error(CMD, "axes: %s[%zu]: a value is a string, a number or a boolean", k, i);
+                return -1;
+            }
+            gr->axis_flag[gr->n_axes] = k;
+            gr->axis_vals[gr->n_axes++] = v;
+            gr->n_points *= (long)json_array_size(v);
+            if (gr->n_points > MAX_POINTS) {
+                cli_error(CMD, "the grid has more than %d points", MAX_POINTS);
+                return -1;
+            }
         }
-    }
     return 0;
 }
 
@@ -156,30 +203,49 @@ static int add_flag(char **argv, int *argc, char *store, size_t *used, size_t ca
     return 0;
 }
 
-/* Point p's value of each axis, the last axis varying fastest. */
+/* Points of the axes alone (1 without axes). */
+static long axis_points(const struct grid *gr)
+{
+    long n = 1;
+    for (int a = 0; a < gr->n_axes; a++)
+        n *= (long)json_array_size(gr->axis_vals[a]);
+    return n;
+}
+
+/* Point p's value of each axis, the last axis varying fastest (variants vary slowest). */
 static json_t *point_value(const struct grid *gr, long p, int axis)
 {
+    p %= axis_points(gr);
     for (int a = gr->n_axes - 1; a > axis; a--)
         p /= (long)json_array_size(gr->axis_vals[a]);
     return json_array_get(gr->axis_vals[axis],
                           (size_t)(p % (long)json_array_size(gr->axis_vals[axis])));
 }
 
-/* Point p's name ("flag=value,...", characters outside [A-Za-z0-9._=,-] as '_'). */
+/* Point p's variant, NULL without variants. */
+static json_t *point_variant(const struct grid *gr, long p)
+{
+    return gr->n_variants ? json_array_get(gr->variants, (size_t)(p / axis_points(gr))) : NULL;
+}
+
+/* Point p's name ("variant,flag=value,...", characters outside [A-Za-z0-9._=,+-] as '_'). */
 static void point_name(const struct grid *gr, long p, char *name, size_t len)
 {
     size_t at = 0;
     name[0] = 0;
+    json_t *var = point_variant(gr, p);
+    if (var)
+        at += (size_t)snprintf(name, len, "%s", json_string_value(json_object_get(var, "name")));
     for (int a = 0; a < gr->n_axes; a++) {
         char buf[256];
         int sw;
         value_text(point_value(gr, p, a), buf, sizeof buf, &sw);
-        at += (size_t)snprintf(name + at, at < len ? len - at : 0, "%s%s=%s", a ? "," : "",
+        at += (size_t)snprintf(name + at, at < len ? len - at : 0, "%s%s=%s", at ? "," : "",
                                gr->axis_flag[a] + 2, buf);
     }
     for (char *c = name; *c; c++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-              strchr("._=,-", *c)))
+              strchr("._=,+-", *c)))
             *c = '_';
 }
 
@@ -198,37 +264,12 @@ static void summary_line(const char *name, const char *path, const char *what)
     json_decref(r);
 }
 
-int cmd_sweep(int argc, char **argv)
+int sweep_run(json_t *g, const char *where, int dry)
 {
-    static const struct option opts[] = {
-        {"dry-run", no_argument, 0, 'n'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    int dry = 0, c;
-    opterr = 0;
-    optind = 1;
-    struct cli_seen seen = {0};
-    while ((c = cli_getopt(CMD, argc, argv, opts, &seen)) != -1) {
-        if (c == 'n')
-            dry = 1;
-        else if (c == 'h')
-            return fputs(usage, stdout), 0;
-        else
-            return cli_unknown_flag(CMD, argc, argv), EXIT_USAGE;
-    }
-    if (argc - optind != 1) {
-        cli_error(CMD, "expected GRID.json (see pulse sweep --help)");
-        return EXIT_USAGE;
-    }
-    const char *grid_path = argv[optind];
-    json_t *g = cli_load_json(CMD, "grid", grid_path);
-    if (!g) return EXIT_USAGE;
     struct grid gr;
-    if (read_grid(g, grid_path, &gr)) {
-        json_decref(g);
-        return EXIT_USAGE;
-    }
-    if (!dry && mkdir(gr.out_dir, 0777) != 0 && errno != EEXIST) {
+    if (read_grid(g, where, &gr)) return EXIT_USAGE;
+    if (!dry && pulse_mkdirs(gr.out_dir) != PULSE_OK) {
         cli_error(CMD, "out_dir: %s: cannot make it (%s)", gr.out_dir, strerror(errno));
-        json_decref(g);
         return EXIT_USAGE;
     }
     static char names[MAX_POINTS][160];
@@ -242,16 +283,19 @@ int cmd_sweep(int argc, char **argv)
         point_name(&gr, p, names[p], sizeof names[p]);
         if (snprintf(path, sizeof path, "%s/%s.json", gr.out_dir, names[p]) >= (int)sizeof path) {
             cli_error(CMD, "out_dir: %s: too long a path", gr.out_dir);
-            json_decref(g);
             return EXIT_USAGE;
         }
         av[ac++] = "run";
         const char *k;
-        json_t *v;
+        json_t *v, *var = point_variant(&gr, p);
         int bad = 0;
         if (gr.base)
             json_object_foreach(gr.base, k, v) bad |=
                 add_flag(av, &ac, store, &used, sizeof store, k, v);
+        if (var) json_object_foreach(var, k, v)
+            {
+                if (strcmp(k, "name")) bad |= add_flag(av, &ac, store, &used, sizeof store, k, v);
+            }
         for (int a = 0; a < gr.n_axes; a++)
             bad |= add_flag(av, &ac, store, &used, sizeof store, gr.axis_flag[a],
                             point_value(&gr, p, a));
@@ -260,7 +304,6 @@ int cmd_sweep(int argc, char **argv)
         av[ac] = NULL;
         if (bad) {
             cli_error(CMD, "point %s: its command line is too long", names[p]);
-            json_decref(g);
             return EXIT_USAGE;
         }
         if (dry) {
@@ -293,6 +336,42 @@ int cmd_sweep(int argc, char **argv)
         printf("%ld points: %d ran, %d skipped (already written), %d failed\n", gr.n_points, ran,
                skipped, failed);
     }
-    json_decref(g);
     return failed ? 1 : 0;
+}
+
+int sweep_point_names(json_t *g, const char *where, char (*names)[160], int max)
+{
+    struct grid gr;
+    if (read_grid(g, where, &gr) || gr.n_points > max) return -1;
+    for (long p = 0; p < gr.n_points; p++)
+        point_name(&gr, p, names[p], 160);
+    return (int)gr.n_points;
+}
+
+int cmd_sweep(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"dry-run", no_argument, 0, 'n'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int dry = 0, c;
+    opterr = 0;
+    optind = 1;
+    struct cli_seen seen = {0};
+    while ((c = cli_getopt(CMD, argc, argv, opts, &seen)) != -1) {
+        if (c == 'n')
+            dry = 1;
+        else if (c == 'h')
+            return fputs(usage, stdout), 0;
+        else
+            return cli_unknown_flag(CMD, argc, argv), EXIT_USAGE;
+    }
+    if (argc - optind != 1) {
+        cli_error(CMD, "expected GRID.json (see pulse sweep --help)");
+        return EXIT_USAGE;
+    }
+    const char *grid_path = argv[optind];
+    json_t *g = cli_load_json(CMD, "grid", grid_path);
+    if (!g) return EXIT_USAGE;
+    const int rc = sweep_run(g, grid_path, dry);
+    json_decref(g);
+    return rc;
 }

@@ -148,3 +148,28 @@ void pulse_wait_flag(const uint32_t *flag, uint32_t value, const char *what)
         }
     }
 }
+
+int pulse_mkdirs(const char *path)
+{
+    char buf[4096];
+    const size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) {
+        errno = n ? ENAMETOOLONG : ENOENT;
+        return PULSE_ERR_IO;
+    }
+    memcpy(buf, path, n + 1);
+    for (char *c = buf + 1; *c; c++) {
+        if (*c != '/') continue;
+        *c = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return PULSE_ERR_IO;
+        *c = '/';
+    }
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return PULSE_ERR_IO;
+    struct stat st;
+    if (stat(buf, &st) != 0) return PULSE_ERR_IO;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return PULSE_ERR_IO;
+    }
+    return PULSE_OK;
+}

@@ -42,6 +42,9 @@ void pulse_die(const char *file, int line, const char *what, const char *detail)
 int pulse_errorf(char *err, size_t errlen, int code, const char *label, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
+/* Makes directory path and any missing parents (mode 0777 less the umask), as mkdir -p:
+ * PULSE_OK when it exists as a directory afterwards, else PULSE_ERR_IO with errno set. */
+int pulse_mkdirs(const char *path);
 /* Input files. pulse_check_regular: PULSE_OK when path is a regular file, else PULSE_ERR_IO with
  * "PATH: cannot open (why)", "PATH: is a directory, not a WHAT" or "PATH: is not a regular file
  * (a FIFO or a device): not read" in err (an endless device or a FIFO with no writer is never

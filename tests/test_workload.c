@@ -7,6 +7,7 @@
  * lengths and arrival from its line; a bad line is an error naming its number. */
 #include <jansson.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -193,8 +194,63 @@ static void test_run(void)
     remove(path);
 }
 
+static int by_int(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+/* servegen:MEAN:COUNT: the log-normal's median is MEAN exp(-sigma^2 / 2) and its p90 / p50 is
+ * exp(1.2816 sigma) (the ServeGen m-large fit's 2371 / 601 = 3.945); clipped to [64, 4 MEAN];
+ * the same seed gives the same lengths; bad specs are refused. */
+static void test_servegen(void)
+{
+    struct workload w, v;
+    char err[256];
+    const int n = 20000;
+    const double mean = 16384;
+    EXPECT_EQ_INT(workload_create(&w, "servegen:16384:20000", 4, 7, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(workload_create(&v, "servegen:16384:20000", 4, 7, err, sizeof err), PULSE_OK);
+    static int len[20000];
+    int same = 1, lo = 1 << 30, hi = 0;
+    for (int i = 0; i < n; i++) {
+        len[i] = w.reqs[i].prompt_len;
+        same &= len[i] == v.reqs[i].prompt_len;
+        lo = len[i] < lo ? len[i] : lo;
+        hi = len[i] > hi ? len[i] : hi;
+    }
+    EXPECT(same);
+    EXPECT(lo >= 64 && hi <= 4 * 16384);
+    qsort(len, (size_t)n, sizeof len[0], by_int);
+    const double p50 = len[n / 2], p90 = len[n * 9 / 10];
+    const double want50 = mean * exp(-0.5 * WORKLOAD_SERVEGEN_SIGMA * WORKLOAD_SERVEGEN_SIGMA);
+    printf("servegen:16384: p50 %.0f (want %.0f), p90/p50 %.3f (want %.3f), range [%d, %d]\n", p50,
+           want50, p90 / p50, 2371.0 / 601.0, lo, hi);
+    EXPECT_NEAR(p50 / want50, 1.0, 0.03);
+    EXPECT_NEAR(p90 / p50, 2371.0 / 601.0, 0.15);
+    workload_free(&w);
+    workload_free(&v);
+    EXPECT_EQ_INT(workload_create(&w, "servegen:15:4", 4, 1, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "servegen:MEAN:COUNT");
+    EXPECT_EQ_INT(workload_create(&w, "servegen:1000", 4, 1, err, sizeof err), PULSE_ERR_INVALID);
+    /* lognormal:MEAN:SIGMA:COUNT with servegen's sigma is servegen */
+    EXPECT_EQ_INT(workload_create(&w, "lognormal:16384:1.0709:50", 4, 7, err, sizeof err),
+                  PULSE_OK);
+    EXPECT_EQ_INT(workload_create(&v, "servegen:16384:50", 4, 7, err, sizeof err), PULSE_OK);
+    for (int i = 0; i < 50; i++)
+        EXPECT_EQ_INT(w.reqs[i].prompt_len, v.reqs[i].prompt_len);
+    workload_free(&w);
+    workload_free(&v);
+    static const char *const bad[] = {"lognormal:1000:0:4", "lognormal:1000:3.5:4",
+                                      "lognormal:1000:x:4", "lognormal:1000:4", "lognormal:8:1:4"};
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
+        EXPECT_EQ_INT(workload_create(&w, bad[i], 4, 1, err, sizeof err), PULSE_ERR_INVALID);
+        EXPECT_STR_CONTAINS(err, "lognormal:MEAN:SIGMA:COUNT");
+    }
+}
+
 int main(void)
 {
+    test_servegen();
     test_processes();
     test_trace();
     test_run();

@@ -157,6 +157,25 @@ static int load_trace(struct workload *w, const char *path, char *err, size_t er
     return rc;
 }
 
+static double parse_decimal(const char *s, const char *end);
+
+/* A uniform double in (0, 1) from 53 bits of the stream's idx-th hash. */
+static double open_uniform(uint64_t stream, uint64_t idx)
+{
+    return ((double)(pulse_hash64(stream, idx) >> 11) + 0.5) * 0x1p-53;
+}
+
+int workload_lognormal_length(uint64_t stream, uint64_t i, double mean, double s)
+{
+    /* log-normal of sigma s and the given mean: mu = ln(mean) - s^2 / 2; a normal draw by
+     * Box-Muller from draws 2i and 2i+1 */
+    const double mu = log(mean) - 0.5 * s * s;
+    const double z = sqrt(-2.0 * log(open_uniform(stream, 2 * i))) *
+                     cos(6.283185307179586 * open_uniform(stream, 2 * i + 1));
+    const double len = exp(mu + s * z), lo = 64.0, hi = 4.0 * mean;
+    return (int)llround(len < lo ? lo : len > hi ? hi : len);
+}
+
 int workload_create(struct workload *w, const char *spec, int output_len, uint64_t seed, char *err,
                     size_t errlen)
 {
@@ -216,6 +235,28 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
                 (int)(lo + (long)(pulse_hash64(stream, (uint64_t)i) % (uint64_t)(hi - lo + 1)));
         return PULSE_OK;
     }
+    const int sg = strncmp(spec, "servegen:", 9) == 0, ln = strncmp(spec, "lognormal:", 10) == 0;
+    if (sg || ln) { /* servegen:MEAN:COUNT, lognormal:MEAN:SIGMA:COUNT */
+        const char *a = spec + (sg ? 9 : 10), *c1 = strchr(a, ':');
+        const char *c2 = ln && c1 ? strchr(c1 + 1, ':') : c1;
+        long mean = c1 && c2 ? parse_pos(a, c1, WORKLOAD_MAX_LEN / 4) : -1;
+        double sigma = sg ? WORKLOAD_SERVEGEN_SIGMA : c2 ? parse_decimal(c1 + 1, c2) : -1;
+        long count = c2 ? parse_pos(c2 + 1, c2 + 1 + strlen(c2 + 1), WORKLOAD_MAX_REQUESTS) : -1;
+        if (mean < 16 || count < 0 || !(sigma > 0 && sigma <= 3)) {
+            snprintf(err, errlen,
+                     "--workload: '%s' is not %s with MEAN in [16, %d]%s and COUNT in [1, %d] "
+                     "(decimal)",
+                     spec, sg ? "servegen:MEAN:COUNT" : "lognormal:MEAN:SIGMA:COUNT",
+                     WORKLOAD_MAX_LEN / 4, sg ? "" : ", SIGMA in (0, 3]", WORKLOAD_MAX_REQUESTS);
+            return PULSE_ERR_INVALID;
+        }
+        if (alloc_reqs(w, (int)count) != PULSE_OK) goto oom;
+        const uint64_t stream = pulse_seed_mix(seed, STREAM_LENGTHS, 1);
+        for (int i = 0; i < w->n; i++)
+            w->reqs[i].prompt_len =
+                workload_lognormal_length(stream, (uint64_t)i, (double)mean, sigma);
+        return PULSE_OK;
+    }
     if (strncmp(spec, "lengths:", 8) == 0) {
         const char *p = spec + 8;
         int n = 1;
@@ -240,7 +281,7 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
     }
     snprintf(err, errlen,
              "--workload: unknown kind in '%s' (expected uniform:LEN:COUNT, "
-             "random:MIN:MAX:COUNT, lengths:L1,L2,... or trace:FILE.jsonl)",
+             "random:MIN:MAX:COUNT, servegen:MEAN:COUNT, lengths:L1,L2,... or trace:FILE.jsonl)",
              spec);
     return PULSE_ERR_INVALID;
 oom:

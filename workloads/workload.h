@@ -2,6 +2,15 @@
  *   uniform:LEN:COUNT     COUNT requests of LEN prompt tokens
  *   random:MIN:MAX:COUNT  COUNT requests whose prompt lengths are uniform in [MIN, MAX], from
  *                         the seed (splitmix64)
+ *   servegen:MEAN:COUNT   COUNT prompt lengths from a log-normal fitted to ServeGen's language
+ *                         data (alibaba/ServeGen data/language/m-large, rate-weighted over its
+ *                         client windows: median 601, p90 2371 tokens, so sigma = ln(2371/601)
+ *                         / z(0.9) = 1.071), scaled to mean MEAN (16 to a quarter of the
+ *                         longest length): the shape of production prompts at the paper's
+ *                         16K-64K means; clipped to [64, 4 MEAN]; from the seed
+ *   lognormal:MEAN:SIGMA:COUNT  the same with another shape SIGMA (a decimal in (0, 3]); the
+ *                         Mooncake conversation trace (kvcache-ai/Mooncake FAST25-release:
+ *                         median 6909, p90 27367 tokens) gives SIGMA 1.074
  *   lengths:L1,L2,...     one request per listed prompt length
  *   trace:FILE.jsonl      a Mooncake-format trace (kvcache-ai/Mooncake FAST25-release): one
  *                         JSON object a line, "timestamp" (ms, non-decreasing), "input_length",
@@ -29,6 +38,11 @@ struct workload {
     struct request *reqs; /* owned */
     int32_t *token_store; /* owned, n * output_len ids, reqs[i].tokens point into it */
 };
+
+/* servegen's log-normal shape (sigma of ln length); the i-th length of a log-normal of mean
+ * `mean` and shape sigma from a hash stream (numeric.h), clipped to [64, 4 mean]. */
+#define WORKLOAD_SERVEGEN_SIGMA 1.0709
+int workload_lognormal_length(uint64_t stream, uint64_t i, double mean, double sigma);
 
 /* Parses spec into w. PULSE_OK, or PULSE_ERR_INVALID with a one-line reason in err. */
 int workload_create(struct workload *w, const char *spec, int output_len, uint64_t seed, char *err,

@@ -1,0 +1,485 @@
+/* pulse reproduce: every experiment of the paper's evaluation as a pulse sweep grid, run in this
+ * process at one scale, one result per point under OUT/<experiment>/points/, and a summary per
+ * experiment (OUT/<experiment>/<experiment>.json) that the figure scripts in plots/ read.
+ * Resumable: points already written are skipped, and the summaries are rebuilt from the points.
+ *
+ * Experiments (the paper's figures in brackets):
+ *   e2e        throughput [17], TPOT [18] and batch sizes [22] per system against input length,
+ *              on an 80 GB card (45 GB of GPU KV)
+ *   ratio      the same systems at the paper's 1 : 8 GPU : host memory ratio, 64K prompts
+ *   util       GPU busy over time per system from CUPTI [20, 21] (separate runs: --cupti)
+ *   ablation   pulseinfer's mechanisms added one at a time [23]
+ *   admission  IOAA against fixed offload thresholds on a ServeGen-like and a Mooncake-like
+ *              workload with bursty arrivals [24]
+ *   capacity   throughput against the GPU KV budget [25]
+ *   bandwidth  TPOT against the PCIe bandwidth, capped to fractions of the peak [26]
+ *   recall     the recall engines' bandwidth against chunk size and count [8] (pulse
+ *              recall-bench, not a sweep)
+ * The accuracy table [table 1] comes from pulse accuracy (README).
+ *
+ * Scales: tiny (the CPU backend and the tiny model: seconds; what the tests run), quick (the
+ * GPU, qwen3-14b, fewer points and tokens: minutes), full (the paper's points). */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "common.h"
+#include "results.h"
+
+#define CMD "reproduce"
+#define MAX_POINTS 256
+
+static const char usage[] =
+    "usage: pulse reproduce [--tiny | --quick | --full] [--only LIST] [--out-dir DIR]\n"
+    "                       [--dry-run] [--list]\n"
+    "  Runs the paper's experiments as sweeps (one result per point, resumable) and writes a\n"
+    "  summary per experiment for plots/figures.py.\n"
+    "  --tiny / --quick / --full  scale (default --quick): tiny is the cpu backend and the tiny\n"
+    "                     model (seconds), quick the GPU at fewer points (minutes), full the\n"
+    "                     paper's points\n"
+    "  --only LIST        experiments, comma separated (default all; see --list)\n"
+    "  --out-dir DIR      default results\n"
+    "  --dry-run          print every point's command line, run nothing\n"
+    "  --list             the experiments and the figures each gives\n"
+    "exit: 0 every point ok, 1 a point failed, 2 bad usage\n";
+
+enum scale { TINY, QUICK, FULL, SCALES };
+static const char *const scale_names[SCALES] = {"tiny", "quick", "full"};
+
+/* What differs between scales. */
+struct scale_cfg {
+    const char *backend, *model;
+    int out_len;            /* output tokens per request */
+    double kv_gb;           /* the 80 GB card's GPU KV */
+    const char *lengths[4]; /* e2e workloads, NULL-ended */
+    const char *mid;        /* the one workload of ablation, capacity, bandwidth, util */
+    const char *ratio_wl;   /* the 1 : 8 point's workload, its GPU KV and host pool */
+    double ratio_kv_gb, ratio_pool_gb;
+    double capacity_gb[4];                               /* 0-ended */
+    const char *sg_wl, *mc_wl, *sg_arrival, *mc_arrival; /* admission */
+    const char *fixed[4];                                /* admission thresholds, NULL-ended */
+    const char *offload_args; /* extra flags of every offload variant ("--budget-tokens 64") */
+    const char *recall_args;  /* pulse recall-bench's flags */
+};
+
+static const struct scale_cfg scales[SCALES] = {
+    [TINY] = {"cpu",
+              "tiny",
+              4,
+              0.25,
+              {"uniform:256:6", "uniform:512:4", NULL},
+              "random:200:700:6",
+              "uniform:600:6",
+              0.002,
+              0.05,
+              {0.002, 0.004, 0.25, 0},
+              "servegen:300:8",
+              "lognormal:300:1.074:8",
+              "gamma:200:2",
+              "poisson:200",
+              {"fixed:256", "fixed:512", NULL},
+              "--budget-tokens 64",
+              "--backend cpu --quick --no-interference --sizes 8K --counts 64 --caps 0.8"},
+    [QUICK] = {"cuda",
+               "qwen3-14b",
+               32,
+               45,
+               {"uniform:16384:32", "uniform:32768:24", NULL},
+               "uniform:32768:24",
+               "uniform:65536:16",
+               12,
+               96,
+               {12, 24, 45, 0},
+               "servegen:32768:24",
+               "lognormal:24576:1.074:24",
+               "gamma:4:2",
+               "poisson:4",
+               {"fixed:16384", "fixed:32768", NULL},
+               NULL,
+               "--quick"},
+    [FULL] = {"cuda",
+              "qwen3-14b",
+              128,
+              45,
+              {"uniform:16384:32", "uniform:32768:24", "uniform:65536:12", NULL},
+              "uniform:32768:24",
+              "uniform:65536:16",
+              12,
+              96,
+              {12, 24, 36, 45},
+              "servegen:32768:48",
+              "lognormal:24576:1.074:48",
+              "gamma:4:2",
+              "poisson:4",
+              {"fixed:16384", "fixed:32768", "fixed:65536", NULL},
+              NULL,
+              ""},
+};
+
+struct experiment {
+    const char *name, *figures, *what;
+    json_t *(*grid)(const struct scale_cfg *s, const char *dir); /* NULL: recall-bench */
+};
+
+/* ------------------------------------------------------------------ grids */
+
+/* A variant {"name": name, "--policy": policy, flags...}: extra is "--flag value ..." pairs
+ * (a flag followed by another flag, or last, is a switch), offload policies also get the
+ * scale's offload_args. */
+static json_t *variant(const struct scale_cfg *s, const char *name, const char *policy,
+                       const char *extra)
+{
+    json_t *v = json_pack("{s:s,s:s}", "name", name, "--policy", policy);
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s %s",
+             strcmp(policy, "vanilla") && s->offload_args ? s->offload_args : "",
+             extra ? extra : "");
+    char *save = NULL, *tok = strtok_r(buf, " ", &save), *next;
+    while (tok) {
+        next = strtok_r(NULL, " ", &save);
+        if (next && strncmp(next, "--", 2)) {
+            json_object_set_new(v, tok, json_string(next));
+            tok = strtok_r(NULL, " ", &save);
+        } else {
+            json_object_set_new(v, tok, json_true());
+            tok = next;
+        }
+    }
+    return v;
+}
+
+static json_t *base(const struct scale_cfg *s, double kv_gb)
+{
+    return json_pack("{s:s,s:s,s:i,s:f}", "--backend", s->backend, "--model", s->model,
+                     "--output-len", s->out_len, "--kv-budget-gb", kv_gb);
+}
+
+static json_t *grid_of(const char *dir, json_t *b, json_t *variants, json_t *axes)
+{
+    json_t *g = json_pack("{s:s,s:o,s:o}", "out_dir", dir, "base", b, "variants", variants);
+    if (axes) json_object_set_new(g, "axes", axes);
+    return g;
+}
+
+/* The systems of the paper's comparison: vanilla, ArkVale and InfiniGen as their papers run
+ * them (head-wise selection, a copy per block), PulseInfer (its defaults: SoloHead,
+ * gather-scatter; and the zero-copy engine, the faster one on this machine). */
+static json_t *systems(const struct scale_cfg *s, const char *pulse_extra)
+{
+    char zc[128];
+    snprintf(zc, sizeof zc, "--recall-engine zero-copy %s", pulse_extra ? pulse_extra : "");
+    return json_pack("[o,o,o,o,o]", variant(s, "vanilla", "vanilla", NULL),
+                     variant(s, "arkvale", "arkvale", NULL),
+                     variant(s, "infinigen", "infinigen", NULL),
+                     variant(s, "pulseinfer", "pulseinfer", pulse_extra),
+                     variant(s, "pulseinfer-zc", "pulseinfer", zc));
+}
+
+static json_t *lengths_axis(const struct scale_cfg *s)
+{
+    json_t *a = json_array();
+    for (int i = 0; s->lengths[i]; i++)
+        json_array_append_new(a, json_string(s->lengths[i]));
+    return json_pack("{s:o}", "--workload", a);
+}
+
+static json_t *g_e2e(const struct scale_cfg *s, const char *dir)
+{
+    return grid_of(dir, base(s, s->kv_gb), systems(s, NULL), lengths_axis(s));
+}
+
+static json_t *g_ratio(const struct scale_cfg *s, const char *dir)
+{
+    char pool[64];
+    snprintf(pool, sizeof pool, "--host-pool-gb %g", s->ratio_pool_gb);
+    json_t *b = base(s, s->ratio_kv_gb);
+    json_object_set_new(b, "--workload", json_string(s->ratio_wl));
+    json_t *v = json_array();
+    json_array_append_new(v, variant(s, "vanilla", "vanilla", NULL));
+    const char *const pol[] = {"arkvale", "infinigen", "pulseinfer"};
+    for (int i = 0; i < 3; i++)
+        json_array_append_new(v, variant(s, pol[i], pol[i], pool));
+    char zc[128];
+    snprintf(zc, sizeof zc, "%s --recall-engine zero-copy", pool);
+    json_array_append_new(v, variant(s, "pulseinfer-zc", "pulseinfer", zc));
+    return grid_of(dir, b, v, NULL);
+}
+
+static json_t *g_util(const struct scale_cfg *s, const char *dir)
+{
+    json_t *b = base(s, s->kv_gb);
+    json_object_set_new(b, "--workload", json_string(s->mid));
+    if (strcmp(s->backend, "cpu")) json_object_set_new(b, "--cupti", json_true());
+    json_t *v = json_pack("[o,o,o]", variant(s, "vanilla", "vanilla", NULL),
+                          variant(s, "infinigen", "infinigen", NULL),
+                          variant(s, "pulseinfer-zc", "pulseinfer", "--recall-engine zero-copy"));
+    return grid_of(dir, b, v, NULL);
+}
+
+/* Mechanisms added one at a time: synchronous head-wise recall, SoloHead, the gather-scatter
+ * engine, two batches (fixed admission, the offload batch's layers uninterrupted), IRQ, IOAA. */
+static json_t *g_ablation(const struct scale_cfg *s, const char *dir)
+{
+    json_t *b = base(s, s->kv_gb);
+    json_object_set_new(b, "--workload", json_string(s->mid));
+    char fixed[160], irq[160];
+    snprintf(fixed, sizeof fixed, "--no-irq --admission %s", s->fixed[0]);
+    snprintf(irq, sizeof irq, "--admission %s", s->fixed[0]);
+    json_t *v = json_pack(
+        "[o,o,o,o,o,o]",
+        variant(s, "1-arkvale", "arkvale", "--selection headwise --recall-engine per-block"),
+        variant(s, "2+solohead", "arkvale", "--selection solohead --recall-engine per-block"),
+        variant(s, "3+gather-scatter", "arkvale",
+                "--selection solohead --recall-engine gather-scatter"),
+        variant(s, "4+two-batches", "pulseinfer", fixed), variant(s, "5+irq", "pulseinfer", irq),
+        variant(s, "6+ioaa", "pulseinfer", NULL));
+    return grid_of(dir, b, v, NULL);
+}
+
+static json_t *g_admission(const struct scale_cfg *s, const char *dir)
+{
+    json_t *b = base(s, s->kv_gb);
+    char sg[160], mc[160];
+    snprintf(sg, sizeof sg, "--workload %s --arrival %s", s->sg_wl, s->sg_arrival);
+    snprintf(mc, sizeof mc, "--workload %s --arrival %s", s->mc_wl, s->mc_arrival);
+    json_t *v = json_pack("[o,o]", variant(s, "servegen", "pulseinfer", sg),
+                          variant(s, "mooncake", "pulseinfer", mc));
+    json_t *adm = json_pack("[s]", "ioaa");
+    for (int i = 0; s->fixed[i]; i++)
+        json_array_append_new(adm, json_string(s->fixed[i]));
+    return grid_of(dir, b, v, json_pack("{s:o}", "--admission", adm));
+}
+
+static json_t *g_capacity(const struct scale_cfg *s, const char *dir)
+{
+    json_t *b = json_pack("{s:s,s:s,s:i,s:s}", "--backend", s->backend, "--model", s->model,
+                          "--output-len", s->out_len, "--workload", s->mid);
+    json_t *gb = json_array();
+    for (int i = 0; i < 4 && s->capacity_gb[i] > 0; i++)
+        json_array_append_new(gb, json_real(s->capacity_gb[i]));
+    json_t *v = json_pack("[o,o]", variant(s, "vanilla", "vanilla", NULL),
+                          variant(s, "pulseinfer-zc", "pulseinfer", "--recall-engine zero-copy"));
+    return grid_of(dir, b, v, json_pack("{s:o}", "--kv-budget-gb", gb));
+}
+
+static json_t *g_bandwidth(const struct scale_cfg *s, const char *dir)
+{
+    json_t *b = base(s, s->kv_gb);
+    json_object_set_new(b, "--workload", json_string(s->mid));
+    json_t *v = json_pack("[o,o,o]", variant(s, "pulseinfer", "pulseinfer", NULL),
+                          variant(s, "pulseinfer-zc", "pulseinfer", "--recall-engine zero-copy"),
+                          variant(s, "infinigen", "infinigen",
+                                  "--selection solohead --recall-engine gather-scatter"));
+    return grid_of(dir, b, v,
+                   json_pack("{s:[f,f,f,f]}", "--recall-cap-fraction", 0.4, 0.6, 0.8, 1.0));
+}
+
+static const struct experiment experiments[] = {
+    {"e2e", "17,18,22", "throughput, TPOT and batch sizes against input length", g_e2e},
+    {"ratio", "17", "the systems at the 1 : 8 GPU : host memory ratio", g_ratio},
+    {"util", "20,21", "GPU busy over time (CUPTI)", g_util},
+    {"ablation", "23", "mechanisms added one at a time", g_ablation},
+    {"admission", "24", "IOAA against fixed thresholds on two workloads", g_admission},
+    {"capacity", "25", "throughput against the GPU KV budget", g_capacity},
+    {"bandwidth", "26", "TPOT against the PCIe bandwidth (recall cap)", g_bandwidth},
+    {"recall", "8", "recall engines: bandwidth against chunk size and count", NULL},
+};
+#define N_EXP (sizeof experiments / sizeof experiments[0])
+
+/* ------------------------------------------------------------------ summaries */
+
+/* A point's result without what the figures do not read (the per-request list and the
+ * per-step series). */
+static json_t *point_entry(const char *name, const char *path)
+{
+    json_error_t je;
+    json_t *r = json_load_file(path, 0, &je);
+    json_t *e = json_pack("{s:s,s:s}", "name", name, "file", path);
+    if (!r) {
+        json_object_set_new(e, "status", json_string("missing"));
+        return e;
+    }
+    json_object_del(r, "requests");
+    json_t *st = json_object_get(json_object_get(r, "metrics"), "step");
+    if (st) json_object_del(st, "per_step");
+    json_object_set_new(e, "status", json_incref(json_object_get(r, "status")));
+    json_object_set_new(e, "result", r);
+    return e;
+}
+
+/* The variant of point `name` (its name's first part up to ','). */
+static void variant_of(const char *name, char *out, size_t n)
+{
+    const char *c = strchr(name, ',');
+    snprintf(out, n, "%.*s", c ? (int)(c - name) : (int)strlen(name), name);
+}
+
+static int write_summary(const struct experiment *x, enum scale sc, json_t *g, const char *dir,
+                         const char *exp_dir)
+{
+    static char names[MAX_POINTS][160];
+    const int n = sweep_point_names(g, x->name, names, MAX_POINTS);
+    if (n < 0) return -1;
+    json_t *res = results_new("reproduce");
+    results_env(res);
+    json_t *pts = json_array();
+    for (int i = 0; i < n; i++) {
+        char path[4096], var[64];
+        if (snprintf(path, sizeof path, "%s/%s.json", dir, names[i]) >= (int)sizeof path) {
+            json_decref(res);
+            json_decref(pts);
+            return -1;
+        }
+        json_t *e = point_entry(names[i], path);
+        variant_of(names[i], var, sizeof var);
+        json_object_set_new(e, "variant", json_string(var));
+        json_array_append_new(pts, e);
+    }
+    json_object_set_new(res, "name", json_string(x->name));
+    json_object_set_new(res, "figures", json_string(x->figures));
+    json_object_set_new(res, "what", json_string(x->what));
+    json_object_set_new(res, "scale", json_string(scale_names[sc]));
+    json_object_set_new(res, "grid", json_incref(g));
+    json_object_set_new(res, "points", pts);
+    json_object_set_new(res, "status", json_string("ok"));
+    char path[4096], err[256];
+    int rc = PULSE_ERR_INVALID;
+    if (snprintf(path, sizeof path, "%s/%s.json", exp_dir, x->name) < (int)sizeof path)
+        rc = results_write(res, path, err, sizeof err);
+    else
+        snprintf(err, sizeof err, "%.200s...: too long a path", exp_dir);
+    if (rc != PULSE_OK) cli_error(CMD, "%s", err);
+    json_decref(res);
+    return rc == PULSE_OK ? 0 : -1;
+}
+
+/* recall: pulse recall-bench into DIR/recall/recall.json, unless written. */
+static int run_recall(const struct scale_cfg *s, const char *exp_dir, int dry)
+{
+    char path[4096], buf[4608];
+    if (snprintf(path, sizeof path, "%s/recall.json", exp_dir) >= (int)sizeof path ||
+        snprintf(buf, sizeof buf, "recall-bench %s --out %s", s->recall_args, path) >=
+            (int)sizeof buf)
+        return 1;
+    if (dry) return printf("pulse %s\n", buf), 0;
+    struct stat st;
+    if (stat(path, &st) == 0) return 0;
+    char *av[32], *save = NULL;
+    int ac = 0;
+    for (char *t = strtok_r(buf, " ", &save); t && ac < 31; t = strtok_r(NULL, " ", &save))
+        av[ac++] = t;
+    av[ac] = NULL;
+    fprintf(stderr, "pulse reproduce: recall: %s\n", path);
+    return cmd_recall_bench(ac, av) ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------ the command */
+
+static int pick(const char *list, int *on)
+{
+    char buf[256];
+    if (strlen(list) >= sizeof buf) return cli_error(CMD, "--only: too long a list"), -1;
+    strcpy(buf, list);
+    memset(on, 0, sizeof(int) * N_EXP);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        size_t k = 0;
+        while (k < N_EXP && strcmp(experiments[k].name, t))
+            k++;
+        if (k == N_EXP) {
+            cli_error(CMD, "--only: unknown experiment '%s' (see --list)", t);
+            return -1;
+        }
+        on[k] = 1;
+    }
+    return 0;
+}
+
+int cmd_reproduce(int argc, char **argv)
+{
+    static const struct option opts[] = {{"tiny", no_argument, 0, 't'},
+                                         {"quick", no_argument, 0, 'q'},
+                                         {"full", no_argument, 0, 'f'},
+                                         {"only", required_argument, 0, 'o'},
+                                         {"out-dir", required_argument, 0, 'd'},
+                                         {"dry-run", no_argument, 0, 'n'},
+                                         {"list", no_argument, 0, 'l'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int sc = -1, dry = 0, list = 0, on[N_EXP], c;
+    for (size_t k = 0; k < N_EXP; k++)
+        on[k] = 1;
+    const char *out = "results";
+    opterr = 0;
+    optind = 1;
+    struct cli_seen seen = {0};
+    while ((c = cli_getopt(CMD, argc, argv, opts, &seen)) != -1) {
+        switch (c) {
+        case 't':
+        case 'q':
+        case 'f':
+            if (sc >= 0) return cli_error(CMD, "give one of --tiny, --quick, --full"), EXIT_USAGE;
+            sc = c == 't' ? TINY : c == 'q' ? QUICK : FULL;
+            break;
+        case 'o':
+            if (pick(optarg, on)) return EXIT_USAGE;
+            break;
+        case 'd':
+            out = optarg;
+            break;
+        case 'n':
+            dry = 1;
+            break;
+        case 'l':
+            list = 1;
+            break;
+        case 'h':
+            return fputs(usage, stdout), 0;
+        default:
+            return cli_unknown_flag(CMD, argc, argv), EXIT_USAGE;
+        }
+    }
+    if (cli_no_extra_args(CMD, argc, argv)) return EXIT_USAGE;
+    if (list) {
+        for (size_t k = 0; k < N_EXP; k++)
+            printf("%-10s fig. %-9s %s\n", experiments[k].name, experiments[k].figures,
+                   experiments[k].what);
+        return 0;
+    }
+    if (sc < 0) sc = QUICK;
+    const struct scale_cfg *s = &scales[sc];
+    int failed = 0;
+    for (size_t k = 0; k < N_EXP; k++) {
+        if (!on[k]) continue;
+        const struct experiment *x = &experiments[k];
+        char exp_dir[4096], dir[4096];
+        if (snprintf(exp_dir, sizeof exp_dir, "%s/%s", out, x->name) >= (int)sizeof exp_dir ||
+            snprintf(dir, sizeof dir, "%s/points", exp_dir) >= (int)sizeof dir)
+            return cli_error(CMD, "--out-dir: too long a path"), EXIT_USAGE;
+        if (!dry && pulse_mkdirs(exp_dir) != PULSE_OK)
+            return cli_error(CMD, "%s: cannot make it", exp_dir), EXIT_USAGE;
+        if (!dry)
+            fprintf(stderr, "pulse reproduce: %s (fig. %s), %s scale\n", x->name, x->figures,
+                    scale_names[sc]);
+        if (!x->grid) {
+            failed += run_recall(s, exp_dir, dry);
+            continue;
+        }
+        json_t *g = x->grid(s, dir);
+        const int rc = sweep_run(g, x->name, dry);
+        if (rc == EXIT_USAGE) {
+            json_decref(g);
+            return EXIT_USAGE;
+        }
+        failed += rc != 0;
+        if (!dry && write_summary(x, (enum scale)sc, g, dir, exp_dir)) failed++;
+        json_decref(g);
+    }
+    if (!dry)
+        fprintf(stderr, "pulse reproduce: done%s; plots/figures.py %s draws the figures\n",
+                failed ? " (some points failed: see their status)" : "", out);
+    return failed ? 1 : 0;
+}
