@@ -60,7 +60,11 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
             timeout "${SAN_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
                 --print-limit 20 "$root/build-gpu/$t" >"$out/san_${tool}_$t.log" 2>&1
             rc=$?
-            errs=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$out/san_${tool}_$t.log" | tail -1 | grep -oE '[0-9]+$')
+            # memcheck, synccheck, initcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK
+            # SUMMARY: N hazards displayed"; a run killed by the time limit (exit 124) is partial
+            errs=$(grep -oE '(ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: [0-9]+)' "$out/san_${tool}_$t.log" |
+                tail -1 | grep -oE '[0-9]+$')
+            [ $rc = 124 ] && errs="${errs:-?} (timed out after ${SAN_TIMEOUT:-300} s: partial)"
             summary+=("compute-sanitizer $tool $t: exit $rc, ${errs:-?} errors")
         done
     done
