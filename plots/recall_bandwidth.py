@@ -75,23 +75,16 @@ def plot_interference(ax, r, peak):
     ax.grid(alpha=0.3)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("result", help="recall_bench.json")
-    ap.add_argument("--out", default="recall_bandwidth.png",
-                    help="image to write; a .pdf (or .png) with the same stem is written too")
-    ap.add_argument("--count", type=int, default=1024, help="chunk count of the size panel")
-    ap.add_argument("--chunk", type=int, default=8192, help="chunk bytes of the count panel")
-    a = ap.parse_args()
-    with open(a.result) as f:
-        r = json.load(f)
+def draw(r, count=1024, chunk=8192):
+    """The figure of recall-bench result r: the size panel at the chunk count nearest count,
+    the count panel at the chunk size nearest chunk, the interference panel when r has it."""
     pts = ok_points(r)
     if not pts:
-        raise SystemExit(f"{a.result}: no successful sweep points")
+        raise ValueError("no successful sweep points")
     peak = r["peak"]["GBps"]
     engines = [e for e in r["config"]["engines"] if any(p["engine"] == e for p in pts)]
-    count = pick(sorted({p["chunks"] for p in pts}), a.count)
-    chunk = pick(sorted({p["chunk_bytes"] for p in pts}), a.chunk)
+    count = pick(sorted({p["chunks"] for p in pts}), count)
+    chunk = pick(sorted({p["chunk_bytes"] for p in pts}), chunk)
     interf = "kernels" in r.get("interference", {})
     fig, axes = plt.subplots(1, 3 if interf else 2, figsize=(15 if interf else 10, 4))
     plot_vs(axes[0], pts, engines, "chunk_bytes", "chunks", count, peak,
@@ -105,6 +98,23 @@ def main():
     fig.suptitle(f"recall engines on {env.get('gpu', env.get('device', '?'))} "
                  f"({r.get('date', '')[:10]}): scattered host-pool chunks into scattered GPU slots")
     fig.tight_layout()
+    return fig
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("result", help="recall_bench.json")
+    ap.add_argument("--out", default="recall_bandwidth.png",
+                    help="image to write; a .pdf (or .png) with the same stem is written too")
+    ap.add_argument("--count", type=int, default=1024, help="chunk count of the size panel")
+    ap.add_argument("--chunk", type=int, default=8192, help="chunk bytes of the count panel")
+    a = ap.parse_args()
+    with open(a.result) as f:
+        r = json.load(f)
+    try:
+        fig = draw(r, a.count, a.chunk)
+    except ValueError as e:
+        raise SystemExit(f"{a.result}: {e}")
     stem, ext = os.path.splitext(a.out)
     for path in {a.out, stem + (".pdf" if ext.lower() != ".pdf" else ".png")}:
         fig.savefig(path, dpi=150)
