@@ -4,6 +4,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/build.sh" "$@"
+# matplotlib for the figure scripts' test (plots/requirements.txt, from PyPI)
+python3 -c "import matplotlib" >/dev/null 2>&1 ||
+    python3 -m pip install --quiet -r "$root/plots/requirements.txt" >/dev/null 2>&1 ||
+    echo "test.sh: matplotlib not installed; test_plots will be skipped" >&2
 # the real model for the accuracy tests (they skip themselves when it cannot be installed)
 "$root/scripts/setup-model.sh" >/dev/null || echo "test.sh: real model not installed; its tests will be skipped" >&2
 ctest --test-dir "${PULSE_BUILD:-$root/build}" --output-on-failure -j"$(nproc)"

@@ -1,0 +1,26 @@
+#!/usr/bin/env python3
+"""Fig. 17 (the 1 : 8 GPU : host memory ratio): output throughput per system as bars, each bar
+labelled with its ratio to vanilla's, from the ratio summary of `pulse reproduce`.
+
+usage: python3 plots/fig17b_ratio.py INPUT [--out PREFIX]
+  INPUT   ratio/ratio.json, its folder, or the --out-dir of pulse reproduce
+  --out   writes PREFIX.png and PREFIX.pdf (default fig17b_ratio)
+"""
+import matplotlib.pyplot as plt
+
+import figlib
+
+EXPERIMENT = "ratio"
+
+
+def draw(s):
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    if not figlib.empty(ax, s):
+        figlib.throughput_bars(ax, s, "vanilla")
+    kv = s.get("grid", {}).get("base", {}).get("--kv-budget-gb")
+    kv = f", GPU KV budget {kv:g} GB" if isinstance(kv, (int, float)) else ""
+    return figlib.finish(fig, s, f"Fig. 17: throughput at the 1 : 8 GPU : host memory ratio{kv}")
+
+
+if __name__ == "__main__":
+    figlib.main(__name__)

@@ -1,0 +1,25 @@
+#!/usr/bin/env python3
+"""Fig. 23: ablation, pulseinfer's mechanisms added one at a time: output throughput per step as
+bars in the grid's order, each labelled with its speedup over the first, from the ablation
+summary of `pulse reproduce`.
+
+usage: python3 plots/fig23_ablation.py INPUT [--out PREFIX]
+  INPUT   ablation/ablation.json, its folder, or the --out-dir of pulse reproduce
+  --out   writes PREFIX.png and PREFIX.pdf (default fig23_ablation)
+"""
+import matplotlib.pyplot as plt
+
+import figlib
+
+EXPERIMENT = "ablation"
+
+
+def draw(s):
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    if not figlib.empty(ax, s):
+        figlib.throughput_bars(ax, s, figlib.variants(s)[0], "speedup over")
+    return figlib.finish(fig, s, "Fig. 23: ablation, mechanisms added one at a time")
+
+
+if __name__ == "__main__":
+    figlib.main(__name__)

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Fig. 26: mean TPOT against the PCIe bandwidth left to recall (the recall cap, a fraction of
+the peak), normalised to each system's uncapped point (fraction 1), from the bandwidth summary of
+`pulse reproduce`. A system without an uncapped result is left out.
+
+usage: python3 plots/fig26_bandwidth.py INPUT [--out PREFIX]
+  INPUT   bandwidth/bandwidth.json, its folder, or the --out-dir of pulse reproduce
+  --out   writes PREFIX.png and PREFIX.pdf (default fig26_bandwidth)
+"""
+import matplotlib.pyplot as plt
+
+import figlib
+
+EXPERIMENT = "bandwidth"
+
+
+def fraction(r, p):
+    """A point's cap fraction: its config's, else its name's."""
+    f = r.get("config", {}).get("recall_cap_fraction")
+    if f is None:
+        f = figlib.name_value(p, "recall-cap-fraction")
+    try:
+        return float(f)
+    except (TypeError, ValueError):
+        return None
+
+
+def draw(s):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if figlib.empty(ax, s):
+        return figlib.finish(fig, s, "Fig. 26: TPOT against the recall bandwidth")
+    raw = {}
+    for v, p, r in figlib.ok_points(s):
+        f, t = fraction(r, p), figlib.metric(r, "mean_tpot_ms")
+        if f is not None and t is not None:
+            raw.setdefault(v, []).append((f, t))
+    data, missing = {}, []
+    for v in figlib.variants(s):
+        full = dict(raw.get(v, [])).get(1.0)
+        if full:
+            data[v] = sorted((f, t / full) for f, t in raw[v])
+        elif v in raw:
+            missing.append(v)
+    figlib.plot_lines(ax, s, data, "recall bandwidth cap (fraction of the PCIe peak)",
+                      "mean TPOT / uncapped mean TPOT")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(sorted({f for pts in data.values() for f, _ in pts}))
+    if data:
+        ax.legend()
+    if missing:
+        ax.set_title(f"no uncapped point: {', '.join(missing)}", fontsize=8)
+    return figlib.finish(fig, s, "Fig. 26: TPOT against the recall bandwidth")
+
+
+if __name__ == "__main__":
+    figlib.main(__name__)

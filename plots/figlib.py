@@ -1,0 +1,288 @@
+"""Shared helpers of the figure scripts that draw the summaries of `pulse reproduce`.
+
+A summary is RESULTS/<experiment>/<experiment>.json: {"name", "scale", "tool", "env", "date",
+"grid", "points": [{"name", "variant", "status", "result"}]}; the recall experiment's file is a
+`pulse recall-bench` result instead. Each figure script defines EXPERIMENT (the summary it reads)
+and draw(summary) -> matplotlib figure, and calls main(); plots/figures.py draws them all.
+"""
+import argparse
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+plt.rcParams.update({"font.size": 9, "axes.titlesize": 9, "axes.grid": True, "grid.alpha": 0.3,
+                     "legend.fontsize": 8, "legend.framealpha": 0.8,
+                     "axes.spines.top": False, "axes.spines.right": False})
+
+# The systems keep one color and marker in every figure.
+STYLE = {"vanilla": ("#7f7f7f", "s"), "arkvale": ("#1f77b4", "^"),
+         "infinigen": ("#2ca02c", "v"), "pulseinfer": ("#d62728", "o"),
+         "pulseinfer-zc": ("#ff7f0e", "D")}
+OTHER = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#1f77b4", "#2ca02c",
+         "#d62728", "#ff7f0e", "#7f7f7f"]
+
+
+class InputError(Exception):
+    """The input is missing, unreadable or not the expected summary."""
+
+
+# ------------------------------------------------------------------ reading
+
+def locate(path, experiment):
+    """The summary file of `experiment` at `path`: the file itself, or under a results folder
+    (path/<experiment>/<experiment>.json) or an experiment folder (path/<experiment>.json)."""
+    if os.path.isfile(path):
+        return path
+    if os.path.isdir(path):
+        for cand in (os.path.join(path, experiment, experiment + ".json"),
+                     os.path.join(path, experiment + ".json")):
+            if os.path.isfile(cand):
+                return cand
+        raise InputError(f"{path}: no {experiment} summary in it")
+    raise InputError(f"{path}: no such file or directory")
+
+
+def kind(s):
+    """The experiment a loaded file is: a reproduce summary's name, or 'recall'."""
+    if s.get("experiment") == "recall-bench":
+        return "recall"
+    return s.get("name") if s.get("experiment") == "reproduce" else None
+
+
+def load(path, experiment):
+    """The summary of `experiment` at `path` (see locate), checked to be one."""
+    path = locate(path, experiment)
+    try:
+        with open(path) as f:
+            s = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: {e}") from None
+    if not isinstance(s, dict) or kind(s) != experiment:
+        got = kind(s) if isinstance(s, dict) else None
+        raise InputError(f"{path}: {'the ' + got if got else 'not a'} summary, not {experiment}'s")
+    return s
+
+
+def variants(s):
+    """The variants' names in the grid's order (those of the points when the grid has none)."""
+    names = [v["name"] for v in s.get("grid", {}).get("variants", []) if "name" in v]
+    for p in s.get("points", []):
+        if p.get("variant") and p["variant"] not in names:
+            names.append(p["variant"])
+    return names
+
+
+def ok_points(s):
+    """(variant, point, result) of every point that ran and has a result."""
+    for p in s.get("points", []):
+        r = p.get("result")
+        if p.get("status") == "ok" and isinstance(r, dict) and isinstance(r.get("metrics"), dict):
+            yield p.get("variant", p.get("name", "?")), p, r
+
+
+def left_out(s):
+    """'name (status)' of every point that gave no result."""
+    return [f"{p.get('name', '?')} ({p.get('status', '?')})" for p in s.get("points", [])
+            if p.get("status") != "ok" or not isinstance(p.get("result"), dict)]
+
+
+def metric(r, key):
+    v = r.get("metrics", {}).get(key)
+    return v if isinstance(v, (int, float)) else None
+
+
+def input_len(r):
+    """A point's mean prompt length in tokens."""
+    w = r.get("workload", {})
+    return w["prompt_tokens_total"] / w["requests"] if w.get("requests") else None
+
+
+def batch_mean(r, i):
+    """The mean size of batch i (0: normal, 1: offload) over the run's steps."""
+    b = r.get("counters", {}).get("schedule", {}).get("batch_mean") or []
+    return b[i] if len(b) > i else None
+
+
+def sanitize(text):
+    """A value as it appears in a point's name (pulse sweep's rule)."""
+    ok = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._=,+-")
+    return "".join(c if c in ok else "_" for c in str(text))
+
+
+def name_value(point, key):
+    """The text after '<key>=' in a point's name ('servegen,admission=ioaa' -> 'ioaa')."""
+    for part in point.get("name", "").split(",")[1:]:
+        k, _, v = part.partition("=")
+        if k == key:
+            return v
+    return None
+
+
+def series(s, x, y):
+    """{variant: [(x, y), ...] sorted by x} over the ok points, x and y functions of a result;
+    points where either is None are left out."""
+    out = {}
+    for v, _, r in ok_points(s):
+        xv, yv = x(r), y(r)
+        if xv is not None and yv is not None:
+            out.setdefault(v, []).append((xv, yv))
+    return {v: sorted(out[v]) for v in variants(s) if v in out}
+
+
+# ------------------------------------------------------------------ drawing
+
+def colors(names):
+    """{name: color}: the systems' own colors, the others from OTHER in order."""
+    spare = iter(c for c in OTHER if c not in {STYLE[n][0] for n in names if n in STYLE})
+    return {n: STYLE[n][0] if n in STYLE else next(spare, "#333333") for n in names}
+
+
+def marker(name):
+    return STYLE.get(name, (None, "o"))[1]
+
+
+def tokens(n):
+    """16384 -> '16K', 1536 -> '1.5K', 503.0 -> '503'."""
+    if n >= 1024:
+        k = n / 1024
+        return f"{k:.0f}K" if abs(k - round(k)) < 0.05 else f"{k:.1f}K"
+    return f"{n:.0f}"
+
+
+def plot_lines(ax, s, data, xlabel, ylabel):
+    """One line per variant of data (from series), in the variants' colors."""
+    cols = colors(variants(s))
+    for v, pts in data.items():
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker(v), color=cols[v],
+                label=v)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+
+
+def length_ticks(ax, data):
+    """Ticks at every input length of data, written as tokens."""
+    xs = sorted({p[0] for pts in data.values() for p in pts})
+    ax.set_xticks(xs, [tokens(x) for x in xs])
+    ax.minorticks_off()
+
+
+def bar_axes(ax, ticks, ylabel, xlabel=None):
+    """A bar chart's axes: a tick per group (slanted when many), room above for labels."""
+    many = len(ticks) > 4
+    ax.set_xticks(range(len(ticks)), ticks, rotation=20 if many else 0,
+                  ha="right" if many else "center")
+    ax.set_ylabel(ylabel)
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    ax.margins(y=0.15)
+    ax.grid(axis="x", visible=False)
+
+
+def group_x(groups, i, n):
+    """The x of bar i of n in each of groups (0, 1, ...) and the bars' width."""
+    w = 0.8 / max(1, n)
+    return [g - 0.4 + (i + 0.5) * w for g in groups], w
+
+
+def bars(ax, labels, values, cols, texts, ylabel):
+    """A bar per label with texts written on them."""
+    b = ax.bar(range(len(labels)), values, color=cols)
+    ax.bar_label(b, labels=texts, padding=2, fontsize=8)
+    bar_axes(ax, labels, ylabel)
+
+
+def throughput_bars(ax, s, ref, ratio="ratio to"):
+    """Output throughput per variant as bars in the grid's order, each labelled with its tok/s
+    and its ratio to variant ref's (when ref has a result)."""
+    tput = {v: metric(r, "output_throughput") for v, _, r in ok_points(s)}
+    names = [v for v in variants(s) if tput.get(v) is not None]
+    base = tput.get(ref)
+    cols = colors(variants(s))
+    texts = [f"{tput[v]:.0f}" + (f"\n{tput[v] / base:.2f}x" if base else "") for v in names]
+    bars(ax, names, [tput[v] for v in names], [cols[v] for v in names], texts,
+         "output throughput (tok/s)")
+    ax.set_title(f"labels: tok/s and {ratio} {ref}" if base else f"{ref}: no result")
+
+
+def placeholder(ax, text):
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=11,
+            color="#666666")
+    ax.set_axis_off()
+
+
+def empty(ax, s):
+    """The placeholder of a figure without any result; True when it was drawn."""
+    if any(True for _ in ok_points(s)):
+        return False
+    placeholder(ax, "no successful points")
+    return True
+
+
+def provenance(s):
+    """'e2e (quick scale, 1a2b3c4, 2026-12-01) on NVIDIA H200'."""
+    tool = s.get("tool", {})
+    commit = (tool.get("git_commit") or "?")[:7] + ("-dirty" if tool.get("git_dirty") else "")
+    parts = [f"{s['scale']} scale"] if s.get("scale") else []
+    parts += [commit, (s.get("date") or "?")[:10]]
+    env = s.get("env", {})
+    device = env.get("gpu") or env.get("device") or s.get("grid", {}).get("base", {}).get(
+        "--backend")
+    return f"{kind(s)} ({', '.join(parts)})" + (f" on {device}" if device else "")
+
+
+def finish(fig, s, heading):
+    """The title (heading and provenance) and a footnote naming the points left out."""
+    fig.suptitle(f"{heading}\n{provenance(s)}", fontsize=10)
+    gone = left_out(s)
+    lines = [", ".join(gone[i:i + 2]) for i in range(0, min(len(gone), 6), 2)]
+    if len(gone) > 6:
+        lines[-1] += f" and {len(gone) - 6} more"
+    if lines:
+        lines[0] = "left out: " + lines[0]
+        fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, color="#aa0000", va="bottom")
+    bottom = (0.15 * len(lines) + 0.05) / fig.get_figheight() if lines else 0
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    return fig
+
+
+def save(fig, prefix):
+    """PREFIX.png and PREFIX.pdf (a .png or .pdf ending of prefix is dropped); their paths."""
+    stem, ext = os.path.splitext(prefix)
+    if ext.lower() in (".png", ".pdf"):
+        prefix = stem
+    if os.path.dirname(prefix):
+        os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    paths = [prefix + ".png", prefix + ".pdf"]
+    fig.savefig(paths[0], dpi=150)
+    fig.savefig(paths[1])
+    plt.close(fig)
+    return paths
+
+
+def render(module, path, prefix):
+    """Draws a figure script's figure from the summary at path; the files written."""
+    return save(module.draw(load(path, module.EXPERIMENT)), prefix)
+
+
+def main(module_name):
+    """The command line of a figure script: INPUT [--out PREFIX]."""
+    module = sys.modules[module_name]
+    stem = os.path.splitext(os.path.basename(module.__file__))[0]
+    ap = argparse.ArgumentParser(description=module.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("input", help=f"the {module.EXPERIMENT} summary, its folder, or the folder "
+                    "of pulse reproduce --out-dir")
+    ap.add_argument("--out", default=stem,
+                    help=f"output prefix: writes PREFIX.png and PREFIX.pdf (default {stem})")
+    a = ap.parse_args()
+    try:
+        for p in render(module, a.input, a.out):
+            print(f"wrote {p}")
+    except InputError as e:
+        sys.exit(f"{stem}: {e}")

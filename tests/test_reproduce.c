@@ -1,0 +1,126 @@
+/* pulse reproduce (experiments/reproduce.c) at the tiny scale on the CPU backend: every
+ * experiment runs and writes its summary, and each summary passes a schema check (the result
+ * header, the experiment's name, figures and scale, every point ok with the variant's policy
+ * and a throughput); the recall experiment writes a recall-bench result; a second run skips
+ * every point (resumable) and rewrites the summaries; --only, --list and --dry-run; bad flags
+ * are refused. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "testutil.h"
+
+static char out[1 << 16];
+
+static const char *const names[] = {"e2e",       "ratio",    "util",     "ablation",
+                                    "admission", "capacity", "bandwidth"};
+
+static json_t *load(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s/%s.json", dir, name, name);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j) printf("  %s: %s\n", path, je.text);
+    return j;
+}
+
+/* The summary's schema; returns its points. */
+static int check_summary(json_t *s, const char *name)
+{
+    EXPECT(json_integer_value(json_object_get(s, "schema_version")) >= 1);
+    EXPECT(!strcmp(json_string_value(json_object_get(s, "experiment")), "reproduce"));
+    EXPECT(json_is_string(json_object_get(json_object_get(s, "tool"), "git_commit")));
+    EXPECT(json_is_object(json_object_get(s, "env")));
+    EXPECT(json_is_string(json_object_get(s, "date")));
+    EXPECT(!strcmp(json_string_value(json_object_get(s, "name")), name));
+    EXPECT(json_is_string(json_object_get(s, "figures")));
+    EXPECT(!strcmp(json_string_value(json_object_get(s, "scale")), "tiny"));
+    json_t *grid = json_object_get(s, "grid"), *pts = json_object_get(s, "points"), *p;
+    EXPECT(json_is_array(json_object_get(grid, "variants")));
+    EXPECT(json_array_size(pts) >= 3);
+    size_t i;
+    json_array_foreach(pts, i, p)
+    {
+        const char *var = json_string_value(json_object_get(p, "variant"));
+        json_t *r = json_object_get(p, "result");
+        EXPECT(var && json_is_object(r));
+        EXPECT(!strcmp(json_string_value(json_object_get(p, "status")), "ok"));
+        if (!r || !var) continue;
+        EXPECT(!json_object_get(r, "requests")); /* left out of the summary */
+        EXPECT(json_number_value(
+                   json_object_get(json_object_get(r, "metrics"), "output_throughput")) > 0);
+        EXPECT(json_integer_value(json_object_get(json_object_get(r, "counters"), "tokens")) > 0);
+        /* the point ran its variant's policy */
+        json_t *v, *vs = json_object_get(grid, "variants");
+        size_t k;
+        json_array_foreach(vs, k,
+                           v) if (!strcmp(json_string_value(json_object_get(v, "name")), var))
+        {
+            EXPECT(!strcmp(
+                json_string_value(json_object_get(v, "--policy")),
+                json_string_value(json_object_get(json_object_get(r, "config"), "policy"))));
+        }
+    }
+    return (int)json_array_size(pts);
+}
+
+int main(void)
+{
+    char dir[] = "/tmp/pulse_reproduce_XXXXXX", cmd[512];
+    if (!mkdtemp(dir)) return 1;
+    snprintf(cmd, sizeof cmd, "reproduce --tiny --out-dir %s", dir);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+    int points = 0;
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(names); i++) {
+        json_t *s = load(dir, names[i]);
+        EXPECT(s != NULL);
+        if (s) points += check_summary(s, names[i]);
+        json_decref(s);
+    }
+    /* the ablation adds one mechanism at a time: six variants in order */
+    json_t *ab = load(dir, "ablation");
+    EXPECT_EQ_INT((int)json_array_size(json_object_get(ab, "points")), 6);
+    EXPECT(!strcmp(json_string_value(json_object_get(
+                       json_array_get(json_object_get(ab, "points"), 5), "variant")),
+                   "6+ioaa"));
+    json_decref(ab);
+    /* the bandwidth points carry their cap fraction */
+    json_t *bw = load(dir, "bandwidth");
+    json_t *p0 = json_object_get(json_array_get(json_object_get(bw, "points"), 0), "result");
+    EXPECT_NEAR(
+        json_number_value(json_object_get(json_object_get(p0, "config"), "recall_cap_fraction")),
+        0.4, 1e-12);
+    json_decref(bw);
+    char path[512];
+    snprintf(path, sizeof path, "%s/recall/recall.json", dir);
+    json_error_t je;
+    json_t *rb = json_load_file(path, 0, &je);
+    EXPECT(rb && !strcmp(json_string_value(json_object_get(rb, "experiment")), "recall-bench"));
+    json_decref(rb);
+    printf("reproduce --tiny: 7 summaries of %d points and the recall result\n", points);
+    /* started again: every point is skipped */
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+    EXPECT(strstr(out, " 0 ran,") != NULL);
+    EXPECT(strstr(out, " ran, 0 skipped") == NULL);
+    json_t *again = load(dir, "e2e");
+    EXPECT(again && check_summary(again, "e2e") > 0);
+    json_decref(again);
+    /* --only, --list, --dry-run; refusals */
+    snprintf(cmd, sizeof cmd, "reproduce --tiny --only ablation,capacity --dry-run --out-dir %s",
+             dir);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+    EXPECT(strstr(out, "/ablation/points/6+ioaa.json") != NULL);
+    EXPECT(strstr(out, "e2e/points") == NULL);
+    EXPECT_EQ_INT(tu_run_pulse("reproduce --list", out, sizeof out), 0);
+    EXPECT_STR_CONTAINS(out, "fig. 26");
+    EXPECT_EQ_INT(tu_run_pulse("reproduce --only fig99", out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "unknown experiment 'fig99'");
+    EXPECT_EQ_INT(tu_run_pulse("reproduce --tiny --full", out, sizeof out), 2);
+    EXPECT_EQ_INT(tu_run_pulse("reproduce extra", out, sizeof out), 2);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) printf("  could not remove %s\n", dir);
+    return tu_finish("test_reproduce");
+}
