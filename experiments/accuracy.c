@@ -23,6 +23,7 @@
 #include "accuracy/head_mass.h"
 #include "accuracy/longbench.h"
 #include "accuracy/sparse_attn.h"
+#include "accuracy/stats.h"
 #include "cli.h"
 #include "common.h"
 #include "mem.h"
@@ -34,6 +35,7 @@
 #define CMD "accuracy"
 #define MAX_LIST 16
 #define MAX_RUNS (1 + MAX_LIST * MAX_LIST)
+#define ACC_STATS_SEED 0x5eedu /* the paired bootstrap's: the same table, the same intervals */
 
 static const char usage[] =
     "usage: pulse accuracy --model FILE.gguf|DIR|NAME (--data DIR --lengths N,... |\n"
@@ -287,12 +289,14 @@ struct run_def {
     long budget;
 };
 
-/* One task at one length: its samples and the sums per run. */
+/* One task at one length: its samples, the sums per run, and every sample's score per run
+ * (per_sample[r * cap + i], cap = --samples) for the intervals and the paired comparison. */
 struct acc_set {
     const struct longbench_task *task;
     long length;
     struct longbench_set *set;
     double score[MAX_RUNS], attended[MAX_RUNS];
+    double *per_sample;
     int n_scored;
 };
 
@@ -460,6 +464,7 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
         double frac = ss.context_tokens ? (double)ss.attended_tokens / ss.context_tokens : 1.0;
         st->score[r] += score;
         st->attended[r] += frac;
+        st->per_sample[(size_t)r * A->o.samples + st->n_scored] = score;
         json_array_append_new(rj, json_pack("{s:s,s:I,s:s,s:f,s:i,s:f}", "policy",
                                             sparse_policy_name(A->runs[r].policy), "budget",
                                             (json_int_t)A->runs[r].budget, "pred", pred, "score",
@@ -526,6 +531,11 @@ static int calibrate(struct acc *A, char *err, size_t errlen)
     return rc;
 }
 
+static size_t per_sample_bytes(const struct acc *A)
+{
+    return sizeof(double) * MAX_RUNS * (size_t)A->o.samples;
+}
+
 static int load_sets(struct acc *A, char *err, size_t errlen)
 {
     const struct acc_opts *o = &A->o;
@@ -547,6 +557,8 @@ static int load_sets(struct acc *A, char *err, size_t errlen)
                 snprintf(path, sizeof path, "%s/%s_%ld.jsonl", o->data, o->tasks[t], o->lengths[l]);
             int rc = longbench_load_file(path, &lp, &st->set, err, errlen);
             if (rc != PULSE_OK) return rc;
+            st->per_sample = mem_alloc(MEM_HOST, per_sample_bytes(A), "per-sample scores");
+            if (!st->per_sample) return PULSE_ERR_NOMEM;
             size_t need = (size_t)o->samples + (l == 0 ? (size_t)o->calib : 0);
             if (longbench_count(st->set) < need) {
                 snprintf(err, errlen, "%.400s: %zu samples, %zu needed (--samples%s)", path,
@@ -601,10 +613,37 @@ static json_t *mam_json(const struct acc *A)
                      "selector", sel, "selector_reversed", rev);
 }
 
+/* A row's statistics over n samples of run r against full attention's (accuracy/stats.h):
+ * "interval_95" of the score (percent), and for a sparse run "paired": the mean difference
+ * and the relative score with their 95% intervals, wins, losses, ties and the sign test. */
+static void add_stats(json_t *row, const double *run, const double *full, int n, int r,
+                      uint64_t seed)
+{
+    double lo, hi;
+    acc_interval(run, n, &lo, &hi);
+    json_object_set_new(row, "interval_95", json_pack("[f,f]", 100 * lo, 100 * hi));
+    struct acc_paired pc;
+    if (r == 0 || acc_paired_compare(run, full, n, 2000, seed, &pc) != PULSE_OK) return;
+    json_t *p = json_pack("{s:i,s:i,s:i,s:f,s:[f,f],s:f}", "wins", pc.wins, "losses", pc.losses,
+                          "ties", pc.ties, "mean_diff", 100 * pc.mean_diff, "diff_interval_95",
+                          100 * pc.diff_lo, 100 * pc.diff_hi, "sign_test_p", pc.sign_p);
+    json_object_set_new(p, "relative", isnan(pc.rel) ? json_null() : json_real(pc.rel));
+    json_object_set_new(p, "relative_interval_95",
+                        isnan(pc.rel_lo) ? json_null() : json_pack("[f,f]", pc.rel_lo, pc.rel_hi));
+    json_object_set_new(p, "method",
+                        json_string("paired bootstrap, 2000 resamples; exact sign "
+                                    "test on wins against losses"));
+    json_object_set_new(row, "paired", p);
+}
+
 /* Mean score per (task, length, run) and, per length and run, the mean over tasks; printed as
- * a table and returned as JSON. */
+ * a table and returned as JSON, each row with its interval and paired comparison (add_stats;
+ * an average row's over the pooled samples of its length). */
 static json_t *table_json(const struct acc *A)
 {
+    const size_t cap = (size_t)A->o.samples;
+    double *pool_r = mem_alloc(MEM_HOST, sizeof(double) * cap * (size_t)A->n_sets, "pooled"),
+           *pool_f = mem_alloc(MEM_HOST, sizeof(double) * cap * (size_t)A->n_sets, "pooled");
     json_t *rows = json_array();
     int per = A->o.longbench ? 1 : A->o.n_lengths;
     printf("\n%-10s %6s", "policy", "budget");
@@ -620,32 +659,43 @@ static json_t *table_json(const struct acc *A)
             double m = st->n_scored ? 100.0 * st->score[r] / st->n_scored : 0.0;
             double f = st->n_scored ? 100.0 * st->score[0] / st->n_scored : 0.0;
             printf(" %14.1f", m);
-            json_array_append_new(
-                rows,
-                json_pack("{s:s,s:I,s:s,s:I,s:i,s:f,s:f,s:o,s:f}", "task", st->task->name, "length",
-                          (json_int_t)st->length, "policy", sparse_policy_name(A->runs[r].policy),
-                          "budget", (json_int_t)A->runs[r].budget, "samples", st->n_scored, "score",
-                          m, "full_score", f, "relative_to_full",
-                          f > 0 ? json_real(m / f) : json_null(), "attended_fraction",
-                          st->n_scored ? st->attended[r] / st->n_scored : 1.0));
+            json_t *row = json_pack(
+                "{s:s,s:I,s:s,s:I,s:i,s:f,s:f,s:o,s:f}", "task", st->task->name, "length",
+                (json_int_t)st->length, "policy", sparse_policy_name(A->runs[r].policy), "budget",
+                (json_int_t)A->runs[r].budget, "samples", st->n_scored, "score", m, "full_score", f,
+                "relative_to_full", f > 0 ? json_real(m / f) : json_null(), "attended_fraction",
+                st->n_scored ? st->attended[r] / st->n_scored : 1.0);
+            add_stats(row, st->per_sample + r * cap, st->per_sample, st->n_scored, r,
+                      ACC_STATS_SEED + (uint64_t)i);
+            json_array_append_new(rows, row);
         }
         for (int l = 0; l < per; l++) {
             double m = 0, f = 0;
+            int pooled = 0;
             for (int t = 0; t < A->o.n_tasks; t++) {
                 const struct acc_set *st = &A->sets[t * per + l];
                 m += st->n_scored ? 100.0 * st->score[r] / st->n_scored / A->o.n_tasks : 0.0;
                 f += st->n_scored ? 100.0 * st->score[0] / st->n_scored / A->o.n_tasks : 0.0;
+                for (int i = 0; pool_r && pool_f && i < st->n_scored; i++, pooled++) {
+                    pool_r[pooled] = st->per_sample[r * cap + (size_t)i];
+                    pool_f[pooled] = st->per_sample[i];
+                }
             }
             printf(" %7.1f (%3.0f%%)", m, f > 0 ? 100.0 * m / f : 0.0);
-            json_array_append_new(
-                rows, json_pack("{s:s,s:I,s:s,s:I,s:f,s:f,s:o}", "task", "average", "length",
-                                (json_int_t)A->sets[l].length, "policy",
-                                sparse_policy_name(A->runs[r].policy), "budget",
-                                (json_int_t)A->runs[r].budget, "score", m, "full_score", f,
-                                "relative_to_full", f > 0 ? json_real(m / f) : json_null()));
+            json_t *row = json_pack(
+                "{s:s,s:I,s:s,s:I,s:i,s:f,s:f,s:o}", "task", "average", "length",
+                (json_int_t)A->sets[l].length, "policy", sparse_policy_name(A->runs[r].policy),
+                "budget", (json_int_t)A->runs[r].budget, "samples", pooled, "score", m,
+                "full_score", f, "relative_to_full", f > 0 ? json_real(m / f) : json_null());
+            if (pooled)
+                add_stats(row, pool_r, pool_f, pooled, r,
+                          ACC_STATS_SEED + 1000003u * (uint64_t)(l + 1));
+            json_array_append_new(rows, row);
         }
         printf("\n");
     }
+    mem_free(MEM_HOST, pool_r, sizeof(double) * cap * (size_t)A->n_sets);
+    mem_free(MEM_HOST, pool_f, sizeof(double) * cap * (size_t)A->n_sets);
     return rows;
 }
 
@@ -772,8 +822,10 @@ static void teardown(struct acc *A)
     }
     locality_meter_free(A->meter);
     sparse_attn_free(A->sp);
-    for (int i = 0; i < A->n_sets; i++)
+    for (int i = 0; i < A->n_sets; i++) {
         longbench_free(A->sets[i].set);
+        mem_free(MEM_HOST, A->sets[i].per_sample, per_sample_bytes(A));
+    }
     mem_free(MEM_HOST, A->sets, sizeof *A->sets * A->n_sets);
     session_close(&A->s);
 }

@@ -113,6 +113,30 @@ static void test_passkey(void)
                 json_real_value(json_object_get(json_array_get(runs, i), "attended_fraction"));
             EXPECT(f > 0.2 && f < 0.6);
         }
+        /* every row has its interval around its score; a sparse row its paired comparison
+         * against full attention on the same sample */
+        json_t *row, *table = json_object_get(r, "table");
+        size_t k;
+        int paired = 0;
+        EXPECT(json_array_size(table) == 10); /* 5 runs x (the task, the average) */
+        json_array_foreach(table, k, row)
+        {
+            json_t *iv = json_object_get(row, "interval_95");
+            const double sc = json_number_value(json_object_get(row, "score"));
+            EXPECT(json_array_size(iv) == 2);
+            EXPECT(json_number_value(json_array_get(iv, 0)) <= sc + 1e-9 &&
+                   sc <= json_number_value(json_array_get(iv, 1)) + 1e-9);
+            json_t *pc = json_object_get(row, "paired");
+            const int sparse = strcmp(json_string_value(json_object_get(row, "policy")), "full");
+            EXPECT(sparse ? pc != NULL : pc == NULL);
+            if (!pc) continue;
+            paired++;
+            EXPECT_EQ_INT((int)(json_integer_value(json_object_get(pc, "wins")) +
+                                json_integer_value(json_object_get(pc, "losses")) +
+                                json_integer_value(json_object_get(pc, "ties"))),
+                          (int)json_integer_value(json_object_get(row, "samples")));
+        }
+        EXPECT_EQ_INT(paired, 8);
         json_t *mam =
             json_object_get(json_object_get(json_object_get(r, "mam"), "per_task"), "passkey");
         json_t *rows = json_object_get(mam, "mam");
