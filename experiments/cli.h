@@ -71,6 +71,7 @@ int cmd_profile(int argc, char **argv);   /* profile.c */
 int cmd_compare(int argc, char **argv);   /* compare.c */
 int cmd_sweep(int argc, char **argv);     /* sweep.c */
 int cmd_reproduce(int argc, char **argv); /* reproduce.c */
+int cmd_workload(int argc, char **argv);  /* workload_cmd.c */
 /* Runs the grid g (pulse sweep's GRID.json format; `where` names it in messages): every point
  * not yet written, one result file each. dry: print the command lines only. pulse sweep's exit
  * codes. */

@@ -21,6 +21,7 @@ static const struct {
     {"accuracy", cmd_accuracy, "accuracy of full attention and sparse selection policies"},
     {"compare", cmd_compare, "a result JSON against a baseline, for CI: exit 1 on a regression"},
     {"sweep", cmd_sweep, "a grid of pulse run's flags, one result per point, resumable"},
+    {"workload", cmd_workload, "a workload's statistics; written as a Mooncake-format trace"},
     {"reproduce", cmd_reproduce, "the paper's experiments as sweeps, a summary per figure"},
 };
 

@@ -58,9 +58,11 @@ struct scale_cfg {
     const char *mid;        /* the one workload of ablation, capacity, bandwidth, util */
     const char *ratio_wl;   /* the 1 : 8 point's workload, its GPU KV and host pool */
     double ratio_kv_gb, ratio_pool_gb;
-    double capacity_gb[4];                               /* 0-ended */
-    const char *sg_wl, *mc_wl, *sg_arrival, *mc_arrival; /* admission */
-    const char *fixed[4];                                /* admission thresholds, NULL-ended */
+    double capacity_gb[4]; /* 0-ended */
+    /* admission: the ServeGen-like and Mooncake-like workloads, and their arrivals (NULL: a
+     * trace's own, the sample traces of workloads/traces/, read from the repository root) */
+    const char *sg_wl, *mc_wl, *sg_arrival, *mc_arrival;
+    const char *fixed[4];     /* admission thresholds, NULL-ended */
     const char *offload_args; /* extra flags of every offload variant ("--budget-tokens 64") */
     const char *recall_args;  /* pulse recall-bench's flags */
 };
@@ -94,10 +96,8 @@ static const struct scale_cfg scales[SCALES] = {
                .ratio_kv_gb = 12,
                .ratio_pool_gb = 96,
                .capacity_gb = {12, 24, 45, 0},
-               .sg_wl = "servegen:32768:24",
-               .mc_wl = "lognormal:24576:1.074:24",
-               .sg_arrival = "gamma:4:2",
-               .mc_arrival = "poisson:4",
+               .sg_wl = "trace:workloads/traces/servegen_32k_gamma.jsonl",
+               .mc_wl = "trace:workloads/traces/mooncake_like_24k_poisson.jsonl",
                .fixed = {"fixed:16384", "fixed:32768", NULL},
                .recall_args = "--quick"},
     [FULL] = {.backend = "cuda",
@@ -110,10 +110,8 @@ static const struct scale_cfg scales[SCALES] = {
               .ratio_kv_gb = 12,
               .ratio_pool_gb = 96,
               .capacity_gb = {12, 24, 36, 45},
-              .sg_wl = "servegen:32768:48",
-              .mc_wl = "lognormal:24576:1.074:48",
-              .sg_arrival = "gamma:4:2",
-              .mc_arrival = "poisson:4",
+              .sg_wl = "trace:workloads/traces/servegen_32k_gamma.jsonl",
+              .mc_wl = "trace:workloads/traces/mooncake_like_24k_poisson.jsonl",
               .fixed = {"fixed:16384", "fixed:32768", "fixed:65536", NULL},
               .recall_args = ""},
 };
@@ -241,9 +239,11 @@ static json_t *g_ablation(const struct scale_cfg *s, const char *dir)
 static json_t *g_admission(const struct scale_cfg *s, const char *dir)
 {
     json_t *b = base(s, s->kv_gb);
-    char sg[160], mc[160];
-    snprintf(sg, sizeof sg, "--workload %s --arrival %s", s->sg_wl, s->sg_arrival);
-    snprintf(mc, sizeof mc, "--workload %s --arrival %s", s->mc_wl, s->mc_arrival);
+    char sg[256], mc[256];
+    snprintf(sg, sizeof sg, "--workload %s%s%s", s->sg_wl, s->sg_arrival ? " --arrival " : "",
+             s->sg_arrival ? s->sg_arrival : "");
+    snprintf(mc, sizeof mc, "--workload %s%s%s", s->mc_wl, s->mc_arrival ? " --arrival " : "",
+             s->mc_arrival ? s->mc_arrival : "");
     json_t *v = json_pack("[o,o]", variant(s, "servegen", "pulseinfer", sg),
                           variant(s, "mooncake", "pulseinfer", mc));
     json_t *adm = json_pack("[s]", "ioaa");
@@ -450,6 +450,14 @@ int cmd_reproduce(int argc, char **argv)
     }
     if (sc < 0) sc = QUICK;
     const struct scale_cfg *s = &scales[sc];
+    const char *traces[] = {s->sg_wl, s->mc_wl};
+    for (int i = 0; i < 2; i++) { /* the sample traces are read from the repository root */
+        struct stat st;
+        if (!strncmp(traces[i], "trace:", 6) && stat(traces[i] + 6, &st) != 0)
+            return cli_error(CMD, "%s: not found: run pulse reproduce from the repository root",
+                             traces[i] + 6),
+                   EXIT_USAGE;
+    }
     int failed = 0;
     for (size_t k = 0; k < N_EXP; k++) {
         if (!on[k]) continue;

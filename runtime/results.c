@@ -77,48 +77,61 @@ void results_add_dist_ms(json_t *obj, const char *name, const struct dist_summar
     }
 }
 
-/* A path that names something other than a regular file (a device such as /dev/null, a FIFO,
- * a symbolic link) is written through, never replaced; a regular file (or a new one) is written
- * to a temporary file beside it and renamed into place, so a failed write leaves the old one. */
-int results_write_json(const json_t *r, const char *path, size_t flags, char *err, size_t errlen)
+int results_write_file(const char *path, int (*emit)(FILE *f, void *arg), void *arg, char *err,
+                       size_t errlen)
 {
     struct stat st;
-    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        if (S_ISDIR(st.st_mode)) {
-            snprintf(err, errlen, "%s: is a directory", path);
-            return PULSE_ERR_IO;
-        }
-        FILE *f = fopen(path, "w");
-        if (!f) {
-            snprintf(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
-            return PULSE_ERR_IO;
-        }
-        int bad = json_dumpf(r, f, flags) != 0;
-        bad |= fflush(f) != 0 || ferror(f);
-        const int e = errno;
-        bad |= fclose(f) != 0;
-        if (bad) {
-            snprintf(err, errlen, "%s: cannot write (%s)", path, strerror(e ? e : errno));
-            return PULSE_ERR_IO;
-        }
-        return PULSE_OK;
+    const int through = lstat(path, &st) == 0 && !S_ISREG(st.st_mode);
+    if (through && S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s: is a directory", path);
+        return PULSE_ERR_IO;
     }
     char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
+    if (!through &&
+        snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
         snprintf(err, errlen, "%s: path too long", path);
         return PULSE_ERR_IO;
     }
-    if (json_dump_file(r, tmp, flags) != 0) {
-        snprintf(err, errlen, "%s: cannot write (%s)", path, strerror(errno));
-        remove(tmp);
+    const char *target = through ? path : tmp;
+    FILE *f = fopen(target, "w");
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot %s (%s)", path, through ? "open" : "write",
+                 strerror(errno));
         return PULSE_ERR_IO;
     }
-    if (rename(tmp, path) != 0) {
+    errno = 0;
+    int bad = emit(f, arg) != 0;
+    bad |= fflush(f) != 0 || ferror(f);
+    const int e = errno;
+    bad |= fclose(f) != 0;
+    if (bad) {
+        snprintf(err, errlen, "%s: cannot write (%s)", path, strerror(e ? e : errno ? errno : EIO));
+        if (!through) remove(tmp);
+        return PULSE_ERR_IO;
+    }
+    if (!through && rename(tmp, path) != 0) {
         snprintf(err, errlen, "%s: cannot rename into place (%s)", path, strerror(errno));
         remove(tmp);
         return PULSE_ERR_IO;
     }
     return PULSE_OK;
+}
+
+struct json_emit {
+    const json_t *r;
+    size_t flags;
+};
+
+static int emit_json(FILE *f, void *arg)
+{
+    const struct json_emit *j = arg;
+    return json_dumpf(j->r, f, j->flags);
+}
+
+int results_write_json(const json_t *r, const char *path, size_t flags, char *err, size_t errlen)
+{
+    struct json_emit j = {r, flags};
+    return results_write_file(path, emit_json, &j, err, errlen);
 }
 
 int results_write(const json_t *r, const char *path, char *err, size_t errlen)

@@ -5,6 +5,7 @@
 #define PULSE_RESULTS_H
 
 #include <jansson.h>
+#include <stdio.h>
 
 #include "backend.h"
 #include "metrics.h"
@@ -26,6 +27,11 @@ void results_set_real(json_t *obj, const char *key, double v);
  * never replaced; a directory refused. Every write error, /dev/full's included, is reported:
  * PULSE_OK or PULSE_ERR_IO with a reason in err. The one writer of every JSON the suite saves. */
 int results_write_json(const json_t *r, const char *path, size_t flags, char *err, size_t errlen);
+/* The same for any content: emit(f, arg) writes it (non-zero on a failure) into a temporary file
+ * renamed into place, or straight into a path that is not a regular file. The one writer of
+ * every file the suite saves (JSON, JSONL traces). */
+int results_write_file(const char *path, int (*emit)(FILE *f, void *arg), void *arg, char *err,
+                       size_t errlen);
 /* Writes r to path (indent 2, sorted keys). PULSE_OK or PULSE_ERR_IO with a reason in err. */
 int results_write(const json_t *r, const char *path, char *err, size_t errlen);
 /* Reads the JSON file at path (what every profile and result reader uses): a path that is

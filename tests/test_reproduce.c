@@ -114,6 +114,10 @@ int main(void)
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
     EXPECT(strstr(out, "/ablation/points/6+ioaa.json") != NULL);
     EXPECT(strstr(out, "e2e/points") == NULL);
+    /* the quick scale's admission runs the shipped sample traces */
+    EXPECT_EQ_INT(tu_run_pulse("reproduce --quick --only admission --dry-run", out, sizeof out), 0);
+    EXPECT_STR_CONTAINS(out, "--workload trace:workloads/traces/servegen_32k_gamma.jsonl");
+    EXPECT_STR_CONTAINS(out, "--workload trace:workloads/traces/mooncake_like_24k_poisson.jsonl");
     EXPECT_EQ_INT(tu_run_pulse("reproduce --list", out, sizeof out), 0);
     EXPECT_STR_CONTAINS(out, "fig. 26");
     EXPECT_EQ_INT(tu_run_pulse("reproduce --only fig99", out, sizeof out), 2);

@@ -7,6 +7,7 @@
  * lengths and arrival from its line; a bad line is an error naming its number. */
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -248,8 +249,54 @@ static void test_servegen(void)
     }
 }
 
+/* workload_write_trace writes what trace: reads back: the same lengths and outputs, and the
+ * arrivals to the microsecond after the first; pulse workload prints the statistics and writes
+ * through the same writer; the shipped sample traces load. */
+static void test_trace_roundtrip(void)
+{
+    char path[] = "/tmp/pulse_trace_rt_XXXXXX", spec[64], err[256];
+    const int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    struct workload w, v;
+    EXPECT_EQ_INT(workload_create(&w, "servegen:4096:50", 7, 3, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(workload_set_arrivals(&w, "gamma:20:2", err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(workload_write_trace(&w, path, err, sizeof err), PULSE_OK);
+    snprintf(spec, sizeof spec, "trace:%s", path);
+    EXPECT_EQ_INT(workload_create(&v, spec, 1, 1, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(v.n, 50);
+    int same = v.n == 50;
+    for (int i = 0; same && i < 50; i++) {
+        same &= v.reqs[i].prompt_len == w.reqs[i].prompt_len && v.reqs[i].output_len == 7;
+        const double a = w.reqs[i].arrival_s - w.reqs[0].arrival_s;
+        same &= fabs(v.reqs[i].arrival_s - a) < 2e-6;
+    }
+    EXPECT(same);
+    workload_free(&w);
+    workload_free(&v);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "workload --workload uniform:1000:4 --arrival poisson:10 --out %s",
+             path);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+    EXPECT_STR_CONTAINS(out, "4 requests");
+    EXPECT_STR_CONTAINS(out, "prompt tokens: mean 1000, p50 1000");
+    EXPECT_EQ_INT(workload_create(&v, spec, 1, 1, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(v.n, 4);
+    workload_free(&v);
+    EXPECT_EQ_INT(tu_run_pulse("workload --workload nosuch:1", out, sizeof out), 2);
+    EXPECT_EQ_INT(tu_run_pulse("workload", out, sizeof out), 2);
+    static const char *const shipped[] = {"trace:workloads/traces/servegen_32k_gamma.jsonl",
+                                          "trace:workloads/traces/mooncake_like_24k_poisson.jsonl"};
+    for (size_t i = 0; i < 2; i++) {
+        EXPECT_EQ_INT(workload_create(&v, shipped[i], 1, 1, err, sizeof err), PULSE_OK);
+        EXPECT_EQ_INT(v.n, 48);
+        workload_free(&v);
+    }
+    remove(path);
+}
+
 int main(void)
 {
+    test_trace_roundtrip();
     test_servegen();
     test_processes();
     test_trace();

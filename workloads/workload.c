@@ -9,6 +9,7 @@
 #include "common.h"
 #include "mem.h"
 #include "numeric.h"
+#include "results.h"
 
 #define WORKLOAD_MAX_REQUESTS 1000000
 #define WORKLOAD_MAX_LEN (1 << 24)
@@ -404,4 +405,31 @@ json_t *workload_to_json(const struct workload *w)
                      "output_len", w->output_len, "requests", w->n, "prompt_tokens_total",
                      (json_int_t)total, "arrival",
                      !w->arrival[0] || !strcmp(w->arrival, "all") ? "all_at_once" : w->arrival);
+}
+
+/* ------------------------------------------------------------------ writing a trace */
+
+static int emit_trace(FILE *f, void *arg)
+{
+    const struct workload *w = arg;
+    int64_t block = 0;
+    for (int i = 0; i < w->n; i++) {
+        const struct request *r = &w->reqs[i];
+        const int out = r->output_len > 0 ? r->output_len : w->output_len;
+        if (fprintf(f,
+                    "{\"timestamp\": %.3f, \"input_length\": %d, \"output_length\": %d, "
+                    "\"hash_ids\": [",
+                    r->arrival_s * 1e3, r->prompt_len, out) < 0)
+            return -1;
+        const int blocks = (r->prompt_len + 511) / 512;
+        for (int b = 0; b < blocks; b++)
+            if (fprintf(f, b ? ", %lld" : "%lld", (long long)block++) < 0) return -1;
+        if (fputs("]}\n", f) < 0) return -1;
+    }
+    return 0;
+}
+
+int workload_write_trace(const struct workload *w, const char *path, char *err, size_t errlen)
+{
+    return results_write_file(path, emit_trace, (void *)w, err, errlen);
 }

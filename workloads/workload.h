@@ -58,6 +58,11 @@ void workload_free(struct workload *w);
 int workload_set_arrivals(struct workload *w, const char *spec, char *err, size_t errlen);
 /* The longest prompt + output of any request. */
 int workload_max_tokens(const struct workload *w);
+/* Writes w as a Mooncake-format trace (the trace: kind reads it back): a line per request,
+ * {"timestamp": arrival in ms (to the microsecond), "input_length", "output_length",
+ * "hash_ids": ceil(input / 512) ids, each block its own (no shared prefixes)}. Through
+ * results_write_file. PULSE_OK or PULSE_ERR_IO with a reason. */
+int workload_write_trace(const struct workload *w, const char *path, char *err, size_t errlen);
 /* {"spec", "seed", "output_len", "requests", "prompt_tokens_total", "arrival"}. */
 json_t *workload_to_json(const struct workload *w);
 
