@@ -92,6 +92,18 @@ static inline int tu_gemma_path(const char *test, char *path, size_t len)
     return -1;
 }
 
+/* PULSE_GPU_TEST_QUICK=1: the GPU tests run a few of their cases (each kernel and path still
+ * once), for the compute-sanitizer tools that run a program many times slower (gpu-suite.sh's
+ * sanitize-all). */
+static inline int tu_quick(void)
+{
+    const char *q = getenv("PULSE_GPU_TEST_QUICK");
+    return q && q[0] == '1' && q[1] == 0;
+}
+/* The cases of table `arr` a test runs: all, or the first two when quick. */
+#define TU_CASES(arr)                                                                              \
+    (tu_quick() && PULSE_ARRAY_LEN(arr) > 2 ? (size_t)2 : PULSE_ARRAY_LEN(arr))
+
 static inline int tu_finish(const char *name)
 {
     if (tu_checks == 0) {

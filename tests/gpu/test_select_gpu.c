@@ -200,7 +200,7 @@ static void test_digest(void)
                  {3, 40, 5, 2},
                  {2, 128, 16, SELECT_HEADWISE}};
     const int batch = 17;
-    for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
+    for (size_t ci = 0; ci < TU_CASES(cases); ci++) {
         const int nkv = cases[ci].nkv, hd = cases[ci].hd, bs = cases[ci].bs, sel = cases[ci].sel;
         const int ndh = sel == SELECT_HEADWISE ? nkv : 1;
         /* n[b] tokens are built, token n[b] is then appended (update); pages cover n[b] + 1 */
@@ -353,7 +353,7 @@ static void test_score_topk(void)
         {12, 3, 72, SELECT_HEADWISE},                   /* off the vector path */
     };
     const int batch = 17, bs = 16, max_blocks = 8192;
-    for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
+    for (size_t ci = 0; ci < TU_CASES(cases); ci++) {
         int blocks[17];
         for (int b = 0; b < batch; b++)
             blocks[b] = b % 6 == 0   ? max_blocks
@@ -429,7 +429,7 @@ static void test_topk_ties(void)
             uint32_t r = rnd_u32(50);
             hs[i] = r == 0 ? NAN : r == 1 ? -0.0f : r == 2 ? 0.0f : (float)(r % 5) - 2.0f;
         }
-        for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
+        for (size_t ci = 0; ci < TU_CASES(cases); ci++) {
             cfg.sink = cases[ci].sink, cfg.window = cases[ci].window, cfg.budget = cases[ci].k;
             topk_case(&cfg, &s, hs, "ties B=17 to 8192 blocks");
         }
@@ -450,7 +450,7 @@ static void test_approx_q(void)
                  {17, 1000, 40, 128, 0.2, 1},
                  {16, 5120, 40, 128, 0.2, 1},
                  {3, 97, 4, 64, 0.2, 0}};
-    for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
+    for (size_t ci = 0; ci < TU_CASES(cases); ci++) {
         const int batch = cases[ci].batch, hid = cases[ci].hidden, nq = cases[ci].nq;
         const int hd = cases[ci].hd, rows = nq * hd;
         float *x = xmalloc(sizeof(float) * (size_t)batch * hid);
