@@ -10,7 +10,7 @@
  *   util       GPU busy over time per system from CUPTI [20, 21] (separate runs: --cupti)
  *   ablation   pulseinfer's mechanisms added one at a time [23]
  *   admission  IOAA against fixed offload thresholds on a ServeGen-like and a Mooncake-like
- *              workload with bursty arrivals [24]
+ *              workload with bursty arrivals, and on a drifting one [24]
  *   capacity   throughput against the GPU KV budget [25]
  *   bandwidth  TPOT against the PCIe bandwidth, capped to fractions of the peak [26]
  *   recall     the recall engines' bandwidth against chunk size and count [8] (pulse
@@ -62,7 +62,8 @@ struct scale_cfg {
     /* admission: the ServeGen-like and Mooncake-like workloads, and their arrivals (NULL: a
      * trace's own, the sample traces of workloads/traces/, read from the repository root) */
     const char *sg_wl, *mc_wl, *sg_arrival, *mc_arrival;
-    const char *fixed[4];     /* admission thresholds, NULL-ended */
+    const char *drift_wl, *drift_arrival; /* the ServeGen shape drifting over the run */
+    const char *fixed[4];                 /* admission thresholds, NULL-ended */
     const char *offload_args; /* extra flags of every offload variant ("--budget-tokens 64") */
     const char *recall_args;  /* pulse recall-bench's flags */
 };
@@ -82,6 +83,8 @@ static const struct scale_cfg scales[SCALES] = {
               .mc_wl = "lognormal:300:1.074:8",
               .sg_arrival = "gamma:200:2",
               .mc_arrival = "poisson:200",
+              .drift_wl = "drift:150:600:8",
+              .drift_arrival = "gamma:200:2",
               .fixed = {"fixed:256", "fixed:512", NULL},
               .offload_args = "--budget-tokens 64",
               .recall_args =
@@ -98,6 +101,8 @@ static const struct scale_cfg scales[SCALES] = {
                .capacity_gb = {12, 24, 45, 0},
                .sg_wl = "trace:workloads/traces/servegen_32k_gamma.jsonl",
                .mc_wl = "trace:workloads/traces/mooncake_like_24k_poisson.jsonl",
+               .drift_wl = "drift:8192:49152:24",
+               .drift_arrival = "gamma:4:2",
                .fixed = {"fixed:16384", "fixed:32768", NULL},
                .recall_args = "--quick"},
     [FULL] = {.backend = "cuda",
@@ -112,6 +117,8 @@ static const struct scale_cfg scales[SCALES] = {
               .capacity_gb = {12, 24, 36, 45},
               .sg_wl = "trace:workloads/traces/servegen_32k_gamma.jsonl",
               .mc_wl = "trace:workloads/traces/mooncake_like_24k_poisson.jsonl",
+              .drift_wl = "drift:8192:49152:48",
+              .drift_arrival = "gamma:4:2",
               .fixed = {"fixed:16384", "fixed:32768", "fixed:65536", NULL},
               .recall_args = ""},
 };
@@ -244,8 +251,11 @@ static json_t *g_admission(const struct scale_cfg *s, const char *dir)
              s->sg_arrival ? s->sg_arrival : "");
     snprintf(mc, sizeof mc, "--workload %s%s%s", s->mc_wl, s->mc_arrival ? " --arrival " : "",
              s->mc_arrival ? s->mc_arrival : "");
-    json_t *v = json_pack("[o,o]", variant(s, "servegen", "pulseinfer", sg),
-                          variant(s, "mooncake", "pulseinfer", mc));
+    char dr[256];
+    snprintf(dr, sizeof dr, "--workload %s --arrival %s", s->drift_wl, s->drift_arrival);
+    json_t *v =
+        json_pack("[o,o,o]", variant(s, "servegen", "pulseinfer", sg),
+                  variant(s, "mooncake", "pulseinfer", mc), variant(s, "drift", "pulseinfer", dr));
     json_t *adm = json_pack("[s]", "ioaa");
     for (int i = 0; s->fixed[i]; i++)
         json_array_append_new(adm, json_string(s->fixed[i]));

@@ -294,8 +294,35 @@ static void test_trace_roundtrip(void)
     remove(path);
 }
 
+/* drift:FROM:TO:COUNT: the mean moves geometrically from FROM to TO over the requests: the
+ * first and last tenths' medians sit near FROM and TO times the log-normal's median factor. */
+static void test_drift(void)
+{
+    struct workload w;
+    char err[256];
+    const int n = 20000;
+    EXPECT_EQ_INT(workload_create(&w, "drift:4096:65536:20000", 4, 5, err, sizeof err), PULSE_OK);
+    static int a[2000], b[2000];
+    for (int i = 0; i < 2000; i++)
+        a[i] = w.reqs[i].prompt_len, b[i] = w.reqs[n - 2000 + i].prompt_len;
+    qsort(a, 2000, sizeof a[0], by_int);
+    qsort(b, 2000, sizeof b[0], by_int);
+    const double f = exp(-0.5 * WORKLOAD_SERVEGEN_SIGMA * WORKLOAD_SERVEGEN_SIGMA);
+    /* the tenths' means are FROM x 16^0.05 and TO / 16^0.05 at their centres */
+    const double want_a = 4096 * pow(16.0, 0.05) * f, want_b = 65536 / pow(16.0, 0.05) * f;
+    printf("drift:4096:65536: first tenth's median %d (want %.0f), last tenth's %d (want %.0f)\n",
+           a[1000], want_a, b[1000], want_b);
+    EXPECT_NEAR(a[1000] / want_a, 1.0, 0.08);
+    EXPECT_NEAR(b[1000] / want_b, 1.0, 0.08);
+    workload_free(&w);
+    EXPECT_EQ_INT(workload_create(&w, "drift:4096:8:10", 4, 5, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "drift:FROM:TO:COUNT");
+    EXPECT_EQ_INT(workload_create(&w, "drift:4096:10", 4, 5, err, sizeof err), PULSE_ERR_INVALID);
+}
+
 int main(void)
 {
+    test_drift();
     test_trace_roundtrip();
     test_servegen();
     test_processes();

@@ -236,6 +236,28 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
                 (int)(lo + (long)(pulse_hash64(stream, (uint64_t)i) % (uint64_t)(hi - lo + 1)));
         return PULSE_OK;
     }
+    if (strncmp(spec, "drift:", 6) == 0) { /* drift:FROM:TO:COUNT, servegen's shape */
+        const char *a = spec + 6, *c1 = strchr(a, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        long from = c2 ? parse_pos(a, c1, WORKLOAD_MAX_LEN / 4) : -1;
+        long to = c2 ? parse_pos(c1 + 1, c2, WORKLOAD_MAX_LEN / 4) : -1;
+        long count = c2 ? parse_pos(c2 + 1, c2 + 1 + strlen(c2 + 1), WORKLOAD_MAX_REQUESTS) : -1;
+        if (from < 16 || to < 16 || count < 0) {
+            snprintf(err, errlen,
+                     "--workload: '%s' is not drift:FROM:TO:COUNT with FROM and TO in [16, %d] "
+                     "and COUNT in [1, %d] (decimal)",
+                     spec, WORKLOAD_MAX_LEN / 4, WORKLOAD_MAX_REQUESTS);
+            return PULSE_ERR_INVALID;
+        }
+        if (alloc_reqs(w, (int)count) != PULSE_OK) goto oom;
+        const uint64_t stream = pulse_seed_mix(seed, STREAM_LENGTHS, 2);
+        for (int i = 0; i < w->n; i++) {
+            const double t = w->n > 1 ? (double)i / (w->n - 1) : 0.0;
+            const double mean = (double)from * pow((double)to / (double)from, t);
+            w->reqs[i].prompt_len =
+                workload_lognormal_length(stream, (uint64_t)i, mean, WORKLOAD_SERVEGEN_SIGMA);
+        }
+        return PULSE_OK;
+    }
     const int sg = strncmp(spec, "servegen:", 9) == 0, ln = strncmp(spec, "lognormal:", 10) == 0;
     if (sg || ln) { /* servegen:MEAN:COUNT, lognormal:MEAN:SIGMA:COUNT */
         const char *a = spec + (sg ? 9 : 10), *c1 = strchr(a, ':');
@@ -282,7 +304,8 @@ int workload_create(struct workload *w, const char *spec, int output_len, uint64
     }
     snprintf(err, errlen,
              "--workload: unknown kind in '%s' (expected uniform:LEN:COUNT, "
-             "random:MIN:MAX:COUNT, servegen:MEAN:COUNT, lengths:L1,L2,... or trace:FILE.jsonl)",
+             "random:MIN:MAX:COUNT, servegen:MEAN:COUNT, lognormal:MEAN:SIGMA:COUNT, "
+             "drift:FROM:TO:COUNT, lengths:L1,L2,... or trace:FILE.jsonl)",
              spec);
     return PULSE_ERR_INVALID;
 oom:

@@ -11,6 +11,10 @@
  *   lognormal:MEAN:SIGMA:COUNT  the same with another shape SIGMA (a decimal in (0, 3]); the
  *                         Mooncake conversation trace (kvcache-ai/Mooncake FAST25-release:
  *                         median 6909, p90 27367 tokens) gives SIGMA 1.074
+ *   drift:FROM:TO:COUNT   workload drift (the paper's section 3.3: ServeGen's length
+ *                         distribution shifts over time, changing the short-to-long mix):
+ *                         servegen's shape with its mean moving geometrically from FROM for the
+ *                         first request to TO for the last, in arrival order
  *   lengths:L1,L2,...     one request per listed prompt length
  *   trace:FILE.jsonl      a Mooncake-format trace (kvcache-ai/Mooncake FAST25-release): one
  *                         JSON object a line, "timestamp" (ms, non-decreasing), "input_length",
