@@ -102,18 +102,36 @@ struct host_pool *host_pool_create(const struct host_pool_params *p, char *err, 
     return host_pool_create_ex(p, NULL, err, errlen);
 }
 
+int host_pool_plan(const struct host_pool_params *p, struct host_pool_plan *out, char *err,
+                   size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (bad_params(p, err, errlen)) return PULSE_ERR_INVALID;
+    out->head_bytes = (size_t)2 * p->page_size * p->head_dim * p->elem_bytes;
+    out->block_bytes = out->head_bytes * p->n_kv_heads;
+    out->n_blocks = (int64_t)(p->pool_bytes / out->block_bytes);
+    if (out->n_blocks < 1 || out->n_blocks > INT32_MAX) {
+        snprintf(err, errlen, "host pool: %zu bytes hold %lld blocks of %zu bytes (need 1 to %d)",
+                 p->pool_bytes, (long long)out->n_blocks, out->block_bytes, INT32_MAX);
+        return PULSE_ERR_INVALID;
+    }
+    out->pool_bytes = (size_t)out->n_blocks * out->block_bytes;
+    out->max_blocks = PULSE_CEIL_DIV((int64_t)p->max_tokens, p->page_size);
+    out->rows = (size_t)p->max_requests * p->n_layers * (size_t)out->max_blocks;
+    out->o_free = align64(out->rows * 4);
+    out->o_tok = align64(out->o_free + (size_t)out->n_blocks * 4);
+    out->o_mark = align64(out->o_tok + (size_t)p->max_requests * 4);
+    out->tables_bytes = out->o_mark + (size_t)out->n_blocks;
+    return PULSE_OK;
+}
+
 struct host_pool *host_pool_create_ex(const struct host_pool_params *p,
                                       const struct mem_pin_params *pin, char *err, size_t errlen)
 {
-    if (bad_params(p, err, errlen)) return NULL;
-    size_t head = (size_t)2 * p->page_size * p->head_dim * p->elem_bytes;
-    size_t block = head * p->n_kv_heads;
-    int64_t n_blocks = (int64_t)(p->pool_bytes / block);
-    if (n_blocks < 1 || n_blocks > INT32_MAX) {
-        snprintf(err, errlen, "host pool: %zu bytes hold %lld blocks of %zu bytes (need 1 to %d)",
-                 p->pool_bytes, (long long)n_blocks, block, INT32_MAX);
-        return NULL;
-    }
+    struct host_pool_plan pl;
+    if (host_pool_plan(p, &pl, err, errlen) != PULSE_OK) return NULL;
+    const size_t head = pl.head_bytes, block = pl.block_bytes;
+    const int64_t n_blocks = pl.n_blocks;
     struct host_pool *hp = mem_alloc(MEM_HOST, sizeof *hp, "host pool");
     if (!hp) {
         snprintf(err, errlen, "host pool: out of host memory");
@@ -124,16 +142,14 @@ struct host_pool *host_pool_create_ex(const struct host_pool_params *p,
     hp->head_bytes = head;
     hp->block_bytes = block;
     hp->n_blocks = n_blocks;
-    hp->max_blocks = PULSE_CEIL_DIV((int64_t)p->max_tokens, p->page_size);
+    hp->max_blocks = pl.max_blocks;
 #ifdef PULSE_HAVE_CUDA
     hp->kind = p->pinned ? MEM_PINNED : MEM_HOST;
 #else
     hp->kind = MEM_HOST;
 #endif
-    size_t rows = (size_t)p->max_requests * p->n_layers * hp->max_blocks;
-    size_t o_ids = 0, o_free = align64(o_ids + rows * 4), o_tok = align64(o_free + n_blocks * 4);
-    size_t o_mark = align64(o_tok + (size_t)p->max_requests * 4);
-    hp->tables_bytes = o_mark + (size_t)n_blocks;
+    const size_t rows = pl.rows;
+    hp->tables_bytes = pl.tables_bytes;
     hp->tables = mem_alloc(MEM_HOST, hp->tables_bytes, "host pool tables");
     double t0 = pulse_now();
     hp->h_pool = hp->tables ? pool_alloc(hp, (size_t)n_blocks * block, pin) : NULL;
@@ -146,10 +162,10 @@ struct host_pool *host_pool_create_ex(const struct host_pool_params *p,
         return NULL;
     }
     char *t = hp->tables;
-    hp->ids = (int32_t *)(t + o_ids);
-    hp->free_ids = (int32_t *)(t + o_free);
-    hp->tokens = (int32_t *)(t + o_tok);
-    hp->mark = (uint8_t *)(t + o_mark);
+    hp->ids = (int32_t *)t;
+    hp->free_ids = (int32_t *)(t + pl.o_free);
+    hp->tokens = (int32_t *)(t + pl.o_tok);
+    hp->mark = (uint8_t *)(t + pl.o_mark);
     memset(hp->ids, 0xff, rows * 4); /* -1 */
     memset(hp->tokens, 0, (size_t)p->max_requests * 4);
     /* the stack pops low ids first, so a fresh pool fills from its start */

@@ -49,6 +49,21 @@ struct host_pool_stats {
 
 struct host_pool;
 
+/* What a pool of params p takes, computed without allocating (host_pool_create's arithmetic):
+ * the blocks it holds, the pool's and its tables' bytes (the tables: ids [max_requests]
+ * [n_layers][max_blocks] at 0, the free stack at o_free, tokens at o_tok, marks at o_mark), all
+ * in 64 bits, so a pool of hundreds of GB (a large host beside one GPU) is planned as a small
+ * one is. */
+struct host_pool_plan {
+    size_t head_bytes, block_bytes, pool_bytes, tables_bytes;
+    int64_t n_blocks, max_blocks;
+    size_t rows, o_free, o_tok, o_mark;
+};
+/* PULSE_OK, or PULSE_ERR_INVALID with a one-line reason (bad params; more blocks than int32
+ * ids address, or none). */
+int host_pool_plan(const struct host_pool_params *p, struct host_pool_plan *out, char *err,
+                   size_t errlen);
+
 /* Allocates the pool and its tables. Returns NULL with a one-line reason in err when the params
  * are invalid or the memory is refused. In CPU-only builds `pinned` falls back to MEM_HOST. */
 struct host_pool *host_pool_create(const struct host_pool_params *p, char *err, size_t errlen);

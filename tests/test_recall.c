@@ -95,6 +95,42 @@ static void test_host_pool_layout(void)
     EXPECT_STR_CONTAINS(err, "blocks");
 }
 
+/* host_pool_plan: the sizing arithmetic for a pool of hundreds of GB (a large host beside one
+ * GPU: 500 GB of qwen3-14b blocks for 256 requests of up to 128K tokens), in 64 bits, without
+ * allocating it; the plan of a small pool is what create builds; past int32 block ids, refused. */
+static void test_host_pool_plan(void)
+{
+    char err[256];
+    struct host_pool_params p = {40, 8, 128, 16, 2, (size_t)500e9, 256, 131072, 1};
+    struct host_pool_plan pl;
+    EXPECT_EQ_INT(host_pool_plan(&p, &pl, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(pl.block_bytes, 65536);
+    EXPECT(pl.n_blocks == 7629394);                         /* floor(500e9 / 65536) */
+    EXPECT(pl.pool_bytes == (size_t)7629394 * 65536);       /* 499,999,981,568 */
+    EXPECT(pl.max_blocks == 8192);                          /* 131072 / 16 */
+    EXPECT(pl.rows == (size_t)256 * 40 * 8192);             /* 83,886,080 ids */
+    EXPECT(pl.o_free == (size_t)335544320);                 /* 4 bytes each */
+    EXPECT(pl.o_tok == (size_t)366061952);                  /* align64(o_free + 4 n_blocks) */
+    EXPECT(pl.o_mark == (size_t)366062976);                 /* align64(o_tok + 4 x 256) */
+    EXPECT(pl.tables_bytes == (size_t)366062976 + 7629394); /* + a mark byte a block */
+    /* the plan of a small pool is what create makes */
+    struct host_pool_params q = {40, 8, 128, 16, 2, (size_t)8 << 20, 2, 100, 0};
+    EXPECT_EQ_INT(host_pool_plan(&q, &pl, err, sizeof err), PULSE_OK);
+    struct host_pool *hp = host_pool_create(&q, err, sizeof err);
+    EXPECT(hp != NULL);
+    if (hp) {
+        struct host_pool_stats st;
+        host_pool_get_stats(hp, &st);
+        EXPECT(st.n_blocks == pl.n_blocks && st.pool_bytes == pl.pool_bytes);
+        EXPECT(host_pool_bytes(hp) == pl.pool_bytes);
+        host_pool_free(hp);
+    }
+    /* more blocks than int32 ids address: 2^31 blocks of 64 KB is 140 TB */
+    p.pool_bytes = (size_t)200e12;
+    EXPECT_EQ_INT(host_pool_plan(&p, &pl, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "blocks");
+}
+
 static void test_host_pool_random(void)
 {
     char err[256];
@@ -711,6 +747,7 @@ int main(void)
 {
     char err[256];
     test_host_pool_layout();
+    test_host_pool_plan();
     test_host_pool_random();
     struct host_pool_params pp = {1, 8, 128, 16, 2, (size_t)32 << 20, 1, 16, 0};
     pool = host_pool_create(&pp, err, sizeof err);
