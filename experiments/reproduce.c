@@ -27,6 +27,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "host_pool.h"
 #include "results.h"
 
 #define CMD "reproduce"
@@ -469,15 +470,22 @@ int cmd_reproduce(int argc, char **argv)
                    EXIT_USAGE;
     }
     int failed = 0;
+    host_pool_keep(1); /* one pinned host pool, reused by every point that fits in it */
     for (size_t k = 0; k < N_EXP; k++) {
         if (!on[k]) continue;
         const struct experiment *x = &experiments[k];
         char exp_dir[4096], dir[4096];
         if (snprintf(exp_dir, sizeof exp_dir, "%s/%s", out, x->name) >= (int)sizeof exp_dir ||
-            snprintf(dir, sizeof dir, "%s/points", exp_dir) >= (int)sizeof dir)
-            return cli_error(CMD, "--out-dir: too long a path"), EXIT_USAGE;
-        if (!dry && pulse_mkdirs(exp_dir) != PULSE_OK)
-            return cli_error(CMD, "%s: cannot make it", exp_dir), EXIT_USAGE;
+            snprintf(dir, sizeof dir, "%s/points", exp_dir) >= (int)sizeof dir) {
+            cli_error(CMD, "--out-dir: too long a path");
+            host_pool_keep(0);
+            return EXIT_USAGE;
+        }
+        if (!dry && pulse_mkdirs(exp_dir) != PULSE_OK) {
+            cli_error(CMD, "%s: cannot make it", exp_dir);
+            host_pool_keep(0);
+            return EXIT_USAGE;
+        }
         if (!dry)
             fprintf(stderr, "pulse reproduce: %s (fig. %s), %s scale\n", x->name, x->figures,
                     scale_names[sc]);
@@ -489,12 +497,14 @@ int cmd_reproduce(int argc, char **argv)
         const int rc = sweep_run(g, x->name, dry);
         if (rc == EXIT_USAGE) {
             json_decref(g);
+            host_pool_keep(0);
             return EXIT_USAGE;
         }
         failed += rc != 0;
         if (!dry && write_summary(x, (enum scale)sc, g, dir, exp_dir)) failed++;
         json_decref(g);
     }
+    host_pool_keep(0);
     if (!dry)
         fprintf(stderr, "pulse reproduce: done%s; plots/figures.py %s draws the figures\n",
                 failed ? " (some points failed: see their status)" : "", out);

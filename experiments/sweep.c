@@ -28,6 +28,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "host_pool.h"
 #include "results.h"
 
 #define CMD "sweep"
@@ -371,7 +372,9 @@ int cmd_sweep(int argc, char **argv)
     const char *grid_path = argv[optind];
     json_t *g = cli_load_json(CMD, "grid", grid_path);
     if (!g) return EXIT_USAGE;
+    host_pool_keep(1); /* the points' host pools: pinned once, reused */
     const int rc = sweep_run(g, grid_path, dry);
+    host_pool_keep(0);
     json_decref(g);
     return rc;
 }

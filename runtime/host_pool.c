@@ -27,8 +27,51 @@ struct host_pool {
     int active;
     double pin_seconds;
     struct mem_pin_report pin;
+    size_t region_bytes; /* h_pool's allocation (a kept region may be larger than the pool) */
+    int reused;          /* h_pool is a kept region (host_pool_keep) */
     int64_t reserves, releases, refusals;
 };
+
+/* The region host_pool_keep holds between pools: one, with what made it. */
+static struct {
+    pthread_mutex_t mu;
+    int on;
+    void *mem;
+    size_t bytes, block_bytes;
+    enum mem_kind kind;
+    struct mem_pin_report pin;
+} g_keep = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, 0, 0, MEM_HOST, {0}};
+
+static void release_kept(void)
+{
+    if (g_keep.mem) mem_free(g_keep.kind, g_keep.mem, g_keep.bytes);
+    g_keep.mem = NULL, g_keep.bytes = 0;
+}
+
+void host_pool_keep(int on)
+{
+    pthread_mutex_lock(&g_keep.mu);
+    g_keep.on = on;
+    if (!on) release_kept();
+    pthread_mutex_unlock(&g_keep.mu);
+}
+
+/* The kept region when it suits a pool of `bytes` of kind and block size (then no longer kept),
+ * else NULL (and a kept region that does not suit is freed, making room for the new one). */
+static void *take_kept(enum mem_kind kind, size_t bytes, size_t block, size_t *got,
+                       struct mem_pin_report *pin)
+{
+    void *m = NULL;
+    pthread_mutex_lock(&g_keep.mu);
+    if (g_keep.mem && g_keep.kind == kind && g_keep.block_bytes == block && g_keep.bytes >= bytes) {
+        m = g_keep.mem, *got = g_keep.bytes, *pin = g_keep.pin;
+        g_keep.mem = NULL, g_keep.bytes = 0;
+    } else {
+        release_kept();
+    }
+    pthread_mutex_unlock(&g_keep.mu);
+    return m;
+}
 
 static size_t align64(size_t x)
 {
@@ -152,7 +195,14 @@ struct host_pool *host_pool_create_ex(const struct host_pool_params *p,
     hp->tables_bytes = pl.tables_bytes;
     hp->tables = mem_alloc(MEM_HOST, hp->tables_bytes, "host pool tables");
     double t0 = pulse_now();
-    hp->h_pool = hp->tables ? pool_alloc(hp, (size_t)n_blocks * block, pin) : NULL;
+    hp->region_bytes = (size_t)n_blocks * block;
+    if (hp->tables && g_keep.on)
+        hp->h_pool = take_kept(hp->kind, hp->region_bytes, block, &hp->region_bytes, &hp->pin);
+    hp->reused = hp->h_pool != NULL;
+    if (hp->tables && !hp->h_pool) {
+        hp->region_bytes = (size_t)n_blocks * block;
+        hp->h_pool = pool_alloc(hp, hp->region_bytes, pin);
+    }
     hp->pin_seconds = pulse_now() - t0;
     if (!hp->tables || !hp->h_pool) {
         snprintf(err, errlen, "host pool: cannot allocate %zu bytes of %s memory",
@@ -178,7 +228,14 @@ struct host_pool *host_pool_create_ex(const struct host_pool_params *p,
 void host_pool_free(struct host_pool *hp)
 {
     if (!hp) return;
-    mem_free(hp->kind, hp->h_pool, (size_t)hp->n_blocks * hp->block_bytes);
+    pthread_mutex_lock(&g_keep.mu);
+    const int keep = g_keep.on && hp->h_pool && !g_keep.mem;
+    if (keep) { /* the next pool of this process takes it */
+        g_keep.mem = hp->h_pool, g_keep.bytes = hp->region_bytes, g_keep.kind = hp->kind;
+        g_keep.block_bytes = hp->block_bytes, g_keep.pin = hp->pin;
+    }
+    pthread_mutex_unlock(&g_keep.mu);
+    if (!keep) mem_free(hp->kind, hp->h_pool, hp->region_bytes);
     mem_free(MEM_HOST, hp->tables, hp->tables_bytes);
     mem_free(MEM_HOST, hp, sizeof *hp);
 }
@@ -339,6 +396,7 @@ void host_pool_get_stats(const struct host_pool *hp, struct host_pool_stats *out
     out->pool_bytes = (size_t)hp->n_blocks * hp->block_bytes;
     out->pinned = hp->kind == MEM_PINNED;
     out->pin_seconds = hp->pin_seconds;
+    out->pin_reused = hp->reused;
     out->pin_strategy = hp->kind == MEM_PINNED ? mem_pin_strategy_name(hp->pin.strategy) : "";
     out->pin_pieces = hp->pin.pieces;
     out->pin_piece_bytes = hp->pin.piece_bytes;

@@ -38,6 +38,7 @@ struct host_pool_stats {
     int64_t n_blocks, free_blocks;
     size_t block_bytes, head_bytes, pool_bytes; /* pool_bytes = n_blocks * block_bytes */
     int pinned;                                 /* 1 when the pool is MEM_PINNED */
+    int pin_reused;                             /* 1: the region host_pool_keep kept */
     double pin_seconds;                         /* wall time of the pool allocation */
     const char *pin_strategy;                   /* mem_pin_strategy_name, "" when not pinned */
     int pin_pieces, pin_threads, pin_fallback;  /* mem_pin_report's */
@@ -73,6 +74,12 @@ struct host_pool *host_pool_create_ex(const struct host_pool_params *p,
                                       const struct mem_pin_params *pin, char *err, size_t errlen);
 /* Frees the pool (NULL is a no-op). No recall may still be reading it. */
 void host_pool_free(struct host_pool *hp);
+/* on: a freed pool's memory region is kept (one at a time) for the next pool of this process
+ * of the same kind and block size that fits in it, which then takes it instead of allocating
+ * and pinning again (pinning tens of GB takes seconds to a minute: a sweep or a figure driver
+ * pins once); its stats say pin_reused. off: the kept region is freed. Call it outside any run
+ * (pulse sweep and pulse reproduce turn it on for their points and off at the end). */
+void host_pool_keep(int on);
 
 /* Bytes of one block (all heads, K and V) and of one head's piece of a block. */
 size_t host_pool_block_bytes(const struct host_pool *hp);

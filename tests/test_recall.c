@@ -131,6 +131,47 @@ static void test_host_pool_plan(void)
     EXPECT_STR_CONTAINS(err, "blocks");
 }
 
+/* host_pool_keep: with it on, a freed pool's region serves the next pool of the same block
+ * size that fits (no new allocation, pin_reused), a pool of another block size gets its own,
+ * and turning it off frees what is kept: the memory in use is back where it started. */
+static void test_host_pool_keep(void)
+{
+    char err[256];
+    struct mem_stats m0, m1;
+    mem_get_stats(&m0);
+    struct host_pool_params p = {40, 8, 128, 16, 2, (size_t)8 << 20, 2, 100, 0};
+    host_pool_keep(1);
+    struct host_pool *a = host_pool_create(&p, err, sizeof err);
+    EXPECT(a != NULL);
+    void *base = a ? host_pool_base(a) : NULL;
+    struct host_pool_stats st;
+    host_pool_get_stats(a, &st);
+    EXPECT_EQ_INT(st.pin_reused, 0);
+    host_pool_free(a);
+    p.pool_bytes = (size_t)4 << 20; /* smaller: fits in the kept region */
+    struct host_pool *b = host_pool_create(&p, err, sizeof err);
+    EXPECT(b != NULL && host_pool_base(b) == base);
+    host_pool_get_stats(b, &st);
+    EXPECT_EQ_INT(st.pin_reused, 1);
+    EXPECT(st.pool_bytes == ((size_t)4 << 20));
+    EXPECT_EQ_INT(host_pool_check(b, err, sizeof err), 0);
+    host_pool_free(b);
+    struct host_pool_params q = p; /* another block size: its own region */
+    q.n_kv_heads = 4;
+    struct host_pool *c = host_pool_create(&q, err, sizeof err);
+    host_pool_get_stats(c, &st);
+    EXPECT_EQ_INT(st.pin_reused, 0);
+    host_pool_free(c);
+    p.pool_bytes = (size_t)16 << 20; /* larger than what is kept: allocated */
+    struct host_pool *d = host_pool_create(&p, err, sizeof err);
+    host_pool_get_stats(d, &st);
+    EXPECT_EQ_INT(st.pin_reused, 0);
+    host_pool_free(d);
+    host_pool_keep(0);
+    mem_get_stats(&m1);
+    EXPECT(m1.live_bytes[MEM_HOST] == m0.live_bytes[MEM_HOST]);
+}
+
 static void test_host_pool_random(void)
 {
     char err[256];
@@ -748,6 +789,7 @@ int main(void)
     char err[256];
     test_host_pool_layout();
     test_host_pool_plan();
+    test_host_pool_keep();
     test_host_pool_random();
     struct host_pool_params pp = {1, 8, 128, 16, 2, (size_t)32 << 20, 1, 16, 0};
     pool = host_pool_create(&pp, err, sizeof err);

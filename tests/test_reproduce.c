@@ -86,6 +86,11 @@ int main(void)
     EXPECT(!strcmp(json_string_value(json_object_get(
                        json_array_get(json_object_get(ab, "points"), 5), "variant")),
                    "6+ioaa"));
+    /* one host pool over the points: the second point's is the first one's, kept */
+    json_t *r1 = json_object_get(json_array_get(json_object_get(ab, "points"), 1), "result");
+    EXPECT(json_is_true(json_object_get(
+        json_object_get(json_object_get(json_object_get(r1, "counters"), "offload"), "setup"),
+        "pin_reused")));
     json_decref(ab);
     /* the bandwidth points carry their cap fraction */
     json_t *bw = load(dir, "bandwidth");
