@@ -35,7 +35,7 @@
 
 static const char usage[] =
     "usage: pulse reproduce [--tiny | --quick | --full] [--only LIST] [--out-dir DIR]\n"
-    "                       [--dry-run] [--list]\n"
+    "                       [--repeat N] [--dry-run] [--list]\n"
     "  Runs the paper's experiments as sweeps (one result per point, resumable) and writes a\n"
     "  summary per experiment for plots/figures.py.\n"
     "  --tiny / --quick / --full  scale (default --quick): tiny is the cpu backend and the tiny\n"
@@ -43,6 +43,8 @@ static const char usage[] =
     "                     paper's points\n"
     "  --only LIST        experiments, comma separated (default all; see --list)\n"
     "  --out-dir DIR      default results\n"
+    "  --repeat N         every point N times with seeds 1..N (weights, prompt KV, workload,\n"
+    "                     arrivals), for the figures' ranges (default 1)\n"
     "  --dry-run          print every point's command line, run nothing\n"
     "  --list             the experiments and the figures each gives\n"
     "exit: 0 every point ok, 1 a point failed, 2 bad usage\n";
@@ -327,8 +329,8 @@ static void variant_of(const char *name, char *out, size_t n)
     snprintf(out, n, "%.*s", c ? (int)(c - name) : (int)strlen(name), name);
 }
 
-static int write_summary(const struct experiment *x, enum scale sc, json_t *g, const char *dir,
-                         const char *exp_dir)
+static int write_summary(const struct experiment *x, enum scale sc, long repeat, json_t *g,
+                         const char *dir, const char *exp_dir)
 {
     static char names[MAX_POINTS][160];
     const int n = sweep_point_names(g, x->name, names, MAX_POINTS);
@@ -352,6 +354,7 @@ static int write_summary(const struct experiment *x, enum scale sc, json_t *g, c
     json_object_set_new(res, "figures", json_string(x->figures));
     json_object_set_new(res, "what", json_string(x->what));
     json_object_set_new(res, "scale", json_string(scale_names[sc]));
+    json_object_set_new(res, "repeat", json_integer(repeat)); /* runs of each point (seeds) */
     json_object_set_new(res, "grid", json_incref(g));
     json_object_set_new(res, "points", pts);
     json_object_set_new(res, "status", json_string("ok"));
@@ -410,16 +413,14 @@ static int pick(const char *list, int *on)
 
 int cmd_reproduce(int argc, char **argv)
 {
-    static const struct option opts[] = {{"tiny", no_argument, 0, 't'},
-                                         {"quick", no_argument, 0, 'q'},
-                                         {"full", no_argument, 0, 'f'},
-                                         {"only", required_argument, 0, 'o'},
-                                         {"out-dir", required_argument, 0, 'd'},
-                                         {"dry-run", no_argument, 0, 'n'},
-                                         {"list", no_argument, 0, 'l'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"tiny", no_argument, 0, 't'},          {"quick", no_argument, 0, 'q'},
+        {"full", no_argument, 0, 'f'},          {"only", required_argument, 0, 'o'},
+        {"out-dir", required_argument, 0, 'd'}, {"repeat", required_argument, 0, 'r'},
+        {"dry-run", no_argument, 0, 'n'},       {"list", no_argument, 0, 'l'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     int sc = -1, dry = 0, list = 0, on[N_EXP], c;
+    long repeat = 1;
     for (size_t k = 0; k < N_EXP; k++)
         on[k] = 1;
     const char *out = "results";
@@ -439,6 +440,9 @@ int cmd_reproduce(int argc, char **argv)
             break;
         case 'd':
             out = optarg;
+            break;
+        case 'r':
+            if (cli_int(CMD, "--repeat", optarg, 1, 20, &repeat)) return EXIT_USAGE;
             break;
         case 'n':
             dry = 1;
@@ -494,6 +498,13 @@ int cmd_reproduce(int argc, char **argv)
             continue;
         }
         json_t *g = x->grid(s, dir);
+        if (repeat > 1) { /* a seed axis: the last, so a point's repetitions sit together */
+            json_t *axes = json_object_get(g, "axes"), *seeds = json_array();
+            for (long k = 1; k <= repeat; k++)
+                json_array_append_new(seeds, json_integer(k));
+            if (!axes) json_object_set_new(g, "axes", axes = json_object());
+            json_object_set_new(axes, "--seed", seeds);
+        }
         const int rc = sweep_run(g, x->name, dry);
         if (rc == EXIT_USAGE) {
             json_decref(g);
@@ -501,7 +512,7 @@ int cmd_reproduce(int argc, char **argv)
             return EXIT_USAGE;
         }
         failed += rc != 0;
-        if (!dry && write_summary(x, (enum scale)sc, g, dir, exp_dir)) failed++;
+        if (!dry && write_summary(x, (enum scale)sc, repeat, g, dir, exp_dir)) failed++;
         json_decref(g);
     }
     host_pool_keep(0);
