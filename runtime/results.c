@@ -1,6 +1,7 @@
 #include "results.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -93,7 +94,19 @@ int results_write_file(const char *path, int (*emit)(FILE *f, void *arg), void *
         return PULSE_ERR_IO;
     }
     const char *target = through ? path : tmp;
-    FILE *f = fopen(target, "w");
+    FILE *f = NULL;
+    if (through && S_ISFIFO(st.st_mode)) { /* a FIFO without a reader would block the open */
+        const int fd = open(path, O_WRONLY | O_NONBLOCK);
+        if (fd < 0 && errno == ENXIO) {
+            snprintf(err, errlen, "%s: a FIFO with no reader: not written", path);
+            return PULSE_ERR_IO;
+        }
+        if (fd >= 0 &&
+            (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0 || !(f = fdopen(fd, "w"))))
+            close(fd);
+    } else {
+        f = fopen(target, "w");
+    }
     if (!f) {
         snprintf(err, errlen, "%s: cannot %s (%s)", path, through ? "open" : "write",
                  strerror(errno));

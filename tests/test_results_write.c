@@ -1,11 +1,14 @@
 /* The one JSON writer (results_write_json): a regular file is replaced through a temporary file;
  * what is not a regular file is written through and never replaced (a symbolic link stays a
  * link and its target gets the JSON; /dev/null stays a device); /dev/full and a directory are
- * errors with a reason; `pulse run --out` goes through it. */
+ * errors with a reason, and a FIFO with no reader is one at once (never a blocked open);
+ * `pulse run --out` goes through it. */
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -71,6 +74,31 @@ int main(void)
         EXPECT(strstr(err, "/dev/full") != NULL);
         EXPECT(stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode));
     }
+
+    /* a FIFO: with no reader, an error at once (not a blocked open); with one, written through */
+    char fifo[512];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    EXPECT_EQ_INT(mkfifo(fifo, 0600), 0);
+    EXPECT_EQ_INT(results_write(j, fifo, err, sizeof err), PULSE_ERR_IO);
+    EXPECT_STR_CONTAINS(err, "a FIFO with no reader");
+    const pid_t pid = fork();
+    if (pid == 0) { /* the reader: counts what comes */
+        FILE *r = fopen(fifo, "r");
+        int n = 0;
+        while (r && fgetc(r) != EOF)
+            n++;
+        _exit(n > 10 ? 0 : 1);
+    }
+    int status = -1, tries = 0;
+    int rc = PULSE_ERR_IO;
+    while (rc != PULSE_OK && tries++ < 200) { /* until the reader has opened its end */
+        rc = results_write(j, fifo, err, sizeof err);
+        if (rc != PULSE_OK) usleep(10000);
+    }
+    EXPECT_EQ_INT(rc, PULSE_OK);
+    EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT(stat(fifo, &st) == 0 && S_ISFIFO(st.st_mode)); /* still a FIFO */
+    remove(fifo);
 
     /* through pulse run */
     static char out[1 << 14];
