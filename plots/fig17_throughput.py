@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Fig. 17: output throughput against the mean input length, one line per system, from the e2e
-summary of `pulse reproduce`.
+summary of `pulse reproduce`. Repeated points (--repeat) draw the means, the min-max ranges as error
+bars.
 
 usage: python3 plots/fig17_throughput.py INPUT [--out PREFIX]
   INPUT   e2e/e2e.json, its folder, or the --out-dir of pulse reproduce

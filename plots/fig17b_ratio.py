@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Fig. 17 (the 1 : 8 GPU : host memory ratio): output throughput per system as bars, each bar
-labelled with its ratio to vanilla's, from the ratio summary of `pulse reproduce`.
+labelled with its ratio to vanilla's, from the ratio summary of `pulse reproduce`. Repeated points
+(--repeat) draw the means, the min-max ranges as error bars, the ratios of the means.
 
 usage: python3 plots/fig17b_ratio.py INPUT [--out PREFIX]
   INPUT   ratio/ratio.json, its folder, or the --out-dir of pulse reproduce

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fig. 22: batch sizes against the mean input length: vanilla's batch beside pulseinfer's normal
 batch (solid) and offload batch (hatched, stacked on it), their means over the run's steps
-(counters.schedule.batch_mean), from the e2e summary of `pulse reproduce`.
+(counters.schedule.batch_mean), from the e2e summary of `pulse reproduce`. Repeated points
+(--repeat) draw the means, the min-max ranges as error bars (the offload batch's on its stack).
 
 usage: python3 plots/fig22_batches.py INPUT [--out PREFIX]
   INPUT   e2e/e2e.json, its folder, or the --out-dir of pulse reproduce
@@ -13,6 +14,7 @@ from matplotlib.patches import Patch
 import figlib
 
 EXPERIMENT = "e2e"
+NONE = figlib.Stat(0, 0, 0, 1)  # no offload batch
 
 
 def draw(s):
@@ -28,14 +30,15 @@ def draw(s):
         n, o = dict(normal.get(v, [])), dict(offload.get(v, []))
         xs, w = figlib.group_x([j for j, x in enumerate(lengths) if x in n], i, len(shown))
         nv = [n[x] for x in lengths if x in n]
-        b = ax.bar(xs, nv, w, color=cols[v], label=v, edgecolor="white")
+        b = figlib.bar(ax, xs, nv, w, color=cols[v], label=v, edgecolor="white")
         if v == "vanilla":
             ax.bar_label(b, fmt="%.1f", padding=2, fontsize=7)
             continue
-        ov = [o.get(x, 0) for x in lengths if x in n]
-        b = ax.bar(xs, ov, w, bottom=nv, color=cols[v], hatch="//", alpha=0.6, edgecolor="white")
-        ax.bar_label(b, labels=[f"{a:.1f}+{c:.1f}" for a, c in zip(nv, ov)], padding=2,
-                     fontsize=7)
+        ov = [o.get(x, NONE) for x in lengths if x in n]
+        b = figlib.bar(ax, xs, ov, w, bottom=[a.mean for a in nv], color=cols[v], hatch="//",
+                       alpha=0.6, edgecolor="white")
+        ax.bar_label(b, labels=[f"{a.mean:.1f}+{c.mean:.1f}" for a, c in zip(nv, ov)],
+                     padding=2, fontsize=7)
     figlib.bar_axes(ax, [figlib.tokens(x) for x in lengths], "mean batch size (requests)",
                     "mean input length (tokens)")
     handles, _ = ax.get_legend_handles_labels()

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fig. 23: ablation, pulseinfer's mechanisms added one at a time: output throughput per step as
-bars in the grid's order, each labelled with its speedup over the first, from the ablation
-summary of `pulse reproduce`.
+bars in the grid's order, each labelled with its speedup over the first, from the ablation summary
+of `pulse reproduce`. Repeated points (--repeat) draw the means, the min-max ranges as error bars,
+the speedups of the means.
 
 usage: python3 plots/fig23_ablation.py INPUT [--out PREFIX]
   INPUT   ablation/ablation.json, its folder, or the --out-dir of pulse reproduce

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Fig. 25: output throughput against the GPU KV budget (result.config.kv_budget_gb), one line
-per system, from the capacity summary of `pulse reproduce`.
+"""Fig. 25: output throughput against the GPU KV budget (result.config.kv_budget_gb), one line per
+system, from the capacity summary of `pulse reproduce`. Repeated points (--repeat) draw the means,
+the min-max ranges as error bars.
 
 usage: python3 plots/fig25_capacity.py INPUT [--out PREFIX]
   INPUT   capacity/capacity.json, its folder, or the --out-dir of pulse reproduce

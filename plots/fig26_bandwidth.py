@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fig. 26: mean TPOT against the PCIe bandwidth left to recall (the recall cap, a fraction of
 the peak), normalised to each system's uncapped point (fraction 1), from the bandwidth summary of
-`pulse reproduce`. A system without an uncapped result is left out.
+`pulse reproduce`. A system without an uncapped result is left out. Repeated points (--repeat)
+draw the mean TPOT over the uncapped point's mean, the min-max ranges (over the same) as error bars.
 
 usage: python3 plots/fig26_bandwidth.py INPUT [--out PREFIX]
   INPUT   bandwidth/bandwidth.json, its folder, or the --out-dir of pulse reproduce
@@ -30,15 +31,15 @@ def draw(s):
     if figlib.empty(ax, s):
         return figlib.finish(fig, s, "Fig. 26: TPOT against the recall bandwidth")
     raw = {}
-    for v, p, r in figlib.ok_points(s):
-        f, t = fraction(r, p), figlib.metric(r, "mean_tpot_ms")
-        if f is not None and t is not None:
+    for v, p, r, t in figlib.aggregate(s, lambda r: figlib.metric(r, "mean_tpot_ms")):
+        f = fraction(r, p)
+        if f is not None:
             raw.setdefault(v, []).append((f, t))
     data, missing = {}, []
     for v in figlib.variants(s):
         full = dict(raw.get(v, [])).get(1.0)
-        if full:
-            data[v] = sorted((f, t / full) for f, t in raw[v])
+        if full and full.mean:
+            data[v] = sorted((f, t.scaled(1 / full.mean)) for f, t in raw[v])
         elif v in raw:
             missing.append(v)
     figlib.plot_lines(ax, s, data, "recall bandwidth cap (fraction of the PCIe peak)",

@@ -1,14 +1,22 @@
 """Shared helpers of the figure scripts that draw the summaries of `pulse reproduce`.
 
 A summary is RESULTS/<experiment>/<experiment>.json: {"name", "scale", "tool", "env", "date",
-"grid", "points": [{"name", "variant", "status", "result"}]}; the recall experiment's file is a
-`pulse recall-bench` result instead. Each figure script defines EXPERIMENT (the summary it reads)
-and draw(summary) -> matplotlib figure, and calls main(); plots/figures.py draws them all.
+"grid", "repeat", "points": [{"name", "variant", "status", "result"}]}; the recall experiment's
+file is a `pulse recall-bench` result instead. Each figure script defines EXPERIMENT (the summary
+it reads) and draw(summary) -> matplotlib figure, and calls main(); plots/figures.py draws them all.
+
+With `pulse reproduce --repeat N` ("repeat": N) every point of the grid ran N times, each its own
+entry in "points" named '<point>,seed=K'. grouped() gathers a point's repetitions, aggregate() and
+series() give a value's Stat over them (mean, min, max), and the drawing helpers draw the mean
+with its min-max range as error bars; a point of one run gets no error bar, so a summary without
+repetitions draws as it always did. finish() notes the repetitions in the title.
 """
 import argparse
 import json
 import os
+import re
 import sys
+from collections import namedtuple
 
 import matplotlib
 
@@ -123,14 +131,60 @@ def name_value(point, key):
     return None
 
 
-def series(s, x, y):
-    """{variant: [(x, y), ...] sorted by x} over the ok points, x and y functions of a result;
-    points where either is None are left out."""
+# ------------------------------------------------------------------ repetitions
+
+def repeat(s):
+    """How many times each point ran (pulse reproduce --repeat); 1 when the summary does not say."""
+    n = s.get("repeat")
+    return n if isinstance(n, int) and n > 1 else 1
+
+
+def seedless(point):
+    """A point's name without its ',seed=K' part: the name its repetitions share."""
+    return re.sub(r",seed=\d+$", "", point.get("name", ""))
+
+
+class Stat(namedtuple("Stat", "mean lo hi n")):
+    """A value's mean, min and max over the n repetitions of a point."""
+
+    def scaled(self, k):
+        return Stat(self.mean * k, self.lo * k, self.hi * k, self.n)
+
+
+def stat(values):
+    """The Stat of values (None left out); None when there is none."""
+    vals = [v for v in values if v is not None]
+    return Stat(sum(vals) / len(vals), min(vals), max(vals), len(vals)) if vals else None
+
+
+def grouped(s):
+    """[(variant, [(point, result), ...])]: the ok points gathered by variant and seedless name,
+    one entry per point of the grid with its repetitions, in the points' order."""
     out = {}
-    for v, _, r in ok_points(s):
-        xv, yv = x(r), y(r)
-        if xv is not None and yv is not None:
-            out.setdefault(v, []).append((xv, yv))
+    for v, p, r in ok_points(s):
+        out.setdefault((v, seedless(p)), []).append((p, r))
+    return [(v, runs) for (v, _), runs in out.items()]
+
+
+def aggregate(s, f):
+    """(variant, point, result, stat) per point of the grid: its first repetition's point and
+    result, and the Stat of f(result) over its repetitions; points where f is always None are
+    left out."""
+    for v, runs in grouped(s):
+        st = stat(f(r) for _, r in runs)
+        if st:
+            yield v, runs[0][0], runs[0][1], st
+
+
+def series(s, x, y):
+    """{variant: [(x, Stat of y), ...] sorted by x} per point of the grid, x and y functions of a
+    result, x the mean over the repetitions; repetitions where either is None are left out."""
+    out = {}
+    for v, runs in grouped(s):
+        xy = [(x(r), y(r)) for _, r in runs]
+        xy = [(a, b) for a, b in xy if a is not None and b is not None]
+        if xy:
+            out.setdefault(v, []).append((stat(a for a, _ in xy).mean, stat(b for _, b in xy)))
     return {v: sorted(out[v]) for v in variants(s) if v in out}
 
 
@@ -154,12 +208,32 @@ def tokens(n):
     return f"{n:.0f}"
 
 
+def yerr(stats):
+    """The min-max error bars of stats in matplotlib's form, None when none is of several runs;
+    a point of one run gets none (nan)."""
+    if all(st.n < 2 for st in stats):
+        return None
+    return [[st.mean - st.lo if st.n > 1 else float("nan") for st in stats],
+            [st.hi - st.mean if st.n > 1 else float("nan") for st in stats]]
+
+
+def bar(ax, xs, stats, width=0.8, **kw):
+    """ax.bar of stats' means with their min-max ranges (see yerr); the bars."""
+    return ax.bar(xs, [st.mean for st in stats], width, yerr=yerr(stats), capsize=3,
+                  error_kw={"elinewidth": 0.8, "ecolor": "#333333", "zorder": 3}, **kw)
+
+
 def plot_lines(ax, s, data, xlabel, ylabel):
-    """One line per variant of data (from series), in the variants' colors."""
+    """One line per variant of data (from series) through the means, in the variants' colors,
+    with the min-max ranges of repeated points as error bars."""
     cols = colors(variants(s))
     for v, pts in data.items():
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker(v), color=cols[v],
-                label=v)
+        xs, stats = [p[0] for p in pts], [p[1] for p in pts]
+        ax.plot(xs, [st.mean for st in stats], marker=marker(v), color=cols[v], label=v)
+        err = yerr(stats)
+        if err:
+            ax.errorbar(xs, [st.mean for st in stats], yerr=err, fmt="none", ecolor=cols[v],
+                        elinewidth=1, capsize=3)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0)
@@ -190,21 +264,22 @@ def group_x(groups, i, n):
     return [g - 0.4 + (i + 0.5) * w for g in groups], w
 
 
-def bars(ax, labels, values, cols, texts, ylabel):
-    """A bar per label with texts written on them."""
-    b = ax.bar(range(len(labels)), values, color=cols)
+def bars(ax, labels, stats, cols, texts, ylabel):
+    """A bar per label (the mean of its Stat, with its range) with texts written on them."""
+    b = bar(ax, range(len(labels)), stats, color=cols)
     ax.bar_label(b, labels=texts, padding=2, fontsize=8)
     bar_axes(ax, labels, ylabel)
 
 
 def throughput_bars(ax, s, ref, ratio="ratio to"):
     """Output throughput per variant as bars in the grid's order, each labelled with its tok/s
-    and its ratio to variant ref's (when ref has a result)."""
-    tput = {v: metric(r, "output_throughput") for v, _, r in ok_points(s)}
-    names = [v for v in variants(s) if tput.get(v) is not None]
-    base = tput.get(ref)
+    and its ratio to variant ref's (when ref has a result), both of the means."""
+    tput = {v: st for v, _, _, st in aggregate(s, lambda r: metric(r, "output_throughput"))}
+    names = [v for v in variants(s) if v in tput]
+    base = tput[ref].mean if ref in tput else None
     cols = colors(variants(s))
-    texts = [f"{tput[v]:.0f}" + (f"\n{tput[v] / base:.2f}x" if base else "") for v in names]
+    texts = [f"{tput[v].mean:.0f}" + (f"\n{tput[v].mean / base:.2f}x" if base else "")
+             for v in names]
     bars(ax, names, [tput[v] for v in names], [cols[v] for v in names], texts,
          "output throughput (tok/s)")
     ax.set_title(f"labels: tok/s and {ratio} {ref}" if base else f"{ref}: no result")
@@ -236,9 +311,13 @@ def provenance(s):
     return f"{kind(s)} ({', '.join(parts)})" + (f" on {device}" if device else "")
 
 
-def finish(fig, s, heading):
-    """The title (heading and provenance) and a footnote naming the points left out."""
-    fig.suptitle(f"{heading}\n{provenance(s)}", fontsize=10)
+def finish(fig, s, heading, note=None):
+    """The title (heading, provenance and, when the points were repeated, note: by default
+    'mean of N runs, error bars: min-max') and a footnote naming the points left out."""
+    title = f"{heading}\n{provenance(s)}"
+    if repeat(s) > 1:
+        title += f"\n{note or f'mean of {repeat(s)} runs, error bars: min-max'}"
+    fig.suptitle(title, fontsize=10)
     gone = left_out(s)
     lines = [", ".join(gone[i:i + 2]) for i in range(0, min(len(gone), 6), 2)]
     if len(gone) > 6:

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The figure scripts (plots/) against real summaries: runs `pulse reproduce --tiny` into a
 # temporary folder, draws every figure with plots/figures.py, and checks each PNG (> 1 KB) and
-# PDF (non-empty) is there; a figure script given a missing input must fail with one line.
+# PDF (non-empty) is there; then the same for the figures of a repeated run (--repeat 2, the
+# experiments of REPEATED only), whose points the figures draw as means with min-max ranges; a
+# figure script given a missing input must fail with one line.
 # Run from the repository root; PULSE_BIN names the binary (default ./build/pulse).
 # exit: 0 pass, 1 fail, 77 skipped (no python3 or no matplotlib).
 set -u
 PULSE_BIN=${PULSE_BIN:-./build/pulse}
 FIGURES="fig8_recall fig17_throughput fig17b_ratio fig18_tpot fig20_21_util fig22_batches
          fig23_ablation fig24_admission fig25_capacity fig26_bandwidth"
+REPEATED=e2e,ablation,bandwidth
+REPEATED_FIGURES="fig17_throughput fig18_tpot fig22_batches fig23_ablation fig26_bandwidth"
 
 fail() { echo "test_plots: FAIL: $*" >&2; exit 1; }
 
@@ -21,19 +25,30 @@ tmp=$(mktemp -d) || fail "mktemp"
 trap 'rm -rf "$tmp"' EXIT
 export MPLBACKEND=Agg MPLCONFIGDIR="$tmp/mplconfig" PYTHONDONTWRITEBYTECODE=1
 
-"$PULSE_BIN" reproduce --tiny --out-dir "$tmp/results" >"$tmp/reproduce.log" 2>&1
-rc=$?
-[ $rc -eq 0 ] || { tail -n 20 "$tmp/reproduce.log" >&2; fail "pulse reproduce --tiny exited $rc"; }
+# draw DIR FIGURES [REPRODUCE_ARGS...]: pulse reproduce --tiny into $tmp/DIR, its figures (by
+# script name) into $tmp/DIR/figures, each PNG over 1 KB and each PDF non-empty
+draw() {
+    local dir=$tmp/$1 figures=$2 f rc
+    shift 2
+    "$PULSE_BIN" reproduce --tiny --out-dir "$dir" "$@" >"$dir.log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || { tail -n 20 "$dir.log" >&2; fail "pulse reproduce --tiny $* exited $rc"; }
+    python3 plots/figures.py "$dir" --out "$dir/figures" --only "${figures// /,}" \
+        >"$dir.figures.log" 2>&1
+    rc=$?
+    cat "$dir.figures.log"
+    [ $rc -eq 0 ] || fail "plots/figures.py $dir exited $rc"
+    for f in $figures; do
+        [ -f "$dir/figures/$f.png" ] && [ "$(wc -c <"$dir/figures/$f.png")" -gt 1024 ] ||
+            fail "$1: $f.png missing or under 1 KB"
+        [ -s "$dir/figures/$f.pdf" ] || fail "$1: $f.pdf missing or empty"
+    done
+}
 
-python3 plots/figures.py "$tmp/results" --out "$tmp/figures" >"$tmp/figures.log" 2>&1
-rc=$?
-cat "$tmp/figures.log"
-[ $rc -eq 0 ] || fail "plots/figures.py exited $rc"
-
-for f in $FIGURES; do
-    png="$tmp/figures/$f.png" pdf="$tmp/figures/$f.pdf"
-    [ -f "$png" ] && [ "$(wc -c <"$png")" -gt 1024 ] || fail "$f.png missing or under 1 KB"
-    [ -s "$pdf" ] || fail "$f.pdf missing or empty"
+draw results "$(echo $FIGURES)"
+draw repeated "$REPEATED_FIGURES" --repeat 2 --only "$REPEATED"
+for e in ${REPEATED//,/ }; do
+    grep -q '"repeat": *2' "$tmp/repeated/$e/$e.json" || fail "$e: the summary has no \"repeat\": 2"
 done
 
 # a missing input: a non-zero exit and a one-line message, no traceback
@@ -41,5 +56,6 @@ out=$(python3 plots/fig17_throughput.py "$tmp/no-such-dir" --out "$tmp/x" 2>&1) 
     fail "fig17_throughput.py succeeded on a missing input"
 [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "missing input: not one line: $out"
 
-echo "test_plots: ok ($(echo $FIGURES | wc -w) figures)"
+echo "test_plots: ok ($(echo $FIGURES | wc -w) figures," \
+    "$(echo $REPEATED_FIGURES | wc -w) of a repeated run)"
 exit 0
