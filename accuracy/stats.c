@@ -114,3 +114,47 @@ int acc_paired_compare(const double *run, const double *full, int n, int reps, u
     mem_free(MEM_HOST, d, sizeof(double) * 2 * (size_t)reps);
     return PULSE_OK;
 }
+
+/* The average ranks (1-based) of v[n] into r[n]; idx is scratch [n]. */
+static void ranks(const double *v, int n, double *r, int *idx)
+{
+    for (int i = 0; i < n; i++)
+        idx[i] = i;
+    for (int i = 1; i < n; i++) /* insertion sort of the indices by value (n is small) */
+        for (int j = i; j > 0 && v[idx[j - 1]] > v[idx[j]]; j--) {
+            const int t = idx[j];
+            idx[j] = idx[j - 1], idx[j - 1] = t;
+        }
+    for (int i = 0; i < n;) {
+        int j = i;
+        while (j + 1 < n && v[idx[j + 1]] == v[idx[i]])
+            j++;
+        for (int k = i; k <= j; k++)
+            r[idx[k]] = 0.5 * (i + j) + 1;
+        i = j + 1;
+    }
+}
+
+double acc_spearman(const double *a, const double *b, int n)
+{
+    if (n < 2) return NAN;
+    double *ra = mem_alloc(MEM_HOST, sizeof(double) * 2 * (size_t)n, "spearman ranks");
+    int *idx = mem_alloc(MEM_HOST, sizeof(int) * (size_t)n, "spearman order");
+    double rho = NAN;
+    if (ra && idx) {
+        double *rb = ra + n;
+        ranks(a, n, ra, idx);
+        ranks(b, n, rb, idx);
+        const double m = 0.5 * (n + 1);
+        double sab = 0, saa = 0, sbb = 0;
+        for (int i = 0; i < n; i++) {
+            sab += (ra[i] - m) * (rb[i] - m);
+            saa += (ra[i] - m) * (ra[i] - m);
+            sbb += (rb[i] - m) * (rb[i] - m);
+        }
+        if (saa > 0 && sbb > 0) rho = sab / sqrt(saa * sbb);
+    }
+    mem_free(MEM_HOST, ra, sizeof(double) * 2 * (size_t)n);
+    mem_free(MEM_HOST, idx, sizeof(int) * (size_t)n);
+    return rho;
+}

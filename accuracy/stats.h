@@ -34,4 +34,10 @@ struct acc_paired {
 int acc_paired_compare(const double *run, const double *full, int n, int reps, uint64_t seed,
                        struct acc_paired *out);
 
+/* Spearman's rank correlation of a[n] and b[n] (ties get their average rank): the Pearson
+ * correlation of the ranks; NaN when n < 2 or either side is constant. For the stability of
+ * head roles across task types (the paper finds the MAM ranking of heads stable across Qasper
+ * and QMSum). */
+double acc_spearman(const double *a, const double *b, int n);
+
 #endif

@@ -584,6 +584,43 @@ static void plan_runs(struct acc *A)
     }
 }
 
+/* Per pair of tasks, how stable head roles are across them: the mean over global layers of
+ * the Spearman correlation of the heads' MAM, and the fraction of layers whose top head (the
+ * SoloHead selector each task alone would pick) is the same. */
+static json_t *mam_stability_json(const struct acc *A)
+{
+    const struct model_config *c = A->s.cfg;
+    const size_t LH = (size_t)c->n_layers * c->n_heads;
+    json_t *pairs = json_array();
+    int32_t *sa = mem_alloc(MEM_HOST, sizeof(int32_t) * 2 * (size_t)c->n_layers, "selectors");
+    if (!sa) return pairs;
+    int32_t *sb = sa + c->n_layers;
+    for (int a = 0; a < A->o.n_tasks; a++)
+        for (int b = a + 1; b < A->o.n_tasks; b++) {
+            const double *ma = A->mam + (size_t)a * LH, *mb = A->mam + (size_t)b * LH;
+            head_mass_selectors(ma, c->n_layers, c->n_heads, 0, sa);
+            head_mass_selectors(mb, c->n_layers, c->n_heads, 0, sb);
+            double sum = 0;
+            int n = 0, layers = 0, same = 0;
+            for (int l = 0; l < c->n_layers; l++) {
+                if (!model_layer_is_global(c, l)) continue;
+                layers++;
+                same += sa[l] == sb[l];
+                const double rho = acc_spearman(ma + (size_t)l * c->n_heads,
+                                                mb + (size_t)l * c->n_heads, c->n_heads);
+                if (!isnan(rho)) sum += rho, n++;
+            }
+            json_t *pj = json_pack("{s:s,s:s,s:i,s:i}", "a", A->o.tasks[a], "b", A->o.tasks[b],
+                                   "layers", layers, "layers_with_rank", n);
+            json_object_set_new(pj, "spearman_mean", n ? json_real(sum / n) : json_null());
+            json_object_set_new(pj, "same_selector",
+                                layers ? json_real((double)same / layers) : json_null());
+            json_array_append_new(pairs, pj);
+        }
+    mem_free(MEM_HOST, sa, sizeof(int32_t) * 2 * (size_t)c->n_layers);
+    return pairs;
+}
+
 static json_t *mam_json(const struct acc *A)
 {
     const struct model_config *c = A->s.cfg;
@@ -608,9 +645,12 @@ static json_t *mam_json(const struct acc *A)
         json_object_set_new(per, A->o.tasks[t],
                             json_pack("{s:o,s:o}", "mam", rows, "observations", obs));
     }
-    return json_pack("{s:I,s:s,s:o,s:o,s:o,s:o}", "budget_tokens", (json_int_t)A->o.mam_budget,
-                     "selector_kind", "query head", "global_layers", layers, "per_task", per,
-                     "selector", sel, "selector_reversed", rev);
+    json_t *mj =
+        json_pack("{s:I,s:s,s:o,s:o,s:o,s:o}", "budget_tokens", (json_int_t)A->o.mam_budget,
+                  "selector_kind", "query head", "global_layers", layers, "per_task", per,
+                  "selector", sel, "selector_reversed", rev);
+    json_object_set_new(mj, "stability", mam_stability_json(A)); /* pairs of tasks */
+    return mj;
 }
 
 /* A row's statistics over n samples of run r against full attention's (accuracy/stats.h):

@@ -76,8 +76,25 @@ static void test_paired(void)
     EXPECT_EQ_INT(acc_paired_compare(o, z, 3, 10, 1, &p), PULSE_ERR_INVALID);
 }
 
+static void test_spearman(void)
+{
+    const double a[] = {1, 2, 3, 4, 5}, up[] = {10, 20, 30, 40, 50}, down[] = {5, 4, 3, 2, 1};
+    EXPECT_NEAR(acc_spearman(a, up, 5), 1.0, 1e-12);
+    EXPECT_NEAR(acc_spearman(a, down, 5), -1.0, 1e-12);
+    /* one swap of neighbours in 5: 1 - 6 * 2 / (5 * 24) = 0.9 */
+    const double sw[] = {1, 3, 2, 4, 5};
+    EXPECT_NEAR(acc_spearman(a, sw, 5), 0.9, 1e-12);
+    /* ties take the average rank: ranks of {1, 2, 2, 3} are 1, 2.5, 2.5, 4 */
+    const double t[] = {1, 2, 2, 3}, u[] = {1, 2, 3, 4};
+    EXPECT_NEAR(acc_spearman(t, u, 4), 4.5 / sqrt(4.5 * 5.0), 1e-12);
+    const double c[] = {7, 7, 7};
+    EXPECT(isnan(acc_spearman(c, a, 3)));
+    EXPECT(isnan(acc_spearman(a, a, 1)));
+}
+
 int main(void)
 {
+    test_spearman();
     test_wilson();
     test_sign();
     test_paired();
