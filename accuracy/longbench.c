@@ -18,6 +18,8 @@
  * variable_tracking). */
 #include "accuracy/longbench.h"
 
+#include "accuracy/chat.h"
+
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -47,7 +49,7 @@ static const struct longbench_task TASKS[] = {
      "provide any explanation.\n\nStory: {context}\n\nNow, answer the question based on the "
      "story asconcisely as you can, using a single phrase if possible. Do not provide any "
      "explanation.\n\nQuestion: {input}\n\nAnswer:",
-     128, ACC_METRIC_QA_F1, 1, 0, 0, 0},
+     128, ACC_METRIC_QA_F1, 1, 0, 0, 0, NULL},
     {"qasper",
      "You are given a scientific article and a question. " QASPER_RULES
      "\n\nArticle: {context}\n\n Answer the question based on the above article as concisely "
@@ -55,41 +57,41 @@ static const struct longbench_task TASKS[] = {
      "answered based on the information in the article, write \"unanswerable\". If the "
      "question is a yes/no question, answer \"yes\", \"no\", or \"unanswerable\". Do not "
      "provide any explanation.\n\nQuestion: {input}\n\nAnswer:",
-     128, ACC_METRIC_QA_F1, 1, 0, 0, 0},
+     128, ACC_METRIC_QA_F1, 1, 0, 0, 0, NULL},
     {"multifieldqa_en",
      "Read the following text and answer briefly.\n\n{context}\n\nNow, answer the following "
      "question based on the above text, only give me the answer and do not output any other "
      "words.\n\nQuestion: {input}\nAnswer:",
-     64, ACC_METRIC_QA_F1, 1, 0, 0, 0},
-    {"hotpotqa", QA_PASSAGES, 32, ACC_METRIC_QA_F1, 1, 0, 0, 0},
-    {"2wikimqa", QA_PASSAGES, 32, ACC_METRIC_QA_F1, 1, 0, 0, 0},
-    {"musique", QA_PASSAGES, 32, ACC_METRIC_QA_F1, 1, 0, 0, 0},
+     64, ACC_METRIC_QA_F1, 1, 0, 0, 0, NULL},
+    {"hotpotqa", QA_PASSAGES, 32, ACC_METRIC_QA_F1, 1, 0, 0, 0, NULL},
+    {"2wikimqa", QA_PASSAGES, 32, ACC_METRIC_QA_F1, 1, 0, 0, 0, NULL},
+    {"musique", QA_PASSAGES, 32, ACC_METRIC_QA_F1, 1, 0, 0, 0, NULL},
     {"gov_report",
      "You are given a report by a government agency. Write a one-page summary of the report."
      "\n\nReport:\n{context}\n\nNow, write a one-page summary of the report.\n\nSummary:",
-     512, ACC_METRIC_ROUGE_L, 1, 0, 0, 0},
+     512, ACC_METRIC_ROUGE_L, 1, 0, 0, 0, NULL},
     {"qmsum",
      "You are given a meeting transcript and a query containing a question or instruction. "
      "Answer the query in one or more sentences.\n\nTranscript:\n{context}\n\nNow, answer the "
      "query based on the above meeting transcript in one or more sentences.\n\nQuery: {input}"
      "\nAnswer:",
-     512, ACC_METRIC_ROUGE_L, 1, 0, 0, 0},
+     512, ACC_METRIC_ROUGE_L, 1, 0, 0, 0, NULL},
     {"multi_news",
      "You are given several news passages. Write a one-page summary of all news. \n\nNews:\n"
      "{context}\n\nNow, write a one-page summary of all the news.\n\nSummary:",
-     512, ACC_METRIC_ROUGE_L, 1, 0, 0, 0},
+     512, ACC_METRIC_ROUGE_L, 1, 0, 0, 0, NULL},
     {"trec",
      "Please determine the type of the question below. Here are some examples of questions."
      "\n\n{context}\n{input}",
-     64, ACC_METRIC_CLASSIFICATION, 0, 1, 0, 0},
+     64, ACC_METRIC_CLASSIFICATION, 0, 1, 0, 0, NULL},
     {"triviaqa",
      "Answer the question based on the given passage. Only give me the answer and do not "
      "output any other words. The following are some examples.\n\n{context}\n\n{input}",
-     32, ACC_METRIC_QA_F1, 0, 1, 0, 0},
+     32, ACC_METRIC_QA_F1, 0, 1, 0, 0, NULL},
     {"samsum",
      "Summarize the dialogue into a few short sentences. The following are some examples."
      "\n\n{context}\n\n{input}",
-     128, ACC_METRIC_ROUGE_L, 0, 1, 1, 0},
+     128, ACC_METRIC_ROUGE_L, 0, 1, 1, 0, NULL},
     {"passage_count",
      "There are some paragraphs below sourced from Wikipedia. Some of them may be duplicates. "
      "Please carefully read these paragraphs and determine how many unique paragraphs there "
@@ -97,39 +99,40 @@ static const struct longbench_task TASKS[] = {
      "there in total?\n\n{context}\n\nPlease enter the final count of unique paragraphs after "
      "removing duplicates. The output format should only contain the number, such as 1, 2, 3, "
      "and so on.\n\nThe final answer is: ",
-     32, ACC_METRIC_COUNT, 1, 0, 0, 0},
+     32, ACC_METRIC_COUNT, 1, 0, 0, 0, NULL},
     {"passage_retrieval_en",
      "Here are 30 paragraphs from Wikipedia, along with an abstract. Please determine which "
      "paragraph the abstract is from.\n\n{context}\n\nThe following is an abstract.\n\n{input}"
      "\n\nPlease enter the number of the paragraph that the abstract is from. The answer "
      "format must be like \"Paragraph 1\", \"Paragraph 2\", etc.\n\nThe answer is: ",
-     32, ACC_METRIC_RETRIEVAL, 1, 0, 0, 0},
+     32, ACC_METRIC_RETRIEVAL, 1, 0, 0, 0, NULL},
     {"lcc", "Please complete the code given below. \n{context}Next line of code:\n", 64,
-     ACC_METRIC_CODE_SIM, 0, 0, 0, 0},
+     ACC_METRIC_CODE_SIM, 0, 0, 0, 0, NULL},
     {"repobench-p", "Please complete the code given below. \n{context}{input}Next line of code:\n",
-     64, ACC_METRIC_CODE_SIM, 0, 0, 0, 0},
+     64, ACC_METRIC_CODE_SIM, 0, 0, 0, 0, NULL},
     /* synthetic */
     {"passkey",
      "There is an important piece of information hidden inside a lot of irrelevant text. Find "
      "it and memorize it. I will quiz you about the important information there.\n\n{context}"
-     "\n\nWhat is the pass key? The pass key is",
-     32, ACC_METRIC_CONTAINS, 0, 0, 0, 1},
+     "\n\nWhat is the pass key?",
+     32, ACC_METRIC_CONTAINS, 1, 0, 0, 1, " The pass key is"},
     {"niah_multikey",
      "Some special magic numbers are hidden within the following text. Make sure to memorize "
      "it. I will quiz you about the numbers afterwards.\n{context}\nWhat is the special magic "
-     "number for {input} mentioned in the provided text? The special magic number for {input} "
-     "mentioned in the provided text is",
-     128, ACC_METRIC_CONTAINS, 0, 0, 0, 1},
+     "number for {input} mentioned in the provided text?",
+     128, ACC_METRIC_CONTAINS, 1, 0, 0, 1,
+     " The special magic number for {input} mentioned in the provided text is"},
     {"variable_tracking",
      "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
      "{context}\nQuestion: Find all variables that are assigned the value {input} in the text "
-     "above. Answer: According to the chain(s) of variable assignment in the text above, the "
-     "variables assigned the value {input} are:",
-     30, ACC_METRIC_CONTAINS_ALL, 0, 0, 0, 1},
+     "above.",
+     30, ACC_METRIC_CONTAINS_ALL, 1, 0, 0, 1,
+     " Answer: According to the chain(s) of variable assignment in the text above, the "
+     "variables assigned the value {input} are:"},
     {"kv_retrieval",
      "Extract the value corresponding to the specified key in the JSON object below.\n\nJSON "
-     "data:\n{context}\n\nKey: \"{input}\"\nCorresponding value:",
-     64, ACC_METRIC_CONTAINS, 0, 0, 0, 1},
+     "data:\n{context}\n\nKey: \"{input}\"",
+     64, ACC_METRIC_CONTAINS, 1, 0, 0, 1, "\nCorresponding value:"},
 };
 
 size_t longbench_task_count(void)
@@ -220,10 +223,40 @@ char *longbench_fill_template(const char *tmpl, const char *context, const char 
     return out;
 }
 
-char *longbench_build_prompt(const struct longbench_task *task, const struct longbench_sample *s,
-                             char *err, size_t errlen)
+char *longbench_fill_task(const struct longbench_task *task, const char *context, const char *input,
+                          int chat, char *err, size_t errlen)
 {
-    return longbench_fill_template(task->prompt, s->context, s->input, err, errlen);
+    char *p = longbench_fill_template(task->prompt, context, input, err, errlen);
+    char *a = p && task->answer ? longbench_fill_template(task->answer, context, input, err, errlen)
+                                : NULL;
+    if (!p || (task->answer && !a)) {
+        free(p);
+        return NULL;
+    }
+    const enum chat_template c = task->chat ? (enum chat_template)chat : CHAT_NONE;
+    char *q = c != CHAT_NONE ? chat_apply(c, p) : p;
+    if (q != p) free(p);
+    /* under a template the answer opens the model's turn: no blank before it */
+    const char *ans = a ? a : "";
+    while (c != CHAT_NONE && (*ans == ' ' || *ans == '\n'))
+        ans++;
+    const size_t lq = q ? strlen(q) : 0, la = strlen(ans);
+    char *out = q ? malloc(lq + la + 1) : NULL;
+    if (out) {
+        memcpy(out, q, lq);
+        memcpy(out + lq, ans, la + 1);
+    } else {
+        snprintf(err, errlen, "out of memory for a prompt");
+    }
+    free(q);
+    free(a);
+    return out;
+}
+
+char *longbench_build_prompt(const struct longbench_task *task, const struct longbench_sample *s,
+                             int chat, char *err, size_t errlen)
+{
+    return longbench_fill_task(task, s->context, s->input, chat, err, errlen);
 }
 
 double longbench_score_sample(const struct longbench_task *task, const struct longbench_sample *s,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accuracy/chat.h"
 #include "accuracy/longbench.h"
 #include "common.h"
 #include "numeric.h"
@@ -325,7 +326,7 @@ static long long prompt_tokens(struct gen *g, const struct synth_params *p, size
         snprintf(err, errlen, "out of memory building a %zu-byte context", g->len);
         return PULSE_ERR_NOMEM;
     }
-    char *prompt = longbench_fill_template(g->lt->prompt, g->buf, g->input, err, errlen);
+    char *prompt = longbench_fill_task(g->lt, g->buf, g->input, CHAT_NONE, err, errlen);
     if (!prompt) return PULSE_ERR_NOMEM;
     synth_count_fn count = p->count ? p->count : synth_count_bytes4;
     long long t = count(p->count_user, prompt, strlen(prompt));

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accuracy/chat.h"
 #include "accuracy/head_mass.h"
 #include "accuracy/longbench.h"
 #include "accuracy/sparse_attn.h"
@@ -58,11 +59,16 @@ static const char usage[] =
     "  --max-gen N         cap on new tokens (default: the task's)\n"
     "  --prefill-chunk N   prompt tokens per prefill pass (default 256)\n"
     "  --backend B         cpu, cuda or auto (default)\n"
+    "  --chat-template T   auto (default: the model's, gemma or chatml, from its tokenizer's\n"
+    "                      control pieces), none, gemma or chatml; applied to the chat tasks\n"
+    "                      (LongBench's pred.py: not trec, triviaqa, samsum, lsht, lcc,\n"
+    "                      repobench-p)\n"
     "  --out FILE.json     the result; --churn-profile FILE.json the measured churn profile\n"
     "exit: 0 ok, 1 run failed, 2 bad usage, 3 out of memory\n";
 
 struct acc_opts {
     const char *model, *backend, *data, *longbench, *out, *churn_out;
+    int chat; /* enum chat_template, -1: auto (resolved at the session's start) */
     const char *tasks[MAX_LIST];
     int n_tasks;
     long lengths[MAX_LIST], budgets[MAX_LIST];
@@ -134,9 +140,11 @@ static int parse(int argc, char **argv, struct acc_opts *o)
                                          {"prefill-chunk", required_argument, 0, 'C'},
                                          {"out", required_argument, 0, 'o'},
                                          {"churn-profile", required_argument, 0, 'P'},
+                                         {"chat-template", required_argument, 0, 'T'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     *o = (struct acc_opts){.backend = "auto",
+                           .chat = -1,
                            .samples = 10,
                            .calib = 2,
                            .max_length = 16384,
@@ -156,6 +164,12 @@ static int parse(int argc, char **argv, struct acc_opts *o)
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
+        case 'T':
+            if (chat_template_parse(optarg, &o->chat)) {
+                cli_error(CMD, "--chat-template: '%s' is not auto, none, gemma or chatml", optarg);
+                return -1;
+            }
+            break;
         case 'm':
             o->model = optarg;
             break;
@@ -338,7 +352,7 @@ static long count_nonfinite(const float *x, int n)
 static int encode_prompt(struct acc *A, const struct longbench_task *t,
                          const struct longbench_sample *smp, int limit, char *err, size_t errlen)
 {
-    char *prompt = longbench_build_prompt(t, smp, err, errlen);
+    char *prompt = longbench_build_prompt(t, smp, A->o.chat, err, errlen);
     if (!prompt) return -1;
     size_t n = 0, cap = (size_t)A->s.max_tokens * 4;
     int32_t *all = mem_alloc(MEM_HOST, sizeof(int32_t) * cap, "prompt ids");
@@ -751,7 +765,7 @@ static json_t *config_json(const struct acc *A)
         json_array_append_new(pols, json_string(sparse_policy_name(o->policies[i])));
     for (int i = 0; i < o->n_budgets; i++)
         json_array_append_new(buds, json_integer(o->budgets[i]));
-    return json_pack(
+    json_t *cj = json_pack(
         "{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:o,s:I,s:I,s:i,s:I,s:I,s:I,s:f,s:I,s:I}", "model", o->model,
         "arch", A->s.cfg->arch == MODEL_ARCH_GEMMA3 ? "gemma3" : "llama", "backend", A->be->name,
         "data", o->data ? o->data : o->longbench, "tasks", tasks, "lengths", lens, "policies", pols,
@@ -759,6 +773,8 @@ static json_t *config_json(const struct acc *A)
         "block_size", 16, "sink_blocks", (json_int_t)o->sink, "window_blocks",
         (json_int_t)o->window, "mam_budget", (json_int_t)o->mam_budget, "infinigen_frac", o->frac,
         "max_gen_cap", (json_int_t)o->max_gen, "prefill_chunk", (json_int_t)o->chunk);
+    json_object_set_new(cj, "chat_template", json_string(chat_template_name(o->chat)));
+    return cj;
 }
 
 static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
@@ -894,6 +910,7 @@ int cmd_accuracy(int argc, char **argv)
         session_close(&A.s);
         return EXIT_USAGE;
     }
+    if (A.o.chat < 0) A.o.chat = (int)chat_template_detect(A.s.tok); /* auto: the model's */
     if ((rc = load_sets(&A, err, sizeof err)) != PULSE_OK) {
         cli_error(CMD, "%s", err);
         teardown(&A);

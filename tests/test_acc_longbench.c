@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "accuracy/chat.h"
 #include "accuracy/longbench.h"
 #include "common.h"
 #include "testutil.h"
@@ -317,8 +318,8 @@ static void test_scoring(void)
                 0);
     /* qasper: "Yes." normalises to "yes" -> F1 1 with the first answer */
     EXPECT_NEAR(longbench_score_sample(longbench_task_find("qasper"), b, "Yes."), 1.0, 0);
-    char *prompt =
-        longbench_build_prompt(longbench_task_find("multifieldqa_en"), b, err, sizeof err);
+    char *prompt = longbench_build_prompt(longbench_task_find("multifieldqa_en"), b, CHAT_NONE, err,
+                                          sizeof err);
     EXPECT_STR_CONTAINS(prompt, "\n\ndoc\n\n");
     EXPECT_STR_CONTAINS(prompt, "Question: Q\nAnswer:");
     free(prompt);
@@ -326,8 +327,41 @@ static void test_scoring(void)
     longbench_free(NULL);
 }
 
+/* The synthetic tasks' prompts: without a template the question and the answer's opening run
+ * on (the completion text); under one the question ends the user turn and the answer opens the
+ * model's; a non-chat task (trec) is never wrapped; the template names parse. */
+static void test_chat(void)
+{
+    char err[256];
+    const struct longbench_task *pk = longbench_task_find("passkey"),
+                                *tr = longbench_task_find("trec");
+    char *plain = longbench_fill_task(pk, "CTX", "", CHAT_NONE, err, sizeof err);
+    EXPECT(plain && strstr(plain, "CTX\n\nWhat is the pass key? The pass key is") != NULL);
+    char *g = longbench_fill_task(pk, "CTX", "", CHAT_GEMMA, err, sizeof err);
+    EXPECT(g && !strncmp(g, "<start_of_turn>user\nThere is an important", 40));
+    EXPECT(g && strstr(g, "What is the pass key?<end_of_turn>\n<start_of_turn>model\nThe pass "
+                          "key is") != NULL);
+    char *q = longbench_fill_task(pk, "CTX", "", CHAT_CHATML, err, sizeof err);
+    EXPECT(q && strstr(q, "<|im_end|>\n<|im_start|>assistant\nThe pass key is") != NULL);
+    const struct longbench_task *kv = longbench_task_find("kv_retrieval");
+    char *k = longbench_fill_task(kv, "{}", "K1", CHAT_GEMMA, err, sizeof err);
+    EXPECT(k && strstr(k, "Key: \"K1\"<end_of_turn>\n<start_of_turn>model\nCorresponding value:"));
+    char *t1 = longbench_fill_task(tr, "C", "I", CHAT_NONE, err, sizeof err),
+         *t2 = longbench_fill_task(tr, "C", "I", CHAT_GEMMA, err, sizeof err);
+    EXPECT(t1 && t2 && !strcmp(t1, t2));
+    free(plain), free(g), free(q), free(k), free(t1), free(t2);
+    int c;
+    EXPECT(chat_template_parse("auto", &c) == 0 && c == -1);
+    EXPECT(chat_template_parse("gemma", &c) == 0 && c == CHAT_GEMMA);
+    EXPECT(chat_template_parse("chatml", &c) == 0 && c == CHAT_CHATML);
+    EXPECT(chat_template_parse("none", &c) == 0 && c == CHAT_NONE);
+    EXPECT(chat_template_parse("llama", &c) == -1);
+    EXPECT(!strcmp(chat_template_name(CHAT_GEMMA), "gemma"));
+}
+
 int main(void)
 {
+    test_chat();
     test_fields();
     test_malformed();
     test_files();

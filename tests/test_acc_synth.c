@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "accuracy/chat.h"
 #include "accuracy/longbench.h"
 #include "accuracy/synth.h"
 #include "common.h"
@@ -292,7 +293,7 @@ static void test_round_trip(const struct synth_corpus *c, int t, long long targe
         EXPECT(longbench_score_sample(task, s, wrong) < 1.0);
         EXPECT_NEAR(longbench_score_sample(task, s, ""), 0.0, 0);
         /* the length under the default counter: prompt + max_gen fits, within 3% */
-        char *prompt = longbench_build_prompt(task, s, err, sizeof err);
+        char *prompt = longbench_build_prompt(task, s, CHAT_NONE, err, sizeof err);
         long long tokens = synth_count_bytes4(NULL, prompt, strlen(prompt));
         free(prompt);
         EXPECT(tokens + task->max_gen <= target);

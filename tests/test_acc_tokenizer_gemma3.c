@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "accuracy/chat.h"
 #include "accuracy/gguf.h"
 #include "accuracy/tokenizer.h"
 #include "common.h"
@@ -152,6 +153,17 @@ int main(void)
     EXPECT_EQ_INT(info.add_space_prefix, 0);
     EXPECT_EQ_INT(tokenizer_find(t, "<start_of_turn>", 15), 105);
     EXPECT_EQ_INT(tokenizer_find(t, "<0x00>", 6), 238);
+    /* the chat template: detected from the control pieces; its markers become one id each */
+    EXPECT_EQ_INT(chat_template_detect(t), CHAT_GEMMA);
+    char *chat = chat_apply(CHAT_GEMMA, "hi");
+    int32_t ids[32];
+    size_t n = 0;
+    EXPECT(chat && tokenizer_encode(t, chat, strlen(chat), 1, ids, 32, &n) == PULSE_OK);
+    free(chat);
+    /* <bos> <start_of_turn> user \n hi <end_of_turn> \n <start_of_turn> model \n */
+    EXPECT_EQ_INT((int)n, 10);
+    EXPECT(n == 10 && ids[0] == 2 && ids[1] == 105 && ids[7] == 105 &&
+           ids[5] == tokenizer_find(t, "<end_of_turn>", 13));
 
     char line[1 << 16];
     int ln = 0, n_rec = 0, n_pass = 0;

@@ -80,6 +80,8 @@ static const struct bad_case bad[] = {
     {"accuracy --model tiny --data d --lengths 4096,,8192 --tasks passkey",
      "--lengths: '4096,,8192' has an empty element (item 2)", 2},
     {"accuracy --model tiny --data d --lengths 4096, --tasks passkey", "has an empty element", 2},
+    {"accuracy --model tiny --data d --lengths 4096 --tasks passkey --chat-template llama",
+     "--chat-template: 'llama' is not auto, none, gemma or chatml", 2},
     {"accuracy --model tiny --data d --lengths 4096,4096 --tasks passkey",
      "--lengths: '4096' is listed twice", 2},
     {"accuracy --model tiny --data d --lengths 4096 --tasks passkey, --policies full",

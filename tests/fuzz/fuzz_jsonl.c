@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accuracy/chat.h"
 #include "accuracy/longbench.h"
 #include "common.h"
 
@@ -29,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < longbench_count(set); i++) {
         const struct longbench_sample *s = longbench_get(set, i);
         const struct longbench_task *t = longbench_task_at(s->line % longbench_task_count());
-        char *prompt = longbench_build_prompt(t, s, err, sizeof err);
+        char *prompt = longbench_build_prompt(t, s, CHAT_NONE, err, sizeof err);
         if (!prompt || strlen(prompt) < strlen(s->context)) abort();
         free(prompt);
         free(longbench_fill_template(s->context, s->input, s->dataset, err, sizeof err));
