@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "numeric.h"
+
 #define NAMEBUF 80 /* a name quoted in a message: 64 bytes, '?' for unprintable, "..." if cut */
 
 static const char *const VALUE_TYPES[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
@@ -103,10 +105,7 @@ static const char *tensor_name_at(const struct gguf_file *g, uint64_t i)
 
 static uint64_t hash_name(const char *s)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
+    return pulse_fnv1a_bytes(PULSE_FNV_INIT, s, strlen(s));
 }
 
 static int index_init(struct gguf_file *g, struct name_index *ix, uint64_t n)

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "common.h"
+#include "numeric.h"
 
 #define MAX_FILE_BYTES (1u << 20)
 #define MAX_TEXT_BYTES ((size_t)32 << 20)
@@ -95,10 +96,7 @@ void synth_corpus_free(struct synth_corpus *c)
 
 static uint64_t fnv1a(const char *s, size_t n)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h | 1; /* never 0, the empty slot */
+    return pulse_fnv1a_bytes(PULSE_FNV_INIT, s, n) | 1; /* never 0, the empty slot */
 }
 
 /* Inserts h; 1 if it was new, 0 if present, -1 out of memory. */

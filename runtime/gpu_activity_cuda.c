@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "mem.h"
+#include "numeric.h"
 #include "results.h"
 
 #define BUF_BYTES ((size_t)4 << 20)
@@ -56,19 +57,11 @@ struct gpu_activity {
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct gpu_activity *g_active;
 
-static uint64_t fnv(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 /* The names[] slot of symbol sym (found or taken), -1 when the table is full. */
 static int32_t name_slot(struct gpu_activity *a, const char *sym)
 {
     if (!sym) sym = "?";
-    const uint64_t h = fnv(sym);
+    const uint64_t h = pulse_fnv1a_bytes(PULSE_FNV_INIT, sym, strlen(sym));
     for (size_t k = 0; k < NAME_SLOTS; k++) {
         const size_t i = (h + k) % NAME_SLOTS;
         struct kname *e = &a->names[i];

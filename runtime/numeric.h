@@ -66,6 +66,15 @@ static inline size_t bf16_count_nonfinite(const uint16_t *x, size_t n)
     return bad;
 }
 
+/* FNV-1a over n bytes from state h (PULSE_FNV_INIT to start). */
+static inline uint64_t pulse_fnv1a_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
 static inline uint64_t pulse_fnv1a_ids(uint64_t h, const int32_t *ids, size_t n)
 {
     for (size_t i = 0; i < n; i++)
