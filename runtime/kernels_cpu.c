@@ -87,8 +87,21 @@ static struct {
     .done = PTHREAD_COND_INITIALIZER,
 };
 
+/* A child of fork has none of the parent's workers: it starts its own on its first call (a
+ * forked test or driver would otherwise wait forever for workers that are not there). */
+static void pool_after_fork_child(void)
+{
+    pool.started = 0;
+    atomic_store(&pool.pending, 0);
+    pthread_mutex_init(&pool.call_mu, NULL);
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pthread_cond_init(&pool.done, NULL);
+}
+
 static void pool_init(void)
 {
+    pthread_atfork(NULL, NULL, pool_after_fork_child);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int n = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu;
     const char *env = getenv("PULSE_CPU_THREADS");

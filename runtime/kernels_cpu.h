@@ -5,8 +5,9 @@
  *
  * Threads: PULSE_CPU_THREADS if set (1 runs inline), else the online CPU count capped at 16.
  * The pool starts on the first call and lives until the process exits (idle workers poll for
- * ~25 us after a call, then sleep); calls from several threads are serialised. Per-thread
- * scratch (attention scores) grows on first use and is then reused: no allocation per call. */
+ * ~25 us after a call, then sleep); calls from several threads are serialised; a child of fork
+ * starts its own. Per-thread scratch (attention scores) grows on first use and is then reused: no
+ * allocation per call. */
 #ifndef PULSE_KERNELS_CPU_H
 #define PULSE_KERNELS_CPU_H
 
