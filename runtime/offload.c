@@ -366,6 +366,7 @@ static int take_source(struct offload *o, char *err, size_t errlen)
         BAD("offload: the query source was made for another shape (offload_source_shape)");
     o->qs = o->p.source;
     o->st.calibration_s = o->qs->setup_s;
+    offload_prefetch_warm(o);
     return PULSE_OK;
 }
 

@@ -183,6 +183,9 @@ static inline void offload_quiesce(const struct offload *o)
     if (o->pl) offload_planner_wait(o, offload_planner_posted(o));
 }
 
+/* Starts the CPU pool's threads that prefetch_q uses, at create, so that no step starts them
+ * (offload_layer.c). */
+void offload_prefetch_warm(const struct offload *o);
 /* Bytes of the step upload (offload_layer.c). */
 size_t offload_up_bytes(const struct offload *o);
 

@@ -82,6 +82,16 @@ static void prefetch_q(struct offload *o)
     kernels_cpu_parallel(PULSE_MIN(o->n_sparse, 8), prefetch_layers, o);
 }
 
+static void no_work(void *arg, int id, int nth)
+{
+    (void)arg, (void)id, (void)nth;
+}
+
+void offload_prefetch_warm(const struct offload *o)
+{
+    kernels_cpu_parallel(PULSE_MIN(o->n_sparse, 8), no_work, NULL);
+}
+
 /* This step's queries into the upload, batch-major per layer: made in advance, or now. */
 static void take_q(struct offload *o, uint16_t *dst)
 {
