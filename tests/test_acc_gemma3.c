@@ -98,6 +98,10 @@ static void test_passkey(void)
     json_t *r = json_load_file(res, 0, &je);
     EXPECT(r != NULL);
     if (r) {
+        /* auto found Gemma's turn markers: the passkey prompt is in its chat template */
+        EXPECT(!strcmp(
+            json_string_value(json_object_get(json_object_get(r, "config"), "chat_template")),
+            "gemma"));
         json_t *s0 = json_array_get(json_object_get(r, "samples"), 0);
         json_t *runs = json_object_get(s0, "runs");
         EXPECT_EQ_INT(json_array_size(runs), 5);

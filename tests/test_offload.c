@@ -667,6 +667,24 @@ static void test_zc_blocks(void)
     unsetenv("PULSE_ZC_BLOCKS");
 }
 
+/* --recall-cap-fraction F caps the recall at F times the H2D peak the run measured at start:
+ * the config says both, and the engine's cap is their product. */
+static void test_cap_fraction(void)
+{
+    json_t *r = run_json("run --backend cpu --policy arkvale --recall-engine gather-scatter "
+                         "--workload uniform:256:2 --output-len 4 --budget-tokens 32 "
+                         "--recall-cap-fraction 0.25");
+    json_t *cfg = json_object_get(r, "config");
+    const double peak = json_number_value(
+        json_object_get(json_object_get(json_object_get(r, "metrics"), "step"), "h2d_peak_GBps"));
+    const double cap =
+        json_number_value(json_object_get(json_object_get(cfg, "offload"), "recall_cap_gbps"));
+    EXPECT_NEAR(json_number_value(json_object_get(cfg, "recall_cap_fraction")), 0.25, 1e-12);
+    EXPECT(peak > 0);
+    EXPECT_NEAR(cap, 0.25 * peak, 1e-9 * peak);
+    json_decref(r);
+}
+
 static void timed(const char *name, void (*fn)(void))
 {
     double t0 = pulse_now();
@@ -686,5 +704,6 @@ int main(void)
     timed("cli_json", test_cli_json);
     timed("pool_sizing", test_pool_sizing);
     timed("zc_blocks", test_zc_blocks);
+    timed("cap_fraction", test_cap_fraction);
     return tu_finish("test_offload");
 }
