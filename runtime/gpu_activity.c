@@ -71,6 +71,39 @@ uint64_t gpu_interval_cover(const struct gpu_interval *iv, size_t m, uint64_t lo
     return t;
 }
 
+const double gpu_gap_bin_us[GPU_GAP_BINS - 1] = {2, 5, 10, 50, 200};
+
+static int labeled_by_start(const void *a, const void *b)
+{
+    const struct gpu_labeled *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start ? 1 : 0;
+}
+
+uint64_t gpu_gaps(struct gpu_labeled *iv, size_t n, const struct gpu_interval *excl, size_t m,
+                  int n_labels, uint64_t *gap_ns, int64_t *gap_n, uint64_t *hist_ns,
+                  int64_t *hist_n)
+{
+    if (n == 0) return 0;
+    qsort(iv, n, sizeof *iv, labeled_by_start);
+    uint64_t total = 0, end = iv[0].end;
+    int32_t last = iv[0].label; /* the record that ends last so far */
+    for (size_t i = 1; i < n; i++) {
+        if (iv[i].start > end) {
+            const uint64_t g = iv[i].start - end - gpu_interval_cover(excl, m, end, iv[i].start);
+            if (g > 0) {
+                total += g;
+                if (last >= 0 && last < n_labels) gap_ns[last] += g, gap_n[last]++;
+                int b = 0;
+                while (b < GPU_GAP_BINS - 1 && (double)g >= gpu_gap_bin_us[b] * 1e3)
+                    b++;
+                hist_ns[b] += g, hist_n[b]++;
+            }
+        }
+        if (iv[i].end > end) end = iv[i].end, last = iv[i].label;
+    }
+    return total;
+}
+
 int gpu_kernel_is_recall(const char *sym)
 {
     char n[128];

@@ -51,6 +51,26 @@ size_t gpu_interval_merge(struct gpu_interval *iv, size_t n);
 /* Time of [lo, hi) covered by m merged intervals (gpu_interval_merge's). */
 uint64_t gpu_interval_cover(const struct gpu_interval *iv, size_t m, uint64_t lo, uint64_t hi);
 
+/* One record's interval with a label (a kernel name's slot, a copy direction, ...). */
+struct gpu_labeled {
+    uint64_t start, end;
+    int32_t label;
+};
+
+/* Gap sizes of gpu_gaps' histogram: below 2, 5, 10, 50 and 200 us, and the rest. */
+#define GPU_GAP_BINS 6
+extern const double gpu_gap_bin_us[GPU_GAP_BINS - 1];
+
+/* The idle gaps of n labelled records (sorted here in place by start): every stretch between
+ * two records that no record covers, less what the m merged excluded spans cover of it. Each
+ * gap's time and count are added to gap_ns[label] and gap_n[label] of the record that ended
+ * last before it (labels in [0, n_labels); others are not attributed) and to the histogram
+ * hist_ns/hist_n by its size (GPU_GAP_BINS; a gap cut by an excluded span counts what is
+ * left). Returns the gaps' total time. Where the GPU waited, and after what. */
+uint64_t gpu_gaps(struct gpu_labeled *iv, size_t n, const struct gpu_interval *excl, size_t m,
+                  int n_labels, uint64_t *gap_ns, int64_t *gap_n, uint64_t *hist_ns,
+                  int64_t *hist_n);
+
 /* 1 when the kernel symbol is one of the suite's recall kernels (the zero-copy gather, the
  * gather-scatter's scatter). */
 int gpu_kernel_is_recall(const char *sym);

@@ -38,6 +38,10 @@ struct rec { /* one activity record, kept until stop (excluded spans are known o
 };
 
 #define MAX_EXCLUDED 65536
+/* gap labels: kernel name slots, then copies by direction, memsets, kernels without a slot */
+#define LABEL_MEMSET (NAME_SLOTS + DIRS)
+#define LABEL_NONAME (NAME_SLOTS + DIRS + 1)
+#define N_LABELS (NAME_SLOTS + DIRS + 2)
 
 struct gpu_activity {
     pthread_mutex_t mu;
@@ -48,6 +52,9 @@ struct gpu_activity {
     struct gpu_interval *kern, *rk, *ck, *copy, *excl; /* the summary's scratch (all, recall and
                                                           compute kernels, copies); excluded */
     size_t n_excl;
+    struct gpu_labeled *lab; /* every kept record, for the idle gaps */
+    uint64_t gap_ns[N_LABELS];
+    int64_t gap_n[N_LABELS];
     struct kname *names;
     int64_t over_cap, names_full, buffers_refused, cupti_dropped, unknown, excl_over;
     uint64_t t_start, t_stop;
@@ -181,6 +188,7 @@ static void release(struct gpu_activity *a)
     mem_free(MEM_HOST, a->rk, sizeof *a->rk * a->cap);
     mem_free(MEM_HOST, a->ck, sizeof *a->ck * a->cap);
     mem_free(MEM_HOST, a->copy, sizeof *a->copy * a->cap);
+    mem_free(MEM_HOST, a->lab, sizeof *a->lab * a->cap);
     mem_free(MEM_HOST, a->excl, sizeof *a->excl * MAX_EXCLUDED);
     mem_free(MEM_HOST, a->names, sizeof *a->names * NAME_SLOTS);
     pthread_mutex_destroy(&a->mu);
@@ -212,9 +220,10 @@ struct gpu_activity *gpu_activity_start(int max_records, char *err, size_t errle
     a->rk = mem_alloc(MEM_HOST, sizeof *a->rk * a->cap, "gpu activity recall kernels");
     a->ck = mem_alloc(MEM_HOST, sizeof *a->ck * a->cap, "gpu activity compute kernels");
     a->copy = mem_alloc(MEM_HOST, sizeof *a->copy * a->cap, "gpu activity copies");
+    a->lab = mem_alloc(MEM_HOST, sizeof *a->lab * a->cap, "gpu activity gaps");
     a->excl = mem_alloc(MEM_HOST, sizeof *a->excl * MAX_EXCLUDED, "gpu activity excluded");
     a->names = mem_alloc(MEM_HOST, sizeof *a->names * NAME_SLOTS, "gpu activity names");
-    int ok = a->recs && a->kern && a->rk && a->ck && a->copy && a->excl && a->names;
+    int ok = a->recs && a->kern && a->rk && a->ck && a->copy && a->lab && a->excl && a->names;
     for (int i = 0; ok && i < N_BUFS; i++) {
         ok = (a->bufs[i] = mem_alloc(MEM_HOST, BUF_BYTES, "gpu activity buffer")) != NULL;
         a->free_idx[a->n_free++] = i;
@@ -294,6 +303,60 @@ static int by_total(const void *x, const void *y)
     return a->total_ns < b->total_ns ? 1 : a->total_ns > b->total_ns ? -1 : 0;
 }
 
+static int by_gap(const void *x, const void *y)
+{
+    const uint64_t a = **(const uint64_t *const *)x, b = **(const uint64_t *const *)y;
+    return a < b ? 1 : a > b ? -1 : 0;
+}
+
+/* Where the GPU ran nothing at all (no kernel, copy or memset) between the window's first and
+ * last record, by gap size and by the record that ended last before each gap. */
+static json_t *gaps_json(struct gpu_activity *a, size_t nl, size_t n_excl, int top)
+{
+    uint64_t hist_ns[GPU_GAP_BINS] = {0};
+    int64_t hist_n[GPU_GAP_BINS] = {0}, count = 0;
+    memset(a->gap_ns, 0, sizeof a->gap_ns);
+    memset(a->gap_n, 0, sizeof a->gap_n);
+    const uint64_t total =
+        gpu_gaps(a->lab, nl, a->excl, n_excl, N_LABELS, a->gap_ns, a->gap_n, hist_ns, hist_n);
+    json_t *g = json_object(), *h = json_array(), *after = json_array();
+    for (int b = 0; b < GPU_GAP_BINS; b++) {
+        json_t *e = json_object();
+        json_object_set_new(e, "below_us",
+                            b < GPU_GAP_BINS - 1 ? json_real(gpu_gap_bin_us[b]) : json_null());
+        json_object_set_new(e, "count", json_integer(hist_n[b]));
+        results_set_real(e, "total_s", hist_ns[b] * 1e-9);
+        json_array_append_new(h, e);
+        count += hist_n[b];
+    }
+    const uint64_t *order[N_LABELS];
+    int n = 0;
+    for (int i = 0; i < N_LABELS; i++)
+        if (a->gap_n[i]) order[n++] = &a->gap_ns[i];
+    qsort(order, (size_t)n, sizeof order[0], by_gap);
+    for (int i = 0; i < n && i < top; i++) {
+        const int l = (int)(order[i] - a->gap_ns);
+        char name[128];
+        if (l < NAME_SLOTS)
+            gpu_kernel_short_name(a->names[l].sym, name, sizeof name);
+        else if (l < LABEL_MEMSET)
+            snprintf(name, sizeof name, "memcpy %s", dir_names[l - NAME_SLOTS]);
+        else
+            snprintf(name, sizeof name, l == LABEL_MEMSET ? "memset" : "kernel (unnamed)");
+        json_t *e = json_pack("{s:s,s:I}", "name", name, "count", (json_int_t)a->gap_n[l]);
+        results_set_real(e, "total_s", a->gap_ns[l] * 1e-9);
+        results_set_real(e, "mean_us", a->gap_ns[l] * 1e-3 / a->gap_n[l]);
+        json_array_append_new(after, e);
+    }
+    json_object_set_new(g, "source", json_string("stretches inside the window where no kernel, "
+                                                  "copy or memset ran, less excluded spans"));
+    results_set_real(g, "total_s", total * 1e-9);
+    json_object_set_new(g, "count", json_integer(count));
+    json_object_set_new(g, "by_size", h);
+    json_object_set_new(g, "after", after);
+    return g;
+}
+
 static json_t *summary(struct gpu_activity *a, int top, double bin_s)
 {
     /* the records outside the excluded spans (set-up work inside the collection: a prompt fill
@@ -301,7 +364,7 @@ static json_t *summary(struct gpu_activity *a, int top, double bin_s)
     const size_t n_excl = gpu_interval_merge(a->excl, a->n_excl);
     uint64_t bytes[DIRS] = {0}, copy_ns[DIRS] = {0};
     int64_t copies[DIRS] = {0}, memsets = 0, kernels = 0, dropped_excl = 0;
-    size_t nk = 0, nc = 0, nr = 0, ncomp = 0;
+    size_t nk = 0, nc = 0, nr = 0, ncomp = 0, nl = 0;
     for (int i = 0; i < NAME_SLOTS; i++)
         a->names[i].count = 0, a->names[i].total_ns = 0;
     for (size_t i = 0; i < a->n_recs; i++) {
@@ -311,6 +374,11 @@ static json_t *summary(struct gpu_activity *a, int top, double bin_s)
             continue;
         }
         const uint64_t ns = r->end - r->start;
+        a->lab[nl++] = (struct gpu_labeled){
+            r->start, r->end,
+            r->kind == REC_KERNEL   ? (r->name >= 0 ? r->name : LABEL_NONAME)
+            : r->kind == REC_MEMSET ? LABEL_MEMSET
+                                    : NAME_SLOTS + r->dir};
         if (r->kind == REC_KERNEL) {
             kernels++;
             const struct gpu_interval iv = {r->start, r->end};
@@ -431,6 +499,7 @@ static json_t *summary(struct gpu_activity *a, int top, double bin_s)
     }
     json_object_set_new(j, "kernel_names", json_integer(n));
     json_object_set_new(j, "top_kernels", arr);
+    json_object_set_new(j, "idle_gaps", gaps_json(a, nl, n_excl, top));
     return j;
 }
 

@@ -220,7 +220,8 @@ static size_t dev_layout(struct offload *o, char *base)
                            sizeof(uint16_t) * (size_t)o->n_sparse * o->max_batch * o->nq * o->hd));
     o->d_scores = take(&c, 4 * V * o->max_blocks);
     o->d_sel = take(&c, 4 * V * (o->ms + 1));
-    o->d_ctl = take(&c, 4 * o->ctl_ints);
+    for (int i = 0; i < 2; i++)
+        o->d_ctl[i] = take(&c, 4 * o->ctl_ints);
     o->d_att_start = take(&c, 4 * V);
     if (o->device_plan) {
         const size_t VM = V * o->ms, S = (size_t)o->n_sparse;
@@ -232,7 +233,8 @@ static size_t dev_layout(struct offload *o, char *base)
         po->fresh_block = take(&c, 4 * V), po->fresh_slot = take(&c, 4 * V);
         po->fresh_victim = take(&c, 4 * V);
         o->d_totals = take(&c, 8 * S * OFFLOAD_TOTALS);
-        o->d_desc = take(&c, sizeof(struct recall_desc) * VM);
+        for (int i = 0; i < 2; i++)
+            o->d_desc[i] = take(&c, sizeof(struct recall_desc) * VM);
         o->d_own = take(&c, 4 * (size_t)o->max_batch * S * (o->hot_slots + 1));
         o->d_hids = take(&c, 4 * (size_t)o->max_batch * S * o->max_blocks);
     }

@@ -40,8 +40,9 @@
  * attention with the model's real q over the selected pages (head-wise as one virtual entry per
  * KV head), flushes filled tails (tail page into its slot, and into the host pool), and the
  * post-attention piece. With lookahead 1 (InfiniGen style) the selection of layer l+1 is queued
- * at layer l right after its attention, so the recall overlaps layer l's MLP and layer l+1's
- * projections: the same selections (the same query streams). The source's meter sees the same
+ * at the start of layer l, so its recall overlaps all of layer l (projections, attention, MLP)
+ * and layer l+1's projections: the same selections (the same query streams; the digest update
+ * it runs before touches only the always-attended tail block). The source's meter sees the same
  * lists and a hot cache of the same size, so its churn and recall numbers are the runtime's.
  * Host synchronisations made inside offload_step are counted (offload_stats.host_syncs).
  *
@@ -91,7 +92,8 @@ struct offload_params {
     int max_batch, max_tokens;   /* as the engine's and the cache's */
     int64_t max_steps;           /* capacity of the per-step series (later steps are not kept) */
     int lookahead;      /* 0: at each sparse layer select, recall, wait (ArkVale); 1: select layer
-                           l+1 and submit its recall at layer l, wait at l+1 (InfiniGen) */
+                           l+1 and submit its recall at the start of layer l, wait at l+1
+                           (InfiniGen) */
     int device_overlap; /* zero-copy: the gather on a stream of its own, the attention
                            waiting for it on the device (an event: no host round trip), and
                            offload_layer_ready telling whether it is done, so a scheduler runs

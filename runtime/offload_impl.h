@@ -93,7 +93,8 @@ struct offload {
     size_t sel_ints, ctl_ints;
     float *d_scores;      /* [max_batch][n_lists][max_blocks] */
     int32_t *d_sel;       /* [max_batch][n_lists][ms] lists, then [max_batch][n_lists] counts */
-    int32_t *d_ctl;       /* the attended layer's control block */
+    int32_t *d_ctl[2];    /* sparse layer sl's control block in d_ctl[sl & 1]: with lookahead
+                             layer sl + 1's is built before sl's attention reads sl's */
     int32_t *d_att_start; /* [V] v * ms (constant) */
     void *pin;            /* pinned allocation of the above */
     size_t pin_bytes;
@@ -119,7 +120,7 @@ struct offload {
     int64_t *h_totals[2];       /* pinned copies, by parity */
     int64_t *prev_totals;       /* [n_sparse][OFFLOAD_TOTALS] the planner's last seen */
     void *ev_end[2];            /* the step's totals are on the host */
-    struct recall_desc *d_desc; /* [V][ms] the layer's recall */
+    struct recall_desc *d_desc[2]; /* [V][ms] sparse layer sl's recall in d_desc[sl & 1] */
     int32_t *d_own;             /* [max_batch][n_sparse][hot_slots + 1] owned GPU pages */
     int32_t *d_hids;            /* [max_batch][n_sparse][max_blocks] host block ids */
     uint64_t host_dev;          /* device address of the host pool */

@@ -130,6 +130,7 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl)
     po.totals = o->d_totals + (size_t)sl * OFFLOAD_TOTALS;
     o->fn.hot_plan(&o->hpp, &o->hps, &in, &po, o->ctx->stream);
     const size_t V = (size_t)o->max_batch * o->n_lists;
+    int32_t *ctl = o->d_ctl[sl & 1];
     const struct offload_build_args a = {po.status,
                                          po.n_recalls,
                                          po.recall_block,
@@ -157,16 +158,16 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl)
                                          o->page_bytes,
                                          o->head_bytes,
                                          offload_chunk_bytes(o),
-                                         o->d_desc,
-                                         o->d_ctl,
-                                         o->d_ctl + V,
-                                         (struct recall_desc *)(o->d_ctl + offload_ctl_desc_off(o)),
+                                         o->d_desc[sl & 1],
+                                         ctl,
+                                         ctl + V,
+                                         (struct recall_desc *)(ctl + offload_ctl_desc_off(o)),
                                          (unsigned long long *)(po.totals + OFFLOAD_TOT_ATT),
                                          (unsigned long long *)(po.totals + OFFLOAD_TOT_REFUSED)};
     o->fn.build(&a, o->ctx->stream);
     const struct recall_params *rp = recall_get_params(o->rc);
     if (!o->overlap) {
-        o->fn.gather(o->d_desc, (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads,
+        o->fn.gather(o->d_desc[sl & 1], (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads,
                      o->ctx->stream);
         return;
     }
@@ -175,7 +176,7 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl)
     o->be->stream_wait_event(&o->gctx, o->ev_built[sl]);
     const int sp =
         timeline_begin(o->tl, &o->gctx, TIMELINE_RECALL, "gather", 1, o->n_dense + sl, o->st.steps);
-    o->fn.gather(o->d_desc, (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads, o->gctx.stream);
+    o->fn.gather(o->d_desc[sl & 1], (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads, o->gctx.stream);
     timeline_end(o->tl, &o->gctx, sp);
     o->be->event_record(&o->gctx, o->ev_gathered[sl]);
 }
@@ -206,22 +207,23 @@ static void attend(struct offload *o, struct batch *bt, int layer)
 {
     const int sl = offload_sl(o, layer), p = o->st.steps & 1, nv = o->n * o->n_lists;
     const int32_t *ctl = offload_ctl(o, p, sl);
+    int32_t *d_ctl = o->d_ctl[sl & 1];
     const size_t V = (size_t)o->max_batch * o->n_lists, doff = offload_ctl_desc_off(o);
     if (o->overlap) /* the device path's gather, on its stream: a device-side event wait */
         o->be->stream_wait_event(o->ctx, o->ev_gathered[sl]);
     if (!o->device_plan) { /* the planner's control block, once its recall has landed */
         o->be->wait_value(o->ctx, &o->flags[sl], o->seq);
-        o->be->copy_async(o->ctx, o->d_ctl, ctl, sizeof(int32_t) * (size_t)nv);
-        o->be->copy_async(o->ctx, o->d_ctl + V, ctl + V, sizeof(int32_t) * (size_t)nv * o->ms);
+        o->be->copy_async(o->ctx, d_ctl, ctl, sizeof(int32_t) * (size_t)nv);
+        o->be->copy_async(o->ctx, d_ctl + V, ctl + V, sizeof(int32_t) * (size_t)nv * o->ms);
     }
     struct kv_view v = {(uint16_t *)o->gpu_pool,
-                        o->d_ctl + V,
+                        d_ctl + V,
                         o->d_att_start,
                         o->ps,
                         o->nkv / o->n_lists,
                         o->hd,
                         0};
-    o->be->attn_decode(o->ctx, batch_q(bt), &v, o->d_ctl, batch_attn_out(bt), nv,
+    o->be->attn_decode(o->ctx, batch_q(bt), &v, d_ctl, batch_attn_out(bt), nv,
                        o->nq / o->n_lists, o->att_max_tokens, 1.0f / sqrtf((float)o->hd));
     /* entries whose tail block filled this step: the tail page into the tail's slot (the
      * planner's descriptors) and into the host pool */
@@ -239,7 +241,7 @@ static void attend(struct offload *o, struct batch *bt, int layer)
         o->ls[layer].tail_flushes++;
     }
     if (n_desc) {
-        struct recall_desc *d = (struct recall_desc *)(o->d_ctl + doff);
+        struct recall_desc *d = (struct recall_desc *)(d_ctl + doff);
         if (!o->device_plan)
             o->be->copy_async(o->ctx, d, ctl + doff, sizeof(struct recall_desc) * (size_t)n_desc);
         o->fn.scatter(d, n_desc, o->ctx->stream);
@@ -254,12 +256,16 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
                 "offload_layer_issue: layers run in order, each issued once");
     const int64_t s0 = pulse_host_syncs();
     TRACE_PUSH("layer");
+    if (o->p.lookahead) { /* the next sparse layer's selection, before this layer's work */
+        if (layer == 0 && o->n_dense == 0) issue(o, bt, 0);
+        if (layer + 1 >= o->n_dense && layer + 1 < o->n_layers) issue(o, bt, layer + 1);
+    }
     engine_layer_pre(o->eng, bt, o->kv, layer);
     if (layer >= o->n_dense) {
         const struct digest_view dv = digest_view_of(o, offload_sl(o, layer));
         const struct kv_view kv = kv_cache_view(o->kv, batch_page_starts(o->eng, bt, layer));
         o->fn.digest_update(o->ctx, &kv, &dv, o->d_up, o->n, o->sel_head[layer]);
-        if (!o->p.lookahead || layer == 0) issue(o, bt, layer); /* else issued at layer - 1 */
+        if (!o->p.lookahead) issue(o, bt, layer);
     }
     o->issued = 1;
     o->step_syncs += pulse_host_syncs() - s0;
@@ -274,20 +280,15 @@ int offload_layer_ready(const struct offload *o, int layer)
     return (int32_t)(atomic_load_explicit(f, memory_order_acquire) - o->seq) >= 0;
 }
 
-/* The rest: attention (a sparse layer's waits for its recall), tail flush, the next layer's
- * selection when one ahead, post-attention. */
+/* The rest: attention (a sparse layer's waits for its recall), tail flush, post-attention. */
 void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
 {
     PULSE_CHECK(layer == o->next_layer && o->issued, "offload_layer_finish: issue the layer first");
     const int64_t s0 = pulse_host_syncs();
-    const int ahead = o->p.lookahead;
-    if (layer < o->n_dense) {
+    if (layer < o->n_dense)
         engine_run_attention(o->eng, bt, o->kv, layer);
-        if (ahead && layer + 1 == o->n_dense) issue(o, bt, layer + 1);
-    } else {
+    else
         attend(o, bt, layer);
-        if (ahead && layer + 1 < o->n_layers) issue(o, bt, layer + 1);
-    }
     engine_layer_post(o->eng, bt, layer);
     TRACE_POP();
     o->issued = 0;

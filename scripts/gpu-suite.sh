@@ -2,7 +2,7 @@
 # The GPU machine's suite, in one call: build with nvcc (sm_90), every test (each CUDA kernel
 # against its CPU reference; the tiny model on CUDA against the CPU), compute-sanitizer on the
 # decode test, the PyTorch peer, the decode-step benchmark, the main job; a short table last.
-# Stages: any of  test sanitize sanitize-all peer bench run devwait offload pulseinfer recall model accuracy  (default: test sanitize
+# Stages: any of  test sanitize sanitize-all peer bench run devwait offload pulseinfer recall reproduce model accuracy  (default: test sanitize
 # bench run recall; the peer's kept result in experiments/peer/results/ stands in). Results go
 # to $OUT (or out/).
 #   model     copies the carried pieces .model/part* to /tmp/model (the machine takes 64 MiB of
@@ -215,6 +215,21 @@ if has recall; then
             --out "$out/recall_$tag.json" >"$out/recall_$tag.txt" 2>&1
         echo "--- recall-bench with $v"; tail -n 20 "$out/recall_$tag.txt"
     done
+fi
+if has reproduce; then
+    # pulse reproduce (REPRO_SCALE, default quick; REPRO_ONLY) into results/repro, which stays
+    # on the machine between warm calls, so a call cut short by REPRO_TIMEOUT resumes in the
+    # next; then every figure, and the results packed into $out/repro.tgz
+    log reproduce
+    only=()
+    [ -n "${REPRO_ONLY:-}" ] && only=(--only "$REPRO_ONLY")
+    timeout "${REPRO_TIMEOUT:-480}" "$bin" reproduce --"${REPRO_SCALE:-quick}" "${only[@]}" \
+        --out-dir "$root/results/repro" >"$out/reproduce.txt" 2>&1
+    summary+=("reproduce exit $? ($(ls "$root"/results/repro/*/points/*.json 2>/dev/null | wc -l) points)")
+    python3 "$root/plots/figures.py" "$root/results/repro" --out "$root/results/repro/figures" \
+        >"$out/figures.txt" 2>&1
+    summary+=("figures exit $?")
+    tar czf "$out/repro.tgz" -C "$root/results" repro
 fi
 if has model; then
     mkdir -p /tmp/model

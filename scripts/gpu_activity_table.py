@@ -42,6 +42,18 @@ def table(path, top):
         print("   %-44s %8d %10.3f %9.2f %6.1f" % (k["name"][:44], k["count"],
                                                   1e3 * k["total_s"] / steps, k["mean_us"],
                                                   100 * k["share_of_busy"]))
+    g = a.get("idle_gaps")
+    if g:
+        sizes = ", ".join("%s%s: %d (%.3f ms/step)" % (
+            "<" if b["below_us"] is not None else ">=",
+            "%g us" % (b["below_us"] if b["below_us"] is not None else 200), b["count"],
+            1e3 * b["total_s"] / steps) for b in g["by_size"] if b["count"])
+        print("   nothing running: %.3f ms/step in %d gaps (%s)" % (
+            1e3 * g["total_s"] / steps, g["count"], sizes))
+        print("   %-44s %8s %10s %9s" % ("idle after", "gaps", "ms/step", "mean us"))
+        for e in g["after"][:12]:
+            print("   %-44s %8d %10.3f %9.2f" % (e["name"][:44], e["count"],
+                                                 1e3 * e["total_s"] / steps, e["mean_us"]))
 
 
 def main(argv):

@@ -48,6 +48,40 @@ static void test_merge_cover(void)
     EXPECT(!gpu_kernel_is_recall("_ZN12_GLOBAL__N_114rmsnorm_kernelEv"));
 }
 
+static void test_gaps(void)
+{
+    uint64_t ns[4] = {0}, hist_ns[GPU_GAP_BINS] = {0};
+    int64_t cnt[4] = {0}, hist_n[GPU_GAP_BINS] = {0};
+    EXPECT(gpu_gaps(NULL, 0, NULL, 0, 4, ns, cnt, hist_ns, hist_n) == 0);
+    /* times in ns: label 0 [0,1000), label 1 [500,4000) ends last; gap 4000..7000 (3 us)
+     * after label 1; label 2 [7000,8000) and label 0 [7500,7600) nested: the gap after it
+     * 8000..108000 (100 us) is label 2's, not the nested one's; label 3 [108000,109000), then
+     * label 5 (not attributed) and a gap of 1 us after label 3 */
+    struct gpu_labeled iv[] = {{7500, 7600, 0},    {0, 1000, 0},        {108000, 109000, 3},
+                               {500, 4000, 1},     {110000, 110500, 5}, {7000, 8000, 2},
+                               {111500, 112000, 5}};
+    const uint64_t t = gpu_gaps(iv, 7, NULL, 0, 4, ns, cnt, hist_ns, hist_n);
+    EXPECT(t == 3000 + 100000 + 1000 + 1000);
+    EXPECT(ns[1] == 3000 && cnt[1] == 1);
+    EXPECT(ns[2] == 100000 && cnt[2] == 1);
+    EXPECT(ns[0] == 0 && cnt[0] == 0);
+    EXPECT(ns[3] == 1000 && cnt[3] == 1); /* the gap after label 5 is nobody's */
+    EXPECT(iv[0].start == 0);             /* sorted by start */
+    /* the histogram: 1 us, 1 us (< 2 us), 3 us (< 5), 100 us (< 200) */
+    EXPECT(hist_n[0] == 2 && hist_ns[0] == 2000);
+    EXPECT(hist_n[1] == 1 && hist_ns[1] == 3000);
+    EXPECT(hist_n[4] == 1 && hist_ns[4] == 100000);
+    EXPECT(hist_n[2] + hist_n[3] + hist_n[5] == 0);
+    /* an excluded span inside the 100 us gap leaves 40 us of it; one covering a gap drops it */
+    struct gpu_labeled jv[] = {{0, 1000, 0}, {101000, 102000, 1}, {103000, 104000, 2}};
+    struct gpu_interval ex[] = {{20000, 80000}, {102000, 103000}};
+    uint64_t ns2[4] = {0}, h2[GPU_GAP_BINS] = {0};
+    int64_t c2[4] = {0}, hn2[GPU_GAP_BINS] = {0};
+    EXPECT(gpu_gaps(jv, 3, ex, 2, 4, ns2, c2, h2, hn2) == 40000);
+    EXPECT(ns2[0] == 40000 && c2[0] == 1 && ns2[1] == 0 && c2[1] == 0);
+    EXPECT(hn2[3] == 1 && h2[3] == 40000); /* 40 us: below 50 */
+}
+
 static void test_names(void)
 {
     char s[64];
@@ -90,6 +124,7 @@ static void test_refusals(void)
 int main(void)
 {
     test_union();
+    test_gaps();
     test_merge_cover();
     test_names();
     test_refusals();

@@ -230,29 +230,65 @@ static void check_layers(const struct run_out *r, int chunk_bytes)
     }
 }
 
+/* infinigen on cfg and p: the same tokens, recall and churn per sparse layer as arkvale's run
+ * ref (the same selections, made one layer earlier). */
+static void infinigen_same(const struct run_cfg *cfg, const struct offload_params *p,
+                           const struct run_out *ref)
+{
+    struct run_cfg c = *cfg;
+    struct offload_params q = *p;
+    struct run_out ig;
+    c.policy = "infinigen";
+    serve(&c, &q, &ig);
+    EXPECT_EQ_INT(ig.rc, 0);
+    EXPECT_EQ_INT(ig.check_rc, 0);
+    EXPECT_EQ_INT(ig.ctr.step_alloc_calls, 0);
+    EXPECT(same_tokens(&ref->w, &ig.w));
+    EXPECT_EQ_INT(ig.ctr.recall_bytes, ref->ctr.recall_bytes);
+    EXPECT(ref->ctr.recall_bytes > 0);
+    for (int l = p->n_dense; l < 4; l++) {
+        EXPECT_EQ_INT(ig.ls[l].recall_chunks, ref->ls[l].recall_chunks);
+        EXPECT_EQ_INT(ig.ls[l].evictions, ref->ls[l].evictions);
+    }
+    for (int l = 0; l < 4 - p->n_dense; l++) {
+        json_t *lj = json_array_get(json_object_get(ig.counters, "layers"), (size_t)l);
+        json_t *la = json_array_get(json_object_get(ref->counters, "layers"), (size_t)l);
+        EXPECT(lj && la);
+        EXPECT_NEAR(layer_num(lj, "churn", "mean"), layer_num(la, "churn", "mean"), 0);
+    }
+    run_free(&ig);
+}
+
+/* infinigen issues layer l+1's selection before layer l's work, so the device path builds one
+ * layer's control block while the previous one's is still to be read: with every layer sparse
+ * (the first layer issues itself and the next) and one dense layer, on each engine. */
+static void test_lookahead_layers(void)
+{
+    const int dense[] = {0, 1};
+    for (int d = 0; d < 2; d++)
+        for (int eng = 0; eng < RECALL_ENGINES; eng++) {
+            struct offload_params p = defaults();
+            p.budget_tokens = 256;
+            p.n_dense = dense[d];
+            p.engine = (enum recall_engine)eng;
+            struct run_cfg c = {"arkvale", "lengths:1500,900,1300", 14, 3, 16, 0};
+            struct run_out r;
+            serve(&c, &p, &r);
+            EXPECT_EQ_INT(r.rc, 0);
+            EXPECT_EQ_INT(r.check_rc, 0);
+            infinigen_same(&c, &p, &r);
+            run_free(&r);
+        }
+}
+
 static void test_small_budget(void)
 {
     struct offload_params p = defaults();
     p.budget_tokens = 512; /* 32 of ~130 blocks */
     struct run_cfg c = {"arkvale", "lengths:2048,1900,2100,1600", 25, 4, 16, 0};
-    struct run_out r, ig;
+    struct run_out r;
     serve(&c, &p, &r);
-    /* infinigen: the same selections made one layer earlier */
-    c.policy = "infinigen";
-    serve(&c, &p, &ig);
-    EXPECT_EQ_INT(ig.rc, 0);
-    EXPECT_EQ_INT(ig.check_rc, 0);
-    EXPECT_EQ_INT(ig.ctr.step_alloc_calls, 0);
-    EXPECT(same_tokens(&r.w, &ig.w));
-    EXPECT_EQ_INT(ig.ctr.recall_bytes, r.ctr.recall_bytes);
-    for (int l = 2; l < 4; l++) {
-        EXPECT_EQ_INT(ig.ls[l].recall_chunks, r.ls[l].recall_chunks);
-        EXPECT_EQ_INT(ig.ls[l].evictions, r.ls[l].evictions);
-    }
-    json_t *lj = json_array_get(json_object_get(ig.counters, "layers"), 0);
-    json_t *la = json_array_get(json_object_get(r.counters, "layers"), 0);
-    EXPECT_NEAR(layer_num(lj, "churn", "mean"), layer_num(la, "churn", "mean"), 0);
-    run_free(&ig);
+    infinigen_same(&c, &p, &r);
     EXPECT_EQ_INT(r.rc, 0);
     EXPECT_EQ_INT(r.check_rc, 0);
     EXPECT_EQ_INT(r.ctr.step_alloc_calls, 0);
@@ -696,6 +732,7 @@ int main(void)
 {
     timed("equals_vanilla", test_equals_vanilla);
     timed("small_budget", test_small_budget);
+    timed("lookahead_layers", test_lookahead_layers);
     timed("solohead_engines", test_solohead_engines);
     timed("no_host_sync", test_no_host_sync);
     timed("failing_link", test_failing_link);

@@ -2,7 +2,8 @@
  * stop (H2D and D2H copies of known sizes, the zero-copy gather kernel a known number of times,
  * a memset) is found in the summary: the copies' bytes per direction, the kernel by name with
  * its count, a busy time no longer than the window, nothing dropped; work before start is not
- * counted, nor is work inside a span excluded as set-up. Exit 77 without a GPU. */
+ * counted, nor is work inside a span excluded as set-up; a known idle stretch is found after
+ * the kernel before it. Exit 77 without a GPU. */
 #include <cuda_runtime.h>
 #include <string.h>
 
@@ -64,6 +65,11 @@ int main(void)
     EXPECT(ok(cudaMemcpyAsync(d, h, BYTES / 2, cudaMemcpyHostToDevice, st)));
     for (int k = 0; k < GATHERS; k++)
         recall_gather_cuda(dd, N_DESC, 16, 512, st);
+    /* a known idle stretch after the last gather: the GPU waits on the host for 3 ms */
+    EXPECT(ok(cudaStreamSynchronize(st)));
+    const double i0 = pulse_now();
+    while (pulse_now() - i0 < 3e-3) {
+    }
     EXPECT(ok(cudaMemsetAsync(d + BYTES / 2, 1, 4096, st)));
     EXPECT(ok(cudaMemcpyAsync(h, d, BYTES / 4, cudaMemcpyDeviceToHost, st)));
     EXPECT(ok(cudaStreamSynchronize(st)));
@@ -100,6 +106,15 @@ int main(void)
         json_t *k0 = json_array_get(top, 0);
         EXPECT(strcmp(json_string_value(json_object_get(k0, "name")), "gather_kernel<...>") == 0);
         EXPECT_EQ_INT((int)json_integer_value(json_object_get(k0, "count")), GATHERS);
+        /* the idle stretch: at least 3 ms after the gather, in the largest size bin */
+        json_t *g = json_object_get(j, "idle_gaps");
+        EXPECT(num(g, NULL, NULL, "total_s") >= 3e-3 && num(g, NULL, NULL, "total_s") <= win);
+        json_t *g0 = json_array_get(json_object_get(g, "after"), 0);
+        EXPECT(g0 && !strcmp(json_string_value(json_object_get(g0, "name")), "gather_kernel<...>"));
+        EXPECT(num(g0, NULL, NULL, "total_s") >= 3e-3);
+        json_t *sz = json_object_get(g, "by_size");
+        EXPECT_EQ_INT((int)json_array_size(sz), GPU_GAP_BINS);
+        EXPECT(num(json_array_get(sz, GPU_GAP_BINS - 1), NULL, NULL, "count") >= 1);
         json_decref(j);
     }
     /* the gathered data: chunk i is the pool's chunk 7 i mod 64 */
