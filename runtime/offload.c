@@ -169,6 +169,7 @@ static size_t host_layout(struct offload *o, char *base)
         o->ss[p].n_tok = take(&c, 4 * B);
     }
     o->ev_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
+    o->ev_selected = take(&c, sizeof(void *) * (size_t)o->n_sparse);
     o->ev_built = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
     o->ev_gathered = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
     o->items = take(&c, sizeof(struct recall_item) * (size_t)o->max_items);
@@ -219,7 +220,7 @@ static size_t dev_layout(struct offload *o, char *base)
                           (offload_up_bytes(o) -
                            sizeof(uint16_t) * (size_t)o->n_sparse * o->max_batch * o->nq * o->hd));
     o->d_scores = take(&c, 4 * V * o->max_blocks);
-    o->d_sel = take(&c, 4 * V * (o->ms + 1));
+    o->d_sel = take(&c, 4 * (size_t)o->n_sparse * V * (o->ms + 1));
     for (int i = 0; i < 2; i++)
         o->d_ctl[i] = take(&c, 4 * o->ctl_ints);
     o->d_att_start = take(&c, 4 * V);
@@ -293,6 +294,10 @@ static int alloc_dev(struct offload *o)
     }
     for (int i = 0; i < 2 * o->n_sparse; i++)
         o->ev_sel[i] = o->be->event_create();
+    for (int i = 0; i < o->n_sparse; i++)
+        o->ev_selected[i] = o->be->event_create();
+    o->ev_lists = o->be->event_create();
+    if (o->be->ctx_create_urgent(&o->sctx) != PULSE_OK) return PULSE_ERR_OOM;
     if (o->overlap) {
         if (o->be->ctx_create_urgent(&o->gctx) != PULSE_OK) return PULSE_ERR_OOM;
         for (int i = 0; i < o->n_sparse; i++)
@@ -539,11 +544,15 @@ void offload_free(struct offload *o)
     }
     for (int i = 0; i < 2 * o->n_sparse && o->ev_sel; i++)
         o->be->event_destroy(o->ev_sel[i]);
+    for (int i = 0; i < o->n_sparse && o->ev_selected; i++)
+        if (o->ev_selected[i]) o->be->event_destroy(o->ev_selected[i]);
+    if (o->ev_lists) o->be->event_destroy(o->ev_lists);
     for (int i = 0; i < o->n_sparse && o->ev_built; i++) {
         if (o->ev_built[i]) o->be->event_destroy(o->ev_built[i]);
         if (o->ev_gathered[i]) o->be->event_destroy(o->ev_gathered[i]);
     }
     if (o->gctx.stream || o->gctx.blas) o->be->ctx_free(&o->gctx);
+    if (o->sctx.stream || o->sctx.blas) o->be->ctx_free(&o->sctx);
     if (o->pin) mem_free(pin_kind(o), o->pin, o->pin_bytes);
     if (o->fmem) mem_free(MEM_DEVICE, o->fmem, o->fmem_bytes);
     if (o->dmem) mem_free(o->be->mem, o->dmem, o->dmem_bytes);

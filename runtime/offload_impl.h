@@ -75,7 +75,7 @@ struct offload {
     int n;
     struct offload_step_state ss[2];
     int32_t *h_up[2];    /* pinned, by parity: [max_batch] pos, [n_sparse][max_batch] digest row
-                            starts, then (bf16) [n_sparse][max_batch][nq][hd] selection queries */
+                            starts, then (bf16) [n_sparse][n][nq][hd] selection queries of the step's n entries */
     int32_t *d_up;       /* backend copy of the step's h_up */
     uint16_t *d_q;       /* inside d_up: the queries */
     void *ev_up[2];      /* the upload of h_up[p] has been read */
@@ -85,14 +85,20 @@ struct offload {
     int64_t jobs_end[2]; /* planner jobs posted by the end of the last step of that parity */
 
     /* per sparse layer, by parity (pinned where the device reads or writes them) */
-    int32_t *h_sel;  /* [2][n_sparse][sel_ints] lists, then counts (async download) */
+    int32_t *h_sel;  /* [2][n_sparse x sel_ints]: the step's layers' lists and counts, packed
+                        (offload_sel; async download) */
     int32_t *h_ctl;  /* [2][n_sparse][ctl_ints] the planner's control block (att lengths
                         [V], att pages [V][ms], tail-flush descriptors [max_batch][n_lists]) */
     uint32_t *flags; /* [n_sparse] the layer's recall and control block are in place */
     void **ev_sel;   /* [2][n_sparse] the lists are on the host */
+    void **ev_selected; /* [n_sparse] the layer's lists are made (compute stream) */
+    void *ev_lists;     /* the step's last lists download is done (side stream) */
+    struct kctx sctx;   /* the lists' downloads, on a stream of their own: the compute stream
+                           never waits for a copy to the host inside a step */
     size_t sel_ints, ctl_ints;
     float *d_scores;      /* [max_batch][n_lists][max_blocks] */
-    int32_t *d_sel;       /* [max_batch][n_lists][ms] lists, then [max_batch][n_lists] counts */
+    int32_t *d_sel;       /* [n_sparse] per layer: [n][n_lists][ms] lists, then [n][n_lists]
+                             counts, packed at offload_sel_len(n) */
     int32_t *d_ctl[2];    /* sparse layer sl's control block in d_ctl[sl & 1]: with lookahead
                              layer sl + 1's is built before sl's attention reads sl's */
     int32_t *d_att_start; /* [V] v * ms (constant) */
@@ -163,7 +169,8 @@ struct offload {
  * are on the host (ev_sel), feeds the source's meter, plans the hot cache, writes the control
  * block, submits the recall with the layer's flag as its signal (or sets the flag when nothing
  * is missing), and waits for the recall itself (retrying a failed one) so the main thread never
- * does. JOB_PLAN does all of that; JOB_METER only the meter. */
+ * does. JOB_PLAN does all of that; JOB_METER only the meter (the device path); JOB_STEP the
+ * device path's per-layer totals once a step (ev_end). */
 enum { OFFLOAD_JOB_PLAN = 1, OFFLOAD_JOB_METER = 2, OFFLOAD_JOB_STEP = 3 };
 /* Per-layer device totals: hot_plan's four, then attended tokens and refused lists. */
 enum { OFFLOAD_TOT_ATT = 4, OFFLOAD_TOT_REFUSED = 5, OFFLOAD_TOTALS = 6 };
@@ -195,9 +202,22 @@ static inline int32_t *offload_ctl(const struct offload *o, int p, int sl)
 {
     return o->h_ctl + ((size_t)p * o->n_sparse + sl) * o->ctl_ints;
 }
-static inline int32_t *offload_sel(const struct offload *o, int p, int sl)
+/* Ints of one sparse layer's lists ([n][n_lists][ms]) and counts ([n][n_lists]) in a step of n
+ * entries: one copy brings them down; the step's layers lie packed at this stride, on the
+ * device (d_sel: each layer's own, so its download may run behind the next layers) and on the
+ * host (h_sel). */
+static inline size_t offload_sel_len(const struct offload *o, int n)
 {
-    return o->h_sel + ((size_t)p * o->n_sparse + sl) * o->sel_ints;
+    return (size_t)n * o->n_lists * (o->ms + 1);
+}
+/* Lists of parity p and sparse layer sl in a step of n entries (host), and on the device. */
+static inline int32_t *offload_sel(const struct offload *o, int p, int sl, int n)
+{
+    return o->h_sel + (size_t)p * o->n_sparse * o->sel_ints + (size_t)sl * offload_sel_len(o, n);
+}
+static inline int32_t *offload_dsel(const struct offload *o, int sl, int n)
+{
+    return o->d_sel + (size_t)sl * offload_sel_len(o, n);
 }
 /* Offset of the tail-flush descriptors in a control block, in int32 units (32-byte aligned). */
 static inline size_t offload_ctl_desc_off(const struct offload *o)

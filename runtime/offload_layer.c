@@ -4,6 +4,8 @@
  * digest update and selection, the lists' download and an event, then one of two paths.
  * Device-driven (zero-copy): hot-cache planning, descriptors and page lists by kernels, the
  * zero-copy gather, attention; the host sees the lists only for the meter (planner JOB_METER).
+ * Each layer's lists come down in one copy on a stream of their own, which the compute stream
+ * waits for (on the device) only at the step's end.
  * Host-planned (the other engines): the planner thread (offload_plan.c) plans and submits the
  * recall, whose stream sets the layer's flag when the data has landed; the attention waits for
  * the flag: on the device (or, with PULSE_DEVICE_WAIT=0, this thread waits on the host before
@@ -47,10 +49,15 @@ static size_t up_ints(const struct offload *o)
     return mem_aligned(sizeof(int32_t) * n) / sizeof(int32_t);
 }
 
+/* Bytes of a step upload of n entries: the ints, then the queries [n_sparse][n][nq][hd]. */
+static size_t up_bytes(const struct offload *o, int n)
+{
+    return sizeof(int32_t) * up_ints(o) + sizeof(uint16_t) * (size_t)o->n_sparse * n * o->nq * o->hd;
+}
+
 size_t offload_up_bytes(const struct offload *o)
 {
-    return sizeof(int32_t) * up_ints(o) +
-           sizeof(uint16_t) * (size_t)o->n_sparse * o->max_batch * o->nq * o->hd;
+    return up_bytes(o, o->max_batch);
 }
 
 /* ------------------------------------------------------------------ queries */
@@ -92,7 +99,8 @@ void offload_prefetch_warm(const struct offload *o)
     kernels_cpu_parallel(PULSE_MIN(o->n_sparse, 8), no_work, NULL);
 }
 
-/* This step's queries into the upload, batch-major per layer: made in advance, or now. */
+/* This step's queries into the upload, [n_sparse][n][nq][hd] for the step's n entries: made in
+ * advance, or now. */
 static void take_q(struct offload *o, uint16_t *dst)
 {
     const size_t per = (size_t)o->nq * o->hd;
@@ -100,7 +108,7 @@ static void take_q(struct offload *o, uint16_t *dst)
     for (int sl = 0; sl < o->n_sparse; sl++)
         for (int b = 0; b < ss->n; b++) {
             const int u = ss->slot[b] * o->n_sparse + sl;
-            uint16_t *q = dst + ((size_t)sl * o->max_batch + b) * per;
+            uint16_t *q = dst + ((size_t)sl * ss->n + b) * per;
             if (o->q_ready[u])
                 memcpy(q, o->q_next + (size_t)u * per, per * sizeof(uint16_t));
             else
@@ -118,8 +126,9 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl)
     const int B = o->n;
     const size_t lists = (size_t)B * o->n_lists;
     const int32_t *up = o->d_up;
-    const struct hot_plan_in in = {o->d_sel,
-                                   o->d_sel + lists * o->ms,
+    const int32_t *ds = offload_dsel(o, sl, B);
+    const struct hot_plan_in in = {ds,
+                                   ds + lists * o->ms,
                                    up + up_row(o, UP_UBASE) + (size_t)sl * o->max_batch,
                                    up + up_row(o, UP_NB),
                                    up + up_row(o, UP_TNEW),
@@ -181,20 +190,22 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl)
     o->be->event_record(&o->gctx, o->ev_gathered[sl]);
 }
 
-/* Selection of a sparse layer on the compute stream, its lists' download and event, and the
- * planner's job. */
+/* Selection of a sparse layer on the compute stream (the device path: then its plan and
+ * gather), its lists' download on the side stream and event, and the planner's job. */
 static void issue(struct offload *o, struct batch *bt, int layer)
 {
     const int sl = offload_sl(o, layer), p = o->st.steps & 1, B = o->n;
     const size_t lists = (size_t)B * o->n_lists;
     const struct digest_view dv = digest_view_of(o, sl);
-    const uint16_t *q = o->d_q + (size_t)sl * o->max_batch * o->nq * o->hd;
-    o->fn.select_blocks(o->ctx, &o->cfg, q, &dv, batch_len(bt), o->d_scores, o->d_sel,
-                        o->d_sel + lists * o->ms, B, o->sel_head[layer]);
-    int32_t *h = offload_sel(o, p, sl);
-    o->be->copy_async(o->ctx, h, o->d_sel, sizeof(int32_t) * lists * o->ms);
-    o->be->copy_async(o->ctx, h + lists * o->ms, o->d_sel + lists * o->ms, sizeof(int32_t) * lists);
-    o->be->event_record(o->ctx, o->ev_sel[(size_t)p * o->n_sparse + sl]);
+    const uint16_t *q = o->d_q + (size_t)sl * B * o->nq * o->hd;
+    int32_t *ds = offload_dsel(o, sl, B);
+    o->fn.select_blocks(o->ctx, &o->cfg, q, &dv, batch_len(bt), o->d_scores, ds,
+                        ds + lists * o->ms, B, o->sel_head[layer]);
+    o->be->event_record(o->ctx, o->ev_selected[sl]);
+    o->be->stream_wait_event(&o->sctx, o->ev_selected[sl]);
+    o->be->copy_async(&o->sctx, offload_sel(o, p, sl, B), ds,
+                      sizeof(int32_t) * offload_sel_len(o, B));
+    o->be->event_record(&o->sctx, o->ev_sel[(size_t)p * o->n_sparse + sl]);
     offload_planner_post(o, o->device_plan ? OFFLOAD_JOB_METER : OFFLOAD_JOB_PLAN, layer,
                          o->st.steps);
     if (o->device_plan) plan_on_device(o, bt, sl);
@@ -352,7 +363,7 @@ static void stage(struct offload *o, const struct batch_entry *en, int n)
             (double)o->n_sparse * PULSE_CEIL_DIV(ss->n_tok[b], o->ps) * (double)o->dpage_bytes;
     }
     o->att_max_tokens = PULSE_MIN(o->ms * o->ps, max_len);
-    o->be->copy_async(o->ctx, o->d_up, h, offload_up_bytes(o));
+    o->be->copy_async(o->ctx, o->d_up, h, up_bytes(o, n)); /* the rows of n entries */
     o->be->event_record(o->ctx, o->ev_up[p]);
 }
 
@@ -382,6 +393,9 @@ int offload_step_end(struct offload *o, struct batch *bt)
     PULSE_CHECK(o->next_layer == o->n_layers, "offload_step_end: a layer has not run");
     const int64_t s0 = pulse_host_syncs();
     engine_run_head(o->eng, bt);
+    /* the next step's selections overwrite the lists: after their downloads (on the device) */
+    o->be->event_record(&o->sctx, o->ev_lists);
+    o->be->stream_wait_event(o->ctx, o->ev_lists);
     if (o->device_plan) { /* the layers' totals come down once a step, for the counters */
         const int p = o->st.steps & 1;
         o->be->copy_async(o->ctx, o->h_totals[p], o->d_totals,

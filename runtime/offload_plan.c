@@ -190,6 +190,16 @@ static void step_totals(struct offload *o, const struct job *j)
     }
 }
 
+/* The source's meter on sparse layer sl's lists of a step. */
+static void meter(struct offload *o, const struct offload_step_state *ss, int p, int sl)
+{
+    const int32_t *h_sel = offload_sel(o, p, sl, ss->n);
+    const size_t lists = (size_t)ss->n * o->n_lists;
+    int rc = o->qs->meter_add(o->qs->user, o->n_dense + sl, ss->slot, ss->n_tok, h_sel,
+                              h_sel + lists * o->ms, ss->n);
+    PULSE_CHECK(rc == PULSE_OK, "offload: the source's meter refused a selection");
+}
+
 static void run_job(struct offload *o, const struct job *j)
 {
     if (j->kind == OFFLOAD_JOB_STEP) {
@@ -204,12 +214,9 @@ static void run_job(struct offload *o, const struct job *j)
     o->be->event_sync(o->ev_sel[(size_t)p * o->n_sparse + sl]);
     if (trace_on())
         fprintf(stderr, "planner: step %lld layer %d: lists in\n", (long long)j->step, j->layer);
-    const int32_t *h_sel = offload_sel(o, p, sl);
-    const size_t lists = (size_t)ss->n * o->n_lists;
-    int rc = o->qs->meter_add(o->qs->user, j->layer, ss->slot, ss->n_tok, h_sel,
-                              h_sel + lists * o->ms, ss->n);
-    PULSE_CHECK(rc == PULSE_OK, "offload: the source's meter refused a selection");
+    meter(o, ss, p, sl);
     if (j->kind != OFFLOAD_JOB_PLAN) return;
+    const int32_t *h_sel = offload_sel(o, p, sl, ss->n);
     const uint32_t seq = (uint32_t)(j->step + 1);
     const int n_items = plan(o, ss, j->layer, h_sel, offload_ctl(o, p, sl));
     if (n_items > 0) {
