@@ -63,9 +63,9 @@ int offload_policy_step(struct serve_state *s)
     return rc;
 }
 
-void offload_policy_traffic(struct serve_state *s, struct floor_traffic *t)
+void offload_policy_traffic(struct serve_state *s, int ahead, struct floor_traffic *t)
 {
-    offload_last_step_traffic(s->policy_ctx, t);
+    offload_step_traffic(s->policy_ctx, ahead, t);
 }
 
 void offload_policy_release(struct serve_state *s, int slot)

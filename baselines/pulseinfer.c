@@ -67,10 +67,10 @@ struct pulseinfer {
     struct ioaa_request *w;
     enum ioaa_assign *assign;
     int *order, *cls; /* the chosen requests' ids and batches */
-    /* predicted step time of the last decision (0: none) and the measured steps since */
-    double predicted_s, pred_sum, meas_sum;
+    /* the model's step time of the batches of the last two steps (by step parity; 0: none),
+     * and their sums over the steps read back, with the loop's time of those steps */
+    double predicted_s[2], pred_sum, meas_sum;
     int64_t pred_steps;
-    double step_t0;
     /* the normal batch's last two layers' completion (layer l records ev_layer[l & 1]): past
      * its share of normal layers, while a recall is in flight, the scheduler queues another
      * normal layer only once the one before has finished, so that it sees the recall land
@@ -486,13 +486,14 @@ static int pi_step(struct serve_state *s)
     struct pulseinfer *pi = s->policy_ctx;
     struct serve_batch *nb = &s->run[NORMAL], *ob = &s->run[OFFLOAD];
     int rc = PULSE_OK;
-    pi->step_t0 = pulse_now();
-    pi->predicted_s = 0; /* the model's step for the batches this step runs (IOAA only) */
+    double *pred = &pi->predicted_s[pi->steps & 1]; /* the model's step for the batches this
+                                                      step runs (IOAA only) */
+    *pred = 0;
     if (pi->ioaa) {
         int64_t ctx = 0;
         for (int b = 0; b < nb->n_entries; b++)
             ctx += nb->entries[b].pos + 1;
-        pi->predicted_s = ioaa_step_time(pi->ioaa, nb->n_entries, ctx, ob->n_entries, NULL);
+        *pred = ioaa_step_time(pi->ioaa, nb->n_entries, ctx, ob->n_entries, NULL);
     }
     const struct kctx *c = engine_ctx(s->eng);
     if (ob->n_entries && nb->n_entries && pi->irq_on) {
@@ -523,25 +524,26 @@ static int pi_step(struct serve_state *s)
 /* The normal batch's traffic (vanilla's: weights and whole KV) plus the offload batch's
  * (the runtime's); and the measured step against IOAA's prediction (this is called right
  * after the step's tokens were read). */
-static void pi_traffic(struct serve_state *s, struct floor_traffic *t)
+static void pi_traffic(struct serve_state *s, int ahead, struct floor_traffic *t)
 {
     struct pulseinfer *pi = s->policy_ctx;
     const struct model_config *c = engine_model(s->eng)->cfg;
     const double per_layer = (double)model_kv_bytes_per_token(c) / c->n_layers;
-    if (pi->predicted_s > 0) { /* the step just read back, against the model's */
-        pi->meas_sum += pulse_now() - pi->step_t0;
-        pi->pred_sum += pi->predicted_s;
+    const double pred = pi->predicted_s[(pi->steps - 1 - ahead) & 1];
+    if (pred > 0) { /* the step just read back (the loop's time of it), against the model's */
+        pi->meas_sum += s->report_step_s;
+        pi->pred_sum += pred;
         pi->pred_steps++;
     }
     memset(t, 0, sizeof *t);
-    if (s->run[OFFLOAD].n_entries) offload_last_step_traffic(pi->o, t);
+    if (s->run[OFFLOAD].n_entries) offload_step_traffic(pi->o, ahead, t);
     /* each batch runs its own GEMMs: the weights are read once per batch that ran */
     t->weight_bytes = (double)model_step_weight_bytes(c) *
                       ((s->run[OFFLOAD].n_entries > 0) + (s->run[NORMAL].n_entries > 0));
     const struct serve_batch *nb = &s->run[NORMAL];
     for (int b = 0; b < nb->n_entries; b++)
         for (int l = 0; l < c->n_layers; l++) {
-            const int n = nb->entries[b].pos + 1, w = model_layer_window(c, l);
+            const int n = nb->entries[b].pos + 1 - ahead, w = model_layer_window(c, l);
             t->kv_bytes += per_layer * (w > 0 && w < n ? w : n);
         }
 }

@@ -28,7 +28,7 @@ static int vanilla_step(struct serve_state *s)
 }
 
 /* Weights, and every layer's KV of every entry (a sliding-window layer reads its window). */
-static void vanilla_traffic(struct serve_state *s, struct floor_traffic *t)
+static void vanilla_traffic(struct serve_state *s, int ahead, struct floor_traffic *t)
 {
     const struct model_config *c = engine_model(s->eng)->cfg;
     const double per_layer = (double)model_kv_bytes_per_token(c) / c->n_layers;
@@ -36,7 +36,7 @@ static void vanilla_traffic(struct serve_state *s, struct floor_traffic *t)
     for (int k = 0; k < s->n_batches; k++)
         for (int b = 0; b < s->run[k].n_entries; b++)
             for (int l = 0; l < c->n_layers; l++) {
-                const int n = s->run[k].entries[b].pos + 1, w = model_layer_window(c, l);
+                const int n = s->run[k].entries[b].pos + 1 - ahead, w = model_layer_window(c, l);
                 t->kv_bytes += per_layer * (w > 0 && w < n ? w : n);
             }
 }

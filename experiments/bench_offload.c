@@ -84,7 +84,7 @@ int bench_offload_point(struct engine *e, const struct policy *pol,
         be->sync(engine_ctx(e));
         ms[i] = (pulse_now() - t) * 1e3;
         struct floor_traffic tr;
-        offload_last_step_traffic(o, &tr);
+        offload_step_traffic(o, 0, &tr);
         if (i >= warmup) floor_traffic_add(&sum, &tr);
         for (int b = 0; b < batch; b++)
             en[b].pos++; /* the next step's host view (tokens are the device's own) */

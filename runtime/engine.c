@@ -35,8 +35,10 @@ struct batch {
     uint16_t *d_attn; /* [max_batch][nq*hd] attention output: attention -> post-attention */
     int32_t *h_stage; /* host staging of the int arrays, same layout as the device block */
     size_t stage_bytes;
-    int32_t *h_tokens; /* [max_batch], pinned on cuda: the step's tokens come back through it */
-    void *ev_tokens;   /* recorded after their copy; the reader waits on it */
+    int32_t *h_tokens[2]; /* [max_batch] each, pinned on cuda: a step's tokens come back
+                             through one (batch_tokens_queue) */
+    void *ev_tokens[2];   /* recorded after their copy; the reader waits on it */
+    int n_tokens[2];      /* entries when queued */
     void *graph;       /* the captured step, valid for graph_kv and these entries */
     const struct kv_cache *graph_kv;
     int len_on_host; /* h_stage's len row equals d_len (set by batch_set, lost when a step ends) */
@@ -194,9 +196,13 @@ struct batch *batch_create(struct engine *e)
     bt->mem_bytes = mem_aligned(bt->stage_bytes) + mem_aligned(xb) + 2 * mem_aligned(qb);
     bt->mem = mem_alloc(e->be->mem, bt->mem_bytes, "batch");
     bt->h_stage = mem_alloc(MEM_HOST, bt->stage_bytes, "batch stage");
-    bt->h_tokens = mem_alloc(batch_token_kind(e), sizeof(int32_t) * B, "batch tokens");
-    bt->ev_tokens = e->be->event_create();
-    if (!bt->mem || !bt->h_stage || !bt->h_tokens || !bt->ev_tokens) {
+    int ok = bt->mem && bt->h_stage;
+    for (int i = 0; i < 2; i++) {
+        bt->h_tokens[i] = mem_alloc(batch_token_kind(e), sizeof(int32_t) * B, "batch tokens");
+        bt->ev_tokens[i] = e->be->event_create();
+        ok = ok && bt->h_tokens[i] && bt->ev_tokens[i];
+    }
+    if (!ok) {
         batch_free(e, bt);
         return NULL;
     }
@@ -219,8 +225,10 @@ void batch_free(struct engine *e, struct batch *bt)
     if (bt->graph) e->be->graph_destroy(bt->graph);
     mem_free(e->be->mem, bt->mem, bt->mem_bytes);
     mem_free(MEM_HOST, bt->h_stage, bt->stage_bytes);
-    mem_free(batch_token_kind(e), bt->h_tokens, sizeof(int32_t) * (size_t)e->p.max_batch);
-    if (bt->ev_tokens) e->be->event_destroy(bt->ev_tokens);
+    for (int i = 0; i < 2; i++) {
+        mem_free(batch_token_kind(e), bt->h_tokens[i], sizeof(int32_t) * (size_t)e->p.max_batch);
+        if (bt->ev_tokens[i]) e->be->event_destroy(bt->ev_tokens[i]);
+    }
     mem_free(MEM_HOST, bt, sizeof *bt);
 }
 
@@ -257,13 +265,26 @@ void batch_set(struct engine *e, struct batch *bt, const struct kv_cache *kv,
     bt->len_on_host = 1;
 }
 
+void batch_tokens_queue(struct engine *e, struct batch *bt, int i)
+{
+    PULSE_CHECK(i == 0 || i == 1, "batch_tokens_queue: buffer 0 or 1");
+    bt->n_tokens[i] = bt->n;
+    e->be->copy_async(&e->ctx, bt->h_tokens[i], bt->d_tokens, sizeof(int32_t) * (size_t)bt->n);
+    e->be->event_record(&e->ctx, bt->ev_tokens[i]);
+}
+
+int batch_tokens_take(struct engine *e, struct batch *bt, int i, int32_t *out)
+{
+    PULSE_CHECK(i == 0 || i == 1, "batch_tokens_take: buffer 0 or 1");
+    e->be->event_sync(bt->ev_tokens[i]);
+    memcpy(out, bt->h_tokens[i], sizeof(int32_t) * (size_t)bt->n_tokens[i]);
+    return bt->n_tokens[i];
+}
+
 void batch_read_tokens(struct engine *e, struct batch *bt, int32_t *out)
 {
-    const size_t bytes = sizeof(int32_t) * (size_t)bt->n;
-    e->be->copy_async(&e->ctx, bt->h_tokens, bt->d_tokens, bytes);
-    e->be->event_record(&e->ctx, bt->ev_tokens);
-    e->be->event_sync(bt->ev_tokens);
-    memcpy(out, bt->h_tokens, bytes);
+    batch_tokens_queue(e, bt, 0);
+    batch_tokens_take(e, bt, 0, out);
 }
 
 void batch_read_logits(struct engine *e, struct batch *bt, float *out)

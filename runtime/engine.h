@@ -87,6 +87,11 @@ void batch_set_hook(struct batch *bt, const struct engine_layer_hook *hook);
 int batch_size(const struct batch *bt);
 /* Waits for the step and copies the tokens it produced (n entries) into out. */
 void batch_read_tokens(struct engine *e, struct batch *bt, int32_t *out);
+/* The same in two halves, so the next step can be queued in between: queue the copy of the
+ * tokens of the step queued last into host buffer i (0 or 1); take waits for buffer i's copy,
+ * copies its tokens into out and returns how many (the entries when queued). */
+void batch_tokens_queue(struct engine *e, struct batch *bt, int i);
+int batch_tokens_take(struct engine *e, struct batch *bt, int i, int32_t *out);
 
 /* Waits for the step and copies its logits ([n][vocab] fp32) into out (tests, diagnostics). */
 void batch_read_logits(struct engine *e, struct batch *bt, float *out);

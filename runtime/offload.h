@@ -207,10 +207,11 @@ void offload_layer_finish(struct offload *o, struct batch *bt, int layer);
 int offload_step_end(struct offload *o, struct batch *bt);
 
 void offload_get_stats(const struct offload *o, struct offload_stats *out);
-/* What the last step moved (floor.h): weights, the dense layers' KV, the selected pages' KV,
- * the digests selection read, the recalled bytes. Waits for the planner's bookkeeping (call it
- * after the step's tokens were read). */
-void offload_last_step_traffic(const struct offload *o, struct floor_traffic *out);
+/* What a step moved (floor.h): weights, the dense layers' KV, the selected pages' KV, the
+ * digests selection read, the recalled bytes; of the last step (ahead 0) or the one before it
+ * (ahead 1: the next step is already queued). Waits for the planner's bookkeeping of that step
+ * only (call it after the step's tokens were read). */
+void offload_step_traffic(const struct offload *o, int ahead, struct floor_traffic *out);
 /* The params' lookahead (0 or 1). */
 int offload_lookahead(const struct offload *o);
 /* Records the planner's recall rounds (submission to completion, host times) on tl's recall

@@ -427,9 +427,11 @@ int offload_step(struct offload *o, struct batch *bt, const struct batch_entry *
     return offload_step_end(o, bt);
 }
 
-void offload_last_step_traffic(const struct offload *o, struct floor_traffic *out)
+void offload_step_traffic(const struct offload *o, int ahead, struct floor_traffic *out)
 {
-    PULSE_CHECK(o->st.steps > 0, "offload_last_step_traffic: no step yet");
-    offload_quiesce(o);
-    *out = o->traffic[(o->st.steps - 1) & 1];
+    PULSE_CHECK(ahead >= 0 && ahead <= 1 && o->st.steps > ahead,
+                "offload_step_traffic: no such step");
+    const int p = (int)((o->st.steps - 1 - ahead) & 1);
+    if (o->pl) offload_planner_wait(o, o->jobs_end[p]);
+    *out = o->traffic[p];
 }

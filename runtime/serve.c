@@ -81,16 +81,54 @@ void serve_pause_clock(struct serve_state *s, double seconds)
     gpu_activity_exclude_host(now - seconds, now);
 }
 
-/* Records the tokens of one step of batch sb; retires finished requests. Returns how many
+/* A queued step's tokens: for each batch and entry, the request and the index of the token
+ * the step makes (noted when it is queued; recorded when its tokens are read). */
+struct step_note {
+    int n[SERVE_MAX_BATCHES];
+    int *req, *idx; /* [SERVE_MAX_BATCHES][max_batch] */
+};
+
+static void note_step(const struct serve_state *s, struct step_note *sn)
+{
+    for (int k = 0; k < s->n_batches; k++) {
+        const struct serve_batch *sb = &s->run[k];
+        sn->n[k] = sb->n_entries;
+        for (int b = 0; b < sb->n_entries; b++) {
+            sn->req[k * s->max_batch + b] = sb->entry_req[b];
+            sn->idx[k * s->max_batch + b] = s->reqs[sb->entry_req[b]].generated - 1;
+        }
+    }
+}
+
+/* The noted step's tokens of batch k (toks) into their requests, read at time t. */
+static void record_tokens(struct serve_state *s, const struct step_note *sn, int k,
+                          const int32_t *toks, double t)
+{
+    for (int b = 0; b < sn->n[k]; b++) {
+        struct request *r = &s->reqs[sn->req[k * s->max_batch + b]];
+        const int i = sn->idx[k * s->max_batch + b];
+        if (r->tokens) r->tokens[i] = toks[b];
+        if (i == 0) r->first_token_s = t;
+        s->ctr.tokens++;
+    }
+}
+
+/* After a queued step of batch sb: every entry made one more token (counted now, before the
+ * tokens are read: a request's length, not its tokens, ends it). */
+static void count_step(struct serve_state *s, const struct serve_batch *sb)
+{
+    for (int b = 0; b < sb->n_entries; b++)
+        s->reqs[sb->entry_req[b]].generated++;
+}
+
+/* Moves batch sb past its step whose tokens are toks, read at time t: retires the requests
+ * that reached their length; the others' next step starts from their token. Returns how many
  * finished. */
 static int collect(struct serve_state *s, struct serve_batch *sb, const int32_t *toks, double t)
 {
     int finished = 0, keep = 0;
     for (int b = 0; b < sb->n_entries; b++) {
         struct request *r = &s->reqs[sb->entry_req[b]];
-        if (r->tokens) r->tokens[r->generated] = toks[b];
-        if (r->generated++ == 0) r->first_token_s = t;
-        s->ctr.tokens++;
         if (r->generated == r->output_len) {
             r->done_s = t;
             if (s->pol->release) s->pol->release(s, r->slot);
@@ -110,7 +148,7 @@ static int collect(struct serve_state *s, struct serve_batch *sb, const int32_t 
 }
 
 /* Ends every request of a batch whose step failed with its reason (serve_batch.failed); returns
- * how many. */
+ * how many. (fail_batches: of every such batch.) */
 static int fail_batch(struct serve_state *s, struct serve_batch *sb, double t)
 {
     for (int b = 0; b < sb->n_entries; b++) {
@@ -129,8 +167,9 @@ static int fail_batch(struct serve_state *s, struct serve_batch *sb, double t)
     return n;
 }
 
-/* The step's time and traffic into the sums and the caller's series. */
-static void record_step(struct serve_state *s, double step_s)
+/* The step's time and traffic into the sums and the caller's series; ahead: steps queued
+ * after it (the policy's traffic report is of the step before those). */
+static void record_step(struct serve_state *s, double step_s, int ahead)
 {
     struct serve_step st = {step_s, serve_entries(s), {0}, {0, 0, 0, 0}};
     for (int k = 0; k < s->n_batches; k++) {
@@ -138,10 +177,66 @@ static void record_step(struct serve_state *s, double step_s)
         s->ctr.batch_sum[k] += st.batches[k];
         s->ctr.batch_max[k] = PULSE_MAX(s->ctr.batch_max[k], st.batches[k]);
     }
-    if (s->pol->traffic) s->pol->traffic(s, &st.t);
+    s->report_step_s = step_s;
+    if (s->pol->traffic) s->pol->traffic(s, ahead, &st.t);
     s->ctr.step_s_sum += step_s;
     floor_traffic_add(&s->ctr.traffic_sum, &st.t);
     if (s->ctr.steps < s->series_cap) s->series[s->ctr.steps] = st;
+}
+
+/* Every batch whose step failed ends its requests; its queued steps' tokens are dropped
+ * (sn[0], sn[1]). Returns how many requests ended. */
+static int fail_batches(struct serve_state *s, struct step_note *sn)
+{
+    int n = 0;
+    for (int k = 0; k < s->n_batches; k++)
+        if (s->run[k].failed) {
+            n += fail_batch(s, &s->run[k], pulse_now() - s->t0);
+            sn[0].n[k] = sn[1].n[k] = 0;
+        }
+    return n;
+}
+
+/* Queues one step of the running batches (the policy's), then the copies of their tokens into
+ * host buffer buf, counts the step's token for every entry and notes where the tokens go (sn).
+ * *t_call: when the step was called. Returns the policy's status. */
+static int queue_step(struct serve_state *s, struct step_note *sn, int buf, double *t_call)
+{
+    struct mem_stats m0, m1;
+    mem_get_stats(&m0);
+    const int64_t syncs0 = pulse_host_syncs();
+    *t_call = pulse_now();
+    const int rc = s->pol->step(s);
+    const int64_t syncs = pulse_host_syncs() - syncs0;
+    s->ctr.step_host_syncs += syncs;
+    s->ctr.step_host_syncs_max = PULSE_MAX(s->ctr.step_host_syncs_max, syncs);
+    for (int k = 0; k < s->n_batches; k++)
+        if (s->run[k].n_entries) {
+            batch_tokens_queue(s->eng, s->run[k].bt, buf);
+            count_step(s, &s->run[k]);
+        }
+    note_step(s, sn);
+    mem_get_stats(&m1);
+    for (int k = 0; k < MEM_KINDS; k++)
+        s->ctr.step_alloc_calls += (int64_t)(m1.alloc_calls[k] - m0.alloc_calls[k]);
+    return rc;
+}
+
+/* Whether the next step can be queued before the last one's tokens are read: no batch changed
+ * (a failed one), no request ends with the step, none waits, and none arrives before the next
+ * step would end (by the last step's time; never before one was timed). */
+static int can_run_ahead(const struct serve_state *s, double last_step_s)
+{
+    if (!(last_step_s > 0) || s->next_waiting < s->n_arrived || serve_entries(s) == 0) return 0;
+    for (int k = 0; k < s->n_batches; k++)
+        if (s->run[k].dirty) return 0;
+    for (int k = 0; k < s->n_batches; k++)
+        for (int b = 0; b < s->run[k].n_entries; b++) {
+            const struct request *r = &s->reqs[s->run[k].entry_req[b]];
+            if (r->generated >= r->output_len) return 0;
+        }
+    return s->n_arrived == s->n_reqs ||
+           s->reqs[s->n_arrived].arrival_s > pulse_now() - s->t0 + 2 * last_step_s;
 }
 
 static void sleep_until(double t_rel, double t0)
@@ -217,9 +312,22 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
     }
     const size_t toks_bytes = sizeof(int32_t) * (size_t)max_batch * SERVE_MAX_BATCHES;
     int32_t *toks = mem_alloc(MEM_HOST, toks_bytes, "step tokens"); /* [batch][max_batch] */
+    /* the queued steps' notes, by token buffer: request and token index per entry */
+    int *note_mem = mem_alloc(MEM_HOST, 4 * toks_bytes, "step notes");
+    struct step_note sn[2];
+    memset(sn, 0, sizeof sn);
+    for (int i = 0; note_mem && i < 2; i++) {
+        sn[i].req = note_mem + (size_t)(2 * i) * max_batch * SERVE_MAX_BATCHES;
+        sn[i].idx = note_mem + (size_t)(2 * i + 1) * max_batch * SERVE_MAX_BATCHES;
+    }
+    /* PULSE_SERVE_RUN_AHEAD=0: every step's tokens are read before the next is queued */
+    const char *ra = getenv("PULSE_SERVE_RUN_AHEAD");
+    const int run_ahead = !(ra && !strcmp(ra, "0"));
+    int buf = 0;
+    double t_call = 0, t_last_tok = 0, last_step_s = 0;
     int rc = PULSE_OK, done = 0;
     struct progress prog = {.on = 0}; /* a line on a terminal: tokens and tokens/s (progress.h) */
-    if (!ok || !toks) {
+    if (!ok || !toks || !note_mem) {
         snprintf(err, errlen, "out of memory for the serving loop");
         rc = PULSE_ERR_OOM;
         goto out;
@@ -267,45 +375,72 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
             sb->dirty = 0;
             s.ctr.batch_changes++;
         }
-        struct mem_stats m0, m1;
-        mem_get_stats(&m0);
-        const int64_t syncs0 = pulse_host_syncs();
-        const double t_step = pulse_now();
-        rc = pol->step(&s);
-        const int64_t syncs = pulse_host_syncs() - syncs0;
-        s.ctr.step_host_syncs += syncs;
-        s.ctr.step_host_syncs_max = PULSE_MAX(s.ctr.step_host_syncs_max, syncs);
-        int batches_failed = 0; /* their requests end with the error, the others go on */
-        for (int k = 0; rc == PULSE_ERR_IO && k < s.n_batches; k++)
-            if (s.run[k].failed) {
-                done += fail_batch(&s, &s.run[k], pulse_now() - s.t0);
-                batches_failed++;
-            }
-        if (batches_failed) rc = PULSE_OK;
+        rc = queue_step(&s, &sn[buf], buf, &t_call);
+        if (rc == PULSE_ERR_IO) { /* its failed batches' requests ended; the others go on */
+            done += fail_batches(&s, sn);
+            rc = PULSE_OK;
+        }
         if (rc != PULSE_OK) {
             snprintf(err, errlen, "policy %s: step failed (%d)", pol->name, rc);
             goto out;
         }
-        /* every batch with entries stepped: read its tokens, then retire what finished */
-        for (int k = 0; k < s.n_batches; k++)
-            if (s.run[k].n_entries) batch_read_tokens(e, s.run[k].bt, toks + (size_t)k * max_batch);
-        record_step(&s, pulse_now() - t_step);
-        mem_get_stats(&m1);
-        for (int k = 0; k < MEM_KINDS; k++)
-            s.ctr.step_alloc_calls += (int64_t)(m1.alloc_calls[k] - m0.alloc_calls[k]);
-        s.ctr.steps++;
-        const double t_done = pulse_now() - s.t0;
+        /* Run ahead: while the step's end changes no batch (no request ends with it, nothing
+         * waits to be admitted, no arrival is due before the next step would end), the next
+         * step is queued before this one's tokens are read, so the device goes from one step
+         * to the next without waiting for the host. */
+        for (;;) {
+            const int ahead = run_ahead && can_run_ahead(&s, last_step_s);
+            double t_next = 0;
+            if (ahead) {
+                for (int k = 0; k < s.n_batches; k++)
+                    for (int b = 0; b < s.run[k].n_entries; b++)
+                        s.run[k].entries[b].pos++;
+                rc = queue_step(&s, &sn[buf ^ 1], buf ^ 1, &t_next);
+                s.ctr.steps_ahead++;
+                if (rc == PULSE_ERR_IO) { /* a failed batch ends; nothing of it to read */
+                    done += fail_batches(&s, sn);
+                    rc = PULSE_OK;
+                }
+            }
+            /* this step's tokens */
+            struct mem_stats m0, m1;
+            mem_get_stats(&m0);
+            for (int k = 0; k < s.n_batches; k++)
+                if (sn[buf].n[k]) batch_tokens_take(e, s.run[k].bt, buf, toks + (size_t)k * max_batch);
+            const double t_tok = pulse_now();
+            const double step_s = t_tok - PULSE_MAX(t_call, t_last_tok);
+            t_last_tok = t_tok;
+            last_step_s = step_s;
+            const double t_done = t_tok - s.t0;
+            for (int k = 0; k < s.n_batches; k++)
+                if (sn[buf].n[k]) record_tokens(&s, &sn[buf], k, toks + (size_t)k * max_batch, t_done);
+            record_step(&s, step_s, ahead);
+            mem_get_stats(&m1);
+            for (int k = 0; k < MEM_KINDS; k++)
+                s.ctr.step_alloc_calls += (int64_t)(m1.alloc_calls[k] - m0.alloc_calls[k]);
+            s.ctr.steps++;
+            progress_update(&prog, (double)s.ctr.tokens);
+            watchdog_kick();
+            if (!ahead) break;
+            buf ^= 1;
+            t_call = t_next;
+            if (rc != PULSE_OK) {
+                snprintf(err, errlen, "policy %s: step failed (%d)", pol->name, rc);
+                goto out;
+            }
+        }
+        /* retire what finished; the next step starts from the last tokens */
+        const double t_done = t_last_tok - s.t0;
         for (int k = 0; k < s.n_batches; k++)
             if (s.run[k].n_entries)
                 done += collect(&s, &s.run[k], toks + (size_t)k * max_batch, t_done);
-        progress_update(&prog, (double)s.ctr.tokens);
-        watchdog_kick();
     }
 out:
     progress_end(&prog, (double)s.ctr.tokens);
     *wall_s = pulse_now() - s.t0;
     *ctr = s.ctr;
     mem_free(MEM_HOST, toks, toks_bytes);
+    mem_free(MEM_HOST, note_mem, 4 * toks_bytes);
     for (int k = 0; k < s.n_batches; k++) {
         mem_free(MEM_HOST, s.run[k].entry_req, sizeof(int) * max_batch);
         mem_free(MEM_HOST, s.run[k].entries, sizeof(struct batch_entry) * max_batch);

@@ -23,8 +23,9 @@ struct request {
                           when): its batch's step failed (serve_batch.failed's reason) */
 };
 
-/* One decode step as the loop saw it: wall time from the step call to its tokens on the host,
- * the batch, and what the step moved (the policy's traffic report; zeros without one). */
+/* One decode step as the loop saw it: wall time from the step call (or the previous step's
+ * tokens, when later: the step was queued ahead) to its tokens on the host, the batch, and
+ * what the step moved (the policy's traffic report; zeros without one). */
 struct serve_step {
     double step_s;
     int batch;                       /* entries of every running batch */
@@ -34,6 +35,9 @@ struct serve_step {
 
 struct serve_counters {
     int64_t steps, tokens, admitted, batch_changes;
+    /* steps queued before the previous step's tokens were read (the loop runs ahead while a
+     * step's end changes no batch; PULSE_SERVE_RUN_AHEAD=0: never) */
+    int64_t steps_ahead;
     int64_t requests_failed;    /* ended with an error (request.error), the others went on */
     int64_t admission_refusals; /* a waiting request did not fit the KV budget yet */
     int64_t peak_batch, peak_pages_used;
@@ -96,6 +100,7 @@ struct serve_state {
     struct serve_step *series; /* the caller's per-step record (serve_run_series), or NULL */
     int64_t series_cap;
     void *policy_ctx; /* what serve_run_policy was given, of the policy's ctx_kind */
+    double report_step_s; /* the loop's wall time of the step the policy's traffic reports */
     char why[256];    /* a policy's reason when a request can never be admitted ("" = none) */
 };
 
@@ -138,8 +143,10 @@ struct policy {
     /* Optional: frees what the policy holds for the request in cache slot `slot` (called when
      * it finishes, before its KV pages are released). */
     void (*release)(struct serve_state *s, int slot);
-    /* Optional: what the step just run moved (floor.h), called after its tokens were read. */
-    void (*traffic)(struct serve_state *s, struct floor_traffic *out);
+    /* Optional: what a step moved (floor.h), called after its tokens were read: the step queued
+     * last when ahead is 0, the one before it when 1 (the loop queued the next step first;
+     * the entries' positions are then one past the reported step's). */
+    void (*traffic)(struct serve_state *s, int ahead, struct floor_traffic *out);
     int overlapped;        /* its recall overlaps compute: the step floor is max(HBM, PCIe) */
     int needs_ctx;         /* 1: runs only with a policy context (serve_run_policy) */
     int offload_lookahead; /* offload policies: offload_params.lookahead (offload.h) */

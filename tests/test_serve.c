@@ -3,7 +3,10 @@
  * interleaved one by one. Every request decodes exactly the tokens of the plain vanilla loop
  * (one batch); the loop reads each batch's tokens and retires each batch's finished requests on
  * its own (odd lengths make them finish at different steps, and a small max batch makes the
- * later requests join released slots). On the cpu backend. */
+ * later requests join released slots). The loop runs ahead (queues the next step before
+ * reading a step's tokens) exactly where no batch changes, with the same tokens and times that
+ * come in order as with PULSE_SERVE_RUN_AHEAD=0. On the cpu backend. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
@@ -101,6 +104,37 @@ int main(void)
     for (int i = 1; i < one.n; i++)
         differ |= memcmp(one.reqs[0].tokens, one.reqs[i].tokens, sizeof(int32_t) * one.output_len);
     EXPECT(differ);
+    /* run ahead: 2 requests of 9 tokens in one batch: steps 3..9 are queued before the step
+     * before them is read (step 1 has no time yet, step 2 is the first after one); the
+     * 7 requests through 4 slots: ahead wherever no request ends or joins, and never with
+     * PULSE_SERVE_RUN_AHEAD=0, with the same tokens */
+    struct workload a, b;
+    struct serve_counters ca, cb;
+    EXPECT_EQ_INT(serve(policy_find("vanilla"), "lengths:100,80", 4, &a, &ca), 0);
+    EXPECT_EQ_INT(ca.steps, 9);
+    EXPECT_EQ_INT(ca.steps_ahead, 7);
+    workload_free(&a);
+    EXPECT(c1.steps_ahead > 0 && c1.steps_ahead < c1.steps - 2);
+    EXPECT(c2.steps_ahead > 0);
+    setenv("PULSE_SERVE_RUN_AHEAD", "0", 1);
+    EXPECT_EQ_INT(serve(policy_find("vanilla"), spec, 4, &b, &cb), 0);
+    unsetenv("PULSE_SERVE_RUN_AHEAD");
+    EXPECT_EQ_INT(cb.steps_ahead, 0);
+    EXPECT_EQ_INT(cb.steps, c1.steps);
+    EXPECT_EQ_INT(cb.tokens, c1.tokens);
+    int same_ra = 0, times_ok = 0;
+    for (int i = 0; i < one.n; i++) {
+        const struct request *r = &one.reqs[i];
+        same_ra += !memcmp(r->tokens, b.reqs[i].tokens, sizeof(int32_t) * one.output_len);
+        times_ok += r->admit_s >= 0 && r->first_token_s >= r->admit_s &&
+                    r->done_s >= r->first_token_s && r->generated == r->output_len;
+    }
+    EXPECT_EQ_INT(same_ra, one.n);
+    EXPECT_EQ_INT(times_ok, one.n);
+    fprintf(stderr, "run ahead: %lld of %lld steps queued ahead (two batches: %lld of %lld)\n",
+            (long long)c1.steps_ahead, (long long)c1.steps, (long long)c2.steps_ahead,
+            (long long)c2.steps);
+    workload_free(&b);
     workload_free(&one);
     workload_free(&two);
     return tu_finish("test_serve");
