@@ -9,6 +9,7 @@ const struct policy policy_arkvale = {
     .step = offload_policy_step,
     .release = offload_policy_release,
     .traffic = offload_policy_traffic,
+    .finish = offload_policy_finish,
     .overlapped = 0,
     .needs_ctx = 1,
     .ctx_kind = POLICY_CTX_OFFLOAD,

@@ -10,6 +10,7 @@ const struct policy policy_infinigen = {
     .step = offload_policy_step,
     .release = offload_policy_release,
     .traffic = offload_policy_traffic,
+    .finish = offload_policy_finish,
     .overlapped = 1,
     .needs_ctx = 1,
     .ctx_kind = POLICY_CTX_OFFLOAD,

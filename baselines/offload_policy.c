@@ -55,12 +55,16 @@ int offload_policy_step(struct serve_state *s)
     if (rc == PULSE_ERR_IO) { /* a recall failed every attempt: the loop ends the batch */
         s->run[0].failed = offload_clear_failure(o);
     }
+    return rc;
+}
+
+void offload_policy_finish(struct serve_state *s)
+{
     struct offload_stats st;
-    offload_get_stats(o, &st);
+    offload_get_stats(s->policy_ctx, &st);
     s->ctr.recall_bytes = st.recall_bytes;
     s->ctr.recall_chunks = st.recall_chunks;
     s->ctr.recall_stalls = st.stalls;
-    return rc;
 }
 
 void offload_policy_traffic(struct serve_state *s, int ahead, struct floor_traffic *t)

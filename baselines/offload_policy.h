@@ -16,6 +16,8 @@ int offload_policy_admit(struct serve_state *s);
 /* PULSE_OK, or the step's failure; the recall counters go into s->ctr. */
 int offload_policy_step(struct serve_state *s);
 void offload_policy_release(struct serve_state *s, int slot);
+/* The runtime's recall totals into the loop's counters, once, after the last step. */
+void offload_policy_finish(struct serve_state *s);
 /* offload_step_traffic of the policy context. */
 void offload_policy_traffic(struct serve_state *s, int ahead, struct floor_traffic *t);
 

@@ -472,8 +472,10 @@ static int step_irq(struct serve_state *s, struct pulseinfer *pi)
     return offload_step_end(pi->o, ob->bt);
 }
 
-static void sync_counters(struct serve_state *s, struct pulseinfer *pi)
+/* The runtime's recall totals into the loop's counters, once, after the last step. */
+static void pi_finish(struct serve_state *s)
 {
+    struct pulseinfer *pi = s->policy_ctx;
     struct offload_stats st;
     offload_get_stats(pi->o, &st);
     s->ctr.recall_bytes = st.recall_bytes;
@@ -517,7 +519,6 @@ static int pi_step(struct serve_state *s)
         ob->failed = offload_clear_failure(pi->o);
     }
     pi->steps++;
-    sync_counters(s, pi);
     return rc;
 }
 
@@ -609,6 +610,7 @@ const struct policy policy_pulseinfer = {
     .step = pi_step,
     .release = pi_release,
     .traffic = pi_traffic,
+    .finish = pi_finish,
     .overlapped = 1,
     .needs_ctx = 1,
     .ctx_kind = POLICY_CTX_OFFLOAD,

@@ -65,6 +65,7 @@
 #define OFFLOAD_MAX_LAYERS 256
 
 enum offload_selection { OFFLOAD_HEADWISE = 0, OFFLOAD_SOLOHEAD = 1 };
+#define OFFLOAD_HOST_PHASES 5
 enum offload_prompt_kv {
     OFFLOAD_KV_LOCALITY = 0,
     OFFLOAD_KV_SYNTHETIC = 1,
@@ -126,6 +127,12 @@ struct offload_stats {
     /* host synchronisations the main thread made inside offload_step (summed; the last step's):
      * 0 when the step is free of host round trips (verify_steps' checks are not counted) */
     int64_t host_syncs, last_step_host_syncs;
+    /* host time of the steps' upload staging and of the next steps' queries, summed; and of
+     * queuing the layers' pieces: pre-attention and digest update, selection with its
+     * download and job, the device plan and gather, attention with tail flushes,
+     * post-attention (OFFLOAD_HOST_PHASES, in that order) */
+    double stage_s, prefetch_s;
+    double host_phase_s[OFFLOAD_HOST_PHASES];
     /* set-up (counters' "setup" object; prompt_fill_s above is the prompt KV's time) */
     double pin_s;         /* allocating and pinning the host pool */
     double calibration_s; /* creating the query source (its calibration: its setup_s) */

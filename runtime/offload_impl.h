@@ -110,6 +110,9 @@ struct offload {
     int issued;                      /* next_layer has been issued (offload_layer_issue) */
     int64_t step_syncs;              /* host synchronisations of the last step (main thread) */
     int64_t host_syncs;              /* summed over steps */
+    double stage_s, prefetch_s;      /* host time staging the steps' uploads and making the
+                                        next steps' queries (prefetch_q), summed */
+    double host_phase_s[OFFLOAD_HOST_PHASES]; /* host time queuing the layers' pieces */
 
     /* The device-driven path (engine zero-copy): the selection's lists feed hot_plan on the
      * device, offload_build turns its plan into descriptors and page lists, the zero-copy
@@ -172,6 +175,17 @@ struct offload {
  * does. JOB_PLAN does all of that; JOB_METER only the meter (the device path); JOB_STEP the
  * device path's per-layer totals once a step (ev_end). */
 enum { OFFLOAD_JOB_PLAN = 1, OFFLOAD_JOB_METER = 2, OFFLOAD_JOB_STEP = 3 };
+/* Where the host's time queuing a step's layers goes (offload_stats.host_phase_s). */
+enum { OFFLOAD_HOST_PRE, OFFLOAD_HOST_SELECT, OFFLOAD_HOST_PLAN, OFFLOAD_HOST_ATTEND,
+       OFFLOAD_HOST_POST };
+/* Adds the time since *t to phase ph of the host's queuing time and restarts *t. */
+static inline void offload_host_lap(struct offload *o, int ph, double *t)
+{
+    const double now = pulse_now();
+    o->host_phase_s[ph] += now - *t;
+    *t = now;
+}
+
 /* Per-layer device totals: hot_plan's four, then attended tokens and refused lists. */
 enum { OFFLOAD_TOT_ATT = 4, OFFLOAD_TOT_REFUSED = 5, OFFLOAD_TOTALS = 6 };
 int offload_planner_start(struct offload *o);
@@ -185,10 +199,11 @@ int64_t offload_planner_posted(const struct offload *o);
 int offload_planner_wait(const struct offload *o, int64_t jobs);
 
 /* Waits until the planner has done every job posted (outside steps: admission, release,
- * counters, checks). */
+ * counters, checks): a host synchronisation when it has to wait (inside a step the counters
+ * show it). */
 static inline void offload_quiesce(const struct offload *o)
 {
-    if (o->pl) offload_planner_wait(o, offload_planner_posted(o));
+    if (o->pl && offload_planner_wait(o, offload_planner_posted(o))) pulse_host_sync_note();
 }
 
 /* Starts the CPU pool's threads that prefetch_q uses, at create, so that no step starts them

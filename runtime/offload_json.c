@@ -19,6 +19,10 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out)
     offload_quiesce(o);
     *out = o->st;
     out->host_syncs = o->host_syncs;
+    out->stage_s = o->stage_s;
+    for (int i = 0; i < OFFLOAD_HOST_PHASES; i++)
+        out->host_phase_s[i] = o->host_phase_s[i];
+    out->prefetch_s = o->prefetch_s;
     out->last_step_host_syncs = o->step_syncs;
     out->recall_bytes = out->recall_chunks = out->recalls = out->stalls = 0;
     out->recall_wait_s = 0;
@@ -241,6 +245,14 @@ json_t *offload_counters_json(const struct offload *o)
         json_object_set_new(j, "recall_faults_injected",
                             json_integer(recall_fault_injected(&o->fault)));
     json_object_set_new(j, "last_step_host_syncs", json_integer(st.last_step_host_syncs));
+    results_set_real(j, "host_stage_s", st.stage_s);
+    results_set_real(j, "host_prefetch_s", st.prefetch_s);
+    static const char *const phase[OFFLOAD_HOST_PHASES] = {"pre_attention", "select",
+                                                           "device_plan", "attend", "post"};
+    json_t *hq = json_object();
+    for (int i = 0; i < OFFLOAD_HOST_PHASES; i++)
+        results_set_real(hq, phase[i], st.host_phase_s[i]);
+    json_object_set_new(j, "host_queue_s", hq);
     /* where a sparse layer waits for its recall (common.h, pulse_device_wait) */
     json_object_set_new(j, "recall_wait_on",
                         json_string(o->be->mem != MEM_DEVICE ? "cpu stream (the thread)"

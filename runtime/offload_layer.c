@@ -196,6 +196,7 @@ static void issue(struct offload *o, struct batch *bt, int layer)
 {
     const int sl = offload_sl(o, layer), p = o->st.steps & 1, B = o->n;
     const size_t lists = (size_t)B * o->n_lists;
+    double t = pulse_now();
     const struct digest_view dv = digest_view_of(o, sl);
     const uint16_t *q = o->d_q + (size_t)sl * B * o->nq * o->hd;
     int32_t *ds = offload_dsel(o, sl, B);
@@ -208,7 +209,9 @@ static void issue(struct offload *o, struct batch *bt, int layer)
     o->be->event_record(&o->sctx, o->ev_sel[(size_t)p * o->n_sparse + sl]);
     offload_planner_post(o, o->device_plan ? OFFLOAD_JOB_METER : OFFLOAD_JOB_PLAN, layer,
                          o->st.steps);
+    offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
     if (o->device_plan) plan_on_device(o, bt, sl);
+    offload_host_lap(o, OFFLOAD_HOST_PLAN, &t);
 }
 
 /* Attention with the model's q over the planned pages (waited for on the device): one entry per
@@ -271,13 +274,15 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
         if (layer == 0 && o->n_dense == 0) issue(o, bt, 0);
         if (layer + 1 >= o->n_dense && layer + 1 < o->n_layers) issue(o, bt, layer + 1);
     }
+    double t = pulse_now();
     engine_layer_pre(o->eng, bt, o->kv, layer);
     if (layer >= o->n_dense) {
         const struct digest_view dv = digest_view_of(o, offload_sl(o, layer));
         const struct kv_view kv = kv_cache_view(o->kv, batch_page_starts(o->eng, bt, layer));
         o->fn.digest_update(o->ctx, &kv, &dv, o->d_up, o->n, o->sel_head[layer]);
-        if (!o->p.lookahead) issue(o, bt, layer);
     }
+    offload_host_lap(o, OFFLOAD_HOST_PRE, &t);
+    if (layer >= o->n_dense && !o->p.lookahead) issue(o, bt, layer);
     o->issued = 1;
     o->step_syncs += pulse_host_syncs() - s0;
 }
@@ -296,11 +301,14 @@ void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
 {
     PULSE_CHECK(layer == o->next_layer && o->issued, "offload_layer_finish: issue the layer first");
     const int64_t s0 = pulse_host_syncs();
+    double t = pulse_now();
     if (layer < o->n_dense)
         engine_run_attention(o->eng, bt, o->kv, layer);
     else
         attend(o, bt, layer);
+    offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
     engine_layer_post(o->eng, bt, layer);
+    offload_host_lap(o, OFFLOAD_HOST_POST, &t);
     TRACE_POP();
     o->issued = 0;
     o->next_layer++;
@@ -376,7 +384,9 @@ void offload_step_begin(struct offload *o, struct batch *bt, const struct batch_
     TRACE_PUSH("offload step");
     o->n = n;
     o->seq = (uint32_t)(o->st.steps + 1);
+    const double t0 = pulse_now();
     stage(o, en, n);
+    o->stage_s += pulse_now() - t0;
     engine_run_embed(o->eng, bt);
     o->next_layer = 0;
     o->step_syncs = pulse_host_syncs() - s0;
@@ -404,7 +414,9 @@ int offload_step_end(struct offload *o, struct batch *bt)
         offload_planner_post(o, OFFLOAD_JOB_STEP, -1, o->st.steps);
     }
     o->jobs_end[o->st.steps & 1] = offload_planner_posted(o);
+    const double t0 = pulse_now();
     prefetch_q(o); /* while the device runs the step */
+    o->prefetch_s += pulse_now() - t0;
     o->st.steps++;
     o->next_layer = -1;
     TRACE_POP();

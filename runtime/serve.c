@@ -207,6 +207,7 @@ static int queue_step(struct serve_state *s, struct step_note *sn, int buf, doub
     const int64_t syncs0 = pulse_host_syncs();
     *t_call = pulse_now();
     const int rc = s->pol->step(s);
+    s->ctr.host_queue_s += pulse_now() - *t_call;
     const int64_t syncs = pulse_host_syncs() - syncs0;
     s->ctr.step_host_syncs += syncs;
     s->ctr.step_host_syncs_max = PULSE_MAX(s->ctr.step_host_syncs_max, syncs);
@@ -405,9 +406,11 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
             /* this step's tokens */
             struct mem_stats m0, m1;
             mem_get_stats(&m0);
+            const double t_wait = pulse_now();
             for (int k = 0; k < s.n_batches; k++)
                 if (sn[buf].n[k]) batch_tokens_take(e, s.run[k].bt, buf, toks + (size_t)k * max_batch);
             const double t_tok = pulse_now();
+            s.ctr.host_wait_s += t_tok - t_wait;
             const double step_s = t_tok - PULSE_MAX(t_call, t_last_tok);
             t_last_tok = t_tok;
             last_step_s = step_s;
@@ -436,6 +439,7 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
                 done += collect(&s, &s.run[k], toks + (size_t)k * max_batch, t_done);
     }
 out:
+    if (pol->finish && s.policy_ctx) pol->finish(&s);
     progress_end(&prog, (double)s.ctr.tokens);
     *wall_s = pulse_now() - s.t0;
     *ctr = s.ctr;

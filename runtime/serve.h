@@ -38,6 +38,9 @@ struct serve_counters {
     /* steps queued before the previous step's tokens were read (the loop runs ahead while a
      * step's end changes no batch; PULSE_SERVE_RUN_AHEAD=0: never) */
     int64_t steps_ahead;
+    /* host time in the policy's step calls (queuing the steps) and waiting for their tokens,
+     * summed: queuing close to the steps' time means the host sets the pace */
+    double host_queue_s, host_wait_s;
     int64_t requests_failed;    /* ended with an error (request.error), the others went on */
     int64_t admission_refusals; /* a waiting request did not fit the KV budget yet */
     int64_t peak_batch, peak_pages_used;
@@ -147,6 +150,10 @@ struct policy {
      * last when ahead is 0, the one before it when 1 (the loop queued the next step first;
      * the entries' positions are then one past the reported step's). */
     void (*traffic)(struct serve_state *s, int ahead, struct floor_traffic *out);
+    /* Optional: called once after the last step (or a failure): the policy's final counters
+     * into s->ctr (e.g. the offload runtime's recall totals, read once, not after every step:
+     * reading them waits for the runtime's bookkeeping, a host round trip). */
+    void (*finish)(struct serve_state *s);
     int overlapped;        /* its recall overlaps compute: the step floor is max(HBM, PCIe) */
     int needs_ctx;         /* 1: runs only with a policy context (serve_run_policy) */
     int offload_lookahead; /* offload policies: offload_params.lookahead (offload.h) */
