@@ -58,7 +58,10 @@ struct scale_cfg {
     int out_len;            /* output tokens per request */
     double kv_gb;           /* the 80 GB card's GPU KV */
     const char *lengths[4]; /* e2e workloads, NULL-ended */
-    const char *mid;        /* the one workload of ablation, capacity, bandwidth, util */
+    const char *mid;        /* the one workload of capacity, bandwidth, util */
+    /* the ablation's: lengths spread around the threshold of its fixed admission, so that the
+     * two batches, IRQ and IOAA each have both kinds of request to work on */
+    const char *ablation_wl, *ablation_fixed;
     const char *ratio_wl;   /* the 1 : 8 point's workload, its GPU KV and host pool */
     double ratio_kv_gb, ratio_pool_gb;
     double capacity_gb[4]; /* 0-ended */
@@ -78,6 +81,8 @@ static const struct scale_cfg scales[SCALES] = {
               .kv_gb = 0.25,
               .lengths = {"uniform:256:6", "uniform:512:4", NULL},
               .mid = "random:200:700:6",
+              .ablation_wl = "random:200:700:6",
+              .ablation_fixed = "fixed:450",
               .ratio_wl = "uniform:600:6",
               .ratio_kv_gb = 0.002,
               .ratio_pool_gb = 0.05,
@@ -98,6 +103,8 @@ static const struct scale_cfg scales[SCALES] = {
                .kv_gb = 45,
                .lengths = {"uniform:16384:32", "uniform:32768:24", NULL},
                .mid = "uniform:32768:24",
+               .ablation_wl = "random:8192:57344:24",
+               .ablation_fixed = "fixed:32768",
                .ratio_wl = "uniform:65536:16",
                .ratio_kv_gb = 12,
                .ratio_pool_gb = 96,
@@ -114,6 +121,8 @@ static const struct scale_cfg scales[SCALES] = {
               .kv_gb = 45,
               .lengths = {"uniform:16384:32", "uniform:32768:24", "uniform:65536:12", NULL},
               .mid = "uniform:32768:24",
+              .ablation_wl = "random:8192:57344:48",
+              .ablation_fixed = "fixed:32768",
               .ratio_wl = "uniform:65536:16",
               .ratio_kv_gb = 12,
               .ratio_pool_gb = 96,
@@ -231,10 +240,10 @@ static json_t *g_util(const struct scale_cfg *s, const char *dir)
 static json_t *g_ablation(const struct scale_cfg *s, const char *dir)
 {
     json_t *b = base(s, s->kv_gb);
-    json_object_set_new(b, "--workload", json_string(s->mid));
+    json_object_set_new(b, "--workload", json_string(s->ablation_wl));
     char fixed[160], irq[160];
-    snprintf(fixed, sizeof fixed, "--no-irq --admission %s", s->fixed[0]);
-    snprintf(irq, sizeof irq, "--admission %s", s->fixed[0]);
+    snprintf(fixed, sizeof fixed, "--no-irq --admission %s", s->ablation_fixed);
+    snprintf(irq, sizeof irq, "--admission %s", s->ablation_fixed);
     json_t *v = json_pack(
         "[o,o,o,o,o,o]",
         variant(s, "1-arkvale", "arkvale", "--selection headwise --recall-engine per-block"),

@@ -48,7 +48,8 @@ struct gpu_activity {
     uint8_t *bufs[N_BUFS];
     int free_idx[N_BUFS], n_free;
     struct rec *recs;
-    size_t n_recs, cap;
+    size_t n_recs, cap;    /* recs holds 2 cap: at most cap kernels and at most cap copies */
+    size_t n_kern, n_copy; /* of each kind so far */
     struct gpu_interval *kern, *rk, *ck, *copy, *excl; /* the summary's scratch (all, recall and
                                                           compute kernels, copies); excluded */
     size_t n_excl;
@@ -56,7 +57,7 @@ struct gpu_activity {
     uint64_t gap_ns[N_LABELS];
     int64_t gap_n[N_LABELS];
     struct kname *names;
-    int64_t over_cap, names_full, buffers_refused, cupti_dropped, unknown, excl_over;
+    int64_t over_cap, over_cap_kern, names_full, buffers_refused, cupti_dropped, unknown, excl_over;
     uint64_t t_start, t_stop;
     double host_base; /* pulse_now() when t_start was taken */
 };
@@ -88,11 +89,17 @@ static int32_t name_slot(struct gpu_activity *a, const char *sym)
 static void add_rec(struct gpu_activity *a, int kind, int dir, uint64_t s, uint64_t e,
                     uint64_t bytes, int32_t name)
 {
-    if (a->n_recs < a->cap)
+    /* kernels and copies each have their own cap, so that a flood of small copies (the
+     * per-block engine's) never crowds out the kernels the busy fraction is made of */
+    size_t *n = kind == REC_KERNEL ? &a->n_kern : &a->n_copy;
+    if (*n < a->cap) {
+        (*n)++;
         a->recs[a->n_recs++] =
             (struct rec){s, e > s ? e : s, bytes, name, (uint8_t)kind, (uint8_t)dir};
-    else
+    } else {
         a->over_cap++;
+        a->over_cap_kern += kind == REC_KERNEL;
+    }
 }
 
 static int dir_of(uint8_t kind)
@@ -183,12 +190,12 @@ static void release(struct gpu_activity *a)
     if (!a) return;
     for (int i = 0; i < N_BUFS; i++)
         mem_free(MEM_HOST, a->bufs[i], BUF_BYTES);
-    mem_free(MEM_HOST, a->recs, sizeof *a->recs * a->cap);
+    mem_free(MEM_HOST, a->recs, sizeof *a->recs * 2 * a->cap);
     mem_free(MEM_HOST, a->kern, sizeof *a->kern * a->cap);
     mem_free(MEM_HOST, a->rk, sizeof *a->rk * a->cap);
     mem_free(MEM_HOST, a->ck, sizeof *a->ck * a->cap);
     mem_free(MEM_HOST, a->copy, sizeof *a->copy * a->cap);
-    mem_free(MEM_HOST, a->lab, sizeof *a->lab * a->cap);
+    mem_free(MEM_HOST, a->lab, sizeof *a->lab * 2 * a->cap);
     mem_free(MEM_HOST, a->excl, sizeof *a->excl * MAX_EXCLUDED);
     mem_free(MEM_HOST, a->names, sizeof *a->names * NAME_SLOTS);
     pthread_mutex_destroy(&a->mu);
@@ -215,12 +222,12 @@ struct gpu_activity *gpu_activity_start(int max_records, char *err, size_t errle
     memset(a, 0, sizeof *a);
     pthread_mutex_init(&a->mu, NULL);
     a->cap = (size_t)max_records;
-    a->recs = mem_alloc(MEM_HOST, sizeof *a->recs * a->cap, "gpu activity records");
+    a->recs = mem_alloc(MEM_HOST, sizeof *a->recs * 2 * a->cap, "gpu activity records");
     a->kern = mem_alloc(MEM_HOST, sizeof *a->kern * a->cap, "gpu activity kernels");
     a->rk = mem_alloc(MEM_HOST, sizeof *a->rk * a->cap, "gpu activity recall kernels");
     a->ck = mem_alloc(MEM_HOST, sizeof *a->ck * a->cap, "gpu activity compute kernels");
     a->copy = mem_alloc(MEM_HOST, sizeof *a->copy * a->cap, "gpu activity copies");
-    a->lab = mem_alloc(MEM_HOST, sizeof *a->lab * a->cap, "gpu activity gaps");
+    a->lab = mem_alloc(MEM_HOST, sizeof *a->lab * 2 * a->cap, "gpu activity gaps");
     a->excl = mem_alloc(MEM_HOST, sizeof *a->excl * MAX_EXCLUDED, "gpu activity excluded");
     a->names = mem_alloc(MEM_HOST, sizeof *a->names * NAME_SLOTS, "gpu activity names");
     int ok = a->recs && a->kern && a->rk && a->ck && a->copy && a->lab && a->excl && a->names;
@@ -475,6 +482,7 @@ static json_t *summary(struct gpu_activity *a, int top, double bin_s)
     json_object_set_new(cp, "memsets", json_integer(memsets));
     json_object_set_new(j, "copies", cp);
     json_object_set_new(j, "records_over_capacity", json_integer(a->over_cap));
+    json_object_set_new(j, "kernel_records_over_capacity", json_integer(a->over_cap_kern));
     json_object_set_new(j, "records_dropped_by_cupti", json_integer(a->cupti_dropped));
     json_object_set_new(j, "buffers_refused", json_integer(a->buffers_refused));
     json_object_set_new(j, "kernel_names_over_capacity", json_integer(a->names_full));

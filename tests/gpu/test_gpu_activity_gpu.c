@@ -128,9 +128,24 @@ int main(void)
         }
     EXPECT_EQ_INT(wrong, 0);
     free(back);
-    /* a second collector after the first stopped */
+    /* a second collector after the first stopped, with room for 16 records of each kind: 40
+     * small copies before 5 kernels fill the copies' room only, every kernel is kept */
     a = gpu_activity_start(16, err, sizeof err);
     EXPECT(a != NULL);
-    json_decref(gpu_activity_stop(a, 0, 0));
+    for (int i = 0; i < 40; i++)
+        EXPECT(ok(cudaMemcpyAsync(d + 4096 * (size_t)i, h, 4096, cudaMemcpyHostToDevice, st)));
+    for (int k = 0; k < GATHERS; k++)
+        recall_gather_cuda(dd, N_DESC, 16, 512, st);
+    EXPECT(ok(cudaStreamSynchronize(st)));
+    json_t *c = gpu_activity_stop(a, 4, 0);
+    EXPECT(c != NULL);
+    if (c) {
+        EXPECT_EQ_INT((int)num(c, NULL, NULL, "kernels"), GATHERS);
+        EXPECT_EQ_INT((int)num(c, "copies", "h2d", "count"), 16);
+        EXPECT_EQ_INT((int)num(c, NULL, NULL, "records_over_capacity"), 24);
+        EXPECT_EQ_INT((int)num(c, NULL, NULL, "kernel_records_over_capacity"), 0);
+        EXPECT(num(c, NULL, NULL, "busy_fraction") > 0);
+        json_decref(c);
+    }
     return tu_finish("test_gpu_activity_gpu");
 }
