@@ -1,18 +1,16 @@
 /* LongBench v1 metrics, written from LongBench/metrics.py, LongBench/eval.py, pltrdy/rouge 1.0.1
  * (rouge/rouge.py, rouge/rouge_score.py), seatgeek/fuzzywuzzy (fuzz.py, utils.py) and CPython's
  * difflib.SequenceMatcher. Python applies these to str (code points); this file works on UTF-8
- * bytes and decodes where the difference shows:
- * - whitespace (str.split()) is Python's exact set, ASCII and Unicode;
- * - lower() covers ASCII, Latin-1, Latin Extended-A (with U+0130 -> "i" U+0307), Greek U+0386..
- *   U+03AB and U+03D8..U+03EF (no final-sigma rule: Σ always becomes σ), Cyrillic U+0400..U+052F
- *   and fullwidth A..Z; other scripts (Latin Extended-B, Armenian, Georgian, ...) are left as
- *   they are;
- * - \b of the article regex treats a code point as a word character unless it is whitespace or
- *   in the NONWORD table below (every entry there is non-alphanumeric in Python 3.11; scripts
- *   outside it may hold punctuation Python would treat as a boundary);
- * - \d is Unicode's Nd (table from Python 3.11, Unicode 14).
- * Invalid UTF-8 bytes pass through unchanged and count as word characters (U+FFFD where
- * characters are counted). No allocation failure crashes: the metric returns a negative value. */
+ * bytes and decodes where the difference shows, with utf8proc's Unicode tables:
+ * - text is decoded as Python's bytes.decode('utf-8', 'replace') does: every ill-formed
+ *   subsequence (its maximal subpart) is one U+FFFD;
+ * - whitespace (str.split()) is str.isspace(): bidirectional class B, S or WS, or Zs;
+ * - lower() is the simple lowercase mapping, U+0130's full one ("i" U+0307) and the final-sigma
+ *   rule, as CPython's str.lower();
+ * - \w is a letter, a number or '_' (str.isalnum()), \d a decimal digit (Nd).
+ * utf8proc's tables are of Unicode 15, Python 3.11's of Unicode 14: the characters added in 15
+ * are unassigned (no case, not alphanumeric) in Python 3.11. No allocation failure crashes: the
+ * metric returns a negative value. */
 #include "accuracy/metrics.h"
 #include "accuracy/metrics_impl.h"
 
@@ -21,74 +19,57 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
-#define U8_BAD 0x110000u /* decode result of an invalid byte */
 
-/* ---------------------------------------------------------------- UTF-8 and Unicode classes */
+/* Length of the maximal subpart of an ill-formed sequence at s[0..n) (n >= 1): the lead byte
+ * and the continuation bytes after it that a well-formed sequence could have (Unicode's Table
+ * 3-7), which Python's errors='replace' turns into one U+FFFD. */
+static size_t maximal_subpart(const unsigned char *s, size_t n)
+{
+    const unsigned c = s[0];
+    unsigned lo = 0x80, hi = 0xBF;
+    size_t want;
+    if (c >= 0xC2 && c <= 0xDF)
+        want = 1;
+    else if (c >= 0xE0 && c <= 0xEF)
+        want = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4)
+        want = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else
+        return 1;
+    size_t k = 1;
+    while (k <= want && k < n && s[k] >= lo && s[k] <= hi)
+        k++, lo = 0x80, hi = 0xBF;
+    return k;
+}
 
-/* Decodes the character at s[0..n), n >= 1; returns its length. An invalid or truncated
- * sequence gives U8_BAD of length 1. */
+/* Decodes the character at s[0..n), n >= 1, as Python's bytes.decode('utf-8', 'replace') does;
+ * returns its length: an ill-formed sequence is U+FFFD over its maximal subpart. */
 static size_t u8_decode(const unsigned char *s, size_t n, uint32_t *cp)
 {
-    unsigned c = s[0];
-    size_t len;
-    uint32_t v, min;
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
+    utf8proc_int32_t c = -1;
+    const utf8proc_ssize_t len = utf8proc_iterate(s, (utf8proc_ssize_t)n, &c);
+    if (len > 0 && c >= 0) {
+        *cp = (uint32_t)c;
+        return (size_t)len;
     }
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2, v = c & 0x1F, min = 0x80;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3, v = c & 0x0F, min = 0x800;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4, v = c & 0x07, min = 0x10000;
-    } else {
-        goto bad;
-    }
-    if (len > n) goto bad;
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xC0) != 0x80) goto bad;
-        v = (v << 6) | (s[k] & 0x3F);
-    }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) goto bad;
-    *cp = v;
-    return len;
-bad:
-    *cp = U8_BAD;
-    return 1;
+    *cp = 0xFFFD;
+    return maximal_subpart(s, n);
 }
 
 static size_t u8_encode(uint32_t c, unsigned char *out)
 {
-    if (c < 0x80) {
-        out[0] = (unsigned char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        out[0] = (unsigned char)(0xC0 | (c >> 6));
-        out[1] = (unsigned char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        out[0] = (unsigned char)(0xE0 | (c >> 12));
-        out[1] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
-        out[2] = (unsigned char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    out[0] = (unsigned char)(0xF0 | (c >> 18));
-    out[1] = (unsigned char)(0x80 | ((c >> 12) & 0x3F));
-    out[2] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
-    out[3] = (unsigned char)(0x80 | (c & 0x3F));
-    return 4;
+    return (size_t)utf8proc_encode_char((utf8proc_int32_t)c, out);
 }
 
-/* Python's str.isspace() set, which str.split() splits on. */
+/* Python's str.isspace() (which str.split() splits on): bidirectional class B, S or WS, or
+ * category Zs. */
 static int is_py_space(uint32_t c)
 {
-    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-           c == 0x202F || c == 0x205F || c == 0x3000;
+    const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)c);
+    return p->bidi_class == UTF8PROC_BIDI_CLASS_B || p->bidi_class == UTF8PROC_BIDI_CLASS_S ||
+           p->bidi_class == UTF8PROC_BIDI_CLASS_WS || p->category == UTF8PROC_CATEGORY_ZS;
 }
 
 /* Byte length of the whitespace character at s[0..n), 0 if it is not one. */
@@ -106,99 +87,156 @@ static int is_ascii_punct(unsigned c)
            (c >= 123 && c <= 126);
 }
 
-/* Non-ASCII code points that are not alphanumeric in Python (a subset: common punctuation,
- * symbols, combining marks, emoji). */
-static const uint32_t NONWORD[][2] = {
-    {0x80, 0xA9},       {0xAB, 0xB1},       {0xB4, 0xB4},     {0xB6, 0xB8},     {0xBB, 0xBB},
-    {0xBF, 0xBF},       {0xD7, 0xD7},       {0xF7, 0xF7},     {0x2C2, 0x2C5},   {0x2D2, 0x2DF},
-    {0x2E5, 0x2EB},     {0x2ED, 0x2ED},     {0x2EF, 0x36F},   {0x2000, 0x206F}, {0x20A0, 0x20FF},
-    {0x2190, 0x23FF},   {0x2500, 0x2775},   {0x2794, 0x27FF}, {0x2900, 0x2BFF}, {0x3000, 0x3004},
-    {0x3008, 0x3020},   {0x3030, 0x3030},   {0xFE00, 0xFE0F}, {0xFE30, 0xFE4F}, {0xFF01, 0xFF0F},
-    {0xFF1A, 0xFF20},   {0xFF3B, 0xFF40},   {0xFF5B, 0xFF65}, {0xFFF9, 0xFFFD}, {0x1F000, 0x1F0FF},
-    {0x1F10D, 0x1F1FF}, {0x1F300, 0x1FAFF},
-};
-
-/* A character \w matches (Python 3 str patterns: alphanumeric or '_'). */
+/* A character \w matches (Python 3 str patterns: str.isalnum(), letters and numbers, or '_'). */
 static int is_word_cp(uint32_t c)
 {
-    if (c < 0x80)
-        return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-               c == '_';
-    if (c == U8_BAD) return 1;
-    if (is_py_space(c)) return 0;
-    for (size_t k = 0; k < sizeof NONWORD / sizeof NONWORD[0]; k++)
-        if (c >= NONWORD[k][0] && c <= NONWORD[k][1]) return 0;
-    return 1;
+    if (c == '_') return 1;
+    switch (utf8proc_category((utf8proc_int32_t)c)) {
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_NO:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
-/* First code points of Unicode's blocks of ten decimal digits (category Nd), plus the
- * mathematical digits U+1D7CE..U+1D7FF. */
-static const uint32_t ND_START[] = {
-    0x660,   0x6F0,   0x7C0,   0x966,   0x9E6,   0xA66,   0xAE6,   0xB66,   0xBE6,   0xC66,
-    0xCE6,   0xD66,   0xDE6,   0xE50,   0xED0,   0xF20,   0x1040,  0x1090,  0x17E0,  0x1810,
-    0x1946,  0x19D0,  0x1A80,  0x1A90,  0x1B50,  0x1BB0,  0x1C40,  0x1C50,  0xA620,  0xA8D0,
-    0xA900,  0xA9D0,  0xA9F0,  0xAA50,  0xABF0,  0xFF10,  0x104A0, 0x10D30, 0x11066, 0x110F0,
-    0x11136, 0x111D0, 0x112F0, 0x11450, 0x114D0, 0x11650, 0x116C0, 0x11730, 0x118E0, 0x11950,
-    0x11C50, 0x11D50, 0x11DA0, 0x16A60, 0x16AC0, 0x16B50, 0x1E140, 0x1E2F0, 0x1E950, 0x1FBF0,
-};
-
-/* \d of a Python 3 str pattern. */
+/* \d of a Python 3 str pattern: Unicode's decimal digits (Nd). */
 static int is_digit_cp(uint32_t c)
 {
-    if (c < 0x80) return c >= '0' && c <= '9';
-    if (c >= 0x1D7CE && c <= 0x1D7FF) return 1;
-    for (size_t k = 0; k < sizeof ND_START / sizeof ND_START[0]; k++)
-        if (c >= ND_START[k] && c < ND_START[k] + 10) return 1;
-    return 0;
+    return utf8proc_category((utf8proc_int32_t)c) == UTF8PROC_CATEGORY_ND;
 }
 
-/* str.lower() for one code point in the covered scripts (U+0130 is handled by the caller). */
-static uint32_t lower_cp(uint32_t c)
+/* Python's cased and case-ignorable characters (unicodeobject.c's final-sigma context): a
+ * letter with a case mapping or a titlecase letter; marks, format characters, modifiers and the
+ * word-internal punctuation of Unicode's Word_Break MidLetter, MidNumLet and Single_Quote. */
+static int is_cased(uint32_t c)
 {
-    if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
-    if ((c >= 0xC0 && c <= 0xDE && c != 0xD7) || (c >= 0x391 && c <= 0x3AB && c != 0x3A2) ||
-        (c >= 0x410 && c <= 0x42F) || (c >= 0xFF21 && c <= 0xFF3A))
-        return c + 32;
-    if ((c >= 0x100 && c <= 0x12F) || (c >= 0x132 && c <= 0x137) || (c >= 0x14A && c <= 0x177) ||
-        (c >= 0x3D8 && c <= 0x3EF) || (c >= 0x460 && c <= 0x481) || (c >= 0x48A && c <= 0x4BF) ||
-        (c >= 0x4D0 && c <= 0x52F))
-        return (c % 2 == 0) ? c + 1 : c;
-    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E) || (c >= 0x4C1 && c <= 0x4CE))
-        return (c % 2 == 1) ? c + 1 : c;
-    if (c == 0x178) return 0xFF;
-    if (c == 0x4C0) return 0x4CF;
-    if (c == 0x386) return 0x3AC;
-    if (c >= 0x388 && c <= 0x38A) return c + 37;
-    if (c == 0x38C) return 0x3CC;
-    if (c == 0x38E || c == 0x38F) return c + 63;
-    if (c >= 0x400 && c <= 0x40F) return c + 80;
-    return c;
+    const utf8proc_int32_t x = (utf8proc_int32_t)c;
+    return utf8proc_category(x) == UTF8PROC_CATEGORY_LT || utf8proc_tolower(x) != x ||
+           utf8proc_toupper(x) != x;
 }
 
-/* A lowercased copy (str.lower() within the covered scripts); NULL when out of memory. The
- * output grows by at most half (U+0130, two bytes, becomes three). */
+static int is_case_ignorable(uint32_t c)
+{
+    switch (c) {
+    case 0x27: case 0x2E: case 0x3A: case 0xB7: case 0x387: case 0x55F: case 0x5F4:
+    case 0x2018: case 0x2019: case 0x2024: case 0x2027: case 0xFE13: case 0xFE52: case 0xFE55:
+    case 0xFF07: case 0xFF0E: case 0xFF1A:
+        return 1;
+    default:
+        break;
+    }
+    switch (utf8proc_category((utf8proc_int32_t)c)) {
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_SK:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Python's str.lower() of v[i] within v[0..n): the simple lowercase mapping, U+0130 to "i"
+ * U+0307 (its full mapping; *two gets U+0307), and capital sigma to final sigma after a cased
+ * letter when no cased letter follows (case-ignorable characters skipped both ways). */
+static uint32_t lower_at(const uint32_t *v, size_t n, size_t i, uint32_t *two)
+{
+    const uint32_t c = v[i];
+    *two = 0;
+    if (c == 0x130) {
+        *two = 0x307;
+        return 'i';
+    }
+    if (c == 0x3A3) {
+        size_t j = i;
+        while (j > 0 && is_case_ignorable(v[j - 1]))
+            j--;
+        int final = j > 0 && is_cased(v[j - 1]);
+        if (final) {
+            size_t k = i + 1;
+            while (k < n && is_case_ignorable(v[k]))
+                k++;
+            final = k == n || !is_cased(v[k]);
+        }
+        return final ? 0x3C2 : 0x3C3;
+    }
+    return (uint32_t)utf8proc_tolower((utf8proc_int32_t)c);
+}
+
+/* A lowercased copy (str.lower() of s decoded with errors='replace', re-encoded); NULL when
+ * out of memory. */
 static char *lower_dup(const char *s)
 {
-    size_t n = strlen(s);
-    unsigned char *out = malloc(n + n / 2 + 1);
+    size_t n;
+    uint32_t *v = acc_u8_to_cps(s, &n);
+    /* a code point takes at most 4 bytes, and is never less than a third of its source's
+     * (an ill-formed byte becomes U+FFFD's 3); U+0130's 2 bytes become 3 */
+    unsigned char *out = v ? malloc(3 * strlen(s) + 1) : NULL;
+    if (!out) {
+        free(v);
+        return NULL;
+    }
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t two;
+        w += u8_encode(lower_at(v, n, i, &two), out + w);
+        if (two) w += u8_encode(two, out + w);
+    }
+    out[w] = 0;
+    free(v);
+    return (char *)out;
+}
+
+/* A copy of s as Python decodes it with errors='replace' (every ill-formed subsequence one
+ * U+FFFD), re-encoded; NULL when out of memory. */
+static char *valid_dup(const char *s)
+{
+    const size_t n = strlen(s);
+    unsigned char *out = malloc(3 * n + 1);
     if (!out) return NULL;
-    const unsigned char *p = (const unsigned char *)s;
     size_t i = 0, w = 0;
     while (i < n) {
         uint32_t cp;
-        size_t len = u8_decode(p + i, n - i, &cp);
-        if (cp == U8_BAD) {
-            out[w++] = p[i];
-        } else if (cp == 0x130) {
-            out[w++] = 'i';
-            w += u8_encode(0x307, out + w);
-        } else {
-            w += u8_encode(lower_cp(cp), out + w);
-        }
+        const size_t len = u8_decode((const unsigned char *)s + i, n - i, &cp);
+        if (cp == 0xFFFD)
+            w += u8_encode(cp, out + w);
+        else
+            memcpy(out + w, s + i, len), w += len;
         i += len;
     }
     out[w] = 0;
     return (char *)out;
+}
+
+int acc_cp_is_word(uint32_t c)
+{
+    return is_word_cp(c);
+}
+
+int acc_cp_is_digit(uint32_t c)
+{
+    return is_digit_cp(c);
+}
+
+int acc_cp_is_space(uint32_t c)
+{
+    return is_py_space(c);
+}
+
+void acc_cp_lower(uint32_t c, char out[8])
+{
+    uint32_t two;
+    size_t w = u8_encode(lower_at(&c, 1, 0, &two), (unsigned char *)out);
+    if (two) w += u8_encode(two, (unsigned char *)out + w);
+    out[w] = 0;
 }
 
 uint32_t *acc_u8_to_cps(const char *s, size_t *n)
@@ -209,7 +247,7 @@ uint32_t *acc_u8_to_cps(const char *s, size_t *n)
     while (i < len) {
         uint32_t cp;
         i += u8_decode((const unsigned char *)s + i, len - i, &cp);
-        v[k++] = cp == U8_BAD ? 0xFFFD : cp;
+        v[k++] = cp;
     }
     *n = k;
     return v;
@@ -526,8 +564,9 @@ static size_t max_sentence(const struct rtext *t)
     return m;
 }
 
-/* Rouge().get_scores([pred], [gold], avg=True)["rouge-l"]["f"] (rouge_l_summary_level). */
-double acc_rouge_score(const char *pred, const char *gold)
+/* Rouge().get_scores([pred], [gold], avg=True)["rouge-l"]["f"] (rouge_l_summary_level), of
+ * valid UTF-8. */
+static double rouge_valid(const char *pred, const char *gold)
 {
     double score = -1.0;
     struct rtext hyp = {0}, ref = {0};
@@ -580,10 +619,19 @@ out:
     return score;
 }
 
+double acc_rouge_score(const char *pred, const char *gold)
+{
+    char *p = valid_dup(pred), *g = valid_dup(gold);
+    const double score = p && g ? rouge_valid(p, g) : -1.0;
+    free(p);
+    free(g);
+    return score;
+}
+
 /* ---------------------------------------------------------------- classification, numbers */
 
-double acc_classification_score(const char *pred, const char *gold, const char *const *classes,
-                                size_t n_classes)
+static double classification_valid(const char *pred, const char *gold,
+                                   const char *const *classes, size_t n_classes)
 {
     if (n_classes == 0) return 0.0;
     const char **list = malloc(n_classes * sizeof *list);
@@ -607,6 +655,16 @@ double acc_classification_score(const char *pred, const char *gold, const char *
     for (size_t k = 0; k < len; k++)
         if (strcmp(list[k], gold) == 0) score = 1.0 / (double)len;
     free(list);
+    return score;
+}
+
+double acc_classification_score(const char *pred, const char *gold, const char *const *classes,
+                                size_t n_classes)
+{
+    char *p = valid_dup(pred), *g = valid_dup(gold);
+    const double score = p && g ? classification_valid(p, g, classes, n_classes) : -1.0;
+    free(p);
+    free(g);
     return score;
 }
 
@@ -672,7 +730,7 @@ double acc_contains_score(const char *pred, const char *answer)
     return score;
 }
 
-double acc_exact_match_score(const char *pred, const char *answer)
+static double exact_match_valid(const char *pred, const char *answer)
 {
     size_t n = strlen(pred), lo = 0, sp;
     while (lo < n && (sp = space_len(pred + lo, n - lo)))
@@ -687,6 +745,15 @@ double acc_exact_match_score(const char *pred, const char *answer)
         hi = st;
     }
     return (hi - lo == strlen(answer) && memcmp(pred + lo, answer, hi - lo) == 0) ? 1.0 : 0.0;
+}
+
+double acc_exact_match_score(const char *pred, const char *answer)
+{
+    char *p = valid_dup(pred), *a = valid_dup(answer);
+    const double score = p && a ? exact_match_valid(p, a) : -1.0;
+    free(p);
+    free(a);
+    return score;
 }
 
 /* ---------------------------------------------------------------- driver */

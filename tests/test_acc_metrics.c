@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "accuracy/metrics.h"
+#include "accuracy/metrics_impl.h"
 #include "testutil.h"
 
 #define TOL 1e-12
@@ -51,9 +52,19 @@ static void test_normalize(void)
                 "cat");
     /* '²' is alphanumeric in Python: no boundary after "a" */
     EXPECT_NORM("a\xc2\xb2", "a\xc2\xb2");
-    /* invalid bytes survive and count as word characters; " the " still goes */
-    EXPECT_NORM("\xff the \xfe", "\xff \xfe");
-    EXPECT_NORM("\xffthe", "\xffthe");
+    /* ill-formed bytes decode as Python's errors='replace' does: one U+FFFD per maximal
+     * subpart (a truncated E2 82 is one, a surrogate ED A0 80 three), not a word character,
+     * so an article after one goes (expected values from Python 3.11) */
+    EXPECT_NORM("\xff the \xfe", "\xef\xbf\xbd \xef\xbf\xbd");
+    EXPECT_NORM("\xffthe", "\xef\xbf\xbd");
+    EXPECT_NORM("\xe2\x82the", "\xef\xbf\xbd");
+    EXPECT_NORM("\xf0\x9f\x98 a x", "\xef\xbf\xbd x");
+    EXPECT_NORM("\xed\xa0\x80" "an", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+    /* final sigma: at a word's end after a cased letter (through the case-ignorable '.') it is
+     * U+03C2, elsewhere U+03C3 ("ΟΔΟΣ ΣΑ Σ Α.Σ".lower() in Python; '.' then goes as
+     * punctuation) */
+    EXPECT_NORM("\xce\x9f\xce\x94\xce\x9f\xce\xa3 \xce\xa3\xce\x91 \xce\xa3 \xce\x91.\xce\xa3",
+                "\xce\xbf\xce\xb4\xce\xbf\xcf\x82 \xcf\x83\xce\xb1 \xcf\x83 \xce\xb1\xcf\x82");
     /* U+3000 (ideographic space) separates words */
     EXPECT_NORM("x\xe3\x80\x80y", "x y");
 }
@@ -335,8 +346,102 @@ static void test_any_bytes(void)
     EXPECT_EQ_INT(bad, 0);
 }
 
+/* UTF-8 of code point x into out (room for 4); returns its length. */
+static size_t utf8_of(unsigned long x, char *out)
+{
+    if (x < 0x80) {
+        out[0] = (char)x;
+        return 1;
+    }
+    if (x < 0x800) {
+        out[0] = (char)(0xC0 | (x >> 6));
+        out[1] = (char)(0x80 | (x & 0x3F));
+        return 2;
+    }
+    if (x < 0x10000) {
+        out[0] = (char)(0xE0 | (x >> 12));
+        out[1] = (char)(0x80 | ((x >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (x & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | (x >> 18));
+    out[1] = (char)(0x80 | ((x >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((x >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (x & 0x3F));
+    return 4;
+}
+
+/* Every code point that CPython 3.11 assigns (Unicode 14) against what it says of it
+ * (tests/data/python_unicode.txt, made by scripts/make_unicode_ref.py): \w, \d, isspace()
+ * and lower(), with no difference. */
+#define N_CP 0x110000
+static void test_unicode_reference(void)
+{
+    FILE *f = fopen("tests/data/python_unicode.txt", "r");
+    EXPECT(f != NULL);
+    if (!f) return;
+    unsigned char *cls = calloc(N_CP, 1); /* bits: assigned, word, digit, space */
+    char(*low)[12] = calloc(N_CP, sizeof *low); /* "" where lower() is the code point itself */
+    EXPECT(cls && low);
+    char line[256], kind[16];
+    int lines = 0;
+    while (cls && low && fgets(line, sizeof line, f)) {
+        unsigned lo, hi;
+        if (line[0] == '#' || sscanf(line, "%15s %x %x", kind, &lo, &hi) < 2 || lo >= N_CP)
+            continue;
+        lines++;
+        if (!strcmp(kind, "lower")) { /* lower CP L1 [L2 ...] */
+            char *p = strchr(strchr(line, ' ') + 1, ' '), *end;
+            size_t w = 0;
+            for (unsigned long x; p && w + 4 < sizeof low[0]; p = end) {
+                x = strtoul(p, &end, 16);
+                if (end == p) break;
+                w += utf8_of(x, low[lo] + w);
+            }
+            low[lo][w] = 0;
+            continue;
+        }
+        const int bit = !strcmp(kind, "assigned") ? 1
+                        : !strcmp(kind, "word")   ? 2
+                        : !strcmp(kind, "digit")  ? 4
+                        : !strcmp(kind, "space")  ? 8
+                                                  : 0;
+        for (unsigned c = lo; bit && c <= hi && c < N_CP; c++)
+            cls[c] |= (unsigned char)bit;
+    }
+    fclose(f);
+    EXPECT(lines > 2000);
+    static const char *const what[4] = {"\\w", "\\d", "isspace", "lower"};
+    long checked = 0, bad[4] = {0};
+    for (unsigned c = 0; cls && low && c < N_CP; c++) {
+        if (!(cls[c] & 1) || (c >= 0xD800 && c <= 0xDFFF) || c == 0x3A3) continue;
+        checked++;
+        char got[8], want[12];
+        acc_cp_lower(c, got);
+        if (low[c][0])
+            memcpy(want, low[c], sizeof want);
+        else
+            want[utf8_of(c, want)] = 0;
+        const int diff[4] = {acc_cp_is_word(c) != !!(cls[c] & 2),
+                             acc_cp_is_digit(c) != !!(cls[c] & 4),
+                             acc_cp_is_space(c) != !!(cls[c] & 8), strcmp(got, want) != 0};
+        for (int k = 0; k < 4; k++)
+            if (diff[k] && bad[k]++ < 5) fprintf(stderr, "U+%04X: %s differs\n", c, what[k]);
+    }
+    fprintf(stderr,
+            "unicode: %ld code points against CPython: %ld differ in \\w, %ld in \\d, %ld in "
+            "isspace, %ld in lower\n",
+            checked, bad[0], bad[1], bad[2], bad[3]);
+    EXPECT(checked > 140000);
+    for (int k = 0; k < 4; k++)
+        EXPECT_EQ_INT(bad[k], 0);
+    free(cls);
+    free(low);
+}
+
 int main(void)
 {
+    test_unicode_reference();
     test_normalize();
     test_qa_f1();
     test_rouge();
