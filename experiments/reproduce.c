@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "baselines/registry.h"
 #include "cli.h"
 #include "common.h"
 #include "host_pool.h"
@@ -46,6 +47,9 @@ static const char usage[] =
     "  --repeat N         every point N times with seeds 1..N (weights, prompt KV, workload,\n"
     "                     arrivals), for the figures' ranges (default 1)\n"
     "  --dry-run          print every point's command line, run nothing\n"
+    "  Before the experiments that run pulseinfer, pulse profile measures IOAA's tables once\n"
+    "  per recall engine pulseinfer runs with (DIR/profile/ioaa_ENGINE.json, kept: a rerun\n"
+    "  reuses them), and every pulseinfer point reads its engine's (--profile).\n"
     "  --list             the experiments and the figures each gives\n"
     "exit: 0 every point ok, 1 a point failed, 2 bad usage\n";
 
@@ -71,6 +75,7 @@ struct scale_cfg {
     const char *drift_wl, *drift_arrival; /* the ServeGen shape drifting over the run */
     const char *fixed[4];                 /* admission thresholds, NULL-ended */
     const char *offload_args; /* extra flags of every offload variant ("--budget-tokens 64") */
+    const char *profile_args; /* pulse profile's flags for the IOAA profiles */
     const char *recall_args;  /* pulse recall-bench's flags */
 };
 
@@ -95,6 +100,7 @@ static const struct scale_cfg scales[SCALES] = {
               .drift_arrival = "gamma:200:2",
               .fixed = {"fixed:256", "fixed:512", NULL},
               .offload_args = "--budget-tokens 64",
+              .profile_args = "--backend cpu --model tiny --budget-tokens 64",
               .recall_args =
                   "--backend cpu --quick --no-interference --sizes 8K --counts 64 --caps 0.8"},
     [QUICK] = {.backend = "cuda",
@@ -114,6 +120,8 @@ static const struct scale_cfg scales[SCALES] = {
                .drift_wl = "drift:8192:49152:24",
                .drift_arrival = "gamma:4:2",
                .fixed = {"fixed:16384", "fixed:32768", NULL},
+               .profile_args = "--backend cuda --model qwen3-14b --batches 1,4,16 "
+                               "--contexts 4096,16384,65536",
                .recall_args = "--quick"},
     [FULL] = {.backend = "cuda",
               .model = "qwen3-14b",
@@ -132,6 +140,7 @@ static const struct scale_cfg scales[SCALES] = {
               .drift_wl = "drift:8192:49152:48",
               .drift_arrival = "gamma:4:2",
               .fixed = {"fixed:16384", "fixed:32768", "fixed:65536", NULL},
+              .profile_args = "--backend cuda --model qwen3-14b",
               .recall_args = ""},
 };
 
@@ -142,9 +151,19 @@ struct experiment {
 
 /* ------------------------------------------------------------------ grids */
 
+/* The IOAA profiles' folder (OUT/profile), set before the grids are made. */
+static char g_profile_dir[4096];
+
+/* The IOAA profile of recall engine eng (pulseinfer's default engine when NULL). */
+static void profile_path(const char *eng, char *out, size_t n)
+{
+    snprintf(out, n, "%s/ioaa_%s.json", g_profile_dir,
+             eng ? eng : policy_find("pulseinfer")->offload_engine);
+}
+
 /* A variant {"name": name, "--policy": policy, flags...}: extra is "--flag value ..." pairs
  * (a flag followed by another flag, or last, is a switch), offload policies also get the
- * scale's offload_args. */
+ * scale's offload_args, pulseinfer the IOAA profile of its recall engine. */
 static json_t *variant(const struct scale_cfg *s, const char *name, const char *policy,
                        const char *extra)
 {
@@ -164,7 +183,50 @@ static json_t *variant(const struct scale_cfg *s, const char *name, const char *
             tok = next;
         }
     }
+    if (!strcmp(policy, "pulseinfer")) {
+        char path[4200];
+        profile_path(json_string_value(json_object_get(v, "--recall-engine")), path, sizeof path);
+        json_object_set_new(v, "--profile", json_string(path));
+    }
     return v;
+}
+
+/* pulse profile into OUT/profile/ioaa_ENGINE.json for each engine pulseinfer runs with here
+ * (its default and zero-copy), unless written. Returns how many failed. */
+static int make_profiles(const struct scale_cfg *s, int dry)
+{
+    const char *const eng[] = {policy_find("pulseinfer")->offload_engine, "zero-copy"};
+    int failed = 0;
+    if (!dry && pulse_mkdirs(g_profile_dir) != PULSE_OK) {
+        cli_error(CMD, "%s: cannot make it", g_profile_dir);
+        return 1;
+    }
+    for (int i = 0; i < 2; i++) {
+        char path[4200], buf[8704];
+        profile_path(eng[i], path, sizeof path);
+        if (snprintf(buf, sizeof buf, "profile %s --selection %s --recall-engine %s --out %s",
+                     s->profile_args, policy_find("pulseinfer")->offload_selection, eng[i],
+                     path) >= (int)sizeof buf)
+            return failed + 1;
+        if (dry) {
+            printf("pulse %s\n", buf);
+            continue;
+        }
+        struct stat st;
+        if (stat(path, &st) == 0) continue;
+        char *av[48], *save = NULL;
+        int ac = 0;
+        for (char *t = strtok_r(buf, " ", &save); t && ac < 47; t = strtok_r(NULL, " ", &save))
+            av[ac++] = t;
+        av[ac] = NULL;
+        fprintf(stderr, "pulse reproduce: IOAA profile: %s\n", path);
+        optind = 1;
+        if (cmd_profile(ac, av) != 0) {
+            cli_error(CMD, "%s: pulse profile failed", path);
+            failed++;
+        }
+    }
+    return failed;
 }
 
 static json_t *base(const struct scale_cfg *s, double kv_gb)
@@ -483,6 +545,16 @@ int cmd_reproduce(int argc, char **argv)
                    EXIT_USAGE;
     }
     int failed = 0;
+    if (snprintf(g_profile_dir, sizeof g_profile_dir, "%s/profile", out) >=
+        (int)sizeof g_profile_dir)
+        return cli_error(CMD, "--out-dir: too long a path"), EXIT_USAGE;
+    int pulseinfer_runs = 0; /* every experiment but recall runs pulseinfer */
+    for (size_t k = 0; k < N_EXP; k++)
+        pulseinfer_runs |= on[k] && experiments[k].grid != NULL;
+    if (pulseinfer_runs && make_profiles(s, dry)) {
+        cli_error(CMD, "no IOAA profile: the pulseinfer points would have none");
+        return 1;
+    }
     host_pool_keep(1); /* one pinned host pool, reused by every point that fits in it */
     for (size_t k = 0; k < N_EXP; k++) {
         if (!on[k]) continue;

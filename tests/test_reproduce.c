@@ -91,7 +91,22 @@ int main(void)
     EXPECT(json_is_true(json_object_get(
         json_object_get(json_object_get(json_object_get(r1, "counters"), "offload"), "setup"),
         "pin_reused")));
+    /* IOAA decides on a profile measured first, per engine: the pulseinfer points read it */
+    json_t *r5 = json_object_get(json_array_get(json_object_get(ab, "points"), 5), "result");
+    json_t *pi = json_object_get(json_object_get(r5, "counters"), "pulseinfer");
+    EXPECT(pi && !strcmp(json_string_value(json_object_get(pi, "ioaa_profile")), "measured"));
+    EXPECT(json_integer_value(json_object_get(pi, "ioaa_predicted_steps")) > 0);
     json_decref(ab);
+    const char *const engines[] = {"gather-scatter", "zero-copy"};
+    for (int i = 0; i < 2; i++) {
+        char pp[512];
+        snprintf(pp, sizeof pp, "%s/profile/ioaa_%s.json", dir, engines[i]);
+        json_error_t pe;
+        json_t *prof = json_load_file(pp, 0, &pe);
+        EXPECT(prof && !strcmp(json_string_value(json_object_get(prof, "recall_engine")),
+                               engines[i]));
+        json_decref(prof);
+    }
     /* the bandwidth points carry their cap fraction */
     json_t *bw = load(dir, "bandwidth");
     json_t *p0 = json_object_get(json_array_get(json_object_get(bw, "points"), 0), "result");
@@ -119,6 +134,8 @@ int main(void)
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
     EXPECT(strstr(out, "/ablation/points/6+ioaa.json") != NULL);
     EXPECT(strstr(out, "e2e/points") == NULL);
+    EXPECT_STR_CONTAINS(out, "--recall-engine zero-copy --out ");
+    EXPECT_STR_CONTAINS(out, "/profile/ioaa_gather-scatter.json --out ");
     /* the quick scale's admission runs the shipped sample traces */
     EXPECT_EQ_INT(tu_run_pulse("reproduce --quick --only admission --dry-run", out, sizeof out), 0);
     EXPECT_STR_CONTAINS(out, "--workload trace:workloads/traces/servegen_32k_gamma.jsonl");
