@@ -619,13 +619,20 @@ out:
     return score;
 }
 
-double acc_rouge_score(const char *pred, const char *gold)
+/* fn of pred and gold as Python decodes them (valid_dup); -1 when out of memory. */
+static double on_valid(const char *pred, const char *gold,
+                       double (*fn)(const char *, const char *))
 {
     char *p = valid_dup(pred), *g = valid_dup(gold);
-    const double score = p && g ? rouge_valid(p, g) : -1.0;
+    const double score = p && g ? fn(p, g) : -1.0;
     free(p);
     free(g);
     return score;
+}
+
+double acc_rouge_score(const char *pred, const char *gold)
+{
+    return on_valid(pred, gold, rouge_valid);
 }
 
 /* ---------------------------------------------------------------- classification, numbers */
@@ -749,11 +756,7 @@ static double exact_match_valid(const char *pred, const char *answer)
 
 double acc_exact_match_score(const char *pred, const char *answer)
 {
-    char *p = valid_dup(pred), *a = valid_dup(answer);
-    const double score = p && a ? exact_match_valid(p, a) : -1.0;
-    free(p);
-    free(a);
-    return score;
+    return on_valid(pred, answer, exact_match_valid);
 }
 
 /* ---------------------------------------------------------------- driver */

@@ -191,6 +191,19 @@ static json_t *variant(const struct scale_cfg *s, const char *name, const char *
     return v;
 }
 
+/* Runs the pulse command line in buf (split at spaces, in place) with cmd, in this process;
+ * returns cmd's exit code. */
+static int run_in_process(char *buf, int (*cmd)(int, char **))
+{
+    char *av[64], *save = NULL;
+    int ac = 0;
+    for (char *t = strtok_r(buf, " ", &save); t && ac < 63; t = strtok_r(NULL, " ", &save))
+        av[ac++] = t;
+    av[ac] = NULL;
+    optind = 1;
+    return cmd(ac, av);
+}
+
 /* pulse profile into OUT/profile/ioaa_ENGINE.json for each engine pulseinfer runs with here
  * (its default and zero-copy), unless written. Returns how many failed. */
 static int make_profiles(const struct scale_cfg *s, int dry)
@@ -214,14 +227,8 @@ static int make_profiles(const struct scale_cfg *s, int dry)
         }
         struct stat st;
         if (stat(path, &st) == 0) continue;
-        char *av[48], *save = NULL;
-        int ac = 0;
-        for (char *t = strtok_r(buf, " ", &save); t && ac < 47; t = strtok_r(NULL, " ", &save))
-            av[ac++] = t;
-        av[ac] = NULL;
         fprintf(stderr, "pulse reproduce: IOAA profile: %s\n", path);
-        optind = 1;
-        if (cmd_profile(ac, av) != 0) {
+        if (run_in_process(buf, cmd_profile) != 0) {
             cli_error(CMD, "%s: pulse profile failed", path);
             failed++;
         }
@@ -451,13 +458,8 @@ static int run_recall(const struct scale_cfg *s, const char *exp_dir, int dry)
     if (dry) return printf("pulse %s\n", buf), 0;
     struct stat st;
     if (stat(path, &st) == 0) return 0;
-    char *av[32], *save = NULL;
-    int ac = 0;
-    for (char *t = strtok_r(buf, " ", &save); t && ac < 31; t = strtok_r(NULL, " ", &save))
-        av[ac++] = t;
-    av[ac] = NULL;
     fprintf(stderr, "pulse reproduce: recall: %s\n", path);
-    return cmd_recall_bench(ac, av) ? 1 : 0;
+    return run_in_process(buf, cmd_recall_bench) ? 1 : 0;
 }
 
 /* ------------------------------------------------------------------ the command */
