@@ -1,0 +1,175 @@
+/* Byte-level BPE (accuracy/bpe.h) on Qwen's real ranks (models/qwen.tiktoken, from
+ * scripts/setup-vocab.sh; skipped when it is not there) against the ids tiktoken gives
+ * (tests/data/qwen_bpe_ref.txt, scripts/make_bpe_ref.py): ASCII, contractions, digit runs,
+ * whitespace runs, CJK, Cyrillic, Greek, Arabic, Devanagari, emoji with joiners, NFD input,
+ * special tokens, code, a long input; with Qwen's pattern and Llama 3's. Decoding gives the
+ * (NFC) text back; ill-formed bytes round-trip; a malformed rank file is refused with its line. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accuracy/bpe.h"
+#include "testutil.h"
+
+#define RANKS "models/qwen.tiktoken"
+
+static struct bpe_special specials[208];
+static char special_text[208][24];
+
+static void make_specials(void)
+{
+    const char *first[3] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+    for (int i = 0; i < 208; i++) {
+        if (i < 3)
+            snprintf(special_text[i], sizeof special_text[i], "%s", first[i]);
+        else
+            snprintf(special_text[i], sizeof special_text[i], "<|extra_%d|>", i - 3);
+        specials[i] = (struct bpe_special){special_text[i], 151643 + i};
+    }
+}
+
+static size_t unhex(const char *h, size_t n, char *out)
+{
+    size_t w = 0;
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        unsigned v;
+        sscanf(h + i, "%2x", &v);
+        out[w++] = (char)v;
+    }
+    out[w] = 0;
+    return w;
+}
+
+static void test_refusals(void)
+{
+    char err[256], path[] = "/tmp/pulse_bpe_XXXXXX";
+    struct bpe *b = NULL;
+    EXPECT(bpe_load_tiktoken("/nonexistent/ranks", BPE_PATTERN_QWEN, NULL, 0, &b, err,
+                             sizeof err) == -1 &&
+           b == NULL);
+    EXPECT_STR_CONTAINS(err, "cannot open");
+    int fd = mkstemp(path);
+    EXPECT(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "IQ== 0\nIg== 1\nnot base64! 2\n");
+    fclose(f);
+    EXPECT(bpe_load_tiktoken(path, BPE_PATTERN_QWEN, NULL, 0, &b, err, sizeof err) == -1);
+    EXPECT_STR_CONTAINS(err, ":3: not a 'BASE64 RANK' line");
+    f = fopen(path, "w");
+    fprintf(f, "IQ== 0\nIQ== 1\n"); /* one token twice */
+    fclose(f);
+    EXPECT(bpe_load_tiktoken(path, BPE_PATTERN_QWEN, NULL, 0, &b, err, sizeof err) == -1);
+    EXPECT_STR_CONTAINS(err, ":2: a token or rank given twice");
+    f = fopen(path, "w");
+    fprintf(f, "IQ== 0\nIg== 1\n"); /* not every byte */
+    fclose(f);
+    EXPECT(bpe_load_tiktoken(path, BPE_PATTERN_QWEN, NULL, 0, &b, err, sizeof err) == -1);
+    EXPECT_STR_CONTAINS(err, "is no token (not a byte-level BPE)");
+    unlink(path);
+}
+
+/* The pieces of hand cases (their byte lengths in order). */
+static void expect_pieces(enum bpe_pattern p, const char *s, const size_t *want, int n, int line)
+{
+    size_t i = 0, len = strlen(s);
+    int k = 0, ok = 1;
+    while (i < len) {
+        const size_t l = bpe_piece_len(p, (const unsigned char *)s + i, len - i);
+        ok &= k < n && l == want[k];
+        i += l, k++;
+    }
+    tu_checks++;
+    if (!ok || k != n) {
+        tu_failures++;
+        fprintf(stderr, "%s:%d: pieces of \"%s\" differ\n", __FILE__, line, s);
+    }
+}
+
+static void test_pieces(void)
+{
+    /* "  hello": a space alone, then " hello" (\s+(?!\S) leaves the last space) */
+    expect_pieces(BPE_PATTERN_QWEN, "  hello", (const size_t[]){1, 6}, 2, __LINE__);
+    /* "it's 123": "it" "'s" " " "1" "2" "3"; Llama 3 keeps "123" */
+    expect_pieces(BPE_PATTERN_QWEN, "it's 123", (const size_t[]){2, 2, 1, 1, 1, 1}, 6, __LINE__);
+    expect_pieces(BPE_PATTERN_LLAMA3, "it's 1234", (const size_t[]){2, 2, 1, 3, 1}, 5, __LINE__);
+    /* "a \n\n b": "a", " \n\n" (ends after the last line break), " b" */
+    expect_pieces(BPE_PATTERN_QWEN, "a \n\n b", (const size_t[]){1, 3, 2}, 3, __LINE__);
+    /* "x!!\n": "x", "!!\n" (punctuation takes the line breaks after it); trailing spaces */
+    expect_pieces(BPE_PATTERN_QWEN, "x!!\n  ", (const size_t[]){1, 3, 2}, 3, __LINE__);
+}
+
+int main(void)
+{
+    test_refusals();
+    test_pieces();
+    if (access(RANKS, R_OK) != 0) {
+        fprintf(stderr, "test_acc_bpe: %s not there (scripts/setup-vocab.sh): skipped\n", RANKS);
+        tu_finish("test_acc_bpe");
+        return 77;
+    }
+    make_specials();
+    char err[256];
+    struct bpe *b[2] = {NULL, NULL};
+    EXPECT(bpe_load_tiktoken(RANKS, BPE_PATTERN_QWEN, specials, 208, &b[0], err, sizeof err) == 0);
+    EXPECT(bpe_load_tiktoken(RANKS, BPE_PATTERN_LLAMA3, specials, 208, &b[1], err, sizeof err) ==
+           0);
+    if (!b[0] || !b[1]) {
+        fprintf(stderr, "%s\n", err);
+        return tu_finish("test_acc_bpe");
+    }
+    EXPECT_EQ_INT(bpe_n_tokens(b[0]), 151643 + 208);
+    FILE *f = fopen("tests/data/qwen_bpe_ref.txt", "r");
+    EXPECT(f != NULL);
+    size_t cap = 1 << 20, lines = 0, same = 0, tokens = 0;
+    char *line = malloc(cap), *text = malloc(cap), *back = malloc(cap), *ref_back = malloc(cap);
+    int32_t *ids = malloc(sizeof(int32_t) * cap), *ref = malloc(sizeof(int32_t) * cap);
+    while (f && line && text && back && ref_back && ids && ref && fgets(line, (int)cap, f)) {
+        if (line[0] == '#') continue;
+        char *sp1 = strchr(line, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+        if (!sp2) continue;
+        const int which = !strncmp(line, "llama3", 6);
+        const size_t len = unhex(sp1 + 1, (size_t)(sp2 - sp1 - 1), text);
+        size_t nref = 0;
+        for (char *p = sp2 + 1, *end;; p = end) {
+            const long v = strtol(p, &end, 10);
+            if (end == p) break;
+            ref[nref++] = (int32_t)v;
+        }
+        size_t n = 0, bl = 0, rl = 0;
+        EXPECT(bpe_encode(b[which], text, len, ids, cap, &n) == 0);
+        int eq = n == nref && !memcmp(ids, ref, n * sizeof *ids);
+        if (!eq) {
+            fprintf(stderr, "%s \"%.60s\": %zu ids, tiktoken %zu; first difference at",
+                    which ? "llama3" : "qwen", text, n, nref);
+            size_t k = 0;
+            while (k < n && k < nref && ids[k] == ref[k])
+                k++;
+            fprintf(stderr, " %zu (%d vs %d)\n", k, k < n ? ids[k] : -1, k < nref ? ref[k] : -1);
+        }
+        /* decoding gives the text tiktoken's ids decode to (the NFC text) */
+        EXPECT(bpe_decode(b[which], ids, n, back, cap, &bl) == 0);
+        EXPECT(bpe_decode(b[which], ref, nref, ref_back, cap, &rl) == 0);
+        EXPECT(bl == rl && !memcmp(back, ref_back, bl));
+        same += eq;
+        lines++;
+        tokens += n;
+    }
+    if (f) fclose(f);
+    fprintf(stderr, "qwen.tiktoken: %zu of %zu texts encode to tiktoken's ids (%zu tokens)\n",
+            same, lines, tokens);
+    EXPECT(lines >= 40);
+    EXPECT_EQ_INT((long long)same, (long long)lines);
+    /* ill-formed bytes: encoded byte by byte (every byte is a token), decoded back exactly */
+    const char bad[] = "ok \xff\xfe \xe2\x82 end";
+    size_t n = 0, bl = 0;
+    EXPECT(bpe_encode(b[0], bad, sizeof bad - 1, ids, cap, &n) == 0 && n > 0);
+    EXPECT(bpe_decode(b[0], ids, n, back, cap, &bl) == 0);
+    EXPECT(bl == sizeof bad - 1 && !memcmp(back, bad, bl));
+    const int32_t no_token[] = {151643 + 208};
+    EXPECT(bpe_decode(b[0], no_token, 1, back, cap, &bl) == -1);
+    free(line), free(text), free(back), free(ref_back), free(ids), free(ref);
+    bpe_free(b[0]);
+    bpe_free(b[1]);
+    return tu_finish("test_acc_bpe");
+}
