@@ -94,11 +94,111 @@ void bpe_free(struct bpe *b)
     free(b);
 }
 
-/* Sets id's bytes; -1 when the id already has some. */
-static int set_id(struct bpe *b, int32_t id, uint32_t off, uint32_t len)
+/* An empty table for up to n tokens of pool_bytes bytes in all (a NUL after each), ids below
+ * n_ids, n_sp special tokens; NULL when out of memory. */
+static struct bpe *bpe_alloc(enum bpe_pattern pat, size_t n, size_t pool_bytes, int32_t n_ids,
+                             int n_sp)
 {
-    if (b->by_id_len[id] >= 0) return -1;
-    b->by_id_off[id] = (int32_t)off, b->by_id_len[id] = (int32_t)len;
+    struct bpe *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->pat = pat;
+    b->cap = 16;
+    while (b->cap < 2 * n)
+        b->cap <<= 1;
+    b->n_ids = n_ids;
+    b->tab = calloc(b->cap, sizeof *b->tab);
+    b->pool = malloc(pool_bytes + n + 1);
+    b->by_id_off = malloc(sizeof(int32_t) * (size_t)(n_ids > 0 ? n_ids : 1));
+    b->by_id_len = malloc(sizeof(int32_t) * (size_t)(n_ids > 0 ? n_ids : 1));
+    b->sp = calloc((size_t)(n_sp > 0 ? n_sp : 1), sizeof *b->sp);
+    b->sp_len = calloc((size_t)(n_sp > 0 ? n_sp : 1), sizeof *b->sp_len);
+    if (!b->tab || !b->pool || !b->by_id_off || !b->by_id_len || !b->sp || !b->sp_len) {
+        bpe_free(b);
+        return NULL;
+    }
+    for (int32_t i = 0; i < n_ids; i++)
+        b->by_id_len[i] = -1;
+    return b;
+}
+
+/* Adds token p[0..n) as id (below n_ids); -1 when the bytes or the id are taken. */
+static int add_token(struct bpe *b, const unsigned char *p, size_t n, int32_t id)
+{
+    const size_t s = slot_of(b, (const char *)p, n);
+    if (n == 0 || b->tab[s].len || b->by_id_len[id] != -1) return -1;
+    memcpy(b->pool + b->pool_len, p, n);
+    b->pool[b->pool_len + n] = 0;
+    b->tab[s] = (struct entry){(uint32_t)b->pool_len, (uint32_t)n, id};
+    b->by_id_off[id] = (int32_t)b->pool_len, b->by_id_len[id] = (int32_t)n;
+    b->pool_len += n + 1;
+    return 0;
+}
+
+/* The special tokens, then the check that every byte is a token. */
+static int finish(struct bpe *b, const char *label, const struct bpe_special *sp, int n,
+                  char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++) {
+        const size_t len = sp[i].text ? strlen(sp[i].text) : 0;
+        if (sp[i].id < 0 || sp[i].id >= b->n_ids || len == 0 ||
+            !(b->sp[i].text = malloc(len + 1))) {
+            snprintf(err, errlen, "%s: special token %d: empty, its id out of range, or out of "
+                     "memory", label, i);
+            return -1;
+        }
+        memcpy((char *)b->sp[i].text, sp[i].text, len + 1);
+        b->sp[i].id = sp[i].id;
+        b->sp_len[i] = len;
+        b->sp_first[(unsigned char)sp[i].text[0]] = 1;
+        b->n_sp = i + 1;
+        if (b->by_id_len[sp[i].id] != -1) {
+            snprintf(err, errlen, "%s: special token %s: id %d is taken", label, sp[i].text,
+                     sp[i].id);
+            return -1;
+        }
+        b->by_id_len[sp[i].id] = -2 - i; /* a special token's: -2 - its index */
+    }
+    for (int c = 0; c < 256; c++) { /* byte-level: every byte must be a token */
+        const unsigned char one = (unsigned char)c;
+        if (rank_of(b, &one, 1) == NO_RANK) {
+            snprintf(err, errlen, "%s: byte 0x%02x is no token (not a byte-level BPE)", label, c);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int bpe_create(const char *label, const struct bpe_token *toks, size_t n, enum bpe_pattern pat,
+               const struct bpe_special *sp, int n_sp, struct bpe **out, char *err,
+               size_t errlen)
+{
+    *out = NULL;
+    size_t bytes = 0;
+    int32_t n_ids = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (toks[i].id < 0 || toks[i].id == INT32_MAX)
+            return snprintf(err, errlen, "%s: token %zu: id %d out of range", label, i,
+                            toks[i].id),
+                   -1;
+        bytes += toks[i].len;
+        if (toks[i].id >= n_ids) n_ids = toks[i].id + 1;
+    }
+    for (int i = 0; i < n_sp; i++)
+        if (sp[i].id >= n_ids && sp[i].id < INT32_MAX) n_ids = sp[i].id + 1;
+    struct bpe *b = bpe_alloc(pat, n, bytes, n_ids, n_sp);
+    if (!b) return snprintf(err, errlen, "%s: out of memory", label), -1;
+    for (size_t i = 0; i < n; i++)
+        if (add_token(b, toks[i].bytes, toks[i].len, toks[i].id)) {
+            snprintf(err, errlen, "%s: token %zu (id %d): empty, or its bytes or id given twice",
+                     label, i, toks[i].id);
+            bpe_free(b);
+            return -1;
+        }
+    if (finish(b, label, sp, n_sp, err, errlen)) {
+        bpe_free(b);
+        return -1;
+    }
+    *out = b;
     return 0;
 }
 
@@ -112,94 +212,53 @@ int bpe_load_tiktoken(const char *path, enum bpe_pattern pat, const struct bpe_s
     const long size = ftell(f);
     fseek(f, 0, SEEK_SET);
     char *text = size > 0 ? malloc((size_t)size + 1) : NULL;
-    struct bpe *b = calloc(1, sizeof *b);
-    if (!text || !b || fread(text, 1, (size_t)size, f) != (size_t)size) {
+    if (!text || fread(text, 1, (size_t)size, f) != (size_t)size) {
         fclose(f);
         free(text);
-        free(b);
         return snprintf(err, errlen, "%s: cannot read it", path), -1;
     }
     fclose(f);
     text[size] = 0;
-    b->pat = pat;
-    size_t lines = 0;
+    size_t lines = 1;
     for (long i = 0; i < size; i++)
         lines += text[i] == '\n';
-    lines++;
-    b->cap = 1;
-    while (b->cap < 2 * lines)
-        b->cap <<= 1;
-    b->tab = calloc(b->cap, sizeof *b->tab);
-    b->pool = malloc((size_t)size + 1); /* decoded bytes are shorter than their base64 */
-    int32_t max_id = -1;
+    int32_t n_ids = (int32_t)lines;
     for (int i = 0; i < n; i++)
-        if (sp[i].id > max_id) max_id = sp[i].id;
-    /* ids up to the larger of the lines' count and the special ids; grown below if a rank is
-     * larger */
-    b->n_ids = (int32_t)(lines > (size_t)max_id + 1 ? lines : (size_t)max_id + 1);
-    b->by_id_off = malloc(sizeof(int32_t) * (size_t)b->n_ids);
-    b->by_id_len = malloc(sizeof(int32_t) * (size_t)b->n_ids);
-    b->sp = calloc((size_t)(n > 0 ? n : 1), sizeof *b->sp);
-    b->sp_len = calloc((size_t)(n > 0 ? n : 1), sizeof *b->sp_len);
+        if (sp[i].id >= n_ids && sp[i].id < INT32_MAX) n_ids = sp[i].id + 1;
+    /* decoded bytes are shorter than their base64 */
+    struct bpe *b = bpe_alloc(pat, lines, (size_t)size, n_ids, n);
+    unsigned char *tok = malloc((size_t)size + 1);
     int rc = -1;
-    if (!b->tab || !b->pool || !b->by_id_off || !b->by_id_len || !b->sp || !b->sp_len) {
+    if (!b || !tok) {
         snprintf(err, errlen, "%s: out of memory", path);
         goto out;
     }
-    for (int32_t i = 0; i < b->n_ids; i++)
-        b->by_id_len[i] = -1;
     size_t line = 0;
     for (char *p = text, *nl; p < text + size; p = nl + 1) {
         line++;
         nl = strchr(p, '\n');
         if (!nl) nl = text + size;
         if (nl == p) continue;
-        char *sp1 = memchr(p, ' ', (size_t)(nl - p)), *end;
-        long rank = sp1 ? strtol(sp1 + 1, &end, 10) : -1;
-        long nb = sp1 ? b64_decode(p, (size_t)(sp1 - p), (unsigned char *)b->pool + b->pool_len)
-                      : -1;
+        char *sp1 = memchr(p, ' ', (size_t)(nl - p)), *end = NULL;
+        const long rank = sp1 ? strtol(sp1 + 1, &end, 10) : -1;
+        const long nb = sp1 ? b64_decode(p, (size_t)(sp1 - p), tok) : -1;
         if (!sp1 || nb <= 0 || end == sp1 + 1 || (end != nl && *end != '\r') || rank < 0 ||
-            rank >= b->n_ids) {
+            rank >= n_ids) {
             snprintf(err, errlen, "%s:%zu: not a 'BASE64 RANK' line (rank below %d)", path, line,
-                     b->n_ids);
+                     n_ids);
             goto out;
         }
-        const size_t s = slot_of(b, b->pool + b->pool_len, (size_t)nb);
-        if (b->tab[s].len || set_id(b, (int32_t)rank, (uint32_t)b->pool_len, (uint32_t)nb)) {
+        if (add_token(b, tok, (size_t)nb, (int32_t)rank)) {
             snprintf(err, errlen, "%s:%zu: a token or rank given twice", path, line);
             goto out;
         }
-        b->tab[s] = (struct entry){(uint32_t)b->pool_len, (uint32_t)nb, (int32_t)rank};
-        b->pool_len += (size_t)nb;
     }
-    for (int i = 0; i < n; i++) {
-        const size_t len = strlen(sp[i].text);
-        if (sp[i].id < 0 || len == 0 || !(b->sp[i].text = malloc(len + 1))) {
-            snprintf(err, errlen, "special token %d: empty, negative or out of memory", i);
-            goto out;
-        }
-        memcpy((char *)b->sp[i].text, sp[i].text, len + 1);
-        b->sp[i].id = sp[i].id;
-        b->sp_len[i] = len;
-        b->sp_first[(unsigned char)sp[i].text[0]] = 1;
-        b->n_sp = i + 1;
-        if (b->by_id_len[sp[i].id] >= 0) {
-            snprintf(err, errlen, "special token %s: id %d is a rank's", sp[i].text, sp[i].id);
-            goto out;
-        }
-        b->by_id_len[sp[i].id] = -2 - i; /* a special token's: -2 - its index */
-    }
-    for (int c = 0; c < 256; c++) { /* byte-level: every byte must be a token */
-        const unsigned char one = (unsigned char)c;
-        if (rank_of(b, &one, 1) == NO_RANK) {
-            snprintf(err, errlen, "%s: byte 0x%02x is no token (not a byte-level BPE)", path, c);
-            goto out;
-        }
-    }
+    if (finish(b, path, sp, n, err, errlen)) goto out;
     rc = 0;
     *out = b;
 out:
     free(text);
+    free(tok);
     if (rc) bpe_free(b);
     return rc;
 }
@@ -210,6 +269,59 @@ int bpe_n_tokens(const struct bpe *b)
     for (int32_t i = 0; i < b->n_ids; i++)
         n += b->by_id_len[i] != -1;
     return n;
+}
+
+int32_t bpe_n_ids(const struct bpe *b)
+{
+    return b->n_ids;
+}
+
+const char *bpe_token_text(const struct bpe *b, int32_t id, size_t *len, int *special)
+{
+    if (id < 0 || id >= b->n_ids || b->by_id_len[id] == -1) return NULL;
+    const int32_t l = b->by_id_len[id];
+    if (special) *special = l < -1;
+    if (l >= 0) {
+        if (len) *len = (size_t)l;
+        return b->pool + b->by_id_off[id];
+    }
+    if (len) *len = b->sp_len[-2 - l];
+    return b->sp[-2 - l].text;
+}
+
+int32_t bpe_find(const struct bpe *b, const char *s, size_t n)
+{
+    for (int i = 0; i < b->n_sp; i++)
+        if (b->sp_len[i] == n && !memcmp(b->sp[i].text, s, n)) return b->sp[i].id;
+    const int32_t r = n ? rank_of(b, (const unsigned char *)s, n) : NO_RANK;
+    return r == NO_RANK ? -1 : r;
+}
+
+long bpe_bytelevel_decode(const char *s, size_t n, unsigned char *out)
+{
+    long w = 0;
+    size_t i = 0;
+    while (i < n) {
+        utf8proc_int32_t c = -1;
+        const utf8proc_ssize_t l =
+            utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &c);
+        if (l <= 0 || c < 0) return -1;
+        i += (size_t)l;
+        if ((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF)) {
+            out[w++] = (unsigned char)c;
+            continue;
+        }
+        /* U+0100 + k is the k-th byte, in order, of those not printable above */
+        if (c < 0x100 || c >= 0x100 + 68) return -1;
+        int k = c - 0x100, byte = 0;
+        for (; byte < 256; byte++) {
+            const int printable = (byte >= '!' && byte <= '~') || (byte >= 0xA1 && byte <= 0xAC) ||
+                                  (byte >= 0xAE && byte <= 0xFF);
+            if (!printable && k-- == 0) break;
+        }
+        out[w++] = (unsigned char)byte;
+    }
+    return w;
 }
 
 /* ------------------------------------------------------------------ the pre-tokenizer */

@@ -23,6 +23,34 @@ struct bpe_special {
 
 struct bpe;
 
+/* One token of a vocabulary: its bytes, and its id (which is its rank). */
+struct bpe_token {
+    const unsigned char *bytes;
+    size_t len;
+    int32_t id;
+};
+
+/* Builds from n tokens (every single byte among them) and the n_sp special tokens; label
+ * names the source in messages. 0, or -1 with a one-line reason in err (a token or id given
+ * twice, an id out of range, a byte that is no token, out of memory). */
+int bpe_create(const char *label, const struct bpe_token *toks, size_t n, enum bpe_pattern pat,
+               const struct bpe_special *sp, int n_sp, struct bpe **out, char *err,
+               size_t errlen);
+
+/* A token spelled in GPT-2's byte-level alphabet (bytes_to_unicode: the printable bytes
+ * '!'..'~', U+00A1..U+00AC and U+00AE..U+00FF are themselves, the other bytes U+0100 + k in
+ * byte order) back into its bytes (out: room for n). The byte count, or -1 when a character
+ * is no byte's. */
+long bpe_bytelevel_decode(const char *s, size_t n, unsigned char *out);
+
+/* The token's bytes (NUL-terminated, owned by b; *len its length), its special token's text,
+ * or NULL when id is no token; *special (may be NULL) is 1 for a special token. */
+const char *bpe_token_text(const struct bpe *b, int32_t id, size_t *len, int *special);
+/* The id of the token (or special token) spelled by s[0..n), or -1. */
+int32_t bpe_find(const struct bpe *b, const char *s, size_t n);
+/* One past the largest id. */
+int32_t bpe_n_ids(const struct bpe *b);
+
 /* Loads the ranks of path and the n special tokens (recognised anywhere in the text). 0, or -1
  * with a one-line reason in err (unreadable file, a malformed line with its number, a rank or
  * special id used twice). */

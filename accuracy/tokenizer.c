@@ -1,4 +1,5 @@
-/* SentencePiece BPE tokenizer over a GGUF vocabulary; see tokenizer.h for the algorithm. */
+/* SentencePiece BPE tokenizer over a GGUF vocabulary; see tokenizer.h for the algorithm. A
+ * GGUF of model "gpt2" gets the byte-level BPE of accuracy/bpe.h behind the same calls. */
 #include "accuracy/tokenizer.h"
 
 #include <stdarg.h>
@@ -6,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accuracy/bpe.h"
 #include "common.h"
 
 #define SPACE_ESC "\xe2\x96\x81" /* U+2581, what ' ' becomes */
@@ -36,6 +38,7 @@ struct tokenizer {
     int32_t byte_id[256];
     struct matcher ctl; /* control and unknown pieces, matched in the raw text */
     struct matcher ud;  /* user-defined pieces, matched in the escaped text */
+    struct bpe *bpe;    /* model "gpt2": the byte-level BPE does everything; the rest unused */
 };
 
 static void fail(char *err, size_t errlen, const char *fmt, ...)
@@ -61,6 +64,7 @@ static uint64_t hash_bytes(const char *p, size_t n)
 
 int32_t tokenizer_find(const struct tokenizer *t, const char *piece, size_t n)
 {
+    if (t->bpe) return bpe_find(t->bpe, piece, n);
     for (uint64_t i = hash_bytes(piece, n) & t->mask;; i = (i + 1) & t->mask) {
         int32_t id = t->slot[i];
         if (id < 0) return -1;
@@ -258,6 +262,88 @@ static int get_per_token(const struct gguf_file *g, const char *key, int64_t n, 
     return PULSE_OK;
 }
 
+/* Model "gpt2": the byte-level BPE (bpe.h) of Qwen (tokenizer.ggml.pre "qwen2") and Llama 3
+ * ("llama-bpe"): tokens in GPT-2's byte-level spelling, their ids their ranks (as in every
+ * vocabulary converted from tiktoken); control and user-defined tokens are special tokens,
+ * matched anywhere in the text. */
+static int load_gpt2(const struct gguf_file *g, const struct gguf_array *tok, struct tokenizer *t,
+                     char *err, size_t errlen)
+{
+    const char *name = gguf_label(g);
+    struct gguf_str pre;
+    struct gguf_array ty;
+    int has_ty;
+    if (gguf_get_str(g, "tokenizer.ggml.pre", &pre, err, errlen)) return PULSE_ERR_INVALID;
+    enum bpe_pattern pat;
+    if (pre.len == 5 && !memcmp(pre.ptr, "qwen2", 5)) {
+        pat = BPE_PATTERN_QWEN;
+    } else if ((pre.len == 9 && !memcmp(pre.ptr, "llama-bpe", 9)) ||
+               (pre.len == 6 && !memcmp(pre.ptr, "llama3", 6))) {
+        pat = BPE_PATTERN_LLAMA3;
+    } else {
+        fail(err, errlen,
+             "%s: tokenizer.ggml.pre is \"%.*s\"; the byte-level BPE reads \"qwen2\" and "
+             "\"llama-bpe\"",
+             name, (int)PULSE_MIN(pre.len, 64), pre.ptr);
+        return PULSE_ERR_INVALID;
+    }
+    if (get_per_token(g, "tokenizer.ggml.token_type", (int64_t)tok->n, 1, &ty, &has_ty, err,
+                      errlen))
+        return PULSE_ERR_INVALID;
+    t->info.n_vocab = (int32_t)tok->n;
+    int rc = read_info(g, &t->info, err, errlen);
+    if (rc != PULSE_OK) return rc;
+    if (!gguf_find_kv(g, "tokenizer.ggml.add_bos_token")) t->info.add_bos = 0;
+    t->info.add_space_prefix = 0;
+    size_t bytes = 0;
+    for (uint64_t i = 0; i < tok->n; i++)
+        bytes += tok->strs[i].len + 1;
+    struct bpe_token *toks = malloc(sizeof *toks * tok->n);
+    struct bpe_special *sp = malloc(sizeof *sp * tok->n);
+    char *arena = malloc(bytes ? bytes : 1);
+    rc = PULSE_ERR_NOMEM;
+    if (!toks || !sp || !arena) {
+        fail(err, errlen, "%s: out of memory building the tokenizer", name);
+        goto out;
+    }
+    size_t nt = 0, at = 0;
+    int nsp = 0;
+    rc = PULSE_ERR_INVALID;
+    for (uint64_t i = 0; i < tok->n; i++) {
+        const struct gguf_str s = tok->strs[i];
+        int64_t type = TOKENIZER_NORMAL;
+        if (has_ty && gguf_array_get_int(&ty, i, &type)) {
+            fail(err, errlen, "%s: tokenizer.ggml.token_type[%llu] is not a number", name,
+                 (unsigned long long)i);
+            goto out;
+        }
+        char *d = arena + at;
+        if (type == TOKENIZER_CONTROL || type == TOKENIZER_USER_DEFINED) { /* as written */
+            memcpy(d, s.ptr, s.len);
+            d[s.len] = 0;
+            sp[nsp++] = (struct bpe_special){d, (int32_t)i};
+            at += s.len + 1;
+            continue;
+        }
+        const long nb = bpe_bytelevel_decode(s.ptr, s.len, (unsigned char *)d);
+        if (nb <= 0) {
+            fail(err, errlen,
+                 "%s: tokenizer.ggml.tokens[%llu] is not in GPT-2's byte-level spelling", name,
+                 (unsigned long long)i);
+            goto out;
+        }
+        toks[nt++] = (struct bpe_token){(const unsigned char *)d, (size_t)nb, (int32_t)i};
+        at += (size_t)nb;
+    }
+    rc = bpe_create(name, toks, nt, pat, sp, nsp, &t->bpe, err, errlen) ? PULSE_ERR_INVALID
+                                                                          : PULSE_OK;
+out:
+    free(toks);
+    free(sp);
+    free(arena);
+    return rc;
+}
+
 int tokenizer_load(const struct gguf_file *g, struct tokenizer **out, char *err, size_t errlen)
 {
     struct gguf_str model;
@@ -266,10 +352,11 @@ int tokenizer_load(const struct gguf_file *g, struct tokenizer **out, char *err,
     const char *name = gguf_label(g);
     *out = NULL;
     if (gguf_get_str(g, "tokenizer.ggml.model", &model, err, errlen)) return PULSE_ERR_INVALID;
-    if (model.len != 5 || memcmp(model.ptr, "llama", 5) != 0) {
+    const int gpt2 = model.len == 4 && memcmp(model.ptr, "gpt2", 4) == 0;
+    if (!gpt2 && (model.len != 5 || memcmp(model.ptr, "llama", 5) != 0)) {
         fail(err, errlen,
-             "%s: tokenizer.ggml.model is \"%.*s\", only \"llama\" (SentencePiece) "
-             "is supported",
+             "%s: tokenizer.ggml.model is \"%.*s\": \"llama\" (SentencePiece) and \"gpt2\" "
+             "(byte-level BPE) are supported",
              name, (int)PULSE_MIN(model.len, 64), model.ptr);
         return PULSE_ERR_INVALID;
     }
@@ -280,6 +367,17 @@ int tokenizer_load(const struct gguf_file *g, struct tokenizer **out, char *err,
              "%llu of type %s)",
              name, (unsigned long long)tok.n, gguf_type_name(tok.type));
         return PULSE_ERR_INVALID;
+    }
+    if (gpt2) {
+        struct tokenizer *t = calloc(1, sizeof *t);
+        if (!t) return PULSE_ERR_NOMEM;
+        rc = load_gpt2(g, &tok, t, err, errlen);
+        if (rc != PULSE_OK) {
+            tokenizer_free(t);
+            return rc;
+        }
+        *out = t;
+        return PULSE_OK;
     }
     if (get_per_token(g, "tokenizer.ggml.scores", (int64_t)tok.n, 1, &sc, &has_sc, err, errlen) ||
         get_per_token(g, "tokenizer.ggml.token_type", (int64_t)tok.n, 1, &ty, &has_ty, err, errlen))
@@ -330,6 +428,7 @@ void tokenizer_free(struct tokenizer *t)
     free(t->slot);
     free(t->ctl.tab);
     free(t->ud.tab);
+    bpe_free(t->bpe);
     free(t);
 }
 
@@ -526,6 +625,15 @@ static void encode_raw(struct enc *e, const char *raw, size_t n, int prefix)
 int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos,
                      int32_t *ids, size_t max, size_t *n)
 {
+    if (t->bpe) { /* the BOS only where the file asks for one (Qwen's does not) */
+        const int bos = add_bos && t->info.add_bos && t->info.bos_id >= 0;
+        if (bos && max) ids[0] = t->info.bos_id;
+        size_t m = 0;
+        if (bpe_encode(t->bpe, text, len, ids + (bos && max), max - (bos && max), &m))
+            return PULSE_ERR_NOMEM;
+        *n = m + (size_t)bos;
+        return *n <= max ? PULSE_OK : PULSE_ERR_NOMEM;
+    }
     struct enc e = {.t = t, .ids = ids, .max = max};
     size_t chars = len + 1; /* symbols of one fragment, the prefix included */
     if (len > UINT32_MAX / 4) return PULSE_ERR_NOMEM;
@@ -576,7 +684,18 @@ int tokenizer_decode(const struct tokenizer *t, const int32_t *ids, size_t n, in
 {
     size_t at = 0;
     int first_text = 1;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && t->bpe; i++) { /* byte-level BPE: the tokens' bytes */
+        size_t pl;
+        int special;
+        const char *p = bpe_token_text(t->bpe, ids[i], &pl, &special);
+        if (!p) {
+            if (cap) out[PULSE_MIN(at, cap - 1)] = 0;
+            *len = at;
+            return PULSE_ERR_INVALID;
+        }
+        if (!special || render_special) out_bytes(out, cap, &at, p, pl);
+    }
+    for (size_t i = 0; i < n && !t->bpe; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= t->info.n_vocab) {
             if (cap) out[PULSE_MIN(at, cap - 1)] = 0;
@@ -621,6 +740,7 @@ void tokenizer_get_info(const struct tokenizer *t, struct tokenizer_info *out)
 
 const char *tokenizer_piece(const struct tokenizer *t, int32_t id, size_t *len)
 {
+    if (t->bpe) return bpe_token_text(t->bpe, id, len, NULL);
     if (id < 0 || id >= t->info.n_vocab) return NULL;
     if (len) *len = t->len[id];
     return t->arena + t->off[id];
@@ -628,10 +748,16 @@ const char *tokenizer_piece(const struct tokenizer *t, int32_t id, size_t *len)
 
 int tokenizer_token_type(const struct tokenizer *t, int32_t id)
 {
+    if (t->bpe) {
+        int special;
+        return !bpe_token_text(t->bpe, id, NULL, &special) ? 0
+               : special                                   ? TOKENIZER_CONTROL
+                                                           : TOKENIZER_NORMAL;
+    }
     return id < 0 || id >= t->info.n_vocab ? 0 : t->type[id];
 }
 
 float tokenizer_score(const struct tokenizer *t, int32_t id)
 {
-    return id < 0 || id >= t->info.n_vocab ? 0.0f : t->score[id];
+    return t->bpe || id < 0 || id >= t->info.n_vocab ? 0.0f : t->score[id];
 }

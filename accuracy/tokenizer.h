@@ -49,8 +49,12 @@ struct tokenizer;
 
 /* Builds the tokenizer from g's tokenizer.* metadata. Everything is copied: g may be freed
  * afterwards. PULSE_OK and *out (free with tokenizer_free); PULSE_ERR_INVALID with a reason naming
- * the file and the field (model not "llama", arrays of the wrong type or length, a token type out
- * of 1..6, an id out of range, a byte piece not spelled <0xNN>); PULSE_ERR_NOMEM. */
+ * the file and the field (model neither "llama" nor "gpt2", arrays of the wrong type or length, a
+ * token type out of 1..6, an id out of range, a byte piece not spelled <0xNN>); PULSE_ERR_NOMEM.
+ * Model "gpt2" (Qwen, Llama 3) is the byte-level BPE of accuracy/bpe.h behind the same calls:
+ * tokenizer.ggml.pre "qwen2" or "llama-bpe" picks the pattern, control and user-defined tokens are
+ * special (TOKENIZER_CONTROL; every other token TOKENIZER_NORMAL), pieces are the tokens' bytes,
+ * scores 0, and encode adds the BOS only where the file's add_bos_token says so. */
 int tokenizer_load(const struct gguf_file *g, struct tokenizer **out, char *err, size_t errlen);
 /* Frees everything; NULL is a no-op. */
 void tokenizer_free(struct tokenizer *t);

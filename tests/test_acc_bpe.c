@@ -3,13 +3,21 @@
  * (tests/data/qwen_bpe_ref.txt, scripts/make_bpe_ref.py): ASCII, contractions, digit runs,
  * whitespace runs, CJK, Cyrillic, Greek, Arabic, Devanagari, emoji with joiners, NFD input,
  * special tokens, code, a long input; with Qwen's pattern and Llama 3's. Decoding gives the
- * (NFC) text back; ill-formed bytes round-trip; a malformed rank file is refused with its line. */
+ * (NFC) text back; ill-formed bytes round-trip; a malformed rank file is refused with its line.
+ * The same ranks as a GGUF vocabulary of model "gpt2" (tokens in GPT-2's byte-level spelling,
+ * control tokens, tokenizer.ggml.pre qwen2 or llama-bpe) through accuracy/tokenizer.h: the same
+ * ids, no BOS where add_bos_token is unset, the chatml template detected from its markers. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "accuracy/bpe.h"
+#include "accuracy/chat.h"
+#include "accuracy/gguf.h"
+#include "accuracy/tokenizer.h"
+#include "bytebuf.h"
+#include "common.h"
 #include "testutil.h"
 
 #define RANKS "models/qwen.tiktoken"
@@ -99,6 +107,68 @@ static void test_pieces(void)
     expect_pieces(BPE_PATTERN_QWEN, "x!!\n  ", (const size_t[]){1, 3, 2}, 3, __LINE__);
 }
 
+/* GPT-2's byte-level spelling of n bytes into out (room for 2 n + 1). */
+static void bytelevel(const unsigned char *p, size_t n, char *out)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int c = p[i];
+        int cp = c;
+        if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF))) {
+            int k = 0; /* the k-th non-printable byte becomes U+0100 + k */
+            for (int b = 0; b < c; b++)
+                k += !((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) ||
+                       (b >= 0xAE && b <= 0xFF));
+            cp = 0x100 + k;
+        }
+        if (cp < 0x80) {
+            out[w++] = (char)cp;
+        } else {
+            out[w++] = (char)(0xC0 | (cp >> 6));
+            out[w++] = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    out[w] = 0;
+}
+
+/* The ranks of b (ids 0 .. n_ids-1) and the special tokens as a GGUF vocabulary in memory. */
+static struct buf gguf_of(const struct bpe *b, const char *pre)
+{
+    struct buf g = {0};
+    const int32_t n = bpe_n_ids(b);
+    put(&g, "GGUF", 4);
+    PUT(&g, uint32_t, 3);
+    PUT(&g, uint64_t, 0);
+    PUT(&g, uint64_t, 5);
+    put_key(&g, "tokenizer.ggml.model", 8);
+    put_str(&g, "gpt2");
+    put_key(&g, "tokenizer.ggml.pre", 8);
+    put_str(&g, pre);
+    put_key(&g, "tokenizer.ggml.tokens", 9);
+    PUT(&g, uint32_t, 8);
+    PUT(&g, uint64_t, (uint64_t)n);
+    char spelled[512];
+    int32_t *type = malloc(sizeof *type * (size_t)n);
+    for (int32_t id = 0; id < n; id++) {
+        size_t len;
+        int special;
+        const char *p = bpe_token_text(b, id, &len, &special);
+        if (special)
+            put_str(&g, p);
+        else
+            bytelevel((const unsigned char *)p, len, spelled), put_str(&g, spelled);
+        type[id] = special ? TOKENIZER_CONTROL : TOKENIZER_NORMAL;
+    }
+    put_key(&g, "tokenizer.ggml.token_type", 9);
+    PUT(&g, uint32_t, 5);
+    PUT(&g, uint64_t, (uint64_t)n);
+    put(&g, type, sizeof(int32_t) * (size_t)n);
+    free(type);
+    put_key(&g, "tokenizer.ggml.bos_token_id", 4);
+    PUT(&g, uint32_t, 151643);
+    return g;
+}
+
 int main(void)
 {
     test_refusals();
@@ -119,6 +189,38 @@ int main(void)
         return tu_finish("test_acc_bpe");
     }
     EXPECT_EQ_INT(bpe_n_tokens(b[0]), 151643 + 208);
+    /* the same vocabulary read from GGUFs of model gpt2, one per pattern */
+    struct buf img[2] = {gguf_of(b[0], "qwen2"), gguf_of(b[0], "llama-bpe")};
+    struct gguf_file *gf[2] = {NULL, NULL};
+    struct tokenizer *tk[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        EXPECT(gguf_open_memory(img[i].p, img[i].n, "qwen-gpt2.gguf", &gf[i], err, sizeof err) ==
+                   PULSE_OK &&
+               tokenizer_load(gf[i], &tk[i], err, sizeof err) == PULSE_OK);
+        if (!tk[i]) fprintf(stderr, "gpt2 vocabulary: %s\n", err);
+    }
+    if (tk[0]) {
+        struct tokenizer_info ti;
+        tokenizer_get_info(tk[0], &ti);
+        EXPECT_EQ_INT(ti.n_vocab, 151643 + 208);
+        EXPECT_EQ_INT(ti.bos_id, 151643);
+        EXPECT_EQ_INT(ti.add_bos, 0);
+        EXPECT_EQ_INT(tokenizer_find(tk[0], "<|im_start|>", 12), 151644);
+        EXPECT_EQ_INT(tokenizer_token_type(tk[0], 151644), TOKENIZER_CONTROL);
+        EXPECT_EQ_INT(tokenizer_token_type(tk[0], 9707), TOKENIZER_NORMAL);
+        EXPECT_EQ_INT((int)chat_template_detect(tk[0]), (int)CHAT_CHATML);
+    }
+    {   /* a pre-tokenizer it does not know is refused by name */
+        struct buf bad = gguf_of(b[0], "gpt-4o");
+        struct gguf_file *g = NULL;
+        struct tokenizer *t = NULL;
+        EXPECT(gguf_open_memory(bad.p, bad.n, "other.gguf", &g, err, sizeof err) == PULSE_OK);
+        EXPECT(g && tokenizer_load(g, &t, err, sizeof err) == PULSE_ERR_INVALID && !t);
+        EXPECT_STR_CONTAINS(err, "tokenizer.ggml.pre is \"gpt-4o\"");
+        gguf_free(g);
+        free(bad.p);
+    }
+    size_t gguf_same = 0;
     FILE *f = fopen("tests/data/qwen_bpe_ref.txt", "r");
     EXPECT(f != NULL);
     size_t cap = 1 << 20, lines = 0, same = 0, tokens = 0;
@@ -151,6 +253,13 @@ int main(void)
         EXPECT(bpe_decode(b[which], ids, n, back, cap, &bl) == 0);
         EXPECT(bpe_decode(b[which], ref, nref, ref_back, cap, &rl) == 0);
         EXPECT(bl == rl && !memcmp(back, ref_back, bl));
+        if (tk[which]) { /* through the tokenizer: add_bos asked, none added */
+            size_t nt = 0, tl = 0;
+            const int rc = tokenizer_encode(tk[which], text, len, 1, ids, cap, &nt);
+            gguf_same += rc == PULSE_OK && nt == nref && !memcmp(ids, ref, nt * sizeof *ids);
+            EXPECT(tokenizer_decode(tk[which], ref, nref, 1, back, cap, &tl) == PULSE_OK);
+            EXPECT(tl == rl && !memcmp(back, ref_back, tl));
+        }
         same += eq;
         lines++;
         tokens += n;
@@ -160,6 +269,13 @@ int main(void)
             same, lines, tokens);
     EXPECT(lines >= 40);
     EXPECT_EQ_INT((long long)same, (long long)lines);
+    fprintf(stderr, "as a gpt2 GGUF through the tokenizer: %zu of %zu\n", gguf_same, lines);
+    EXPECT_EQ_INT((long long)gguf_same, (long long)lines);
+    for (int i = 0; i < 2; i++) {
+        tokenizer_free(tk[i]);
+        gguf_free(gf[i]);
+        free(img[i].p);
+    }
     /* ill-formed bytes: encoded byte by byte (every byte is a token), decoded back exactly */
     const char bad[] = "ok \xff\xfe \xe2\x82 end";
     size_t n = 0, bl = 0;

@@ -89,7 +89,7 @@ static struct buf make_vocab(int add_space_prefix, enum fault f)
     PUT(&b, uint64_t, 0);
     PUT(&b, uint64_t, n_kv);
     put_key(&b, "tokenizer.ggml.model", 8);
-    put_str(&b, f == BAD_MODEL ? "gpt2" : "llama");
+    put_str(&b, f == BAD_MODEL ? "rwkv" : "llama");
     if (f != NO_TOKENS) {
         put_key(&b, "tokenizer.ggml.tokens", 9);
         PUT(&b, uint32_t, 8);
