@@ -500,11 +500,14 @@ static int special_at(const struct bpe *b, const char *s, size_t n, size_t *len)
 int bpe_encode(const struct bpe *b, const char *text, size_t len, int32_t *ids, size_t cap,
                size_t *n)
 {
-    /* NFC first (Qwen's and Llama 3's normaliser); text that is not UTF-8 is taken as it is */
+    /* Qwen's normaliser, NFC, first (Llama 3 has none); text that is not UTF-8 is taken as
+     * it is */
     utf8proc_uint8_t *nfc = NULL;
-    const utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)text,
-                                            (utf8proc_ssize_t)len, &nfc,
-                                            UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    const utf8proc_ssize_t r =
+        b->pat == BPE_PATTERN_QWEN
+            ? utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len, &nfc,
+                           UTF8PROC_STABLE | UTF8PROC_COMPOSE)
+            : -1;
     const unsigned char *s = r >= 0 ? nfc : (const unsigned char *)text;
     const size_t m = r >= 0 ? (size_t)r : len;
     size_t *pos = malloc((m + 1) * sizeof *pos);

@@ -1,5 +1,5 @@
-/* Byte-level BPE, the tokenizer of Qwen (1 to 3) and Llama 3: the text NFC-normalised, split
- * at special tokens, pre-tokenized by the model's pattern, each piece's UTF-8 bytes merged
+/* Byte-level BPE, the tokenizer of Qwen (1 to 3) and Llama 3: the text NFC-normalised (Qwen's
+ * normaliser; Llama 3 has none), split at special tokens, pre-tokenized by the model's pattern, each piece's UTF-8 bytes merged
  * pair by pair, lowest rank first (tiktoken's byte_pair_merge), into token ids. Loaded from a
  * tiktoken rank file ("BASE64 RANK" lines: qwen.tiktoken) with the special tokens given.
  *
