@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "accuracy/bpe.h"
 #include "common.h"
 
@@ -414,6 +416,185 @@ fail_nomem:
     fail(err, errlen, "%s: out of memory building the tokenizer", name);
 fail:
     tokenizer_free(t);
+    return rc;
+}
+
+/* Qwen's and Llama 3's pre-tokenizer regexes as tokenizer.json writes them. */
+static const char QWEN_REGEX[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char LLAMA3_REGEX[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* The pattern of a pre_tokenizer (a Split, or a Sequence holding one): 0 when none is known. */
+static int json_pattern(json_t *pt)
+{
+    if (!json_is_object(pt)) return 0;
+    const char *type = json_string_value(json_object_get(pt, "type"));
+    if (type && !strcmp(type, "Sequence")) {
+        json_t *v;
+        size_t i;
+        json_array_foreach(json_object_get(pt, "pretokenizers"), i, v)
+        {
+            const int p = json_pattern(v);
+            if (p) return p;
+        }
+        return 0;
+    }
+    if (!type || strcmp(type, "Split")) return 0;
+    const char *re = json_string_value(json_object_get(json_object_get(pt, "pattern"), "Regex"));
+    return !re                         ? 0
+           : !strcmp(re, QWEN_REGEX)   ? BPE_PATTERN_QWEN
+           : !strcmp(re, LLAMA3_REGEX) ? BPE_PATTERN_LLAMA3
+                                       : 0;
+}
+
+/* The special token a TemplateProcessing post-processor (or one inside a Sequence) puts before
+ * a single text, NULL if none. */
+static const char *json_bos(json_t *pp)
+{
+    if (!json_is_object(pp)) return NULL;
+    const char *type = json_string_value(json_object_get(pp, "type"));
+    if (type && !strcmp(type, "Sequence")) {
+        json_t *v;
+        size_t i;
+        json_array_foreach(json_object_get(pp, "processors"), i, v)
+        {
+            const char *b = json_bos(v);
+            if (b) return b;
+        }
+        return NULL;
+    }
+    if (!type || strcmp(type, "TemplateProcessing")) return NULL;
+    json_t *first = json_array_get(json_object_get(pp, "single"), 0);
+    return json_string_value(json_object_get(json_object_get(first, "SpecialToken"), "id"));
+}
+
+/* eos_token of the tokenizer_config.json beside path (a string or {"content": ...}), or NULL;
+ * *cfg holds the parsed file (the caller frees it). */
+static const char *config_eos(const char *path, json_t **cfg)
+{
+    char p[4096];
+    const char *slash = strrchr(path, '/');
+    const int dir = slash ? (int)(slash - path) : 0;
+    *cfg = NULL;
+    if (snprintf(p, sizeof p, "%.*s%stokenizer_config.json", dir, path, slash ? "/" : "") >=
+        (int)sizeof p)
+        return NULL;
+    json_error_t je;
+    if (!(*cfg = json_load_file(p, 0, &je))) return NULL;
+    json_t *e = json_object_get(*cfg, "eos_token");
+    return json_is_string(e) ? json_string_value(e)
+                             : json_string_value(json_object_get(e, "content"));
+}
+
+int tokenizer_load_json(const char *path, struct tokenizer **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je), *cfg = NULL;
+    if (!root) {
+        fail(err, errlen, "%s: %s (line %d)", path, je.text, je.line);
+        return PULSE_ERR_INVALID;
+    }
+    int rc = PULSE_ERR_INVALID;
+    struct tokenizer *t = calloc(1, sizeof *t);
+    json_t *model = json_object_get(root, "model"), *vocab = json_object_get(model, "vocab");
+    json_t *added = json_object_get(root, "added_tokens");
+    const char *mtype = json_string_value(json_object_get(model, "type"));
+    const int pat = json_pattern(json_object_get(root, "pre_tokenizer"));
+    struct bpe_token *toks = NULL;
+    struct bpe_special *sp = NULL;
+    unsigned char *bytes = NULL;
+    if (!t) {
+        rc = PULSE_ERR_NOMEM;
+        goto out;
+    }
+    if (!mtype || strcmp(mtype, "BPE") || !json_is_object(vocab) || !json_object_size(vocab)) {
+        fail(err, errlen, "%s: model is not a byte-level BPE with a vocab (model.type \"%s\")",
+             path, mtype ? mtype : "?");
+        goto out;
+    }
+    if (!pat) {
+        fail(err, errlen,
+             "%s: pre_tokenizer: no Split with Qwen's or Llama 3's pattern (the byte-level BPE "
+             "reads those two)",
+             path);
+        goto out;
+    }
+    const size_t nv = json_object_size(vocab), na = json_array_size(added);
+    size_t total = 0, nt = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(vocab, key, v) total += strlen(key);
+    toks = malloc(sizeof *toks * nv);
+    sp = malloc(sizeof *sp * (na ? na : 1));
+    bytes = malloc(total + 1);
+    if (!toks || !sp || !bytes) {
+        rc = PULSE_ERR_NOMEM;
+        fail(err, errlen, "%s: out of memory building the tokenizer", path);
+        goto out;
+    }
+    size_t at = 0;
+    json_object_foreach(vocab, key, v)
+    {
+        const json_int_t id = json_integer_value(v);
+        const long nb = bpe_bytelevel_decode(key, strlen(key), bytes + at);
+        if (!json_is_integer(v) || id < 0 || id >= INT32_MAX || nb <= 0) {
+            fail(err, errlen, "%s: model.vocab[\"%.40s\"]: not a byte-level token with an id",
+                 path, key);
+            goto out;
+        }
+        toks[nt++] = (struct bpe_token){bytes + at, (size_t)nb, (int32_t)id};
+        at += (size_t)nb;
+    }
+    int nsp = 0;
+    int32_t max_id = -1;
+    for (size_t i = 0; i < nv; i++)
+        max_id = PULSE_MAX(max_id, toks[i].id);
+    for (size_t i = 0; i < na; i++) {
+        json_t *a = json_array_get(added, i);
+        const char *c = json_string_value(json_object_get(a, "content"));
+        const json_int_t id = json_integer_value(json_object_get(a, "id"));
+        if (!c || !*c || id < 0 || id >= INT32_MAX) {
+            fail(err, errlen, "%s: added_tokens[%zu]: no content or id", path, i);
+            goto out;
+        }
+        sp[nsp++] = (struct bpe_special){c, (int32_t)id};
+        max_id = PULSE_MAX(max_id, (int32_t)id);
+    }
+    /* an added token the vocab also holds is matched whole, as a special token only */
+    uint8_t *added_id = calloc((size_t)max_id + 1, 1);
+    if (!added_id) {
+        rc = PULSE_ERR_NOMEM;
+        goto out;
+    }
+    for (int i = 0; i < nsp; i++)
+        added_id[sp[i].id] = 1;
+    for (size_t k = 0; k < nt;)
+        if (added_id[toks[k].id])
+            toks[k] = toks[--nt];
+        else
+            k++;
+    free(added_id);
+    if (bpe_create(path, toks, nt, (enum bpe_pattern)pat, sp, nsp, &t->bpe, err, errlen))
+        goto out;
+    t->info = (struct tokenizer_info){max_id + 1, -1, -1, -1, -1, 0, 0, 0};
+    const char *bos = json_bos(json_object_get(root, "post_processor"));
+    if (bos && (t->info.bos_id = bpe_find(t->bpe, bos, strlen(bos))) >= 0) t->info.add_bos = 1;
+    const char *eos = config_eos(path, &cfg);
+    if (eos) t->info.eos_id = bpe_find(t->bpe, eos, strlen(eos));
+    rc = PULSE_OK;
+    *out = t;
+    t = NULL;
+out:
+    tokenizer_free(t);
+    free(toks);
+    free(sp);
+    free(bytes);
+    json_decref(cfg);
+    json_decref(root);
     return rc;
 }
 

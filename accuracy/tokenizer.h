@@ -56,6 +56,13 @@ struct tokenizer;
  * special (TOKENIZER_CONTROL; every other token TOKENIZER_NORMAL), pieces are the tokens' bytes,
  * scores 0, and encode adds the BOS only where the file's add_bos_token says so. */
 int tokenizer_load(const struct gguf_file *g, struct tokenizer **out, char *err, size_t errlen);
+/* Builds the tokenizer from a Hugging Face tokenizer.json of a byte-level BPE (Qwen 1-3,
+ * Llama 3): model.type "BPE" with its vocab in GPT-2's byte-level spelling (ids are ranks), a
+ * Split pre-tokenizer whose regex is Qwen's or Llama 3's pattern (bpe.h), added_tokens as special
+ * tokens, the BOS a TemplateProcessing post-processor puts first (add_bos then set), and the EOS
+ * that tokenizer_config.json beside it names (eos_token). PULSE_OK and *out; PULSE_ERR_INVALID
+ * with a reason naming the file and the field; PULSE_ERR_NOMEM. */
+int tokenizer_load_json(const char *path, struct tokenizer **out, char *err, size_t errlen);
 /* Frees everything; NULL is a no-op. */
 void tokenizer_free(struct tokenizer *t);
 

@@ -1,6 +1,7 @@
 #include "session.h"
 
 #include <string.h>
+#include <sys/stat.h>
 
 #include "accuracy/gguf.h"
 #include "common.h"
@@ -25,7 +26,15 @@ int session_config(struct session *s, const char *model, char *err, size_t errle
 
 int session_tokenizer(struct session *s, char *err, size_t errlen)
 {
-    if (!s->real || !model_path_is_gguf(s->model)) return PULSE_OK;
+    if (!s->real) return PULSE_OK;
+    if (!model_path_is_gguf(s->model)) { /* a Hugging Face checkpoint: its tokenizer.json */
+        char p[4096];
+        struct stat st;
+        if (snprintf(p, sizeof p, "%s/tokenizer.json", s->model) >= (int)sizeof p ||
+            stat(p, &st) != 0)
+            return PULSE_OK;
+        return tokenizer_load_json(p, &s->tok, err, errlen);
+    }
     struct gguf_file *g;
     int rc = gguf_open(s->model, &g, err, errlen);
     if (rc != PULSE_OK) return rc;

@@ -6,7 +6,10 @@
  * (NFC) text back; ill-formed bytes round-trip; a malformed rank file is refused with its line.
  * The same ranks as a GGUF vocabulary of model "gpt2" (tokens in GPT-2's byte-level spelling,
  * control tokens, tokenizer.ggml.pre qwen2 or llama-bpe) through accuracy/tokenizer.h: the same
- * ids, no BOS where add_bos_token is unset, the chatml template detected from its markers. */
+ * ids, no BOS where add_bos_token is unset, the chatml template detected from its markers. And
+ * as a Hugging Face tokenizer.json (with tokenizer_config.json's eos_token): the same ids, and
+ * with a TemplateProcessing post-processor its BOS first. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +172,52 @@ static struct buf gguf_of(const struct bpe *b, const char *pre)
     return g;
 }
 
+/* b as a tokenizer.json (Qwen's regex, or Llama 3's with a BOS template) in dir, and a
+ * tokenizer_config.json naming <|im_end|> as the EOS; returns the tokenizer.json's path. */
+static void write_json(const struct bpe *b, const char *dir, int llama, char *path, size_t n)
+{
+    static const char *const re[2] = {
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
+        "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+        "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+    json_t *vocab = json_object(), *added = json_array();
+    char spelled[512];
+    for (int32_t id = 0; id < bpe_n_ids(b); id++) {
+        size_t len;
+        int special;
+        const char *p = bpe_token_text(b, id, &len, &special);
+        if (!p) continue;
+        if (special) {
+            json_array_append_new(added, json_pack("{s:i,s:s,s:b}", "id", id, "content", p,
+                                                   "special", 1));
+            continue;
+        }
+        bytelevel((const unsigned char *)p, len, spelled);
+        json_object_set_new(vocab, spelled, json_integer(id));
+    }
+    json_t *pre = json_pack(
+        "{s:s,s:[{s:s,s:{s:s},s:s,s:b},{s:s,s:b}]}", "type", "Sequence", "pretokenizers", "type",
+        "Split", "pattern", "Regex", re[llama], "behavior", "Isolated", "invert", 0, "type",
+        "ByteLevel", "add_prefix_space", 0);
+    json_t *post = llama ? json_pack("{s:s,s:[{s:{s:s,s:i}},{s:{s:s,s:i}}]}", "type",
+                                     "TemplateProcessing", "single", "SpecialToken", "id",
+                                     "<|endoftext|>", "type_id", 0, "Sequence", "id", "A",
+                                     "type_id", 0)
+                         : json_pack("{s:s}", "type", "ByteLevel");
+    json_t *root = json_pack("{s:s,s:o,s:o,s:o,s:{s:s,s:o,s:[]}}", "version", "1.0",
+                             "added_tokens", added, "pre_tokenizer", pre, "post_processor", post,
+                             "model", "type", "BPE", "vocab", vocab, "merges");
+    snprintf(path, n, "%s/tokenizer.json", dir);
+    EXPECT(json_dump_file(root, path, JSON_COMPACT) == 0);
+    json_decref(root);
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
+    json_t *c = json_pack("{s:s}", "eos_token", "<|im_end|>");
+    EXPECT(json_dump_file(c, cfg, 0) == 0);
+    json_decref(c);
+}
+
 int main(void)
 {
     test_refusals();
@@ -220,7 +269,41 @@ int main(void)
         gguf_free(g);
         free(bad.p);
     }
-    size_t gguf_same = 0;
+    /* and from tokenizer.json files: Qwen's (no BOS), a Llama-3-like one (BOS first) */
+    struct tokenizer *tj[2] = {NULL, NULL};
+    char jdir[2][64] = {"/tmp/pulse_tokjson_XXXXXX", "/tmp/pulse_tokjson_XXXXXX"}, jpath[2][128];
+    for (int i = 0; i < 2; i++) {
+        EXPECT(mkdtemp(jdir[i]) != NULL);
+        write_json(b[0], jdir[i], i, jpath[i], sizeof jpath[i]);
+        EXPECT(tokenizer_load_json(jpath[i], &tj[i], err, sizeof err) == PULSE_OK);
+        if (!tj[i]) fprintf(stderr, "tokenizer.json: %s\n", err);
+    }
+    if (tj[0] && tj[1]) {
+        struct tokenizer_info q, l;
+        tokenizer_get_info(tj[0], &q);
+        tokenizer_get_info(tj[1], &l);
+        EXPECT(q.add_bos == 0 && q.bos_id == -1 && q.eos_id == 151645);
+        EXPECT(l.add_bos == 1 && l.bos_id == 151643 && l.eos_id == 151645);
+        EXPECT_EQ_INT((int)chat_template_detect(tj[0]), (int)CHAT_CHATML);
+    }
+    {   /* a tokenizer.json with another pre-tokenizer, or not JSON, is refused by name */
+        char bad[160];
+        snprintf(bad, sizeof bad, "%s/bad.json", jdir[0]);
+        FILE *bf = fopen(bad, "w");
+        fprintf(bf, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, "
+                    "\"pre_tokenizer\": {\"type\": \"Whitespace\"}}");
+        fclose(bf);
+        struct tokenizer *t = NULL;
+        EXPECT(tokenizer_load_json(bad, &t, err, sizeof err) == PULSE_ERR_INVALID && !t);
+        EXPECT_STR_CONTAINS(err, "pre_tokenizer: no Split with Qwen's or Llama 3's pattern");
+        bf = fopen(bad, "w");
+        fprintf(bf, "{\"model\": ");
+        fclose(bf);
+        EXPECT(tokenizer_load_json(bad, &t, err, sizeof err) == PULSE_ERR_INVALID && !t);
+        EXPECT_STR_CONTAINS(err, "bad.json");
+        unlink(bad);
+    }
+    size_t gguf_same = 0, json_same = 0;
     FILE *f = fopen("tests/data/qwen_bpe_ref.txt", "r");
     EXPECT(f != NULL);
     size_t cap = 1 << 20, lines = 0, same = 0, tokens = 0;
@@ -260,6 +343,13 @@ int main(void)
             EXPECT(tokenizer_decode(tk[which], ref, nref, 1, back, cap, &tl) == PULSE_OK);
             EXPECT(tl == rl && !memcmp(back, ref_back, tl));
         }
+        if (tj[which]) { /* the Llama-3-like one puts its BOS first */
+            size_t nt = 0;
+            const int rc = tokenizer_encode(tj[which], text, len, 1, ids, cap, &nt);
+            json_same += rc == PULSE_OK && nt == nref + (size_t)which &&
+                         (!which || ids[0] == 151643) &&
+                         !memcmp(ids + which, ref, nref * sizeof *ids);
+        }
         same += eq;
         lines++;
         tokens += n;
@@ -269,8 +359,18 @@ int main(void)
             same, lines, tokens);
     EXPECT(lines >= 40);
     EXPECT_EQ_INT((long long)same, (long long)lines);
-    fprintf(stderr, "as a gpt2 GGUF through the tokenizer: %zu of %zu\n", gguf_same, lines);
+    fprintf(stderr, "as a gpt2 GGUF through the tokenizer: %zu of %zu; as tokenizer.json: %zu\n",
+            gguf_same, lines, json_same);
     EXPECT_EQ_INT((long long)gguf_same, (long long)lines);
+    EXPECT_EQ_INT((long long)json_same, (long long)lines);
+    for (int i = 0; i < 2; i++) {
+        tokenizer_free(tj[i]);
+        char p[160];
+        snprintf(p, sizeof p, "%s/tokenizer_config.json", jdir[i]);
+        unlink(p);
+        unlink(jpath[i]);
+        rmdir(jdir[i]);
+    }
     for (int i = 0; i < 2; i++) {
         tokenizer_free(tk[i]);
         gguf_free(gf[i]);
