@@ -193,7 +193,8 @@ int cmd_generate(int argc, char **argv)
         session_close(&ss);
         return EXIT_USAGE;
     }
-    if (session_tokenizer(&ss, err, sizeof err) != PULSE_OK) ss.tok = NULL;
+    char tok_err[512] = ""; /* why there is no tokenizer, when loading one failed */
+    if (session_tokenizer(&ss, tok_err, sizeof tok_err) != PULSE_OK) ss.tok = NULL;
     int32_t *ids = mem_alloc(MEM_HOST, sizeof(int32_t) * (MAX_PROMPT + o.max_new), "ids");
     struct gen_sparse sp = {0};
     long n_prompt = -1;
@@ -202,6 +203,8 @@ int cmd_generate(int argc, char **argv)
     json_t *res = NULL;
     if (o.prompt_ids) {
         n_prompt = parse_ids(o.prompt_ids, m->vocab, ids, MAX_PROMPT);
+    } else if (!ss.tok && tok_err[0]) {
+        cli_error(CMD, "--prompt: %s; use --prompt-ids", tok_err);
     } else if (!ss.tok) {
         cli_error(CMD, "--prompt: '%s' has no tokenizer this build reads; use --prompt-ids",
                   o.model);

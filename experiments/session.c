@@ -24,23 +24,38 @@ int session_config(struct session *s, const char *model, char *err, size_t errle
     return PULSE_OK;
 }
 
+/* The tokenizer's ids must index the model's embedding. */
+static int check_vocab(struct session *s, char *err, size_t errlen)
+{
+    struct tokenizer_info ti;
+    tokenizer_get_info(s->tok, &ti);
+    if (ti.n_vocab <= s->cfg->vocab) return PULSE_OK;
+    snprintf(err, errlen, "%s: the tokenizer has %d tokens, more than the model's vocabulary (%d)",
+             s->model, ti.n_vocab, s->cfg->vocab);
+    tokenizer_free(s->tok);
+    s->tok = NULL;
+    return PULSE_ERR_INVALID;
+}
+
 int session_tokenizer(struct session *s, char *err, size_t errlen)
 {
     if (!s->real) return PULSE_OK;
+    int rc = PULSE_OK;
     if (!model_path_is_gguf(s->model)) { /* a Hugging Face checkpoint: its tokenizer.json */
         char p[4096];
         struct stat st;
         if (snprintf(p, sizeof p, "%s/tokenizer.json", s->model) >= (int)sizeof p ||
             stat(p, &st) != 0)
             return PULSE_OK;
-        return tokenizer_load_json(p, &s->tok, err, errlen);
+        rc = tokenizer_load_json(p, &s->tok, err, errlen);
+    } else {
+        struct gguf_file *g;
+        rc = gguf_open(s->model, &g, err, errlen);
+        if (rc != PULSE_OK) return rc;
+        if (gguf_find_kv(g, "tokenizer.ggml.tokens")) rc = tokenizer_load(g, &s->tok, err, errlen);
+        gguf_free(g);
     }
-    struct gguf_file *g;
-    int rc = gguf_open(s->model, &g, err, errlen);
-    if (rc != PULSE_OK) return rc;
-    if (gguf_find_kv(g, "tokenizer.ggml.tokens")) rc = tokenizer_load(g, &s->tok, err, errlen);
-    gguf_free(g);
-    return rc;
+    return rc == PULSE_OK && s->tok ? check_vocab(s, err, errlen) : rc;
 }
 
 static int load_cb(struct model *m, const struct kctx *ctx, void *path, char *err, size_t len)

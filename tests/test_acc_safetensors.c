@@ -657,6 +657,53 @@ static void remove_dir(void)
     EXPECT(rmdir(DIR_) == 0);
 }
 
+/* The checkpoint directory's tokenizer.json is read: one of 256 byte tokens (a byte-level BPE)
+ * is more than this model's 12-token vocabulary, and pulse generate --prompt says so. */
+static int printable(int b)
+{
+    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+
+static void test_tokenizer_json(void)
+{
+    char dir[] = "/tmp/pulse_st_tok_XXXXXX", path[512], out[4096], cmd[1024];
+    EXPECT(mkdtemp(dir) != NULL);
+    struct buf b1 = write_model(dir);
+    free(b1.p);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "w");
+    EXPECT(f != NULL);
+    if (!f) return;
+    fputs("{\"model\": {\"type\": \"BPE\", \"vocab\": {", f);
+    for (int c = 0; c < 256; c++) { /* GPT-2's byte-level spelling of byte c */
+        int cp = c, k = 0;
+        if (!printable(c)) {
+            for (int b = 0; b < c; b++)
+                k += !printable(b);
+            cp = 0x100 + k;
+        }
+        fprintf(f, "%s\"\\u%04x\": %d", c ? ", " : "", cp, c);
+    }
+    fputs("}}, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": "
+          "\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}| "
+          "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"}}}",
+          f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "generate --backend cpu --model %s --prompt hi --max-new-tokens 1",
+             dir);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "the tokenizer has 256 tokens, more than the model's vocabulary (12)");
+    static const char *const files[] = {"tokenizer.json", "config.json",
+                                        "model.safetensors.index.json",
+                                        "model-00001-of-00002.safetensors",
+                                        "model-00002-of-00002.safetensors"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    EXPECT(rmdir(dir) == 0);
+}
+
 int main(void)
 {
     struct buf shard1 = {0};
@@ -672,6 +719,7 @@ int main(void)
     test_corrupt();
     test_truncations(&shard1);
     test_bad_dirs();
+    test_tokenizer_json();
     remove_dir();
     free(shard1.p);
     for (int i = 0; i < n_model; i++)
