@@ -297,6 +297,12 @@ int32_t bpe_find(const struct bpe *b, const char *s, size_t n)
     return r == NO_RANK ? -1 : r;
 }
 
+/* GPT-2's printable bytes, which its byte-level alphabet spells as themselves. */
+static int printable_byte(int c)
+{
+    return (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
+}
+
 long bpe_bytelevel_decode(const char *s, size_t n, unsigned char *out)
 {
     long w = 0;
@@ -307,18 +313,15 @@ long bpe_bytelevel_decode(const char *s, size_t n, unsigned char *out)
             utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &c);
         if (l <= 0 || c < 0) return -1;
         i += (size_t)l;
-        if ((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF)) {
+        if (c < 0x100 && printable_byte(c)) {
             out[w++] = (unsigned char)c;
             continue;
         }
-        /* U+0100 + k is the k-th byte, in order, of those not printable above */
+        /* U+0100 + k is the k-th byte, in order, of those not printable */
         if (c < 0x100 || c >= 0x100 + 68) return -1;
         int k = c - 0x100, byte = 0;
-        for (; byte < 256; byte++) {
-            const int printable = (byte >= '!' && byte <= '~') || (byte >= 0xA1 && byte <= 0xAC) ||
-                                  (byte >= 0xAE && byte <= 0xFF);
-            if (!printable && k-- == 0) break;
-        }
+        while (printable_byte(byte) || k-- > 0)
+            byte++;
         out[w++] = (unsigned char)byte;
     }
     return w;

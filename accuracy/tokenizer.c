@@ -860,23 +860,33 @@ static void out_bytes(char *out, size_t cap, size_t *at, const char *p, size_t n
     *at += n;
 }
 
-int tokenizer_decode(const struct tokenizer *t, const int32_t *ids, size_t n, int render_special,
-                     char *out, size_t cap, size_t *len)
+/* tokenizer_decode of the byte-level BPE: the tokens' bytes. */
+static int decode_bpe(const struct tokenizer *t, const int32_t *ids, size_t n, int render_special,
+                      char *out, size_t cap, size_t *len)
 {
     size_t at = 0;
-    int first_text = 1;
-    for (size_t i = 0; i < n && t->bpe; i++) { /* byte-level BPE: the tokens' bytes */
+    int rc = PULSE_OK;
+    for (size_t i = 0; i < n && rc == PULSE_OK; i++) {
         size_t pl;
         int special;
         const char *p = bpe_token_text(t->bpe, ids[i], &pl, &special);
-        if (!p) {
-            if (cap) out[PULSE_MIN(at, cap - 1)] = 0;
-            *len = at;
-            return PULSE_ERR_INVALID;
-        }
-        if (!special || render_special) out_bytes(out, cap, &at, p, pl);
+        if (!p)
+            rc = PULSE_ERR_INVALID;
+        else if (!special || render_special)
+            out_bytes(out, cap, &at, p, pl);
     }
-    for (size_t i = 0; i < n && !t->bpe; i++) {
+    if (cap) out[PULSE_MIN(at, cap - 1)] = 0;
+    *len = at;
+    return rc != PULSE_OK ? rc : at < cap ? PULSE_OK : PULSE_ERR_NOMEM;
+}
+
+int tokenizer_decode(const struct tokenizer *t, const int32_t *ids, size_t n, int render_special,
+                     char *out, size_t cap, size_t *len)
+{
+    if (t->bpe) return decode_bpe(t, ids, n, render_special, out, cap, len);
+    size_t at = 0;
+    int first_text = 1;
+    for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= t->info.n_vocab) {
             if (cap) out[PULSE_MIN(at, cap - 1)] = 0;
