@@ -197,12 +197,21 @@ static int fail_batches(struct serve_state *s, struct step_note *sn)
     return n;
 }
 
+/* Allocations made since m0 into the counter that must stay 0. */
+static void add_allocs(struct serve_state *s, const struct mem_stats *m0)
+{
+    struct mem_stats m1;
+    mem_get_stats(&m1);
+    for (int k = 0; k < MEM_KINDS; k++)
+        s->ctr.step_alloc_calls += (int64_t)(m1.alloc_calls[k] - m0->alloc_calls[k]);
+}
+
 /* Queues one step of the running batches (the policy's), then the copies of their tokens into
  * host buffer buf, counts the step's token for every entry and notes where the tokens go (sn).
  * *t_call: when the step was called. Returns the policy's status. */
 static int queue_step(struct serve_state *s, struct step_note *sn, int buf, double *t_call)
 {
-    struct mem_stats m0, m1;
+    struct mem_stats m0;
     mem_get_stats(&m0);
     const int64_t syncs0 = pulse_host_syncs();
     *t_call = pulse_now();
@@ -217,9 +226,7 @@ static int queue_step(struct serve_state *s, struct step_note *sn, int buf, doub
             count_step(s, &s->run[k]);
         }
     note_step(s, sn);
-    mem_get_stats(&m1);
-    for (int k = 0; k < MEM_KINDS; k++)
-        s->ctr.step_alloc_calls += (int64_t)(m1.alloc_calls[k] - m0.alloc_calls[k]);
+    add_allocs(s, &m0);
     return rc;
 }
 
@@ -404,11 +411,12 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
                 }
             }
             /* this step's tokens */
-            struct mem_stats m0, m1;
+            struct mem_stats m0;
             mem_get_stats(&m0);
             const double t_wait = pulse_now();
             for (int k = 0; k < s.n_batches; k++)
-                if (sn[buf].n[k]) batch_tokens_take(e, s.run[k].bt, buf, toks + (size_t)k * max_batch);
+                if (sn[buf].n[k])
+                    batch_tokens_take(e, s.run[k].bt, buf, toks + (size_t)k * max_batch);
             const double t_tok = pulse_now();
             s.ctr.host_wait_s += t_tok - t_wait;
             const double step_s = t_tok - PULSE_MAX(t_call, t_last_tok);
@@ -416,11 +424,10 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
             last_step_s = step_s;
             const double t_done = t_tok - s.t0;
             for (int k = 0; k < s.n_batches; k++)
-                if (sn[buf].n[k]) record_tokens(&s, &sn[buf], k, toks + (size_t)k * max_batch, t_done);
+                if (sn[buf].n[k])
+                    record_tokens(&s, &sn[buf], k, toks + (size_t)k * max_batch, t_done);
             record_step(&s, step_s, ahead);
-            mem_get_stats(&m1);
-            for (int k = 0; k < MEM_KINDS; k++)
-                s.ctr.step_alloc_calls += (int64_t)(m1.alloc_calls[k] - m0.alloc_calls[k]);
+            add_allocs(&s, &m0);
             s.ctr.steps++;
             progress_update(&prog, (double)s.ctr.tokens);
             watchdog_kick();
