@@ -448,10 +448,7 @@ static json_t *stats_json(struct recall *r)
 {
     struct recall_stats st;
     recall_get_stats(r, &st);
-    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}", "bytes", (json_int_t)st.bytes, "chunks",
-                     (json_int_t)st.chunks, "recalls", (json_int_t)st.completed, "submissions",
-                     (json_int_t)st.submissions, "pieces", (json_int_t)st.pieces, "busy_s",
-                     st.busy_s, "gather_s", st.gather_s, "cap_wait_s", st.cap_wait_s);
+    return recall_stats_json(&st);
 }
 
 /* ---- the parts of the run ---- */

@@ -319,8 +319,8 @@ int sweep_run(json_t *g, const char *where, int dry)
             skipped++;
             continue;
         }
+        fflush(stdout); /* the last point's lines before this one's header */
         fprintf(stderr, "pulse sweep: point %ld of %ld: %s\n", p + 1, gr.n_points, names[p]);
-        fflush(stdout);
         const int code = cmd_run(ac, av);
         snprintf(what[p], sizeof what[p], "%s", code ? "FAILED" : "ran");
         failed += code != 0;

@@ -339,7 +339,10 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
     o->head_bytes = (size_t)2 * ps * o->hd * sizeof(uint16_t);
     o->page_bytes = o->head_bytes * o->nkv;
     o->dpage_bytes = (size_t)o->dig_heads * 2 * o->hd * sizeof(uint16_t);
-    o->device_plan = p->engine == RECALL_ZERO_COPY;
+    /* zero-copy plans on the device, unless capped: the cap is the engine's pacing (recall.h),
+     * which the device-driven gather does not go through, so a capped zero-copy runs
+     * host-planned, its gathers paced by the engine */
+    o->device_plan = p->engine == RECALL_ZERO_COPY && p->cap_gbps == 0;
     /* with lookahead the next layer's gather overlaps this layer's MLP on its own stream */
     o->overlap = o->device_plan && (p->device_overlap || p->lookahead);
     o->hpp = (struct hot_plan_params){o->max_batch * o->n_sparse * o->n_lists, o->hot_slots,

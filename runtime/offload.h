@@ -66,6 +66,7 @@
 
 enum offload_selection { OFFLOAD_HEADWISE = 0, OFFLOAD_SOLOHEAD = 1 };
 #define OFFLOAD_HOST_PHASES 5
+#define OFFLOAD_PLANNER_PHASES 4
 enum offload_prompt_kv {
     OFFLOAD_KV_LOCALITY = 0,
     OFFLOAD_KV_SYNTHETIC = 1,
@@ -133,6 +134,11 @@ struct offload_stats {
      * post-attention (OFFLOAD_HOST_PHASES, in that order) */
     double stage_s, prefetch_s;
     double host_phase_s[OFFLOAD_HOST_PHASES];
+    /* the planner thread's time per phase of its layer jobs, summed: waiting for the lists,
+     * planning the hot cache and control block, the recall from submit to completion, and the
+     * locality meter, which runs inside the recall's time when there is one
+     * (OFFLOAD_PLANNER_PHASES, in that order) */
+    double planner_phase_s[OFFLOAD_PLANNER_PHASES];
     /* set-up (counters' "setup" object; prompt_fill_s above is the prompt KV's time) */
     double pin_s;         /* allocating and pinning the host pool */
     double calibration_s; /* creating the query source (its calibration: its setup_s) */

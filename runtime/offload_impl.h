@@ -113,6 +113,7 @@ struct offload {
     double stage_s, prefetch_s;      /* host time staging the steps' uploads and making the
                                         next steps' queries (prefetch_q), summed */
     double host_phase_s[OFFLOAD_HOST_PHASES]; /* host time queuing the layers' pieces */
+    double planner_phase_s[OFFLOAD_PLANNER_PHASES]; /* the planner thread's (offload_plan.c) */
 
     /* The device-driven path (engine zero-copy): the selection's lists feed hot_plan on the
      * device, offload_build turns its plan into descriptors and page lists, the zero-copy
@@ -178,12 +179,19 @@ enum { OFFLOAD_JOB_PLAN = 1, OFFLOAD_JOB_METER = 2, OFFLOAD_JOB_STEP = 3 };
 /* Where the host's time queuing a step's layers goes (offload_stats.host_phase_s). */
 enum { OFFLOAD_HOST_PRE, OFFLOAD_HOST_SELECT, OFFLOAD_HOST_PLAN, OFFLOAD_HOST_ATTEND,
        OFFLOAD_HOST_POST };
+/* The planner's phases (offload_stats.planner_phase_s). */
+enum { OFFLOAD_PLANNER_LISTS, OFFLOAD_PLANNER_PLAN, OFFLOAD_PLANNER_RECALL, OFFLOAD_PLANNER_METER };
+/* Adds the time since *t to phases[ph] and restarts *t. */
+static inline void offload_lap(double *phases, int ph, double *t)
+{
+    const double now = pulse_now();
+    phases[ph] += now - *t;
+    *t = now;
+}
 /* Adds the time since *t to phase ph of the host's queuing time and restarts *t. */
 static inline void offload_host_lap(struct offload *o, int ph, double *t)
 {
-    const double now = pulse_now();
-    o->host_phase_s[ph] += now - *t;
-    *t = now;
+    offload_lap(o->host_phase_s, ph, t);
 }
 
 /* Per-layer device totals: hot_plan's four, then attended tokens and refused lists. */

@@ -22,6 +22,8 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out)
     out->stage_s = o->stage_s;
     for (int i = 0; i < OFFLOAD_HOST_PHASES; i++)
         out->host_phase_s[i] = o->host_phase_s[i];
+    for (int i = 0; i < OFFLOAD_PLANNER_PHASES; i++)
+        out->planner_phase_s[i] = o->planner_phase_s[i];
     out->prefetch_s = o->prefetch_s;
     out->last_step_host_syncs = o->step_syncs;
     out->recall_bytes = out->recall_chunks = out->recalls = out->stalls = 0;
@@ -203,20 +205,18 @@ json_t *offload_counters_json(const struct offload *o)
     json_t *layers = json_array();
     for (int l = o->n_dense; l < o->n_layers; l++)
         json_array_append_new(layers, layer_json(o, l));
-    json_t *eng = json_pack(
-        "{s:s, s:I, s:I, s:I, s:I, s:I}", "name", recall_engine_name(o->p.engine), "bytes",
-        (json_int_t)rs.bytes, "chunks", (json_int_t)rs.chunks, "recalls", (json_int_t)rs.completed,
-        "failed", (json_int_t)rs.failed, "submissions", (json_int_t)rs.submissions);
+    json_t *eng = recall_stats_json(&rs);
+    json_object_set_new(eng, "name", json_string(recall_engine_name(o->p.engine)));
     const struct recall_params *rp = recall_get_params(o->rc);
     json_object_set_new(eng, "zc_blocks", json_integer(rp->zc_blocks)); /* PULSE_ZC_BLOCKS */
     json_object_set_new(eng, "zc_threads", json_integer(rp->zc_threads));
+    json_object_set_new(eng, "gather_threads", json_integer(rp->gather_threads));
+    json_object_set_new(eng, "spin_us", json_integer(rp->spin_us));
 #ifdef PULSE_HAVE_CUDA
     if (o->be->mem == MEM_DEVICE) /* PULSE_ZC_INFLIGHT_KB */
         json_object_set_new(eng, "zc_loads_per_lane",
                             json_integer(recall_gather_loads(rp->zc_threads)));
 #endif
-    results_set_real(eng, "busy_s", rs.busy_s);
-    results_set_real(eng, "cap_wait_s", rs.cap_wait_s);
     if (o->device_plan) { /* the device hot cache's counts (the host one is unused) */
         memset(&hs, 0, sizeof hs);
         for (int l = o->n_dense; l < o->n_layers; l++) {
@@ -253,6 +253,12 @@ json_t *offload_counters_json(const struct offload *o)
     for (int i = 0; i < OFFLOAD_HOST_PHASES; i++)
         results_set_real(hq, phase[i], st.host_phase_s[i]);
     json_object_set_new(j, "host_queue_s", hq);
+    static const char *const pph[OFFLOAD_PLANNER_PHASES] = {"lists_wait", "plan", "recall",
+                                                            "meter"};
+    json_t *pq = json_object();
+    for (int i = 0; i < OFFLOAD_PLANNER_PHASES; i++)
+        results_set_real(pq, pph[i], st.planner_phase_s[i]);
+    json_object_set_new(j, "planner_s", pq);
     /* where a sparse layer waits for its recall (common.h, pulse_device_wait) */
     json_object_set_new(j, "recall_wait_on",
                         json_string(o->be->mem != MEM_DEVICE ? "cpu stream (the thread)"

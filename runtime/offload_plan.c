@@ -1,9 +1,9 @@
 /* The offload runtime's planner thread (offload_impl.h): per sparse layer of a step, once the
- * selection's lists are on the host, it feeds the locality meter, plans the hot cache (hits,
- * misses, victims), writes the layer's control block (attended lengths and pages, tail-flush
- * descriptors), and submits the misses to the recall engine with the layer's flag as the
- * recall's signal; the compute stream waits on that flag on the device. The planner then waits
- * for the recall itself, counts it and retries a failed one (the flag is set in the end either
+ * selection's lists are on the host, it plans the hot cache (hits, misses, victims), writes the
+ * layer's control block (attended lengths and pages, tail-flush descriptors), and submits the
+ * misses to the recall engine with the layer's flag as the recall's signal; the compute stream
+ * waits on that flag on the device. While the recall runs it feeds the locality meter (which
+ * the plan does not read), then waits for the recall itself, counts it and retries a failed one (the flag is set in the end either
  * way, so the device never waits forever; a recall that failed every attempt makes the step's
  * status PULSE_ERR_IO). Jobs come in order through a ring; the main thread never blocks on them
  * inside a step. */
@@ -110,20 +110,25 @@ static void set_flag(uint32_t *flag, uint32_t value)
     atomic_store_explicit((_Atomic uint32_t *)flag, value, memory_order_release);
 }
 
-/* The misses to the recall engine with the layer's flag as the signal; waits, retries. */
-static void recall_layer(struct offload *o, int layer, int n_items, uint32_t seq)
+/* The misses to the recall engine with the layer's flag as the signal. */
+static int64_t recall_submit_layer(struct offload *o, int layer, int n_items, uint32_t seq)
 {
-    const double t_submit = pulse_now();
+    const struct recall_signal sig = {&o->flags[offload_sl(o, layer)], seq};
+    int64_t ticket;
+    int rc = recall_submit_signal(o->rc, o->items, n_items, &sig, &ticket);
+    PULSE_CHECK(rc == PULSE_OK, "offload: recall_submit refused a round");
+    return ticket;
+}
+
+/* Waits for the layer's recall (submitted at t_submit), counts it, resubmits a failed one. */
+static void recall_finish_layer(struct offload *o, int layer, int n_items, uint32_t seq,
+                                int64_t ticket, double t_submit)
+{
     struct offload_layer_stats *ls = &o->ls[layer];
-    uint32_t *flag = &o->flags[offload_sl(o, layer)];
-    const struct recall_signal sig = {flag, seq};
-    for (int attempt = 0; attempt < RECALL_ATTEMPTS; attempt++) {
-        int64_t ticket;
-        int rc = recall_submit_signal(o->rc, o->items, n_items, &sig, &ticket);
-        PULSE_CHECK(rc == PULSE_OK, "offload: recall_submit refused a round");
+    for (int attempt = 0;; attempt++) {
         const double t0 = pulse_now();
         const int stalled = recall_query(o->rc, ticket) == 0;
-        rc = recall_wait(o->rc, ticket);
+        int rc = recall_wait(o->rc, ticket);
         ls->recall_wait_s += pulse_now() - t0;
         ls->recalls++;
         ls->stalls += stalled;
@@ -136,10 +141,12 @@ static void recall_layer(struct offload *o, int layer, int n_items, uint32_t seq
             return;
         }
         o->st.recall_failures++;
+        if (attempt + 1 == RECALL_ATTEMPTS) break;
+        ticket = recall_submit_layer(o, layer, n_items, seq);
     }
     int ok = PULSE_OK;
     atomic_compare_exchange_strong(&o->status, &ok, PULSE_ERR_IO);
-    set_flag(flag, seq); /* the device must not wait forever: the step is failed */
+    set_flag(&o->flags[offload_sl(o, layer)], seq); /* the device must not wait forever */
 }
 
 /* PULSE_OFFLOAD_TRACE=1: one line per planner job on stderr (debugging a stuck step). */
@@ -200,6 +207,8 @@ static void meter(struct offload *o, const struct offload_step_state *ss, int p,
     PULSE_CHECK(rc == PULSE_OK, "offload: the source's meter refused a selection");
 }
 
+/* A layer job: the lists (waited for), then for JOB_PLAN the plan and the recall's submit,
+ * the meter while the recall runs (it does not feed the plan), and the recall's end. */
 static void run_job(struct offload *o, const struct job *j)
 {
     if (j->kind == OFFLOAD_JOB_STEP) {
@@ -208,24 +217,37 @@ static void run_job(struct offload *o, const struct job *j)
     }
     const int p = (int)(j->step & 1), sl = offload_sl(o, j->layer);
     const struct offload_step_state *ss = &o->ss[p];
+    double *ph = o->planner_phase_s, t = pulse_now();
     if (trace_on())
         fprintf(stderr, "planner: step %lld layer %d: waiting for lists\n", (long long)j->step,
                 j->layer);
     o->be->event_sync(o->ev_sel[(size_t)p * o->n_sparse + sl]);
+    offload_lap(ph, OFFLOAD_PLANNER_LISTS, &t);
     if (trace_on())
         fprintf(stderr, "planner: step %lld layer %d: lists in\n", (long long)j->step, j->layer);
-    meter(o, ss, p, sl);
-    if (j->kind != OFFLOAD_JOB_PLAN) return;
+    if (j->kind != OFFLOAD_JOB_PLAN) {
+        meter(o, ss, p, sl);
+        offload_lap(ph, OFFLOAD_PLANNER_METER, &t);
+        return;
+    }
     const int32_t *h_sel = offload_sel(o, p, sl, ss->n);
     const uint32_t seq = (uint32_t)(j->step + 1);
     const int n_items = plan(o, ss, j->layer, h_sel, offload_ctl(o, p, sl));
-    if (n_items > 0) {
-        recall_layer(o, j->layer, n_items, seq);
+    offload_lap(ph, OFFLOAD_PLANNER_PLAN, &t);
+    if (n_items == 0) {
+        set_flag(&o->flags[sl], seq);
+        meter(o, ss, p, sl);
+        offload_lap(ph, OFFLOAD_PLANNER_METER, &t);
+    } else {
+        const double t_submit = t;
+        const int64_t ticket = recall_submit_layer(o, j->layer, n_items, seq);
+        meter(o, ss, p, sl); /* inside the recall's time */
+        offload_lap(ph, OFFLOAD_PLANNER_METER, &t);
+        recall_finish_layer(o, j->layer, n_items, seq, ticket, t_submit);
         const int64_t bytes = (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
         if (j->step < o->p.max_steps) o->series[j->step] += bytes;
         o->traffic[p].recall_bytes += (double)bytes;
-    } else {
-        set_flag(&o->flags[sl], seq);
+        ph[OFFLOAD_PLANNER_RECALL] += pulse_now() - t_submit;
     }
     if (trace_on())
         fprintf(stderr, "planner: step %lld layer %d: %d items, flag %u\n", (long long)j->step,

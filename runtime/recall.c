@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "common.h"
+#include "results.h"
 
 static const char *const engine_names[RECALL_ENGINES] = {"per-block", "gather-scatter", "zero-copy",
                                                          "batch"};
@@ -40,8 +41,11 @@ void recall_params_init(struct recall_params *p, enum recall_engine engine, int 
     p->max_items = max_items;
     p->max_inflight = 4;
     /* measured on the H200 machine (16 cores), 2026-11-29: 8 workers and plain stores gather
-     * 8-64 KB chunks at 22-24 GB/s; 14 workers with streaming stores at 31-41 GB/s */
-    p->gather_threads = recall_default_gather_threads();
+     * 8-64 KB chunks at 22-24 GB/s; 14 workers with streaming stores at 31-41 GB/s
+     * (PULSE_GATHER_THREADS for experiments) */
+    long gt = recall_default_gather_threads();
+    pulse_env_long("PULSE_GATHER_THREADS", 1, 256, &gt);
+    p->gather_threads = (int)gt;
     p->nt_stores = 1;
     p->piece_bytes = (size_t)2 << 20;
     p->n_stage = 3;
@@ -59,7 +63,9 @@ void recall_params_init(struct recall_params *p, enum recall_engine engine, int 
      * of the peak): a 1 MiB unit reached 0.93 of the target (the gap between paced launches),
      * 4 MiB 0.99 and 16 MiB 0.99; 0.4 and 0.6 held within 1% with each */
     p->cap_unit_bytes = (size_t)4 << 20;
-    p->spin_us = 200;
+    long spin = 200; /* PULSE_RECALL_SPIN_US for experiments */
+    pulse_env_long("PULSE_RECALL_SPIN_US", 0, 1000000, &spin);
+    p->spin_us = (int)spin;
 }
 
 static void sleep_until(double t)
@@ -97,6 +103,9 @@ static void finish_locked(struct recall *r, struct slot *s, double now)
 {
     s->state = SLOT_DONE;
     if (s->status == PULSE_OK) {
+        r->st.queued_s += s->t_issue - s->t_submit;
+        r->st.issuing_s += s->t_issued - s->t_issue;
+        r->st.draining_s += now - s->t_issued;
         r->st.completed++;
         r->st.bytes += (int64_t)s->bytes;
         r->st.chunks += s->n;
@@ -217,12 +226,11 @@ static int issue_zero_copy(struct recall *r, struct slot *s, struct acc *a)
     return PULSE_OK;
 }
 
-/* Plans the next piece of s from the cursor (item, off) into g: parts at 16-byte aligned data
- * offsets, at most `target` data bytes, each part at most SEG_MAX; writes the descriptors the
- * scatter kernel reads (device addresses) after the data. */
+/* Queues slot s on its engine, then its signal and completion event, and marks it issued. */
 static void issue(struct recall *r, struct slot *s)
 {
     struct acc a = {0, 0, 0, 0.0};
+    const double t_issue = pulse_now();
     int st;
     switch (r->p.engine) {
     case RECALL_PER_BLOCK:
@@ -246,7 +254,10 @@ static void issue(struct recall *r, struct slot *s)
     }
     int rec = r->o->event_record(r->o, s->ev, es);
     if (rec) a.opf++;
+    const double t_issued = pulse_now();
     pthread_mutex_lock(&r->mu);
+    s->t_issue = t_issue;
+    s->t_issued = t_issued;
     s->status = st ? st : rec;
     s->ev_ok = rec == PULSE_OK;
     s->not_before = r->cap_rate > 0 ? r->cap_tat : 0.0; /* the paced stream's finish time */
@@ -629,6 +640,23 @@ void recall_reset_stats(struct recall *r)
     r->busy_since = pulse_now();
     pthread_mutex_unlock(&r->mu);
     atomic_store(&r->gather_ns, 0);
+}
+
+json_t *recall_stats_json(const struct recall_stats *st)
+{
+    json_t *j = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "bytes", (json_int_t)st->bytes, "chunks",
+                          (json_int_t)st->chunks, "recalls", (json_int_t)st->completed, "failed",
+                          (json_int_t)st->failed, "submissions", (json_int_t)st->submissions,
+                          "pieces", (json_int_t)st->pieces);
+    const struct {
+        const char *k;
+        double v;
+    } t[] = {{"busy_s", st->busy_s},         {"cap_wait_s", st->cap_wait_s},
+             {"gather_s", st->gather_s},     {"queued_s", st->queued_s},
+             {"issuing_s", st->issuing_s},   {"draining_s", st->draining_s}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        results_set_real(j, t[i].k, t[i].v);
+    return j;
 }
 
 const struct recall_params *recall_get_params(const struct recall *r)

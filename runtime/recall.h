@@ -33,6 +33,7 @@
 #ifndef PULSE_RECALL_H
 #define PULSE_RECALL_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -147,6 +148,11 @@ struct recall_stats {
     double busy_s;        /* wall time with >= 1 recall submitted and not yet seen complete */
     double cap_wait_s;    /* issuer time held back by the cap */
     double gather_s;      /* gather-scatter worker time spent copying (summed over threads) */
+    /* where a recall's time goes, summed over the completed ones: from submit until the issuer
+     * takes it up (its wake-up and any recall ahead of it), the issuer's time on it (for
+     * gather-scatter the gathers it waits for, piece by piece), and from its last operation
+     * queued until its completion is seen (the copy tail, and how late the waiter looked) */
+    double queued_s, issuing_s, draining_s;
 };
 
 struct recall;
@@ -192,6 +198,8 @@ int recall_wait_all(struct recall *r);
 /* A snapshot of the counters (any thread); reset zeroes them (no recall in flight). */
 void recall_get_stats(struct recall *r, struct recall_stats *out);
 void recall_reset_stats(struct recall *r);
+/* The stats as JSON: the counts, and the times in seconds (the *_s fields). */
+json_t *recall_stats_json(const struct recall_stats *st);
 const struct recall_params *recall_get_params(const struct recall *r);
 
 /* Engine names: "per-block", "gather-scatter", "zero-copy", "batch"; find returns -1. */

@@ -28,7 +28,7 @@ struct slot {
     int64_t ticket;
     int state, status, ev_ok, n; /* state, status, ev_ok: under mu */
     size_t bytes;
-    double t_submit, not_before;
+    double t_submit, t_issue, t_issued, not_before;
     struct recall_item *items;
     struct recall_signal sig;   /* flag NULL: none */
     struct recall_desc *h_desc; /* zero-copy descriptors, host view (pinned) ... */

@@ -126,17 +126,19 @@ if has devwait; then
 fi
 if has offload; then
     # the offload step against its floor: every policy and engine on one workload
-    # (OFFLOAD_SPEC, default the issue's uniform:16384:12, 32 new tokens, 8 GB of GPU KV)
+    # (OFFLOAD_SPEC, default the issue's uniform:16384:12, 32 new tokens, 8 GB of GPU KV);
+    # each of OFFLOAD_RUNS is policy:selection:engine[:VAR=V,VAR=V] (environment of that run)
     log offload
     spec=${OFFLOAD_SPEC:-uniform:16384:12}
     for v in ${OFFLOAD_RUNS:-vanilla:-:- arkvale:solohead:gather-scatter arkvale:solohead:zero-copy \
              arkvale:headwise:per-block arkvale:solohead:per-block arkvale:solohead:batch \
              infinigen:solohead:gather-scatter infinigen:solohead:per-block}; do
-        IFS=: read -r pol sel eng <<<"$v"
+        IFS=: read -r pol sel eng envs <<<"$v"
         tag="${pol}_${sel}_${eng}"
+        [ -n "$envs" ] && tag="${tag}_${envs//[^A-Za-z0-9]/_}"
         args=()
         [ "$pol" != vanilla ] && args=(--selection "$sel" --recall-engine "$eng" ${OFFLOAD_ARGS:-})
-        /usr/bin/time -f "%e s wall, %M KB" timeout "${OFFLOAD_TIMEOUT:-150}" "$bin" run --backend cuda \
+        env ${envs//,/ } /usr/bin/time -f "%e s wall, %M KB" timeout "${OFFLOAD_TIMEOUT:-150}" "$bin" run --backend cuda \
             --model qwen3-14b --policy "$pol" --workload "$spec" --output-len "${OFFLOAD_OUT:-32}" \
             --kv-budget-gb "${OFFLOAD_KV_GB:-8}" "${args[@]}" --out "$out/off_$tag.json" \
             >"$out/off_$tag.txt" 2>&1

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """One line per `pulse run` result: policy, selection, engine, throughput, the mean step
-against its floors, host synchronisations inside steps, and the set-up phases."""
+against its floors, host synchronisations inside steps, and the set-up phases; then, per run
+with a recall engine, where the recall's time went: the planner thread's phases per step and
+the engine's per recall (queued, issuing, draining), with its knobs."""
 import json
 import os
 import sys
@@ -33,6 +35,36 @@ def main(paths):
             f.get("pcie_floor_ms", 0) or 0, f.get("floor_ms", 0) or 0,
             st.get("ratio_to_floor", 0) or 0, get(r, "counters", "step_host_syncs", default="?"),
             (f.get("recall_bytes", 0) or 0) / 1e9, setup_s))
+    print()
+    print("%-44s %5s %5s %5s %5s %6s | %8s %8s %8s %8s | %7s %7s %7s %6s" % (
+        "run (ms/step: planner phases; us/recall: engine)", "blk", "thr", "spin", "lists",
+        "plan", "recall", "meter", "q-host", "post", "queued", "issuing", "drain", "GB/s"))
+    for p in paths:
+        try:
+            r = json.load(open(p))
+        except (OSError, ValueError):
+            continue
+        off = get(r, "counters", "offload", default={})
+        eng = off.get("recall_engine") or {}
+        steps = off.get("steps") or 0
+        n = eng.get("recalls") or 0
+        if not steps or not isinstance(eng, dict):
+            continue
+        ps = off.get("planner_s", {}) or {}
+        hq = off.get("host_queue_s", {}) or {}
+        q_host = sum(v for v in hq.values() if isinstance(v, (int, float)))
+
+        def us(k):
+            return 1e6 * (eng.get(k, 0) or 0) / n if n else 0
+
+        busy = eng.get("busy_s", 0) or 0
+        print("%-44s %5s %5s %5s %5.2f %6.2f | %8.2f %8.2f %8.2f %8.2f | %7.1f %7.1f %7.1f %6.1f" % (
+            os.path.basename(p)[:44], eng.get("zc_blocks", "-"), eng.get("gather_threads", "-"),
+            eng.get("spin_us", "-"), 1e3 * ps.get("lists_wait", 0) / steps,
+            1e3 * ps.get("plan", 0) / steps, 1e3 * ps.get("recall", 0) / steps,
+            1e3 * ps.get("meter", 0) / steps, 1e3 * q_host / steps,
+            1e3 * hq.get("post", 0) / steps, us("queued_s"), us("issuing_s"), us("draining_s"),
+            (eng.get("bytes", 0) or 0) / busy / 1e9 if busy else 0))
 
 
 if __name__ == "__main__":

@@ -704,21 +704,32 @@ static void test_zc_blocks(void)
 }
 
 /* --recall-cap-fraction F caps the recall at F times the H2D peak the run measured at start:
- * the config says both, and the engine's cap is their product. */
+ * the config says both, and the engine's cap is their product; zero-copy with a cap runs
+ * host-planned, through the engine that paces it (test_recall: the pacing itself). */
 static void test_cap_fraction(void)
 {
-    json_t *r = run_json("run --backend cpu --policy arkvale --recall-engine gather-scatter "
-                         "--workload uniform:256:2 --output-len 4 --budget-tokens 32 "
-                         "--recall-cap-fraction 0.25");
-    json_t *cfg = json_object_get(r, "config");
-    const double peak = json_number_value(
-        json_object_get(json_object_get(json_object_get(r, "metrics"), "step"), "h2d_peak_GBps"));
-    const double cap =
-        json_number_value(json_object_get(json_object_get(cfg, "offload"), "recall_cap_gbps"));
-    EXPECT_NEAR(json_number_value(json_object_get(cfg, "recall_cap_fraction")), 0.25, 1e-12);
-    EXPECT(peak > 0);
-    EXPECT_NEAR(cap, 0.25 * peak, 1e-9 * peak);
-    json_decref(r);
+    static const char *const engines[] = {"gather-scatter", "zero-copy"};
+    for (int e = 0; e < 2; e++) {
+        char args[512];
+        snprintf(args, sizeof args,
+                 "run --backend cpu --policy arkvale --recall-engine %s --workload uniform:256:2 "
+                 "--output-len 4 --budget-tokens 32 --recall-cap-fraction 0.25",
+                 engines[e]);
+        json_t *r = run_json(args);
+        json_t *cfg = json_object_get(r, "config");
+        const double peak = json_number_value(json_object_get(
+            json_object_get(json_object_get(r, "metrics"), "step"), "h2d_peak_GBps"));
+        const double cap = json_number_value(
+            json_object_get(json_object_get(cfg, "offload"), "recall_cap_gbps"));
+        EXPECT_NEAR(json_number_value(json_object_get(cfg, "recall_cap_fraction")), 0.25, 1e-12);
+        EXPECT(peak > 0);
+        EXPECT_NEAR(cap, 0.25 * peak, 1e-9 * peak);
+        json_t *off = json_object_get(json_object_get(r, "counters"), "offload");
+        EXPECT(json_is_false(json_object_get(off, "device_plan")));
+        json_t *eng = json_object_get(off, "recall_engine");
+        EXPECT(json_integer_value(json_object_get(eng, "bytes")) > 0);
+        json_decref(r);
+    }
 }
 
 static void timed(const char *name, void (*fn)(void))
