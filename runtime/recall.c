@@ -46,9 +46,13 @@ void recall_params_init(struct recall_params *p, enum recall_engine engine, int 
     long gt = recall_default_gather_threads();
     pulse_env_long("PULSE_GATHER_THREADS", 1, 256, &gt);
     p->gather_threads = (int)gt;
-    p->nt_stores = 1;
-    p->piece_bytes = (size_t)2 << 20;
-    p->n_stage = 3;
+    long nt = 1, piece_kb = 2048, stages = 3; /* PULSE_GS_NT_STORES, _PIECE_KB, _STAGES */
+    pulse_env_long("PULSE_GS_NT_STORES", 0, 1, &nt);
+    pulse_env_long("PULSE_GS_PIECE_KB", 1, 1 << 20, &piece_kb);
+    pulse_env_long("PULSE_GS_STAGES", 2, 64, &stages);
+    p->nt_stores = (int)nt;
+    p->piece_bytes = (size_t)piece_kb << 10;
+    p->n_stage = (int)stages;
     /* the zero-copy gather's grid (PULSE_ZC_BLOCKS for experiments). Measured on the H200,
      * 2026-12-01 (CUPTI, qwen3-14b, 128 KB in flight per block): 4 blocks gather a decode
      * step's recall 5% slower than 16 but take 12 fewer SMs from the compute beside it:
