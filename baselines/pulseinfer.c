@@ -59,6 +59,7 @@ struct pulseinfer {
     struct ioaa *ioaa;
     struct ioaa_profile_data prof;
     int have_prof;
+    int cap_raised; /* t_R values the recall cap raised (make_ioaa) */
     /* the last admission point's view: decide again only when it changed */
     int last_arrived, last_entries, decided_once;
     int64_t last_free_pages;
@@ -169,6 +170,8 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
             return rc;
         }
     }
+    /* a capped recall is paced by the engine: its rounds take at least bytes / cap */
+    if (op->cap_gbps > 0) pi->cap_raised = ioaa_profile_data_cap_recall(&pi->prof, op->cap_gbps * 1e9);
     pi->have_prof = 1;
     struct ioaa_params ip = {
         .profile = pi->prof.prof, .max_waiting = pi->max_waiting, .irq = pi->irq_on};
@@ -584,6 +587,7 @@ static json_t *pi_json(const void *ctx)
         json_object_set_new(j, "ioaa_profile", json_string(pi->prof.info.source));
         json_object_set_new(j, "max_waiting", json_integer(pi->max_waiting));
         results_set_real(j, "ioaa_recall_bytes_per_request_layer", pi->prof.prof.recall_bytes);
+        json_object_set_new(j, "ioaa_recall_rounds_capped", json_integer(pi->cap_raised));
     }
     json_t *dj = json_array(); /* the admission decisions (the first MAX_DECISIONS_KEPT) */
     for (int i = 0; i < pi->n_decisions; i++) {

@@ -94,6 +94,19 @@ int ioaa_profile_data_monotone(struct ioaa_profile_data *d)
     return raised;
 }
 
+int ioaa_profile_data_cap_recall(struct ioaa_profile_data *d, double bytes_per_s)
+{
+    int raised = 0;
+    for (int i = 0; i < d->prof.tr_n; i++) {
+        const double paced = d->tr_bytes[i] / bytes_per_s;
+        if (paced > d->tr[i]) {
+            d->tr[i] = paced;
+            raised++;
+        }
+    }
+    return raised;
+}
+
 /* ---- writing ---- */
 
 /* A grid value: an integer when it is one (batch sizes, contexts, byte counts), else a real;

@@ -65,6 +65,11 @@ void ioaa_profile_data_free(struct ioaa_profile_data *d);
  * values it raised. */
 int ioaa_profile_data_monotone(struct ioaa_profile_data *d);
 
+/* Recall rounds no faster than a cap of bytes_per_s (> 0): each t_R(x) raised to at least
+ * x / bytes_per_s, as the engine's pacing makes them (recall.h, cap_gbps); the table stays
+ * nondecreasing. Returns how many values it raised. */
+int ioaa_profile_data_cap_recall(struct ioaa_profile_data *d, double bytes_per_s);
+
 /* The schema object of p (any values: nothing is checked) and info; caller owns the reference.
  * Grid values that are integers below 2^53 are written as JSON integers. */
 json_t *ioaa_profile_to_json(const struct ioaa_profile *p, const struct ioaa_profile_info *info);

@@ -290,6 +290,28 @@ static void test_running_max(void)
     ioaa_profile_data_free(&d);
 }
 
+/* A recall cap paces the rounds: t_R(x) becomes max(t_R(x), x / cap), by hand on three
+ * points (1 MB in 10 us, 4 MB in 100 us, 16 MB in 1 ms against 20 GB/s: 50 us, 200 us,
+ * 800 us), the other tables untouched. */
+static void test_cap_recall(void)
+{
+    char err[256];
+    struct ioaa_profile_data d = {0};
+    EXPECT_EQ_INT(ioaa_profile_data_alloc(&d, 1, 1, 1, 3, err, sizeof err), PULSE_OK);
+    d.tn_b[0] = 1, d.tn_c[0] = 1024, d.tn[0] = 2e-4, d.to_b[0] = 1, d.to[0] = 3e-4;
+    const double bytes[3] = {1e6, 4e6, 16e6}, t[3] = {1e-5, 1e-4, 1e-3};
+    for (int i = 0; i < 3; i++)
+        d.tr_bytes[i] = bytes[i], d.tr[i] = t[i];
+    EXPECT_EQ_INT(ioaa_profile_data_cap_recall(&d, 20e9), 2);
+    EXPECT_NEAR(d.tr[0], 5e-5, 1e-15);
+    EXPECT_NEAR(d.tr[1], 2e-4, 1e-15);
+    EXPECT_NEAR(d.tr[2], 1e-3, 0);
+    EXPECT_NEAR(d.tn[0], 2e-4, 0);
+    EXPECT_NEAR(d.to[0], 3e-4, 0);
+    EXPECT_EQ_INT(ioaa_profile_data_monotone(&d), 0);
+    ioaa_profile_data_free(&d);
+}
+
 static int nondecreasing(const double *v, int stride, int n)
 {
     for (int i = 1; i < n; i++)
@@ -541,6 +563,7 @@ int main(void)
     test_round_trip();
     test_rejects();
     test_running_max();
+    test_cap_recall();
     test_pulse_profile();
     test_profile_offload_steps();
     remove(tmp_path);

@@ -486,6 +486,34 @@ static void test_flags(void)
     json_decref(j);
 }
 
+/* With a recall cap IOAA's recall rounds take at least bytes / cap (its profile's t_R raised,
+ * a counter the JSON carries); without one nothing is raised. */
+static void test_ioaa_cap(void)
+{
+    for (int capped = 0; capped < 2; capped++) {
+        char path[] = "/tmp/pulse_pi_cap_XXXXXX", cmd[512];
+        int fd = mkstemp(path);
+        if (fd >= 0) close(fd);
+        snprintf(cmd, sizeof cmd,
+                 "run --backend cpu --policy pulseinfer --workload lengths:60,300,280,90 "
+                 "--output-len 2 --max-batch 4 --budget-tokens 32 %s --out %s",
+                 capped ? "--recall-cap-gbps 0.01" : "", path);
+        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+        json_error_t je;
+        json_t *j = json_load_file(path, 0, &je);
+        remove(path);
+        EXPECT(j != NULL);
+        const json_int_t raised = json_integer_value(json_object_get(
+            json_object_get(json_object_get(j, "counters"), "pulseinfer"),
+            "ioaa_recall_rounds_capped"));
+        if (capped)
+            EXPECT(raised > 0);
+        else
+            EXPECT(raised == 0);
+        json_decref(j);
+    }
+}
+
 int main(void)
 {
     test_equals_vanilla();
@@ -496,5 +524,6 @@ int main(void)
     test_dead_link();
     test_fault_cli();
     test_flags();
+    test_ioaa_cap();
     return tu_finish("test_pulseinfer");
 }
