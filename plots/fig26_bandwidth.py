@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Fig. 26: mean TPOT against the PCIe bandwidth left to recall (the recall cap, a fraction of
-the peak), normalised to each system's uncapped point (fraction 1), from the bandwidth summary of
-`pulse reproduce`. A system without an uncapped result is left out. Repeated points (--repeat)
-draw the mean TPOT over the uncapped point's mean, the min-max ranges (over the same) as error bars.
+"""Fig. 26: mean TPOT and output throughput against the PCIe bandwidth left to recall (the
+recall cap, a fraction of the peak), each normalised to its system's uncapped point (fraction 1),
+from the bandwidth summary of `pulse reproduce`. IOAA knows the cap, so pulseinfer's batches
+differ between points (fewer offloaded at a lower cap): its TPOT can fall where its throughput
+holds, which the second panel shows. A system without an uncapped result is left out. Repeated
+points (--repeat) draw the mean over the uncapped point's mean, the min-max ranges (over the
+same) as error bars.
 
 usage: python3 plots/fig26_bandwidth.py INPUT [--out PREFIX]
   INPUT   bandwidth/bandwidth.json, its folder, or the --out-dir of pulse reproduce
@@ -26,12 +29,13 @@ def fraction(r, p):
         return None
 
 
-def draw(s):
-    fig, ax = plt.subplots(figsize=(6, 4))
-    if figlib.empty(ax, s):
-        return figlib.finish(fig, s, "Fig. 26: TPOT against the recall bandwidth")
+PANELS = [("mean_tpot_ms", "mean TPOT / uncapped mean TPOT"),
+          ("output_throughput", "throughput / uncapped throughput")]
+
+
+def panel(ax, s, key, ylabel):
     raw = {}
-    for v, p, r, t in figlib.aggregate(s, lambda r: figlib.metric(r, "mean_tpot_ms")):
+    for v, p, r, t in figlib.aggregate(s, lambda r: figlib.metric(r, key)):
         f = fraction(r, p)
         if f is not None:
             raw.setdefault(v, []).append((f, t))
@@ -42,15 +46,22 @@ def draw(s):
             data[v] = sorted((f, t.scaled(1 / full.mean)) for f, t in raw[v])
         elif v in raw:
             missing.append(v)
-    figlib.plot_lines(ax, s, data, "recall bandwidth cap (fraction of the PCIe peak)",
-                      "mean TPOT / uncapped mean TPOT")
+    figlib.plot_lines(ax, s, data, "recall bandwidth cap (fraction of the PCIe peak)", ylabel)
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(sorted({f for pts in data.values() for f, _ in pts}))
     if data:
         ax.legend()
     if missing:
         ax.set_title(f"no uncapped point: {', '.join(missing)}", fontsize=8)
-    return figlib.finish(fig, s, "Fig. 26: TPOT against the recall bandwidth")
+
+
+def draw(s):
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    if figlib.empty(axes[0], s):
+        return figlib.finish(fig, s, "Fig. 26: TPOT and throughput against the recall bandwidth")
+    for ax, (key, ylabel) in zip(axes, PANELS):
+        panel(ax, s, key, ylabel)
+    return figlib.finish(fig, s, "Fig. 26: TPOT and throughput against the recall bandwidth")
 
 
 if __name__ == "__main__":
