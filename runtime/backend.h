@@ -80,10 +80,11 @@ struct backend {
      * calling thread, spins until then. */
     void (*wait_value)(const struct kctx *c, const uint32_t *flag, uint32_t value);
     /* Measures the memory copy bandwidth on this backend's memory: copies of `bytes`, counting
-     * bytes read plus written, median of `reps`, in GB/s. Allocates (outside any step). */
+     * bytes read plus written, the fastest of `reps` (a ceiling: other work on the device can
+     * only slow a copy), in GB/s. Allocates (outside any step). */
     double (*copy_bandwidth)(const struct kctx *c, size_t bytes, int reps);
-    /* The single-copy host-to-device peak: one copy of `bytes` from pinned host memory, median
-     * of `reps`, GB/s (the cpu backend: one memcpy). Allocates (outside any step). */
+    /* The single-copy host-to-device peak: one copy of `bytes` from pinned host memory, the
+     * fastest of `reps`, GB/s (the cpu backend: one memcpy). Allocates (outside any step). */
     double (*h2d_bandwidth)(const struct kctx *c, size_t bytes, int reps);
     /* CUDA graphs (NULL on the cpu backend): capture the work queued on the context between
      * begin and end into an executable graph; launch replays it; destroy frees it. */

@@ -163,37 +163,34 @@ static void cuda_sync(const struct kctx *c)
     CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)c->stream));
 }
 
-static int cmp_float(const void *a, const void *b)
+/* The fastest of `reps` timed cudaMemcpyAsync's of `bytes` (after one warm-up, with the device
+ * idle first), in GB/s counting `counted` x bytes a copy; `alternate` swaps src and dst every
+ * copy (device to device). The fastest, as a ceiling: in a sweep the last point's teardown (a
+ * host pool unpinning, a stream draining) can slow some copies, never speed one up. */
+static double best_copy_gbs(cudaStream_t s, void *dst, void *src, size_t bytes, int reps,
+                            double counted, int alternate)
 {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of `reps` timed cudaMemcpyAsync's of `bytes` (after one warm-up), in GB/s counting
- * `counted` x bytes a copy; `alternate` swaps src and dst every copy (device to device). */
-static double median_copy_gbs(cudaStream_t s, void *dst, void *src, size_t bytes, int reps,
-                              double counted, int alternate)
-{
-    float ms[64];
-    if (reps > 64) reps = 64;
     if (reps < 1) return 0.0;
+    CUDA_CHECK(cudaDeviceSynchronize());
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s)); /* warm-up */
+    float best = 0.0f;
     for (int r = 0; r < reps; r++) {
         const int back = alternate && r % 2;
+        float ms;
         CUDA_CHECK(cudaEventRecord(e0, s));
         CUDA_CHECK(
             cudaMemcpyAsync(back ? src : dst, back ? dst : src, bytes, cudaMemcpyDefault, s));
         CUDA_CHECK(cudaEventRecord(e1, s));
         CUDA_CHECK(cudaEventSynchronize(e1));
-        CUDA_CHECK(cudaEventElapsedTime(&ms[r], e0, e1));
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r == 0 || ms < best) best = ms;
     }
-    qsort(ms, (size_t)reps, sizeof(float), cmp_float);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
-    return counted * (double)bytes / (ms[reps / 2] * 1e-3) / 1e9;
+    return counted * (double)bytes / (best * 1e-3) / 1e9;
 }
 
 static double cuda_copy_bandwidth(const struct kctx *c, size_t bytes, int reps)
@@ -203,7 +200,7 @@ static double cuda_copy_bandwidth(const struct kctx *c, size_t bytes, int reps)
     double gbs = 0.0;
     if (a && b) {
         CUDA_CHECK(cudaMemsetAsync(a, 1, bytes, s));
-        gbs = median_copy_gbs(s, b, a, bytes, reps, 2.0, 1); /* read + write */
+        gbs = best_copy_gbs(s, b, a, bytes, reps, 2.0, 1); /* read + write */
     }
     mem_free(MEM_DEVICE, a, bytes);
     mem_free(MEM_DEVICE, b, bytes);
@@ -217,7 +214,7 @@ static double cuda_h2d_bandwidth(const struct kctx *c, size_t bytes, int reps)
     double gbs = 0.0;
     if (h && d) {
         memset(h, 1, bytes);
-        gbs = median_copy_gbs((cudaStream_t)c->stream, d, h, bytes, reps, 1.0, 0);
+        gbs = best_copy_gbs((cudaStream_t)c->stream, d, h, bytes, reps, 1.0, 0);
     }
     mem_free(MEM_PINNED, h, bytes);
     mem_free(MEM_DEVICE, d, bytes);
