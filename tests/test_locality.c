@@ -474,6 +474,7 @@ static void test_calibration_threads(void)
         lp.calib_tokens = 1024;
         lp.calib_streams = 5;
         lp.calib_steps = 3;
+        lp.calib_fresh = 1; /* each thread count calibrates: the process's table would match */
         lp.calib_threads = threads[k];
         struct locality *L = locality_create(&lp, &g_prof, err, sizeof err);
         EXPECT(L != NULL);
@@ -501,6 +502,59 @@ static void test_calibration_threads(void)
     lp.calib_threads = -1;
     EXPECT(locality_create(&lp, &g_prof, err, sizeof err) == NULL);
     EXPECT_STR_CONTAINS(err, "calib_threads");
+}
+
+/* A second generator of the same calibration key takes the process's table (the same bits as
+ * a fresh calibration, which calib_fresh forces), also with other slots; another seed or
+ * budget calibrates anew. */
+static void test_calibration_reused(void)
+{
+    char err[256];
+    struct locality_default_params dp;
+    locality_default_params_init(&dp, NLAYERS, 9);
+    EXPECT_EQ_INT(locality_profile_default(&g_prof, &dp, err, sizeof err), PULSE_OK);
+    struct locality_params base;
+    locality_params_init(&base, &CFG, NLAYERS, NREQ, 4242);
+    base.calib_tokens = 1024, base.calib_streams = 3, base.calib_steps = 2;
+    struct variant {
+        int slots, fresh, budget_delta;
+        uint64_t seed;
+        int reused;
+    } const v[] = {{NREQ, 0, 0, 4242, 0},     /* first of its key */
+                   {NREQ, 0, 0, 4242, 1},     /* the same key */
+                   {NREQ + 3, 0, 0, 4242, 1}, /* slots are not part of it */
+                   {NREQ, 1, 0, 4242, 0},     /* forced fresh */
+                   {NREQ, 0, 0, 4243, 0},     /* another seed */
+                   {NREQ, 0, 1, 4242, 0}};    /* another budget */
+    double theta0[64], churn0[64];
+    int n0 = 0;
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(v); i++) {
+        struct locality_params lp = base;
+        lp.n_slots = v[i].slots, lp.calib_fresh = v[i].fresh, lp.seed = v[i].seed;
+        lp.sel.budget += v[i].budget_delta;
+        struct locality *L = locality_create(&lp, &g_prof, err, sizeof err);
+        EXPECT(L != NULL);
+        if (!L) return;
+        struct locality_calib c;
+        locality_get_calib(L, &c);
+        EXPECT_EQ_INT(c.reused, v[i].reused);
+        if (i == 0) {
+            n0 = c.n;
+            memcpy(theta0, c.theta, sizeof(double) * c.n);
+            memcpy(churn0, c.churn, sizeof(double) * c.n);
+        } else if (v[i].seed == base.seed && !v[i].budget_delta) {
+            EXPECT_EQ_INT(c.n, n0);
+            EXPECT(memcmp(theta0, c.theta, sizeof(double) * c.n) == 0);
+            EXPECT(memcmp(churn0, c.churn, sizeof(double) * c.n) == 0);
+        } else {
+            EXPECT(memcmp(churn0, c.churn, sizeof(double) * c.n) != 0);
+        }
+        json_t *j = locality_to_json(L);
+        EXPECT(json_is_true(json_object_get(json_object_get(j, "calibration"), "reused")) ==
+               (v[i].reused != 0));
+        json_decref(j);
+        locality_free(L);
+    }
 }
 
 /* ------------------------------------------------------------------ the main property */
@@ -694,6 +748,7 @@ int main(void)
     test_keys();
     test_calibration();
     test_calibration_threads();
+    test_calibration_reused();
     test_churn_follows_profile();
     test_solohead();
     test_determinism();

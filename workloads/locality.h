@@ -183,6 +183,10 @@ struct locality_params {
     int calib_threads;        /* threads the calibration runs on; 0 (default) = the online CPUs,
                                  at most LOC_CALIB_MAX_THREADS. The table is the same bits for
                                  every thread count. */
+    int calib_fresh;          /* 1: calibrate even when this process made the same table
+                                 before (by default it is reused: the table is a pure function
+                                 of the params above, the thread count and slots aside, and of
+                                 the profile's dense layers) */
 };
 
 /* Calibration table: churn[j] = expected churn of a step of angle theta[j] (radians). */
@@ -190,6 +194,7 @@ struct locality_calib {
     int n;
     const double *theta, *churn; /* owned by the generator */
     double churn_max;            /* churn[n-1]: targets above it are clipped */
+    int reused;                  /* 1: the process's earlier calibration of the same key */
 };
 
 /* What the generator drew for one layer (targets are drawn per list and step). */
