@@ -72,6 +72,12 @@ struct pulseinfer {
      * and their sums over the steps read back, with the loop's time of those steps */
     double predicted_s[2], pred_sum, meas_sum;
     int64_t pred_steps;
+    /* the same over the steady steps: those with no request admitted since the step before
+     * (a newly offloaded request's first step recalls its whole selection, 3-4x a steady
+     * step at the quick scale, which the model's steady-state step does not hold) */
+    int admitted_since_step, cold[2];
+    double pred_steady_sum, meas_steady_sum;
+    int64_t steady_steps;
     /* the normal batch's last two layers' completion (layer l records ev_layer[l & 1]): past
      * its share of normal layers, while a recall is in flight, the scheduler queues another
      * normal layer only once the one before has finished, so that it sees the recall land
@@ -269,6 +275,7 @@ static int admit_head(struct serve_state *s, struct pulseinfer *pi, int k)
     serve_pause_clock(s, b.prompt_fill_s - a.prompt_fill_s); /* a prefill instance's work */
     if (rc == PULSE_OK) serve_add_entry(s, k, s->next_waiting, slot, tok);
     if (rc == PULSE_OK) {
+        pi->admitted_since_step = 1;
         s->next_waiting++;
         ++*(k == NORMAL ? &s->ctr.admitted_normal : &s->ctr.admitted_offload);
         s->why[0] = 0;
@@ -494,6 +501,8 @@ static int pi_step(struct serve_state *s)
     double *pred = &pi->predicted_s[pi->steps & 1]; /* the model's step for the batches this
                                                       step runs (IOAA only) */
     *pred = 0;
+    pi->cold[pi->steps & 1] = pi->admitted_since_step;
+    pi->admitted_since_step = 0;
     if (pi->ioaa) {
         int64_t ctx = 0;
         for (int b = 0; b < nb->n_entries; b++)
@@ -533,11 +542,17 @@ static void pi_traffic(struct serve_state *s, int ahead, struct floor_traffic *t
     struct pulseinfer *pi = s->policy_ctx;
     const struct model_config *c = engine_model(s->eng)->cfg;
     const double per_layer = (double)model_kv_bytes_per_token(c) / c->n_layers;
-    const double pred = pi->predicted_s[(pi->steps - 1 - ahead) & 1];
+    const int p = (int)((pi->steps - 1 - ahead) & 1);
+    const double pred = pi->predicted_s[p];
     if (pred > 0) { /* the step just read back (the loop's time of it), against the model's */
         pi->meas_sum += s->report_step_s;
         pi->pred_sum += pred;
         pi->pred_steps++;
+        if (!pi->cold[p]) {
+            pi->meas_steady_sum += s->report_step_s;
+            pi->pred_steady_sum += pred;
+            pi->steady_steps++;
+        }
     }
     memset(t, 0, sizeof *t);
     if (s->run[OFFLOAD].n_entries) offload_step_traffic(pi->o, ahead, t);
@@ -603,6 +618,13 @@ static json_t *pi_json(const void *ctx)
     if (pi->pred_steps) {
         results_set_real(j, "ioaa_predicted_step_ms", pi->pred_sum / pi->pred_steps * 1e3);
         results_set_real(j, "ioaa_measured_step_ms", pi->meas_sum / pi->pred_steps * 1e3);
+    }
+    json_object_set_new(j, "ioaa_steady_steps", json_integer(pi->steady_steps));
+    if (pi->steady_steps) {
+        results_set_real(j, "ioaa_predicted_steady_step_ms",
+                         pi->pred_steady_sum / pi->steady_steps * 1e3);
+        results_set_real(j, "ioaa_measured_steady_step_ms",
+                         pi->meas_steady_sum / pi->steady_steps * 1e3);
     }
     return j;
 }

@@ -96,6 +96,16 @@ int main(void)
     json_t *pi = json_object_get(json_object_get(r5, "counters"), "pulseinfer");
     EXPECT(pi && !strcmp(json_string_value(json_object_get(pi, "ioaa_profile")), "measured"));
     EXPECT(json_integer_value(json_object_get(pi, "ioaa_predicted_steps")) > 0);
+    /* the steady steps (none admitted since the step before) are some of the predicted ones,
+     * the first one after an admission not among them */
+    const json_int_t steady = json_integer_value(json_object_get(pi, "ioaa_steady_steps"));
+    EXPECT(steady > 0 &&
+           steady < json_integer_value(json_object_get(pi, "ioaa_predicted_steps")));
+    EXPECT(json_real_value(json_object_get(pi, "ioaa_measured_steady_step_ms")) > 0);
+    /* the points after the first take its locality calibration (one key: one table) */
+    json_t *c1 = json_object_get(json_object_get(json_object_get(r1, "config"), "offload"),
+                                 "locality");
+    EXPECT(json_is_true(json_object_get(json_object_get(c1, "calibration"), "reused")));
     json_decref(ab);
     const char *const engines[] = {"gather-scatter", "zero-copy"};
     for (int i = 0; i < 2; i++) {
