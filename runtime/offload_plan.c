@@ -230,6 +230,7 @@ static void run_job(struct offload *o, const struct job *j)
         offload_lap(ph, OFFLOAD_PLANNER_METER, &t);
         return;
     }
+    recall_prime(o->rc); /* the engine's threads wake while the plan is made */
     const int32_t *h_sel = offload_sel(o, p, sl, ss->n);
     const uint32_t seq = (uint32_t)(j->step + 1);
     const int n_items = plan(o, ss, j->layer, h_sel, offload_ctl(o, p, sl));

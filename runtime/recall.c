@@ -289,6 +289,7 @@ static int issuer_wait(struct recall *r)
         }
         pthread_mutex_lock(&r->mu);
         poll_locked(r);
+        const unsigned gen = atomic_load(&r->prime_gen);
         if (atomic_load(&r->submitted) <= r->issue_ticket && !atomic_load(&r->stop)) {
             r->issuer_sleeping = 1;
             if (r->oldest < r->next_ticket) {
@@ -303,6 +304,8 @@ static int issuer_wait(struct recall *r)
             r->issuer_sleeping = 0;
         }
         pthread_mutex_unlock(&r->mu);
+        if (atomic_load(&r->prime_gen) != gen) /* primed: a recall is coming, spin again */
+            spin_end = pulse_now() + r->p.spin_us * 1e-6;
     }
 }
 
@@ -448,6 +451,8 @@ struct recall *recall_create(const struct recall_params *p, char *err, size_t er
     atomic_init(&r->task_posted, 0);
     atomic_init(&r->task_taken, 0);
     atomic_init(&r->n_sleeping, 0);
+    atomic_init(&r->prime_gen, 0u);
+    atomic_init(&r->primes, 0);
     atomic_init(&r->gather_ns, 0);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -562,6 +567,25 @@ int recall_submit_signal(struct recall *r, const struct recall_item *items, int 
     return PULSE_OK;
 }
 
+void recall_prime(struct recall *r)
+{
+    atomic_fetch_add(&r->prime_gen, 1);
+    int woke = 0;
+    if (atomic_load(&r->n_sleeping) > 0) {
+        pthread_mutex_lock(&r->mu_work);
+        pthread_cond_broadcast(&r->cv_work);
+        pthread_mutex_unlock(&r->mu_work);
+        woke = 1;
+    }
+    pthread_mutex_lock(&r->mu);
+    if (r->issuer_sleeping) {
+        pthread_cond_signal(&r->cv_issue);
+        woke = 1;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (woke) atomic_fetch_add(&r->primes, 1);
+}
+
 static struct slot *lookup_locked(struct recall *r, int64_t t)
 {
     if (t < 0 || t >= r->next_ticket) return NULL;
@@ -635,6 +659,7 @@ void recall_get_stats(struct recall *r, struct recall_stats *out)
     if (r->inflight > 0) out->busy_s += pulse_now() - r->busy_since;
     pthread_mutex_unlock(&r->mu);
     out->gather_s = (double)atomic_load(&r->gather_ns) * 1e-9;
+    out->primes = atomic_load(&r->primes);
 }
 
 void recall_reset_stats(struct recall *r)
@@ -644,14 +669,16 @@ void recall_reset_stats(struct recall *r)
     r->busy_since = pulse_now();
     pthread_mutex_unlock(&r->mu);
     atomic_store(&r->gather_ns, 0);
+    atomic_store(&r->primes, 0);
 }
 
 json_t *recall_stats_json(const struct recall_stats *st)
 {
-    json_t *j = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "bytes", (json_int_t)st->bytes, "chunks",
-                          (json_int_t)st->chunks, "recalls", (json_int_t)st->completed, "failed",
-                          (json_int_t)st->failed, "submissions", (json_int_t)st->submissions,
-                          "pieces", (json_int_t)st->pieces);
+    json_t *j = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "bytes", (json_int_t)st->bytes,
+                          "chunks", (json_int_t)st->chunks, "recalls", (json_int_t)st->completed,
+                          "failed", (json_int_t)st->failed, "submissions",
+                          (json_int_t)st->submissions, "pieces", (json_int_t)st->pieces,
+                          "primes", (json_int_t)st->primes);
     const struct {
         const char *k;
         double v;

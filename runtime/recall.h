@@ -153,6 +153,7 @@ struct recall_stats {
      * gather-scatter the gathers it waits for, piece by piece), and from its last operation
      * queued until its completion is seen (the copy tail, and how late the waiter looked) */
     double queued_s, issuing_s, draining_s;
+    int64_t primes; /* recall_prime calls that woke a sleeping thread */
 };
 
 struct recall;
@@ -187,6 +188,10 @@ struct recall_signal {
 /* recall_submit, and the recall sets sig's flag when it completes without failure. */
 int recall_submit_signal(struct recall *r, const struct recall_item *items, int n,
                          const struct recall_signal *sig, int64_t *ticket);
+/* A recall is coming soon (the caller is planning it): the engine's sleeping threads wake now
+ * and spin (spin_us) instead of waking when it is submitted, so that their wake-up overlaps
+ * the caller's planning. Non-blocking; counted (recall_stats.primes). */
+void recall_prime(struct recall *r);
 /* Non-blocking: 0 while in flight, 1 when complete, a negative status when it completed with a
  * failure. A ticket stays valid until max_inflight newer submissions (then PULSE_ERR_INVALID). */
 int recall_query(struct recall *r, int64_t ticket);

@@ -181,8 +181,9 @@ void *recall_gs_worker(void *arg)
         }
         pthread_mutex_lock(&r->mu_work);
         atomic_fetch_add(&r->n_sleeping, 1);
+        const unsigned gen = atomic_load(&r->prime_gen);
         while (atomic_load(&r->task_taken) >= atomic_load(&r->task_posted) &&
-               !atomic_load(&r->stop))
+               !atomic_load(&r->stop) && atomic_load(&r->prime_gen) == gen)
             pthread_cond_wait(&r->cv_work, &r->mu_work);
         atomic_fetch_sub(&r->n_sleeping, 1);
         pthread_mutex_unlock(&r->mu_work);

@@ -76,6 +76,8 @@ struct recall {
     uint64_t piece_seq; /* issuer: pieces posted */
     atomic_ullong task_posted, task_taken;
     atomic_int n_sleeping;
+    atomic_uint prime_gen; /* recall_prime: a sleeping worker or issuer wakes when it moves */
+    atomic_llong primes;
     atomic_llong gather_ns;
     void **b_dst;
     const void **b_src;

@@ -510,6 +510,38 @@ static void test_engine_exact(enum recall_engine e, size_t piece)
     recall_free(r);
 }
 
+/* recall_prime wakes the engine's sleeping threads (counted) and changes nothing of the
+ * recalls around it: once its threads sleep (spin 20 us), a prime that wakes them, then a
+ * recall of 97 chunks that lands exactly with another prime beside it. */
+static void test_engine_prime(enum recall_engine e)
+{
+    struct recall *r = make_engine(e, recall_copy_ops_cpu(), 0, 0);
+    EXPECT(r != NULL);
+    if (!r) return;
+    static struct recall_item it[MAX_ITEMS];
+    const struct shape sh = {65536, 97, 0, 0};
+    struct recall_stats st;
+    memset(&st, 0, sizeof st);
+    for (int i = 0; i < 400 && st.primes == 0; i++) { /* until a thread slept (up to 2 s) */
+        struct timespec ts = {0, 5 * 1000 * 1000};     /* 5 ms: well past the 20 us spin */
+        nanosleep(&ts, NULL);
+        recall_prime(r);
+        recall_get_stats(r, &st);
+    }
+    EXPECT_EQ_INT(st.primes, 1);
+    reset_slots();
+    make_items(&sh, it);
+    int64_t t;
+    EXPECT_EQ_INT(recall_submit(r, it, sh.n, &t), PULSE_OK);
+    recall_prime(r); /* beside a recall in flight: harmless either way */
+    EXPECT_EQ_INT(recall_wait(r, t), PULSE_OK);
+    EXPECT_EQ_INT(verify_items(it, sh.n), 0);
+    recall_get_stats(r, &st);
+    EXPECT(st.primes >= 1 && st.primes <= 2);
+    EXPECT_EQ_INT(st.completed, 1);
+    recall_free(r);
+}
+
 /* A recall that fails in its second transfer op is reported failed (status, counters), and
  * the next recall through the same engine is exact. */
 static void test_engine_failure(enum recall_engine e)
@@ -802,6 +834,7 @@ int main(void)
         test_engine_exact((enum recall_engine)e, 0);
         if (e == RECALL_GATHER_SCATTER) test_engine_exact((enum recall_engine)e, 24 << 10);
         test_engine_failure((enum recall_engine)e);
+        test_engine_prime((enum recall_engine)e);
         test_engine_zero_sync((enum recall_engine)e);
         test_engine_cap((enum recall_engine)e);
     }
