@@ -215,6 +215,7 @@ json_t *offload_counters_json(const struct offload *o)
     json_object_set_new(eng, "gs_piece_bytes", json_integer((json_int_t)rp->piece_bytes));
     json_object_set_new(eng, "gs_stages", json_integer(rp->n_stage));
     json_object_set_new(eng, "gs_nt_stores", json_boolean(rp->nt_stores));
+    json_object_set_new(eng, "prime", json_boolean(rp->prime)); /* PULSE_RECALL_PRIME */
 #ifdef PULSE_HAVE_CUDA
     if (o->be->mem == MEM_DEVICE) /* PULSE_ZC_INFLIGHT_KB */
         json_object_set_new(eng, "zc_loads_per_lane",

@@ -67,9 +67,11 @@ void recall_params_init(struct recall_params *p, enum recall_engine engine, int 
      * of the peak): a 1 MiB unit reached 0.93 of the target (the gap between paced launches),
      * 4 MiB 0.99 and 16 MiB 0.99; 0.4 and 0.6 held within 1% with each */
     p->cap_unit_bytes = (size_t)4 << 20;
-    long spin = 200; /* PULSE_RECALL_SPIN_US for experiments */
+    long spin = 200, prime = 0; /* PULSE_RECALL_SPIN_US, PULSE_RECALL_PRIME for experiments */
     pulse_env_long("PULSE_RECALL_SPIN_US", 0, 1000000, &spin);
+    pulse_env_long("PULSE_RECALL_PRIME", 0, 1, &prime);
     p->spin_us = (int)spin;
+    p->prime = (int)prime;
 }
 
 static void sleep_until(double t)
@@ -569,6 +571,7 @@ int recall_submit_signal(struct recall *r, const struct recall_item *items, int 
 
 void recall_prime(struct recall *r)
 {
+    if (!r->p.prime) return;
     atomic_fetch_add(&r->prime_gen, 1);
     int woke = 0;
     if (atomic_load(&r->n_sleeping) > 0) {

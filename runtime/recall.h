@@ -126,6 +126,9 @@ struct recall_params {
     size_t cap_burst_bytes; /* bucket depth (default 4 MiB; 0: strict pacing) */
     size_t cap_unit_bytes;  /* pacing unit of the non-staged engines (default 4 MiB) */
     int spin_us;            /* issuer/worker spin before sleeping, microseconds (default 200) */
+    int prime;              /* 1: recall_prime wakes the sleeping threads (PULSE_RECALL_PRIME;
+                               default 0: not measured yet on the H200, where 14 spinning
+                               workers can take the cores of the thread that plans) */
     int nt_stores;          /* gather-scatter: streaming stores into staging (x86; default 1) */
     /* Optional: the mapped host region every zero-copy source lies in (the host pool), so
      * sources translate by one offset; sources outside it go through ops->map_host. */
@@ -188,9 +191,10 @@ struct recall_signal {
 /* recall_submit, and the recall sets sig's flag when it completes without failure. */
 int recall_submit_signal(struct recall *r, const struct recall_item *items, int n,
                          const struct recall_signal *sig, int64_t *ticket);
-/* A recall is coming soon (the caller is planning it): the engine's sleeping threads wake now
- * and spin (spin_us) instead of waking when it is submitted, so that their wake-up overlaps
- * the caller's planning. Non-blocking; counted (recall_stats.primes). */
+/* A recall is coming soon (the caller is planning it): with params.prime the engine's sleeping
+ * threads wake now and spin (spin_us) instead of waking when it is submitted, so that their
+ * wake-up overlaps the caller's planning; without it nothing happens. Non-blocking; counted
+ * (recall_stats.primes). */
 void recall_prime(struct recall *r);
 /* Non-blocking: 0 while in flight, 1 when complete, a negative status when it completed with a
  * failure. A ticket stays valid until max_inflight newer submissions (then PULSE_ERR_INVALID). */

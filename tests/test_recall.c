@@ -510,12 +510,25 @@ static void test_engine_exact(enum recall_engine e, size_t piece)
     recall_free(r);
 }
 
-/* recall_prime wakes the engine's sleeping threads (counted) and changes nothing of the
- * recalls around it: once its threads sleep (spin 20 us), a prime that wakes them, then a
- * recall of 97 chunks that lands exactly with another prime beside it. */
+/* recall_prime does nothing by default; with PULSE_RECALL_PRIME=1 it wakes the engine's
+ * sleeping threads (counted) and changes nothing of the recalls around it: once its threads
+ * sleep (spin 20 us), a prime that wakes them, then a recall of 97 chunks that lands exactly
+ * with another prime beside it. */
 static void test_engine_prime(enum recall_engine e)
 {
+    struct recall *off = make_engine(e, recall_copy_ops_cpu(), 0, 0); /* prime off: a no-op */
+    EXPECT(off != NULL);
+    if (!off) return;
+    struct timespec t5 = {0, 5 * 1000 * 1000};
+    nanosleep(&t5, NULL);
+    recall_prime(off);
+    struct recall_stats so;
+    recall_get_stats(off, &so);
+    EXPECT_EQ_INT(so.primes, 0);
+    recall_free(off);
+    setenv("PULSE_RECALL_PRIME", "1", 1);
     struct recall *r = make_engine(e, recall_copy_ops_cpu(), 0, 0);
+    unsetenv("PULSE_RECALL_PRIME");
     EXPECT(r != NULL);
     if (!r) return;
     static struct recall_item it[MAX_ITEMS];
