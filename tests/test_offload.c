@@ -614,18 +614,7 @@ static void test_cli_json(void)
 /* The JSON of a good `pulse run` with `args` (NULL when it failed). */
 static json_t *run_json(const char *args)
 {
-    char path[] = "/tmp/pulse_offload_XXXXXX", cmd[1024];
-    int fd = mkstemp(path);
-    if (fd >= 0) close(fd);
-    snprintf(cmd, sizeof cmd, "%s --out %s", args, path);
-    const int code = tu_run_pulse(cmd, out, sizeof out);
-    EXPECT_EQ_INT(code, 0);
-    if (code) fprintf(stderr, "%s: %s", cmd, out);
-    json_error_t je;
-    json_t *r = json_load_file(path, 0, &je);
-    remove(path);
-    EXPECT(r != NULL);
-    return r;
+    return tu_run_pulse_json(args, out, sizeof out);
 }
 
 static int64_t json_int_at(json_t *r, const char *a, const char *b, const char *c)

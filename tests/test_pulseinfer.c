@@ -491,18 +491,12 @@ static void test_flags(void)
 static void test_ioaa_cap(void)
 {
     for (int capped = 0; capped < 2; capped++) {
-        char path[] = "/tmp/pulse_pi_cap_XXXXXX", cmd[512];
-        int fd = mkstemp(path);
-        if (fd >= 0) close(fd);
+        char cmd[512];
         snprintf(cmd, sizeof cmd,
                  "run --backend cpu --policy pulseinfer --workload lengths:60,300,280,90 "
-                 "--output-len 2 --max-batch 4 --budget-tokens 32 %s --out %s",
-                 capped ? "--recall-cap-gbps 0.01" : "", path);
-        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
-        json_error_t je;
-        json_t *j = json_load_file(path, 0, &je);
-        remove(path);
-        EXPECT(j != NULL);
+                 "--output-len 2 --max-batch 4 --budget-tokens 32 %s",
+                 capped ? "--recall-cap-gbps 0.01" : "");
+        json_t *j = tu_run_pulse_json(cmd, out, sizeof out);
         const json_int_t raised = json_integer_value(json_object_get(
             json_object_get(json_object_get(j, "counters"), "pulseinfer"),
             "ioaa_recall_rounds_capped"));

@@ -3,11 +3,13 @@
 #ifndef PULSE_TESTUTIL_H
 #define PULSE_TESTUTIL_H
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 static int tu_failures;
 static int tu_checks;
@@ -67,6 +69,24 @@ static inline int tu_run_pulse(const char *args, char *out, size_t outlen)
     out[n] = 0;
     int st = p ? pclose(p) : -1;
     return (st != -1 && WIFEXITED(st)) ? WEXITSTATUS(st) : -1;
+}
+
+/* The result JSON of `pulse ARGS --out TMP`, which must exit 0 (checked); out receives its
+ * output. NULL (a failed check) when it did not run or wrote no JSON; the caller decrefs. */
+static inline json_t *tu_run_pulse_json(const char *args, char *out, size_t outlen)
+{
+    char path[] = "/tmp/pulse_run_XXXXXX", cmd[2048];
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    snprintf(cmd, sizeof cmd, "%s --out %s", args, path);
+    const int code = tu_run_pulse(cmd, out, outlen);
+    EXPECT_EQ_INT(code, 0);
+    if (code) fprintf(stderr, "%s: %s", cmd, out);
+    json_error_t je;
+    json_t *r = json_load_file(path, 0, &je);
+    remove(path);
+    EXPECT(r != NULL);
+    return r;
 }
 
 /* Ends main(): prints a summary; a test file that checked nothing fails. */
