@@ -3,9 +3,9 @@
  * layer's control block (attended lengths and pages, tail-flush descriptors), and submits the
  * misses to the recall engine with the layer's flag as the recall's signal; the compute stream
  * waits on that flag on the device. While the recall runs it feeds the locality meter (which
- * the plan does not read), then waits for the recall itself, counts it and retries a failed one (the flag is set in the end either
- * way, so the device never waits forever; a recall that failed every attempt makes the step's
- * status PULSE_ERR_IO). Jobs come in order through a ring; the main thread never blocks on them
+ * the plan does not read), then waits for the recall itself, counts it and retries a failed
+ * one (the flag is set in the end either way, so the device never waits forever; a recall
+ * that failed every attempt makes the step's status PULSE_ERR_IO). Jobs come in order through a ring; the main thread never blocks on them
  * inside a step. */
 #include <pthread.h>
 #include <sched.h>
@@ -225,25 +225,22 @@ static void run_job(struct offload *o, const struct job *j)
     offload_lap(ph, OFFLOAD_PLANNER_LISTS, &t);
     if (trace_on())
         fprintf(stderr, "planner: step %lld layer %d: lists in\n", (long long)j->step, j->layer);
-    if (j->kind != OFFLOAD_JOB_PLAN) {
-        meter(o, ss, p, sl);
-        offload_lap(ph, OFFLOAD_PLANNER_METER, &t);
-        return;
-    }
-    recall_prime(o->rc); /* the engine's threads wake while the plan is made */
-    const int32_t *h_sel = offload_sel(o, p, sl, ss->n);
     const uint32_t seq = (uint32_t)(j->step + 1);
-    const int n_items = plan(o, ss, j->layer, h_sel, offload_ctl(o, p, sl));
-    offload_lap(ph, OFFLOAD_PLANNER_PLAN, &t);
-    if (n_items == 0) {
-        set_flag(&o->flags[sl], seq);
-        meter(o, ss, p, sl);
-        offload_lap(ph, OFFLOAD_PLANNER_METER, &t);
-    } else {
-        const double t_submit = t;
-        const int64_t ticket = recall_submit_layer(o, j->layer, n_items, seq);
-        meter(o, ss, p, sl); /* inside the recall's time */
-        offload_lap(ph, OFFLOAD_PLANNER_METER, &t);
+    int n_items = 0;
+    int64_t ticket = -1;
+    if (j->kind == OFFLOAD_JOB_PLAN) {
+        recall_prime(o->rc); /* the engine's threads wake while the plan is made */
+        n_items = plan(o, ss, j->layer, offload_sel(o, p, sl, ss->n), offload_ctl(o, p, sl));
+        offload_lap(ph, OFFLOAD_PLANNER_PLAN, &t);
+        if (n_items > 0)
+            ticket = recall_submit_layer(o, j->layer, n_items, seq);
+        else
+            set_flag(&o->flags[sl], seq);
+    }
+    const double t_submit = t;
+    meter(o, ss, p, sl); /* inside the recall's time when there is one */
+    offload_lap(ph, OFFLOAD_PLANNER_METER, &t);
+    if (n_items > 0) {
         recall_finish_layer(o, j->layer, n_items, seq, ticket, t_submit);
         const int64_t bytes = (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
         if (j->step < o->p.max_steps) o->series[j->step] += bytes;
