@@ -692,6 +692,53 @@ static void test_zc_blocks(void)
     unsetenv("PULSE_ZC_BLOCKS");
 }
 
+/* The gather-scatter engine's knobs reach the engine and its JSON (a bad value is warned
+ * about and the default stands), and a run reports where its recall time went: the planner's
+ * phases and the engine's per-recall times, all filled. */
+static void test_gs_knobs(void)
+{
+    static const char *const args = "run --backend cpu --policy arkvale --recall-engine "
+                                     "gather-scatter --workload uniform:256:2 --output-len 4 "
+                                     "--budget-tokens 32";
+    static const struct {
+        const char *var, *value, *key;
+        long long want; /* -1: the default, with a warning */
+    } cases[] = {{"PULSE_GATHER_THREADS", "3", "gather_threads", 3},
+                 {"PULSE_GS_PIECE_KB", "256", "gs_piece_bytes", 256 << 10},
+                 {"PULSE_GS_STAGES", "5", "gs_stages", 5},
+                 {"PULSE_RECALL_SPIN_US", "0", "spin_us", 0},
+                 {"PULSE_GS_STAGES", "1", "gs_stages", -1},
+                 {"PULSE_GS_PIECE_KB", "x", "gs_piece_bytes", -1}};
+    json_t *def = run_json(args);
+    json_t *off = json_object_get(json_object_get(def, "counters"), "offload");
+    json_t *deng = json_object_get(off, "recall_engine");
+    EXPECT_EQ_INT(json_integer_value(json_object_get(deng, "gs_piece_bytes")), 2 << 20);
+    EXPECT(json_is_true(json_object_get(deng, "gs_nt_stores")));
+    EXPECT(json_is_false(json_object_get(deng, "prime")));
+    json_t *ps = json_object_get(off, "planner_s");
+    EXPECT(json_real_value(json_object_get(ps, "plan")) > 0);
+    EXPECT(json_real_value(json_object_get(ps, "recall")) > 0);
+    EXPECT(json_real_value(json_object_get(ps, "meter")) > 0);
+    EXPECT(json_object_get(ps, "lists_wait") != NULL);
+    EXPECT(json_real_value(json_object_get(deng, "issuing_s")) > 0);
+    EXPECT(json_real_value(json_object_get(deng, "queued_s")) >= 0);
+    EXPECT(json_real_value(json_object_get(deng, "draining_s")) >= 0);
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(cases); i++) {
+        setenv(cases[i].var, cases[i].value, 1);
+        json_t *r = run_json(args);
+        unsetenv(cases[i].var);
+        json_t *eng = json_object_get(
+            json_object_get(json_object_get(r, "counters"), "offload"), "recall_engine");
+        const long long want = cases[i].want >= 0
+                                   ? cases[i].want
+                                   : json_integer_value(json_object_get(deng, cases[i].key));
+        EXPECT_EQ_INT(json_integer_value(json_object_get(eng, cases[i].key)), want);
+        if (cases[i].want < 0) EXPECT_STR_CONTAINS(out, cases[i].var);
+        json_decref(r);
+    }
+    json_decref(def);
+}
+
 /* --recall-cap-fraction F caps the recall at F times the H2D peak the run measured at start:
  * the config says both, and the engine's cap is their product; zero-copy with a cap runs
  * host-planned, through the engine that paces it (test_recall: the pacing itself). */
@@ -741,6 +788,7 @@ int main(void)
     timed("cli_json", test_cli_json);
     timed("pool_sizing", test_pool_sizing);
     timed("zc_blocks", test_zc_blocks);
+    timed("gs_knobs", test_gs_knobs);
     timed("cap_fraction", test_cap_fraction);
     return tu_finish("test_offload");
 }
