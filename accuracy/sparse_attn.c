@@ -7,8 +7,8 @@
 #include "mem.h"
 #include "select.h"
 
-static const char *const policy_names[SPARSE_POLICY_COUNT] = {"full",     "solohead", "reversed",
-                                                              "headwise", "quest",    "infinigen"};
+static const char *const policy_names[SPARSE_POLICY_COUNT] = {
+    "full", "headwise", "queryhead", "solohead", "solohead-q", "reversed", "reversed-q", "infinigen"};
 
 const char *sparse_policy_name(int policy)
 {
@@ -24,7 +24,26 @@ int sparse_policy_find(const char *name)
 
 const char *sparse_policy_names(void)
 {
-    return "full, solohead, reversed, headwise, quest, infinigen";
+    return "full, headwise, queryhead, solohead, solohead-q, reversed, reversed-q, infinigen";
+}
+
+int sparse_policy_selector_kind(int policy)
+{
+    if (policy == SPARSE_SOLOHEAD || policy == SPARSE_REVERSED) return SPARSE_SEL_KV;
+    if (policy == SPARSE_SOLOHEAD_Q || policy == SPARSE_REVERSED_Q) return SPARSE_SEL_QUERY;
+    return SPARSE_SEL_NONE;
+}
+
+int sparse_policy_reversed(int policy)
+{
+    return policy == SPARSE_REVERSED || policy == SPARSE_REVERSED_Q;
+}
+
+int sparse_policy_lists(int policy, int n_heads, int n_kv_heads)
+{
+    if (policy == SPARSE_FULL) return 0;
+    if (policy == SPARSE_HEADWISE || policy == SPARSE_INFINIGEN) return n_kv_heads;
+    return policy == SPARSE_QUERYHEAD ? n_heads : 1;
 }
 
 /* The selection kernels of one backend. */
@@ -54,7 +73,7 @@ struct sparse_attn {
     int bs, max_blocks, slot;
     struct sparse_params p;
     struct select_cfg one; /* one query head against one KV head's digests */
-    struct select_cfg kvh; /* a KV head's query heads summed (quest) */
+    struct select_cfg kvh; /* a KV head's query heads summed (headwise, solohead) */
     struct sparse_stats st;
     sparse_list_fn observe;
     void *observe_user;
@@ -237,23 +256,18 @@ int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, 
                  p->budget_tokens, s->bs);
         return PULSE_ERR_INVALID;
     }
-    int per_head =
-        p->policy == SPARSE_HEADWISE || p->policy == SPARSE_QUEST || p->policy == SPARSE_INFINIGEN;
-    if (per_head && c->n_kv_heads != 1) {
-        snprintf(err, errlen, "policy %s: implemented for one KV head; %s has %d",
-                 sparse_policy_name(p->policy), c->name, c->n_kv_heads);
-        return PULSE_ERR_INVALID;
-    }
-    if ((p->policy == SPARSE_SOLOHEAD || p->policy == SPARSE_REVERSED) && !p->selector) {
+    const int kind = sparse_policy_selector_kind(p->policy);
+    const int n_sel = kind == SPARSE_SEL_KV ? c->n_kv_heads : c->n_heads;
+    if (kind != SPARSE_SEL_NONE && !p->selector) {
         snprintf(err, errlen, "policy %s needs a selector head per layer",
                  sparse_policy_name(p->policy));
         return PULSE_ERR_INVALID;
     }
-    if (p->selector)
+    if (kind != SPARSE_SEL_NONE)
         for (int l = 0; l < c->n_layers; l++)
-            if (p->selector[l] < 0 || p->selector[l] >= c->n_heads) {
-                snprintf(err, errlen, "selector of layer %d: %d is not a query head", l,
-                         p->selector[l]);
+            if (p->selector[l] < 0 || p->selector[l] >= n_sel) {
+                snprintf(err, errlen, "selector of layer %d: %d is not a %s head (0..%d)", l,
+                         p->selector[l], kind == SPARSE_SEL_KV ? "KV" : "query", n_sel - 1);
                 return PULSE_ERR_INVALID;
             }
     s->p = *p;
@@ -314,14 +328,20 @@ static void lists_to_pages(struct sparse_attn *s, int layer, int n_lists, int n_
     s->be->upload(s->ctx, s->d_n, s->h_n, 4 * (size_t)n_lists);
 }
 
-/* Attention of query heads [h0, h0 + nq) over list l's pages. */
+/* Attention of query heads [h0, h0 + nq) over list l's pages: of every KV head (kv_head < 0,
+ * nq = all query heads), or of KV head kv_head alone (its G query heads or one of them). */
 static void attend_list(struct sparse_attn *s, const struct kv_view *kv, const uint16_t *q,
-                        uint16_t *out, int l, int h0, int nq, int n_tokens)
+                        uint16_t *out, int l, int kv_head, int h0, int nq, int n_tokens)
 {
     struct kv_view v = *kv;
     v.page_ids = s->d_pages + (size_t)l * s->max_blocks;
     v.page_start = s->d_zero;
     v.window = 0;
+    if (kv_head >= 0) {
+        v.page_stride = kv_page_elems(kv);
+        v.pool = kv->pool + (size_t)kv_head * 2 * kv->page_size * kv->head_dim;
+        v.n_kv_heads = 1;
+    }
     size_t hd = (size_t)s->c->head_dim;
     s->be->attn_decode(s->ctx, q + h0 * hd, &v, s->d_n + l, out + h0 * hd, 1, nq, n_tokens,
                        1.0f / sqrtf((float)hd));
@@ -348,25 +368,38 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
     }
     size_t hd = (size_t)c->head_dim, mb = (size_t)s->max_blocks;
     int G = c->n_heads / c->n_kv_heads, nh = c->n_heads;
-    struct digest_view dv0 = digests_of(s, 0);
     switch (s->p.policy) {
     case SPARSE_SOLOHEAD:
-    case SPARSE_REVERSED: {
+    case SPARSE_REVERSED: { /* KV head g's summed list serves every head */
+        int g = s->p.selector[layer];
+        struct digest_view dv = digests_of(s, g);
+        s->fn.select_blocks(s->ctx, &s->kvh, q + (size_t)g * G * hd, &dv, n_tokens, s->d_scores,
+                            s->d_sel, s->d_count, 1, SELECT_HEADWISE);
+        lists_to_pages(s, layer, 1, n);
+        attend_list(s, kv, q, out, 0, -1, 0, nh, n);
+        break;
+    }
+    case SPARSE_SOLOHEAD_Q:
+    case SPARSE_REVERSED_Q: { /* query head h's list serves every head */
         int h = s->p.selector[layer];
         struct digest_view dv = digests_of(s, h / G);
         s->fn.select_blocks(s->ctx, &s->one, q + h * hd, &dv, n_tokens, s->d_scores, s->d_sel,
                             s->d_count, 1, SELECT_HEADWISE);
         lists_to_pages(s, layer, 1, n);
-        attend_list(s, kv, q, out, 0, 0, nh, n);
+        attend_list(s, kv, q, out, 0, -1, 0, nh, n);
         break;
     }
-    case SPARSE_QUEST:
-        s->fn.select_blocks(s->ctx, &s->kvh, q, &dv0, n_tokens, s->d_scores, s->d_sel, s->d_count,
-                            1, SELECT_HEADWISE);
-        lists_to_pages(s, layer, 1, n);
-        attend_list(s, kv, q, out, 0, 0, nh, n);
+    case SPARSE_QUERYHEAD:
+        for (int h = 0; h < nh; h++) {
+            struct digest_view dv = digests_of(s, h / G);
+            s->fn.select_blocks(s->ctx, &s->one, q + h * hd, &dv, n_tokens, s->d_scores + h * mb,
+                                s->d_sel + h * mb, s->d_count + h, 1, SELECT_HEADWISE);
+        }
+        lists_to_pages(s, layer, nh, n);
+        for (int h = 0; h < nh; h++)
+            attend_list(s, kv, q, out, h, h / G, h, 1, n);
         break;
-    default: { /* headwise, infinigen: a list per query head (one KV head) */
+    default: { /* headwise, infinigen: a list per KV head from its query heads' scores */
         const uint16_t *qs = q;
         if (s->p.policy == SPARSE_INFINIGEN) { /* a global first layer has no speculation */
             if (s->approx_ready)
@@ -375,12 +408,15 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
                 s->st.unspeculated++;
             s->approx_ready = 0;
         }
-        for (int h = 0; h < nh; h++)
-            s->fn.select_blocks(s->ctx, &s->one, qs + h * hd, &dv0, n_tokens, s->d_scores + h * mb,
-                                s->d_sel + h * mb, s->d_count + h, 1, SELECT_HEADWISE);
-        lists_to_pages(s, layer, nh, n);
-        for (int h = 0; h < nh; h++)
-            attend_list(s, kv, q, out, h, h, 1, n);
+        for (int g = 0; g < c->n_kv_heads; g++) {
+            struct digest_view dv = digests_of(s, g);
+            s->fn.select_blocks(s->ctx, &s->kvh, qs + (size_t)g * G * hd, &dv, n_tokens,
+                                s->d_scores + g * mb, s->d_sel + g * mb, s->d_count + g, 1,
+                                SELECT_HEADWISE);
+        }
+        lists_to_pages(s, layer, c->n_kv_heads, n);
+        for (int g = 0; g < c->n_kv_heads; g++)
+            attend_list(s, kv, q, out, g, g, g * G, G, n);
         break;
     }
     }

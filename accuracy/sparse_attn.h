@@ -4,21 +4,27 @@
  * window; the prefill is dense. The KV stays whole in the paged cache: what is measured is the
  * accuracy of the selection, not the I/O.
  *
- * Selectors are QUERY heads here. A selection list is made from one query head's q (or the sum
- * over a KV head's query heads, for quest) against the Quest digests of its KV head; the forced
- * sink, window and tail blocks and the `budget` best others (select.h). Policies:
- *   full       dense attention (the hook does nothing but observe).
- *   solohead   per layer the query head selector[layer] (highest MAM, head_mass.h): its list
- *              serves every head of the layer (PulseInfer's SoloHead; with Gemma 3 270M's single
- *              KV head the selector has to be a query head).
- *   reversed   the same with the lowest-MAM head (selector array supplied by the caller).
- *   headwise   each query head its own list (Quest/ArkVale granularity at one KV head).
- *   quest      one list per KV head from the summed scores of its query heads.
- *   infinigen  as headwise, but lists come from the approximate query of the layer computed at
- *              the previous layer's input (InfiniGen-style speculation, select_approx_q), with
- *              all hidden channels or the top fraction by W_q column norm.
- * headwise, quest and infinigen need n_kv_heads == 1 (the per-head attention calls address one
- * KV head); solohead and reversed work for any model.
+ * Policies, one meaning per name (DESIGN.md section 5; the serving path's --selection uses the
+ * same words). G = n_heads / n_kv_heads query heads share a KV head; a list is made against the
+ * Quest digests of one KV head, from one query head's q or the sum of a KV head's G query
+ * heads' scores; the forced sink, window and tail blocks and the `budget` best others (select.h).
+ *   full        dense attention (the hook does nothing but observe).
+ *   headwise    one list per KV head from its query heads' summed scores; each query head
+ *               attends its KV head's list (Quest, ArkVale).
+ *   queryhead   one list per query head from its own q; each query head attends its own list
+ *               (what the serving path recalls is the union per KV head).
+ *   solohead    per layer the KV head selector[layer] (highest MAM over KV heads, head_mass.h):
+ *               its headwise list serves every head of the layer (PulseInfer's SoloHead).
+ *   solohead-q  per layer the QUERY head selector[layer] (highest MAM over query heads): its
+ *               list serves every head; for one-KV-head models (Gemma 3 270M), where solohead
+ *               and headwise coincide.
+ *   reversed    solohead with the lowest-MAM KV head; reversed-q: solohead-q with the
+ *               lowest-MAM query head (accuracy ablations).
+ *   infinigen   headwise lists from the approximate query of the layer made at the previous
+ *               layer's input (InfiniGen-style speculation, select_approx_q), with all hidden
+ *               channels or the top fraction by W_q column norm; the attention uses the real q.
+ * Every policy works at any GQA shape: a list of one KV head is attended through a view of that
+ * head alone (kv_view.page_stride).
  *
  * Batch: exactly one entry (the accuracy driver decodes one request at a time). The hook
  * synchronises (selections are read back to build page lists); nothing here allocates after
@@ -34,13 +40,24 @@
 
 enum sparse_policy {
     SPARSE_FULL = 0,
-    SPARSE_SOLOHEAD,
-    SPARSE_REVERSED,
     SPARSE_HEADWISE,
-    SPARSE_QUEST,
+    SPARSE_QUERYHEAD,
+    SPARSE_SOLOHEAD,
+    SPARSE_SOLOHEAD_Q,
+    SPARSE_REVERSED,
+    SPARSE_REVERSED_Q,
     SPARSE_INFINIGEN,
     SPARSE_POLICY_COUNT
 };
+
+/* What a policy's selector array holds: SPARSE_SEL_NONE (no selector), SPARSE_SEL_KV (a KV
+ * head per layer) or SPARSE_SEL_QUERY (a query head per layer). */
+enum { SPARSE_SEL_NONE = 0, SPARSE_SEL_KV, SPARSE_SEL_QUERY };
+int sparse_policy_selector_kind(int policy);
+/* 1 for reversed and reversed-q (the selector is the lowest-MAM head). */
+int sparse_policy_reversed(int policy);
+/* Selection lists a policy makes per global layer and step of one request. */
+int sparse_policy_lists(int policy, int n_heads, int n_kv_heads);
 
 const char *sparse_policy_name(int policy);
 /* The policy named name, or -1. */
@@ -52,7 +69,8 @@ struct sparse_params {
     int policy;              /* enum sparse_policy */
     int budget_tokens;       /* tokens chosen by score besides the forced blocks (multiple of bs) */
     int sink, window;        /* forced blocks (default 1 and 2) */
-    const int32_t *selector; /* [n_layers] query head per layer (solohead, reversed) */
+    const int32_t *selector; /* [n_layers] the selector head per layer, of the kind that
+                                sparse_policy_selector_kind names; NULL for the others */
 };
 
 /* Per-run counters (reset by sparse_attn_configure). */

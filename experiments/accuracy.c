@@ -50,8 +50,11 @@ static const char usage[] =
     "  --samples N         evaluated samples per task and length (default 10)\n"
     "  --calib-samples N   MAM calibration samples per task, after the evaluated ones at the\n"
     "                      first length (default 2)\n"
-    "  --policies P,...    of full, solohead, reversed, headwise, quest, infinigen\n"
-    "                      (default full,solohead,reversed,headwise,infinigen)\n"
+    "  --policies P,...    of full, headwise, queryhead, solohead, solohead-q, reversed,\n"
+    "                      reversed-q, infinigen (accuracy/sparse_attn.h; default all of them\n"
+    "                      but those identical to another on the model: with one KV head\n"
+    "                      solohead and reversed are headwise; with one query head per KV head\n"
+    "                      the -q policies and queryhead are their KV-head twins)\n"
     "  --budgets N,...     token budgets of the sparse policies (default 512,1024,2048)\n"
     "  --mam-budget N      budget of the MAM profile and the churn meter (default 2048)\n"
     "  --sink N, --window N  forced blocks (default 1 and 2; blocks of 16 tokens)\n"
@@ -155,9 +158,7 @@ static int parse(int argc, char **argv, struct acc_opts *o)
                            .frac = 1.0,
                            .n_budgets = 3,
                            .budgets = {512, 1024, 2048},
-                           .n_policies = 5,
-                           .policies = {SPARSE_FULL, SPARSE_SOLOHEAD, SPARSE_REVERSED,
-                                        SPARSE_HEADWISE, SPARSE_INFINIGEN}};
+                           .n_policies = 0}; /* 0: the model's default (default_policies) */
     int c;
     opterr = 0;
     optind = 1;
@@ -314,6 +315,15 @@ struct acc_set {
     int n_scored;
 };
 
+/* The MAM profile at one selector granularity (head_mass.h). */
+struct acc_mam {
+    int query_heads;     /* 0: KV heads (solohead, reversed); 1: query heads (the -q policies) */
+    int n_sel;           /* heads per layer: n_kv_heads or n_heads */
+    double *mam;         /* [n_tasks][n_layers][n_sel] */
+    int64_t *obs;        /* [n_tasks][n_layers] */
+    int32_t *sel, *rev;  /* [n_layers] highest and lowest MAM head over the tasks' mean */
+};
+
 struct acc {
     struct acc_opts o;
     struct session s;
@@ -323,9 +333,8 @@ struct acc {
     int n_runs, eos;
     struct acc_set *sets;
     int n_sets;
-    int32_t *ids, *gen, *sel, *sel_rev;
-    double *mam; /* [n_tasks][n_layers][n_heads] */
-    int64_t *mam_obs;
+    int32_t *ids, *gen;
+    struct acc_mam mam[2]; /* [0] KV heads, [1] query heads */
     struct locality_meter *meter;
     int meter_run; /* run index whose selections the meter sees */
     char *text;
@@ -427,8 +436,12 @@ static void meter_observe(void *user, int layer, int list, const int32_t *blocks
 
 static int configure(struct acc *A, const struct run_def *r, char *err, size_t errlen)
 {
+    const int kind = sparse_policy_selector_kind(r->policy);
+    const struct acc_mam *am = &A->mam[kind == SPARSE_SEL_QUERY];
     struct sparse_params sp = {r->policy, (int)r->budget, (int)A->o.sink, (int)A->o.window,
-                               r->policy == SPARSE_REVERSED ? A->sel_rev : A->sel};
+                               kind == SPARSE_SEL_NONE            ? NULL
+                               : sparse_policy_reversed(r->policy) ? am->rev
+                                                                   : am->sel};
     int rc = sparse_attn_configure(A->sp, &sp, A->s.slot, err, errlen);
     if (rc != PULSE_OK) return rc;
     struct engine_layer_hook h = sparse_attn_hook(A->sp);
@@ -498,22 +511,21 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
     return PULSE_OK;
 }
 
-/* MAM of every task from full-attention decoding of its calibration samples; selectors from
- * the mean over tasks. */
+/* MAM of every task from full-attention decoding of its calibration samples, at both
+ * granularities; selectors from the mean over tasks. */
 static int calibrate(struct acc *A, char *err, size_t errlen)
 {
     const struct model_config *c = A->s.cfg;
-    size_t LH = (size_t)c->n_layers * c->n_heads;
     struct head_mass *hm =
         head_mass_create(A->s.e, A->s.kv, 16, A->s.max_tokens, (int)A->o.mam_budget, (int)A->o.sink,
                          (int)A->o.window, err, errlen);
     if (!hm) return PULSE_ERR_NOMEM;
+    const size_t LH = (size_t)c->n_layers * c->n_heads;
     double *mean = mem_alloc(MEM_HOST, sizeof(double) * LH, "mam mean");
     if (!mean) {
         head_mass_free(hm);
         return PULSE_ERR_NOMEM;
     }
-    memset(mean, 0, sizeof(double) * LH);
     int rc = PULSE_OK;
     for (int t = 0; t < A->o.n_tasks && rc == PULSE_OK; t++) {
         struct acc_set *st = &A->sets[t * (A->o.longbench ? 1 : A->o.n_lengths)];
@@ -534,12 +546,23 @@ static int calibrate(struct acc *A, char *err, size_t errlen)
             decode(A, n, first, max_gen, st->task->stop_at_newline);
             batch_set_hook(A->s.bt, NULL);
         }
-        head_mass_table(hm, A->mam + (size_t)t * LH, A->mam_obs + (size_t)t * c->n_layers);
-        for (size_t i = 0; i < LH; i++)
-            mean[i] += A->mam[(size_t)t * LH + i] / A->o.n_tasks;
+        for (int k = 0; k < 2; k++) {
+            struct acc_mam *am = &A->mam[k];
+            const size_t L = (size_t)c->n_layers * am->n_sel;
+            head_mass_table(hm, am->query_heads, am->mam + (size_t)t * L,
+                            am->obs + (size_t)t * c->n_layers);
+        }
     }
-    head_mass_selectors(mean, c->n_layers, c->n_heads, 0, A->sel);
-    head_mass_selectors(mean, c->n_layers, c->n_heads, 1, A->sel_rev);
+    for (int k = 0; k < 2; k++) {
+        struct acc_mam *am = &A->mam[k];
+        const size_t L = (size_t)c->n_layers * am->n_sel;
+        memset(mean, 0, sizeof(double) * L);
+        for (int t = 0; t < A->o.n_tasks; t++)
+            for (size_t i = 0; i < L; i++)
+                mean[i] += am->mam[(size_t)t * L + i] / A->o.n_tasks;
+        head_mass_selectors(mean, c->n_layers, am->n_sel, 0, am->sel);
+        head_mass_selectors(mean, c->n_layers, am->n_sel, 1, am->rev);
+    }
     mem_free(MEM_HOST, mean, sizeof(double) * LH);
     head_mass_free(hm);
     return rc;
@@ -583,15 +606,29 @@ static int load_sets(struct acc *A, char *err, size_t errlen)
     return PULSE_OK;
 }
 
+/* Every policy but those that coincide with another on model c (the usage text says which). */
+static void default_policies(struct acc_opts *o, const struct model_config *c)
+{
+    o->n_policies = 0;
+    for (int p = 0; p < SPARSE_POLICY_COUNT; p++) {
+        const int kv_twin = p == SPARSE_SOLOHEAD || p == SPARSE_REVERSED;
+        const int q_twin = p == SPARSE_SOLOHEAD_Q || p == SPARSE_REVERSED_Q || p == SPARSE_QUERYHEAD;
+        if ((kv_twin && c->n_kv_heads == 1) || (q_twin && c->n_heads == c->n_kv_heads)) continue;
+        o->policies[o->n_policies++] = p;
+    }
+}
+
 static void plan_runs(struct acc *A)
 {
+    if (A->o.n_policies == 0) default_policies(&A->o, A->s.cfg);
     A->runs[0] = (struct run_def){SPARSE_FULL, 0};
     A->n_runs = 1;
     A->meter_run = -1;
     for (int p = 0; p < A->o.n_policies; p++) {
         if (A->o.policies[p] == SPARSE_FULL) continue;
         for (int b = 0; b < A->o.n_budgets; b++) {
-            if (A->o.policies[p] == SPARSE_SOLOHEAD && A->o.budgets[b] == A->o.mam_budget)
+            const int solo = A->o.policies[p] == SPARSE_SOLOHEAD || A->o.policies[p] == SPARSE_SOLOHEAD_Q;
+            if (solo && A->meter_run < 0 && A->o.budgets[b] == A->o.mam_budget)
                 A->meter_run = A->n_runs;
             A->runs[A->n_runs++] = (struct run_def){A->o.policies[p], A->o.budgets[b]};
         }
@@ -601,27 +638,27 @@ static void plan_runs(struct acc *A)
 /* Per pair of tasks, how stable head roles are across them: the mean over global layers of
  * the Spearman correlation of the heads' MAM, and the fraction of layers whose top head (the
  * SoloHead selector each task alone would pick) is the same. */
-static json_t *mam_stability_json(const struct acc *A)
+static json_t *mam_stability_json(const struct acc *A, const struct acc_mam *am)
 {
     const struct model_config *c = A->s.cfg;
-    const size_t LH = (size_t)c->n_layers * c->n_heads;
+    const size_t L = (size_t)c->n_layers * am->n_sel;
     json_t *pairs = json_array();
     int32_t *sa = mem_alloc(MEM_HOST, sizeof(int32_t) * 2 * (size_t)c->n_layers, "selectors");
     if (!sa) return pairs;
     int32_t *sb = sa + c->n_layers;
     for (int a = 0; a < A->o.n_tasks; a++)
         for (int b = a + 1; b < A->o.n_tasks; b++) {
-            const double *ma = A->mam + (size_t)a * LH, *mb = A->mam + (size_t)b * LH;
-            head_mass_selectors(ma, c->n_layers, c->n_heads, 0, sa);
-            head_mass_selectors(mb, c->n_layers, c->n_heads, 0, sb);
+            const double *ma = am->mam + (size_t)a * L, *mb = am->mam + (size_t)b * L;
+            head_mass_selectors(ma, c->n_layers, am->n_sel, 0, sa);
+            head_mass_selectors(mb, c->n_layers, am->n_sel, 0, sb);
             double sum = 0;
             int n = 0, layers = 0, same = 0;
             for (int l = 0; l < c->n_layers; l++) {
                 if (!model_layer_is_global(c, l)) continue;
                 layers++;
                 same += sa[l] == sb[l];
-                const double rho = acc_spearman(ma + (size_t)l * c->n_heads,
-                                                mb + (size_t)l * c->n_heads, c->n_heads);
+                const double rho = acc_spearman(ma + (size_t)l * am->n_sel,
+                                                mb + (size_t)l * am->n_sel, am->n_sel);
                 if (!isnan(rho)) sum += rho, n++;
             }
             json_t *pj = json_pack("{s:s,s:s,s:i,s:i}", "a", A->o.tasks[a], "b", A->o.tasks[b],
@@ -635,35 +672,38 @@ static json_t *mam_stability_json(const struct acc *A)
     return pairs;
 }
 
-static json_t *mam_json(const struct acc *A)
+/* One granularity's profile: per task the table over global layers, the selectors, and the
+ * stability of head roles across tasks. */
+static json_t *mam_json(const struct acc *A, const struct acc_mam *am)
 {
     const struct model_config *c = A->s.cfg;
-    size_t LH = (size_t)c->n_layers * c->n_heads;
+    const size_t L = (size_t)c->n_layers * am->n_sel;
     json_t *per = json_object(), *layers = json_array(), *sel = json_array(), *rev = json_array();
     for (int l = 0; l < c->n_layers; l++)
         if (model_layer_is_global(c, l)) {
             json_array_append_new(layers, json_integer(l));
-            json_array_append_new(sel, json_integer(A->sel[l]));
-            json_array_append_new(rev, json_integer(A->sel_rev[l]));
+            json_array_append_new(sel, json_integer(am->sel[l]));
+            json_array_append_new(rev, json_integer(am->rev[l]));
         }
     for (int t = 0; t < A->o.n_tasks; t++) {
         json_t *rows = json_array(), *obs = json_array();
         for (int l = 0; l < c->n_layers; l++) {
             if (!model_layer_is_global(c, l)) continue;
             json_t *row = json_array();
-            for (int h = 0; h < c->n_heads; h++)
-                json_array_append_new(row, json_real(A->mam[t * LH + (size_t)l * c->n_heads + h]));
+            for (int h = 0; h < am->n_sel; h++)
+                json_array_append_new(row,
+                                      json_real(am->mam[t * L + (size_t)l * am->n_sel + h]));
             json_array_append_new(rows, row);
-            json_array_append_new(obs, json_integer(A->mam_obs[(size_t)t * c->n_layers + l]));
+            json_array_append_new(obs, json_integer(am->obs[(size_t)t * c->n_layers + l]));
         }
         json_object_set_new(per, A->o.tasks[t],
                             json_pack("{s:o,s:o}", "mam", rows, "observations", obs));
     }
-    json_t *mj =
-        json_pack("{s:I,s:s,s:o,s:o,s:o,s:o}", "budget_tokens", (json_int_t)A->o.mam_budget,
-                  "selector_kind", "query head", "global_layers", layers, "per_task", per,
-                  "selector", sel, "selector_reversed", rev);
-    json_object_set_new(mj, "stability", mam_stability_json(A)); /* pairs of tasks */
+    json_t *mj = json_pack("{s:I,s:s,s:o,s:o,s:o,s:o}", "budget_tokens",
+                           (json_int_t)A->o.mam_budget, "selector_kind",
+                           am->query_heads ? "query head" : "kv head", "global_layers", layers,
+                           "per_task", per, "selector", sel, "selector_reversed", rev);
+    json_object_set_new(mj, "stability", mam_stability_json(A, am)); /* pairs of tasks */
     return mj;
 }
 
@@ -786,7 +826,7 @@ static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
     if (A->o.churn_out && !have_prof) {
         snprintf(err, errlen,
                  "--churn-profile: no SoloHead selections at --mam-budget %ld were "
-                 "made (is solohead among the policies and %ld among the budgets?)",
+                 "made (is solohead or solohead-q among the policies and %ld among the budgets?)",
                  A->o.mam_budget, A->o.mam_budget);
         json_decref(table);
         return PULSE_ERR_INVALID;
@@ -803,7 +843,8 @@ static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
     json_t *res = results_new(CMD);
     A->be->describe(results_env(res));
     json_object_set_new(res, "config", config_json(A));
-    json_object_set_new(res, "mam", mam_json(A));
+    json_object_set_new(res, "mam", mam_json(A, &A->mam[1]));    /* query heads */
+    json_object_set_new(res, "mam_kv", mam_json(A, &A->mam[0])); /* KV heads */
     json_object_set_new(res, "table", table);
     json_object_set_new(res, "samples", json_incref(recs));
     json_object_set_new(res, "churn",
@@ -833,13 +874,27 @@ static int setup(struct acc *A, char *err, size_t errlen)
     A->eos = ti.eos_id;
     A->sp = sparse_attn_create(A->s.e, A->s.kv, 16, A->s.max_tokens, A->o.frac, err, errlen);
     if (!A->sp) return PULSE_ERR_NOMEM;
-    size_t LH = (size_t)c->n_layers * c->n_heads;
     A->ids = mem_alloc(MEM_HOST, sizeof(int32_t) * A->s.max_tokens, "ids");
     A->gen = mem_alloc(MEM_HOST, sizeof(int32_t) * (gen + 1), "gen");
-    A->sel = mem_alloc(MEM_HOST, sizeof(int32_t) * c->n_layers, "sel");
-    A->sel_rev = mem_alloc(MEM_HOST, sizeof(int32_t) * c->n_layers, "sel rev");
-    A->mam = mem_alloc(MEM_HOST, sizeof(double) * LH * A->o.n_tasks, "mam");
-    A->mam_obs = mem_alloc(MEM_HOST, sizeof(int64_t) * c->n_layers * A->o.n_tasks, "mam obs");
+    int mam_ok = 1;
+    for (int k = 0; k < 2; k++) {
+        struct acc_mam *am = &A->mam[k];
+        am->query_heads = k;
+        am->n_sel = k ? c->n_heads : c->n_kv_heads;
+        const size_t L = (size_t)c->n_layers * am->n_sel;
+        am->sel = mem_alloc(MEM_HOST, sizeof(int32_t) * c->n_layers, "mam sel");
+        am->rev = mem_alloc(MEM_HOST, sizeof(int32_t) * c->n_layers, "mam rev");
+        am->mam = mem_alloc(MEM_HOST, sizeof(double) * L * A->o.n_tasks, "mam");
+        am->obs = mem_alloc(MEM_HOST, sizeof(int64_t) * c->n_layers * A->o.n_tasks, "mam obs");
+        if (!am->sel || !am->rev || !am->mam || !am->obs) {
+            mam_ok = 0;
+            continue;
+        }
+        memset(am->sel, 0, sizeof(int32_t) * c->n_layers);
+        memset(am->rev, 0, sizeof(int32_t) * c->n_layers);
+        memset(am->mam, 0, sizeof(double) * L * A->o.n_tasks);
+        memset(am->obs, 0, sizeof(int64_t) * c->n_layers * A->o.n_tasks);
+    }
     A->text_cap = (size_t)gen * 64 + 1;
     A->text = mem_alloc(MEM_HOST, A->text_cap, "text");
     A->logits = mem_alloc(MEM_HOST, sizeof(float) * c->vocab, "logits");
@@ -851,13 +906,8 @@ static int setup(struct acc *A, char *err, size_t errlen)
                                        1,
                                        0};
     A->meter = locality_meter_create(&mp, err, errlen);
-    if (!A->ids || !A->gen || !A->sel || !A->sel_rev || !A->mam || !A->mam_obs || !A->text ||
-        !A->logits || !A->meter)
+    if (!A->ids || !A->gen || !mam_ok || !A->text || !A->logits || !A->meter)
         return PULSE_ERR_NOMEM;
-    memset(A->sel, 0, sizeof(int32_t) * c->n_layers);
-    memset(A->sel_rev, 0, sizeof(int32_t) * c->n_layers);
-    memset(A->mam, 0, sizeof(double) * LH * A->o.n_tasks);
-    memset(A->mam_obs, 0, sizeof(int64_t) * c->n_layers * A->o.n_tasks);
     return PULSE_OK;
 }
 
@@ -865,14 +915,17 @@ static void teardown(struct acc *A)
 {
     const struct model_config *c = A->s.cfg;
     if (c) {
-        size_t LH = (size_t)c->n_layers * c->n_heads;
         long gen = (long)((A->text_cap - 1) / 64);
         mem_free(MEM_HOST, A->ids, sizeof(int32_t) * A->s.max_tokens);
         mem_free(MEM_HOST, A->gen, sizeof(int32_t) * (gen + 1));
-        mem_free(MEM_HOST, A->sel, sizeof(int32_t) * c->n_layers);
-        mem_free(MEM_HOST, A->sel_rev, sizeof(int32_t) * c->n_layers);
-        mem_free(MEM_HOST, A->mam, sizeof(double) * LH * A->o.n_tasks);
-        mem_free(MEM_HOST, A->mam_obs, sizeof(int64_t) * c->n_layers * A->o.n_tasks);
+        for (int k = 0; k < 2; k++) {
+            struct acc_mam *am = &A->mam[k];
+            const size_t L = (size_t)c->n_layers * am->n_sel;
+            mem_free(MEM_HOST, am->sel, sizeof(int32_t) * c->n_layers);
+            mem_free(MEM_HOST, am->rev, sizeof(int32_t) * c->n_layers);
+            mem_free(MEM_HOST, am->mam, sizeof(double) * L * A->o.n_tasks);
+            mem_free(MEM_HOST, am->obs, sizeof(int64_t) * c->n_layers * A->o.n_tasks);
+        }
         mem_free(MEM_HOST, A->text, A->text_cap);
         mem_free(MEM_HOST, A->logits, sizeof(float) * c->vocab);
     }

@@ -12,8 +12,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {"solohead": "#d62728", "reversed": "#7f7f7f", "headwise": "#1f77b4",
-          "quest": "#9467bd", "infinigen": "#2ca02c"}
+COLORS = {"solohead": "#d62728", "solohead-q": "#ff7f0e", "reversed": "#7f7f7f",
+          "reversed-q": "#bcbd22", "headwise": "#1f77b4", "queryhead": "#9467bd",
+          "infinigen": "#2ca02c"}
 
 
 def main():

@@ -529,7 +529,7 @@ extern "C" void attn_decode_cuda(const struct kctx *c, const uint16_t *q,
     p.ws_ml = (float2 *)c->workspace;
     p.ws_acc = (float *)((char *)c->workspace + ml_bytes(nq, parts));
     p.out = out;
-    p.page_elems = (size_t)nkv * 2 * kv->page_size * hd;
+    p.page_elems = kv_page_elems(kv);
     p.nq = nq;
     p.group = nq / nkv;
     p.page_size = kv->page_size;

@@ -43,7 +43,17 @@ struct kv_view {
     int head_dim;
     int window; /* > 0: attention of an entry with n tokens reads only tokens [n - window, n)
                    (a sliding-window layer); 0: all n tokens. Appends ignore it. */
+    size_t page_stride; /* elements from one page to the next; 0: page_elems of the layout
+                           above. A view of one KV head of a wider cache sets pool to that
+                           head's offset, n_kv_heads 1 and the cache's page_elems here. */
 };
+
+/* The elements from one page of kv to the next (every kernel addresses pages with it). */
+static inline size_t kv_page_elems(const struct kv_view *kv)
+{
+    return kv->page_stride ? kv->page_stride
+                           : (size_t)kv->n_kv_heads * 2 * kv->page_size * kv->head_dim;
+}
 
 /* dst[i] = bf16(offset + scale * pulse_uniform(seed, i)) for i < n. */
 void fill_random_bf16_ref(const struct kctx *c, uint16_t *dst, size_t n, uint64_t seed, float scale,

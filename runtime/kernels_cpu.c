@@ -392,7 +392,7 @@ struct attn_job {
 static const uint16_t *kv_row(const struct kv_view *kv, int b, int t, int h, int which)
 {
     int page = kv->page_ids[kv->page_start[b] + t / kv->page_size];
-    size_t page_elems = (size_t)kv->n_kv_heads * 2 * kv->page_size * kv->head_dim;
+    size_t page_elems = kv_page_elems(kv);
     return kv->pool + (size_t)page * page_elems +
            (((size_t)h * 2 + which) * kv->page_size + t % kv->page_size) * kv->head_dim;
 }

@@ -445,7 +445,7 @@ extern "C" void qk_norm_rope_append_cuda(const struct kctx *c, const float *qkv,
     const int hd = kv->head_dim, nkv = kv->n_kv_heads;
     PULSE_CHECK(hd % 2 == 0 && hd <= 2 * 32 * kRopeMaxPairs, "head_dim must be even and <= 512");
     PULSE_CHECK(kv->page_size >= 1, "page_size must be >= 1");
-    const size_t page_elems = (size_t)nkv * 2 * kv->page_size * hd;
+    const size_t page_elems = kv_page_elems(kv);
     const dim3 grid((unsigned)PULSE_CEIL_DIV(nq + 2 * nkv, kRopeWarps), (unsigned)batch);
     cudaStream_t st = stream_of(c);
     qk_norm_rope_append_kernel<<<grid, kRopeWarps * 32, 0, st>>>(
@@ -511,7 +511,7 @@ extern "C" void kv_fill_synthetic_cuda(const struct kctx *c, const struct kv_vie
     if (batch <= 0 || max_tokens <= 0) return;
     const int hd = kv->head_dim;
     const int per_token = kv->n_kv_heads * 2 * hd;
-    const size_t page_elems = (size_t)per_token * kv->page_size;
+    const size_t page_elems = kv_page_elems(kv);
     const bool vec = hd % 8 == 0 && aligned(kv->pool, 16);
     const int vw = vec ? 8 : 1;
     const int groups = per_token / vw;

@@ -77,7 +77,7 @@ void gemm_bf16_ref(const struct kctx *c, const uint16_t *a, const uint16_t *w, f
 static uint16_t *kv_elem(const struct kv_view *kv, int b, int t, int h, int which)
 {
     int page = kv->page_ids[kv->page_start[b] + t / kv->page_size];
-    size_t page_elems = (size_t)kv->n_kv_heads * 2 * kv->page_size * kv->head_dim;
+    size_t page_elems = kv_page_elems(kv);
     return kv->pool + (size_t)page * page_elems +
            (((size_t)h * 2 + which) * kv->page_size + t % kv->page_size) * kv->head_dim;
 }

@@ -182,7 +182,7 @@ static void select_per_query_head(struct mam_acc *a, const uint16_t *q, const st
 static const uint16_t *key_at(const struct kv_view *kv, int b, int t, int h)
 {
     int page = kv->page_ids[kv->page_start[b] + t / kv->page_size];
-    size_t page_elems = (size_t)kv->n_kv_heads * 2 * kv->page_size * kv->head_dim;
+    size_t page_elems = kv_page_elems(kv);
     return kv->pool + (size_t)page * page_elems +
            ((size_t)h * 2 * kv->page_size + t % kv->page_size) * kv->head_dim;
 }
@@ -281,7 +281,7 @@ int mam_acc_finalize(const struct mam_acc *a, struct mam_profile *out, char *err
 /* ------------------------------------------------------------------ probe */
 
 struct mam_probe {
-    struct mam_acc *acc;
+    struct mam_acc *acc, *also; /* also: fed the same observations, or NULL */
     const struct backend *be;
     const struct kctx *ctx;
     int stage, max_pages;
@@ -382,7 +382,7 @@ static struct kv_view probe_stage(struct mam_probe *p, const uint16_t *q, const 
     }
     p->staged_bytes += bytes;
     struct kv_view hv = {p->pages,       p->ids,       p->start, mp->block_size,
-                         mp->n_kv_heads, mp->head_dim, 0};
+                         mp->n_kv_heads, mp->head_dim, 0, 0};
     return hv;
 }
 
@@ -393,6 +393,7 @@ static void probe_after_attention(void *user, int layer, const uint16_t *q,
     if (kv->window > 0) return; /* a sliding-window layer is never selected */
     if (!p->stage) {
         mam_acc_add_layer(p->acc, layer, q, kv, n_tokens, batch);
+        if (p->also) mam_acc_add_layer(p->also, layer, q, kv, n_tokens, batch);
         return;
     }
     PULSE_CHECK(kv->page_size == p->acc->p.block_size && kv->n_kv_heads == p->acc->p.n_kv_heads &&
@@ -400,6 +401,22 @@ static void probe_after_attention(void *user, int layer, const uint16_t *q,
                 "mam probe: the KV view's shape differs from the params");
     struct kv_view hv = probe_stage(p, q, kv, n_tokens, batch);
     mam_acc_add_layer(p->acc, layer, p->q, &hv, n_tokens, batch);
+    if (p->also) mam_acc_add_layer(p->also, layer, p->q, &hv, n_tokens, batch);
+}
+
+int mam_probe_also_feed(struct mam_probe *p, struct mam_acc *also, char *err, size_t errlen)
+{
+    const struct mam_params *a = &p->acc->p, *b = &also->p;
+    if (a->n_layers != b->n_layers || a->n_heads != b->n_heads || a->n_kv_heads != b->n_kv_heads ||
+        a->head_dim != b->head_dim || a->block_size != b->block_size || a->budget != b->budget ||
+        a->sink != b->sink || a->window != b->window || a->max_batch > b->max_batch ||
+        a->max_tokens > b->max_tokens || a->scale != b->scale ||
+        a->sliding_pattern != b->sliding_pattern) {
+        snprintf(err, errlen, "mam probe: the second accumulator's shape differs from the first's");
+        return PULSE_ERR_INVALID;
+    }
+    p->also = also;
+    return PULSE_OK;
 }
 
 struct engine_layer_hook mam_probe_hook(struct mam_probe *p)

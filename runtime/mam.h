@@ -116,6 +116,10 @@ void mam_probe_free(struct mam_probe *p);
 /* The hook to pass to batch_set_hook (user = p). Layers whose view has a sliding window
  * (kv->window > 0: local layers, never selected) are not observed. */
 struct engine_layer_hook mam_probe_hook(struct mam_probe *p);
+/* Feeds a second accumulator the same observations (one staging for both granularities):
+ * `also` must have p's accumulator's params but for query_selectors, and outlive the probe.
+ * PULSE_OK, or PULSE_ERR_INVALID with a reason when the shapes differ. */
+int mam_probe_also_feed(struct mam_probe *p, struct mam_acc *also, char *err, size_t errlen);
 /* Bytes copied into staging so far (0 when the probe reads backend memory directly). */
 int64_t mam_probe_staged_bytes(const struct mam_probe *p);
 

@@ -567,7 +567,7 @@ void offload_free(struct offload *o)
 
 static struct kv_view host_view(const struct offload *o, void *pool, const int32_t *ids)
 {
-    struct kv_view v = {pool, ids, &k_zero, o->ps, o->nkv, o->hd, 0};
+    struct kv_view v = {pool, ids, &k_zero, o->ps, o->nkv, o->hd, 0, 0};
     return v;
 }
 
@@ -704,7 +704,7 @@ static void write_sparse_layer_dev(struct offload *o, int slot, int req, int lay
                                o->ps,
                                o->nkv,
                                o->hd,
-                               0};
+                               0, 0};
     if (prompt_len > 0) {
         fill_device(o, &sv, prompt_len, req, layer);
         const struct kv_view dg = kv_cache_view(o->dg, o->d_fill + FILL_ARGS + layer);

@@ -236,7 +236,7 @@ static void attend(struct offload *o, struct batch *bt, int layer)
                         o->ps,
                         o->nkv / o->n_lists,
                         o->hd,
-                        0};
+                        0, 0};
     o->be->attn_decode(o->ctx, batch_q(bt), &v, d_ctl, batch_attn_out(bt), nv,
                        o->nq / o->n_lists, o->att_max_tokens, 1.0f / sqrtf((float)o->hd));
     /* entries whose tail block filled this step: the tail page into the tail's slot (the

@@ -59,7 +59,7 @@ __device__ __forceinline__ const uint16_t *key_row(const uint16_t *pool, const i
 __global__ void digest_build_kernel(const uint16_t *kpool, const int32_t *kids,
                                     const int32_t *kstart, uint16_t *dpool, const int32_t *dids,
                                     const int32_t *dstart, const int32_t *n_tokens, int ps,
-                                    int nkv, int hd, int ndh, int sel_head)
+                                    size_t kpe, int hd, int ndh, int sel_head)
 {
     const int b = blockIdx.y;
     const long long item = (long long)blockIdx.x * kDigestThreads + threadIdx.x;
@@ -69,7 +69,6 @@ __global__ void digest_build_kernel(const uint16_t *kpool, const int32_t *kids,
     const int n = n_tokens[b];
     if (i * ps >= n) return;
     const int h = sel_head < 0 ? j : sel_head;
-    const size_t kpe = (size_t)nkv * 2 * ps * hd;
     const int t0 = (int)i * ps, t1 = min(t0 + ps, n);
     float lo = bf16_to_f32(key_row(kpool, kids, kstart, b, t0, h, ps, hd, kpe)[d]), hi = lo;
     for (int t = t0 + 1; t < t1; t++) {
@@ -86,7 +85,7 @@ __global__ void digest_build_kernel(const uint16_t *kpool, const int32_t *kids,
 /* Item = (digest head j, dim d) of entry blockIdx.y. */
 __global__ void digest_update_kernel(const uint16_t *kpool, const int32_t *kids,
                                      const int32_t *kstart, uint16_t *dpool, const int32_t *dids,
-                                     const int32_t *dstart, const int32_t *pos, int ps, int nkv,
+                                     const int32_t *dstart, const int32_t *pos, int ps, size_t kpe,
                                      int hd, int ndh, int sel_head)
 {
     const int b = blockIdx.y;
@@ -95,7 +94,6 @@ __global__ void digest_update_kernel(const uint16_t *kpool, const int32_t *kids,
     const int d = item % hd, j = item / hd;
     const int h = sel_head < 0 ? j : sel_head;
     const int t = pos[b];
-    const size_t kpe = (size_t)nkv * 2 * ps * hd;
     const float v =
         select_canon_zero(bf16_to_f32(key_row(kpool, kids, kstart, b, t, h, ps, hd, kpe)[d]));
     uint16_t *mn = dpool + (size_t)dids[dstart[b] + t / ps] * ((size_t)ndh * 2 * hd) +
@@ -387,7 +385,7 @@ extern "C" void digest_build_cuda(const struct kctx *c, const struct kv_view *kv
     cudaStream_t st = stream_of(c);
     digest_build_kernel<<<grid, kDigestThreads, 0, st>>>(
         kv->pool, kv->page_ids, kv->page_start, dv->pool, dv->page_ids, dv->page_start, n_tokens,
-        kv->page_size, kv->n_kv_heads, kv->head_dim, dv->n_heads, sel_head);
+        kv->page_size, kv_page_elems(kv), kv->head_dim, dv->n_heads, sel_head);
     CUDA_CHECK_LAUNCH(st);
 }
 
@@ -402,7 +400,7 @@ extern "C" void digest_update_cuda(const struct kctx *c, const struct kv_view *k
     cudaStream_t st = stream_of(c);
     digest_update_kernel<<<grid, kDigestThreads, 0, st>>>(
         kv->pool, kv->page_ids, kv->page_start, dv->pool, dv->page_ids, dv->page_start, pos,
-        kv->page_size, kv->n_kv_heads, kv->head_dim, dv->n_heads, sel_head);
+        kv->page_size, kv_page_elems(kv), kv->head_dim, dv->n_heads, sel_head);
     CUDA_CHECK_LAUNCH(st);
 }
 
@@ -493,7 +491,7 @@ extern "C" void select_approx_q_cuda(const struct kctx *c, const struct approx_q
     select_norm_gather_cuda(c, x, w->attn_norm, w->channels, w->n_channels, xn, batch, hidden,
                             eps);
     gemm_bf16_cuda(c, xn, w->wq, qf, batch, n_heads * head_dim, w->n_channels, 0.0f);
-    const struct kv_view none = {NULL, NULL, NULL, 1, 0, head_dim, 0};
+    const struct kv_view none = {NULL, NULL, NULL, 1, 0, head_dim, 0, 0};
     qk_norm_rope_append_cuda(c, qf, w->q_norm, NULL, q_out, &none, pos, batch, n_heads, theta,
                              eps);
 }

@@ -130,7 +130,7 @@ void select_stats_add(const struct select_cfg *cfg, int sel_head, const int32_t 
 static uint16_t *kv_key(const struct kv_view *kv, int b, int t, int h)
 {
     int page = kv->page_ids[kv->page_start[b] + t / kv->page_size];
-    size_t page_elems = (size_t)kv->n_kv_heads * 2 * kv->page_size * kv->head_dim;
+    size_t page_elems = kv_page_elems(kv);
     return kv->pool + (size_t)page * page_elems +
            ((size_t)h * 2 * kv->page_size + t % kv->page_size) * kv->head_dim;
 }
@@ -409,6 +409,6 @@ void select_approx_q_ref(const struct kctx *c, const struct approx_q_weights *w,
     select_norm_gather_ref(c, x, w->attn_norm, w->channels, w->n_channels, xn, batch, hidden, eps);
     gemm_bf16_ref(c, xn, w->wq, qf, batch, n_heads * head_dim, w->n_channels, 0.0f);
     /* zero KV heads: the q rows are the whole qkv row and nothing is appended */
-    struct kv_view none = {NULL, NULL, NULL, 1, 0, head_dim, 0};
+    struct kv_view none = {NULL, NULL, NULL, 1, 0, head_dim, 0, 0};
     qk_norm_rope_append_ref(c, qf, w->q_norm, NULL, q_out, &none, pos, batch, n_heads, theta, eps);
 }

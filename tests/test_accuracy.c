@@ -5,8 +5,10 @@
  * - sparse attention (accuracy/sparse_attn.h) whose budget covers the context leaves every
  *   logit unchanged; with a small budget every policy attends fewer tokens than it sees and its
  *   lists are valid (ascending, forced blocks present);
- * - the query-head MAM (accuracy/head_mass.h) is 1 when the budget covers the context and in
- *   (0, 1] otherwise; its selectors are the arg max / arg min. */
+ * - on one KV head (tiny-gemma3) and on GQA (tiny: 2 KV heads of 2 query heads), every policy
+ *   of sparse_attn.h makes its lists at its granularity (per KV head, per query head, one);
+ * - the MAM (accuracy/head_mass.h) over KV heads and over query heads is 1 when the budget
+ *   covers the context and in (0, 1] otherwise; its selectors are the arg max / arg min. */
 #include <string.h>
 
 #include "accuracy/head_mass.h"
@@ -186,60 +188,111 @@ static struct sparse_stats run_policy(const char *model, int n, int policy, int 
     return st;
 }
 
-static void test_sparse(void)
+/* The selector array of policy p on model c: KV head 1 (or 0 on one KV head), query head 1. */
+static const int32_t *selector_for(int p, const struct model_config *c)
 {
-    const struct model_config *c = model_config_find("tiny-gemma3");
-    int32_t sel[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    static int32_t kv[16], qh[16];
+    for (int l = 0; l < 16; l++) {
+        kv[l] = c->n_kv_heads > 1 ? 1 : 0;
+        qh[l] = 1;
+    }
+    int kind = sparse_policy_selector_kind(p);
+    return kind == SPARSE_SEL_KV ? kv : kind == SPARSE_SEL_QUERY ? qh : NULL;
+}
+
+/* Every policy on one model: a covering budget leaves the logits exactly dense; a small one
+ * attends less, with the policy's list count per layer and valid lists. */
+static void sparse_on(const char *model)
+{
+    const struct model_config *c = model_config_find(model);
     float *dense = malloc(sizeof(float) * c->vocab), *l = malloc(sizeof(float) * c->vocab);
-    run_policy("tiny-gemma3", 200, SPARSE_FULL, 0, NULL, dense, NULL);
-    /* a budget that covers the context: dense attention, same logits */
-    for (int p = SPARSE_SOLOHEAD; p < SPARSE_POLICY_COUNT; p++) {
-        struct sparse_stats st = run_policy("tiny-gemma3", 200, p, 256, sel, l, NULL);
+    run_policy(model, 200, SPARSE_FULL, 0, NULL, dense, NULL);
+    int64_t attended[SPARSE_POLICY_COUNT] = {0};
+    for (int p = SPARSE_FULL + 1; p < SPARSE_POLICY_COUNT; p++) {
+        struct sparse_stats st = run_policy(model, 200, p, 256, selector_for(p, c), l, NULL);
         EXPECT_EQ_INT(st.sparse_calls, 0);
         EXPECT_EQ_INT(st.dense_calls, 12 * model_n_global_layers(c));
         EXPECT(memcmp(l, dense, sizeof(float) * c->vocab) == 0);
     }
-    /* a small budget: fewer tokens attended than seen, valid lists */
-    for (int p = SPARSE_SOLOHEAD; p < SPARSE_POLICY_COUNT; p++) {
+    for (int p = SPARSE_FULL + 1; p < SPARSE_POLICY_COUNT; p++) {
         struct list_check lc = {0, 0, 1, 2};
-        struct sparse_stats st = run_policy("tiny-gemma3", 200, p, 32, sel, l, &lc);
-        int lists = p == SPARSE_HEADWISE || p == SPARSE_INFINIGEN ? c->n_heads : 1;
+        struct sparse_stats st = run_policy(model, 200, p, 32, selector_for(p, c), l, &lc);
+        EXPECT_EQ_INT(sparse_policy_lists(p, c->n_heads, c->n_kv_heads),
+                      p == SPARSE_HEADWISE || p == SPARSE_INFINIGEN ? c->n_kv_heads
+                      : p == SPARSE_QUERYHEAD                       ? c->n_heads
+                                                                    : 1);
         EXPECT_EQ_INT(st.sparse_calls, 12 * model_n_global_layers(c));
-        EXPECT_EQ_INT(st.lists, st.sparse_calls * lists);
+        EXPECT_EQ_INT(st.lists, st.sparse_calls * sparse_policy_lists(p, c->n_heads, c->n_kv_heads));
         EXPECT_EQ_INT(lc.lists, st.lists);
         EXPECT_EQ_INT(lc.bad, 0);
         /* sink 1 + window 2 + tail 1 + budget 2 blocks of 16 of ~13 blocks */
         EXPECT(st.attended_tokens < st.context_tokens / 2);
         EXPECT(st.attended_tokens > 0);
-        EXPECT_EQ_INT(st.unspeculated, 0);
-        fprintf(stderr, "%-9s budget 32: attended %.3f of the context\n", sparse_policy_name(p),
-                (double)st.attended_tokens / (double)st.context_tokens);
+        /* infinigen: a global first layer has no previous layer to speculate from */
+        EXPECT_EQ_INT(st.unspeculated, p == SPARSE_INFINIGEN && model_layer_is_global(c, 0) ? 12 : 0);
+        attended[p] = st.attended_tokens;
+        fprintf(stderr, "%-6s %-10s budget 32: attended %.3f of the context, logit 0 %.5f vs dense %.5f\n",
+                model, sparse_policy_name(p), (double)st.attended_tokens / (double)st.context_tokens,
+                l[0], dense[0]);
     }
-    /* solohead on a model with several KV heads (tiny: 2) works; headwise is refused there */
-    struct rig r;
-    char err[256] = "";
-    EXPECT_EQ_INT(rig_open(&r, model_config_find("tiny"), 16), 0);
-    struct sparse_attn *s = sparse_attn_create(r.e, r.kv, 16, T_MAX, 1.0, err, sizeof err);
-    struct sparse_params hw = {SPARSE_HEADWISE, 32, 1, 2, NULL};
-    EXPECT(sparse_attn_configure(s, &hw, r.slot, err, sizeof err) != PULSE_OK);
-    EXPECT_STR_CONTAINS(err, "one KV head");
-    struct sparse_params bad = {SPARSE_SOLOHEAD, 40, 1, 2, sel};
-    EXPECT(sparse_attn_configure(s, &bad, r.slot, err, sizeof err) != PULSE_OK);
-    EXPECT_STR_CONTAINS(err, "multiple of the block size");
-    struct sparse_params nosel = {SPARSE_SOLOHEAD, 32, 1, 2, NULL};
-    EXPECT(sparse_attn_configure(s, &nosel, r.slot, err, sizeof err) != PULSE_OK);
-    EXPECT_STR_CONTAINS(err, "selector");
-    sparse_attn_free(s);
-    rig_close(&r);
-    struct sparse_stats st = run_policy("tiny", 200, SPARSE_SOLOHEAD, 32, sel, l, NULL);
-    EXPECT(st.sparse_calls == 12 * model_config_find("tiny")->n_layers);
+    /* every list of the same budget attends the same count of blocks */
+    for (int p = SPARSE_FULL + 2; p < SPARSE_POLICY_COUNT; p++)
+        EXPECT_EQ_INT(attended[p] / sparse_policy_lists(p, c->n_heads, c->n_kv_heads),
+                      attended[SPARSE_HEADWISE] / c->n_kv_heads);
     free(dense);
     free(l);
 }
 
-static void test_head_mass(void)
+/* With one KV head, solohead (KV head 0) and headwise make the same list from the same summed
+ * scores: identical logits, which differ from dense ones at a small budget. */
+static void sparse_twins(void)
 {
     const struct model_config *c = model_config_find("tiny-gemma3");
+    float *a = malloc(sizeof(float) * c->vocab), *b = malloc(sizeof(float) * c->vocab);
+    run_policy("tiny-gemma3", 200, SPARSE_SOLOHEAD, 32, selector_for(SPARSE_SOLOHEAD, c), a, NULL);
+    run_policy("tiny-gemma3", 200, SPARSE_HEADWISE, 32, NULL, b, NULL);
+    EXPECT(memcmp(a, b, sizeof(float) * c->vocab) == 0);
+    /* and a sparse run is not dense (the check above could not fail otherwise) */
+    run_policy("tiny-gemma3", 200, SPARSE_FULL, 0, NULL, b, NULL);
+    EXPECT(memcmp(a, b, sizeof(float) * c->vocab) != 0);
+    free(a);
+    free(b);
+}
+
+static void test_sparse(void)
+{
+    sparse_on("tiny-gemma3"); /* one KV head, 4 query heads, local and global layers */
+    sparse_on("tiny");        /* GQA: 2 KV heads of 2 query heads each */
+    sparse_twins();
+    /* bad configurations: a budget off the block size, a missing or out-of-range selector */
+    const struct model_config *c = model_config_find("tiny");
+    struct rig r;
+    char err[256] = "";
+    EXPECT_EQ_INT(rig_open(&r, c, 16), 0);
+    struct sparse_attn *s = sparse_attn_create(r.e, r.kv, 16, T_MAX, 1.0, err, sizeof err);
+    int32_t sel[8] = {1, 1, 1, 1, 1, 1, 1, 1}, far[8] = {2, 2, 2, 2, 2, 2, 2, 2};
+    struct sparse_params bad = {SPARSE_SOLOHEAD, 40, 1, 2, sel};
+    EXPECT(sparse_attn_configure(s, &bad, r.slot, err, sizeof err) != PULSE_OK);
+    EXPECT_STR_CONTAINS(err, "multiple of the block size");
+    struct sparse_params nosel = {SPARSE_SOLOHEAD_Q, 32, 1, 2, NULL};
+    EXPECT(sparse_attn_configure(s, &nosel, r.slot, err, sizeof err) != PULSE_OK);
+    EXPECT_STR_CONTAINS(err, "selector");
+    struct sparse_params kv2 = {SPARSE_REVERSED, 32, 1, 2, far}; /* tiny has KV heads 0, 1 */
+    EXPECT(sparse_attn_configure(s, &kv2, r.slot, err, sizeof err) != PULSE_OK);
+    EXPECT_STR_CONTAINS(err, "is not a KV head");
+    struct sparse_params q2 = {SPARSE_SOLOHEAD_Q, 32, 1, 2, far}; /* query heads 0..3 */
+    EXPECT_EQ_INT(sparse_attn_configure(s, &q2, r.slot, err, sizeof err), PULSE_OK);
+    EXPECT(sparse_policy_find("quest") < 0); /* the old name of headwise is gone */
+    EXPECT_EQ_INT(sparse_policy_find("solohead-q"), SPARSE_SOLOHEAD_Q);
+    sparse_attn_free(s);
+    rig_close(&r);
+}
+
+/* The MAM tables of both granularities on one model: 1 where the budget covers the context,
+ * in (0, 1] otherwise, 0 on local layers; the selectors are the arg max / arg min. */
+static void head_mass_on(const char *model)
+{
+    const struct model_config *c = model_config_find(model);
     for (int budget = 16; budget <= 512; budget += 496) {
         struct rig r;
         char err[256] = "";
@@ -254,31 +307,44 @@ static void test_head_mass(void)
         for (int k = 0; k < 6; k++)
             tok = step(&r, n + k, tok, NULL);
         batch_set_hook(r.bt, NULL);
-        double mam[6 * 4];
-        int64_t obs[6];
-        int32_t best[6], worst[6];
-        head_mass_table(hm, mam, obs);
-        head_mass_selectors(mam, c->n_layers, c->n_heads, 0, best);
-        head_mass_selectors(mam, c->n_layers, c->n_heads, 1, worst);
-        for (int l = 0; l < c->n_layers; l++) {
-            EXPECT_EQ_INT(obs[l], model_layer_is_global(c, l) ? 6 : 0);
-            for (int hh = 0; hh < c->n_heads; hh++) {
-                double v = mam[l * c->n_heads + hh];
-                if (!model_layer_is_global(c, l))
-                    EXPECT(v == 0.0);
-                else if (budget >= n + 6)
-                    EXPECT_NEAR(v, 1.0, 1e-9);
-                else
-                    EXPECT(v > 0.0 && v <= 1.0 + 1e-9);
-                EXPECT(mam[l * c->n_heads + best[l]] >= v);
-                EXPECT(mam[l * c->n_heads + worst[l]] <= v);
+        for (int qh = 0; qh < 2; qh++) {
+            const int ns = qh ? c->n_heads : c->n_kv_heads;
+            double mam[8 * 8];
+            int64_t obs[8];
+            int32_t best[8], worst[8];
+            head_mass_table(hm, qh, mam, obs);
+            head_mass_selectors(mam, c->n_layers, ns, 0, best);
+            head_mass_selectors(mam, c->n_layers, ns, 1, worst);
+            for (int l = 0; l < c->n_layers; l++) {
+                EXPECT_EQ_INT(obs[l], model_layer_is_global(c, l) ? 6 : 0);
+                for (int hh = 0; hh < ns; hh++) {
+                    double v = mam[l * ns + hh];
+                    if (!model_layer_is_global(c, l))
+                        EXPECT(v == 0.0);
+                    else if (budget >= n + 6)
+                        EXPECT_NEAR(v, 1.0, 1e-9);
+                    else
+                        EXPECT(v > 0.0 && v <= 1.0 + 1e-9);
+                    EXPECT(mam[l * ns + best[l]] >= v);
+                    EXPECT(mam[l * ns + worst[l]] <= v);
+                }
             }
+            const int gl = c->n_layers - 1; /* global in both models */
+            fprintf(stderr, "%s budget %d: %s MAM of layer %d =", model, budget,
+                    qh ? "query-head" : "KV-head", gl);
+            for (int hh = 0; hh < ns; hh++)
+                fprintf(stderr, " %.3f", mam[gl * ns + hh]);
+            fprintf(stderr, "\n");
         }
-        fprintf(stderr, "budget %d: MAM of layer 2 = %.3f %.3f %.3f %.3f\n", budget, mam[8], mam[9],
-                mam[10], mam[11]);
         head_mass_free(hm);
         rig_close(&r);
     }
+}
+
+static void test_head_mass(void)
+{
+    head_mass_on("tiny-gemma3");
+    head_mass_on("tiny");
 }
 
 int main(void)

@@ -153,7 +153,7 @@ static void attn_case(const struct attn_shape *s, uint64_t seed)
     uint16_t *got = malloc(sizeof(uint16_t) * (qn + 2 * GUARD));
     fill_random_bf16_ref(&C0, pool, page_elems * n_pages, seed + 1, 1.0f, 0.0f);
     fill_random_bf16_ref(&C0, q, qn, seed + 2, s->q_scale, 0.0f);
-    struct kv_view v = {pool, ids, start, ps, s->nkv, hd, s->window};
+    struct kv_view v = {pool, ids, start, ps, s->nkv, hd, s->window, 0};
     float scale = 1.0f / sqrtf((float)hd);
     attn_decode_ref(&C0, q, &v, n, want, B, nq, max_n, scale);
     for (size_t t = 0; t < PULSE_ARRAY_LEN(THREADS); t++) {
@@ -168,6 +168,36 @@ static void attn_case(const struct attn_shape *s, uint64_t seed)
             fprintf(stderr,
                     "  attn batch=%d nkv=%d group=%d hd=%d ps=%d window=%d n0=%d threads=%d\n", B,
                     s->nkv, s->group, hd, ps, s->window, n[0], THREADS[t]);
+    }
+    /* a view of one KV head of the cache (page_stride) gives its query heads' rows of the full
+     * view's output, on both kernels: the last head, whose pages start furthest in */
+    if (s->nkv > 1) {
+        const int g = s->nkv - 1, G = s->group;
+        struct kv_view one = v;
+        one.pool = pool + (size_t)g * 2 * ps * hd;
+        one.n_kv_heads = 1;
+        one.page_stride = page_elems;
+        uint16_t *qg = malloc(sizeof(uint16_t) * (size_t)B * G * hd);
+        uint16_t *og = malloc(sizeof(uint16_t) * (size_t)B * G * hd);
+        for (int b = 0; b < B; b++)
+            memcpy(qg + (size_t)b * G * hd, q + ((size_t)b * nq + (size_t)g * G) * hd,
+                   sizeof(uint16_t) * G * hd);
+        for (int k = 0; k < 2; k++) {
+            if (k == 0)
+                attn_decode_ref(&C0, qg, &one, n, og, B, G, max_n, scale);
+            else
+                attn_decode_cpu(&C0, qg, &one, n, og, B, G, max_n, scale);
+            int same = 1;
+            for (int b = 0; b < B; b++)
+                same &= memcmp(og + (size_t)b * G * hd, want + ((size_t)b * nq + (size_t)g * G) * hd,
+                               sizeof(uint16_t) * G * hd) == 0;
+            EXPECT(same);
+            if (!same)
+                fprintf(stderr, "  one-head view (%s) batch=%d nkv=%d group=%d hd=%d ps=%d\n",
+                        k ? "cpu" : "ref", B, s->nkv, G, hd, ps);
+        }
+        free(qg);
+        free(og);
     }
     free(ids);
     free(pool);

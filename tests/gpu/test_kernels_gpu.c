@@ -216,7 +216,7 @@ static void kvset_init(struct kvset *s, int batch, int nkv, int hd, int ps, cons
     free(perm);
     s->h_pool = xmalloc(s->pool_elems * sizeof(uint16_t));
     fill_bf16(s->h_pool, s->pool_elems, 1.0f, 0.0f);
-    s->hv = (struct kv_view){s->h_pool, s->ids, s->start, ps, nkv, hd, 0};
+    s->hv = (struct kv_view){s->h_pool, s->ids, s->start, ps, nkv, hd, 0, 0};
 }
 
 /* Element offset of token t's K (which = 0) or V row of head h for entry b. */
@@ -232,7 +232,7 @@ static void kvset_upload(struct kvset *s)
     s->d_pool = dput(s->h_pool, s->pool_elems * sizeof(uint16_t));
     s->d_ids = dput(s->ids, (size_t)s->n_ids * sizeof(int32_t));
     s->d_start = dput(s->start, (size_t)s->batch * sizeof(int32_t));
-    s->dv = (struct kv_view){s->d_pool.p, s->d_ids.p, s->d_start.p, s->ps, s->nkv, s->hd, 0};
+    s->dv = (struct kv_view){s->d_pool.p, s->d_ids.p, s->d_start.p, s->ps, s->nkv, s->hd, 0, 0};
 }
 
 static void kvset_free(struct kvset *s)
@@ -676,6 +676,32 @@ static void test_attn(void)
             report_cmp("attn_decode", cs, e, bad, 1e-2, guards);
             dfree(&dout), dfree(&dws);
         }
+        if (nkv > 1) { /* a view of the last KV head alone (page_stride): its query heads' rows */
+            const int gh = nkv - 1, G = nq / nkv;
+            struct kv_view one = s.dv;
+            one.pool = s.dv.pool + (size_t)gh * 2 * s.ps * hd;
+            one.n_kv_heads = 1;
+            one.page_stride = s.page_elems;
+            const size_t qgn = (size_t)batch * G * hd;
+            uint16_t *qg = xmalloc(qgn * 2), *rg = xmalloc(qgn * 2), *gg = xmalloc(qgn * 2);
+            for (int b = 0; b < batch; b++) {
+                memcpy(qg + (size_t)b * G * hd, q + ((size_t)b * nq + (size_t)gh * G) * hd, (size_t)G * hd * 2);
+                memcpy(rg + (size_t)b * G * hd, r + ((size_t)b * nq + (size_t)gh * G) * hd, (size_t)G * hd * 2);
+            }
+            struct kctx c = g_dev;
+            size_t wsb = attn_decode_workspace_bytes(batch, G, hd, maxn, c.num_sms);
+            struct dbuf dqg = dput(qg, qgn * 2), dout = dalloc(qgn * 2, 0), dws = dalloc(wsb, 0);
+            c.workspace = dws.p, c.workspace_bytes = wsb;
+            attn_decode_cuda(&c, dqg.p, &one, dn.p, dout.p, batch, G, maxn, scale);
+            dget(&dout, gg);
+            size_t bad;
+            double e = nerr_bf16(gg, rg, qgn, &bad);
+            char cs[96];
+            snprintf(cs, sizeof cs, "%s, KV head %d alone", cases[ci].name, gh);
+            report_cmp("attn_decode", cs, e, bad, 1e-2, dguard_ok(&dout) && dguard_ok(&dws));
+            dfree(&dqg), dfree(&dout), dfree(&dws);
+            free(qg), free(rg), free(gg);
+        }
         dfree(&dq), dfree(&dn);
         kvset_free(&s);
         free(n), free(live), free(q), free(r), free(g);
@@ -723,7 +749,7 @@ static double time_attn(int batch, int ctx, void *flush, size_t flush_bytes)
     CUDA_CHECK(cudaMemcpy(d_n, n, (size_t)batch * 4, cudaMemcpyHostToDevice));
     fill_random_bf16_cuda(&g_dev, pool, pages * page_elems, 11, 1.0f, 0.0f);
     fill_random_bf16_cuda(&g_dev, q, (size_t)batch * nq * hd, 12, 1.0f, 0.0f);
-    struct kv_view kv = {pool, d_ids, d_start, ps, nkv, hd, 0};
+    struct kv_view kv = {pool, d_ids, d_start, ps, nkv, hd, 0, 0};
     struct kctx c = g_dev;
     c.workspace = ws, c.workspace_bytes = wsb;
     cudaStream_t st = (cudaStream_t)c.stream;
