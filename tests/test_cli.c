@@ -60,9 +60,11 @@ static const struct bad_case bad[] = {
     {"generate --model tiny --backend cpu --prompt-ids 1 --policy solohead --budget-tokens 20",
      "20 is not a multiple of the block size 16", 2},
     {"generate --model tiny --backend cpu --prompt-ids 1 --policy solohead --selector 9",
-     "9 is not a query head", 2},
-    {"generate --model tiny --backend cpu --prompt-ids 1 --policy headwise",
-     "implemented for one KV head", 2},
+     "9 is not a KV head (0..1)", 2},
+    {"generate --model tiny --backend cpu --prompt-ids 1 --policy solohead-q --selector 9",
+     "9 is not a query head (0..3)", 2},
+    {"generate --model tiny --backend cpu --prompt-ids 1 --policy quest",
+     "'quest' is not available here", 2},
     {"bench decode-step --model tiny --backend cpu --peer "
      "experiments/peer/results/h200-qwen3-14b.json "
      "--points 1x64",
@@ -340,10 +342,10 @@ static void test_generate_sparse(void)
     EXPECT_STR_CONTAINS(out, "0 global-layer steps sparse");
     snprintf(args, sizeof args,
              "generate --model tiny-gemma3 --backend cpu --prompt-ids %s "
-             "--max-new-tokens 6 --policy solohead --selector 2 --budget-tokens 32",
+             "--max-new-tokens 6 --policy solohead-q --selector 2 --budget-tokens 32",
              ids);
     EXPECT_EQ_INT(run(args), 0);
-    EXPECT_STR_CONTAINS(out, "(solohead, budget 32): 10 global-layer steps sparse, 0 dense");
+    EXPECT_STR_CONTAINS(out, "(solohead-q, budget 32): 10 global-layer steps sparse, 0 dense");
     /* every PULSE_* switch of the environment lands in the result's env */
     setenv("PULSE_TEST_SWITCH", "7", 1);
     EXPECT_EQ_INT(run("generate --model tiny --backend cpu --prompt-ids 3 --max-new-tokens 1 "
