@@ -98,6 +98,13 @@ int offload_params_check(const struct offload_params *p, const struct model_conf
         p->prompt_kv != OFFLOAD_KV_PREFILL)
         BAD("offload: unknown prompt KV source %d", p->prompt_kv);
     if (p->lookahead != 0 && p->lookahead != 1) BAD("offload: lookahead must be 0 or 1");
+    if (p->query != OFFLOAD_QUERY_LOCALITY && p->query != OFFLOAD_QUERY_REAL)
+        BAD("offload: unknown query source %d", p->query);
+    if (p->query == OFFLOAD_QUERY_REAL && p->prompt_kv != OFFLOAD_KV_PREFILL)
+        BAD("the real query selects over a real prompt's keys: it needs --prompt-kv prefill");
+    if (p->query == OFFLOAD_QUERY_REAL && p->lookahead)
+        BAD("the real query of a layer exists only at that layer: no lookahead (infinigen "
+            "selects one layer ahead from the locality model's query)");
     if (!(p->cap_gbps >= 0)) BAD("recall cap: %g GB/s must be >= 0", p->cap_gbps);
     if (m->sliding_window > 0)
         BAD("model %s has sliding-window layers; offload policies handle global layers only",
@@ -935,6 +942,13 @@ const char *offload_clear_failure(struct offload *o)
     return atomic_exchange(&o->status, PULSE_OK) == PULSE_OK
                ? NULL
                : "its recall failed on every attempt (I/O error); the request was ended";
+}
+
+int offload_set_prompts(struct offload *o, prefill_token_fn fn, void *user)
+{
+    if (!o->pf) return PULSE_ERR_INVALID;
+    prefill_set_prompts(o->pf, fn, user);
+    return PULSE_OK;
 }
 
 void offload_release(struct offload *o, int slot)

@@ -59,6 +59,7 @@
 #include "engine.h"
 #include "floor.h"
 #include "kv_cache.h"
+#include "prefill.h"
 #include "query_source.h"
 #include "recall.h"
 
@@ -71,6 +72,15 @@ enum offload_prompt_kv {
     OFFLOAD_KV_LOCALITY = 0,
     OFFLOAD_KV_SYNTHETIC = 1,
     OFFLOAD_KV_PREFILL = 2
+};
+
+/* Where a sparse layer's selection query comes from. */
+enum offload_query {
+    OFFLOAD_QUERY_LOCALITY = 0, /* the query source's streams (throughput runs: the locality
+                                   model sets the churn, query_source.h) */
+    OFFLOAD_QUERY_REAL = 1      /* the layer's own q, after its pre-attention piece (accuracy
+                                   runs through the serving path: needs the prefill's real
+                                   prompt KV and lookahead 0) */
 };
 
 struct offload_params {
@@ -87,6 +97,7 @@ struct offload_params {
                                                  backend's (tests wrap it to inject failures) */
     size_t host_pool_bytes;      /* pinned host pool; 0 = max_batch requests of max_tokens */
     int prompt_kv;               /* enum offload_prompt_kv (default locality: the source's) */
+    int query;                   /* enum offload_query (default locality) */
     struct query_source *source; /* queries, prompt keys and meter (query_source.h), made for
                                     offload_source_shape of these params; required by
                                     offload_create, not owned */
@@ -193,6 +204,9 @@ int offload_admit_normal(struct offload *o, int req_id, int prompt_len, int n_to
 int32_t offload_first_token(const struct offload *o, int slot);
 /* Frees what the request in cache slot `slot` holds besides its cache pages. */
 void offload_release(struct offload *o, int slot);
+/* With --prompt-kv prefill: real prompts for the requests admitted from now on (prefill.h's
+ * prefill_set_prompts; NULL restores the hashed ids). PULSE_ERR_INVALID without a prefill. */
+int offload_set_prompts(struct offload *o, prefill_token_fn fn, void *user);
 
 /* One decode step of the batch (entries as batch_set got them), queued as above; the tokens
  * are the batch's once the step has run (batch_read_tokens). PULSE_OK, or the first failure

@@ -118,6 +118,8 @@ json_t *offload_config_json(const struct offload *o)
         (json_int_t)st.gpu_pages_per_request_max);
     json_object_set_new(j, "selector_per_layer", sel);
     json_object_set_new(j, "lookahead_layers", json_integer(o->p.lookahead));
+    json_object_set_new(j, "selection_query",
+                        json_string(o->p.query == OFFLOAD_QUERY_REAL ? "real" : "locality"));
     json_object_set_new(j, "locality", o->qs->to_json(o->qs->user));
     return j;
 }

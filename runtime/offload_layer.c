@@ -86,6 +86,7 @@ static void prefetch_layers(void *arg, int id, int nth)
  * (CUPTI: the GPU idle a third of the step). */
 static void prefetch_q(struct offload *o)
 {
+    if (o->p.query == OFFLOAD_QUERY_REAL) return; /* the layers' own q serve */
     kernels_cpu_parallel(PULSE_MIN(o->n_sparse, 8), prefetch_layers, o);
 }
 
@@ -103,6 +104,7 @@ void offload_prefetch_warm(const struct offload *o)
  * advance, or now. */
 static void take_q(struct offload *o, uint16_t *dst)
 {
+    if (o->p.query == OFFLOAD_QUERY_REAL) return;
     const size_t per = (size_t)o->nq * o->hd;
     const struct offload_step_state *ss = &o->ss[o->st.steps & 1];
     for (int sl = 0; sl < o->n_sparse; sl++)
@@ -198,7 +200,9 @@ static void issue(struct offload *o, struct batch *bt, int layer)
     const size_t lists = (size_t)B * o->n_lists;
     double t = pulse_now();
     const struct digest_view dv = digest_view_of(o, sl);
-    const uint16_t *q = o->d_q + (size_t)sl * B * o->nq * o->hd;
+    const uint16_t *q = o->p.query == OFFLOAD_QUERY_REAL
+                            ? batch_q(bt) /* this layer's, from its pre-attention piece */
+                            : o->d_q + (size_t)sl * B * o->nq * o->hd;
     int32_t *ds = offload_dsel(o, sl, B);
     o->fn.select_blocks(o->ctx, &o->cfg, q, &dv, batch_len(bt), o->d_scores, ds,
                         ds + lists * o->ms, B, o->sel_head[layer]);
@@ -371,7 +375,8 @@ static void stage(struct offload *o, const struct batch_entry *en, int n)
             (double)o->n_sparse * PULSE_CEIL_DIV(ss->n_tok[b], o->ps) * (double)o->dpage_bytes;
     }
     o->att_max_tokens = PULSE_MIN(o->ms * o->ps, max_len);
-    o->be->copy_async(o->ctx, o->d_up, h, up_bytes(o, n)); /* the rows of n entries */
+    const size_t up = o->p.query == OFFLOAD_QUERY_REAL ? sizeof(int32_t) * up_ints(o) : up_bytes(o, n);
+    o->be->copy_async(o->ctx, o->d_up, h, up); /* the rows of n entries (and their queries) */
     o->be->event_record(o->ctx, o->ev_up[p]);
 }
 

@@ -11,6 +11,8 @@ struct prefill {
     int32_t *tok;           /* [chunk] */
     uint64_t seed;
     int chunk, vocab;
+    prefill_token_fn prompt; /* real prompts, or NULL for the hashed ids */
+    void *prompt_user;
 };
 
 struct prefill *prefill_create(struct engine *e, uint64_t seed, int chunk)
@@ -19,7 +21,8 @@ struct prefill *prefill_create(struct engine *e, uint64_t seed, int chunk)
     struct prefill *pf = mem_alloc(MEM_HOST, sizeof *pf, "prefill");
     if (!pf) return NULL;
     *pf =
-        (struct prefill){e, batch_create(e), NULL, NULL, seed, chunk, engine_model(e)->cfg->vocab};
+        (struct prefill){e,     batch_create(e), NULL, NULL, seed, chunk, engine_model(e)->cfg->vocab,
+                         NULL, NULL};
     pf->en = mem_alloc(MEM_HOST, sizeof *pf->en * chunk, "prefill entries");
     pf->tok = mem_alloc(MEM_HOST, sizeof *pf->tok * chunk, "prefill tokens");
     if (pf->bt && pf->en && pf->tok) return pf;
@@ -36,8 +39,19 @@ void prefill_free(struct prefill *pf)
     mem_free(MEM_HOST, pf, sizeof *pf);
 }
 
+void prefill_set_prompts(struct prefill *pf, prefill_token_fn fn, void *user)
+{
+    pf->prompt = fn;
+    pf->prompt_user = user;
+}
+
 int32_t prefill_token(const struct prefill *pf, int req_id, int i)
 {
+    if (pf->prompt) {
+        const int32_t t = pf->prompt(pf->prompt_user, req_id, i);
+        PULSE_CHECK(t >= 0 && t < pf->vocab, "prefill: a prompt token outside the vocabulary");
+        return t;
+    }
     uint64_t x = (uint64_t)(uint32_t)req_id << 32 | (uint32_t)i;
     return (int32_t)(pulse_hash64(pf->seed ^ 0x70726566696c6cull, x) % (uint64_t)pf->vocab);
 }

@@ -21,6 +21,12 @@ void prefill_free(struct prefill *pf);
 /* Token i of request req_id's prompt. */
 int32_t prefill_token(const struct prefill *pf, int req_id, int i);
 
+/* Real prompts instead of the hashed ids: token i of request req_id is fn(user, req_id, i)
+ * (a tokenized text, e.g. an accuracy sample); NULL restores the hashed ids. fn must return a
+ * token of the vocabulary for every i below the prompt lengths the requests are admitted with. */
+typedef int32_t (*prefill_token_fn)(void *user, int req_id, int i);
+void prefill_set_prompts(struct prefill *pf, prefill_token_fn fn, void *user);
+
 /* Prefills tokens [0, prompt_len) of request req_id into cache slot `slot` of kv (reserved for
  * `reserved` > prompt_len tokens); returns the greedy token after the prompt (waits for it). With
  * prompt_len 0 nothing runs and the token is engine_first_token(req_id). */

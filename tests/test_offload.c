@@ -11,6 +11,9 @@
  * - SoloHead recalls whole blocks; every recall engine gives the same tokens and bytes;
  * - infinigen (selection and recall one layer ahead) selects what arkvale selects: the same
  *   tokens, recall bytes and churn;
+ * - with the real query (offload_params.query) on real prompts, the serving path decodes the
+ *   accuracy path's tokens (accuracy/sparse_attn.h, the same selection at the same budget) for
+ *   head-wise and SoloHead selection, every engine, two requests of different lengths;
  * - bad flags of pulse run get one-line messages and exit 2; a good run's JSON has the series. */
 #include <jansson.h>
 #include <signal.h>
@@ -20,11 +23,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "accuracy/sparse_attn.h"
 #include "backend.h"
 #include "baselines/registry.h"
+#include "prefill.h"
 #include "common.h"
 #include "engine.h"
 #include "kv_cache.h"
+#include "numeric.h"
 #include "offload.h"
 #include "recall.h"
 #include "recall_fault.h"
@@ -45,14 +51,24 @@ struct run_out {
     struct offload_stats st;
     struct offload_layer_stats ls[4];
     json_t *counters; /* offload_counters_json, or NULL */
+    json_t *config;   /* offload_config_json, or NULL */
     int rc, check_rc;
     int64_t peak_pages, page_bytes;
 };
+
+/* Real prompts for serve() (offload_set_prompts) when set: token i of request r. */
+static int32_t real_prompt(void *user, int req_id, int i)
+{
+    (void)user;
+    return (int32_t)(pulse_hash64(0x5eed, (uint64_t)req_id << 32 | (uint32_t)i) % 1024u);
+}
+static int g_real_prompts;
 
 static void run_free(struct run_out *r)
 {
     workload_free(&r->w);
     json_decref(r->counters);
+    json_decref(r->config);
 }
 
 /* Serves cfg on the cpu backend: engine, cache (budget 64 MB), offload runtime for arkvale. */
@@ -89,6 +105,7 @@ static void serve(const struct run_cfg *c, struct offload_params *op, struct run
         const struct locality_source_params lp = {.typical_tokens = (int)(prompt / r->w.n)};
         if (test_source(e, kv, op, &lp) && offload_create(e, kv, op, &o, err, sizeof err))
             fprintf(stderr, "offload: %s\n", err);
+        if (o && g_real_prompts) EXPECT_EQ_INT(offload_set_prompts(o, real_prompt, NULL), PULSE_OK);
     }
     double wall;
     if (kv && (o || !pol->needs_ctx))
@@ -101,6 +118,7 @@ static void serve(const struct run_cfg *c, struct offload_params *op, struct run
         for (int l = 0; l < 4; l++)
             offload_get_layer_stats(o, l, &r->ls[l]);
         r->counters = offload_counters_json(o);
+        r->config = offload_config_json(o);
         r->check_rc = offload_check(o, err, sizeof err);
         if (r->check_rc) fprintf(stderr, "check: %s\n", err);
     }
@@ -768,6 +786,118 @@ static void test_cap_fraction(void)
     }
 }
 
+/* ------------------------------------------------------------------ the real query */
+
+/* The accuracy path's tokens for request req_id of prompt_len tokens: the same prefill (real
+ * prompt, chunks of 16) on its own engine and cache, then out_len greedy steps with policy
+ * `sparse` at budget 32 on every layer (tiny: all global), selector KV head 1. */
+static void accuracy_tokens(int req_id, int prompt_len, int out_len, int sparse, int32_t *out)
+{
+    const struct model_config *m = model_config_find("tiny");
+    const int T = prompt_len + out_len;
+    char err[256];
+    struct engine_params ep = {
+        .cfg = m, .be = backend_find("cpu"), .seed = 1, .max_batch = 16, .max_tokens = T};
+    struct engine *e = engine_create(&ep, err, sizeof err);
+    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, 16, 0, 1, T};
+    kp.budget_bytes = kv_cache_params_request_bytes(&kp, T);
+    struct kv_cache *kv = kv_cache_create(&kp, ep.be, engine_ctx(e), err, sizeof err);
+    struct prefill *pf = prefill_create(e, 1, 16);
+    struct sparse_attn *sa = sparse_attn_create(e, kv, 16, T, 1.0, err, sizeof err);
+    struct batch *bt = batch_create(e);
+    int slot = -1;
+    EXPECT(e && kv && pf && sa && bt && kv_cache_admit(kv, T, &slot) == PULSE_OK);
+    if (slot < 0) return;
+    prefill_set_prompts(pf, real_prompt, NULL);
+    int32_t tok = prefill_run(pf, kv, slot, req_id, prompt_len, T);
+    static const int32_t sel[4] = {1, 1, 1, 1};
+    struct sparse_params sp = {sparse, 32, 1, 2, sparse == SPARSE_SOLOHEAD ? sel : NULL};
+    EXPECT_EQ_INT(sparse_attn_configure(sa, &sp, slot, err, sizeof err), PULSE_OK);
+    struct engine_layer_hook h = sparse_attn_hook(sa);
+    batch_set_hook(bt, &h);
+    for (int k = 0; k < out_len; k++) {
+        struct batch_entry en = {slot, req_id, prompt_len + k, T, tok};
+        batch_set(e, bt, kv, &en, 1);
+        engine_step(e, bt, kv);
+        batch_read_tokens(e, bt, &tok);
+        out[k] = tok;
+    }
+    struct sparse_stats st;
+    sparse_attn_get_stats(sa, &st);
+    /* the budget did not cover the context: a real selection (full: none) */
+    EXPECT(sparse == SPARSE_FULL ? st.sparse_calls == 0 : st.sparse_calls > 0);
+    batch_free(e, bt);
+    sparse_attn_free(sa);
+    prefill_free(pf);
+    kv_cache_free(kv);
+    engine_free(e);
+}
+
+static void test_real_query(void)
+{
+    static const struct {
+        int selection, sparse;
+        enum recall_engine engine;
+    } cases[] = {{OFFLOAD_HEADWISE, SPARSE_HEADWISE, RECALL_PER_BLOCK},
+                 {OFFLOAD_SOLOHEAD, SPARSE_SOLOHEAD, RECALL_PER_BLOCK},
+                 {OFFLOAD_SOLOHEAD, SPARSE_SOLOHEAD, RECALL_GATHER_SCATTER},
+                 {OFFLOAD_SOLOHEAD, SPARSE_SOLOHEAD, RECALL_ZERO_COPY}};
+    static const int32_t sel[4] = {1, 1, 1, 1};
+    g_real_prompts = 1;
+    int differ_from_full = 0; /* requests whose sparse tokens are not full attention's */
+    for (size_t c = 0; c < PULSE_ARRAY_LEN(cases); c++) {
+        struct offload_params p = defaults();
+        p.budget_tokens = 32;
+        p.n_dense = 0;
+        p.selection = cases[c].selection;
+        p.selector = cases[c].selection == OFFLOAD_SOLOHEAD ? sel : NULL;
+        p.engine = cases[c].engine;
+        p.prompt_kv = OFFLOAD_KV_PREFILL;
+        p.query = OFFLOAD_QUERY_REAL;
+        struct run_cfg rc = {"arkvale", "lengths:150,230", 10, 2, 16, 0};
+        struct run_out r;
+        serve(&rc, &p, &r);
+        EXPECT_EQ_INT(r.rc, 0);
+        EXPECT_EQ_INT(r.check_rc, 0);
+        EXPECT(r.st.recall_bytes > 0); /* a small budget: blocks came back from the pool */
+        const char *sq = json_string_value(json_object_get(r.config, "selection_query"));
+        EXPECT(sq && !strcmp(sq, "real"));
+        int same = r.rc == 0;
+        for (int i = 0; i < r.w.n && same; i++) {
+            int32_t want[16];
+            const struct request *q = &r.w.reqs[i];
+            accuracy_tokens(q->id, q->prompt_len, q->output_len, cases[c].sparse, want);
+            same &= memcmp(want, q->tokens, sizeof(int32_t) * q->output_len) == 0;
+            accuracy_tokens(q->id, q->prompt_len, q->output_len, SPARSE_FULL, want);
+            differ_from_full += memcmp(want, q->tokens, sizeof(int32_t) * q->output_len) != 0;
+        }
+        EXPECT(same);
+        fprintf(stderr, "real query, %s %s: serving tokens %s the accuracy path's (%lld recall bytes)\n",
+                sparse_policy_name(cases[c].sparse), recall_engine_name(cases[c].engine),
+                same ? "equal" : "DIFFER from", (long long)r.st.recall_bytes);
+        run_free(&r);
+    }
+    g_real_prompts = 0;
+    EXPECT(differ_from_full > 0); /* so the equality above is the selection's, not attention's
+                                     indifference to it */
+    fprintf(stderr, "real query: %d of 8 requests' tokens differ from full attention's\n",
+            differ_from_full);
+    /* the real query needs the prefill's keys and no lookahead */
+    const struct model_config *m = model_config_find("tiny");
+    struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, 16, 1 << 20, 1, 64};
+    char err[256];
+    struct offload_params p = defaults();
+    p.query = OFFLOAD_QUERY_REAL;
+    EXPECT(offload_params_check(&p, m, &kp, err, sizeof err) != PULSE_OK);
+    EXPECT_STR_CONTAINS(err, "--prompt-kv prefill");
+    p.prompt_kv = OFFLOAD_KV_PREFILL;
+    p.lookahead = 1;
+    EXPECT(offload_params_check(&p, m, &kp, err, sizeof err) != PULSE_OK);
+    EXPECT_STR_CONTAINS(err, "no lookahead");
+    p.lookahead = 0;
+    EXPECT_EQ_INT(offload_params_check(&p, m, &kp, err, sizeof err), PULSE_OK);
+}
+
 static void timed(const char *name, void (*fn)(void))
 {
     double t0 = pulse_now();
@@ -790,5 +920,6 @@ int main(void)
     timed("zc_blocks", test_zc_blocks);
     timed("gs_knobs", test_gs_knobs);
     timed("cap_fraction", test_cap_fraction);
+    timed("real_query", test_real_query);
     return tu_finish("test_offload");
 }
