@@ -24,6 +24,9 @@ const char run_offload_usage[] =
     "  --prompt-kv K      locality (structured keys, default), synthetic (vanilla's KV) or\n"
     "                     prefill (deterministic prompt ids through a real prefill; also for\n"
     "                     vanilla)\n"
+    "  --query Q          the sparse layers' selection query: locality (the locality model's\n"
+    "                     streams, default) or real (the layer's own q; needs --prompt-kv\n"
+    "                     prefill, and a policy that selects at the layer: not infinigen)\n"
     "  --dense-layers N   leading layers kept whole on the GPU (default 2)\n"
     "  --host-pool-gb G   pinned host KV pool (default: what the run holds at once, the smaller\n"
     "                     of every request and max-batch longest ones; at most 100 on cuda, 4 on\n"
@@ -43,7 +46,8 @@ static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
     "--budget-tokens",   "--selection",    "--recall-engine", "--locality-profile",
     "--head-profile",    "--host-pool-gb", "--dense-layers",  "--prompt-kv",
     "--recall-cap-gbps", "--hot-slots",    "--calib-tokens",  "--no-irq",
-    "--admission",       "--profile",      "--trace",         "--recall-cap-fraction"};
+    "--admission",       "--profile",      "--trace",         "--recall-cap-fraction",
+    "--query"};
 
 static const char *flag_name(int code)
 {
@@ -104,6 +108,9 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
             return 0;
         cli_error("run", "%s: '%s' is not locality, synthetic or prefill", f, arg);
         return -1;
+    case RUN_OFF_QUERY:
+        oo->query = arg;
+        return one_of(f, arg, "locality", "real");
     case RUN_OFF_ENGINE:
         oo->engine = arg;
         if (recall_engine_find(arg) >= 0) return 0;
@@ -237,6 +244,7 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
     p->prompt_kv = !strcmp(kv, "synthetic") ? OFFLOAD_KV_SYNTHETIC
                    : !strcmp(kv, "prefill") ? OFFLOAD_KV_PREFILL
                                             : OFFLOAD_KV_LOCALITY;
+    p->query = oo->query && !strcmp(oo->query, "real") ? OFFLOAD_QUERY_REAL : OFFLOAD_QUERY_LOCALITY;
     p->cap_gbps = oo->cap_gbps;
     p->lookahead = pol->offload_lookahead;
     const char *verify = getenv("PULSE_OFFLOAD_VERIFY");

@@ -29,6 +29,7 @@ enum {
     RUN_OFF_IOAA_PROFILE,
     RUN_OFF_TRACE,
     RUN_OFF_CAP_FRACTION,
+    RUN_OFF_QUERY,
     RUN_OFF_END
 };
 
@@ -46,7 +47,8 @@ enum {
         RUN_OFF_OPT("calib-tokens", RUN_OFF_CALIB), {"no-irq", no_argument, 0, RUN_OFF_NO_IRQ},    \
         RUN_OFF_OPT("admission", RUN_OFF_ADMISSION), RUN_OFF_OPT("profile", RUN_OFF_IOAA_PROFILE), \
         RUN_OFF_OPT("trace", RUN_OFF_TRACE),                                                       \
-        RUN_OFF_OPT("recall-cap-fraction", RUN_OFF_CAP_FRACTION)
+        RUN_OFF_OPT("recall-cap-fraction", RUN_OFF_CAP_FRACTION),                                  \
+        RUN_OFF_OPT("query", RUN_OFF_QUERY)
 
 /* The offload flags' part of pulse run --help. */
 extern const char run_offload_usage[];
@@ -56,6 +58,7 @@ struct run_offload_opts {
     long budget_tokens, dense_layers, hot_slots, calib_tokens;
     int budget_set; /* --budget-tokens given (else the default is rounded to the block size) */
     const char *selection, *engine, *profile, *heads, *prompt_kv; /* NULL: the policy's */
+    const char *query; /* --query: NULL = locality */
     double host_pool_gb, cap_gbps, cap_fraction; /* cap_fraction: of the H2D peak, 0 none */
     /* pulseinfer: --no-irq, --admission, --profile (the IOAA profile), --trace */
     int no_irq;

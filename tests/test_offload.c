@@ -399,6 +399,8 @@ static const struct bad_case bad[] = {
     {"--selection solohead --head-profile /nonexistent/h.json", "--head-profile: "},
     {"--recall-cap-gbps 0", "--recall-cap-gbps: '0' is not a number"},
     {"--model tiny-gemma3", "sliding-window layers"},
+    {"--query model", "--query: 'model' is not locality or real"},
+    {"--query real", "the real query selects over a real prompt's keys: it needs --prompt-kv prefill"},
 };
 
 static void test_cli(void)
@@ -417,6 +419,11 @@ static void test_cli(void)
     EXPECT_EQ_INT(
         tu_run_pulse("run --backend cpu --policy vanilla --budget-tokens 512", out, sizeof out), 2);
     EXPECT_STR_CONTAINS(out, "--budget-tokens: only for offload policies");
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy infinigen --workload uniform:256:2 "
+                               "--output-len 8 --query real --prompt-kv prefill",
+                               out, sizeof out),
+                  2);
+    EXPECT_STR_CONTAINS(out, "no lookahead");
 }
 
 /* A good run of `policy` writes its offload config and counters; returns the recall bytes. */
