@@ -579,7 +579,8 @@ static struct kv_view host_view(const struct offload *o, void *pool, const int32
 }
 
 /* Copies the prefill's pages of `layer` holding tokens [0, n) into host view v (one download
- * per run of pages consecutive on both sides). */
+ * per run of pages consecutive on both sides that stays inside one registered piece of the host
+ * pool: CUDA refuses a copy whose host range spans two registrations). */
 static void copy_prefill(struct offload *o, const struct kv_view *v, int n, int layer)
 {
     int n_own;
@@ -587,9 +588,15 @@ static void copy_prefill(struct offload *o, const struct kv_view *v, int n, int 
     const char *pool = (const char *)kv_cache_view(o->pf_kv, NULL).pool;
     const int nb = (int)PULSE_CEIL_DIV(n, o->ps);
     const int32_t *dst = v->page_ids;
+    struct host_pool_stats hps;
+    host_pool_get_stats(o->hp, &hps);
+    const int64_t per_piece = v->pool == host_pool_base(o->hp) && hps.pin_piece_bytes
+                                  ? (int64_t)(hps.pin_piece_bytes / o->page_bytes)
+                                  : INT64_MAX;
     for (int i = 0; i < nb;) {
         int j = i + 1;
-        while (j < nb && src[j] == src[j - 1] + 1 && dst[j] == dst[j - 1] + 1)
+        while (j < nb && src[j] == src[j - 1] + 1 && dst[j] == dst[j - 1] + 1 &&
+               dst[j] / per_piece == dst[i] / per_piece)
             j++;
         o->be->download(o->ctx, (char *)v->pool + (size_t)dst[i] * o->page_bytes,
                         pool + (size_t)src[i] * o->page_bytes, (size_t)(j - i) * o->page_bytes);
