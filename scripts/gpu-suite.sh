@@ -11,7 +11,8 @@
 #             checks its sha256 against .model/sha256.txt.
 #   accuracy  pulse accuracy on the assembled model over the synthetic sets in ACC_DATA
 #             (default .accdata; ACC_SAMPLES samples per task and length, default 10;
-#             ACC_LENGTHS, ACC_TASKS, ACC_POLICIES).
+#             ACC_LENGTHS, ACC_TASKS, ACC_POLICIES (default: the model's, pulse accuracy --help),
+#             ACC_BUDGETS).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/out}
@@ -257,7 +258,7 @@ if has accuracy && [ -f /tmp/model/gemma.gguf ]; then
     timeout "${ACC_TIMEOUT:-480}" "$bin" accuracy --backend cuda --model $m \
         --data "${ACC_DATA:-$root/.accdata}" --lengths "${ACC_LENGTHS:-4096,8192,16384}" \
         --tasks "${ACC_TASKS:-passkey,niah_multikey,variable_tracking,kv_retrieval}" \
-        --policies "${ACC_POLICIES:-full,solohead,reversed,headwise,infinigen}" \
+        ${ACC_POLICIES:+--policies "$ACC_POLICIES"} ${ACC_BUDGETS:+--budgets "$ACC_BUDGETS"} \
         --samples "${ACC_SAMPLES:-10}" --calib-samples 2 --max-gen 32 \
         --out "$out/accuracy.json" --churn-profile "$out/churn_profile.json" \
         >"$out/accuracy.txt" 2>&1
