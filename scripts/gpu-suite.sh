@@ -5,7 +5,7 @@
 # Stages: any of  test sanitize sanitize-all peer bench run devwait offload pulseinfer recall reproduce model accuracy  (default: test sanitize
 # bench run recall; the peer's kept result in experiments/peer/results/ stands in). Results go
 # to $OUT (or out/).
-#   model     copies the carried pieces .model/part* to /tmp/model (the machine takes 64 MiB of
+#   model     copies the carried pieces .model/part* (MODEL_PARTS of them, default 5) to /tmp/model (the machine takes 64 MiB of
 #             files per call, so the 253 MB Gemma 3 270M file comes over several calls while it
 #             stays up); the piece that completes the set assembles /tmp/model/gemma.gguf and
 #             checks its sha256 against .model/sha256.txt.
@@ -239,7 +239,7 @@ fi
 if has model; then
     mkdir -p /tmp/model
     cp "$root"/.model/part* "$root"/.model/sha256.txt /tmp/model/ 2>/dev/null
-    if [ "$(ls /tmp/model/part* 2>/dev/null | wc -l)" = 5 ] && [ ! -f /tmp/model/gemma.gguf ]; then
+    if [ "$(ls /tmp/model/part* 2>/dev/null | wc -l)" = "${MODEL_PARTS:-5}" ] && [ ! -f /tmp/model/gemma.gguf ]; then
         cat /tmp/model/part0* > /tmp/model/gemma.gguf
         want=$(cut -d' ' -f1 /tmp/model/sha256.txt 2>/dev/null)
         got=$(sha256sum /tmp/model/gemma.gguf | cut -d' ' -f1)
