@@ -98,6 +98,7 @@ int offload_params_check(const struct offload_params *p, const struct model_conf
         p->prompt_kv != OFFLOAD_KV_PREFILL)
         BAD("offload: unknown prompt KV source %d", p->prompt_kv);
     if (p->lookahead != 0 && p->lookahead != 1) BAD("offload: lookahead must be 0 or 1");
+    if (p->prefill_chunk < 0) BAD("offload: prefill chunk %d must be >= 0", p->prefill_chunk);
     if (p->query != OFFLOAD_QUERY_LOCALITY && p->query != OFFLOAD_QUERY_REAL)
         BAD("offload: unknown query source %d", p->query);
     if (p->query == OFFLOAD_QUERY_REAL && p->prompt_kv != OFFLOAD_KV_PREFILL)
@@ -378,6 +379,10 @@ static int take_source(struct offload *o, char *err, size_t errlen)
 {
     struct query_source_shape want;
     offload_source_shape(&o->p, o->mc, o->ps, &want);
+    if (!o->p.source && o->p.query == OFFLOAD_QUERY_REAL) { /* the layers' own q: no source */
+        offload_prefetch_warm(o);
+        return PULSE_OK;
+    }
     if (!o->p.source) BAD("offload: no query source (offload_params.source)");
     if (!same_shape(&o->p.source->shape, &want))
         BAD("offload: the query source was made for another shape (offload_source_shape)");
@@ -441,7 +446,8 @@ static int make_prefill(struct offload *o, char *err, size_t errlen)
     sp.budget_bytes = kv_cache_params_request_bytes(&sp, o->p.max_tokens);
     if (!(o->pf_kv = kv_cache_create(&sp, o->be, o->ctx, why, sizeof why)))
         OOM_BAD("prefill staging pages: %s", why);
-    if (!(o->pf = prefill_create(o->eng, o->p.seed, o->max_batch)))
+    const int chunk = o->p.prefill_chunk ? o->p.prefill_chunk : o->max_batch;
+    if (!(o->pf = prefill_create(o->eng, o->p.seed, chunk)))
         OOM_BAD("prefill: out of memory for its batch");
     return PULSE_OK;
 }
@@ -461,7 +467,8 @@ enum {
 static int device_fill_wanted(const struct offload *o)
 {
     const char *e = getenv("PULSE_PROMPT_KV_HOST");
-    const int source_fills = o->p.prompt_kv != OFFLOAD_KV_LOCALITY || o->qs->device_init != NULL;
+    const int source_fills =
+        o->p.prompt_kv != OFFLOAD_KV_LOCALITY || (o->qs && o->qs->device_init != NULL);
     return o->be->mem == MEM_DEVICE && o->p.prompt_kv != OFFLOAD_KV_PREFILL && source_fills &&
            !(e && *e == '1');
 }
@@ -771,7 +778,7 @@ static void write_layer(struct offload *o, int slot, int req, int layer, int pro
 /* New query streams, meter lists and hot-cache units for the request in `slot`. */
 static void reset_slot(struct offload *o, int slot)
 {
-    o->qs->meter_reset(o->qs->user, slot);
+    if (o->qs) o->qs->meter_reset(o->qs->user, slot);
     if (o->device_plan)
         o->fn.hot_plan_reset(&o->hpp, &o->hps, offload_unit(o, slot, 0, 0),
                              o->n_sparse * o->n_lists, o->ctx->stream);
@@ -862,7 +869,7 @@ int offload_admit(struct offload *o, int req_id, int prompt_len, int n_tokens, i
     double t0 = pulse_now();
     o->req_id[ks] = req_id;
     o->first_tok[ks] = engine_first_token(o->eng, req_id);
-    o->qs->start(o->qs->user, ks, req_id);
+    if (o->qs) o->qs->start(o->qs->user, ks, req_id);
     if (o->pf) o->first_tok[ks] = run_prefill(o, req_id, prompt_len);
     char label[64];
     snprintf(label, sizeof label, "prompt KV (request %d, %d tokens)", req_id, prompt_len);

@@ -100,7 +100,10 @@ struct offload_params {
     int query;                   /* enum offload_query (default locality) */
     struct query_source *source; /* queries, prompt keys and meter (query_source.h), made for
                                     offload_source_shape of these params; required by
-                                    offload_create, not owned */
+                                    offload_create unless the query is real (then NULL runs
+                                    without a meter), not owned */
+    int prefill_chunk;           /* --prompt-kv prefill: tokens per prefill pass (<= the
+                                    engine's max_batch); 0 = max_batch */
     uint64_t seed;               /* the engine's seed (V and synthetic K are functions of it) */
     int max_batch, max_tokens;   /* as the engine's and the cache's */
     int64_t max_steps;           /* capacity of the per-step series (later steps are not kept) */

@@ -120,7 +120,7 @@ json_t *offload_config_json(const struct offload *o)
     json_object_set_new(j, "lookahead_layers", json_integer(o->p.lookahead));
     json_object_set_new(j, "selection_query",
                         json_string(o->p.query == OFFLOAD_QUERY_REAL ? "real" : "locality"));
-    json_object_set_new(j, "locality", o->qs->to_json(o->qs->user));
+    json_object_set_new(j, "locality", o->qs ? o->qs->to_json(o->qs->user) : json_null());
     return j;
 }
 
@@ -140,8 +140,8 @@ static json_t *churn_json(const struct query_meter_stats *s)
 
 static json_t *layer_json(const struct offload *o, int l)
 {
-    struct query_meter_stats s;
-    o->qs->meter_stats(o->qs->user, l, &s);
+    struct query_meter_stats s = {0}; /* no source (the real query): no meter */
+    if (o->qs) o->qs->meter_stats(o->qs->user, l, &s);
     const struct offload_layer_stats *r = &o->ls[l];
     json_t *rb = json_pack("{s:I, s:I}", "steps", (json_int_t)s.steps, "total",
                            (json_int_t)s.recall_bytes_total);

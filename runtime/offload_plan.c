@@ -200,6 +200,7 @@ static void step_totals(struct offload *o, const struct job *j)
 /* The source's meter on sparse layer sl's lists of a step. */
 static void meter(struct offload *o, const struct offload_step_state *ss, int p, int sl)
 {
+    if (!o->qs) return; /* the real query without a source: nothing to meter */
     const int32_t *h_sel = offload_sel(o, p, sl, ss->n);
     const size_t lists = (size_t)ss->n * o->n_lists;
     int rc = o->qs->meter_add(o->qs->user, o->n_dense + sl, ss->slot, ss->n_tok, h_sel,

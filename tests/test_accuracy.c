@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "accuracy/head_mass.h"
+#include "accuracy/serve_path.h"
 #include "accuracy/sparse_attn.h"
 #include "backend.h"
 #include "engine.h"
@@ -341,6 +342,110 @@ static void head_mass_on(const char *model)
     }
 }
 
+/* ---- the serving path (accuracy/serve_path.h) against the accuracy path ---- */
+
+static int never_stop(void *user, int32_t tok)
+{
+    (void)user, (void)tok;
+    return 0;
+}
+
+static int stop_at(void *user, int32_t tok)
+{
+    return tok == *(const int32_t *)user;
+}
+
+/* The accuracy path's greedy tokens for the prompt of n tokens: the first from the prefill,
+ * then k - 1 decode steps with policy p (budget 32, selector KV head 1). */
+static void accuracy_path_tokens(struct rig *r, int n, int p, int k, int32_t *out)
+{
+    char err[256];
+    struct sparse_attn *s = sparse_attn_create(r->e, r->kv, 16, T_MAX, 1.0, err, sizeof err);
+    static const int32_t sel[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    struct sparse_params sp = {p, 32, 1, 2, p == SPARSE_SOLOHEAD ? sel : NULL};
+    EXPECT_EQ_INT(sparse_attn_configure(s, &sp, r->slot, err, sizeof err), PULSE_OK);
+    out[0] = prefill(r, n, 16); /* dense, as the driver's */
+    struct engine_layer_hook h = sparse_attn_hook(s);
+    batch_set_hook(r->bt, p == SPARSE_FULL ? NULL : &h);
+    for (int i = 1; i < k; i++)
+        out[i] = step(r, n + i - 1, out[i - 1], NULL);
+    batch_set_hook(r->bt, NULL);
+    sparse_attn_free(s);
+}
+
+/* On the GQA tiny model (no sliding window): the serving path's tokens are the accuracy path's
+ * for headwise and SoloHead at a budget that leaves most blocks out, on two prompts one after
+ * the other (the second admitted where the first was released); they differ from full
+ * attention's; a stop token ends the answer there. */
+static void test_serve_path(void)
+{
+    const struct model_config *c = model_config_find("tiny");
+    static const int32_t sel[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    const struct {
+        int sparse, selection;
+        enum recall_engine engine;
+    } cases[] = {{SPARSE_HEADWISE, OFFLOAD_HEADWISE, RECALL_PER_BLOCK},
+                 {SPARSE_SOLOHEAD, OFFLOAD_SOLOHEAD, RECALL_GATHER_SCATTER}};
+    int32_t ids[T_MAX];
+    for (int i = 0; i < T_MAX; i++)
+        ids[i] = prompt_token(c, i);
+    for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
+        struct rig r;
+        char err[256] = "";
+        EXPECT_EQ_INT(rig_open(&r, c, 16), 0);
+        struct serve_path_params sp = {cases[ci].selection, sel, 32, 1, 2, cases[ci].engine,
+                                       T_MAX, 16, 7};
+        struct serve_path *s = serve_path_create(r.e, &sp, err, sizeof err);
+        EXPECT(s != NULL);
+        if (!s) {
+            fprintf(stderr, "serve path: %s\n", err);
+            rig_close(&r);
+            continue;
+        }
+        int differ = 0;
+        for (int n = 180; n <= 260; n += 80) {
+            int32_t want[12], full[12], got[12];
+            int k = 0;
+            accuracy_path_tokens(&r, n, cases[ci].sparse, 12, want);
+            accuracy_path_tokens(&r, n, SPARSE_FULL, 12, full);
+            EXPECT_EQ_INT(serve_path_decode(s, ids, n, 12, never_stop, NULL, got, &k, err,
+                                            sizeof err),
+                          PULSE_OK);
+            EXPECT_EQ_INT(k, 12);
+            EXPECT(memcmp(got, want, sizeof want) == 0);
+            differ += memcmp(full, want, sizeof want) != 0;
+            /* a stop token: the answer ends before it (the same loop as the driver's) */
+            int32_t stop = want[5];
+            int first = 0;
+            while (want[first] != stop)
+                first++;
+            EXPECT_EQ_INT(serve_path_decode(s, ids, n, 12, stop_at, &stop, got, &k, err,
+                                            sizeof err),
+                          PULSE_OK);
+            EXPECT_EQ_INT(k, first);
+            if (k != first) fprintf(stderr, "serve path: %s\n", err);
+        }
+        EXPECT(differ > 0);
+        struct offload_stats st;
+        serve_path_stats(s, &st);
+        EXPECT(st.recall_bytes > 0);
+        EXPECT_EQ_INT(st.host_syncs, 0);
+        fprintf(stderr, "serve path %s: the accuracy path's tokens on 2 prompts, %d of 2 unlike "
+                        "full attention's, %lld bytes recalled\n",
+                sparse_policy_name(cases[ci].sparse), differ, (long long)st.recall_bytes);
+        serve_path_free(s);
+        rig_close(&r);
+    }
+    /* a sliding-window model is refused with the runtime's reason */
+    struct rig r;
+    char err[256] = "";
+    EXPECT_EQ_INT(rig_open(&r, model_config_find("tiny-gemma3"), 16), 0);
+    struct serve_path_params sp = {OFFLOAD_HEADWISE, NULL, 32, 1, 2, RECALL_PER_BLOCK, T_MAX, 16, 7};
+    EXPECT(serve_path_create(r.e, &sp, err, sizeof err) == NULL);
+    EXPECT_STR_CONTAINS(err, "sliding-window");
+    rig_close(&r);
+}
+
 static void test_head_mass(void)
 {
     head_mass_on("tiny-gemma3");
@@ -354,6 +459,7 @@ int main(void)
     test_window_matters();
     test_sparse();
     test_head_mass();
+    test_serve_path();
     printf("test_accuracy: %d checks, %d failed\n", tu_checks, tu_failures);
     return tu_failures ? 1 : 0;
 }
