@@ -22,6 +22,7 @@
 
 #include "accuracy/chat.h"
 #include "accuracy/head_mass.h"
+#include "accuracy/serve_path.h"
 #include "accuracy/longbench.h"
 #include "accuracy/sparse_attn.h"
 #include "accuracy/stats.h"
@@ -66,6 +67,11 @@ static const char usage[] =
     "                      control pieces), none, gemma or chatml; applied to the chat tasks\n"
     "                      (LongBench's pred.py: not trec, triviaqa, samsum, lsht, lcc,\n"
     "                      repobench-p)\n"
+    "  --check-serving     also decode every sample of the headwise, solohead and reversed runs\n"
+    "                      through the serving path (the offload runtime with a real prefill\n"
+    "                      into the host pool and the real query; accuracy/serve_path.h) and\n"
+    "                      count the samples whose tokens equal the accuracy path's (models\n"
+    "                      without sliding-window layers)\n"
     "  --out FILE.json     the result; --churn-profile FILE.json the measured churn profile\n"
     "exit: 0 ok, 1 run failed, 2 bad usage, 3 out of memory\n";
 
@@ -78,7 +84,7 @@ struct acc_opts {
     int n_lengths, n_budgets;
     int policies[MAX_LIST], n_policies;
     long samples, calib, max_length, max_gen, chunk, mam_budget, sink, window;
-    int max_length_set;
+    int max_length_set, check_serving;
     double frac;
 };
 
@@ -144,6 +150,7 @@ static int parse(int argc, char **argv, struct acc_opts *o)
                                          {"out", required_argument, 0, 'o'},
                                          {"churn-profile", required_argument, 0, 'P'},
                                          {"chat-template", required_argument, 0, 'T'},
+                                         {"check-serving", no_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     *o = (struct acc_opts){.backend = "auto",
@@ -201,6 +208,9 @@ static int parse(int argc, char **argv, struct acc_opts *o)
             break;
         case 'n':
             bad = cli_int(CMD, "--samples", optarg, 1, 1 << 20, &o->samples);
+            break;
+        case 'S':
+            o->check_serving = 1;
             break;
         case 'c':
             bad = cli_int(CMD, "--calib-samples", optarg, 0, 1 << 20, &o->calib);
@@ -336,6 +346,11 @@ struct acc {
     int32_t *ids, *gen;
     struct acc_mam mam[2]; /* [0] KV heads, [1] query heads */
     struct locality_meter *meter;
+    /* --check-serving: per run its serving path (made at its first sample), samples checked
+     * and those whose tokens equal the accuracy path's; the serving path's tokens */
+    struct serve_path *serve[MAX_RUNS];
+    int64_t serve_checked[MAX_RUNS], serve_same[MAX_RUNS];
+    int32_t *gen2;
     int meter_run; /* run index whose selections the meter sees */
     char *text;
     size_t text_cap;
@@ -449,6 +464,60 @@ static int configure(struct acc *A, const struct run_def *r, char *err, size_t e
     return PULSE_OK;
 }
 
+/* The serving path's selection for policy p (OFFLOAD_HEADWISE or _SOLOHEAD), or -1: the policies
+ * whose lists the offload runtime makes (per KV head, or one KV head's for every head). */
+static int serving_twin(int p)
+{
+    return p == SPARSE_HEADWISE                          ? OFFLOAD_HEADWISE
+           : p == SPARSE_SOLOHEAD || p == SPARSE_REVERSED ? OFFLOAD_SOLOHEAD
+                                                         : -1;
+}
+
+struct stop_ctx {
+    const struct acc *A;
+    int stop_nl;
+};
+
+static int stop_token(void *user, int32_t tok)
+{
+    const struct stop_ctx *c = user;
+    return tok == c->A->eos || (c->stop_nl && ends_line(c->A, tok));
+}
+
+/* --check-serving: run r's decode of the prompt (n tokens) again through its serving path;
+ * 1 when its k tokens equal the accuracy path's (A->gen), 0 when not, -1 on an error. */
+static int check_serving(struct acc *A, int r, int n, int max_gen, int stop_nl, int k, char *err,
+                         size_t errlen)
+{
+    const struct run_def *rd = &A->runs[r];
+    if (!A->serve[r]) {
+        const struct acc_mam *am = &A->mam[0]; /* KV-head selectors */
+        struct serve_path_params sp = {serving_twin(rd->policy),
+                                       rd->policy == SPARSE_REVERSED ? am->rev : am->sel,
+                                       (int)rd->budget,
+                                       (int)A->o.sink,
+                                       (int)A->o.window,
+                                       RECALL_PER_BLOCK,
+                                       A->s.max_tokens,
+                                       (int)A->o.chunk,
+                                       1};
+        char why[256];
+        if (!(A->serve[r] = serve_path_create(A->s.e, &sp, why, sizeof why))) {
+            snprintf(err, errlen, "--check-serving: %s", why);
+            return -1;
+        }
+    }
+    const struct stop_ctx sc = {A, stop_nl};
+    int k2 = 0;
+    if (serve_path_decode(A->serve[r], A->ids, n, max_gen, stop_token, (void *)&sc, A->gen2, &k2,
+                          err, errlen) != PULSE_OK)
+        return -1;
+    const int same = k2 == k && !memcmp(A->gen2, A->gen, sizeof(int32_t) * (size_t)k);
+    A->serve_checked[r]++;
+    A->serve_same[r] += same;
+    return same;
+}
+
 /* Every run of one sample; appends its record to recs. */
 static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *recs, char *err,
                        size_t errlen)
@@ -486,16 +555,25 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
         }
         const char *pred = detok(A, k);
         double score = longbench_score_sample(st->task, smp, pred);
+        int served = -2; /* -2: not checked */
+        if (A->o.check_serving && serving_twin(A->runs[r].policy) >= 0 &&
+            (served = check_serving(A, r, n, max_gen, st->task->stop_at_newline, k, err, errlen)) <
+                0) {
+            json_decref(rj);
+            return PULSE_ERR_INVALID;
+        }
         struct sparse_stats ss;
         sparse_attn_get_stats(A->sp, &ss);
         double frac = ss.context_tokens ? (double)ss.attended_tokens / ss.context_tokens : 1.0;
         st->score[r] += score;
         st->attended[r] += frac;
         st->per_sample[(size_t)r * A->o.samples + st->n_scored] = score;
-        json_array_append_new(rj, json_pack("{s:s,s:I,s:s,s:f,s:i,s:f}", "policy",
-                                            sparse_policy_name(A->runs[r].policy), "budget",
-                                            (json_int_t)A->runs[r].budget, "pred", pred, "score",
-                                            score, "new_tokens", k, "attended_fraction", frac));
+        json_t *run = json_pack("{s:s,s:I,s:s,s:f,s:i,s:f}", "policy",
+                                sparse_policy_name(A->runs[r].policy), "budget",
+                                (json_int_t)A->runs[r].budget, "pred", pred, "score", score,
+                                "new_tokens", k, "attended_fraction", frac);
+        if (served >= 0) json_object_set_new(run, "serving_same_tokens", json_boolean(served));
+        json_array_append_new(rj, run);
     }
     batch_set_hook(A->s.bt, NULL);
     st->n_scored++;
@@ -817,9 +895,36 @@ static json_t *config_json(const struct acc *A)
     return cj;
 }
 
+/* --check-serving: per checked run, its samples and those with the accuracy path's tokens, and
+ * what its serving path recalled (printed too); null without the flag. */
+static json_t *serving_json(const struct acc *A)
+{
+    if (!A->o.check_serving) return json_null();
+    json_t *arr = json_array();
+    for (int r = 0; r < A->n_runs; r++) {
+        if (!A->serve[r]) continue;
+        struct offload_stats st;
+        serve_path_stats(A->serve[r], &st);
+        json_array_append_new(
+            arr, json_pack("{s:s,s:I,s:I,s:I,s:I,s:I}", "policy",
+                           sparse_policy_name(A->runs[r].policy), "budget",
+                           (json_int_t)A->runs[r].budget, "samples",
+                           (json_int_t)A->serve_checked[r], "same_tokens",
+                           (json_int_t)A->serve_same[r], "recall_bytes",
+                           (json_int_t)st.recall_bytes, "host_syncs", (json_int_t)st.host_syncs));
+        printf("serving path, %s %ld: %lld of %lld samples decode the accuracy path's tokens "
+               "(%lld bytes recalled)\n",
+               sparse_policy_name(A->runs[r].policy), A->runs[r].budget,
+               (long long)A->serve_same[r], (long long)A->serve_checked[r],
+               (long long)st.recall_bytes);
+    }
+    return arr;
+}
+
 static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
 {
     json_t *table = table_json(A);
+    json_t *serving = serving_json(A); /* printed here, with or without --out */
     struct locality_profile prof;
     int have_prof = A->meter_run >= 0 && locality_meter_to_profile(A->meter, &prof, A->s.cfg->name,
                                                                    err, errlen) == PULSE_OK;
@@ -829,15 +934,18 @@ static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
                  "made (is solohead or solohead-q among the policies and %ld among the budgets?)",
                  A->o.mam_budget, A->o.mam_budget);
         json_decref(table);
+        json_decref(serving);
         return PULSE_ERR_INVALID;
     }
     if (have_prof && A->o.churn_out &&
         locality_profile_write(&prof, A->o.churn_out, err, errlen) != PULSE_OK) {
         json_decref(table);
+        json_decref(serving);
         return PULSE_ERR_IO;
     }
     if (!A->o.out) {
         json_decref(table);
+        json_decref(serving);
         return PULSE_OK;
     }
     json_t *res = results_new(CMD);
@@ -845,6 +953,7 @@ static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
     json_object_set_new(res, "config", config_json(A));
     json_object_set_new(res, "mam", mam_json(A, &A->mam[1]));    /* query heads */
     json_object_set_new(res, "mam_kv", mam_json(A, &A->mam[0])); /* KV heads */
+    json_object_set_new(res, "serving", serving);
     json_object_set_new(res, "table", table);
     json_object_set_new(res, "samples", json_incref(recs));
     json_object_set_new(res, "churn",
@@ -876,6 +985,7 @@ static int setup(struct acc *A, char *err, size_t errlen)
     if (!A->sp) return PULSE_ERR_NOMEM;
     A->ids = mem_alloc(MEM_HOST, sizeof(int32_t) * A->s.max_tokens, "ids");
     A->gen = mem_alloc(MEM_HOST, sizeof(int32_t) * (gen + 1), "gen");
+    A->gen2 = mem_alloc(MEM_HOST, sizeof(int32_t) * (gen + 1), "serving gen");
     int mam_ok = 1;
     for (int k = 0; k < 2; k++) {
         struct acc_mam *am = &A->mam[k];
@@ -906,7 +1016,7 @@ static int setup(struct acc *A, char *err, size_t errlen)
                                        1,
                                        0};
     A->meter = locality_meter_create(&mp, err, errlen);
-    if (!A->ids || !A->gen || !mam_ok || !A->text || !A->logits || !A->meter)
+    if (!A->ids || !A->gen || !A->gen2 || !mam_ok || !A->text || !A->logits || !A->meter)
         return PULSE_ERR_NOMEM;
     return PULSE_OK;
 }
@@ -918,6 +1028,7 @@ static void teardown(struct acc *A)
         long gen = (long)((A->text_cap - 1) / 64);
         mem_free(MEM_HOST, A->ids, sizeof(int32_t) * A->s.max_tokens);
         mem_free(MEM_HOST, A->gen, sizeof(int32_t) * (gen + 1));
+        mem_free(MEM_HOST, A->gen2, sizeof(int32_t) * (gen + 1));
         for (int k = 0; k < 2; k++) {
             struct acc_mam *am = &A->mam[k];
             const size_t L = (size_t)c->n_layers * am->n_sel;
@@ -930,6 +1041,8 @@ static void teardown(struct acc *A)
         mem_free(MEM_HOST, A->logits, sizeof(float) * c->vocab);
     }
     locality_meter_free(A->meter);
+    for (int r = 0; r < MAX_RUNS; r++)
+        serve_path_free(A->serve[r]);
     sparse_attn_free(A->sp);
     for (int i = 0; i < A->n_sets; i++) {
         longbench_free(A->sets[i].set);
@@ -952,8 +1065,15 @@ int cmd_accuracy(int argc, char **argv)
     if (rc) return rc > 0 ? 0 : EXIT_USAGE;
     if (!(A.be = cli_backend(CMD, A.o.backend))) return EXIT_USAGE;
     char err[1024] = "";
-    if (session_config(&A.s, A.o.model, err, sizeof err) != PULSE_OK ||
-        session_tokenizer(&A.s, err, sizeof err) != PULSE_OK || !A.s.tok) {
+    const int configured = session_config(&A.s, A.o.model, err, sizeof err) == PULSE_OK;
+    if (configured && A.o.check_serving && A.s.cfg->sliding_window > 0) {
+        cli_error(CMD, "--check-serving: %s has sliding-window layers, which the offload runtime "
+                       "does not serve yet",
+                  A.s.cfg->name);
+        session_close(&A.s);
+        return EXIT_USAGE;
+    }
+    if (!configured || session_tokenizer(&A.s, err, sizeof err) != PULSE_OK || !A.s.tok) {
         cli_error(CMD, "--model: %s", err[0] ? err : "the model file carries no tokenizer");
         session_close(&A.s);
         return EXIT_USAGE;
