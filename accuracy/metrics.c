@@ -844,3 +844,22 @@ int acc_length_bucket(long long length)
 {
     return length < 4000 ? 0 : length < 8000 ? 1 : 2;
 }
+
+size_t acc_utf8_replace(const char *s, char *out, size_t cap)
+{
+    size_t n = 0, len = 0;
+    if (cap == 0) return 0;
+    out[0] = '\0';
+    uint32_t *cp = acc_u8_to_cps(s, &n);
+    if (!cp) return 0;
+    for (size_t i = 0; i < n; i++) {
+        utf8proc_uint8_t enc[4];
+        const utf8proc_ssize_t k = utf8proc_encode_char((utf8proc_int32_t)cp[i], enc);
+        if (k <= 0 || len + (size_t)k >= cap) break;
+        memcpy(out + len, enc, (size_t)k);
+        len += (size_t)k;
+    }
+    out[len] = '\0';
+    free(cp);
+    return len;
+}

@@ -93,4 +93,10 @@ double acc_score_task(const double *scores, size_t n);
  * 4000..7999 ("4-8k"), 2 for >= 8000 ("8k+"). */
 int acc_length_bucket(long long length);
 
+/* s with every maximal ill-formed subsequence replaced by U+FFFD, as Python's
+ * bytes.decode("utf-8", errors="replace") reads it, into out (NUL-terminated; at most cap - 1
+ * bytes, cut at a character boundary). Returns the bytes written; 0 with out = "" when out of
+ * memory. A text for JSON, which must be valid UTF-8. */
+size_t acc_utf8_replace(const char *s, char *out, size_t cap);
+
 #endif

@@ -17,7 +17,7 @@
 #include "offload.h"
 
 struct serve_path_params {
-    int selection;          /* OFFLOAD_HEADWISE or OFFLOAD_SOLOHEAD */
+    int selection;           /* OFFLOAD_HEADWISE or OFFLOAD_SOLOHEAD */
     const int32_t *selector; /* SoloHead: [n_layers] KV head per layer (read by the runtime
                                 while it runs: must outlive the serve path) */
     int budget_tokens, sink, window;

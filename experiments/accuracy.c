@@ -22,6 +22,7 @@
 
 #include "accuracy/chat.h"
 #include "accuracy/head_mass.h"
+#include "accuracy/metrics.h"
 #include "accuracy/serve_path.h"
 #include "accuracy/longbench.h"
 #include "accuracy/sparse_attn.h"
@@ -352,7 +353,7 @@ struct acc {
     int64_t serve_checked[MAX_RUNS], serve_same[MAX_RUNS];
     int32_t *gen2;
     int meter_run; /* run index whose selections the meter sees */
-    char *text;
+    char *text, *text_utf8; /* [text_cap], [3 * text_cap] */
     size_t text_cap;
     float *logits; /* [vocab]: the last step's, checked for NaN/Inf after every run */
     double t_prefill, t_decode;
@@ -432,12 +433,15 @@ static int decode(struct acc *A, int n, int32_t first, int max_gen, int stop_nl)
     return k;
 }
 
+/* The answer's text: the tokens decoded, ill-formed UTF-8 (a byte-level model can end mid
+ * character) replaced as Python's errors="replace" does, so the JSON can carry it. */
 static const char *detok(struct acc *A, int k)
 {
     size_t len = 0;
     if (tokenizer_decode(A->s.tok, A->gen, (size_t)k, 0, A->text, A->text_cap, &len) != PULSE_OK)
         A->text[0] = '\0';
-    return A->text;
+    acc_utf8_replace(A->text, A->text_utf8, 3 * A->text_cap);
+    return A->text_utf8;
 }
 
 static void meter_observe(void *user, int layer, int list, const int32_t *blocks, int count,
@@ -1007,6 +1011,7 @@ static int setup(struct acc *A, char *err, size_t errlen)
     }
     A->text_cap = (size_t)gen * 64 + 1;
     A->text = mem_alloc(MEM_HOST, A->text_cap, "text");
+    A->text_utf8 = mem_alloc(MEM_HOST, 3 * A->text_cap, "text utf-8");
     A->logits = mem_alloc(MEM_HOST, sizeof(float) * c->vocab, "logits");
     struct locality_meter_params mp = {{1, 1, c->head_dim, 16, (int)A->o.mam_budget / 16,
                                         (int)A->o.sink, (int)A->o.window,
@@ -1016,7 +1021,7 @@ static int setup(struct acc *A, char *err, size_t errlen)
                                        1,
                                        0};
     A->meter = locality_meter_create(&mp, err, errlen);
-    if (!A->ids || !A->gen || !A->gen2 || !mam_ok || !A->text || !A->logits || !A->meter)
+    if (!A->ids || !A->gen || !A->gen2 || !mam_ok || !A->text || !A->text_utf8 || !A->logits || !A->meter)
         return PULSE_ERR_NOMEM;
     return PULSE_OK;
 }
@@ -1038,6 +1043,7 @@ static void teardown(struct acc *A)
             mem_free(MEM_HOST, am->obs, sizeof(int64_t) * c->n_layers * A->o.n_tasks);
         }
         mem_free(MEM_HOST, A->text, A->text_cap);
+        mem_free(MEM_HOST, A->text_utf8, 3 * A->text_cap);
         mem_free(MEM_HOST, A->logits, sizeof(float) * c->vocab);
     }
     locality_meter_free(A->meter);

@@ -13,6 +13,7 @@
 
 #include "accuracy/safetensors.h"
 #include "bytebuf.h"
+#include "hf_tokenizer.h"
 #include "common.h"
 #include "numeric.h"
 #include "testutil.h"
@@ -659,11 +660,6 @@ static void remove_dir(void)
 
 /* The checkpoint directory's tokenizer.json is read: one of 256 byte tokens (a byte-level BPE)
  * is more than this model's 12-token vocabulary, and pulse generate --prompt says so. */
-static int printable(int b)
-{
-    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-}
-
 static void test_tokenizer_json(void)
 {
     char dir[] = "/tmp/pulse_st_tok_XXXXXX", path[512], out[4096], cmd[1024];
@@ -671,24 +667,7 @@ static void test_tokenizer_json(void)
     struct buf b1 = write_model(dir);
     free(b1.p);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    FILE *f = fopen(path, "w");
-    EXPECT(f != NULL);
-    if (!f) return;
-    fputs("{\"model\": {\"type\": \"BPE\", \"vocab\": {", f);
-    for (int c = 0; c < 256; c++) { /* GPT-2's byte-level spelling of byte c */
-        int cp = c, k = 0;
-        if (!printable(c)) {
-            for (int b = 0; b < c; b++)
-                k += !printable(b);
-            cp = 0x100 + k;
-        }
-        fprintf(f, "%s\"\\u%04x\": %d", c ? ", " : "", cp, c);
-    }
-    fputs("}}, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": "
-          "\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}| "
-          "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"}}}",
-          f);
-    fclose(f);
+    EXPECT_EQ_INT(hf_write_byte_tokenizer(path), 0);
     snprintf(cmd, sizeof cmd, "generate --backend cpu --model %s --prompt hi --max-new-tokens 1",
              dir);
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);

@@ -1,0 +1,190 @@
+/* pulse accuracy --check-serving on a Llama-layout GQA checkpoint the test writes (2 layers, 8
+ * query heads on 2 KV heads of 16 dims, random bf16 weights, a byte-level tokenizer.json) and a
+ * synthetic passkey set: every sample of the headwise and solohead runs, decoded again through
+ * the serving path (the offload runtime with a real prefill into the host pool and the real
+ * query), gives the accuracy path's tokens; at the run's small budget those tokens are not full
+ * attention's (so the equality is the selection's); the serving path moved recall bytes and made
+ * no host synchronisation inside a step; and every answer is in the JSON as valid UTF-8 (a
+ * byte-level model ends mid character). */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bytebuf.h"
+#include "hf_tokenizer.h"
+#include "numeric.h"
+#include "testutil.h"
+
+enum { H = 128, L = 2, NQ = 8, NKV = 2, HD = 16, FF = 256, V = 256 };
+
+static uint16_t bf16_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+struct tensor {
+    char name[96];
+    int rows, cols; /* cols 0: a vector of rows */
+    float scale;    /* 0: ones (a norm) */
+};
+
+static int n_tensors;
+static struct tensor T[4 + 9 * L];
+
+static void add(const char *name, int rows, int cols, float scale)
+{
+    struct tensor *t = &T[n_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->rows = rows, t->cols = cols, t->scale = scale;
+}
+
+static void write_file(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    EXPECT(f != NULL);
+    if (!f) return;
+    EXPECT(fwrite(p, 1, n, f) == n);
+    fclose(f);
+}
+
+/* config.json, tokenizer.json and model.safetensors into dir. */
+static void write_checkpoint(const char *dir)
+{
+    char path[512], name[96];
+    add("model.embed_tokens.weight", V, H, 0.5f);
+    add("model.norm.weight", H, 0, 0);
+    add("lm_head.weight", V, H, 0.2f);
+    for (int l = 0; l < L; l++) {
+        static const struct {
+            const char *what;
+            int rows, cols;
+            float scale;
+        } per[] = {{"input_layernorm", H, 0, 0},
+                   {"post_attention_layernorm", H, 0, 0},
+                   {"self_attn.q_proj", NQ * HD, H, 0.3f},
+                   {"self_attn.k_proj", NKV * HD, H, 0.3f},
+                   {"self_attn.v_proj", NKV * HD, H, 0.1f},
+                   {"self_attn.o_proj", H, NQ * HD, 0.1f},
+                   {"mlp.gate_proj", FF, H, 0.1f},
+                   {"mlp.up_proj", FF, H, 0.1f},
+                   {"mlp.down_proj", H, FF, 0.1f}};
+        for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, per[i].what);
+            add(name, per[i].rows, per[i].cols, per[i].scale);
+        }
+    }
+    struct buf hdr = {0}, data = {0};
+    char tmp[256];
+    put(&hdr, "{", 1);
+    for (int i = 0; i < n_tensors; i++) {
+        const struct tensor *t = &T[i];
+        const size_t n = (size_t)t->rows * (t->cols ? t->cols : 1), off = data.n;
+        for (size_t j = 0; j < n; j++) {
+            /* normal(0, scale) by Box-Muller from two uniforms; a norm's weights are ones */
+            const double u1 = (1.0 - pulse_uniform(77 + (uint64_t)i, 2 * j)) / 2, /* (0, 1] */
+                u2 = (1.0 + pulse_uniform(77 + (uint64_t)i, 2 * j + 1)) / 2;
+            const float v =
+                t->scale ? t->scale * (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2))
+                         : 1.0f;
+            PUT(&data, uint16_t, bf16_of(v));
+        }
+        int k = t->cols
+                    ? snprintf(tmp, sizeof tmp, "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%d,%d],",
+                               i ? "," : "", t->name, t->rows, t->cols)
+                    : snprintf(tmp, sizeof tmp, "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%d],",
+                               i ? "," : "", t->name, t->rows);
+        snprintf(tmp + k, sizeof tmp - (size_t)k, "\"data_offsets\":[%zu,%zu]}", off, data.n);
+        put(&hdr, tmp, strlen(tmp));
+    }
+    put(&hdr, "}", 1);
+    while (hdr.n % 8)
+        put(&hdr, " ", 1);
+    struct buf file = {0};
+    PUT(&file, uint64_t, (uint64_t)hdr.n);
+    put(&file, hdr.p, hdr.n);
+    put(&file, data.p, data.n);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    write_file(path, file.p, file.n);
+    free(hdr.p), free(data.p), free(file.p);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(tmp, sizeof tmp,
+             "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+             "\"hidden_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
+             "\"num_key_value_heads\": %d, \"head_dim\": %d, \"intermediate_size\": %d, ",
+             H, L, NQ, NKV, HD, FF);
+    char cfg[512];
+    snprintf(cfg, sizeof cfg,
+             "%s\"vocab_size\": %d, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, "
+             "\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"eos_token_id\": 0}",
+             tmp, V);
+    write_file(path, cfg, strlen(cfg));
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    EXPECT_EQ_INT(hf_write_byte_tokenizer(path), 0);
+}
+
+int main(void)
+{
+    char dir[] = "/tmp/pulse_acc_serving_XXXXXX", cmd[1024], path[600];
+    static char out[1 << 16];
+    if (!mkdtemp(dir)) return perror("mkdtemp"), 1;
+    write_checkpoint(dir);
+    snprintf(cmd, sizeof cmd,
+             "synth --task passkey --length 1024 --samples 5 --seed 3 --out-dir %s", dir);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd,
+             "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
+             "--samples 3 --calib-samples 2 --policies full,headwise,solohead --budgets 128 "
+             "--max-gen 8 --check-serving",
+             dir, dir);
+    json_t *r = tu_run_pulse_json(cmd, out, sizeof out);
+    const json_t *serving = json_object_get(r, "serving");
+    EXPECT_EQ_INT(json_array_size(serving), 2); /* headwise and solohead at 128 */
+    for (size_t i = 0; i < json_array_size(serving); i++) {
+        const json_t *s = json_array_get(serving, i);
+        const json_int_t n = json_integer_value(json_object_get(s, "samples"));
+        EXPECT_EQ_INT(n, 3);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(s, "same_tokens")), n);
+        EXPECT(json_integer_value(json_object_get(s, "recall_bytes")) > 0);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(s, "host_syncs")), 0);
+    }
+    const json_t *samples = json_object_get(r, "samples");
+    EXPECT_EQ_INT(json_array_size(samples), 3);
+    int differ = 0, checked = 0;
+    for (size_t i = 0; i < json_array_size(samples); i++) {
+        const json_t *runs = json_object_get(json_array_get(samples, i), "runs");
+        EXPECT_EQ_INT(json_array_size(runs), 3);
+        const char *full = json_string_value(json_object_get(json_array_get(runs, 0), "pred"));
+        for (size_t k = 1; k < json_array_size(runs); k++) {
+            const json_t *run = json_array_get(runs, k);
+            const char *pred = json_string_value(json_object_get(run, "pred"));
+            EXPECT(json_is_true(json_object_get(run, "serving_same_tokens")));
+            checked += json_is_true(json_object_get(run, "serving_same_tokens"));
+            differ += full && pred && strcmp(full, pred) != 0;
+        }
+    }
+    EXPECT_EQ_INT(checked, 6);
+    EXPECT(differ > 0);
+    fprintf(stderr,
+            "check-serving: %d of 6 sparse samples decode the accuracy path's tokens, %d "
+            "of them unlike full attention's\n",
+            checked, differ);
+    json_decref(r);
+    if (getenv("PULSE_TEST_KEEP")) { /* for a look at the checkpoint and the data */
+        fprintf(stderr, "kept %s\n", dir);
+        return tu_failures ? 1 : 0;
+    }
+    static const char *const files[] = {"model.safetensors", "config.json", "tokenizer.json",
+                                        "passkey_1024.jsonl"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    EXPECT(rmdir(dir) == 0);
+    printf("test_acc_serving: %d checks, %d failed\n", tu_checks, tu_failures);
+    return tu_failures ? 1 : 0;
+}
