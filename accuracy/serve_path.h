@@ -5,6 +5,9 @@
  * sparse (no dense prefix), as on the accuracy path's global layers; the offload runtime refuses
  * sliding-window models (their local layers would have to stay dense).
  *
+ * With lookahead the layers are selected one layer ahead from InfiniGen's approximate query of
+ * every hidden channel, as accuracy/sparse_attn.h's infinigen at --infinigen-frac 1.
+ *
  * The same greedy loop as the accuracy driver's: the first token is the prefill's, each next one
  * a decode step's, until max_gen tokens or `stop` says a token ends the answer (not kept). */
 #ifndef PULSE_SERVE_PATH_H
@@ -22,6 +25,7 @@ struct serve_path_params {
                                 while it runs: must outlive the serve path) */
     int budget_tokens, sink, window;
     enum recall_engine engine;
+    int lookahead;     /* 1: select one layer ahead from the approximate query (infinigen) */
     int max_tokens;    /* prompt + new tokens of the longest request */
     int prefill_chunk; /* tokens per prefill pass, <= the engine's max_batch */
     uint64_t seed;

@@ -88,14 +88,15 @@ struct sparse_attn {
     int32_t *d_count;     /* [n_heads] */
     int32_t *d_pages;     /* [n_heads][max_blocks] page ids of the selected blocks */
     int32_t *d_n;         /* [n_heads] tokens attended per list */
-    uint16_t *d_approx_q; /* [n_heads * hd] */
+    uint16_t *d_approx_q; /* [2][n_heads * hd]: layer l's approximate query in half l & 1 */
     void *d_approx_ws;    /* approximate query workspace */
     size_t approx_ws_bytes;
     uint16_t *d_partial_wq; /* [global layers][n_heads*hd][n_channels] (frac < 1) */
     int32_t *d_channels;    /* [global layers][n_channels] */
     int n_channels;
     int *global_index; /* [n_layers] index among global layers, -1 for local */
-    int approx_ready;  /* the approximate query of the next layer is in d_approx_q */
+    int approx_for[2]; /* the layer whose approximate query half p of d_approx_q holds (made at
+                          the previous layer's input: layer l in half l & 1); -1 none */
     /* host */
     int32_t *h_sel, *h_count, *h_pages, *h_n;
 };
@@ -112,7 +113,7 @@ static size_t device_bytes(const struct model_config *c, int max_blocks, int n_g
                       4 * H,
                       4 * H * mb,
                       4 * H,
-                      2 * H * hd,
+                      2 * 2 * H * hd,
                       approx_ws,
                       nch < c->hidden ? 2 * (size_t)n_global * H * hd * nch : 0,
                       nch < c->hidden ? 4 * (size_t)n_global * nch : 0};
@@ -209,7 +210,7 @@ struct sparse_attn *sparse_attn_create(struct engine *e, const struct kv_cache *
     s->d_count = mem_carve(&cur, 4 * H);
     s->d_pages = mem_carve(&cur, 4 * H * mb);
     s->d_n = mem_carve(&cur, 4 * H);
-    s->d_approx_q = mem_carve(&cur, 2 * H * hd);
+    s->d_approx_q = mem_carve(&cur, 2 * 2 * H * hd);
     s->d_approx_ws = mem_carve(&cur, s->approx_ws_bytes);
     if (s->n_channels < c->hidden) {
         s->d_partial_wq = mem_carve(&cur, 2 * (size_t)n_global * H * hd * s->n_channels);
@@ -273,7 +274,7 @@ int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, 
     s->p = *p;
     s->slot = slot;
     memset(&s->st, 0, sizeof s->st);
-    s->approx_ready = 0;
+    s->approx_for[0] = s->approx_for[1] = -1;
     s->one = (struct select_cfg){1,       1,         c->head_dim,  s->bs, p->budget_tokens / s->bs,
                                  p->sink, p->window, s->max_blocks};
     s->kvh = s->one;
@@ -402,11 +403,10 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
     default: { /* headwise, infinigen: a list per KV head from its query heads' scores */
         const uint16_t *qs = q;
         if (s->p.policy == SPARSE_INFINIGEN) { /* a global first layer has no speculation */
-            if (s->approx_ready)
-                qs = s->d_approx_q;
+            if (s->approx_for[layer & 1] == layer) /* made at the previous layer's input */
+                qs = s->d_approx_q + (size_t)(layer & 1) * nh * hd;
             else
                 s->st.unspeculated++;
-            s->approx_ready = 0;
         }
         for (int g = 0; g < c->n_kv_heads; g++) {
             struct digest_view dv = digests_of(s, g);
@@ -440,9 +440,10 @@ static void sparse_before_layer(void *user, int layer, const float *x, const int
         aw.channels = s->d_channels + (size_t)g * s->n_channels;
         aw.n_channels = s->n_channels;
     }
-    s->fn.approx_q(s->ctx, &aw, x, pos, s->d_approx_ws, s->d_approx_q, batch, c->hidden, c->n_heads,
+    uint16_t *dst = s->d_approx_q + (size_t)(next & 1) * c->n_heads * c->head_dim;
+    s->fn.approx_q(s->ctx, &aw, x, pos, s->d_approx_ws, dst, batch, c->hidden, c->n_heads,
                    c->head_dim, model_layer_rope_theta(c, next), c->norm_eps);
-    s->approx_ready = 1;
+    s->approx_for[next & 1] = next;
 }
 
 struct engine_layer_hook sparse_attn_hook(struct sparse_attn *s)

@@ -68,7 +68,8 @@ static const char usage[] =
     "                      control pieces), none, gemma or chatml; applied to the chat tasks\n"
     "                      (LongBench's pred.py: not trec, triviaqa, samsum, lsht, lcc,\n"
     "                      repobench-p)\n"
-    "  --check-serving     also decode every sample of the headwise, solohead and reversed runs\n"
+    "  --check-serving     also decode every sample of the headwise, solohead, reversed and\n"
+    "                      infinigen (with --infinigen-frac 1) runs\n"
     "                      through the serving path (the offload runtime with a real prefill\n"
     "                      into the host pool and the real query; accuracy/serve_path.h) and\n"
     "                      count the samples whose tokens equal the accuracy path's (models\n"
@@ -469,10 +470,11 @@ static int configure(struct acc *A, const struct run_def *r, char *err, size_t e
 }
 
 /* The serving path's selection for policy p (OFFLOAD_HEADWISE or _SOLOHEAD), or -1: the policies
- * whose lists the offload runtime makes (per KV head, or one KV head's for every head). */
+ * whose lists the offload runtime makes (per KV head, or one KV head's for every head; infinigen's
+ * one layer ahead from the approximate query). */
 static int serving_twin(int p)
 {
-    return p == SPARSE_HEADWISE                          ? OFFLOAD_HEADWISE
+    return p == SPARSE_HEADWISE || p == SPARSE_INFINIGEN ? OFFLOAD_HEADWISE
            : p == SPARSE_SOLOHEAD || p == SPARSE_REVERSED ? OFFLOAD_SOLOHEAD
                                                          : -1;
 }
@@ -502,6 +504,7 @@ static int check_serving(struct acc *A, int r, int n, int max_gen, int stop_nl, 
                                        (int)A->o.sink,
                                        (int)A->o.window,
                                        RECALL_PER_BLOCK,
+                                       rd->policy == SPARSE_INFINIGEN,
                                        A->s.max_tokens,
                                        (int)A->o.chunk,
                                        1};
@@ -560,7 +563,9 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
         const char *pred = detok(A, k);
         double score = longbench_score_sample(st->task, smp, pred);
         int served = -2; /* -2: not checked */
-        if (A->o.check_serving && serving_twin(A->runs[r].policy) >= 0 &&
+        const int twin = serving_twin(A->runs[r].policy) >= 0 &&
+                         (A->runs[r].policy != SPARSE_INFINIGEN || A->o.frac == 1.0);
+        if (A->o.check_serving && twin &&
             (served = check_serving(A, r, n, max_gen, st->task->stop_at_newline, k, err, errlen)) <
                 0) {
             json_decref(rj);

@@ -103,9 +103,6 @@ int offload_params_check(const struct offload_params *p, const struct model_conf
         BAD("offload: unknown query source %d", p->query);
     if (p->query == OFFLOAD_QUERY_REAL && p->prompt_kv != OFFLOAD_KV_PREFILL)
         BAD("the real query selects over a real prompt's keys: it needs --prompt-kv prefill");
-    if (p->query == OFFLOAD_QUERY_REAL && p->lookahead)
-        BAD("the real query of a layer exists only at that layer: no lookahead (infinigen "
-            "selects one layer ahead from the locality model's query)");
     if (!(p->cap_gbps >= 0)) BAD("recall cap: %g GB/s must be >= 0", p->cap_gbps);
     if (m->sliding_window > 0)
         BAD("model %s has sliding-window layers; offload policies handle global layers only",
@@ -320,11 +317,13 @@ static int alloc_dev(struct offload *o)
 
 static const struct offload_sel_fns fns_ref = {
     hot_plan_ref,      hot_plan_reset_ref, hot_plan_init_ref, offload_build_ref,
-    recall_gather_ref, recall_scatter_ref, digest_update_ref, select_blocks_ref};
+    recall_gather_ref, recall_scatter_ref, digest_update_ref, select_blocks_ref,
+    select_approx_q_ref};
 #ifdef PULSE_HAVE_CUDA
 static const struct offload_sel_fns fns_cuda = {
     hot_plan_cuda,      hot_plan_reset_cuda, hot_plan_init_cuda, offload_build_cuda,
-    recall_gather_cuda, recall_scatter_cuda, digest_update_cuda, select_blocks_cuda};
+    recall_gather_cuda, recall_scatter_cuda, digest_update_cuda, select_blocks_cuda,
+    select_approx_q_cuda};
 #endif
 
 /* Shapes, sizes and the selector head of every layer. */
@@ -452,6 +451,18 @@ static int make_prefill(struct offload *o, char *err, size_t errlen)
     return PULSE_OK;
 }
 
+/* The real query one layer ahead: the approximate query's output and workspace. */
+static int make_approx_q(struct offload *o, char *err, size_t errlen)
+{
+    if (o->p.query != OFFLOAD_QUERY_REAL || !o->p.lookahead) return PULSE_OK;
+    const size_t qb = mem_aligned(sizeof(uint16_t) * (size_t)o->max_batch * o->nq * o->hd);
+    o->aq_bytes = qb + select_approx_q_workspace_bytes(o->max_batch, o->mc->hidden, o->nq, o->hd);
+    if (!(o->aq_mem = mem_alloc(o->be->mem, o->aq_bytes, "approximate query")))
+        OOM_BAD("the approximate query: out of memory for %zu bytes", o->aq_bytes);
+    o->d_aq = o->aq_mem;
+    return PULSE_OK;
+}
+
 /* The admission's arguments in d_fill (one upload per admission): */
 enum {
     FILL_NTOK = 0, /* the prompt's tokens */
@@ -532,6 +543,7 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     if ((rc = take_source(o, err, errlen)) != PULSE_OK ||
         (rc = make_pools(o, err, errlen)) != PULSE_OK ||
         (rc = make_prefill(o, err, errlen)) != PULSE_OK ||
+        (rc = make_approx_q(o, err, errlen)) != PULSE_OK ||
         (rc = make_device_fill(o, err, errlen)) != PULSE_OK) {
         offload_free(o);
         return rc;
@@ -550,6 +562,7 @@ void offload_free(struct offload *o)
     if (!o) return;
     prefill_free(o->pf);
     kv_cache_free(o->pf_kv);
+    mem_free(o->be->mem, o->aq_mem, o->aq_bytes);
     offload_planner_stop(o);
     recall_free(o->rc);
     hot_cache_free(o->hc);

@@ -78,9 +78,11 @@ enum offload_prompt_kv {
 enum offload_query {
     OFFLOAD_QUERY_LOCALITY = 0, /* the query source's streams (throughput runs: the locality
                                    model sets the churn, query_source.h) */
-    OFFLOAD_QUERY_REAL = 1      /* the layer's own q, after its pre-attention piece (accuracy
-                                   runs through the serving path: needs the prefill's real
-                                   prompt KV and lookahead 0) */
+    OFFLOAD_QUERY_REAL = 1      /* the model's own query (accuracy runs through the serving
+                                   path; needs the prefill's real prompt KV): the layer's q after
+                                   its pre-attention piece, or with lookahead InfiniGen's
+                                   approximate query of the layer from the previous layer's
+                                   input (select.h, every hidden channel) */
 };
 
 struct offload_params {

@@ -29,6 +29,8 @@ struct offload_sel_fns {
     void (*select_blocks)(const struct kctx *, const struct select_cfg *, const uint16_t *,
                           const struct digest_view *, const int32_t *, float *, int32_t *,
                           int32_t *, int, int);
+    void (*approx_q)(const struct kctx *, const struct approx_q_weights *, const float *,
+                     const int32_t *, void *, uint16_t *, int, int, int, int, float, float);
 };
 
 /* What the planner needs of a step: its entries' cache slots and attended lengths. */
@@ -45,6 +47,11 @@ struct offload {
     const struct kctx *ctx;
     const struct model_config *mc;
     struct offload_sel_fns fn;
+    /* the real query one layer ahead (query real, lookahead): the approximate query of the
+     * layer being selected, from the input of the layer running (backend memory) */
+    uint16_t *d_aq;
+    void *aq_mem;
+    size_t aq_bytes;
     struct kv_cache *kv;       /* the engine's cache (not owned) */
     struct kv_cache_params kp; /* its shape (budget and slots aside) */
     struct kv_cache *dg; /* digest store: one-token pages of dig_heads x [min, max] x head_dim */

@@ -192,6 +192,22 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl)
     o->be->event_record(&o->gctx, o->ev_gathered[sl]);
 }
 
+/* The selection query of sparse layer `layer` with the real query: its own q after its
+ * pre-attention, or, selecting one layer ahead (lookahead), InfiniGen's approximate query from
+ * the input of the layer now starting with `layer`'s weights and every hidden channel (a first
+ * layer that is sparse has no layer before it: it is selected after its own pre-attention). */
+static const uint16_t *real_query(struct offload *o, struct batch *bt, int layer)
+{
+    if (!o->p.lookahead || layer == o->next_layer) return batch_q(bt); /* at its own layer */
+    const struct model_config *c = o->mc;
+    const struct layer_weights *w = &engine_model(o->eng)->layers[layer];
+    const struct approx_q_weights aw = {w->attn_norm, w->wqkv, w->q_norm, NULL, c->hidden};
+    void *ws = (char *)o->aq_mem + mem_aligned(sizeof(uint16_t) * (size_t)o->max_batch * o->nq * o->hd);
+    o->fn.approx_q(o->ctx, &aw, batch_residual(bt), batch_pos(bt), ws, o->d_aq, o->n, c->hidden,
+                   o->nq, o->hd, model_layer_rope_theta(c, layer), c->norm_eps);
+    return o->d_aq;
+}
+
 /* Selection of a sparse layer on the compute stream (the device path: then its plan and
  * gather), its lists' download on the side stream and event, and the planner's job. */
 static void issue(struct offload *o, struct batch *bt, int layer)
@@ -200,9 +216,8 @@ static void issue(struct offload *o, struct batch *bt, int layer)
     const size_t lists = (size_t)B * o->n_lists;
     double t = pulse_now();
     const struct digest_view dv = digest_view_of(o, sl);
-    const uint16_t *q = o->p.query == OFFLOAD_QUERY_REAL
-                            ? batch_q(bt) /* this layer's, from its pre-attention piece */
-                            : o->d_q + (size_t)sl * B * o->nq * o->hd;
+    const uint16_t *q = o->p.query == OFFLOAD_QUERY_REAL ? real_query(o, bt, layer)
+                                                         : o->d_q + (size_t)sl * B * o->nq * o->hd;
     int32_t *ds = offload_dsel(o, sl, B);
     o->fn.select_blocks(o->ctx, &o->cfg, q, &dv, batch_len(bt), o->d_scores, ds,
                         ds + lists * o->ms, B, o->sel_head[layer]);
@@ -274,9 +289,14 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
                 "offload_layer_issue: layers run in order, each issued once");
     const int64_t s0 = pulse_host_syncs();
     TRACE_PUSH("layer");
-    if (o->p.lookahead) { /* the next sparse layer's selection, before this layer's work */
-        if (layer == 0 && o->n_dense == 0) issue(o, bt, 0);
-        if (layer + 1 >= o->n_dense && layer + 1 < o->n_layers) issue(o, bt, layer + 1);
+    /* the first layer, when sparse, has no previous layer to select it from: the real query
+     * takes its own q after its pre-attention (as the accuracy path's unspeculated layer) */
+    const int first_at_own = o->p.lookahead && layer == 0 && o->n_dense == 0;
+    const int first_after_pre = first_at_own && o->p.query == OFFLOAD_QUERY_REAL;
+    const int ahead = o->p.lookahead && layer + 1 >= o->n_dense && layer + 1 < o->n_layers;
+    if (o->p.lookahead && !first_after_pre) { /* the next sparse layer's, before this layer */
+        if (first_at_own) issue(o, bt, 0);
+        if (ahead) issue(o, bt, layer + 1);
     }
     double t = pulse_now();
     engine_layer_pre(o->eng, bt, o->kv, layer);
@@ -286,7 +306,8 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
         o->fn.digest_update(o->ctx, &kv, &dv, o->d_up, o->n, o->sel_head[layer]);
     }
     offload_host_lap(o, OFFLOAD_HOST_PRE, &t);
-    if (layer >= o->n_dense && !o->p.lookahead) issue(o, bt, layer);
+    if (layer >= o->n_dense && (!o->p.lookahead || first_after_pre)) issue(o, bt, layer);
+    if (first_after_pre && ahead) issue(o, bt, 1); /* from this layer's input: pre left it */
     o->issued = 1;
     o->step_syncs += pulse_host_syncs() - s0;
 }

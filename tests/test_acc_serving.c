@@ -1,6 +1,6 @@
 /* pulse accuracy --check-serving on a Llama-layout GQA checkpoint the test writes (2 layers, 8
  * query heads on 2 KV heads of 16 dims, random bf16 weights, a byte-level tokenizer.json) and a
- * synthetic passkey set: every sample of the headwise and solohead runs, decoded again through
+ * synthetic passkey set: every sample of the headwise, solohead and infinigen runs, decoded again through
  * the serving path (the offload runtime with a real prefill into the host pool and the real
  * query), gives the accuracy path's tokens; at the run's small budget those tokens are not full
  * attention's (so the equality is the selection's); the serving path moved recall bytes and made
@@ -138,12 +138,12 @@ int main(void)
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
     snprintf(cmd, sizeof cmd,
              "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
-             "--samples 3 --calib-samples 2 --policies full,headwise,solohead --budgets 128 "
+             "--samples 3 --calib-samples 2 --policies full,headwise,solohead,infinigen --budgets 128 "
              "--max-gen 8 --check-serving",
              dir, dir);
     json_t *r = tu_run_pulse_json(cmd, out, sizeof out);
     const json_t *serving = json_object_get(r, "serving");
-    EXPECT_EQ_INT(json_array_size(serving), 2); /* headwise and solohead at 128 */
+    EXPECT_EQ_INT(json_array_size(serving), 3); /* headwise, solohead, infinigen at 128 */
     for (size_t i = 0; i < json_array_size(serving); i++) {
         const json_t *s = json_array_get(serving, i);
         const json_int_t n = json_integer_value(json_object_get(s, "samples"));
@@ -157,7 +157,7 @@ int main(void)
     int differ = 0, checked = 0;
     for (size_t i = 0; i < json_array_size(samples); i++) {
         const json_t *runs = json_object_get(json_array_get(samples, i), "runs");
-        EXPECT_EQ_INT(json_array_size(runs), 3);
+        EXPECT_EQ_INT(json_array_size(runs), 4);
         const char *full = json_string_value(json_object_get(json_array_get(runs, 0), "pred"));
         for (size_t k = 1; k < json_array_size(runs); k++) {
             const json_t *run = json_array_get(runs, k);
@@ -167,10 +167,10 @@ int main(void)
             differ += full && pred && strcmp(full, pred) != 0;
         }
     }
-    EXPECT_EQ_INT(checked, 6);
+    EXPECT_EQ_INT(checked, 9);
     EXPECT(differ > 0);
     fprintf(stderr,
-            "check-serving: %d of 6 sparse samples decode the accuracy path's tokens, %d "
+            "check-serving: %d of 9 sparse samples decode the accuracy path's tokens, %d "
             "of them unlike full attention's\n",
             checked, differ);
     json_decref(r);

@@ -385,7 +385,8 @@ static void test_serve_path(void)
         int sparse, selection;
         enum recall_engine engine;
     } cases[] = {{SPARSE_HEADWISE, OFFLOAD_HEADWISE, RECALL_PER_BLOCK},
-                 {SPARSE_SOLOHEAD, OFFLOAD_SOLOHEAD, RECALL_GATHER_SCATTER}};
+                 {SPARSE_SOLOHEAD, OFFLOAD_SOLOHEAD, RECALL_GATHER_SCATTER},
+                 {SPARSE_INFINIGEN, OFFLOAD_HEADWISE, RECALL_PER_BLOCK}};
     int32_t ids[T_MAX];
     for (int i = 0; i < T_MAX; i++)
         ids[i] = prompt_token(c, i);
@@ -394,7 +395,7 @@ static void test_serve_path(void)
         char err[256] = "";
         EXPECT_EQ_INT(rig_open(&r, c, 16), 0);
         struct serve_path_params sp = {cases[ci].selection, sel, 32, 1, 2, cases[ci].engine,
-                                       T_MAX, 16, 7};
+                                       cases[ci].sparse == SPARSE_INFINIGEN, T_MAX, 16, 7};
         struct serve_path *s = serve_path_create(r.e, &sp, err, sizeof err);
         EXPECT(s != NULL);
         if (!s) {
@@ -440,7 +441,7 @@ static void test_serve_path(void)
     struct rig r;
     char err[256] = "";
     EXPECT_EQ_INT(rig_open(&r, model_config_find("tiny-gemma3"), 16), 0);
-    struct serve_path_params sp = {OFFLOAD_HEADWISE, NULL, 32, 1, 2, RECALL_PER_BLOCK, T_MAX, 16, 7};
+    struct serve_path_params sp = {OFFLOAD_HEADWISE, NULL, 32, 1, 2, RECALL_PER_BLOCK, 0, T_MAX, 16, 7};
     EXPECT(serve_path_create(r.e, &sp, err, sizeof err) == NULL);
     EXPECT_STR_CONTAINS(err, "sliding-window");
     rig_close(&r);
