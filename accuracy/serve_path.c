@@ -56,8 +56,7 @@ struct serve_path *serve_path_create(struct engine *e, const struct serve_path_p
         s->kv = kv_cache_create(&kp, engine_model(e)->be, engine_ctx(e), err, errlen);
         s->bt = batch_create(e);
         rc = s->kv && s->bt ? offload_create(e, s->kv, &op, &s->o, err, errlen) : PULSE_ERR_NOMEM;
-        if (rc == PULSE_ERR_NOMEM && !s->o && (!s->kv || !s->bt))
-            snprintf(err, errlen, "serve path: out of memory for its cache or batch");
+        if (s->kv && !s->bt) snprintf(err, errlen, "serve path: out of memory for its batch");
     }
     if (rc == PULSE_OK) rc = offload_set_prompts(s->o, prompt_token, s);
     if (rc != PULSE_OK) {

@@ -21,8 +21,7 @@
 
 struct serve_path_params {
     int selection;           /* OFFLOAD_HEADWISE or OFFLOAD_SOLOHEAD */
-    const int32_t *selector; /* SoloHead: [n_layers] KV head per layer (read by the runtime
-                                while it runs: must outlive the serve path) */
+    const int32_t *selector; /* SoloHead: [n_layers] KV head per layer (copied at create) */
     int budget_tokens, sink, window;
     enum recall_engine engine;
     int lookahead;     /* 1: select one layer ahead from the approximate query (infinigen) */

@@ -491,10 +491,12 @@ static int stop_token(void *user, int32_t tok)
 }
 
 /* --check-serving: run r's decode of the prompt (n tokens) again through its serving path;
- * 1 when its k tokens equal the accuracy path's (A->gen), 0 when not, -1 on an error. */
+ * 1 when its k tokens equal the accuracy path's (A->gen), 0 when not, < 0 (a status) on an
+ * error. */
 static int check_serving(struct acc *A, int r, int n, int max_gen, int stop_nl, int k, char *err,
                          size_t errlen)
 {
+    int rc;
     const struct run_def *rd = &A->runs[r];
     if (!A->serve[r]) {
         const struct acc_mam *am = &A->mam[0]; /* KV-head selectors */
@@ -508,17 +510,17 @@ static int check_serving(struct acc *A, int r, int n, int max_gen, int stop_nl, 
                                        A->s.max_tokens,
                                        (int)A->o.chunk,
                                        1};
-        char why[256];
+        char why[256] = "";
         if (!(A->serve[r] = serve_path_create(A->s.e, &sp, why, sizeof why))) {
             snprintf(err, errlen, "--check-serving: %s", why);
-            return -1;
+            return strstr(why, "out of memory") ? PULSE_ERR_NOMEM : PULSE_ERR_INVALID;
         }
     }
     const struct stop_ctx sc = {A, stop_nl};
     int k2 = 0;
-    if (serve_path_decode(A->serve[r], A->ids, n, max_gen, stop_token, (void *)&sc, A->gen2, &k2,
-                          err, errlen) != PULSE_OK)
-        return -1;
+    if ((rc = serve_path_decode(A->serve[r], A->ids, n, max_gen, stop_token, (void *)&sc, A->gen2,
+                                &k2, err, errlen)) != PULSE_OK)
+        return rc < 0 ? rc : PULSE_ERR_INVALID;
     const int same = k2 == k && !memcmp(A->gen2, A->gen, sizeof(int32_t) * (size_t)k);
     A->serve_checked[r]++;
     A->serve_same[r] += same;
@@ -562,14 +564,14 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
         }
         const char *pred = detok(A, k);
         double score = longbench_score_sample(st->task, smp, pred);
-        int served = -2; /* -2: not checked */
+        int served = -1; /* -1: not checked */
         const int twin = serving_twin(A->runs[r].policy) >= 0 &&
                          (A->runs[r].policy != SPARSE_INFINIGEN || A->o.frac == 1.0);
         if (A->o.check_serving && twin &&
             (served = check_serving(A, r, n, max_gen, st->task->stop_at_newline, k, err, errlen)) <
                 0) {
             json_decref(rj);
-            return PULSE_ERR_INVALID;
+            return served; /* the status */
         }
         struct sparse_stats ss;
         sparse_attn_get_stats(A->sp, &ss);

@@ -160,6 +160,11 @@ void engine_free(struct engine *e)
     mem_free(MEM_HOST, e, sizeof *e);
 }
 
+int engine_max_batch(const struct engine *e)
+{
+    return e->p.max_batch;
+}
+
 const struct kctx *engine_ctx(const struct engine *e)
 {
     return &e->ctx;

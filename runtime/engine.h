@@ -73,6 +73,8 @@ struct engine_layer_hook {
 struct engine *engine_create(const struct engine_params *p, char *err, size_t errlen);
 void engine_free(struct engine *e);
 const struct kctx *engine_ctx(const struct engine *e);
+/* Entries per batch (engine_params.max_batch). */
+int engine_max_batch(const struct engine *e);
 const struct model *engine_model(const struct engine *e);
 
 /* A batch with room for max_batch entries. NULL when the backend refuses the memory. */

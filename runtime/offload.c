@@ -446,6 +446,9 @@ static int make_prefill(struct offload *o, char *err, size_t errlen)
     if (!(o->pf_kv = kv_cache_create(&sp, o->be, o->ctx, why, sizeof why)))
         OOM_BAD("prefill staging pages: %s", why);
     const int chunk = o->p.prefill_chunk ? o->p.prefill_chunk : o->max_batch;
+    if (chunk > engine_max_batch(o->eng))
+        BAD("offload: a prefill chunk of %d tokens is more than the engine's batch of %d", chunk,
+            engine_max_batch(o->eng));
     if (!(o->pf = prefill_create(o->eng, o->p.seed, chunk)))
         OOM_BAD("prefill: out of memory for its batch");
     return PULSE_OK;

@@ -19,8 +19,8 @@
  * Keys and values: from the query source (query_source.h, the locality model's: keys, V as
  * kv_fill_synthetic) or, with prompt_kv = OFFLOAD_KV_SYNTHETIC, exactly kv_fill_synthetic's (the
  * vanilla policy's prompt KV, for equality tests) or, with OFFLOAD_KV_PREFILL, from a real
- * prefill (prefill.h: the request's deterministic prompt ids through engine_prefill with the
- * model's weights) into a staging cache of full-length GPU pages for one request (every layer,
+ * prefill (prefill.h: the request's deterministic prompt ids, or real ones given through
+ * offload_set_prompts, through engine_prefill with the model's weights) into a staging cache of full-length GPU pages for one request (every layer,
  * max_tokens long: one whole request's KV beside the cache, allocated at create); admission
  * then copies each dense layer's pages into the request's own pages and each sparse layer's
  * pages into the host pool (its digests from those keys, its last block into the tail page),
@@ -30,7 +30,8 @@
  * compute stream by the thread that calls offload_step, which never waits for the device: the
  * layer's pre-attention piece (engine.h), the new key folded into its digest, selection
  * (select_blocks_{ref,cuda}: head-wise or SoloHead) on the layer's source query (made during
- * the previous step and uploaded with the step's one asynchronous copy), the lists' download
+ * the previous step and uploaded with the step's one asynchronous copy; with the real query,
+ * OFFLOAD_QUERY_REAL, the layer's own q or its approximate query a layer ahead), the lists' download
  * into pinned memory and an event. The planner thread (offload_plan.c) takes the layer once its
  * lists are on the host: the source's meter, hot-cache lookup, the layer's control block (attended
  * pages in token order, lengths, tail-flush descriptors), and the misses submitted to the
@@ -48,7 +49,7 @@
  *
  * Digests of tokens the model generates come from its real keys (the prompt's from the source's
  * keys). The per-layer selection queries of the next step are made on the CPU while the GPU
- * runs this one. Nothing allocates after create. One thread drives it (plus its planner). */
+ * runs this one (not with the real query, which needs none). Nothing allocates after create. One thread drives it (plus its planner). */
 #ifndef PULSE_OFFLOAD_H
 #define PULSE_OFFLOAD_H
 
@@ -105,7 +106,7 @@ struct offload_params {
                                     offload_create unless the query is real (then NULL runs
                                     without a meter), not owned */
     int prefill_chunk;           /* --prompt-kv prefill: tokens per prefill pass (<= the
-                                    engine's max_batch); 0 = max_batch */
+                                    engine's max_batch, checked at create); 0 = max_batch */
     uint64_t seed;               /* the engine's seed (V and synthetic K are functions of it) */
     int max_batch, max_tokens;   /* as the engine's and the cache's */
     int64_t max_steps;           /* capacity of the per-step series (later steps are not kept) */

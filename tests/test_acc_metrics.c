@@ -439,8 +439,31 @@ static void test_unicode_reference(void)
     free(low);
 }
 
+/* acc_utf8_replace: ill-formed UTF-8 as Python's errors="replace" reads it. */
+static void test_utf8_replace(void)
+{
+    static const struct {
+        const char *in, *want;
+    } cases[] = {{"plain", "plain"},
+                 {"caf\xc3\xa9", "caf\xc3\xa9"},          /* valid two-byte character */
+                 {"a\xff" "b", "a\xef\xbf\xbd" "b"},      /* a byte no character starts */
+                 {"\xe2\x82", "\xef\xbf\xbd"},            /* one maximal truncated prefix */
+                 {"\xe2\x82x", "\xef\xbf\xbdx"},
+                 {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"}}; /* overlong: two */
+    char out[64];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = acc_utf8_replace(cases[i].in, out, sizeof out);
+        EXPECT_EQ_INT((long long)n, (long long)strlen(cases[i].want));
+        EXPECT(strcmp(out, cases[i].want) == 0);
+    }
+    /* a small buffer cuts at a character boundary, never inside U+FFFD */
+    EXPECT_EQ_INT((long long)acc_utf8_replace("ab\xff", out, 5), 2);
+    EXPECT(strcmp(out, "ab") == 0);
+}
+
 int main(void)
 {
+    test_utf8_replace();
     test_unicode_reference();
     test_normalize();
     test_qa_f1();

@@ -794,8 +794,9 @@ static void test_cap_fraction(void)
 
 /* ------------------------------------------------------------------ the real query */
 
-/* The accuracy path's tokens for request req_id of prompt_len tokens: the same prefill (real
- * prompt, chunks of 16) on its own engine and cache, then out_len greedy steps with policy
+/* The accuracy path's tokens for request req_id of prompt_len tokens: a prefill of the same real
+ * prompt (chunks of 16; the runtime's are of its max_batch: the same tokens) on its own engine
+ * and cache, then out_len greedy steps with policy
  * `sparse` at budget 32 on every layer (tiny: all global), selector KV head 1. */
 static void accuracy_tokens(int req_id, int prompt_len, int out_len, int sparse, int32_t *out)
 {
@@ -813,7 +814,11 @@ static void accuracy_tokens(int req_id, int prompt_len, int out_len, int sparse,
     struct batch *bt = batch_create(e);
     int slot = -1;
     EXPECT(e && kv && pf && sa && bt && kv_cache_admit(kv, T, &slot) == PULSE_OK);
-    if (slot < 0) return;
+    if (slot < 0) {
+        if (bt) batch_free(e, bt);
+        sparse_attn_free(sa), prefill_free(pf), kv_cache_free(kv), engine_free(e);
+        return;
+    }
     prefill_set_prompts(pf, real_prompt, NULL);
     int32_t tok = prefill_run(pf, kv, slot, req_id, prompt_len, T);
     static const int32_t sel[4] = {1, 1, 1, 1};
