@@ -463,6 +463,7 @@ static int make_approx_q(struct offload *o, char *err, size_t errlen)
     if (!(o->aq_mem = mem_alloc(o->be->mem, o->aq_bytes, "approximate query")))
         OOM_BAD("the approximate query: out of memory for %zu bytes", o->aq_bytes);
     o->d_aq = o->aq_mem;
+    o->aq_ws = (char *)o->aq_mem + qb;
     return PULSE_OK;
 }
 

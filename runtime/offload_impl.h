@@ -50,7 +50,7 @@ struct offload {
     /* the real query one layer ahead (query real, lookahead): the approximate query of the
      * layer being selected, from the input of the layer running (backend memory) */
     uint16_t *d_aq;
-    void *aq_mem;
+    void *aq_ws, *aq_mem; /* the approximate query's workspace; their one allocation */
     size_t aq_bytes;
     struct kv_cache *kv;       /* the engine's cache (not owned) */
     struct kv_cache_params kp; /* its shape (budget and slots aside) */
