@@ -445,6 +445,12 @@ static void test_serve_path(void)
     EXPECT(serve_path_create(r.e, &sp, err, sizeof err) == NULL);
     EXPECT_STR_CONTAINS(err, "sliding-window");
     rig_close(&r);
+    /* a prefill chunk above the engine's batch (16) is refused at create, not in a step */
+    EXPECT_EQ_INT(rig_open(&r, c, 16), 0);
+    sp.prefill_chunk = 64;
+    EXPECT(serve_path_create(r.e, &sp, err, sizeof err) == NULL);
+    EXPECT_STR_CONTAINS(err, "more than the engine's batch of 16");
+    rig_close(&r);
 }
 
 static void test_head_mass(void)
