@@ -52,7 +52,7 @@ struct serve_path *serve_path_create(struct engine *e, const struct serve_path_p
     struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, 16, 0, 1, p->max_tokens};
     int rc = offload_params_check(&op, m, &kp, err, errlen);
     if (rc == PULSE_OK) {
-        kp.budget_bytes = offload_request_kv_bytes(&op, &kp, p->max_tokens);
+        kp.budget_bytes = offload_request_kv_bytes(&op, m, &kp, p->max_tokens);
         s->kv = kv_cache_create(&kp, engine_model(e)->be, engine_ctx(e), err, errlen);
         s->bt = batch_create(e);
         rc = s->kv && s->bt ? offload_create(e, s->kv, &op, &s->o, err, errlen) : PULSE_ERR_NOMEM;

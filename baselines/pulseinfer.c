@@ -158,12 +158,13 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
         const double per_tok = (double)model_kv_bytes_per_token(m) / m->n_layers;
         double churn = 0; /* over every layer, the dense ones recalling nothing, as the model
                              charges r at each of its L layers (pulse profile counts it so) */
-        for (int l = op->n_dense; op->source && l < m->n_layers; l++) {
+        for (int l = 0; op->source && l < m->n_layers; l++) {
+            if (offload_layer_kind(op, m, l) != OFFLOAD_LAYER_SPARSE) continue;
             struct query_meter_stats ms;
             op->source->meter_stats(op->source->user, l, &ms);
             churn += ms.target_mean;
         }
-        churn = churn > 0 ? churn / m->n_layers : (double)(m->n_layers - op->n_dense) / m->n_layers;
+        churn = churn > 0 ? churn / m->n_layers : (double)offload_sparse_layers(op, m) / m->n_layers;
         const struct ioaa_analytic_params ap = {.cfg = m,
                                                 .bw = {p->hbm_gbps, p->h2d_gbps},
                                                 .budget_tokens = sel_tokens,
@@ -415,7 +416,7 @@ static int step_irq(struct serve_state *s, struct pulseinfer *pi)
 {
     struct engine *e = s->eng;
     struct serve_batch *nb = &s->run[NORMAL], *ob = &s->run[OFFLOAD];
-    const int L = engine_model(e)->cfg->n_layers, n_dense = offload_n_dense(pi->o);
+    const int L = engine_model(e)->cfg->n_layers;
     /* an exposed recall is waited for on the device: zero-copy's gather, or on cuda the
      * planner's flag (common.h, pulse_device_wait); else on the host, here */
     const int device_waits = offload_device_driven(pi->o) == 2 ||
@@ -436,7 +437,7 @@ static int step_irq(struct serve_state *s, struct pulseinfer *pi)
          * runs the normal layer while the recall lands. Where the host waits for it, more
          * only while the recall is still in flight and the normal layer before has finished
          * (the device would idle otherwise). */
-        const int sparse = lo >= n_dense;
+        const int sparse = offload_kind(pi->o, lo) == OFFLOAD_LAYER_SPARSE;
         int ran = 0;
         while (ln < L) {
             if (ln > lo) {

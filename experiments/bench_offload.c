@@ -57,7 +57,7 @@ int bench_offload_point(struct engine *e, const struct policy *pol,
                                  0,           batch,         reserved};
     kp.budget_bytes = (size_t)batch * kv_cache_params_request_bytes(&kp, reserved);
     if (run_offload_resolve(ro, oo, pol, m, be, &w, &kp, seed)) goto out;
-    kp.budget_bytes = (size_t)batch * offload_request_kv_bytes(&ro->p, &kp, reserved);
+    kp.budget_bytes = (size_t)batch * offload_request_kv_bytes(&ro->p, m, &kp, reserved);
     code = EXIT_OOM;
     if (!(kv = kv_cache_create(&kp, be, engine_ctx(e), err, sizeof err))) goto out;
     struct query_source_shape sh;

@@ -374,8 +374,12 @@ static int recall_bytes(const struct opts *o, const struct model_config *m, json
     if (o->locality) {
         rc = locality_profile_read(o->locality, lp, err, sizeof err);
     } else {
-        struct locality_default_params dp;
+        struct locality_default_params dp; /* dense where arkvale does not select */
         locality_default_params_init(&dp, m->n_layers, o->seed);
+        struct offload_params op;
+        offload_params_init(&op, 1, 1, o->seed);
+        for (int l = 0; l < m->n_layers && l < LOC_MAX_LAYERS; l++)
+            dp.dense[l] = offload_layer_kind(&op, m, l) != OFFLOAD_LAYER_SPARSE;
         rc = locality_profile_default(lp, &dp, err, sizeof err);
     }
     if (rc == PULSE_OK && lp->n_layers != m->n_layers)
@@ -810,7 +814,10 @@ static int measure_offload(struct engine *e, const struct opts *o,
     run_offload_opts_init(&oo);
     oo.budget_tokens = o->budget, oo.budget_set = 1;
     oo.selection = o->selection, oo.engine = o->engine, oo.profile = o->locality;
-    const int n_sparse = L - (int)oo.dense_layers;
+    struct offload_params op;
+    offload_params_init(&op, 1, 1, o->seed);
+    op.n_dense = (int)oo.dense_layers;
+    const int n_sparse = offload_sparse_layers(&op, engine_model(e)->cfg);
     json_t *arr[OF_N], *of = offload_record(o, L, n_sparse, meas, arr);
     printf("offload steps (arkvale, %ld tokens, %s, %s):\n", o->offload_ctx, o->selection,
            o->engine);

@@ -283,12 +283,17 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
         }
         if (read_selectors(ro, oo->heads, m)) return -1;
     }
-    if (offload_params_check(p, m, kp, err, sizeof err) != PULSE_OK ||
-        locality_profile_fits(ro->src.profile, m->n_layers, p->n_dense, m->name, err, sizeof err)) {
+    if (offload_params_check(p, m, kp, err, sizeof err) != PULSE_OK) {
         cli_error("run", "%s", err);
         return -1;
     }
-    size_t need = offload_request_kv_bytes(p, kp, kp->max_tokens);
+    struct query_source_shape sh;
+    offload_source_shape(p, m, kp->page_size, &sh);
+    if (locality_profile_fits(ro->src.profile, &sh, m->name, err, sizeof err)) {
+        cli_error("run", "%s", err);
+        return -1;
+    }
+    size_t need = offload_request_kv_bytes(p, m, kp, kp->max_tokens);
     if (need > kp->budget_bytes) {
         cli_error("run",
                   "--kv-budget-gb: %g GB cannot hold even one request: the longest (%d tokens "

@@ -18,7 +18,7 @@ struct kv_cache {
     int32_t *free_pages; /* host stack */
     int64_t n_free;
     int32_t *slot_tokens; /* reserved tokens per slot; 0 = free slot */
-    int32_t *slot_dense;  /* per slot: layers [0, slot_dense) map their owned pages in order */
+    uint8_t *slot_map;    /* [max_requests][n_layers] enum kv_map of each (slot, layer) */
     int32_t *owned;       /* [max_requests][n_layers][max_owned] pages each (slot, layer) owns */
     int32_t *n_owned;     /* [max_requests][n_layers] */
     int64_t max_owned;    /* max_pages + 1 */
@@ -96,12 +96,12 @@ struct kv_cache *kv_cache_create(const struct kv_cache_params *p, const struct b
     kv->h_page_ids = mem_alloc(MEM_HOST, kv->table_bytes, "page table mirror");
     kv->free_pages = mem_alloc(MEM_HOST, sizeof(int32_t) * (size_t)kv->n_pages, "free list");
     kv->slot_tokens = mem_alloc(MEM_HOST, sizeof(int32_t) * p->max_requests, "slots");
-    kv->slot_dense = mem_alloc(MEM_HOST, sizeof(int32_t) * p->max_requests, "slot layers");
+    kv->slot_map = mem_alloc(MEM_HOST, (size_t)p->max_requests * p->n_layers, "slot maps");
     kv->max_owned = kv->max_pages + 1;
     kv->owned_bytes = sizeof(int32_t) * (size_t)p->max_requests * p->n_layers * (kv->max_owned + 1);
     kv->owned = mem_alloc(MEM_HOST, kv->owned_bytes, "owned pages");
     if (!kv->pool || !kv->d_page_ids || !kv->h_page_ids || !kv->free_pages || !kv->slot_tokens ||
-        !kv->slot_dense || !kv->owned) {
+        !kv->slot_map || !kv->owned) {
         fmt(err, errlen, "cannot allocate a %.3f GB KV pool on %s", p->budget_bytes / 1e9,
             be->name);
         kv_cache_free(kv);
@@ -112,6 +112,7 @@ struct kv_cache *kv_cache_create(const struct kv_cache_params *p, const struct b
     kv->n_free = kv->n_pages;
     memset(kv->h_page_ids, 0xff, kv->table_bytes); /* -1: no page */
     memset(kv->slot_tokens, 0, sizeof(int32_t) * p->max_requests);
+    memset(kv->slot_map, KV_MAP_ALL, (size_t)p->max_requests * p->n_layers);
     kv->n_owned = kv->owned + (size_t)p->max_requests * p->n_layers * kv->max_owned;
     memset(kv->n_owned, 0, sizeof(int32_t) * (size_t)p->max_requests * p->n_layers);
     be->upload(ctx, kv->d_page_ids, kv->h_page_ids, kv->table_bytes);
@@ -126,7 +127,7 @@ void kv_cache_free(struct kv_cache *kv)
     mem_free(MEM_HOST, kv->h_page_ids, kv->table_bytes);
     mem_free(MEM_HOST, kv->free_pages, sizeof(int32_t) * (size_t)kv->n_pages);
     mem_free(MEM_HOST, kv->slot_tokens, sizeof(int32_t) * kv->p.max_requests);
-    mem_free(MEM_HOST, kv->slot_dense, sizeof(int32_t) * kv->p.max_requests);
+    mem_free(MEM_HOST, kv->slot_map, (size_t)kv->p.max_requests * kv->p.n_layers);
     mem_free(MEM_HOST, kv->owned, kv->owned_bytes);
     mem_free(MEM_HOST, kv, sizeof *kv);
 }
@@ -146,18 +147,35 @@ static int32_t *owned_count(const struct kv_cache *kv, int slot, int layer)
     return kv->n_owned + (size_t)slot * kv->p.n_layers + layer;
 }
 
-int64_t kv_cache_params_offload_pages(const struct kv_cache_params *p, int n_tokens, int n_dense,
-                                      int layer_pages)
+/* Pages layer map m owns for `blocks` blocks. */
+static int64_t map_pages(const struct kv_layer_map *m, int64_t blocks)
 {
-    int64_t per_layer = PULSE_CEIL_DIV((int64_t)n_tokens, p->page_size);
-    return per_layer * n_dense + (int64_t)layer_pages * (p->n_layers - n_dense);
+    return m->map == KV_MAP_ALL ? blocks : m->map == KV_MAP_RING ? PULSE_MIN(m->pages, blocks)
+                                                                 : m->pages;
 }
 
-/* Takes a free slot and the pages of an admission (n_dense layers of n_tokens mapped in order,
- * the others layer_pages each, every block mapped to the last); uploads the slot's rows. */
-static int admit_pages(struct kv_cache *kv, int n_tokens, int n_dense, int layer_pages, int *slot)
+int64_t kv_cache_params_mapped_pages(const struct kv_cache_params *p, int n_tokens,
+                                     const struct kv_layer_map *maps)
 {
-    int64_t need = kv_cache_params_offload_pages(&kv->p, n_tokens, n_dense, layer_pages);
+    const int64_t blocks = PULSE_CEIL_DIV((int64_t)n_tokens, p->page_size);
+    int64_t need = 0;
+    for (int l = 0; l < p->n_layers; l++)
+        need += maps ? map_pages(&maps[l], blocks) : blocks;
+    return need;
+}
+
+/* The page block i of (slot, layer) maps to under map kind `map` with n_own owned pages. */
+static int32_t mapped_page(int map, const int32_t *own, int64_t n_own, int64_t i)
+{
+    return map == KV_MAP_ALL ? own[i] : map == KV_MAP_RING ? own[i % n_own] : own[n_own - 1];
+}
+
+/* Takes a free slot and the pages of an admission (maps NULL: every layer KV_MAP_ALL); uploads
+ * the slot's rows. */
+static int admit_pages(struct kv_cache *kv, int n_tokens, const struct kv_layer_map *maps,
+                       int *slot)
+{
+    int64_t need = kv_cache_params_mapped_pages(&kv->p, n_tokens, maps);
     if (n_tokens < 1 || n_tokens > kv->p.max_tokens || need > kv->n_pages) return PULSE_ERR_INVALID;
     int s = -1;
     for (int i = 0; i < kv->p.max_requests && s < 0; i++)
@@ -169,15 +187,16 @@ static int admit_pages(struct kv_cache *kv, int n_tokens, int n_dense, int layer
     int64_t blocks = kv_cache_pages_for(kv, n_tokens);
     for (int l = 0; l < kv->p.n_layers; l++) {
         int32_t *row = kv->h_page_ids + kv_cache_row(kv, s, l), *own = owned_row(kv, s, l);
-        int64_t n_own = l < n_dense ? blocks : layer_pages;
+        const int map = maps ? maps[l].map : KV_MAP_ALL;
+        const int64_t n_own = maps ? map_pages(&maps[l], blocks) : blocks;
         for (int64_t i = 0; i < n_own; i++)
             own[i] = kv->free_pages[--kv->n_free];
         for (int64_t i = 0; i < blocks; i++)
-            row[i] = l < n_dense ? own[i] : own[n_own - 1];
+            row[i] = mapped_page(map, own, n_own, i);
         *owned_count(kv, s, l) = (int32_t)n_own;
+        kv->slot_map[(size_t)s * kv->p.n_layers + l] = (uint8_t)map;
     }
     kv->slot_tokens[s] = n_tokens;
-    kv->slot_dense[s] = n_dense;
     int32_t *first = kv->h_page_ids + kv_cache_row(kv, s, 0);
     kv->be->upload(kv->ctx, kv->d_page_ids + kv_cache_row(kv, s, 0), first,
                    sizeof(int32_t) * (size_t)kv->p.n_layers * kv->max_pages);
@@ -188,16 +207,17 @@ static int admit_pages(struct kv_cache *kv, int n_tokens, int n_dense, int layer
 
 int kv_cache_admit(struct kv_cache *kv, int n_tokens, int *slot)
 {
-    return admit_pages(kv, n_tokens, kv->p.n_layers, 0, slot);
+    return admit_pages(kv, n_tokens, NULL, slot);
 }
 
-int kv_cache_admit_offload(struct kv_cache *kv, int n_tokens, int n_dense, int layer_pages,
-                           int *slot)
+int kv_cache_admit_mapped(struct kv_cache *kv, int n_tokens, const struct kv_layer_map *maps,
+                          int *slot)
 {
-    if (n_dense < 0 || n_dense > kv->p.n_layers ||
-        (n_dense < kv->p.n_layers && (layer_pages < 1 || layer_pages > kv->max_owned)))
-        return PULSE_ERR_INVALID;
-    return admit_pages(kv, n_tokens, n_dense, layer_pages, slot);
+    for (int l = 0; l < kv->p.n_layers; l++)
+        if (maps[l].map < KV_MAP_ALL || maps[l].map > KV_MAP_TAIL ||
+            (maps[l].map != KV_MAP_ALL && (maps[l].pages < 1 || maps[l].pages > kv->max_owned)))
+            return PULSE_ERR_INVALID;
+    return admit_pages(kv, n_tokens, maps, slot);
 }
 
 const int32_t *kv_cache_owned_pages(const struct kv_cache *kv, int slot, int layer, int *n)
@@ -221,7 +241,6 @@ void kv_cache_release(struct kv_cache *kv, int slot)
             row[i] = -1;
     }
     kv->slot_tokens[slot] = 0;
-    kv->slot_dense[slot] = 0;
     kv->st.releases++;
 }
 
@@ -231,18 +250,22 @@ static int check_row(const struct kv_cache *kv, int s, int l, char *err, size_t 
     const int64_t used = kv->slot_tokens[s] ? kv_cache_pages_for(kv, kv->slot_tokens[s]) : 0;
     const int32_t *row = kv->h_page_ids + kv_cache_row(kv, s, l), *own = owned_row(kv, s, l);
     const int32_t n_own = *owned_count(kv, s, l);
-    const int mapped = l < kv->slot_dense[s];
+    const int map = kv->slot_map[(size_t)s * kv->p.n_layers + l];
     if (!used && n_own) {
         fmt(err, errlen, "free slot %d owns %d pages in layer %d", s, n_own, l);
         return -1;
     }
-    if (used && mapped && n_own != used) {
-        fmt(err, errlen, "slot %d layer %d owns %d pages for %lld blocks", s, l, n_own,
-            (long long)used);
+    if (used && (map == KV_MAP_ALL ? n_own != used : map == KV_MAP_RING ? n_own > used : 0)) {
+        fmt(err, errlen, "slot %d layer %d owns %d pages for %lld blocks (map %d)", s, l, n_own,
+            (long long)used, map);
+        return -1;
+    }
+    if (used && n_own < 1) {
+        fmt(err, errlen, "slot %d layer %d owns no page", s, l);
         return -1;
     }
     for (int64_t i = 0; i < kv->max_pages; i++) {
-        int32_t want = i >= used ? -1 : mapped ? own[i] : own[n_own - 1];
+        int32_t want = i >= used ? -1 : mapped_page(map, own, n_own, i);
         if (row[i] != want) {
             fmt(err, errlen, "slot %d layer %d index %lld maps page %d, expected %d", s, l,
                 (long long)i, row[i], want);

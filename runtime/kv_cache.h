@@ -16,10 +16,12 @@
  *
  * Ownership is kept apart from the page table: each (slot, layer) owns a list of pages (at
  * most max_pages + 1). A normal admission owns exactly the pages its rows map, in token order.
- * An offload admission (kv_cache_admit_offload) does the same for its leading dense layers; every
- * other layer owns a fixed number of pages whatever the request's length: the offload policy
- * uses them as hot-cache slots, and its page-table row maps every token block to the layer's
- * LAST owned page, the tail page the decode step appends into (engine.h). */
+ * An offload admission (kv_cache_admit_mapped) says per layer how its blocks map (enum
+ * kv_map): in order as a normal admission; onto a ring of a few pages (a sliding-window
+ * layer keeps only its window: block i on owned page i mod n); or onto the LAST of a fixed
+ * number of pages whatever the request's length (a sparse layer: the offload policy uses
+ * them as hot-cache slots and the last as the tail page the decode step appends into,
+ * engine.h). */
 #ifndef PULSE_KV_CACHE_H
 #define PULSE_KV_CACHE_H
 
@@ -64,15 +66,26 @@ size_t kv_cache_params_request_bytes(const struct kv_cache_params *p, int n_toke
  * PULSE_OK and *slot on success; PULSE_ERR_NOMEM when pages or slots are short right now;
  * PULSE_ERR_INVALID when n_tokens can never fit (over max_tokens or the whole pool). */
 int kv_cache_admit(struct kv_cache *kv, int n_tokens, int *slot);
-/* Offload admission: layers [0, n_dense) reserve and map the pages of n_tokens in token order,
- * as kv_cache_admit; every other layer owns layer_pages pages (1 .. max_pages + 1) and its row
- * maps each of the request's ceil(n_tokens / page_size) blocks to the last of them. Statuses as
- * kv_cache_admit (PULSE_ERR_INVALID also for n_dense or layer_pages out of range). */
-int kv_cache_admit_offload(struct kv_cache *kv, int n_tokens, int n_dense, int layer_pages,
-                           int *slot);
-/* Pages needed by an offload admission of n_tokens (all layers), from the params alone. */
-int64_t kv_cache_params_offload_pages(const struct kv_cache_params *p, int n_tokens, int n_dense,
-                                      int layer_pages);
+/* How an admission maps one layer's ceil(n_tokens / page_size) blocks to the pages it owns. */
+enum kv_map {
+    KV_MAP_ALL = 0,  /* a page per block, block i on page i (kv_cache_admit's) */
+    KV_MAP_RING = 1, /* min(pages, blocks) pages, block i on page i mod that: holds the last
+                        `pages` blocks (a sliding window of at most (pages - 1) * page_size + 1
+                        tokens stays intact while appends overwrite older blocks) */
+    KV_MAP_TAIL = 2  /* `pages` pages, every block on the last */
+};
+struct kv_layer_map {
+    int map;   /* enum kv_map */
+    int pages; /* KV_MAP_RING and KV_MAP_TAIL: 1 .. max_pages + 1; unused for KV_MAP_ALL */
+};
+
+/* Admission with a map per layer (maps[n_layers]). Statuses as kv_cache_admit
+ * (PULSE_ERR_INVALID also for a map or page count out of range). */
+int kv_cache_admit_mapped(struct kv_cache *kv, int n_tokens, const struct kv_layer_map *maps,
+                          int *slot);
+/* Pages a mapped admission of n_tokens needs (all layers), from the params alone. */
+int64_t kv_cache_params_mapped_pages(const struct kv_cache_params *p, int n_tokens,
+                                     const struct kv_layer_map *maps);
 /* The pages (slot, layer) owns, in reservation order; their count in *n (0 for a free slot). */
 const int32_t *kv_cache_owned_pages(const struct kv_cache *kv, int slot, int layer, int *n);
 /* Returns the slot's pages to the free list. */
@@ -86,8 +99,9 @@ struct kv_view kv_cache_view(const struct kv_cache *kv, const int32_t *page_star
 const int32_t *kv_cache_host_page_ids(const struct kv_cache *kv);
 
 /* Verifies the invariants: every page is free or owned by exactly one (slot, layer);
- * free count + owned = n_pages; free slots own nothing; a mapped layer's row holds exactly its
- * owned pages in token order, an offload layer's row maps each block to its last owned page;
+ * free count + owned = n_pages; free slots own nothing; each row maps its blocks as the layer's
+ * kv_map says (KV_MAP_ALL: exactly its owned pages in token order; KV_MAP_RING: block i on owned
+ * page i mod n; KV_MAP_TAIL: every block on the last);
  * rows are -1 past the request's blocks; the backend copy of every active slot's table equals
  * the host mirror. Returns 0, or -1 with a reason in err. */
 int kv_cache_check(const struct kv_cache *kv, char *err, size_t errlen);

@@ -59,6 +59,38 @@ static int hot_slots_of(const struct offload_params *p, int ps)
     return p->hot_slots ? p->hot_slots : max_selected(p, ps);
 }
 
+int offload_layer_kind(const struct offload_params *p, const struct model_config *m, int layer)
+{
+    return model_layer_window(m, layer) > 0 ? OFFLOAD_LAYER_WINDOW
+           : layer < p->n_dense             ? OFFLOAD_LAYER_DENSE
+                                            : OFFLOAD_LAYER_SPARSE;
+}
+
+int offload_sparse_layers(const struct offload_params *p, const struct model_config *m)
+{
+    int n = 0;
+    for (int l = 0; l < m->n_layers; l++)
+        n += offload_layer_kind(p, m, l) == OFFLOAD_LAYER_SPARSE;
+    return n;
+}
+
+/* An offload admission's map of every layer: a dense layer's blocks in order, a window layer's
+ * last ceil(window / ps) + 1 blocks in a ring (the window's tokens [n - window, n) span at most
+ * that many blocks, and the block an append starts reuses the page of one wholly outside it),
+ * a sparse layer's hot slots and tail page. */
+static void layer_maps(const struct offload_params *p, const struct model_config *m, int ps,
+                       struct kv_layer_map *maps)
+{
+    const int row = (int)PULSE_CEIL_DIV(p->max_tokens, ps);
+    for (int l = 0; l < m->n_layers; l++) {
+        const int kind = offload_layer_kind(p, m, l);
+        const int ring = (int)PULSE_CEIL_DIV(model_layer_window(m, l), ps) + 1;
+        maps[l] = kind == OFFLOAD_LAYER_DENSE    ? (struct kv_layer_map){KV_MAP_ALL, 0}
+                  : kind == OFFLOAD_LAYER_WINDOW ? (struct kv_layer_map){KV_MAP_RING, PULSE_MIN(ring, row)}
+                                                 : (struct kv_layer_map){KV_MAP_TAIL, hot_slots_of(p, ps) + 1};
+    }
+}
+
 #define BAD(...)                                                                                   \
     do {                                                                                           \
         snprintf(err, errlen, __VA_ARGS__);                                                        \
@@ -87,6 +119,10 @@ int offload_params_check(const struct offload_params *p, const struct model_conf
     if (p->n_dense < 0 || p->n_dense >= m->n_layers)
         BAD("dense layers: %d is not in [0, %d) (%s has %d layers)", p->n_dense, m->n_layers,
             m->name, m->n_layers);
+    if (offload_sparse_layers(p, m) == 0)
+        BAD("model %s has no layer to offload: its layers past the %d dense ones are all "
+            "sliding-window layers",
+            m->name, p->n_dense);
     if (p->selection != OFFLOAD_HEADWISE && p->selection != OFFLOAD_SOLOHEAD)
         BAD("offload: unknown selection %d", p->selection);
     for (int l = 0; p->selection == OFFLOAD_SOLOHEAD && p->selector && l < m->n_layers; l++)
@@ -104,9 +140,6 @@ int offload_params_check(const struct offload_params *p, const struct model_conf
     if (p->query == OFFLOAD_QUERY_REAL && p->prompt_kv != OFFLOAD_KV_PREFILL)
         BAD("the real query selects over a real prompt's keys: it needs --prompt-kv prefill");
     if (!(p->cap_gbps >= 0)) BAD("recall cap: %g GB/s must be >= 0", p->cap_gbps);
-    if (m->sliding_window > 0)
-        BAD("model %s has sliding-window layers; offload policies handle global layers only",
-            m->name);
     struct select_cfg c = cfg_of(p, m, ps);
     char why[160];
     if (select_cfg_check(&c, why, sizeof why)) BAD("offload: %s", why);
@@ -126,26 +159,30 @@ void offload_source_shape(const struct offload_params *p, const struct model_con
 {
     memset(out, 0, sizeof *out);
     out->sel = cfg_of(p, m, page_size);
-    out->n_layers = m->n_layers, out->n_dense = p->n_dense, out->n_slots = p->max_batch;
+    out->n_layers = m->n_layers, out->n_slots = p->max_batch;
+    for (int l = 0; l < m->n_layers && l < QUERY_SOURCE_MAX_LAYERS; l++)
+        out->dense[l] = offload_layer_kind(p, m, l) != OFFLOAD_LAYER_SPARSE;
     out->solohead = p->selection == OFFLOAD_SOLOHEAD;
     out->hot_slots = hot_slots_of(p, page_size);
     out->seed = p->seed;
 }
 
-size_t offload_request_kv_bytes(const struct offload_params *p, const struct kv_cache_params *kp,
-                                int n_tokens)
+size_t offload_request_kv_bytes(const struct offload_params *p, const struct model_config *m,
+                                const struct kv_cache_params *kp, int n_tokens)
 {
     size_t page = (size_t)kp->n_kv_heads * 2 * kp->page_size * kp->head_dim * sizeof(uint16_t);
-    int64_t pages =
-        kv_cache_params_offload_pages(kp, n_tokens, p->n_dense, hot_slots_of(p, kp->page_size) + 1);
-    return (size_t)pages * page;
+    struct kv_layer_map maps[OFFLOAD_MAX_LAYERS];
+    PULSE_CHECK(m->n_layers <= OFFLOAD_MAX_LAYERS && kp->n_layers == m->n_layers,
+                "offload_request_kv_bytes: the cache is not the model's");
+    layer_maps(p, m, kp->page_size, maps);
+    return (size_t)kv_cache_params_mapped_pages(kp, n_tokens, maps) * page;
 }
 
 size_t offload_request_host_bytes(const struct offload_params *p, const struct model_config *m,
                                   int page_size, int n_tokens)
 {
     size_t block = (size_t)m->n_kv_heads * 2 * page_size * m->head_dim * sizeof(uint16_t);
-    return (size_t)(m->n_layers - p->n_dense) * PULSE_CEIL_DIV((size_t)n_tokens, page_size) * block;
+    return (size_t)offload_sparse_layers(p, m) * PULSE_CEIL_DIV((size_t)n_tokens, page_size) * block;
 }
 
 /* ------------------------------------------------------------------ buffers */
@@ -331,7 +368,14 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
 {
     const struct offload_params *p = &o->p;
     o->mc = m;
-    o->n_layers = m->n_layers, o->n_dense = p->n_dense, o->n_sparse = m->n_layers - p->n_dense;
+    o->n_layers = m->n_layers, o->n_dense = p->n_dense, o->n_sparse = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        o->kind[l] = (uint8_t)offload_layer_kind(p, m, l);
+        o->sl_of[l] = -1;
+        if (o->kind[l] == OFFLOAD_LAYER_SPARSE)
+            o->sl_of[l] = (int16_t)o->n_sparse, o->layer_of[o->n_sparse++] = (int16_t)l;
+    }
+    layer_maps(p, m, ps, o->maps);
     o->nq = m->n_heads, o->nkv = m->n_kv_heads, o->hd = m->head_dim, o->ps = ps;
     o->G = o->nq / o->nkv;
     o->cfg = cfg_of(p, m, ps);
@@ -369,7 +413,8 @@ static int same_shape(const struct query_source_shape *a, const struct query_sou
     return x->n_heads == y->n_heads && x->n_kv_heads == y->n_kv_heads &&
            x->head_dim == y->head_dim && x->block_size == y->block_size && x->budget == y->budget &&
            x->sink == y->sink && x->window == y->window && x->max_blocks == y->max_blocks &&
-           a->n_layers == b->n_layers && a->n_dense == b->n_dense && a->n_slots == b->n_slots &&
+           a->n_layers == b->n_layers && !memcmp(a->dense, b->dense, sizeof a->dense) &&
+           a->n_slots == b->n_slots &&
            a->solohead == b->solohead && a->hot_slots == b->hot_slots && a->seed == b->seed;
 }
 
@@ -654,14 +699,24 @@ static void upload_pages(const struct offload *o, char *pool, size_t bytes, cons
     }
 }
 
+/* The first of a prompt's nb blocks that (slot, layer)'s pages keep: 0 when it owns a page per
+ * block, else the ring's first (a window layer keeps its last n_own blocks, kv_cache.h). */
+static int first_kept_block(const struct offload *o, int slot, int layer, int nb)
+{
+    int n_own;
+    kv_cache_owned_pages(o->kv, slot, layer, &n_own);
+    return nb > n_own ? nb - n_own : 0;
+}
+
+/* A dense or window layer's prompt, staged in token order, into the blocks its row keeps. */
 static void write_dense_layer(struct offload *o, int slot, int req, int layer, int prompt_len)
 {
     struct kv_view v = host_view(o, o->stage_kv, o->ident);
     fill_view(o, &v, prompt_len, req, layer);
-    int n_own;
-    const int32_t *own = kv_cache_owned_pages(o->kv, slot, layer, &n_own);
-    upload_pages(o, o->gpu_pool, o->page_bytes, own, (int)PULSE_CEIL_DIV(prompt_len, o->ps),
-                 o->stage_kv);
+    const int nb = (int)PULSE_CEIL_DIV(prompt_len, o->ps), lo = first_kept_block(o, slot, layer, nb);
+    const int32_t *row = kv_cache_host_page_ids(o->kv) + kv_cache_row(o->kv, slot, layer);
+    upload_pages(o, o->gpu_pool, o->page_bytes, row + lo, nb - lo,
+                 (const char *)o->stage_kv + (size_t)lo * o->page_bytes);
 }
 
 /* The prompt into the host pool (blocks from the prompt's last one on zeroed first), its
@@ -705,8 +760,9 @@ static void begin_device_fill(struct offload *o, int slot, int req, int prompt_l
     int32_t a[FILL_ARGS + OFFLOAD_MAX_LAYERS];
     a[FILL_NTOK] = prompt_len, a[FILL_REQ] = req, a[FILL_ZERO] = 0;
     for (int l = 0; l < o->n_layers; l++)
-        a[FILL_ARGS + l] = l < o->n_dense ? kv_cache_row(o->kv, slot, l)
-                                          : kv_cache_row(o->dg, o->dg_slot[slot], offload_sl(o, l));
+        a[FILL_ARGS + l] = !offload_is_sparse(o, l)
+                               ? kv_cache_row(o->kv, slot, l)
+                               : kv_cache_row(o->dg, o->dg_slot[slot], offload_sl(o, l));
     o->be->upload(o->ctx, o->d_fill, a, sizeof(int32_t) * (size_t)(FILL_ARGS + o->n_layers));
     const int nb = (int)PULSE_CEIL_DIV(n_tokens, o->ps), first = prompt_len / o->ps;
     if (first < nb) /* rows past the prompt stay zero for every layer of this request */
@@ -724,10 +780,32 @@ static void fill_device(struct offload *o, const struct kv_view *v, int n, int r
                                o->p.seed, n);
 }
 
-static void write_dense_layer_dev(struct offload *o, int req, int layer, int prompt_len)
+/* The device staging: max_blocks pages in token order. */
+static struct kv_view staging_view(const struct offload *o)
 {
-    struct kv_view v = kv_cache_view(o->kv, o->d_fill + FILL_ARGS + layer);
-    fill_device(o, &v, prompt_len, req, layer);
+    return (struct kv_view){o->d_stage, o->d_fill + FILL_ARGS + o->n_layers, o->d_fill + FILL_ZERO,
+                            o->ps,      o->nkv,
+                            o->hd,      0,
+                            0};
+}
+
+/* A dense layer's prompt straight into its pages; a window layer longer than its ring into the
+ * staging, then the blocks the ring keeps into their pages (generated through the ring, later
+ * blocks would race earlier ones for the same page). */
+static void write_dense_layer_dev(struct offload *o, int slot, int req, int layer, int prompt_len)
+{
+    const int nb = (int)PULSE_CEIL_DIV(prompt_len, o->ps), lo = first_kept_block(o, slot, layer, nb);
+    if (lo == 0) { /* a page per block (a ring no longer than its pages is one too) */
+        struct kv_view v = kv_cache_view(o->kv, o->d_fill + FILL_ARGS + layer);
+        fill_device(o, &v, prompt_len, req, layer);
+        return;
+    }
+    const struct kv_view sv = staging_view(o);
+    fill_device(o, &sv, prompt_len, req, layer);
+    const int32_t *row = kv_cache_host_page_ids(o->kv) + kv_cache_row(o->kv, slot, layer);
+    for (int i = lo; i < nb; i++)
+        o->be->copy_async(o->ctx, o->gpu_pool + (size_t)row[i] * o->page_bytes,
+                          (const char *)o->d_stage + (size_t)i * o->page_bytes, o->page_bytes);
 }
 
 static void write_sparse_layer_dev(struct offload *o, int slot, int req, int layer, int prompt_len,
@@ -736,13 +814,7 @@ static void write_sparse_layer_dev(struct offload *o, int slot, int req, int lay
     const int sl = offload_sl(o, layer), hs = o->hp_slot[slot];
     const int nb = (int)PULSE_CEIL_DIV(n_tokens, o->ps), first = prompt_len / o->ps;
     const char *stage = (const char *)o->d_stage;
-    const struct kv_view sv = {o->d_stage,
-                               o->d_fill + FILL_ARGS + o->n_layers,
-                               o->d_fill + FILL_ZERO,
-                               o->ps,
-                               o->nkv,
-                               o->hd,
-                               0, 0};
+    const struct kv_view sv = staging_view(o);
     if (prompt_len > 0) {
         fill_device(o, &sv, prompt_len, req, layer);
         const struct kv_view dg = kv_cache_view(o->dg, o->d_fill + FILL_ARGS + layer);
@@ -779,14 +851,14 @@ static void write_layer(struct offload *o, int slot, int req, int layer, int pro
 {
 #ifdef PULSE_HAVE_CUDA
     if (o->fmem) {
-        if (layer >= o->n_dense)
+        if (offload_is_sparse(o, layer))
             write_sparse_layer_dev(o, slot, req, layer, prompt_len, n_tokens);
         else if (prompt_len > 0)
-            write_dense_layer_dev(o, req, layer, prompt_len);
+            write_dense_layer_dev(o, slot, req, layer, prompt_len);
         return;
     }
 #endif
-    if (layer >= o->n_dense)
+    if (offload_is_sparse(o, layer))
         write_sparse_layer(o, slot, req, layer, prompt_len, n_tokens);
     else if (prompt_len > 0)
         write_dense_layer(o, slot, req, layer, prompt_len);
@@ -814,7 +886,7 @@ static void upload_tables(struct offload *o, int slot)
     const int H1 = o->hot_slots + 1, hs = o->hp_slot[slot];
     for (int sl = 0; sl < o->n_sparse; sl++) {
         int n_own;
-        const int32_t *own = kv_cache_owned_pages(o->kv, slot, o->n_dense + sl, &n_own);
+        const int32_t *own = kv_cache_owned_pages(o->kv, slot, o->layer_of[sl], &n_own);
         PULSE_CHECK(n_own == H1, "offload: an offload request owns hot_slots + 1 pages a layer");
         o->be->upload(o->ctx, o->d_own + ((size_t)slot * o->n_sparse + sl) * H1, own,
                       sizeof(int32_t) * (size_t)H1);
@@ -829,11 +901,11 @@ static void upload_tables(struct offload *o, int slot)
 static int reserve(struct offload *o, int n_tokens, int *slot, char *why, size_t whylen)
 {
     const int nb = (int)PULSE_CEIL_DIV(n_tokens, o->ps);
-    int ks, hs, ds, rc = kv_cache_admit_offload(o->kv, n_tokens, o->n_dense, o->hot_slots + 1, &ks);
+    int ks, hs, ds, rc = kv_cache_admit_mapped(o->kv, n_tokens, o->maps, &ks);
     if (rc != PULSE_OK) {
         o->st.refusals_gpu += rc == PULSE_ERR_NOMEM;
         snprintf(why, whylen, "its %.4f GB of GPU KV pages %s the KV budget",
-                 offload_request_kv_bytes(&o->p, &o->kp, n_tokens) / 1e9,
+                 offload_request_kv_bytes(&o->p, o->mc, &o->kp, n_tokens) / 1e9,
                  rc == PULSE_ERR_NOMEM ? "do not fit now in" : "can never fit");
         return rc;
     }
@@ -939,7 +1011,7 @@ int offload_admit_normal(struct offload *o, int req_id, int prompt_len, int n_to
             o->be->upload(o->ctx, o->d_fill, a,
                           sizeof(int32_t) * (size_t)(FILL_ARGS + o->n_layers));
             for (int l = 0; l < o->n_layers; l++)
-                write_dense_layer_dev(o, req_id, l, prompt_len);
+                write_dense_layer_dev(o, ks, req_id, l, prompt_len);
             o->be->sync(o->ctx);
         } else
 #endif
@@ -961,7 +1033,8 @@ int32_t offload_first_token(const struct offload *o, int slot)
 
 const void *offload_host_block(const struct offload *o, int slot, int layer, int block)
 {
-    PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->hp_slot[slot] >= 0 && layer >= o->n_dense,
+    PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->hp_slot[slot] >= 0 && layer >= 0 &&
+                    layer < o->n_layers && offload_is_sparse(o, layer),
                 "offload_host_block: not a sparse layer of an admitted request");
     return host_pool_block(o->hp, o->hp_slot[slot], offload_sl(o, layer), block);
 }
@@ -1007,7 +1080,7 @@ static int verify_unit(const struct offload *o, const struct hot_plan_state *mir
 {
     const int nb = o->last_nb[slot * o->n_sparse + sl], unit = offload_unit(o, slot, sl, k);
     int n_own;
-    const int32_t *own = kv_cache_owned_pages(o->kv, slot, o->n_dense + sl, &n_own);
+    const int32_t *own = kv_cache_owned_pages(o->kv, slot, o->layer_of[sl], &n_own);
     const size_t bytes = offload_chunk_bytes(o);
     for (int s = 0; s < o->hot_slots; s++) {
         const int blk = slot_block(o, mirror, unit, s);
@@ -1015,7 +1088,7 @@ static int verify_unit(const struct offload *o, const struct hot_plan_state *mir
         o->be->download(o->ctx, o->check_page, offload_gpu_piece(o, own[s], k), bytes);
         if (memcmp(o->check_page, offload_host_chunk(o, o->hp_slot[slot], sl, blk, k), bytes))
             BAD("slot %d layer %d list %d: hot slot %d holds block %d unlike its host copy", slot,
-                o->n_dense + sl, k, s, blk);
+                o->layer_of[sl], k, s, blk);
     }
     return PULSE_OK;
 }
@@ -1048,11 +1121,12 @@ int offload_check(const struct offload *o, char *err, size_t errlen)
     if (kv_cache_check(o->dg, why, sizeof why)) BAD("digest store: %s", why);
     if (kv_cache_check(o->kv, why, sizeof why)) BAD("KV cache: %s", why);
     for (int s = 0; s < o->max_batch; s++)
-        for (int l = o->n_dense; l < o->n_layers && o->hp_slot[s] >= 0; l++) {
+        for (int sl = 0; sl < o->n_sparse && o->hp_slot[s] >= 0; sl++) {
             int n;
-            kv_cache_owned_pages(o->kv, s, l, &n);
+            kv_cache_owned_pages(o->kv, s, o->layer_of[sl], &n);
             if (n != o->hot_slots + 1)
-                BAD("slot %d layer %d owns %d GPU pages, not %d", s, l, n, o->hot_slots + 1);
+                BAD("slot %d layer %d owns %d GPU pages, not %d", s, o->layer_of[sl], n,
+                    o->hot_slots + 1);
         }
     return offload_verify(o, err, errlen);
 }

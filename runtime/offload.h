@@ -2,16 +2,19 @@
  * (arkvale, infinigen) work on. The caller creates it beside the engine and the KV cache, hands it
  * to serve_run_policy, and reads its counters afterwards.
  *
- * Placement of one offload request (kv_cache_admit_offload):
+ * Placement of one offload request (kv_cache_admit_mapped), by layer kind (offload_layer_kind):
  *   dense layers   [0, n_dense): the whole KV in the GPU cache, dense attention (engine's).
- *   sparse layers  the prompt's KV lives in the pinned host pool (host_pool.h, one row per
+ *   window layers  a sliding-window layer (model_layer_window > 0), wherever it is: its window
+ *                  in a ring of ceil(window / page_size) + 1 GPU pages (KV_MAP_RING; the
+ *                  appends overwrite blocks that left the window), the engine's attention.
+ *   sparse layers  every other layer: the prompt's KV lives in the pinned host pool (host_pool.h, one row per
  *                  sparse layer). The GPU holds per (request, layer) hot_slots + 1 pages: the
  *                  hot-cache slots (hot_cache.h, LRU; head-wise: one unit per KV head, head h
  *                  of slot s is the head-h piece of page s) and the tail page T. Every token
  *                  block of the layer's page-table row maps to T, so the engine appends each new
  *                  token into T; when the tail block fills, T is copied into the tail's slot
  *                  and into the host pool. GPU KV per request is bounded by
- *                  (n_layers - n_dense) * (hot_slots + 1) pages, whatever its length.
+ *                  n_sparse * (hot_slots + 1) pages, whatever its length.
  *   digests        Quest min/max per block (select.h) in a GPU digest store (a kv_cache with
  *                  one-token pages, one layer per sparse layer), built at admission from the
  *                  prompt keys and folded per decode token (digest_update).
@@ -22,7 +25,8 @@
  * prefill (prefill.h: the request's deterministic prompt ids, or real ones given through
  * offload_set_prompts, through engine_prefill with the model's weights) into a staging cache of full-length GPU pages for one request (every layer,
  * max_tokens long: one whole request's KV beside the cache, allocated at create); admission
- * then copies each dense layer's pages into the request's own pages and each sparse layer's
+ * then copies each dense layer's pages into the request's own pages (a window layer's last
+ * blocks into its ring) and each sparse layer's
  * pages into the host pool (its digests from those keys, its last block into the tail page),
  * and the first decoded token is the prefill's greedy next token (offload_first_token).
  *
@@ -64,7 +68,7 @@
 #include "query_source.h"
 #include "recall.h"
 
-#define OFFLOAD_MAX_LAYERS 256
+#define OFFLOAD_MAX_LAYERS QUERY_SOURCE_MAX_LAYERS
 
 enum offload_selection { OFFLOAD_HEADWISE = 0, OFFLOAD_SOLOHEAD = 1 };
 #define OFFLOAD_HOST_PHASES 5
@@ -90,7 +94,8 @@ struct offload_params {
     int budget_tokens;         /* selected by score besides the forced blocks (multiple of the
                                   page size, >= 0; default 2048) */
     int sink, window;          /* forced blocks (default 1 and 2) */
-    int n_dense;               /* leading dense layers (default 2) */
+    int n_dense;               /* leading dense layers (default 2); sliding-window layers are
+                                  window layers wherever they are (offload_layer_kind) */
     int selection;             /* enum offload_selection (default head-wise) */
     const int32_t *selector;   /* SoloHead: [n_layers] KV head per layer; NULL = head 0 */
     int hot_slots;             /* slots per hot-cache unit; 0 = the blocks one step selects */
@@ -167,12 +172,21 @@ struct offload;
 
 /* Defaults above for an engine of max_batch entries and max_tokens. */
 void offload_params_init(struct offload_params *p, int max_batch, int max_tokens, uint64_t seed);
+/* How the runtime keeps a layer's KV (the header comment's placement). */
+enum offload_layer_kind {
+    OFFLOAD_LAYER_DENSE = 0,  /* [0, n_dense): every block on the GPU */
+    OFFLOAD_LAYER_WINDOW = 1, /* a sliding-window layer: its window in a ring of GPU pages */
+    OFFLOAD_LAYER_SPARSE = 2  /* the host pool, hot slots and the tail page; selected */
+};
+int offload_layer_kind(const struct offload_params *p, const struct model_config *m, int layer);
+/* Sparse layers of model m under p (at least one for offload_params_check). */
+int offload_sparse_layers(const struct offload_params *p, const struct model_config *m);
 /* Validates the params against the model and the cache (one line naming the field in err). */
 int offload_params_check(const struct offload_params *p, const struct model_config *m,
                          const struct kv_cache_params *kp, char *err, size_t errlen);
-/* GPU KV bytes an offload request of n_tokens reserves in the cache (all layers). */
-size_t offload_request_kv_bytes(const struct offload_params *p, const struct kv_cache_params *kp,
-                                int n_tokens);
+/* GPU KV bytes an offload request of n_tokens reserves in the cache (all layers of model m). */
+size_t offload_request_kv_bytes(const struct offload_params *p, const struct model_config *m,
+                                const struct kv_cache_params *kp, int n_tokens);
 /* Host pool bytes an offload request of n_tokens reserves. */
 size_t offload_request_host_bytes(const struct offload_params *p, const struct model_config *m,
                                   int page_size, int n_tokens);
@@ -256,8 +270,8 @@ void offload_set_timeline(struct offload *o, struct timeline *tl);
  * compute stream (offload_params.device_overlap): only then does offload_layer_ready report a
  * gather in flight that a scheduler can run other work beside (else it is always 1). */
 int offload_device_driven(const struct offload *o);
-/* Leading dense layers (offload_params.n_dense). */
-int offload_n_dense(const struct offload *o);
+/* enum offload_layer_kind of a layer of the runtime's model. */
+int offload_kind(const struct offload *o, int layer);
 /* What a request of n_tokens would reserve if admitted now: GPU KV bytes (dense layers, hot
  * slots, tail) and host pool bytes; and the host pool's free bytes. For admission models. */
 void offload_request_bytes(const struct offload *o, int n_tokens, size_t *gpu, size_t *host);

@@ -66,6 +66,10 @@ struct offload {
     int pf_slot;             /* the staging slot during an admission */
     struct select_cfg cfg;   /* max_blocks = the cache's row width */
     int n_layers, n_dense, n_sparse, n_lists, ms, hot_slots, dig_heads, all_selected, headwise;
+    uint8_t kind[OFFLOAD_MAX_LAYERS];    /* enum offload_layer_kind of every layer */
+    int16_t sl_of[OFFLOAD_MAX_LAYERS];   /* a layer's sparse index, -1 for a dense or window one */
+    int16_t layer_of[OFFLOAD_MAX_LAYERS]; /* [n_sparse] the layer of a sparse index */
+    struct kv_layer_map maps[OFFLOAD_MAX_LAYERS]; /* an offload admission's (kv_cache.h) */
     int nq, nkv, hd, ps, G, max_blocks, max_batch, max_items;
     int att_max_tokens; /* bounds every attended length of the step (min(ms * ps, max reserved)) */
     size_t page_bytes, head_bytes, dpage_bytes; /* GPU page, one head's piece, digest page */
@@ -256,10 +260,15 @@ static inline size_t offload_ctl_desc_off(const struct offload *o)
     return (V * (1 + (size_t)o->ms) + 7) / 8 * 8;
 }
 
-/* Sparse layer index of a layer >= n_dense. */
+/* Sparse layer index of a layer, -1 when it is not sparse (dense or sliding-window). */
 static inline int offload_sl(const struct offload *o, int layer)
 {
-    return layer - o->n_dense;
+    return o->sl_of[layer];
+}
+
+static inline int offload_is_sparse(const struct offload *o, int layer)
+{
+    return o->sl_of[layer] >= 0;
 }
 
 /* The hot-cache unit of (cache slot, sparse layer, list). */

@@ -28,8 +28,8 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out)
     out->last_step_host_syncs = o->step_syncs;
     out->recall_bytes = out->recall_chunks = out->recalls = out->stalls = 0;
     out->recall_wait_s = 0;
-    for (int l = o->n_dense; l < o->n_layers; l++) {
-        const struct offload_layer_stats *s = &o->ls[l];
+    for (int sl = 0; sl < o->n_sparse; sl++) {
+        const struct offload_layer_stats *s = &o->ls[o->layer_of[sl]];
         out->recall_bytes += s->recall_bytes;
         out->recall_chunks += s->recall_chunks;
         out->recalls += s->recalls;
@@ -50,8 +50,7 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out)
     out->digest_store_bytes = (size_t)ds.n_pages * (size_t)ds.page_bytes;
     out->prompt_kv_device = o->fmem != NULL;
     out->staging_bytes = o->fmem ? (size_t)o->max_blocks * o->page_bytes : 0;
-    out->gpu_pages_per_request_max =
-        (int64_t)o->n_sparse * (o->hot_slots + 1) + (int64_t)o->n_dense * o->max_blocks;
+    out->gpu_pages_per_request_max = kv_cache_params_mapped_pages(&o->kp, o->p.max_tokens, o->maps);
 }
 
 int offload_lookahead(const struct offload *o)
@@ -70,14 +69,15 @@ int offload_device_driven(const struct offload *o)
     return o->device_plan ? 1 + o->overlap : 0;
 }
 
-int offload_n_dense(const struct offload *o)
+int offload_kind(const struct offload *o, int layer)
 {
-    return o->n_dense;
+    PULSE_CHECK(layer >= 0 && layer < o->n_layers, "offload_kind: layer out of range");
+    return o->kind[layer];
 }
 
 void offload_request_bytes(const struct offload *o, int n_tokens, size_t *gpu, size_t *host)
 {
-    *gpu = offload_request_kv_bytes(&o->p, &o->kp, n_tokens);
+    *gpu = offload_request_kv_bytes(&o->p, o->mc, &o->kp, n_tokens);
     *host = offload_request_host_bytes(&o->p, o->mc, o->ps, n_tokens);
 }
 
@@ -101,7 +101,7 @@ json_t *offload_config_json(const struct offload *o)
     offload_get_stats(o, &st);
     json_t *sel = json_array();
     for (int l = 0; l < o->n_layers; l++)
-        json_array_append_new(sel, l < o->n_dense ? json_null() : json_integer(o->sel_head[l]));
+        json_array_append_new(sel, offload_is_sparse(o, l) ? json_integer(o->sel_head[l]) : json_null());
     json_t *j = json_pack(
         "{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:f, s:I, s:b, s:f, s:I, s:s, s:b, s:I, s:I}",
         "budget_tokens", o->p.budget_tokens, "budget_blocks", o->cfg.budget, "sink_blocks",
@@ -117,6 +117,14 @@ json_t *offload_config_json(const struct offload *o)
         (json_int_t)(o->headwise ? o->head_bytes : o->page_bytes), "gpu_pages_per_request_max",
         (json_int_t)st.gpu_pages_per_request_max);
     json_object_set_new(j, "selector_per_layer", sel);
+    /* how each layer's KV is kept (offload.h): "dense", "window" (its window in a GPU ring) or
+     * "sparse" (host pool, hot slots, selected) */
+    static const char *const kinds[] = {"dense", "window", "sparse"};
+    json_t *kind = json_array();
+    for (int l = 0; l < o->n_layers; l++)
+        json_array_append_new(kind, json_string(kinds[o->kind[l]]));
+    json_object_set_new(j, "layer_kinds", kind);
+    json_object_set_new(j, "sparse_layers", json_integer(o->n_sparse));
     json_object_set_new(j, "lookahead_layers", json_integer(o->p.lookahead));
     json_object_set_new(j, "selection_query",
                         json_string(o->p.query == OFFLOAD_QUERY_REAL ? "real" : "locality"));
@@ -205,8 +213,8 @@ json_t *offload_counters_json(const struct offload *o)
     struct recall_stats rs;
     recall_get_stats(o->rc, &rs);
     json_t *layers = json_array();
-    for (int l = o->n_dense; l < o->n_layers; l++)
-        json_array_append_new(layers, layer_json(o, l));
+    for (int sl = 0; sl < o->n_sparse; sl++)
+        json_array_append_new(layers, layer_json(o, o->layer_of[sl]));
     json_t *eng = recall_stats_json(&rs);
     json_object_set_new(eng, "name", json_string(recall_engine_name(o->p.engine)));
     const struct recall_params *rp = recall_get_params(o->rc);
@@ -225,9 +233,10 @@ json_t *offload_counters_json(const struct offload *o)
 #endif
     if (o->device_plan) { /* the device hot cache's counts (the host one is unused) */
         memset(&hs, 0, sizeof hs);
-        for (int l = o->n_dense; l < o->n_layers; l++) {
-            hs.hits += o->ls[l].hits, hs.misses += o->ls[l].misses;
-            hs.fresh += o->ls[l].fresh, hs.evictions += o->ls[l].evictions;
+        for (int sl = 0; sl < o->n_sparse; sl++) {
+            const struct offload_layer_stats *s = &o->ls[o->layer_of[sl]];
+            hs.hits += s->hits, hs.misses += s->misses;
+            hs.fresh += s->fresh, hs.evictions += s->evictions;
         }
         hs.resident = -1; /* not tracked on the device */
     }

@@ -72,7 +72,7 @@ static void prefetch_layers(void *arg, int id, int nth)
         for (int b = 0; b < ss->n; b++) {
             const int u = ss->slot[b] * o->n_sparse + sl;
             if (o->q_ready[u]) continue;
-            o->qs->step_q(o->qs->user, o->n_dense + sl, ss->slot + b, 1,
+            o->qs->step_q(o->qs->user, o->layer_of[sl], ss->slot + b, 1,
                           o->q_next + (size_t)u * per);
             o->q_ready[u] = 1;
         }
@@ -114,7 +114,7 @@ static void take_q(struct offload *o, uint16_t *dst)
             if (o->q_ready[u])
                 memcpy(q, o->q_next + (size_t)u * per, per * sizeof(uint16_t));
             else
-                o->qs->step_q(o->qs->user, o->n_dense + sl, ss->slot + b, 1, q);
+                o->qs->step_q(o->qs->user, o->layer_of[sl], ss->slot + b, 1, q);
             o->q_ready[u] = 0;
         }
 }
@@ -186,7 +186,7 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl)
     o->be->event_record(o->ctx, o->ev_built[sl]);
     o->be->stream_wait_event(&o->gctx, o->ev_built[sl]);
     const int sp =
-        timeline_begin(o->tl, &o->gctx, TIMELINE_RECALL, "gather", 1, o->n_dense + sl, o->st.steps);
+        timeline_begin(o->tl, &o->gctx, TIMELINE_RECALL, "gather", 1, o->layer_of[sl], o->st.steps);
     o->fn.gather(o->d_desc[sl & 1], (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads, o->gctx.stream);
     timeline_end(o->tl, &o->gctx, sp);
     o->be->event_record(&o->gctx, o->ev_gathered[sl]);
@@ -290,22 +290,22 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
     TRACE_PUSH("layer");
     /* the first layer, when sparse, has no previous layer to select it from: the real query
      * takes its own q after its pre-attention (as the accuracy path's unspeculated layer) */
-    const int first_at_own = o->p.lookahead && layer == 0 && o->n_dense == 0;
+    const int first_at_own = o->p.lookahead && layer == 0 && offload_is_sparse(o, 0);
     const int first_after_pre = first_at_own && o->p.query == OFFLOAD_QUERY_REAL;
-    const int ahead = o->p.lookahead && layer + 1 >= o->n_dense && layer + 1 < o->n_layers;
+    const int ahead = o->p.lookahead && layer + 1 < o->n_layers && offload_is_sparse(o, layer + 1);
     if (o->p.lookahead && !first_after_pre) { /* the next sparse layer's, before this layer */
         if (first_at_own) issue(o, bt, 0);
         if (ahead) issue(o, bt, layer + 1);
     }
     double t = pulse_now();
     engine_layer_pre(o->eng, bt, o->kv, layer);
-    if (layer >= o->n_dense) {
+    if (offload_is_sparse(o, layer)) {
         const struct digest_view dv = digest_view_of(o, offload_sl(o, layer));
         const struct kv_view kv = kv_cache_view(o->kv, batch_page_starts(o->eng, bt, layer));
         o->fn.digest_update(o->ctx, &kv, &dv, o->d_up, o->n, o->sel_head[layer]);
     }
     offload_host_lap(o, OFFLOAD_HOST_PRE, &t);
-    if (layer >= o->n_dense && (!o->p.lookahead || first_after_pre)) issue(o, bt, layer);
+    if (offload_is_sparse(o, layer) && (!o->p.lookahead || first_after_pre)) issue(o, bt, layer);
     if (first_after_pre && ahead) issue(o, bt, 1); /* from this layer's input: pre left it */
     o->issued = 1;
     o->step_syncs += pulse_host_syncs() - s0;
@@ -313,7 +313,7 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
 
 int offload_layer_ready(const struct offload *o, int layer)
 {
-    if (layer < o->n_dense) return 1;
+    if (!offload_is_sparse(o, layer)) return 1;
     if (o->device_plan) /* in stream order, or its gather's event (device_overlap) */
         return o->overlap ? o->be->event_query(o->ev_gathered[offload_sl(o, layer)]) : 1;
     const _Atomic uint32_t *f = (const _Atomic uint32_t *)&o->flags[offload_sl(o, layer)];
@@ -326,7 +326,7 @@ void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
     PULSE_CHECK(layer == o->next_layer && o->issued, "offload_layer_finish: issue the layer first");
     const int64_t s0 = pulse_host_syncs();
     double t = pulse_now();
-    if (layer < o->n_dense)
+    if (!offload_is_sparse(o, layer))
         engine_run_attention(o->eng, bt, o->kv, layer);
     else
         attend(o, bt, layer);
@@ -390,7 +390,11 @@ static void stage(struct offload *o, const struct batch_entry *en, int n)
     const double tok_bytes = (double)o->page_bytes / o->ps;
     *t = (struct floor_traffic){(double)model_step_weight_bytes(o->mc), 0, 0, 0};
     for (int b = 0; b < n; b++) {
-        t->kv_bytes += tok_bytes * o->n_dense * ss->n_tok[b];
+        for (int l = 0; l < o->n_layers; l++) /* a window layer reads its window */
+            if (!offload_is_sparse(o, l)) {
+                const int w = model_layer_window(o->mc, l);
+                t->kv_bytes += tok_bytes * (w > 0 ? PULSE_MIN(ss->n_tok[b], w) : ss->n_tok[b]);
+            }
         t->digest_bytes +=
             (double)o->n_sparse * PULSE_CEIL_DIV(ss->n_tok[b], o->ps) * (double)o->dpage_bytes;
     }

@@ -175,7 +175,7 @@ static void step_totals(struct offload *o, const struct job *j)
             d[t] = cur[sl * OFFLOAD_TOTALS + t] - o->prev_totals[sl * OFFLOAD_TOTALS + t];
             o->prev_totals[sl * OFFLOAD_TOTALS + t] = cur[sl * OFFLOAD_TOTALS + t];
         }
-        struct offload_layer_stats *ls = &o->ls[o->n_dense + sl];
+        struct offload_layer_stats *ls = &o->ls[o->layer_of[sl]];
         ls->hits += d[HOT_PLAN_HITS];
         ls->misses += d[HOT_PLAN_MISSES];
         ls->fresh += d[HOT_PLAN_FRESH];
@@ -192,7 +192,7 @@ static void step_totals(struct offload *o, const struct job *j)
             atomic_compare_exchange_strong(&o->status, &ok, PULSE_ERR_INVALID);
             fprintf(stderr,
                     "offload: step %lld layer %d: the device hot cache refused %lld lists\n",
-                    (long long)j->step, o->n_dense + sl, (long long)d[OFFLOAD_TOT_REFUSED]);
+                    (long long)j->step, o->layer_of[sl], (long long)d[OFFLOAD_TOT_REFUSED]);
         }
     }
 }
@@ -203,7 +203,7 @@ static void meter(struct offload *o, const struct offload_step_state *ss, int p,
     if (!o->qs) return; /* the real query without a source: nothing to meter */
     const int32_t *h_sel = offload_sel(o, p, sl, ss->n);
     const size_t lists = (size_t)ss->n * o->n_lists;
-    int rc = o->qs->meter_add(o->qs->user, o->n_dense + sl, ss->slot, ss->n_tok, h_sel,
+    int rc = o->qs->meter_add(o->qs->user, o->layer_of[sl], ss->slot, ss->n_tok, h_sel,
                               h_sel + lists * o->ms, ss->n);
     PULSE_CHECK(rc == PULSE_OK, "offload: the source's meter refused a selection");
 }

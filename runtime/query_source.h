@@ -25,11 +25,15 @@
 struct kctx;
 struct kv_view;
 
+#define QUERY_SOURCE_MAX_LAYERS 256
+
 /* The shape a source serves: what the offload runtime will select with and ask for. */
 struct query_source_shape {
     struct select_cfg sel; /* the runtime's selection (heads, block size, budget, sink, window;
                               max_blocks = the longest request's blocks) */
-    int n_layers, n_dense; /* layers [0, n_dense) are dense: no queries asked, nothing metered */
+    int n_layers;          /* <= QUERY_SOURCE_MAX_LAYERS */
+    uint8_t dense[QUERY_SOURCE_MAX_LAYERS]; /* 1: a layer the runtime does not select (dense
+                                               or sliding-window): no queries, no meter */
     int n_slots;           /* request slots (the cache's), >= 1 */
     int solohead;          /* 1: one list per entry serving all heads; 0: one per KV head */
     int hot_slots;         /* hot-cache slots per list (the runtime's; the meter models them) */

@@ -72,8 +72,6 @@ static const struct bad_case bad[] = {
     {"accuracy --data d --lengths 4096 --tasks passkey", "--model is required", 2},
     {"accuracy --model tiny --tasks passkey", "exactly one of --data and --longbench", 2},
     {"accuracy --model tiny --data d --tasks passkey", "--data needs --lengths", 2},
-    {"accuracy --model tiny-gemma3 --data d --lengths 4096 --tasks passkey --check-serving",
-     "--check-serving: tiny-gemma3 has sliding-window layers", 2},
     {"accuracy --model tiny --data d --lengths 4096 --tasks nosuch", "'nosuch' is not a", 2},
     {"accuracy --model tiny --data d --lengths 4096 --tasks passkey --policies full,magic",
      "--policies: 'magic' is not a policy", 2},

@@ -107,8 +107,9 @@ static void test_limits(void)
     EXPECT_STR_CONTAINS(err, "KV budget");
 }
 
-/* Random normal and offload admissions (random dense layers and pages per sparse layer). */
-static void test_offload_sequences(void)
+/* Random normal and mapped admissions: each layer's map (in order, ring, tail) and page count
+ * drawn at random. */
+static void test_mapped_sequences(void)
 {
     const int ps = 4, max_tokens = 40;
     size_t page_bytes = (size_t)2 * 2 * ps * 8 * 2;
@@ -117,36 +118,52 @@ static void test_offload_sequences(void)
     if (!kv) return;
     int live[6] = {0};
     int64_t pages[6] = {0};
-    int admits = 0, offloads = 0, refusals = 0, failures = 0;
+    int admits = 0, mapped = 0, refusals = 0, failures = 0, rings = 0, wraps = 0;
     char err[256];
     for (int it = 0; it < 3000; it++) {
         uint64_t r = pulse_hash64(99, (uint64_t)it);
         int s = (int)((r >> 16) % 6), slot;
         if (r % 3 == 0) {
             if (live[s]) kv_cache_release(kv, s), live[s] = 0;
+            continue;
+        }
+        const int n = 1 + (int)((r >> 8) % max_tokens);
+        struct kv_layer_map maps[3];
+        for (int l = 0; l < 3; l++) {
+            const uint64_t q = pulse_hash64(r, (uint64_t)l);
+            maps[l] = (struct kv_layer_map){(int)(q % 3), 1 + (int)((q >> 8) % 11)}; /* 1 .. 11 */
+        }
+        int rc = r % 3 == 1 ? kv_cache_admit(kv, n, &slot) : kv_cache_admit_mapped(kv, n, maps, &slot);
+        int64_t need = r % 3 == 1 ? 3 * kv_cache_pages_for(kv, n)
+                                  : kv_cache_params_mapped_pages(&kp, n, maps);
+        if (rc != PULSE_OK) {
+            EXPECT_EQ_INT(rc, PULSE_ERR_NOMEM);
+            refusals++;
         } else {
-            int n = 1 + (int)((r >> 8) % max_tokens), dense = (int)((r >> 24) % 4);
-            int lp = 1 + (int)((r >> 28) % 11); /* 1 .. max_pages + 1 */
-            int rc = r % 3 == 1 ? kv_cache_admit(kv, n, &slot)
-                                : kv_cache_admit_offload(kv, n, dense, lp, &slot);
-            int64_t need = r % 3 == 1 ? 3 * kv_cache_pages_for(kv, n)
-                                      : kv_cache_params_offload_pages(&kp, n, dense, lp);
-            if (rc == PULSE_OK) {
-                live[slot] = 1, pages[slot] = need, admits++, offloads += r % 3 == 2;
-                for (int l = dense; r % 3 == 2 && l < 3; l++) {
-                    int n_own;
-                    const int32_t *own = kv_cache_owned_pages(kv, slot, l, &n_own);
-                    const int32_t *row = kv_cache_host_page_ids(kv) + kv_cache_row(kv, slot, l);
-                    EXPECT_EQ_INT(n_own, lp);
-                    EXPECT_EQ_INT(row[kv_cache_pages_for(kv, n) - 1], own[lp - 1]);
+            live[slot] = 1, pages[slot] = need, admits++, mapped += r % 3 == 2;
+            const int64_t nb = kv_cache_pages_for(kv, n);
+            for (int l = 0; r % 3 == 2 && l < 3; l++) {
+                int n_own;
+                const int32_t *own = kv_cache_owned_pages(kv, slot, l, &n_own);
+                const int32_t *row = kv_cache_host_page_ids(kv) + kv_cache_row(kv, slot, l);
+                if (maps[l].map == KV_MAP_ALL) {
+                    EXPECT_EQ_INT(n_own, nb);
+                } else if (maps[l].map == KV_MAP_TAIL) {
+                    EXPECT_EQ_INT(n_own, maps[l].pages);
+                    EXPECT_EQ_INT(row[nb - 1], own[maps[l].pages - 1]);
+                } else {
+                    /* a ring: the last n_own blocks on distinct pages, block i on page i mod n */
+                    EXPECT_EQ_INT(n_own, maps[l].pages < nb ? maps[l].pages : nb);
+                    rings++, wraps += nb > n_own;
+                    for (int64_t i = nb - n_own; i < nb; i++)
+                        for (int64_t j = i + 1; j < nb; j++)
+                            failures += row[i] == row[j];
+                    failures += row[nb - 1] != own[(nb - 1) % n_own];
                 }
-            } else {
-                EXPECT_EQ_INT(rc, PULSE_ERR_NOMEM);
-                refusals++;
             }
         }
         if (kv_cache_check(kv, err, sizeof err) != 0 && failures++ < 3)
-            fprintf(stderr, "offload iteration %d: %s\n", it, err);
+            fprintf(stderr, "mapped iteration %d: %s\n", it, err);
         struct kv_cache_stats st;
         kv_cache_get_stats(kv, &st);
         int64_t used = 0;
@@ -155,22 +172,27 @@ static void test_offload_sequences(void)
         failures += used != st.n_pages - st.free_pages;
     }
     EXPECT_EQ_INT(failures, 0);
-    EXPECT(offloads > 300 && admits > offloads && refusals > 50);
-    /* out of range: pages per sparse layer, dense layers */
+    EXPECT(mapped > 300 && admits > mapped && refusals > 50 && rings > 100 && wraps > 30);
+    /* out of range: pages per layer, map kinds */
     for (int s = 0; s < 6; s++)
         if (live[s]) kv_cache_release(kv, s);
     int slot;
-    EXPECT_EQ_INT(kv_cache_admit_offload(kv, 8, 1, 12, &slot), PULSE_ERR_INVALID);
-    EXPECT_EQ_INT(kv_cache_admit_offload(kv, 8, 1, 0, &slot), PULSE_ERR_INVALID);
-    EXPECT_EQ_INT(kv_cache_admit_offload(kv, 8, 4, 2, &slot), PULSE_ERR_INVALID);
-    EXPECT_EQ_INT(kv_cache_admit_offload(kv, 8, 3, 0, &slot), PULSE_OK); /* all dense: normal */
+    struct kv_layer_map bad_pages[3] = {{KV_MAP_ALL, 0}, {KV_MAP_TAIL, 12}, {KV_MAP_ALL, 0}};
+    struct kv_layer_map no_ring[3] = {{KV_MAP_RING, 0}, {KV_MAP_ALL, 0}, {KV_MAP_ALL, 0}};
+    struct kv_layer_map bad_kind[3] = {{KV_MAP_ALL, 0}, {KV_MAP_ALL, 0}, {3, 2}};
+    struct kv_layer_map all[3] = {{KV_MAP_ALL, 0}, {KV_MAP_ALL, 0}, {KV_MAP_ALL, 0}};
+    EXPECT_EQ_INT(kv_cache_admit_mapped(kv, 8, bad_pages, &slot), PULSE_ERR_INVALID);
+    EXPECT_EQ_INT(kv_cache_admit_mapped(kv, 8, no_ring, &slot), PULSE_ERR_INVALID);
+    EXPECT_EQ_INT(kv_cache_admit_mapped(kv, 8, bad_kind, &slot), PULSE_ERR_INVALID);
+    EXPECT_EQ_INT(kv_cache_admit_mapped(kv, 8, all, &slot), PULSE_OK); /* all in order: normal */
+    EXPECT_EQ_INT(kv_cache_params_mapped_pages(&kp, 8, all), 3 * kv_cache_pages_for(kv, 8));
     EXPECT_EQ_INT(kv_cache_check(kv, err, sizeof err), 0);
     kv_cache_free(kv);
 }
 
 int main(void)
 {
-    test_offload_sequences();
+    test_mapped_sequences();
     test_random_sequences(16);
     test_random_sequences(1);
     test_random_sequences(5);

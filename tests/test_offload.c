@@ -42,14 +42,17 @@
 struct run_cfg {
     const char *policy, *spec;
     int out_len, max_batch, page_size;
-    size_t kv_budget; /* GPU KV bytes; 0 = 64 MB */
+    size_t kv_budget;  /* GPU KV bytes; 0 = 64 MB */
+    const char *model; /* NULL: tiny */
 };
+
+#define MAX_TEST_LAYERS 8
 
 struct run_out {
     struct workload w;
     struct serve_counters ctr;
     struct offload_stats st;
-    struct offload_layer_stats ls[4];
+    struct offload_layer_stats ls[MAX_TEST_LAYERS];
     json_t *counters; /* offload_counters_json, or NULL */
     json_t *config;   /* offload_config_json, or NULL */
     int rc, check_rc;
@@ -79,7 +82,8 @@ static void serve(const struct run_cfg *c, struct offload_params *op, struct run
     r->rc = -1;
     if (workload_create(&r->w, c->spec, c->out_len, 1, err, sizeof err) != 0) return;
     const int max_tokens = workload_max_tokens(&r->w);
-    const struct model_config *m = model_config_find("tiny");
+    const struct model_config *m = model_config_find(c->model ? c->model : "tiny");
+    PULSE_CHECK(m->n_layers <= MAX_TEST_LAYERS, "test_offload: a model of at most 8 layers");
     struct engine_params ep = {.cfg = m,
                                .be = backend_find("cpu"),
                                .seed = 1,
@@ -115,7 +119,7 @@ static void serve(const struct run_cfg *c, struct offload_params *op, struct run
     if (o) {
         offload_get_stats(o, &r->st);
         EXPECT_EQ_INT(r->st.host_syncs, 0); /* verify_steps' checks are not counted here */
-        for (int l = 0; l < 4; l++)
+        for (int l = 0; l < m->n_layers; l++)
             offload_get_layer_stats(o, l, &r->ls[l]);
         r->counters = offload_counters_json(o);
         r->config = offload_config_json(o);
@@ -158,7 +162,7 @@ static void equal_case(const struct run_out *v, const char *policy, const char *
     p.prompt_kv = OFFLOAD_KV_SYNTHETIC;            /* vanilla's prompt KV */
     p.budget_tokens = 512 / page_size * page_size; /* >= every context: all blocks selected */
     p.selection = selection;
-    struct run_cfg ca = {policy, spec, 16, 2, page_size, 0};
+    struct run_cfg ca = {policy, spec, 16, 2, page_size, 0, NULL};
     serve(&ca, &p, &a);
     EXPECT_EQ_INT(a.rc, 0);
     EXPECT_EQ_INT(a.check_rc, 0);
@@ -185,7 +189,7 @@ static void test_equals_vanilla(void)
 {
     /* a 1-token prompt, odd lengths, a batch of 2 so the third request reuses a slot */
     struct run_out v;
-    struct run_cfg cv = {"vanilla", "lengths:100,37,1", 16, 2, 16, 0};
+    struct run_cfg cv = {"vanilla", "lengths:100,37,1", 16, 2, 16, 0, NULL};
     serve(&cv, NULL, &v);
     EXPECT_EQ_INT(v.rc, 0);
     EXPECT_EQ_INT(v.ctr.recall_bytes, 0);
@@ -198,7 +202,7 @@ static void test_equals_vanilla(void)
     }
     run_free(&v);
     /* one-token pages: a tail flush every step */
-    struct run_cfg c1 = {"vanilla", "lengths:61,130", 16, 2, 1, 0};
+    struct run_cfg c1 = {"vanilla", "lengths:61,130", 16, 2, 1, 0, NULL};
     serve(&c1, NULL, &v);
     EXPECT_EQ_INT(v.rc, 0);
     equal_case(&v, "arkvale", c1.spec, 1, OFFLOAD_HEADWISE, 1, RECALL_PER_BLOCK);
@@ -289,7 +293,7 @@ static void test_lookahead_layers(void)
             p.budget_tokens = 256;
             p.n_dense = dense[d];
             p.engine = (enum recall_engine)eng;
-            struct run_cfg c = {"arkvale", "lengths:1500,900,1300", 14, 3, 16, 0};
+            struct run_cfg c = {"arkvale", "lengths:1500,900,1300", 14, 3, 16, 0, NULL};
             struct run_out r;
             serve(&c, &p, &r);
             EXPECT_EQ_INT(r.rc, 0);
@@ -303,7 +307,7 @@ static void test_small_budget(void)
 {
     struct offload_params p = defaults();
     p.budget_tokens = 512; /* 32 of ~130 blocks */
-    struct run_cfg c = {"arkvale", "lengths:2048,1900,2100,1600", 25, 4, 16, 0};
+    struct run_cfg c = {"arkvale", "lengths:2048,1900,2100,1600", 25, 4, 16, 0, NULL};
     struct run_out r;
     serve(&c, &p, &r);
     infinigen_same(&c, &p, &r);
@@ -340,7 +344,7 @@ static void test_solohead_engines(void)
         p.budget_tokens = 128;
         p.selection = OFFLOAD_SOLOHEAD;
         p.engine = (enum recall_engine)eng;
-        struct run_cfg c = {"arkvale", "lengths:600,500,700", 12, 3, 16, 0};
+        struct run_cfg c = {"arkvale", "lengths:600,500,700", 12, 3, 16, 0, NULL};
         struct run_out r;
         serve(&c, &p, &r);
         EXPECT_EQ_INT(r.rc, 0);
@@ -365,7 +369,7 @@ static void test_solohead_engines(void)
     struct offload_params p = defaults();
     p.budget_tokens = 128;
     p.selection = OFFLOAD_SOLOHEAD;
-    struct run_cfg c = {"arkvale", "lengths:600,500,700", 12, 3, 16, 130 * 8192};
+    struct run_cfg c = {"arkvale", "lengths:600,500,700", 12, 3, 16, 130 * 8192, NULL};
     struct run_out r;
     serve(&c, &p, &r);
     EXPECT_EQ_INT(r.rc, 0);
@@ -398,7 +402,6 @@ static const struct bad_case bad[] = {
     {"--head-profile /nonexistent/h.json", "--head-profile: only with --selection solohead"},
     {"--selection solohead --head-profile /nonexistent/h.json", "--head-profile: "},
     {"--recall-cap-gbps 0", "--recall-cap-gbps: '0' is not a number"},
-    {"--model tiny-gemma3", "sliding-window layers"},
     {"--query model", "--query: 'model' is not locality or real"},
     {"--query real", "the real query selects over a real prompt's keys: it needs --prompt-kv prefill"},
 };
@@ -477,7 +480,7 @@ static void test_no_host_sync(void)
                 p.budget_tokens = 64;
                 p.selection = sel;
                 p.engine = (enum recall_engine)eng;
-                struct run_cfg c = {pols[pi], "lengths:300,170,260", 10, 2, 16, 0};
+                struct run_cfg c = {pols[pi], "lengths:300,170,260", 10, 2, 16, 0, NULL};
                 struct run_out r;
                 serve(&c, &p, &r);
                 EXPECT_EQ_INT(r.rc, 0);
@@ -493,7 +496,7 @@ static void test_no_host_sync(void)
             }
     struct offload_params p = defaults(); /* verify_steps on */
     p.budget_tokens = 64;
-    struct run_cfg c = {"arkvale", "lengths:300,170", 6, 2, 16, 0};
+    struct run_cfg c = {"arkvale", "lengths:300,170", 6, 2, 16, 0, NULL};
     struct run_out r;
     serve(&c, &p, &r);
     EXPECT_EQ_INT(r.rc, 0);
@@ -549,7 +552,7 @@ static void test_failing_link(void)
     int64_t transient = 0, dead = 0, lost = 0, delayed = 0;
     for (int pi = 0; pi < 2; pi++)
         for (int ei = 0; ei < 2; ei++) {
-            struct run_cfg c = {pols[pi], "lengths:300,170,90", 8, 2, 16, 0};
+            struct run_cfg c = {pols[pi], "lengths:300,170,90", 8, 2, 16, 0, NULL};
             struct offload_params p = defaults();
             p.budget_tokens = 64;
             p.engine = engs[ei];
@@ -798,9 +801,10 @@ static void test_cap_fraction(void)
  * prompt (chunks of 16; the runtime's are of its max_batch: the same tokens) on its own engine
  * and cache, then out_len greedy steps with policy
  * `sparse` at budget 32 on every layer (tiny: all global), selector KV head 1. */
-static void accuracy_tokens(int req_id, int prompt_len, int out_len, int sparse, int32_t *out)
+static void accuracy_tokens(const char *model, int req_id, int prompt_len, int out_len, int sparse,
+                            const int32_t *selector, int32_t *out)
 {
-    const struct model_config *m = model_config_find("tiny");
+    const struct model_config *m = model_config_find(model);
     const int T = prompt_len + out_len;
     char err[256];
     struct engine_params ep = {
@@ -821,8 +825,7 @@ static void accuracy_tokens(int req_id, int prompt_len, int out_len, int sparse,
     }
     prefill_set_prompts(pf, real_prompt, NULL);
     int32_t tok = prefill_run(pf, kv, slot, req_id, prompt_len, T);
-    static const int32_t sel[4] = {1, 1, 1, 1};
-    struct sparse_params sp = {sparse, 32, 1, 2, sparse == SPARSE_SOLOHEAD ? sel : NULL};
+    struct sparse_params sp = {sparse, 32, 1, 2, sparse == SPARSE_SOLOHEAD ? selector : NULL};
     EXPECT_EQ_INT(sparse_attn_configure(sa, &sp, slot, err, sizeof err), PULSE_OK);
     struct engine_layer_hook h = sparse_attn_hook(sa);
     batch_set_hook(bt, &h);
@@ -869,7 +872,7 @@ static void test_real_query(void)
         p.engine = cases[c].engine;
         p.prompt_kv = OFFLOAD_KV_PREFILL;
         p.query = OFFLOAD_QUERY_REAL;
-        struct run_cfg rc = {cases[c].policy, "lengths:150,230", 10, 2, 16, 0};
+        struct run_cfg rc = {cases[c].policy, "lengths:150,230", 10, 2, 16, 0, NULL};
         struct run_out r;
         serve(&rc, &p, &r);
         EXPECT_EQ_INT(r.rc, 0);
@@ -881,9 +884,10 @@ static void test_real_query(void)
         for (int i = 0; i < r.w.n && same; i++) {
             int32_t want[16];
             const struct request *q = &r.w.reqs[i];
-            accuracy_tokens(q->id, q->prompt_len, q->output_len, cases[c].sparse, want);
+            accuracy_tokens("tiny", q->id, q->prompt_len, q->output_len, cases[c].sparse, sel,
+                            want);
             same &= memcmp(want, q->tokens, sizeof(int32_t) * q->output_len) == 0;
-            accuracy_tokens(q->id, q->prompt_len, q->output_len, SPARSE_FULL, want);
+            accuracy_tokens("tiny", q->id, q->prompt_len, q->output_len, SPARSE_FULL, sel, want);
             differ_from_full += memcmp(want, q->tokens, sizeof(int32_t) * q->output_len) != 0;
         }
         EXPECT(same);
@@ -909,6 +913,140 @@ static void test_real_query(void)
     EXPECT_EQ_INT(offload_params_check(&p, m, &kp, err, sizeof err), PULSE_OK);
 }
 
+/* ------------------------------------------------------------------ sliding-window models */
+
+/* Layer l of tiny-gemma3 is offloaded (selected) under n_dense: a global layer past them. */
+static int gemma_sparse(int l, int n_dense)
+{
+    return model_layer_is_global(model_config_find("tiny-gemma3"), l) && l >= n_dense;
+}
+
+/* tiny-gemma3 (6 layers, 2 and 5 global, a 24-token window, one KV head): the window layers
+ * keep their window in a ring of GPU pages, the global layers past the dense ones are
+ * offloaded. With a covering budget on vanilla's prompt KV, arkvale (every engine) and
+ * infinigen decode vanilla's tokens through prompts that wrap the rings, and one block of
+ * budget makes them differ; the config names every layer's kind; only the sparse layers
+ * select; a request's GPU pages are the rings, the sparse layers' hot slots and tails, and the
+ * dense layers' blocks. */
+static void test_sliding_window(void)
+{
+    const char *spec = "lengths:100,37,70"; /* 100 and 70 > the window: the rings wrap */
+    struct run_out v;
+    struct run_cfg cv = {"vanilla", spec, 16, 2, 16, 0, "tiny-gemma3"};
+    serve(&cv, NULL, &v);
+    EXPECT_EQ_INT(v.rc, 0);
+    static const struct {
+        const char *policy;
+        enum recall_engine engine;
+        int n_dense;
+    } cases[] = {{"arkvale", RECALL_PER_BLOCK, 2},      {"arkvale", RECALL_ZERO_COPY, 0},
+                 {"arkvale", RECALL_GATHER_SCATTER, 3}, {"infinigen", RECALL_PER_BLOCK, 0},
+                 {"infinigen", RECALL_ZERO_COPY, 2}};
+    for (size_t c = 0; c < PULSE_ARRAY_LEN(cases); c++) {
+        struct offload_params p = defaults();
+        p.engine = cases[c].engine;
+        p.n_dense = cases[c].n_dense;
+        p.prompt_kv = OFFLOAD_KV_SYNTHETIC;
+        p.budget_tokens = 512;
+        struct run_cfg ca = {cases[c].policy, spec, 16, 2, 16, 0, "tiny-gemma3"};
+        struct run_out a;
+        serve(&ca, &p, &a);
+        EXPECT_EQ_INT(a.rc, 0);
+        EXPECT_EQ_INT(a.check_rc, 0);
+        const int eq = same_tokens(&v.w, &a.w);
+        if (!eq) fprintf(stderr, "sliding window: %s case %zu differs from vanilla\n", ca.policy, c);
+        EXPECT(eq);
+        EXPECT(a.ctr.recall_bytes > 0);
+        EXPECT_EQ_INT(a.ctr.step_alloc_calls, 0);
+        int n_sparse = 0, rings = 0;
+        json_t *kinds = json_object_get(a.config, "layer_kinds");
+        EXPECT_EQ_INT(json_array_size(kinds), 6);
+        for (int l = 0; l < 6; l++) {
+            const int sp = gemma_sparse(l, p.n_dense);
+            const int win = !model_layer_is_global(model_config_find("tiny-gemma3"), l);
+            const char *k = json_string_value(json_array_get(kinds, (size_t)l));
+            EXPECT(k && !strcmp(k, sp ? "sparse" : win ? "window" : "dense"));
+            EXPECT(sp ? a.ls[l].selections > 0 && a.ls[l].tail_flushes > 0
+                      : a.ls[l].selections == 0);
+            n_sparse += sp, rings += win;
+        }
+        EXPECT_EQ_INT(json_array_size(json_object_get(a.counters, "layers")), (size_t)n_sparse);
+        /* max 100 + 16 tokens = 8 blocks; a ring of ceil(24 / 16) + 1 = 3 */
+        const int hot = (int)json_integer_value(json_object_get(a.config, "hot_slots"));
+        EXPECT_EQ_INT(a.st.gpu_pages_per_request_max,
+                      rings * 3 + n_sparse * (hot + 1) + (6 - rings - n_sparse) * 8);
+        run_free(&a);
+        if (c) continue;
+        p.budget_tokens = 16; /* the control: one block of budget */
+        serve(&ca, &p, &a);
+        EXPECT_EQ_INT(a.rc, 0);
+        EXPECT(!same_tokens(&v.w, &a.w));
+        run_free(&a);
+    }
+    run_free(&v);
+    /* a model whose every layer past the dense ones has a window: nothing to offload */
+    struct model_config m = *model_config_find("tiny-gemma3");
+    m.sliding_pattern = 100; /* no global layer among the 6 */
+    struct kv_cache_params kp = {m.n_layers, m.n_kv_heads, m.head_dim, 16, 1 << 20, 1, 64};
+    struct offload_params p = defaults();
+    char err[256];
+    EXPECT_EQ_INT(offload_params_check(&p, &m, &kp, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "no layer to offload");
+    EXPECT_EQ_INT(offload_sparse_layers(&p, &m), 0);
+    EXPECT_EQ_INT(offload_sparse_layers(&p, model_config_find("tiny-gemma3")), 2);
+}
+
+/* The real query on tiny-gemma3 with real prompts: the serving path (window layers in their
+ * rings, the global layers offloaded and selected) decodes the accuracy path's tokens for
+ * head-wise and InfiniGen selection on the host-planned and the device-driven path. */
+static void test_sliding_window_real_query(void)
+{
+    static const struct {
+        const char *policy;
+        int sparse;
+        enum recall_engine engine;
+    } cases[] = {{"arkvale", SPARSE_HEADWISE, RECALL_PER_BLOCK},
+                 {"arkvale", SPARSE_HEADWISE, RECALL_ZERO_COPY},
+                 {"infinigen", SPARSE_INFINIGEN, RECALL_PER_BLOCK},
+                 {"infinigen", SPARSE_INFINIGEN, RECALL_GATHER_SCATTER}};
+    static const int32_t sel[6] = {0};
+    g_real_prompts = 1;
+    int differ_from_full = 0, requests = 0;
+    for (size_t c = 0; c < PULSE_ARRAY_LEN(cases); c++) {
+        struct offload_params p = defaults();
+        p.budget_tokens = 32;
+        p.n_dense = 0;
+        p.engine = cases[c].engine;
+        p.prompt_kv = OFFLOAD_KV_PREFILL;
+        p.query = OFFLOAD_QUERY_REAL;
+        struct run_cfg rc = {cases[c].policy, "lengths:150,230", 10, 2, 16, 0, "tiny-gemma3"};
+        struct run_out r;
+        serve(&rc, &p, &r);
+        EXPECT_EQ_INT(r.rc, 0);
+        EXPECT_EQ_INT(r.check_rc, 0);
+        EXPECT(r.st.recall_bytes > 0);
+        int same = r.rc == 0;
+        for (int i = 0; i < r.w.n && same; i++, requests++) {
+            int32_t want[16];
+            const struct request *q = &r.w.reqs[i];
+            accuracy_tokens("tiny-gemma3", q->id, q->prompt_len, q->output_len, cases[c].sparse,
+                            sel, want);
+            same &= memcmp(want, q->tokens, sizeof(int32_t) * q->output_len) == 0;
+            accuracy_tokens("tiny-gemma3", q->id, q->prompt_len, q->output_len, SPARSE_FULL, sel,
+                            want);
+            differ_from_full += memcmp(want, q->tokens, sizeof(int32_t) * q->output_len) != 0;
+        }
+        EXPECT(same);
+        fprintf(stderr, "sliding window, real query, %s %s: serving tokens %s the accuracy path's\n",
+                cases[c].policy, recall_engine_name(cases[c].engine), same ? "equal" : "DIFFER from");
+        run_free(&r);
+    }
+    g_real_prompts = 0;
+    EXPECT(differ_from_full > 0);
+    fprintf(stderr, "sliding window, real query: %d of %d requests differ from full attention\n",
+            differ_from_full, requests);
+}
+
 static void timed(const char *name, void (*fn)(void))
 {
     double t0 = pulse_now();
@@ -932,5 +1070,7 @@ int main(void)
     timed("gs_knobs", test_gs_knobs);
     timed("cap_fraction", test_cap_fraction);
     timed("real_query", test_real_query);
+    timed("sliding_window", test_sliding_window);
+    timed("sliding_window_real_query", test_sliding_window_real_query);
     return tu_finish("test_offload");
 }

@@ -31,10 +31,10 @@ struct rig {
     int max_tokens, page_size;
 };
 
-static int rig_init(struct rig *r, int max_tokens, int page_size)
+static int rig_init_model(struct rig *r, const char *model, int max_tokens, int page_size)
 {
     char err[256];
-    r->m = model_config_find("tiny");
+    r->m = model_config_find(model);
     r->max_tokens = max_tokens, r->page_size = page_size;
     struct engine_params ep = {.cfg = r->m,
                                .be = backend_find("cpu"),
@@ -47,6 +47,11 @@ static int rig_init(struct rig *r, int max_tokens, int page_size)
     r->kv = r->e ? kv_cache_create(&kp, ep.be, engine_ctx(r->e), err, sizeof err) : NULL;
     if (!r->kv) fprintf(stderr, "rig: %s\n", err);
     return r->kv ? 0 : -1;
+}
+
+static int rig_init(struct rig *r, int max_tokens, int page_size)
+{
+    return rig_init_model(r, "tiny", max_tokens, page_size);
 }
 
 static void rig_free(struct rig *r)
@@ -152,13 +157,14 @@ static int nonzero(const char *p, size_t n)
 }
 
 /* Admits one request of prompt_len tokens with OFFLOAD_KV_PREFILL beside a plain cache slot
- * prefilled with the same prompt, and compares their bytes. */
-static void host_pool_case(int prompt_len, int page_size)
+ * prefilled with the same prompt, and compares their bytes: a dense layer's GPU pages, a
+ * window layer's ring (the blocks it keeps), a sparse layer's host blocks and tail page. */
+static void host_pool_case(const char *model, int prompt_len, int page_size)
 {
     char err[256], why[256];
     struct rig r;
     const int n_tokens = prompt_len + 20, req = 7;
-    if (rig_init(&r, n_tokens, page_size)) return;
+    if (rig_init_model(&r, model, n_tokens, page_size)) return;
     struct kv_cache_params kp = {
         r.m->n_layers, r.m->n_kv_heads, r.m->head_dim, page_size, 8u << 20, 1, n_tokens};
     const struct backend *be = backend_find("cpu");
@@ -182,21 +188,27 @@ static void host_pool_case(int prompt_len, int page_size)
     const size_t pb = kv_cache_page_bytes(ref);
     EXPECT(pb <= sizeof a);
     const int nb = (int)PULSE_CEIL_DIV(prompt_len, page_size);
-    int diffs = 0, zero = 0;
+    int diffs = 0, zero = 0, ring_blocks = 0;
     for (int l = 0; l < r.m->n_layers; l++) {
         int n_ref, n_own;
+        const int kind = offload_kind(o, l);
         const int32_t *rp = kv_cache_owned_pages(ref, rs, l, &n_ref);
         const int32_t *own = kv_cache_owned_pages(r.kv, slot, l, &n_own);
-        for (int i = 0; i < nb; i++) {
+        const int32_t *row = kv_cache_host_page_ids(r.kv) + kv_cache_row(r.kv, slot, l);
+        /* a window layer keeps its last n_own blocks, block i on its row's page */
+        const int lo = kind == OFFLOAD_LAYER_WINDOW && nb > n_own ? nb - n_own : 0;
+        for (int i = lo; i < nb; i++) {
             get_page(&r, ref, rp[i], a);
             zero += !nonzero(a, pb);
-            if (l < p.n_dense) /* dense: the request's own GPU pages */
-                get_page(&r, r.kv, own[i], b);
+            if (kind != OFFLOAD_LAYER_SPARSE) /* the request's own GPU pages */
+                get_page(&r, r.kv, row[i], b);
             else
                 memcpy(b, offload_host_block(o, slot, l, i), pb);
             diffs += memcmp(a, b, pb) != 0;
+            ring_blocks += kind == OFFLOAD_LAYER_WINDOW;
         }
-        if (l >= p.n_dense && prompt_len % page_size) { /* the partial last block: the tail */
+        if (kind == OFFLOAD_LAYER_WINDOW) EXPECT(n_own < nb); /* the cases wrap the ring */
+        if (kind == OFFLOAD_LAYER_SPARSE && prompt_len % page_size) { /* the partial last block: the tail */
             get_page(&r, r.kv, own[n_own - 1], b);
             get_page(&r, ref, rp[nb - 1], a);
             diffs += memcmp(a, b, pb) != 0;
@@ -204,8 +216,10 @@ static void host_pool_case(int prompt_len, int page_size)
     }
     EXPECT_EQ_INT(diffs, 0);
     EXPECT_EQ_INT(zero, 0); /* real keys and values, not zeros */
+    EXPECT(ring_blocks > 0 || r.m->sliding_window == 0);
     EXPECT_EQ_INT(offload_check(o, err, sizeof err), 0);
-    if (diffs) fprintf(stderr, "host pool case: prompt %d, page size %d\n", prompt_len, page_size);
+    if (diffs)
+        fprintf(stderr, "host pool case: %s, prompt %d, page size %d\n", model, prompt_len, page_size);
 out:
     offload_free(o);
     query_source_free(p.source);
@@ -216,9 +230,12 @@ out:
 
 static void test_host_pool_bytes(void)
 {
-    host_pool_case(100, 16); /* a partial last block */
-    host_pool_case(64, 16);  /* whole blocks */
-    host_pool_case(37, 1);   /* one-token pages */
+    host_pool_case("tiny", 100, 16); /* a partial last block */
+    host_pool_case("tiny", 64, 16);  /* whole blocks */
+    host_pool_case("tiny", 37, 1);   /* one-token pages */
+    /* window layers (a 24-token window): rings of 3 pages of 16, and of 25 one-token pages */
+    host_pool_case("tiny-gemma3", 100, 16);
+    host_pool_case("tiny-gemma3", 37, 1);
 }
 
 /* CPU prefill speed of the tiny model (chunks of 64), printed for the record. */

@@ -16,7 +16,7 @@
  *                  {"layer": 2, "dense": false, "churn": [8 values], "samples": 0}, ..]}
  *    "layers" holds one entry per layer in order; a dense layer (kept whole on the GPU, no
  *    selection) has no "churn". Unknown keys are rejected (a typo must not silently fall back).
- *    Default profile: first n_dense (2) layers dense; the other layers get medians log-spaced
+ *    Default profile: the dense layers the params name (default the first 2); the others get medians log-spaced
  *    from 0.04 to 0.20 (5x, the paper's observation), assigned to layers by a seeded shuffle;
  *    each layer's shape is a lognormal with sigma 0.5 (p90 = 1.9x, p99 = 3.2x the median, long
  *    tail) tabulated at the levels, p0 = 0 and p100 = the lognormal's 99.9th percentile,
@@ -120,7 +120,8 @@ struct locality_profile {
 
 struct locality_default_params {
     int n_layers;     /* 1..LOC_MAX_LAYERS */
-    int n_dense;      /* leading dense layers (default 2), 0..n_layers */
+    uint8_t dense[LOC_MAX_LAYERS]; /* 1: a layer without selection (default: the first 2 when
+                                      there are more than 2 layers) */
     double median_lo; /* smallest layer median (default 0.04) */
     double median_hi; /* largest layer median (default 0.20), >= median_lo, <= 1 */
     double sigma;     /* lognormal shape of every layer (default 0.5), >= 0 */

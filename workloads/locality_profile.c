@@ -43,7 +43,8 @@ void locality_default_params_init(struct locality_default_params *p, int n_layer
 {
     memset(p, 0, sizeof *p);
     p->n_layers = n_layers;
-    p->n_dense = n_layers > 2 ? 2 : 0;
+    for (int l = 0; l < 2 && n_layers > 2; l++)
+        p->dense[l] = 1;
     p->median_lo = 0.04;
     p->median_hi = 0.20;
     p->sigma = 0.5;
@@ -56,8 +57,6 @@ int locality_profile_default(struct locality_profile *out, const struct locality
     const char *why = NULL;
     if (p->n_layers < 1 || p->n_layers > LOC_MAX_LAYERS)
         why = "n_layers must be in 1..256";
-    else if (p->n_dense < 0 || p->n_dense > p->n_layers)
-        why = "n_dense must be in 0..n_layers";
     else if (!(p->median_lo > 0.0 && p->median_lo <= p->median_hi && p->median_hi <= 1.0))
         why = "medians must satisfy 0 < median_lo <= median_hi <= 1";
     else if (!(p->sigma >= 0.0 && p->sigma <= 4.0))
@@ -71,7 +70,9 @@ int locality_profile_default(struct locality_profile *out, const struct locality
     set_levels_default(out);
     copy_str(out->source, sizeof out->source, "default");
     out->seed = p->seed;
-    const int n_sparse = p->n_layers - p->n_dense;
+    int n_sparse = 0;
+    for (int l = 0; l < p->n_layers; l++)
+        n_sparse += !p->dense[l];
     /* medians log-spaced over the sparse layers, then a seeded Fisher-Yates shuffle */
     int32_t order[LOC_MAX_LAYERS];
     for (int i = 0; i < n_sparse; i++)
@@ -82,12 +83,12 @@ int locality_profile_default(struct locality_profile *out, const struct locality
         order[i - 1] = order[j];
         order[j] = t;
     }
-    for (int l = 0; l < p->n_layers; l++) {
-        if (l < p->n_dense) {
+    for (int l = 0, sl = 0; l < p->n_layers; l++) {
+        if (p->dense[l]) {
             out->dense[l] = 1;
             continue;
         }
-        int rank = order[l - p->n_dense];
+        int rank = order[sl++];
         double f = n_sparse > 1 ? (double)rank / (n_sparse - 1) : 0.0;
         double med = p->median_lo * pow(p->median_hi / p->median_lo, f);
         for (int k = 0; k < N_DEFAULT_LEVELS; k++) {

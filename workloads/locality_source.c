@@ -22,18 +22,20 @@ struct locality_source {
         return PULSE_ERR_INVALID;                                                                  \
     } while (0)
 
-int locality_profile_fits(const struct locality_profile *f, int n_layers, int n_dense,
+_Static_assert(LOC_MAX_LAYERS == QUERY_SOURCE_MAX_LAYERS, "a profile's layers are a shape's");
+
+int locality_profile_fits(const struct locality_profile *f, const struct query_source_shape *sh,
                           const char *model, char *err, size_t errlen)
 {
     if (!f) return PULSE_OK;
-    if (f->n_layers != n_layers)
+    if (f->n_layers != sh->n_layers)
         BAD("locality profile: %d layers, model %s has %d", f->n_layers,
-            model ? model : "(unnamed)", n_layers);
-    for (int l = 0; l < n_layers; l++)
-        if (!f->dense[l] != !(l < n_dense))
-            BAD("locality profile: layer %d is %s, but the policy keeps exactly the first %d "
-                "layers dense",
-                l, f->dense[l] ? "dense" : "sparse", n_dense);
+            model ? model : "(unnamed)", sh->n_layers);
+    for (int l = 0; l < sh->n_layers; l++)
+        if (!f->dense[l] != !sh->dense[l])
+            BAD("locality profile: layer %d is %s, but the policy %s it (dense layers and "
+                "sliding-window layers are not selected)",
+                l, f->dense[l] ? "dense" : "sparse", sh->dense[l] ? "does not select" : "selects");
     return PULSE_OK;
 }
 
@@ -144,14 +146,14 @@ static int make(struct locality_source *s, const struct query_source_shape *sh,
                 const struct locality_source_params *p, char *err, size_t errlen)
 {
     char why[256];
-    if (locality_profile_fits(p->profile, sh->n_layers, sh->n_dense, p->model, err, errlen))
+    if (locality_profile_fits(p->profile, sh, p->model, err, errlen))
         return PULSE_ERR_INVALID;
     if (p->profile) {
         s->prof = *p->profile;
     } else {
         struct locality_default_params dp;
         locality_default_params_init(&dp, sh->n_layers, sh->seed);
-        dp.n_dense = sh->n_dense;
+        memcpy(dp.dense, sh->dense, sizeof dp.dense);
         if (locality_profile_default(&s->prof, &dp, why, sizeof why) != PULSE_OK) BAD("%s", why);
     }
     /* when the budget covers every block (or is 0), the selection does not depend on the

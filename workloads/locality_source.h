@@ -11,16 +11,17 @@
 
 struct locality_source_params {
     const struct locality_profile *profile; /* churn per layer (copied); NULL = the default
-                                               profile, its first n_dense layers dense */
+                                               profile, dense where the shape is */
     int calib_tokens;   /* calibration context; 0 = the run's typical context within [2 x the
                            selected tokens, max(that, 16384)], or locality's default */
     int typical_tokens; /* the run's typical context (e.g. the mean prompt); 0 = unknown */
     const char *model;  /* names the model in messages; may be NULL */
 };
 
-/* PULSE_OK when prof has n_layers layers of which exactly the first n_dense are dense, else
- * PULSE_ERR_INVALID with the first mismatch in err (prof NULL: PULSE_OK). */
-int locality_profile_fits(const struct locality_profile *prof, int n_layers, int n_dense,
+/* PULSE_OK when prof has the shape's layers, dense exactly where the shape's are (the layers the
+ * runtime does not select: offload_source_shape), else PULSE_ERR_INVALID with the first mismatch
+ * in err (prof NULL: PULSE_OK). */
+int locality_profile_fits(const struct locality_profile *prof, const struct query_source_shape *sh,
                           const char *model, char *err, size_t errlen);
 
 /* The source for shape sh (offload_source_shape): checks the profile against it, calibrates
