@@ -8,7 +8,10 @@
  *    block's GPU copy equals its host copy), move bytes, and allocate nothing in a step;
  * 3. the same run on the CPU: selections agree up to fp32 ties of the scores (select.h), so the
  *    recall bytes are compared loosely and the token agreement is reported; infinigen on CUDA
- *    makes arkvale's selections (same tokens and bytes) with its recall one layer ahead.
+ *    makes arkvale's selections (same tokens and bytes) with its recall one layer ahead;
+ * 4. tiny-gemma3 (sliding-window layers kept in rings of GPU pages, the prompt KV generated on
+ *    the device through the staging): with a covering budget arkvale and infinigen decode
+ *    vanilla's tokens on CUDA.
  * Exit 77 without a GPU. */
 #include <string.h>
 
@@ -30,6 +33,8 @@ struct run_out {
     int rc, created;
 };
 
+static const char *g_model = "tiny";
+
 /* Serves spec with `policy` on backend `be` (offload params p for offload policies). */
 static void serve(const char *be_name, const char *policy, const char *spec, int out_len,
                   struct offload_params *p, struct run_out *r)
@@ -39,7 +44,7 @@ static void serve(const char *be_name, const char *policy, const char *spec, int
     r->rc = -1;
     if (workload_create(&r->w, spec, out_len, 1, err, sizeof err) != 0) return;
     const int max_tokens = workload_max_tokens(&r->w), max_batch = 4;
-    const struct model_config *m = model_config_find("tiny");
+    const struct model_config *m = model_config_find(g_model);
     struct engine_params ep = {.cfg = m,
                                .be = backend_find(be_name),
                                .seed = 1,
@@ -172,6 +177,34 @@ static void test_engines(void)
     workload_free(&ref.w);
 }
 
+static void test_sliding_window(void)
+{
+    const char *spec = "lengths:300,137,61";
+    struct run_out v, a;
+    g_model = "tiny-gemma3";
+    serve("cuda", "vanilla", spec, 24, NULL, &v);
+    EXPECT_EQ_INT(v.rc, 0);
+    const char *pols[] = {"arkvale", "arkvale", "infinigen"};
+    const enum recall_engine engs[] = {RECALL_PER_BLOCK, RECALL_ZERO_COPY, RECALL_GATHER_SCATTER};
+    for (int i = 0; i < 3; i++) {
+        struct offload_params p = params(512, OFFLOAD_HEADWISE, engs[i]);
+        p.prompt_kv = OFFLOAD_KV_SYNTHETIC;
+        p.verify_steps = 0;
+        serve("cuda", pols[i], spec, 24, &p, &a);
+        EXPECT_EQ_INT(a.rc, 0);
+        EXPECT_EQ_INT(a.ctr.step_host_syncs, 0);
+        EXPECT_EQ_INT(a.st.prompt_kv_device, 1); /* the window rings filled through the staging */
+        const int eq = same_tokens(&v.w, &a.w);
+        fprintf(stderr, "tiny-gemma3 %s %s, budget covering the context: tokens %s vanilla's on cuda\n",
+                pols[i], recall_engine_name(engs[i]), eq ? "equal" : "DIFFER from");
+        EXPECT(eq);
+        EXPECT(a.ctr.recall_bytes > 0);
+        workload_free(&a.w);
+    }
+    workload_free(&v.w);
+    g_model = "tiny";
+}
+
 int main(void)
 {
     if (!backend_cuda_available()) {
@@ -180,5 +213,6 @@ int main(void)
     }
     test_equals_vanilla();
     test_engines();
+    test_sliding_window();
     return tu_finish("test_offload_gpu");
 }
