@@ -12,7 +12,7 @@
 #   accuracy  pulse accuracy on the assembled model over the synthetic sets in ACC_DATA
 #             (default .accdata; ACC_SAMPLES samples per task and length, default 10;
 #             ACC_LENGTHS, ACC_TASKS, ACC_POLICIES (default: the model's, pulse accuracy --help),
-#             ACC_BUDGETS).
+#             ACC_BUDGETS; ACC_ARGS more flags, e.g. --check-serving).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/out}
@@ -259,7 +259,7 @@ if has accuracy && [ -f /tmp/model/gemma.gguf ]; then
         --data "${ACC_DATA:-$root/.accdata}" --lengths "${ACC_LENGTHS:-4096,8192,16384}" \
         --tasks "${ACC_TASKS:-passkey,niah_multikey,variable_tracking,kv_retrieval}" \
         ${ACC_POLICIES:+--policies "$ACC_POLICIES"} ${ACC_BUDGETS:+--budgets "$ACC_BUDGETS"} \
-        --samples "${ACC_SAMPLES:-10}" --calib-samples 2 --max-gen 32 \
+        --samples "${ACC_SAMPLES:-10}" --calib-samples 2 --max-gen 32 ${ACC_ARGS:-} \
         --out "$out/accuracy.json" --churn-profile "$out/churn_profile.json" \
         >"$out/accuracy.txt" 2>&1
     summary+=("accuracy exit $?")
