@@ -86,7 +86,9 @@ int serve_path_decode(struct serve_path *s, const int32_t *ids, int n, int max_g
         return PULSE_ERR_INVALID;
     }
     s->ids = ids, s->n_ids = n;
-    const int req = s->next_req++, reserved = n + max_gen;
+    /* reserved as the accuracy session's entries are (its max_tokens): the same attention
+     * bounds, so the same split plans on CUDA */
+    const int req = s->next_req++, reserved = s->max_tokens;
     int slot, rc = offload_admit(s->o, req, n, reserved, &slot, err, errlen);
     if (rc != PULSE_OK) return rc;
     int32_t tok = offload_first_token(s->o, slot);

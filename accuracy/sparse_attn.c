@@ -71,6 +71,7 @@ struct sparse_attn {
     const struct kctx *ctx;
     struct sel_fns fn;
     int bs, max_blocks, slot;
+    int max_tokens; /* the entries' reservation (sparse_attn_create's): the attention's bound */
     struct sparse_params p;
     struct select_cfg one; /* one query head against one KV head's digests */
     struct select_cfg kvh; /* a KV head's query heads summed (headwise, solohead) */
@@ -181,6 +182,7 @@ struct sparse_attn *sparse_attn_create(struct engine *e, const struct kv_cache *
     s->ctx = engine_ctx(e);
     s->bs = page_size;
     s->max_blocks = max_blocks;
+    s->max_tokens = max_tokens;
     s->fn = fns_ref;
 #ifdef PULSE_HAVE_CUDA
     if (s->be->mem == MEM_DEVICE) s->fn = fns_cuda;
@@ -332,7 +334,7 @@ static void lists_to_pages(struct sparse_attn *s, int layer, int n_lists, int n_
 /* Attention of query heads [h0, h0 + nq) over list l's pages: of every KV head (kv_head < 0,
  * nq = all query heads), or of KV head kv_head alone (its G query heads or one of them). */
 static void attend_list(struct sparse_attn *s, const struct kv_view *kv, const uint16_t *q,
-                        uint16_t *out, int l, int kv_head, int h0, int nq, int n_tokens)
+                        uint16_t *out, int l, int kv_head, int h0, int nq)
 {
     struct kv_view v = *kv;
     v.page_ids = s->d_pages + (size_t)l * s->max_blocks;
@@ -344,8 +346,9 @@ static void attend_list(struct sparse_attn *s, const struct kv_view *kv, const u
         v.n_kv_heads = 1;
     }
     size_t hd = (size_t)s->c->head_dim;
-    s->be->attn_decode(s->ctx, q + h0 * hd, &v, s->d_n + l, out + h0 * hd, 1, nq, n_tokens,
-                       1.0f / sqrtf((float)hd));
+    /* bounded as the serving path's attention (select_attend_bound): the same split plan */
+    s->be->attn_decode(s->ctx, q + h0 * hd, &v, s->d_n + l, out + h0 * hd, 1, nq,
+                       select_attend_bound(&s->kvh, s->max_tokens), 1.0f / sqrtf((float)hd));
 }
 
 static int sparse_attend(void *user, int layer, const uint16_t *q, const struct kv_view *kv,
@@ -377,7 +380,7 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
         s->fn.select_blocks(s->ctx, &s->kvh, q + (size_t)g * G * hd, &dv, n_tokens, s->d_scores,
                             s->d_sel, s->d_count, 1, SELECT_HEADWISE);
         lists_to_pages(s, layer, 1, n);
-        attend_list(s, kv, q, out, 0, -1, 0, nh, n);
+        attend_list(s, kv, q, out, 0, -1, 0, nh);
         break;
     }
     case SPARSE_SOLOHEAD_Q:
@@ -387,7 +390,7 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
         s->fn.select_blocks(s->ctx, &s->one, q + h * hd, &dv, n_tokens, s->d_scores, s->d_sel,
                             s->d_count, 1, SELECT_HEADWISE);
         lists_to_pages(s, layer, 1, n);
-        attend_list(s, kv, q, out, 0, -1, 0, nh, n);
+        attend_list(s, kv, q, out, 0, -1, 0, nh);
         break;
     }
     case SPARSE_QUERYHEAD:
@@ -398,7 +401,7 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
         }
         lists_to_pages(s, layer, nh, n);
         for (int h = 0; h < nh; h++)
-            attend_list(s, kv, q, out, h, h / G, h, 1, n);
+            attend_list(s, kv, q, out, h, h / G, h, 1);
         break;
     default: { /* headwise, infinigen: a list per KV head from its query heads' scores */
         const uint16_t *qs = q;
@@ -416,7 +419,7 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
         }
         lists_to_pages(s, layer, c->n_kv_heads, n);
         for (int g = 0; g < c->n_kv_heads; g++)
-            attend_list(s, kv, q, out, g, g, g * G, G, n);
+            attend_list(s, kv, q, out, g, g, g * G, G);
         break;
     }
     }

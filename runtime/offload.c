@@ -935,13 +935,15 @@ static int reserve(struct offload *o, int n_tokens, int *slot, char *why, size_t
  * the greedy next token. */
 static int32_t run_prefill(struct offload *o, int req_id, int prompt_len)
 {
-    PULSE_CHECK(kv_cache_admit(o->pf_kv, prompt_len + 1, &o->pf_slot) == PULSE_OK,
+    PULSE_CHECK(kv_cache_admit(o->pf_kv, o->p.max_tokens, &o->pf_slot) == PULSE_OK,
                 "offload: the prefill staging slot is taken");
     struct kv_cache_stats st;
     kv_cache_get_stats(o->pf_kv, &st);
     o->be->memset(o->ctx, kv_cache_view(o->pf_kv, NULL).pool, 0,
                   (size_t)(st.n_pages * st.page_bytes));
-    return prefill_run(o->pf, o->pf_kv, o->pf_slot, req_id, prompt_len, prompt_len + 1);
+    /* reserved max_tokens, as a session's prefill (the accuracy path's): the same attention
+     * bounds in every chunk */
+    return prefill_run(o->pf, o->pf_kv, o->pf_slot, req_id, prompt_len, o->p.max_tokens);
 }
 
 int offload_admit(struct offload *o, int req_id, int prompt_len, int n_tokens, int *slot, char *why,

@@ -398,7 +398,7 @@ static void stage(struct offload *o, const struct batch_entry *en, int n)
         t->digest_bytes +=
             (double)o->n_sparse * PULSE_CEIL_DIV(ss->n_tok[b], o->ps) * (double)o->dpage_bytes;
     }
-    o->att_max_tokens = PULSE_MIN(o->ms * o->ps, max_len);
+    o->att_max_tokens = select_attend_bound(&o->cfg, max_len);
     const size_t up = o->p.query == OFFLOAD_QUERY_REAL ? sizeof(int32_t) * up_ints(o) : up_bytes(o, n);
     o->be->copy_async(o->ctx, o->d_up, h, up); /* the rows of n entries (and their queries) */
     o->be->event_record(o->ctx, o->ev_up[p]);

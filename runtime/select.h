@@ -138,6 +138,11 @@ int select_cfg_check(const struct select_cfg *cfg, char *err, size_t errlen);
 int select_n_lists(const struct select_cfg *cfg, int sel_head);
 /* Row stride of sel_idx: min(max_blocks, sink + window + 1 + budget). */
 int select_max_selected(const struct select_cfg *cfg);
+/* The attended-token bound a selection's attention runs with (attn_decode's max_tokens, which
+ * sets the CUDA split plan): min(select_max_selected * block_size, reserved), reserved being
+ * the entries' longest reservation. The serving path and the accuracy path both pass it, so
+ * the same lists give bit-identical attention on either. */
+int select_attend_bound(const struct select_cfg *cfg, int reserved);
 /* Bytes of the fp32 score workspace for `batch` entries: batch * n_lists * max_blocks * 4. */
 size_t select_scores_bytes(const struct select_cfg *cfg, int batch, int sel_head);
 /* Blocks selected for an entry of n_tokens (>= 1): forced + min(budget, candidates). */

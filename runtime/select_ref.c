@@ -45,6 +45,12 @@ int select_max_selected(const struct select_cfg *cfg)
     return (int)(want < cfg->max_blocks ? want : cfg->max_blocks);
 }
 
+int select_attend_bound(const struct select_cfg *cfg, int reserved)
+{
+    const long long b = (long long)select_max_selected(cfg) * cfg->block_size;
+    return (int)(b < reserved ? b : reserved);
+}
+
 size_t select_scores_bytes(const struct select_cfg *cfg, int batch, int sel_head)
 {
     return (size_t)batch * (size_t)select_n_lists(cfg, sel_head) * (size_t)cfg->max_blocks *

@@ -8,11 +8,16 @@
  *   with a small budget it attends less; CUDA and CPU make the same selection lists (compared
  *   list by list: q and the block scores differ by rounding, so a near-tie at the budget's edge
  *   may go either way; at least 75% of lists must match), and the single-list policies'
- *   logits stay near the CPU's.
+ *   logits stay near the CPU's;
+ * - the serving path (accuracy/serve_path.h: the offload runtime, window layers in GPU rings,
+ *   the global layers offloaded, the real query) decodes on CUDA exactly the accuracy path's
+ *   greedy tokens, head-wise and InfiniGen, at budgets below the context (the two run the same
+ *   attention bounds, so the same split plans).
  * Exit 77 without a GPU. */
 #include <math.h>
 #include <string.h>
 
+#include "accuracy/serve_path.h"
 #include "accuracy/sparse_attn.h"
 #include "backend.h"
 #include "engine.h"
@@ -135,6 +140,82 @@ static void set_policy(struct rig *r, int policy, int budget)
     batch_set_hook(r->bt, policy == SPARSE_FULL ? NULL : &h);
 }
 
+static int never_stop(void *user, int32_t tok)
+{
+    (void)user, (void)tok;
+    return 0;
+}
+
+#define GEN 12
+
+/* The accuracy path's greedy tokens: the prompt tok_at[0, n) prefilled in chunks of 64, then
+ * GEN - 1 greedy steps with `policy` at `budget`. */
+static void accuracy_greedy(struct rig *r, int policy, int budget, int n, int32_t *out)
+{
+    struct batch_entry en[64];
+    batch_set_hook(r->bt, NULL);
+    for (int c0 = 0; c0 < n; c0 += 64) {
+        int m = PULSE_MIN(64, n - c0);
+        for (int i = 0; i < m; i++)
+            en[i] = (struct batch_entry){r->slot, 0, c0 + i, T_MAX, tok_at(r->c, c0 + i)};
+        batch_set(r->e, r->bt, r->kv, en, m);
+        engine_prefill(r->e, r->bt, r->kv);
+    }
+    int32_t tok[64];
+    batch_read_tokens(r->e, r->bt, tok);
+    out[0] = tok[0];
+    set_policy(r, policy, budget);
+    for (int k = 1; k < GEN; k++) {
+        struct batch_entry e1 = {r->slot, 0, n + k - 1, T_MAX, out[k - 1]};
+        batch_set(r->e, r->bt, r->kv, &e1, 1);
+        engine_step(r->e, r->bt, r->kv);
+        batch_read_tokens(r->e, r->bt, &out[k]);
+    }
+    batch_set_hook(r->bt, NULL);
+}
+
+static void test_serving_equals_accuracy(struct rig *r)
+{
+    int32_t ids[T_MAX];
+    for (int i = 0; i < T_MAX; i++)
+        ids[i] = tok_at(r->c, i);
+    static const int policies[] = {SPARSE_HEADWISE, SPARSE_INFINIGEN};
+    int same = 0, total = 0, differ = 0;
+    for (size_t pi = 0; pi < PULSE_ARRAY_LEN(policies); pi++) {
+        char err[256] = "";
+        const int pol = policies[pi];
+        struct serve_path_params sp = {OFFLOAD_HEADWISE, NULL, 32, 1, 2, RECALL_PER_BLOCK,
+                                       pol == SPARSE_INFINIGEN, T_MAX, 64, 5};
+        struct serve_path *s = serve_path_create(r->e, &sp, err, sizeof err);
+        EXPECT(s != NULL);
+        if (!s) {
+            fprintf(stderr, "serve path: %s\n", err);
+            continue;
+        }
+        for (int n = 200; n <= 380; n += 60) {
+            int32_t want[GEN], full[GEN], got[GEN];
+            int k = 0;
+            accuracy_greedy(r, pol, 32, n, want);
+            accuracy_greedy(r, SPARSE_FULL, 32, n, full);
+            EXPECT_EQ_INT(serve_path_decode(s, ids, n, GEN, never_stop, NULL, got, &k, err,
+                                            sizeof err),
+                          PULSE_OK);
+            const int eq = k == GEN && !memcmp(got, want, sizeof want);
+            same += eq, total++, differ += memcmp(full, want, sizeof want) != 0;
+        }
+        struct offload_stats st;
+        serve_path_stats(s, &st);
+        EXPECT(st.recall_bytes > 0);
+        EXPECT_EQ_INT(st.host_syncs, 0);
+        serve_path_free(s);
+    }
+    fprintf(stderr, "serving path on cuda: %d of %d prompts decode the accuracy path's tokens (%d "
+                    "of them unlike full attention's)\n",
+            same, total, differ);
+    EXPECT_EQ_INT(same, total);
+    EXPECT(differ > 0);
+}
+
 int main(void)
 {
     if (!backend_cuda_available()) {
@@ -217,6 +298,7 @@ int main(void)
         batch_set_hook(cpu.bt, NULL);
     }
     free(lc), free(lg), free(ld);
+    test_serving_equals_accuracy(&gpu);
     rig_close(&cpu);
     rig_close(&gpu);
     return tu_finish("test_gemma3_gpu");
