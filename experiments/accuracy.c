@@ -170,9 +170,10 @@ static int parse(int argc, char **argv, struct acc_opts *o)
                            .budgets = {512, 1024, 2048},
                            .n_policies = 0}; /* 0: the model's default (default_policies) */
     int c;
+    struct cli_seen seen = {0}; /* a flag with a value given twice is refused */
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(CMD, argc, argv, opts, &seen)) != -1) {
         int bad = 0;
         switch (c) {
         case 'T':

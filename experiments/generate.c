@@ -58,9 +58,10 @@ static int parse(int argc, char **argv, struct gen_opts *o)
     *o = (struct gen_opts){
         .backend = "auto", .policy = "vanilla", .max_new = 16, .seed = 1, .budget = 2048};
     int c;
+    struct cli_seen seen = {0}; /* a flag with a value given twice is refused */
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = cli_getopt(CMD, argc, argv, opts, &seen)) != -1) {
         switch (c) {
         case 'm':
             o->model = optarg;
