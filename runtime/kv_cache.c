@@ -220,6 +220,12 @@ int kv_cache_admit_mapped(struct kv_cache *kv, int n_tokens, const struct kv_lay
     return admit_pages(kv, n_tokens, maps, slot);
 }
 
+int kv_cache_slot_tokens(const struct kv_cache *kv, int slot)
+{
+    PULSE_CHECK(slot >= 0 && slot < kv->p.max_requests, "kv_cache_slot_tokens: slot out of range");
+    return kv->slot_tokens[slot];
+}
+
 const int32_t *kv_cache_owned_pages(const struct kv_cache *kv, int slot, int layer, int *n)
 {
     PULSE_CHECK(slot >= 0 && slot < kv->p.max_requests && layer >= 0 && layer < kv->p.n_layers,

@@ -86,6 +86,8 @@ int kv_cache_admit_mapped(struct kv_cache *kv, int n_tokens, const struct kv_lay
 /* Pages a mapped admission of n_tokens needs (all layers), from the params alone. */
 int64_t kv_cache_params_mapped_pages(const struct kv_cache_params *p, int n_tokens,
                                      const struct kv_layer_map *maps);
+/* Tokens a slot reserved at admission (0: a free slot). */
+int kv_cache_slot_tokens(const struct kv_cache *kv, int slot);
 /* The pages (slot, layer) owns, in reservation order; their count in *n (0 for a free slot). */
 const int32_t *kv_cache_owned_pages(const struct kv_cache *kv, int slot, int layer, int *n);
 /* Returns the slot's pages to the free list. */

@@ -1123,12 +1123,15 @@ int offload_check(const struct offload *o, char *err, size_t errlen)
     if (kv_cache_check(o->dg, why, sizeof why)) BAD("digest store: %s", why);
     if (kv_cache_check(o->kv, why, sizeof why)) BAD("KV cache: %s", why);
     for (int s = 0; s < o->max_batch; s++)
-        for (int sl = 0; sl < o->n_sparse && o->hp_slot[s] >= 0; sl++) {
+        for (int l = 0; l < o->n_layers && o->hp_slot[s] >= 0; l++) {
+            /* a sparse layer's hot slots and tail, a window layer's whole ring */
             int n;
-            kv_cache_owned_pages(o->kv, s, o->layer_of[sl], &n);
-            if (n != o->hot_slots + 1)
-                BAD("slot %d layer %d owns %d GPU pages, not %d", s, o->layer_of[sl], n,
-                    o->hot_slots + 1);
+            kv_cache_owned_pages(o->kv, s, l, &n);
+            const int blocks = (int)PULSE_CEIL_DIV(kv_cache_slot_tokens(o->kv, s), o->ps);
+            const int want = o->kind[l] == OFFLOAD_LAYER_SPARSE ? o->hot_slots + 1
+                             : o->kind[l] == OFFLOAD_LAYER_WINDOW ? PULSE_MIN(o->maps[l].pages, blocks)
+                                                                  : blocks;
+            if (n != want) BAD("slot %d layer %d owns %d GPU pages, not %d", s, l, n, want);
         }
     return offload_verify(o, err, errlen);
 }

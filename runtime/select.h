@@ -141,7 +141,10 @@ int select_max_selected(const struct select_cfg *cfg);
 /* The attended-token bound a selection's attention runs with (attn_decode's max_tokens, which
  * sets the CUDA split plan): min(select_max_selected * block_size, reserved), reserved being
  * the entries' longest reservation. The serving path and the accuracy path both pass it, so
- * the same lists give bit-identical attention on either. */
+ * the same lists of one KV head give bit-identical attention on either (Gemma 3's layout). Not
+ * covered: the accuracy path's dense attention where the budget covers the context (the
+ * engine's bound), and head-wise lists of several KV heads (attended one head at a time there,
+ * as one batch in the serving path), whose split plans can differ at long reservations. */
 int select_attend_bound(const struct select_cfg *cfg, int reserved);
 /* Bytes of the fp32 score workspace for `batch` entries: batch * n_lists * max_blocks * 4. */
 size_t select_scores_bytes(const struct select_cfg *cfg, int batch, int sel_head);
