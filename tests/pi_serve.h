@@ -19,6 +19,7 @@
 
 struct pi_cfg {
     const char *backend; /* NULL: cpu */
+    const char *model;   /* NULL: tiny */
     const char *policy, *spec, *admission;
     int out_len, max_batch, no_irq;
     int selection, budget_tokens, prompt_kv;
@@ -61,7 +62,7 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
     if (workload_create(&r->w, c->spec, c->out_len, c->seed ? c->seed : 1, err, sizeof err) != 0)
         return;
     const int max_tokens = workload_max_tokens(&r->w);
-    const struct model_config *m = model_config_find("tiny");
+    const struct model_config *m = model_config_find(c->model ? c->model : "tiny");
     struct engine_params ep = {.cfg = m,
                                .be = backend_find(c->backend ? c->backend : "cpu"),
                                .seed = 1,

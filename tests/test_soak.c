@@ -5,7 +5,9 @@
  * all three attempts ends its batch with an error), kv_cache_check after every step and
  * offload_verify's hot-cache and copy checks after every offload step. Every request ends
  * exactly once (finished with all its tokens, or, if a recall failed every attempt, with an
- * error), and the memory counters are back where they were. Also the random: spec itself:
+ * error), and the memory counters are back where they were; on the tiny model and on
+ * tiny-gemma3, whose window layers keep their window in rings of GPU pages and whose global
+ * layers are offloaded (kv_cache_check asserts every ring row). Also the random: spec itself:
  * deterministic per seed, in range, bad forms refused. */
 #include "mem.h"
 #include "pi_serve.h"
@@ -43,17 +45,20 @@ static void test_random_spec(void)
 int main(void)
 {
     test_random_spec();
-    const struct model_config *m = model_config_find("tiny");
     struct {
         const char *policy, *admission;
         int selection, engine; /* engine: 0 per-block, 1 gather-scatter, 2 zero-copy */
-    } cases[] = {{"vanilla", NULL, 0, 0},
-                 {"arkvale", NULL, OFFLOAD_HEADWISE, 0},
-                 {"arkvale", NULL, OFFLOAD_SOLOHEAD, 1},
-                 {"infinigen", NULL, OFFLOAD_SOLOHEAD, 0},
-                 {"infinigen", NULL, OFFLOAD_HEADWISE, 2},
-                 {"pulseinfer", "fixed:150", OFFLOAD_SOLOHEAD, 1},
-                 {"pulseinfer", "ioaa", OFFLOAD_SOLOHEAD, 2}};
+        const char *model;     /* NULL: tiny */
+    } cases[] = {{"vanilla", NULL, 0, 0, NULL},
+                 {"arkvale", NULL, OFFLOAD_HEADWISE, 0, NULL},
+                 {"arkvale", NULL, OFFLOAD_SOLOHEAD, 1, NULL},
+                 {"infinigen", NULL, OFFLOAD_SOLOHEAD, 0, NULL},
+                 {"infinigen", NULL, OFFLOAD_HEADWISE, 2, NULL},
+                 {"pulseinfer", "fixed:150", OFFLOAD_SOLOHEAD, 1, NULL},
+                 {"pulseinfer", "ioaa", OFFLOAD_SOLOHEAD, 2, NULL},
+                 {"arkvale", NULL, OFFLOAD_HEADWISE, 1, "tiny-gemma3"},
+                 {"infinigen", NULL, OFFLOAD_HEADWISE, 2, "tiny-gemma3"},
+                 {"pulseinfer", "fixed:150", OFFLOAD_SOLOHEAD, 1, "tiny-gemma3"}};
     int64_t total = 0, finished = 0, failed = 0, lost = 0, faults = 0, steps = 0;
     const int64_t checks0 = pi_check_failures;
     for (size_t i = 0; i < PULSE_ARRAY_LEN(cases); i++) {
@@ -61,7 +66,9 @@ int main(void)
         char err[256];
         EXPECT_EQ_INT(recall_fault_init(&f, recall_copy_ops_cpu(), "every:11", err, sizeof err),
                       PULSE_OK);
-        struct pi_cfg c = {.policy = cases[i].policy,
+        const struct model_config *m = model_config_find(cases[i].model ? cases[i].model : "tiny");
+        struct pi_cfg c = {.model = cases[i].model,
+                           .policy = cases[i].policy,
                            .spec = "random:16:300:300",
                            .admission = cases[i].admission,
                            .out_len = 5,
@@ -100,7 +107,7 @@ int main(void)
         for (int k = 0; k < MEM_KINDS; k++)
             EXPECT_EQ_INT(m1.live_bytes[k], m0.live_bytes[k]);
         if (c.ops) EXPECT(!strcmp(cases[i].policy, "vanilla") || recall_fault_injected(&f) > 0);
-        printf("%s%s%s %s %s: %d requests finished, %d ended with an error, %d lost; %lld "
+        printf("%s%s%s %s %s%s%s: %d requests finished, %d ended with an error, %d lost; %lld "
                "faults injected, %lld steps checked\n",
                cases[i].policy, cases[i].admission ? " " : "",
                cases[i].admission ? cases[i].admission : "",
@@ -111,7 +118,7 @@ int main(void)
                : cases[i].engine == 0              ? "per-block"
                : cases[i].engine == 1              ? "gather-scatter"
                                                    : "zero-copy",
-               n_fin, n_err, n_lost, (long long)recall_fault_injected(&f),
+               cases[i].model ? " on " : "", cases[i].model ? cases[i].model : "", n_fin, n_err, n_lost, (long long)recall_fault_injected(&f),
                (long long)(pi_checked_steps - steps0));
         total += r.w.n, finished += n_fin, failed += n_err, lost += n_lost;
         faults += recall_fault_injected(&f), steps += pi_checked_steps - steps0;
