@@ -69,16 +69,22 @@ static int32_t tok_at(const struct model_config *c, int t)
     return (int32_t)(pulse_hash64(31, (uint64_t)t) % (uint64_t)c->vocab);
 }
 
-static void prefill(struct rig *r, float *logits)
+/* The prompt tok_at[0, n) through engine_prefill in chunks of 64. */
+static void prefill_n(struct rig *r, int n)
 {
     struct batch_entry en[64];
-    for (int c0 = 0; c0 < N_PROMPT; c0 += 64) {
-        int m = PULSE_MIN(64, N_PROMPT - c0);
+    for (int c0 = 0; c0 < n; c0 += 64) {
+        int m = PULSE_MIN(64, n - c0);
         for (int i = 0; i < m; i++)
             en[i] = (struct batch_entry){r->slot, 0, c0 + i, T_MAX, tok_at(r->c, c0 + i)};
         batch_set(r->e, r->bt, r->kv, en, m);
         engine_prefill(r->e, r->bt, r->kv);
     }
+}
+
+static void prefill(struct rig *r, float *logits)
+{
+    prefill_n(r, N_PROMPT);
     engine_read_logits(r->e, logits, 1);
 }
 
@@ -152,15 +158,8 @@ static int never_stop(void *user, int32_t tok)
  * GEN - 1 greedy steps with `policy` at `budget`. */
 static void accuracy_greedy(struct rig *r, int policy, int budget, int n, int32_t *out)
 {
-    struct batch_entry en[64];
     batch_set_hook(r->bt, NULL);
-    for (int c0 = 0; c0 < n; c0 += 64) {
-        int m = PULSE_MIN(64, n - c0);
-        for (int i = 0; i < m; i++)
-            en[i] = (struct batch_entry){r->slot, 0, c0 + i, T_MAX, tok_at(r->c, c0 + i)};
-        batch_set(r->e, r->bt, r->kv, en, m);
-        engine_prefill(r->e, r->bt, r->kv);
-    }
+    prefill_n(r, n);
     int32_t tok[64];
     batch_read_tokens(r->e, r->bt, tok);
     out[0] = tok[0];
