@@ -369,11 +369,16 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
     const struct offload_params *p = &o->p;
     o->mc = m;
     o->n_layers = m->n_layers, o->n_dense = p->n_dense, o->n_sparse = 0;
+    o->n_full = o->n_window = 0;
     for (int l = 0; l < m->n_layers; l++) {
         o->kind[l] = (uint8_t)offload_layer_kind(p, m, l);
         o->sl_of[l] = -1;
         if (o->kind[l] == OFFLOAD_LAYER_SPARSE)
             o->sl_of[l] = (int16_t)o->n_sparse, o->layer_of[o->n_sparse++] = (int16_t)l;
+        else if (o->kind[l] == OFFLOAD_LAYER_WINDOW)
+            o->windows[o->n_window++] = model_layer_window(m, l);
+        else
+            o->n_full++;
     }
     layer_maps(p, m, ps, o->maps);
     o->nq = m->n_heads, o->nkv = m->n_kv_heads, o->hd = m->head_dim, o->ps = ps;

@@ -70,6 +70,8 @@ struct offload {
     int16_t sl_of[OFFLOAD_MAX_LAYERS];   /* a layer's sparse index, -1 for a dense or window one */
     int16_t layer_of[OFFLOAD_MAX_LAYERS]; /* [n_sparse] the layer of a sparse index */
     struct kv_layer_map maps[OFFLOAD_MAX_LAYERS]; /* an offload admission's (kv_cache.h) */
+    int n_full, n_window;                /* dense layers; window layers, and their windows: */
+    int32_t windows[OFFLOAD_MAX_LAYERS]; /* what a step's floor charges them (tokens read) */
     int nq, nkv, hd, ps, G, max_blocks, max_batch, max_items;
     int att_max_tokens; /* bounds every attended length of the step (min(ms * ps, max reserved)) */
     size_t page_bytes, head_bytes, dpage_bytes; /* GPU page, one head's piece, digest page */

@@ -390,11 +390,11 @@ static void stage(struct offload *o, const struct batch_entry *en, int n)
     const double tok_bytes = (double)o->page_bytes / o->ps;
     *t = (struct floor_traffic){(double)model_step_weight_bytes(o->mc), 0, 0, 0};
     for (int b = 0; b < n; b++) {
-        for (int l = 0; l < o->n_layers; l++) /* a window layer reads its window */
-            if (!offload_is_sparse(o, l)) {
-                const int w = model_layer_window(o->mc, l);
-                t->kv_bytes += tok_bytes * (w > 0 ? PULSE_MIN(ss->n_tok[b], w) : ss->n_tok[b]);
-            }
+        /* the dense layers read every token, a window layer its window */
+        double toks = (double)o->n_full * ss->n_tok[b];
+        for (int i = 0; i < o->n_window; i++)
+            toks += PULSE_MIN(ss->n_tok[b], o->windows[i]);
+        t->kv_bytes += tok_bytes * toks;
         t->digest_bytes +=
             (double)o->n_sparse * PULSE_CEIL_DIV(ss->n_tok[b], o->ps) * (double)o->dpage_bytes;
     }
