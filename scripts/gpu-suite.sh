@@ -5,10 +5,10 @@
 # Stages: any of  test sanitize sanitize-all peer bench run devwait offload pulseinfer recall reproduce model accuracy  (default: test sanitize
 # bench run recall; the peer's kept result in experiments/peer/results/ stands in). Results go
 # to $OUT (or out/).
-#   model     copies the carried pieces .model/part* (MODEL_PARTS of them, default 5) to /tmp/model (the machine takes 64 MiB of
+#   model     copies the carried pieces .model/partNN to /tmp/model (the machine takes 64 MiB of
 #             files per call, so the 253 MB Gemma 3 270M file comes over several calls while it
-#             stays up); the piece that completes the set assembles /tmp/model/gemma.gguf and
-#             checks its sha256 against .model/sha256.txt.
+#             stays up); once the pieces there hash to .model/sha256.txt they are assembled into
+#             /tmp/model/gemma.gguf.
 #   accuracy  pulse accuracy on the assembled model over the synthetic sets in ACC_DATA
 #             (default .accdata; ACC_SAMPLES samples per task and length, default 10;
 #             ACC_LENGTHS, ACC_TASKS, ACC_POLICIES (default: the model's, pulse accuracy --help),
@@ -240,11 +240,12 @@ fi
 if has model; then
     mkdir -p /tmp/model
     cp "$root"/.model/part* "$root"/.model/sha256.txt /tmp/model/ 2>/dev/null
-    if [ "$(ls /tmp/model/part* 2>/dev/null | wc -l)" = "${MODEL_PARTS:-5}" ] && [ ! -f /tmp/model/gemma.gguf ]; then
-        cat /tmp/model/part0* > /tmp/model/gemma.gguf
+    # every call tries the pieces it has: the set is complete when they hash to sha256.txt
+    if [ ! -f /tmp/model/gemma.gguf ]; then
+        cat /tmp/model/part[0-9][0-9] > /tmp/model/gemma.gguf
         want=$(cut -d' ' -f1 /tmp/model/sha256.txt 2>/dev/null)
         got=$(sha256sum /tmp/model/gemma.gguf | cut -d' ' -f1)
-        [ -n "$want" ] && [ "$want" = "$got" ] || { echo "model sha256 mismatch"; rm -f /tmp/model/gemma.gguf; }
+        [ -n "$want" ] && [ "$want" = "$got" ] || rm -f /tmp/model/gemma.gguf
     fi
     summary+=("model pieces on this machine: $(ls /tmp/model | tr '\n' ' ')")
 fi
