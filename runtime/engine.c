@@ -22,6 +22,7 @@ struct engine {
     uint16_t *act; /* [B][ffn] */
     float *logits; /* [B][vocab] */
     int use_graph;
+    int capturing; /* a whole step is being captured: its pieces are queued as they are */
     struct engine_stats st;
 };
 
@@ -41,6 +42,11 @@ struct batch {
     int n_tokens[2];      /* entries when queued */
     void *graph;       /* the captured step, valid for graph_kv and these entries */
     const struct kv_cache *graph_kv;
+    /* batch_graph_pieces: engine_layer_pre (2 l) and engine_layer_post (2 l + 1) of layer l as
+     * graphs, valid for piece_n entries appending to piece_kv */
+    void **piece_graph;
+    int pieces, piece_n;
+    const struct kv_cache *piece_kv;
     int len_on_host; /* h_stage's len row equals d_len (set by batch_set, lost when a step ends) */
     struct engine_layer_hook hook; /* observer of this batch's layers; zeroed = none */
 };
@@ -201,7 +207,9 @@ struct batch *batch_create(struct engine *e)
     bt->mem_bytes = mem_aligned(bt->stage_bytes) + mem_aligned(xb) + 2 * mem_aligned(qb);
     bt->mem = mem_alloc(e->be->mem, bt->mem_bytes, "batch");
     bt->h_stage = mem_alloc(MEM_HOST, bt->stage_bytes, "batch stage");
-    int ok = bt->mem && bt->h_stage;
+    bt->piece_graph = mem_alloc(MEM_HOST, sizeof(void *) * 2 * (size_t)e->p.cfg->n_layers, "batch graphs");
+    int ok = bt->mem && bt->h_stage && bt->piece_graph;
+    if (bt->piece_graph) memset(bt->piece_graph, 0, sizeof(void *) * 2 * (size_t)e->p.cfg->n_layers);
     for (int i = 0; i < 2; i++) {
         bt->h_tokens[i] = mem_alloc(batch_token_kind(e), sizeof(int32_t) * B, "batch tokens");
         bt->ev_tokens[i] = e->be->event_create();
@@ -224,10 +232,21 @@ struct batch *batch_create(struct engine *e)
     return bt;
 }
 
+static void pieces_drop(struct engine *e, struct batch *bt)
+{
+    for (int i = 0; bt->piece_graph && i < 2 * e->p.cfg->n_layers; i++)
+        if (bt->piece_graph[i]) {
+            e->be->graph_destroy(bt->piece_graph[i]);
+            bt->piece_graph[i] = NULL;
+        }
+}
+
 void batch_free(struct engine *e, struct batch *bt)
 {
     if (!bt) return;
     if (bt->graph) e->be->graph_destroy(bt->graph);
+    pieces_drop(e, bt);
+    mem_free(MEM_HOST, bt->piece_graph, sizeof(void *) * 2 * (size_t)e->p.cfg->n_layers);
     mem_free(e->be->mem, bt->mem, bt->mem_bytes);
     mem_free(MEM_HOST, bt->h_stage, bt->stage_bytes);
     for (int i = 0; i < 2; i++) {
@@ -344,7 +363,51 @@ static const int32_t *host_lengths(struct engine *e, struct batch *bt)
     return len;
 }
 
-void engine_layer_pre(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
+/* The graph slot of a piece (0 pre, 1 post) of `layer` when the batch replays its pieces;
+ * NULL to queue the piece as it is. The graphs hold the batch size and the cache's pointers
+ * (everything else a piece reads is device state: positions, page rows), so they are dropped
+ * when either changes. */
+static void **piece_slot(struct engine *e, struct batch *bt, const struct kv_cache *kv, int piece,
+                         int layer)
+{
+    if (!bt->pieces || !e->use_graph || e->capturing) return NULL;
+    if (bt->piece_n != bt->n || (kv && bt->piece_kv != kv)) {
+        pieces_drop(e, bt);
+        bt->piece_n = bt->n;
+        if (kv) bt->piece_kv = kv;
+    }
+    return &bt->piece_graph[2 * layer + piece];
+}
+
+/* Runs body(e, bt, kv, layer) as the graph in slot g (captured the first time), or as it is
+ * when g is NULL. */
+static void piece_run(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer,
+                      void **g,
+                      void (*body)(struct engine *, struct batch *, const struct kv_cache *, int))
+{
+    if (!g) {
+        body(e, bt, kv, layer);
+        return;
+    }
+    if (!*g) {
+        e->be->graph_begin(&e->ctx);
+        e->capturing = 1;
+        body(e, bt, kv, layer);
+        e->capturing = 0;
+        *g = e->be->graph_end(&e->ctx);
+        e->st.graph_captures++;
+    }
+    e->be->graph_launch(&e->ctx, *g);
+    e->st.graph_launches++;
+}
+
+void batch_graph_pieces(struct engine *e, struct batch *bt, int on)
+{
+    if (!on) pieces_drop(e, bt);
+    bt->pieces = on != 0;
+}
+
+static void layer_pre(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
 {
     const struct model_config *c = e->p.cfg;
     const struct backend *be = e->be;
@@ -358,8 +421,14 @@ void engine_layer_pre(struct engine *e, struct batch *bt, const struct kv_cache 
                             model_layer_rope_theta(c, layer), c->norm_eps);
 }
 
-void engine_layer_post(struct engine *e, struct batch *bt, int layer)
+void engine_layer_pre(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
 {
+    piece_run(e, bt, kv, layer, piece_slot(e, bt, kv, 0, layer), layer_pre);
+}
+
+static void layer_post(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
+{
+    (void)kv;
     const struct model_config *c = e->p.cfg;
     const struct backend *be = e->be;
     const struct layer_weights *w = &e->model.layers[layer];
@@ -381,6 +450,11 @@ void engine_layer_post(struct engine *e, struct batch *bt, int layer)
     } else {
         be->gemm_bf16(x, e->act, w->wdown, bt->d_x, B, H, c->ffn, 1.0f);
     }
+}
+
+void engine_layer_post(struct engine *e, struct batch *bt, int layer)
+{
+    piece_run(e, bt, NULL, layer, piece_slot(e, bt, NULL, 1, layer), layer_post);
 }
 
 void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
@@ -479,7 +553,9 @@ void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv)
     if (!bt->graph || bt->graph_kv != kv) {
         if (bt->graph) e->be->graph_destroy(bt->graph);
         e->be->graph_begin(&e->ctx);
+        e->capturing = 1; /* the pieces inside it are queued as they are */
         step_body(e, bt, kv);
+        e->capturing = 0;
         bt->graph = e->be->graph_end(&e->ctx);
         bt->graph_kv = kv;
         e->st.graph_captures++;

@@ -30,6 +30,7 @@ struct run_out {
     struct workload w;
     struct serve_counters ctr;
     struct offload_stats st;
+    struct engine_stats es;
     int rc, created;
 };
 
@@ -70,6 +71,7 @@ static void serve(const char *be_name, const char *policy, const char *spec, int
                                  sizeof err);
     if (r->created && r->rc) fprintf(stderr, "%s %s %s: %s\n", be_name, policy, spec, err);
     if (o) offload_get_stats(o, &r->st);
+    if (e) engine_get_stats(e, &r->es);
     offload_free(o);
     if (p) query_source_free(p->source), p->source = NULL;
     kv_cache_free(kv);
@@ -112,6 +114,11 @@ static void test_equals_vanilla(void)
         serve("cuda", pols[i], spec, 24, &p, &a);
         EXPECT_EQ_INT(a.ctr.step_host_syncs, 0); /* the recall waited for on the device */
         EXPECT_EQ_INT(a.rc, 0);
+        /* every offload step replays each layer's pre- and post-attention graphs (engine.h:
+         * batch_graph_pieces), captured once per batch size */
+        const int64_t L = model_config_find(g_model)->n_layers;
+        EXPECT(a.st.steps > 0 && a.es.graph_launches >= 2 * L * a.st.steps);
+        EXPECT(a.es.graph_captures >= 2 * L && a.es.graph_captures < a.es.graph_launches);
         const int eq = same_tokens(&v.w, &a.w);
         fprintf(stderr,
                 "%s %s %s, budget covering the context: tokens %s vanilla's on cuda, %lld host "
