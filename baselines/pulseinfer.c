@@ -424,7 +424,8 @@ static int step_irq(struct serve_state *s, struct pulseinfer *pi)
     const struct kctx *c = engine_ctx(e);
     const int64_t step = pi->steps;
     offload_step_begin(pi->o, ob->bt, ob->entries, ob->n_entries);
-    batch_graph_pieces(e, nb->bt, 1); /* its layers beside the offload batch's (engine.h) */
+    /* its layers beside the offload batch's as graphs on the device path (offload_step_begin) */
+    batch_graph_pieces(e, nb->bt, offload_device_driven(pi->o) > 0);
     engine_run_embed(e, nb->bt);
     int ln = 0;
     for (int lo = 0; lo < L; lo++) {

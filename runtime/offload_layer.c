@@ -413,9 +413,12 @@ void offload_step_begin(struct offload *o, struct batch *bt, const struct batch_
     TRACE_PUSH("offload step");
     o->n = n;
     o->seq = (uint32_t)(o->st.steps + 1);
-    /* pre- and post-attention as graphs: launched one by one, each kernel would pay for its
-     * launch's fetch over the link a zero-copy gather keeps busy (engine.h) */
-    batch_graph_pieces(o->eng, bt, 1);
+    /* pre- and post-attention as graphs on the device path: launched one by one, each kernel
+     * would pay for its launch's fetch over the link a zero-copy gather keeps busy (engine.h).
+     * Not on the host-planned path: there the compute stream waits on the device for the
+     * planner's flag, and a graph's capture or release beside that wait stalled the step (H200,
+     * 2026-12-02: gather-scatter runs hung) */
+    batch_graph_pieces(o->eng, bt, o->device_plan);
     const double t0 = pulse_now();
     stage(o, en, n);
     o->stage_s += pulse_now() - t0;
