@@ -114,11 +114,16 @@ static void test_equals_vanilla(void)
         serve("cuda", pols[i], spec, 24, &p, &a);
         EXPECT_EQ_INT(a.ctr.step_host_syncs, 0); /* the recall waited for on the device */
         EXPECT_EQ_INT(a.rc, 0);
-        /* every offload step replays each layer's pre- and post-attention graphs (engine.h:
-         * batch_graph_pieces), captured once per batch size */
+        /* on the device path every offload step replays each layer's pre- and post-attention
+         * graphs (engine.h: batch_graph_pieces), captured once per batch size; the
+         * host-planned engines queue them as they are */
         const int64_t L = model_config_find(g_model)->n_layers;
-        EXPECT(a.st.steps > 0 && a.es.graph_launches >= 2 * L * a.st.steps);
-        EXPECT(a.es.graph_captures >= 2 * L && a.es.graph_captures < a.es.graph_launches);
+        if (engs[i] == RECALL_ZERO_COPY) {
+            EXPECT(a.st.steps > 0 && a.es.graph_launches >= 2 * L * a.st.steps);
+            EXPECT(a.es.graph_captures >= 2 * L && a.es.graph_captures < a.es.graph_launches);
+        } else {
+            EXPECT_EQ_INT(a.es.graph_launches, 0);
+        }
         const int eq = same_tokens(&v.w, &a.w);
         fprintf(stderr,
                 "%s %s %s, budget covering the context: tokens %s vanilla's on cuda, %lld host "
