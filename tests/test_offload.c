@@ -975,6 +975,22 @@ static void test_sliding_window(void)
         const int hot = (int)json_integer_value(json_object_get(a.config, "hot_slots"));
         EXPECT_EQ_INT(a.st.gpu_pages_per_request_max,
                       rings * 3 + n_sparse * (hot + 1) + (6 - rings - n_sparse) * 8);
+        /* the floor's KV bytes, by hand: a step of an entry with n tokens reads n tokens in a
+         * dense layer, min(n, 24) in a window layer and, the budget covering the context, n in
+         * a sparse one (512 B a token); request r's k-th step has prompt_r + k + 1 tokens */
+        double want_kv = 0;
+        for (int r = 0; r < a.w.n; r++)
+            for (int k = 0; k < a.w.reqs[r].output_len; k++) {
+                const int n = a.w.reqs[r].prompt_len + k + 1;
+                for (int l = 0; l < 6; l++)
+                    want_kv += 512.0 * (model_layer_is_global(model_config_find("tiny-gemma3"), l)
+                                            ? n
+                                            : PULSE_MIN(n, 24));
+            }
+        if (a.ctr.traffic_sum.kv_bytes != want_kv)
+            fprintf(stderr, "sliding window: case %zu: floor KV bytes %.0f, by hand %.0f\n", c,
+                    a.ctr.traffic_sum.kv_bytes, want_kv);
+        EXPECT(a.ctr.traffic_sum.kv_bytes == want_kv);
         run_free(&a);
         if (c) continue;
         p.budget_tokens = 16; /* the control: one block of budget */
