@@ -8,9 +8,16 @@
  *                         / z(0.9) = 1.071), scaled to mean MEAN (16 to a quarter of the
  *                         longest length): the shape of production prompts at the paper's
  *                         16K-64K means; clipped to [64, 4 MEAN]; from the seed
- *   lognormal:MEAN:SIGMA:COUNT  the same with another shape SIGMA (a decimal in (0, 3]); the
- *                         Mooncake conversation trace (kvcache-ai/Mooncake FAST25-release:
- *                         median 6909, p90 27367 tokens) gives SIGMA 1.074
+ *   servegen-mix:MEAN:COUNT  COUNT prompt lengths from the family ServeGen's paper names for
+ *                         language inputs, a mixture of Pareto and log-normal, fitted by
+ *                         maximum likelihood to the same data (workload.c: SG_MIX; 0.6935 x
+ *                         Pareto(465, 1.2947) truncated at 30712 + 0.3065 x LogNormal(4.766,
+ *                         0.706): Kolmogorov-Smirnov distance 0.082 to the data, servegen's
+ *                         0.145), scaled so that the lengths clipped to [64, 4 MEAN] have mean
+ *                         MEAN (256 to a quarter of the longest length); from the seed
+ *   lognormal:MEAN:SIGMA:COUNT  servegen's log-normal with another shape SIGMA (a decimal
+ *                         in (0, 3]); the Mooncake conversation trace (kvcache-ai/Mooncake
+ *                         FAST25-release: median 6909, p90 27367 tokens) gives SIGMA 1.074
  *   drift:FROM:TO:COUNT   workload drift (the paper's section 3.3: ServeGen's length
  *                         distribution shifts over time, changing the short-to-long mix):
  *                         servegen's shape with its mean moving geometrically from FROM for the
@@ -47,6 +54,11 @@ struct workload {
  * `mean` and shape sigma from a hash stream (numeric.h), clipped to [64, 4 mean]. */
 #define WORKLOAD_SERVEGEN_SIGMA 1.0709
 int workload_lognormal_length(uint64_t stream, uint64_t i, double mean, double sigma);
+
+/* servegen-mix at mean `mean`: the scale of the fitted mixture's lengths, and the CDF of the
+ * clipped lengths at len (for statistics and tests). */
+double workload_servegen_mix_scale(double mean);
+double workload_servegen_mix_cdf(double mean, double len);
 
 /* Parses spec into w. PULSE_OK, or PULSE_ERR_INVALID with a one-line reason in err. */
 int workload_create(struct workload *w, const char *spec, int output_len, uint64_t seed, char *err,
