@@ -15,7 +15,8 @@ struct engine_params {
     uint64_t seed;  /* weights and synthetic prompt KV */
     int max_batch;  /* entries per batch */
     int max_tokens; /* longest request (prompt + output) */
-    int use_graph;  /* replay each batch's step as a CUDA graph (cuda only; ignored on cpu) */
+    int use_graph;  /* CUDA graphs: engine_step replays each batch's step as one, a batch with
+                       batch_graph_pieces replays its layer pieces (cuda only; ignored on cpu) */
     /* Real weights: when set, the model is laid out with model_alloc and this fills it (e.g.
      * model_load_hf); it returns PULSE_OK or an error with a reason in err. NULL: random
      * weights from seed. */
@@ -25,6 +26,8 @@ struct engine_params {
 };
 
 struct engine_stats {
+    /* graphs captured and replayed: whole steps (engine_step) and layer pieces
+     * (batch_graph_pieces) alike, one each */
     int64_t steps, graph_captures, graph_launches;
 };
 
