@@ -1,9 +1,9 @@
 /* The serving path of an accuracy run: one request at a time through the offload runtime
  * (runtime/offload.h, ArkVale's synchronous layer: select, recall, attend) with a real prefill of
  * the sample's prompt into the host pool and the real query (OFFLOAD_QUERY_REAL), so a sample's
- * tokens come from the implementation whose throughput `pulse run` measures. Every layer is
- * sparse (no dense prefix), as on the accuracy path's global layers; the offload runtime refuses
- * sliding-window models (their local layers would have to stay dense).
+ * tokens come from the implementation whose throughput `pulse run` measures. Every global
+ * layer is sparse (no dense prefix), as on the accuracy path; a sliding-window layer keeps its
+ * window in a ring of GPU pages (offload.h: OFFLOAD_LAYER_WINDOW).
  *
  * With lookahead the layers are selected one layer ahead from InfiniGen's approximate query of
  * every hidden channel, as accuracy/sparse_attn.h's infinigen at --infinigen-frac 1.

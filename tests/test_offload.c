@@ -42,8 +42,9 @@
 struct run_cfg {
     const char *policy, *spec;
     int out_len, max_batch, page_size;
-    size_t kv_budget;  /* GPU KV bytes; 0 = 64 MB */
-    const char *model; /* NULL: tiny */
+    size_t kv_budget;      /* GPU KV bytes; 0 = 64 MB */
+    const char *model;     /* NULL: tiny */
+    const char *admission; /* a policy that makes its own context (pulseinfer): its admission */
 };
 
 #define MAX_TEST_LAYERS 8
@@ -99,6 +100,7 @@ static void serve(const struct run_cfg *c, struct offload_params *op, struct run
                                  max_tokens};
     struct kv_cache *kv = e ? kv_cache_create(&kp, ep.be, engine_ctx(e), err, sizeof err) : NULL;
     struct offload *o = NULL;
+    void *ctx = NULL; /* the policy's own context (pulseinfer), or o */
     const struct policy *pol = policy_find(c->policy);
     if (kv && pol->needs_ctx) {
         op->max_batch = c->max_batch, op->max_tokens = max_tokens;
@@ -107,13 +109,30 @@ static void serve(const struct run_cfg *c, struct offload_params *op, struct run
         for (int i = 0; i < r->w.n; i++)
             prompt += r->w.reqs[i].prompt_len;
         const struct locality_source_params lp = {.typical_tokens = (int)(prompt / r->w.n)};
-        if (test_source(e, kv, op, &lp) && offload_create(e, kv, op, &o, err, sizeof err))
+        const struct policy_ctx_params cp = {.eng = e,
+                                             .kv = kv,
+                                             .seed = 1,
+                                             .max_batch = c->max_batch,
+                                             .offload = op,
+                                             .admission = c->admission,
+                                             .hbm_gbps = 20,
+                                             .h2d_gbps = 5};
+        if (!test_source(e, kv, op, &lp)) {
+            fprintf(stderr, "offload: no query source\n");
+        } else if (pol->offload_of) { /* a context around the runtime (pulseinfer) */
+            if (pol->ctx_create(&cp, &ctx, err, sizeof err) != PULSE_OK)
+                fprintf(stderr, "%s: %s\n", c->policy, err), ctx = NULL;
+            o = ctx ? pol->offload_of(ctx) : NULL;
+        } else if (offload_create(e, kv, op, &o, err, sizeof err) != PULSE_OK) {
             fprintf(stderr, "offload: %s\n", err);
+        } else {
+            ctx = o;
+        }
         if (o && g_real_prompts) EXPECT_EQ_INT(offload_set_prompts(o, real_prompt, NULL), PULSE_OK);
     }
     double wall;
-    if (kv && (o || !pol->needs_ctx))
-        r->rc = serve_run_policy(e, kv, pol, o, r->w.reqs, r->w.n, c->max_batch, &r->ctr, &wall,
+    if (kv && (ctx || !pol->needs_ctx))
+        r->rc = serve_run_policy(e, kv, pol, ctx, r->w.reqs, r->w.n, c->max_batch, &r->ctr, &wall,
                                  err, sizeof err);
     if (r->rc) fprintf(stderr, "serve %s %s: %s\n", c->policy, c->spec, err);
     if (o) {
@@ -128,7 +147,10 @@ static void serve(const struct run_cfg *c, struct offload_params *op, struct run
     }
     r->peak_pages = r->ctr.peak_pages_used;
     r->page_bytes = (int64_t)m->n_kv_heads * 2 * c->page_size * m->head_dim * 2;
-    offload_free(o);
+    if (ctx && pol->offload_of)
+        pol->ctx_free(ctx);
+    else
+        offload_free(o);
     if (op) query_source_free(op->source), op->source = NULL;
     kv_cache_free(kv);
     engine_free(e);
@@ -162,7 +184,7 @@ static void equal_case(const struct run_out *v, const char *policy, const char *
     p.prompt_kv = OFFLOAD_KV_SYNTHETIC;            /* vanilla's prompt KV */
     p.budget_tokens = 512 / page_size * page_size; /* >= every context: all blocks selected */
     p.selection = selection;
-    struct run_cfg ca = {policy, spec, 16, 2, page_size, 0, NULL};
+    struct run_cfg ca = {policy, spec, 16, 2, page_size, 0, NULL, NULL};
     serve(&ca, &p, &a);
     EXPECT_EQ_INT(a.rc, 0);
     EXPECT_EQ_INT(a.check_rc, 0);
@@ -189,7 +211,7 @@ static void test_equals_vanilla(void)
 {
     /* a 1-token prompt, odd lengths, a batch of 2 so the third request reuses a slot */
     struct run_out v;
-    struct run_cfg cv = {"vanilla", "lengths:100,37,1", 16, 2, 16, 0, NULL};
+    struct run_cfg cv = {"vanilla", "lengths:100,37,1", 16, 2, 16, 0, NULL, NULL};
     serve(&cv, NULL, &v);
     EXPECT_EQ_INT(v.rc, 0);
     EXPECT_EQ_INT(v.ctr.recall_bytes, 0);
@@ -202,7 +224,7 @@ static void test_equals_vanilla(void)
     }
     run_free(&v);
     /* one-token pages: a tail flush every step */
-    struct run_cfg c1 = {"vanilla", "lengths:61,130", 16, 2, 1, 0, NULL};
+    struct run_cfg c1 = {"vanilla", "lengths:61,130", 16, 2, 1, 0, NULL, NULL};
     serve(&c1, NULL, &v);
     EXPECT_EQ_INT(v.rc, 0);
     equal_case(&v, "arkvale", c1.spec, 1, OFFLOAD_HEADWISE, 1, RECALL_PER_BLOCK);
@@ -293,7 +315,7 @@ static void test_lookahead_layers(void)
             p.budget_tokens = 256;
             p.n_dense = dense[d];
             p.engine = (enum recall_engine)eng;
-            struct run_cfg c = {"arkvale", "lengths:1500,900,1300", 14, 3, 16, 0, NULL};
+            struct run_cfg c = {"arkvale", "lengths:1500,900,1300", 14, 3, 16, 0, NULL, NULL};
             struct run_out r;
             serve(&c, &p, &r);
             EXPECT_EQ_INT(r.rc, 0);
@@ -307,7 +329,7 @@ static void test_small_budget(void)
 {
     struct offload_params p = defaults();
     p.budget_tokens = 512; /* 32 of ~130 blocks */
-    struct run_cfg c = {"arkvale", "lengths:2048,1900,2100,1600", 25, 4, 16, 0, NULL};
+    struct run_cfg c = {"arkvale", "lengths:2048,1900,2100,1600", 25, 4, 16, 0, NULL, NULL};
     struct run_out r;
     serve(&c, &p, &r);
     infinigen_same(&c, &p, &r);
@@ -344,7 +366,7 @@ static void test_solohead_engines(void)
         p.budget_tokens = 128;
         p.selection = OFFLOAD_SOLOHEAD;
         p.engine = (enum recall_engine)eng;
-        struct run_cfg c = {"arkvale", "lengths:600,500,700", 12, 3, 16, 0, NULL};
+        struct run_cfg c = {"arkvale", "lengths:600,500,700", 12, 3, 16, 0, NULL, NULL};
         struct run_out r;
         serve(&c, &p, &r);
         EXPECT_EQ_INT(r.rc, 0);
@@ -369,7 +391,7 @@ static void test_solohead_engines(void)
     struct offload_params p = defaults();
     p.budget_tokens = 128;
     p.selection = OFFLOAD_SOLOHEAD;
-    struct run_cfg c = {"arkvale", "lengths:600,500,700", 12, 3, 16, 130 * 8192, NULL};
+    struct run_cfg c = {"arkvale", "lengths:600,500,700", 12, 3, 16, 130 * 8192, NULL, NULL};
     struct run_out r;
     serve(&c, &p, &r);
     EXPECT_EQ_INT(r.rc, 0);
@@ -480,7 +502,7 @@ static void test_no_host_sync(void)
                 p.budget_tokens = 64;
                 p.selection = sel;
                 p.engine = (enum recall_engine)eng;
-                struct run_cfg c = {pols[pi], "lengths:300,170,260", 10, 2, 16, 0, NULL};
+                struct run_cfg c = {pols[pi], "lengths:300,170,260", 10, 2, 16, 0, NULL, NULL};
                 struct run_out r;
                 serve(&c, &p, &r);
                 EXPECT_EQ_INT(r.rc, 0);
@@ -496,7 +518,7 @@ static void test_no_host_sync(void)
             }
     struct offload_params p = defaults(); /* verify_steps on */
     p.budget_tokens = 64;
-    struct run_cfg c = {"arkvale", "lengths:300,170", 6, 2, 16, 0, NULL};
+    struct run_cfg c = {"arkvale", "lengths:300,170", 6, 2, 16, 0, NULL, NULL};
     struct run_out r;
     serve(&c, &p, &r);
     EXPECT_EQ_INT(r.rc, 0);
@@ -552,7 +574,7 @@ static void test_failing_link(void)
     int64_t transient = 0, dead = 0, lost = 0, delayed = 0;
     for (int pi = 0; pi < 2; pi++)
         for (int ei = 0; ei < 2; ei++) {
-            struct run_cfg c = {pols[pi], "lengths:300,170,90", 8, 2, 16, 0, NULL};
+            struct run_cfg c = {pols[pi], "lengths:300,170,90", 8, 2, 16, 0, NULL, NULL};
             struct offload_params p = defaults();
             p.budget_tokens = 64;
             p.engine = engs[ei];
@@ -872,7 +894,7 @@ static void test_real_query(void)
         p.engine = cases[c].engine;
         p.prompt_kv = OFFLOAD_KV_PREFILL;
         p.query = OFFLOAD_QUERY_REAL;
-        struct run_cfg rc = {cases[c].policy, "lengths:150,230", 10, 2, 16, 0, NULL};
+        struct run_cfg rc = {cases[c].policy, "lengths:150,230", 10, 2, 16, 0, NULL, NULL};
         struct run_out r;
         serve(&rc, &p, &r);
         EXPECT_EQ_INT(r.rc, 0);
@@ -932,7 +954,7 @@ static void test_sliding_window(void)
 {
     const char *spec = "lengths:100,37,70"; /* 100 and 70 > the window: the rings wrap */
     struct run_out v;
-    struct run_cfg cv = {"vanilla", spec, 16, 2, 16, 0, "tiny-gemma3"};
+    struct run_cfg cv = {"vanilla", spec, 16, 2, 16, 0, "tiny-gemma3", NULL};
     serve(&cv, NULL, &v);
     EXPECT_EQ_INT(v.rc, 0);
     static const struct {
@@ -948,7 +970,7 @@ static void test_sliding_window(void)
         p.n_dense = cases[c].n_dense;
         p.prompt_kv = OFFLOAD_KV_SYNTHETIC;
         p.budget_tokens = 512;
-        struct run_cfg ca = {cases[c].policy, spec, 16, 2, 16, 0, "tiny-gemma3"};
+        struct run_cfg ca = {cases[c].policy, spec, 16, 2, 16, 0, "tiny-gemma3", NULL};
         struct run_out a;
         serve(&ca, &p, &a);
         EXPECT_EQ_INT(a.rc, 0);
@@ -1035,7 +1057,7 @@ static void test_sliding_window_real_query(void)
         p.engine = cases[c].engine;
         p.prompt_kv = OFFLOAD_KV_PREFILL;
         p.query = OFFLOAD_QUERY_REAL;
-        struct run_cfg rc = {cases[c].policy, "lengths:150,230", 10, 2, 16, 0, "tiny-gemma3"};
+        struct run_cfg rc = {cases[c].policy, "lengths:150,230", 10, 2, 16, 0, "tiny-gemma3", NULL};
         struct run_out r;
         serve(&rc, &p, &r);
         EXPECT_EQ_INT(r.rc, 0);
@@ -1055,6 +1077,49 @@ static void test_sliding_window_real_query(void)
         EXPECT(same);
         fprintf(stderr, "sliding window, real query, %s %s: serving tokens %s the accuracy path's\n",
                 cases[c].policy, recall_engine_name(cases[c].engine), same ? "equal" : "DIFFER from");
+        run_free(&r);
+    }
+    /* pulseinfer, its layers interleaved: each request decodes the tokens of running it alone,
+     * the short ones in the normal batch full attention's, the long ones offloaded (fixed:200)
+     * the sparse accuracy path's; both batches ran beside each other */
+    for (int zc = 0; zc < 2; zc++) {
+        struct offload_params p = defaults();
+        p.budget_tokens = 32;
+        p.n_dense = 0;
+        p.selection = OFFLOAD_HEADWISE; /* one KV head: SoloHead's list too */
+        p.engine = zc ? RECALL_ZERO_COPY : RECALL_GATHER_SCATTER;
+        p.prompt_kv = OFFLOAD_KV_PREFILL;
+        p.query = OFFLOAD_QUERY_REAL;
+        p.verify_steps = 0;
+        struct run_cfg rc = {"pulseinfer", "lengths:150,230,120,260", 10, 4, 16, 0, "tiny-gemma3",
+                             "fixed:200"};
+        struct run_out r;
+        serve(&rc, &p, &r);
+        EXPECT_EQ_INT(r.rc, 0);
+        EXPECT_EQ_INT(r.check_rc, 0);
+        EXPECT(r.st.recall_bytes > 0);
+        EXPECT_EQ_INT(r.ctr.admitted_normal, 2);
+        EXPECT_EQ_INT(r.ctr.admitted_offload, 2);
+        EXPECT(r.ctr.batch_max[0] == 2 && r.ctr.batch_max[1] == 2); /* both batches ran */
+        int same = r.rc == 0, offloaded_differ = 0;
+        for (int i = 0; i < r.w.n && same; i++) {
+            int32_t want[16], full[16];
+            const struct request *q = &r.w.reqs[i];
+            const int off = q->prompt_len > 200;
+            accuracy_tokens("tiny-gemma3", q->id, q->prompt_len, q->output_len, SPARSE_FULL, sel,
+                            full);
+            if (off)
+                accuracy_tokens("tiny-gemma3", q->id, q->prompt_len, q->output_len,
+                                SPARSE_HEADWISE, sel, want);
+            same &= memcmp(off ? want : full, q->tokens, sizeof(int32_t) * q->output_len) == 0;
+            offloaded_differ += off && memcmp(want, full, sizeof want[0] * q->output_len) != 0;
+        }
+        EXPECT(same);
+        EXPECT(offloaded_differ > 0); /* the offloaded requests' selection mattered */
+        fprintf(stderr,
+                "sliding window, real query, pulseinfer %s: every request's tokens %s running it "
+                "alone (%d of 2 offloaded unlike full attention)\n",
+                recall_engine_name(p.engine), same ? "equal" : "DIFFER from", offloaded_differ);
         run_free(&r);
     }
     g_real_prompts = 0;
