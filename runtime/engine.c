@@ -40,7 +40,7 @@ struct batch {
                              through one (batch_tokens_queue) */
     void *ev_tokens[2];   /* recorded after their copy; the reader waits on it */
     int n_tokens[2];      /* entries when queued */
-    void *graph;       /* the captured step, valid for graph_kv and these entries */
+    void *graph;          /* the captured step, valid for graph_kv and these entries */
     const struct kv_cache *graph_kv;
     /* batch_graph_pieces: engine_layer_pre (2 l) and engine_layer_post (2 l + 1) of layer l as
      * graphs, valid for piece_n entries appending to piece_kv */
@@ -207,9 +207,11 @@ struct batch *batch_create(struct engine *e)
     bt->mem_bytes = mem_aligned(bt->stage_bytes) + mem_aligned(xb) + 2 * mem_aligned(qb);
     bt->mem = mem_alloc(e->be->mem, bt->mem_bytes, "batch");
     bt->h_stage = mem_alloc(MEM_HOST, bt->stage_bytes, "batch stage");
-    bt->piece_graph = mem_alloc(MEM_HOST, sizeof(void *) * 2 * (size_t)e->p.cfg->n_layers, "batch graphs");
+    bt->piece_graph =
+        mem_alloc(MEM_HOST, sizeof(void *) * 2 * (size_t)e->p.cfg->n_layers, "batch graphs");
     int ok = bt->mem && bt->h_stage && bt->piece_graph;
-    if (bt->piece_graph) memset(bt->piece_graph, 0, sizeof(void *) * 2 * (size_t)e->p.cfg->n_layers);
+    if (bt->piece_graph)
+        memset(bt->piece_graph, 0, sizeof(void *) * 2 * (size_t)e->p.cfg->n_layers);
     for (int i = 0; i < 2; i++) {
         bt->h_tokens[i] = mem_alloc(batch_token_kind(e), sizeof(int32_t) * B, "batch tokens");
         bt->ev_tokens[i] = e->be->event_create();

@@ -1075,8 +1075,9 @@ static void test_sliding_window_real_query(void)
             differ_from_full += memcmp(want, q->tokens, sizeof(int32_t) * q->output_len) != 0;
         }
         EXPECT(same);
-        fprintf(stderr, "sliding window, real query, %s %s: serving tokens %s the accuracy path's\n",
-                cases[c].policy, recall_engine_name(cases[c].engine), same ? "equal" : "DIFFER from");
+        fprintf(
+            stderr, "sliding window, real query, %s %s: serving tokens %s the accuracy path's\n",
+            cases[c].policy, recall_engine_name(cases[c].engine), same ? "equal" : "DIFFER from");
         run_free(&r);
     }
     /* pulseinfer, its layers interleaved: each request decodes the tokens of running it alone,
@@ -1109,8 +1110,8 @@ static void test_sliding_window_real_query(void)
             accuracy_tokens("tiny-gemma3", q->id, q->prompt_len, q->output_len, SPARSE_FULL, sel,
                             full);
             if (off)
-                accuracy_tokens("tiny-gemma3", q->id, q->prompt_len, q->output_len,
-                                SPARSE_HEADWISE, sel, want);
+                accuracy_tokens("tiny-gemma3", q->id, q->prompt_len, q->output_len, SPARSE_HEADWISE,
+                                sel, want);
             same &= memcmp(off ? want : full, q->tokens, sizeof(int32_t) * q->output_len) == 0;
             offloaded_differ += off && memcmp(want, full, sizeof want[0] * q->output_len) != 0;
         }

@@ -289,7 +289,8 @@ static void test_servegen_mix(void)
     EXPECT_NEAR(sum / N / mean, 1.0, 0.03);
     EXPECT(ks <= 0.015);
     /* the model's own CDF: 0 below the clip, 1 at 4 MEAN, increasing between */
-    EXPECT(workload_servegen_mix_cdf(mean, 63) == 0 && workload_servegen_mix_cdf(mean, 4 * mean) == 1);
+    EXPECT(workload_servegen_mix_cdf(mean, 63) == 0 &&
+           workload_servegen_mix_cdf(mean, 4 * mean) == 1);
     EXPECT(workload_servegen_mix_cdf(mean, 5000) < workload_servegen_mix_cdf(mean, 20000));
     workload_free(&w);
     workload_free(&v);
