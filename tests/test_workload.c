@@ -338,11 +338,27 @@ static void test_trace_roundtrip(void)
     workload_free(&v);
     EXPECT_EQ_INT(tu_run_pulse("workload --workload nosuch:1", out, sizeof out), 2);
     EXPECT_EQ_INT(tu_run_pulse("workload", out, sizeof out), 2);
-    static const char *const shipped[] = {"trace:workloads/traces/servegen_32k_gamma.jsonl",
-                                          "trace:workloads/traces/mooncake_like_24k_poisson.jsonl"};
-    for (size_t i = 0; i < 2; i++) {
-        EXPECT_EQ_INT(workload_create(&v, shipped[i], 1, 1, err, sizeof err), PULSE_OK);
+    /* each shipped trace is what its command in workloads/traces/README.md makes (seed 1) */
+    static const struct {
+        const char *trace, *spec, *arrival;
+    } shipped[] = {
+        {"trace:workloads/traces/servegen_32k_gamma.jsonl", "servegen:32768:48", "gamma:4:2"},
+        {"trace:workloads/traces/mooncake_like_24k_poisson.jsonl", "lognormal:24576:1.074:48",
+         "poisson:4"},
+        {"trace:workloads/traces/servegen_mix_32k_gamma.jsonl", "servegen-mix:32768:48",
+         "gamma:4:2"}};
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(shipped); i++) {
+        EXPECT_EQ_INT(workload_create(&v, shipped[i].trace, 1, 1, err, sizeof err), PULSE_OK);
         EXPECT_EQ_INT(v.n, 48);
+        EXPECT_EQ_INT(workload_create(&w, shipped[i].spec, 32, 1, err, sizeof err), PULSE_OK);
+        EXPECT_EQ_INT(workload_set_arrivals(&w, shipped[i].arrival, err, sizeof err), PULSE_OK);
+        int same = w.n == v.n;
+        for (int r = 0; r < w.n && same; r++)
+            same = w.reqs[r].prompt_len == v.reqs[r].prompt_len &&
+                   w.reqs[r].output_len == v.reqs[r].output_len;
+        if (!same) fprintf(stderr, "%s: not what %s makes\n", shipped[i].trace, shipped[i].spec);
+        EXPECT(same);
+        workload_free(&w);
         workload_free(&v);
     }
     remove(path);
