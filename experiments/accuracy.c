@@ -16,6 +16,7 @@
  * runs read. */
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,12 @@ static const char usage[] =
     "                      sliding-window model's local layers keep their window on the\n"
     "                      GPU, its global layers are offloaded)\n"
     "  --out FILE.json     the result; --churn-profile FILE.json the measured churn profile\n"
+    "  --time-limit S      start no sample after S seconds of evaluation; the result then\n"
+    "                      covers the samples scored, status \"partial\" (SIGINT or SIGTERM\n"
+    "                      stop the same way after the sample in progress, status\n"
+    "                      \"interrupted\", exit 1). Samples are taken task by task in turn\n"
+    "                      (sample 0 of every set, then sample 1, ...), so a stopped run\n"
+    "                      stays balanced over its sets\n"
     "exit: 0 ok, 1 run failed, 2 bad usage, 3 out of memory\n";
 
 struct acc_opts {
@@ -88,7 +95,7 @@ struct acc_opts {
     int policies[MAX_LIST], n_policies;
     long samples, calib, max_length, max_gen, chunk, mam_budget, sink, window;
     int max_length_set, check_serving;
-    double frac;
+    double frac, time_limit; /* time_limit 0: none */
 };
 
 static int any_item(const char *item, int i, void *ctx)
@@ -154,6 +161,7 @@ static int parse(int argc, char **argv, struct acc_opts *o)
                                          {"churn-profile", required_argument, 0, 'P'},
                                          {"chat-template", required_argument, 0, 'T'},
                                          {"check-serving", no_argument, 0, 'S'},
+                                         {"time-limit", required_argument, 0, 'X'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     *o = (struct acc_opts){.backend = "auto",
@@ -237,6 +245,9 @@ static int parse(int argc, char **argv, struct acc_opts *o)
         case 'f':
             bad = cli_double(CMD, "--infinigen-frac", optarg, 1e-6, 1.0, &o->frac);
             break;
+        case 'X':
+            bad = cli_double(CMD, "--time-limit", optarg, 1e-3, 1e7, &o->time_limit);
+            break;
         case 't':
             snprintf(g_tasks_buf, sizeof g_tasks_buf, "%s", optarg);
             bad = (o->n_tasks = split("--tasks", g_tasks_buf, o->tasks)) < 0;
@@ -312,6 +323,32 @@ static int parse(int argc, char **argv, struct acc_opts *o)
     return 0;
 }
 
+/* Why an evaluation ended early: --time-limit, or SIGINT / SIGTERM after the sample in
+ * progress (the result written either way). */
+enum acc_stop { ACC_DONE, ACC_TIME_LIMIT, ACC_SIGNALLED };
+static volatile sig_atomic_t g_signalled;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    g_signalled = 1;
+}
+
+static void stop_signals(int on)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on ? on_stop_signal : SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static const char *status_of(int stopped)
+{
+    return stopped == ACC_TIME_LIMIT ? "partial" : stopped == ACC_SIGNALLED ? "interrupted" : "ok";
+}
+
 /* One (policy, budget) decode of every sample; run 0 is full attention. */
 struct run_def {
     int policy;
@@ -360,6 +397,8 @@ struct acc {
     size_t text_cap;
     float *logits; /* [vocab]: the last step's, checked for NaN/Inf after every run */
     double t_prefill, t_decode;
+    int stopped; /* enum acc_stop: why the evaluation ended before its last sample */
+    long scored, planned; /* samples scored over all sets, and asked for */
     int64_t prompt_tokens, gen_tokens;
 };
 
@@ -934,51 +973,46 @@ static json_t *serving_json(const struct acc *A)
     return arr;
 }
 
+/* The result first (so that a failing profile loses nothing), then the churn profile. */
 static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
 {
     json_t *table = table_json(A);
     json_t *serving = serving_json(A); /* printed here, with or without --out */
+    if (A->stopped)
+        printf("pulse accuracy: stopped after %ld of %ld samples (%s); the table covers "
+               "those\n",
+               A->scored, A->planned,
+               A->stopped == ACC_TIME_LIMIT ? "--time-limit" : "signal");
+    int rc = PULSE_OK;
+    if (A->o.out) {
+        json_t *res = results_new(CMD);
+        A->be->describe(results_env(res));
+        json_object_set_new(res, "config", config_json(A));
+        json_object_set_new(res, "mam", mam_json(A, &A->mam[1]));    /* query heads */
+        json_object_set_new(res, "mam_kv", mam_json(A, &A->mam[0])); /* KV heads */
+        json_object_set_new(res, "serving", json_incref(serving));
+        json_object_set_new(res, "table", json_incref(table));
+        json_object_set_new(res, "samples", json_incref(recs));
+        json_object_set_new(res, "churn", A->meter_run >= 0 ? locality_meter_to_json(A->meter, NULL)
+                                                            : json_null());
+        json_object_set_new(res, "timing",
+                            json_pack("{s:f,s:f,s:I,s:I}", "prefill_s", A->t_prefill, "decode_s",
+                                      A->t_decode, "prompt_tokens", (json_int_t)A->prompt_tokens,
+                                      "generated_tokens", (json_int_t)A->gen_tokens));
+        json_object_set_new(res, "samples_scored", json_integer(A->scored));
+        json_object_set_new(res, "samples_planned", json_integer(A->planned));
+        json_object_set_new(res, "status", json_string(status_of(A->stopped)));
+        rc = results_write(res, A->o.out, err, errlen);
+        json_decref(res);
+    }
+    json_decref(table);
+    json_decref(serving);
+    if (rc != PULSE_OK || !A->o.churn_out) return rc;
     struct locality_profile prof;
-    int have_prof = A->meter_run >= 0 && locality_meter_to_profile(A->meter, &prof, A->s.cfg->name,
-                                                                   err, errlen) == PULSE_OK;
-    if (A->o.churn_out && !have_prof) {
-        snprintf(err, errlen,
-                 "--churn-profile: no SoloHead selections at --mam-budget %ld were "
-                 "made (is solohead or solohead-q among the policies and %ld among the budgets?)",
-                 A->o.mam_budget, A->o.mam_budget);
-        json_decref(table);
-        json_decref(serving);
-        return PULSE_ERR_INVALID;
-    }
-    if (have_prof && A->o.churn_out &&
-        locality_profile_write(&prof, A->o.churn_out, err, errlen) != PULSE_OK) {
-        json_decref(table);
-        json_decref(serving);
-        return PULSE_ERR_IO;
-    }
-    if (!A->o.out) {
-        json_decref(table);
-        json_decref(serving);
-        return PULSE_OK;
-    }
-    json_t *res = results_new(CMD);
-    A->be->describe(results_env(res));
-    json_object_set_new(res, "config", config_json(A));
-    json_object_set_new(res, "mam", mam_json(A, &A->mam[1]));    /* query heads */
-    json_object_set_new(res, "mam_kv", mam_json(A, &A->mam[0])); /* KV heads */
-    json_object_set_new(res, "serving", serving);
-    json_object_set_new(res, "table", table);
-    json_object_set_new(res, "samples", json_incref(recs));
-    json_object_set_new(res, "churn",
-                        A->meter_run >= 0 ? locality_meter_to_json(A->meter, NULL) : json_null());
-    json_object_set_new(res, "timing",
-                        json_pack("{s:f,s:f,s:I,s:I}", "prefill_s", A->t_prefill, "decode_s",
-                                  A->t_decode, "prompt_tokens", (json_int_t)A->prompt_tokens,
-                                  "generated_tokens", (json_int_t)A->gen_tokens));
-    json_object_set_new(res, "status", json_string("ok"));
-    int rc = results_write(res, A->o.out, err, errlen);
-    json_decref(res);
-    return rc;
+    if (locality_meter_to_profile(A->meter, &prof, A->s.cfg->name, err, errlen) != PULSE_OK)
+        return PULSE_ERR_INVALID; /* no selection was observed (a run stopped at once) */
+    return locality_profile_write(&prof, A->o.churn_out, err, errlen) != PULSE_OK ? PULSE_ERR_IO
+                                                                                  : PULSE_OK;
 }
 
 static int setup(struct acc *A, char *err, size_t errlen)
@@ -1098,18 +1132,38 @@ int cmd_accuracy(int argc, char **argv)
         return rc == PULSE_ERR_NOMEM ? EXIT_OOM : EXIT_USAGE;
     }
     plan_runs(&A);
+    if (A.o.churn_out && A.meter_run < 0) { /* found now, not after the whole run */
+        cli_error(CMD,
+                  "--churn-profile: needs solohead or solohead-q among the policies and "
+                  "--mam-budget %ld among the budgets",
+                  A.o.mam_budget);
+        teardown(&A);
+        return EXIT_USAGE;
+    }
     json_t *recs = json_array();
+    A.planned = A.o.samples * A.n_sets;
     if ((rc = setup(&A, err, sizeof err)) == PULSE_OK) {
         printf("pulse accuracy: %s on %s, %d runs per sample\n", A.s.cfg->name, A.be->name,
                A.n_runs);
+        g_signalled = 0;
+        stop_signals(1);
         if (A.o.calib > 0) rc = calibrate(&A, err, sizeof err);
-        for (int i = 0; i < A.n_sets && rc == PULSE_OK; i++)
-            for (long k = 0; k < A.o.samples && rc == PULSE_OK; k++)
+        const double t0 = pulse_now();
+        /* sample k of every set in turn: a run stopped early stays balanced over its sets */
+        for (long k = 0; k < A.o.samples && rc == PULSE_OK && !A.stopped; k++)
+            for (int i = 0; i < A.n_sets && rc == PULSE_OK; i++) {
+                if (g_signalled) A.stopped = ACC_SIGNALLED;
+                else if (A.o.time_limit > 0 && pulse_now() - t0 >= A.o.time_limit)
+                    A.stopped = ACC_TIME_LIMIT;
+                if (A.stopped) break;
                 rc = eval_sample(&A, &A.sets[i], (size_t)k, recs, err, sizeof err);
+                A.scored += rc == PULSE_OK;
+            }
+        stop_signals(0);
     }
     if (rc == PULSE_OK) rc = write_outputs(&A, recs, err, sizeof err);
     if (rc != PULSE_OK) cli_error(CMD, "%s", err);
     json_decref(recs);
     teardown(&A);
-    return exit_code(rc);
+    return rc == PULSE_OK && A.stopped == ACC_SIGNALLED ? 1 : exit_code(rc);
 }

@@ -166,6 +166,49 @@ static void test_passkey(void)
     unlink(path), unlink(res), unlink(prof), rmdir(dir);
 }
 
+/* --time-limit ends the evaluation after the sample in progress: the result is written with
+ * the samples scored (status "partial"), the exit is 0. --churn-profile without a SoloHead run
+ * at --mam-budget is refused before any work (it used to be found after the whole run, losing
+ * its result). */
+static void test_time_limit(void)
+{
+    char dir[] = "/tmp/pulse_gemma_tl_XXXXXX", path[256], res[256], prof[256], args[8192];
+    EXPECT(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/passkey_1024.jsonl", dir);
+    snprintf(res, sizeof res, "%s/acc.json", dir);
+    snprintf(prof, sizeof prof, "%s/churn.json", dir);
+    write_passkey(path, 33, 11, 2);
+    snprintf(args, sizeof args,
+             "accuracy --model %s --backend cpu --data %s --lengths 1024 --tasks passkey "
+             "--samples 2 --calib-samples 0 --budgets 256 --max-gen 8 --policies full,headwise "
+             "--time-limit 0.001 --out %s",
+             model, dir, res);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+    EXPECT_STR_CONTAINS(out, "stopped after 1 of 2 samples (--time-limit)");
+    json_error_t je;
+    json_t *r = json_load_file(res, 0, &je);
+    EXPECT(r != NULL);
+    if (r) {
+        EXPECT(!strcmp(json_string_value(json_object_get(r, "status")), "partial"));
+        EXPECT_EQ_INT(json_integer_value(json_object_get(r, "samples_scored")), 1);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(r, "samples_planned")), 2);
+        EXPECT_EQ_INT(json_array_size(json_object_get(r, "samples")), 1);
+        json_t *row = json_array_get(json_object_get(r, "table"), 0);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(row, "samples")), 1);
+        json_decref(r);
+    }
+    unlink(res);
+    snprintf(args, sizeof args,
+             "accuracy --model %s --backend cpu --data %s --lengths 1024 --tasks passkey "
+             "--samples 1 --calib-samples 0 --budgets 256 --policies full,headwise --out %s "
+             "--churn-profile %s",
+             model, dir, res, prof);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "--churn-profile: needs solohead or solohead-q");
+    EXPECT(access(res, F_OK) != 0 && access(prof, F_OK) != 0);
+    unlink(path), rmdir(dir);
+}
+
 /* --longbench DIR reads DIR/<task>.jsonl and truncates a long prompt in the middle to
  * --max-length minus the task's new tokens, keeping its start and its end (the question). */
 static void test_longbench_truncation(void)
@@ -230,6 +273,7 @@ int main(void)
     if (tu_gemma_path("test_acc_gemma3", model, sizeof model) != 0) return 77;
     test_golden();
     test_passkey();
+    test_time_limit();
     test_longbench_truncation();
     test_synth_tokenizer();
     return tu_finish("test_acc_gemma3");

@@ -103,6 +103,8 @@ static const struct bad_case bad[] = {
      "500 is not a multiple of the block size 16", 2},
     {"accuracy --model tiny --data d --lengths 4096 --tasks passkey --infinigen-frac 2",
      "--infinigen-frac", 2},
+    {"accuracy --model tiny --data d --lengths 4096 --tasks passkey --time-limit 0",
+     "--time-limit: '0' is not a number in [0.001, 1e+07]", 2},
     {"accuracy --model tiny --data /nonexistent --lengths 4096 --tasks passkey",
      "carries no tokenizer", 2},
     {"synth --task passkey --length 512 --out-dir /tmp/pulse_cli_synth --tokenizer "
