@@ -405,12 +405,9 @@ static void piece_run(struct engine *e, struct batch *bt, const struct kv_cache 
 
 void batch_graph_pieces(struct engine *e, struct batch *bt, int on)
 {
-    static int allowed = -1; /* PULSE_PIECE_GRAPHS=0 turns them off, for experiments */
-    if (allowed < 0) {
-        long v = 1;
-        pulse_env_long("PULSE_PIECE_GRAPHS", 0, 1, &v);
-        allowed = (int)v;
-    }
+    long allowed = 1; /* PULSE_PIECE_GRAPHS=0 turns them off, for experiments (read at each
+                         call, once a step: a test sets it between runs) */
+    if (on) pulse_env_long("PULSE_PIECE_GRAPHS", 0, 1, &allowed);
     on = on && allowed;
     if (!on) pieces_drop(e, bt);
     bt->pieces = on;

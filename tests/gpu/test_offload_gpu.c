@@ -13,6 +13,7 @@
  *    the device through the staging): with a covering budget arkvale and infinigen decode
  *    vanilla's tokens on CUDA.
  * Exit 77 without a GPU. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
@@ -125,6 +126,18 @@ static void test_equals_vanilla(void)
             EXPECT(a.es.graph_captures >= 2 * L && a.es.graph_captures < a.es.graph_launches);
         } else {
             EXPECT_EQ_INT(a.es.graph_launches, 0);
+        }
+        if (engs[i] == RECALL_ZERO_COPY && !pulse_sync_each_launch()) {
+            /* PULSE_PIECE_GRAPHS=0: the same step with its pieces launched one by one */
+            struct run_out g;
+            setenv("PULSE_PIECE_GRAPHS", "0", 1);
+            serve("cuda", pols[i], spec, 24, &p, &g);
+            unsetenv("PULSE_PIECE_GRAPHS");
+            EXPECT_EQ_INT(g.rc, 0);
+            EXPECT_EQ_INT(g.es.graph_launches, 0);
+            EXPECT_EQ_INT(g.es.graph_captures, 0);
+            EXPECT(g.st.steps > 0 && same_tokens(&v.w, &g.w));
+            workload_free(&g.w);
         }
         const int eq = same_tokens(&v.w, &a.w);
         fprintf(stderr,
