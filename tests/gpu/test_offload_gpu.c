@@ -45,6 +45,8 @@ static void serve(const char *be_name, const char *policy, const char *spec, int
     memset(r, 0, sizeof *r);
     r->rc = -1;
     if (workload_create(&r->w, spec, out_len, 1, err, sizeof err) != 0) return;
+    /* where a run under a compute-sanitizer tool ends, should it end early */
+    fprintf(stderr, "serving %s %s %s ...\n", be_name, policy, spec);
     const int max_tokens = workload_max_tokens(&r->w), max_batch = 4;
     const struct model_config *m = model_config_find(g_model);
     struct engine_params ep = {.cfg = m,
