@@ -22,6 +22,7 @@ struct engine {
     uint16_t *act; /* [B][ffn] */
     float *logits; /* [B][vocab] */
     int use_graph;
+    int piece_graphs; /* batch_graph_pieces may turn them on (PULSE_PIECE_GRAPHS, at create) */
     int capturing; /* a whole step is being captured: its pieces are queued as they are */
     struct engine_stats st;
 };
@@ -141,6 +142,9 @@ struct engine *engine_create(const struct engine_params *p, char *err, size_t er
     e->logits = mem_carve(&cur, 4 * B * c->vocab);
     e->tmp = mem_carve(&cur, 4 * B * c->hidden);
     e->use_graph = p->use_graph && p->be->graph_begin && !pulse_sync_each_launch();
+    long pieces = 1; /* PULSE_PIECE_GRAPHS=0 turns the piece graphs off, for experiments */
+    pulse_env_long("PULSE_PIECE_GRAPHS", 0, 1, &pieces);
+    e->piece_graphs = (int)pieces;
     if (p->be->mem == MEM_DEVICE && warm_gemms(e) != PULSE_OK) goto oom;
     p->be->sync(&e->ctx);
     return e;
@@ -405,10 +409,7 @@ static void piece_run(struct engine *e, struct batch *bt, const struct kv_cache 
 
 void batch_graph_pieces(struct engine *e, struct batch *bt, int on)
 {
-    long allowed = 1; /* PULSE_PIECE_GRAPHS=0 turns them off, for experiments (read at each
-                         call, once a step: a test sets it between runs) */
-    if (on) pulse_env_long("PULSE_PIECE_GRAPHS", 0, 1, &allowed);
-    on = on && allowed;
+    on = on && e->piece_graphs;
     if (!on) pieces_drop(e, bt);
     bt->pieces = on;
 }

@@ -130,7 +130,7 @@ static void test_equals_vanilla(void)
             EXPECT_EQ_INT(a.es.graph_launches, 0);
         }
         if (engs[i] == RECALL_ZERO_COPY && !pulse_sync_each_launch()) {
-            /* PULSE_PIECE_GRAPHS=0: the same step with its pieces launched one by one */
+            /* PULSE_PIECE_GRAPHS=0 (read by engine_create): the pieces launched one by one */
             struct run_out g;
             setenv("PULSE_PIECE_GRAPHS", "0", 1);
             serve("cuda", pols[i], spec, 24, &p, &g);
