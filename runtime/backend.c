@@ -178,6 +178,7 @@ static const struct backend cpu_backend = {
     .event_create = cpu_event_create,
     .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record,
+    .event_record_external = cpu_event_record,
     .event_query = cpu_event_query,
     .event_sync = cpu_event_sync,
     .stream_wait_event = cpu_stream_wait_event,

@@ -60,6 +60,10 @@ struct backend {
     void *(*event_create)(void);
     void (*event_destroy)(void *ev);
     void (*event_record)(const struct kctx *c, void *ev);
+    /* event_record for a record queued inside a graph capture (engine_graph_run) that another
+     * stream or the host waits for: each replay of the graph records the event (cuda: an
+     * external event record node); outside a capture, event_record. */
+    void (*event_record_external)(const struct kctx *c, void *ev);
     int (*event_query)(void *ev);
     void (*event_sync)(void *ev);
     /* The context's stream waits, on the device, for the work before the event's last record

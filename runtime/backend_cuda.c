@@ -122,6 +122,17 @@ static void cuda_event_record(const struct kctx *c, void *ev)
     CUDA_CHECK(cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)c->stream));
 }
 
+static void cuda_event_record_external(const struct kctx *c, void *ev)
+{
+    enum cudaStreamCaptureStatus cs;
+    CUDA_CHECK(cudaStreamIsCapturing((cudaStream_t)c->stream, &cs));
+    if (cs == cudaStreamCaptureStatusActive)
+        CUDA_CHECK(cudaEventRecordWithFlags((cudaEvent_t)ev, (cudaStream_t)c->stream,
+                                            cudaEventRecordExternal));
+    else
+        CUDA_CHECK(cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)c->stream));
+}
+
 static int cuda_event_query(void *ev)
 {
     cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
@@ -307,6 +318,7 @@ const struct backend cuda_backend = {
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
+    .event_record_external = cuda_event_record_external,
     .event_query = cuda_event_query,
     .event_sync = cuda_event_sync,
     .stream_wait_event = cuda_stream_wait_event,

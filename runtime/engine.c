@@ -23,7 +23,7 @@ struct engine {
     float *logits; /* [B][vocab] */
     int use_graph;
     int piece_graphs; /* batch_graph_pieces may turn them on (PULSE_PIECE_GRAPHS, at create) */
-    int capturing; /* a whole step is being captured: its pieces are queued as they are */
+    int capturing;    /* a whole step is being captured: its pieces are queued as they are */
     struct engine_stats st;
 };
 
@@ -241,10 +241,7 @@ struct batch *batch_create(struct engine *e)
 static void pieces_drop(struct engine *e, struct batch *bt)
 {
     for (int i = 0; bt->piece_graph && i < 2 * e->p.cfg->n_layers; i++)
-        if (bt->piece_graph[i]) {
-            e->be->graph_destroy(bt->piece_graph[i]);
-            bt->piece_graph[i] = NULL;
-        }
+        engine_graph_drop(e, &bt->piece_graph[i]);
 }
 
 void batch_free(struct engine *e, struct batch *bt)
@@ -376,7 +373,7 @@ static const int32_t *host_lengths(struct engine *e, struct batch *bt)
 static void **piece_slot(struct engine *e, struct batch *bt, const struct kv_cache *kv, int piece,
                          int layer)
 {
-    if (!bt->pieces || !e->use_graph || e->capturing) return NULL;
+    if (!batch_graphs_on(e, bt)) return NULL;
     if (bt->piece_n != bt->n || (kv && bt->piece_kv != kv)) {
         pieces_drop(e, bt);
         bt->piece_n = bt->n;
@@ -385,26 +382,57 @@ static void **piece_slot(struct engine *e, struct batch *bt, const struct kv_cac
     return &bt->piece_graph[2 * layer + piece];
 }
 
+void engine_graph_run(struct engine *e, void **slot, void (*body)(void *), void *arg)
+{
+    if (!slot) {
+        body(arg);
+        return;
+    }
+    if (!*slot) {
+        e->be->graph_begin(&e->ctx);
+        e->capturing = 1;
+        body(arg);
+        e->capturing = 0;
+        *slot = e->be->graph_end(&e->ctx);
+        e->st.graph_captures++;
+    }
+    e->be->graph_launch(&e->ctx, *slot);
+    e->st.graph_launches++;
+}
+
+void engine_graph_drop(struct engine *e, void **slot)
+{
+    if (*slot) e->be->graph_destroy(*slot);
+    *slot = NULL;
+}
+
+int batch_graphs_on(const struct engine *e, const struct batch *bt)
+{
+    return bt->pieces && e->use_graph && !e->capturing;
+}
+
+struct piece_call {
+    struct engine *e;
+    struct batch *bt;
+    const struct kv_cache *kv;
+    int layer;
+    void (*body)(struct engine *, struct batch *, const struct kv_cache *, int);
+};
+
+static void piece_body(void *arg)
+{
+    const struct piece_call *p = arg;
+    p->body(p->e, p->bt, p->kv, p->layer);
+}
+
 /* Runs body(e, bt, kv, layer) as the graph in slot g (captured the first time), or as it is
  * when g is NULL. */
 static void piece_run(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer,
                       void **g,
                       void (*body)(struct engine *, struct batch *, const struct kv_cache *, int))
 {
-    if (!g) {
-        body(e, bt, kv, layer);
-        return;
-    }
-    if (!*g) {
-        e->be->graph_begin(&e->ctx);
-        e->capturing = 1;
-        body(e, bt, kv, layer);
-        e->capturing = 0;
-        *g = e->be->graph_end(&e->ctx);
-        e->st.graph_captures++;
-    }
-    e->be->graph_launch(&e->ctx, *g);
-    e->st.graph_launches++;
+    struct piece_call p = {e, bt, kv, layer, body};
+    engine_graph_run(e, g, piece_body, &p);
 }
 
 void batch_graph_pieces(struct engine *e, struct batch *bt, int on)

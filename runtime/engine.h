@@ -132,6 +132,18 @@ void engine_layer_post(struct engine *e, struct batch *bt, int layer);
  * 2026-12-02). Off (or PULSE_PIECE_GRAPHS=0 in the environment when the engine is created,
  * for experiments): the graphs are freed. Counted in engine_stats' graph_captures and graph_launches. */
 void batch_graph_pieces(struct engine *e, struct batch *bt, int on);
+/* 1 when this batch's pieces replay as graphs now (batch_graph_pieces on, cuda with use_graph,
+ * not inside a capture): a policy may then capture larger parts of its layers around them. */
+int batch_graphs_on(const struct engine *e, const struct batch *bt);
+/* Runs body(arg), which queues work on the engine's stream, as the CUDA graph in *slot:
+ * captured the first time (the layer pieces queued inside are captured with it, not replayed
+ * from their own graphs), replayed after; as it is when slot is NULL. Everything body queues
+ * must be the same at every replay (pointers, sizes): the caller drops the graph
+ * (engine_graph_drop) when they change. Event records inside body that other streams or the
+ * host wait for must be the backend's event_record_external. Counted in engine_stats'
+ * graph_captures and graph_launches. */
+void engine_graph_run(struct engine *e, void **slot, void (*body)(void *), void *arg);
+void engine_graph_drop(struct engine *e, void **slot);
 /* The batch's device state (backend memory, valid while it lives): rotated queries and the
  * attention output bf16 [max_batch][nq][head_dim], positions and attended lengths [max_batch]
  * (lengths = positions + 1 during a step), the residual stream fp32 [max_batch][hidden]. */

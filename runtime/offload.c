@@ -215,6 +215,7 @@ static size_t host_layout(struct offload *o, char *base)
     o->ev_built = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
     o->ev_gathered = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
     o->items = take(&c, sizeof(struct recall_item) * (size_t)o->max_items);
+    o->lgraph = take(&c, sizeof(void *) * 2 * (size_t)o->n_layers);
     int32_t *r = take(&c, 4 * 6 * (size_t)o->ms);
     o->res = (struct hot_cache_result){
         r, r + o->ms, r + 2 * o->ms, r + 3 * o->ms, r + 4 * o->ms, r + 5 * o->ms, 0, 0, -1, -1, -1};
@@ -401,6 +402,9 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
     o->device_plan = p->engine == RECALL_ZERO_COPY && p->cap_gbps == 0;
     /* with lookahead the next layer's gather overlaps this layer's MLP on its own stream */
     o->overlap = o->device_plan && (p->device_overlap || p->lookahead);
+    long lg = 1; /* PULSE_LAYER_GRAPHS=0: the device path's layers as pieces, for experiments */
+    pulse_env_long("PULSE_LAYER_GRAPHS", 0, 1, &lg);
+    o->layer_graphs = (int)lg;
     o->hpp = (struct hot_plan_params){o->max_batch * o->n_sparse * o->n_lists, o->hot_slots,
                                       p->sink, p->window, o->max_blocks};
     o->hp_bytes = o->device_plan ? hot_plan_state_bytes(&o->hpp) : 0;
@@ -614,6 +618,7 @@ oom:
 void offload_free(struct offload *o)
 {
     if (!o) return;
+    offload_layer_graphs_drop(o);
     prefill_free(o->pf);
     kv_cache_free(o->pf_kv);
     mem_free(o->be->mem, o->aq_mem, o->aq_bytes);

@@ -150,6 +150,10 @@ struct offload_stats {
     /* host synchronisations the main thread made inside offload_step (summed; the last step's):
      * 0 when the step is free of host round trips (verify_steps' checks are not counted) */
     int64_t host_syncs, last_step_host_syncs;
+    /* the device path's layers replayed as graphs (a layer's two: its issue with pre-attention,
+     * and attention with post-attention; PULSE_LAYER_GRAPHS=0 at create: none); also counted
+     * in engine_stats' graph_launches */
+    int64_t layer_graph_launches;
     /* host time of the steps' upload staging and of the next steps' queries, summed; and of
      * queuing the layers' pieces: pre-attention and digest update, selection with its
      * download and job, the device plan and gather, attention with tail flushes,

@@ -153,6 +153,13 @@ struct offload {
     struct kctx gctx;
     int overlap;
     void **ev_built, **ev_gathered;
+    /* the device path's layer graphs (offload_layer.c, layer_graph): [n_layers][2], valid for
+     * lg_bt's lg_n entries whose longest reservation is lg_len (the attention's split plans);
+     * layer_graphs 0 (PULSE_LAYER_GRAPHS=0 at create): none */
+    int layer_graphs;
+    void **lgraph;
+    const struct batch *lg_bt;
+    int lg_n, lg_len;
 
     /* the planner thread (offload_plan.c) */
     struct offload_planner *pl;
@@ -230,6 +237,8 @@ static inline void offload_quiesce(const struct offload *o)
 /* Starts the CPU pool's threads that prefetch_q uses, at create, so that no step starts them
  * (offload_layer.c). */
 void offload_prefetch_warm(const struct offload *o);
+/* Frees the device path's layer graphs (offload_layer.c). */
+void offload_layer_graphs_drop(struct offload *o);
 /* Bytes of the step upload (offload_layer.c). */
 size_t offload_up_bytes(const struct offload *o);
 

@@ -256,6 +256,7 @@ json_t *offload_counters_json(const struct offload *o)
     results_set_real(j, "prompt_fill_s", st.prompt_fill_s);
     json_object_set_new(j, "setup", setup_json(o, &st));
     json_object_set_new(j, "host_syncs", json_integer(st.host_syncs));
+    json_object_set_new(j, "layer_graph_launches", json_integer(st.layer_graph_launches));
     if (o->faulty) /* PULSE_RECALL_FAULT */
         json_object_set_new(j, "recall_faults_injected",
                             json_integer(recall_fault_injected(&o->fault)));

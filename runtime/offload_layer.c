@@ -52,7 +52,8 @@ static size_t up_ints(const struct offload *o)
 /* Bytes of a step upload of n entries: the ints, then the queries [n_sparse][n][nq][hd]. */
 static size_t up_bytes(const struct offload *o, int n)
 {
-    return sizeof(int32_t) * up_ints(o) + sizeof(uint16_t) * (size_t)o->n_sparse * n * o->nq * o->hd;
+    return sizeof(int32_t) * up_ints(o) +
+           sizeof(uint16_t) * (size_t)o->n_sparse * n * o->nq * o->hd;
 }
 
 size_t offload_up_bytes(const struct offload *o)
@@ -176,18 +177,35 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl)
                                          (unsigned long long *)(po.totals + OFFLOAD_TOT_ATT),
                                          (unsigned long long *)(po.totals + OFFLOAD_TOT_REFUSED)};
     o->fn.build(&a, o->ctx->stream);
-    const struct recall_params *rp = recall_get_params(o->rc);
     if (!o->overlap) {
+        const struct recall_params *rp = recall_get_params(o->rc);
         o->fn.gather(o->d_desc[sl & 1], (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads,
                      o->ctx->stream);
         return;
     }
-    /* the gather on its own stream once the plan is built; the attention waits for it */
-    o->be->event_record(o->ctx, o->ev_built[sl]);
+    /* the gather, on its own stream (issue_side), waits for the plan */
+    o->be->event_record_external(o->ctx, o->ev_built[sl]);
+}
+
+/* An issued sparse layer's work off the compute stream: its lists' download on the side stream
+ * and event, the planner's job and, with device_overlap, the gather on its own stream once the
+ * plan is built (the attention waits for its event). */
+static void issue_side(struct offload *o, int layer)
+{
+    const int sl = offload_sl(o, layer), p = o->st.steps & 1, B = o->n;
+    o->be->stream_wait_event(&o->sctx, o->ev_selected[sl]);
+    o->be->copy_async(&o->sctx, offload_sel(o, p, sl, B), offload_dsel(o, sl, B),
+                      sizeof(int32_t) * offload_sel_len(o, B));
+    o->be->event_record(&o->sctx, o->ev_sel[(size_t)p * o->n_sparse + sl]);
+    offload_planner_post(o, o->device_plan ? OFFLOAD_JOB_METER : OFFLOAD_JOB_PLAN, layer,
+                         o->st.steps);
+    if (!o->overlap) return;
+    const struct recall_params *rp = recall_get_params(o->rc);
     o->be->stream_wait_event(&o->gctx, o->ev_built[sl]);
     const int sp =
-        timeline_begin(o->tl, &o->gctx, TIMELINE_RECALL, "gather", 1, o->layer_of[sl], o->st.steps);
-    o->fn.gather(o->d_desc[sl & 1], (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads, o->gctx.stream);
+        timeline_begin(o->tl, &o->gctx, TIMELINE_RECALL, "gather", 1, layer, o->st.steps);
+    o->fn.gather(o->d_desc[sl & 1], (int)((size_t)B * o->n_lists * o->ms), rp->zc_blocks,
+                 rp->zc_threads, o->gctx.stream);
     timeline_end(o->tl, &o->gctx, sp);
     o->be->event_record(&o->gctx, o->ev_gathered[sl]);
 }
@@ -202,63 +220,75 @@ static const uint16_t *real_query(struct offload *o, struct batch *bt, int layer
     const struct model_config *c = o->mc;
     const struct layer_weights *w = &engine_model(o->eng)->layers[layer];
     const struct approx_q_weights aw = {w->attn_norm, w->wqkv, w->q_norm, NULL, c->hidden};
-    o->fn.approx_q(o->ctx, &aw, batch_residual(bt), batch_pos(bt), o->aq_ws, o->d_aq, o->n, c->hidden,
-                   o->nq, o->hd, model_layer_rope_theta(c, layer), c->norm_eps);
+    o->fn.approx_q(o->ctx, &aw, batch_residual(bt), batch_pos(bt), o->aq_ws, o->d_aq, o->n,
+                   c->hidden, o->nq, o->hd, model_layer_rope_theta(c, layer), c->norm_eps);
     return o->d_aq;
 }
 
-/* Selection of a sparse layer on the compute stream (the device path: then its plan and
- * gather), its lists' download on the side stream and event, and the planner's job. */
+/* Selection of a sparse layer on the compute stream (the device path: then its plan and, unless
+ * device_overlap, its gather). The events other streams wait for are recorded as external ones:
+ * on the device path this is queued inside the layer's graph (offload_layer_issue). The host
+ * path queues its side work (issue_side) at once. */
 static void issue(struct offload *o, struct batch *bt, int layer)
 {
-    const int sl = offload_sl(o, layer), p = o->st.steps & 1, B = o->n;
+    const int sl = offload_sl(o, layer), B = o->n;
     const size_t lists = (size_t)B * o->n_lists;
     double t = pulse_now();
     const struct digest_view dv = digest_view_of(o, sl);
     const uint16_t *q = o->p.query == OFFLOAD_QUERY_REAL ? real_query(o, bt, layer)
                                                          : o->d_q + (size_t)sl * B * o->nq * o->hd;
     int32_t *ds = offload_dsel(o, sl, B);
-    o->fn.select_blocks(o->ctx, &o->cfg, q, &dv, batch_len(bt), o->d_scores, ds,
-                        ds + lists * o->ms, B, o->sel_head[layer]);
-    o->be->event_record(o->ctx, o->ev_selected[sl]);
-    o->be->stream_wait_event(&o->sctx, o->ev_selected[sl]);
-    o->be->copy_async(&o->sctx, offload_sel(o, p, sl, B), ds,
-                      sizeof(int32_t) * offload_sel_len(o, B));
-    o->be->event_record(&o->sctx, o->ev_sel[(size_t)p * o->n_sparse + sl]);
-    offload_planner_post(o, o->device_plan ? OFFLOAD_JOB_METER : OFFLOAD_JOB_PLAN, layer,
-                         o->st.steps);
+    o->fn.select_blocks(o->ctx, &o->cfg, q, &dv, batch_len(bt), o->d_scores, ds, ds + lists * o->ms,
+                        B, o->sel_head[layer]);
+    o->be->event_record_external(o->ctx, o->ev_selected[sl]);
+    if (!o->device_plan) issue_side(o, layer);
     offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
     if (o->device_plan) plan_on_device(o, bt, sl);
     offload_host_lap(o, OFFLOAD_HOST_PLAN, &t);
 }
 
-/* Attention with the model's q over the planned pages (waited for on the device): one entry per
- * (entry, list), each with nq / n_lists query heads (head-wise: entry (b, h) holds query heads
- * h*G .. h*G+G-1, the same memory as q's [b][nq][hd]). */
-static void attend(struct offload *o, struct batch *bt, int layer)
+/* What the attention of a sparse layer waits for, queued before it on the compute stream (on
+ * the device): the device path's gather on its stream (an event); the planner's control block
+ * once its recall has landed (its flag), then the block's copy to the device. */
+static void attend_wait(struct offload *o, int layer)
 {
     const int sl = offload_sl(o, layer), p = o->st.steps & 1, nv = o->n * o->n_lists;
+    if (o->overlap) o->be->stream_wait_event(o->ctx, o->ev_gathered[sl]);
+    if (o->device_plan) return;
     const int32_t *ctl = offload_ctl(o, p, sl);
     int32_t *d_ctl = o->d_ctl[sl & 1];
-    const size_t V = (size_t)o->max_batch * o->n_lists, doff = offload_ctl_desc_off(o);
-    if (o->overlap) /* the device path's gather, on its stream: a device-side event wait */
-        o->be->stream_wait_event(o->ctx, o->ev_gathered[sl]);
-    if (!o->device_plan) { /* the planner's control block, once its recall has landed */
-        o->be->wait_value(o->ctx, &o->flags[sl], o->seq);
-        o->be->copy_async(o->ctx, d_ctl, ctl, sizeof(int32_t) * (size_t)nv);
-        o->be->copy_async(o->ctx, d_ctl + V, ctl + V, sizeof(int32_t) * (size_t)nv * o->ms);
-    }
+    const size_t V = (size_t)o->max_batch * o->n_lists;
+    o->be->wait_value(o->ctx, &o->flags[sl], o->seq);
+    o->be->copy_async(o->ctx, d_ctl, ctl, sizeof(int32_t) * (size_t)nv);
+    o->be->copy_async(o->ctx, d_ctl + V, ctl + V, sizeof(int32_t) * (size_t)nv * o->ms);
+}
+
+/* Attention with the model's q over the planned pages: one entry per (entry, list), each with
+ * nq / n_lists query heads (head-wise: entry (b, h) holds query heads h*G .. h*G+G-1, the same
+ * memory as q's [b][nq][hd]). */
+static void attend(struct offload *o, struct batch *bt, int layer)
+{
+    const int sl = offload_sl(o, layer), nv = o->n * o->n_lists;
+    int32_t *d_ctl = o->d_ctl[sl & 1];
+    const size_t V = (size_t)o->max_batch * o->n_lists;
     struct kv_view v = {(uint16_t *)o->gpu_pool,
                         d_ctl + V,
                         o->d_att_start,
                         o->ps,
                         o->nkv / o->n_lists,
                         o->hd,
-                        0, 0};
-    o->be->attn_decode(o->ctx, batch_q(bt), &v, d_ctl, batch_attn_out(bt), nv,
-                       o->nq / o->n_lists, o->att_max_tokens, 1.0f / sqrtf((float)o->hd));
-    /* entries whose tail block filled this step: the tail page into the tail's slot (the
-     * planner's descriptors) and into the host pool */
+                        0,
+                        0};
+    o->be->attn_decode(o->ctx, batch_q(bt), &v, d_ctl, batch_attn_out(bt), nv, o->nq / o->n_lists,
+                       o->att_max_tokens, 1.0f / sqrtf((float)o->hd));
+}
+
+/* Entries whose tail block filled this step (decided on the host, so queued outside the
+ * layer's graph, after its post-attention, which reads no KV): the tail page into the host
+ * pool and into the tail's slot (the planner's descriptors). */
+static void tail_flush(struct offload *o, int layer)
+{
+    const int sl = offload_sl(o, layer), p = o->st.steps & 1;
     const struct offload_step_state *ss = &o->ss[p];
     int n_desc = 0;
     for (int b = 0; b < o->n; b++) {
@@ -272,41 +302,118 @@ static void attend(struct offload *o, struct batch *bt, int layer)
         n_desc += o->n_lists;
         o->ls[layer].tail_flushes++;
     }
-    if (n_desc) {
-        struct recall_desc *d = (struct recall_desc *)(d_ctl + doff);
-        if (!o->device_plan)
-            o->be->copy_async(o->ctx, d, ctl + doff, sizeof(struct recall_desc) * (size_t)n_desc);
-        o->fn.scatter(d, n_desc, o->ctx->stream);
+    if (!n_desc) return;
+    const size_t doff = offload_ctl_desc_off(o);
+    struct recall_desc *d = (struct recall_desc *)(o->d_ctl[sl & 1] + doff);
+    if (!o->device_plan)
+        o->be->copy_async(o->ctx, d, offload_ctl(o, p, sl) + doff,
+                          sizeof(struct recall_desc) * (size_t)n_desc);
+    o->fn.scatter(d, n_desc, o->ctx->stream);
+}
+
+/* The layer graphs (device path): slot 2 l holds layer l's first piece (its issues,
+ * pre-attention, digest update), 2 l + 1 its attention and post-attention; NULL to queue them as
+ * they are. They hold the batch, its size and the attention's bound, and are dropped when one
+ * changes (offload_step_begin). */
+static void **layer_graph(struct offload *o, struct batch *bt, int piece, int layer)
+{
+    if (!o->layer_graphs || !o->device_plan || !batch_graphs_on(o->eng, bt)) return NULL;
+    return &o->lgraph[2 * layer + piece];
+}
+
+void offload_layer_graphs_drop(struct offload *o)
+{
+    for (int i = 0; o->lgraph && o->eng && i < 2 * o->n_layers; i++)
+        engine_graph_drop(o->eng, &o->lgraph[i]);
+    o->lg_bt = NULL;
+}
+
+/* The sparse layers the first piece of `layer` issues, in order; the first *n_before of them
+ * before its pre-attention, the rest after. */
+static int layer_issues(const struct offload *o, int layer, int out[2], int *n_before)
+{
+    /* the first layer, when sparse, has no previous layer to select it from: the real query
+     * takes its own q after its pre-attention (as the accuracy path's unspeculated layer) */
+    const int first_at_own = o->p.lookahead && layer == 0 && offload_is_sparse(o, 0);
+    const int first_after_pre = first_at_own && o->p.query == OFFLOAD_QUERY_REAL;
+    const int ahead = o->p.lookahead && layer + 1 < o->n_layers && offload_is_sparse(o, layer + 1);
+    int n = 0;
+    if (o->p.lookahead && !first_after_pre) { /* the next sparse layer's, before this layer */
+        if (first_at_own) out[n++] = 0;
+        if (ahead) out[n++] = layer + 1;
     }
+    *n_before = n;
+    if (offload_is_sparse(o, layer) && (!o->p.lookahead || first_after_pre)) out[n++] = layer;
+    if (first_after_pre && ahead) out[n++] = 1; /* from this layer's input: pre left it */
+    return n;
+}
+
+struct layer_call {
+    struct offload *o;
+    struct batch *bt;
+    int layer;
+};
+
+static void issue_body(void *arg)
+{
+    const struct layer_call *c = arg;
+    struct offload *o = c->o;
+    int is[2], before;
+    const int n = layer_issues(o, c->layer, is, &before);
+    for (int i = 0; i < before; i++)
+        issue(o, c->bt, is[i]);
+    double t = pulse_now();
+    engine_layer_pre(o->eng, c->bt, o->kv, c->layer);
+    if (offload_is_sparse(o, c->layer)) {
+        const struct digest_view dv = digest_view_of(o, offload_sl(o, c->layer));
+        const struct kv_view kv = kv_cache_view(o->kv, batch_page_starts(o->eng, c->bt, c->layer));
+        o->fn.digest_update(o->ctx, &kv, &dv, o->d_up, o->n, o->sel_head[c->layer]);
+    }
+    offload_host_lap(o, OFFLOAD_HOST_PRE, &t);
+    for (int i = before; i < n; i++)
+        issue(o, c->bt, is[i]);
+}
+
+static void finish_body(void *arg)
+{
+    const struct layer_call *c = arg;
+    struct offload *o = c->o;
+    double t = pulse_now();
+    if (!offload_is_sparse(o, c->layer))
+        engine_run_attention(o->eng, c->bt, o->kv, c->layer);
+    else
+        attend(o, c->bt, c->layer);
+    offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
+    engine_layer_post(o->eng, c->bt, c->layer);
+    offload_host_lap(o, OFFLOAD_HOST_POST, &t);
 }
 
 /* The first piece of a layer: pre-attention; in a sparse layer the new key folded into its
- * digest and, unless it was issued one layer ahead, the selection and the planner's job. */
+ * digest and, unless it was issued one layer ahead, the selection and the planner's job. On the
+ * device path its compute-stream work replays as one graph, and the issued layers' side work
+ * (issue_side) is queued after it. */
 void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
 {
     PULSE_CHECK(layer == o->next_layer && !o->issued,
                 "offload_layer_issue: layers run in order, each issued once");
     const int64_t s0 = pulse_host_syncs();
     TRACE_PUSH("layer");
-    /* the first layer, when sparse, has no previous layer to select it from: the real query
-     * takes its own q after its pre-attention (as the accuracy path's unspeculated layer) */
-    const int first_at_own = o->p.lookahead && layer == 0 && offload_is_sparse(o, 0);
-    const int first_after_pre = first_at_own && o->p.query == OFFLOAD_QUERY_REAL;
-    const int ahead = o->p.lookahead && layer + 1 < o->n_layers && offload_is_sparse(o, layer + 1);
-    if (o->p.lookahead && !first_after_pre) { /* the next sparse layer's, before this layer */
-        if (first_at_own) issue(o, bt, 0);
-        if (ahead) issue(o, bt, layer + 1);
-    }
+    struct layer_call c = {o, bt, layer};
+    void **g = layer_graph(o, bt, 0, layer);
     double t = pulse_now();
-    engine_layer_pre(o->eng, bt, o->kv, layer);
-    if (offload_is_sparse(o, layer)) {
-        const struct digest_view dv = digest_view_of(o, offload_sl(o, layer));
-        const struct kv_view kv = kv_cache_view(o->kv, batch_page_starts(o->eng, bt, layer));
-        o->fn.digest_update(o->ctx, &kv, &dv, o->d_up, o->n, o->sel_head[layer]);
+    engine_graph_run(o->eng, g, issue_body, &c);
+    o->st.layer_graph_launches += g != NULL;
+    if (g) /* else the body lapped its phases */
+        offload_host_lap(o, OFFLOAD_HOST_PRE, &t);
+    else
+        t = pulse_now();
+    if (o->device_plan) {
+        int is[2], before;
+        const int n = layer_issues(o, layer, is, &before);
+        for (int i = 0; i < n; i++)
+            issue_side(o, is[i]);
+        offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
     }
-    offload_host_lap(o, OFFLOAD_HOST_PRE, &t);
-    if (offload_is_sparse(o, layer) && (!o->p.lookahead || first_after_pre)) issue(o, bt, layer);
-    if (first_after_pre && ahead) issue(o, bt, 1); /* from this layer's input: pre left it */
     o->issued = 1;
     o->step_syncs += pulse_host_syncs() - s0;
 }
@@ -320,19 +427,25 @@ int offload_layer_ready(const struct offload *o, int layer)
     return (int32_t)(atomic_load_explicit(f, memory_order_acquire) - o->seq) >= 0;
 }
 
-/* The rest: attention (a sparse layer's waits for its recall), tail flush, post-attention. */
+/* The rest: attention (a sparse layer's waits for its recall, on the device), post-attention
+ * (one graph on the device path), then the tail flush. */
 void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
 {
     PULSE_CHECK(layer == o->next_layer && o->issued, "offload_layer_finish: issue the layer first");
     const int64_t s0 = pulse_host_syncs();
+    const int sparse = offload_is_sparse(o, layer);
+    struct layer_call c = {o, bt, layer};
+    void **g = layer_graph(o, bt, 1, layer);
     double t = pulse_now();
-    if (!offload_is_sparse(o, layer))
-        engine_run_attention(o->eng, bt, o->kv, layer);
+    if (sparse) attend_wait(o, layer);
+    engine_graph_run(o->eng, g, finish_body, &c);
+    o->st.layer_graph_launches += g != NULL;
+    if (g)
+        offload_host_lap(o, OFFLOAD_HOST_POST, &t);
     else
-        attend(o, bt, layer);
+        t = pulse_now();
+    if (sparse) tail_flush(o, layer);
     offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
-    engine_layer_post(o->eng, bt, layer);
-    offload_host_lap(o, OFFLOAD_HOST_POST, &t);
     TRACE_POP();
     o->issued = 0;
     o->next_layer++;
@@ -361,8 +474,9 @@ static void stage_device(struct offload *o, const struct offload_step_state *ss,
     }
 }
 
-/* The step's state and upload (parity p): entries, digest rows, queries. */
-static void stage(struct offload *o, const struct batch_entry *en, int n)
+/* The step's state and upload (parity p): entries, digest rows, queries; returns the entries'
+ * longest reservation. */
+static int stage(struct offload *o, const struct batch_entry *en, int n)
 {
     const int p = o->st.steps & 1;
     const size_t MB = (size_t)o->max_batch;
@@ -399,9 +513,11 @@ static void stage(struct offload *o, const struct batch_entry *en, int n)
             (double)o->n_sparse * PULSE_CEIL_DIV(ss->n_tok[b], o->ps) * (double)o->dpage_bytes;
     }
     o->att_max_tokens = select_attend_bound(&o->cfg, max_len);
-    const size_t up = o->p.query == OFFLOAD_QUERY_REAL ? sizeof(int32_t) * up_ints(o) : up_bytes(o, n);
+    const size_t up =
+        o->p.query == OFFLOAD_QUERY_REAL ? sizeof(int32_t) * up_ints(o) : up_bytes(o, n);
     o->be->copy_async(o->ctx, o->d_up, h, up); /* the rows of n entries (and their queries) */
     o->be->event_record(o->ctx, o->ev_up[p]);
+    return max_len;
 }
 
 void offload_step_begin(struct offload *o, struct batch *bt, const struct batch_entry *en, int n)
@@ -420,8 +536,12 @@ void offload_step_begin(struct offload *o, struct batch *bt, const struct batch_
      * 2026-12-02: gather-scatter runs hung) */
     batch_graph_pieces(o->eng, bt, o->device_plan);
     const double t0 = pulse_now();
-    stage(o, en, n);
+    const int max_len = stage(o, en, n);
     o->stage_s += pulse_now() - t0;
+    if (o->lg_bt != bt || o->lg_n != n || o->lg_len != max_len) {
+        offload_layer_graphs_drop(o); /* what the layer graphs hold changed */
+        o->lg_bt = bt, o->lg_n = n, o->lg_len = max_len;
+    }
     engine_run_embed(o->eng, bt);
     o->next_layer = 0;
     o->step_syncs = pulse_host_syncs() - s0;

@@ -138,6 +138,7 @@ static void serve(const struct run_cfg *c, struct offload_params *op, struct run
     if (o) {
         offload_get_stats(o, &r->st);
         EXPECT_EQ_INT(r->st.host_syncs, 0); /* verify_steps' checks are not counted here */
+        EXPECT_EQ_INT(r->st.layer_graph_launches, 0); /* graphs are cuda's */
         for (int l = 0; l < m->n_layers; l++)
             offload_get_layer_stats(o, l, &r->ls[l]);
         r->counters = offload_counters_json(o);
@@ -471,6 +472,8 @@ static int64_t cli_json(const char *policy, int lookahead)
     EXPECT_EQ_INT(json_integer_value(json_object_get(c, "step_alloc_calls")), 0);
     EXPECT_EQ_INT(json_integer_value(json_object_get(c, "step_host_syncs")), 0);
     EXPECT(json_object_get(c, "step_host_syncs_max") != NULL);
+    EXPECT(json_integer_value(json_object_get(o, "layer_graph_launches")) == 0 &&
+           json_object_get(o, "layer_graph_launches") != NULL);
     EXPECT(bytes > 0);
     EXPECT_EQ_INT(bytes, json_integer_value(json_object_get(o, "recall_bytes")));
     EXPECT_EQ_INT(json_array_size(json_object_get(o, "layers")), 2);

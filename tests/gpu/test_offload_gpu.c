@@ -126,6 +126,8 @@ static void test_equals_vanilla(void)
         } else if (engs[i] == RECALL_ZERO_COPY) {
             EXPECT(a.st.steps > 0 && a.es.graph_launches >= 2 * L * a.st.steps);
             EXPECT(a.es.graph_captures >= 2 * L && a.es.graph_captures < a.es.graph_launches);
+            /* every layer of every step as two layer graphs (offload_layer.c) */
+            EXPECT_EQ_INT(a.st.layer_graph_launches, 2 * L * a.st.steps);
         } else {
             EXPECT_EQ_INT(a.es.graph_launches, 0);
         }
@@ -139,6 +141,16 @@ static void test_equals_vanilla(void)
             EXPECT_EQ_INT(g.es.graph_launches, 0);
             EXPECT_EQ_INT(g.es.graph_captures, 0);
             EXPECT(g.st.steps > 0 && same_tokens(&v.w, &g.w));
+            EXPECT_EQ_INT(g.st.layer_graph_launches, 0);
+            workload_free(&g.w);
+            /* PULSE_LAYER_GRAPHS=0 (read by offload_create): the pieces' graphs only */
+            setenv("PULSE_LAYER_GRAPHS", "0", 1);
+            serve("cuda", pols[i], spec, 24, &p, &g);
+            unsetenv("PULSE_LAYER_GRAPHS");
+            EXPECT_EQ_INT(g.rc, 0);
+            EXPECT_EQ_INT(g.st.layer_graph_launches, 0);
+            EXPECT(g.st.steps > 0 && g.es.graph_launches >= 2 * L * g.st.steps);
+            EXPECT(same_tokens(&v.w, &g.w));
             workload_free(&g.w);
         }
         const int eq = same_tokens(&v.w, &a.w);
