@@ -7,6 +7,8 @@
 #include "numeric.h"
 #include "trace.h"
 
+enum { PIECES = 3 }; /* graph slots per layer of a batch that replays its pieces */
+
 struct engine {
     struct engine_params p;
     const struct backend *be;
@@ -43,8 +45,9 @@ struct batch {
     int n_tokens[2];      /* entries when queued */
     void *graph;          /* the captured step, valid for graph_kv and these entries */
     const struct kv_cache *graph_kv;
-    /* batch_graph_pieces: engine_layer_pre (2 l) and engine_layer_post (2 l + 1) of layer l as
-     * graphs, valid for piece_n entries appending to piece_kv */
+    /* batch_graph_pieces: engine_layer_pre (3 l), engine_layer_post (3 l + 1) and an unhooked
+     * engine_run_layer (3 l + 2) of layer l as graphs, valid for piece_n entries appending to
+     * piece_kv */
     void **piece_graph;
     int pieces, piece_n;
     const struct kv_cache *piece_kv;
@@ -212,10 +215,10 @@ struct batch *batch_create(struct engine *e)
     bt->mem = mem_alloc(e->be->mem, bt->mem_bytes, "batch");
     bt->h_stage = mem_alloc(MEM_HOST, bt->stage_bytes, "batch stage");
     bt->piece_graph =
-        mem_alloc(MEM_HOST, sizeof(void *) * 2 * (size_t)e->p.cfg->n_layers, "batch graphs");
+        mem_alloc(MEM_HOST, sizeof(void *) * PIECES * (size_t)e->p.cfg->n_layers, "batch graphs");
     int ok = bt->mem && bt->h_stage && bt->piece_graph;
     if (bt->piece_graph)
-        memset(bt->piece_graph, 0, sizeof(void *) * 2 * (size_t)e->p.cfg->n_layers);
+        memset(bt->piece_graph, 0, sizeof(void *) * PIECES * (size_t)e->p.cfg->n_layers);
     for (int i = 0; i < 2; i++) {
         bt->h_tokens[i] = mem_alloc(batch_token_kind(e), sizeof(int32_t) * B, "batch tokens");
         bt->ev_tokens[i] = e->be->event_create();
@@ -240,16 +243,16 @@ struct batch *batch_create(struct engine *e)
 
 static void pieces_drop(struct engine *e, struct batch *bt)
 {
-    for (int i = 0; bt->piece_graph && i < 2 * e->p.cfg->n_layers; i++)
+    for (int i = 0; bt->piece_graph && i < PIECES * e->p.cfg->n_layers; i++)
         engine_graph_drop(e, &bt->piece_graph[i]);
 }
 
 void batch_free(struct engine *e, struct batch *bt)
 {
     if (!bt) return;
-    if (bt->graph) e->be->graph_destroy(bt->graph);
+    engine_graph_drop(e, &bt->graph);
     pieces_drop(e, bt);
-    mem_free(MEM_HOST, bt->piece_graph, sizeof(void *) * 2 * (size_t)e->p.cfg->n_layers);
+    mem_free(MEM_HOST, bt->piece_graph, sizeof(void *) * PIECES * (size_t)e->p.cfg->n_layers);
     mem_free(e->be->mem, bt->mem, bt->mem_bytes);
     mem_free(MEM_HOST, bt->h_stage, bt->stage_bytes);
     for (int i = 0; i < 2; i++) {
@@ -271,10 +274,7 @@ void batch_set(struct engine *e, struct batch *bt, const struct kv_cache *kv,
     size_t B = (size_t)e->p.max_batch;
     int32_t *h = bt->h_stage;
     memset(h, 0, bt->stage_bytes);
-    if (bt->graph) { /* the captured step belongs to the old entries */
-        e->be->graph_destroy(bt->graph);
-        bt->graph = NULL;
-    }
+    engine_graph_drop(e, &bt->graph); /* the captured step belongs to the old entries */
     bt->n = n;
     bt->max_len = 1;
     for (int b = 0; b < n; b++) {
@@ -366,10 +366,10 @@ static const int32_t *host_lengths(struct engine *e, struct batch *bt)
     return len;
 }
 
-/* The graph slot of a piece (0 pre, 1 post) of `layer` when the batch replays its pieces;
- * NULL to queue the piece as it is. The graphs hold the batch size and the cache's pointers
- * (everything else a piece reads is device state: positions, page rows), so they are dropped
- * when either changes. */
+/* The graph slot of a piece (0 pre, 1 post, 2 the whole layer) of `layer` when the batch replays
+ * its pieces; NULL to queue the piece as it is. The graphs hold the batch size and the cache's
+ * pointers (everything else a piece reads is device state: positions, page rows), so they are
+ * dropped when either changes. */
 static void **piece_slot(struct engine *e, struct batch *bt, const struct kv_cache *kv, int piece,
                          int layer)
 {
@@ -379,7 +379,7 @@ static void **piece_slot(struct engine *e, struct batch *bt, const struct kv_cac
         bt->piece_n = bt->n;
         if (kv) bt->piece_kv = kv;
     }
-    return &bt->piece_graph[2 * layer + piece];
+    return &bt->piece_graph[PIECES * layer + piece];
 }
 
 void engine_graph_run(struct engine *e, void **slot, void (*body)(void *), void *arg)
@@ -492,13 +492,31 @@ void engine_layer_post(struct engine *e, struct batch *bt, int layer)
     piece_run(e, bt, NULL, layer, piece_slot(e, bt, NULL, 1, layer), layer_post);
 }
 
+static int hook_set(const struct engine_layer_hook *h)
+{
+    return h && (h->after_attention || h->attend || h->before_layer);
+}
+
+/* pre-attention, attention, post-attention, without hooks */
+static void layer_whole(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
+{
+    engine_layer_pre(e, bt, kv, layer);
+    engine_run_attention(e, bt, kv, layer);
+    engine_layer_post(e, bt, layer);
+}
+
 void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
 {
+    const struct engine_layer_hook *h = &bt->hook;
+    TRACE_PUSH("layer");
+    if (!hook_set(h)) { /* one graph when the batch replays its pieces */
+        piece_run(e, bt, kv, layer, piece_slot(e, bt, kv, 2, layer), layer_whole);
+        TRACE_POP();
+        return;
+    }
     struct kv_view v = kv_cache_view(kv, bt->d_page_start + (size_t)layer * e->p.max_batch);
     v.window = model_layer_window(e->p.cfg, layer);
     const int B = bt->n;
-    const struct engine_layer_hook *h = &bt->hook;
-    TRACE_PUSH("layer");
     if (h->before_layer) h->before_layer(h->user, layer, bt->d_x, bt->d_pos, B);
     engine_layer_pre(e, bt, kv, layer);
     if (!h->attend ||
@@ -560,17 +578,24 @@ void engine_read_logits(struct engine *e, float *out, int rows)
     e->be->download(&e->ctx, out, e->logits, sizeof(float) * (size_t)rows * e->p.cfg->vocab);
 }
 
-static int hook_set(const struct engine_layer_hook *h)
-{
-    return h && (h->after_attention || h->attend || h->before_layer);
-}
-
 static void step_body(struct engine *e, struct batch *bt, const struct kv_cache *kv)
 {
     engine_run_embed(e, bt);
     for (int l = 0; l < e->p.cfg->n_layers; l++)
         engine_run_layer(e, bt, kv, l);
     engine_run_head(e, bt);
+}
+
+struct step_call {
+    struct engine *e;
+    struct batch *bt;
+    const struct kv_cache *kv;
+};
+
+static void step_call_body(void *arg)
+{
+    const struct step_call *c = arg;
+    step_body(c->e, c->bt, c->kv);
 }
 
 void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv)
@@ -584,19 +609,12 @@ void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv)
         return;
     }
     /* The step reads only device state (tokens, positions, page starts), so one capture per
-     * batch composition replays every later step of it. */
-    if (!bt->graph || bt->graph_kv != kv) {
-        if (bt->graph) e->be->graph_destroy(bt->graph);
-        e->be->graph_begin(&e->ctx);
-        e->capturing = 1; /* the pieces inside it are queued as they are */
-        step_body(e, bt, kv);
-        e->capturing = 0;
-        bt->graph = e->be->graph_end(&e->ctx);
-        bt->graph_kv = kv;
-        e->st.graph_captures++;
-    }
-    e->be->graph_launch(&e->ctx, bt->graph);
-    e->st.graph_launches++;
+     * batch composition replays every later step of it (the pieces inside it queued as they
+     * are). */
+    if (bt->graph_kv != kv) engine_graph_drop(e, &bt->graph);
+    bt->graph_kv = kv;
+    struct step_call c = {e, bt, kv};
+    engine_graph_run(e, &bt->graph, step_call_body, &c);
     bt->len_on_host = 0; /* the replayed head advanced the lengths */
     TRACE_POP();
 }
