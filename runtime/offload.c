@@ -729,13 +729,21 @@ static void write_dense_layer(struct offload *o, int slot, int req, int layer, i
                  (const char *)o->stage_kv + (size_t)lo * o->page_bytes);
 }
 
-/* The prompt into the host pool (blocks from the prompt's last one on zeroed first), its
- * digests into the digest store, its last block into the tail page. */
+/* Blocks of a prompt of prompt_len tokens in a reservation of n_tokens that admission writes:
+ * the prompt's and the tail's (the block holding token prompt_len: zeroed past the prompt). Later
+ * blocks are written by the tail flush when they fill, before anything reads them. */
+static int admitted_blocks(const struct offload *o, int prompt_len, int n_tokens)
+{
+    return PULSE_MIN((int)PULSE_CEIL_DIV(n_tokens, o->ps), prompt_len / o->ps + 1);
+}
+
+/* The prompt into the host pool (its tail block zeroed past the prompt first), its digests into
+ * the digest store, its last block into the tail page. */
 static void write_sparse_layer(struct offload *o, int slot, int req, int layer, int prompt_len,
                                int n_tokens)
 {
     const int sl = offload_sl(o, layer), hs = o->hp_slot[slot];
-    const int nb = (int)PULSE_CEIL_DIV(n_tokens, o->ps), first = prompt_len / o->ps;
+    const int nb = admitted_blocks(o, prompt_len, n_tokens), first = prompt_len / o->ps;
     for (int i = 0; i < nb; i++)
         o->ids[i] = (int32_t)host_pool_block_id(o->hp, hs, sl, i);
     for (int i = first; i < nb; i++)
@@ -774,8 +782,8 @@ static void begin_device_fill(struct offload *o, int slot, int req, int prompt_l
                                ? kv_cache_row(o->kv, slot, l)
                                : kv_cache_row(o->dg, o->dg_slot[slot], offload_sl(o, l));
     o->be->upload(o->ctx, o->d_fill, a, sizeof(int32_t) * (size_t)(FILL_ARGS + o->n_layers));
-    const int nb = (int)PULSE_CEIL_DIV(n_tokens, o->ps), first = prompt_len / o->ps;
-    if (first < nb) /* rows past the prompt stay zero for every layer of this request */
+    const int nb = admitted_blocks(o, prompt_len, n_tokens), first = prompt_len / o->ps;
+    if (first < nb) /* the tail's rows past the prompt stay zero for every layer */
         o->be->memset(o->ctx, (char *)o->d_stage + (size_t)first * o->page_bytes, 0,
                       (size_t)(nb - first) * o->page_bytes);
 }
@@ -822,7 +830,7 @@ static void write_sparse_layer_dev(struct offload *o, int slot, int req, int lay
                                    int n_tokens)
 {
     const int sl = offload_sl(o, layer), hs = o->hp_slot[slot];
-    const int nb = (int)PULSE_CEIL_DIV(n_tokens, o->ps), first = prompt_len / o->ps;
+    const int nb = admitted_blocks(o, prompt_len, n_tokens), first = prompt_len / o->ps;
     const char *stage = (const char *)o->d_stage;
     const struct kv_view sv = staging_view(o);
     if (prompt_len > 0) {
