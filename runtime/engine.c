@@ -49,7 +49,7 @@ struct batch {
      * engine_run_layer (3 l + 2) of layer l as graphs, valid for piece_n entries appending to
      * piece_kv */
     void **piece_graph;
-    int pieces, piece_n;
+    int pieces, piece_n, piece_len;
     const struct kv_cache *piece_kv;
     int len_on_host; /* h_stage's len row equals d_len (set by batch_set, lost when a step ends) */
     struct engine_layer_hook hook; /* observer of this batch's layers; zeroed = none */
@@ -367,16 +367,16 @@ static const int32_t *host_lengths(struct engine *e, struct batch *bt)
 }
 
 /* The graph slot of a piece (0 pre, 1 post, 2 the whole layer) of `layer` when the batch replays
- * its pieces; NULL to queue the piece as it is. The graphs hold the batch size and the cache's
- * pointers (everything else a piece reads is device state: positions, page rows), so they are
- * dropped when either changes. */
+ * its pieces; NULL to queue the piece as it is. The graphs hold the batch size, the longest
+ * reservation (the attention's split plan) and the cache's pointers (everything else a piece
+ * reads is device state: positions, page rows), so they are dropped when one changes. */
 static void **piece_slot(struct engine *e, struct batch *bt, const struct kv_cache *kv, int piece,
                          int layer)
 {
     if (!batch_graphs_on(e, bt)) return NULL;
-    if (bt->piece_n != bt->n || (kv && bt->piece_kv != kv)) {
+    if (bt->piece_n != bt->n || bt->piece_len != bt->max_len || (kv && bt->piece_kv != kv)) {
         pieces_drop(e, bt);
-        bt->piece_n = bt->n;
+        bt->piece_n = bt->n, bt->piece_len = bt->max_len;
         if (kv) bt->piece_kv = kv;
     }
     return &bt->piece_graph[PIECES * layer + piece];

@@ -400,10 +400,11 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
     TRACE_PUSH("layer");
     struct layer_call c = {o, bt, layer};
     void **g = layer_graph(o, bt, 0, layer);
+    const int replay = g && *g; /* else the body runs and laps its phases */
     double t = pulse_now();
     engine_graph_run(o->eng, g, issue_body, &c);
     o->st.layer_graph_launches += g != NULL;
-    if (g) /* else the body lapped its phases */
+    if (replay)
         offload_host_lap(o, OFFLOAD_HOST_PRE, &t);
     else
         t = pulse_now();
@@ -438,9 +439,11 @@ void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
     void **g = layer_graph(o, bt, 1, layer);
     double t = pulse_now();
     if (sparse) attend_wait(o, layer);
+    offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
+    const int replay = g && *g; /* else the body runs and laps its phases */
     engine_graph_run(o->eng, g, finish_body, &c);
     o->st.layer_graph_launches += g != NULL;
-    if (g)
+    if (replay)
         offload_host_lap(o, OFFLOAD_HOST_POST, &t);
     else
         t = pulse_now();

@@ -325,8 +325,10 @@ static void test_offload_paths(int prompt_kv, int selection)
     struct cmp pool = {0}, dense = {0}, tail = {0};
     for (int i = 0; i < dev.w.n; i++) {
         const struct request *q = &dev.w.reqs[i];
-        const int nb = PULSE_CEIL_DIV(q->prompt_len + q->output_len, 16);
-        for (int l = 2; l < m->n_layers; l++) /* sparse layers: the whole rows, zeros included */
+        /* what admission writes: the prompt's blocks and the tail's (zeros past the prompt) */
+        const int nb =
+            PULSE_MIN(PULSE_CEIL_DIV(q->prompt_len + q->output_len, 16), q->prompt_len / 16 + 1);
+        for (int l = 2; l < m->n_layers; l++) /* sparse layers: those rows */
             for (int blk = 0; blk < nb; blk++) {
                 const uint16_t *x = offload_host_block(dev.o, dev.slot[i], l, blk);
                 const uint16_t *y = offload_host_block(host.o, host.slot[i], l, blk);
