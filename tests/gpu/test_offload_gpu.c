@@ -100,9 +100,11 @@ static struct offload_params params(int budget, int selection, enum recall_engin
 
 static void test_equals_vanilla(void)
 {
-    const char *spec = "lengths:300,137,61";
+    /* quick (under a compute-sanitizer tool): fewer and shorter requests */
+    const char *spec = tu_quick() ? "lengths:100,61" : "lengths:300,137,61";
+    const int out = tu_quick() ? 8 : 24;
     struct run_out v, a;
-    serve("cuda", "vanilla", spec, 24, NULL, &v);
+    serve("cuda", "vanilla", spec, out, NULL, &v);
     EXPECT_EQ_INT(v.rc, 0);
     /* (infinigen with zero-copy: the next layer's gather on its own stream beside the MLP) */
     const char *pols[] = {"arkvale", "arkvale", "infinigen", "infinigen", "arkvale"};
@@ -114,7 +116,7 @@ static void test_equals_vanilla(void)
         struct offload_params p = params(512, sels[i], engs[i]);
         p.prompt_kv = OFFLOAD_KV_SYNTHETIC;
         p.verify_steps = 0; /* (its checks synchronise) */
-        serve("cuda", pols[i], spec, 24, &p, &a);
+        serve("cuda", pols[i], spec, out, &p, &a);
         EXPECT_EQ_INT(a.ctr.step_host_syncs, 0); /* the recall waited for on the device */
         EXPECT_EQ_INT(a.rc, 0);
         /* on the device path every offload step replays each layer's pre- and post-attention
@@ -135,7 +137,7 @@ static void test_equals_vanilla(void)
             /* PULSE_PIECE_GRAPHS=0 (read by engine_create): the pieces launched one by one */
             struct run_out g;
             setenv("PULSE_PIECE_GRAPHS", "0", 1);
-            serve("cuda", pols[i], spec, 24, &p, &g);
+            serve("cuda", pols[i], spec, out, &p, &g);
             unsetenv("PULSE_PIECE_GRAPHS");
             EXPECT_EQ_INT(g.rc, 0);
             EXPECT_EQ_INT(g.es.graph_launches, 0);
@@ -145,7 +147,7 @@ static void test_equals_vanilla(void)
             workload_free(&g.w);
             /* PULSE_LAYER_GRAPHS=0 (read by offload_create): the pieces' graphs only */
             setenv("PULSE_LAYER_GRAPHS", "0", 1);
-            serve("cuda", pols[i], spec, 24, &p, &g);
+            serve("cuda", pols[i], spec, out, &p, &g);
             unsetenv("PULSE_LAYER_GRAPHS");
             EXPECT_EQ_INT(g.rc, 0);
             EXPECT_EQ_INT(g.st.layer_graph_launches, 0);
@@ -170,13 +172,17 @@ static void test_equals_vanilla(void)
 
 static void test_engines(void)
 {
-    const char *spec = "lengths:2048,1900,2100,1600";
-    struct run_out ref, r;
+    /* quick: SoloHead, zero-copy and gather-scatter, shorter requests, no CPU reference */
+    const char *spec = tu_quick() ? "lengths:600,500" : "lengths:2048,1900,2100,1600";
+    struct run_out ref = {0}, r;
     struct offload_params p = params(512, OFFLOAD_HEADWISE, RECALL_PER_BLOCK);
-    serve("cpu", "arkvale", spec, 24, &p, &ref);
-    EXPECT_EQ_INT(ref.rc, 0);
-    for (int sel = tu_quick(); sel < 2; sel++) /* quick: SoloHead only */
+    if (!tu_quick()) {
+        serve("cpu", "arkvale", spec, 24, &p, &ref);
+        EXPECT_EQ_INT(ref.rc, 0);
+    }
+    for (int sel = tu_quick(); sel < 2; sel++)
         for (int eng = 0; eng < RECALL_ENGINES; eng++) {
+            if (tu_quick() && eng != RECALL_ZERO_COPY && eng != RECALL_GATHER_SCATTER) continue;
             p = params(512, sel, (enum recall_engine)eng);
             serve("cuda", "arkvale", spec, 24, &p, &r);
             const char *name = recall_engine_name((enum recall_engine)eng);
@@ -220,10 +226,11 @@ static void test_engines(void)
 
 static void test_sliding_window(void)
 {
-    const char *spec = "lengths:300,137,61";
+    const char *spec = tu_quick() ? "lengths:100,61" : "lengths:300,137,61";
+    const int out = tu_quick() ? 8 : 24;
     struct run_out v, a;
     g_model = "tiny-gemma3";
-    serve("cuda", "vanilla", spec, 24, NULL, &v);
+    serve("cuda", "vanilla", spec, out, NULL, &v);
     EXPECT_EQ_INT(v.rc, 0);
     const char *pols[] = {"arkvale", "arkvale", "infinigen"};
     const enum recall_engine engs[] = {RECALL_PER_BLOCK, RECALL_ZERO_COPY, RECALL_GATHER_SCATTER};
@@ -231,12 +238,13 @@ static void test_sliding_window(void)
         struct offload_params p = params(512, OFFLOAD_HEADWISE, engs[i]);
         p.prompt_kv = OFFLOAD_KV_SYNTHETIC;
         p.verify_steps = 0;
-        serve("cuda", pols[i], spec, 24, &p, &a);
+        serve("cuda", pols[i], spec, out, &p, &a);
         EXPECT_EQ_INT(a.rc, 0);
         EXPECT_EQ_INT(a.ctr.step_host_syncs, 0);
         EXPECT_EQ_INT(a.st.prompt_kv_device, 1); /* the window rings filled through the staging */
         const int eq = same_tokens(&v.w, &a.w);
-        fprintf(stderr, "tiny-gemma3 %s %s, budget covering the context: tokens %s vanilla's on cuda\n",
+        fprintf(stderr,
+                "tiny-gemma3 %s %s, budget covering the context: tokens %s vanilla's on cuda\n",
                 pols[i], recall_engine_name(engs[i]), eq ? "equal" : "DIFFER from");
         EXPECT(eq);
         EXPECT(a.ctr.recall_bytes > 0);
