@@ -101,11 +101,12 @@ json_t *offload_config_json(const struct offload *o)
     offload_get_stats(o, &st);
     json_t *sel = json_array();
     for (int l = 0; l < o->n_layers; l++)
-        json_array_append_new(sel, offload_is_sparse(o, l) ? json_integer(o->sel_head[l]) : json_null());
+        json_array_append_new(sel,
+                              offload_is_sparse(o, l) ? json_integer(o->sel_head[l]) : json_null());
     json_t *j = json_pack(
         "{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:f, s:I, s:b, s:f, s:I, s:s, s:b, s:I, s:I}",
         "budget_tokens", o->p.budget_tokens, "budget_blocks", o->cfg.budget, "sink_blocks",
-        o->p.sink, "window_blocks", o->p.window, "dense_layers", o->n_dense, "selection",
+        o->p.sink, "window_blocks", o->p.window, "dense_layers", o->n_full, "selection",
         selection_name(o), "hot_slots", o->hot_slots, "recall_engine",
         recall_engine_name(o->p.engine), "recall_cap_gbps", o->p.cap_gbps, "host_pool_bytes",
         (json_int_t)hs.pool_bytes, "host_pool_pinned", hs.pinned, "host_pool_pin_s", hs.pin_seconds,
@@ -124,6 +125,9 @@ json_t *offload_config_json(const struct offload *o)
     for (int l = 0; l < o->n_layers; l++)
         json_array_append_new(kind, json_string(kinds[o->kind[l]]));
     json_object_set_new(j, "layer_kinds", kind);
+    /* dense_layers above counts the layers kept dense; --dense-layers asks for the first N,
+     * of which a sliding-window layer keeps its window instead */
+    json_object_set_new(j, "dense_layers_asked", json_integer(o->n_dense));
     json_object_set_new(j, "sparse_layers", json_integer(o->n_sparse));
     json_object_set_new(j, "lookahead_layers", json_integer(o->p.lookahead));
     json_object_set_new(j, "selection_query",
@@ -263,8 +267,8 @@ json_t *offload_counters_json(const struct offload *o)
     json_object_set_new(j, "last_step_host_syncs", json_integer(st.last_step_host_syncs));
     results_set_real(j, "host_stage_s", st.stage_s);
     results_set_real(j, "host_prefetch_s", st.prefetch_s);
-    static const char *const phase[OFFLOAD_HOST_PHASES] = {"pre_attention", "select",
-                                                           "device_plan", "attend", "post"};
+    static const char *const phase[OFFLOAD_HOST_PHASES] = {"pre_attention", "select", "device_plan",
+                                                           "attend", "post"};
     json_t *hq = json_object();
     for (int i = 0; i < OFFLOAD_HOST_PHASES; i++)
         results_set_real(hq, phase[i], st.host_phase_s[i]);

@@ -26,12 +26,12 @@
 #include "accuracy/sparse_attn.h"
 #include "backend.h"
 #include "baselines/registry.h"
-#include "prefill.h"
 #include "common.h"
 #include "engine.h"
 #include "kv_cache.h"
 #include "numeric.h"
 #include "offload.h"
+#include "prefill.h"
 #include "recall.h"
 #include "recall_fault.h"
 #include "serve.h"
@@ -426,7 +426,8 @@ static const struct bad_case bad[] = {
     {"--selection solohead --head-profile /nonexistent/h.json", "--head-profile: "},
     {"--recall-cap-gbps 0", "--recall-cap-gbps: '0' is not a number"},
     {"--query model", "--query: 'model' is not locality or real"},
-    {"--query real", "the real query selects over a real prompt's keys: it needs --prompt-kv prefill"},
+    {"--query real",
+     "the real query selects over a real prompt's keys: it needs --prompt-kv prefill"},
 };
 
 static void test_cli(void)
@@ -750,8 +751,8 @@ static void test_zc_blocks(void)
 static void test_gs_knobs(void)
 {
     static const char *const args = "run --backend cpu --policy arkvale --recall-engine "
-                                     "gather-scatter --workload uniform:256:2 --output-len 4 "
-                                     "--budget-tokens 32";
+                                    "gather-scatter --workload uniform:256:2 --output-len 4 "
+                                    "--budget-tokens 32";
     static const struct {
         const char *var, *value, *key;
         long long want; /* -1: the default, with a warning */
@@ -779,8 +780,8 @@ static void test_gs_knobs(void)
         setenv(cases[i].var, cases[i].value, 1);
         json_t *r = run_json(args);
         unsetenv(cases[i].var);
-        json_t *eng = json_object_get(
-            json_object_get(json_object_get(r, "counters"), "offload"), "recall_engine");
+        json_t *eng = json_object_get(json_object_get(json_object_get(r, "counters"), "offload"),
+                                      "recall_engine");
         const long long want = cases[i].want >= 0
                                    ? cases[i].want
                                    : json_integer_value(json_object_get(deng, cases[i].key));
@@ -807,8 +808,8 @@ static void test_cap_fraction(void)
         json_t *cfg = json_object_get(r, "config");
         const double peak = json_number_value(json_object_get(
             json_object_get(json_object_get(r, "metrics"), "step"), "h2d_peak_GBps"));
-        const double cap = json_number_value(
-            json_object_get(json_object_get(cfg, "offload"), "recall_cap_gbps"));
+        const double cap =
+            json_number_value(json_object_get(json_object_get(cfg, "offload"), "recall_cap_gbps"));
         EXPECT_NEAR(json_number_value(json_object_get(cfg, "recall_cap_fraction")), 0.25, 1e-12);
         EXPECT(peak > 0);
         EXPECT_NEAR(cap, 0.25 * peak, 1e-9 * peak);
@@ -916,9 +917,11 @@ static void test_real_query(void)
             differ_from_full += memcmp(want, q->tokens, sizeof(int32_t) * q->output_len) != 0;
         }
         EXPECT(same);
-        fprintf(stderr, "real query, %s %s %s: serving tokens %s the accuracy path's (%lld recall bytes)\n",
-                cases[c].policy, sparse_policy_name(cases[c].sparse), recall_engine_name(cases[c].engine),
-                same ? "equal" : "DIFFER from", (long long)r.st.recall_bytes);
+        fprintf(stderr,
+                "real query, %s %s %s: serving tokens %s the accuracy path's (%lld recall bytes)\n",
+                cases[c].policy, sparse_policy_name(cases[c].sparse),
+                recall_engine_name(cases[c].engine), same ? "equal" : "DIFFER from",
+                (long long)r.st.recall_bytes);
         run_free(&r);
     }
     g_real_prompts = 0;
@@ -964,8 +967,10 @@ static void test_sliding_window(void)
         const char *policy;
         enum recall_engine engine;
         int n_dense;
-    } cases[] = {{"arkvale", RECALL_PER_BLOCK, 2},      {"arkvale", RECALL_ZERO_COPY, 0},
-                 {"arkvale", RECALL_GATHER_SCATTER, 3}, {"infinigen", RECALL_PER_BLOCK, 0},
+    } cases[] = {{"arkvale", RECALL_PER_BLOCK, 2},
+                 {"arkvale", RECALL_ZERO_COPY, 0},
+                 {"arkvale", RECALL_GATHER_SCATTER, 3},
+                 {"infinigen", RECALL_PER_BLOCK, 0},
                  {"infinigen", RECALL_ZERO_COPY, 2}};
     for (size_t c = 0; c < PULSE_ARRAY_LEN(cases); c++) {
         struct offload_params p = defaults();
@@ -979,7 +984,8 @@ static void test_sliding_window(void)
         EXPECT_EQ_INT(a.rc, 0);
         EXPECT_EQ_INT(a.check_rc, 0);
         const int eq = same_tokens(&v.w, &a.w);
-        if (!eq) fprintf(stderr, "sliding window: %s case %zu differs from vanilla\n", ca.policy, c);
+        if (!eq)
+            fprintf(stderr, "sliding window: %s case %zu differs from vanilla\n", ca.policy, c);
         EXPECT(eq);
         EXPECT(a.ctr.recall_bytes > 0);
         EXPECT_EQ_INT(a.ctr.step_alloc_calls, 0);
@@ -996,6 +1002,11 @@ static void test_sliding_window(void)
             n_sparse += sp, rings += win;
         }
         EXPECT_EQ_INT(json_array_size(json_object_get(a.counters, "layers")), (size_t)n_sparse);
+        /* dense_layers counts the layers kept dense, dense_layers_asked is n_dense */
+        EXPECT_EQ_INT(json_integer_value(json_object_get(a.config, "dense_layers")),
+                      6 - n_sparse - rings);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(a.config, "dense_layers_asked")),
+                      p.n_dense);
         /* max 100 + 16 tokens = 8 blocks; a ring of ceil(24 / 16) + 1 = 3 */
         const int hot = (int)json_integer_value(json_object_get(a.config, "hot_slots"));
         EXPECT_EQ_INT(a.st.gpu_pages_per_request_max,
