@@ -76,26 +76,43 @@ static void write_passkey(const char *path, int before, int after, int records)
     fclose(f);
 }
 
+/* A temporary directory holding a passkey set of `records` ~1000-token records (the key in the
+ * last quarter: this 270M model finds it there; nearer the start it often does not, with full
+ * attention too) and the paths of a result and a churn profile in it. */
+struct passkey_dir {
+    char dir[64], path[256], res[256], prof[256];
+};
+
+static void passkey_dir_make(struct passkey_dir *d, int records)
+{
+    snprintf(d->dir, sizeof d->dir, "/tmp/pulse_gemma_XXXXXX");
+    EXPECT(mkdtemp(d->dir) != NULL);
+    snprintf(d->path, sizeof d->path, "%s/passkey_1024.jsonl", d->dir);
+    snprintf(d->res, sizeof d->res, "%s/acc.json", d->dir);
+    snprintf(d->prof, sizeof d->prof, "%s/churn.json", d->dir);
+    write_passkey(d->path, 33, 11, records);
+}
+
+static void passkey_dir_remove(const struct passkey_dir *d)
+{
+    unlink(d->path), unlink(d->res), unlink(d->prof), rmdir(d->dir);
+}
+
 static void test_passkey(void)
 {
-    char dir[] = "/tmp/pulse_gemma_XXXXXX", path[256], res[256], prof[256], args[8192];
-    EXPECT(mkdtemp(dir) != NULL);
-    snprintf(path, sizeof path, "%s/passkey_1024.jsonl", dir);
-    snprintf(res, sizeof res, "%s/acc.json", dir);
-    snprintf(prof, sizeof prof, "%s/churn.json", dir);
-    /* ~1000 tokens with the template; the key in the last quarter (this 270M model finds it
-     * there; nearer the start it often does not, with full attention too) */
-    write_passkey(path, 33, 11, 2);
+    char args[8192];
+    struct passkey_dir d;
+    passkey_dir_make(&d, 2);
     snprintf(args, sizeof args,
              "accuracy --model %s --backend cpu --data %s --lengths 1024 --tasks passkey "
              "--samples 1 --calib-samples 1 --budgets 256 --mam-budget 256 --max-gen 8 "
              "--policies full,solohead,reversed,headwise,infinigen --out %s --churn-profile %s",
-             model, dir, res, prof);
+             model, d.dir, d.res, d.prof);
     int rc = tu_run_pulse(args, out, sizeof out);
     EXPECT_EQ_INT(rc, 0);
     if (rc) fprintf(stderr, "%s\n", out);
     json_error_t je;
-    json_t *r = json_load_file(res, 0, &je);
+    json_t *r = json_load_file(d.res, 0, &je);
     EXPECT(r != NULL);
     if (r) {
         /* auto found Gemma's turn markers: the passkey prompt is in its chat template */
@@ -159,11 +176,11 @@ static void test_passkey(void)
         }
         json_decref(r);
     }
-    json_t *p = json_load_file(prof, 0, &je);
+    json_t *p = json_load_file(d.prof, 0, &je);
     EXPECT(p != NULL);
     EXPECT_STR_CONTAINS(json_string_value(json_object_get(p, "source")), "measured");
     json_decref(p);
-    unlink(path), unlink(res), unlink(prof), rmdir(dir);
+    passkey_dir_remove(&d);
 }
 
 /* --time-limit ends the evaluation after the sample in progress: the result is written with
@@ -172,21 +189,18 @@ static void test_passkey(void)
  * its result). */
 static void test_time_limit(void)
 {
-    char dir[] = "/tmp/pulse_gemma_tl_XXXXXX", path[256], res[256], prof[256], args[8192];
-    EXPECT(mkdtemp(dir) != NULL);
-    snprintf(path, sizeof path, "%s/passkey_1024.jsonl", dir);
-    snprintf(res, sizeof res, "%s/acc.json", dir);
-    snprintf(prof, sizeof prof, "%s/churn.json", dir);
-    write_passkey(path, 33, 11, 2);
+    char args[8192];
+    struct passkey_dir d;
+    passkey_dir_make(&d, 2);
     snprintf(args, sizeof args,
              "accuracy --model %s --backend cpu --data %s --lengths 1024 --tasks passkey "
              "--samples 2 --calib-samples 0 --budgets 256 --max-gen 8 --policies full,headwise "
              "--time-limit 0.001 --out %s",
-             model, dir, res);
+             model, d.dir, d.res);
     EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
     EXPECT_STR_CONTAINS(out, "stopped after 1 of 2 samples (--time-limit)");
     json_error_t je;
-    json_t *r = json_load_file(res, 0, &je);
+    json_t *r = json_load_file(d.res, 0, &je);
     EXPECT(r != NULL);
     if (r) {
         EXPECT(!strcmp(json_string_value(json_object_get(r, "status")), "partial"));
@@ -197,16 +211,16 @@ static void test_time_limit(void)
         EXPECT_EQ_INT(json_integer_value(json_object_get(row, "samples")), 1);
         json_decref(r);
     }
-    unlink(res);
+    unlink(d.res);
     snprintf(args, sizeof args,
              "accuracy --model %s --backend cpu --data %s --lengths 1024 --tasks passkey "
              "--samples 1 --calib-samples 0 --budgets 256 --policies full,headwise --out %s "
              "--churn-profile %s",
-             model, dir, res, prof);
+             model, d.dir, d.res, d.prof);
     EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
     EXPECT_STR_CONTAINS(out, "--churn-profile: needs solohead or solohead-q");
-    EXPECT(access(res, F_OK) != 0 && access(prof, F_OK) != 0);
-    unlink(path), rmdir(dir);
+    EXPECT(access(d.res, F_OK) != 0 && access(d.prof, F_OK) != 0);
+    passkey_dir_remove(&d);
 }
 
 /* --longbench DIR reads DIR/<task>.jsonl and truncates a long prompt in the middle to
