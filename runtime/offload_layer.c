@@ -388,6 +388,20 @@ static void finish_body(void *arg)
     offload_host_lap(o, OFFLOAD_HOST_POST, &t);
 }
 
+/* Runs body(c) as the layer graph in slot g, or as it is (g NULL); a replay's host time goes
+ * to phase ph (a body that runs laps its own phases); restarts *t. */
+static void run_piece(struct offload *o, void **g, void (*body)(void *), struct layer_call *c,
+                      int ph, double *t)
+{
+    const int replay = g && *g;
+    engine_graph_run(o->eng, g, body, c);
+    o->st.layer_graph_launches += g != NULL;
+    if (replay)
+        offload_host_lap(o, ph, t);
+    else
+        *t = pulse_now();
+}
+
 /* The first piece of a layer: pre-attention; in a sparse layer the new key folded into its
  * digest and, unless it was issued one layer ahead, the selection and the planner's job. On the
  * device path its compute-stream work replays as one graph, and the issued layers' side work
@@ -399,15 +413,8 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
     const int64_t s0 = pulse_host_syncs();
     TRACE_PUSH("layer");
     struct layer_call c = {o, bt, layer};
-    void **g = layer_graph(o, bt, 0, layer);
-    const int replay = g && *g; /* else the body runs and laps its phases */
     double t = pulse_now();
-    engine_graph_run(o->eng, g, issue_body, &c);
-    o->st.layer_graph_launches += g != NULL;
-    if (replay)
-        offload_host_lap(o, OFFLOAD_HOST_PRE, &t);
-    else
-        t = pulse_now();
+    run_piece(o, layer_graph(o, bt, 0, layer), issue_body, &c, OFFLOAD_HOST_PRE, &t);
     if (o->device_plan) {
         int is[2], before;
         const int n = layer_issues(o, layer, is, &before);
@@ -436,17 +443,10 @@ void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
     const int64_t s0 = pulse_host_syncs();
     const int sparse = offload_is_sparse(o, layer);
     struct layer_call c = {o, bt, layer};
-    void **g = layer_graph(o, bt, 1, layer);
     double t = pulse_now();
     if (sparse) attend_wait(o, layer);
     offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
-    const int replay = g && *g; /* else the body runs and laps its phases */
-    engine_graph_run(o->eng, g, finish_body, &c);
-    o->st.layer_graph_launches += g != NULL;
-    if (replay)
-        offload_host_lap(o, OFFLOAD_HOST_POST, &t);
-    else
-        t = pulse_now();
+    run_piece(o, layer_graph(o, bt, 1, layer), finish_body, &c, OFFLOAD_HOST_POST, &t);
     if (sparse) tail_flush(o, layer);
     offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
     TRACE_POP();
