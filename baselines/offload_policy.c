@@ -32,8 +32,8 @@ int offload_policy_admit(struct serve_state *s)
         const struct request *r = &s->reqs[s->next_waiting];
         struct offload_stats a, b;
         offload_get_stats(o, &a);
-        int slot, rc = offload_admit(o, r->id, r->prompt_len, r->prompt_len + r->output_len, &slot,
-                                     s->why, sizeof s->why);
+        int slot, rc = offload_admit(o, r->id, r->prompt_len, request_reserved(r), &slot, s->why,
+                                     sizeof s->why);
         offload_get_stats(o, &b);
         serve_pause_clock(s, b.prompt_fill_s - a.prompt_fill_s); /* a prefill instance's work */
         if (rc == PULSE_ERR_NOMEM) {

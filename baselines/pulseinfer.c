@@ -164,7 +164,8 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
             op->source->meter_stats(op->source->user, l, &ms);
             churn += ms.target_mean;
         }
-        churn = churn > 0 ? churn / m->n_layers : (double)offload_sparse_layers(op, m) / m->n_layers;
+        churn =
+            churn > 0 ? churn / m->n_layers : (double)offload_sparse_layers(op, m) / m->n_layers;
         const struct ioaa_analytic_params ap = {.cfg = m,
                                                 .bw = {p->hbm_gbps, p->h2d_gbps},
                                                 .budget_tokens = sel_tokens,
@@ -178,7 +179,8 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
         }
     }
     /* a capped recall is paced by the engine: its rounds take at least bytes / cap */
-    if (op->cap_gbps > 0) pi->cap_raised = ioaa_profile_data_cap_recall(&pi->prof, op->cap_gbps * 1e9);
+    if (op->cap_gbps > 0)
+        pi->cap_raised = ioaa_profile_data_cap_recall(&pi->prof, op->cap_gbps * 1e9);
     pi->have_prof = 1;
     struct ioaa_params ip = {
         .profile = pi->prof.prof, .max_waiting = pi->max_waiting, .irq = pi->irq_on};
@@ -250,7 +252,7 @@ static int pi_create(const struct policy_ctx_params *p, void **ctx, char *err, s
 
 static int total_len(const struct request *r)
 {
-    return r->prompt_len + r->output_len;
+    return request_reserved(r);
 }
 
 /* Admits reqs[next_waiting] into batch k. PULSE_OK, PULSE_ERR_NOMEM (does not fit now), or an

@@ -23,11 +23,13 @@
 
 #include "accuracy/chat.h"
 #include "accuracy/head_mass.h"
-#include "accuracy/metrics.h"
-#include "accuracy/serve_path.h"
 #include "accuracy/longbench.h"
+#include "accuracy/metrics.h"
+#include "accuracy/serve_batch.h"
+#include "accuracy/serve_path.h"
 #include "accuracy/sparse_attn.h"
 #include "accuracy/stats.h"
+#include "baselines/registry.h"
 #include "cli.h"
 #include "common.h"
 #include "mem.h"
@@ -76,6 +78,18 @@ static const char usage[] =
     "                      count the samples whose tokens equal the accuracy path's (a\n"
     "                      sliding-window model's local layers keep their window on the\n"
     "                      GPU, its global layers are offloaded)\n"
+    "  --serve-policies P,...  arkvale, pulseinfer: after the evaluation, serve the scored\n"
+    "                      samples together through pulse run's serving loop with each\n"
+    "                      policy, at every budget of its selection's runs (arkvale: headwise,\n"
+    "                      pulseinfer: solohead; a real prefill into the host pool, the real\n"
+    "                      query); its score per set and the samples whose tokens equal the\n"
+    "                      accuracy path's (pulseinfer's normal batch: full attention's) are in\n"
+    "                      \"served\" and printed\n"
+    "  --serve-batch N     entries per running batch of those runs (default 4)\n"
+    "  --serve-normal N    whole requests their GPU KV budget holds beside the offloaded\n"
+    "                      ones, for pulseinfer's normal batch (default 1)\n"
+    "  --serve-admission A pulseinfer's admission: ioaa (default, the analytic profile from\n"
+    "                      the bandwidths measured in the process) or fixed:LEN\n"
     "  --out FILE.json     the result; --churn-profile FILE.json the measured churn profile\n"
     "  --time-limit S      start no sample after S seconds of evaluation; the result then\n"
     "                      covers the samples scored, status \"partial\" (SIGINT or SIGTERM\n"
@@ -95,7 +109,12 @@ struct acc_opts {
     int policies[MAX_LIST], n_policies;
     long samples, calib, max_length, max_gen, chunk, mam_budget, sink, window;
     int max_length_set, check_serving;
-    double frac, time_limit; /* time_limit 0: none */
+    double frac, time_limit;            /* time_limit 0: none */
+    const struct policy *serve_pols[2]; /* --serve-policies */
+    int n_serve_pols;
+    long serve_batch, serve_normal;
+    const char *serve_admission; /* NULL: IOAA */
+    const char *serve_flag;      /* the first --serve-* flag but --serve-policies given */
 };
 
 static int any_item(const char *item, int i, void *ctx)
@@ -162,6 +181,10 @@ static int parse(int argc, char **argv, struct acc_opts *o)
                                          {"chat-template", required_argument, 0, 'T'},
                                          {"check-serving", no_argument, 0, 'S'},
                                          {"time-limit", required_argument, 0, 'X'},
+                                         {"serve-policies", required_argument, 0, 'Q'},
+                                         {"serve-batch", required_argument, 0, 'N'},
+                                         {"serve-normal", required_argument, 0, 'O'},
+                                         {"serve-admission", required_argument, 0, 'D'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     *o = (struct acc_opts){.backend = "auto",
@@ -176,7 +199,9 @@ static int parse(int argc, char **argv, struct acc_opts *o)
                            .frac = 1.0,
                            .n_budgets = 3,
                            .budgets = {512, 1024, 2048},
-                           .n_policies = 0}; /* 0: the model's default (default_policies) */
+                           .n_policies = 0, /* 0: the model's default (default_policies) */
+                           .serve_batch = 4,
+                           .serve_normal = 1};
     int c;
     struct cli_seen seen = {0}; /* a flag with a value given twice is refused */
     opterr = 0;
@@ -267,6 +292,45 @@ static int parse(int argc, char **argv, struct acc_opts *o)
             o->n_policies = n;
             break;
         }
+        case 'Q': {
+            char buf[256];
+            const char *items[MAX_LIST];
+            snprintf(buf, sizeof buf, "%s", optarg);
+            int n = split("--serve-policies", buf, items);
+            bad = n < 0;
+            for (int i = 0; i < n && !bad; i++) {
+                const struct policy *pol = policy_find(items[i]);
+                if (!pol || (strcmp(items[i], "arkvale") && strcmp(items[i], "pulseinfer"))) {
+                    cli_error(CMD, "--serve-policies: '%s' is not arkvale or pulseinfer", items[i]);
+                    bad = 1;
+                } else {
+                    o->serve_pols[o->n_serve_pols++] = pol;
+                }
+            }
+            break;
+        }
+        case 'N':
+            o->serve_flag = o->serve_flag ? o->serve_flag : "--serve-batch";
+            bad = cli_int(CMD, "--serve-batch", optarg, 1, 64, &o->serve_batch);
+            break;
+        case 'O':
+            o->serve_flag = o->serve_flag ? o->serve_flag : "--serve-normal";
+            bad = cli_int(CMD, "--serve-normal", optarg, 0, 64, &o->serve_normal);
+            break;
+        case 'D': {
+            long len;
+            o->serve_flag = o->serve_flag ? o->serve_flag : "--serve-admission";
+            if (strcmp(optarg, "ioaa") == 0) {
+                o->serve_admission = NULL;
+            } else if (strncmp(optarg, "fixed:", 6) == 0) {
+                bad = cli_int(CMD, "--serve-admission fixed:LEN", optarg + 6, 0, 1 << 24, &len);
+                o->serve_admission = optarg;
+            } else {
+                cli_error(CMD, "--serve-admission: '%s' is not ioaa or fixed:LEN", optarg);
+                bad = 1;
+            }
+            break;
+        }
         case 'h':
             fputs(usage, stdout);
             return 1;
@@ -289,6 +353,8 @@ static int parse(int argc, char **argv, struct acc_opts *o)
     if (o->longbench && o->n_lengths)
         return cli_error(CMD, "--lengths is for --data; --longbench truncates to --max-length"), -1;
     if (!o->n_tasks) return cli_error(CMD, "--tasks is required"), -1;
+    if (o->serve_flag && !o->n_serve_pols)
+        return cli_error(CMD, "%s: only with --serve-policies", o->serve_flag), -1;
     for (int i = 0; i < o->n_tasks; i++)
         if (!longbench_task_find(o->tasks[i]))
             return cli_error(CMD, "--tasks: '%s' is not a LongBench or synthetic task",
@@ -366,13 +432,23 @@ struct acc_set {
     int n_scored;
 };
 
+/* --serve-policies: a scored sample kept for the serving runs after the evaluation: its prompt
+ * and each run's tokens (gen[r * max_gen], k[r] of them). */
+struct kept_sample {
+    int set, pos; /* its set, and its place in the set's per_sample */
+    size_t idx;
+    int n, max_gen, stop_nl;
+    int32_t *ids, *gen;
+    int *k;
+};
+
 /* The MAM profile at one selector granularity (head_mass.h). */
 struct acc_mam {
-    int query_heads;     /* 0: KV heads (solohead, reversed); 1: query heads (the -q policies) */
-    int n_sel;           /* heads per layer: n_kv_heads or n_heads */
-    double *mam;         /* [n_tasks][n_layers][n_sel] */
-    int64_t *obs;        /* [n_tasks][n_layers] */
-    int32_t *sel, *rev;  /* [n_layers] highest and lowest MAM head over the tasks' mean */
+    int query_heads;    /* 0: KV heads (solohead, reversed); 1: query heads (the -q policies) */
+    int n_sel;          /* heads per layer: n_kv_heads or n_heads */
+    double *mam;        /* [n_tasks][n_layers][n_sel] */
+    int64_t *obs;       /* [n_tasks][n_layers] */
+    int32_t *sel, *rev; /* [n_layers] highest and lowest MAM head over the tasks' mean */
 };
 
 struct acc {
@@ -392,12 +468,15 @@ struct acc {
     struct serve_path *serve[MAX_RUNS];
     int64_t serve_checked[MAX_RUNS], serve_same[MAX_RUNS];
     int32_t *gen2;
-    int meter_run; /* run index whose selections the meter sees */
+    struct kept_sample *kept; /* --serve-policies: [samples * n_sets] */
+    int n_kept;
+    json_t *served;         /* --serve-policies' results, after the evaluation */
+    int meter_run;          /* run index whose selections the meter sees */
     char *text, *text_utf8; /* [text_cap], [3 * text_cap] */
     size_t text_cap;
     float *logits; /* [vocab]: the last step's, checked for NaN/Inf after every run */
     double t_prefill, t_decode;
-    int stopped; /* enum acc_stop: why the evaluation ended before its last sample */
+    int stopped;          /* enum acc_stop: why the evaluation ended before its last sample */
     long scored, planned; /* samples scored over all sets, and asked for */
     int64_t prompt_tokens, gen_tokens;
 };
@@ -500,7 +579,7 @@ static int configure(struct acc *A, const struct run_def *r, char *err, size_t e
     const int kind = sparse_policy_selector_kind(r->policy);
     const struct acc_mam *am = &A->mam[kind == SPARSE_SEL_QUERY];
     struct sparse_params sp = {r->policy, (int)r->budget, (int)A->o.sink, (int)A->o.window,
-                               kind == SPARSE_SEL_NONE            ? NULL
+                               kind == SPARSE_SEL_NONE             ? NULL
                                : sparse_policy_reversed(r->policy) ? am->rev
                                                                    : am->sel};
     int rc = sparse_attn_configure(A->sp, &sp, A->s.slot, err, errlen);
@@ -515,9 +594,9 @@ static int configure(struct acc *A, const struct run_def *r, char *err, size_t e
  * one layer ahead from the approximate query). */
 static int serving_twin(int p)
 {
-    return p == SPARSE_HEADWISE || p == SPARSE_INFINIGEN ? OFFLOAD_HEADWISE
+    return p == SPARSE_HEADWISE || p == SPARSE_INFINIGEN  ? OFFLOAD_HEADWISE
            : p == SPARSE_SOLOHEAD || p == SPARSE_REVERSED ? OFFLOAD_SOLOHEAD
-                                                         : -1;
+                                                          : -1;
 }
 
 struct stop_ctx {
@@ -568,6 +647,43 @@ static int check_serving(struct acc *A, int r, int n, int max_gen, int stop_nl, 
     return same;
 }
 
+/* Keeps sample idx of set st (its prompt A->ids[0..n)) for the serving runs; NULL when out of
+ * memory. */
+static struct kept_sample *keep_sample(struct acc *A, const struct acc_set *st, size_t idx, int n,
+                                       int max_gen)
+{
+    if (!A->kept) {
+        const size_t cap = (size_t)A->o.samples * (size_t)A->n_sets;
+        if (!(A->kept = mem_alloc(MEM_HOST, sizeof *A->kept * cap, "kept samples"))) return NULL;
+        memset(A->kept, 0, sizeof *A->kept * cap);
+    }
+    struct kept_sample *kp = &A->kept[A->n_kept];
+    kp->set = (int)(st - A->sets);
+    kp->pos = st->n_scored;
+    kp->idx = idx;
+    kp->n = n, kp->max_gen = max_gen, kp->stop_nl = st->task->stop_at_newline;
+    kp->ids = mem_alloc(MEM_HOST, sizeof(int32_t) * (size_t)n, "kept prompt");
+    kp->gen = mem_alloc(MEM_HOST, sizeof(int32_t) * (size_t)A->n_runs * max_gen, "kept tokens");
+    kp->k = mem_alloc(MEM_HOST, sizeof(int) * (size_t)A->n_runs, "kept lengths");
+    if (!kp->ids || !kp->gen || !kp->k) return NULL; /* freed with the others (teardown) */
+    memcpy(kp->ids, A->ids, sizeof(int32_t) * (size_t)n);
+    A->n_kept++;
+    return kp;
+}
+
+static void free_kept(struct acc *A)
+{
+    if (!A->kept) return;
+    const size_t cap = (size_t)A->o.samples * (size_t)A->n_sets;
+    for (size_t i = 0; i < cap; i++) {
+        struct kept_sample *kp = &A->kept[i];
+        mem_free(MEM_HOST, kp->ids, sizeof(int32_t) * (size_t)kp->n);
+        mem_free(MEM_HOST, kp->gen, sizeof(int32_t) * (size_t)A->n_runs * kp->max_gen);
+        mem_free(MEM_HOST, kp->k, sizeof(int) * (size_t)A->n_runs);
+    }
+    mem_free(MEM_HOST, A->kept, sizeof *A->kept * cap);
+}
+
 /* Every run of one sample; appends its record to recs. */
 static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *recs, char *err,
                        size_t errlen)
@@ -577,6 +693,11 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
     int limit = (int)(A->o.longbench ? A->o.max_length : st->length) - max_gen;
     int n = encode_prompt(A, st->task, smp, limit, err, errlen);
     if (n < 1) return PULSE_ERR_INVALID;
+    struct kept_sample *kp = NULL;
+    if (A->o.n_serve_pols && !(kp = keep_sample(A, st, idx, n, max_gen))) {
+        snprintf(err, errlen, "out of host memory for the samples kept for --serve-policies");
+        return PULSE_ERR_NOMEM;
+    }
     double t0 = pulse_now();
     batch_set_hook(A->s.bt, NULL);
     int32_t first = session_prefill(&A->s, A->ids, n);
@@ -592,6 +713,10 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
         if (r == A->meter_run) locality_meter_reset(A->meter, 0);
         sparse_attn_set_list_observer(A->sp, r == A->meter_run ? meter_observe : NULL, A);
         int k = decode(A, n, first, max_gen, st->task->stop_at_newline);
+        if (kp) {
+            memcpy(kp->gen + (size_t)r * max_gen, A->gen, sizeof(int32_t) * (size_t)k);
+            kp->k[r] = k;
+        }
         engine_read_logits(A->s.e, A->logits, 1);
         long bad = count_nonfinite(A->logits, A->s.cfg->vocab);
         if (bad) {
@@ -620,10 +745,10 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
         st->score[r] += score;
         st->attended[r] += frac;
         st->per_sample[(size_t)r * A->o.samples + st->n_scored] = score;
-        json_t *run = json_pack("{s:s,s:I,s:s,s:f,s:i,s:f}", "policy",
-                                sparse_policy_name(A->runs[r].policy), "budget",
-                                (json_int_t)A->runs[r].budget, "pred", pred, "score", score,
-                                "new_tokens", k, "attended_fraction", frac);
+        json_t *run =
+            json_pack("{s:s,s:I,s:s,s:f,s:i,s:f}", "policy", sparse_policy_name(A->runs[r].policy),
+                      "budget", (json_int_t)A->runs[r].budget, "pred", pred, "score", score,
+                      "new_tokens", k, "attended_fraction", frac);
         if (served >= 0) json_object_set_new(run, "serving_same_tokens", json_boolean(served));
         json_array_append_new(rj, run);
     }
@@ -742,7 +867,8 @@ static void default_policies(struct acc_opts *o, const struct model_config *c)
     o->n_policies = 0;
     for (int p = 0; p < SPARSE_POLICY_COUNT; p++) {
         const int kv_twin = p == SPARSE_SOLOHEAD || p == SPARSE_REVERSED;
-        const int q_twin = p == SPARSE_SOLOHEAD_Q || p == SPARSE_REVERSED_Q || p == SPARSE_QUERYHEAD;
+        const int q_twin =
+            p == SPARSE_SOLOHEAD_Q || p == SPARSE_REVERSED_Q || p == SPARSE_QUERYHEAD;
         if ((kv_twin && c->n_kv_heads == 1) || (q_twin && c->n_heads == c->n_kv_heads)) continue;
         o->policies[o->n_policies++] = p;
     }
@@ -757,7 +883,8 @@ static void plan_runs(struct acc *A)
     for (int p = 0; p < A->o.n_policies; p++) {
         if (A->o.policies[p] == SPARSE_FULL) continue;
         for (int b = 0; b < A->o.n_budgets; b++) {
-            const int solo = A->o.policies[p] == SPARSE_SOLOHEAD || A->o.policies[p] == SPARSE_SOLOHEAD_Q;
+            const int solo =
+                A->o.policies[p] == SPARSE_SOLOHEAD || A->o.policies[p] == SPARSE_SOLOHEAD_Q;
             if (solo && A->meter_run < 0 && A->o.budgets[b] == A->o.mam_budget)
                 A->meter_run = A->n_runs;
             A->runs[A->n_runs++] = (struct run_def){A->o.policies[p], A->o.budgets[b]};
@@ -787,8 +914,8 @@ static json_t *mam_stability_json(const struct acc *A, const struct acc_mam *am)
                 if (!model_layer_is_global(c, l)) continue;
                 layers++;
                 same += sa[l] == sb[l];
-                const double rho = acc_spearman(ma + (size_t)l * am->n_sel,
-                                                mb + (size_t)l * am->n_sel, am->n_sel);
+                const double rho =
+                    acc_spearman(ma + (size_t)l * am->n_sel, mb + (size_t)l * am->n_sel, am->n_sel);
                 if (!isnan(rho)) sum += rho, n++;
             }
             json_t *pj = json_pack("{s:s,s:s,s:i,s:i}", "a", A->o.tasks[a], "b", A->o.tasks[b],
@@ -821,18 +948,17 @@ static json_t *mam_json(const struct acc *A, const struct acc_mam *am)
             if (!model_layer_is_global(c, l)) continue;
             json_t *row = json_array();
             for (int h = 0; h < am->n_sel; h++)
-                json_array_append_new(row,
-                                      json_real(am->mam[t * L + (size_t)l * am->n_sel + h]));
+                json_array_append_new(row, json_real(am->mam[t * L + (size_t)l * am->n_sel + h]));
             json_array_append_new(rows, row);
             json_array_append_new(obs, json_integer(am->obs[(size_t)t * c->n_layers + l]));
         }
         json_object_set_new(per, A->o.tasks[t],
                             json_pack("{s:o,s:o}", "mam", rows, "observations", obs));
     }
-    json_t *mj = json_pack("{s:I,s:s,s:o,s:o,s:o,s:o}", "budget_tokens",
-                           (json_int_t)A->o.mam_budget, "selector_kind",
-                           am->query_heads ? "query head" : "kv head", "global_layers", layers,
-                           "per_task", per, "selector", sel, "selector_reversed", rev);
+    json_t *mj =
+        json_pack("{s:I,s:s,s:o,s:o,s:o,s:o}", "budget_tokens", (json_int_t)A->o.mam_budget,
+                  "selector_kind", am->query_heads ? "query head" : "kv head", "global_layers",
+                  layers, "per_task", per, "selector", sel, "selector_reversed", rev);
     json_object_set_new(mj, "stability", mam_stability_json(A, am)); /* pairs of tasks */
     return mj;
 }
@@ -957,13 +1083,13 @@ static json_t *serving_json(const struct acc *A)
         if (!A->serve[r]) continue;
         struct offload_stats st;
         serve_path_stats(A->serve[r], &st);
-        json_array_append_new(
-            arr, json_pack("{s:s,s:I,s:I,s:I,s:I,s:I}", "policy",
-                           sparse_policy_name(A->runs[r].policy), "budget",
-                           (json_int_t)A->runs[r].budget, "samples",
-                           (json_int_t)A->serve_checked[r], "same_tokens",
-                           (json_int_t)A->serve_same[r], "recall_bytes",
-                           (json_int_t)st.recall_bytes, "host_syncs", (json_int_t)st.host_syncs));
+        json_array_append_new(arr, json_pack("{s:s,s:I,s:I,s:I,s:I,s:I}", "policy",
+                                             sparse_policy_name(A->runs[r].policy), "budget",
+                                             (json_int_t)A->runs[r].budget, "samples",
+                                             (json_int_t)A->serve_checked[r], "same_tokens",
+                                             (json_int_t)A->serve_same[r], "recall_bytes",
+                                             (json_int_t)st.recall_bytes, "host_syncs",
+                                             (json_int_t)st.host_syncs));
         printf("serving path, %s %ld: %lld of %lld samples decode the accuracy path's tokens "
                "(%lld bytes recalled)\n",
                sparse_policy_name(A->runs[r].policy), A->runs[r].budget,
@@ -971,6 +1097,134 @@ static json_t *serving_json(const struct acc *A)
                (long long)st.recall_bytes);
     }
     return arr;
+}
+
+/* The answer's length in out[0..max_gen): up to the first token that ends it, as decode(). */
+static int answer_len(const struct acc *A, const int32_t *out, int max_gen, int stop_nl)
+{
+    const struct stop_ctx sc = {A, stop_nl};
+    int k = 0;
+    while (k < max_gen && !stop_token((void *)&sc, out[k]))
+        k++;
+    return k;
+}
+
+/* One serving run of --serve-policies (policy pol at accuracy run r's selection and budget)
+ * over the kept samples: scores, the samples with the accuracy path's tokens, JSON. */
+static int serve_one(struct acc *A, const struct policy *pol, int r, struct serve_batch_req *q,
+                     int32_t *out, int gen_cap, double *scores, json_t *arr, char *err,
+                     size_t errlen)
+{
+    const int solo = A->runs[r].policy == SPARSE_SOLOHEAD, two = pol->n_batches > 1;
+    for (int j = 0; j < A->n_kept; j++)
+        q[j] = (struct serve_batch_req){
+            A->kept[j].ids, A->kept[j].n, A->kept[j].max_gen, out + (size_t)j * gen_cap, -1, NULL};
+    const struct serve_batch_params bp = {pol,
+                                          solo ? OFFLOAD_SOLOHEAD : OFFLOAD_HEADWISE,
+                                          solo ? A->mam[0].sel : NULL, /* KV-head selectors */
+                                          (int)A->runs[r].budget,
+                                          (int)A->o.sink,
+                                          (int)A->o.window,
+                                          A->s.max_tokens,
+                                          (int)A->o.chunk,
+                                          (int)A->o.serve_batch,
+                                          two ? (int)A->o.serve_normal : 0,
+                                          two ? A->o.serve_admission : NULL,
+                                          1};
+    struct serve_batch_stats bs;
+    int rc = serve_batch_run(A->s.e, &bp, q, A->n_kept, &bs, err, errlen);
+    if (rc != PULSE_OK) return rc;
+    int same = 0, normal = 0;
+    const size_t cap = (size_t)A->o.samples;
+    for (int j = 0; j < A->n_kept; j++) {
+        const struct kept_sample *kp = &A->kept[j];
+        const struct acc_set *st = &A->sets[kp->set];
+        /* pulseinfer's normal batch keeps every block: full attention's tokens */
+        const int ref = two && q[j].batch == 0 ? 0 : r, kr = kp->k[ref];
+        normal += two && q[j].batch == 0;
+        const int32_t *o = q[j].out, *g = kp->gen + (size_t)ref * kp->max_gen;
+        const int k = answer_len(A, o, kp->max_gen, kp->stop_nl);
+        same += !q[j].error && k == kr && !memcmp(o, g, sizeof(int32_t) * (size_t)k);
+        memcpy(A->gen, o, sizeof(int32_t) * (size_t)k);
+        scores[j] = q[j].error ? 0.0
+                               : longbench_score_sample(st->task, longbench_get(st->set, kp->idx),
+                                                        detok(A, k));
+    }
+    json_t *sets = json_array();
+    double *run = mem_alloc(MEM_HOST, sizeof(double) * 2 * cap, "served scores"), *full = run + cap;
+    for (int i = 0; run && i < A->n_sets; i++) {
+        const struct acc_set *st = &A->sets[i];
+        int m = 0;
+        for (int j = 0; j < A->n_kept; j++)
+            if (A->kept[j].set == i) {
+                run[m] = scores[j];
+                full[m++] = st->per_sample[A->kept[j].pos];
+            }
+        double sr = 0, sf = 0;
+        for (int j = 0; j < m; j++)
+            sr += run[j], sf += full[j];
+        json_t *row = json_pack("{s:s,s:I,s:i,s:f,s:f}", "task", st->task->name, "length",
+                                (json_int_t)st->length, "samples", m, "score",
+                                m ? 100 * sr / m : 0.0, "full_score", m ? 100 * sf / m : 0.0);
+        if (m) add_stats(row, run, full, m, 1, ACC_STATS_SEED + (uint64_t)i);
+        json_array_append_new(sets, row);
+        printf(" %s/%ld %.1f (full %.1f)", st->task->name, st->length, m ? 100 * sr / m : 0.0,
+               m ? 100 * sf / m : 0.0);
+    }
+    printf("\n");
+    mem_free(MEM_HOST, run, sizeof(double) * 2 * cap);
+    json_t *js = json_pack(
+        "{s:s,s:s,s:I,s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:s,s:I,s:I,s:o}", "policy",
+        pol->name, "selection", solo ? "solohead" : "headwise", "budget",
+        (json_int_t)A->runs[r].budget, "samples", A->n_kept, "same_tokens", same, "normal", normal,
+        "offloaded", A->n_kept - normal, "failed", (json_int_t)bs.failed, "steps",
+        (json_int_t)bs.steps, "recall_bytes", (json_int_t)bs.recall_bytes, "host_syncs",
+        (json_int_t)bs.host_syncs, "layer_switches", (json_int_t)bs.layer_switches,
+        "ioaa_decisions", (json_int_t)bs.ioaa_decisions, "wall_s", bs.wall_s, "admission",
+        !two                   ? "-"
+        : A->o.serve_admission ? A->o.serve_admission
+                               : "ioaa",
+        "max_batch", (json_int_t)A->o.serve_batch, "normal_requests",
+        (json_int_t)bp.normal_requests, "sets", sets);
+    json_array_append_new(arr, js);
+    printf("served, %s %s %ld: %d of %d samples decode the accuracy path's tokens (%d in the "
+           "normal batch: full attention's; %d offloaded), %lld bytes recalled, %lld steps\n",
+           pol->name, solo ? "solohead" : "headwise", A->runs[r].budget, same, A->n_kept, normal,
+           A->n_kept - normal, (long long)bs.recall_bytes, (long long)bs.steps);
+    return PULSE_OK;
+}
+
+/* --serve-policies: each policy over the kept samples at every budget of its selection's runs
+ * (arkvale: headwise, pulseinfer: solohead; pulse run's defaults) into A->served. */
+static int serve_policies(struct acc *A, char *err, size_t errlen)
+{
+    A->served = json_array();
+    if (!A->n_kept) return PULSE_OK;
+    int gen_cap = 0;
+    for (int j = 0; j < A->n_kept; j++)
+        gen_cap = PULSE_MAX(gen_cap, A->kept[j].max_gen);
+    const size_t nk = (size_t)A->n_kept;
+    struct serve_batch_req *q = mem_alloc(MEM_HOST, sizeof *q * nk, "served requests");
+    int32_t *out = mem_alloc(MEM_HOST, sizeof(int32_t) * nk * gen_cap, "served tokens");
+    double *scores = mem_alloc(MEM_HOST, sizeof(double) * nk, "served scores");
+    int rc = q && out && scores ? PULSE_OK : PULSE_ERR_NOMEM;
+    if (rc != PULSE_OK) snprintf(err, errlen, "out of host memory for --serve-policies");
+    for (int p = 0; p < A->o.n_serve_pols && rc == PULSE_OK; p++) {
+        const struct policy *pol = A->o.serve_pols[p];
+        const int want =
+            strcmp(pol->offload_selection ? pol->offload_selection : "headwise", "solohead")
+                ? SPARSE_HEADWISE
+                : SPARSE_SOLOHEAD;
+        for (int r = 1; r < A->n_runs && rc == PULSE_OK; r++)
+            if (A->runs[r].policy == want) {
+                printf("served, %s %ld:", pol->name, A->runs[r].budget);
+                rc = serve_one(A, pol, r, q, out, gen_cap, scores, A->served, err, errlen);
+            }
+    }
+    mem_free(MEM_HOST, q, sizeof *q * nk);
+    mem_free(MEM_HOST, out, sizeof(int32_t) * nk * gen_cap);
+    mem_free(MEM_HOST, scores, sizeof(double) * nk);
+    return rc;
 }
 
 /* The result first (so that a failing profile loses nothing), then the churn profile. */
@@ -981,8 +1235,7 @@ static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
     if (A->stopped)
         printf("pulse accuracy: stopped after %ld of %ld samples (%s); the table covers "
                "those\n",
-               A->scored, A->planned,
-               A->stopped == ACC_TIME_LIMIT ? "--time-limit" : "signal");
+               A->scored, A->planned, A->stopped == ACC_TIME_LIMIT ? "--time-limit" : "signal");
     int rc = PULSE_OK;
     if (A->o.out) {
         json_t *res = results_new(CMD);
@@ -991,10 +1244,11 @@ static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
         json_object_set_new(res, "mam", mam_json(A, &A->mam[1]));    /* query heads */
         json_object_set_new(res, "mam_kv", mam_json(A, &A->mam[0])); /* KV heads */
         json_object_set_new(res, "serving", json_incref(serving));
+        json_object_set_new(res, "served", A->served ? json_incref(A->served) : json_null());
         json_object_set_new(res, "table", json_incref(table));
         json_object_set_new(res, "samples", json_incref(recs));
-        json_object_set_new(res, "churn", A->meter_run >= 0 ? locality_meter_to_json(A->meter, NULL)
-                                                            : json_null());
+        json_object_set_new(
+            res, "churn", A->meter_run >= 0 ? locality_meter_to_json(A->meter, NULL) : json_null());
         json_object_set_new(res, "timing",
                             json_pack("{s:f,s:f,s:I,s:I}", "prefill_s", A->t_prefill, "decode_s",
                                       A->t_decode, "prompt_tokens", (json_int_t)A->prompt_tokens,
@@ -1064,7 +1318,8 @@ static int setup(struct acc *A, char *err, size_t errlen)
                                        1,
                                        0};
     A->meter = locality_meter_create(&mp, err, errlen);
-    if (!A->ids || !A->gen || !A->gen2 || !mam_ok || !A->text || !A->text_utf8 || !A->logits || !A->meter)
+    if (!A->ids || !A->gen || !A->gen2 || !mam_ok || !A->text || !A->text_utf8 || !A->logits ||
+        !A->meter)
         return PULSE_ERR_NOMEM;
     return PULSE_OK;
 }
@@ -1092,6 +1347,8 @@ static void teardown(struct acc *A)
     locality_meter_free(A->meter);
     for (int r = 0; r < MAX_RUNS; r++)
         serve_path_free(A->serve[r]);
+    free_kept(A);
+    json_decref(A->served);
     sparse_attn_free(A->sp);
     for (int i = 0; i < A->n_sets; i++) {
         longbench_free(A->sets[i].set);
@@ -1152,7 +1409,8 @@ int cmd_accuracy(int argc, char **argv)
         /* sample k of every set in turn: a run stopped early stays balanced over its sets */
         for (long k = 0; k < A.o.samples && rc == PULSE_OK && !A.stopped; k++)
             for (int i = 0; i < A.n_sets && rc == PULSE_OK; i++) {
-                if (g_signalled) A.stopped = ACC_SIGNALLED;
+                if (g_signalled)
+                    A.stopped = ACC_SIGNALLED;
                 else if (A.o.time_limit > 0 && pulse_now() - t0 >= A.o.time_limit)
                     A.stopped = ACC_TIME_LIMIT;
                 if (A.stopped) break;
@@ -1160,6 +1418,7 @@ int cmd_accuracy(int argc, char **argv)
                 A.scored += rc == PULSE_OK;
             }
         stop_signals(0);
+        if (rc == PULSE_OK && A.o.n_serve_pols) rc = serve_policies(&A, err, sizeof err);
     }
     if (rc == PULSE_OK) rc = write_outputs(&A, recs, err, sizeof err);
     if (rc != PULSE_OK) cli_error(CMD, "%s", err);

@@ -247,6 +247,8 @@ static json_t *metrics_json(const struct workload *w, double wall, json_t **requ
         json_t *jr = json_pack("{s:i,s:i,s:i,s:s}", "id", r->id, "prompt_len", r->prompt_len,
                                "output_len", r->generated, "status", r->error ? "error" : "ok");
         results_set_real(jr, "arrival_ms", r->arrival_s * 1e3);
+        /* the running batch that took it (pulseinfer: 0 normal, 1 offload); -1: never admitted */
+        json_object_set_new(jr, "batch", json_integer(r->batch));
         if (r->error) {
             json_object_set_new(jr, "error", json_string(r->error));
             results_set_real(jr, "ended_ms", t_done * 1e3);

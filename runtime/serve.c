@@ -16,7 +16,7 @@ static struct batch_entry entry_of(const struct serve_state *s, int i, int slot,
     struct batch_entry en = {.slot = slot,
                              .req_id = r->id,
                              .pos = r->prompt_len,
-                             .reserved = r->prompt_len + r->output_len,
+                             .reserved = request_reserved(r),
                              .token = token};
     return en;
 }
@@ -24,14 +24,13 @@ static struct batch_entry entry_of(const struct serve_state *s, int i, int slot,
 int serve_admit_request(struct serve_state *s, int k, int i)
 {
     struct request *r = &s->reqs[i];
-    int slot, rc = kv_cache_admit(s->kv, r->prompt_len + r->output_len, &slot);
+    int slot, rc = kv_cache_admit(s->kv, request_reserved(r), &slot);
     if (rc != PULSE_OK) return rc;
     int32_t token = engine_first_token(s->eng, r->id);
     if (s->policy_ctx && s->pol->ctx_kind == POLICY_CTX_PREFILL) {
         /* a real prefill, a prefill instance's work: off the clock */
         double t0 = pulse_now();
-        token = prefill_run(s->policy_ctx, s->kv, slot, r->id, r->prompt_len,
-                            r->prompt_len + r->output_len);
+        token = prefill_run(s->policy_ctx, s->kv, slot, r->id, r->prompt_len, request_reserved(r));
         serve_pause_clock(s, pulse_now() - t0);
     } else {
         struct batch_entry en = entry_of(s, i, slot, token);
@@ -49,6 +48,8 @@ void serve_add_entry(struct serve_state *s, int k, int i, int slot, int32_t toke
     struct serve_batch *sb = &s->run[k];
     struct request *r = &s->reqs[i];
     r->slot = slot;
+    r->batch = k;
+    r->first_token = token;
     r->admit_s = pulse_now() - s->t0;
     sb->entries[sb->n_entries] = entry_of(s, i, slot, token);
     sb->entry_req[sb->n_entries++] = i;
@@ -275,7 +276,7 @@ static void never_fits(const struct serve_state *s, char *err, size_t errlen)
              "request %d (%d prompt + %d output tokens, %.3f GB of KV) can never fit the KV "
              "budget",
              r->id, r->prompt_len, r->output_len,
-             kv_cache_request_bytes(s->kv, r->prompt_len + r->output_len) / 1e9);
+             kv_cache_request_bytes(s->kv, request_reserved(r)) / 1e9);
 }
 
 int serve_run_policy(struct engine *e, struct kv_cache *kv, const struct policy *pol,
@@ -343,7 +344,7 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
     for (int i = 0; i < n; i++) {
         reqs[i].admit_s = reqs[i].first_token_s = reqs[i].done_s = -1;
         reqs[i].generated = 0;
-        reqs[i].slot = -1;
+        reqs[i].slot = reqs[i].batch = -1;
         reqs[i].error = NULL;
     }
     s.t0 = pulse_now();

@@ -13,15 +13,29 @@
 
 struct request {
     int id, prompt_len, output_len;
+    /* tokens its KV reserves: 0 = prompt_len + output_len (request_reserved); more makes its
+     * attention's bounds another run's (e.g. a sample decoded alone with a longer reservation,
+     * whose CUDA split plan follows the reservation) */
+    int reserve_len;
     double arrival_s; /* after the run's start */
     /* filled by the run (seconds after the start; -1 until it happens) */
     double admit_s, first_token_s, done_s;
     int generated;
-    int slot;          /* cache slot while running, else -1 */
-    int32_t *tokens;   /* optional [output_len] ids, owned by the caller */
-    const char *error; /* NULL: finished (or not yet); else why it ended unfinished (done_s is
-                          when): its batch's step failed (serve_batch.failed's reason) */
+    int slot;            /* cache slot while running, else -1 */
+    int batch;           /* the running batch it was admitted to (serve_add_entry), -1 before */
+    int32_t first_token; /* the token its first step consumed (with a real prefill, the
+                            prompt's greedy next token): its answer is this, then tokens[] */
+    int32_t *tokens;     /* optional [output_len] ids, owned by the caller */
+    const char *error;   /* NULL: finished (or not yet); else why it ended unfinished (done_s is
+                            when): its batch's step failed (serve_batch.failed's reason) */
 };
+
+/* The tokens a request's KV reserves (request.reserve_len). */
+static inline int request_reserved(const struct request *r)
+{
+    return r->reserve_len > r->prompt_len + r->output_len ? r->reserve_len
+                                                          : r->prompt_len + r->output_len;
+}
 
 /* One decode step as the loop saw it: wall time from the step call (or the previous step's
  * tokens, when later: the step was queued ahead) to its tokens on the host, the batch, and
@@ -102,9 +116,9 @@ struct serve_state {
     const struct policy *pol;
     struct serve_step *series; /* the caller's per-step record (serve_run_series), or NULL */
     int64_t series_cap;
-    void *policy_ctx; /* what serve_run_policy was given, of the policy's ctx_kind */
+    void *policy_ctx;     /* what serve_run_policy was given, of the policy's ctx_kind */
     double report_step_s; /* the loop's wall time of the step the policy's traffic reports */
-    char why[256];    /* a policy's reason when a request can never be admitted ("" = none) */
+    char why[256];        /* a policy's reason when a request can never be admitted ("" = none) */
 };
 
 /* What a policy's context (serve_run_policy's policy_ctx) is. */

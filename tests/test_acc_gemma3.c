@@ -98,6 +98,20 @@ static void passkey_dir_remove(const struct passkey_dir *d)
     unlink(d->path), unlink(d->res), unlink(d->prof), rmdir(d->dir);
 }
 
+/* The served check (--serve-policies pulseinfer) in result r: its one sample decoded the accuracy
+ * path's tokens, offloaded or in the normal batch. */
+static void check_served(json_t *r, int offloaded)
+{
+    json_t *sv = json_array_get(json_object_get(r, "served"), 0);
+    EXPECT(!strcmp(json_string_value(json_object_get(sv, "policy")), "pulseinfer"));
+    EXPECT_EQ_INT(json_integer_value(json_object_get(sv, "samples")), 1);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(sv, "same_tokens")), 1);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(sv, "offloaded")), offloaded);
+    EXPECT((json_integer_value(json_object_get(sv, "recall_bytes")) > 0) == offloaded);
+}
+
+/* With pulseinfer served too (--serve-policies): fixed:0 offloads the sample (SoloHead's tokens;
+ * global layers from the host pool, local ones in their window on the GPU). */
 static void test_passkey(void)
 {
     char args[8192];
@@ -106,7 +120,8 @@ static void test_passkey(void)
     snprintf(args, sizeof args,
              "accuracy --model %s --backend cpu --data %s --lengths 1024 --tasks passkey "
              "--samples 1 --calib-samples 1 --budgets 256 --mam-budget 256 --max-gen 8 "
-             "--policies full,solohead,reversed,headwise,infinigen --out %s --churn-profile %s",
+             "--policies full,solohead,reversed,headwise,infinigen --out %s --churn-profile %s "
+             "--serve-policies pulseinfer --serve-admission fixed:0",
              model, d.dir, d.res, d.prof);
     int rc = tu_run_pulse(args, out, sizeof out);
     EXPECT_EQ_INT(rc, 0);
@@ -119,6 +134,7 @@ static void test_passkey(void)
         EXPECT(!strcmp(
             json_string_value(json_object_get(json_object_get(r, "config"), "chat_template")),
             "gemma"));
+        check_served(r, 1);
         json_t *s0 = json_array_get(json_object_get(r, "samples"), 0);
         json_t *runs = json_object_get(s0, "runs");
         EXPECT_EQ_INT(json_array_size(runs), 5);
@@ -180,6 +196,28 @@ static void test_passkey(void)
     EXPECT(p != NULL);
     EXPECT_STR_CONTAINS(json_string_value(json_object_get(p, "source")), "measured");
     json_decref(p);
+    passkey_dir_remove(&d);
+}
+
+/* pulseinfer's fixed admission above the sample's length keeps it whole in the normal batch:
+ * full attention's tokens, nothing recalled. */
+static void test_served_normal(void)
+{
+    char args[8192];
+    struct passkey_dir d;
+    passkey_dir_make(&d, 2);
+    snprintf(args, sizeof args,
+             "accuracy --model %s --backend cpu --data %s --lengths 1024 --tasks passkey "
+             "--samples 1 --calib-samples 1 --budgets 256 --mam-budget 256 --max-gen 8 "
+             "--policies full,solohead --out %s --serve-policies pulseinfer "
+             "--serve-admission fixed:100000",
+             model, d.dir, d.res);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+    json_error_t je;
+    json_t *r = json_load_file(d.res, 0, &je);
+    EXPECT(r != NULL);
+    if (r) check_served(r, 0);
+    json_decref(r);
     passkey_dir_remove(&d);
 }
 
@@ -287,6 +325,7 @@ int main(void)
     if (tu_gemma_path("test_acc_gemma3", model, sizeof model) != 0) return 77;
     test_golden();
     test_passkey();
+    test_served_normal();
     test_time_limit();
     test_longbench_truncation();
     test_synth_tokenizer();

@@ -1,11 +1,11 @@
-/* pulse accuracy --check-serving on a Llama-layout GQA checkpoint the test writes (2 layers, 8
- * query heads on 2 KV heads of 16 dims, random bf16 weights, a byte-level tokenizer.json) and a
- * synthetic passkey set: every sample of the headwise, solohead and infinigen runs, decoded again through
- * the serving path (the offload runtime with a real prefill into the host pool and the real
- * query), gives the accuracy path's tokens; at the run's small budget those tokens are not full
- * attention's (so the equality is the selection's); the serving path moved recall bytes and made
- * no host synchronisation inside a step; and every answer is in the JSON as valid UTF-8 (a
- * byte-level model ends mid character). */
+/* pulse accuracy --check-serving and --serve-policies on a Llama-layout GQA checkpoint the test
+ * writes (2 layers, 8 query heads on 2 KV heads of 16 dims, random bf16 weights, a byte-level
+ * tokenizer.json) and a synthetic passkey set: every sample of the headwise, solohead and
+ * infinigen runs, decoded again through the serving path (the offload runtime with a real prefill
+ * into the host pool and the real query), gives the accuracy path's tokens; at the run's small
+ * budget those tokens are not full attention's (so the equality is the selection's); the serving
+ * path moved recall bytes and made no host synchronisation inside a step; and every answer is in
+ * the JSON as valid UTF-8 (a byte-level model ends mid character). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -127,6 +127,77 @@ static void write_checkpoint(const char *dir)
     EXPECT_EQ_INT(hf_write_byte_tokenizer(path), 0);
 }
 
+/* The served run of policy `pol` in result r at budget 128: every sample decodes the accuracy
+ * path's tokens (full attention's for those pulseinfer's normal batch took); returns how many
+ * the normal batch took, -1 when the entry is missing. */
+static int served_normal(const json_t *r, const char *pol, const char *selection)
+{
+    const json_t *served = json_object_get(r, "served"), *e;
+    size_t i;
+    json_array_foreach(served, i, e)
+    {
+        if (strcmp(json_string_value(json_object_get(e, "policy")), pol)) continue;
+        EXPECT(!strcmp(json_string_value(json_object_get(e, "selection")), selection));
+        EXPECT_EQ_INT(json_integer_value(json_object_get(e, "budget")), 128);
+        const json_int_t n = json_integer_value(json_object_get(e, "samples")),
+                         normal = json_integer_value(json_object_get(e, "normal"));
+        EXPECT_EQ_INT(n, 4);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(e, "same_tokens")), n);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(e, "failed")), 0);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(e, "host_syncs")), 0);
+        EXPECT_EQ_INT(normal + json_integer_value(json_object_get(e, "offloaded")), n);
+        /* whatever was offloaded recalled; the normal batch recalls nothing */
+        EXPECT((json_integer_value(json_object_get(e, "recall_bytes")) > 0) == (normal < n));
+        const json_t *set = json_array_get(json_object_get(e, "sets"), 0);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(set, "samples")), n);
+        EXPECT(json_object_get(set, "paired") != NULL);
+        return (int)normal;
+    }
+    EXPECT(0 && "no served entry for the policy");
+    return -1;
+}
+
+/* --serve-policies: the scored samples served together through pulse run's serving loop. With
+ * pulseinfer's fixed admission below every request's length all are offloaded (SoloHead's
+ * tokens), above it all go to the normal batch (full attention's; 2 at a time in its GPU
+ * budget), and IOAA chooses; arkvale offloads every one (head-wise). Tokens equal the accuracy
+ * path's in each case, and the flags without --serve-policies are refused. */
+static void test_served(const char *dir)
+{
+    char cmd[1024];
+    static char out[1 << 16];
+    static const char *const adm[] = {"fixed:0", "fixed:1000000", "ioaa"};
+    for (int a = 0; a < 3; a++) {
+        snprintf(cmd, sizeof cmd,
+                 "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
+                 "--samples 4 --calib-samples 1 --policies full,headwise,solohead --budgets 128 "
+                 "--max-gen 8 --serve-policies pulseinfer%s --serve-batch 3 --serve-normal 2 "
+                 "--serve-admission %s",
+                 dir, dir, a == 2 ? ",arkvale" : "", adm[a]);
+        json_t *r = tu_run_pulse_json(cmd, out, sizeof out);
+        const int normal = served_normal(r, "pulseinfer", "solohead");
+        if (a == 0) EXPECT_EQ_INT(normal, 0);
+        if (a == 1) EXPECT_EQ_INT(normal, 4);
+        if (a == 2) {
+            EXPECT_EQ_INT(served_normal(r, "arkvale", "headwise"), 0);
+            fprintf(stderr, "served: IOAA put %d of 4 samples in the normal batch\n", normal);
+        }
+        json_decref(r);
+    }
+    snprintf(cmd, sizeof cmd,
+             "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
+             "--serve-batch 2",
+             dir, dir);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "--serve-batch: only with --serve-policies");
+    snprintf(cmd, sizeof cmd,
+             "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
+             "--serve-policies vanilla",
+             dir, dir);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "'vanilla' is not arkvale or pulseinfer");
+}
+
 int main(void)
 {
     char dir[] = "/tmp/pulse_acc_serving_XXXXXX", cmd[1024], path[600];
@@ -136,11 +207,12 @@ int main(void)
     snprintf(cmd, sizeof cmd,
              "synth --task passkey --length 1024 --samples 5 --seed 3 --out-dir %s", dir);
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
-    snprintf(cmd, sizeof cmd,
-             "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
-             "--samples 3 --calib-samples 2 --policies full,headwise,solohead,infinigen --budgets 128 "
-             "--max-gen 8 --check-serving",
-             dir, dir);
+    snprintf(
+        cmd, sizeof cmd,
+        "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
+        "--samples 3 --calib-samples 2 --policies full,headwise,solohead,infinigen --budgets 128 "
+        "--max-gen 8 --check-serving",
+        dir, dir);
     json_t *r = tu_run_pulse_json(cmd, out, sizeof out);
     const json_t *serving = json_object_get(r, "serving");
     EXPECT_EQ_INT(json_array_size(serving), 3); /* headwise, solohead, infinigen at 128 */
@@ -174,6 +246,7 @@ int main(void)
             "of them unlike full attention's\n",
             checked, differ);
     json_decref(r);
+    test_served(dir);
     if (getenv("PULSE_TEST_KEEP")) { /* for a look at the checkpoint and the data */
         fprintf(stderr, "kept %s\n", dir);
         return tu_failures ? 1 : 0;

@@ -334,6 +334,8 @@ static void test_fault_cli(void)
         {
             const char *st = json_string_value(json_object_get(q, "status"));
             const int len = (int)json_integer_value(json_object_get(q, "prompt_len"));
+            /* the batch that took it: fixed:200 offloads (1) the longer ones */
+            EXPECT_EQ_INT(json_integer_value(json_object_get(q, "batch")), len + 6 > 200);
             if (st && !strcmp(st, "error")) {
                 n_err++;
                 EXPECT(len + 6 > 200 && json_is_string(json_object_get(q, "error")));
@@ -497,9 +499,9 @@ static void test_ioaa_cap(void)
                  "--output-len 2 --max-batch 4 --budget-tokens 32 %s",
                  capped ? "--recall-cap-gbps 0.01" : "");
         json_t *j = tu_run_pulse_json(cmd, out, sizeof out);
-        const json_int_t raised = json_integer_value(json_object_get(
-            json_object_get(json_object_get(j, "counters"), "pulseinfer"),
-            "ioaa_recall_rounds_capped"));
+        const json_int_t raised = json_integer_value(
+            json_object_get(json_object_get(json_object_get(j, "counters"), "pulseinfer"),
+                            "ioaa_recall_rounds_capped"));
         if (capped)
             EXPECT(raised > 0);
         else
