@@ -66,7 +66,10 @@ struct scale_cfg {
     /* the ablation's: lengths spread around the threshold of its fixed admission, so that the
      * two batches, IRQ and IOAA each have both kinds of request to work on */
     const char *ablation_wl, *ablation_fixed;
-    const char *ratio_wl;   /* the 1 : 8 point's workload, its GPU KV and host pool */
+    /* the 1 : 8 point's workload, its GPU KV and host pool (the 96 GB pool holds 9 of the
+     * qwen3-14b 64K requests' sparse layers: 18 are two whole rounds, where 16 would end on a
+     * round of 7) */
+    const char *ratio_wl;
     double ratio_kv_gb, ratio_pool_gb;
     double capacity_gb[4]; /* 0-ended */
     /* admission: the ServeGen-like and Mooncake-like workloads, and their arrivals (NULL: a
@@ -111,7 +114,7 @@ static const struct scale_cfg scales[SCALES] = {
                .mid = "uniform:32768:24",
                .ablation_wl = "random:8192:57344:24",
                .ablation_fixed = "fixed:32768",
-               .ratio_wl = "uniform:65536:16",
+               .ratio_wl = "uniform:65536:18",
                .ratio_kv_gb = 12,
                .ratio_pool_gb = 96,
                .capacity_gb = {12, 24, 45, 0},
@@ -131,7 +134,7 @@ static const struct scale_cfg scales[SCALES] = {
               .mid = "uniform:32768:24",
               .ablation_wl = "random:8192:57344:48",
               .ablation_fixed = "fixed:32768",
-              .ratio_wl = "uniform:65536:16",
+              .ratio_wl = "uniform:65536:18",
               .ratio_kv_gb = 12,
               .ratio_pool_gb = 96,
               .capacity_gb = {12, 24, 36, 45},
@@ -576,8 +579,11 @@ int cmd_reproduce(int argc, char **argv)
         if (!dry)
             fprintf(stderr, "pulse reproduce: %s (fig. %s), %s scale\n", x->name, x->figures,
                     scale_names[sc]);
+        const double t_exp = pulse_now();
         if (!x->grid) {
             failed += run_recall(s, exp_dir, dry);
+            if (!dry)
+                fprintf(stderr, "pulse reproduce: %s: %.1f s\n", x->name, pulse_now() - t_exp);
             continue;
         }
         json_t *g = x->grid(s, dir);
@@ -596,6 +602,7 @@ int cmd_reproduce(int argc, char **argv)
         }
         failed += rc != 0;
         if (!dry && write_summary(x, (enum scale)sc, repeat, g, dir, exp_dir)) failed++;
+        if (!dry) fprintf(stderr, "pulse reproduce: %s: %.1f s\n", x->name, pulse_now() - t_exp);
         json_decref(g);
     }
     host_pool_keep(0);

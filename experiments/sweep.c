@@ -321,7 +321,12 @@ int sweep_run(json_t *g, const char *where, int dry)
         }
         fflush(stdout); /* the last point's lines before this one's header */
         fprintf(stderr, "pulse sweep: point %ld of %ld: %s\n", p + 1, gr.n_points, names[p]);
+        const double t0 = pulse_now();
         const int code = cmd_run(ac, av);
+        fflush(stdout);
+        /* the point's whole wall time: set-up (pool, calibration, prompt KV) and the run */
+        fprintf(stderr, "pulse sweep: point %ld of %ld: %.1f s\n", p + 1, gr.n_points,
+                pulse_now() - t0);
         snprintf(what[p], sizeof what[p], "%s", code ? "FAILED" : "ran");
         failed += code != 0;
         ran++;

@@ -179,7 +179,7 @@ if has pulseinfer; then
     fi
     traced=0 # the first pulseinfer run writes a trace; PI_TRACE=0: none
     [ "${PI_TRACE:-1}" = 0 ] && traced=1
-    for pt in ${PI_POINTS:-12:96:65536:16 45:0:16384:32 45:0:32768:24 45:0:65536:12}; do
+    for pt in ${PI_POINTS:-12:96:65536:18 45:0:16384:32 45:0:32768:24 45:0:65536:12}; do
         IFS=: read -r kv pool len cnt <<<"$pt"
         for v in ${PI_POLICIES:-vanilla:-:- arkvale:headwise:per-block infinigen:headwise:per-block \
                  arkvale:solohead:gather-scatter infinigen:solohead:gather-scatter pulseinfer:-:-}; do
