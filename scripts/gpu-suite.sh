@@ -59,14 +59,17 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
     # (SAN_TOOLS, SAN_TESTS); each run under SAN_TIMEOUT seconds; errors counted per tool. The
     # tools of SAN_QUICK (default racecheck and initcheck, which run the tests many times
     # slower) run them with PULSE_GPU_TEST_QUICK=1: a few cases each, every kernel and path once;
-    # SAN_ENV="VAR=V ..." sets more environment for the tested programs (e.g. PULSE_DEVICE_WAIT=0)
+    # SAN_ENV="VAR=V ..." sets more environment for the tested programs (e.g. PULSE_DEVICE_WAIT=0);
+    # SAN_ARGS more compute-sanitizer flags, e.g. racecheck's kernels but cuBLAS's (not ours, and
+    # its shared-memory GEMMs make racecheck take minutes a step):
+    # SAN_ARGS="--kernel-regex-exclude kns=gemm|gemv|xmma|cutlass|splitKreduce"
     log compute-sanitizer, every tool
     for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
         quick=0
         [[ " ${SAN_QUICK:-racecheck initcheck} " == *" $tool "* ]] && quick=1
         for t in ${SAN_TESTS:-test_decode_gpu test_select_gpu test_recall_gpu test_offload_kernels_gpu test_offload_gpu}; do
             env ${SAN_ENV:-} PULSE_GPU_TEST_QUICK=$quick timeout "${SAN_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-                --print-limit 20 "$root/build-gpu/$t" >"$out/san_${tool}_$t.log" 2>&1
+                --print-limit 20 ${SAN_ARGS:-} "$root/build-gpu/$t" >"$out/san_${tool}_$t.log" 2>&1
             rc=$?
             # memcheck, synccheck, initcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK
             # SUMMARY: N hazards displayed"; a run killed by the time limit (exit 124) is partial
