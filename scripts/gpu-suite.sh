@@ -62,7 +62,8 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
     # SAN_ENV="VAR=V ..." sets more environment for the tested programs (e.g. PULSE_DEVICE_WAIT=0);
     # SAN_ARGS more compute-sanitizer flags, e.g. racecheck's kernels but cuBLAS's (not ours, and
     # its shared-memory GEMMs make racecheck take minutes a step):
-    # SAN_ARGS="--kernel-regex-exclude kns=gemm|gemv|xmma|cutlass|splitKreduce"
+    # SAN_ARGS="--kernel-regex-exclude kns=gemm|gemv|xmma|cutlass|splitKreduce" (CUDA 13.0's
+    # compute-sanitizer calls that flag deprecated for --kernel-name-exclude; it still filters)
     log compute-sanitizer, every tool
     for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
         quick=0
