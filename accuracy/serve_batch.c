@@ -80,8 +80,10 @@ int serve_batch_run(struct engine *e, const struct serve_batch_params *p,
         rc = PULSE_ERR_NOMEM;
         goto out;
     }
-    /* the analytic IOAA profile's inputs, measured here */
-    const int dev = be->mem == MEM_DEVICE;
+    /* the analytic IOAA profile's inputs, measured here when a two-batch policy's IOAA (no
+     * fixed admission) takes them */
+    const int dev = be->mem == MEM_DEVICE, ioaa = pol->n_batches > 1 && !p->admission;
+    const size_t bw_bytes = (size_t)(dev ? 256 : 16) << 20;
     const struct policy_ctx_params cp = {
         .eng = e,
         .kv = kv,
@@ -90,8 +92,8 @@ int serve_batch_run(struct engine *e, const struct serve_batch_params *p,
         .prefill = 1,
         .offload = &op,
         .admission = p->admission,
-        .hbm_gbps = be->copy_bandwidth(engine_ctx(e), (size_t)(dev ? 256 : 16) << 20, 3),
-        .h2d_gbps = be->h2d_bandwidth(engine_ctx(e), (size_t)(dev ? 256 : 16) << 20, 3)};
+        .hbm_gbps = ioaa ? be->copy_bandwidth(engine_ctx(e), bw_bytes, 3) : 0,
+        .h2d_gbps = ioaa ? be->h2d_bandwidth(engine_ctx(e), bw_bytes, 3) : 0};
     if ((rc = pol->ctx_create(&cp, &ctx, err, errlen)) != PULSE_OK) goto out;
     struct prompts P = {reqs, n};
     struct offload *o = pol->offload_of ? pol->offload_of(ctx) : ctx;
@@ -119,8 +121,6 @@ int serve_batch_run(struct engine *e, const struct serve_batch_params *p,
     st->steps = ctr.steps;
     st->recall_bytes = ctr.recall_bytes;
     st->host_syncs = ctr.step_host_syncs;
-    st->admitted_normal = ctr.admitted_normal;
-    st->admitted_offload = ctr.admitted_offload;
     st->layer_switches = ctr.layer_switches;
     st->ioaa_decisions = ctr.ioaa_decisions;
     st->failed = ctr.requests_failed;

@@ -42,8 +42,7 @@ struct serve_batch_req {
 };
 
 struct serve_batch_stats {
-    int64_t steps, recall_bytes, host_syncs, admitted_normal, admitted_offload, layer_switches,
-        ioaa_decisions, failed;
+    int64_t steps, recall_bytes, host_syncs, layer_switches, ioaa_decisions, failed;
     double wall_s;
 };
 

@@ -115,6 +115,7 @@ struct acc_opts {
     long serve_batch, serve_normal;
     const char *serve_admission; /* NULL: IOAA */
     const char *serve_flag;      /* the first --serve-* flag but --serve-policies given */
+    const char *pulseinfer_flag; /* the first of --serve-normal, --serve-admission given */
 };
 
 static int any_item(const char *item, int i, void *ctx)
@@ -315,11 +316,13 @@ static int parse(int argc, char **argv, struct acc_opts *o)
             break;
         case 'O':
             o->serve_flag = o->serve_flag ? o->serve_flag : "--serve-normal";
+            o->pulseinfer_flag = o->pulseinfer_flag ? o->pulseinfer_flag : "--serve-normal";
             bad = cli_int(CMD, "--serve-normal", optarg, 0, 64, &o->serve_normal);
             break;
         case 'D': {
             long len;
             o->serve_flag = o->serve_flag ? o->serve_flag : "--serve-admission";
+            o->pulseinfer_flag = o->pulseinfer_flag ? o->pulseinfer_flag : "--serve-admission";
             if (strcmp(optarg, "ioaa") == 0) {
                 o->serve_admission = NULL;
             } else if (strncmp(optarg, "fixed:", 6) == 0) {
@@ -355,6 +358,11 @@ static int parse(int argc, char **argv, struct acc_opts *o)
     if (!o->n_tasks) return cli_error(CMD, "--tasks is required"), -1;
     if (o->serve_flag && !o->n_serve_pols)
         return cli_error(CMD, "%s: only with --serve-policies", o->serve_flag), -1;
+    int two_batch = 0; /* pulseinfer's normal batch and admission */
+    for (int i = 0; i < o->n_serve_pols; i++)
+        two_batch |= o->serve_pols[i]->n_batches > 1;
+    if (o->pulseinfer_flag && !two_batch)
+        return cli_error(CMD, "%s: for pulseinfer among --serve-policies", o->pulseinfer_flag), -1;
     for (int i = 0; i < o->n_tasks; i++)
         if (!longbench_task_find(o->tasks[i]))
             return cli_error(CMD, "--tasks: '%s' is not a LongBench or synthetic task",
@@ -1194,6 +1202,14 @@ static int serve_one(struct acc *A, const struct policy *pol, int r, struct serv
     return PULSE_OK;
 }
 
+/* The accuracy path's policy whose runs a served policy is compared with: its own selection as
+ * pulse run defaults it (arkvale: headwise, pulseinfer: solohead). */
+static int served_selection(const struct policy *pol)
+{
+    return pol->offload_selection && !strcmp(pol->offload_selection, "solohead") ? SPARSE_SOLOHEAD
+                                                                                 : SPARSE_HEADWISE;
+}
+
 /* --serve-policies: each policy over the kept samples at every budget of its selection's runs
  * (arkvale: headwise, pulseinfer: solohead; pulse run's defaults) into A->served. */
 static int serve_policies(struct acc *A, char *err, size_t errlen)
@@ -1211,12 +1227,8 @@ static int serve_policies(struct acc *A, char *err, size_t errlen)
     if (rc != PULSE_OK) snprintf(err, errlen, "out of host memory for --serve-policies");
     for (int p = 0; p < A->o.n_serve_pols && rc == PULSE_OK; p++) {
         const struct policy *pol = A->o.serve_pols[p];
-        const int want =
-            strcmp(pol->offload_selection ? pol->offload_selection : "headwise", "solohead")
-                ? SPARSE_HEADWISE
-                : SPARSE_SOLOHEAD;
         for (int r = 1; r < A->n_runs && rc == PULSE_OK; r++)
-            if (A->runs[r].policy == want) {
+            if (A->runs[r].policy == served_selection(pol)) {
                 printf("served, %s %ld:", pol->name, A->runs[r].budget);
                 rc = serve_one(A, pol, r, q, out, gen_cap, scores, A->served, err, errlen);
             }
@@ -1396,6 +1408,19 @@ int cmd_accuracy(int argc, char **argv)
                   A.o.mam_budget);
         teardown(&A);
         return EXIT_USAGE;
+    }
+    for (int p = 0; p < A.o.n_serve_pols; p++) { /* found now, not after the whole run */
+        int runs = 0;
+        for (int r = 1; r < A.n_runs; r++)
+            runs += A.runs[r].policy == served_selection(A.o.serve_pols[p]);
+        if (!runs) {
+            cli_error(
+                CMD, "--serve-policies: %s is compared with the %s runs: add %s to --policies",
+                A.o.serve_pols[p]->name, sparse_policy_name(served_selection(A.o.serve_pols[p])),
+                sparse_policy_name(served_selection(A.o.serve_pols[p])));
+            teardown(&A);
+            return EXIT_USAGE;
+        }
     }
     json_t *recs = json_array();
     A.planned = A.o.samples * A.n_sets;

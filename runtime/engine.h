@@ -125,11 +125,11 @@ void engine_layer_post(struct engine *e, struct batch *bt, int layer);
 /* On (on != 0): this batch's engine_layer_pre, engine_layer_post and unhooked engine_run_layer
  * replay CUDA graphs, one per piece and layer, each captured at its first use and kept while the
  * batch's size, longest reservation and cache stay the same (cuda with use_graph; on cpu, or
- * inside engine_step's own capture, the pieces are queued as they are). For policies that drive layers piece by piece with
- * their own attention between (offload.h): a kernel launched one by one pays for its launch's fetch
- * from host memory, which a zero-copy gather on the link beside it slows down (dev/zc_interference:
- * 3.7 us a small kernel alone, 7.9 beside a gather, 2.1 in a graph either way, H200
- * 2026-12-02). Off (or PULSE_PIECE_GRAPHS=0 in the environment when the engine is created,
+ * inside engine_step's own capture, the pieces are queued as they are). For policies that drive
+ * layers piece by piece with their own attention between (offload.h): a kernel launched one by
+ * one pays for its launch's fetch from host memory, which a zero-copy gather on the link beside
+ * it slows down (dev/zc_interference: 3.7 us a small kernel alone, 7.9 beside a gather, 2.1 in a
+ * graph either way, H200 2026-12-02). Off (or PULSE_PIECE_GRAPHS=0 in the environment when the engine is created,
  * for experiments): the graphs are freed. Counted in engine_stats' graph_captures and
  * graph_launches. */
 void batch_graph_pieces(struct engine *e, struct batch *bt, int on);

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common.h"
 #include "engine.h"
 #include "floor.h"
 
@@ -33,8 +34,7 @@ struct request {
 /* The tokens a request's KV reserves (request.reserve_len). */
 static inline int request_reserved(const struct request *r)
 {
-    return r->reserve_len > r->prompt_len + r->output_len ? r->reserve_len
-                                                          : r->prompt_len + r->output_len;
+    return PULSE_MAX(r->reserve_len, r->prompt_len + r->output_len);
 }
 
 /* One decode step as the loop saw it: wall time from the step call (or the previous step's

@@ -178,6 +178,12 @@ static void test_served(const char *dir)
         const int normal = served_normal(r, "pulseinfer", "solohead");
         if (a == 0) EXPECT_EQ_INT(normal, 0);
         if (a == 1) EXPECT_EQ_INT(normal, 4);
+        /* IOAA's admission points are counted; a fixed admission makes no decision */
+        const json_t *pi = json_array_get(json_object_get(r, "served"), 0);
+        EXPECT(!strcmp(json_string_value(json_object_get(pi, "admission")), adm[a]));
+        const json_int_t dec = json_integer_value(json_object_get(pi, "ioaa_decisions"));
+        EXPECT(a == 2 ? dec > 0 : dec == 0);
+        EXPECT(json_integer_value(json_object_get(pi, "steps")) > 0);
         if (a == 2) {
             EXPECT_EQ_INT(served_normal(r, "arkvale", "headwise"), 0);
             fprintf(stderr, "served: IOAA put %d of 4 samples in the normal batch\n", normal);
@@ -196,6 +202,25 @@ static void test_served(const char *dir)
              dir, dir);
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
     EXPECT_STR_CONTAINS(out, "'vanilla' is not arkvale or pulseinfer");
+    /* pulseinfer's own flags with arkvale alone; a bad admission; no run to compare with */
+    static const struct {
+        const char *flags, *msg;
+    } bad[] = {
+        {"--serve-policies arkvale --serve-normal 2",
+         "--serve-normal: for pulseinfer among --serve-policies"},
+        {"--serve-policies pulseinfer --serve-admission fixed", "not ioaa or fixed:LEN"},
+        {"--serve-policies pulseinfer --serve-admission fixed:-3", "fixed:LEN"},
+        {"--serve-policies pulseinfer --policies full,headwise",
+         "pulseinfer is compared with the solohead runs"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
+                 "--samples 1 --calib-samples 1 %s",
+                 dir, dir, bad[i].flags);
+        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
+        EXPECT_STR_CONTAINS(out, bad[i].msg);
+    }
 }
 
 int main(void)
