@@ -3,10 +3,14 @@
  * download of it; beside it the same buffer size written by a plain kernel. Run as
  *   compute-sanitizer --tool initcheck ./initcheck_cublas
  * Errors only on the GEMM's buffer mean initcheck does not track cuBLAS's stores (so its reports
- * on buffers a GEMM wrote are not the suite's); errors on both would mean the probe is wrong. */
+ * on buffers a GEMM wrote are not the suite's); errors on both would mean the probe is wrong.
+ * A second GEMM's output is then marked initialized through NVTX's memory API, as
+ * gemm_bf16_cuda does; under --nvtx yes its download must report nothing:
+ *   compute-sanitizer --tool initcheck --nvtx yes ./initcheck_cublas */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExtMemCudaRt.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -36,11 +40,12 @@ int main(int argc, char **argv)
     const int m = argc > 1 ? atoi(argv[1]) : 4, n = argc > 2 ? atoi(argv[2]) : 1536,
               k = argc > 3 ? atoi(argv[3]) : 1024;
     __nv_bfloat16 *a, *w;
-    float *out, *plain;
+    float *out, *plain, *marked;
     CK(cudaMalloc(&a, sizeof *a * m * k));
     CK(cudaMalloc(&w, sizeof *w * n * k));
     CK(cudaMalloc(&out, sizeof *out * m * n));
     CK(cudaMalloc(&plain, sizeof *plain * m * n));
+    CK(cudaMalloc(&marked, sizeof *marked * m * n));
     fill_bf16<<<64, 256>>>(a, (size_t)m * k, 0.01f);
     fill_bf16<<<64, 256>>>(w, (size_t)n * k, 0.02f);
     fill_f32<<<64, 256>>>(plain, (size_t)m * n);
@@ -51,11 +56,29 @@ int main(int argc, char **argv)
                      k, &beta, out, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
                      CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
         return 1;
+    if (cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, k, a, CUDA_R_16BF,
+                     k, &beta, marked, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+        return 1;
+    nvtxDomainHandle_t dom = nvtxDomainCreateA("initcheck_cublas");
+    nvtxMemVirtualRangeDesc_t range;
+    range.size = sizeof *marked * m * n;
+    range.ptr = marked;
+    nvtxMemMarkInitializedBatch_t batch;
+    batch.extCompatID = NVTX_EXT_COMPATID_MEM;
+    batch.structSize = sizeof batch;
+    batch.regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
+    batch.regionDescCount = 1;
+    batch.regionDescElementSize = sizeof range;
+    batch.regionDescElements = &range;
+    nvtxMemCudaMarkInitialized(dom, 0, 0, &batch);
     float *h_out = (float *)malloc(sizeof *h_out * m * n);
     fprintf(stderr, "-- download of the plain kernel's buffer\n");
     CK(cudaMemcpy(h_out, plain, sizeof *h_out * m * n, cudaMemcpyDeviceToHost));
     fprintf(stderr, "-- download of the GEMM's buffer (m=%d n=%d k=%d)\n", m, n, k);
     CK(cudaMemcpy(h_out, out, sizeof *h_out * m * n, cudaMemcpyDeviceToHost));
+    fprintf(stderr, "-- download of the marked GEMM's buffer\n");
+    CK(cudaMemcpy(h_out, marked, sizeof *h_out * m * n, cudaMemcpyDeviceToHost));
     double s = 0;
     for (int i = 0; i < m * n; i++) s += h_out[i];
     printf("checksum %.6g\n", s);

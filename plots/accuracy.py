@@ -4,13 +4,14 @@ it): per context length, the average score over tasks relative to full attention
 policy against the token budget; and, beside it, the MAM table of each task (global layers x
 query heads), so that head roles can be compared across tasks. Writes a PNG and a PDF."""
 import argparse
-import json
 import os
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+import figlib  # noqa: E402
 
 COLORS = {"solohead": "#d62728", "solohead-q": "#ff7f0e", "reversed": "#7f7f7f",
           "reversed-q": "#bcbd22", "headwise": "#1f77b4", "queryhead": "#9467bd",
@@ -22,8 +23,7 @@ def main():
     ap.add_argument("result", help="JSON written by pulse accuracy --out")
     ap.add_argument("--out", default="accuracy.png", help="PNG path (a PDF is written beside it)")
     a = ap.parse_args()
-    with open(a.result) as f:
-        r = json.load(f)
+    r = figlib.load_json(a.result)
     rows = [t for t in r["table"] if t["task"] == "average"]
     lengths = sorted({t["length"] for t in rows})
     policies = [p for p in r["config"]["policies"] if p != "full"]

@@ -2,12 +2,13 @@
 """Decode-step benchmark figure: ms/step per (batch, context) point for pulse's vanilla step, the
 PyTorch peer and the memory floor, from the JSON of `pulse bench decode-step` (reads only it)."""
 import argparse
-import json
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+import figlib  # noqa: E402
 
 
 def main():
@@ -15,8 +16,7 @@ def main():
     ap.add_argument("result", help="bench_decode.json")
     ap.add_argument("--out", default="decode_step.png", help="image to write (png or pdf)")
     a = ap.parse_args()
-    with open(a.result) as f:
-        r = json.load(f)
+    r = figlib.load_json(a.result)
     pts = [p for p in r["points"] if p.get("status") == "ok"]
     if not pts:
         raise SystemExit(f"{a.result}: no successful points")

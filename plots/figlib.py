@@ -12,6 +12,7 @@ with its min-max range as error bars; a point of one run gets no error bar, so a
 repetitions draws as it always did. finish() notes the repetitions in the title.
 """
 import argparse
+import gzip
 import json
 import os
 import re
@@ -41,16 +42,24 @@ class InputError(Exception):
 
 # ------------------------------------------------------------------ reading
 
+def load_json(path):
+    """The JSON document in file `path`, gunzipped when its name ends in .gz."""
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        return json.load(f)
+
+
 def locate(path, experiment):
     """The summary file of `experiment` at `path`: the file itself, or under a results folder
-    (path/<experiment>/<experiment>.json) or an experiment folder (path/<experiment>.json)."""
+    (path/<experiment>/<experiment>.json) or an experiment folder (path/<experiment>.json); each
+    also gzipped (.json.gz, as the large files under experiments/results are kept)."""
     if os.path.isfile(path):
         return path
     if os.path.isdir(path):
         for cand in (os.path.join(path, experiment, experiment + ".json"),
                      os.path.join(path, experiment + ".json")):
-            if os.path.isfile(cand):
-                return cand
+            for c in (cand, cand + ".gz"):
+                if os.path.isfile(c):
+                    return c
         raise InputError(f"{path}: no {experiment} summary in it")
     raise InputError(f"{path}: no such file or directory")
 
@@ -66,8 +75,7 @@ def load(path, experiment):
     """The summary of `experiment` at `path` (see locate), checked to be one."""
     path = locate(path, experiment)
     try:
-        with open(path) as f:
-            s = json.load(f)
+        s = load_json(path)
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: {e}") from None
     if not isinstance(s, dict) or kind(s) != experiment:

@@ -5,13 +5,14 @@ chunk size, both against the single-copy PCIe peak measured in the same run; and
 them, the cost of zero-copy to the compute beside it (slowdown and zero-copy GB/s vs grid size).
 Writes a PNG and a PDF."""
 import argparse
-import json
 import os
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+import figlib  # noqa: E402
 
 COLORS = {"per-block": "#7f7f7f", "gather-scatter": "#1f77b4", "zero-copy": "#d62728",
           "batch": "#2ca02c"}
@@ -109,8 +110,7 @@ def main():
     ap.add_argument("--count", type=int, default=1024, help="chunk count of the size panel")
     ap.add_argument("--chunk", type=int, default=8192, help="chunk bytes of the count panel")
     a = ap.parse_args()
-    with open(a.result) as f:
-        r = json.load(f)
+    r = figlib.load_json(a.result)
     try:
         fig = draw(r, a.count, a.chunk)
     except ValueError as e:

@@ -3,13 +3,14 @@
 per run, each step's wall time beside its HBM floor, PCIe floor and floor (metrics.step.per_step),
 and a bar per run of the mean step over its mean floor. Writes a PNG and a PDF."""
 import argparse
-import json
 import os
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+import figlib  # noqa: E402
 
 
 def label(r):
@@ -28,8 +29,7 @@ def main():
     a = ap.parse_args()
     runs = []
     for path in a.runs:
-        with open(path) as f:
-            r = json.load(f)
+        r = figlib.load_json(path)
         st = r.get("metrics", {}).get("step")
         if r.get("status") == "ok" and st and st.get("per_step", {}).get("step_ms"):
             runs.append((label(r), st))

@@ -6,13 +6,14 @@ thinner inside their parent, host-clock spans hatched. PulseInfer's interruptibl
 schedule shows as normal-batch layers filling the offload batch's recall waits. The title gives
 the device busy fraction of the whole trace (otherData). Writes a PNG and a PDF."""
 import argparse
-import json
 import os
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+import figlib  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 TRACKS = {0: "normal batch", 1: "offload batch", 2: "recall I/O"}
@@ -30,8 +31,7 @@ def window_arg(s):
 
 
 def load(path):
-    with open(path) as f:
-        tr = json.load(f)
+    tr = figlib.load_json(path)
     if not isinstance(tr.get("traceEvents"), list):
         raise SystemExit(f"{path}: no traceEvents array (not a trace from timeline_write)")
     names = dict(TRACKS)

@@ -12,7 +12,10 @@
 #   accuracy  pulse accuracy on the assembled model over the synthetic sets in ACC_DATA
 #             (default .accdata; ACC_SAMPLES samples per task and length, default 10;
 #             ACC_LENGTHS, ACC_TASKS, ACC_POLICIES (default: the model's, pulse accuracy --help),
-#             ACC_BUDGETS; ACC_ARGS more flags, e.g. --check-serving).
+#             ACC_BUDGETS; ACC_ARGS more flags, e.g. --check-serving; ACC_LIMIT the evaluation's
+#             --time-limit, default ACC_TIMEOUT - 40: lower it to leave --serve-policies' runs,
+#             which come after the evaluation, their time; ACC_SYNTH=N first makes ACC_DATA with
+#             pulse synth, N samples per task and length, with the model's tokenizer).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/out}
@@ -60,25 +63,48 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
     # tools of SAN_QUICK (default racecheck and initcheck, which run the tests many times
     # slower) run them with PULSE_GPU_TEST_QUICK=1: a few cases each, every kernel and path once;
     # SAN_ENV="VAR=V ..." sets more environment for the tested programs (e.g. PULSE_DEVICE_WAIT=0);
-    # SAN_ARGS more compute-sanitizer flags, e.g. racecheck's kernels but cuBLAS's (not ours, and
-    # its shared-memory GEMMs make racecheck take minutes a step):
-    # SAN_ARGS="--kernel-regex-exclude kns=gemm|gemv|xmma|cutlass|splitKreduce" (CUDA 13.0's
-    # compute-sanitizer calls that flag deprecated for --kernel-name-exclude; it still filters)
-    log compute-sanitizer, every tool
+    # SAN_ARGS more compute-sanitizer flags for every tool, SAN_RACE_ARGS for racecheck alone,
+    # by default its kernels but cuBLAS's (not ours, and its shared-memory GEMMs make racecheck
+    # take minutes a step; CUDA 13.0's compute-sanitizer calls --kernel-regex deprecated for
+    # --kernel-name-exclude, and it still filters). initcheck runs with --nvtx yes: the GEMM's
+    # output is marked initialized through NVTX (cuBLAS's stores are invisible to initcheck,
+    # dev/initcheck_cublas). SAN_JOBS runs that many (tool, test) pairs at once (default 1; the
+    # machine has 16 cores, and the runs' kernels share the GPU).
+    log compute-sanitizer, every tool, ${SAN_JOBS:-1} at a time
+    san_one() { # tool test quick
+        local tool=$1 t=$2 quick=$3 extra=() rc errs
+        [ "$tool" = initcheck ] && extra=(--nvtx yes)
+        [ "$tool" = racecheck ] &&
+            read -ra extra <<<"${SAN_RACE_ARGS---kernel-regex-exclude kns=gemm|gemv|xmma|cutlass|splitKreduce}"
+        env ${SAN_ENV:-} PULSE_GPU_TEST_QUICK=$quick timeout "${SAN_TIMEOUT:-300}" compute-sanitizer --tool "$tool" \
+            --error-exitcode 9 --print-limit 20 "${extra[@]}" ${SAN_ARGS:-} "$root/build-gpu/$t" \
+            >"$out/san_${tool}_$t.log" 2>&1
+        rc=$?
+        # memcheck, synccheck, initcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK
+        # SUMMARY: N hazards displayed"; a run killed by the time limit (exit 124) is partial
+        errs=$(grep -oE '(ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: [0-9]+)' "$out/san_${tool}_$t.log" |
+            tail -1 | grep -oE '[0-9]+$')
+        [ $rc = 124 ] && errs="${errs:-?} (timed out after ${SAN_TIMEOUT:-300} s: partial)"
+        echo "compute-sanitizer $tool $t$([ "$quick" = 1 ] && echo ' (quick)'): exit $rc, ${errs:-?} errors" \
+            >"$out/san_${tool}_$t.sum"
+    }
+    pairs=()
     for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
+        for t in ${SAN_TESTS:-test_decode_gpu test_select_gpu test_recall_gpu test_offload_kernels_gpu test_offload_gpu}; do
+            pairs+=("$tool $t")
+        done
+    done
+    for p in "${pairs[@]}"; do
+        read -r tool t <<<"$p"
         quick=0
         [[ " ${SAN_QUICK:-racecheck initcheck} " == *" $tool "* ]] && quick=1
-        for t in ${SAN_TESTS:-test_decode_gpu test_select_gpu test_recall_gpu test_offload_kernels_gpu test_offload_gpu}; do
-            env ${SAN_ENV:-} PULSE_GPU_TEST_QUICK=$quick timeout "${SAN_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-                --print-limit 20 ${SAN_ARGS:-} "$root/build-gpu/$t" >"$out/san_${tool}_$t.log" 2>&1
-            rc=$?
-            # memcheck, synccheck, initcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK
-            # SUMMARY: N hazards displayed"; a run killed by the time limit (exit 124) is partial
-            errs=$(grep -oE '(ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: [0-9]+)' "$out/san_${tool}_$t.log" |
-                tail -1 | grep -oE '[0-9]+$')
-            [ $rc = 124 ] && errs="${errs:-?} (timed out after ${SAN_TIMEOUT:-300} s: partial)"
-            summary+=("compute-sanitizer $tool $t$([ $quick = 1 ] && echo ' (quick)'): exit $rc, ${errs:-?} errors")
-        done
+        while [ "$(jobs -rp | wc -l)" -ge "${SAN_JOBS:-1}" ]; do wait -n; done
+        san_one "$tool" "$t" "$quick" &
+    done
+    wait
+    for p in "${pairs[@]}"; do
+        read -r tool t <<<"$p"
+        summary+=("$(cat "$out/san_${tool}_$t.sum" 2>/dev/null || echo "compute-sanitizer $tool $t: no result")")
     done
 fi
 if has peer; then
@@ -256,6 +282,14 @@ fi
 if has accuracy && [ -f /tmp/model/gemma.gguf ]; then
     log accuracy
     m=/tmp/model/gemma.gguf
+    if [ -n "${ACC_SYNTH:-}" ]; then
+        synth=()
+        for l in $(echo "${ACC_LENGTHS:-4096,8192,16384}" | tr , " "); do synth+=(--length "$l"); done
+        for t in $(echo "${ACC_TASKS:-passkey,niah_multikey,variable_tracking,kv_retrieval}" | tr , ' '); do synth+=(--task "$t"); done
+        "$bin" synth "${synth[@]}" --samples "$ACC_SYNTH" --seed 1 --tokenizer $m \
+            --out-dir "${ACC_DATA:-$root/.accdata}" >"$out/synth.txt" 2>&1
+        summary+=("synth exit $?")
+    fi
     "$bin" generate --backend cuda --model $m --prompt "The capital of France is" \
         --max-new-tokens 8 >"$out/generate_cuda.txt" 2>&1
     want=$(grep '^generated ids:' "$root/tests/golden/gemma3_270m_q4km.txt")
@@ -267,7 +301,7 @@ if has accuracy && [ -f /tmp/model/gemma.gguf ]; then
     churn=(--churn-profile "$out/churn_profile.json")
     [[ -n "${ACC_BUDGETS:-}" && ",$ACC_BUDGETS," != *,2048,* ]] && churn=()
     [[ -n "${ACC_POLICIES:-}" && "$ACC_POLICIES" != *solohead* ]] && churn=()
-    acc_limit=$(( ${ACC_TIMEOUT:-480} > 80 ? ${ACC_TIMEOUT:-480} - 40 : 40 ))
+    acc_limit=${ACC_LIMIT:-$(( ${ACC_TIMEOUT:-480} > 80 ? ${ACC_TIMEOUT:-480} - 40 : 40 ))}
     timeout "${ACC_TIMEOUT:-480}" "$bin" accuracy --backend cuda --model $m \
         --data "${ACC_DATA:-$root/.accdata}" --lengths "${ACC_LENGTHS:-4096,8192,16384}" \
         --tasks "${ACC_TASKS:-passkey,niah_multikey,variable_tracking,kv_retrieval}" \
