@@ -315,6 +315,9 @@ static int alloc_dev(struct offload *o)
     o->dmem_bytes = dev_layout(o, NULL);
     o->dmem = mem_alloc(o->be->mem, o->dmem_bytes, "offload buffers");
     if (!o->dmem) return PULSE_ERR_OOM;
+    /* zeroed once: the lists' download copies whole lists, of which the selection writes the
+     * chosen entries (compute-sanitizer's initcheck reads the rest as uninitialized) */
+    o->be->memset(o->ctx, o->dmem, 0, o->dmem_bytes);
     dev_layout(o, o->dmem);
     const int V = o->max_batch * o->n_lists;
     int32_t *start = o->h_ctl; /* staging, before any step */
@@ -470,6 +473,12 @@ static int make_pools(struct offload *o, char *err, size_t errlen)
         o->max_batch, o->max_blocks};
     if (!(o->dg = kv_cache_create(&dp, o->be, o->ctx, why, sizeof why)))
         OOM_BAD("digest store: %s", why);
+    /* zeroed once: the selection scores every block a request has, and a block's digest row is
+     * written by the digest update of its first token's step, which comes after that layer's
+     * selection (initcheck saw the read); a zero digest scores 0 */
+    struct kv_cache_stats ds;
+    kv_cache_get_stats(o->dg, &ds);
+    o->be->memset(o->ctx, kv_cache_view(o->dg, NULL).pool, 0, (size_t)(ds.n_pages * ds.page_bytes));
     struct hot_cache_params hcp = {o->max_batch * o->n_sparse * o->n_lists, o->hot_slots, o->p.sink,
                                    o->p.window};
     if (!(o->hc = hot_cache_create(&hcp, why, sizeof why))) OOM_BAD("%s", why);

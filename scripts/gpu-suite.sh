@@ -69,7 +69,8 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
     # --kernel-name-exclude, and it still filters). initcheck runs with --nvtx yes: the GEMM's
     # output is marked initialized through NVTX (cuBLAS's stores are invisible to initcheck,
     # dev/initcheck_cublas). SAN_JOBS runs that many (tool, test) pairs at once (default 1; the
-    # machine has 16 cores, and the runs' kernels share the GPU).
+    # machine has 16 cores, and the runs' kernels share the GPU; 12 at once ended racecheck runs
+    # early with no message, the host's memory likely); SAN_PRINT errors printed per run (default 20).
     log compute-sanitizer, every tool, ${SAN_JOBS:-1} at a time
     san_one() { # tool test quick
         local tool=$1 t=$2 quick=$3 extra=() rc errs
@@ -77,12 +78,12 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
         [ "$tool" = racecheck ] &&
             read -ra extra <<<"${SAN_RACE_ARGS---kernel-regex-exclude kns=gemm|gemv|xmma|cutlass|splitKreduce}"
         env ${SAN_ENV:-} PULSE_GPU_TEST_QUICK=$quick timeout "${SAN_TIMEOUT:-300}" compute-sanitizer --tool "$tool" \
-            --error-exitcode 9 --print-limit 20 "${extra[@]}" ${SAN_ARGS:-} "$root/build-gpu/$t" \
+            --error-exitcode 9 --print-limit "${SAN_PRINT:-20}" "${extra[@]}" ${SAN_ARGS:-} "$root/build-gpu/$t" \
             >"$out/san_${tool}_$t.log" 2>&1
         rc=$?
         # memcheck, synccheck, initcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK
         # SUMMARY: N hazards displayed"; a run killed by the time limit (exit 124) is partial
-        errs=$(grep -oE '(ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: [0-9]+)' "$out/san_${tool}_$t.log" |
+        errs=$(grep -oE '(ERROR SUMMARY: [0-9]+ errors?$|RACECHECK SUMMARY: [0-9]+)' "$out/san_${tool}_$t.log" |
             tail -1 | grep -oE '[0-9]+$')
         [ $rc = 124 ] && errs="${errs:-?} (timed out after ${SAN_TIMEOUT:-300} s: partial)"
         echo "compute-sanitizer $tool $t$([ "$quick" = 1 ] && echo ' (quick)'): exit $rc, ${errs:-?} errors" \
