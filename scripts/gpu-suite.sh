@@ -70,7 +70,8 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
     # output is marked initialized through NVTX (cuBLAS's stores are invisible to initcheck,
     # dev/initcheck_cublas). SAN_JOBS runs that many (tool, test) pairs at once (default 1; the
     # machine has 16 cores, and the runs' kernels share the GPU; 12 at once ended racecheck runs
-    # early with no message, the host's memory likely); SAN_PRINT errors printed per run (default 20).
+    # early with no message of the tool's, 5 at once still two); SAN_PRINT errors printed per run
+    # (default 20).
     log compute-sanitizer, every tool, ${SAN_JOBS:-1} at a time
     san_one() { # tool test quick
         local tool=$1 t=$2 quick=$3 extra=() rc errs
@@ -84,7 +85,7 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
         # memcheck, synccheck, initcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK
         # SUMMARY: N hazards displayed"; a run killed by the time limit (exit 124) is partial
         errs=$(grep -oE '(ERROR SUMMARY: [0-9]+ errors?$|RACECHECK SUMMARY: [0-9]+)' "$out/san_${tool}_$t.log" |
-            tail -1 | grep -oE '[0-9]+$')
+            tail -1 | grep -oE '[0-9]+')
         [ $rc = 124 ] && errs="${errs:-?} (timed out after ${SAN_TIMEOUT:-300} s: partial)"
         echo "compute-sanitizer $tool $t$([ "$quick" = 1 ] && echo ' (quick)'): exit $rc, ${errs:-?} errors" \
             >"$out/san_${tool}_$t.sum"
