@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "host_numa.h"
 
 #ifdef PULSE_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -120,6 +121,8 @@ void mem_pin_params_default(struct mem_pin_params *p)
     if (pulse_env_long("PULSE_PIN_PIECE_MB", 2, 1L << 20, &v)) p->piece_bytes = (size_t)v << 20;
     if (pulse_env_long("PULSE_PIN_THREADS", 1, 256, &v)) p->threads = (int)v;
     if (pulse_env_long("PULSE_PIN_HUGEPAGES", 0, 1, &v)) p->hugepages = (int)v;
+    p->numa_node = MEM_NUMA_NEAREST;
+    if (pulse_env_long("PULSE_PIN_NUMA", -1, 4095, &v)) p->numa_node = (int)v;
 }
 
 #ifdef PULSE_HAVE_CUDA
@@ -291,6 +294,20 @@ static void *pin_worker(void *arg)
     }
 }
 
+/* The node a REGISTER region's pages go to: `asked`, or for MEM_NUMA_NEAREST the host node
+ * nearest device dev where the host has several (-1: none). */
+static int pin_numa_node(int asked, int dev)
+{
+    if (asked != MEM_NUMA_NEAREST) return asked;
+    int id = -1;
+    if (host_numa_nodes() < 2 ||
+        cudaDeviceGetAttribute(&id, cudaDevAttrHostNumaId, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return id;
+}
+
 /* REGISTER (mem.h); NULL when any step fails (everything undone). */
 static void *pin_register(size_t bytes, const struct mem_pin_params *pp, struct mem_pin_report *r)
 {
@@ -319,6 +336,12 @@ static void *pin_register(size_t bytes, const struct mem_pin_params *pp, struct 
     if (map == MAP_FAILED) return NULL;
     j.base = (char *)(((uintptr_t)map + PIN_ALIGN - 1) / PIN_ALIGN * PIN_ALIGN);
     if (pp->hugepages) madvise(j.base, len, MADV_HUGEPAGE); /* advisory: ignore a refusal */
+    const int node = pin_numa_node(pp->numa_node, j.dev);
+    char why[160];
+    if (node >= 0 && host_numa_place(j.base, len, node, why, sizeof why) == 0)
+        r->numa_node = node;
+    else if (node >= 0) /* advisory too: the pool works from any node, more slowly */
+        fprintf(stderr, "pin: pages left where the kernel puts them (%s)\n", why);
     madvise(j.base, len, MADV_DONTFORK); /* a child (popen) must not share pinned pages COW */
     j.registered = calloc((size_t)j.n_pieces, 1);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -359,6 +382,7 @@ static void *pin_register(size_t bytes, const struct mem_pin_params *pp, struct 
     r->piece_bytes = j.whole ? len : j.piece;
     r->threads = started + 1;
     r->touch_s = j.touch_s, r->register_s = j.register_s;
+    if (r->numa_node >= 0) r->numa_share = host_numa_share(j.base, len, r->numa_node, 256);
     return j.base;
 }
 
@@ -372,6 +396,7 @@ void *mem_alloc_pinned(size_t bytes, const struct mem_pin_params *pp, struct mem
     if (!pp) mem_pin_params_default(&d), pp = &d;
     struct mem_pin_report r;
     memset(&r, 0, sizeof r);
+    r.numa_node = -1, r.numa_share = -1.0;
     const double t0 = pulse_now();
     void *p = NULL;
     if (bytes == 0) bytes = 1;
@@ -387,6 +412,7 @@ void *mem_alloc_pinned(size_t bytes, const struct mem_pin_params *pp, struct mem
     }
     if (!p) {
         r.strategy = MEM_PIN_ALLOC, r.pieces = 1, r.threads = 1, r.piece_bytes = bytes;
+        r.numa_node = -1, r.numa_share = -1.0; /* the driver places what it allocates */
         if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
             (void)cudaGetLastError();
             p = NULL;

@@ -43,6 +43,7 @@ const char *mem_kind_name(enum mem_kind kind);
  * registration undoes the others and falls back to ALLOC (report.fallback). CPU-only builds
  * cannot pin: NULL. */
 enum mem_pin_strategy { MEM_PIN_ALLOC = 0, MEM_PIN_REGISTER = 1, MEM_PIN_STRATEGIES = 2 };
+#define MEM_NUMA_NEAREST (-2)
 
 struct mem_pin_params {
     enum mem_pin_strategy strategy;
@@ -53,6 +54,9 @@ struct mem_pin_params {
     int threads;        /* REGISTER: threads that touch and register (default: online CPUs, at
                            most 16) */
     int hugepages;      /* REGISTER: madvise(MADV_HUGEPAGE) before touching (default 1) */
+    int numa_node;      /* REGISTER: the host NUMA node its pages go to (host_numa.h), asked
+                           before they are touched; -1 none; MEM_NUMA_NEAREST (the default) the
+                           node nearest the device where the host has several */
     /* Optional: called (from any of the threads) after each piece with the bytes done so far. */
     void (*progress)(void *user, size_t bytes_done);
     void *user;
@@ -67,11 +71,15 @@ struct mem_pin_report {
                                        pageable */
     double seconds;                 /* wall time of the whole allocation */
     double touch_s, register_s;     /* REGISTER: summed over the threads */
+    int numa_node;                  /* the node its pages were placed on, -1 none */
+    double numa_share;              /* of the pages sampled after the touch, the fraction on
+                                       numa_node; -1 when not placed or not known */
 };
 
 /* The default strategy is REGISTER (MEM_PIN_DEFAULT); the environment overrides it for a run:
- * PULSE_PIN=alloc|register, PULSE_PIN_PIECE_MB=N, PULSE_PIN_THREADS=N, PULSE_PIN_HUGEPAGES=0|1
- * (bad values: a warning on stderr, the default kept). */
+ * PULSE_PIN=alloc|register, PULSE_PIN_PIECE_MB=N, PULSE_PIN_THREADS=N, PULSE_PIN_HUGEPAGES=0|1,
+ * PULSE_PIN_NUMA=N (a node, or -1 for none) (bad values: a warning on stderr, the default
+ * kept). */
 #define MEM_PIN_DEFAULT MEM_PIN_REGISTER
 void mem_pin_params_default(struct mem_pin_params *p);
 const char *mem_pin_strategy_name(enum mem_pin_strategy s);

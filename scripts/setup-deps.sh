@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the build needs when it is missing: cmake, a C compiler, libjansson-dev,
-# libutf8proc-dev. Where apt cannot reach a registry (the GPU machine), unpacks the carried
-# .deps/*.deb (apt-get download libjansson-dev libjansson4 libutf8proc-dev libutf8proc2) into
+# libutf8proc-dev, libnuma-dev. Where apt cannot reach a registry (the GPU machine), unpacks the
+# carried .deps/*.deb (apt-get download libjansson-dev libjansson4 libutf8proc-dev libutf8proc2
+# libnuma-dev libnuma1) into
 # .deps/prefix and prints that prefix to give CMake (JANSSON_ROOT: every library's).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-libs=(libjansson-dev:jansson.h libutf8proc-dev:utf8proc.h)
+libs=(libjansson-dev:jansson.h libutf8proc-dev:utf8proc.h libnuma-dev:numa.h)
 
 missing() { # the -dev packages whose header is neither installed nor unpacked under the prefix
     for l in "${libs[@]}"; do

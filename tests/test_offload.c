@@ -712,6 +712,9 @@ static void test_pool_sizing(void)
         EXPECT(json_real_value(json_object_get(setup, "calibration_s")) > 0);
         EXPECT(json_is_false(json_object_get(setup, "prompt_kv_device")));
         EXPECT(json_is_false(json_object_get(setup, "host_pool_pinned")));
+        /* an unpinned pool is not placed: no node, no share */
+        EXPECT_EQ_INT(json_integer_value(json_object_get(setup, "pin_numa_node")), -1);
+        EXPECT(json_is_null(json_object_get(setup, "pin_numa_share")));
         json_decref(r);
     }
     json_t *r = run_json("run --backend cpu --policy arkvale --workload uniform:256:3 "
