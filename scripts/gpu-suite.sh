@@ -90,6 +90,11 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
         echo "compute-sanitizer $tool $t$([ "$quick" = 1 ] && echo ' (quick)'): exit $rc, ${errs:-?} errors" \
             >"$out/san_${tool}_$t.sum"
     }
+    # the host's memory every 5 s while they run (a run that ends with no message of its own
+    # may have been killed for memory: san_memory.txt says whether it ran short)
+    (while :; do echo "$(date +%T) $(free -m | awk '/^Mem:/ {print "used " $3 " MB, available " $7 " MB"}')"; sleep 5; done) \
+        >"$out/san_memory.txt" 2>&1 &
+    sampler=$!
     pairs=()
     for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
         for t in ${SAN_TESTS:-test_decode_gpu test_select_gpu test_recall_gpu test_offload_kernels_gpu test_offload_gpu}; do
@@ -100,10 +105,12 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
         read -r tool t <<<"$p"
         quick=0
         [[ " ${SAN_QUICK:-racecheck initcheck} " == *" $tool "* ]] && quick=1
-        while [ "$(jobs -rp | wc -l)" -ge "${SAN_JOBS:-1}" ]; do wait -n; done
+        while [ "$(jobs -rp | grep -vc "^$sampler$")" -ge "${SAN_JOBS:-1}" ]; do wait -n; done
         san_one "$tool" "$t" "$quick" &
     done
-    wait
+    while [ "$(jobs -rp | grep -vc "^$sampler$")" -gt 0 ]; do wait -n; done
+    kill "$sampler" 2>/dev/null
+    summary+=("host memory while they ran: least available $(grep -oE 'available [0-9]+' "$out/san_memory.txt" | sort -k2 -n | head -1 | grep -oE '[0-9]+') MB")
     for p in "${pairs[@]}"; do
         read -r tool t <<<"$p"
         summary+=("$(cat "$out/san_${tool}_$t.sum" 2>/dev/null || echo "compute-sanitizer $tool $t: no result")")
