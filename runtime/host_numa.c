@@ -19,12 +19,21 @@ int host_numa_nodes(void)
 
 int host_numa_place(void *p, size_t len, int node, char *err, size_t errlen)
 {
-    const int nodes = host_numa_nodes();
-    if (node < 0 || node >= nodes) {
-        snprintf(err, errlen, "NUMA node %d: the host has %d (0 to %d)", node, nodes, nodes - 1);
+    if (numa_available() < 0) {
+        snprintf(err, errlen, "NUMA node %d: the kernel has no NUMA support", node);
         return -1;
     }
-    if (numa_available() < 0) return 0; /* one node, nothing to place */
+    /* node ids may have gaps (nodes without memory, a GPU's memory as a node): the set this
+     * process may allocate on decides, not the count */
+    struct bitmask *allowed = numa_get_mems_allowed();
+    const int ok = node >= 0 && allowed && (unsigned)node < allowed->size &&
+                   numa_bitmask_isbitset(allowed, (unsigned)node);
+    if (allowed) numa_free_nodemask(allowed);
+    if (!ok) {
+        snprintf(err, errlen, "NUMA node %d: not one this process may allocate on (highest %d)",
+                 node, numa_max_node());
+        return -1;
+    }
     struct bitmask *mask = numa_allocate_nodemask();
     if (!mask) {
         snprintf(err, errlen, "NUMA node %d: no memory for a node mask", node);

@@ -7,12 +7,12 @@
 
 #include <stddef.h>
 
-/* Configured NUMA nodes; 1 where the kernel has no NUMA support. */
+/* NUMA nodes with memory; 1 where the kernel has no NUMA support. */
 int host_numa_nodes(void);
 /* Asks that the pages of [p, p + len) (page aligned) be allocated on `node` when first touched
  * (preferred: another node when it has no free memory). 0, or -1 with a one-line reason in err
- * (a node the host does not have, or the kernel refusing the policy: a container's seccomp
- * profile may). */
+ * (no NUMA support, a node this process may not allocate on, or the kernel refusing the
+ * policy: a container's seccomp profile may). */
 int host_numa_place(void *p, size_t len, int node, char *err, size_t errlen);
 /* The fraction of the range's resident pages that are on `node`, from `samples` pages spread
  * evenly over it; -1 when none of them is resident or the kernel cannot say. */

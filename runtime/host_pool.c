@@ -404,6 +404,7 @@ void host_pool_get_stats(const struct host_pool *hp, struct host_pool_stats *out
     out->pin_fallback = hp->pin.fallback;
     out->pin_touch_s = hp->pin.touch_s;
     out->pin_register_s = hp->pin.register_s;
+    out->pin_numa_asked = hp->kind == MEM_PINNED ? hp->pin.numa_asked : -1;
     out->pin_numa_node = hp->kind == MEM_PINNED ? hp->pin.numa_node : -1;
     out->pin_numa_share = hp->kind == MEM_PINNED ? hp->pin.numa_share : -1.0;
     out->active_requests = hp->active;

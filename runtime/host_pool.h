@@ -44,8 +44,8 @@ struct host_pool_stats {
     int pin_pieces, pin_threads, pin_fallback;  /* mem_pin_report's */
     size_t pin_piece_bytes; /* registered pieces (whole blocks): a copy should not cross one */
     double pin_touch_s, pin_register_s;
-    int pin_numa_node;     /* the NUMA node its pages were placed on (mem.h), -1 none */
-    double pin_numa_share; /* the fraction of sampled pages found there, -1 unknown */
+    int pin_numa_asked, pin_numa_node; /* the NUMA node asked and the one placed on (mem.h) */
+    double pin_numa_share;             /* the fraction of sampled pages on the asked one */
     int active_requests, max_requests;
     int64_t reserves, releases, refusals;
 };

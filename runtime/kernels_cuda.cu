@@ -417,7 +417,9 @@ extern "C" void rmsnorm_cuda(const struct kctx *c, const float *x, const uint16_
 /* compute-sanitizer's initcheck does not see cuBLAS's stores (dev/initcheck_cublas: every byte a
  * GEMM writes reads as uninitialized), so the GEMM's output is marked initialized through NVTX's
  * memory API; initcheck reads the mark with --nvtx yes, and with no tool attached the call
- * returns at once. */
+ * returns at once. Inside a stream capture the mark is a host call, not a graph node: it takes
+ * effect when the graph is captured, before its GEMM first runs (the GEMMs' outputs are scratch
+ * that the same graph writes before it reads them). */
 static void mark_initialized(cudaStream_t st, const void *p, size_t bytes)
 {
 #ifdef PULSE_HAVE_NVTX

@@ -336,11 +336,11 @@ static void *pin_register(size_t bytes, const struct mem_pin_params *pp, struct 
     if (map == MAP_FAILED) return NULL;
     j.base = (char *)(((uintptr_t)map + PIN_ALIGN - 1) / PIN_ALIGN * PIN_ALIGN);
     if (pp->hugepages) madvise(j.base, len, MADV_HUGEPAGE); /* advisory: ignore a refusal */
-    const int node = pin_numa_node(pp->numa_node, j.dev);
+    r->numa_asked = pin_numa_node(pp->numa_node, j.dev);
     char why[160];
-    if (node >= 0 && host_numa_place(j.base, len, node, why, sizeof why) == 0)
-        r->numa_node = node;
-    else if (node >= 0) /* advisory too: the pool works from any node, more slowly */
+    if (r->numa_asked >= 0 && host_numa_place(j.base, len, r->numa_asked, why, sizeof why) == 0)
+        r->numa_node = r->numa_asked;
+    else if (r->numa_asked >= 0) /* advisory too: the pool works from any node, more slowly */
         fprintf(stderr, "pin: pages left where the kernel puts them (%s)\n", why);
     madvise(j.base, len, MADV_DONTFORK); /* a child (popen) must not share pinned pages COW */
     j.registered = calloc((size_t)j.n_pieces, 1);
@@ -382,7 +382,7 @@ static void *pin_register(size_t bytes, const struct mem_pin_params *pp, struct 
     r->piece_bytes = j.whole ? len : j.piece;
     r->threads = started + 1;
     r->touch_s = j.touch_s, r->register_s = j.register_s;
-    if (r->numa_node >= 0) r->numa_share = host_numa_share(j.base, len, r->numa_node, 256);
+    if (r->numa_asked >= 0) r->numa_share = host_numa_share(j.base, len, r->numa_asked, 256);
     return j.base;
 }
 
@@ -396,7 +396,7 @@ void *mem_alloc_pinned(size_t bytes, const struct mem_pin_params *pp, struct mem
     if (!pp) mem_pin_params_default(&d), pp = &d;
     struct mem_pin_report r;
     memset(&r, 0, sizeof r);
-    r.numa_node = -1, r.numa_share = -1.0;
+    r.numa_asked = r.numa_node = -1, r.numa_share = -1.0;
     const double t0 = pulse_now();
     void *p = NULL;
     if (bytes == 0) bytes = 1;
@@ -412,7 +412,7 @@ void *mem_alloc_pinned(size_t bytes, const struct mem_pin_params *pp, struct mem
     }
     if (!p) {
         r.strategy = MEM_PIN_ALLOC, r.pieces = 1, r.threads = 1, r.piece_bytes = bytes;
-        r.numa_node = -1, r.numa_share = -1.0; /* the driver places what it allocates */
+        r.numa_asked = r.numa_node = -1, r.numa_share = -1.0; /* the driver places it */
         if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
             (void)cudaGetLastError();
             p = NULL;

@@ -71,9 +71,11 @@ struct mem_pin_report {
                                        pageable */
     double seconds;                 /* wall time of the whole allocation */
     double touch_s, register_s;     /* REGISTER: summed over the threads */
-    int numa_node;                  /* the node its pages were placed on, -1 none */
+    int numa_asked;                 /* the node its pages were asked on, -1 none */
+    int numa_node;                  /* numa_asked where the placement was taken, else -1 (the
+                                       reason printed on stderr) */
     double numa_share;              /* of the pages sampled after the touch, the fraction on
-                                       numa_node; -1 when not placed or not known */
+                                       numa_asked; -1 when none asked or not known */
 };
 
 /* The default strategy is REGISTER (MEM_PIN_DEFAULT); the environment overrides it for a run:

@@ -198,6 +198,7 @@ static json_t *setup_json(const struct offload *o, const struct offload_stats *s
                           hs.pin_threads, "pin_fallback", hs.pin_fallback, "prompt_kv_device",
                           st->prompt_kv_device, "staging_bytes", (json_int_t)st->staging_bytes);
     json_object_set_new(j, "pin_piece_bytes", json_integer((json_int_t)hs.pin_piece_bytes));
+    json_object_set_new(j, "pin_numa_asked", json_integer(hs.pin_numa_asked));
     json_object_set_new(j, "pin_numa_node", json_integer(hs.pin_numa_node));
     json_object_set_new(j, "pin_numa_share",
                         hs.pin_numa_share >= 0 ? json_real(hs.pin_numa_share) : json_null());

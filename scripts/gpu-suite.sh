@@ -72,7 +72,9 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
     # machine has 16 cores, and the runs' kernels share the GPU; 12 at once ended racecheck runs
     # early with no message of the tool's, 5 at once still two); SAN_PRINT errors printed per run
     # (default 20).
+    [[ "${SAN_JOBS:-1}" =~ ^[1-9][0-9]*$ ]] || { echo "SAN_JOBS=${SAN_JOBS}: expected a count >= 1" >&2; exit 2; }
     log compute-sanitizer, every tool, ${SAN_JOBS:-1} at a time
+    rm -f "$out"/san_*.sum # an earlier call's must not stand for a run that wrote none
     san_one() { # tool test quick
         local tool=$1 t=$2 quick=$3 extra=() rc errs
         [ "$tool" = initcheck ] && extra=(--nvtx yes)
@@ -95,6 +97,7 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
     (while :; do echo "$(date +%T) $(free -m | awk '/^Mem:/ {print "used " $3 " MB, available " $7 " MB"}')"; sleep 5; done) \
         >"$out/san_memory.txt" 2>&1 &
     sampler=$!
+    trap 'kill "$sampler" 2>/dev/null' EXIT # should the suite end before the tools do
     pairs=()
     for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
         for t in ${SAN_TESTS:-test_decode_gpu test_select_gpu test_recall_gpu test_offload_kernels_gpu test_offload_gpu}; do
@@ -110,7 +113,9 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
     done
     while [ "$(jobs -rp | grep -vc "^$sampler$")" -gt 0 ]; do wait -n; done
     kill "$sampler" 2>/dev/null
-    summary+=("host memory while they ran: least available $(grep -oE 'available [0-9]+' "$out/san_memory.txt" | sort -k2 -n | head -1 | grep -oE '[0-9]+') MB")
+    trap - EXIT
+    least=$(grep -oE 'available [0-9]+' "$out/san_memory.txt" | sort -k2 -n | head -1 | grep -oE '[0-9]+')
+    summary+=("host memory while they ran: least available ${least:-?} MB")
     for p in "${pairs[@]}"; do
         read -r tool t <<<"$p"
         summary+=("$(cat "$out/san_${tool}_$t.sum" 2>/dev/null || echo "compute-sanitizer $tool $t: no result")")

@@ -713,6 +713,7 @@ static void test_pool_sizing(void)
         EXPECT(json_is_false(json_object_get(setup, "prompt_kv_device")));
         EXPECT(json_is_false(json_object_get(setup, "host_pool_pinned")));
         /* an unpinned pool is not placed: no node, no share */
+        EXPECT_EQ_INT(json_integer_value(json_object_get(setup, "pin_numa_asked")), -1);
         EXPECT_EQ_INT(json_integer_value(json_object_get(setup, "pin_numa_node")), -1);
         EXPECT(json_is_null(json_object_get(setup, "pin_numa_share")));
         json_decref(r);
