@@ -129,9 +129,9 @@ void engine_layer_post(struct engine *e, struct batch *bt, int layer);
  * layers piece by piece with their own attention between (offload.h): a kernel launched one by
  * one pays for its launch's fetch from host memory, which a zero-copy gather on the link beside
  * it slows down (dev/zc_interference: 3.7 us a small kernel alone, 7.9 beside a gather, 2.1 in a
- * graph either way, H200 2026-12-02). Off (or PULSE_PIECE_GRAPHS=0 in the environment when the engine is created,
- * for experiments): the graphs are freed. Counted in engine_stats' graph_captures and
- * graph_launches. */
+ * graph either way, H200 2026-12-02). Off (or PULSE_PIECE_GRAPHS=0 in the environment when the
+ * engine is created, for experiments): the graphs are freed. Counted in engine_stats'
+ * graph_captures and graph_launches. */
 void batch_graph_pieces(struct engine *e, struct batch *bt, int on);
 /* 1 when this batch's pieces replay as graphs now (batch_graph_pieces on, cuda with use_graph,
  * not inside a capture): a policy may then capture larger parts of its layers around them. */

@@ -134,10 +134,11 @@ static void test_host_pool_plan(void)
     EXPECT_STR_CONTAINS(err, "blocks");
 }
 
-/* host_numa: a node this process may not allocate on is refused with a one-line reason; a range placed on node 0
- * and touched is found there (on a host of several nodes that is the placement's doing); an
- * untouched range has no resident page to tell. A kernel without NUMA support or one that
- * refuses the policy (a container's seccomp profile) must say so. */
+/* host_numa: a node this process may not allocate on is refused with a one-line reason; a range
+ * placed on node 0 and touched is found there (on a host of several nodes that is the placement's
+ * doing); an untouched range has no resident page to tell. A kernel without NUMA support or one
+ * that refuses the policy (a container's seccomp profile) must say so. PULSE_PIN_NUMA sets the
+ * pin's node (-1: none), the default is the node nearest the device, a bad value keeps it. */
 static void test_host_numa(void)
 {
     char err[256] = "";
@@ -161,10 +162,29 @@ static void test_host_numa(void)
         memset(p, 1, len);
         const double share = host_numa_share(p, len, 0, 64);
         EXPECT(share == 1.0 || share < 0); /* < 0: a kernel without move_pages */
-        fprintf(stderr, "host_numa: %d node(s), 8 MB placed on node 0: share %.2f\n", nodes,
-                share);
+        fprintf(stderr, "host_numa: %d node(s), 8 MB placed on node 0: share %.2f\n", nodes, share);
     }
     munmap(p, len);
+    struct mem_pin_params pp;
+    const struct {
+        const char *value;
+        int want;
+    } env[] = {{NULL, MEM_NUMA_NEAREST},
+               {"0", 0},
+               {"-1", -1},
+               {"3", 3},
+               {"-2", MEM_NUMA_NEAREST},
+               {"x", MEM_NUMA_NEAREST},
+               {"4096", MEM_NUMA_NEAREST}};
+    for (size_t i = 0; i < sizeof env / sizeof env[0]; i++) {
+        if (env[i].value)
+            setenv("PULSE_PIN_NUMA", env[i].value, 1);
+        else
+            unsetenv("PULSE_PIN_NUMA");
+        mem_pin_params_default(&pp);
+        EXPECT_EQ_INT(pp.numa_node, env[i].want);
+    }
+    unsetenv("PULSE_PIN_NUMA");
 }
 
 /* host_pool_keep: with it on, a freed pool's region serves the next pool of the same block
