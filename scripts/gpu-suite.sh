@@ -69,9 +69,10 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
     # --kernel-name-exclude, and it still filters). initcheck runs with --nvtx yes: the GEMM's
     # output is marked initialized through NVTX (cuBLAS's stores are invisible to initcheck,
     # dev/initcheck_cublas). SAN_JOBS runs that many (tool, test) pairs at once (default 1; the
-    # machine has 16 cores, and the runs' kernels share the GPU; 12 at once ended racecheck runs
-    # early with no message of the tool's, 5 at once still two); SAN_PRINT errors printed per run
-    # (default 20).
+    # machine has 16 cores and 128 GB, and the runs' kernels share the GPU; racecheck's own host
+    # memory reached 70 GB on test_offload_gpu and over 114 GB on the full test_pulseinfer_gpu,
+    # alone, which then ended with no message of the tool's: killed for memory, san_memory.txt);
+    # SAN_PRINT errors printed per run (default 20).
     [[ "${SAN_JOBS:-1}" =~ ^[1-9][0-9]*$ ]] || { echo "SAN_JOBS=${SAN_JOBS}: expected a count >= 1" >&2; exit 2; }
     log compute-sanitizer, every tool, ${SAN_JOBS:-1} at a time
     rm -f "$out"/san_*.sum # an earlier call's must not stand for a run that wrote none
