@@ -30,6 +30,8 @@ struct pi_cfg {
     int no_verify;    /* without offload_verify after each step (then host syncs are 0) */
     int check_steps;  /* kv_cache_check after every step (failures in pi_check_failures) */
     uint64_t seed;    /* the workload's (random: specs); 0 = 1 */
+    int no_graph;     /* without CUDA graphs (pulse run --no-graph); else with them, as pulse
+                         run (cuda only) */
 };
 
 struct pi_out {
@@ -67,7 +69,8 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
                                .be = backend_find(c->backend ? c->backend : "cpu"),
                                .seed = 1,
                                .max_batch = c->max_batch,
-                               .max_tokens = max_tokens};
+                               .max_tokens = max_tokens,
+                               .use_graph = !c->no_graph};
     struct engine *e = engine_create(&ep, err, sizeof err);
     struct kv_cache_params kp = {
         m->n_layers,  m->n_kv_heads, m->head_dim, 16, c->kv_budget ? c->kv_budget : 64u << 20,

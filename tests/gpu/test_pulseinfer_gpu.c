@@ -1,6 +1,7 @@
 /* pulseinfer (baselines/pulseinfer.c) on CUDA with the tiny model: with a budget covering the
  * context, on vanilla's prompt KV, every request decodes exactly vanilla's tokens on CUDA in two
- * arrival orders of mixed lengths, with requests split between the normal and the offload batch
+ * arrival orders of mixed lengths (the first with CUDA graphs, as pulse run, the second without:
+ * --no-graph), with requests split between the normal and the offload batch
  * (fixed:200), all offloaded (fixed:0) and IOAA admission; with IRQ and without; head-wise and
  * SoloHead; gather-scatter and zero-copy (whose gather runs on its own stream beside the normal
  * batch). Runs without the per-step verification make no host synchronisation inside a step;
@@ -27,7 +28,8 @@ int main(void)
                            .policy = "vanilla",
                            .spec = spec,
                            .out_len = out_len,
-                           .max_batch = 4};
+                           .max_batch = 4,
+                           .no_graph = k == 1};
         struct pi_out van;
         serve(&v, &van);
         EXPECT_EQ_INT(van.rc, 0);
@@ -51,6 +53,7 @@ int main(void)
                                .admission = cases[i].admission,
                                .out_len = out_len,
                                .max_batch = 4,
+                               .no_graph = k == 1,
                                .no_irq = cases[i].no_irq,
                                .selection = cases[i].selection,
                                .budget_tokens = 512, /* every block selected */
@@ -67,14 +70,16 @@ int main(void)
                 EXPECT_EQ_INT(r.ctr.admitted_offload, longer);
             if (!strcmp(cases[i].admission, "fixed:0")) EXPECT_EQ_INT(r.ctr.admitted_normal, 0);
             if (r.ctr.admitted_offload) EXPECT(r.ctr.recall_bytes > 0);
-            printf("cuda %s, %s%s%s, %s%s: %lld normal + %lld offloaded, %lld host syncs in steps, "
-                   "tokens %s vanilla's\n",
-                   spec, cases[i].admission, cases[i].no_irq ? " --no-irq" : "",
-                   cases[i].zero_copy ? " zero-copy" : " gather-scatter",
-                   cases[i].selection == OFFLOAD_SOLOHEAD ? "solohead" : "headwise",
-                   cases[i].verify ? " verified" : "", (long long)r.ctr.admitted_normal,
-                   (long long)r.ctr.admitted_offload, (long long)r.ctr.step_host_syncs,
-                   same ? "equal" : "DIFFER from");
+            printf(
+                "cuda %s%s, %s%s%s, %s%s: %lld normal + %lld offloaded, %lld host syncs in steps, "
+                "tokens %s vanilla's\n",
+                spec, k == 1 ? " (no graphs)" : "", cases[i].admission,
+                cases[i].no_irq ? " --no-irq" : "",
+                cases[i].zero_copy ? " zero-copy" : " gather-scatter",
+                cases[i].selection == OFFLOAD_SOLOHEAD ? "solohead" : "headwise",
+                cases[i].verify ? " verified" : "", (long long)r.ctr.admitted_normal,
+                (long long)r.ctr.admitted_offload, (long long)r.ctr.step_host_syncs,
+                same ? "equal" : "DIFFER from");
             workload_free(&r.w);
         }
         workload_free(&van.w);
