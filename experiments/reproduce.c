@@ -403,6 +403,32 @@ static json_t *point_entry(const char *name, const char *path)
     return e;
 }
 
+/* Adds point result r's provenance to the summary's: its commit (7 hex digits, "-dirty" when
+ * built from changed sources) to `commits` once, its date to the range [first, last]. A run
+ * resumed from points written by another build shows there as several commits. */
+static void note_provenance(json_t *r, json_t *commits, json_t *dates)
+{
+    json_t *tool = json_object_get(r, "tool");
+    const char *c = json_string_value(json_object_get(tool, "git_commit"));
+    const char *d = json_string_value(json_object_get(r, "date"));
+    if (c) {
+        char shortc[32];
+        snprintf(shortc, sizeof shortc, "%.7s%s", c,
+                 json_is_true(json_object_get(tool, "git_dirty")) ? "-dirty" : "");
+        size_t i;
+        json_t *have;
+        int seen = 0;
+        json_array_foreach(commits, i, have) seen |= !strcmp(json_string_value(have), shortc);
+        if (!seen) json_array_append_new(commits, json_string(shortc));
+    }
+    if (d) {
+        const char *first = json_string_value(json_array_get(dates, 0));
+        const char *last = json_string_value(json_array_get(dates, 1));
+        if (!first || strcmp(d, first) < 0) json_array_set_new(dates, 0, json_string(d));
+        if (!last || strcmp(d, last) > 0) json_array_set_new(dates, 1, json_string(d));
+    }
+}
+
 /* The variant of point `name` (its name's first part up to ','). */
 static void variant_of(const char *name, char *out, size_t n)
 {
@@ -418,15 +444,20 @@ static int write_summary(const struct experiment *x, enum scale sc, long repeat,
     if (n < 0) return -1;
     json_t *res = results_new("reproduce");
     results_env(res);
-    json_t *pts = json_array();
+    json_t *pts = json_array(), *commits = json_array();
+    json_t *dates = json_pack("[n,n]");
     for (int i = 0; i < n; i++) {
         char path[4096], var[64];
         if (snprintf(path, sizeof path, "%s/%s.json", dir, names[i]) >= (int)sizeof path) {
             json_decref(res);
             json_decref(pts);
+            json_decref(commits);
+            json_decref(dates);
             return -1;
         }
         json_t *e = point_entry(names[i], path);
+        json_t *r = json_object_get(e, "result");
+        if (r) note_provenance(r, commits, dates);
         variant_of(names[i], var, sizeof var);
         json_object_set_new(e, "variant", json_string(var));
         json_array_append_new(pts, e);
@@ -438,6 +469,9 @@ static int write_summary(const struct experiment *x, enum scale sc, long repeat,
     json_object_set_new(res, "repeat", json_integer(repeat)); /* runs of each point (seeds) */
     json_object_set_new(res, "grid", json_incref(g));
     json_object_set_new(res, "points", pts);
+    /* the builds and dates of the points (a resumed run may join several) */
+    json_object_set_new(res, "point_commits", commits);
+    json_object_set_new(res, "point_dates", dates);
     json_object_set_new(res, "status", json_string("ok"));
     char path[4096], err[256];
     int rc = PULSE_ERR_INVALID;

@@ -308,11 +308,19 @@ def empty(ax, s):
 
 
 def provenance(s):
-    """'e2e (quick scale, 1a2b3c4, 2026-12-01) on NVIDIA H200'."""
+    """'e2e (quick scale, 1a2b3c4, 2026-12-01) on NVIDIA H200': the builds and dates of the
+    points where the summary names them (a resumed run: '1a2b3c4 + 5d6e7f8, 2026-12-01 to
+    2026-12-02'), else the summary's own."""
     tool = s.get("tool", {})
     commit = (tool.get("git_commit") or "?")[:7] + ("-dirty" if tool.get("git_dirty") else "")
+    date = (s.get("date") or "?")[:10]
+    if s.get("point_commits"):
+        commit = " + ".join(s["point_commits"])
+    first, last = (list(s.get("point_dates") or []) + [None, None])[:2]
+    if first and last:
+        date = first[:10] if first[:10] == last[:10] else f"{first[:10]} to {last[:10]}"
     parts = [f"{s['scale']} scale"] if s.get("scale") else []
-    parts += [commit, (s.get("date") or "?")[:10]]
+    parts += [commit, date]
     env = s.get("env", {})
     device = env.get("gpu") or env.get("device") or s.get("grid", {}).get("base", {}).get(
         "--backend")

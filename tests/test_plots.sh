@@ -51,6 +51,21 @@ for e in ${REPEATED//,/ }; do
     grep -q '"repeat": *2' "$tmp/repeated/$e/$e.json" || fail "$e: the summary has no \"repeat\": 2"
 done
 
+# the title names the points' builds and dates: the tiny run's one commit, and a summary whose
+# points came from two builds on two days (a run resumed elsewhere)
+prov=$(cd plots && python3 -c '
+import sys, figlib
+s = figlib.load_json(sys.argv[1])
+print(figlib.provenance(s))
+s["point_commits"] = ["0123456-dirty", "89abcde"]
+s["point_dates"] = ["2026-12-03T16:28:01Z", "2026-12-04T09:00:00Z"]
+print(figlib.provenance(s))' "$tmp/results/e2e/e2e.json" 2>&1) || fail "provenance: $prov"
+commit=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["point_commits"][0])' \
+    "$tmp/results/e2e/e2e.json") || fail "e2e.json has no point_commits"
+[[ "$(printf '%s\n' "$prov" | head -1)" == *"tiny scale, $commit, "* ]] || fail "provenance: $prov"
+[[ "$(printf '%s\n' "$prov" | tail -1)" == *"0123456-dirty + 89abcde, 2026-12-03 to 2026-12-04"* ]] ||
+    fail "provenance of two builds: $prov"
+
 # a missing input: a non-zero exit and a one-line message, no traceback
 out=$(python3 plots/fig17_throughput.py "$tmp/no-such-dir" --out "$tmp/x" 2>&1) &&
     fail "fig17_throughput.py succeeded on a missing input"

@@ -2,8 +2,9 @@
  * experiment runs and writes its summary, and each summary passes a schema check (the result
  * header, the experiment's name, figures and scale, every point ok with the variant's policy
  * and a throughput); the recall experiment writes a recall-bench result; a second run skips
- * every point (resumable) and rewrites the summaries; --only, --list and --dry-run; bad flags
- * are refused. */
+ * every point (resumable) and rewrites the summaries, which name the builds and dates of their
+ * points (two commits once a point comes from another build); --only, --list and --dry-run; bad
+ * flags are refused. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,12 +100,11 @@ int main(void)
     /* the steady steps (none admitted since the step before) are some of the predicted ones,
      * the first one after an admission not among them */
     const json_int_t steady = json_integer_value(json_object_get(pi, "ioaa_steady_steps"));
-    EXPECT(steady > 0 &&
-           steady < json_integer_value(json_object_get(pi, "ioaa_predicted_steps")));
+    EXPECT(steady > 0 && steady < json_integer_value(json_object_get(pi, "ioaa_predicted_steps")));
     EXPECT(json_real_value(json_object_get(pi, "ioaa_measured_steady_step_ms")) > 0);
     /* the points after the first take its locality calibration (one key: one table) */
-    json_t *c1 = json_object_get(json_object_get(json_object_get(r1, "config"), "offload"),
-                                 "locality");
+    json_t *c1 =
+        json_object_get(json_object_get(json_object_get(r1, "config"), "offload"), "locality");
     EXPECT(json_is_true(json_object_get(json_object_get(c1, "calibration"), "reused")));
     json_decref(ab);
     const char *const engines[] = {"gather-scatter", "zero-copy"};
@@ -113,8 +113,8 @@ int main(void)
         snprintf(pp, sizeof pp, "%s/profile/ioaa_%s.json", dir, engines[i]);
         json_error_t pe;
         json_t *prof = json_load_file(pp, 0, &pe);
-        EXPECT(prof && !strcmp(json_string_value(json_object_get(prof, "recall_engine")),
-                               engines[i]));
+        EXPECT(prof &&
+               !strcmp(json_string_value(json_object_get(prof, "recall_engine")), engines[i]));
         json_decref(prof);
     }
     /* the bandwidth points carry their cap fraction */
@@ -131,12 +131,46 @@ int main(void)
     EXPECT(rb && !strcmp(json_string_value(json_object_get(rb, "experiment")), "recall-bench"));
     json_decref(rb);
     printf("reproduce --tiny: 7 summaries of %d points and the recall result\n", points);
+    /* the points' provenance: one build, one commit (this build's), dates in order */
+    json_t *e2e = load(dir, "e2e");
+    json_t *pc = json_object_get(e2e, "point_commits"), *pd = json_object_get(e2e, "point_dates");
+    const char *commit =
+        json_string_value(json_object_get(json_object_get(e2e, "tool"), "git_commit"));
+    EXPECT_EQ_INT((int)json_array_size(pc), 1);
+    EXPECT(commit && json_string_value(json_array_get(pc, 0)) &&
+           !strncmp(json_string_value(json_array_get(pc, 0)), commit, 7));
+    const char *d0 = json_string_value(json_array_get(pd, 0)),
+               *d1 = json_string_value(json_array_get(pd, 1));
+    EXPECT(d0 && d1 && strcmp(d0, d1) <= 0);
+    /* a point written by another build (a run resumed elsewhere): rewritten with its commit */
+    const char *first = json_string_value(
+        json_object_get(json_array_get(json_object_get(e2e, "points"), 0), "name"));
+    char pp0[512];
+    snprintf(pp0, sizeof pp0, "%s/e2e/points/%s.json", dir, first ? first : "?");
+    json_error_t pe0;
+    json_t *p0j = json_load_file(pp0, 0, &pe0);
+    EXPECT(p0j != NULL);
+    if (p0j) {
+        json_t *tool = json_object_get(p0j, "tool");
+        json_object_set_new(tool, "git_commit", json_string("0123456789abcdef0123"));
+        json_object_set_new(tool, "git_dirty", json_true());
+        json_object_set_new(p0j, "date", json_string("2000-01-01T00:00:00Z"));
+        EXPECT_EQ_INT(json_dump_file(p0j, pp0, 0), 0);
+        json_decref(p0j);
+    }
+    json_decref(e2e);
     /* started again: every point is skipped */
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
     EXPECT(strstr(out, " 0 ran,") != NULL);
     EXPECT(strstr(out, " ran, 0 skipped") == NULL);
     json_t *again = load(dir, "e2e");
     EXPECT(again && check_summary(again, "e2e") > 0);
+    pc = json_object_get(again, "point_commits");
+    EXPECT_EQ_INT((int)json_array_size(pc), 2);
+    const char *c0 = json_string_value(json_array_get(pc, 0)),
+               *f0 = json_string_value(json_array_get(json_object_get(again, "point_dates"), 0));
+    EXPECT(c0 && !strcmp(c0, "0123456-dirty"));
+    EXPECT(f0 && !strcmp(f0, "2000-01-01T00:00:00Z"));
     json_decref(again);
     /* --only, --list, --dry-run; refusals */
     snprintf(cmd, sizeof cmd, "reproduce --tiny --only ablation,capacity --dry-run --out-dir %s",
