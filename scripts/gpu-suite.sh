@@ -77,7 +77,7 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
     log compute-sanitizer, every tool, ${SAN_JOBS:-1} at a time
     rm -f "$out"/san_*.sum # an earlier call's must not stand for a run that wrote none
     san_one() { # tool test quick
-        local tool=$1 t=$2 quick=$3 extra=() rc errs
+        local tool=$1 t=$2 quick=$3 extra=() rc errs note
         [ "$tool" = initcheck ] && extra=(--nvtx yes)
         [ "$tool" = racecheck ] &&
             read -ra extra <<<"${SAN_RACE_ARGS---kernel-regex-exclude kns=gemm|gemv|xmma|cutlass|splitKreduce}"
@@ -89,8 +89,13 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
         # SUMMARY: N hazards displayed"; a run killed by the time limit (exit 124) is partial
         errs=$(grep -oE '(ERROR SUMMARY: [0-9]+ errors?$|RACECHECK SUMMARY: [0-9]+)' "$out/san_${tool}_$t.log" |
             tail -1 | grep -oE '[0-9]+')
-        [ $rc = 124 ] && errs="${errs:-?} (timed out after ${SAN_TIMEOUT:-300} s: partial)"
-        echo "compute-sanitizer $tool $t$([ "$quick" = 1 ] && echo ' (quick)'): exit $rc, ${errs:-?} errors" \
+        note=
+        [ $rc = 124 ] && note=", timed out after ${SAN_TIMEOUT:-300} s: partial"
+        # a test that ran to its end printed its count (testutil.h tu_finish); without it the
+        # run ended early (killed, e.g. for memory: san_memory.txt), whatever the tool counted
+        [ $rc != 124 ] && ! grep -qE "^$t: [0-9]+ checks, [0-9]+ failed" "$out/san_${tool}_$t.log" &&
+            note=", ended early: the test printed no result of its own"
+        echo "compute-sanitizer $tool $t$([ "$quick" = 1 ] && echo ' (quick)'): exit $rc, ${errs:-?} errors$note" \
             >"$out/san_${tool}_$t.sum"
     }
     # the host's memory every 5 s while they run (a run that ends with no message of its own
