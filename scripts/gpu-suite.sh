@@ -72,7 +72,9 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
     # machine has 16 cores and 128 GB, and the runs' kernels share the GPU; racecheck's own host
     # memory reached 70 GB on test_offload_gpu and over 114 GB on the full test_pulseinfer_gpu,
     # alone, which then ended with no message of the tool's: killed for memory, san_memory.txt);
-    # SAN_PRINT errors printed per run (default 20).
+    # SAN_PRINT errors printed per run (default 20). A test that numbers its cases can be taken
+    # in parts, a process each: SAN_ENV="PULSE_GPU_TEST_CASES=0-3" (test_pulseinfer_gpu), with
+    # another OUT per part.
     [[ "${SAN_JOBS:-1}" =~ ^[1-9][0-9]*$ ]] || { echo "SAN_JOBS=${SAN_JOBS}: expected a count >= 1" >&2; exit 2; }
     log compute-sanitizer, every tool, ${SAN_JOBS:-1} at a time
     rm -f "$out"/san_*.sum # an earlier call's must not stand for a run that wrote none

@@ -121,8 +121,30 @@ static inline int tu_quick(void)
     return q && q[0] == '1' && q[1] == 0;
 }
 /* The cases of table `arr` a test runs: all, or the first two when quick. */
-#define TU_CASES(arr)                                                                              \
-    (tu_quick() && PULSE_ARRAY_LEN(arr) > 2 ? (size_t)2 : PULSE_ARRAY_LEN(arr))
+#define TU_CASES(arr) (tu_quick() && PULSE_ARRAY_LEN(arr) > 2 ? (size_t)2 : PULSE_ARRAY_LEN(arr))
+
+/* PULSE_GPU_TEST_CASES=A-B (or A): a test that numbers its cases runs only those from A to B
+ * (so a compute-sanitizer tool whose own memory grows over a run can take a test in parts,
+ * each a process of its own); unset: every case. A value not of that form ends the test. */
+static inline int tu_case_on(long i)
+{
+    const char *v = getenv("PULSE_GPU_TEST_CASES");
+    if (!v) return 1;
+    long a = -1, b = -1;
+    int used = 0;
+    if (!((sscanf(v, "%ld-%ld%n", &a, &b, &used) == 2 || sscanf(v, "%ld%n", &a, &used) == 1) &&
+          used == (int)strlen(v) && strspn(v, "0123456789-") == strlen(v) && v[0] != '-' &&
+          strchr(v, '-') == strrchr(v, '-'))) {
+        fprintf(stderr, "PULSE_GPU_TEST_CASES='%s': expected A-B or A (case numbers >= 0)\n", v);
+        exit(2);
+    }
+    if (b < 0) b = a;
+    if (b < a) {
+        fprintf(stderr, "PULSE_GPU_TEST_CASES='%s': the range ends before it starts\n", v);
+        exit(2);
+    }
+    return i >= a && i <= b;
+}
 
 static inline int tu_finish(const char *name)
 {

@@ -5,7 +5,9 @@
  * (fixed:200), all offloaded (fixed:0) and IOAA admission; with IRQ and without; head-wise and
  * SoloHead; gather-scatter and zero-copy (whose gather runs on its own stream beside the normal
  * batch). Runs without the per-step verification make no host synchronisation inside a step;
- * one run with it checks every resident block against its host copy. Exit 77 without a GPU. */
+ * one run with it checks every resident block against its host copy. PULSE_GPU_TEST_CASES
+ * runs some of the cases (0-6 the first order's, 7-13 the second's; vanilla's runs always).
+ * Exit 77 without a GPU. */
 #include "pi_serve.h"
 
 int main(void)
@@ -47,6 +49,8 @@ int main(void)
             {"fixed:200", 0, OFFLOAD_HEADWISE, 1, 1}, {"fixed:0", 0, OFFLOAD_SOLOHEAD, 0, 0},
             {"ioaa", 0, OFFLOAD_SOLOHEAD, 0, 0}};
         for (size_t i = 0; i < PULSE_ARRAY_LEN(cases); i++) {
+            /* (numbered over both orders: PULSE_GPU_TEST_CASES) */
+            if (!tu_case_on((long)(k * PULSE_ARRAY_LEN(cases) + i))) continue;
             struct pi_cfg c = {.backend = "cuda",
                                .policy = "pulseinfer",
                                .spec = spec,
