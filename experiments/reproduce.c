@@ -35,15 +35,25 @@
 #define MAX_POINTS 256
 
 static const char usage[] =
-    "usage: pulse reproduce [--tiny | --quick | --full] [--only LIST] [--out-dir DIR]\n"
+    "usage: pulse reproduce [--tiny | --quick | --full | --large-host] [--only LIST]\n"
+    "                       [--out-dir DIR] [--kv-budget-gb G] [--host-pool-gb G]\n"
     "                       [--repeat N] [--dry-run] [--list]\n"
     "  Runs the paper's experiments as sweeps (one result per point, resumable) and writes a\n"
     "  summary per experiment for plots/figures.py.\n"
     "  --tiny / --quick / --full  scale (default --quick): tiny is the cpu backend and the tiny\n"
     "                     model (seconds), quick the GPU at fewer points (minutes), full the\n"
     "                     paper's points\n"
-    "  --only LIST        experiments, comma separated (default all; see --list)\n"
-    "  --out-dir DIR      default results\n"
+    "  --large-host       the comparison for a host of 400 GB or more: e2e and util at full\n"
+    "                     scale with the whole H200 as GPU KV (110 GB), a 400 GB host pool,\n"
+    "                     16K x 128, 32K x 64, 64K x 32 and the Mooncake-like trace\n"
+    "  --kv-budget-gb G   the GPU KV budget of the experiments run at the scale's one budget\n"
+    "                     (e2e, util, ablation, admission, bandwidth; ratio and capacity keep\n"
+    "                     theirs)\n"
+    "  --host-pool-gb G   every offload point's host pool (default: sized to its run; the\n"
+    "                     ratio experiment's 96 GB too)\n"
+    "  --only LIST        experiments, comma separated (default all, --large-host e2e,util;\n"
+    "                     see --list)\n"
+    "  --out-dir DIR      default results (--large-host: results/large-host)\n"
     "  --repeat N         every point N times with seeds 1..N (weights, prompt KV, workload,\n"
     "                     arrivals), for the figures' ranges (default 1)\n"
     "  --dry-run          print every point's command line, run nothing\n"
@@ -53,15 +63,15 @@ static const char usage[] =
     "  --list             the experiments and the figures each gives\n"
     "exit: 0 every point ok, 1 a point failed, 2 bad usage\n";
 
-enum scale { TINY, QUICK, FULL, SCALES };
-static const char *const scale_names[SCALES] = {"tiny", "quick", "full"};
+enum scale { TINY, QUICK, FULL, LARGE_HOST, SCALES };
+static const char *const scale_names[SCALES] = {"tiny", "quick", "full", "large-host"};
 
 /* What differs between scales. */
 struct scale_cfg {
     const char *backend, *model;
     int out_len;            /* output tokens per request */
     double kv_gb;           /* the 80 GB card's GPU KV */
-    const char *lengths[4]; /* e2e workloads, NULL-ended */
+    const char *lengths[5]; /* e2e workloads, NULL-ended */
     const char *mid;        /* the one workload of capacity, bandwidth, util */
     /* the ablation's: lengths spread around the threshold of its fixed admission, so that the
      * two batches, IRQ and IOAA each have both kinds of request to work on */
@@ -80,6 +90,9 @@ struct scale_cfg {
     const char *offload_args; /* extra flags of every offload variant ("--budget-tokens 64") */
     const char *profile_args; /* pulse profile's flags for the IOAA profiles */
     const char *recall_args;  /* pulse recall-bench's flags */
+    double host_pool_gb;      /* > 0: every offload point's host pool (--host-pool-gb) */
+    const char *experiments;  /* the experiments run unless --only says (NULL: all) */
+    int util_all;             /* util measures every system of the comparison, not three */
 };
 
 static const struct scale_cfg scales[SCALES] = {
@@ -145,6 +158,33 @@ static const struct scale_cfg scales[SCALES] = {
               .fixed = {"fixed:16384", "fixed:32768", "fixed:65536", NULL},
               .profile_args = "--backend cuda --model qwen3-14b",
               .recall_args = ""},
+    /* the comparison on a host of 400 GB or more (issue 12's run): the whole H200 as GPU KV
+     * (141 GB less the 29.5 GB of weights and the workspaces), a 400 GB host pool, as many
+     * requests of each length as fill about 330 GB of KV (160 KB a token), and the
+     * Mooncake-like trace; throughput, TPOT and batch sizes (e2e), GPU busy (util) */
+    [LARGE_HOST] = {.backend = "cuda",
+                    .model = "qwen3-14b",
+                    .out_len = 128,
+                    .kv_gb = 110,
+                    .lengths = {"uniform:16384:128", "uniform:32768:64", "uniform:65536:32",
+                                "trace:workloads/traces/mooncake_like_24k_poisson.jsonl", NULL},
+                    .mid = "uniform:65536:32",
+                    .ablation_wl = "random:8192:57344:48",
+                    .ablation_fixed = "fixed:32768",
+                    .ratio_wl = "uniform:65536:18",
+                    .ratio_kv_gb = 12,
+                    .ratio_pool_gb = 96,
+                    .capacity_gb = {12, 24, 45, 110},
+                    .sg_wl = "trace:workloads/traces/servegen_32k_gamma.jsonl",
+                    .mc_wl = "trace:workloads/traces/mooncake_like_24k_poisson.jsonl",
+                    .drift_wl = "drift:8192:49152:48",
+                    .drift_arrival = "gamma:4:2",
+                    .fixed = {"fixed:16384", "fixed:32768", "fixed:65536", NULL},
+                    .profile_args = "--backend cuda --model qwen3-14b",
+                    .recall_args = "",
+                    .host_pool_gb = 400,
+                    .experiments = "e2e,util",
+                    .util_all = 1},
 };
 
 struct experiment {
@@ -186,6 +226,8 @@ static json_t *variant(const struct scale_cfg *s, const char *name, const char *
             tok = next;
         }
     }
+    if (s->host_pool_gb > 0 && strcmp(policy, "vanilla"))
+        json_object_set_new(v, "--host-pool-gb", json_real(s->host_pool_gb));
     if (!strcmp(policy, "pulseinfer")) {
         char path[4200];
         profile_path(json_string_value(json_object_get(v, "--recall-engine")), path, sizeof path);
@@ -301,6 +343,7 @@ static json_t *g_util(const struct scale_cfg *s, const char *dir)
     json_t *b = base(s, s->kv_gb);
     json_object_set_new(b, "--workload", json_string(s->mid));
     if (strcmp(s->backend, "cpu")) json_object_set_new(b, "--cupti", json_true());
+    if (s->util_all) return grid_of(dir, b, systems(s, NULL), NULL);
     json_t *v = json_pack("[o,o,o]", variant(s, "vanilla", "vanilla", NULL),
                           variant(s, "infinigen", "infinigen", NULL),
                           variant(s, "pulseinfer-zc", "pulseinfer", "--recall-engine zero-copy"));
@@ -523,14 +566,22 @@ static int pick(const char *list, int *on)
 
 int cmd_reproduce(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"tiny", no_argument, 0, 't'},          {"quick", no_argument, 0, 'q'},
-        {"full", no_argument, 0, 'f'},          {"only", required_argument, 0, 'o'},
-        {"out-dir", required_argument, 0, 'd'}, {"repeat", required_argument, 0, 'r'},
-        {"dry-run", no_argument, 0, 'n'},       {"list", no_argument, 0, 'l'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-    int sc = -1, dry = 0, list = 0, on[N_EXP], c;
+    static const struct option opts[] = {{"tiny", no_argument, 0, 't'},
+                                         {"quick", no_argument, 0, 'q'},
+                                         {"full", no_argument, 0, 'f'},
+                                         {"only", required_argument, 0, 'o'},
+                                         {"out-dir", required_argument, 0, 'd'},
+                                         {"repeat", required_argument, 0, 'r'},
+                                         {"dry-run", no_argument, 0, 'n'},
+                                         {"list", no_argument, 0, 'l'},
+                                         {"large-host", no_argument, 0, 'L'},
+                                         {"kv-budget-gb", required_argument, 0, 'g'},
+                                         {"host-pool-gb", required_argument, 0, 'p'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int sc = -1, dry = 0, list = 0, on[N_EXP], c, only = 0, out_given = 0;
     long repeat = 1;
+    double kv_gb = 0, pool_gb = 0;
     for (size_t k = 0; k < N_EXP; k++)
         on[k] = 1;
     const char *out = "results";
@@ -542,14 +593,25 @@ int cmd_reproduce(int argc, char **argv)
         case 't':
         case 'q':
         case 'f':
-            if (sc >= 0) return cli_error(CMD, "give one of --tiny, --quick, --full"), EXIT_USAGE;
-            sc = c == 't' ? TINY : c == 'q' ? QUICK : FULL;
+        case 'L':
+            if (sc >= 0)
+                return cli_error(CMD, "give one of --tiny, --quick, --full, --large-host"),
+                       EXIT_USAGE;
+            sc = c == 't' ? TINY : c == 'q' ? QUICK : c == 'f' ? FULL : LARGE_HOST;
             break;
         case 'o':
             if (pick(optarg, on)) return EXIT_USAGE;
+            only = 1;
+            break;
+        case 'g':
+            if (cli_double(CMD, "--kv-budget-gb", optarg, 1e-3, 1e4, &kv_gb)) return EXIT_USAGE;
+            break;
+        case 'p':
+            if (cli_double(CMD, "--host-pool-gb", optarg, 1e-3, 1e5, &pool_gb)) return EXIT_USAGE;
             break;
         case 'd':
             out = optarg;
+            out_given = 1;
             break;
         case 'r':
             if (cli_int(CMD, "--repeat", optarg, 1, 20, &repeat)) return EXIT_USAGE;
@@ -574,7 +636,14 @@ int cmd_reproduce(int argc, char **argv)
         return 0;
     }
     if (sc < 0) sc = QUICK;
-    const struct scale_cfg *s = &scales[sc];
+    /* the scale, with the GPU KV budget and host pool the flags give */
+    struct scale_cfg cfg = scales[sc];
+    if (kv_gb > 0) cfg.kv_gb = kv_gb;
+    if (pool_gb > 0) cfg.host_pool_gb = pool_gb;
+    const struct scale_cfg *s = &cfg;
+    if (!only && s->experiments && pick(s->experiments, on)) return EXIT_USAGE;
+    /* (its util points are named as the other scales' are: a folder of its own) */
+    if (sc == LARGE_HOST && !out_given) out = "results/large-host";
     const char *traces[] = {s->sg_wl, s->mc_wl};
     for (int i = 0; i < 2; i++) { /* the sample traces are read from the repository root */
         struct stat st;

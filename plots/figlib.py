@@ -113,8 +113,11 @@ def metric(r, key):
 
 
 def input_len(r):
-    """A point's mean prompt length in tokens."""
+    """A point's mean prompt length in tokens; None for a trace's point (its lengths are the
+    trace's mix, not a point on a length axis: its numbers are in its JSON)."""
     w = r.get("workload", {})
+    if str(w.get("spec", "")).startswith("trace:"):
+        return None
     return w["prompt_tokens_total"] / w["requests"] if w.get("requests") else None
 
 

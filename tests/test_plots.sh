@@ -52,14 +52,20 @@ for e in ${REPEATED//,/ }; do
 done
 
 # the title names the points' builds and dates: the tiny run's one commit, and a summary whose
-# points came from two builds on two days (a run resumed elsewhere)
+# points came from two builds on two days (a run resumed elsewhere); a trace's point is not on
+# the length axis of figs. 17, 18 and 22
 prov=$(cd plots && python3 -c '
 import sys, figlib
 s = figlib.load_json(sys.argv[1])
 print(figlib.provenance(s))
 s["point_commits"] = ["0123456-dirty", "89abcde"]
 s["point_dates"] = ["2026-12-03T16:28:01Z", "2026-12-04T09:00:00Z"]
-print(figlib.provenance(s))' "$tmp/results/e2e/e2e.json" 2>&1) || fail "provenance: $prov"
+print(figlib.provenance(s))
+w = {"spec": "uniform:256:6", "requests": 6, "prompt_tokens_total": 1536}
+assert figlib.input_len({"workload": w}) == 256
+w["spec"] = "trace:workloads/traces/mooncake_like_24k_poisson.jsonl"
+assert figlib.input_len({"workload": w}) is None, "a trace on the length axis"' \
+    "$tmp/results/e2e/e2e.json" 2>&1) || fail "provenance: $prov"
 commit=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["point_commits"][0])' \
     "$tmp/results/e2e/e2e.json") || fail "e2e.json has no point_commits"
 [[ "$(printf '%s\n' "$prov" | head -1)" == *"tiny scale, $commit, "* ]] || fail "provenance: $prov"

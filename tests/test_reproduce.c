@@ -3,7 +3,8 @@
  * header, the experiment's name, figures and scale, every point ok with the variant's policy
  * and a throughput); the recall experiment writes a recall-bench result; a second run skips
  * every point (resumable) and rewrites the summaries, which name the builds and dates of their
- * points (two commits once a point comes from another build); --only, --list and --dry-run; bad
+ * points (two commits once a point comes from another build); the large-host scale and the
+ * GPU KV and host pool flags in the points' command lines; --only, --list and --dry-run; bad
  * flags are refused. */
 #include <jansson.h>
 #include <stdlib.h>
@@ -184,6 +185,33 @@ int main(void)
     EXPECT_EQ_INT(tu_run_pulse("reproduce --quick --only admission --dry-run", out, sizeof out), 0);
     EXPECT_STR_CONTAINS(out, "--workload trace:workloads/traces/servegen_32k_gamma.jsonl");
     EXPECT_STR_CONTAINS(out, "--workload trace:workloads/traces/mooncake_like_24k_poisson.jsonl");
+    /* --large-host: e2e and util only, the whole H200 as GPU KV, a 400 GB pool for every
+     * offload point (not vanilla's), the Mooncake-like trace beside the lengths, util over
+     * every system; --kv-budget-gb and --host-pool-gb replace them at any scale */
+    EXPECT_EQ_INT(tu_run_pulse("reproduce --large-host --dry-run", out, sizeof out), 0);
+    EXPECT_STR_CONTAINS(out, "--kv-budget-gb 110 --policy vanilla --workload uniform:65536:32 ");
+    EXPECT_STR_CONTAINS(out, "--policy arkvale --host-pool-gb 400 --workload uniform:16384:128");
+    EXPECT_STR_CONTAINS(out, "--policy infinigen --host-pool-gb 400 --workload trace:workloads/");
+    EXPECT_STR_CONTAINS(out, "--cupti --policy arkvale --host-pool-gb 400 --out ");
+    EXPECT_STR_CONTAINS(out, "--out results/large-host/util/points/arkvale.json");
+    EXPECT(strstr(out, "vanilla --host-pool-gb") == NULL);
+    EXPECT(strstr(out, "/ablation/") == NULL && strstr(out, "/ratio/") == NULL);
+    EXPECT_EQ_INT(
+        tu_run_pulse("reproduce --large-host --only ratio --host-pool-gb 500 --kv-budget-gb 90 "
+                     "--dry-run",
+                     out, sizeof out),
+        0);
+    EXPECT_STR_CONTAINS(out, "--kv-budget-gb 12 --workload uniform:65536:18 --policy infinigen "
+                             "--host-pool-gb 500 ");
+    EXPECT_EQ_INT(
+        tu_run_pulse("reproduce --tiny --only util --kv-budget-gb 0.5 --dry-run", out, sizeof out),
+        0);
+    EXPECT_STR_CONTAINS(out, "--kv-budget-gb 0.5 ");
+    EXPECT(strstr(out, "--host-pool-gb") == NULL && strstr(out, "policy arkvale") == NULL);
+    EXPECT_EQ_INT(tu_run_pulse("reproduce --large-host --full", out, sizeof out), 2);
+    EXPECT_EQ_INT(tu_run_pulse("reproduce --host-pool-gb 0x10 --dry-run", out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "--host-pool-gb");
+    EXPECT_EQ_INT(tu_run_pulse("reproduce --kv-budget-gb -1 --dry-run", out, sizeof out), 2);
     EXPECT_EQ_INT(tu_run_pulse("reproduce --list", out, sizeof out), 0);
     EXPECT_STR_CONTAINS(out, "fig. 26");
     EXPECT_EQ_INT(tu_run_pulse("reproduce --only fig99", out, sizeof out), 2);
