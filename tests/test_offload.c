@@ -816,7 +816,8 @@ static void test_cap_fraction(void)
             json_number_value(json_object_get(json_object_get(cfg, "offload"), "recall_cap_gbps"));
         EXPECT_NEAR(json_number_value(json_object_get(cfg, "recall_cap_fraction")), 0.25, 1e-12);
         EXPECT(peak > 0);
-        EXPECT_NEAR(cap, 0.25 * peak, 1e-9 * peak);
+        /* (each as the result file writes it: 9 significant digits, results.c) */
+        EXPECT_NEAR(cap, 0.25 * peak, 1e-7 * peak);
         json_t *off = json_object_get(json_object_get(r, "counters"), "offload");
         EXPECT(json_is_false(json_object_get(off, "device_plan")));
         json_t *eng = json_object_get(off, "recall_engine");
