@@ -20,8 +20,9 @@
  *              are not in it; the file's note says which)
  *   t_R(x)     one recall round of x bytes with the chosen engine: random chunks of a host pool
  *              (a head's piece of a block for headwise selection, a whole block for solohead)
- *              into random slots, wall time from submit to completion, median of --reps; two
- *              chunks of every point are read back and compared
+ *              into random slots, wall time from submit to completion; passes over all sizes in
+ *              turn, at least 21 (more with --reps), new chunks each round, the median per
+ *              size; two chunks of every size are read back and compared
  *   r          recall bytes per offload request and layer: --recall-bytes; else with
  *              --offload-steps r_b at the largest measured b; else budget x the mean churn over
  *              all layers of the locality profile (dense layers recall nothing) x one layer's
@@ -82,7 +83,8 @@ static const char usage[] =
     "                      x KV bytes per token and layer)\n"
     "  --locality-profile F  the churn profile behind r and the offload steps (default: the\n"
     "                      built-in one)\n"
-    "  --reps N            timed repetitions per point, median kept (default cpu 3, cuda 5)\n"
+    "  --reps N            timed repetitions per point, median kept (default cpu 3, cuda 5;\n"
+    "                      t_R: at least 21 passes over its sizes)\n"
     "  --warmup N          untimed repetitions first (default 1)\n"
     "  --page-size N       tokens per KV block (default 16)\n"
     "  --max-kv-gb G       t_N points whose KV exceeds G are extrapolated, not measured (default\n"
@@ -644,45 +646,61 @@ static int recall_grid(const struct opts *o, size_t chunk, struct ioaa_profile_d
     return 0;
 }
 
-/* The t_R table into d (its grid set); samples and floors into meas. 0, or 1 after a message
- * (a failed recall, a chunk that landed wrong). */
+/* t_R's rounds are cheap (microseconds to a few milliseconds), so they are timed over more
+ * passes than --reps asks: a host-side stall of some milliseconds (s15: every round of the
+ * two smallest sizes at 1.07 ms, against 0.04 ms in every other run, for about 10 ms) then
+ * falls on a minority of every size's samples, and the median drops it. */
+#define RECALL_MIN_PASSES 21
+
+/* The t_R table into d (its grid set); samples and floors into meas. Passes over every size in
+ * turn (--warmup untimed, then max(--reps, RECALL_MIN_PASSES) timed), each round on newly
+ * picked chunks, so a stall of the machine is spread over the sizes instead of landing on one;
+ * the median per size. 0, or 1 after a message (a failed recall, a chunk that landed wrong). */
 static int measure_recalls(struct recall_rig *g, const struct opts *o,
                            const struct ioaa_analytic_params *ap, struct ioaa_profile_data *d,
                            json_t *meas)
 {
-    const int R = (int)o->reps;
-    double s[MAX_REPS];
-    json_t *rc =
-        json_pack("{s:[], s:[], s:I}", "samples_s", "floor_s", "chunk_bytes", (json_int_t)g->chunk);
+    const int R = (int)PULSE_MAX(o->reps, RECALL_MIN_PASSES), ns = o->n_sizes;
+    double *s = mem_alloc(MEM_HOST, sizeof *s * (size_t)(R * ns), "profile recall samples");
+    if (!s) return cli_error(CMD, "cannot allocate the recall samples"), 1;
+    json_t *rc = json_pack("{s:[], s:[], s:I, s:i}", "samples_s", "floor_s", "chunk_bytes",
+                           (json_int_t)g->chunk, "passes", R);
     json_object_set_new(meas, "recall", rc);
-    for (int i = 0; i < o->n_sizes; i++) {
-        const int n = (int)(d->tr_bytes[i] / g->chunk);
-        rig_pick(g, n);
-        for (int k = -(int)o->warmup; k < R; k++) {
+    int bad = 0;
+    for (int k = -(int)o->warmup; k < R && !bad; k++)
+        for (int i = 0; i < ns && !bad; i++) {
+            const int n = (int)(d->tr_bytes[i] / g->chunk);
+            rig_pick(g, n);
             int64_t ticket;
             const double t0 = pulse_now();
             int st = recall_submit(g->r, g->items, n, &ticket);
             if (st == PULSE_OK) st = recall_wait(g->r, ticket);
             if (st != PULSE_OK) {
                 cli_error(CMD, "a recall of %d chunks failed (status %d)", n, st);
-                return 1;
+                bad = 1;
+                break;
             }
-            if (k >= 0) s[k] = pulse_now() - t0;
-        }
-        for (int k = 0; k < 2; k++) { /* the first and the last chunk, read back */
-            const struct recall_item *it = &g->items[k ? n - 1 : 0];
-            g->be->download(g->ctx, g->h_check, it->dst, it->bytes);
-            if (memcmp(g->h_check, it->src, it->bytes)) {
-                cli_error(CMD, "a recall of %d chunks: chunk %d landed wrong", n, k ? n - 1 : 0);
-                return 1;
+            if (k < 0) continue;
+            s[i * R + k] = pulse_now() - t0;
+            for (int e = 0; e < 2 && k == R - 1; e++) { /* last pass: first and last chunk back */
+                const struct recall_item *it = &g->items[e ? n - 1 : 0];
+                g->be->download(g->ctx, g->h_check, it->dst, it->bytes);
+                if (memcmp(g->h_check, it->src, it->bytes)) {
+                    cli_error(CMD, "a recall of %d chunks: chunk %d landed wrong", n,
+                              e ? n - 1 : 0);
+                    bad = 1;
+                    break;
+                }
             }
         }
-        d->tr[i] = median(s, R);
-        json_array_append_new(json_object_get(rc, "samples_s"), reals(s, R));
+    for (int i = 0; i < ns && !bad; i++) {
+        d->tr[i] = median(s + i * R, R);
+        json_array_append_new(json_object_get(rc, "samples_s"), reals(s + i * R, R));
         json_array_append_new(json_object_get(rc, "floor_s"),
                               json_real(ioaa_analytic_t_recall(ap, d->tr_bytes[i])));
     }
-    return 0;
+    mem_free(MEM_HOST, s, sizeof *s * (size_t)(R * ns));
+    return bad;
 }
 
 /* ---- t_O from offload steps ---- */

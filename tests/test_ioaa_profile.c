@@ -377,6 +377,11 @@ static void test_pulse_profile(void)
         json_array_size(json_array_get(
             json_array_get(json_object_get(json_object_get(meas, "normal"), "samples_s"), 2), 1)),
         2);
+    /* t_R's rounds: at least 21 interleaved passes whatever --reps says, each size's samples */
+    json_t *rec = json_object_get(meas, "recall");
+    EXPECT_EQ_INT(json_integer_value(json_object_get(rec, "passes")), 21);
+    for (int i = 0; i < 2; i++)
+        EXPECT_EQ_INT(json_array_size(json_array_get(json_object_get(rec, "samples_s"), i)), 21);
     EXPECT(json_is_integer(json_object_get(meas, "raised_by_reader")));
     EXPECT(json_object_get(r, "tool") != NULL);
     /* the CPU's default t_O is the dense approximation at the budget, r the churn estimate */
