@@ -22,7 +22,8 @@
  *              (a head's piece of a block for headwise selection, a whole block for solohead)
  *              into random slots, wall time from submit to completion; passes over all sizes in
  *              turn, at least 21 (more with --reps), new chunks each round, the median per
- *              size; two chunks of every size are read back and compared
+ *              size, timed again (three times at most) while a size's median is over twice a
+ *              larger size's (a stall); two chunks of every size are read back and compared
  *   r          recall bytes per offload request and layer: --recall-bytes; else with
  *              --offload-steps r_b at the largest measured b; else budget x the mean churn over
  *              all layers of the locality profile (dense layers recall nothing) x one layer's
@@ -652,10 +653,46 @@ static int recall_grid(const struct opts *o, size_t chunk, struct ioaa_profile_d
  * falls on a minority of every size's samples, and the median drops it. */
 #define RECALL_MIN_PASSES 21
 
-/* The t_R table into d (its grid set); samples and floors into meas. Passes over every size in
- * turn (--warmup untimed, then max(--reps, RECALL_MIN_PASSES) timed), each round on newly
- * picked chunks, so a stall of the machine is spread over the sizes instead of landing on one;
- * the median per size. 0, or 1 after a message (a failed recall, a chunk that landed wrong). */
+/* One timing of the t_R table: --warmup untimed passes over every size in turn, then R timed,
+ * each round on newly picked chunks, seconds into s[size * R + pass]; in the last pass two
+ * chunks of every size are read back and compared. 0, or 1 after a message (a failed recall, a
+ * chunk that landed wrong). */
+static int time_rounds(struct recall_rig *g, const struct opts *o, const double *bytes, int ns,
+                       int R, double *s)
+{
+    for (int k = -(int)o->warmup; k < R; k++)
+        for (int i = 0; i < ns; i++) {
+            const int n = (int)(bytes[i] / g->chunk);
+            rig_pick(g, n);
+            int64_t ticket;
+            const double t0 = pulse_now();
+            int st = recall_submit(g->r, g->items, n, &ticket);
+            if (st == PULSE_OK) st = recall_wait(g->r, ticket);
+            if (st != PULSE_OK)
+                return cli_error(CMD, "a recall of %d chunks failed (status %d)", n, st), 1;
+            if (k < 0) continue;
+            s[i * R + k] = pulse_now() - t0;
+            for (int e = 0; e < 2 && k == R - 1; e++) {
+                const struct recall_item *it = &g->items[e ? n - 1 : 0];
+                g->be->download(g->ctx, g->h_check, it->dst, it->bytes);
+                if (memcmp(g->h_check, it->src, it->bytes))
+                    return cli_error(CMD, "a recall of %d chunks: chunk %d landed wrong", n,
+                                     e ? n - 1 : 0),
+                           1;
+            }
+        }
+    return 0;
+}
+
+/* A round this many times slower than a larger one's is a stall (ioaa_profile_inverted); the
+ * table is timed again, RECALL_ATTEMPTS times in all, and the last kept with a warning. */
+#define RECALL_STALL_FACTOR 2.0
+#define RECALL_ATTEMPTS 3
+
+/* The t_R table into d (its grid set); samples, floors and attempts into meas: passes over
+ * every size in turn (max(--reps, RECALL_MIN_PASSES) timed), so a stall of the machine is
+ * spread over the sizes instead of landing on one, the median per size; timed again while a
+ * size is slower than twice a larger one's. 0, or 1 after a message. */
 static int measure_recalls(struct recall_rig *g, const struct opts *o,
                            const struct ioaa_analytic_params *ap, struct ioaa_profile_data *d,
                            json_t *meas)
@@ -663,41 +700,31 @@ static int measure_recalls(struct recall_rig *g, const struct opts *o,
     const int R = (int)PULSE_MAX(o->reps, RECALL_MIN_PASSES), ns = o->n_sizes;
     double *s = mem_alloc(MEM_HOST, sizeof *s * (size_t)(R * ns), "profile recall samples");
     if (!s) return cli_error(CMD, "cannot allocate the recall samples"), 1;
-    json_t *rc = json_pack("{s:[], s:[], s:I, s:i}", "samples_s", "floor_s", "chunk_bytes",
-                           (json_int_t)g->chunk, "passes", R);
-    json_object_set_new(meas, "recall", rc);
-    int bad = 0;
-    for (int k = -(int)o->warmup; k < R && !bad; k++)
-        for (int i = 0; i < ns && !bad; i++) {
-            const int n = (int)(d->tr_bytes[i] / g->chunk);
-            rig_pick(g, n);
-            int64_t ticket;
-            const double t0 = pulse_now();
-            int st = recall_submit(g->r, g->items, n, &ticket);
-            if (st == PULSE_OK) st = recall_wait(g->r, ticket);
-            if (st != PULSE_OK) {
-                cli_error(CMD, "a recall of %d chunks failed (status %d)", n, st);
-                bad = 1;
-                break;
-            }
-            if (k < 0) continue;
-            s[i * R + k] = pulse_now() - t0;
-            for (int e = 0; e < 2 && k == R - 1; e++) { /* last pass: first and last chunk back */
-                const struct recall_item *it = &g->items[e ? n - 1 : 0];
-                g->be->download(g->ctx, g->h_check, it->dst, it->bytes);
-                if (memcmp(g->h_check, it->src, it->bytes)) {
-                    cli_error(CMD, "a recall of %d chunks: chunk %d landed wrong", n,
-                              e ? n - 1 : 0);
-                    bad = 1;
-                    break;
-                }
-            }
+    int bad = 0, attempt = 0, a = 0, b = 0, inverted = 1;
+    while (!bad && inverted && attempt < RECALL_ATTEMPTS) {
+        attempt++;
+        bad = time_rounds(g, o, d->tr_bytes, ns, R, s);
+        for (int i = 0; i < ns && !bad; i++)
+            d->tr[i] = median(s + i * R, R);
+        inverted = !bad && ioaa_profile_inverted(d->tr, ns, RECALL_STALL_FACTOR, &a, &b);
+        if (inverted)
+            fprintf(stderr,
+                    "pulse profile: a recall round of %.0f bytes took %.4f ms, over %.0fx the "
+                    "%.4f ms of %.0f bytes: a stall; %s\n",
+                    d->tr_bytes[a], d->tr[a] * 1e3, RECALL_STALL_FACTOR, d->tr[b] * 1e3,
+                    d->tr_bytes[b],
+                    attempt < RECALL_ATTEMPTS ? "timing the rounds again" : "kept as measured");
+    }
+    if (!bad) {
+        json_t *rc = json_pack("{s:[], s:[], s:I, s:i, s:i, s:b}", "samples_s", "floor_s",
+                               "chunk_bytes", (json_int_t)g->chunk, "passes", R, "attempts",
+                               attempt, "stall_kept", inverted);
+        for (int i = 0; i < ns; i++) {
+            json_array_append_new(json_object_get(rc, "samples_s"), reals(s + i * R, R));
+            json_array_append_new(json_object_get(rc, "floor_s"),
+                                  json_real(ioaa_analytic_t_recall(ap, d->tr_bytes[i])));
         }
-    for (int i = 0; i < ns && !bad; i++) {
-        d->tr[i] = median(s + i * R, R);
-        json_array_append_new(json_object_get(rc, "samples_s"), reals(s + i * R, R));
-        json_array_append_new(json_object_get(rc, "floor_s"),
-                              json_real(ioaa_analytic_t_recall(ap, d->tr_bytes[i])));
+        json_object_set_new(meas, "recall", rc);
     }
     mem_free(MEM_HOST, s, sizeof *s * (size_t)(R * ns));
     return bad;

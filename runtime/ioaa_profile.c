@@ -94,6 +94,20 @@ int ioaa_profile_data_monotone(struct ioaa_profile_data *d)
     return raised;
 }
 
+int ioaa_profile_inverted(const double *v, int n, double factor, int *i, int *j)
+{
+    for (int a = 0; a + 1 < n; a++) {
+        int m = a + 1;
+        for (int b = a + 2; b < n; b++)
+            if (v[b] < v[m]) m = b;
+        if (v[a] >= factor * v[m]) {
+            *i = a, *j = m;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int ioaa_profile_data_cap_recall(struct ioaa_profile_data *d, double bytes_per_s)
 {
     int raised = 0;

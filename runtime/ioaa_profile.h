@@ -65,6 +65,12 @@ void ioaa_profile_data_free(struct ioaa_profile_data *d);
  * values it raised. */
 int ioaa_profile_data_monotone(struct ioaa_profile_data *d);
 
+/* A table point at least `factor` (> 1) times a later point's value: the first such pair (i < j,
+ * the smallest i, then the j of the smallest value after it) into *i and *j; returns 1, or 0
+ * when there is none. A larger batch, context or round is never that much faster, so such a
+ * pair is a stall during the measurement, which the running maximum would carry up the table. */
+int ioaa_profile_inverted(const double *v, int n, double factor, int *i, int *j);
+
 /* Recall rounds no faster than a cap of bytes_per_s (> 0): each t_R(x) raised to at least
  * x / bytes_per_s, as the engine's pacing makes them (recall.h, cap_gbps); the table stays
  * nondecreasing. Returns how many values it raised. */

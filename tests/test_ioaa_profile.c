@@ -312,6 +312,29 @@ static void test_cap_recall(void)
     ioaa_profile_data_free(&d);
 }
 
+/* A stall in a table: s15's gather-scatter t_R (64 KB and 256 KB at 1.07 ms, 1 MB at 0.095 ms)
+ * is found at its first point against the smallest later one; ordinary noise (s14's table, its
+ * first point 1.2x the second's) and monotone tables are not; the factor is inclusive; the
+ * first offending point is reported, against the smallest value after it. */
+static void test_inverted(void)
+{
+    const double s15[6] = {1.0652e-3, 1.0659e-3, 0.0955e-3, 0.1462e-3, 0.4896e-3, 1.8122e-3};
+    const double s14[6] = {0.050e-3, 0.041e-3, 0.078e-3, 0.136e-3, 0.442e-3, 1.618e-3};
+    const double mono[4] = {1, 2, 3, 4}, edge[2] = {2, 1}, later[3] = {1, 3, 1.4};
+    int i = -1, j = -1;
+    EXPECT_EQ_INT(ioaa_profile_inverted(s15, 6, 2.0, &i, &j), 1);
+    EXPECT_EQ_INT(i, 0);
+    EXPECT_EQ_INT(j, 2);
+    EXPECT_EQ_INT(ioaa_profile_inverted(s14, 6, 2.0, &i, &j), 0);
+    EXPECT_EQ_INT(ioaa_profile_inverted(mono, 4, 2.0, &i, &j), 0);
+    EXPECT_EQ_INT(ioaa_profile_inverted(mono, 1, 2.0, &i, &j), 0);
+    EXPECT_EQ_INT(ioaa_profile_inverted(edge, 2, 2.0, &i, &j), 1);
+    EXPECT_EQ_INT(ioaa_profile_inverted(later, 3, 2.0, &i, &j), 1);
+    EXPECT_EQ_INT(i, 1);
+    EXPECT_EQ_INT(j, 2);
+    EXPECT_EQ_INT(ioaa_profile_inverted(later, 3, 2.2, &i, &j), 0);
+}
+
 static int nondecreasing(const double *v, int stride, int n)
 {
     for (int i = 1; i < n; i++)
@@ -380,6 +403,9 @@ static void test_pulse_profile(void)
     /* t_R's rounds: at least 21 interleaved passes whatever --reps says, each size's samples */
     json_t *rec = json_object_get(meas, "recall");
     EXPECT_EQ_INT(json_integer_value(json_object_get(rec, "passes")), 21);
+    const json_int_t attempts = json_integer_value(json_object_get(rec, "attempts"));
+    EXPECT(attempts >= 1 && attempts <= 3);
+    EXPECT(json_is_boolean(json_object_get(rec, "stall_kept")));
     for (int i = 0; i < 2; i++)
         EXPECT_EQ_INT(json_array_size(json_array_get(json_object_get(rec, "samples_s"), i)), 21);
     EXPECT(json_is_integer(json_object_get(meas, "raised_by_reader")));
@@ -569,6 +595,7 @@ int main(void)
     test_rejects();
     test_running_max();
     test_cap_recall();
+    test_inverted();
     test_pulse_profile();
     test_profile_offload_steps();
     remove(tmp_path);
