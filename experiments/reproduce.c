@@ -170,6 +170,7 @@ static struct scale_cfg large_host_scale(void)
     struct scale_cfg c = scales[FULL];
     const char *const lengths[] = {"uniform:16384:128", "uniform:32768:64", "uniform:65536:32",
                                    "trace:workloads/traces/mooncake_like_24k_poisson.jsonl", NULL};
+    _Static_assert(sizeof lengths == sizeof c.lengths, "large_host_scale: the e2e lengths");
     memcpy(c.lengths, lengths, sizeof lengths);
     c.mid = "uniform:65536:32";
     c.kv_gb = c.capacity_gb[3] = 110;
