@@ -9,9 +9,19 @@ extern const struct policy policy_vanilla;   /* vanilla.c */
 extern const struct policy policy_arkvale;   /* arkvale.c */
 extern const struct policy policy_infinigen; /* infinigen.c */
 extern const struct policy policy_pulseinfer; /* pulseinfer.c */
+/* the engine-matched tier (DESIGN section 11) */
+extern const struct policy policy_arkvale_solohead_gs, policy_arkvale_solohead_zc;
+extern const struct policy policy_infinigen_solohead_gs, policy_infinigen_solohead_zc;
 
-static const struct policy *const registry[] = {&policy_vanilla, &policy_arkvale,
-                                                &policy_infinigen, &policy_pulseinfer};
+static const struct policy *const registry[] = {
+    &policy_vanilla,
+    &policy_arkvale,
+    &policy_infinigen,
+    &policy_pulseinfer,
+    &policy_arkvale_solohead_gs,
+    &policy_arkvale_solohead_zc,
+    &policy_infinigen_solohead_gs,
+    &policy_infinigen_solohead_zc};
 
 const struct policy *policy_find(const char *name)
 {
@@ -22,5 +32,6 @@ const struct policy *policy_find(const char *name)
 
 const char *policy_names(void)
 {
-    return "vanilla, arkvale, infinigen, pulseinfer";
+    return "vanilla, arkvale, infinigen, pulseinfer, arkvale+solohead+gs, arkvale+solohead+zc, "
+           "infinigen+solohead+gs, infinigen+solohead+zc";
 }

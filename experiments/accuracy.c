@@ -1328,6 +1328,7 @@ static int setup(struct acc *A, char *err, size_t errlen)
                                        c->n_layers,
                                        1,
                                        1,
+                                       NULL,
                                        0};
     A->meter = locality_meter_create(&mp, err, errlen);
     if (!A->ids || !A->gen || !A->gen2 || !mam_ok || !A->text || !A->text_utf8 || !A->logits ||

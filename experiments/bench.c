@@ -46,6 +46,7 @@ struct bench_opts {
     const char *backend, *model, *points, *peer, *out, *policy;
     struct run_offload_opts off;
     long iters, warmup, page_size;
+    int page_size_set; /* --page-size given (else the policy's, else 16) */
     uint64_t seed;
     int no_graph;
 };
@@ -126,6 +127,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
             break;
         case 'P':
             if (cli_int("bench", "--page-size", optarg, 1, 4096, &o->page_size)) return -1;
+            o->page_size_set = 1;
             break;
         case 's':
             if (cli_u64("bench", "--seed", optarg, INT64_MAX, &o->seed)) return -1;
@@ -151,6 +153,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
         cli_error("bench", "--policy: unknown policy '%s' (known: %s)", o->policy, policy_names());
         return -1;
     }
+    if (!o->page_size_set && pol->offload_page_size) o->page_size = pol->offload_page_size;
     if (pol->ctx_kind != POLICY_CTX_OFFLOAD && o->off.first_flag) {
         cli_error("bench", "%s: only for offload policies (arkvale, infinigen)", o->off.first_flag);
         return -1;

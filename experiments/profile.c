@@ -6,7 +6,9 @@
  *              median of --reps after --warmup
  *   t_O(b)     one sparse layer of an offload batch of b. --offload-steps (the default on
  *              cuda): real offload steps of b requests at --offload-context tokens
- *              (bench_offload_point, policy arkvale with this command's --selection,
+ *              (bench_offload_point, the synchronous step of PULSE_PROFILE_POLICY: an
+ *              offload batch's step as PulseInfer runs it, page and cache as PulseInfer's,
+ *              resident blocks reused; with this command's --selection,
  *              --recall-engine, --budget-tokens and --locality-profile), their median step
  *              S_O(b) and their mean recall bytes per step B(b); r_b = B(b) / (b L) is the
  *              recall per request and layer over all L layers (dense ones recall nothing), as r
@@ -768,6 +770,11 @@ static int offload_warmup(const struct opts *o)
     return (int)PULSE_MAX(1, o->warmup);
 }
 
+/* The policy whose synchronous step t_O measures: the engine-matched ArkVale (select, recall,
+ * wait, attend; page size, cache and reuse as PulseInfer's), its selection and engine this
+ * command's. */
+#define PULSE_PROFILE_POLICY "arkvale+solohead+gs"
+
 /* Real offload steps of b requests at --offload-context (bench_offload_point's record into
  * pj): the median step in *s_o (seconds) and the mean recall bytes per step in *bytes.
  * PULSE_OK; PULSE_ERR_NOMEM when the batch does not fit (over pulse run's default host pool
@@ -788,7 +795,7 @@ static int offload_point(struct engine *e, const struct opts *o, const struct ru
         results_set_real(pj, "host_pool_bytes_needed", host);
         return PULSE_ERR_NOMEM;
     }
-    const int rc = bench_offload_point(e, policy_find("arkvale"), oo, b, ctx, warm, steps,
+    const int rc = bench_offload_point(e, policy_find(PULSE_PROFILE_POLICY), oo, b, ctx, warm, steps,
                                        (int)o->page_size, o->seed, bw, pj);
     if (rc == EXIT_OOM) return PULSE_ERR_NOMEM;
     if (rc) {
@@ -834,7 +841,7 @@ static json_t *offload_record(const struct opts *o, int L, int n_sparse, json_t 
 {
     json_t *of =
         json_pack("{s:s, s:s, s:I, s:i, s:i, s:i, s:i, s:O}", "method", "offload-steps", "policy",
-                  "arkvale", "context", (json_int_t)o->offload_ctx, "warmup_steps",
+                  PULSE_PROFILE_POLICY, "context", (json_int_t)o->offload_ctx, "warmup_steps",
                   offload_warmup(o), "timed_steps", (int)o->reps, "n_layers", L, "sparse_layers",
                   n_sparse, "dense_approx", json_object_get(meas, "offload"));
     for (int k = 0; k < OF_N; k++)

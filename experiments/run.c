@@ -23,7 +23,13 @@ static const char usage[] =
     "  Serves every request of a workload to its output length and writes a result JSON.\n"
     "  --backend B        cpu, cuda or auto (default auto: cuda when a GPU is usable)\n"
     "  --model NAME       built-in model config (default tiny; see pulse models)\n"
-    "  --policy P         vanilla, arkvale, infinigen or pulseinfer (default vanilla)\n"
+    "  --policy P         vanilla, arkvale, infinigen or pulseinfer (default vanilla); the\n"
+    "                     baselines as published: arkvale = --page-size 32 --selection mean\n"
+    "                     --recall-engine per-block --hot-slots 128, infinigen = --selection\n"
+    "                     headwise --recall-engine gather-scatter --reuse none; their\n"
+    "                     engine-matched tier: arkvale+solohead+gs, arkvale+solohead+zc,\n"
+    "                     infinigen+solohead+gs, infinigen+solohead+zc (SoloHead, page 16,\n"
+    "                     gather-scatter or zero-copy, resident blocks reused)\n"
     "  --workload SPEC    uniform:LEN:COUNT, random:MIN:MAX:COUNT or lengths:L1,L2,...\n"
     "                     (default uniform:256:4)\n"
     "  --arrival SPEC     all (default: every request at 0), poisson:RATE (requests/s) or\n"
@@ -32,7 +38,7 @@ static const char usage[] =
     "  --kv-budget-gb G   GPU KV pool in GB (default 45 on cuda, emulating an 80 GB card; 0.25 on "
     "cpu)\n"
     "  --max-batch N      most requests decoded together (default 64)\n"
-    "  --page-size N      tokens per KV block (default 16)\n"
+    "  --page-size N      tokens per KV block (default 16; arkvale 32)\n"
     "  --seed S           weights, prompt KV or prompt ids, and workload (default 1)\n"
     "  --out FILE         result JSON (default: none, summary only)\n"
     "  --print-tokens     print each request's output token ids\n"
@@ -51,7 +57,7 @@ struct run_opts {
     const char *backend, *model, *policy, *workload, *arrival, *out, *weights;
     long output_len, max_batch, page_size;
     double budget_gb;
-    int budget_set, model_set, print_tokens, no_graph, cupti;
+    int budget_set, model_set, page_size_set, print_tokens, no_graph, cupti;
     uint64_t seed;
     struct run_offload_opts off;
 };
@@ -134,6 +140,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
             break;
         case 'P':
             if (cli_int("run", "--page-size", optarg, 1, 4096, &o->page_size)) return -1;
+            o->page_size_set = 1;
             break;
         case 'g':
             if (cli_double("run", "--kv-budget-gb", optarg, 1e-6, 1e6, &o->budget_gb)) return -1;
@@ -442,6 +449,7 @@ int cmd_run(int argc, char **argv)
         cli_error("run", "--policy: unknown policy '%s' (known: %s)", o.policy, policy_names());
         return EXIT_USAGE;
     }
+    if (!o.page_size_set && pol->offload_page_size) o.page_size = pol->offload_page_size;
     const struct backend *be = cli_backend("run", o.backend);
     if (!be) return EXIT_USAGE;
     if (model_config_check_backend(m, be->name, err, sizeof err) != PULSE_OK) {

@@ -10,10 +10,13 @@
 #include "mam.h"
 
 const char run_offload_usage[] =
-    "  offload policies (arkvale, infinigen):\n"
+    "  offload policies (arkvale, infinigen and the engine-matched arkvale+solohead+gs|zc,\n"
+    "  infinigen+solohead+gs|zc; the defaults below are each policy's own, pulse run --help\n"
+    "  lists them):\n"
     "  --budget-tokens N  tokens selected per request and layer besides sink, window and tail\n"
     "                     (a multiple of --page-size; default 2048)\n"
-    "  --selection S      headwise or solohead (default headwise)\n"
+    "  --selection S      headwise (a list per KV head), solohead (the selector head's list\n"
+    "                     serves all) or mean (one list from the scores of every head)\n"
     "  --head-profile F   MAM profile (pulse profile-heads) giving SoloHead's selector heads\n"
     "                     (default: KV head 0 of every layer)\n"
     "  --recall-engine E  per-block, gather-scatter, zero-copy or batch (default per-block)\n"
@@ -33,7 +36,11 @@ const char run_offload_usage[] =
     "  --host-pool-gb G   pinned host KV pool (default: what the run holds at once, the smaller\n"
     "                     of every request and max-batch longest ones; at most 100 on cuda, 4 on\n"
     "                     cpu)\n"
-    "  --hot-slots N      GPU blocks per request, layer (and head) (default: the selection's)\n"
+    "  --hot-slots N      GPU blocks per request, layer (and head) (default: the selection's;\n"
+    "                     arkvale: 128 pages, its benchmark's page budget)\n"
+    "  --reuse R          resident (blocks kept on the GPU are not recalled again) or none\n"
+    "                     (the whole selection recalled every step, InfiniGen's published\n"
+    "                     transfer; host-planned engines); default resident, infinigen none\n"
     "  --calib-tokens N   context of the locality calibration (default: from the prompts)\n"
     "  pulseinfer (defaults: --selection solohead, --recall-engine gather-scatter):\n"
     "  --no-irq           the offload batch's layers run without interruption (ablation)\n"
@@ -49,7 +56,7 @@ static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
     "--head-profile",    "--host-pool-gb", "--dense-layers",  "--prompt-kv",
     "--recall-cap-gbps", "--hot-slots",    "--calib-tokens",  "--no-irq",
     "--admission",       "--profile",      "--trace",         "--recall-cap-fraction",
-    "--query"};
+    "--query",           "--reuse"};
 
 static const char *flag_name(int code)
 {
@@ -103,7 +110,12 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
         return cli_double("run", f, arg, 1e-3, 1.0, &oo->cap_fraction);
     case RUN_OFF_SELECTION:
         oo->selection = arg;
-        return one_of(f, arg, "headwise", "solohead");
+        if (offload_selection_find(arg) >= 0) return 0;
+        cli_error("run", "%s: '%s' is not headwise, solohead or mean", f, arg);
+        return -1;
+    case RUN_OFF_REUSE:
+        oo->reuse = arg;
+        return one_of(f, arg, "resident", "none");
     case RUN_OFF_PROMPT_KV:
         oo->prompt_kv = arg;
         if (!strcmp(arg, "locality") || !strcmp(arg, "synthetic") || !strcmp(arg, "prefill"))
@@ -196,9 +208,11 @@ static int host_pool(struct run_offload *ro, const struct run_offload_opts *oo,
 }
 
 /* The flags whose range depends on the model and the workload, named in the message; the
- * budget in *budget (the default rounded down to the block size). */
+ * budget in *budget (the default rounded down to the block size), the hot slots in *hot (the
+ * flag, else the policy's cache_pages when more than one step selects, else 0). */
 static int check_flags(const struct run_offload_opts *oo, const struct model_config *m,
-                       const struct kv_cache_params *kp, long *budget)
+                       const struct kv_cache_params *kp, long cache_pages, long *budget,
+                       long *hot)
 {
     const int ps = kp->page_size;
     *budget = oo->budget_set ? oo->budget_tokens : oo->budget_tokens / ps * ps;
@@ -215,6 +229,10 @@ static int check_flags(const struct run_offload_opts *oo, const struct model_con
     }
     const long blocks = PULSE_CEIL_DIV(kp->max_tokens, ps);
     const long sel = PULSE_MIN(blocks, 1 + 2 + 1 + *budget / ps);
+    /* the policy's cache when larger than the selection, within the longest request */
+    *hot = oo->hot_slots ? oo->hot_slots
+           : cache_pages > sel ? PULSE_MIN(cache_pages, blocks)
+                               : 0;
     if (oo->hot_slots && (oo->hot_slots < sel || oo->hot_slots > blocks)) {
         cli_error("run",
                   "--hot-slots: %ld is not in [%ld, %ld] (the blocks one step selects .. the "
@@ -227,12 +245,12 @@ static int check_flags(const struct run_offload_opts *oo, const struct model_con
 
 /* The params the flags and the workload give directly. */
 static void fill_params(struct run_offload *ro, const struct run_offload_opts *oo,
-                        const struct policy *pol, const struct workload *w, long budget)
+                        const struct policy *pol, const struct workload *w, long budget, long hot)
 {
     struct offload_params *p = &ro->p;
     p->budget_tokens = (int)budget;
     p->n_dense = (int)oo->dense_layers;
-    p->hot_slots = (int)oo->hot_slots;
+    p->hot_slots = (int)hot;
     ro->src.calib_tokens = (int)oo->calib_tokens;
     const char *sel = oo->selection            ? oo->selection
                       : pol->offload_selection ? pol->offload_selection
@@ -240,7 +258,7 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
     const char *eng = oo->engine            ? oo->engine
                       : pol->offload_engine ? pol->offload_engine
                                             : "per-block";
-    p->selection = !strcmp(sel, "solohead") ? OFFLOAD_SOLOHEAD : OFFLOAD_HEADWISE;
+    p->selection = offload_selection_find(sel);
     p->engine = (enum recall_engine)recall_engine_find(eng);
     const char *kv = oo->prompt_kv ? oo->prompt_kv : "locality";
     p->prompt_kv = !strcmp(kv, "synthetic") ? OFFLOAD_KV_SYNTHETIC
@@ -249,6 +267,7 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
     p->query = oo->query && !strcmp(oo->query, "real") ? OFFLOAD_QUERY_REAL : OFFLOAD_QUERY_LOCALITY;
     p->cap_gbps = oo->cap_gbps;
     p->lookahead = pol->offload_lookahead;
+    p->refetch = oo->reuse ? !strcmp(oo->reuse, "none") : pol->offload_refetch;
     const char *verify = getenv("PULSE_OFFLOAD_VERIFY");
     p->verify_steps = verify && *verify == '1';
     int64_t prompt = 0, out = 0;
@@ -264,12 +283,12 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
                         const struct kv_cache_params *kp, uint64_t seed)
 {
     struct offload_params *p = &ro->p;
-    long budget;
-    if (check_flags(oo, m, kp, &budget)) return -1;
+    long budget, hot;
+    if (check_flags(oo, m, kp, pol->offload_cache_pages, &budget, &hot)) return -1;
     offload_params_init(p, kp->max_requests, kp->max_tokens, seed);
     memset(&ro->src, 0, sizeof ro->src);
     ro->src.model = m->name;
-    fill_params(ro, oo, pol, w, budget);
+    fill_params(ro, oo, pol, w, budget, hot);
     char err[512];
     if (oo->profile) {
         if (locality_profile_read(oo->profile, &ro->profile, err, sizeof err) != PULSE_OK) {

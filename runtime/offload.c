@@ -123,13 +123,16 @@ int offload_params_check(const struct offload_params *p, const struct model_conf
         BAD("model %s has no layer to offload: its layers past the %d dense ones are all "
             "sliding-window layers",
             m->name, p->n_dense);
-    if (p->selection != OFFLOAD_HEADWISE && p->selection != OFFLOAD_SOLOHEAD)
+    if (!offload_selection_name(p->selection))
         BAD("offload: unknown selection %d", p->selection);
     for (int l = 0; p->selection == OFFLOAD_SOLOHEAD && p->selector && l < m->n_layers; l++)
         if (p->selector[l] < 0 || p->selector[l] >= m->n_kv_heads)
             BAD("selector of layer %d is %d, not a KV head of %s (0..%d)", l, p->selector[l],
                 m->name, m->n_kv_heads - 1);
     if ((unsigned)p->engine >= RECALL_ENGINES) BAD("offload: unknown recall engine %d", p->engine);
+    if (p->refetch && p->engine == RECALL_ZERO_COPY && p->cap_gbps == 0)
+        BAD("reuse none (re-fetching the whole selection every step) needs a host-planned "
+            "engine: per-block, gather-scatter or batch, or a capped zero-copy");
     if (p->prompt_kv != OFFLOAD_KV_LOCALITY && p->prompt_kv != OFFLOAD_KV_SYNTHETIC &&
         p->prompt_kv != OFFLOAD_KV_PREFILL)
         BAD("offload: unknown prompt KV source %d", p->prompt_kv);
@@ -154,6 +157,22 @@ int offload_params_check(const struct offload_params *p, const struct model_conf
     return PULSE_OK;
 }
 
+static const char *const selection_names[] = {"headwise", "solohead", "mean"};
+
+const char *offload_selection_name(int selection)
+{
+    return selection >= 0 && selection < (int)PULSE_ARRAY_LEN(selection_names)
+               ? selection_names[selection]
+               : NULL;
+}
+
+int offload_selection_find(const char *name)
+{
+    for (int i = 0; name && i < (int)PULSE_ARRAY_LEN(selection_names); i++)
+        if (!strcmp(name, selection_names[i])) return i;
+    return -1;
+}
+
 void offload_source_shape(const struct offload_params *p, const struct model_config *m,
                           int page_size, struct query_source_shape *out)
 {
@@ -162,7 +181,8 @@ void offload_source_shape(const struct offload_params *p, const struct model_con
     out->n_layers = m->n_layers, out->n_slots = p->max_batch;
     for (int l = 0; l < m->n_layers && l < QUERY_SOURCE_MAX_LAYERS; l++)
         out->dense[l] = offload_layer_kind(p, m, l) != OFFLOAD_LAYER_SPARSE;
-    out->solohead = p->selection == OFFLOAD_SOLOHEAD;
+    out->one_list = p->selection != OFFLOAD_HEADWISE;
+    out->selection = offload_selection_name(p->selection);
     out->hot_slots = hot_slots_of(p, page_size);
     out->seed = p->seed;
 }
@@ -393,7 +413,7 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
     o->hot_slots = hot_slots_of(p, ps);
     o->headwise = p->selection == OFFLOAD_HEADWISE;
     o->n_lists = o->headwise ? o->nkv : 1;
-    o->dig_heads = o->headwise ? o->nkv : 1;
+    o->dig_heads = p->selection == OFFLOAD_SOLOHEAD ? 1 : o->nkv;
     o->all_selected = p->sink + p->window + 1 + o->cfg.budget >= o->max_blocks;
     o->max_items = o->max_batch * o->n_lists * o->ms;
     o->head_bytes = (size_t)2 * ps * o->hd * sizeof(uint16_t);
@@ -412,7 +432,10 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
                                       p->sink, p->window, o->max_blocks};
     o->hp_bytes = o->device_plan ? hot_plan_state_bytes(&o->hpp) : 0;
     for (int l = 0; l < m->n_layers; l++)
-        o->sel_head[l] = o->headwise ? SELECT_HEADWISE : p->selector ? p->selector[l] : 0;
+        o->sel_head[l] = o->headwise                     ? SELECT_HEADWISE
+                         : p->selection == OFFLOAD_MEAN ? SELECT_MEAN
+                         : p->selector                  ? p->selector[l]
+                                                        : 0;
     o->fn = fns_ref;
 #ifdef PULSE_HAVE_CUDA
     if (o->be->mem == MEM_DEVICE) o->fn = fns_cuda;
@@ -427,7 +450,7 @@ static int same_shape(const struct query_source_shape *a, const struct query_sou
            x->sink == y->sink && x->window == y->window && x->max_blocks == y->max_blocks &&
            a->n_layers == b->n_layers && !memcmp(a->dense, b->dense, sizeof a->dense) &&
            a->n_slots == b->n_slots &&
-           a->solohead == b->solohead && a->hot_slots == b->hot_slots && a->seed == b->seed;
+           a->one_list == b->one_list && a->hot_slots == b->hot_slots && a->seed == b->seed;
 }
 
 /* The params' query source, which must have been made for this runtime's shape. */

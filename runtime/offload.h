@@ -70,7 +70,14 @@
 
 #define OFFLOAD_MAX_LAYERS QUERY_SOURCE_MAX_LAYERS
 
-enum offload_selection { OFFLOAD_HEADWISE = 0, OFFLOAD_SOLOHEAD = 1 };
+/* Block selection (DESIGN section 5): head-wise (one list per KV head, per-head recall pieces),
+ * SoloHead (the selector head's list serves every head) or mean (ArkVale's page list: one list
+ * per request from the scores of every head, digests of every head kept). The last two recall
+ * whole token-wise blocks. */
+enum offload_selection { OFFLOAD_HEADWISE = 0, OFFLOAD_SOLOHEAD = 1, OFFLOAD_MEAN = 2 };
+/* Its name in commands and JSON ("headwise", "solohead", "mean"); and back (-1: none). */
+const char *offload_selection_name(int selection);
+int offload_selection_find(const char *name);
 #define OFFLOAD_HOST_PHASES 5
 #define OFFLOAD_PLANNER_PHASES 4
 enum offload_prompt_kv {
@@ -124,6 +131,10 @@ struct offload_params {
                            other batches' layers beside it (PulseInfer's IRQ); 0: the gather
                            in stream order on the compute stream, unless lookahead is 1 (then
                            it runs beside the MLP: InfiniGen's prefetch) */
+    int refetch;        /* 1: every step recalls the whole selection (InfiniGen's published
+                           transfer: no block is reused across steps; the tail, read from its
+                           tail page, excepted); 0: resident blocks are reused (hot cache).
+                           Host-planned engines only (not zero-copy's device plan) */
     int verify_steps;   /* tests: after every step, offload_verify (synchronises; pulse
                            run sets it when the environment has PULSE_OFFLOAD_VERIFY=1) */
 };
@@ -138,6 +149,8 @@ struct offload_layer_stats {
     int64_t recalls, stalls; /* recall rounds; rounds not complete when waited for */
     double recall_wait_s;    /* time the step blocked waiting for recalls, summed */
     int64_t tail_flushes;    /* filled tail blocks copied to their slot and the host pool */
+    int64_t refetched;       /* with refetch: misses that were resident before the step (what
+                                reuse would have kept; hits are what it kept) */
 };
 
 struct offload_stats {

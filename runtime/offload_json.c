@@ -88,10 +88,6 @@ size_t offload_host_free_bytes(const struct offload *o)
     return (size_t)hs.free_blocks * hs.block_bytes;
 }
 
-static const char *selection_name(const struct offload *o)
-{
-    return o->headwise ? "headwise" : "solohead";
-}
 
 json_t *offload_config_json(const struct offload *o)
 {
@@ -107,7 +103,7 @@ json_t *offload_config_json(const struct offload *o)
         "{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:f, s:I, s:b, s:f, s:I, s:s, s:b, s:I, s:I}",
         "budget_tokens", o->p.budget_tokens, "budget_blocks", o->cfg.budget, "sink_blocks",
         o->p.sink, "window_blocks", o->p.window, "dense_layers", o->n_full, "selection",
-        selection_name(o), "hot_slots", o->hot_slots, "recall_engine",
+        offload_selection_name(o->p.selection), "hot_slots", o->hot_slots, "recall_engine",
         recall_engine_name(o->p.engine), "recall_cap_gbps", o->p.cap_gbps, "host_pool_bytes",
         (json_int_t)hs.pool_bytes, "host_pool_pinned", hs.pinned, "host_pool_pin_s", hs.pin_seconds,
         "digest_store_bytes", (json_int_t)st.digest_store_bytes, "prompt_kv",
@@ -172,6 +168,7 @@ static json_t *layer_json(const struct offload *o, int l)
         (json_int_t)r->recall_bytes, "recall_chunks", (json_int_t)r->recall_chunks, "recalls",
         (json_int_t)r->recalls, "recall_stalls", (json_int_t)r->stalls, "selections",
         (json_int_t)r->selections, "tail_flushes", (json_int_t)r->tail_flushes);
+    json_object_set_new(j, "refetched", json_integer(r->refetched));
     results_set_real(j, "recall_wait_s", r->recall_wait_s);
     return j;
 }
@@ -209,6 +206,35 @@ static json_t *setup_json(const struct offload *o, const struct offload_stats *s
     results_set_real(j, "prompt_kv_s", st->prompt_fill_s);
     results_set_real(j, "calibration_s", st->calibration_s);
     results_set_real(j, "total_s", st->pin_s + st->prompt_fill_s + st->calibration_s);
+    return j;
+}
+
+/* The transfer shape a policy's recall has (DESIGN section 11's published tier is read off it):
+ * copies per recall round and bytes per copy (the engine's copy-path operations: cudaMemcpyAsync
+ * calls, DMAs of the gather-scatter pieces; on the device plan, one gather launch per round
+ * that moved anything), the recall chunk (a whole block of
+ * every head, or one head's piece), pages cached per request and layer against those one step
+ * selects, and the bytes recalled again that were resident (re-fetch) against those reused. */
+static json_t *mechanism_json(const struct offload *o, const struct offload_stats *st,
+                              const struct recall_stats *rs)
+{
+    int64_t refetched = 0, hits = 0;
+    for (int sl = 0; sl < o->n_sparse; sl++) {
+        refetched += o->ls[o->layer_of[sl]].refetched;
+        hits += o->ls[o->layer_of[sl]].hits;
+    }
+    const size_t chunk = offload_chunk_bytes(o);
+    const int64_t copies = o->device_plan ? st->recalls : rs->submissions;
+    const int64_t bytes = o->device_plan ? st->recall_bytes : rs->bytes;
+    json_t *j = json_pack("{s:s, s:I, s:i, s:i, s:i, s:b, s:I, s:I, s:I}", "selection",
+                          offload_selection_name(o->p.selection), "chunk_bytes", (json_int_t)chunk,
+                          "page_tokens", o->ps, "pages_cached", o->hot_slots, "pages_selected_max",
+                          o->ms, "refetch", o->p.refetch, "refetched_bytes",
+                          (json_int_t)(refetched * (int64_t)chunk), "reused_bytes",
+                          (json_int_t)(hits * (int64_t)chunk), "copies", (json_int_t)copies);
+    results_set_real(j, "copies_per_round",
+                     st->recalls ? (double)copies / (double)st->recalls : 0.0);
+    results_set_real(j, "bytes_per_copy", copies ? (double)bytes / (double)copies : 0.0);
     return j;
 }
 
@@ -253,7 +279,7 @@ json_t *offload_counters_json(const struct offload *o)
                            (json_int_t)hs.evictions, "resident", (json_int_t)hs.resident);
     json_t *j = json_pack(
         "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:o}", "selection",
-        selection_name(o), "steps", (json_int_t)st.steps, "admitted", (json_int_t)st.admitted,
+        offload_selection_name(o->p.selection), "steps", (json_int_t)st.steps, "admitted", (json_int_t)st.admitted,
         "recall_bytes", (json_int_t)st.recall_bytes, "recall_chunks", (json_int_t)st.recall_chunks,
         "recalls", (json_int_t)st.recalls, "recall_stalls", (json_int_t)st.stalls,
         "recall_failures", (json_int_t)st.recall_failures, "refusals_gpu",
@@ -289,5 +315,6 @@ json_t *offload_counters_json(const struct offload *o)
                                     : o->device_plan || pulse_device_wait() ? "device"
                                                                             : "host"));
     json_object_set_new(j, "device_plan", json_boolean(o->device_plan));
+    json_object_set_new(j, "mechanism", mechanism_json(o, &st, &rs));
     return j;
 }

@@ -60,7 +60,13 @@ static int plan_list(struct offload *o, const struct offload_step_state *ss, int
     const int cnt = h_sel[(size_t)B * o->n_lists * o->ms + v];
     const int32_t *sel = h_sel + (size_t)v * o->ms;
     struct hot_cache_result *r = &o->res;
-    int rc = hot_cache_access(o->hc, offload_unit(o, slot, sl, k), sel, cnt, nb, tail_new, r);
+    const int unit = offload_unit(o, slot, sl, k);
+    if (o->p.refetch) { /* InfiniGen: nothing kept across steps; the tail is read from T */
+        for (int i = 0; i < cnt - 1; i++)
+            o->ls[layer].refetched += hot_cache_lookup(o->hc, unit, sel[i]) >= 0;
+        hot_cache_reset(o->hc, unit);
+    }
+    int rc = hot_cache_access(o->hc, unit, sel, cnt, nb, tail_new || o->p.refetch, r);
     PULSE_CHECK(rc == PULSE_OK && cnt >= 1 && sel[cnt - 1] == nb - 1,
                 "offload: the hot cache refused a selection (or it lacks the tail)");
     count_access(&o->ls[layer], r);

@@ -35,7 +35,9 @@ struct query_source_shape {
     uint8_t dense[QUERY_SOURCE_MAX_LAYERS]; /* 1: a layer the runtime does not select (dense
                                                or sliding-window): no queries, no meter */
     int n_slots;           /* request slots (the cache's), >= 1 */
-    int solohead;          /* 1: one list per entry serving all heads; 0: one per KV head */
+    int one_list;          /* 1: one list per entry serving all heads; 0: one per KV head */
+    const char *selection; /* the selection's name (offload_selection_name), for the meter's
+                              profile */
     int hot_slots;         /* hot-cache slots per list (the runtime's; the meter models them) */
     uint64_t seed;         /* the engine's seed */
 };

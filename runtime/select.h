@@ -17,13 +17,17 @@
  *   reduction order stores the same bits. Keys must be finite.
  *
  * Selector head. Every kernel takes `sel_head`: SELECT_HEADWISE (-1) for head-wise selection
- *   (one score row and one block list per KV head), or the layer's SoloHead selector KV head h*
- *   (0 <= h* < n_kv_heads; the caller holds the per-layer array and passes selector[layer]):
- *   one score row and one block list per entry, serving every head. n_lists = n_kv_heads or 1.
+ *   (one score row and one block list per KV head), SELECT_MEAN (-2) for ArkVale's page list
+ *   (digests of every KV head, one score row and one list per entry from the scores of all
+ *   query heads), or the layer's SoloHead selector KV head h* (0 <= h* < n_kv_heads; the caller
+ *   holds the per-layer array and passes selector[layer]): one score row and one block list per
+ *   entry, serving every head. n_lists = n_kv_heads (head-wise) or 1; digest heads =
+ *   n_kv_heads (head-wise, mean) or 1 (SoloHead).
  *
  * Scores. Block score for query head g: sum_c max(q_gc * min_c, q_gc * max_c), an upper bound
  *   of q_g . k over the block's keys; a KV head's score sums the scores of its G = nq / nkv
- *   query heads (g = h*G .. h*G+G-1). fp32, [batch][n_lists][max_blocks]; only blocks
+ *   query heads (g = h*G .. h*G+G-1); SELECT_MEAN's list sums every KV head's score (ArkVale
+ *   averages them: the same order, one division less). fp32, [batch][n_lists][max_blocks]; only blocks
  *   < ceil(n_tokens[b] / block_size) are written. CPU and GPU sum in different orders, so they
  *   agree to fp32 rounding in general and exactly on integer-valued inputs (the tests).
  *
@@ -53,6 +57,7 @@
 #include "kernels.h"
 
 #define SELECT_HEADWISE (-1)
+#define SELECT_MEAN (-2)
 #define SELECT_MAX_BLOCKS 32768 /* blocks per entry (512K tokens at 16); 8192 = 128K is tested */
 #define SELECT_MAX_HEAD_DIM 512
 
@@ -126,11 +131,30 @@ PULSE_HD void select_candidates(int nb, int sink, int window, int *c0, int *c1)
     *c1 = hi > lo ? hi : lo;
 }
 
+/* The KV heads list l of sel_head scores, [*k0, *k1): head-wise l's own, SoloHead's selector,
+ * every head for SELECT_MEAN. Digest head of KV head k: k when the digests keep every head
+ * (head-wise, mean), else 0 (select_digest_head). */
+PULSE_HD void select_list_heads(int sel_head, int l, int n_kv_heads, int *k0, int *k1)
+{
+    *k0 = sel_head == SELECT_HEADWISE ? l : sel_head == SELECT_MEAN ? 0 : sel_head;
+    *k1 = sel_head == SELECT_MEAN ? n_kv_heads : *k0 + 1;
+}
+PULSE_HD int select_digest_head(int sel_head, int k)
+{
+    return sel_head < 0 ? k : 0;
+}
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* ------------------------------------------------------------------ host helpers */
+
+/* Digest heads a page keeps for sel_head: n_kv_heads (head-wise, mean) or 1 (SoloHead). */
+int select_digest_heads(int n_kv_heads, int sel_head);
+/* Aborts (PULSE_CHECK) unless sel_head is SELECT_HEADWISE, SELECT_MEAN or a KV head of
+ * n_kv_heads, and dv (when not NULL) keeps select_digest_heads of them at head_dim. */
+void select_check_heads(int n_kv_heads, int head_dim, const struct digest_view *dv, int sel_head);
 
 /* 0 when cfg is usable, else -1 with a one-line reason naming the field in err. */
 int select_cfg_check(const struct select_cfg *cfg, char *err, size_t errlen);

@@ -114,22 +114,24 @@ constexpr int kScoreWarps = 8;
 constexpr int kScorePerWarp = 4;
 constexpr int kScorePerCta = kScoreWarps * kScorePerWarp;
 
-/* grid (ceil(max_blocks / 32), n_lists, batch); dynamic shared: G * hd floats. VEC: each lane
- * takes 4 consecutive channels per 128 (hd % 128 == 0, 8-byte aligned digest rows). */
+/* grid (ceil(max_blocks / 32), n_lists, batch); dynamic shared: the scored query heads
+ * (G per KV head of select_list_heads) x hd floats. VEC: each lane takes 4 consecutive
+ * channels per 128 (hd % 128 == 0, 8-byte aligned digest rows). */
 template <bool VEC>
 __global__ void __launch_bounds__(kScoreWarps * 32)
     score_kernel(const uint16_t *q, const uint16_t *dpool, const int32_t *dids,
                  const int32_t *dstart, const int32_t *n_tokens, float *scores, int nq, int G,
-                 int hd, int ndh, int bs, int max_blocks, int sel_head)
+                 int hd, int ndh, int bs, int max_blocks, int sel_head, int nkv)
 {
-    extern __shared__ float sq[]; /* [G][hd] */
+    extern __shared__ float sq[]; /* [(k1 - k0) * G][hd] */
     const int b = blockIdx.z, l = blockIdx.y, nl = gridDim.y;
     const int nb = (n_tokens[b] + bs - 1) / bs;
     const int first = blockIdx.x * kScorePerCta;
     if (first >= nb) return; /* uniform over the CTA */
-    const int h = sel_head < 0 ? l : sel_head;
-    const uint16_t *qg = q + ((size_t)b * nq + (size_t)h * G) * hd;
-    for (int e = threadIdx.x; e < G * hd; e += blockDim.x) sq[e] = bf16_to_f32(qg[e]);
+    int k0, k1;
+    select_list_heads(sel_head, l, nkv, &k0, &k1);
+    const uint16_t *qg = q + ((size_t)b * nq + (size_t)k0 * G) * hd;
+    for (int e = threadIdx.x; e < (k1 - k0) * G * hd; e += blockDim.x) sq[e] = bf16_to_f32(qg[e]);
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -138,33 +140,37 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
     for (int r = 0; r < kScorePerWarp; r++) {
         const int i = first + warp * kScorePerWarp + r;
         if (i >= nb) break;
-        const uint16_t *mn = dpool + (size_t)dids[dstart[b] + i] * dpe + (size_t)l * 2 * hd;
-        const uint16_t *mx = mn + hd;
         float acc = 0.0f;
-        if (VEC) {
-            for (int d = lane * 4; d < hd; d += 128) {
-                const uint2 a = *reinterpret_cast<const uint2 *>(mn + d);
-                const uint2 z = *reinterpret_cast<const uint2 *>(mx + d);
-                const float lo[4] = {bf16_to_f32((uint16_t)(a.x & 0xffffu)),
-                                     bf16_to_f32((uint16_t)(a.x >> 16)),
-                                     bf16_to_f32((uint16_t)(a.y & 0xffffu)),
-                                     bf16_to_f32((uint16_t)(a.y >> 16))};
-                const float hi[4] = {bf16_to_f32((uint16_t)(z.x & 0xffffu)),
-                                     bf16_to_f32((uint16_t)(z.x >> 16)),
-                                     bf16_to_f32((uint16_t)(z.y & 0xffffu)),
-                                     bf16_to_f32((uint16_t)(z.y >> 16))};
-                for (int g = 0; g < G; g++) {
-                    const float4 qv = *reinterpret_cast<const float4 *>(sq + g * hd + d);
-                    acc += select_digest_term(qv.x, lo[0], hi[0]);
-                    acc += select_digest_term(qv.y, lo[1], hi[1]);
-                    acc += select_digest_term(qv.z, lo[2], hi[2]);
-                    acc += select_digest_term(qv.w, lo[3], hi[3]);
+        for (int k = k0; k < k1; k++) {
+            const uint16_t *mn = dpool + (size_t)dids[dstart[b] + i] * dpe +
+                                 (size_t)select_digest_head(sel_head, k) * 2 * hd;
+            const uint16_t *mx = mn + hd;
+            const float *sk = sq + (size_t)(k - k0) * G * hd;
+            if (VEC) {
+                for (int d = lane * 4; d < hd; d += 128) {
+                    const uint2 a = *reinterpret_cast<const uint2 *>(mn + d);
+                    const uint2 z = *reinterpret_cast<const uint2 *>(mx + d);
+                    const float lo[4] = {bf16_to_f32((uint16_t)(a.x & 0xffffu)),
+                                         bf16_to_f32((uint16_t)(a.x >> 16)),
+                                         bf16_to_f32((uint16_t)(a.y & 0xffffu)),
+                                         bf16_to_f32((uint16_t)(a.y >> 16))};
+                    const float hi[4] = {bf16_to_f32((uint16_t)(z.x & 0xffffu)),
+                                         bf16_to_f32((uint16_t)(z.x >> 16)),
+                                         bf16_to_f32((uint16_t)(z.y & 0xffffu)),
+                                         bf16_to_f32((uint16_t)(z.y >> 16))};
+                    for (int g = 0; g < G; g++) {
+                        const float4 qv = *reinterpret_cast<const float4 *>(sk + g * hd + d);
+                        acc += select_digest_term(qv.x, lo[0], hi[0]);
+                        acc += select_digest_term(qv.y, lo[1], hi[1]);
+                        acc += select_digest_term(qv.z, lo[2], hi[2]);
+                        acc += select_digest_term(qv.w, lo[3], hi[3]);
+                    }
                 }
-            }
-        } else {
-            for (int d = lane; d < hd; d += 32) {
-                const float lo = bf16_to_f32(mn[d]), hi = bf16_to_f32(mx[d]);
-                for (int g = 0; g < G; g++) acc += select_digest_term(sq[g * hd + d], lo, hi);
+            } else {
+                for (int d = lane; d < hd; d += 32) {
+                    const float lo = bf16_to_f32(mn[d]), hi = bf16_to_f32(mx[d]);
+                    for (int g = 0; g < G; g++) acc += select_digest_term(sk[g * hd + d], lo, hi);
+                }
             }
         }
         acc = warp_sum(acc);
@@ -349,23 +355,7 @@ void check_heads(const struct select_cfg *cfg, const struct digest_view *dv, int
 {
     char err[128];
     PULSE_CHECK(select_cfg_check(cfg, err, sizeof err) == 0, err);
-    PULSE_CHECK(sel_head == SELECT_HEADWISE || (sel_head >= 0 && sel_head < cfg->n_kv_heads),
-                "sel_head must be SELECT_HEADWISE or a KV head");
-    if (dv) {
-        PULSE_CHECK(dv->head_dim == cfg->head_dim, "digest head_dim must equal cfg head_dim");
-        PULSE_CHECK(dv->n_heads == (sel_head == SELECT_HEADWISE ? cfg->n_kv_heads : 1),
-                    "digest heads must be n_kv_heads (head-wise) or 1 (SoloHead)");
-    }
-}
-
-void check_digest_kv(const struct kv_view *kv, const struct digest_view *dv, int sel_head)
-{
-    PULSE_CHECK(dv->head_dim == kv->head_dim, "digest head_dim must equal the KV head_dim");
-    if (sel_head == SELECT_HEADWISE)
-        PULSE_CHECK(dv->n_heads == kv->n_kv_heads, "head-wise digests keep every KV head");
-    else
-        PULSE_CHECK(dv->n_heads == 1 && sel_head >= 0 && sel_head < kv->n_kv_heads,
-                    "SoloHead digests keep one head, the selector (0 <= sel_head < n_kv_heads)");
+    select_check_heads(cfg->n_kv_heads, cfg->head_dim, dv, sel_head);
 }
 
 } /* namespace */
@@ -377,7 +367,7 @@ extern "C" void digest_build_cuda(const struct kctx *c, const struct kv_view *kv
                                   int batch, int sel_head, int max_tokens)
 {
     if (batch <= 0 || max_tokens <= 0) return;
-    check_digest_kv(kv, dv, sel_head);
+    select_check_heads(kv->n_kv_heads, kv->head_dim, dv, sel_head);
     const long long nb = PULSE_CEIL_DIV((long long)max_tokens, kv->page_size);
     const long long items = nb * dv->n_heads * kv->head_dim;
     PULSE_CHECK(items / kDigestThreads < 0x7fffffffLL, "digest_build: grid too large");
@@ -394,7 +384,7 @@ extern "C" void digest_update_cuda(const struct kctx *c, const struct kv_view *k
                                    int sel_head)
 {
     if (batch <= 0) return;
-    check_digest_kv(kv, dv, sel_head);
+    select_check_heads(kv->n_kv_heads, kv->head_dim, dv, sel_head);
     const int items = dv->n_heads * kv->head_dim;
     const dim3 grid((unsigned)PULSE_CEIL_DIV(items, kDigestThreads), (unsigned)batch);
     cudaStream_t st = stream_of(c);
@@ -412,8 +402,10 @@ extern "C" void select_score_cuda(const struct kctx *c, const struct select_cfg 
     check_heads(cfg, dv, sel_head);
     const int hd = cfg->head_dim, G = cfg->n_heads / cfg->n_kv_heads;
     const int nl = select_n_lists(cfg, sel_head);
-    const size_t smem = (size_t)G * hd * sizeof(float);
-    PULSE_CHECK(smem <= 48 * 1024, "select_score: G * head_dim * 4 must fit in 48 KB");
+    int k0, k1;
+    select_list_heads(sel_head, 0, cfg->n_kv_heads, &k0, &k1);
+    const size_t smem = (size_t)(k1 - k0) * G * hd * sizeof(float);
+    PULSE_CHECK(smem <= 48 * 1024, "select_score: scored query heads * head_dim * 4 must fit in 48 KB");
     const dim3 grid((unsigned)PULSE_CEIL_DIV(cfg->max_blocks, kScorePerCta), (unsigned)nl,
                     (unsigned)batch);
     const bool vec = hd % 128 == 0 && ((uintptr_t)dv->pool % 8) == 0;
@@ -421,11 +413,11 @@ extern "C" void select_score_cuda(const struct kctx *c, const struct select_cfg 
     if (vec)
         score_kernel<true><<<grid, kScoreWarps * 32, smem, st>>>(
             q, dv->pool, dv->page_ids, dv->page_start, n_tokens, scores, cfg->n_heads, G, hd,
-            dv->n_heads, cfg->block_size, cfg->max_blocks, sel_head);
+            dv->n_heads, cfg->block_size, cfg->max_blocks, sel_head, cfg->n_kv_heads);
     else
         score_kernel<false><<<grid, kScoreWarps * 32, smem, st>>>(
             q, dv->pool, dv->page_ids, dv->page_start, n_tokens, scores, cfg->n_heads, G, hd,
-            dv->n_heads, cfg->block_size, cfg->max_blocks, sel_head);
+            dv->n_heads, cfg->block_size, cfg->max_blocks, sel_head, cfg->n_kv_heads);
     CUDA_CHECK_LAUNCH(st);
 }
 

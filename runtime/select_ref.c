@@ -34,6 +34,22 @@ int select_cfg_check(const struct select_cfg *cfg, char *err, size_t errlen)
     return -1;
 }
 
+int select_digest_heads(int n_kv_heads, int sel_head)
+{
+    return sel_head < 0 ? n_kv_heads : 1;
+}
+
+void select_check_heads(int n_kv_heads, int head_dim, const struct digest_view *dv, int sel_head)
+{
+    PULSE_CHECK(sel_head == SELECT_HEADWISE || sel_head == SELECT_MEAN ||
+                    (sel_head >= 0 && sel_head < n_kv_heads),
+                "sel_head must be SELECT_HEADWISE, SELECT_MEAN or a KV head");
+    if (!dv) return;
+    PULSE_CHECK(dv->head_dim == head_dim, "digest head_dim must equal the KV head_dim");
+    PULSE_CHECK(dv->n_heads == select_digest_heads(n_kv_heads, sel_head),
+                "digest heads must be n_kv_heads (head-wise, mean) or 1 (SoloHead)");
+}
+
 int select_n_lists(const struct select_cfg *cfg, int sel_head)
 {
     return sel_head == SELECT_HEADWISE ? cfg->n_kv_heads : 1;
@@ -149,29 +165,20 @@ static uint16_t *digest_at(const struct digest_view *dv, int b, int i, int j)
     return dv->pool + (size_t)page * page_elems + (size_t)j * 2 * dv->head_dim;
 }
 
-static void digest_check_heads(const struct kv_view *kv, const struct digest_view *dv, int sel_head)
-{
-    PULSE_CHECK(dv->head_dim == kv->head_dim, "digest head_dim must equal the KV head_dim");
-    if (sel_head == SELECT_HEADWISE)
-        PULSE_CHECK(dv->n_heads == kv->n_kv_heads, "head-wise digests keep every KV head");
-    else
-        PULSE_CHECK(dv->n_heads == 1 && sel_head >= 0 && sel_head < kv->n_kv_heads,
-                    "SoloHead digests keep one head, the selector (0 <= sel_head < n_kv_heads)");
-}
 
 void digest_build_ref(const struct kctx *c, const struct kv_view *kv, const struct digest_view *dv,
                       const int32_t *n_tokens, int batch, int sel_head, int max_tokens)
 {
     (void)c;
     (void)max_tokens;
-    digest_check_heads(kv, dv, sel_head);
+    select_check_heads(kv->n_kv_heads, kv->head_dim, dv, sel_head);
     const int hd = kv->head_dim, ps = kv->page_size;
     for (int b = 0; b < batch; b++) {
         const int n = n_tokens[b];
         for (int i = 0; i * ps < n; i++) {
             const int t0 = i * ps, t1 = PULSE_MIN(t0 + ps, n);
             for (int j = 0; j < dv->n_heads; j++) {
-                const int h = sel_head == SELECT_HEADWISE ? j : sel_head;
+                const int h = sel_head < 0 ? j : sel_head;
                 uint16_t *mn = digest_at(dv, b, i, j), *mx = mn + hd;
                 for (int d = 0; d < hd; d++) {
                     float lo = bf16_to_f32(kv_key(kv, b, t0, h)[d]), hi = lo;
@@ -192,12 +199,12 @@ void digest_update_ref(const struct kctx *c, const struct kv_view *kv, const str
                        const int32_t *pos, int batch, int sel_head)
 {
     (void)c;
-    digest_check_heads(kv, dv, sel_head);
+    select_check_heads(kv->n_kv_heads, kv->head_dim, dv, sel_head);
     const int hd = kv->head_dim, ps = kv->page_size;
     for (int b = 0; b < batch; b++) {
         const int t = pos[b], first = t % ps == 0;
         for (int j = 0; j < dv->n_heads; j++) {
-            const int h = sel_head == SELECT_HEADWISE ? j : sel_head;
+            const int h = sel_head < 0 ? j : sel_head;
             const uint16_t *k = kv_key(kv, b, t, h);
             uint16_t *mn = digest_at(dv, b, t / ps, j), *mx = mn + hd;
             for (int d = 0; d < hd; d++) {
@@ -218,12 +225,7 @@ static void select_check(const struct select_cfg *cfg, const struct digest_view 
 {
     char err[128];
     PULSE_CHECK(select_cfg_check(cfg, err, sizeof err) == 0, err);
-    if (!dv) return;
-    PULSE_CHECK(dv->head_dim == cfg->head_dim, "digest head_dim must equal cfg head_dim");
-    PULSE_CHECK(dv->n_heads == (sel_head == SELECT_HEADWISE ? cfg->n_kv_heads : 1),
-                "digest heads must be n_kv_heads (head-wise) or 1 (SoloHead)");
-    PULSE_CHECK(sel_head == SELECT_HEADWISE || (sel_head >= 0 && sel_head < cfg->n_kv_heads),
-                "sel_head must be SELECT_HEADWISE or a KV head");
+    select_check_heads(cfg->n_kv_heads, cfg->head_dim, dv, sel_head);
 }
 
 void select_score_ref(const struct kctx *c, const struct select_cfg *cfg, const uint16_t *q,
@@ -238,16 +240,21 @@ void select_score_ref(const struct kctx *c, const struct select_cfg *cfg, const 
         const int nb = PULSE_CEIL_DIV(n_tokens[b], cfg->block_size);
         PULSE_CHECK(nb >= 1 && nb <= cfg->max_blocks, "select_score: n_tokens out of range");
         for (int l = 0; l < nl; l++) {
-            const int h = sel_head == SELECT_HEADWISE ? l : sel_head;
+            int k0, k1;
+            select_list_heads(sel_head, l, cfg->n_kv_heads, &k0, &k1);
             float *row = scores + ((size_t)b * nl + l) * cfg->max_blocks;
             for (int i = 0; i < nb; i++) {
-                const uint16_t *mn = digest_at(dv, b, i, l), *mx = mn + hd;
                 float s = 0.0f;
-                for (int g = 0; g < G; g++) {
-                    const uint16_t *qg = q + ((size_t)b * cfg->n_heads + (size_t)h * G + g) * hd;
-                    for (int d = 0; d < hd; d++)
-                        s += select_digest_term(bf16_to_f32(qg[d]), bf16_to_f32(mn[d]),
-                                                bf16_to_f32(mx[d]));
+                for (int k = k0; k < k1; k++) {
+                    const uint16_t *mn = digest_at(dv, b, i, select_digest_head(sel_head, k));
+                    const uint16_t *mx = mn + hd;
+                    for (int g = 0; g < G; g++) {
+                        const uint16_t *qg =
+                            q + ((size_t)b * cfg->n_heads + (size_t)k * G + g) * hd;
+                        for (int d = 0; d < hd; d++)
+                            s += select_digest_term(bf16_to_f32(qg[d]), bf16_to_f32(mn[d]),
+                                                    bf16_to_f32(mx[d]));
+                    }
                 }
                 row[i] = s;
             }

@@ -187,6 +187,11 @@ struct policy {
     /* Offload policies' defaults of pulse run's --selection and --recall-engine (NULL:
      * headwise, per-block) */
     const char *offload_selection, *offload_engine;
+    /* ... of --page-size (0: 16), of --hot-slots as a number of pages cached per request and
+     * layer when that exceeds what one step selects (0: the selection; never more than the
+     * request's blocks), and of --reuse (1: none, the whole selection re-fetched every step;
+     * 0: resident blocks reused) */
+    int offload_page_size, offload_cache_pages, offload_refetch;
 };
 
 /* Admits reqs[i] as an entry of running batch k: reserves its KV (PULSE_ERR_NOMEM when it does

@@ -487,7 +487,7 @@ static void test_profile_offload_steps(void)
     json_t *of = json_object_get(meas, "offload"), *rb = json_object_get(meas, "recall_bytes");
     EXPECT(!strcmp(str_at(cfg, "t_offload"), "offload-steps"));
     EXPECT(!strcmp(str_at(of, "method"), "offload-steps"));
-    EXPECT(!strcmp(str_at(of, "policy"), "arkvale"));
+    EXPECT(!strcmp(str_at(of, "policy"), "arkvale+solohead+gs"));
     /* the default context: the largest of --contexts up to 1024 above the 128 + 4 x 16 the
      * steps select */
     EXPECT_EQ_INT(json_integer_value(json_object_get(of, "context")), 256);

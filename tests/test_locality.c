@@ -345,7 +345,7 @@ static void run_layer(struct locality *L, struct locality_meter *m, struct local
 static struct locality_meter *make_meter(int n_layers, int solohead, int hot_slots)
 {
     char err[256];
-    struct locality_meter_params mp = {CFG, n_layers, NREQ, solohead, hot_slots};
+    struct locality_meter_params mp = {CFG, n_layers, NREQ, solohead, NULL, hot_slots};
     struct locality_meter *m = locality_meter_create(&mp, err, sizeof err);
     if (!m) fprintf(stderr, "locality_meter_create: %s\n", err);
     EXPECT(m != NULL);
@@ -717,7 +717,7 @@ static void test_determinism(void)
 static void test_meter_errors(void)
 {
     char err[256];
-    struct locality_meter_params mp = {CFG, 2, 2, 0, 5};
+    struct locality_meter_params mp = {CFG, 2, 2, 0, NULL, 5};
     EXPECT(locality_meter_create(&mp, err, sizeof err) == NULL);
     EXPECT_STR_CONTAINS(err, "hot_slots");
     struct locality_meter *m = make_meter(2, 1, 0);

@@ -176,12 +176,14 @@ static int same_tokens(const struct workload *a, const struct workload *b)
 /* `policy` with every block selected (budget above the context) on vanilla's prompt KV decodes
  * vanilla's tokens (v: the vanilla run of spec at page_size); with `control`, a budget of one
  * block makes them differ, so the equality is not an accident of attention hardly mattering. */
-static void equal_case(const struct run_out *v, const char *policy, const char *spec, int page_size,
-                       int selection, int control, enum recall_engine engine)
+static void equal_case_refetch(const struct run_out *v, const char *policy, const char *spec,
+                               int page_size, int selection, int control,
+                               enum recall_engine engine, int refetch)
 {
     struct run_out a;
     struct offload_params p = defaults();
     p.engine = engine;
+    p.refetch = refetch;
     p.prompt_kv = OFFLOAD_KV_SYNTHETIC;            /* vanilla's prompt KV */
     p.budget_tokens = 512 / page_size * page_size; /* >= every context: all blocks selected */
     p.selection = selection;
@@ -208,6 +210,12 @@ static void equal_case(const struct run_out *v, const char *policy, const char *
     run_free(&a);
 }
 
+static void equal_case(const struct run_out *v, const char *policy, const char *spec, int page_size,
+                       int selection, int control, enum recall_engine engine)
+{
+    equal_case_refetch(v, policy, spec, page_size, selection, control, engine, 0);
+}
+
 static void test_equals_vanilla(void)
 {
     /* a 1-token prompt, odd lengths, a batch of 2 so the third request reuses a slot */
@@ -231,6 +239,56 @@ static void test_equals_vanilla(void)
     equal_case(&v, "arkvale", c1.spec, 1, OFFLOAD_HEADWISE, 1, RECALL_PER_BLOCK);
     equal_case(&v, "arkvale", c1.spec, 1, OFFLOAD_SOLOHEAD, 1, RECALL_ZERO_COPY);
     run_free(&v);
+    /* the baselines as published and the selection they add (mean: ArkVale's page list), in two
+     * orders of mixed lengths: ArkVale's 32-token pages with per-block copies, InfiniGen's
+     * head-wise lists re-fetched every step through the gather, mean with every engine */
+    static const char *const orders[] = {"lengths:300,37,1,210", "lengths:1,210,37,300"};
+    for (int i = 0; i < 2; i++) {
+        struct run_cfg c32 = {"vanilla", orders[i], 16, 2, 32, 0, NULL, NULL};
+        serve(&c32, NULL, &v);
+        EXPECT_EQ_INT(v.rc, 0);
+        equal_case(&v, "arkvale", c32.spec, 32, OFFLOAD_MEAN, 1, RECALL_PER_BLOCK);
+        run_free(&v);
+        struct run_cfg c16 = {"vanilla", orders[i], 16, 2, 16, 0, NULL, NULL};
+        serve(&c16, NULL, &v);
+        EXPECT_EQ_INT(v.rc, 0);
+        equal_case_refetch(&v, "infinigen", c16.spec, 16, OFFLOAD_HEADWISE, 1,
+                           RECALL_GATHER_SCATTER, 1);
+        equal_case_refetch(&v, "arkvale", c16.spec, 16, OFFLOAD_MEAN, 0, RECALL_PER_BLOCK, 1);
+        for (int e = RECALL_PER_BLOCK; e < RECALL_ENGINES; e++)
+            equal_case(&v, "infinigen", c16.spec, 16, OFFLOAD_MEAN, 0, (enum recall_engine)e);
+        run_free(&v);
+    }
+}
+
+/* ArkVale's cache larger than its selection keeps more of what earlier steps recalled: with a
+ * small budget, fewer misses than a cache the size of the selection, and every invariant holds
+ * (offload_check after the run, verify_steps after every step). Re-fetching recalls every
+ * selected block again: no hits, and the blocks a reusing cache held counted as re-fetched. */
+static void test_cache_and_refetch(void)
+{
+    struct run_cfg c = {"arkvale", "lengths:900,700,1000", 24, 3, 32, 0, NULL, NULL};
+    int64_t misses[3], hits[3], refetched[3];
+    for (int k = 0; k < 3; k++) {
+        struct offload_params p = defaults();
+        p.selection = OFFLOAD_MEAN;
+        p.budget_tokens = 4 * 32;             /* 4 + 4 blocks of 32-34 selected */
+        p.hot_slots = k == 1 ? 24 : 0;        /* the cache 3x the selection, or its size */
+        p.refetch = k == 2;
+        struct run_out a;
+        serve(&c, &p, &a);
+        EXPECT_EQ_INT(a.rc, 0);
+        EXPECT_EQ_INT(a.check_rc, 0);
+        misses[k] = hits[k] = refetched[k] = 0;
+        for (int l = 2; l < 4; l++)
+            misses[k] += a.ls[l].misses, hits[k] += a.ls[l].hits, refetched[k] += a.ls[l].refetched;
+        run_free(&a);
+    }
+    EXPECT(misses[1] < misses[0]);
+    EXPECT(hits[1] > hits[0]);
+    EXPECT(misses[2] > misses[0]);
+    EXPECT_EQ_INT(hits[2], 0);
+    EXPECT(refetched[2] > 0 && refetched[0] == 0 && refetched[1] == 0);
 }
 
 /* ------------------------------------------------------------------ small budget */
@@ -412,9 +470,13 @@ struct bad_case {
 };
 
 static const struct bad_case bad[] = {
-    {"--selection frob", "--selection: 'frob' is not headwise or solohead"},
+    {"--selection frob", "--selection: 'frob' is not headwise, solohead or mean"},
+    {"--reuse some", "--reuse: 'some' is not resident or none"},
+    {"--recall-engine zero-copy --reuse none", "reuse none (re-fetching the whole selection"},
     {"--recall-engine nope", "--recall-engine: unknown recall engine 'nope'"},
-    {"--budget-tokens 100", "--budget-tokens: 100 is not a multiple of the block size 16"},
+    /* arkvale's pages are 32 tokens unless --page-size says otherwise */
+    {"--budget-tokens 48", "--budget-tokens: 48 is not a multiple of the block size 32"},
+    {"--page-size 16 --budget-tokens 100", "--budget-tokens: 100 is not a multiple of the block size 16"},
     {"--budget-tokens -16", "--budget-tokens: '-16' is not an integer"},
     {"--prompt-kv x", "--prompt-kv: 'x' is not locality, synthetic or prefill"},
     {"--dense-layers 4", "--dense-layers: 4 leaves no sparse layer"},
@@ -452,16 +514,27 @@ static void test_cli(void)
                   0);
 }
 
-/* A good run of `policy` writes its offload config and counters; returns the recall bytes. */
-static int64_t cli_json(const char *policy, int lookahead)
+/* What a policy's run must show (its published or engine-matched mechanism). */
+struct cli_want {
+    const char *policy, *extra; /* extra flags, or "" */
+    int lookahead;
+    const char *selection, *engine;
+    int page_size, pages_cached, refetch;
+};
+
+/* A good run of w->policy writes its offload config and counters, and its mechanism: the
+ * selection, engine and page size, the pages cached, re-fetched against reused bytes, and the
+ * transfer shape (a per-block engine makes one copy of one chunk per miss). Returns the recall
+ * bytes. */
+static int64_t cli_json(const struct cli_want *w)
 {
     char path[] = "/tmp/pulse_offload_XXXXXX", args[512];
     int fd = mkstemp(path);
     if (fd >= 0) close(fd);
     snprintf(args, sizeof args,
              "run --backend cpu --policy %s --workload uniform:1024:2 --output-len 12 "
-             "--budget-tokens 256 --out %s",
-             policy, path);
+             "--budget-tokens 256 --out %s %s",
+             w->policy, path, w->extra);
     EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
     json_error_t je;
     json_t *r = json_load_file(path, 0, &je);
@@ -481,10 +554,31 @@ static int64_t cli_json(const char *policy, int lookahead)
     EXPECT_EQ_INT(json_array_size(json_object_get(json_object_get(o, "per_step"), "recall_bytes")),
                   12);
     json_t *cfg = json_object_get(json_object_get(r, "config"), "offload");
-    EXPECT(!strcmp(json_string_value(json_object_get(cfg, "recall_engine")), "per-block"));
-    EXPECT(!strcmp(json_string_value(json_object_get(cfg, "selection")), "headwise"));
+    EXPECT_STR_CONTAINS(json_string_value(json_object_get(cfg, "recall_engine")), w->engine);
+    EXPECT_STR_CONTAINS(json_string_value(json_object_get(cfg, "selection")), w->selection);
     EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "budget_tokens")), 256);
-    EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "lookahead_layers")), lookahead);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "lookahead_layers")), w->lookahead);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(json_object_get(r, "config"), "page_size")),
+                  w->page_size);
+    json_t *mech = json_object_get(o, "mechanism");
+    EXPECT_EQ_INT(json_integer_value(json_object_get(mech, "pages_cached")), w->pages_cached);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(mech, "page_tokens")), w->page_size);
+    EXPECT(json_is_true(json_object_get(mech, "refetch")) == w->refetch);
+    const int64_t refetched = json_integer_value(json_object_get(mech, "refetched_bytes"));
+    const int64_t reused = json_integer_value(json_object_get(mech, "reused_bytes"));
+    const int64_t chunk = json_integer_value(json_object_get(mech, "chunk_bytes"));
+    /* tiny: 2 KV heads of K and V at head_dim 64 in bf16 per token; head-wise moves one head's
+     * piece */
+    const int64_t block = (int64_t)w->page_size * 2 * 2 * 64 * 2;
+    EXPECT_EQ_INT(chunk, strcmp(w->selection, "headwise") ? block : block / 2);
+    EXPECT(w->refetch ? refetched > 0 && reused == 0 : refetched == 0 && reused > 0);
+    const int64_t copies = json_integer_value(json_object_get(mech, "copies"));
+    if (!strcmp(w->engine, "per-block")) { /* ArkVale: one copy per missing whole page */
+        EXPECT_EQ_INT(copies, json_integer_value(json_object_get(o, "recall_chunks")));
+        EXPECT(json_real_value(json_object_get(mech, "bytes_per_copy")) == (double)chunk);
+    } else { /* a DMA (or launch) moves many chunks */
+        EXPECT(copies > 0 && copies < json_integer_value(json_object_get(o, "recall_chunks")));
+    }
     EXPECT(json_object_get(json_object_get(cfg, "locality"), "calibration") != NULL);
     EXPECT(!strcmp(json_string_value(json_object_get(r, "status")), "ok"));
     json_decref(r);
@@ -659,9 +753,26 @@ static void test_wait_timeout(void)
     backend_find("cpu")->wait_value(NULL, &done, 5);
 }
 
+/* Each baseline as published shows its mechanism; the engine-matched tier's two schedules make
+ * the same selections with the same cache, so they recall the same bytes; InfiniGen's
+ * re-fetching moves more than reusing what is resident. 1036 tokens: 33 pages of 32, 65 of 16;
+ * a step selects 4 + 256 / page. */
 static void test_cli_json(void)
 {
-    EXPECT_EQ_INT(cli_json("arkvale", 0), cli_json("infinigen", 1));
+    static const struct cli_want ark = {"arkvale", "", 0, "mean", "per-block", 32, 33, 0};
+    static const struct cli_want inf = {"infinigen", "", 1, "headwise", "gather-scatter", 16, 20, 1};
+    static const struct cli_want inf_reuse = {
+        "infinigen", "--reuse resident", 1, "headwise", "gather-scatter", 16, 20, 0};
+    static const struct cli_want ark_m = {
+        "arkvale+solohead+gs", "", 0, "solohead", "gather-scatter", 16, 20, 0};
+    static const struct cli_want inf_m = {
+        "infinigen+solohead+gs", "", 1, "solohead", "gather-scatter", 16, 20, 0};
+    static const struct cli_want ark_zc = {
+        "arkvale+solohead+zc", "", 0, "solohead", "zero-copy", 16, 20, 0};
+    EXPECT(cli_json(&ark) > 0);
+    EXPECT(cli_json(&inf) > cli_json(&inf_reuse));
+    EXPECT_EQ_INT(cli_json(&ark_m), cli_json(&inf_m));
+    EXPECT(cli_json(&ark_zc) > 0);
 }
 
 /* The JSON of a good `pulse run` with `args` (NULL when it failed). */
@@ -696,7 +807,7 @@ static void test_pool_sizing(void)
     for (size_t i = 0; i < PULSE_ARRAY_LEN(cases); i++) {
         snprintf(args, sizeof args,
                  "run --backend cpu --policy arkvale --workload %s --output-len 8 --max-batch %d "
-                 "--budget-tokens 32",
+                 "--budget-tokens 32 --page-size 16",
                  cases[i].workload, cases[i].max_batch);
         json_t *r = run_json(args);
         const int64_t want = cases[i].blocks * sparse * block;
@@ -1161,6 +1272,7 @@ int main(void)
     timed("small_budget", test_small_budget);
     timed("lookahead_layers", test_lookahead_layers);
     timed("solohead_engines", test_solohead_engines);
+    timed("cache_and_refetch", test_cache_and_refetch);
     timed("no_host_sync", test_no_host_sync);
     timed("failing_link", test_failing_link);
     timed("wait_timeout", test_wait_timeout);

@@ -70,7 +70,7 @@ static void set_init(struct set *s, int batch, const int32_t *n, int nkv, int hd
 {
     memset(s, 0, sizeof *s);
     s->batch = batch, s->nkv = nkv, s->hd = hd, s->bs = bs, s->sel = sel;
-    s->ndh = sel == SELECT_HEADWISE ? nkv : 1;
+    s->ndh = select_digest_heads(nkv, sel);
     int used = 0;
     for (int b = 0; b < batch; b++)
         s->n[b] = n[b], used += PULSE_CEIL_DIV(n[b], bs);
@@ -143,7 +143,7 @@ static void check_digests_brute(const struct set *s)
     for (int b = 0; b < s->batch; b++)
         for (int i = 0; i * s->bs < s->n[b]; i++)
             for (int j = 0; j < s->ndh; j++) {
-                int h = s->sel == SELECT_HEADWISE ? j : s->sel;
+                int h = s->sel < 0 ? j : s->sel;
                 const uint16_t *g = dig_of(s, s->d_pool, b, i, j);
                 for (int d = 0; d < s->hd; d++) {
                     float lo = INFINITY, hi = -INFINITY;
@@ -239,8 +239,8 @@ static void test_scores(int ints)
 {
     const int nq = 6, nkv = 3, hd = 6, bs = 4, G = nq / nkv;
     int32_t n[5] = {1, 7, 16, 29, 40};
-    for (int mode = 0; mode < 2; mode++) {
-        int sel = mode == 0 ? SELECT_HEADWISE : 1;
+    for (int mode = 0; mode < 3; mode++) {
+        int sel = mode == 0 ? SELECT_HEADWISE : mode == 1 ? 1 : SELECT_MEAN;
         struct set s;
         set_init(&s, 5, n, nkv, hd, bs, sel, ints);
         digest_build_ref(&C0, &s.kv, &s.dv, s.n, 5, sel, 40);
@@ -256,7 +256,9 @@ static void test_scores(int ints)
         int bad = 0, untouched = 0, bound_bad = 0;
         for (int b = 0; b < 5; b++)
             for (int l = 0; l < nl; l++) {
-                int h = sel == SELECT_HEADWISE ? l : sel, nb = PULSE_CEIL_DIV(n[b], bs);
+                /* the KV heads this list scores: its own, the selector, or all (mean) */
+                int h0 = sel == SELECT_HEADWISE ? l : sel == SELECT_MEAN ? 0 : sel;
+                int h1 = sel == SELECT_MEAN ? nkv : h0 + 1, nb = PULSE_CEIL_DIV(n[b], bs);
                 for (int i = 0; i < 10; i++) {
                     float got = sc[(b * nl + l) * 10 + i];
                     if (i >= nb) {
@@ -265,6 +267,7 @@ static void test_scores(int ints)
                     }
                     /* direct: per channel in double, from the brute-force min/max */
                     double want = 0.0, mag = 0.0, exact = -INFINITY;
+                    for (int h = h0; h < h1; h++)
                     for (int g = 0; g < G; g++)
                         for (int d = 0; d < hd; d++) {
                             double lo = INFINITY, hi = -INFINITY;
@@ -279,6 +282,7 @@ static void test_scores(int ints)
                     /* Quest bound: no token's group-summed q.k exceeds the score */
                     for (int t = i * bs; t < n[b] && t < (i + 1) * bs; t++) {
                         double dot = 0.0;
+                        for (int h = h0; h < h1; h++)
                         for (int g = 0; g < G; g++)
                             for (int d = 0; d < hd; d++)
                                 dot += bf16_to_f32(q[(b * nq + h * G + g) * hd + d]) *
@@ -648,6 +652,7 @@ int main(void)
     test_digest_build_update(SELECT_HEADWISE, 0);
     test_digest_build_update(2, 1);
     test_digest_build_update(0, 0);
+    test_digest_build_update(SELECT_MEAN, 1);
     test_digest_zero();
     test_scores(1);
     test_scores(0);

@@ -301,7 +301,9 @@ struct locality_meter_params {
     struct select_cfg sel; /* the cfg the selections were made with */
     int n_layers;          /* 1..LOC_MAX_LAYERS */
     int n_slots;           /* request slots, >= 1 */
-    int solohead;          /* 1: one list per entry serving all heads; 0: head-wise lists */
+    int one_list;          /* 1: one list per entry serving all heads; 0: head-wise lists */
+    const char *selection; /* the selection's name for the profile (NULL: by one_list,
+                              "solohead" or "headwise") */
     int hot_slots;         /* hot-cache slots per list; 0 = none (recall = new blocks), else
                               >= select_max_selected(&sel) */
 };

@@ -78,11 +78,11 @@ struct locality_meter *locality_meter_create(const struct locality_meter_params 
     memset(m, 0, sizeof *m);
     m->p = *p;
     m->ms = ms;
-    m->n_lists = p->solohead ? 1 : p->sel.n_kv_heads;
+    m->n_lists = p->one_list ? 1 : p->sel.n_kv_heads;
     m->n_units = p->n_slots * p->n_layers * m->n_lists;
     m->rbins = m->n_lists * ms + 1;
     m->chunk_bytes = (size_t)p->sel.block_size * p->sel.head_dim * 2 * sizeof(uint16_t) *
-                     (p->solohead ? (size_t)p->sel.n_kv_heads : 1);
+                     (p->one_list ? (size_t)p->sel.n_kv_heads : 1);
     const size_t nu = (size_t)m->n_units, nl = (size_t)p->n_layers;
     size_t sz[] = {nu * ms * 4,
                    nu * 4,
@@ -292,6 +292,12 @@ void locality_meter_layer_stats(const struct locality_meter *m, int layer,
     }
 }
 
+/* The selection the meter's lists came from, by name. */
+static const char *meter_selection(const struct locality_meter *m)
+{
+    return m->p.selection ? m->p.selection : m->p.one_list ? "solohead" : "headwise";
+}
+
 int locality_meter_to_profile(const struct locality_meter *m, struct locality_profile *out,
                               const char *model, char *err, size_t errlen)
 {
@@ -302,7 +308,7 @@ int locality_meter_to_profile(const struct locality_meter *m, struct locality_pr
     memcpy(out->levels, lv, sizeof lv);
     snprintf(out->source, sizeof out->source, "measured");
     snprintf(out->model, sizeof out->model, "%s", model ? model : "");
-    snprintf(out->selection, sizeof out->selection, "%s", m->p.solohead ? "solohead" : "headwise");
+    snprintf(out->selection, sizeof out->selection, "%s", meter_selection(m));
     out->budget_blocks = m->p.sel.budget;
     out->block_size = m->p.sel.block_size;
     int64_t total = 0;
@@ -356,7 +362,7 @@ json_t *locality_meter_to_json(const struct locality_meter *m,
                                "steady_steps", (json_int_t)steps, "recall_bytes", (json_int_t)bytes,
                                "cold_recall_bytes", (json_int_t)cold);
     return json_pack("{s:s, s:i, s:I, s:i, s:o, s:o}", "selection",
-                     m->p.solohead ? "solohead" : "headwise", "hot_slots", m->p.hot_slots,
+                     meter_selection(m), "hot_slots", m->p.hot_slots,
                      "chunk_bytes", (json_int_t)m->chunk_bytes, "budget_blocks", m->p.sel.budget,
                      "layers", layers, "totals", totals);
 }

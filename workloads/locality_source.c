@@ -172,8 +172,8 @@ static int make(struct locality_source *s, const struct query_source_shape *sh,
     if (trivial) /* the table is never used: the smallest calibration */
         lp.calib_points = 3, lp.calib_steps = 1, lp.calib_streams = 1;
     if (!(s->L = locality_create(&lp, &s->prof, why, sizeof why))) BAD("%s", why);
-    struct locality_meter_params mp = {sh->sel, sh->n_layers, sh->n_slots, sh->solohead,
-                                       sh->hot_slots};
+    struct locality_meter_params mp = {sh->sel,      sh->n_layers,  sh->n_slots,
+                                       sh->one_list, sh->selection, sh->hot_slots};
     if (!(s->meter = locality_meter_create(&mp, why, sizeof why))) BAD("%s", why);
     return PULSE_OK;
 }

@@ -28,6 +28,12 @@
 #define GUARD 256
 #define GUARD_BYTE 0xA5
 
+/* The selection a sel_head stands for, in the tests' output. */
+static const char *sel_name(int sel)
+{
+    return sel == SELECT_HEADWISE ? "head-wise" : sel == SELECT_MEAN ? "mean" : "solohead";
+}
+
 static struct kctx g_dev;
 static const struct kctx g_host = {0};
 static uint64_t g_seed = 0x5e1ec7ed, g_ctr;
@@ -198,11 +204,12 @@ static void test_digest(void)
                  {8, 128, 16, 5},
                  {4, 64, 1, SELECT_HEADWISE},
                  {3, 40, 5, 2},
-                 {2, 128, 16, SELECT_HEADWISE}};
+                 {2, 128, 16, SELECT_HEADWISE},
+                 {8, 128, 16, SELECT_MEAN}};
     const int batch = 17;
     for (size_t ci = 0; ci < TU_CASES(cases); ci++) {
         const int nkv = cases[ci].nkv, hd = cases[ci].hd, bs = cases[ci].bs, sel = cases[ci].sel;
-        const int ndh = sel == SELECT_HEADWISE ? nkv : 1;
+        const int ndh = select_digest_heads(nkv, sel);
         /* n[b] tokens are built, token n[b] is then appended (update); pages cover n[b] + 1 */
         int32_t n[17], pos[17];
         int blocks[17], max_n = 0;
@@ -233,7 +240,7 @@ static void test_digest(void)
         struct digest_view ddv = {dd.p, dt.d_ids.p, dt.d_start.p, ndh, hd};
         char cs[96];
         snprintf(cs, sizeof cs, "B=%d nkv=%d hd=%d bs=%d %s", batch, nkv, hd, bs,
-                 sel == SELECT_HEADWISE ? "head-wise" : "solohead");
+                 sel_name(sel));
 
         digest_build_ref(&g_host, &hkv, &hdv, n, batch, sel, max_n);
         digest_build_cuda(&g_dev, &dkv, &ddv, dn.p, batch, sel, max_n);
@@ -283,8 +290,8 @@ static void sset_init(struct sset *s, int batch, int nq, int nkv, int hd, int bs
 {
     memset(s, 0, sizeof *s);
     s->batch = batch, s->nq = nq, s->nkv = nkv, s->hd = hd, s->bs = bs, s->sel = sel;
-    s->ndh = sel == SELECT_HEADWISE ? nkv : 1;
-    s->nl = s->ndh;
+    s->ndh = select_digest_heads(nkv, sel);
+    s->nl = sel == SELECT_HEADWISE ? nkv : 1;
     for (int b = 0; b < batch; b++) {
         s->blocks[b] = blocks[b];
         s->n[b] = (blocks[b] - 1) * bs + 1 + (b % 3 == 1 ? 0 : (int)rnd_u32((uint32_t)bs));
@@ -336,7 +343,7 @@ static void topk_case(const struct select_cfg *cfg, const struct sset *s, const 
     dget(&dc, gc);
     char cs[128];
     snprintf(cs, sizeof cs, "%s k=%d sink=%d win=%d %s", what, cfg->budget, cfg->sink, cfg->window,
-             s->sel == SELECT_HEADWISE ? "head-wise" : "solohead");
+             sel_name(s->sel));
     report_exact("select_topk idx", cs, gi, ri, ni * 4, dguard_ok(&di));
     report_exact("select_topk count", cs, gc, rc, nc * 4, dguard_ok(&dc));
     free(ri), free(gi), free(rc), free(gc);
@@ -351,6 +358,7 @@ static void test_score_topk(void)
         {40, 8, 128, SELECT_HEADWISE}, {40, 8, 128, 3}, /* G = 5 (Qwen3-14B) */
         {32, 8, 128, SELECT_HEADWISE}, {32, 8, 128, 7}, /* G = 4 (Llama-3.1-8B) */
         {12, 3, 72, SELECT_HEADWISE},                   /* off the vector path */
+        {40, 8, 128, SELECT_MEAN},  {12, 3, 72, SELECT_MEAN}, /* ArkVale's page list */
     };
     const int batch = 17, bs = 16, max_blocks = 8192;
     for (size_t ci = 0; ci < TU_CASES(cases); ci++) {
@@ -372,7 +380,7 @@ static void test_score_topk(void)
         dget(&dsc, gs);
         char cs[128];
         snprintf(cs, sizeof cs, "B=%d nq=%d nkv=%d hd=%d to 8192 blocks %s", batch, s.nq, s.nkv,
-                 s.hd, s.sel == SELECT_HEADWISE ? "head-wise" : "solohead");
+                 s.hd, sel_name(s.sel));
         report_exact("select_score", cs, gs, rs, sb, dguard_ok(&dsc));
 
         static const int ks[] = {1, 128, 2048};
@@ -518,9 +526,10 @@ static void time_select(void)
     int blocks[16];
     for (int b = 0; b < batch; b++)
         blocks[b] = nb;
-    for (int mode = 0; mode < 2; mode++) {
+    for (int mode = 0; mode < 3; mode++) {
         struct sset s;
-        sset_init(&s, batch, 40, 8, 128, bs, mode ? 3 : SELECT_HEADWISE, blocks);
+        sset_init(&s, batch, 40, 8, 128, bs, mode == 2 ? SELECT_MEAN : mode ? 3 : SELECT_HEADWISE,
+                  blocks);
         int32_t n[16];
         for (int b = 0; b < batch; b++)
             n[b] = ctx;
@@ -556,7 +565,7 @@ static void time_select(void)
         printf("timing select %-9s batch 16 x 32768 tokens (2048 blocks), nq 40 nkv 8 hd 128 "
                "k 128: score+topk %.1f us (score %.1f us, digests %.1f MB at %.0f GB/s; topk "
                "%.1f us)\n",
-               mode ? "solohead" : "head-wise", us_all, us_score, bytes / 1e6,
+               mode == 2 ? "mean" : mode ? "solohead" : "head-wise", us_all, us_score, bytes / 1e6,
                bytes / (us_score * 1e3), us_all - us_score);
         CUDA_CHECK(cudaEventDestroy(e0));
         CUDA_CHECK(cudaEventDestroy(e1));
