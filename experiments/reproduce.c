@@ -287,18 +287,27 @@ static json_t *grid_of(const char *dir, json_t *b, json_t *variants, json_t *axe
     return g;
 }
 
-/* The systems of the paper's comparison: vanilla, ArkVale and InfiniGen as their papers run
- * them (head-wise selection, a copy per block), PulseInfer (its defaults: SoloHead,
- * gather-scatter; and the zero-copy engine, the faster one on this machine). */
-static json_t *systems(const struct scale_cfg *s, const char *pulse_extra)
+/* The engine-matched tier (DESIGN section 11): each baseline's schedule with PulseInfer's
+ * selection and each of its engines (the policies of that name). */
+static const char *const engine_matched[] = {"arkvale+solohead+gs", "arkvale+solohead+zc",
+                                             "infinigen+solohead+gs", "infinigen+solohead+zc"};
+
+/* The systems of the paper's comparison in both tiers: vanilla; ArkVale and InfiniGen as their
+ * code builds them (the published tier: `arkvale`, `infinigen`); the engine-matched tier; and
+ * PulseInfer (its defaults: SoloHead, gather-scatter; and the zero-copy engine). `extra`: flags
+ * of every offload system (the ratio point's host pool), or NULL. */
+static json_t *systems(const struct scale_cfg *s, const char *extra)
 {
-    char zc[128];
-    snprintf(zc, sizeof zc, "--recall-engine zero-copy %s", pulse_extra ? pulse_extra : "");
-    return json_pack("[o,o,o,o,o]", variant(s, "vanilla", "vanilla", NULL),
-                     variant(s, "arkvale", "arkvale", NULL),
-                     variant(s, "infinigen", "infinigen", NULL),
-                     variant(s, "pulseinfer", "pulseinfer", pulse_extra),
-                     variant(s, "pulseinfer-zc", "pulseinfer", zc));
+    char zc[160];
+    snprintf(zc, sizeof zc, "--recall-engine zero-copy %s", extra ? extra : "");
+    json_t *v = json_pack("[o,o,o]", variant(s, "vanilla", "vanilla", NULL),
+                          variant(s, "arkvale", "arkvale", extra),
+                          variant(s, "infinigen", "infinigen", extra));
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(engine_matched); i++)
+        json_array_append_new(v, variant(s, engine_matched[i], engine_matched[i], extra));
+    json_array_append_new(v, variant(s, "pulseinfer", "pulseinfer", extra));
+    json_array_append_new(v, variant(s, "pulseinfer-zc", "pulseinfer", zc));
+    return v;
 }
 
 static json_t *lengths_axis(const struct scale_cfg *s)
@@ -320,15 +329,7 @@ static json_t *g_ratio(const struct scale_cfg *s, const char *dir)
     snprintf(pool, sizeof pool, "--host-pool-gb %g", s->ratio_pool_gb);
     json_t *b = base(s, s->ratio_kv_gb);
     json_object_set_new(b, "--workload", json_string(s->ratio_wl));
-    json_t *v = json_array();
-    json_array_append_new(v, variant(s, "vanilla", "vanilla", NULL));
-    const char *const pol[] = {"arkvale", "infinigen", "pulseinfer"};
-    for (int i = 0; i < 3; i++)
-        json_array_append_new(v, variant(s, pol[i], pol[i], pool));
-    char zc[128];
-    snprintf(zc, sizeof zc, "%s --recall-engine zero-copy", pool);
-    json_array_append_new(v, variant(s, "pulseinfer-zc", "pulseinfer", zc));
-    return grid_of(dir, b, v, NULL);
+    return grid_of(dir, b, systems(s, pool), NULL);
 }
 
 static json_t *g_util(const struct scale_cfg *s, const char *dir)
@@ -337,14 +338,19 @@ static json_t *g_util(const struct scale_cfg *s, const char *dir)
     json_object_set_new(b, "--workload", json_string(s->mid));
     if (strcmp(s->backend, "cpu")) json_object_set_new(b, "--cupti", json_true());
     if (s->util_all) return grid_of(dir, b, systems(s, NULL), NULL);
-    json_t *v = json_pack("[o,o,o]", variant(s, "vanilla", "vanilla", NULL),
+    json_t *v = json_pack("[o,o,o,o]", variant(s, "vanilla", "vanilla", NULL),
                           variant(s, "infinigen", "infinigen", NULL),
+                          variant(s, "infinigen+solohead+zc", "infinigen+solohead+zc", NULL),
                           variant(s, "pulseinfer-zc", "pulseinfer", "--recall-engine zero-copy"));
     return grid_of(dir, b, v, NULL);
 }
 
-/* Mechanisms added one at a time: synchronous head-wise recall, SoloHead, the gather-scatter
- * engine, two batches (fixed admission, the offload batch's layers uninterrupted), IRQ, IOAA. */
+/* Mechanisms added one at a time from vanilla and ArkVale as published: SoloHead's lists (with
+ * its 16-token blocks and a cache the size of the selection, still one copy per block), the
+ * gather-scatter engine (= arkvale+solohead+gs), two batches (fixed admission, the offload
+ * batch's layers uninterrupted), IRQ, IOAA; beside them InfiniGen as published, the rest of the
+ * engine-matched tier and PulseInfer with zero-copy, so the scheduler's share is read off
+ * against the same selection and engine. */
 static json_t *g_ablation(const struct scale_cfg *s, const char *dir)
 {
     json_t *b = base(s, s->kv_gb);
@@ -353,13 +359,16 @@ static json_t *g_ablation(const struct scale_cfg *s, const char *dir)
     snprintf(fixed, sizeof fixed, "--no-irq --admission %s", s->ablation_fixed);
     snprintf(irq, sizeof irq, "--admission %s", s->ablation_fixed);
     json_t *v = json_pack(
-        "[o,o,o,o,o,o]",
-        variant(s, "1-arkvale", "arkvale", "--selection headwise --recall-engine per-block"),
-        variant(s, "2+solohead", "arkvale", "--selection solohead --recall-engine per-block"),
-        variant(s, "3+gather-scatter", "arkvale",
-                "--selection solohead --recall-engine gather-scatter"),
+        "[o,o,o,o,o,o,o,o]", variant(s, "0-vanilla", "vanilla", NULL),
+        variant(s, "1-arkvale", "arkvale", NULL),
+        variant(s, "2+solohead", "arkvale+solohead+gs", "--recall-engine per-block"),
+        variant(s, "3+gather-scatter", "arkvale+solohead+gs", NULL),
         variant(s, "4+two-batches", "pulseinfer", fixed), variant(s, "5+irq", "pulseinfer", irq),
-        variant(s, "6+ioaa", "pulseinfer", NULL));
+        variant(s, "6+ioaa", "pulseinfer", NULL),
+        variant(s, "6+ioaa-zc", "pulseinfer", "--recall-engine zero-copy"));
+    json_array_append_new(v, variant(s, "infinigen", "infinigen", NULL));
+    for (size_t i = 1; i < PULSE_ARRAY_LEN(engine_matched); i++)
+        json_array_append_new(v, variant(s, engine_matched[i], engine_matched[i], NULL));
     return grid_of(dir, b, v, NULL);
 }
 
@@ -398,10 +407,13 @@ static json_t *g_bandwidth(const struct scale_cfg *s, const char *dir)
 {
     json_t *b = base(s, s->kv_gb);
     json_object_set_new(b, "--workload", json_string(s->mid));
-    json_t *v = json_pack("[o,o,o]", variant(s, "pulseinfer", "pulseinfer", NULL),
+    /* InfiniGen as published (gather, re-fetch), and its engine-matched tier: a zero-copy
+     * capped runs host-planned, its gathers paced by the engine */
+    json_t *v = json_pack("[o,o,o,o,o]", variant(s, "pulseinfer", "pulseinfer", NULL),
                           variant(s, "pulseinfer-zc", "pulseinfer", "--recall-engine zero-copy"),
-                          variant(s, "infinigen", "infinigen",
-                                  "--selection solohead --recall-engine gather-scatter"));
+                          variant(s, "infinigen", "infinigen", NULL),
+                          variant(s, "infinigen+solohead+gs", "infinigen+solohead+gs", NULL),
+                          variant(s, "infinigen+solohead+zc", "infinigen+solohead+zc", NULL));
     return grid_of(dir, b, v,
                    json_pack("{s:[f,f,f,f]}", "--recall-cap-fraction", 0.4, 0.6, 0.8, 1.0));
 }

@@ -15,7 +15,7 @@ EXPERIMENT = "ratio"
 
 
 def draw(s):
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
     if not figlib.empty(ax, s):
         figlib.throughput_bars(ax, s, "vanilla")
     kv = s.get("grid", {}).get("base", {}).get("--kv-budget-gb")

@@ -16,7 +16,7 @@ EXPERIMENT = "ablation"
 
 
 def draw(s):
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig, ax = plt.subplots(figsize=(12, 4.8))
     if not figlib.empty(ax, s):
         figlib.throughput_bars(ax, s, figlib.variants(s)[0], "speedup over")
     return figlib.finish(fig, s, "Fig. 23: ablation, mechanisms added one at a time")

@@ -28,10 +28,15 @@ plt.rcParams.update({"font.size": 9, "axes.titlesize": 9, "axes.grid": True, "gr
                      "legend.fontsize": 8, "legend.framealpha": 0.8,
                      "axes.spines.top": False, "axes.spines.right": False})
 
-# The systems keep one color and marker in every figure.
+# The systems keep one color and marker in every figure; a baseline's engine-matched tier
+# (DESIGN section 11: its schedule with PulseInfer's selection and engines) keeps its hue, drawn
+# dashed (lines) or hatched (bars).
 STYLE = {"vanilla": ("#7f7f7f", "s"), "arkvale": ("#1f77b4", "^"),
          "infinigen": ("#2ca02c", "v"), "pulseinfer": ("#d62728", "o"),
-         "pulseinfer-zc": ("#ff7f0e", "D")}
+         "pulseinfer-zc": ("#ff7f0e", "D"),
+         "arkvale+solohead+gs": ("#1f77b4", ">"), "arkvale+solohead+zc": ("#6baed6", ">"),
+         "infinigen+solohead+gs": ("#2ca02c", "<"), "infinigen+solohead+zc": ("#74c476", "<")}
+BASELINES = ("arkvale", "infinigen")
 OTHER = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#1f77b4", "#2ca02c",
          "#d62728", "#ff7f0e", "#7f7f7f"]
 
@@ -211,6 +216,25 @@ def marker(name):
     return STYLE.get(name, (None, "o"))[1]
 
 
+def tier(name):
+    """'published' for a baseline as its paper's code builds it (the policies arkvale and
+    infinigen, under any variant name that is just the policy's: 'arkvale', '1-arkvale'),
+    'engine-matched' for a baseline's schedule with PulseInfer's selection and engines
+    ('infinigen+solohead+zc'), None for the others."""
+    base = name.split("-", 1)[1] if name[:1].isdigit() and "-" in name else name
+    if base in BASELINES:
+        return "published"
+    if base.split("+", 1)[0] in BASELINES and "+" in base:
+        return "engine-matched"
+    return None
+
+
+def label(name):
+    """A system's legend label, its tier named."""
+    t = tier(name)
+    return f"{name} ({t})" if t else name
+
+
 def tokens(n):
     """16384 -> '16K', 1536 -> '1.5K', 503.0 -> '503'."""
     if n >= 1024:
@@ -240,7 +264,8 @@ def plot_lines(ax, s, data, xlabel, ylabel):
     cols = colors(variants(s))
     for v, pts in data.items():
         xs, stats = [p[0] for p in pts], [p[1] for p in pts]
-        ax.plot(xs, [st.mean for st in stats], marker=marker(v), color=cols[v], label=v)
+        ax.plot(xs, [st.mean for st in stats], marker=marker(v), color=cols[v], label=label(v),
+                linestyle="--" if tier(v) == "engine-matched" else "-")
         err = yerr(stats)
         if err:
             ax.errorbar(xs, [st.mean for st in stats], yerr=err, fmt="none", ecolor=cols[v],
@@ -276,10 +301,15 @@ def group_x(groups, i, n):
 
 
 def bars(ax, labels, stats, cols, texts, ylabel):
-    """A bar per label (the mean of its Stat, with its range) with texts written on them."""
+    """A bar per label (the mean of its Stat, with its range) with texts written on them; the
+    engine-matched tier's bars hatched, the published baselines' named so."""
     b = bar(ax, range(len(labels)), stats, color=cols)
+    for rect, name in zip(b, labels):
+        if tier(name) == "engine-matched":
+            rect.set_hatch("//")
+            rect.set_edgecolor("white")
     ax.bar_label(b, labels=texts, padding=2, fontsize=8)
-    bar_axes(ax, labels, ylabel)
+    bar_axes(ax, [label(n) for n in labels], ylabel)
 
 
 def throughput_bars(ax, s, ref, ratio="ratio to"):

@@ -82,19 +82,26 @@ int main(void)
         if (s) points += check_summary(s, names[i]);
         json_decref(s);
     }
-    /* the ablation adds one mechanism at a time: six variants in order */
+    /* the ablation adds one mechanism at a time from vanilla and ArkVale as published (eight
+     * variants in order), then the rest of the comparison beside them: InfiniGen as published
+     * and the engine-matched tier */
     json_t *ab = load(dir, "ablation");
-    EXPECT_EQ_INT((int)json_array_size(json_object_get(ab, "points")), 6);
-    EXPECT(!strcmp(json_string_value(json_object_get(
-                       json_array_get(json_object_get(ab, "points"), 5), "variant")),
-                   "6+ioaa"));
-    /* one host pool over the points: the second point's is the first one's, kept */
-    json_t *r1 = json_object_get(json_array_get(json_object_get(ab, "points"), 1), "result");
+    static const char *const ab_names[] = {
+        "0-vanilla", "1-arkvale",  "2+solohead",          "3+gather-scatter",
+        "4+two-batches", "5+irq", "6+ioaa",              "6+ioaa-zc",
+        "infinigen",  "arkvale+solohead+zc", "infinigen+solohead+gs", "infinigen+solohead+zc"};
+    EXPECT_EQ_INT((int)json_array_size(json_object_get(ab, "points")), 12);
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(ab_names); i++)
+        EXPECT_STR_EQ(json_string_value(json_object_get(
+                          json_array_get(json_object_get(ab, "points"), i), "variant")),
+                      ab_names[i]);
+    /* one host pool over the points: the fourth point's is the third one's, kept */
+    json_t *r1 = json_object_get(json_array_get(json_object_get(ab, "points"), 3), "result");
     EXPECT(json_is_true(json_object_get(
         json_object_get(json_object_get(json_object_get(r1, "counters"), "offload"), "setup"),
         "pin_reused")));
     /* IOAA decides on a profile measured first, per engine: the pulseinfer points read it */
-    json_t *r5 = json_object_get(json_array_get(json_object_get(ab, "points"), 5), "result");
+    json_t *r5 = json_object_get(json_array_get(json_object_get(ab, "points"), 6), "result");
     json_t *pi = json_object_get(json_object_get(r5, "counters"), "pulseinfer");
     EXPECT(pi && !strcmp(json_string_value(json_object_get(pi, "ioaa_profile")), "measured"));
     EXPECT(json_integer_value(json_object_get(pi, "ioaa_predicted_steps")) > 0);
@@ -118,6 +125,47 @@ int main(void)
                !strcmp(json_string_value(json_object_get(prof, "recall_engine")), engines[i]));
         json_decref(prof);
     }
+    /* the comparison shows both tiers at the 1 : 8 point: each system once, the published
+     * baselines with their mechanism (ArkVale: 32-token pages, mean lists, a copy per page, a
+     * cache beyond the selection; InfiniGen: head-wise lists re-fetched every step), the
+     * engine-matched ones with PulseInfer's selection, page and reuse */
+    json_t *ra = load(dir, "ratio");
+    static const char *const sys[] = {"vanilla",
+                                      "arkvale",
+                                      "infinigen",
+                                      "arkvale+solohead+gs",
+                                      "arkvale+solohead+zc",
+                                      "infinigen+solohead+gs",
+                                      "infinigen+solohead+zc",
+                                      "pulseinfer",
+                                      "pulseinfer-zc"};
+    EXPECT_EQ_INT((int)json_array_size(json_object_get(ra, "points")), 9);
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(sys); i++) {
+        json_t *pt = json_array_get(json_object_get(ra, "points"), i);
+        EXPECT_STR_EQ(json_string_value(json_object_get(pt, "variant")), sys[i]);
+        json_t *r = json_object_get(pt, "result");
+        json_t *mech = json_object_get(
+            json_object_get(json_object_get(r, "counters"), "offload"), "mechanism");
+        const int64_t page = json_integer_value(json_object_get(mech, "page_tokens"));
+        const int refetch = json_is_true(json_object_get(mech, "refetch"));
+        if (i == 0) {
+            EXPECT(mech == NULL);
+        } else if (i == 1) {
+            EXPECT_STR_EQ(json_string_value(json_object_get(mech, "selection")), "mean");
+            EXPECT_EQ_INT(page, 32);
+            EXPECT(json_integer_value(json_object_get(mech, "pages_cached")) >
+                   json_integer_value(json_object_get(mech, "pages_selected_max")));
+            EXPECT(json_real_value(json_object_get(mech, "bytes_per_copy")) ==
+                   (double)json_integer_value(json_object_get(mech, "chunk_bytes")));
+        } else if (i == 2) {
+            EXPECT_STR_EQ(json_string_value(json_object_get(mech, "selection")), "headwise");
+            EXPECT(refetch && json_integer_value(json_object_get(mech, "refetched_bytes")) > 0);
+        } else {
+            EXPECT_STR_EQ(json_string_value(json_object_get(mech, "selection")), "solohead");
+            EXPECT(page == 16 && !refetch);
+        }
+    }
+    json_decref(ra);
     /* the bandwidth points carry their cap fraction */
     json_t *bw = load(dir, "bandwidth");
     json_t *p0 = json_object_get(json_array_get(json_object_get(bw, "points"), 0), "result");

@@ -56,6 +56,17 @@ static int tu_checks;
         }                                                                                          \
     } while (0)
 
+#define EXPECT_STR_EQ(got, want)                                                                   \
+    do {                                                                                           \
+        const char *g_ = (got), *w_ = (want);                                                      \
+        tu_checks++;                                                                               \
+        if (!g_ || strcmp(g_, w_)) {                                                               \
+            tu_failures++;                                                                         \
+            fprintf(stderr, "%s:%d: %s: \"%s\" != \"%s\"\n", __FILE__, __LINE__, #got,             \
+                    g_ ? g_ : "(null)", w_);                                                       \
+        }                                                                                          \
+    } while (0)
+
 /* Runs `$PULSE_BIN ARGS` (the pulse command; ctest sets PULSE_BIN) through the shell, capturing
  * stdout and stderr into out (NUL-terminated, truncated to outlen - 1). Returns the exit code,
  * or -1 when the command could not run or died on a signal. */
