@@ -45,8 +45,12 @@ if has test; then
             >"$out/ctest.log" 2>&1
         summary+=("ctest (cpu tests): $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)")
     fi
+    # GPU_TESTS="select offload": only those (test_select_gpu, test_offload_gpu)
     for t in "$root"/build-gpu/test_*_gpu; do
         n=$(basename "$t")
+        if [ -n "${GPU_TESTS:-}" ] && [[ " $GPU_TESTS " != *" $(echo "$n" | sed 's/^test_//; s/_gpu$//') "* ]]; then
+            continue
+        fi
         timeout "${TEST_TIMEOUT:-180}" "$t" >"$out/$n.txt" 2>&1
         summary+=("$n exit $?")
     done
@@ -186,14 +190,18 @@ if has offload; then
     # each of OFFLOAD_RUNS is policy:selection:engine[:VAR=V,VAR=V] (environment of that run)
     log offload
     spec=${OFFLOAD_SPEC:-uniform:16384:12}
-    for v in ${OFFLOAD_RUNS:-vanilla:-:- arkvale:solohead:gather-scatter arkvale:solohead:zero-copy \
-             arkvale:headwise:per-block arkvale:solohead:per-block arkvale:solohead:batch \
-             infinigen:solohead:gather-scatter infinigen:solohead:per-block}; do
+    # (arkvale:-:- and infinigen:-:- are the published baselines; X+solohead+gs with a
+    # selection and engine is that schedule with PulseInfer's page, cache and reuse)
+    for v in ${OFFLOAD_RUNS:-vanilla:-:- arkvale+solohead+gs:solohead:gather-scatter \
+             arkvale+solohead+gs:solohead:zero-copy arkvale:-:- arkvale+solohead+gs:solohead:per-block \
+             arkvale+solohead+gs:solohead:batch infinigen:-:- infinigen+solohead+gs:solohead:gather-scatter \
+             infinigen+solohead+gs:solohead:per-block}; do
         IFS=: read -r pol sel eng envs <<<"$v"
-        tag="${pol}_${sel}_${eng}"
+        tag="${pol//+/-}_${sel}_${eng}"
         [ -n "$envs" ] && tag="${tag}_${envs//[^A-Za-z0-9]/_}"
         args=()
-        [ "$pol" != vanilla ] && args=(--selection "$sel" --recall-engine "$eng" ${OFFLOAD_ARGS:-})
+        [ "$pol" != vanilla ] && [ "$sel" != - ] && args=(--selection "$sel" --recall-engine "$eng")
+        [ "$pol" != vanilla ] && args+=(${OFFLOAD_ARGS:-})
         env ${envs//,/ } /usr/bin/time -f "%e s wall, %M KB" timeout "${OFFLOAD_TIMEOUT:-150}" "$bin" run --backend cuda \
             --model qwen3-14b --policy "$pol" --workload "$spec" --output-len "${OFFLOAD_OUT:-32}" \
             --kv-budget-gb "${OFFLOAD_KV_GB:-8}" "${args[@]}" --out "$out/off_$tag.json" \
@@ -205,8 +213,8 @@ if has offload; then
     python3 "$root/plots/step_floor.py" "$out"/off_*.json --out "$out/step_floor.png" >/dev/null 2>&1 || true
     # the offload step alone against its floor (no serving loop), at the workload's point
     # OFFLOAD_BENCH=none: no bench runs
-    for v in ${OFFLOAD_BENCH:-arkvale:solohead:zero-copy arkvale:solohead:gather-scatter \
-             infinigen:solohead:gather-scatter}; do
+    for v in ${OFFLOAD_BENCH:-arkvale+solohead+gs:solohead:zero-copy \
+             arkvale+solohead+gs:solohead:gather-scatter infinigen+solohead+gs:solohead:gather-scatter}; do
         [ "$v" = none ] && continue
         IFS=: read -r pol sel eng <<<"$v"
         timeout "${OFFLOAD_TIMEOUT:-150}" "$bin" bench decode-step --backend cuda --model qwen3-14b \
@@ -233,10 +241,10 @@ if has pulseinfer; then
     [ "${PI_TRACE:-1}" = 0 ] && traced=1
     for pt in ${PI_POINTS:-12:96:65536:18 45:0:16384:32 45:0:32768:24 45:0:65536:12}; do
         IFS=: read -r kv pool len cnt <<<"$pt"
-        for v in ${PI_POLICIES:-vanilla:-:- arkvale:headwise:per-block infinigen:headwise:per-block \
-                 arkvale:solohead:gather-scatter infinigen:solohead:gather-scatter pulseinfer:-:-}; do
+        for v in ${PI_POLICIES:-vanilla:-:- arkvale:-:- infinigen:-:- \
+                 arkvale+solohead+gs:-:- infinigen+solohead+gs:-:- pulseinfer:-:-}; do
             IFS=: read -r pol sel eng <<<"$v"
-            tag="${kv}g_${len}x${cnt}_${pol}_${sel}_${eng}"
+            tag="${kv}g_${len}x${cnt}_${pol//+/-}_${sel}_${eng}"
             args=()
             [ "$sel" != - ] && args+=(--selection "$sel" --recall-engine "$eng")
             [ "$pool" != 0 ] && [ "$pol" != vanilla ] && args+=(--host-pool-gb "$pool")
@@ -261,7 +269,8 @@ if has pulseinfer; then
 fi
 if has recall; then
     log recall-bench
-    timeout 200 "$bin" recall-bench --out "$out/recall_bench.json" >"$out/recall_bench.txt" 2>&1
+    # RECALL_ARGS: recall-bench's flags instead of its whole default grid
+    timeout 200 "$bin" recall-bench ${RECALL_ARGS:-} --out "$out/recall_bench.json" >"$out/recall_bench.txt" 2>&1
     summary+=("recall-bench exit $?")
     python3 "$root/plots/recall_bandwidth.py" "$out/recall_bench.json" --out "$out/recall_bandwidth.png" \
         >/dev/null 2>&1 || true
@@ -281,6 +290,15 @@ if has reproduce; then
     log reproduce
     only=()
     [ -n "${REPRO_ONLY:-}" ] && only=(--only "$REPRO_ONLY")
+    # REPRO_PROFILES=DIR: IOAA profiles kept from an earlier run (DIR/ioaa_*.json[.gz]) stand
+    # in for pulse profile's, where results/repro has none yet
+    if [ -n "${REPRO_PROFILES:-}" ] && [ ! -d "$root/results/repro/profile" ]; then
+        mkdir -p "$root/results/repro/profile"
+        for f in "$REPRO_PROFILES"/ioaa_*.json*; do
+            b=$(basename "${f%.gz}")
+            if [ "${f%.gz}" != "$f" ]; then gunzip -c "$f" >"$root/results/repro/profile/$b"; else cp "$f" "$root/results/repro/profile/$b"; fi
+        done
+    fi
     timeout "${REPRO_TIMEOUT:-480}" "$bin" reproduce --"${REPRO_SCALE:-quick}" "${only[@]}" \
         --out-dir "$root/results/repro" >"$out/reproduce.txt" 2>&1
     summary+=("reproduce exit $? ($(ls "$root"/results/repro/*/points/*.json 2>/dev/null | wc -l) points)")

@@ -107,13 +107,20 @@ static void test_equals_vanilla(void)
     serve("cuda", "vanilla", spec, out, NULL, &v);
     EXPECT_EQ_INT(v.rc, 0);
     /* (infinigen with zero-copy: the next layer's gather on its own stream beside the MLP) */
-    const char *pols[] = {"arkvale", "arkvale", "infinigen", "infinigen", "arkvale"};
+    /* then ArkVale's mean lists (the device plan and per-block) and InfiniGen's re-fetch of
+     * the whole selection every step through the gather (its published transfer) */
+    const char *pols[] = {"arkvale", "arkvale",   "infinigen", "infinigen",
+                          "arkvale", "infinigen", "arkvale",   "infinigen"};
     const int sels[] = {OFFLOAD_HEADWISE, OFFLOAD_SOLOHEAD, OFFLOAD_HEADWISE, OFFLOAD_SOLOHEAD,
-                        OFFLOAD_SOLOHEAD};
-    const enum recall_engine engs[] = {RECALL_PER_BLOCK, RECALL_PER_BLOCK, RECALL_PER_BLOCK,
-                                       RECALL_ZERO_COPY, RECALL_GATHER_SCATTER};
-    for (int i = tu_quick() ? 3 : 0; i < 5; i++) { /* quick: zero-copy and gather-scatter */
+                        OFFLOAD_SOLOHEAD, OFFLOAD_MEAN,     OFFLOAD_MEAN,     OFFLOAD_HEADWISE};
+    const enum recall_engine engs[] = {RECALL_PER_BLOCK,      RECALL_PER_BLOCK, RECALL_PER_BLOCK,
+                                       RECALL_ZERO_COPY,      RECALL_GATHER_SCATTER,
+                                       RECALL_ZERO_COPY,      RECALL_PER_BLOCK,
+                                       RECALL_GATHER_SCATTER};
+    const int refetch[] = {0, 0, 0, 0, 0, 0, 0, 1};
+    for (int i = tu_quick() ? 3 : 0; i < 8; i++) { /* quick: zero-copy and gather-scatter */
         struct offload_params p = params(512, sels[i], engs[i]);
+        p.refetch = refetch[i];
         p.prompt_kv = OFFLOAD_KV_SYNTHETIC;
         p.verify_steps = 0; /* (its checks synchronise) */
         serve("cuda", pols[i], spec, out, &p, &a);
@@ -157,10 +164,10 @@ static void test_equals_vanilla(void)
         }
         const int eq = same_tokens(&v.w, &a.w);
         fprintf(stderr,
-                "%s %s %s, budget covering the context: tokens %s vanilla's on cuda, %lld host "
+                "%s %s %s%s, budget covering the context: tokens %s vanilla's on cuda, %lld host "
                 "syncs in steps\n",
-                pols[i], sels[i] == OFFLOAD_HEADWISE ? "headwise" : "solohead",
-                recall_engine_name(engs[i]), eq ? "equal" : "DIFFER from",
+                pols[i], offload_selection_name(sels[i]), recall_engine_name(engs[i]),
+                refetch[i] ? " re-fetching" : "", eq ? "equal" : "DIFFER from",
                 (long long)a.ctr.step_host_syncs);
         EXPECT(eq);
         EXPECT(a.ctr.recall_bytes > 0);
