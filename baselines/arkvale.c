@@ -14,19 +14,8 @@
  * 11): the same synchronous schedule with PulseInfer's selection, page size, cache and engines. */
 #include "offload_policy.h"
 
-#define ARKVALE_TABLE(pol_name, sel, eng, page, cache)                                             \
-    {                                                                                              \
-        .name = pol_name, .admit = offload_policy_admit, .step = offload_policy_step,              \
-        .release = offload_policy_release, .traffic = offload_policy_traffic,                      \
-        .finish = offload_policy_finish, .overlapped = 0, .needs_ctx = 1,                          \
-        .ctx_kind = POLICY_CTX_OFFLOAD, .ctx_create = offload_policy_ctx_create,                   \
-        .ctx_free = offload_policy_ctx_free, .offload_lookahead = 0, .offload_selection = sel,    \
-        .offload_engine = eng, .offload_page_size = page, .offload_cache_pages = cache,            \
-        .offload_refetch = 0                                                                       \
-    }
-
-const struct policy policy_arkvale = ARKVALE_TABLE("arkvale", "mean", "per-block", 32, 128);
+const struct policy policy_arkvale = OFFLOAD_POLICY_TABLE("arkvale", 0, "mean", "per-block", 32, 128, 0);
 const struct policy policy_arkvale_solohead_gs =
-    ARKVALE_TABLE("arkvale+solohead+gs", "solohead", "gather-scatter", 16, 0);
+    OFFLOAD_POLICY_TABLE("arkvale+solohead+gs", 0, "solohead", "gather-scatter", 16, 0, 0);
 const struct policy policy_arkvale_solohead_zc =
-    ARKVALE_TABLE("arkvale+solohead+zc", "solohead", "zero-copy", 16, 0);
+    OFFLOAD_POLICY_TABLE("arkvale+solohead+zc", 0, "solohead", "zero-copy", 16, 0, 0);

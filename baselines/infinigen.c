@@ -17,19 +17,8 @@
  * of resident blocks. */
 #include "offload_policy.h"
 
-#define INFINIGEN_TABLE(pol_name, sel, eng, refetch)                                               \
-    {                                                                                              \
-        .name = pol_name, .admit = offload_policy_admit, .step = offload_policy_step,              \
-        .release = offload_policy_release, .traffic = offload_policy_traffic,                      \
-        .finish = offload_policy_finish, .overlapped = 1, .needs_ctx = 1,                          \
-        .ctx_kind = POLICY_CTX_OFFLOAD, .ctx_create = offload_policy_ctx_create,                   \
-        .ctx_free = offload_policy_ctx_free, .offload_lookahead = 1, .offload_selection = sel,    \
-        .offload_engine = eng, .offload_page_size = 0, .offload_cache_pages = 0,                   \
-        .offload_refetch = refetch                                                                 \
-    }
-
-const struct policy policy_infinigen = INFINIGEN_TABLE("infinigen", "headwise", "gather-scatter", 1);
+const struct policy policy_infinigen = OFFLOAD_POLICY_TABLE("infinigen", 1, "headwise", "gather-scatter", 0, 0, 1);
 const struct policy policy_infinigen_solohead_gs =
-    INFINIGEN_TABLE("infinigen+solohead+gs", "solohead", "gather-scatter", 0);
+    OFFLOAD_POLICY_TABLE("infinigen+solohead+gs", 1, "solohead", "gather-scatter", 0, 0, 0);
 const struct policy policy_infinigen_solohead_zc =
-    INFINIGEN_TABLE("infinigen+solohead+zc", "solohead", "zero-copy", 0);
+    OFFLOAD_POLICY_TABLE("infinigen+solohead+zc", 1, "solohead", "zero-copy", 0, 0, 0);
