@@ -14,7 +14,8 @@
  * 11): the same synchronous schedule with PulseInfer's selection, page size, cache and engines. */
 #include "offload_policy.h"
 
-const struct policy policy_arkvale = OFFLOAD_POLICY_TABLE("arkvale", 0, "mean", "per-block", 32, 128, 0);
+const struct policy policy_arkvale =
+    OFFLOAD_POLICY_TABLE("arkvale", 0, "mean", "per-block", 32, 128, 0);
 const struct policy policy_arkvale_solohead_gs =
     OFFLOAD_POLICY_TABLE("arkvale+solohead+gs", 0, "solohead", "gather-scatter", 16, 0, 0);
 const struct policy policy_arkvale_solohead_zc =

@@ -17,7 +17,8 @@
  * of resident blocks. */
 #include "offload_policy.h"
 
-const struct policy policy_infinigen = OFFLOAD_POLICY_TABLE("infinigen", 1, "headwise", "gather-scatter", 0, 0, 1);
+const struct policy policy_infinigen =
+    OFFLOAD_POLICY_TABLE("infinigen", 1, "headwise", "gather-scatter", 0, 0, 1);
 const struct policy policy_infinigen_solohead_gs =
     OFFLOAD_POLICY_TABLE("infinigen+solohead+gs", 1, "solohead", "gather-scatter", 0, 0, 0);
 const struct policy policy_infinigen_solohead_zc =

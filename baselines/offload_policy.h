@@ -25,15 +25,15 @@ void offload_policy_traffic(struct serve_state *s, int ahead, struct floor_traff
  * recall, wait at each layer; 1: one layer ahead, the recall overlapping compute) and its
  * defaults of pulse run's --selection, --recall-engine, --page-size, cache pages and --reuse
  * (struct policy). */
-#define OFFLOAD_POLICY_TABLE(pol_name, ahead, sel, eng, page, cache, refetch)                     \
+#define OFFLOAD_POLICY_TABLE(pol_name, ahead, sel, eng, page, cache, refetch)                      \
     {                                                                                              \
         .name = pol_name, .admit = offload_policy_admit, .step = offload_policy_step,              \
         .release = offload_policy_release, .traffic = offload_policy_traffic,                      \
         .finish = offload_policy_finish, .overlapped = ahead, .needs_ctx = 1,                      \
         .ctx_kind = POLICY_CTX_OFFLOAD, .ctx_create = offload_policy_ctx_create,                   \
-        .ctx_free = offload_policy_ctx_free, .offload_lookahead = ahead,                           \
-        .offload_selection = sel, .offload_engine = eng, .offload_page_size = page,                \
-        .offload_cache_pages = cache, .offload_refetch = refetch                                   \
+        .ctx_free = offload_policy_ctx_free, .offload_lookahead = ahead, .offload_selection = sel, \
+        .offload_engine = eng, .offload_page_size = page, .offload_cache_pages = cache,            \
+        .offload_refetch = refetch                                                                 \
     }
 
 #endif

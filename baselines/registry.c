@@ -13,15 +13,14 @@ extern const struct policy policy_pulseinfer; /* pulseinfer.c */
 extern const struct policy policy_arkvale_solohead_gs, policy_arkvale_solohead_zc;
 extern const struct policy policy_infinigen_solohead_gs, policy_infinigen_solohead_zc;
 
-static const struct policy *const registry[] = {
-    &policy_vanilla,
-    &policy_arkvale,
-    &policy_infinigen,
-    &policy_pulseinfer,
-    &policy_arkvale_solohead_gs,
-    &policy_arkvale_solohead_zc,
-    &policy_infinigen_solohead_gs,
-    &policy_infinigen_solohead_zc};
+static const struct policy *const registry[] = {&policy_vanilla,
+                                                &policy_arkvale,
+                                                &policy_infinigen,
+                                                &policy_pulseinfer,
+                                                &policy_arkvale_solohead_gs,
+                                                &policy_arkvale_solohead_zc,
+                                                &policy_infinigen_solohead_gs,
+                                                &policy_infinigen_solohead_zc};
 
 const struct policy *policy_find(const char *name)
 {

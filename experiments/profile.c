@@ -795,8 +795,8 @@ static int offload_point(struct engine *e, const struct opts *o, const struct ru
         results_set_real(pj, "host_pool_bytes_needed", host);
         return PULSE_ERR_NOMEM;
     }
-    const int rc = bench_offload_point(e, policy_find(PULSE_PROFILE_POLICY), oo, b, ctx, warm, steps,
-                                       (int)o->page_size, o->seed, bw, pj);
+    const int rc = bench_offload_point(e, policy_find(PULSE_PROFILE_POLICY), oo, b, ctx, warm,
+                                       steps, (int)o->page_size, o->seed, bw, pj);
     if (rc == EXIT_OOM) return PULSE_ERR_NOMEM;
     if (rc) {
         const char *why = json_string_value(json_object_get(pj, "error"));

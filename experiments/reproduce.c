@@ -358,14 +358,14 @@ static json_t *g_ablation(const struct scale_cfg *s, const char *dir)
     char fixed[160], irq[160];
     snprintf(fixed, sizeof fixed, "--no-irq --admission %s", s->ablation_fixed);
     snprintf(irq, sizeof irq, "--admission %s", s->ablation_fixed);
-    json_t *v = json_pack(
-        "[o,o,o,o,o,o,o,o]", variant(s, "0-vanilla", "vanilla", NULL),
-        variant(s, "1-arkvale", "arkvale", NULL),
-        variant(s, "2+solohead", "arkvale+solohead+gs", "--recall-engine per-block"),
-        variant(s, "3+gather-scatter", "arkvale+solohead+gs", NULL),
-        variant(s, "4+two-batches", "pulseinfer", fixed), variant(s, "5+irq", "pulseinfer", irq),
-        variant(s, "6+ioaa", "pulseinfer", NULL),
-        variant(s, "6+ioaa-zc", "pulseinfer", "--recall-engine zero-copy"));
+    json_t *v =
+        json_pack("[o,o,o,o,o,o,o,o]", variant(s, "0-vanilla", "vanilla", NULL),
+                  variant(s, "1-arkvale", "arkvale", NULL),
+                  variant(s, "2+solohead", "arkvale+solohead+gs", "--recall-engine per-block"),
+                  variant(s, "3+gather-scatter", "arkvale+solohead+gs", NULL),
+                  variant(s, "4+two-batches", "pulseinfer", fixed),
+                  variant(s, "5+irq", "pulseinfer", irq), variant(s, "6+ioaa", "pulseinfer", NULL),
+                  variant(s, "6+ioaa-zc", "pulseinfer", "--recall-engine zero-copy"));
     json_array_append_new(v, variant(s, "infinigen", "infinigen", NULL));
     for (size_t i = 1; i < PULSE_ARRAY_LEN(engine_matched); i++)
         json_array_append_new(v, variant(s, engine_matched[i], engine_matched[i], NULL));

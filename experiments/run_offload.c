@@ -211,8 +211,7 @@ static int host_pool(struct run_offload *ro, const struct run_offload_opts *oo,
  * budget in *budget (the default rounded down to the block size), the hot slots in *hot (the
  * flag, else the policy's cache_pages when more than one step selects, else 0). */
 static int check_flags(const struct run_offload_opts *oo, const struct model_config *m,
-                       const struct kv_cache_params *kp, long cache_pages, long *budget,
-                       long *hot)
+                       const struct kv_cache_params *kp, long cache_pages, long *budget, long *hot)
 {
     const int ps = kp->page_size;
     *budget = oo->budget_set ? oo->budget_tokens : oo->budget_tokens / ps * ps;
@@ -230,9 +229,7 @@ static int check_flags(const struct run_offload_opts *oo, const struct model_con
     const long blocks = PULSE_CEIL_DIV(kp->max_tokens, ps);
     const long sel = PULSE_MIN(blocks, 1 + 2 + 1 + *budget / ps);
     /* the policy's cache when larger than the selection, within the longest request */
-    *hot = oo->hot_slots ? oo->hot_slots
-           : cache_pages > sel ? PULSE_MIN(cache_pages, blocks)
-                               : 0;
+    *hot = oo->hot_slots ? oo->hot_slots : cache_pages > sel ? PULSE_MIN(cache_pages, blocks) : 0;
     if (oo->hot_slots && (oo->hot_slots < sel || oo->hot_slots > blocks)) {
         cli_error("run",
                   "--hot-slots: %ld is not in [%ld, %ld] (the blocks one step selects .. the "

@@ -123,8 +123,7 @@ int offload_params_check(const struct offload_params *p, const struct model_conf
         BAD("model %s has no layer to offload: its layers past the %d dense ones are all "
             "sliding-window layers",
             m->name, p->n_dense);
-    if (!offload_selection_name(p->selection))
-        BAD("offload: unknown selection %d", p->selection);
+    if (!offload_selection_name(p->selection)) BAD("offload: unknown selection %d", p->selection);
     for (int l = 0; p->selection == OFFLOAD_SOLOHEAD && p->selector && l < m->n_layers; l++)
         if (p->selector[l] < 0 || p->selector[l] >= m->n_kv_heads)
             BAD("selector of layer %d is %d, not a KV head of %s (0..%d)", l, p->selector[l],
@@ -432,7 +431,7 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
                                       p->sink, p->window, o->max_blocks};
     o->hp_bytes = o->device_plan ? hot_plan_state_bytes(&o->hpp) : 0;
     for (int l = 0; l < m->n_layers; l++)
-        o->sel_head[l] = o->headwise                     ? SELECT_HEADWISE
+        o->sel_head[l] = o->headwise                    ? SELECT_HEADWISE
                          : p->selection == OFFLOAD_MEAN ? SELECT_MEAN
                          : p->selector                  ? p->selector[l]
                                                         : 0;
@@ -449,8 +448,8 @@ static int same_shape(const struct query_source_shape *a, const struct query_sou
            x->head_dim == y->head_dim && x->block_size == y->block_size && x->budget == y->budget &&
            x->sink == y->sink && x->window == y->window && x->max_blocks == y->max_blocks &&
            a->n_layers == b->n_layers && !memcmp(a->dense, b->dense, sizeof a->dense) &&
-           a->n_slots == b->n_slots &&
-           a->one_list == b->one_list && a->hot_slots == b->hot_slots && a->seed == b->seed;
+           a->n_slots == b->n_slots && a->one_list == b->one_list && a->hot_slots == b->hot_slots &&
+           a->seed == b->seed;
 }
 
 /* The params' query source, which must have been made for this runtime's shape. */

@@ -88,7 +88,6 @@ size_t offload_host_free_bytes(const struct offload *o)
     return (size_t)hs.free_blocks * hs.block_bytes;
 }
 
-
 json_t *offload_config_json(const struct offload *o)
 {
     struct host_pool_stats hs;
@@ -279,10 +278,10 @@ json_t *offload_counters_json(const struct offload *o)
                            (json_int_t)hs.evictions, "resident", (json_int_t)hs.resident);
     json_t *j = json_pack(
         "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:o}", "selection",
-        offload_selection_name(o->p.selection), "steps", (json_int_t)st.steps, "admitted", (json_int_t)st.admitted,
-        "recall_bytes", (json_int_t)st.recall_bytes, "recall_chunks", (json_int_t)st.recall_chunks,
-        "recalls", (json_int_t)st.recalls, "recall_stalls", (json_int_t)st.stalls,
-        "recall_failures", (json_int_t)st.recall_failures, "refusals_gpu",
+        offload_selection_name(o->p.selection), "steps", (json_int_t)st.steps, "admitted",
+        (json_int_t)st.admitted, "recall_bytes", (json_int_t)st.recall_bytes, "recall_chunks",
+        (json_int_t)st.recall_chunks, "recalls", (json_int_t)st.recalls, "recall_stalls",
+        (json_int_t)st.stalls, "recall_failures", (json_int_t)st.recall_failures, "refusals_gpu",
         (json_int_t)st.refusals_gpu, "refusals_host", (json_int_t)st.refusals_host,
         "refusals_digest", (json_int_t)st.refusals_digest, "recall_engine", eng, "hot_cache", hc,
         "layers", layers, "per_step", series_json(o));

@@ -27,8 +27,8 @@
  * Scores. Block score for query head g: sum_c max(q_gc * min_c, q_gc * max_c), an upper bound
  *   of q_g . k over the block's keys; a KV head's score sums the scores of its G = nq / nkv
  *   query heads (g = h*G .. h*G+G-1); SELECT_MEAN's list sums every KV head's score (ArkVale
- *   averages them: the same order, one division less). fp32, [batch][n_lists][max_blocks]; only blocks
- *   < ceil(n_tokens[b] / block_size) are written. CPU and GPU sum in different orders, so they
+ *   averages them: the same order, one division less). fp32, [batch][n_lists][max_blocks]; only
+ * blocks < ceil(n_tokens[b] / block_size) are written. CPU and GPU sum in different orders, so they
  *   agree to fp32 rounding in general and exactly on integer-valued inputs (the tests).
  *
  * Top-k. For an entry of nb = ceil(n_tokens / block_size) blocks the forced blocks are the sink

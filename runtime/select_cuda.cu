@@ -131,7 +131,8 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
     int k0, k1;
     select_list_heads(sel_head, l, nkv, &k0, &k1);
     const uint16_t *qg = q + ((size_t)b * nq + (size_t)k0 * G) * hd;
-    for (int e = threadIdx.x; e < (k1 - k0) * G * hd; e += blockDim.x) sq[e] = bf16_to_f32(qg[e]);
+    for (int e = threadIdx.x; e < (k1 - k0) * G * hd; e += blockDim.x)
+        sq[e] = bf16_to_f32(qg[e]);
     __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -150,14 +151,12 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
                 for (int d = lane * 4; d < hd; d += 128) {
                     const uint2 a = *reinterpret_cast<const uint2 *>(mn + d);
                     const uint2 z = *reinterpret_cast<const uint2 *>(mx + d);
-                    const float lo[4] = {bf16_to_f32((uint16_t)(a.x & 0xffffu)),
-                                         bf16_to_f32((uint16_t)(a.x >> 16)),
-                                         bf16_to_f32((uint16_t)(a.y & 0xffffu)),
-                                         bf16_to_f32((uint16_t)(a.y >> 16))};
-                    const float hi[4] = {bf16_to_f32((uint16_t)(z.x & 0xffffu)),
-                                         bf16_to_f32((uint16_t)(z.x >> 16)),
-                                         bf16_to_f32((uint16_t)(z.y & 0xffffu)),
-                                         bf16_to_f32((uint16_t)(z.y >> 16))};
+                    const float lo[4] = {
+                        bf16_to_f32((uint16_t)(a.x & 0xffffu)), bf16_to_f32((uint16_t)(a.x >> 16)),
+                        bf16_to_f32((uint16_t)(a.y & 0xffffu)), bf16_to_f32((uint16_t)(a.y >> 16))};
+                    const float hi[4] = {
+                        bf16_to_f32((uint16_t)(z.x & 0xffffu)), bf16_to_f32((uint16_t)(z.x >> 16)),
+                        bf16_to_f32((uint16_t)(z.y & 0xffffu)), bf16_to_f32((uint16_t)(z.y >> 16))};
                     for (int g = 0; g < G; g++) {
                         const float4 qv = *reinterpret_cast<const float4 *>(sk + g * hd + d);
                         acc += select_digest_term(qv.x, lo[0], hi[0]);
@@ -169,7 +168,8 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
             } else {
                 for (int d = lane; d < hd; d += 32) {
                     const float lo = bf16_to_f32(mn[d]), hi = bf16_to_f32(mx[d]);
-                    for (int g = 0; g < G; g++) acc += select_digest_term(sk[g * hd + d], lo, hi);
+                    for (int g = 0; g < G; g++)
+                        acc += select_digest_term(sk[g * hd + d], lo, hi);
                 }
             }
         }
@@ -405,7 +405,8 @@ extern "C" void select_score_cuda(const struct kctx *c, const struct select_cfg 
     int k0, k1;
     select_list_heads(sel_head, 0, cfg->n_kv_heads, &k0, &k1);
     const size_t smem = (size_t)(k1 - k0) * G * hd * sizeof(float);
-    PULSE_CHECK(smem <= 48 * 1024, "select_score: scored query heads * head_dim * 4 must fit in 48 KB");
+    PULSE_CHECK(smem <= 48 * 1024,
+                "select_score: scored query heads * head_dim * 4 must fit in 48 KB");
     const dim3 grid((unsigned)PULSE_CEIL_DIV(cfg->max_blocks, kScorePerCta), (unsigned)nl,
                     (unsigned)batch);
     const bool vec = hd % 128 == 0 && ((uintptr_t)dv->pool % 8) == 0;

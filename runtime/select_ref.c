@@ -165,7 +165,6 @@ static uint16_t *digest_at(const struct digest_view *dv, int b, int i, int j)
     return dv->pool + (size_t)page * page_elems + (size_t)j * 2 * dv->head_dim;
 }
 
-
 void digest_build_ref(const struct kctx *c, const struct kv_view *kv, const struct digest_view *dv,
                       const int32_t *n_tokens, int batch, int sel_head, int max_tokens)
 {

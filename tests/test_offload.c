@@ -177,8 +177,8 @@ static int same_tokens(const struct workload *a, const struct workload *b)
  * vanilla's tokens (v: the vanilla run of spec at page_size); with `control`, a budget of one
  * block makes them differ, so the equality is not an accident of attention hardly mattering. */
 static void equal_case_refetch(const struct run_out *v, const char *policy, const char *spec,
-                               int page_size, int selection, int control,
-                               enum recall_engine engine, int refetch)
+                               int page_size, int selection, int control, enum recall_engine engine,
+                               int refetch)
 {
     struct run_out a;
     struct offload_params p = defaults();
@@ -272,8 +272,8 @@ static void test_cache_and_refetch(void)
     for (int k = 0; k < 3; k++) {
         struct offload_params p = defaults();
         p.selection = OFFLOAD_MEAN;
-        p.budget_tokens = 4 * 32;             /* 4 + 4 blocks of 32-34 selected */
-        p.hot_slots = k == 1 ? 24 : 0;        /* the cache 3x the selection, or its size */
+        p.budget_tokens = 4 * 32;      /* 4 + 4 blocks of 32-34 selected */
+        p.hot_slots = k == 1 ? 24 : 0; /* the cache 3x the selection, or its size */
         p.refetch = k == 2;
         struct run_out a;
         serve(&c, &p, &a);
@@ -476,7 +476,8 @@ static const struct bad_case bad[] = {
     {"--recall-engine nope", "--recall-engine: unknown recall engine 'nope'"},
     /* arkvale's pages are 32 tokens unless --page-size says otherwise */
     {"--budget-tokens 48", "--budget-tokens: 48 is not a multiple of the block size 32"},
-    {"--page-size 16 --budget-tokens 100", "--budget-tokens: 100 is not a multiple of the block size 16"},
+    {"--page-size 16 --budget-tokens 100",
+     "--budget-tokens: 100 is not a multiple of the block size 16"},
     {"--budget-tokens -16", "--budget-tokens: '-16' is not an integer"},
     {"--prompt-kv x", "--prompt-kv: 'x' is not locality, synthetic or prefill"},
     {"--dense-layers 4", "--dense-layers: 4 leaves no sparse layer"},
@@ -760,15 +761,16 @@ static void test_wait_timeout(void)
 static void test_cli_json(void)
 {
     static const struct cli_want ark = {"arkvale", "", 0, "mean", "per-block", 32, 33, 0};
-    static const struct cli_want inf = {"infinigen", "", 1, "headwise", "gather-scatter", 16, 20, 1};
+    static const struct cli_want inf = {"infinigen",      "", 1,  "headwise",
+                                        "gather-scatter", 16, 20, 1};
     static const struct cli_want inf_reuse = {
         "infinigen", "--reuse resident", 1, "headwise", "gather-scatter", 16, 20, 0};
-    static const struct cli_want ark_m = {
-        "arkvale+solohead+gs", "", 0, "solohead", "gather-scatter", 16, 20, 0};
-    static const struct cli_want inf_m = {
-        "infinigen+solohead+gs", "", 1, "solohead", "gather-scatter", 16, 20, 0};
-    static const struct cli_want ark_zc = {
-        "arkvale+solohead+zc", "", 0, "solohead", "zero-copy", 16, 20, 0};
+    static const struct cli_want ark_m = {"arkvale+solohead+gs", "", 0,  "solohead",
+                                          "gather-scatter",      16, 20, 0};
+    static const struct cli_want inf_m = {"infinigen+solohead+gs", "", 1,  "solohead",
+                                          "gather-scatter",        16, 20, 0};
+    static const struct cli_want ark_zc = {"arkvale+solohead+zc", "", 0,  "solohead",
+                                           "zero-copy",           16, 20, 0};
     EXPECT(cli_json(&ark) > 0);
     EXPECT(cli_json(&inf) > cli_json(&inf_reuse));
     EXPECT_EQ_INT(cli_json(&ark_m), cli_json(&inf_m));

@@ -86,10 +86,18 @@ int main(void)
      * variants in order), then the rest of the comparison beside them: InfiniGen as published
      * and the engine-matched tier */
     json_t *ab = load(dir, "ablation");
-    static const char *const ab_names[] = {
-        "0-vanilla", "1-arkvale",  "2+solohead",          "3+gather-scatter",
-        "4+two-batches", "5+irq", "6+ioaa",              "6+ioaa-zc",
-        "infinigen",  "arkvale+solohead+zc", "infinigen+solohead+gs", "infinigen+solohead+zc"};
+    static const char *const ab_names[] = {"0-vanilla",
+                                           "1-arkvale",
+                                           "2+solohead",
+                                           "3+gather-scatter",
+                                           "4+two-batches",
+                                           "5+irq",
+                                           "6+ioaa",
+                                           "6+ioaa-zc",
+                                           "infinigen",
+                                           "arkvale+solohead+zc",
+                                           "infinigen+solohead+gs",
+                                           "infinigen+solohead+zc"};
     EXPECT_EQ_INT((int)json_array_size(json_object_get(ab, "points")), 12);
     for (size_t i = 0; i < PULSE_ARRAY_LEN(ab_names); i++)
         EXPECT_STR_EQ(json_string_value(json_object_get(
@@ -144,8 +152,8 @@ int main(void)
         json_t *pt = json_array_get(json_object_get(ra, "points"), i);
         EXPECT_STR_EQ(json_string_value(json_object_get(pt, "variant")), sys[i]);
         json_t *r = json_object_get(pt, "result");
-        json_t *mech = json_object_get(
-            json_object_get(json_object_get(r, "counters"), "offload"), "mechanism");
+        json_t *mech = json_object_get(json_object_get(json_object_get(r, "counters"), "offload"),
+                                       "mechanism");
         const int64_t page = json_integer_value(json_object_get(mech, "page_tokens"));
         const int refetch = json_is_true(json_object_get(mech, "refetch"));
         if (i == 0) {

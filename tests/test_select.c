@@ -268,25 +268,25 @@ static void test_scores(int ints)
                     /* direct: per channel in double, from the brute-force min/max */
                     double want = 0.0, mag = 0.0, exact = -INFINITY;
                     for (int h = h0; h < h1; h++)
-                    for (int g = 0; g < G; g++)
-                        for (int d = 0; d < hd; d++) {
-                            double lo = INFINITY, hi = -INFINITY;
-                            for (int t = i * bs; t < n[b] && t < (i + 1) * bs; t++) {
-                                lo = fmin(lo, key_of(&s, b, t, h, d));
-                                hi = fmax(hi, key_of(&s, b, t, h, d));
+                        for (int g = 0; g < G; g++)
+                            for (int d = 0; d < hd; d++) {
+                                double lo = INFINITY, hi = -INFINITY;
+                                for (int t = i * bs; t < n[b] && t < (i + 1) * bs; t++) {
+                                    lo = fmin(lo, key_of(&s, b, t, h, d));
+                                    hi = fmax(hi, key_of(&s, b, t, h, d));
+                                }
+                                double qv = bf16_to_f32(q[(b * nq + h * G + g) * hd + d]);
+                                want += fmax(qv * lo, qv * hi);
+                                mag += fabs(qv) * fmax(fabs(lo), fabs(hi));
                             }
-                            double qv = bf16_to_f32(q[(b * nq + h * G + g) * hd + d]);
-                            want += fmax(qv * lo, qv * hi);
-                            mag += fabs(qv) * fmax(fabs(lo), fabs(hi));
-                        }
                     /* Quest bound: no token's group-summed q.k exceeds the score */
                     for (int t = i * bs; t < n[b] && t < (i + 1) * bs; t++) {
                         double dot = 0.0;
                         for (int h = h0; h < h1; h++)
-                        for (int g = 0; g < G; g++)
-                            for (int d = 0; d < hd; d++)
-                                dot += bf16_to_f32(q[(b * nq + h * G + g) * hd + d]) *
-                                       key_of(&s, b, t, h, d);
+                            for (int g = 0; g < G; g++)
+                                for (int d = 0; d < hd; d++)
+                                    dot += bf16_to_f32(q[(b * nq + h * G + g) * hd + d]) *
+                                           key_of(&s, b, t, h, d);
                         exact = fmax(exact, dot);
                     }
                     double tol = ints ? 0.0 : 1e-6 * mag;

@@ -361,8 +361,7 @@ json_t *locality_meter_to_json(const struct locality_meter *m,
     json_t *totals = json_pack("{s:I, s:I, s:I, s:I}", "churn_samples", (json_int_t)samples,
                                "steady_steps", (json_int_t)steps, "recall_bytes", (json_int_t)bytes,
                                "cold_recall_bytes", (json_int_t)cold);
-    return json_pack("{s:s, s:i, s:I, s:i, s:o, s:o}", "selection",
-                     meter_selection(m), "hot_slots", m->p.hot_slots,
-                     "chunk_bytes", (json_int_t)m->chunk_bytes, "budget_blocks", m->p.sel.budget,
-                     "layers", layers, "totals", totals);
+    return json_pack("{s:s, s:i, s:I, s:i, s:o, s:o}", "selection", meter_selection(m), "hot_slots",
+                     m->p.hot_slots, "chunk_bytes", (json_int_t)m->chunk_bytes, "budget_blocks",
+                     m->p.sel.budget, "layers", layers, "totals", totals);
 }

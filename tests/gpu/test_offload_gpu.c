@@ -113,10 +113,9 @@ static void test_equals_vanilla(void)
                           "arkvale", "infinigen", "arkvale",   "infinigen"};
     const int sels[] = {OFFLOAD_HEADWISE, OFFLOAD_SOLOHEAD, OFFLOAD_HEADWISE, OFFLOAD_SOLOHEAD,
                         OFFLOAD_SOLOHEAD, OFFLOAD_MEAN,     OFFLOAD_MEAN,     OFFLOAD_HEADWISE};
-    const enum recall_engine engs[] = {RECALL_PER_BLOCK,      RECALL_PER_BLOCK, RECALL_PER_BLOCK,
-                                       RECALL_ZERO_COPY,      RECALL_GATHER_SCATTER,
-                                       RECALL_ZERO_COPY,      RECALL_PER_BLOCK,
-                                       RECALL_GATHER_SCATTER};
+    const enum recall_engine engs[] = {RECALL_PER_BLOCK, RECALL_PER_BLOCK,      RECALL_PER_BLOCK,
+                                       RECALL_ZERO_COPY, RECALL_GATHER_SCATTER, RECALL_ZERO_COPY,
+                                       RECALL_PER_BLOCK, RECALL_GATHER_SCATTER};
     const int refetch[] = {0, 0, 0, 0, 0, 0, 0, 1};
     for (int i = tu_quick() ? 3 : 0; i < 8; i++) { /* quick: zero-copy and gather-scatter */
         struct offload_params p = params(512, sels[i], engs[i]);

@@ -200,12 +200,9 @@ static void test_digest(void)
 {
     static const struct {
         int nkv, hd, bs, sel;
-    } cases[] = {{8, 128, 16, SELECT_HEADWISE},
-                 {8, 128, 16, 5},
-                 {4, 64, 1, SELECT_HEADWISE},
-                 {3, 40, 5, 2},
-                 {2, 128, 16, SELECT_HEADWISE},
-                 {8, 128, 16, SELECT_MEAN}};
+    } cases[] = {{8, 128, 16, SELECT_HEADWISE}, {8, 128, 16, 5},
+                 {4, 64, 1, SELECT_HEADWISE},   {3, 40, 5, 2},
+                 {2, 128, 16, SELECT_HEADWISE}, {8, 128, 16, SELECT_MEAN}};
     const int batch = 17;
     for (size_t ci = 0; ci < TU_CASES(cases); ci++) {
         const int nkv = cases[ci].nkv, hd = cases[ci].hd, bs = cases[ci].bs, sel = cases[ci].sel;
@@ -239,8 +236,7 @@ static void test_digest(void)
         struct digest_view hdv = {hd_ref, dt.ids, dt.start, ndh, hd};
         struct digest_view ddv = {dd.p, dt.d_ids.p, dt.d_start.p, ndh, hd};
         char cs[96];
-        snprintf(cs, sizeof cs, "B=%d nkv=%d hd=%d bs=%d %s", batch, nkv, hd, bs,
-                 sel_name(sel));
+        snprintf(cs, sizeof cs, "B=%d nkv=%d hd=%d bs=%d %s", batch, nkv, hd, bs, sel_name(sel));
 
         digest_build_ref(&g_host, &hkv, &hdv, n, batch, sel, max_n);
         digest_build_cuda(&g_dev, &dkv, &ddv, dn.p, batch, sel, max_n);
@@ -355,10 +351,10 @@ static void test_score_topk(void)
     static const struct {
         int nq, nkv, hd, sel;
     } cases[] = {
-        {40, 8, 128, SELECT_HEADWISE}, {40, 8, 128, 3}, /* G = 5 (Qwen3-14B) */
-        {32, 8, 128, SELECT_HEADWISE}, {32, 8, 128, 7}, /* G = 4 (Llama-3.1-8B) */
-        {12, 3, 72, SELECT_HEADWISE},                   /* off the vector path */
-        {40, 8, 128, SELECT_MEAN},  {12, 3, 72, SELECT_MEAN}, /* ArkVale's page list */
+        {40, 8, 128, SELECT_HEADWISE}, {40, 8, 128, 3},          /* G = 5 (Qwen3-14B) */
+        {32, 8, 128, SELECT_HEADWISE}, {32, 8, 128, 7},          /* G = 4 (Llama-3.1-8B) */
+        {12, 3, 72, SELECT_HEADWISE},                            /* off the vector path */
+        {40, 8, 128, SELECT_MEAN},     {12, 3, 72, SELECT_MEAN}, /* ArkVale's page list */
     };
     const int batch = 17, bs = 16, max_blocks = 8192;
     for (size_t ci = 0; ci < TU_CASES(cases); ci++) {
@@ -528,7 +524,10 @@ static void time_select(void)
         blocks[b] = nb;
     for (int mode = 0; mode < 3; mode++) {
         struct sset s;
-        sset_init(&s, batch, 40, 8, 128, bs, mode == 2 ? SELECT_MEAN : mode ? 3 : SELECT_HEADWISE,
+        sset_init(&s, batch, 40, 8, 128, bs,
+                  mode == 2 ? SELECT_MEAN
+                  : mode    ? 3
+                            : SELECT_HEADWISE,
                   blocks);
         int32_t n[16];
         for (int b = 0; b < batch; b++)
@@ -565,8 +564,10 @@ static void time_select(void)
         printf("timing select %-9s batch 16 x 32768 tokens (2048 blocks), nq 40 nkv 8 hd 128 "
                "k 128: score+topk %.1f us (score %.1f us, digests %.1f MB at %.0f GB/s; topk "
                "%.1f us)\n",
-               mode == 2 ? "mean" : mode ? "solohead" : "head-wise", us_all, us_score, bytes / 1e6,
-               bytes / (us_score * 1e3), us_all - us_score);
+               mode == 2 ? "mean"
+               : mode    ? "solohead"
+                         : "head-wise",
+               us_all, us_score, bytes / 1e6, bytes / (us_score * 1e3), us_all - us_score);
         CUDA_CHECK(cudaEventDestroy(e0));
         CUDA_CHECK(cudaEventDestroy(e1));
         CUDA_CHECK(cudaEventDestroy(e2));
