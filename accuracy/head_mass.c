@@ -6,7 +6,7 @@
 #include "mam.h"
 #include "mem.h"
 
-/* runtime/mam.h's accumulator twice (KV-head and query-head selectors), fed by one engine probe
+/* runtime/select/mam.h's accumulator twice (KV-head and query-head selectors), fed by one engine probe
  * (which stages q and the pages from device memory once for both and skips sliding-window
  * layers). */
 struct head_mass {

@@ -1,5 +1,5 @@
 /* The MAM head profile of the accuracy driver at both SoloHead granularities (sparse_attn.h),
- * runtime/mam.h's accumulators fed by one probe:
+ * runtime/select/mam.h's accumulators fed by one probe:
  *   KV heads (solohead, reversed): for global layer l and KV head g, MAM(l, g) is the mean over
  *     observed steps and over all query heads j of layer l of the fraction of j's exact
  *     attention probability that falls in the blocks g's headwise selection picks (its query

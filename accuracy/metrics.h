@@ -1,7 +1,7 @@
 /* Accuracy metrics of LongBench v1 (THUDM/LongBench, LongBench/metrics.py and eval.py) and the
  * string-match scores of the suite's synthetic RULER-style tasks.
  *
- * The module prefix is acc_ because runtime/metrics.h already owns metrics_ (latency summaries);
+ * The module prefix is acc_ because runtime/results/metrics.h already owns metrics_ (latency summaries);
  * include this header as "accuracy/metrics.h".
  *
  * Every function takes NUL-terminated UTF-8 (any bytes are accepted: an invalid byte counts as

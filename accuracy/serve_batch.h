@@ -1,4 +1,4 @@
-/* Accuracy samples served together through the serving loop (runtime/serve.h) with an offload
+/* Accuracy samples served together through the serving loop (runtime/sched/serve.h) with an offload
  * policy of pulse run (arkvale or pulseinfer, whose tables the caller finds in
  * baselines/registry.h), so that a table's column
  * comes from the path whose throughput pulse run measures: the policy's admission and batches

@@ -1,5 +1,5 @@
 /* The serving path of an accuracy run: one request at a time through the offload runtime
- * (runtime/offload.h, ArkVale's synchronous layer: select, recall, attend) with a real prefill of
+ * (runtime/offload/offload.h, ArkVale's synchronous layer: select, recall, attend) with a real prefill of
  * the sample's prompt into the host pool and the real query (OFFLOAD_QUERY_REAL), so a sample's
  * tokens come from the implementation whose throughput `pulse run` measures. Every global
  * layer is sparse (no dense prefix), as on the accuracy path; a sliding-window layer keeps its

@@ -15,7 +15,7 @@
  * batch's (the batches one after the other).
  *
  * Admission at each admission point (a request arrived or finished, or memory was freed while
- * requests wait): IOAA (runtime/ioaa.h) chooses normal, offload or wait for up to max_waiting
+ * requests wait): IOAA (runtime/sched/ioaa.h) chooses normal, offload or wait for up to max_waiting
  * waiting requests by the model's expected throughput, with the running batches; or
  * --admission fixed:LEN offloads every request longer than LEN tokens (prompt + output) and
  * runs the others normally, in arrival order. The IOAA profile is `pulse profile`'s JSON

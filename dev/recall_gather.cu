@@ -1,4 +1,4 @@
-/* The zero-copy recall kernel (runtime/recall_kernels.cu, gather_kernel) grown here in versions,
+/* The zero-copy recall kernel (runtime/store/recall_kernels.cu, gather_kernel) grown here in versions,
  * each checked against the sources at every grid it is timed at, then timed with device events
  * against the single-copy H2D peak measured in the same run. Random chunks of a pinned, mapped
  * host pool (integer-valued, never zero) into random slots of a device region of guard bytes.
@@ -41,7 +41,7 @@
         }                                                                                          \
     } while (0)
 
-struct desc { /* as runtime/recall.h's recall_desc */
+struct desc { /* as runtime/store/recall.h's recall_desc */
     uint64_t src, dst, bytes, pad;
 };
 

@@ -34,7 +34,7 @@ static const char usage[] =
     "  --peer FILE      a peer's result JSON (experiments/peer) to put beside ours\n"
     "  --no-graph       launch every kernel instead of replaying the step as a CUDA graph\n"
     "  --policy P       vanilla (default), or an offload policy (arkvale, infinigen): its steps\n"
-    "                   against their floor (HBM + PCIe, runtime/floor.h), with pulse run's\n"
+    "                   against their floor (HBM + PCIe, runtime/results/floor.h), with pulse run's\n"
     "                   offload flags (--budget-tokens, --selection, --recall-engine, ...)\n"
     "  --out FILE       result JSON\n";
 

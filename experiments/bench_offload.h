@@ -1,5 +1,5 @@
 /* pulse bench decode-step --policy arkvale|infinigen: one (batch x context) point of offload
- * steps, timed and set against their floor (runtime/floor.h). */
+ * steps, timed and set against their floor (runtime/results/floor.h). */
 #ifndef PULSE_BENCH_OFFLOAD_H
 #define PULSE_BENCH_OFFLOAD_H
 

@@ -1,4 +1,4 @@
-/* pulse profile: the IOAA model's inputs (DESIGN.md section 7; runtime/ioaa_profile.h) measured
+/* pulse profile: the IOAA model's inputs (DESIGN.md section 7; runtime/sched/ioaa_profile.h) measured
  * on a backend and written as a pulse-ioaa-profile/1 file:
  *   t_N(b, c)  one dense decode layer of b requests at context c: the engine's layers run one
  *              after another over a batch of synthetic requests (bench_batch.h), timed from the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The schedule picture from a trace that timeline_write wrote (runtime/timeline.h; reads only
+"""The schedule picture from a trace that timeline_write wrote (runtime/sched/timeline.h; reads only
 it): one row per track (normal batch, offload batch, recall I/O), each span a bar coloured by
 its batch (or its track), the layer number on bars wide enough to hold it, nested spans drawn
 thinner inside their parent, host-clock spans hatched. PulseInfer's interruptible layer-wise

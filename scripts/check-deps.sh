@@ -3,7 +3,9 @@
 # on their symbols (ctest runs it as test_deps):
 #   runtime/    includes only runtime/ headers, by name (no path, no ..); its library uses no
 #               symbol of another folder's (a policy through its table, the locality model
-#               through query_source.h);
+#               through query_source.h); inside it, a file of the top or of a subfolder includes
+#               the top's headers and those of the subfolders before its own in RUNTIME_ORDER
+#               (CMakeLists.txt's PULSE_RUNTIME_DIRS), never one after;
 #   workloads/, baselines/, accuracy/
 #               include their own headers and the runtime's public ones: not another folder's,
 #               not the runtime's internals (runtime/*_impl.h); their libraries use only their
@@ -21,11 +23,38 @@ bad() {
     fail=1
 }
 project="runtime workloads baselines accuracy experiments tests dev plots"
+# the runtime's subfolders in order, as CMakeLists.txt lists them (one place)
+RUNTIME_ORDER=$(sed -n 's/^set(PULSE_RUNTIME_DIRS \(.*\))$/\1/p' "$src/CMakeLists.txt")
+[ -n "$RUNTIME_ORDER" ] || { echo "check-deps: no PULSE_RUNTIME_DIRS in $src/CMakeLists.txt" >&2; exit 2; }
 
-# Every include of folder $1's sources as "file:line:<path" or "file:line:\"path".
+# The runtime's subfolder holding header $1 ("" for the top), or "-" when no runtime header has
+# that name.
+runtime_home() {
+    local d
+    [ -e "$src/runtime/$1" ] && { echo ""; return; }
+    for d in $RUNTIME_ORDER; do
+        [ -e "$src/runtime/$d/$1" ] && { echo "$d"; return; }
+    done
+    echo "-"
+}
+
+# Position of runtime subfolder $1 in RUNTIME_ORDER (0 for the top).
+runtime_rank() {
+    local d i=1
+    [ -z "$1" ] && { echo 0; return; }
+    for d in $RUNTIME_ORDER; do
+        [ "$d" = "$1" ] && { echo "$i"; return; }
+        i=$((i + 1))
+    done
+    echo 99
+}
+
+# Every include of folder $1's sources as "file:line:<path" or "file:line:\"path" (the
+# runtime's subfolders' too).
 includes() {
-    local f
-    for f in "$src/$1"/*.c "$src/$1"/*.h "$src/$1"/*.cu; do
+    local f sub=()
+    [ "$1" = runtime ] && for d in $RUNTIME_ORDER; do sub+=("$src/runtime/$d"/*.c "$src/runtime/$d"/*.h "$src/runtime/$d"/*.cu); done
+    for f in "$src/$1"/*.c "$src/$1"/*.h "$src/$1"/*.cu "${sub[@]}"; do
         [ -e "$f" ] || continue
         awk -v f="${f#"$src"/}" '
             /^[ \t]*#[ \t]*include[ \t]*[<"]/ {
@@ -60,15 +89,33 @@ check_folder() {
             continue
         fi
         [ "$kind" = '"' ] || continue # <name.h>: a system header
-        [ -e "$src/$dir/$path" ] && continue # its own folder's header
         if [ "$dir" = runtime ]; then
-            bad "$where: includes \"$path\", not a runtime/ header"
-        elif [ -e "$src/runtime/$path" ]; then
+            check_runtime_layer "$where" "$path"
+            continue
+        fi
+        [ -e "$src/$dir/$path" ] && continue # its own folder's header
+        if [ "$(runtime_home "$path")" != - ]; then
             check_runtime_header "$where" "$dir" "$path"
         else
             bad "$where: includes \"$path\", not a header of $dir/ or runtime/"
         fi
     done < <(includes "$dir")
+}
+
+# A runtime file ($1 = "runtime/SUB/file:line") including runtime header $2: the top's, its own
+# subfolder's or an earlier one's.
+check_runtime_layer() {
+    local file=${1%%:*} home own
+    home=$(runtime_home "$2")
+    if [ "$home" = - ]; then
+        bad "$1: includes \"$2\", not a runtime/ header"
+        return
+    fi
+    own=${file#runtime/}
+    [[ $own == */* ]] && own=${own%%/*} || own=""
+    if [ "$(runtime_rank "$home")" -gt "$(runtime_rank "$own")" ]; then
+        bad "$1: includes $2 of runtime/$home/ (runtime/${own:-.}/ comes before it: $RUNTIME_ORDER)"
+    fi
 }
 
 check_runtime_header() {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Resolves the frames of a pulse watchdog dump (runtime/watchdog.h) with addr2line: each frame
+"""Resolves the frames of a pulse watchdog dump (runtime/sched/watchdog.h) with addr2line: each frame
 of a mapped file that has symbols becomes 'function at file:line'. Usage: stacks.py DUMP.txt"""
 import re
 import subprocess

@@ -1,4 +1,4 @@
-/* The step floor's arithmetic (runtime/floor.h) on hand-computed cases, and the floors a run
+/* The step floor's arithmetic (runtime/results/floor.h) on hand-computed cases, and the floors a run
  * reports: every offload step's traffic adds up to what its counters say it moved. */
 #include <jansson.h>
 #include <string.h>

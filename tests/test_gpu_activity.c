@@ -1,4 +1,4 @@
-/* The GPU activity summary's arithmetic (runtime/gpu_activity.h): the union of intervals and the
+/* The GPU activity summary's arithmetic (runtime/results/gpu_activity.h): the union of intervals and the
  * window on hand-computed cases, kernel names from mangled symbols; and where no GPU is, the
  * collector and `pulse run --cupti` refuse with a reason. The collector itself is tested on the
  * GPU (tests/gpu/test_gpu_activity_gpu.c). */

@@ -1,4 +1,4 @@
-/* IOAA (runtime/ioaa.h): the model on hand-computed cases, the pruned search against the
+/* IOAA (runtime/sched/ioaa.h): the model on hand-computed cases, the pruned search against the
  * exhaustive one on random instances, nodes visited with 30 long-tailed waiting requests, and
  * the messages of bad params. */
 #include <math.h>

@@ -1,4 +1,4 @@
-/* The IOAA profile file (runtime/ioaa_profile.h): the analytic profile on hand-computed values,
+/* The IOAA profile file (runtime/sched/ioaa_profile.h): the analytic profile on hand-computed values,
  * to_json -> file -> load giving back the same bits, the reader's messages for bad files, its
  * running maximum, and `pulse profile` on the CPU: a file the reader accepts, with positive
  * nondecreasing tables that ioaa_create takes, t_O from the dense approximation (the CPU's

@@ -1,4 +1,4 @@
-/* The offload policies arkvale and infinigen (baselines/, over runtime/offload.h) on the CPU
+/* The offload policies arkvale and infinigen (baselines/, over runtime/offload/offload.h) on the CPU
  * backend with the tiny model:
  * - with a budget that covers the context every block is selected, so arkvale decodes exactly
  *   vanilla's tokens (same prompt KV, attention over the same tokens in the same order), head-

@@ -305,7 +305,7 @@ static void test_dead_link(void)
 
 static char out[1 << 16];
 
-/* Faults through `pulse run` itself (PULSE_RECALL_FAULT, runtime/recall_fault.h): on a dead link
+/* Faults through `pulse run` itself (PULSE_RECALL_FAULT, runtime/store/recall_fault.h): on a dead link
  * pulseinfer's run exits 1 with status "error" and every request listed, the offloaded ones with
  * status "error" and a reason, the normal ones "ok"; a transient fault (first:2) is retried and
  * gives the clean run's tokens, for every offload policy; a bad spec is one line. */

@@ -1,4 +1,4 @@
-/* The serving loop with several running batches (runtime/serve.h): a test policy holds two
+/* The serving loop with several running batches (runtime/sched/serve.h): a test policy holds two
  * vanilla batches, admits requests into them in turn, and steps them with their layers
  * interleaved one by one. Every request decodes exactly the tokens of the plain vanilla loop
  * (one batch); the loop reads each batch's tokens and retires each batch's finished requests on

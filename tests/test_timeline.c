@@ -1,4 +1,4 @@
-/* The timeline recorder (runtime/timeline.h) on the cpu backend, whose timed events are host
+/* The timeline recorder (runtime/sched/timeline.h) on the cpu backend, whose timed events are host
  * times: spans on two tracks around known sleeps give a trace that timeline_check accepts,
  * with the sleeps' durations and a busy fraction between bounds measured around them; nested
  * spans count once; a full timeline drops spans and counts them; a host span lands on the

@@ -1,4 +1,4 @@
-/* The progress watchdog (runtime/watchdog.h): in a child process with PULSE_STACKS_AFTER_S set,
+/* The progress watchdog (runtime/sched/watchdog.h): in a child process with PULSE_STACKS_AFTER_S set,
  * a run that stops kicking gets every thread's stack on stderr (the main thread, a blocked
  * helper thread and the watchdog's own), then the executable mappings; one that keeps kicking
  * gets nothing; a bad value is refused with a message. */

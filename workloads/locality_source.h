@@ -1,4 +1,4 @@
-/* The locality model (locality.h) as the offload runtime's query source (runtime/query_source.h):
+/* The locality model (locality.h) as the offload runtime's query source (runtime/select/query_source.h):
  * a generator calibrated for the shape's selection supplies the queries and the prompt keys, a
  * meter with the shape's hot cache measures what the runtime's selections achieve. */
 #ifndef PULSE_LOCALITY_SOURCE_H

@@ -1,8 +1,8 @@
 /* libFuzzer harness for the profile readers: input byte 0 picks the reader, the rest is the
  * file's bytes:
- *   0: the IOAA profile (runtime/ioaa_profile.h, `pulse profile`'s JSON, `pulse run --profile`)
+ *   0: the IOAA profile (runtime/sched/ioaa_profile.h, `pulse profile`'s JSON, `pulse run --profile`)
  *   1: the locality profile (workloads/locality.h, `--locality-profile`)
- *   2: the MAM head profile (runtime/mam.h, `--head-profile`; read from a file, as pulse does)
+ *   2: the MAM head profile (runtime/select/mam.h, `--head-profile`; read from a file, as pulse does)
  * A refusal must explain itself (a message naming the input); an accepted profile must survive
  * its writer and reader again unchanged in shape (IOAA, locality) or be in range (MAM).
  * Build: cmake -DPULSE_FUZZ=ON -DCMAKE_C_COMPILER=clang; run: ./fuzz_profiles -max_total_time=30.

@@ -1,4 +1,4 @@
-/* The GPU activity collector (runtime/gpu_activity.h) on the GPU: known work between start and
+/* The GPU activity collector (runtime/results/gpu_activity.h) on the GPU: known work between start and
  * stop (H2D and D2H copies of known sizes, the zero-copy gather kernel a known number of times,
  * a memset) is found in the summary: the copies' bytes per direction, the kernel by name with
  * its count, a busy time no longer than the window, nothing dropped; work before start is not

@@ -1,4 +1,4 @@
-/* The offload policies (runtime/offload.h) on CUDA with the tiny model:
+/* The offload policies (runtime/offload/offload.h) on CUDA with the tiny model:
  * 1. with a budget that covers the context, arkvale and infinigen decode exactly vanilla's tokens
  *    on CUDA (same prompt KV; the attention of the selected pages, all of them in token order,
  *    runs the same kernel with the same split plan as the dense one), with no host

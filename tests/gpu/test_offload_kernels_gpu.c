@@ -1,4 +1,4 @@
-/* offload_build_cuda (runtime/offload_kernels.h) against offload_build_ref, bit for bit, on
+/* offload_build_cuda (runtime/offload/offload_kernels.h) against offload_build_ref, bit for bit, on
  * random plans: head-wise (8 lists an entry) and SoloHead (1), batches of 1, 13 and 64, refused
  * lists, lists with no recall and with every slot recalled, tails filled or not. Every output
  * buffer starts as guard bytes on both sides and is compared whole, so what must stay unwritten
