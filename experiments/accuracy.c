@@ -238,7 +238,7 @@ static int parse(int argc, char **argv, struct acc_opts *o)
             bad = (o->n_lengths = int_list("--lengths", optarg, 64, 1 << 20, o->lengths)) < 0;
             break;
         case 'B':
-            bad = (o->n_budgets = int_list("--budgets", optarg, 16, 1 << 20, o->budgets)) < 0;
+            bad = (o->n_budgets = int_list("--budgets", optarg, 0, CLI_BUDGET_MAX, o->budgets)) < 0;
             break;
         case 'M':
             bad = cli_int(CMD, "--max-length", optarg, 64, 1 << 20, &o->max_length);
@@ -254,7 +254,7 @@ static int parse(int argc, char **argv, struct acc_opts *o)
             bad = cli_int(CMD, "--calib-samples", optarg, 0, 1 << 20, &o->calib);
             break;
         case 'A':
-            bad = cli_int(CMD, "--mam-budget", optarg, 16, 1 << 20, &o->mam_budget);
+            bad = cli_budget(CMD, "--mam-budget", optarg, &o->mam_budget);
             break;
         case 's':
             bad = cli_int(CMD, "--sink", optarg, 0, 64, &o->sink);
@@ -369,12 +369,8 @@ static int parse(int argc, char **argv, struct acc_opts *o)
                              o->tasks[i]),
                    -1;
     for (int i = 0; i < o->n_budgets; i++)
-        if (o->budgets[i] % 16)
-            return cli_error(CMD, "--budgets: %ld is not a multiple of the block size 16",
-                             o->budgets[i]),
-                   -1;
-    if (o->mam_budget % 16)
-        return cli_error(CMD, "--mam-budget: %ld is not a multiple of 16", o->mam_budget), -1;
+        if (cli_budget_blocks(CMD, "--budgets", o->budgets[i], 16, NULL)) return -1;
+    if (cli_budget_blocks(CMD, "--mam-budget", o->mam_budget, 16, NULL)) return -1;
     /* each length holds the prompt (at least one token) and the task's new tokens */
     long gen = 0;
     const char *gen_task = "";

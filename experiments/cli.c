@@ -79,6 +79,20 @@ int cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, 
     return 0;
 }
 
+int cli_budget(const char *cmd, const char *flag, const char *s, long *out)
+{
+    return cli_int(cmd, flag, s, 0, CLI_BUDGET_MAX, out);
+}
+
+int cli_budget_blocks(const char *cmd, const char *flag, long budget, long block,
+                      const char *block_flag)
+{
+    if (budget % block == 0) return 0;
+    cli_error(cmd, "%s: %ld is not a multiple of the block size %ld%s%s%s", flag, budget, block,
+              block_flag ? " (" : "", block_flag ? block_flag : "", block_flag ? ")" : "");
+    return -1;
+}
+
 int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t hi, uint64_t *out)
 {
     char *end;

@@ -21,6 +21,16 @@ void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(prin
 int cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
 int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t hi, uint64_t *out);
 int cli_double(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
+/* A token budget (--budget-tokens and its siblings: --budgets' items, --mam-budget): the same
+ * meaning and range in every command, the tokens selected per request and layer besides the
+ * sink, window and tail blocks, an integer in [0, CLI_BUDGET_MAX]. cli_budget parses it (as
+ * cli_int); cli_budget_blocks checks it is a multiple of the block size `block` (named by
+ * block_flag, e.g. "--page-size", or NULL when fixed) with one message for every command. 0, or
+ * -1 after the message. */
+#define CLI_BUDGET_MAX (1L << 24)
+int cli_budget(const char *cmd, const char *flag, const char *s, long *out);
+int cli_budget_blocks(const char *cmd, const char *flag, long budget, long block,
+                      const char *block_flag);
 /* cli_int's strict parse without the message: 0, or -1 (the caller names the flag). */
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 /* A byte count (decimal, as cli_double reads it) with an optional K, M or G suffix (powers of

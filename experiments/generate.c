@@ -85,7 +85,7 @@ static int parse(int argc, char **argv, struct gen_opts *o)
             o->token_by_token = 1;
             break;
         case 'B':
-            if (cli_int(CMD, "--budget-tokens", optarg, 16, 1 << 24, &o->budget)) return -1;
+            if (cli_budget(CMD, "--budget-tokens", optarg, &o->budget)) return -1;
             break;
         case 'S':
             if (cli_int(CMD, "--selector", optarg, 0, 1024, &o->selector)) return -1;
@@ -119,10 +119,7 @@ static int parse(int argc, char **argv, struct gen_opts *o)
                   sparse_policy_names());
         return -1;
     }
-    if (o->budget % 16) {
-        cli_error(CMD, "--budget-tokens: %ld is not a multiple of the block size 16", o->budget);
-        return -1;
-    }
+    if (cli_budget_blocks(CMD, "--budget-tokens", o->budget, 16, NULL)) return -1;
     return 0;
 }
 

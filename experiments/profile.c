@@ -253,7 +253,7 @@ static int parse(int argc, char **argv, struct opts *o)
                 cli_list(CMD, "--recall-sizes", optarg, MAX_GRID, &o->n_sizes, each_size, o->sizes);
             break;
         case O_BUDGET:
-            bad = cli_int(CMD, "--budget-tokens", optarg, 1, 1 << 22, &o->budget);
+            bad = cli_budget(CMD, "--budget-tokens", optarg, &o->budget);
             break;
         case O_RBYTES:
             bad = cli_double(CMD, "--recall-bytes", optarg, 0, 1e12, &o->recall_bytes);
@@ -331,12 +331,8 @@ static int offload_defaults(struct opts *o, int dev)
                    -1;
         return 0;
     }
-    if (o->budget % o->page_size)
-        return cli_error(CMD,
-                         "--budget-tokens: %ld is not a multiple of the block size %ld "
-                         "(--page-size), as the offload steps need",
-                         o->budget, o->page_size),
-               -1;
+    if (cli_budget_blocks(CMD, "--budget-tokens", o->budget, o->page_size, "--page-size"))
+        return -1;
     struct offload_params p;
     offload_params_init(&p, 1, 1, o->seed);
     const long sel = o->budget + (p.sink + p.window + 1) * o->page_size;

@@ -80,7 +80,7 @@ static int parse(int argc, char **argv, struct prof_opts *o)
             bad = cli_int(C, "--batch", optarg, 1, 4096, &o->batch);
             break;
         case 'k':
-            bad = cli_int(C, "--budget-tokens", optarg, 0, 1 << 24, &o->budget_tokens);
+            bad = cli_budget(C, "--budget-tokens", optarg, &o->budget_tokens);
             break;
         case 'P':
             bad = cli_int(C, "--block-size", optarg, 1, 4096, &o->block_size);
@@ -112,11 +112,8 @@ static int parse(int argc, char **argv, struct prof_opts *o)
         cli_error(C, "--out: required (the profile JSON to write)");
         return -1;
     }
-    if (o->budget_tokens % o->block_size) {
-        cli_error(C, "--budget-tokens: '%ld' is not a multiple of the block size %ld",
-                  o->budget_tokens, o->block_size);
+    if (cli_budget_blocks(C, "--budget-tokens", o->budget_tokens, o->block_size, "--block-size"))
         return -1;
-    }
     long max_tokens = o->prompt + o->steps + 1;
     if (PULSE_CEIL_DIV(max_tokens, o->block_size) > SELECT_MAX_BLOCKS) {
         cli_error(C, "--prompt-len: %ld tokens plus %ld steps exceed %d blocks of %ld tokens",

@@ -87,7 +87,7 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
     switch (code) {
     case RUN_OFF_BUDGET:
         oo->budget_set = 1;
-        return cli_int("run", f, arg, 0, 1 << 24, &oo->budget_tokens);
+        return cli_budget("run", f, arg, &oo->budget_tokens);
     case RUN_OFF_DENSE:
         return cli_int("run", f, arg, 0, LOC_MAX_LAYERS, &oo->dense_layers);
     case RUN_OFF_HOT:
@@ -215,12 +215,7 @@ static int check_flags(const struct run_offload_opts *oo, const struct model_con
 {
     const int ps = kp->page_size;
     *budget = oo->budget_set ? oo->budget_tokens : oo->budget_tokens / ps * ps;
-    if (*budget % ps) {
-        cli_error("run",
-                  "--budget-tokens: %ld is not a multiple of the block size %d (--page-size)",
-                  *budget, ps);
-        return -1;
-    }
+    if (cli_budget_blocks("run", "--budget-tokens", *budget, ps, "--page-size")) return -1;
     if (oo->dense_layers >= m->n_layers) {
         cli_error("run", "--dense-layers: %ld leaves no sparse layer (%s has %d layers)",
                   oo->dense_layers, m->name, m->n_layers);

@@ -613,7 +613,7 @@ static void test_cli(void)
         {"profile-heads --model tiny --batch x --out /tmp/x.json", "--batch: 'x' is not", 2},
         {"profile-heads --model tiny --prompt-len -5 --out /tmp/x.json", "--prompt-len: '-5'", 2},
         {"profile-heads --model tiny --budget-tokens 100 --out /tmp/x.json",
-         "--budget-tokens: '100' is not a multiple of the block size 16", 2},
+         "--budget-tokens: 100 is not a multiple of the block size 16 (--block-size)", 2},
         {"profile-heads --model tiny --prompt-len 600000 --block-size 1 --out /tmp/x.json",
          "exceed 32768 blocks", 2},
         {"profile-heads --model tiny --out /tmp/x.json extra", "unexpected argument 'extra'", 2},
