@@ -134,7 +134,9 @@ struct offload_params {
     int refetch;        /* 1: every step recalls the whole selection (InfiniGen's published
                            transfer: no block is reused across steps; the tail, read from its
                            tail page, excepted); 0: resident blocks are reused (hot cache).
-                           Host-planned engines only (not zero-copy's device plan) */
+                           Host-planned engines only (not zero-copy's device plan). The
+                           source's meter still models a reusing cache: its churn is the
+                           selection's, the recall the runtime counts is the re-fetch's */
     int verify_steps;   /* tests: after every step, offload_verify (synchronises; pulse
                            run sets it when the environment has PULSE_OFFLOAD_VERIFY=1) */
 };
