@@ -3,7 +3,11 @@
  * "points[0].ms_per_step_median"), the direction that is better (bigger, smaller, or equal: a
  * value that must not change, such as the tokens' fingerprint) and a relative tolerance. A
  * value worse than the baseline by more than its tolerance is a regression: the table says so
- * and the exit status is 1. Values absent from either file are listed and skipped. */
+ * and the exit status is 1. So is a value the baseline has that the new result lost (absent,
+ * null or of another type: --allow-missing lists them instead), a new result whose status is
+ * not ok (--allow-status), and a new result of another configuration: model, backend, policy,
+ * selection, engine, budget, page size, GPU KV budget, batch or workload (--allow-config).
+ * Values absent from the baseline are listed and skipped. */
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
@@ -44,14 +48,29 @@ static const struct rule default_rules[] = {
     {"points[0].ratio_to_floor", SMALLER, 0.10},
 };
 
+/* What makes two results comparable: these values, where either file has them, are equal. */
+static const char *const identity_paths[] = {
+    "experiment",          "config.model",          "config.backend",
+    "config.policy",       "config.offload.selection", "config.offload.recall_engine",
+    "config.offload.budget_tokens", "config.page_size", "config.kv_budget_gb",
+    "config.max_batch",    "workload.spec",         "workload.seed",
+    "workload.output_len", "workload.arrival"};
+
 static const char usage[] =
     "usage: pulse compare BASELINE.json NEW.json [--tolerances FILE.json]\n"
-    "                     [--github-benchmark DIR]\n"
-    "  Compares NEW against BASELINE rule by rule; exit 1 on a regression.\n"
+    "                     [--github-benchmark DIR] [--allow-missing] [--allow-status]\n"
+    "                     [--allow-config]\n"
+    "  Compares NEW against BASELINE rule by rule; exit 1 on a regression: a value worse than\n"
+    "  its tolerance, a value the baseline has and NEW lost (absent, null, another type), NEW's\n"
+    "  status other than ok, or NEW of another configuration (model, backend, policy,\n"
+    "  selection, engine, budget, page size, GPU KV budget, batch, workload).\n"
+    "  --allow-missing     lost values are listed, not regressions\n"
+    "  --allow-status      a status other than ok is listed, not a regression\n"
+    "  --allow-config      another configuration is listed, not a regression\n"
     "  --tolerances FILE   the rules instead of the defaults: {\"metrics\": [{\"path\":\n"
     "                      \"metrics.mean_tpot_ms\", \"better\": \"smaller\", \"rel_tol\": 0.1},\n"
-    "                      ...]}; better is bigger, smaller or equal (a value that must not\n"
-    "                      change); a path's parts are object keys and [index]\n"
+    "                      ...]}; better (required) is bigger, smaller or equal (a value that\n"
+    "                      must not change); a path's parts are object keys and [index]\n"
     "  --github-benchmark DIR  writes DIR/bigger_is_better.json and DIR/smaller_is_better.json,\n"
     "                      github-action-benchmark's customBiggerIsBetter and\n"
     "                      customSmallerIsBetter inputs, from NEW's values\n"
@@ -100,8 +119,8 @@ static int load_rules(const char *path, struct rule *r)
         const char *p = json_string_value(json_object_get(m, "path"));
         const char *b = json_string_value(json_object_get(m, "better"));
         json_t *t = json_object_get(m, "rel_tol");
-        int k = 0;
-        while (b && k < 3 && strcmp(b, better_names[k]))
+        int k = b ? 0 : 3; /* no direction: refused, never a silent "bigger" */
+        while (k < 3 && strcmp(b, better_names[k]))
             k++;
         if (!p || !*p || strlen(p) >= sizeof r[i].path || k == 3 ||
             (t && (!json_is_number(t) || !(json_number_value(t) >= 0)))) {
@@ -121,16 +140,28 @@ out:
     return n;
 }
 
-/* One rule's verdict: 0 ok, 1 regression, -1 absent; its line on stdout. */
-static int judge(const struct rule *r, json_t *base, json_t *cur, json_t *bigger, json_t *smaller)
+/* The kind of a JSON value for comparing: numbers are one kind. */
+static int kind_of(const json_t *v)
+{
+    return json_is_number(v) ? JSON_REAL : (int)json_typeof(v);
+}
+
+/* One rule's verdict: 0 ok, 1 regression, -1 not compared; its line on stdout. A value the
+ * baseline has that the new result lost (absent, null, another kind) is a regression unless
+ * allow_missing. */
+static int judge(const struct rule *r, json_t *base, json_t *cur, json_t *bigger, json_t *smaller,
+                 int allow_missing)
 {
     json_t *a = at_path(base, r->path), *b = at_path(cur, r->path);
-    if (!a || !b) {
+    if (a && !json_is_null(a) && (!b || json_is_null(b) || kind_of(a) != kind_of(b))) {
+        printf("%-36s %16s %16s %9s %7s  %s in the new result%s\n", r->path, "", "-", "", "",
+               !b ? "absent" : json_is_null(b) ? "null" : "of another type",
+               allow_missing ? " (allowed)" : " (REGRESSION)");
+        return allow_missing ? -1 : 1;
+    }
+    if (!a || !b || json_is_null(a)) {
         printf("%-36s %16s %16s %9s %7s  absent from %s\n", r->path, a ? "" : "-", b ? "" : "-", "",
-               "",
-               !a && !b ? "both"
-               : !a     ? "the baseline"
-                        : "the new result");
+               "", !a && !b ? "both" : "the baseline");
         return -1;
     }
     if (json_is_string(a) || json_is_string(b) || json_is_boolean(a) || json_is_boolean(b)) {
@@ -165,6 +196,24 @@ static int judge(const struct rule *r, json_t *base, json_t *cur, json_t *bigger
     return bad;
 }
 
+/* The configurations' differences (identity_paths) on stdout; how many. */
+static int config_changes(json_t *base, json_t *cur, int allow)
+{
+    int n = 0;
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(identity_paths); i++) {
+        json_t *a = at_path(base, identity_paths[i]), *b = at_path(cur, identity_paths[i]);
+        if ((!a && !b) || (a && b && json_equal(a, b))) continue;
+        char *sa = a ? json_dumps(a, JSON_ENCODE_ANY) : NULL;
+        char *sb = b ? json_dumps(b, JSON_ENCODE_ANY) : NULL;
+        printf("%-36s %16.16s %16.16s %9s %7s  another configuration%s\n", identity_paths[i],
+               sa ? sa : "-", sb ? sb : "-", "", "", allow ? " (allowed)" : " (REGRESSION)");
+        free(sa);
+        free(sb);
+        n++;
+    }
+    return n;
+}
+
 static int write_benchmark(const char *dir, json_t *bigger, json_t *smaller)
 {
     char path[4096], err[512];
@@ -184,10 +233,13 @@ int cmd_compare(int argc, char **argv)
 {
     static const struct option opts[] = {{"tolerances", required_argument, 0, 't'},
                                          {"github-benchmark", required_argument, 0, 'g'},
+                                         {"allow-missing", no_argument, 0, 'm'},
+                                         {"allow-status", no_argument, 0, 's'},
+                                         {"allow-config", no_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *tol = NULL, *gh = NULL;
-    int c;
+    int c, allow_missing = 0, allow_status = 0, allow_config = 0;
     opterr = 0;
     optind = 1;
     struct cli_seen seen = {0};
@@ -198,6 +250,15 @@ int cmd_compare(int argc, char **argv)
             break;
         case 'g':
             gh = optarg;
+            break;
+        case 'm':
+            allow_missing = 1;
+            break;
+        case 's':
+            allow_status = 1;
+            break;
+        case 'c':
+            allow_config = 1;
             break;
         case 'h':
             fputs(usage, stdout);
@@ -233,8 +294,16 @@ int cmd_compare(int argc, char **argv)
     printf("%-36s %16s %16s %9s %7s  %s\n", "metric", "baseline", "new", "change", "tol",
            "verdict");
     int regressions = 0, compared = 0;
+    const int changed = config_changes(base, cur, allow_config);
+    regressions += allow_config ? 0 : changed;
+    const char *status = json_string_value(json_object_get(cur, "status"));
+    if (!status || strcmp(status, "ok")) {
+        printf("%-36s %16s %16.16s %9s %7s  not ok%s\n", "status", "", status ? status : "-", "",
+               "", allow_status ? " (allowed)" : " (REGRESSION)");
+        regressions += !allow_status;
+    }
     for (int i = 0; i < n; i++) {
-        const int v = judge(&rules[i], base, cur, bigger, smaller);
+        const int v = judge(&rules[i], base, cur, bigger, smaller, allow_missing);
         regressions += v > 0;
         compared += v >= 0;
     }

@@ -1,7 +1,10 @@
 /* pulse compare (experiments/compare.c): an unchanged result passes; an injected regression of a
  * timed metric (throughput down, TPOT up beyond the tolerance) or a changed value that must not
  * change (the tokens' fingerprint) fails with exit 1 and says which; an improvement is no
- * regression; the github-action-benchmark files parse as arrays of {name, unit, value}; bad
+ * regression; a lost, null or retyped metric, a status other than ok and another model, policy
+ * or workload each fail (exit 1) and pass with the flag that allows them; a tolerance rule
+ * without its direction is refused; the github-action-benchmark files parse as arrays of
+ * {name, unit, value}; bad
  * usage and bad tolerance files are one-line errors (exit 2). And the project's own regression
  * check: a CPU run of pulseinfer against the checked-in baseline
  * (tests/data/compare_baseline_cpu.json) on its deterministic counters
@@ -95,6 +98,61 @@ int main(void)
     snprintf(cmd, sizeof cmd, "compare %s %s", base, b);
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 1);
     EXPECT_STR_CONTAINS(out, "CHANGED (REGRESSION)");
+    unlink(b);
+    /* the gate cannot be fooled: each of these fails (exit 1) on a result whose speed is the
+     * baseline's, and passes with the flag that allows it */
+    json_decref(r);
+    static const struct {
+        const char *what, *path, *allow, *says; /* path "a.b" set to the case's value */
+        int kind;                               /* 0 removed, 1 null, 2 string "x" */
+    } gate[] = {
+        {"a lost metric", "metrics.mean_tpot_ms", "--allow-missing", "absent in the new result", 0},
+        {"a null metric", "metrics.output_throughput", "--allow-missing", "null in the new result",
+         1},
+        {"a metric of another type", "metrics.mean_tpot_ms", "--allow-missing",
+         "of another type", 2},
+        {"a status other than ok", "status", "--allow-status", "not ok", 2},
+        {"another model", "config.model", "--allow-config", "another configuration", 2},
+        {"another policy", "config.policy", "--allow-config", "another configuration", 2},
+        {"another workload", "workload.spec", "--allow-config", "another configuration", 2},
+    };
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(gate); i++) {
+        r = json_load_file(base, 0, &je);
+        char obj[64];
+        const char *dot = strchr(gate[i].path, '.');
+        json_t *holder = r;
+        const char *key = gate[i].path;
+        if (dot) {
+            snprintf(obj, sizeof obj, "%.*s", (int)(dot - gate[i].path), gate[i].path);
+            holder = json_object_get(r, obj);
+            key = dot + 1;
+        }
+        if (gate[i].kind == 0)
+            json_object_del(holder, key);
+        else
+            json_object_set_new(holder, key, gate[i].kind == 1 ? json_null() : json_string("x"));
+        save(r, b);
+        json_decref(r);
+        snprintf(cmd, sizeof cmd, "compare %s %s", base, b);
+        const int code = tu_run_pulse(cmd, out, sizeof out);
+        EXPECT_EQ_INT(code, 1);
+        EXPECT_STR_CONTAINS(out, gate[i].says);
+        EXPECT_STR_CONTAINS(out, "1 regression\n");
+        if (code != 1) fprintf(stderr, "gate case: %s\n", gate[i].what);
+        snprintf(cmd, sizeof cmd, "compare %s %s %s", base, b, gate[i].allow);
+        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+        EXPECT_STR_CONTAINS(out, "(allowed)");
+        unlink(b);
+    }
+    r = json_load_file(base, 0, &je);
+    /* a tolerance rule without its direction is refused, not read as "bigger" */
+    json_t *nodir = json_pack("{s:[{s:s,s:f}]}", "metrics", "path", "metrics.output_throughput",
+                              "rel_tol", 0.1);
+    save(nodir, b);
+    json_decref(nodir);
+    snprintf(cmd, sizeof cmd, "compare %s %s --tolerances %s", base, a, b);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "metrics[0]: expected a \"path\", \"better\" of bigger");
     unlink(b);
     /* bad usage */
     EXPECT_EQ_INT(tu_run_pulse("compare onlyone.json", out, sizeof out), 2);
