@@ -79,6 +79,20 @@ int cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, 
     return 0;
 }
 
+json_t *cli_command_json(int argc, char **argv)
+{
+    json_t *a = json_array();
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--out")) {
+            i++;
+            continue;
+        }
+        if (!strncmp(argv[i], "--out=", 6)) continue;
+        json_array_append_new(a, json_string(argv[i]));
+    }
+    return a;
+}
+
 int cli_budget(const char *cmd, const char *flag, const char *s, long *out)
 {
     return cli_int(cmd, flag, s, 0, CLI_BUDGET_MAX, out);

@@ -43,6 +43,10 @@ int cli_parse_size(const char *s, size_t *out);
  * after printing one). */
 int cli_list(const char *cmd, const char *flag, const char *s, int max, int *n,
              int (*each)(const char *item, int i, void *ctx), void *ctx);
+/* The command line argv[1..argc) without --out and its value (--out FILE or --out=FILE), as a
+ * JSON array of strings: what a result records of how it was made (config.command), and what a
+ * sweep compares to decide that a point's file is that point's. */
+json_t *cli_command_json(int argc, char **argv);
 /* Loads the JSON file path (the value of flag): the document (the caller's reference), or NULL
  * after a one-line message: "--peer: DIR: is a directory", cannot open, or the parse error. */
 json_t *cli_load_json(const char *cmd, const char *flag, const char *path);

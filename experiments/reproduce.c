@@ -1,7 +1,8 @@
 /* pulse reproduce: every experiment of the paper's evaluation as a pulse sweep grid, run in this
  * process at one scale, one result per point under OUT/<experiment>/points/, and a summary per
  * experiment (OUT/<experiment>/<experiment>.json) that the figure scripts in plots/ read.
- * Resumable: points already written are skipped, and the summaries are rebuilt from the points.
+ * Resumable: points whose file is an ok result of the same command line are skipped (pulse
+ * sweep's rule), and the summaries are rebuilt from the points.
  *
  * Experiments (the paper's figures in brackets):
  *   e2e        throughput [17], TPOT [18] and batch sizes [22] per system against input length,

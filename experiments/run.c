@@ -481,6 +481,7 @@ int cmd_run(int argc, char **argv)
 
     json_t *res = results_new("run");
     json_t *cfg_json = config_json(&o, m, be, budget);
+    json_object_set_new(cfg_json, "command", cli_command_json(argc, argv));
     json_object_set_new(cfg_json, "weights", o.weights ? json_string(o.weights) : json_null());
     json_object_set_new(res, "config", cfg_json);
     json_object_set_new(res, "workload", workload_to_json(&w));

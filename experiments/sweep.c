@@ -13,10 +13,15 @@
  * configurations that are not a cross product (an ablation adding one mechanism at a time):
  * each variant's flags join the base, its name leads the point's name, and the axes cross
  * every variant. A value is a string
- * or a number; true and false switch a flag without a value on or off. A point whose file
- * exists is skipped (a result is written whole, through a rename, so an interrupted sweep
- * leaves none half written): started again, a sweep runs only the missing points. A table of
- * every point's outcome ends it. */
+ * or a number; true and false switch a flag without a value on or off. A point is done, and
+ * skipped, when its file is an ok result of the point's own command line (config.command: the
+ * flags without --out); a missing file, a failed point's (status error or oom), an unreadable
+ * one or one of another command line is run again (a result is written whole, through a
+ * rename, so an interrupted sweep leaves none half written). Point names must be unique after
+ * their characters are folded and cut: a grid where two points would write one file is refused
+ * before anything runs. A table of every point's outcome ends it. Defaults the command line
+ * does not name (a policy's, a build's) are not in the comparison: after such a change, start
+ * a new out_dir. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -39,7 +44,8 @@
 static const char usage[] =
     "usage: pulse sweep GRID.json [--dry-run]\n"
     "  Runs every point of the grid (pulse run with base + the point's flags), one result\n"
-    "  file per point in out_dir; points whose file exists are skipped (resumable).\n"
+    "  file per point in out_dir; a point whose file is an ok result of the same command line\n"
+    "  is skipped (resumable), any other is run again; two points of one file name are refused\n"
     "  GRID.json: {\"out_dir\": DIR, \"base\": {\"--flag\": value, ...},\n"
     "              \"axes\": {\"--flag\": [value, ...], ...},\n"
     "              \"variants\": [{\"name\": N, \"--flag\": value, ...}, ...]}\n"
@@ -250,6 +256,43 @@ static void point_name(const struct grid *gr, long p, char *name, size_t len)
             *c = '_';
 }
 
+/* Whether the file at path is point's result, done: an ok result of the command line av (its
+ * config.command). Otherwise why not into why. */
+static int point_done(const char *path, int ac, char **av, char *why, size_t len)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) return snprintf(why, len, "missing"), 0;
+    json_error_t je;
+    json_t *r = json_load_file(path, 0, &je);
+    if (!r) return snprintf(why, len, "unreadable (%s)", je.text), 0;
+    const char *status = json_string_value(json_object_get(r, "status"));
+    json_t *want = cli_command_json(ac, av);
+    const int same = json_equal(json_object_get(json_object_get(r, "config"), "command"), want);
+    const int ok = status && !strcmp(status, "ok");
+    if (!ok)
+        snprintf(why, len, "its status is %s", status ? status : "missing");
+    else if (!same)
+        snprintf(why, len, "it is the result of another command line");
+    json_decref(want);
+    json_decref(r);
+    return ok && same;
+}
+
+/* 0 when every point's name is its own; else -1 after naming two points of one name. */
+static int names_unique(char (*names)[160], long n)
+{
+    for (long p = 0; p < n; p++)
+        for (long q = 0; q < p; q++)
+            if (!strcmp(names[p], names[q])) {
+                cli_error(CMD,
+                          "points %ld and %ld would both write %s.json (names are folded to "
+                          "[A-Za-z0-9._=,+-] and cut at 159 characters): make them differ",
+                          q + 1, p + 1, names[p]);
+                return -1;
+            }
+    return 0;
+}
+
 /* The table's line of a point's result file. */
 static void summary_line(const char *name, const char *path, const char *what)
 {
@@ -276,12 +319,14 @@ int sweep_run(json_t *g, const char *where, int dry)
     static char names[MAX_POINTS][160];
     static char what[MAX_POINTS][8];
     int failed = 0, ran = 0, skipped = 0;
+    for (long p = 0; p < gr.n_points; p++)
+        point_name(&gr, p, names[p], sizeof names[p]);
+    if (names_unique(names, gr.n_points)) return EXIT_USAGE;
     for (long p = 0; p < gr.n_points; p++) {
         char path[4096], store[8192];
         char *av[MAX_ARGS];
         int ac = 0;
         size_t used = 0;
-        point_name(&gr, p, names[p], sizeof names[p]);
         if (snprintf(path, sizeof path, "%s/%s.json", gr.out_dir, names[p]) >= (int)sizeof path) {
             cli_error(CMD, "out_dir: %s: too long a path", gr.out_dir);
             return EXIT_USAGE;
@@ -313,14 +358,15 @@ int sweep_run(json_t *g, const char *where, int dry)
             printf("\n");
             continue;
         }
-        struct stat st;
-        if (stat(path, &st) == 0) { /* written by an earlier sweep: resumed past it */
+        char why[256];
+        if (point_done(path, ac, av, why, sizeof why)) { /* an earlier sweep's: resumed past it */
             snprintf(what[p], sizeof what[p], "skipped");
             skipped++;
             continue;
         }
         fflush(stdout); /* the last point's lines before this one's header */
-        fprintf(stderr, "pulse sweep: point %ld of %ld: %s\n", p + 1, gr.n_points, names[p]);
+        fprintf(stderr, "pulse sweep: point %ld of %ld: %s%s%s\n", p + 1, gr.n_points, names[p],
+                strcmp(why, "missing") ? ": run again, " : "", strcmp(why, "missing") ? why : "");
         const double t0 = pulse_now();
         const int code = cmd_run(ac, av);
         fflush(stdout);
@@ -339,8 +385,9 @@ int sweep_run(json_t *g, const char *where, int dry)
             if (snprintf(path, sizeof path, "%s/%s.json", gr.out_dir, names[p]) < (int)sizeof path)
                 summary_line(names[p], path, what[p]);
         }
-        printf("%ld points: %d ran, %d skipped (already written), %d failed\n", gr.n_points, ran,
-               skipped, failed);
+        printf("%ld points: %d ran, %d skipped (done: an ok result of the same command line), %d "
+               "failed\n",
+               gr.n_points, ran, skipped, failed);
     }
     return failed ? 1 : 0;
 }

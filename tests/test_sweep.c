@@ -1,8 +1,10 @@
 /* pulse sweep (experiments/sweep.c): a small grid (a policy axis, a number axis, a switch axis
  * with false and true) runs one pulse run per point in one process and writes one result file
  * per point, named by its values; killed midway (SIGKILL after the first file) and started
- * again it runs only the missing points; --dry-run prints the command lines; bad grids are
- * one-line errors (exit 2). */
+ * again it runs only the missing points; a point's file that is a failed point's stub, not
+ * JSON, or the result of another command line is run again, never counted done; two points of
+ * one file name refuse the grid before anything runs; --dry-run prints the command lines; bad
+ * grids are one-line errors (exit 2). */
 #include <dirent.h>
 #include <jansson.h>
 #include <signal.h>
@@ -80,8 +82,7 @@ int main(void)
     snprintf(cmd, sizeof cmd, "sweep %s", grid);
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
     char want[128];
-    snprintf(want, sizeof want, "8 points: %d ran, %d skipped (already written), 0 failed",
-             8 - before, before);
+    snprintf(want, sizeof want, "8 points: %d ran, %d skipped (done", 8 - before, before);
     EXPECT_STR_CONTAINS(out, want);
     EXPECT_EQ_INT(count_json(outdir), 8);
     /* each file is its point's run */
@@ -104,6 +105,40 @@ int main(void)
     /* a third run has nothing left to do */
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
     EXPECT_STR_CONTAINS(out, "8 points: 0 ran, 8 skipped");
+    /* what is not a point's ok result is run again: a failed point's stub, a file that is not
+     * JSON, another point's result under this one's name */
+    char p1[512], p2[512], p3[512], other[1100];
+    snprintf(p1, sizeof p1, "%s/budget-tokens=32,recall-engine=per-block,no-irq=false.json",
+             outdir);
+    snprintf(p2, sizeof p2, "%s/budget-tokens=32,recall-engine=per-block,no-irq=true.json",
+             outdir);
+    snprintf(p3, sizeof p3, "%s/budget-tokens=64,recall-engine=gather-scatter,no-irq=true.json",
+             outdir);
+    snprintf(other, sizeof other, "cp %s %s", path, p3);
+    write_file(p1, "{\"status\": \"error\", \"error\": \"out of luck\"}");
+    write_file(p2, "{\"status\": \"ok\", trunc");
+    EXPECT_EQ_INT(system(other), 0);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+    EXPECT_STR_CONTAINS(out, "8 points: 3 ran, 5 skipped");
+    EXPECT_STR_CONTAINS(out, "run again, its status is error");
+    EXPECT_STR_CONTAINS(out, "run again, unreadable");
+    EXPECT_STR_CONTAINS(out, "run again, it is the result of another command line");
+    r = json_load_file(p3, 0, &je);
+    EXPECT(r && !strcmp(json_string_value(json_object_get(
+                            json_object_get(json_object_get(r, "config"), "offload"),
+                            "recall_engine")),
+                        "gather-scatter"));
+    json_decref(r);
+    /* two points of one file name ('a b' and 'a_b' fold alike): refused, nothing run */
+    snprintf(text, sizeof text,
+             "{\"out_dir\": \"%s/clash\", \"base\": {\"--backend\": \"cpu\"}, \"variants\": "
+             "[{\"name\": \"a b\", \"--seed\": 1}, {\"name\": \"a_b\", \"--seed\": 2}]}",
+             dir);
+    write_file(grid, text);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "points 1 and 2 would both write a_b.json");
+    snprintf(path, sizeof path, "%s/clash", dir);
+    EXPECT_EQ_INT(count_json(path), 0);
     /* bad grids */
     struct {
         const char *text, *msg;
