@@ -93,6 +93,21 @@ json_t *cli_command_json(int argc, char **argv)
     return a;
 }
 
+int cli_shard(const char *cmd, const char *arg, struct sweep_shard *out)
+{
+    const char *slash = strchr(arg, '/');
+    char a[32];
+    long i, n;
+    if (!slash || (size_t)(slash - arg) >= sizeof a ||
+        (memcpy(a, arg, (size_t)(slash - arg)), a[slash - arg] = 0,
+         cli_parse_long(slash + 1, 1, 4096, &n) || cli_parse_long(a, 0, n - 1, &i))) {
+        cli_error(cmd, "--shard: '%s' is not I/N with 0 <= I < N <= 4096", arg);
+        return -1;
+    }
+    out->index = (int)i, out->count = (int)n;
+    return 0;
+}
+
 int cli_budget(const char *cmd, const char *flag, const char *s, long *out)
 {
     return cli_int(cmd, flag, s, 0, CLI_BUDGET_MAX, out);

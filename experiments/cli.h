@@ -86,10 +86,17 @@ int cmd_compare(int argc, char **argv);   /* compare.c */
 int cmd_sweep(int argc, char **argv);     /* sweep.c */
 int cmd_reproduce(int argc, char **argv); /* reproduce.c */
 int cmd_workload(int argc, char **argv);  /* workload_cmd.c */
+/* A part of a grid: the points p with p % count == index (count 1: all). */
+struct sweep_shard {
+    int index, count;
+};
+/* --shard I/N: 0 <= I < N <= 4096 (a Slurm array's task id and count). 0, or -1 after a
+ * message. */
+int cli_shard(const char *cmd, const char *arg, struct sweep_shard *out);
 /* Runs the grid g (pulse sweep's GRID.json format; `where` names it in messages): every point
- * not yet written, one result file each. dry: print the command lines only. pulse sweep's exit
- * codes. */
-int sweep_run(json_t *g, const char *where, int dry);
+ * of shard sh not done yet, one result file each. dry: print the command lines only. pulse
+ * sweep's exit codes. */
+int sweep_run(json_t *g, const char *where, int dry, struct sweep_shard sh);
 /* The grid's point names, in order (a point's file is out_dir/NAME.json): how many, or -1 for
  * a bad grid or more than max points. */
 int sweep_point_names(json_t *g, const char *where, char (*names)[160], int max);

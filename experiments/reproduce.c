@@ -38,7 +38,7 @@
 static const char usage[] =
     "usage: pulse reproduce [--tiny | --quick | --full | --large-host] [--only LIST]\n"
     "                       [--out-dir DIR] [--kv-budget-gb G] [--host-pool-gb G]\n"
-    "                       [--repeat N] [--dry-run] [--list]\n"
+    "                       [--repeat N] [--shard I/N] [--dry-run] [--list]\n"
     "  Runs the paper's experiments as sweeps (one result per point, resumable) and writes a\n"
     "  summary per experiment for plots/figures.py.\n"
     "  --tiny / --quick / --full  scale (default --quick): tiny is the cpu backend and the tiny\n"
@@ -58,6 +58,11 @@ static const char usage[] =
     "  --repeat N         every point N times with seeds 1..N (weights, prompt KV, workload,\n"
     "                     arrivals), for the figures' ranges (default 1)\n"
     "  --dry-run          print every point's command line, run nothing\n"
+    "  --shard I/N        only every N-th point of each experiment from the I-th (0 <= I < N),\n"
+    "                     fig. 8 in shard 0: N machines or GPUs share one --out-dir (a Slurm\n"
+    "                     array); each measures the IOAA profiles it lacks (written whole);\n"
+    "                     run once more without --shard after them to rebuild every summary\n"
+    "                     from all the points (every point done, nothing runs again)\n"
     "  Before the experiments that run pulseinfer, pulse profile measures IOAA's tables once\n"
     "  per recall engine pulseinfer runs with (DIR/profile/ioaa_ENGINE.json, kept: a rerun\n"
     "  reuses them), and every pulseinfer point reads its engine's (--profile).\n"
@@ -583,11 +588,13 @@ int cmd_reproduce(int argc, char **argv)
                                          {"large-host", no_argument, 0, 'L'},
                                          {"kv-budget-gb", required_argument, 0, 'g'},
                                          {"host-pool-gb", required_argument, 0, 'p'},
+                                         {"shard", required_argument, 0, 's'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int sc = -1, dry = 0, list = 0, on[N_EXP], c, only = 0, out_given = 0;
     long repeat = 1;
     double kv_gb = 0, pool_gb = 0;
+    struct sweep_shard shard = {0, 1};
     for (size_t k = 0; k < N_EXP; k++)
         on[k] = 1;
     const char *out = "results";
@@ -624,6 +631,9 @@ int cmd_reproduce(int argc, char **argv)
             break;
         case 'n':
             dry = 1;
+            break;
+        case 's':
+            if (cli_shard(CMD, optarg, &shard)) return EXIT_USAGE;
             break;
         case 'l':
             list = 1;
@@ -690,6 +700,7 @@ int cmd_reproduce(int argc, char **argv)
                     scale_names[sc]);
         const double t_exp = pulse_now();
         if (!x->grid) {
+            if (shard.index != 0) continue; /* recall-bench is one run: shard 0's */
             failed += run_recall(s, exp_dir, dry);
             if (!dry)
                 fprintf(stderr, "pulse reproduce: %s: %.1f s\n", x->name, pulse_now() - t_exp);
@@ -703,7 +714,7 @@ int cmd_reproduce(int argc, char **argv)
             if (!axes) json_object_set_new(g, "axes", axes = json_object());
             json_object_set_new(axes, "--seed", seeds);
         }
-        const int rc = sweep_run(g, x->name, dry);
+        const int rc = sweep_run(g, x->name, dry, shard);
         if (rc == EXIT_USAGE) {
             json_decref(g);
             host_pool_keep(0);

@@ -42,7 +42,7 @@
 #define MAX_ARGS 96
 
 static const char usage[] =
-    "usage: pulse sweep GRID.json [--dry-run]\n"
+    "usage: pulse sweep GRID.json [--dry-run] [--shard I/N]\n"
     "  Runs every point of the grid (pulse run with base + the point's flags), one result\n"
     "  file per point in out_dir; a point whose file is an ok result of the same command line\n"
     "  is skipped (resumable), any other is run again; two points of one file name are refused\n"
@@ -52,6 +52,9 @@ static const char usage[] =
     "  (axes, variants or both; the axes cross every variant)\n"
     "  a value is a string or a number; true / false turn a flag without a value on / off\n"
     "  --dry-run   print each point's command line, run nothing\n"
+    "  --shard I/N only the points p with p % N == I (0 <= I < N): N processes, machines or\n"
+    "              GPUs share one grid (a Slurm array: --shard $SLURM_ARRAY_TASK_ID/N over a\n"
+    "              shared out_dir); the table shows every point written so far\n"
     "exit: 0 every point ok or skipped, 1 a point failed, 2 bad usage or grid\n";
 
 /* A flag's value as text into buf: 0, 1 for a switch that is off (left out), -1 when it is
@@ -308,7 +311,7 @@ static void summary_line(const char *name, const char *path, const char *what)
     json_decref(r);
 }
 
-int sweep_run(json_t *g, const char *where, int dry)
+int sweep_run(json_t *g, const char *where, int dry, struct sweep_shard sh)
 {
     struct grid gr;
     if (read_grid(g, where, &gr)) return EXIT_USAGE;
@@ -317,13 +320,19 @@ int sweep_run(json_t *g, const char *where, int dry)
         return EXIT_USAGE;
     }
     static char names[MAX_POINTS][160];
-    static char what[MAX_POINTS][8];
+    static char what[MAX_POINTS][16];
     int failed = 0, ran = 0, skipped = 0;
     for (long p = 0; p < gr.n_points; p++)
         point_name(&gr, p, names[p], sizeof names[p]);
     if (names_unique(names, gr.n_points)) return EXIT_USAGE;
+    int others = 0;
     for (long p = 0; p < gr.n_points; p++) {
         char path[4096], store[8192];
+        if (sh.count > 1 && p % sh.count != sh.index) { /* another shard's */
+            snprintf(what[p], sizeof what[p], "shard %d", (int)(p % sh.count) % 10000);
+            others++;
+            continue;
+        }
         char *av[MAX_ARGS];
         int ac = 0;
         size_t used = 0;
@@ -386,8 +395,10 @@ int sweep_run(json_t *g, const char *where, int dry)
                 summary_line(names[p], path, what[p]);
         }
         printf("%ld points: %d ran, %d skipped (done: an ok result of the same command line), %d "
-               "failed\n",
+               "failed",
                gr.n_points, ran, skipped, failed);
+        if (sh.count > 1) printf(", %d of the other %d shards", others, sh.count - 1);
+        printf("\n");
     }
     return failed ? 1 : 0;
 }
@@ -403,16 +414,21 @@ int sweep_point_names(json_t *g, const char *where, char (*names)[160], int max)
 
 int cmd_sweep(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"dry-run", no_argument, 0, 'n'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"dry-run", no_argument, 0, 'n'},
+                                         {"shard", required_argument, 0, 's'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     int dry = 0, c;
+    struct sweep_shard sh = {0, 1};
     opterr = 0;
     optind = 1;
     struct cli_seen seen = {0};
     while ((c = cli_getopt(CMD, argc, argv, opts, &seen)) != -1) {
         if (c == 'n')
             dry = 1;
-        else if (c == 'h')
+        else if (c == 's') {
+            if (cli_shard(CMD, optarg, &sh)) return EXIT_USAGE;
+        } else if (c == 'h')
             return fputs(usage, stdout), 0;
         else
             return cli_unknown_flag(CMD, argc, argv), EXIT_USAGE;
@@ -425,7 +441,7 @@ int cmd_sweep(int argc, char **argv)
     json_t *g = cli_load_json(CMD, "grid", grid_path);
     if (!g) return EXIT_USAGE;
     host_pool_keep(1); /* the points' host pools: pinned once, reused */
-    const int rc = sweep_run(g, grid_path, dry);
+    const int rc = sweep_run(g, grid_path, dry, sh);
     host_pool_keep(0);
     json_decref(g);
     return rc;

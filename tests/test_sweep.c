@@ -129,6 +129,46 @@ int main(void)
                             "recall_engine")),
                         "gather-scatter"));
     json_decref(r);
+    /* two shards (--shard 0/2, 1/2) into another out_dir give the points one run gave: the same
+     * files, the same tokens; each shard runs its half and lists the others' */
+    char sharded[512];
+    snprintf(sharded, sizeof sharded, "%s/sharded", dir);
+    char *t2 = strstr(text, "/out\"");
+    EXPECT(t2 != NULL);
+    if (t2) {
+        char text2[1200];
+        snprintf(text2, sizeof text2, "%.*s/sharded%s", (int)(t2 - text), text, t2 + 4);
+        write_file(grid, text2);
+        for (int s = 0; s < 2; s++) {
+            snprintf(cmd, sizeof cmd, "sweep %s --shard %d/2", grid, s);
+            EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+            EXPECT_STR_CONTAINS(out, "4 ran");
+            EXPECT_STR_CONTAINS(out, "4 of the other 1 shards");
+        }
+        EXPECT_EQ_INT(count_json(sharded), 8);
+        DIR *d = opendir(outdir);
+        int same = 0;
+        for (struct dirent *e; d && (e = readdir(d));) {
+            if (!strstr(e->d_name, ".json")) continue;
+            char a[1024], b[1024];
+            snprintf(a, sizeof a, "%s/%s", outdir, e->d_name);
+            snprintf(b, sizeof b, "%s/%s", sharded, e->d_name);
+            json_t *ja = json_load_file(a, 0, &je), *jb = json_load_file(b, 0, &je);
+            const char *ta = json_string_value(
+                json_object_get(json_object_get(ja, "metrics"), "output_tokens_fnv1a"));
+            const char *tb = json_string_value(
+                json_object_get(json_object_get(jb, "metrics"), "output_tokens_fnv1a"));
+            same += ta && tb && !strcmp(ta, tb);
+            json_decref(ja);
+            json_decref(jb);
+        }
+        if (d) closedir(d);
+        EXPECT_EQ_INT(same, 8);
+        snprintf(cmd, sizeof cmd, "sweep %s --shard 2/2", grid);
+        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
+        EXPECT_STR_CONTAINS(out, "--shard: '2/2' is not I/N");
+    }
+    snprintf(cmd, sizeof cmd, "sweep %s", grid);
     /* two points of one file name ('a b' and 'a_b' fold alike): refused, nothing run */
     snprintf(text, sizeof text,
              "{\"out_dir\": \"%s/clash\", \"base\": {\"--backend\": \"cpu\"}, \"variants\": "
