@@ -344,6 +344,9 @@ static int parse(int argc, char **argv, struct acc_opts *o)
         if (bad) return -1;
     }
     if (cli_no_extra_args(CMD, argc, argv)) return -1;
+    static const char *const out_flags[] = {"--out", "--churn-profile"};
+    const char *const outs[] = {o->out, o->churn_out};
+    if (cli_outputs(CMD, 2, out_flags, outs)) return -1;
     if (!o->model) return cli_error(CMD, "--model is required"), -1;
     if (!o->data == !o->longbench)
         return cli_error(CMD, "give exactly one of --data and --longbench"), -1;

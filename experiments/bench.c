@@ -148,6 +148,8 @@ static int parse(int argc, char **argv, struct bench_opts *o)
         }
     }
     if (cli_no_extra_args("bench", argc, argv)) return -1;
+    static const char *const out_flag[] = {"--out"};
+    if (cli_outputs("bench", 1, out_flag, &o->out)) return -1;
     const struct policy *pol = policy_find(o->policy);
     if (!pol) {
         cli_error("bench", "--policy: unknown policy '%s' (known: %s)", o->policy, policy_names());

@@ -219,6 +219,30 @@ int cli_out_path(const char *cmd, const char *flag, const char *path)
     return 0;
 }
 
+int cli_outputs(const char *cmd, int n, const char *const *flags, const char *const *paths)
+{
+    for (int i = 0; i < n; i++) {
+        if (!paths[i]) continue;
+        if (!*paths[i]) {
+            cli_error(cmd, "%s: an empty path", flags[i]);
+            return -1;
+        }
+        if (cli_out_path(cmd, flags[i], paths[i])) return -1;
+        for (int j = 0; j < i; j++) {
+            if (!paths[j]) continue;
+            struct stat a, b;
+            const int same = !strcmp(paths[i], paths[j]) ||
+                             (stat(paths[i], &a) == 0 && stat(paths[j], &b) == 0 &&
+                              a.st_dev == b.st_dev && a.st_ino == b.st_ino);
+            if (same) {
+                cli_error(cmd, "%s and %s: both write %s", flags[j], flags[i], paths[i]);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 json_t *cli_load_json(const char *cmd, const char *flag, const char *path)
 {
     json_t *j;

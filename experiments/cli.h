@@ -53,6 +53,10 @@ json_t *cli_load_json(const char *cmd, const char *flag, const char *path);
 /* An output path (the value of flag) that the run can write at its end: not a directory, its
  * directory existing and writable. 0, or -1 after a one-line message, before any work. */
 int cli_out_path(const char *cmd, const char *flag, const char *path);
+/* A command's output files, checked before any work: each given path (NULL: not given) as
+ * cli_out_path, none empty, and no two the same file (the same name, or an existing file
+ * reached by two names). 0, or -1 after a one-line message naming the flags. */
+int cli_outputs(const char *cmd, int n, const char *const *flags, const char *const *paths);
 /* Resolves --model and --backend ("auto" picks cuda when a GPU is usable); NULL after an error. */
 const struct model_config *cli_model(const char *cmd, const char *name);
 const struct backend *cli_backend(const char *cmd, const char *name);

@@ -105,6 +105,8 @@ static int parse(int argc, char **argv, struct gen_opts *o)
         }
     }
     if (cli_no_extra_args(CMD, argc, argv)) return -1;
+    static const char *const out_flag[] = {"--out"};
+    if (cli_outputs(CMD, 1, out_flag, &o->out)) return -1;
     if (!o->model) {
         cli_error(CMD, "--model is required (a built-in name, a checkpoint directory or a .gguf)");
         return -1;

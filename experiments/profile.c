@@ -301,6 +301,8 @@ static int parse(int argc, char **argv, struct opts *o)
         }
     }
     if (bad || cli_no_extra_args(CMD, argc, argv)) return -1;
+    static const char *const out_flag[] = {"--out"};
+    if (cli_outputs(CMD, 1, out_flag, &o->out)) return -1;
     if (!o->model) return cli_error(CMD, "--model: required (known: %s)", model_config_names()), -1;
     if (increasing("--batches", o->batches, o->n_batches) ||
         increasing("--contexts", o->contexts, o->n_contexts))

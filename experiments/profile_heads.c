@@ -104,6 +104,8 @@ static int parse(int argc, char **argv, struct prof_opts *o)
         if (bad) return -1;
     }
     if (cli_no_extra_args(C, argc, argv)) return -1;
+    static const char *const out_flag[] = {"--out"};
+    if (cli_outputs(C, 1, out_flag, &o->out)) return -1;
     if (!o->model) {
         cli_error(C, "--model: required (known: %s)", model_config_names());
         return -1;

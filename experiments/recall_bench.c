@@ -281,6 +281,8 @@ static int parse(int argc, char **argv, struct opts *o)
     }
     if (bad) return -1;
     if (cli_no_extra_args(CMD, argc, argv)) return -1;
+    static const char *const out_flag[] = {"--out"};
+    if (cli_outputs(CMD, 1, out_flag, &o->out)) return -1;
     if (o->zc_threads % 32)
         return cli_error(CMD, "--zc-threads: '%ld' is not a multiple of 32", o->zc_threads), -1;
     defaults(o);

@@ -669,6 +669,7 @@ int cmd_reproduce(int argc, char **argv)
                    EXIT_USAGE;
     }
     int failed = 0;
+    if (!*out) return cli_error(CMD, "--out-dir: an empty path"), EXIT_USAGE;
     if (snprintf(g_profile_dir, sizeof g_profile_dir, "%s/profile", out) >=
         (int)sizeof g_profile_dir)
         return cli_error(CMD, "--out-dir: too long a path"), EXIT_USAGE;

@@ -160,7 +160,13 @@ static int parse(int argc, char **argv, struct run_opts *o)
         }
     }
     if (cli_no_extra_args("run", argc, argv)) return -1;
-    if (o->off.trace && cli_out_path("run", "--trace", o->off.trace)) return -1;
+    static const char *const out_flags[] = {"--out", "--trace"};
+    const char *const outs[] = {o->out, o->off.trace};
+    if (cli_outputs("run", 2, out_flags, outs)) return -1;
+    if (o->cupti && !strcmp(o->backend, "cpu")) {
+        cli_error("run", "--cupti: needs the cuda backend (CUPTI records what a GPU ran)");
+        return -1;
+    }
     if (o->weights && o->model_set) {
         cli_error("run", "--weights and --model: give one (the weights' config replaces --model)");
         return -1;
@@ -292,10 +298,12 @@ static json_t *metrics_json(const struct workload *w, double wall, json_t **requ
     return m;
 }
 
+/* Writes res to out, unless the command was misused (code EXIT_USAGE: an existing file stays);
+ * code, or 1 when the write failed. */
 static int finish(json_t *res, const char *out, int code)
 {
     char err[512];
-    if (out && results_write(res, out, err, sizeof err) != PULSE_OK) {
+    if (out && code != EXIT_USAGE && results_write(res, out, err, sizeof err) != PULSE_OK) {
         cli_error("run", "--out: %s", err);
         code = 1;
     }

@@ -135,8 +135,9 @@ static int parse(int argc, char **argv, struct synth_opts *o)
         cli_error(C, "--length: required (target tokens, >= 256)");
         return -1;
     }
-    if (!o->out_dir) {
-        cli_error(C, "--out-dir: required (the directory for the JSONL files)");
+    if (!o->out_dir || !*o->out_dir) {
+        cli_error(C, "--out-dir: %s (the directory for the JSONL files)",
+                  o->out_dir ? "an empty path" : "required");
         return -1;
     }
     return 0;

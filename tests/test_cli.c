@@ -46,7 +46,7 @@ static const struct bad_case bad[] = {
     {"run --backend cpu extra", "unexpected argument 'extra'", 2},
     {"run --backend cpu --weights /nonexistent/ckpt", "--weights: /nonexistent/ckpt", 2},
     {"run --backend cpu --workload uniform:8:1 --output-len 2 --out /nonexistent/dir/r.json",
-     "--out: /nonexistent/dir/r.json: cannot write", 1},
+     "--out: /nonexistent/dir/r.json: cannot write", 2}, /* checked before the work */
     {"models --bogus", "unknown or incomplete option '--bogus'", 2},
     {"generate --prompt-ids 1", "--model is required", 2},
     {"generate --model tiny --prompt x --prompt-ids 1", "exactly one of --prompt and --prompt-ids",
@@ -162,6 +162,63 @@ static const struct bad_case bad[] = {
     {"accuracy --model tiny --samples 1 --samples 2 --tasks passkey --data d --lengths 4096",
      "pulse accuracy: --samples given twice", 2},
 };
+
+/* Output paths are checked before the work (exit 2) in every command that writes one: a
+ * missing folder, a directory, an empty path, two outputs on one file (by name or through a
+ * link); and a usage error never replaces a file that is there. */
+static void test_outputs(void)
+{
+    char keep[] = "/tmp/pulse_cli_keep_XXXXXX", link[64];
+    const int fd = mkstemp(keep);
+    EXPECT(fd >= 0);
+    if (fd < 0) return;
+    static const char text[] = "{\"kept\": true}\n";
+    EXPECT_EQ_INT((int)write(fd, text, sizeof text - 1), (int)(sizeof text - 1));
+    close(fd);
+    snprintf(link, sizeof link, "%s.link", keep);
+    EXPECT_EQ_INT(symlink(keep, link), 0);
+    static const struct {
+        const char *args, *message; /* %1$s: the kept file, %2$s: its link */
+    } cases[] = {
+        {"run --backend cpu --out /nonexistent/r.json", "--out: /nonexistent/r.json: cannot write"},
+        {"run --backend cpu --out /tmp", "--out: /tmp: is a directory"},
+        {"run --backend cpu --out ''", "--out: an empty path"},
+        {"run --backend cpu --policy pulseinfer --out %1$s --trace %1$s",
+         "--out and --trace: both write"},
+        {"run --backend cpu --policy pulseinfer --out %1$s --trace %2$s",
+         "--out and --trace: both write"},
+        {"run --backend cpu --cupti --out %1$s", "--cupti: needs the cuda backend"},
+        {"run --backend cpu --policy magic --out %1$s", "--policy: unknown policy"},
+        {"bench decode-step --backend cpu --out /nonexistent/b.json", "--out: /nonexistent"},
+        {"profile --backend cpu --model tiny --out /nonexistent/p.json", "--out: /nonexistent"},
+        {"profile-heads --model tiny --out /nonexistent/h.json", "--out: /nonexistent"},
+        {"recall-bench --backend cpu --out /nonexistent/c.json", "--out: /nonexistent"},
+        {"generate --model tiny --backend cpu --prompt-ids 1 --out /nonexistent/g.json",
+         "--out: /nonexistent"},
+        {"accuracy --model tiny --data d --lengths 4096 --tasks passkey --out %1$s "
+         "--churn-profile %1$s",
+         "--out and --churn-profile: both write"},
+        {"reproduce --tiny --out-dir ''", "--out-dir: an empty path"},
+        {"synth --task passkey --length 4096 --out-dir ''", "--out-dir: an empty path"},
+    };
+    char args[512];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(args, sizeof args, cases[i].args, keep, link);
+        const int code = run(args);
+        EXPECT_EQ_INT(code, 2);
+        EXPECT_STR_CONTAINS(out, cases[i].message);
+        if (code != 2) fprintf(stderr, "output case '%s': exit %d: %s", args, code, out);
+        FILE *f = fopen(keep, "r");
+        char got[64] = {0};
+        if (f) {
+            EXPECT(fread(got, 1, sizeof got - 1, f) > 0);
+            fclose(f);
+        }
+        EXPECT(!strcmp(got, text)); /* untouched */
+    }
+    unlink(link);
+    unlink(keep);
+}
 
 static void test_bad_inputs(void)
 {
@@ -403,6 +460,7 @@ static void test_recall_cap_flags(void)
 int main(void)
 {
     test_bad_inputs();
+    test_outputs();
     test_long_values();
     test_bench_peer();
     test_oom_result();
