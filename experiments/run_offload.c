@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "ioaa_profile.h"
 #include "mam.h"
 
 const char run_offload_usage[] =
@@ -146,8 +147,11 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
     case RUN_OFF_ADMISSION:
         if (!oo->two_batch_flag) oo->two_batch_flag = f;
         oo->admission = arg;
-        if (!strcmp(arg, "ioaa") || !strncmp(arg, "fixed:", 6)) return 0;
-        cli_error("run", "%s: '%s' is not ioaa or fixed:LEN", f, arg);
+        long len;
+        if (!strcmp(arg, "ioaa") ||
+            (!strncmp(arg, "fixed:", 6) && !cli_parse_long(arg + 6, 0, (1L << 30) - 1, &len)))
+            return 0;
+        cli_error("run", "%s: '%s' is not ioaa or fixed:LEN (LEN >= 0 tokens)", f, arg);
         return -1;
     case RUN_OFF_IOAA_PROFILE:
         if (!oo->two_batch_flag) oo->two_batch_flag = f;
@@ -288,6 +292,16 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
             return -1;
         }
         ro->src.profile = &ro->profile;
+    }
+    if (oo->ioaa_profile) { /* read once here, so a file pulseinfer cannot use is a usage error */
+        struct ioaa_profile_data d;
+        memset(&d, 0, sizeof d);
+        const int rc = ioaa_profile_load(oo->ioaa_profile, &d, err, sizeof err);
+        ioaa_profile_data_free(&d);
+        if (rc != PULSE_OK) {
+            cli_error("run", "--profile: %s", err);
+            return -1;
+        }
     }
     if (oo->heads) {
         if (p->selection != OFFLOAD_SOLOHEAD) {

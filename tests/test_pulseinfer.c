@@ -425,10 +425,18 @@ static void test_flags(void)
                                out, sizeof out),
                   2);
     EXPECT(strstr(out, "--trace: /nonexistent/t.json: cannot write in /nonexistent") != NULL);
+    /* an IOAA profile the run cannot use, and a malformed fixed admission, are usage errors */
     EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy pulseinfer --profile /nonexistent.json",
                                out, sizeof out),
-                  1);
+                  2);
     EXPECT(strstr(out, "--profile: /nonexistent.json: cannot open") != NULL);
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
+        char args[128];
+        snprintf(args, sizeof args, "run --backend cpu --policy pulseinfer --admission '%s'",
+                 bad[i]);
+        EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
+        EXPECT(strstr(out, "is not ioaa or fixed:LEN") != NULL);
+    }
     char path[] = "/tmp/pulse_pi_XXXXXX", trace[] = "/tmp/pulse_pi_trace_XXXXXX", cmd[512];
     int fd = mkstemp(path);
     if (fd >= 0) close(fd);
