@@ -206,6 +206,7 @@ int bpe_load_tiktoken(const char *path, enum bpe_pattern pat, const struct bpe_s
                       int n, struct bpe **out, char *err, size_t errlen)
 {
     *out = NULL;
+    if (pulse_check_regular(path, "tiktoken file", err, errlen) != PULSE_OK) return -1;
     FILE *f = fopen(path, "rb");
     if (!f) return snprintf(err, errlen, "%s: cannot open it", path), -1;
     fseek(f, 0, SEEK_END);

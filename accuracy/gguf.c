@@ -540,7 +540,8 @@ int gguf_open_memory(const void *buf, size_t len, const char *label, struct gguf
 int gguf_open(const char *path, struct gguf_file **out, char *err, size_t errlen)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return set_err(err, errlen, PULSE_ERR_IO, path, "cannot open: %s", strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -86,7 +86,8 @@ static int map_file(const char *path, void **map, size_t *len, char *err, size_t
 {
     *map = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return set_err(err, errlen, PULSE_ERR_IO, path, "cannot open: %s", strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

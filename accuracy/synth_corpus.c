@@ -326,7 +326,8 @@ static void add_file(struct synth_corpus *c, const char *path, const char *name,
         c->st.files_other++;
         return;
     }
-    FILE *f = fopen(path, "rb");
+    /* a FIFO or a device is no corpus file (and would block the read) */
+    FILE *f = pulse_check_regular(path, "corpus file", NULL, 0) == PULSE_OK ? fopen(path, "rb") : NULL;
     char *b = f ? malloc(MAX_FILE_BYTES) : NULL;
     size_t n = b ? fread(b, 1, MAX_FILE_BYTES, f) : 0;
     if (f) fclose(f);

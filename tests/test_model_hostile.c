@@ -7,7 +7,10 @@
  * - NaN, negative or zero norm epsilon / RoPE base, in GGUF metadata and in config.json;
  * - NaN in the weights: the loaders refuse the tensor (generate and pulse run fail with its name
  *   instead of printing ids); a GGUF is known by its magic whatever its file name;
- * - pulse accuracy with a length limit at or below the task's new tokens: usage error. */
+ * - pulse accuracy with a length limit at or below the task's new tokens: usage error;
+ * - a FIFO where a model file is expected (a GGUF, a checkpoint's model.safetensors, the
+ *   tiktoken ranks): refused at once, never waiting for a writer (an alarm fails the test if a
+ *   loader blocks). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,7 +18,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "accuracy/bpe.h"
+#include "accuracy/gguf.h"
 #include "accuracy/model_load.h"
+#include "accuracy/safetensors.h"
 #include "backend.h"
 #include "bytebuf.h"
 #include "common.h"
@@ -399,6 +405,44 @@ static void test_accuracy_limits(void)
     EXPECT_STR_CONTAINS(out, "--model");
 }
 
+static void test_fifo_inputs(void)
+{
+    char fifo[300], dir[300], args[700], err[512] = "";
+    snprintf(fifo, sizeof fifo, "%s/fifo", DIR_);
+    EXPECT_EQ_INT(mkfifo(fifo, 0600), 0);
+    alarm(60); /* a loader that waits for a writer fails here, not forever */
+    struct gguf_file *g = NULL;
+    EXPECT(gguf_open(fifo, &g, err, sizeof err) != PULSE_OK && g == NULL);
+    EXPECT_STR_CONTAINS(err, "not a regular file");
+    struct safetensors *st = NULL;
+    err[0] = 0;
+    EXPECT(safetensors_open(fifo, &st, err, sizeof err) != PULSE_OK && st == NULL);
+    EXPECT_STR_CONTAINS(err, "not a regular file");
+    struct bpe *b = NULL;
+    err[0] = 0;
+    EXPECT(bpe_load_tiktoken(fifo, BPE_PATTERN_QWEN, NULL, 0, &b, err, sizeof err) != 0);
+    EXPECT_STR_CONTAINS(err, "is not a regular file");
+    EXPECT_EQ_INT(model_path_is_gguf(fifo), 0);
+    /* a checkpoint whose model.safetensors is a FIFO, through the command line */
+    snprintf(dir, sizeof dir, "%s/hf", DIR_);
+    mkdir(dir, 0700);
+    write_hf(dir, "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 1, \"intermediate_size\": "
+                  "64, \"vocab_size\": 32, \"hidden_size\": 64, \"num_attention_heads\": 2}");
+    char st_path[330];
+    snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
+    unlink(st_path);
+    EXPECT_EQ_INT(mkfifo(st_path, 0600), 0);
+    snprintf(args, sizeof args, "generate --model %s --backend cpu --prompt-ids 1 --max-new-tokens 1",
+             dir);
+    EXPECT(tu_run_pulse(args, out, sizeof out) != 0);
+    EXPECT_STR_CONTAINS(out, "not a regular file");
+    snprintf(args, sizeof args, "generate --model %s --backend cpu --prompt-ids 1", fifo);
+    EXPECT(tu_run_pulse(args, out, sizeof out) != 0);
+    alarm(0);
+    unlink(st_path);
+    unlink(fifo);
+}
+
 int main(void)
 {
     if (!mkdtemp(DIR_)) return 1;
@@ -410,6 +454,7 @@ int main(void)
     test_nan_weights();
     test_load_failure_status();
     test_accuracy_limits();
+    test_fifo_inputs();
     char p[300];
     snprintf(p, sizeof p, "%s/hf/config.json", DIR_);
     unlink(p);
