@@ -487,6 +487,7 @@ int longbench_load_file(const char *path, const struct longbench_load_params *pa
     char *buf;
     size_t len;
     int rc = pulse_read_file(path, "JSONL file", &buf, &len, err, errlen);
+    if (rc == PULSE_OK) rc = pulse_check_text(buf, len, path, err, errlen);
     if (rc == PULSE_OK) rc = longbench_load_mem(path, buf, len, params, out, err, errlen);
     free(buf);
     return rc;

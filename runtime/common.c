@@ -100,6 +100,17 @@ int pulse_read_file(const char *path, const char *what, char **buf, size_t *len,
     return PULSE_OK;
 }
 
+int pulse_check_text(const char *buf, size_t len, const char *path, char *err, size_t errlen)
+{
+    const char *nul = memchr(buf, 0, len);
+    if (!nul) return PULSE_OK;
+    long line = 1;
+    for (const char *p = buf; p < nul; p++)
+        line += *p == '\n';
+    return pulse_errorf(err, errlen, PULSE_ERR_INVALID, path, "line %ld: a NUL byte (not a text file)",
+                        line);
+}
+
 int pulse_env_long(const char *name, long lo, long hi, long *out)
 {
     const char *e = getenv(name);

@@ -53,6 +53,10 @@ int pulse_mkdirs(const char *path);
 int pulse_check_regular(const char *path, const char *what, char *err, size_t errlen);
 int pulse_read_file(const char *path, const char *what, char **buf, size_t *len, char *err,
                     size_t errlen);
+/* A text file's bytes (buf, len, as pulse_read_file read them) hold no NUL: PULSE_OK, else
+ * PULSE_ERR_INVALID with "PATH: line N: a NUL byte (not a text file)" in err, so that no line
+ * after it is silently dropped. */
+int pulse_check_text(const char *buf, size_t len, const char *path, char *err, size_t errlen);
 
 /* Monotonic wall clock in seconds. */
 double pulse_now(void);

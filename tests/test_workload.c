@@ -143,6 +143,21 @@ static void test_trace(void)
         EXPECT(w.reqs == NULL);
         unlink(path);
     }
+    /* a NUL byte in line 2: refused with its line, not every line after it dropped */
+    {
+        static const char nul_text[] = "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1}\n"
+                                       "{\"timestamp\": 1, \"input_length\": 5,\0 \"output_length\": 1}\n"
+                                       "{\"timestamp\": 2, \"input_length\": 5, \"output_length\": 1}\n";
+        FILE *f = fopen(path, "wb");
+        EXPECT(f != NULL);
+        if (f) fwrite(nul_text, 1, sizeof nul_text - 1, f), fclose(f);
+        snprintf(spec, sizeof spec, "trace:%s", path);
+        err[0] = 0;
+        EXPECT_EQ_INT(workload_create(&w, spec, 32, 1, err, sizeof err), PULSE_ERR_INVALID);
+        EXPECT_STR_CONTAINS(err, ": line 2: a NUL byte (not a text file)");
+        EXPECT(w.reqs == NULL);
+        unlink(path);
+    }
     EXPECT_EQ_INT(workload_create(&w, "trace:/tmp", 32, 1, err, sizeof err), PULSE_ERR_INVALID);
     EXPECT_STR_CONTAINS(err, "/tmp: is a directory, not a trace");
     EXPECT_EQ_INT(workload_create(&w, "trace:/dev/zero", 32, 1, err, sizeof err),

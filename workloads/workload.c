@@ -105,6 +105,10 @@ static int load_trace(struct workload *w, const char *path, char *err, size_t er
     size_t size;
     char why[400];
     int rc = pulse_read_file(path, "trace", &buf, &size, why, sizeof why);
+    if (rc == PULSE_OK) {
+        rc = pulse_check_text(buf, size, path, why, sizeof why);
+        if (rc != PULSE_OK) free(buf), buf = NULL;
+    }
     if (rc != PULSE_OK) {
         snprintf(err, errlen, "--workload: %s", why);
         return rc == PULSE_ERR_NOMEM ? PULSE_ERR_NOMEM : PULSE_ERR_INVALID;
