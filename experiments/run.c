@@ -50,6 +50,9 @@ static const char usage[] =
     "                     kernels by total time) into metrics.gpu_activity; cuda backend only\n"
     "  --weights PATH     real weights: a Hugging Face Llama/Qwen3 checkpoint dir (config.json\n"
     "                     + safetensors) or a llama/qwen3 FILE.gguf; replaces --model\n";
+/* The latest arrival a run waits for (seconds after the first request). */
+#define RUN_MAX_ARRIVAL_S 3600
+
 static const char usage_exit[] =
     "exit: 0 ok, 1 run failed, 2 bad usage, 3 out of device memory (result written, status oom)\n";
 
@@ -471,6 +474,18 @@ int cmd_run(int argc, char **argv)
     }
     if (o.arrival && workload_set_arrivals(&w, o.arrival, err, sizeof err) != PULSE_OK) {
         cli_error("run", "%s", err);
+        workload_free(&w);
+        return EXIT_USAGE;
+    }
+    /* the serving loop waits for each arrival in real time: a trace whose last request comes
+     * after RUN_MAX_ARRIVAL_S is refused, not slept through without a word */
+    const double last_arrival = w.n ? w.reqs[w.n - 1].arrival_s : 0;
+    if (last_arrival > RUN_MAX_ARRIVAL_S) {
+        cli_error("run",
+                  "--workload: the last request arrives %.0f s after the first (more than %d s "
+                  "the run would wait in real time): give --arrival all, poisson:RATE or "
+                  "gamma:RATE:CV to replace the trace's times",
+                  last_arrival, RUN_MAX_ARRIVAL_S);
         workload_free(&w);
         return EXIT_USAGE;
     }

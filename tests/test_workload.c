@@ -207,6 +207,16 @@ static void test_run(void)
     EXPECT_EQ_INT(
         tu_run_pulse("run --backend cpu --model tiny --arrival poisson:x", out, sizeof out), 2);
     EXPECT_STR_CONTAINS(out, "--arrival: 'poisson:x' is not");
+    /* a trace whose last request comes a day later is refused at once (exit 2), not slept
+     * through; with its times replaced it runs */
+    write_trace(path, "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 2}\n"
+                      "{\"timestamp\": 86400000, \"input_length\": 40, \"output_length\": 2}\n");
+    snprintf(cmd, sizeof cmd, "run --backend cpu --model tiny --workload trace:%s", path);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "the last request arrives 86400 s after the first");
+    snprintf(cmd, sizeof cmd, "run --backend cpu --model tiny --workload trace:%s --arrival all",
+             path);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
     remove(path);
 }
 
