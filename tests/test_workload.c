@@ -209,6 +209,7 @@ static void test_run(void)
     EXPECT_STR_CONTAINS(out, "--arrival: 'poisson:x' is not");
     /* a trace whose last request comes a day later is refused at once (exit 2), not slept
      * through; with its times replaced it runs */
+    remove(path);
     write_trace(path, "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 2}\n"
                       "{\"timestamp\": 86400000, \"input_length\": 40, \"output_length\": 2}\n");
     snprintf(cmd, sizeof cmd, "run --backend cpu --model tiny --workload trace:%s", path);
