@@ -2,6 +2,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <math.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -43,8 +44,7 @@ int pulse_sync_each_launch(void)
 {
     static int cached = -1;
     if (cached < 0) {
-        const char *s = getenv("PULSE_SYNC");
-        cached = (s && strcmp(s, "0") != 0) ? 1 : 0;
+        cached = pulse_env_switch("PULSE_SYNC", 0);
     }
     return cached;
 }
@@ -126,12 +126,33 @@ int pulse_env_long(const char *name, long lo, long hi, long *out)
     return 1;
 }
 
+int pulse_env_double(const char *name, double lo, double hi, double *out)
+{
+    const char *e = getenv(name);
+    if (!e || !*e) return 0;
+    char *end;
+    const double v = strtod(e, &end);
+    const int decimal = (e[0] >= '0' && e[0] <= '9') || (e[0] == '.' && e[1] >= '0' && e[1] <= '9');
+    if (!decimal || *end || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "%s=%s: expected a number in %g..%g; ignored\n", name, e, lo, hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int pulse_env_switch(const char *name, int def)
+{
+    long v = def;
+    pulse_env_long(name, 0, 1, &v);
+    return (int)v;
+}
+
 int pulse_device_wait(void)
 {
     static int cached = -1;
     if (cached < 0) {
-        const char *s = getenv("PULSE_DEVICE_WAIT");
-        cached = (s && strcmp(s, "0") == 0) ? 0 : 1;
+        cached = pulse_env_switch("PULSE_DEVICE_WAIT", 1);
     }
     return cached;
 }
@@ -147,8 +168,7 @@ void pulse_wait_flag(const uint32_t *flag, uint32_t value, const char *what)
         const double now = pulse_now();
         if (t0 == 0) { /* a slow wait: read the limit once */
             t0 = now;
-            const char *e = getenv("PULSE_WAIT_TIMEOUT_S");
-            if (e && atof(e) > 0) timeout = atof(e);
+            pulse_env_double("PULSE_WAIT_TIMEOUT_S", 1e-3, 1e7, &timeout);
         }
         if (now - t0 > timeout) {
             char d[160];

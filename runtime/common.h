@@ -81,6 +81,11 @@ int pulse_device_wait(void);
 /* An integer environment switch in [lo, hi] (decimal): 1 and *out when set and valid; a warning
  * on stderr and 0 when set and bad (the default stands); 0 when unset. */
 int pulse_env_long(const char *name, long lo, long hi, long *out);
+/* The same for a decimal number in [lo, hi] (no inf, no nan), and for a switch: 0 or 1 (a
+ * switch's default when unset or refused: def). Every PULSE_* variable is read through these,
+ * so junk is refused with the same warning everywhere. */
+int pulse_env_double(const char *name, double lo, double hi, double *out);
+int pulse_env_switch(const char *name, int def);
 
 /* Waits on the calling thread until (int32_t)(*flag - value) >= 0 (a flag another thread or a
  * device stream writes), spinning, then yielding. A flag that has not reached the value after

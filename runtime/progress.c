@@ -16,11 +16,11 @@ static double g_delay = PROGRESS_DELAY_S;
 
 static void from_env(void)
 {
-    const char *e = getenv("PULSE_PROGRESS");
-    if (!e || !*e) return;
-    if (!strcmp(e, "0")) {
+    long v;
+    if (!pulse_env_long("PULSE_PROGRESS", 0, 1, &v)) return;
+    if (v == 0) {
         g_mode = PROGRESS_OFF;
-    } else if (!strcmp(e, "1")) {
+    } else {
         g_mode = PROGRESS_ON;
         g_delay = 0.0;
     }

@@ -220,6 +220,31 @@ static void test_outputs(void)
     unlink(keep);
 }
 
+/* Every PULSE_* variable refuses junk alike: one warning naming the variable, its value and what
+ * it takes, and the default stands (the run goes on and succeeds). */
+static void test_env_junk(void)
+{
+    static const struct {
+        const char *name, *value, *says;
+    } env[] = {
+        {"PULSE_OFFLOAD_VERIFY", "on", "PULSE_OFFLOAD_VERIFY=on: expected an integer in 0..1"},
+        {"PULSE_PROGRESS", "2", "PULSE_PROGRESS=2: expected an integer in 0..1"},
+        {"PULSE_CPU_THREADS", "lots", "PULSE_CPU_THREADS=lots: expected an integer in 1.."},
+        {"PULSE_PROMPT_KV_HOST", "z", "PULSE_PROMPT_KV_HOST=z: expected an integer in 0..1"},
+        {"PULSE_SERVE_RUN_AHEAD", "maybe", "PULSE_SERVE_RUN_AHEAD=maybe: expected an integer"},
+        {"PULSE_STACKS_AFTER_S", "soon", "PULSE_STACKS_AFTER_S=soon: expected a number in"},
+        {"PULSE_OFFLOAD_TRACE", "x", "PULSE_OFFLOAD_TRACE=x: expected an integer in 0..1"},
+    };
+    for (size_t i = 0; i < sizeof env / sizeof env[0]; i++)
+        setenv(env[i].name, env[i].value, 1);
+    EXPECT_EQ_INT(
+        run("run --backend cpu --policy arkvale --workload uniform:64:1 --output-len 2"), 0);
+    for (size_t i = 0; i < sizeof env / sizeof env[0]; i++) {
+        EXPECT_STR_CONTAINS(out, env[i].says);
+        unsetenv(env[i].name);
+    }
+}
+
 static void test_bad_inputs(void)
 {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -461,6 +486,7 @@ int main(void)
 {
     test_bad_inputs();
     test_outputs();
+    test_env_junk();
     test_long_values();
     test_bench_peer();
     test_oom_result();

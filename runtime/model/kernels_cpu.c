@@ -104,16 +104,8 @@ static void pool_init(void)
     pthread_atfork(NULL, NULL, pool_after_fork_child);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int n = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu;
-    const char *env = getenv("PULSE_CPU_THREADS");
-    if (env && *env) {
-        char *end;
-        long v = strtol(env, &end, 10);
-        if (*end == 0 && v >= 1 && v <= MAX_THREADS)
-            n = (int)v;
-        else
-            fprintf(stderr, "PULSE_CPU_THREADS=%s: expected an integer in 1..%d; using %d\n", env,
-                    MAX_THREADS, n);
-    }
+    long v;
+    if (pulse_env_long("PULSE_CPU_THREADS", 1, MAX_THREADS, &v)) n = (int)v;
     pool.n_threads = n;
 }
 

@@ -566,11 +566,11 @@ enum {
  * for comparisons and timing). */
 static int device_fill_wanted(const struct offload *o)
 {
-    const char *e = getenv("PULSE_PROMPT_KV_HOST");
+    const int host = pulse_env_switch("PULSE_PROMPT_KV_HOST", 0);
     const int source_fills =
         o->p.prompt_kv != OFFLOAD_KV_LOCALITY || (o->qs && o->qs->device_init != NULL);
     return o->be->mem == MEM_DEVICE && o->p.prompt_kv != OFFLOAD_KV_PREFILL && source_fills &&
-           !(e && *e == '1');
+           !host;
 }
 
 /* Device staging of one sparse layer's pages and the admission's arguments. */

@@ -160,8 +160,7 @@ static int trace_on(void)
 {
     static int on = -1;
     if (on < 0) {
-        const char *e = getenv("PULSE_OFFLOAD_TRACE");
-        on = e && *e == '1';
+        on = pulse_env_switch("PULSE_OFFLOAD_TRACE", 0);
     }
     return on;
 }

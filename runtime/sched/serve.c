@@ -330,8 +330,7 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
         sn[i].idx = note_mem + (size_t)(2 * i + 1) * max_batch * SERVE_MAX_BATCHES;
     }
     /* PULSE_SERVE_RUN_AHEAD=0: every step's tokens are read before the next is queued */
-    const char *ra = getenv("PULSE_SERVE_RUN_AHEAD");
-    const int run_ahead = !(ra && !strcmp(ra, "0"));
+    const int run_ahead = pulse_env_switch("PULSE_SERVE_RUN_AHEAD", 1);
     int buf = 0;
     double t_call = 0, t_last_tok = 0, last_step_s = 0;
     int rc = PULSE_OK, done = 0;

@@ -100,15 +100,8 @@ static void *watch(void *arg)
 
 void watchdog_start(void)
 {
-    const char *e = getenv("PULSE_STACKS_AFTER_S");
-    if (!e || !*e) return;
     static double after;
-    char *end = NULL;
-    after = strtod(e, &end);
-    if (end == e || *end || !(after > 0)) {
-        fprintf(stderr, "PULSE_STACKS_AFTER_S: '%s' is not a positive number of seconds\n", e);
-        return;
-    }
+    if (!pulse_env_double("PULSE_STACKS_AFTER_S", 1e-3, 1e7, &after)) return;
     int expect = 0;
     if (!atomic_compare_exchange_strong(&started, &expect, 1)) return;
     atomic_store(&last_kick, pulse_now());
