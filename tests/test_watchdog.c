@@ -70,7 +70,7 @@ int main(void)
     child("0.3", 1, out, sizeof out);
     EXPECT(strstr(out, "pulse watchdog") == NULL);
     child("soon", 0, out, sizeof out);
-    EXPECT(strstr(out, "PULSE_STACKS_AFTER_S: 'soon' is not a positive number") != NULL);
+    EXPECT(strstr(out, "PULSE_STACKS_AFTER_S=soon: expected a number in") != NULL);
     EXPECT(strstr(out, "pulse watchdog") == NULL);
     return tu_finish("test_watchdog");
 }
