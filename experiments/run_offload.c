@@ -211,6 +211,36 @@ static int host_pool(struct run_offload *ro, const struct run_offload_opts *oo,
     return 0;
 }
 
+/* The IOAA profile at path, read once here so that a file pulseinfer cannot use is a usage
+ * error before the work: readable, and made for this run's model, backend, recall engine and
+ * layer count (a profile of another says so). 0, or -1 after a message. */
+static int check_ioaa_profile(const char *path, const struct model_config *m,
+                              const struct backend *be, enum recall_engine engine)
+{
+    struct ioaa_profile_data d;
+    memset(&d, 0, sizeof d);
+    char err[512];
+    int bad = ioaa_profile_load(path, &d, err, sizeof err) != PULSE_OK;
+    if (bad) {
+        cli_error("run", "--profile: %s", err);
+    } else {
+        const struct {
+            const char *what, *have, *want;
+        } f[] = {{"model", d.info.model, m->name},
+                 {"backend", d.info.backend, be->name},
+                 {"recall engine", d.info.recall_engine, recall_engine_name(engine)}};
+        for (size_t i = 0; i < PULSE_ARRAY_LEN(f) && !bad; i++)
+            if ((bad = strcmp(f[i].have, f[i].want) != 0))
+                cli_error("run", "--profile: %s: made for %s %s, this run's is %s", path,
+                          f[i].what, f[i].have, f[i].want);
+        if (!bad && (bad = d.prof.n_layers != m->n_layers))
+            cli_error("run", "--profile: %s: made for %d layers, %s has %d", path,
+                      d.prof.n_layers, m->name, m->n_layers);
+    }
+    ioaa_profile_data_free(&d);
+    return bad ? -1 : 0;
+}
+
 /* The flags whose range depends on the model and the workload, named in the message; the
  * budget in *budget (the default rounded down to the block size), the hot slots in *hot (the
  * flag, else the policy's cache_pages when more than one step selects, else 0). */
@@ -292,16 +322,7 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
         }
         ro->src.profile = &ro->profile;
     }
-    if (oo->ioaa_profile) { /* read once here, so a file pulseinfer cannot use is a usage error */
-        struct ioaa_profile_data d;
-        memset(&d, 0, sizeof d);
-        const int rc = ioaa_profile_load(oo->ioaa_profile, &d, err, sizeof err);
-        ioaa_profile_data_free(&d);
-        if (rc != PULSE_OK) {
-            cli_error("run", "--profile: %s", err);
-            return -1;
-        }
-    }
+    if (oo->ioaa_profile && check_ioaa_profile(oo->ioaa_profile, m, be, p->engine)) return -1;
     if (oo->heads) {
         if (p->selection != OFFLOAD_SOLOHEAD) {
             cli_error("run", "--head-profile: only with --selection solohead");

@@ -430,6 +430,32 @@ static void test_flags(void)
                                out, sizeof out),
                   2);
     EXPECT(strstr(out, "--profile: /nonexistent.json: cannot open") != NULL);
+    /* a profile of another engine or model is refused before the work, naming what differs */
+    {
+        char prof[] = "/tmp/pulse_pi_prof_XXXXXX", args[512];
+        int pfd = mkstemp(prof);
+        if (pfd >= 0) close(pfd);
+        snprintf(args, sizeof args,
+                 "profile --backend cpu --model tiny --recall-engine gather-scatter --selection "
+                 "solohead --budget-tokens 64 --batches 1,2 --contexts 256,512 --out %s",
+                 prof);
+        EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+        snprintf(args, sizeof args,
+                 "run --backend cpu --policy pulseinfer --recall-engine zero-copy --profile %s",
+                 prof);
+        EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
+        EXPECT(strstr(out, "made for recall engine gather-scatter, this run's is zero-copy"));
+        snprintf(args, sizeof args,
+                 "run --backend cpu --model tiny-gemma3 --policy pulseinfer --profile %s", prof);
+        EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
+        EXPECT(strstr(out, "made for model tiny, this run's is tiny-gemma3"));
+        snprintf(args, sizeof args,
+                 "run --backend cpu --policy pulseinfer --workload uniform:256:2 --output-len 2 "
+                 "--profile %s",
+                 prof);
+        EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+        remove(prof);
+    }
     for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
         char args[128];
         snprintf(args, sizeof args, "run --backend cpu --policy pulseinfer --admission '%s'",
