@@ -206,14 +206,20 @@ def series(s, x, y):
 
 # ------------------------------------------------------------------ drawing
 
+def system(name):
+    """The system a variant name stands for: an ablation's '1-arkvale' is 'arkvale'."""
+    return name.split("-", 1)[1] if name[:1].isdigit() and "-" in name else name
+
+
 def colors(names):
     """{name: color}: the systems' own colors, the others from OTHER in order."""
-    spare = iter(c for c in OTHER if c not in {STYLE[n][0] for n in names if n in STYLE})
-    return {n: STYLE[n][0] if n in STYLE else next(spare, "#333333") for n in names}
+    own = {n: STYLE[system(n)][0] for n in names if system(n) in STYLE}
+    spare = iter(c for c in OTHER if c not in own.values())
+    return {n: own[n] if n in own else next(spare, "#333333") for n in names}
 
 
 def marker(name):
-    return STYLE.get(name, (None, "o"))[1]
+    return STYLE.get(system(name), (None, "o"))[1]
 
 
 def tier(name):
@@ -221,7 +227,7 @@ def tier(name):
     infinigen, under any variant name that is just the policy's: 'arkvale', '1-arkvale'),
     'engine-matched' for a baseline's schedule with PulseInfer's selection and engines
     ('infinigen+solohead+zc'), None for the others."""
-    base = name.split("-", 1)[1] if name[:1].isdigit() and "-" in name else name
+    base = system(name)
     if base in BASELINES:
         return "published"
     if base.split("+", 1)[0] in BASELINES and "+" in base:

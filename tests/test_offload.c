@@ -561,6 +561,8 @@ static int64_t cli_json(const struct cli_want *w)
     EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "lookahead_layers")), w->lookahead);
     EXPECT_EQ_INT(json_integer_value(json_object_get(json_object_get(r, "config"), "page_size")),
                   w->page_size);
+    EXPECT_STR_CONTAINS(json_string_value(json_object_get(cfg, "reuse")),
+                        w->refetch ? "none" : "resident");
     json_t *mech = json_object_get(o, "mechanism");
     EXPECT_EQ_INT(json_integer_value(json_object_get(mech, "pages_cached")), w->pages_cached);
     EXPECT_EQ_INT(json_integer_value(json_object_get(mech, "page_tokens")), w->page_size);

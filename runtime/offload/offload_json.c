@@ -113,6 +113,7 @@ json_t *offload_config_json(const struct offload *o)
         (json_int_t)(o->headwise ? o->head_bytes : o->page_bytes), "gpu_pages_per_request_max",
         (json_int_t)st.gpu_pages_per_request_max);
     json_object_set_new(j, "selector_per_layer", sel);
+    json_object_set_new(j, "reuse", json_string(o->p.refetch ? "none" : "resident"));
     /* how each layer's KV is kept (offload.h): "dense", "window" (its window in a GPU ring) or
      * "sparse" (host pool, hot slots, selected) */
     static const char *const kinds[] = {"dense", "window", "sparse"};
