@@ -166,10 +166,6 @@ static int parse(int argc, char **argv, struct run_opts *o)
     static const char *const out_flags[] = {"--out", "--trace"};
     const char *const outs[] = {o->out, o->off.trace};
     if (cli_outputs("run", 2, out_flags, outs)) return -1;
-    if (o->cupti && !strcmp(o->backend, "cpu")) {
-        cli_error("run", "--cupti: needs the cuda backend (CUPTI records what a GPU ran)");
-        return -1;
-    }
     if (o->weights && o->model_set) {
         cli_error("run", "--weights and --model: give one (the weights' config replaces --model)");
         return -1;
@@ -301,12 +297,12 @@ static json_t *metrics_json(const struct workload *w, double wall, json_t **requ
     return m;
 }
 
-/* Writes res to out, unless the command was misused (code EXIT_USAGE: an existing file stays);
- * code, or 1 when the write failed. */
+/* Writes res to out; code, or 1 when the write failed. Every usage error returns before res
+ * exists, so a file already at out stays. */
 static int finish(json_t *res, const char *out, int code)
 {
     char err[512];
-    if (out && code != EXIT_USAGE && results_write(res, out, err, sizeof err) != PULSE_OK) {
+    if (out && results_write(res, out, err, sizeof err) != PULSE_OK) {
         cli_error("run", "--out: %s", err);
         code = 1;
     }
@@ -463,6 +459,10 @@ int cmd_run(int argc, char **argv)
     if (!o.page_size_set && pol->offload_page_size) o.page_size = pol->offload_page_size;
     const struct backend *be = cli_backend("run", o.backend);
     if (!be) return EXIT_USAGE;
+    if (o.cupti && be->mem != MEM_DEVICE) { /* "auto" resolved too: before any work */
+        cli_error("run", "--cupti: needs the cuda backend (CUPTI records what a GPU ran)");
+        return EXIT_USAGE;
+    }
     if (model_config_check_backend(m, be->name, err, sizeof err) != PULSE_OK) {
         cli_error("run", "%s", err);
         return EXIT_USAGE;
@@ -583,11 +583,6 @@ int cmd_run(int argc, char **argv)
         json_object_set_new(cfg_json, "offload", offload_config_json(off));
     }
     struct serve_counters ctr;
-    if (o.cupti && be->mem != MEM_DEVICE) {
-        cli_error("run", "--cupti: needs the cuda backend (CUPTI records what a GPU ran)");
-        code = EXIT_USAGE;
-        goto out;
-    }
     if (o.cupti && !(act = gpu_activity_start(1 << 21, err, sizeof err))) {
         code = failed(res, "error", err, 1);
         goto out;
