@@ -60,7 +60,7 @@ int serve_batch_run(struct engine *e, const struct serve_batch_params *p,
     op.selection = p->selection;
     op.selector = p->selector;
     op.engine = recall_engine_find(pol->offload_engine ? pol->offload_engine : "per-block");
-    op.lookahead = pol->offload_lookahead;
+    op.schedule = pol->offload_schedule;
     op.prompt_kv = OFFLOAD_KV_PREFILL;
     op.query = OFFLOAD_QUERY_REAL;
     op.prefill_chunk = p->prefill_chunk;

@@ -45,7 +45,7 @@ struct serve_path *serve_path_create(struct engine *e, const struct serve_path_p
     op.selection = p->selection;
     op.selector = p->selector;
     op.engine = p->engine;
-    op.lookahead = p->lookahead;
+    op.schedule = p->schedule;
     op.prompt_kv = OFFLOAD_KV_PREFILL;
     op.query = OFFLOAD_QUERY_REAL;
     op.prefill_chunk = p->prefill_chunk;

@@ -1,12 +1,12 @@
 /* The serving path of an accuracy run: one request at a time through the offload runtime
- * (runtime/offload/offload.h, ArkVale's synchronous layer: select, recall, attend) with a real prefill of
- * the sample's prompt into the host pool and the real query (OFFLOAD_QUERY_REAL), so a sample's
- * tokens come from the implementation whose throughput `pulse run` measures. Every global
- * layer is sparse (no dense prefix), as on the accuracy path; a sliding-window layer keeps its
- * window in a ring of GPU pages (offload.h: OFFLOAD_LAYER_WINDOW).
+ * (runtime/offload/offload.h) under a policy's layer schedule (arkvale's: select, recall,
+ * attend at each layer) with a real prefill of the sample's prompt into the host pool and the real
+ * query (OFFLOAD_QUERY_REAL), so a sample's tokens come from the implementation whose throughput
+ * `pulse run` measures. Every global layer is sparse (no dense prefix), as on the accuracy path; a
+ * sliding-window layer keeps its window in a ring of GPU pages (offload.h: OFFLOAD_LAYER_WINDOW).
  *
- * With lookahead the layers are selected one layer ahead from InfiniGen's approximate query of
- * every hidden channel, as accuracy/sparse_attn.h's infinigen at --infinigen-frac 1.
+ * With infinigen's schedule the layers are selected one layer ahead from InfiniGen's approximate
+ * query of every hidden channel, as accuracy/sparse_attn.h's infinigen at --infinigen-frac 1.
  *
  * The same greedy loop as the accuracy driver's: the first token is the prefill's, each next one
  * a decode step's, until max_gen tokens or `stop` says a token ends the answer (not kept). */
@@ -24,7 +24,9 @@ struct serve_path_params {
     const int32_t *selector; /* SoloHead: [n_layers] KV head per layer (copied at create) */
     int budget_tokens, sink, window;
     enum recall_engine engine;
-    int lookahead;     /* 1: select one layer ahead from the approximate query (infinigen) */
+    const struct offload_schedule *schedule; /* a policy's (struct policy's offload_schedule):
+                                                infinigen's selects one layer ahead from the
+                                                approximate query */
     int max_tokens;    /* prompt + new tokens of the longest request */
     int prefill_chunk; /* tokens per prefill pass, <= the engine's max_batch */
     uint64_t seed;

@@ -17,9 +17,29 @@
  * of resident blocks. */
 #include "offload_policy.h"
 
-const struct policy policy_infinigen =
-    OFFLOAD_POLICY_TABLE("infinigen", 1, "headwise", "gather-scatter", 0, 0, 1);
-const struct policy policy_infinigen_solohead_gs =
-    OFFLOAD_POLICY_TABLE("infinigen+solohead+gs", 1, "solohead", "gather-scatter", 0, 0, 0);
-const struct policy policy_infinigen_solohead_zc =
-    OFFLOAD_POLICY_TABLE("infinigen+solohead+zc", 1, "solohead", "zero-copy", 0, 0, 0);
+#include "offload.h"
+
+/* InfiniGen's layer: the next layer's selection first (from this layer's input: its
+ * approximate query with the real query), so that its recall overlaps this whole layer, then
+ * pre-attention. The first layer, when sparse, has no layer before it: it is selected at its
+ * own, after its pre-attention (as the accuracy path's unspeculated layer). */
+static void infinigen_layer(struct offload *o, struct batch *bt, int layer)
+{
+    if (layer == 0 && offload_layer_sparse(o, 0)) {
+        offload_pre(o, bt, 0);
+        offload_select(o, bt, 0);
+        if (offload_layer_sparse(o, 1)) offload_select(o, bt, 1);
+        return;
+    }
+    if (offload_layer_sparse(o, layer + 1)) offload_select(o, bt, layer + 1);
+    offload_pre(o, bt, layer);
+}
+
+static const struct offload_schedule infinigen_schedule = {"one-layer-ahead", 1, infinigen_layer};
+
+const struct policy policy_infinigen = OFFLOAD_POLICY_TABLE("infinigen", &infinigen_schedule, 1,
+                                                            "headwise", "gather-scatter", 0, 0, 1);
+const struct policy policy_infinigen_solohead_gs = OFFLOAD_POLICY_TABLE(
+    "infinigen+solohead+gs", &infinigen_schedule, 1, "solohead", "gather-scatter", 0, 0, 0);
+const struct policy policy_infinigen_solohead_zc = OFFLOAD_POLICY_TABLE(
+    "infinigen+solohead+zc", &infinigen_schedule, 1, "solohead", "zero-copy", 0, 0, 0);

@@ -49,8 +49,8 @@ int offload_policy_admit(struct serve_state *s)
 int offload_policy_step(struct serve_state *s)
 {
     struct offload *o = s->policy_ctx;
-    PULSE_CHECK(offload_lookahead(o) == s->pol->offload_lookahead,
-                "offload policy: the offload runtime was made for another lookahead");
+    PULSE_CHECK(offload_lookahead(o) == s->pol->overlapped,
+                "offload policy: the offload runtime was made for another schedule");
     int rc = offload_step(o, s->run[0].bt, s->run[0].entries, s->run[0].n_entries);
     if (rc == PULSE_ERR_IO) { /* a recall failed every attempt: the loop ends the batch */
         s->run[0].failed = offload_clear_failure(o);

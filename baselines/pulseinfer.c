@@ -407,6 +407,17 @@ static int pi_admit(struct serve_state *s)
 
 /* ------------------------------------------------------------------ the step */
 
+/* The offload batch's layer: pre-attention, then in a sparse layer its blocks selected from
+ * its own exact query (SoloHead by default) and their recall started; IRQ (step_irq) runs the
+ * normal batch's layers while it lands, and the attention (offload_layer_finish) waits for it. */
+static void pulseinfer_layer(struct offload *o, struct batch *bt, int layer)
+{
+    offload_pre(o, bt, layer);
+    if (offload_layer_sparse(o, layer)) offload_select(o, bt, layer);
+}
+
+static const struct offload_schedule pulseinfer_schedule = {"exact-at-layer", 0, pulseinfer_layer};
+
 /* One step of both batches, the offload batch's layers interleaved with the normal batch's
  * at layer boundaries (IRQ). Counters: an interruption (layer_switches) is a visit to the
  * normal batch while an offload layer's recall is in flight; a sparse layer's round is hidden
@@ -649,7 +660,7 @@ const struct policy policy_pulseinfer = {
     .ctx_free = pi_free,
     .offload_of = pi_offload_of,
     .ctx_json = pi_json,
-    .offload_lookahead = 0,
+    .offload_schedule = &pulseinfer_schedule,
     .offload_selection = "solohead",
     .offload_engine = "gather-scatter",
 };

@@ -627,16 +627,17 @@ static int check_serving(struct acc *A, int r, int n, int max_gen, int stop_nl, 
     const struct run_def *rd = &A->runs[r];
     if (!A->serve[r]) {
         const struct acc_mam *am = &A->mam[0]; /* KV-head selectors */
-        struct serve_path_params sp = {serving_twin(rd->policy),
-                                       rd->policy == SPARSE_REVERSED ? am->rev : am->sel,
-                                       (int)rd->budget,
-                                       (int)A->o.sink,
-                                       (int)A->o.window,
-                                       RECALL_PER_BLOCK,
-                                       rd->policy == SPARSE_INFINIGEN,
-                                       A->s.max_tokens,
-                                       (int)A->o.chunk,
-                                       1};
+        struct serve_path_params sp = {
+            serving_twin(rd->policy),
+            rd->policy == SPARSE_REVERSED ? am->rev : am->sel,
+            (int)rd->budget,
+            (int)A->o.sink,
+            (int)A->o.window,
+            RECALL_PER_BLOCK,
+            policy_find(rd->policy == SPARSE_INFINIGEN ? "infinigen" : "arkvale")->offload_schedule,
+            A->s.max_tokens,
+            (int)A->o.chunk,
+            1};
         char why[256] = "";
         if (!(A->serve[r] = serve_path_create(A->s.e, &sp, why, sizeof why))) {
             snprintf(err, errlen, "--check-serving: %s", why);

@@ -65,7 +65,7 @@ int bench_offload_point(struct engine *e, const struct policy *pol,
     code = 1;
     if (!(qs = locality_source_create(&sh, &ro->src, err, sizeof err))) goto out;
     ro->p.source = qs;
-    ro->p.lookahead = pol->offload_lookahead;
+    ro->p.schedule = pol->offload_schedule;
     int rc = offload_create(e, kv, &ro->p, &o, err, sizeof err);
     if (rc != PULSE_OK) {
         code = rc == PULSE_ERR_OOM ? EXIT_OOM : 1;

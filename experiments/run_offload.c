@@ -292,7 +292,7 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
                                             : OFFLOAD_KV_LOCALITY;
     p->query = oo->query && !strcmp(oo->query, "real") ? OFFLOAD_QUERY_REAL : OFFLOAD_QUERY_LOCALITY;
     p->cap_gbps = oo->cap_gbps;
-    p->lookahead = pol->offload_lookahead;
+    p->schedule = pol->offload_schedule;
     p->refetch = oo->reuse ? !strcmp(oo->reuse, "none") : pol->offload_refetch;
     p->verify_steps = pulse_env_switch("PULSE_OFFLOAD_VERIFY", 0);
     int64_t prompt = 0, out = 0;

@@ -85,7 +85,7 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
     p.prompt_kv = c->prompt_kv;
     p.engine = c->zero_copy ? RECALL_ZERO_COPY : RECALL_GATHER_SCATTER;
     p.recall_ops = c->ops;
-    p.lookahead = pol->offload_lookahead;
+    p.schedule = pol->offload_schedule;
     void *ctx = NULL;
     if (kv && pol->needs_ctx) {
         int64_t prompt = 0;

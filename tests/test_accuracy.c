@@ -15,6 +15,7 @@
 #include "accuracy/serve_path.h"
 #include "accuracy/sparse_attn.h"
 #include "backend.h"
+#include "baselines/registry.h"
 #include "engine.h"
 #include "mem.h"
 #include "numeric.h"
@@ -401,8 +402,17 @@ static void serve_path_on(const char *model)
         struct rig r;
         char err[256] = "";
         EXPECT_EQ_INT(rig_open(&r, c, 16), 0);
-        struct serve_path_params sp = {cases[ci].selection, sel, 32, 1, 2, cases[ci].engine,
-                                       cases[ci].sparse == SPARSE_INFINIGEN, T_MAX, 16, 7};
+        const char *pol = cases[ci].sparse == SPARSE_INFINIGEN ? "infinigen" : "arkvale";
+        struct serve_path_params sp = {cases[ci].selection,
+                                       sel,
+                                       32,
+                                       1,
+                                       2,
+                                       cases[ci].engine,
+                                       policy_find(pol)->offload_schedule,
+                                       T_MAX,
+                                       16,
+                                       7};
         struct serve_path *s = serve_path_create(r.e, &sp, err, sizeof err);
         EXPECT(s != NULL);
         if (!s) {
@@ -454,11 +464,23 @@ static void test_serve_path(void)
     const struct model_config *c = model_config_find("tiny");
     struct rig r;
     char err[256] = "";
-    struct serve_path_params sp = {OFFLOAD_HEADWISE, NULL, 32, 1, 2, RECALL_PER_BLOCK, 0, T_MAX, 16, 7};
+    struct serve_path_params sp = {OFFLOAD_HEADWISE,
+                                   NULL,
+                                   32,
+                                   1,
+                                   2,
+                                   RECALL_PER_BLOCK,
+                                   policy_find("arkvale")->offload_schedule,
+                                   T_MAX,
+                                   16,
+                                   7};
     EXPECT_EQ_INT(rig_open(&r, c, 16), 0);
     sp.prefill_chunk = 64;
     EXPECT(serve_path_create(r.e, &sp, err, sizeof err) == NULL);
     EXPECT_STR_CONTAINS(err, "more than the engine's batch of 16");
+    sp.prefill_chunk = 16, sp.schedule = NULL; /* no policy's schedule: refused at create */
+    EXPECT(serve_path_create(r.e, &sp, err, sizeof err) == NULL);
+    EXPECT_STR_CONTAINS(err, "no layer schedule");
     rig_close(&r);
 }
 

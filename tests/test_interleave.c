@@ -8,9 +8,14 @@
  * B's, B's then A's, one of A's inside each of B's, seeded random merges that keep each
  * batch's own order, and an interruptible scheduler's order (A's layers while B's layer is not
  * ready). Every order gives every request the tokens it had alone. On the cpu backend (CI). */
+#include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "backend.h"
+#include "baselines/registry.h"
 #include "common.h"
 #include "engine.h"
 #include "kv_cache.h"
@@ -31,6 +36,10 @@ static const char *const order_names[ORDERS] = {
 
 static const int prompt_a[NA] = {211, 90};
 static const int prompt_b[NB] = {333, 178};
+
+/* The offload batch's layer schedule: pulseinfer's (the IRQ this test stands for), unless a
+ * test sets another. */
+static const struct offload_schedule *rig_schedule;
 
 struct rig {
     struct engine *e;
@@ -58,6 +67,7 @@ static int rig_create(struct rig *r, int selection)
     if (!(r->kv = kv_cache_create(&kp, ep.be, engine_ctx(r->e), err, sizeof err))) return -1;
     struct offload_params p;
     offload_params_init(&p, MAXB, max_tokens, 3);
+    p.schedule = rig_schedule ? rig_schedule : policy_find("pulseinfer")->offload_schedule;
     p.budget_tokens = 64;
     p.selection = selection;
     const struct locality_source_params lp = {.typical_tokens = 250};
@@ -227,8 +237,56 @@ static void test_orders(int selection)
     }
 }
 
+/* Schedules that break the primitives' rules (offload.h): each aborts in its first step, in a
+ * child process, rather than attend a layer nobody selected or select from a query that does
+ * not exist yet. */
+static void no_pre(struct offload *o, struct batch *bt, int layer)
+{
+    if (offload_layer_sparse(o, layer)) offload_select(o, bt, layer);
+}
+static void no_select(struct offload *o, struct batch *bt, int layer)
+{
+    offload_pre(o, bt, layer);
+}
+static void two_ahead(struct offload *o, struct batch *bt, int layer)
+{
+    offload_pre(o, bt, layer);
+    if (offload_layer_sparse(o, layer + 2)) offload_select(o, bt, layer + 2);
+}
+static void pre_twice(struct offload *o, struct batch *bt, int layer)
+{
+    offload_pre(o, bt, layer);
+    offload_pre(o, bt, layer);
+}
+
+static void test_schedule_rules(void)
+{
+    static const struct offload_schedule bad[] = {{"no pre-attention", 0, no_pre},
+                                                  {"no selection", 0, no_select},
+                                                  {"two layers ahead", 1, two_ahead},
+                                                  {"pre-attention twice", 0, pre_twice}};
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
+        fflush(stderr);
+        const pid_t pid = fork();
+        if (pid == 0) {
+            if (!freopen("/dev/null", "w", stderr)) _exit(3);
+            rig_schedule = &bad[i];
+            struct rig r;
+            if (rig_create(&r, OFFLOAD_SOLOHEAD)) _exit(4);
+            offload_step(r.o, r.b, r.eb, NB);
+            _exit(0); /* not reached */
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        EXPECT(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+        fprintf(stderr, "schedule '%s': %s\n", bad[i].name,
+                WIFSIGNALED(st) ? "refused (abort)" : "NOT refused");
+    }
+}
+
 int main(void)
 {
+    test_schedule_rules();
     test_orders(OFFLOAD_SOLOHEAD);
     test_orders(OFFLOAD_HEADWISE);
     return tu_finish("test_interleave");

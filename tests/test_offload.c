@@ -104,7 +104,7 @@ static void serve(const struct run_cfg *c, struct offload_params *op, struct run
     const struct policy *pol = policy_find(c->policy);
     if (kv && pol->needs_ctx) {
         op->max_batch = c->max_batch, op->max_tokens = max_tokens;
-        op->lookahead = pol->offload_lookahead;
+        op->schedule = pol->offload_schedule;
         int64_t prompt = 0;
         for (int i = 0; i < r->w.n; i++)
             prompt += r->w.reqs[i].prompt_len;
@@ -559,6 +559,9 @@ static int64_t cli_json(const struct cli_want *w)
     EXPECT_STR_CONTAINS(json_string_value(json_object_get(cfg, "selection")), w->selection);
     EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "budget_tokens")), 256);
     EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "lookahead_layers")), w->lookahead);
+    /* the policy's own schedule (baselines/arkvale.c, infinigen.c) */
+    EXPECT_STR_EQ(json_string_value(json_object_get(cfg, "schedule")),
+                  w->lookahead ? "one-layer-ahead" : "synchronous");
     EXPECT_EQ_INT(json_integer_value(json_object_get(json_object_get(r, "config"), "page_size")),
                   w->page_size);
     EXPECT_STR_CONTAINS(json_string_value(json_object_get(cfg, "reuse")),

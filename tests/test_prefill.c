@@ -68,7 +68,7 @@ static struct offload_params params(const struct rig *r, const char *policy, int
     p.prompt_kv = OFFLOAD_KV_PREFILL;
     p.budget_tokens = budget;
     p.selection = selection;
-    p.lookahead = policy_find(policy)->offload_lookahead;
+    p.schedule = policy_find(policy)->offload_schedule;
     p.verify_steps = 1;
     return p;
 }

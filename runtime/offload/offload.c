@@ -135,7 +135,6 @@ int offload_params_check(const struct offload_params *p, const struct model_conf
     if (p->prompt_kv != OFFLOAD_KV_LOCALITY && p->prompt_kv != OFFLOAD_KV_SYNTHETIC &&
         p->prompt_kv != OFFLOAD_KV_PREFILL)
         BAD("offload: unknown prompt KV source %d", p->prompt_kv);
-    if (p->lookahead != 0 && p->lookahead != 1) BAD("offload: lookahead must be 0 or 1");
     if (p->prefill_chunk < 0) BAD("offload: prefill chunk %d must be >= 0", p->prefill_chunk);
     if (p->query != OFFLOAD_QUERY_LOCALITY && p->query != OFFLOAD_QUERY_REAL)
         BAD("offload: unknown query source %d", p->query);
@@ -422,8 +421,8 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
      * which the device-driven gather does not go through, so a capped zero-copy runs
      * host-planned, its gathers paced by the engine */
     o->device_plan = p->engine == RECALL_ZERO_COPY && p->cap_gbps == 0;
-    /* with lookahead the next layer's gather overlaps this layer's MLP on its own stream */
-    o->overlap = o->device_plan && (p->device_overlap || p->lookahead);
+    /* selecting ahead, the next layer's gather overlaps this layer's MLP on its own stream */
+    o->overlap = o->device_plan && (p->device_overlap || p->schedule->lookahead);
     long lg = 1; /* PULSE_LAYER_GRAPHS=0: the device path's layers as pieces, for experiments */
     pulse_env_long("PULSE_LAYER_GRAPHS", 0, 1, &lg);
     o->layer_graphs = (int)lg;
@@ -542,7 +541,7 @@ static int make_prefill(struct offload *o, char *err, size_t errlen)
 /* The real query one layer ahead: the approximate query's output and workspace. */
 static int make_approx_q(struct offload *o, char *err, size_t errlen)
 {
-    if (o->p.query != OFFLOAD_QUERY_REAL || !o->p.lookahead) return PULSE_OK;
+    if (o->p.query != OFFLOAD_QUERY_REAL || !o->p.schedule->lookahead) return PULSE_OK;
     const size_t qb = mem_aligned(sizeof(uint16_t) * (size_t)o->max_batch * o->nq * o->hd);
     o->aq_bytes = qb + select_approx_q_workspace_bytes(o->max_batch, o->mc->hidden, o->nq, o->hd);
     if (!(o->aq_mem = mem_alloc(o->be->mem, o->aq_bytes, "approximate query")))
@@ -611,6 +610,8 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     *out = NULL;
     int rc = offload_params_check(p, m, &kp, err, errlen);
     if (rc != PULSE_OK) return rc;
+    if (!p->schedule || !p->schedule->layer || (unsigned)p->schedule->lookahead > 1)
+        BAD("offload: no layer schedule (a policy's: struct offload_schedule)");
     if (ks.max_requests != p->max_batch)
         BAD("offload: the KV cache has %d request slots, max_batch is %d", ks.max_requests,
             p->max_batch);
@@ -621,6 +622,8 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     o->eng = e, o->kv = kv, o->kp = kp, o->be = engine_model(e)->be, o->ctx = engine_ctx(e);
     o->gpu_pool = (char *)view.pool;
     o->next_layer = -1;
+    for (int l = 0; l < OFFLOAD_MAX_LAYERS; l++)
+        o->sel_step[l] = -1;
     set_shape(o, m, view.page_size);
     char why[256];
     if (o->device_plan && hot_plan_params_check(&o->hpp, why, sizeof why)) {

@@ -7,12 +7,11 @@
  *   window layers  a sliding-window layer (model_layer_window > 0), wherever it is: its window
  *                  in a ring of ceil(window / page_size) + 1 GPU pages (KV_MAP_RING; the
  *                  appends overwrite blocks that left the window), the engine's attention.
- *   sparse layers  every other layer: the prompt's KV lives in the pinned host pool (host_pool.h, one row per
- *                  sparse layer). The GPU holds per (request, layer) hot_slots + 1 pages: the
- *                  hot-cache slots (hot_cache.h, LRU; head-wise: one unit per KV head, head h
- *                  of slot s is the head-h piece of page s) and the tail page T. Every token
- *                  block of the layer's page-table row maps to T, so the engine appends each new
- *                  token into T; when the tail block fills, T is copied into the tail's slot
+ *   sparse layers  every other layer: the prompt's KV lives in the pinned host pool (host_pool.h,
+ * one row per sparse layer). The GPU holds per (request, layer) hot_slots + 1 pages: the hot-cache
+ * slots (hot_cache.h, LRU; head-wise: one unit per KV head, head h of slot s is the head-h piece of
+ * page s) and the tail page T. Every token block of the layer's page-table row maps to T, so the
+ * engine appends each new token into T; when the tail block fills, T is copied into the tail's slot
  *                  and into the host pool. GPU KV per request is bounded by
  *                  n_sparse * (hot_slots + 1) pages, whatever its length.
  *   digests        Quest min/max per block (select.h) in a GPU digest store (a kv_cache with
@@ -23,37 +22,45 @@
  * kv_fill_synthetic) or, with prompt_kv = OFFLOAD_KV_SYNTHETIC, exactly kv_fill_synthetic's (the
  * vanilla policy's prompt KV, for equality tests) or, with OFFLOAD_KV_PREFILL, from a real
  * prefill (prefill.h: the request's deterministic prompt ids, or real ones given through
- * offload_set_prompts, through engine_prefill with the model's weights) into a staging cache of full-length GPU pages for one request (every layer,
- * max_tokens long: one whole request's KV beside the cache, allocated at create); admission
- * then copies each dense layer's pages into the request's own pages (a window layer's last
- * blocks into its ring) and each sparse layer's
- * pages into the host pool (its digests from those keys, its last block into the tail page),
- * and the first decoded token is the prefill's greedy next token (offload_first_token).
+ * offload_set_prompts, through engine_prefill with the model's weights) into a staging cache of
+ * full-length GPU pages for one request (every layer, max_tokens long: one whole request's KV
+ * beside the cache, allocated at create); admission then copies each dense layer's pages into the
+ * request's own pages (a window layer's last blocks into its ring) and each sparse layer's pages
+ * into the host pool (its digests from those keys, its last block into the tail page), and the
+ * first decoded token is the prefill's greedy next token (offload_first_token).
  *
- * Per sparse layer of a step (offload_layer.c, ArkVale style, lookahead 0), all queued on the
- * compute stream by the thread that calls offload_step, which never waits for the device: the
- * layer's pre-attention piece (engine.h), the new key folded into its digest, selection
- * (select_blocks_{ref,cuda}: head-wise or SoloHead) on the layer's source query (made during
- * the previous step and uploaded with the step's one asynchronous copy; with the real query,
- * OFFLOAD_QUERY_REAL, the layer's own q or its approximate query a layer ahead), the lists' download
- * into pinned memory and an event. The planner thread (offload_plan.c) takes the layer once its
- * lists are on the host: the source's meter, hot-cache lookup, the layer's control block (attended
- * pages in token order, lengths, tail-flush descriptors), and the misses submitted to the
- * recall engine (recall.h) with the layer's flag as the recall's signal. The compute stream then
- * waits for the flag (backend wait_value: on the device, or with PULSE_DEVICE_WAIT=0 the
- * queueing thread waits on the host: common.h), uploads the control block, runs
- * attention with the model's real q over the selected pages (head-wise as one virtual entry per
- * KV head), flushes filled tails (tail page into its slot, and into the host pool), and the
- * post-attention piece. With lookahead 1 (InfiniGen style) the selection of layer l+1 is queued
- * at the start of layer l, so its recall overlaps all of layer l (projections, attention, MLP)
- * and layer l+1's projections: the same selections (the same query streams; the digest update
- * it runs before touches only the always-attended tail block). The source's meter sees the same
- * lists and a hot cache of the same size, so its churn and recall numbers are the runtime's.
+ * The primitives of a step (offload_layer.c), all queued on the compute stream by the thread
+ * that calls them, which never waits for the device; the policy's schedule (struct
+ * offload_schedule) orders pre-attention and selections inside each layer's first piece:
+ *   pre       the layer's pre-attention piece (engine.h) and, in a sparse layer, its new key
+ *             folded into its digest;
+ *   select    a sparse layer's selection (select_blocks_{ref,cuda}: head-wise, SoloHead or mean)
+ *             on its source query (made during the previous step and uploaded with the step's
+ *             one asynchronous copy; with the real query, OFFLOAD_QUERY_REAL, the layer's own q
+ *             after its pre, or one layer ahead its approximate query from the input of the
+ *             layer running), the lists' download into pinned memory and an event; the planner
+ *             thread (offload_plan.c) takes the layer once its lists are on the host: the
+ *             source's meter, hot-cache lookup, the layer's control block (attended pages in
+ *             token order, lengths, tail-flush descriptors), and the misses submitted to the
+ *             recall engine (recall.h) with the layer's flag as the recall's signal (zero-copy:
+ *             planned and gathered on the device);
+ *   ready     whether a layer's recall is in place, without blocking;
+ *   finish    the compute stream waits for the flag (backend wait_value: on the device, or
+ *             with PULSE_DEVICE_WAIT=0 the queueing thread waits on the host: common.h),
+ *             uploads the control block, runs attention with the model's real q over the
+ *             selected pages (head-wise as one virtual entry per KV head), flushes filled tails
+ *             (tail page into its slot, and into the host pool), and the post-attention piece.
+ * Selecting layer l + 1 in layer l's piece (InfiniGen's schedule) makes the same selections
+ * as at layer l + 1 (the same query streams; the digest update of layer l + 1 it runs before
+ * touches only the always-attended tail block), its recall overlapping layer l. The source's
+ * meter sees the same lists and a hot cache of the same size, so its churn and recall numbers
+ * are the runtime's.
  * Host synchronisations made inside offload_step are counted (offload_stats.host_syncs).
  *
  * Digests of tokens the model generates come from its real keys (the prompt's from the source's
  * keys). The per-layer selection queries of the next step are made on the CPU while the GPU
- * runs this one (not with the real query, which needs none). Nothing allocates after create. One thread drives it (plus its planner). */
+ * runs this one (not with the real query, which needs none). Nothing allocates after create. One
+ * thread drives it (plus its planner). */
 #ifndef PULSE_OFFLOAD_H
 #define PULSE_OFFLOAD_H
 
@@ -97,6 +104,20 @@ enum offload_query {
                                    input (select.h, every hidden channel) */
 };
 
+struct offload;
+struct batch;
+
+/* A policy's layer schedule (its policy's file in baselines/, DESIGN section 7): the first piece
+ * of every layer of a step (offload_layer_issue) as that policy orders it over offload_pre and
+ * offload_select. The runtime offers those primitives and holds no policy's order of them. */
+struct offload_schedule {
+    const char *name; /* in the config JSON */
+    int lookahead;    /* 1: layer l's piece may select layer l + 1 (the runtime readies the
+                         approximate query of the real one, and runs zero-copy's gather beside
+                         the compute stream); 0: a layer's piece selects that layer only */
+    void (*layer)(struct offload *o, struct batch *bt, int layer);
+};
+
 struct offload_params {
     int budget_tokens;         /* selected by score besides the forced blocks (multiple of the
                                   page size, >= 0; default 2048) */
@@ -122,15 +143,13 @@ struct offload_params {
     uint64_t seed;               /* the engine's seed (V and synthetic K are functions of it) */
     int max_batch, max_tokens;   /* as the engine's and the cache's */
     int64_t max_steps;           /* capacity of the per-step series (later steps are not kept) */
-    int lookahead;      /* 0: at each sparse layer select, recall, wait (ArkVale); 1: select layer
-                           l+1 and submit its recall at the start of layer l, wait at l+1
-                           (InfiniGen) */
+    const struct offload_schedule *schedule; /* the policy's layer schedule (required) */
     int device_overlap; /* zero-copy: the gather on a stream of its own, the attention
                            waiting for it on the device (an event: no host round trip), and
                            offload_layer_ready telling whether it is done, so a scheduler runs
                            other batches' layers beside it (PulseInfer's IRQ); 0: the gather
-                           in stream order on the compute stream, unless lookahead is 1 (then
-                           it runs beside the MLP: InfiniGen's prefetch) */
+                           in stream order on the compute stream, unless the schedule selects
+                           ahead (then it runs beside the MLP: InfiniGen's prefetch) */
     int refetch;        /* 1: every step recalls the whole selection (InfiniGen's published
                            transfer: no block is reused across steps; the tail, read from its
                            tail page, excepted); 0: resident blocks are reused (hot cache).
@@ -247,11 +266,12 @@ void offload_release(struct offload *o, int slot);
  * prefill_set_prompts; NULL restores the hashed ids). PULSE_ERR_INVALID without a prefill. */
 int offload_set_prompts(struct offload *o, prefill_token_fn fn, void *user);
 
-/* One decode step of the batch (entries as batch_set got them), queued as above; the tokens
- * are the batch's once the step has run (batch_read_tokens). PULSE_OK, or the first failure
- * seen so far (a recall that failed three times: PULSE_ERR_IO, found by the planner, so it may
- * surface at the next step; a failed verify_steps check: PULSE_ERR_INVALID, its reason on
- * stderr), after which tokens are undefined. */
+/* One decode step of the batch (entries as batch_set got them): begin, every layer's issue
+ * (the schedule's piece) and finish in order, end; the tokens are the batch's once the step has
+ * run (batch_read_tokens). PULSE_OK, or the first failure seen so far (a recall that failed
+ * three times: PULSE_ERR_IO, found by the planner, so it may surface at the next step; a failed
+ * verify_steps check: PULSE_ERR_INVALID, its reason on stderr), after which tokens are
+ * undefined. */
 int offload_step(struct offload *o, struct batch *bt, const struct batch_entry *entries, int n);
 /* offload_step in pieces, so a scheduler can run other batches' layers (engine.h pieces, or
  * engine_run_layer) between them: begin (the step's uploads and the embedding), every layer
@@ -259,18 +279,21 @@ int offload_step(struct offload *o, struct batch *bt, const struct batch_entry *
  * keep their order, so its tokens are those of offload_step. */
 void offload_step_begin(struct offload *o, struct batch *bt, const struct batch_entry *entries,
                         int n);
-void offload_step_layer(struct offload *o, struct batch *bt, int layer);
-/* offload_step_layer in two pieces, for a scheduler that runs other batches while a layer's
- * recall is in flight (PulseInfer's interruptible layer-wise scheduling): issue queues the
- * layer's pre-attention piece and, in a sparse layer, its selection and the planner's job;
- * ready says, without blocking, whether the layer's recall and control block are in place (1
- * for a dense layer); finish queues the attention (waiting for the recall as wait_value does),
- * the tail flush, the next layer's selection when one ahead, and post-attention. Between issue
- * and finish only other batches' work may run. */
+/* A layer in two pieces, for a scheduler that runs other batches while its recall is in flight
+ * (PulseInfer's interruptible layer-wise scheduling): issue runs the schedule's piece of the
+ * layer (as one graph on the device path); ready says, without blocking, whether the layer's
+ * recall and control block are in place (1 for a dense layer); finish queues the attention
+ * (waiting for the recall as wait_value does), post-attention and the tail flush. Between
+ * issue and finish only other batches' work may run. */
 void offload_layer_issue(struct offload *o, struct batch *bt, int layer);
 int offload_layer_ready(const struct offload *o, int layer);
 void offload_layer_finish(struct offload *o, struct batch *bt, int layer);
 int offload_step_end(struct offload *o, struct batch *bt);
+/* The primitives a schedule's piece of `layer` (the layer being issued) calls: pre, once;
+ * select, once per sparse layer it selects: `layer` itself (with the real query: after pre), or
+ * with a lookahead schedule layer + 1 (before or after pre). */
+void offload_pre(struct offload *o, struct batch *bt, int layer);
+void offload_select(struct offload *o, struct batch *bt, int layer);
 
 void offload_get_stats(const struct offload *o, struct offload_stats *out);
 /* What a step moved (floor.h): weights, the dense layers' KV, the selected pages' KV, the
@@ -278,7 +301,7 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out);
  * (ahead 1: the next step is already queued). Waits for the planner's bookkeeping of that step
  * only (call it after the step's tokens were read). */
 void offload_step_traffic(const struct offload *o, int ahead, struct floor_traffic *out);
-/* The params' lookahead (0 or 1). */
+/* The schedule's lookahead (0 or 1). */
 int offload_lookahead(const struct offload *o);
 /* Records the planner's recall rounds (submission to completion, host times) on tl's recall
  * track from now on (NULL: stop). tl must outlive o's use of it. */
@@ -291,6 +314,9 @@ void offload_set_timeline(struct offload *o, struct timeline *tl);
 int offload_device_driven(const struct offload *o);
 /* enum offload_layer_kind of a layer of the runtime's model. */
 int offload_kind(const struct offload *o, int layer);
+/* 1 when `layer` is a sparse layer of the runtime's model; 0 for any other layer, or a number
+ * past either end (a schedule asking about the layer after the last). */
+int offload_layer_sparse(const struct offload *o, int layer);
 /* What a request of n_tokens would reserve if admitted now: GPU KV bytes (dense layers, hot
  * slots, tail) and host pool bytes; and the host pool's free bytes. For admission models. */
 void offload_request_bytes(const struct offload *o, int n_tokens, size_t *gpu, size_t *host);

@@ -119,8 +119,14 @@ struct offload {
     size_t pin_bytes;
     struct floor_traffic traffic[2]; /* by parity: the step's bytes (main thread: weights,
                                         dense KV, digests; the planner: sparse KV, recall) */
-    int next_layer;                  /* the layer offload_step_layer runs next; -1 between steps */
-    int issued;                      /* next_layer has been issued (offload_layer_issue) */
+    int next_layer; /* the layer a step issues or finishes next; -1 between steps */
+    int issued;     /* next_layer has been issued (offload_layer_issue) */
+    int pre_done;   /* next_layer's pre-attention has been queued (offload_pre) */
+    /* per layer, the sparse layers its piece selected, in order (offload_select): the device
+     * path queues their side work after the piece, whose graph replays without running it */
+    int16_t piece_sel[OFFLOAD_MAX_LAYERS][2];
+    int8_t piece_nsel[OFFLOAD_MAX_LAYERS];
+    int64_t sel_step[OFFLOAD_MAX_LAYERS]; /* per sparse layer, the step that selected it last */
     int64_t step_syncs;              /* host synchronisations of the last step (main thread) */
     int64_t host_syncs;              /* summed over steps */
     double stage_s, prefetch_s;      /* host time staging the steps' uploads and making the

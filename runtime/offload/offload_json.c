@@ -55,7 +55,7 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out)
 
 int offload_lookahead(const struct offload *o)
 {
-    return o->p.lookahead;
+    return o->p.schedule->lookahead;
 }
 
 void offload_set_timeline(struct offload *o, struct timeline *tl)
@@ -73,6 +73,11 @@ int offload_kind(const struct offload *o, int layer)
 {
     PULSE_CHECK(layer >= 0 && layer < o->n_layers, "offload_kind: layer out of range");
     return o->kind[layer];
+}
+
+int offload_layer_sparse(const struct offload *o, int layer)
+{
+    return layer >= 0 && layer < o->n_layers && o->kind[layer] == OFFLOAD_LAYER_SPARSE;
 }
 
 void offload_request_bytes(const struct offload *o, int n_tokens, size_t *gpu, size_t *host)
@@ -125,7 +130,8 @@ json_t *offload_config_json(const struct offload *o)
      * of which a sliding-window layer keeps its window instead */
     json_object_set_new(j, "dense_layers_asked", json_integer(o->n_dense));
     json_object_set_new(j, "sparse_layers", json_integer(o->n_sparse));
-    json_object_set_new(j, "lookahead_layers", json_integer(o->p.lookahead));
+    json_object_set_new(j, "schedule", json_string(o->p.schedule->name));
+    json_object_set_new(j, "lookahead_layers", json_integer(o->p.schedule->lookahead));
     json_object_set_new(j, "selection_query",
                         json_string(o->p.query == OFFLOAD_QUERY_REAL ? "real" : "locality"));
     json_object_set_new(j, "locality", o->qs ? o->qs->to_json(o->qs->user) : json_null());

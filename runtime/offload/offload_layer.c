@@ -211,12 +211,12 @@ static void issue_side(struct offload *o, int layer)
 }
 
 /* The selection query of sparse layer `layer` with the real query: its own q after its
- * pre-attention, or, selecting one layer ahead (lookahead), InfiniGen's approximate query from
- * the input of the layer now starting with `layer`'s weights and every hidden channel (a first
- * layer that is sparse has no layer before it: it is selected after its own pre-attention). */
+ * pre-attention, or, selected from the layer before it (a lookahead schedule), InfiniGen's
+ * approximate query from the input of the layer being issued with `layer`'s weights and every
+ * hidden channel. */
 static const uint16_t *real_query(struct offload *o, struct batch *bt, int layer)
 {
-    if (!o->p.lookahead || layer == o->next_layer) return batch_q(bt); /* at its own layer */
+    if (layer == o->next_layer) return batch_q(bt); /* at its own layer */
     const struct model_config *c = o->mc;
     const struct layer_weights *w = &engine_model(o->eng)->layers[layer];
     const struct approx_q_weights aw = {w->attn_norm, w->wqkv, w->q_norm, NULL, c->hidden};
@@ -226,11 +226,22 @@ static const uint16_t *real_query(struct offload *o, struct batch *bt, int layer
 }
 
 /* Selection of a sparse layer on the compute stream (the device path: then its plan and, unless
- * device_overlap, its gather). The events other streams wait for are recorded as external ones:
- * on the device path this is queued inside the layer's graph (offload_layer_issue). The host
- * path queues its side work (issue_side) at once. */
-static void issue(struct offload *o, struct batch *bt, int layer)
+ * the gather runs beside, its gather), called by the schedule's piece of the layer being
+ * issued. The events other streams wait for are recorded as external ones: on the device path
+ * this is queued inside the layer's graph, and the side work (issue_side) after the piece
+ * (offload_layer_issue). The host path queues its side work at once. */
+void offload_select(struct offload *o, struct batch *bt, int layer)
 {
+    const int at = o->next_layer;
+    PULSE_CHECK(at >= 0 && !o->issued && layer >= 0 && layer < o->n_layers &&
+                    offload_is_sparse(o, layer),
+                "offload_select: a sparse layer, inside a layer's piece");
+    PULSE_CHECK(layer == at || (layer == at + 1 && o->p.schedule->lookahead),
+                "offload_select: the layer being issued, or with a lookahead schedule the next");
+    PULSE_CHECK(layer != at || o->pre_done || o->p.query != OFFLOAD_QUERY_REAL,
+                "offload_select: the real query of a layer exists after its pre-attention");
+    PULSE_CHECK(o->piece_nsel[at] < 2, "offload_select: a piece selects two layers at most");
+    o->piece_sel[at][o->piece_nsel[at]++] = (int16_t)layer;
     const int sl = offload_sl(o, layer), B = o->n;
     const size_t lists = (size_t)B * o->n_lists;
     double t = pulse_now();
@@ -245,6 +256,23 @@ static void issue(struct offload *o, struct batch *bt, int layer)
     offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
     if (o->device_plan) plan_on_device(o, bt, sl);
     offload_host_lap(o, OFFLOAD_HOST_PLAN, &t);
+}
+
+/* The pre-attention piece of the layer being issued; in a sparse layer, its new key folded
+ * into its digest. */
+void offload_pre(struct offload *o, struct batch *bt, int layer)
+{
+    PULSE_CHECK(layer == o->next_layer && !o->issued && !o->pre_done,
+                "offload_pre: once, inside the layer's piece");
+    double t = pulse_now();
+    engine_layer_pre(o->eng, bt, o->kv, layer);
+    if (offload_is_sparse(o, layer)) {
+        const struct digest_view dv = digest_view_of(o, offload_sl(o, layer));
+        const struct kv_view kv = kv_cache_view(o->kv, batch_page_starts(o->eng, bt, layer));
+        o->fn.digest_update(o->ctx, &kv, &dv, o->d_up, o->n, o->sel_head[layer]);
+    }
+    o->pre_done = 1;
+    offload_host_lap(o, OFFLOAD_HOST_PRE, &t);
 }
 
 /* What the attention of a sparse layer waits for, queued before it on the compute stream (on
@@ -328,50 +356,20 @@ void offload_layer_graphs_drop(struct offload *o)
     o->lg_bt = NULL;
 }
 
-/* The sparse layers the first piece of `layer` issues, in order; the first *n_before of them
- * before its pre-attention, the rest after. */
-static int layer_issues(const struct offload *o, int layer, int out[2], int *n_before)
-{
-    /* the first layer, when sparse, has no previous layer to select it from: the real query
-     * takes its own q after its pre-attention (as the accuracy path's unspeculated layer) */
-    const int first_at_own = o->p.lookahead && layer == 0 && offload_is_sparse(o, 0);
-    const int first_after_pre = first_at_own && o->p.query == OFFLOAD_QUERY_REAL;
-    const int ahead = o->p.lookahead && layer + 1 < o->n_layers && offload_is_sparse(o, layer + 1);
-    int n = 0;
-    if (o->p.lookahead && !first_after_pre) { /* the next sparse layer's, before this layer */
-        if (first_at_own) out[n++] = 0;
-        if (ahead) out[n++] = layer + 1;
-    }
-    *n_before = n;
-    if (offload_is_sparse(o, layer) && (!o->p.lookahead || first_after_pre)) out[n++] = layer;
-    if (first_after_pre && ahead) out[n++] = 1; /* from this layer's input: pre left it */
-    return n;
-}
-
 struct layer_call {
     struct offload *o;
     struct batch *bt;
     int layer;
 };
 
+/* The schedule's piece of the layer (run as it is, or captured into the layer's graph). */
 static void issue_body(void *arg)
 {
     const struct layer_call *c = arg;
     struct offload *o = c->o;
-    int is[2], before;
-    const int n = layer_issues(o, c->layer, is, &before);
-    for (int i = 0; i < before; i++)
-        issue(o, c->bt, is[i]);
-    double t = pulse_now();
-    engine_layer_pre(o->eng, c->bt, o->kv, c->layer);
-    if (offload_is_sparse(o, c->layer)) {
-        const struct digest_view dv = digest_view_of(o, offload_sl(o, c->layer));
-        const struct kv_view kv = kv_cache_view(o->kv, batch_page_starts(o->eng, c->bt, c->layer));
-        o->fn.digest_update(o->ctx, &kv, &dv, o->d_up, o->n, o->sel_head[c->layer]);
-    }
-    offload_host_lap(o, OFFLOAD_HOST_PRE, &t);
-    for (int i = before; i < n; i++)
-        issue(o, c->bt, is[i]);
+    o->piece_nsel[c->layer] = 0;
+    o->p.schedule->layer(o, c->bt, c->layer);
+    PULSE_CHECK(o->pre_done, "offload schedule: a layer's piece runs its pre-attention");
 }
 
 static void finish_body(void *arg)
@@ -415,13 +413,13 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
     struct layer_call c = {o, bt, layer};
     double t = pulse_now();
     run_piece(o, layer_graph(o, bt, 0, layer), issue_body, &c, OFFLOAD_HOST_PRE, &t);
-    if (o->device_plan) {
-        int is[2], before;
-        const int n = layer_issues(o, layer, is, &before);
-        for (int i = 0; i < n; i++)
-            issue_side(o, is[i]);
-        offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
+    /* what the piece selected (a replayed graph did not run it: as when it was captured) */
+    for (int i = 0; i < o->piece_nsel[layer]; i++) {
+        const int sel = o->piece_sel[layer][i];
+        o->sel_step[offload_sl(o, sel)] = o->st.steps;
+        if (o->device_plan) issue_side(o, sel);
     }
+    if (o->device_plan) offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
     o->issued = 1;
     o->step_syncs += pulse_host_syncs() - s0;
 }
@@ -442,6 +440,8 @@ void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
     PULSE_CHECK(layer == o->next_layer && o->issued, "offload_layer_finish: issue the layer first");
     const int64_t s0 = pulse_host_syncs();
     const int sparse = offload_is_sparse(o, layer);
+    PULSE_CHECK(!sparse || o->sel_step[offload_sl(o, layer)] == o->st.steps,
+                "offload schedule: a sparse layer is selected before its attention");
     struct layer_call c = {o, bt, layer};
     double t = pulse_now();
     if (sparse) attend_wait(o, layer);
@@ -450,7 +450,7 @@ void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
     if (sparse) tail_flush(o, layer);
     offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
     TRACE_POP();
-    o->issued = 0;
+    o->issued = o->pre_done = 0;
     o->next_layer++;
     o->step_syncs += pulse_host_syncs() - s0;
 }
@@ -550,12 +550,6 @@ void offload_step_begin(struct offload *o, struct batch *bt, const struct batch_
     o->step_syncs = pulse_host_syncs() - s0;
 }
 
-void offload_step_layer(struct offload *o, struct batch *bt, int layer)
-{
-    offload_layer_issue(o, bt, layer);
-    offload_layer_finish(o, bt, layer);
-}
-
 int offload_step_end(struct offload *o, struct batch *bt)
 {
     PULSE_CHECK(o->next_layer == o->n_layers, "offload_step_end: a layer has not run");
@@ -592,8 +586,10 @@ int offload_step_end(struct offload *o, struct batch *bt)
 int offload_step(struct offload *o, struct batch *bt, const struct batch_entry *en, int n)
 {
     offload_step_begin(o, bt, en, n);
-    for (int l = 0; l < o->n_layers; l++)
-        offload_step_layer(o, bt, l);
+    for (int l = 0; l < o->n_layers; l++) {
+        offload_layer_issue(o, bt, l);
+        offload_layer_finish(o, bt, l);
+    }
     return offload_step_end(o, bt);
 }
 

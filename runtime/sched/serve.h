@@ -149,6 +149,8 @@ struct policy_ctx_params {
 };
 
 /* A policy's table; baselines/registry.h finds them by name. */
+struct offload_schedule;
+
 struct policy {
     const char *name;
     int n_batches; /* running batches the loop holds for it (0 = 1, at most SERVE_MAX_BATCHES) */
@@ -170,7 +172,9 @@ struct policy {
     void (*finish)(struct serve_state *s);
     int overlapped;        /* its recall overlaps compute: the step floor is max(HBM, PCIe) */
     int needs_ctx;         /* 1: runs only with a policy context (serve_run_policy) */
-    int offload_lookahead; /* offload policies: offload_params.lookahead (offload.h) */
+    /* offload policies: their layer schedule (offload.h's struct offload_schedule, defined in
+     * the policy's file) for offload_params.schedule */
+    const struct offload_schedule *offload_schedule;
     int ctx_kind;          /* enum policy_ctx_kind */
     /* Optional (NULL: it takes no context): makes the context a run of this policy takes from
      * p into *ctx (NULL when there is none, e.g. vanilla without prefill). PULSE_OK, or

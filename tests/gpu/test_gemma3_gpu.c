@@ -20,6 +20,7 @@
 #include "accuracy/serve_path.h"
 #include "accuracy/sparse_attn.h"
 #include "backend.h"
+#include "baselines/registry.h"
 #include "engine.h"
 #include "mem.h"
 #include "numeric.h"
@@ -184,8 +185,17 @@ static void test_serving_equals_accuracy(struct rig *r)
     for (size_t pi = 0; pi < PULSE_ARRAY_LEN(policies); pi++) {
         char err[256] = "";
         const int pol = policies[pi];
-        struct serve_path_params sp = {OFFLOAD_HEADWISE, NULL, 32, 1, 2, RECALL_PER_BLOCK,
-                                       pol == SPARSE_INFINIGEN, T_MAX, 64, 5};
+        const char *sched = pol == SPARSE_INFINIGEN ? "infinigen" : "arkvale";
+        struct serve_path_params sp = {OFFLOAD_HEADWISE,
+                                       NULL,
+                                       32,
+                                       1,
+                                       2,
+                                       RECALL_PER_BLOCK,
+                                       policy_find(sched)->offload_schedule,
+                                       T_MAX,
+                                       64,
+                                       5};
         struct serve_path *s = serve_path_create(r->e, &sp, err, sizeof err);
         EXPECT(s != NULL);
         if (!s) {

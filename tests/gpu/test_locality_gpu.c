@@ -257,6 +257,7 @@ static int rig_init(struct rig *r, int prompt_kv, int selection, int host)
     r->kv = r->e ? kv_cache_create(&kp, ep.be, engine_ctx(r->e), err, sizeof err) : NULL;
     struct offload_params p;
     offload_params_init(&p, max_batch, max_tokens, 1);
+    p.schedule = policy_find("arkvale")->offload_schedule;
     p.prompt_kv = prompt_kv;
     p.selection = selection;
     p.budget_tokens = 32;
@@ -402,6 +403,7 @@ static void test_served_tokens(void)
         struct kv_cache *kv = kv_cache_create(&kp, ep.be, engine_ctx(e), err, sizeof err);
         struct offload_params p;
         offload_params_init(&p, max_batch, max_tokens, 1);
+        p.schedule = policy_find("arkvale")->offload_schedule;
         p.prompt_kv = OFFLOAD_KV_SYNTHETIC;
         p.budget_tokens = 32;
         if (host) setenv("PULSE_PROMPT_KV_HOST", "1", 1);

@@ -63,7 +63,7 @@ static void serve(const char *be_name, const char *policy, const char *spec, int
     struct offload *o = NULL;
     if (kv && pol->needs_ctx) {
         p->max_batch = max_batch, p->max_tokens = max_tokens;
-        p->lookahead = pol->offload_lookahead;
+        p->schedule = pol->offload_schedule;
         if (test_source(e, kv, p, NULL) && offload_create(e, kv, p, &o, err, sizeof err))
             fprintf(stderr, "%s %s: offload: %s\n", be_name, policy, err);
     }
