@@ -2,9 +2,13 @@
 # The GPU machine's suite, in one call: build with nvcc (sm_90), every test (each CUDA kernel
 # against its CPU reference; the tiny model on CUDA against the CPU), compute-sanitizer on the
 # decode test, the PyTorch peer, the decode-step benchmark, the main job; a short table last.
-# Stages: any of  test sanitize sanitize-all peer bench run devwait offload pulseinfer recall reproduce model accuracy  (default: test sanitize
+# Stages: any of  test sanitize sanitize-all peer bench run devwait offload pulseinfer recall reproduce model accuracy ab  (default: test sanitize
 # bench run recall; the peer's kept result in experiments/peer/results/ stands in). Results go
 # to $OUT (or out/).
+#   ab        the offload step before and after: AB_BASE (a commit) built in a worktree in
+#             /tmp/ab-base, then `bench decode-step --policy P` of each of AB_POLICIES at
+#             AB_POINT (default 12x16384, 10 steps), base and head alternated AB_ROUNDS times
+#             (default 2) into ab.txt: a change to the step is judged in one call, one machine.
 #   model     copies the carried pieces .model/partNN to /tmp/model (the machine takes 64 MiB of
 #             files per call, so the 253 MB Gemma 3 270M file comes over several calls while it
 #             stays up); once the pieces there hash to .model/sha256.txt they are assembled into
@@ -307,6 +311,27 @@ if has reproduce; then
     summary+=("figures exit $?")
     tar czf "$out/repro.tgz" -C "$root/results" repro
 fi
+if has ab && [ -n "${AB_BASE:-}" ]; then
+    log "ab: $AB_BASE against the head"
+    rm -rf /tmp/ab-base && git -C "$root" worktree add -f --detach /tmp/ab-base "$AB_BASE" >"$out/ab_build.log" 2>&1 &&
+        PULSE_BUILD=/tmp/ab-base/build-gpu /tmp/ab-base/scripts/build.sh >>"$out/ab_build.log" 2>&1
+    if [ -x /tmp/ab-base/build-gpu/pulse ]; then
+        : >"$out/ab.txt"
+        for round in $(seq "${AB_ROUNDS:-2}"); do
+            for p in ${AB_POLICIES:-arkvale infinigen arkvale+solohead+zc infinigen+solohead+gs infinigen+solohead+zc}; do
+                for side in base head; do
+                    b=$bin; [ $side = base ] && b=/tmp/ab-base/build-gpu/pulse
+                    row=$(timeout 120 "$b" bench decode-step --backend cuda --policy "$p" \
+                        --points "${AB_POINT:-12x16384}" --iters 10 2>&1 | grep -E "^ *[0-9]+ +[0-9]+ " | tail -1)
+                    echo "$round $side $p: $row" | tee -a "$out/ab.txt"
+                done
+            done
+        done
+        summary+=("ab: $(wc -l <"$out/ab.txt") rows in ab.txt")
+    else
+        summary+=("ab: the base did not build (ab_build.log)")
+    fi
+fi
 if has model; then
     mkdir -p /tmp/model
     cp "$root"/.model/part* "$root"/.model/sha256.txt /tmp/model/ 2>/dev/null
@@ -353,6 +378,6 @@ if has accuracy && [ -f /tmp/model/gemma.gguf ]; then
 fi
 log done
 printf '%s\n' "${summary[@]}"
-for f in test_kernels_gpu.txt test_gemma3_gpu.txt test_offload_gpu.txt bench.txt run.txt run_arkvale_headwise.txt run_arkvale_solohead.txt recall_bench.txt accuracy.txt; do
+for f in ab.txt test_kernels_gpu.txt test_gemma3_gpu.txt test_offload_gpu.txt bench.txt run.txt run_arkvale_headwise.txt run_arkvale_solohead.txt recall_bench.txt accuracy.txt; do
     [ -f "$out/$f" ] && { echo "--- $f"; tail -n 25 "$out/$f"; }
 done
