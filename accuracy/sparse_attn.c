@@ -8,7 +8,8 @@
 #include "select.h"
 
 static const char *const policy_names[SPARSE_POLICY_COUNT] = {
-    "full", "headwise", "queryhead", "solohead", "solohead-q", "reversed", "reversed-q", "infinigen"};
+    "full",       "headwise",   "queryhead", "solohead", "solohead-q",
+    "reversed",   "reversed-q", "infinigen", "mean",     "infinigen-solohead"};
 
 const char *sparse_policy_name(int policy)
 {
@@ -24,12 +25,14 @@ int sparse_policy_find(const char *name)
 
 const char *sparse_policy_names(void)
 {
-    return "full, headwise, queryhead, solohead, solohead-q, reversed, reversed-q, infinigen";
+    return "full, headwise, queryhead, solohead, solohead-q, reversed, reversed-q, infinigen, "
+           "mean, infinigen-solohead";
 }
 
 int sparse_policy_selector_kind(int policy)
 {
-    if (policy == SPARSE_SOLOHEAD || policy == SPARSE_REVERSED) return SPARSE_SEL_KV;
+    if (policy == SPARSE_SOLOHEAD || policy == SPARSE_REVERSED || policy == SPARSE_INFINIGEN_SOLO)
+        return SPARSE_SEL_KV;
     if (policy == SPARSE_SOLOHEAD_Q || policy == SPARSE_REVERSED_Q) return SPARSE_SEL_QUERY;
     return SPARSE_SEL_NONE;
 }
@@ -37,6 +40,11 @@ int sparse_policy_selector_kind(int policy)
 int sparse_policy_reversed(int policy)
 {
     return policy == SPARSE_REVERSED || policy == SPARSE_REVERSED_Q;
+}
+
+int sparse_policy_approx(int policy)
+{
+    return policy == SPARSE_INFINIGEN || policy == SPARSE_INFINIGEN_SOLO;
 }
 
 int sparse_policy_lists(int policy, int n_heads, int n_kv_heads)
@@ -75,13 +83,15 @@ struct sparse_attn {
     struct sparse_params p;
     struct select_cfg one; /* one query head against one KV head's digests */
     struct select_cfg kvh; /* a KV head's query heads summed (headwise, solohead) */
+    struct select_cfg all; /* every head (mean) */
     struct sparse_stats st;
     sparse_list_fn observe;
     void *observe_user;
     /* backend memory, one allocation */
     void *mem;
     size_t mem_bytes;
-    uint16_t *digests;    /* [n_kv_heads][max_blocks] digest pages of one head (2 * hd) */
+    uint16_t *digests;    /* [n_kv_heads][max_blocks] digest pages of one head (2 * hd); mean:
+                             [max_blocks] pages of every head (n_kv_heads * 2 * hd) */
     int32_t *d_ident;     /* [max_blocks] 0, 1, 2, ... (digest page ids) */
     int32_t *d_zero;      /* [1] 0 */
     float *d_scores;      /* [n_heads][max_blocks] */
@@ -281,6 +291,8 @@ int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, 
                                  p->sink, p->window, s->max_blocks};
     s->kvh = s->one;
     s->kvh.n_heads = c->n_heads / c->n_kv_heads;
+    s->all = s->one;
+    s->all.n_heads = c->n_heads, s->all.n_kv_heads = c->n_kv_heads;
     return select_cfg_check(&s->one, err, errlen) == 0 ? PULSE_OK : PULSE_ERR_INVALID;
 }
 
@@ -366,18 +378,37 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
     s->st.sparse_calls++;
     struct kv_view full = *kv;
     full.window = 0;
+    size_t hd = (size_t)c->head_dim, mb = (size_t)s->max_blocks;
+    int G = c->n_heads / c->n_kv_heads, nh = c->n_heads;
+    if (s->p.policy == SPARSE_MEAN) { /* every head's digests, one list from all the scores */
+        struct digest_view dv = {s->digests, s->d_ident, s->d_zero, c->n_kv_heads, c->head_dim};
+        s->fn.digest_build(s->ctx, &full, &dv, n_tokens, 1, SELECT_MEAN, n);
+        s->fn.select_blocks(s->ctx, &s->all, q, &dv, n_tokens, s->d_scores, s->d_sel, s->d_count,
+                            1, SELECT_MEAN);
+        lists_to_pages(s, layer, 1, n);
+        attend_list(s, kv, q, out, 0, -1, 0, nh);
+        return 1;
+    }
     for (int g = 0; g < c->n_kv_heads; g++) {
         struct digest_view dv = digests_of(s, g);
         s->fn.digest_build(s->ctx, &full, &dv, n_tokens, 1, g, n);
     }
-    size_t hd = (size_t)c->head_dim, mb = (size_t)s->max_blocks;
-    int G = c->n_heads / c->n_kv_heads, nh = c->n_heads;
+    /* the selection query: infinigen's approximate one, made at the previous layer's input (a
+     * global first layer has no speculation: its real q), or the real q */
+    const uint16_t *qs = q;
+    if (sparse_policy_approx(s->p.policy)) {
+        if (s->approx_for[layer & 1] == layer)
+            qs = s->d_approx_q + (size_t)(layer & 1) * nh * hd;
+        else
+            s->st.unspeculated++;
+    }
     switch (s->p.policy) {
     case SPARSE_SOLOHEAD:
-    case SPARSE_REVERSED: { /* KV head g's summed list serves every head */
+    case SPARSE_REVERSED:
+    case SPARSE_INFINIGEN_SOLO: { /* KV head g's summed list serves every head */
         int g = s->p.selector[layer];
         struct digest_view dv = digests_of(s, g);
-        s->fn.select_blocks(s->ctx, &s->kvh, q + (size_t)g * G * hd, &dv, n_tokens, s->d_scores,
+        s->fn.select_blocks(s->ctx, &s->kvh, qs + (size_t)g * G * hd, &dv, n_tokens, s->d_scores,
                             s->d_sel, s->d_count, 1, SELECT_HEADWISE);
         lists_to_pages(s, layer, 1, n);
         attend_list(s, kv, q, out, 0, -1, 0, nh);
@@ -403,14 +434,7 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
         for (int h = 0; h < nh; h++)
             attend_list(s, kv, q, out, h, h / G, h, 1);
         break;
-    default: { /* headwise, infinigen: a list per KV head from its query heads' scores */
-        const uint16_t *qs = q;
-        if (s->p.policy == SPARSE_INFINIGEN) { /* a global first layer has no speculation */
-            if (s->approx_for[layer & 1] == layer) /* made at the previous layer's input */
-                qs = s->d_approx_q + (size_t)(layer & 1) * nh * hd;
-            else
-                s->st.unspeculated++;
-        }
+    default: /* headwise, infinigen: a list per KV head from its query heads' scores */
         for (int g = 0; g < c->n_kv_heads; g++) {
             struct digest_view dv = digests_of(s, g);
             s->fn.select_blocks(s->ctx, &s->kvh, qs + (size_t)g * G * hd, &dv, n_tokens,
@@ -422,18 +446,19 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
             attend_list(s, kv, q, out, g, g, g * G, G);
         break;
     }
-    }
     return 1;
 }
 
-/* InfiniGen: at layer l's input, the approximate query of the next layer when it is global. */
+/* infinigen, infinigen-solohead: at layer l's input, the approximate query of the next layer
+ * when it is global. */
 static void sparse_before_layer(void *user, int layer, const float *x, const int32_t *pos,
                                 int batch)
 {
     struct sparse_attn *s = user;
     const struct model_config *c = s->c;
     int next = layer + 1;
-    if (s->p.policy != SPARSE_INFINIGEN || next >= c->n_layers || s->global_index[next] < 0) return;
+    if (!sparse_policy_approx(s->p.policy) || next >= c->n_layers || s->global_index[next] < 0)
+        return;
     const struct layer_weights *w = &engine_model(s->e)->layers[next];
     size_t qrows = (size_t)c->n_heads * c->head_dim;
     int g = s->global_index[next];
@@ -452,6 +477,6 @@ static void sparse_before_layer(void *user, int layer, const float *x, const int
 struct engine_layer_hook sparse_attn_hook(struct sparse_attn *s)
 {
     struct engine_layer_hook h = {.attend = sparse_attend, .user = s};
-    if (s->p.policy == SPARSE_INFINIGEN) h.before_layer = sparse_before_layer;
+    if (sparse_policy_approx(s->p.policy)) h.before_layer = sparse_before_layer;
     return h;
 }

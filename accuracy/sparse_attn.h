@@ -23,6 +23,11 @@
  *   infinigen   headwise lists from the approximate query of the layer made at the previous
  *               layer's input (InfiniGen-style speculation, select_approx_q), with all hidden
  *               channels or the top fraction by W_q column norm; the attention uses the real q.
+ *   mean        one list from the scores of every head (ArkVale's page list: select.h's
+ *               SELECT_MEAN over digests of every KV head): every head attends it.
+ *   infinigen-solohead
+ *               solohead's list (the selector KV head) from infinigen's approximate query:
+ *               InfiniGen's schedule with PulseInfer's selection (the engine-matched tier).
  * Every policy works at any GQA shape: a list of one KV head is attended through a view of that
  * head alone (kv_view.page_stride).
  *
@@ -47,6 +52,8 @@ enum sparse_policy {
     SPARSE_REVERSED,
     SPARSE_REVERSED_Q,
     SPARSE_INFINIGEN,
+    SPARSE_MEAN,
+    SPARSE_INFINIGEN_SOLO,
     SPARSE_POLICY_COUNT
 };
 
@@ -56,6 +63,8 @@ enum { SPARSE_SEL_NONE = 0, SPARSE_SEL_KV, SPARSE_SEL_QUERY };
 int sparse_policy_selector_kind(int policy);
 /* 1 for reversed and reversed-q (the selector is the lowest-MAM head). */
 int sparse_policy_reversed(int policy);
+/* 1 for infinigen and infinigen-solohead (lists from the approximate query). */
+int sparse_policy_approx(int policy);
 /* Selection lists a policy makes per global layer and step of one request. */
 int sparse_policy_lists(int policy, int n_heads, int n_kv_heads);
 
@@ -80,7 +89,8 @@ struct sparse_stats {
     int64_t lists;           /* selection lists made */
     int64_t attended_tokens; /* tokens attended, summed over lists */
     int64_t context_tokens;  /* tokens a dense attention would read, summed over lists */
-    int64_t unspeculated;    /* infinigen: global layers with no previous layer (real q used) */
+    int64_t unspeculated;    /* infinigen, infinigen-solohead: global layers with no previous
+                                layer (real q used) */
 };
 
 /* Called with every selection list made at a global layer (host copies; the list's blocks

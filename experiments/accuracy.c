@@ -56,10 +56,12 @@ static const char usage[] =
     "  --calib-samples N   MAM calibration samples per task, after the evaluated ones at the\n"
     "                      first length (default 2)\n"
     "  --policies P,...    of full, headwise, queryhead, solohead, solohead-q, reversed,\n"
-    "                      reversed-q, infinigen (accuracy/sparse_attn.h; default all of them\n"
-    "                      but those identical to another on the model: with one KV head\n"
-    "                      solohead and reversed are headwise; with one query head per KV head\n"
-    "                      the -q policies and queryhead are their KV-head twins)\n"
+    "                      reversed-q, infinigen, mean, infinigen-solohead\n"
+    "                      (accuracy/sparse_attn.h; default all of them but those identical\n"
+    "                      to another on the model: with one KV head solohead, reversed and\n"
+    "                      mean are headwise and infinigen-solohead is infinigen; with one\n"
+    "                      query head per KV head the -q policies and queryhead are their\n"
+    "                      KV-head twins)\n"
     "  --budgets N,...     token budgets of the sparse policies (default 512,1024,2048)\n"
     "  --mam-budget N      budget of the MAM profile and the churn meter (default 2048)\n"
     "  --sink N, --window N  forced blocks (default 1 and 2; blocks of 16 tokens)\n"
@@ -71,8 +73,8 @@ static const char usage[] =
     "                      control pieces), none, gemma or chatml; applied to the chat tasks\n"
     "                      (LongBench's pred.py: not trec, triviaqa, samsum, lsht, lcc,\n"
     "                      repobench-p)\n"
-    "  --check-serving     also decode every sample of the headwise, solohead, reversed and\n"
-    "                      infinigen (with --infinigen-frac 1) runs\n"
+    "  --check-serving     also decode every sample of the headwise, solohead, reversed, mean,\n"
+    "                      infinigen and infinigen-solohead (with --infinigen-frac 1) runs\n"
     "                      through the serving path (the offload runtime with a real prefill\n"
     "                      into the host pool and the real query; accuracy/serve_path.h) and\n"
     "                      count the samples whose tokens equal the accuracy path's (a\n"
@@ -80,7 +82,7 @@ static const char usage[] =
     "                      GPU, its global layers are offloaded)\n"
     "  --serve-policies P,...  arkvale, pulseinfer: after the evaluation, serve the scored\n"
     "                      samples together through pulse run's serving loop with each\n"
-    "                      policy, at every budget of its selection's runs (arkvale: headwise,\n"
+    "                      policy, at every budget of its selection's runs (arkvale: mean,\n"
     "                      pulseinfer: solohead; a real prefill into the host pool, the real\n"
     "                      query); its score per set and the samples whose tokens equal the\n"
     "                      accuracy path's (pulseinfer's normal batch: full attention's) are in\n"
@@ -596,14 +598,16 @@ static int configure(struct acc *A, const struct run_def *r, char *err, size_t e
     return PULSE_OK;
 }
 
-/* The serving path's selection for policy p (OFFLOAD_HEADWISE or _SOLOHEAD), or -1: the policies
- * whose lists the offload runtime makes (per KV head, or one KV head's for every head; infinigen's
- * one layer ahead from the approximate query). */
+/* The serving path's selection for policy p (enum offload_selection), or -1: the policies
+ * whose lists the offload runtime makes (per KV head, one KV head's for every head, or one from
+ * every head's scores; the infinigen ones one layer ahead from the approximate query). */
 static int serving_twin(int p)
 {
-    return p == SPARSE_HEADWISE || p == SPARSE_INFINIGEN  ? OFFLOAD_HEADWISE
-           : p == SPARSE_SOLOHEAD || p == SPARSE_REVERSED ? OFFLOAD_SOLOHEAD
-                                                          : -1;
+    return p == SPARSE_HEADWISE || p == SPARSE_INFINIGEN ? OFFLOAD_HEADWISE
+           : p == SPARSE_SOLOHEAD || p == SPARSE_REVERSED || p == SPARSE_INFINIGEN_SOLO
+               ? OFFLOAD_SOLOHEAD
+           : p == SPARSE_MEAN ? OFFLOAD_MEAN
+                              : -1;
 }
 
 struct stop_ctx {
@@ -634,7 +638,7 @@ static int check_serving(struct acc *A, int r, int n, int max_gen, int stop_nl, 
             (int)A->o.sink,
             (int)A->o.window,
             RECALL_PER_BLOCK,
-            policy_find(rd->policy == SPARSE_INFINIGEN ? "infinigen" : "arkvale")->offload_schedule,
+            policy_find(sparse_policy_approx(rd->policy) ? "infinigen" : "arkvale")->offload_schedule,
             A->s.max_tokens,
             (int)A->o.chunk,
             1};
@@ -740,7 +744,7 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
         double score = longbench_score_sample(st->task, smp, pred);
         int served = -1; /* -1: not checked */
         const int twin = serving_twin(A->runs[r].policy) >= 0 &&
-                         (A->runs[r].policy != SPARSE_INFINIGEN || A->o.frac == 1.0);
+                         (!sparse_policy_approx(A->runs[r].policy) || A->o.frac == 1.0);
         if (A->o.check_serving && twin &&
             (served = check_serving(A, r, n, max_gen, st->task->stop_at_newline, k, err, errlen)) <
                 0) {
@@ -874,7 +878,8 @@ static void default_policies(struct acc_opts *o, const struct model_config *c)
 {
     o->n_policies = 0;
     for (int p = 0; p < SPARSE_POLICY_COUNT; p++) {
-        const int kv_twin = p == SPARSE_SOLOHEAD || p == SPARSE_REVERSED;
+        const int kv_twin = p == SPARSE_SOLOHEAD || p == SPARSE_REVERSED || p == SPARSE_MEAN ||
+                            p == SPARSE_INFINIGEN_SOLO;
         const int q_twin =
             p == SPARSE_SOLOHEAD_Q || p == SPARSE_REVERSED_Q || p == SPARSE_QUERYHEAD;
         if ((kv_twin && c->n_kv_heads == 1) || (q_twin && c->n_heads == c->n_kv_heads)) continue;
@@ -1123,13 +1128,13 @@ static int serve_one(struct acc *A, const struct policy *pol, int r, struct serv
                      int32_t *out, int gen_cap, double *scores, json_t *arr, char *err,
                      size_t errlen)
 {
-    const int solo = A->runs[r].policy == SPARSE_SOLOHEAD, two = pol->n_batches > 1;
+    const int sel = serving_twin(A->runs[r].policy), two = pol->n_batches > 1;
     for (int j = 0; j < A->n_kept; j++)
         q[j] = (struct serve_batch_req){
             A->kept[j].ids, A->kept[j].n, A->kept[j].max_gen, out + (size_t)j * gen_cap, -1, NULL};
     const struct serve_batch_params bp = {pol,
-                                          solo ? OFFLOAD_SOLOHEAD : OFFLOAD_HEADWISE,
-                                          solo ? A->mam[0].sel : NULL, /* KV-head selectors */
+                                          sel,
+                                          sel == OFFLOAD_SOLOHEAD ? A->mam[0].sel : NULL,
                                           (int)A->runs[r].budget,
                                           (int)A->o.sink,
                                           (int)A->o.window,
@@ -1183,7 +1188,7 @@ static int serve_one(struct acc *A, const struct policy *pol, int r, struct serv
     mem_free(MEM_HOST, run, sizeof(double) * 2 * cap);
     json_t *js = json_pack(
         "{s:s,s:s,s:I,s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:s,s:I,s:I,s:o}", "policy",
-        pol->name, "selection", solo ? "solohead" : "headwise", "budget",
+        pol->name, "selection", offload_selection_name(sel), "budget",
         (json_int_t)A->runs[r].budget, "samples", A->n_kept, "same_tokens", same, "normal", normal,
         "offloaded", A->n_kept - normal, "failed", (json_int_t)bs.failed, "steps",
         (json_int_t)bs.steps, "recall_bytes", (json_int_t)bs.recall_bytes, "host_syncs",
@@ -1197,17 +1202,19 @@ static int serve_one(struct acc *A, const struct policy *pol, int r, struct serv
     json_array_append_new(arr, js);
     printf("served, %s %s %ld: %d of %d samples decode the accuracy path's tokens (%d in the "
            "normal batch: full attention's; %d offloaded), %lld bytes recalled, %lld steps\n",
-           pol->name, solo ? "solohead" : "headwise", A->runs[r].budget, same, A->n_kept, normal,
+           pol->name, offload_selection_name(sel), A->runs[r].budget, same, A->n_kept, normal,
            A->n_kept - normal, (long long)bs.recall_bytes, (long long)bs.steps);
     return PULSE_OK;
 }
 
 /* The accuracy path's policy whose runs a served policy is compared with: its own selection as
- * pulse run defaults it (arkvale: headwise, pulseinfer: solohead). */
+ * pulse run defaults it (arkvale: mean, infinigen: headwise, pulseinfer: solohead). */
 static int served_selection(const struct policy *pol)
 {
-    return pol->offload_selection && !strcmp(pol->offload_selection, "solohead") ? SPARSE_SOLOHEAD
-                                                                                 : SPARSE_HEADWISE;
+    const int sel = pol->offload_selection ? offload_selection_find(pol->offload_selection) : -1;
+    return sel == OFFLOAD_SOLOHEAD ? SPARSE_SOLOHEAD
+           : sel == OFFLOAD_MEAN   ? SPARSE_MEAN
+                                   : SPARSE_HEADWISE;
 }
 
 /* --serve-policies: each policy over the kept samples at every budget of its selection's runs

@@ -1,9 +1,10 @@
 /* pulse accuracy --check-serving and --serve-policies on a Llama-layout GQA checkpoint the test
  * writes (2 layers, 8 query heads on 2 KV heads of 16 dims, random bf16 weights, a byte-level
- * tokenizer.json) and a synthetic passkey set: every sample of the headwise, solohead and
- * infinigen runs, decoded again through the serving path (the offload runtime with a real prefill
- * into the host pool and the real query), gives the accuracy path's tokens; at the run's small
- * budget those tokens are not full attention's (so the equality is the selection's); the serving
+ * tokenizer.json) and a synthetic passkey set: every sample of the headwise, solohead, mean,
+ * infinigen and infinigen-solohead runs, decoded again through the serving path (the offload
+ * runtime with a real prefill into the host pool and the real query), gives the accuracy path's
+ * tokens; at the run's small budget those tokens are not full attention's (so the equality is
+ * the selection's); the serving
  * path moved recall bytes and made no host synchronisation inside a step; and every answer is in
  * the JSON as valid UTF-8 (a byte-level model ends mid character). */
 #include <jansson.h>
@@ -132,6 +133,7 @@ static void write_checkpoint(const char *dir)
  * the normal batch took, -1 when the entry is missing. */
 static int served_normal(const json_t *r, const char *pol, const char *selection)
 {
+    if (!r) return -1; /* the run failed (already counted) */
     const json_t *served = json_object_get(r, "served"), *e;
     size_t i;
     json_array_foreach(served, i, e)
@@ -160,7 +162,7 @@ static int served_normal(const json_t *r, const char *pol, const char *selection
 /* --serve-policies: the scored samples served together through pulse run's serving loop. With
  * pulseinfer's fixed admission below every request's length all are offloaded (SoloHead's
  * tokens), above it all go to the normal batch (full attention's; 2 at a time in its GPU
- * budget), and IOAA chooses; arkvale offloads every one (head-wise). Tokens equal the accuracy
+ * budget), and IOAA chooses; arkvale offloads every one (its mean-of-heads lists). Tokens equal the accuracy
  * path's in each case, and the flags without --serve-policies are refused. */
 static void test_served(const char *dir)
 {
@@ -170,10 +172,10 @@ static void test_served(const char *dir)
     for (int a = 0; a < 3; a++) {
         snprintf(cmd, sizeof cmd,
                  "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
-                 "--samples 4 --calib-samples 1 --policies full,headwise,solohead --budgets 128 "
+                 "--samples 4 --calib-samples 1 --policies full,headwise,solohead%s --budgets 128 "
                  "--max-gen 8 --serve-policies pulseinfer%s --serve-batch 3 --serve-normal 2 "
                  "--serve-admission %s",
-                 dir, dir, a == 2 ? ",arkvale" : "", adm[a]);
+                 dir, dir, a == 2 ? ",mean" : "", a == 2 ? ",arkvale" : "", adm[a]);
         json_t *r = tu_run_pulse_json(cmd, out, sizeof out);
         const int normal = served_normal(r, "pulseinfer", "solohead");
         if (a == 0) EXPECT_EQ_INT(normal, 0);
@@ -185,7 +187,7 @@ static void test_served(const char *dir)
         EXPECT(a == 2 ? dec > 0 : dec == 0);
         EXPECT(json_integer_value(json_object_get(pi, "steps")) > 0);
         if (a == 2) {
-            EXPECT_EQ_INT(served_normal(r, "arkvale", "headwise"), 0);
+            EXPECT_EQ_INT(served_normal(r, "arkvale", "mean"), 0); /* its page lists */
             fprintf(stderr, "served: IOAA put %d of 4 samples in the normal batch\n", normal);
         }
         json_decref(r);
@@ -235,12 +237,13 @@ int main(void)
     snprintf(
         cmd, sizeof cmd,
         "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
-        "--samples 3 --calib-samples 2 --policies full,headwise,solohead,infinigen --budgets 128 "
+        "--samples 3 --calib-samples 2 --policies "
+        "full,headwise,solohead,infinigen,mean,infinigen-solohead --budgets 128 "
         "--max-gen 8 --check-serving",
         dir, dir);
     json_t *r = tu_run_pulse_json(cmd, out, sizeof out);
     const json_t *serving = json_object_get(r, "serving");
-    EXPECT_EQ_INT(json_array_size(serving), 3); /* headwise, solohead, infinigen at 128 */
+    EXPECT_EQ_INT(json_array_size(serving), 5); /* every sparse policy but full, at 128 */
     for (size_t i = 0; i < json_array_size(serving); i++) {
         const json_t *s = json_array_get(serving, i);
         const json_int_t n = json_integer_value(json_object_get(s, "samples"));
@@ -254,7 +257,7 @@ int main(void)
     int differ = 0, checked = 0;
     for (size_t i = 0; i < json_array_size(samples); i++) {
         const json_t *runs = json_object_get(json_array_get(samples, i), "runs");
-        EXPECT_EQ_INT(json_array_size(runs), 4);
+        EXPECT_EQ_INT(json_array_size(runs), 6);
         const char *full = json_string_value(json_object_get(json_array_get(runs, 0), "pred"));
         for (size_t k = 1; k < json_array_size(runs); k++) {
             const json_t *run = json_array_get(runs, k);
@@ -264,10 +267,10 @@ int main(void)
             differ += full && pred && strcmp(full, pred) != 0;
         }
     }
-    EXPECT_EQ_INT(checked, 9);
+    EXPECT_EQ_INT(checked, 15);
     EXPECT(differ > 0);
     fprintf(stderr,
-            "check-serving: %d of 9 sparse samples decode the accuracy path's tokens, %d "
+            "check-serving: %d of 15 sparse samples decode the accuracy path's tokens, %d "
             "of them unlike full attention's\n",
             checked, differ);
     json_decref(r);

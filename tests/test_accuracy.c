@@ -234,7 +234,8 @@ static void sparse_on(const char *model)
         EXPECT(st.attended_tokens < st.context_tokens / 2);
         EXPECT(st.attended_tokens > 0);
         /* infinigen: a global first layer has no previous layer to speculate from */
-        EXPECT_EQ_INT(st.unspeculated, p == SPARSE_INFINIGEN && model_layer_is_global(c, 0) ? 12 : 0);
+        EXPECT_EQ_INT(st.unspeculated,
+                      sparse_policy_approx(p) && model_layer_is_global(c, 0) ? 12 : 0);
         attended[p] = st.attended_tokens;
         fprintf(stderr, "%-6s %-10s budget 32: attended %.3f of the context, logit 0 %.5f vs dense %.5f\n",
                 model, sparse_policy_name(p), (double)st.attended_tokens / (double)st.context_tokens,
@@ -248,14 +249,21 @@ static void sparse_on(const char *model)
     free(l);
 }
 
-/* With one KV head, solohead (KV head 0) and headwise make the same list from the same summed
- * scores: identical logits, which differ from dense ones at a small budget. */
+/* With one KV head, solohead (KV head 0), mean and headwise make the same list from the same
+ * summed scores, and infinigen-solohead infinigen's: identical logits, which differ from dense
+ * ones at a small budget. */
 static void sparse_twins(void)
 {
     const struct model_config *c = model_config_find("tiny-gemma3");
     float *a = malloc(sizeof(float) * c->vocab), *b = malloc(sizeof(float) * c->vocab);
     run_policy("tiny-gemma3", 200, SPARSE_SOLOHEAD, 32, selector_for(SPARSE_SOLOHEAD, c), a, NULL);
     run_policy("tiny-gemma3", 200, SPARSE_HEADWISE, 32, NULL, b, NULL);
+    EXPECT(memcmp(a, b, sizeof(float) * c->vocab) == 0);
+    run_policy("tiny-gemma3", 200, SPARSE_MEAN, 32, NULL, a, NULL);
+    EXPECT(memcmp(a, b, sizeof(float) * c->vocab) == 0);
+    run_policy("tiny-gemma3", 200, SPARSE_INFINIGEN, 32, NULL, b, NULL);
+    run_policy("tiny-gemma3", 200, SPARSE_INFINIGEN_SOLO, 32,
+               selector_for(SPARSE_INFINIGEN_SOLO, c), a, NULL);
     EXPECT(memcmp(a, b, sizeof(float) * c->vocab) == 0);
     /* and a sparse run is not dense (the check above could not fail otherwise) */
     run_policy("tiny-gemma3", 200, SPARSE_FULL, 0, NULL, b, NULL);
@@ -367,7 +375,8 @@ static void accuracy_path_tokens(struct rig *r, int n, int p, int k, int32_t *ou
     struct sparse_attn *s = sparse_attn_create(r->e, r->kv, 16, T_MAX, 1.0, err, sizeof err);
     static const int32_t sel_kv1[8] = {1, 1, 1, 1, 1, 1, 1, 1}, sel_kv0[8] = {0};
     const int32_t *sel = r->c->n_kv_heads > 1 ? sel_kv1 : sel_kv0;
-    struct sparse_params sp = {p, 32, 1, 2, p == SPARSE_SOLOHEAD ? sel : NULL};
+    struct sparse_params sp = {p, 32, 1, 2,
+                               sparse_policy_selector_kind(p) == SPARSE_SEL_KV ? sel : NULL};
     EXPECT_EQ_INT(sparse_attn_configure(s, &sp, r->slot, err, sizeof err), PULSE_OK);
     out[0] = prefill(r, n, 16); /* dense, as the driver's */
     struct engine_layer_hook h = sparse_attn_hook(s);
@@ -394,7 +403,9 @@ static void serve_path_on(const char *model)
         enum recall_engine engine;
     } cases[] = {{SPARSE_HEADWISE, OFFLOAD_HEADWISE, RECALL_PER_BLOCK},
                  {SPARSE_SOLOHEAD, OFFLOAD_SOLOHEAD, RECALL_GATHER_SCATTER},
-                 {SPARSE_INFINIGEN, OFFLOAD_HEADWISE, RECALL_PER_BLOCK}};
+                 {SPARSE_INFINIGEN, OFFLOAD_HEADWISE, RECALL_PER_BLOCK},
+                 {SPARSE_MEAN, OFFLOAD_MEAN, RECALL_PER_BLOCK},
+                 {SPARSE_INFINIGEN_SOLO, OFFLOAD_SOLOHEAD, RECALL_GATHER_SCATTER}};
     int32_t ids[T_MAX];
     for (int i = 0; i < T_MAX; i++)
         ids[i] = prompt_token(c, i);
@@ -402,7 +413,7 @@ static void serve_path_on(const char *model)
         struct rig r;
         char err[256] = "";
         EXPECT_EQ_INT(rig_open(&r, c, 16), 0);
-        const char *pol = cases[ci].sparse == SPARSE_INFINIGEN ? "infinigen" : "arkvale";
+        const char *pol = sparse_policy_approx(cases[ci].sparse) ? "infinigen" : "arkvale";
         struct serve_path_params sp = {cases[ci].selection,
                                        sel,
                                        32,
