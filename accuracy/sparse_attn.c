@@ -8,8 +8,8 @@
 #include "select.h"
 
 static const char *const policy_names[SPARSE_POLICY_COUNT] = {
-    "full",       "headwise",   "queryhead", "solohead", "solohead-q",
-    "reversed",   "reversed-q", "infinigen", "mean",     "infinigen-solohead"};
+    "full",     "headwise",   "queryhead", "solohead", "solohead-q",
+    "reversed", "reversed-q", "infinigen", "mean",     "infinigen-solohead"};
 
 const char *sparse_policy_name(int policy)
 {
@@ -383,8 +383,8 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
     if (s->p.policy == SPARSE_MEAN) { /* every head's digests, one list from all the scores */
         struct digest_view dv = {s->digests, s->d_ident, s->d_zero, c->n_kv_heads, c->head_dim};
         s->fn.digest_build(s->ctx, &full, &dv, n_tokens, 1, SELECT_MEAN, n);
-        s->fn.select_blocks(s->ctx, &s->all, q, &dv, n_tokens, s->d_scores, s->d_sel, s->d_count,
-                            1, SELECT_MEAN);
+        s->fn.select_blocks(s->ctx, &s->all, q, &dv, n_tokens, s->d_scores, s->d_sel, s->d_count, 1,
+                            SELECT_MEAN);
         lists_to_pages(s, layer, 1, n);
         attend_list(s, kv, q, out, 0, -1, 0, nh);
         return 1;

@@ -638,7 +638,8 @@ static int check_serving(struct acc *A, int r, int n, int max_gen, int stop_nl, 
             (int)A->o.sink,
             (int)A->o.window,
             RECALL_PER_BLOCK,
-            policy_find(sparse_policy_approx(rd->policy) ? "infinigen" : "arkvale")->offload_schedule,
+            policy_find(sparse_policy_approx(rd->policy) ? "infinigen" : "arkvale")
+                ->offload_schedule,
             A->s.max_tokens,
             (int)A->o.chunk,
             1};

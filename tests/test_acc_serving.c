@@ -162,8 +162,8 @@ static int served_normal(const json_t *r, const char *pol, const char *selection
 /* --serve-policies: the scored samples served together through pulse run's serving loop. With
  * pulseinfer's fixed admission below every request's length all are offloaded (SoloHead's
  * tokens), above it all go to the normal batch (full attention's; 2 at a time in its GPU
- * budget), and IOAA chooses; arkvale offloads every one (its mean-of-heads lists). Tokens equal the accuracy
- * path's in each case, and the flags without --serve-policies are refused. */
+ * budget), and IOAA chooses; arkvale offloads every one (its mean-of-heads lists). Tokens equal the
+ * accuracy path's in each case, and the flags without --serve-policies are refused. */
 static void test_served(const char *dir)
 {
     char cmd[1024];
@@ -234,13 +234,12 @@ int main(void)
     snprintf(cmd, sizeof cmd,
              "synth --task passkey --length 1024 --samples 5 --seed 3 --out-dir %s", dir);
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
-    snprintf(
-        cmd, sizeof cmd,
-        "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
-        "--samples 3 --calib-samples 2 --policies "
-        "full,headwise,solohead,infinigen,mean,infinigen-solohead --budgets 128 "
-        "--max-gen 8 --check-serving",
-        dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
+             "--samples 3 --calib-samples 2 --policies "
+             "full,headwise,solohead,infinigen,mean,infinigen-solohead --budgets 128 "
+             "--max-gen 8 --check-serving",
+             dir, dir);
     json_t *r = tu_run_pulse_json(cmd, out, sizeof out);
     const json_t *serving = json_object_get(r, "serving");
     EXPECT_EQ_INT(json_array_size(serving), 5); /* every sparse policy but full, at 128 */
