@@ -72,6 +72,29 @@ commit=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["point
 [[ "$(printf '%s\n' "$prov" | tail -1)" == *"0123456-dirty + 89abcde, 2026-12-03 to 2026-12-04"* ]] ||
     fail "provenance of two builds: $prov"
 
+# the throughput-accuracy trade-off: the tiny ratio point against an accuracy table of two
+# lengths (each policy's "average" row at budget 64; mean missing at 8K, so arkvale reads
+# nothing there and says so), and a file that is no accuracy result refused in one line
+python3 - "$tmp/acc.json" <<'PY' || fail "writing the accuracy fixture"
+import json, sys
+rows = [{"task": "average", "policy": "full", "budget": 0, "length": n, "score": 40.0}
+        for n in (4096, 8192)]
+for n, pols in ((4096, ("headwise", "solohead", "mean", "infinigen", "infinigen-solohead")),
+                (8192, ("headwise", "solohead", "infinigen", "infinigen-solohead"))):
+    for i, p in enumerate(pols):
+        rel = 0.95 - 0.1 * i
+        rows.append({"task": "average", "policy": p, "budget": 64, "length": n,
+                     "paired": {"relative": rel, "relative_interval_95": [rel - 0.05, rel + 0.05]}})
+json.dump({"config": {"model": "/m/gqa-test"}, "table": rows}, open(sys.argv[1], "w"))
+PY
+out=$(cd plots && python3 tradeoff.py "$tmp/results/ratio" "$tmp/acc.json" --budget 64 \
+    --out "$tmp/tradeoff" 2>&1) || fail "tradeoff.py: $out"
+[ "$(wc -c <"$tmp/tradeoff.png")" -gt 1024 ] && [ -s "$tmp/tradeoff.pdf" ] ||
+    fail "tradeoff.png missing or under 1 KB"
+out=$(cd plots && python3 tradeoff.py "$tmp/results/ratio" "$tmp/results/e2e/e2e.json" \
+    --out "$tmp/x" 2>&1) && fail "tradeoff.py took an e2e summary for an accuracy result"
+[ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "tradeoff, bad input: not one line: $out"
+
 # a missing input: a non-zero exit and a one-line message, no traceback
 out=$(python3 plots/fig17_throughput.py "$tmp/no-such-dir" --out "$tmp/x" 2>&1) &&
     fail "fig17_throughput.py succeeded on a missing input"
