@@ -314,6 +314,7 @@ fi
 if has ab && [ -n "${AB_BASE:-}" ]; then
     log "ab: $AB_BASE against the head"
     rm -rf /tmp/ab-base && git -C "$root" worktree add -f --detach /tmp/ab-base "$AB_BASE" >"$out/ab_build.log" 2>&1 &&
+        { [ ! -d "$root/.deps" ] || cp -r "$root/.deps" /tmp/ab-base/; } &&
         PULSE_BUILD=/tmp/ab-base/build-gpu /tmp/ab-base/scripts/build.sh >>"$out/ab_build.log" 2>&1
     if [ -x /tmp/ab-base/build-gpu/pulse ]; then
         : >"$out/ab.txt"
