@@ -1,7 +1,7 @@
 /* Training records (accuracy/synth_train.h, `pulse synth --format train`): the records' format
  * (prompt as pulse accuracy builds it, completion, answers, split), text records, determinism,
  * the train split's disjointness from the test split (the evaluation sets), the test split
- * unchanged by the train format, and the flags' refusals.
+ * unchanged by the train format, token counts under a tokenizer.json, and the flags' refusals.
  * Uses the repository's README.md as its corpus (the same on every machine). */
 #include <jansson.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@
 #include "accuracy/longbench.h"
 #include "accuracy/synth.h"
 #include "accuracy/synth_train.h"
+#include "accuracy/tokenizer.h"
 #include "common.h"
 #include "testutil.h"
 
@@ -250,6 +251,45 @@ static void test_test_split(void)
     unlink(path);
 }
 
+/* --tokenizer with the GQA model's tokenizer.json: records' tokens are its count of the prompt
+ * without a chat template, and the prompt in ChatML plus the completion fits the length. */
+static void test_tokenizer_counts(void)
+{
+    char args[3072], tok_path[1200], err[256];
+    snprintf(tok_path, sizeof tok_path, "%s/accuracy/train/tokenizer/tokenizer.json", src);
+    struct tokenizer *t = NULL;
+    EXPECT_EQ_INT(tokenizer_load_json(tok_path, &t, err, sizeof err), PULSE_OK);
+    if (!t) return;
+    snprintf(args, sizeof args,
+             "synth --format train --split train --chat chatml --task variable_tracking "
+             "--task kv_retrieval --length 1024 --samples 2 --seed 3 --tokenizer %s/accuracy/"
+             "train/tokenizer --corpus %s --out-dir %s",
+             src, corpus_path, out_dir);
+    EXPECT_EQ_INT(run(args), 0);
+    const char *files[] = {"variable_tracking_1024.jsonl", "kv_retrieval_1024.jsonl"};
+    static int32_t ids[1 << 14];
+    for (int f = 0; f < 2; f++) {
+        json_t **v = read_records(files[f]);
+        for (int i = 0; v && v[i]; i++) {
+            const struct longbench_task *lt = longbench_task_find(str(v[i], "task"));
+            size_t n = 0, m = 0;
+            /* the counted prompt: the one without a chat template */
+            json_t *r = v[i];
+            char *plain = longbench_fill_task(lt, "", "", CHAT_NONE, err, sizeof err);
+            EXPECT(plain != NULL);
+            free(plain);
+            const char *p = str(r, "prompt"), *cpl = str(r, "completion");
+            EXPECT_EQ_INT(tokenizer_encode(t, p, strlen(p), 1, ids, 1 << 14, &n), PULSE_OK);
+            EXPECT_EQ_INT(tokenizer_encode(t, cpl, strlen(cpl), 1, ids, 1 << 14, &m), PULSE_OK);
+            EXPECT(num(r, "tokens") <= 1024 - lt->max_gen);
+            EXPECT((long long)n > num(r, "tokens") && (long long)n < num(r, "tokens") + 16);
+            EXPECT(n + m + 1 <= 1024); /* ChatML prompt, completion and end of turn */
+        }
+        free_records(v);
+    }
+    tokenizer_free(t);
+}
+
 static void test_cli(void)
 {
     char args[3072];
@@ -296,6 +336,7 @@ int main(void)
     }
     test_determinism();
     test_test_split();
+    test_tokenizer_counts();
     test_cli();
     synth_corpus_free(c);
     char cmd[256];
