@@ -21,7 +21,7 @@ tokens plus ANSWER_WEIGHT times the mean over the completion's tokens (the retri
 a few tokens per row, weighted up).
 
 Curriculum: STAGES, from 1K to 16K tokens at ~128K tokens a step; each stage stops early
-should it pass its share of the --budget left (shares by the expected time, TOK_S; logged). AdamW, warm-up then cosine decay over all steps;
+should it pass its share of the --budget left (shares by the expected time, TOK_S; logged). AdamW, warm-up then cosine decay over the run;
 bf16 autocast, PyTorch's SDPA (flash) attention. Fixed seeds throughout.
 
 Evaluation: the test split (seed 1, what `pulse synth` writes for `pulse accuracy`) at 4K, 8K
@@ -189,6 +189,7 @@ def run_synth(args, length, seed, samples, text, out_dir, split="train"):
     cmd = [args.pulse, "synth", "--format", "train", "--split", split, "--chat", "chatml",
            "--length", str(length), "--samples", str(samples), "--seed", str(seed),
            "--tokenizer", gqa_spec.TOKENIZER_DIR, "--out-dir", out_dir] + args.corpus_flags
+    os.makedirs(out_dir, exist_ok=True)
     if samples:
         cmd += ["--task", "all"]
     if text:
@@ -279,10 +280,12 @@ class Producer(threading.Thread):
 
 # ---------------------------------------------------------------- training
 
-def lr_at(step, total):
+def lr_at(step, total, time_frac):
+    """Linear warm-up, then cosine decay over the run: by steps, or by the budget's time where
+    that is further along (a slower GPU still ends at LR_MIN)."""
     if step < WARMUP:
         return LR * (step + 1) / WARMUP
-    p = min(1.0, (step - WARMUP) / max(1, total - WARMUP))
+    p = min(1.0, max((step - WARMUP) / max(1, total - WARMUP), time_frac))
     return LR_MIN + 0.5 * (LR - LR_MIN) * (1 + math.cos(math.pi * p))
 
 
@@ -326,8 +329,9 @@ def train(args, model, producer, log):
                 break
             idx = torch.randint(0, len(ids_d), (rows,), device=dev, generator=gen)
             ids, kind = ids_d[idx].long(), kind_d[idx]
+            lr = lr_at(step, total, (time.time() - t_train) / args.budget)
             for g in opt.param_groups:
-                g["lr"] = lr_at(step, total)
+                g["lr"] = lr
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 lm, ans, logits, tgt, k = losses(model, ids, kind)
                 loss = lm + ANSWER_WEIGHT * ans
@@ -341,7 +345,7 @@ def train(args, model, producer, log):
                     hit = ((logits.argmax(-1) == tgt) & (k == 2)).sum() / (k == 2).sum()
                 e = {"step": step, "length": L, "lm": round(lm.item(), 4),
                      "answer": round(ans.item(), 4), "answer_acc": round(hit.item(), 4),
-                     "grad_norm": round(gn.item(), 3), "lr": round(lr_at(step - 1, total), 6),
+                     "grad_norm": round(gn.item(), 3), "lr": round(lr, 6),
                      "t": round(time.time() - t_train, 1),
                      "tok_s": round(done * rows * L / (time.time() - t0))}
                 log["curve"].append(e)
@@ -455,37 +459,7 @@ def reference(model, out_dir, prompts, tok):
 
 # ---------------------------------------------------------------- main
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pulse", required=True, help="the pulse binary (CPU build is enough)")
-    ap.add_argument("--out", required=True, help="OUT/gqa-tiny/ and OUT/train_log.json")
-    ap.add_argument("--work", default="/tmp/gqa-train", help="generated data")
-    ap.add_argument("--budget", type=float, default=330, help="training seconds, split over "
-                    "the stages by their planned tokens")
-    ap.add_argument("--scale", type=float, default=1.0, help="multiplies every stage's steps")
-    ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 4) - 2))
-    ap.add_argument("--corpus", action="append", default=[], help="pulse synth --corpus")
-    ap.add_argument("--log-every", type=int, default=50)
-    args = ap.parse_args()
-    args.corpus_flags = sum((["--corpus", c] for c in args.corpus), [])
-    t_start = time.time()
-    torch.manual_seed(0)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    stages = [(L, max(1, round(s * args.scale)), r) for L, s, r in STAGES]
-    tok = Tokenizer.from_file(os.path.join(gqa_spec.TOKENIZER_DIR, "tokenizer.json"))
-    log = {"recipe": {"shape": gqa_spec.SHAPE, "params": gqa_spec.param_count(),
-                      "stages": [{"length": L, "steps": s, "rows": r} for L, s, r in stages],
-                      "tasks": TASKS, "text_share": TEXT_SHARE, "reuse": REUSE, "room": ROOM,
-                      "answer_weight": ANSWER_WEIGHT, "lr": LR, "lr_min": LR_MIN,
-                      "warmup": WARMUP, "weight_decay": WD, "clip": CLIP,
-                      "budget_s": args.budget, "scale": args.scale, "jobs": args.jobs,
-                      "seeds": "torch 0 (init 0, batches 1); data: train split, seed "
-                               "length*1000+process; evaluation: test split, seed 1",
-                      "corpus": args.corpus or "pulse synth's default"},
-           "env": {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)},
-           "curve": [], "stages": []}
-    print("recipe:", json.dumps(log["recipe"]), flush=True)
-    os.makedirs(args.out, exist_ok=True)
+def run(args, log, tok, stages):
     # the evaluation set first (test split, seed 1), then the training data in the background
     ev_dir = os.path.join(args.work, "eval")
     ev = [run_synth(args, L, EVAL_SEED, EVAL_SAMPLES, 0, ev_dir, split="test")
@@ -501,20 +475,24 @@ def main():
     for p in ev:
         if p.wait():
             raise RuntimeError("pulse synth (evaluation set): " + p.stderr.read()[-400:])
+    with torch.no_grad():  # evaluate what is exported: bf16 weights
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
     model.eval()
     t0, table = time.time(), {}
     ev_recs = read_records(os.path.join(ev_dir, "*.jsonl"))
     for L in EVAL_LENGTHS:
         for t in TASKS:
             recs = [r for r in ev_recs if r["task"] == t and r["target_tokens"] == L]
-            em, tacc = evaluate(model, tok, recs, batch=max(1, 65536 // L))
+            em, tacc = evaluate(model, tok, recs, batch=max(1, 65536 // L)) if recs else (0, 0)
             table["%s@%d" % (t, L)] = {"exact": round(em, 4), "token_acc": round(tacc, 4),
                                        "n": len(recs)}
     seen = sum((r["task"], tuple(r["answers"])) in producer.answers for r in ev_recs)
     same = sum(hashlib.sha1(r["prompt"].encode()).hexdigest() in producer.prompts
                for r in ev_recs)
-    heads, n_heads = head_mass(model, tok, [r for r in ev_recs if r["target_tokens"] == 4096 and
-                                            r["task"] in ("passkey", "niah_multikey")][:16])
+    at4k = [r for r in ev_recs if r["target_tokens"] == 4096]
+    heads, n_heads = head_mass(model, tok, [r for r in at4k if r["task"] == "passkey"][:8] +
+                               [r for r in at4k if r["task"] == "niah_multikey"][:8])
     log["eval"] = {"table": table, "eval_s": round(time.time() - t0, 1),
                    "overlap": {"answers_seen_in_training": seen, "prompts_seen": same,
                                "eval_records": len(ev_recs),
@@ -532,23 +510,64 @@ def main():
                      "reference": [{"name": r["name"], "prompt_tokens": len(r["prompt_ids"]),
                                     "text": r["generated_text"], "min_margin_first_8":
                                     min(r["margins"][:8])} for r in refs]}
-    log["total_s"] = round(time.time() - t_start, 1)
-    with open(os.path.join(args.out, "train_log.json"), "w") as f:
-        json.dump(log, f, indent=1)
     print("\n%-20s %8s %9s %4s" % ("task@length", "exact", "token-acc", "n"))
     for k, v in table.items():
         print("%-20s %8.3f %9.3f %4d" % (k, v["exact"], v["token_acc"], v["n"]))
     print("evaluation answers seen in training: %d, prompts: %d (of %d)" % (seen, same,
                                                                           len(ev_recs)))
-    print("heads (attention mass on the needle, layer x query head):")
+    g = model.s["num_attention_heads"] // model.s["num_key_value_heads"]
+    print("attention mass on the needle's value (%d samples), layer: query heads | KV heads"
+          % n_heads)
     for li, row in enumerate(heads):
-        print("  layer %d: %s" % (li, " ".join("%.2f" % x for x in row)))
+        kv = [sum(row[j * g:(j + 1) * g]) / g for j in range(len(row) // g)]
+        print("  %d: %s | %s" % (li, " ".join("%.2f" % x for x in row),
+                                 " ".join("%.2f" % x for x in kv)))
     print("export: %s (%d bytes, sha256 %s); transformers max |logit diff| %.2e" % (
         out_dir, files["model.safetensors"], digest[:16], worst))
     for r in refs:
         print("reference %-18s %4d prompt tokens -> %r (min margin %.2f)" % (
             r["name"], len(r["prompt_ids"]), r["generated_text"][:60], min(r["margins"][:8])))
-    print("total %.1f s (training %.1f s)" % (log["total_s"], log["train_s"]))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pulse", required=True, help="the pulse binary (CPU build is enough)")
+    ap.add_argument("--out", required=True, help="OUT/gqa-tiny/ and OUT/train_log.json")
+    ap.add_argument("--work", default="/tmp/gqa-train", help="generated data")
+    ap.add_argument("--budget", type=float, default=300, help="training seconds, shared by "
+                    "the stages by their expected times (TOK_S)")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiplies every stage's steps")
+    ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 4) - 2))
+    ap.add_argument("--corpus", action="append", default=[], help="pulse synth --corpus")
+    ap.add_argument("--log-every", type=int, default=50)
+    args = ap.parse_args()
+    args.corpus_flags = sum((["--corpus", c] for c in args.corpus), [])
+    t_start = time.time()
+    torch.manual_seed(0)
+    stages = [(L, max(1, round(s * args.scale)), r) for L, s, r in STAGES]
+    tok = Tokenizer.from_file(os.path.join(gqa_spec.TOKENIZER_DIR, "tokenizer.json"))
+    log = {"recipe": {"shape": gqa_spec.SHAPE, "params": gqa_spec.param_count(),
+                      "stages": [{"length": L, "steps": s, "rows": r} for L, s, r in stages],
+                      "tasks": TASKS, "text_share": TEXT_SHARE, "reuse": REUSE, "room": ROOM,
+                      "answer_weight": ANSWER_WEIGHT, "lr": LR, "lr_min": LR_MIN,
+                      "warmup": WARMUP, "weight_decay": WD, "clip": CLIP,
+                      "budget_s": args.budget, "scale": args.scale, "jobs": args.jobs,
+                      "seeds": "torch 0 (init 0, batches 1); data: train split, seed "
+                               "length*1000+process; evaluation: test split, seed 1",
+                      "corpus": args.corpus or "pulse synth's default"},
+           "env": {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)},
+           "curve": [], "stages": [], "status": "error"}
+    print("recipe:", json.dumps(log["recipe"]), flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    try:
+        run(args, log, tok, stages)
+        log["status"] = "ok"
+    finally:  # a failed run still leaves its curve and times
+        log["total_s"] = round(time.time() - t_start, 1)
+        with open(os.path.join(args.out, "train_log.json"), "w") as f:
+            json.dump(log, f, indent=1)
+        print("%s: total %.1f s (training %s s)" % (log["status"], log["total_s"],
+                                                    log.get("train_s")), flush=True)
 
 
 if __name__ == "__main__":
