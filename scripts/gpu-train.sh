@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Trains the GQA test model of the accuracy table on the GPU machine, from the repository root
-# (accuracy/train/train_gqa.py says what and how): builds the CPU `pulse` (the training data
+# (accuracy/train/train_gqa.py says what and how): builds the CPU `pulse` (warnings not errors:
+# a compiler CI does not run must not stop the training; the training data
 # come from its synthetic-task generator), trains, evaluates and exports to $OUT/gqa-tiny/, then
 # loads the export with the suite on the CPU and checks its greedy tokens against transformers'
 # (tests/test_acc_gqa_tiny.c). Needs python3 with torch (CUDA), transformers, tokenizers, numpy;
@@ -23,7 +24,7 @@ t0=$(date +%s)
 
 log build
 prefix=$("$root/scripts/setup-deps.sh")
-args=(-DCMAKE_BUILD_TYPE=Release -DPULSE_CUDA=OFF)
+args=(-DCMAKE_BUILD_TYPE=Release -DPULSE_CUDA=OFF -DPULSE_WERROR=OFF)
 [ -n "$prefix" ] && args+=(-DJANSSON_ROOT="$prefix")
 if ! { cmake -S "$root" -B "$build" "${args[@]}" &&
     cmake --build "$build" -j"$(nproc)" --target pulse test_acc_gqa_tiny; } >/tmp/gpu-train-build.log 2>&1; then
