@@ -50,6 +50,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from tokenizers import Tokenizer
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gqa_spec  # noqa: E402
@@ -65,6 +66,9 @@ ANSWER_WEIGHT = 1.0
 LR, LR_MIN, WARMUP, WD, CLIP = 2e-3, 2e-4, 150, 0.1, 1.0
 EVAL_LENGTHS, EVAL_SAMPLES, EVAL_SEED = (4096, 8192, 16384), 24, 1
 REF_NEW_TOKENS = 24
+# bf16 attention in flash or memory-efficient kernels only: never the math one, whose T x T
+# weights would not fit at 16K (a refusal is an error, not a silent fallback)
+FAST_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -332,7 +336,7 @@ def train(args, model, producer, log):
             lr = lr_at(step, total, (time.time() - t_train) / args.budget)
             for g in opt.param_groups:
                 g["lr"] = lr
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast("cuda", dtype=torch.bfloat16), sdpa_kernel(FAST_ATTENTION):
                 lm, ans, logits, tgt, k = losses(model, ids, kind)
                 loss = lm + ANSWER_WEIGHT * ans
             opt.zero_grad(set_to_none=True)
@@ -374,7 +378,7 @@ def evaluate(model, tok, recs, batch):
         ids, kind = rows_of(part, max(len(x) for x, _ in part))
         ids = torch.from_numpy(ids).long().cuda()
         kind = torch.from_numpy(kind).cuda()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16), sdpa_kernel(FAST_ATTENTION):
             pred = model(ids[:, :-1]).argmax(-1)
         ok = (pred == ids[:, 1:]) | (kind[:, 1:] != 2)
         hits += ok.all(-1).tolist()
