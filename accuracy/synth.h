@@ -29,7 +29,14 @@
  * filler happens to contain is drawn again, so every value and name occurs only in its needles.
  *
  * Randomness: pulse_hash64 streams keyed by (seed, task, target_tokens, sample index), so a
- * sample depends only on those, the corpus, n_samples and the token counter. */
+ * sample depends only on those, the corpus, n_samples and the token counter.
+ *
+ * Splits: seeds below SYNTH_TRAIN_SEED are the test split, the evaluation sets (pulse synth's
+ * default, what pulse accuracy reads); seeds with that bit set are the train split, the data a
+ * model the suite evaluates is trained on (synth_train.h). The seed mixing is a bijection of the
+ * seed for a given task, length, sample and attempt, so there the two splits always draw from
+ * different streams: a training sample can equal an evaluation sample only if two distinct
+ * 64-bit streams agree on every draw (filler start, needle values, depths). */
 #ifndef PULSE_SYNTH_H
 #define PULSE_SYNTH_H
 
@@ -48,6 +55,7 @@ enum synth_task {
 };
 
 #define SYNTH_MAX_NEEDLES 16
+#define SYNTH_TRAIN_SEED (1ull << 63) /* the train split's bit (above) */
 #define SYNTH_MAX_ANSWERS 8
 
 /* Counts the tokens of text[0..len); negative on failure (the generator returns

@@ -1,0 +1,578 @@
+#!/usr/bin/env python3
+"""Trains the GQA test model of the accuracy table on one GPU, in minutes, and exports it as a
+Hugging Face checkpoint that the suite and transformers both load (scripts/gpu-train.sh runs
+it; README, "The GQA test model", says where the result goes).
+
+  python3 accuracy/train/train_gqa.py --pulse build-train/pulse --out OUT [--work DIR]
+      [--budget S] [--scale F]
+
+Model: a Qwen3 decoder (gqa_spec.py: 6 layers, hidden 256, 8 query heads sharing 4 KV heads of
+64 dims, SwiGLU 768, RoPE base 1e6, QK-norm, tied embeddings, 4096-token BPE; 6.95M
+parameters). Its modules carry the Hugging Face names, so the state dict is the checkpoint.
+
+Data: the suite's own generator. Each stage runs `pulse synth --format train --split train
+--chat chatml --task all --text N` (accuracy/synth_train.h) in parallel processes with this
+stage's seeds (length * 1000 + process), counting tokens with the model's tokenizer; a thread
+makes the next stages' data while the GPU trains. The mix: the four retrieval tasks (passkey,
+multi-key needle, variable tracking, key-value retrieval) in equal parts, 85% of the rows, and
+natural text from the same corpus, 15%. Rows hold one record each (prompt + completion + end of
+turn), padded to the stage's length. The loss is the mean next-token loss over prompt and text
+tokens plus ANSWER_WEIGHT times the mean over the completion's tokens (the retrieval signal,
+a few tokens per row, weighted up).
+
+Curriculum: STAGES, from 1K to 16K tokens at ~128K tokens a step; each stage stops early
+should it pass its share of the --budget left (shares by the expected time, TOK_S; logged).
+AdamW, warm-up then cosine decay over the run; bf16 autocast, PyTorch's SDPA (flash)
+attention. Fixed seeds throughout.
+
+Evaluation: the test split (seed 1, what `pulse synth` writes for `pulse accuracy`) at 4K, 8K
+and 16K, every task: the share of samples whose whole completion greedy decoding reproduces
+(teacher-forced argmax; exact match, stricter than the suite's containment score). Checked:
+no evaluation (task, answer) pair or prompt occurs in the training data. Per head: the
+attention mass the answer's first step puts on the needle's value (retrieval heads).
+
+Export: OUT/gqa-tiny/ (model.safetensors in bf16, config.json, tokenizer files), loaded back
+with transformers' Qwen3ForCausalLM and compared with this model's logits; its greedy tokens on
+fixed prompts go to OUT/gqa-tiny/reference.json for tests/test_acc_gqa_tiny.c. OUT/train_log.json
+holds the recipe, data, loss curve, times, evaluation, heads and export."""
+import argparse
+import glob
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gqa_spec  # noqa: E402
+
+TASKS = ["passkey", "niah_multikey", "variable_tracking", "kv_retrieval"]
+STAGES = [  # (length, steps, rows a step)
+    (1024, 700, 128), (2048, 500, 64), (4096, 400, 32), (8192, 300, 16), (16384, 250, 8)]
+TOK_S = {1024: 1.4e6, 2048: 1.3e6, 4096: 1.1e6, 8192: 0.8e6, 16384: 0.45e6}  # guessed, H200
+TEXT_SHARE = 0.15  # of the rows: natural text; the rest the four tasks in equal parts
+REUSE = 2  # each generated row is seen about this many times
+ROOM = 64  # a stage of length L generates records for L - ROOM (ChatML markers, completion)
+ANSWER_WEIGHT = 1.0
+LR, LR_MIN, WARMUP, WD, CLIP = 2e-3, 2e-4, 150, 0.1, 1.0
+EVAL_LENGTHS, EVAL_SAMPLES, EVAL_SEED = (4096, 8192, 16384), 24, 1
+REF_NEW_TOKENS = 24
+# bf16 attention in flash or memory-efficient kernels only: never the math one, whose T x T
+# weights would not fit at 16K (a refusal is an error, not a silent fallback)
+FAST_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+
+
+# ---------------------------------------------------------------- the model (HF names)
+
+class RMSNorm(nn.Module):
+    def __init__(self, n, eps):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(n)), eps
+
+    def forward(self, x):  # transformers' Qwen3RMSNorm
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, s):
+        super().__init__()
+        H, hd = s["hidden_size"], s["head_dim"]
+        self.nq, self.nkv, self.hd = s["num_attention_heads"], s["num_key_value_heads"], hd
+        self.q_proj = nn.Linear(H, self.nq * hd, bias=False)
+        self.k_proj = nn.Linear(H, self.nkv * hd, bias=False)
+        self.v_proj = nn.Linear(H, self.nkv * hd, bias=False)
+        self.o_proj = nn.Linear(self.nq * hd, H, bias=False)
+        self.q_norm = RMSNorm(hd, s["rms_norm_eps"])
+        self.k_norm = RMSNorm(hd, s["rms_norm_eps"])
+        self.keep = None  # set to a list to receive (q, k) after RoPE (head analysis)
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, T, self.nq, self.hd)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, T, self.nkv, self.hd)).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        if self.keep is not None:
+            self.keep.append((q.detach(), k.detach()))
+        g = self.nq // self.nkv
+        o = F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1),
+                                           is_causal=True)
+        return self.o_proj(o.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, s):
+        super().__init__()
+        H, Fd = s["hidden_size"], s["intermediate_size"]
+        self.gate_proj = nn.Linear(H, Fd, bias=False)
+        self.up_proj = nn.Linear(H, Fd, bias=False)
+        self.down_proj = nn.Linear(Fd, H, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, s):
+        super().__init__()
+        self.input_layernorm = RMSNorm(s["hidden_size"], s["rms_norm_eps"])
+        self.self_attn = Attention(s)
+        self.post_attention_layernorm = RMSNorm(s["hidden_size"], s["rms_norm_eps"])
+        self.mlp = MLP(s)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Decoder(nn.Module):
+    def __init__(self, s):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(s["vocab_size"], s["hidden_size"])
+        self.layers = nn.ModuleList(Layer(s) for _ in range(s["num_hidden_layers"]))
+        self.norm = RMSNorm(s["hidden_size"], s["rms_norm_eps"])
+
+
+class GQAModel(nn.Module):
+    """Qwen3ForCausalLM's computation; state_dict() names are the checkpoint's (tied head)."""
+
+    def __init__(self, s=gqa_spec.SHAPE):
+        super().__init__()
+        self.s, self.model = s, Decoder(s)
+        hd = s["head_dim"]
+        inv = 1.0 / (s["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def forward(self, ids):
+        with torch.autocast(ids.device.type, enabled=False):
+            pos = torch.arange(ids.shape[1], device=ids.device, dtype=torch.float32)
+            f = torch.outer(pos, self.inv_freq)
+            emb = torch.cat((f, f), dim=-1)
+            cos, sin = emb.cos(), emb.sin()
+        x = self.model.embed_tokens(ids)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin)
+        return F.linear(self.model.norm(x), self.model.embed_tokens.weight)
+
+
+def init_weights(model):
+    g = torch.Generator().manual_seed(0)
+    n_layers = model.s["num_hidden_layers"]
+    for name, p in model.named_parameters():
+        if p.dim() == 1:
+            nn.init.ones_(p)
+        else:
+            std = 0.02 / math.sqrt(2 * n_layers) if name.endswith(("o_proj.weight",
+                                                                    "down_proj.weight")) else 0.02
+            with torch.no_grad():
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+
+
+# ---------------------------------------------------------------- data
+
+def run_synth(args, length, seed, samples, text, out_dir, split="train"):
+    cmd = [args.pulse, "synth", "--format", "train", "--split", split, "--chat", "chatml",
+           "--length", str(length), "--samples", str(samples), "--seed", str(seed),
+           "--tokenizer", gqa_spec.TOKENIZER_DIR, "--out-dir", out_dir] + args.corpus_flags
+    os.makedirs(out_dir, exist_ok=True)
+    if samples:
+        cmd += ["--task", "all"]
+    if text:
+        cmd += ["--text", str(text)]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def read_records(pattern):
+    out = []
+    for path in sorted(glob.glob(pattern)):
+        with open(path) as f:
+            out += [json.loads(line) for line in f]
+    return out
+
+
+def encode(tok, records):
+    """Per record: the ids and each token's role (1 prompt or text, 2 completion or end)."""
+    firsts = [r["text"] if r["task"] == "text" else r["prompt"] for r in records]
+    seconds = ["" if r["task"] == "text" else r["completion"] for r in records]
+    a, b = tok.encode_batch_fast(firsts), tok.encode_batch_fast(seconds)
+    out = []
+    for r, x, y in zip(records, a, b):
+        end = gqa_spec.PAD_ID if r["task"] == "text" else gqa_spec.EOS_ID
+        kinds = [1] * len(x.ids) + [2] * (len(y.ids) + 1)
+        if r["task"] == "text":
+            kinds[-1] = 1
+        out.append((x.ids + y.ids + [end], kinds))
+    return out
+
+
+def rows_of(encoded, length):
+    ids = np.full((len(encoded), length), gqa_spec.PAD_ID, dtype=np.int16)
+    kind = np.zeros((len(encoded), length), dtype=np.int8)
+    for i, (x, k) in enumerate(encoded):
+        if len(x) > length:
+            raise ValueError("a record of %d tokens does not fit a %d row" % (len(x), length))
+        ids[i, :len(x)], kind[i, :len(x)] = x, k
+    return ids, kind
+
+
+class Producer(threading.Thread):
+    """Makes each stage's rows in turn (pulse synth processes, then tokenization)."""
+
+    def __init__(self, args, tok, stages):
+        super().__init__(daemon=True)
+        self.args, self.tok, self.stages = args, tok, stages
+        self.ready = {L: threading.Event() for L, _, _ in stages}
+        self.rows, self.info, self.answers, self.prompts, self.error = {}, {}, set(), set(), None
+
+    def run(self):
+        try:
+            for L, steps, rows in self.stages:
+                self.make(L, steps * rows)
+        except Exception as e:  # reported by the trainer when it waits
+            self.error = e
+            for ev in self.ready.values():
+                ev.set()
+
+    def make(self, L, n_rows):
+        t0, a, jobs = time.time(), self.args, self.args.jobs
+        pool = math.ceil(n_rows / REUSE)
+        n_text = math.ceil(pool * TEXT_SHARE / jobs)
+        n_task = math.ceil(pool * (1 - TEXT_SHARE) / len(TASKS) / jobs)
+        d = os.path.join(a.work, "data", str(L))
+        procs = [run_synth(a, L - ROOM, L * 1000 + p, n_task, n_text, os.path.join(d, str(p)))
+                 for p in range(jobs)]
+        for p in procs:
+            _, err = p.communicate()
+            if p.returncode:
+                raise RuntimeError("pulse synth exit %d: %s" % (p.returncode, err.strip()[-400:]))
+        t1 = time.time()
+        recs = read_records(os.path.join(d, "*", "*.jsonl"))
+        for r in recs:
+            if r["task"] != "text":
+                self.answers.add((r["task"], tuple(r["answers"])))
+                self.prompts.add(hashlib.sha1(r["prompt"].encode()).hexdigest())
+        ids, kind = rows_of(encode(self.tok, recs), L)
+        order = np.random.default_rng(L).permutation(len(ids))
+        self.rows[L] = (ids[order], kind[order])
+        by_task = {t: sum(r["task"] == t for r in recs) for t in TASKS + ["text"]}
+        self.info[L] = {"records": len(recs), "by_task": by_task, "generate_s": round(t1 - t0, 1),
+                        "tokenize_s": round(time.time() - t1, 1),
+                        "tokens": int((kind > 0).sum()), "answer_tokens": int((kind == 2).sum())}
+        print("data %5d: %d records %s, generated in %.1f s, tokenized in %.1f s" % (
+            L, len(recs), by_task, t1 - t0, time.time() - t1), flush=True)
+        self.ready[L].set()
+
+
+# ---------------------------------------------------------------- training
+
+def lr_at(step, total, time_frac):
+    """Linear warm-up, then cosine decay over the run: by steps, or by the budget's time where
+    that is further along (a slower GPU still ends at LR_MIN)."""
+    if step < WARMUP:
+        return LR * (step + 1) / WARMUP
+    p = min(1.0, max((step - WARMUP) / max(1, total - WARMUP), time_frac))
+    return LR_MIN + 0.5 * (LR - LR_MIN) * (1 + math.cos(math.pi * p))
+
+
+def losses(model, ids, kind):
+    logits = model(ids[:, :-1])
+    tgt, k = ids[:, 1:], kind[:, 1:]
+    ce = F.cross_entropy(logits.float().flatten(0, 1), tgt.flatten(), reduction="none")
+    ce = ce.view_as(tgt)
+    lm = (ce * (k == 1)).sum() / (k == 1).sum().clamp(min=1)
+    ans = (ce * (k == 2)).sum() / (k == 2).sum().clamp(min=1)
+    return lm, ans, logits, tgt, k
+
+
+def train(args, model, producer, log):
+    dev = torch.device("cuda")
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n]
+    other = [p for n, p in model.named_parameters() if not (p.dim() == 2 and "embed" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=LR, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    stages = producer.stages
+    total = sum(s for _, s, _ in stages)
+    planned = [s * r * L / TOK_S[L] for L, s, r in stages]  # expected seconds a stage
+    step, t_train = 0, time.time()
+    gen = torch.Generator(device=dev).manual_seed(1)
+    for si, (L, steps, rows) in enumerate(stages):
+        tw = time.time()
+        producer.ready[L].wait()
+        if producer.error:
+            raise producer.error
+        ids_h, kind_h = producer.rows.pop(L)
+        ids_d, kind_d = torch.from_numpy(ids_h).to(dev), torch.from_numpy(kind_h).to(dev)
+        # this stage's part of the budget left: stages that ran fast leave more to the rest
+        share = (args.budget - (time.time() - t_train)) * planned[si] / sum(planned[si:])
+        t0, done, cut = time.time(), 0, False
+        stage = {"length": L, "rows": rows, "steps_planned": steps, "wait_s": round(t0 - tw, 1),
+                 "cap_s": round(share, 1)}
+        for i in range(steps):
+            if time.time() - t0 > share:
+                cut = True
+                break
+            idx = torch.randint(0, len(ids_d), (rows,), device=dev, generator=gen)
+            ids, kind = ids_d[idx].long(), kind_d[idx]
+            lr = lr_at(step, total, (time.time() - t_train) / args.budget)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            with torch.autocast("cuda", dtype=torch.bfloat16), sdpa_kernel(FAST_ATTENTION):
+                lm, ans, logits, tgt, k = losses(model, ids, kind)
+                loss = lm + ANSWER_WEIGHT * ans
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+            opt.step()
+            step, done = step + 1, done + 1
+            if step % args.log_every == 0 or i == steps - 1:
+                with torch.no_grad():
+                    hit = ((logits.argmax(-1) == tgt) & (k == 2)).sum() / (k == 2).sum()
+                e = {"step": step, "length": L, "lm": round(lm.item(), 4),
+                     "answer": round(ans.item(), 4), "answer_acc": round(hit.item(), 4),
+                     "grad_norm": round(gn.item(), 3), "lr": round(lr, 6),
+                     "t": round(time.time() - t_train, 1),
+                     "tok_s": round(done * rows * L / (time.time() - t0))}
+                log["curve"].append(e)
+                print("step %5d  L %5d  lm %.3f  answer %.3f  answer-acc %.3f  gnorm %.2f  "
+                      "lr %.2e  %6.1f s  %.0fK tok/s" % (step, L, e["lm"], e["answer"],
+                      e["answer_acc"], e["grad_norm"], e["lr"], e["t"], e["tok_s"] / 1e3),
+                      flush=True)
+        torch.cuda.synchronize()
+        stage.update({"steps": done, "cut_by_budget": cut, "train_s": round(time.time() - t0, 1),
+                      "tok_s": round(done * rows * L / max(1e-9, time.time() - t0))})
+        log["stages"].append(stage)
+        del ids_d, kind_d
+    log["train_s"] = round(time.time() - t_train, 1)
+
+
+# ---------------------------------------------------------------- evaluation
+
+@torch.no_grad()
+def evaluate(model, tok, recs, batch):
+    """Exact match: every completion token (and the end of turn) is the argmax after its prefix,
+    i.e. greedy decoding writes the completion."""
+    enc = encode(tok, recs)
+    hits, tok_hits, toks = [], 0, 0
+    for i in range(0, len(enc), batch):
+        part = enc[i:i + batch]
+        ids, kind = rows_of(part, max(len(x) for x, _ in part))
+        ids = torch.from_numpy(ids).long().cuda()
+        kind = torch.from_numpy(kind).cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16), sdpa_kernel(FAST_ATTENTION):
+            pred = model(ids[:, :-1]).argmax(-1)
+        ok = (pred == ids[:, 1:]) | (kind[:, 1:] != 2)
+        hits += ok.all(-1).tolist()
+        tok_hits += int(((pred == ids[:, 1:]) & (kind[:, 1:] == 2)).sum())
+        toks += int((kind[:, 1:] == 2).sum())
+    return sum(hits) / len(hits), tok_hits / max(1, toks)
+
+
+@torch.no_grad()
+def head_mass(model, tok, recs):
+    """Mean attention mass, per layer and query head, that the step writing the answer's first
+    digit puts on the needle's value in the context (digits are one token each)."""
+    s = model.s
+    mass, n = torch.zeros(s["num_hidden_layers"], s["num_attention_heads"]), 0
+    attn = [layer.self_attn for layer in model.model.layers]
+    for r in recs:
+        p, c = tok.encode(r["prompt"]).ids, tok.encode(r["completion"]).ids
+        v = tok.encode(r["answers"][0]).ids
+        at = next((i for i in range(len(p) - len(v)) if p[i:i + len(v)] == v), None)
+        if at is None or c[1:1 + len(v)] != v:
+            continue
+        for a in attn:
+            a.keep = []
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            model(torch.tensor([p + c[:1]], device="cuda"))  # the next token: the first digit
+        for li, a in enumerate(attn):
+            q, k = a.keep[0]  # [1, heads, T, hd], [1, kv heads, T, hd]
+            k = k[0].repeat_interleave(a.nq // a.nkv, 0).float()
+            w = torch.softmax((k @ q[0, :, -1].float().unsqueeze(-1)).squeeze(-1)
+                              / math.sqrt(a.hd), dim=-1)
+            mass[li] += w[:, at:at + len(v)].sum(-1).cpu()
+            a.keep = None
+        n += 1
+    return (mass / max(1, n)).tolist(), n
+
+
+# ---------------------------------------------------------------- export and reference
+
+def export(model, out_dir):
+    sd = model.state_dict()
+    tensors = {name: (tuple(sd[name].shape),
+                      sd[name].detach().to(torch.bfloat16).contiguous().view(torch.int16)
+                      .cpu().numpy().tobytes())
+               for name in gqa_spec.tensor_shapes(model.s)}
+    return gqa_spec.write_checkpoint(out_dir, tensors, model.s)
+
+
+@torch.no_grad()
+def reference(model, out_dir, prompts, tok):
+    """transformers' Qwen3ForCausalLM from out_dir, in float32 (no TF32): its logits against this
+    model's (bf16-rounded weights, float32), and its greedy tokens on the prompts (argmax of its
+    logits, step by step, not stopping at the end of turn) with each step's margin (top logit
+    minus the second), for tests/test_acc_gqa_tiny.c."""
+    from transformers import Qwen3ForCausalLM, __version__ as tf_version
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    hf = Qwen3ForCausalLM.from_pretrained(out_dir, dtype=torch.float32).cuda().eval()
+    mine = GQAModel(model.s).cuda()
+    mine.load_state_dict({k: v.to(torch.bfloat16).float() for k, v in model.state_dict().items()})
+    refs, worst = [], 0.0
+    for name, text in prompts:
+        ids = tok.encode(text).ids
+        x = torch.tensor([ids], device="cuda")
+        worst = max(worst, (hf(x).logits - mine(x)).abs().max().item())
+        gen, margins = [], []
+        for _ in range(REF_NEW_TOKENS):
+            top = hf(x).logits[0, -1].topk(2)
+            gen.append(int(top.indices[0]))
+            margins.append(round(float(top.values[0] - top.values[1]), 4))
+            x = torch.cat([x, top.indices[:1].view(1, 1)], dim=1)
+        refs.append({"name": name, "text": text, "prompt_ids": ids, "generated_ids": gen,
+                     "generated_text": tok.decode(gen, skip_special_tokens=False),
+                     "margins": margins})
+    doc = {"model": "gqa-tiny", "transformers": tf_version, "torch": torch.__version__,
+           "dtype": "float32", "max_abs_logit_diff": worst, "new_tokens": REF_NEW_TOKENS,
+           "prompts": refs}
+    with open(os.path.join(out_dir, "reference.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    return worst, refs
+
+
+# ---------------------------------------------------------------- main
+
+def run(args, log, tok, stages):
+    # the evaluation set first (test split, seed 1), then the training data in the background
+    ev_dir = os.path.join(args.work, "eval")
+    ev = [run_synth(args, L, EVAL_SEED, EVAL_SAMPLES, 0, ev_dir, split="test")
+          for L in EVAL_LENGTHS]
+    producer = Producer(args, tok, stages)
+    producer.start()
+    model = GQAModel().cuda()
+    init_weights(model)
+    try:
+        train(args, model, producer, log)
+    finally:
+        log["data"] = {str(k): v for k, v in producer.info.items()}
+    for p in ev:
+        if p.wait():
+            raise RuntimeError("pulse synth (evaluation set): " + p.stderr.read()[-400:])
+    with torch.no_grad():  # evaluate what is exported: bf16 weights
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    model.eval()
+    t0, table = time.time(), {}
+    ev_recs = read_records(os.path.join(ev_dir, "*.jsonl"))
+    for L in EVAL_LENGTHS:
+        for t in TASKS:
+            recs = [r for r in ev_recs if r["task"] == t and r["target_tokens"] == L]
+            em, tacc = evaluate(model, tok, recs, batch=max(1, 65536 // L)) if recs else (0, 0)
+            table["%s@%d" % (t, L)] = {"exact": round(em, 4), "token_acc": round(tacc, 4),
+                                       "n": len(recs)}
+    seen = sum((r["task"], tuple(r["answers"])) in producer.answers for r in ev_recs)
+    same = sum(hashlib.sha1(r["prompt"].encode()).hexdigest() in producer.prompts
+               for r in ev_recs)
+    at4k = [r for r in ev_recs if r["target_tokens"] == 4096]
+    heads, n_heads = head_mass(model, tok, [r for r in at4k if r["task"] == "passkey"][:8] +
+                               [r for r in at4k if r["task"] == "niah_multikey"][:8])
+    log["eval"] = {"table": table, "eval_s": round(time.time() - t0, 1),
+                   "overlap": {"answers_seen_in_training": seen, "prompts_seen": same,
+                               "eval_records": len(ev_recs),
+                               "training_records": len(producer.prompts)},
+                   "head_mass": {"samples": n_heads, "per_layer_query_head": heads}}
+    out_dir = os.path.join(args.out, "gqa-tiny")
+    files, digest = export(model, out_dir)
+    short = [r for r in read_records(os.path.join(args.work, "data", "1024", "0", "*.jsonl"))
+             if r["task"] != "text"]
+    prompts = [("text", "Permission is hereby granted, free of charge, to any person")] + \
+        [(t, next(r["prompt"] for r in short if r["task"] == t)) for t in TASKS[:3]]
+    worst, refs = reference(model, out_dir, prompts, tok)
+    log["export"] = {"dir": out_dir, "files": files, "sha256": digest,
+                     "hf_max_abs_logit_diff": worst,
+                     "reference": [{"name": r["name"], "prompt_tokens": len(r["prompt_ids"]),
+                                    "text": r["generated_text"], "min_margin_first_8":
+                                    min(r["margins"][:8])} for r in refs]}
+    print("\n%-20s %8s %9s %4s" % ("task@length", "exact", "token-acc", "n"))
+    for k, v in table.items():
+        print("%-20s %8.3f %9.3f %4d" % (k, v["exact"], v["token_acc"], v["n"]))
+    print("evaluation answers seen in training: %d, prompts: %d (of %d)" % (seen, same,
+                                                                          len(ev_recs)))
+    g = model.s["num_attention_heads"] // model.s["num_key_value_heads"]
+    print("attention mass on the needle's value (%d samples), layer: query heads | KV heads"
+          % n_heads)
+    for li, row in enumerate(heads):
+        kv = [sum(row[j * g:(j + 1) * g]) / g for j in range(len(row) // g)]
+        print("  %d: %s | %s" % (li, " ".join("%.2f" % x for x in row),
+                                 " ".join("%.2f" % x for x in kv)))
+    print("export: %s (%d bytes, sha256 %s); transformers max |logit diff| %.2e" % (
+        out_dir, files["model.safetensors"], digest[:16], worst))
+    for r in refs:
+        print("reference %-18s %4d prompt tokens -> %r (min margin %.2f)" % (
+            r["name"], len(r["prompt_ids"]), r["generated_text"][:60], min(r["margins"][:8])))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pulse", required=True, help="the pulse binary (CPU build is enough)")
+    ap.add_argument("--out", required=True, help="OUT/gqa-tiny/ and OUT/train_log.json")
+    ap.add_argument("--work", default="/tmp/gqa-train", help="generated data")
+    ap.add_argument("--budget", type=float, default=300, help="training seconds, shared by "
+                    "the stages by their expected times (TOK_S)")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiplies every stage's steps")
+    ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 4) - 2))
+    ap.add_argument("--corpus", action="append", default=[], help="pulse synth --corpus")
+    ap.add_argument("--log-every", type=int, default=50)
+    args = ap.parse_args()
+    args.corpus_flags = sum((["--corpus", c] for c in args.corpus), [])
+    t_start = time.time()
+    torch.manual_seed(0)
+    stages = [(L, max(1, round(s * args.scale)), r) for L, s, r in STAGES]
+    tok = Tokenizer.from_file(os.path.join(gqa_spec.TOKENIZER_DIR, "tokenizer.json"))
+    log = {"recipe": {"shape": gqa_spec.SHAPE, "params": gqa_spec.param_count(),
+                      "stages": [{"length": L, "steps": s, "rows": r} for L, s, r in stages],
+                      "tasks": TASKS, "text_share": TEXT_SHARE, "reuse": REUSE, "room": ROOM,
+                      "answer_weight": ANSWER_WEIGHT, "lr": LR, "lr_min": LR_MIN,
+                      "warmup": WARMUP, "weight_decay": WD, "clip": CLIP,
+                      "budget_s": args.budget, "scale": args.scale, "jobs": args.jobs,
+                      "seeds": "torch 0 (init 0, batches 1); data: train split, seed "
+                               "length*1000+process; evaluation: test split, seed 1",
+                      "corpus": args.corpus or "pulse synth's default"},
+           "env": {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)},
+           "curve": [], "stages": [], "status": "error"}
+    print("recipe:", json.dumps(log["recipe"]), flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    try:
+        run(args, log, tok, stages)
+        log["status"] = "ok"
+    finally:  # a failed run still leaves its curve and times
+        log["total_s"] = round(time.time() - t_start, 1)
+        with open(os.path.join(args.out, "train_log.json"), "w") as f:
+            json.dump(log, f, indent=1)
+        print("%s: total %.1f s (training %s s)" % (log["status"], log["total_s"],
+                                                    log.get("train_s")), flush=True)
+
+
+if __name__ == "__main__":
+    main()
