@@ -294,7 +294,7 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
     p->cap_gbps = oo->cap_gbps;
     p->schedule = pol->offload_schedule;
     p->refetch = oo->reuse ? !strcmp(oo->reuse, "none") : pol->offload_refetch;
-    p->verify_steps = pulse_env_switch("PULSE_OFFLOAD_VERIFY", 0);
+    p->verify_steps = pulse_diag_switch(PULSE_DIAG_OFFLOAD_VERIFY);
     int64_t prompt = 0, out = 0;
     for (int i = 0; i < w->n; i++)
         prompt += w->reqs[i].prompt_len, out += w->reqs[i].output_len;

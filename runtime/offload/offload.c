@@ -507,8 +507,8 @@ static int make_pools(struct offload *o, char *err, size_t errlen)
     recall_params_init(&rp, o->p.engine, o->max_items);
     rp.cap_gbps = o->p.cap_gbps;
     rp.ops = o->p.recall_ops ? o->p.recall_ops : recall_copy_ops_for(o->be);
-    const char *fault = getenv("PULSE_RECALL_FAULT"); /* faults injected (recall_fault.h) */
-    if (fault && *fault) {
+    const char *fault = pulse_diag_text(PULSE_DIAG_RECALL_FAULT); /* recall_fault.h */
+    if (fault) {
         if (recall_fault_init(&o->fault, rp.ops, fault, why, sizeof why) != PULSE_OK)
             BAD("PULSE_RECALL_FAULT: %s", why);
         rp.ops = &o->fault.ops;
