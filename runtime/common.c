@@ -111,52 +111,6 @@ int pulse_check_text(const char *buf, size_t len, const char *path, char *err, s
                         line);
 }
 
-int pulse_env_long(const char *name, long lo, long hi, long *out)
-{
-    const char *e = getenv(name);
-    if (!e || !*e) return 0;
-    char *end;
-    const long v = strtol(e, &end, 10);
-    const int decimal = (e[0] >= '0' && e[0] <= '9') || (e[0] == '-' && e[1] >= '0' && e[1] <= '9');
-    if (!decimal || *end || v < lo || v > hi) {
-        fprintf(stderr, "%s=%s: expected an integer in %ld..%ld; ignored\n", name, e, lo, hi);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
-int pulse_env_double(const char *name, double lo, double hi, double *out)
-{
-    const char *e = getenv(name);
-    if (!e || !*e) return 0;
-    char *end;
-    const double v = strtod(e, &end);
-    const int decimal = (e[0] >= '0' && e[0] <= '9') || (e[0] == '.' && e[1] >= '0' && e[1] <= '9');
-    if (!decimal || *end || !isfinite(v) || v < lo || v > hi) {
-        fprintf(stderr, "%s=%s: expected a number in %g..%g; ignored\n", name, e, lo, hi);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
-int pulse_env_switch(const char *name, int def)
-{
-    long v = def;
-    pulse_env_long(name, 0, 1, &v);
-    return (int)v;
-}
-
-int pulse_device_wait(void)
-{
-    static int cached = -1;
-    if (cached < 0) {
-        cached = pulse_env_switch("PULSE_DEVICE_WAIT", 1);
-    }
-    return cached;
-}
-
 /* ---- diagnostics (common.h): the one table of the PULSE_* variables the runtime reads ---- */
 
 enum diag_kind { DIAG_SWITCH, DIAG_NUMBER, DIAG_TEXT };

@@ -68,9 +68,10 @@ double pulse_now(void);
 void pulse_host_sync_note(void);
 int64_t pulse_host_syncs(void);
 
-/* Diagnostics: the PULSE_* environment variables that are switches for debugging and tests
- * and change no result. Read here and nowhere else, each when it is asked for (never by a
- * *_params_init); a value that is not what the variable takes gets one warning on stderr,
+/* Diagnostics: the PULSE_* environment variables that remain, switches for debugging and
+ * tests that change no result (the runtime's tuning knobs are params fields, set on the command
+ * line: experiments/runtime_opts.h). Read here and nowhere else, each when it is asked for (never
+ * by a *_params_init); a value that is not what the variable takes gets one warning on stderr,
  * "NAME=VALUE: expected ...; ignored", and the default stands.
  *   PULSE_SYNC=0|1            synchronise after every kernel launch (pulse_sync_each_launch)
  *   PULSE_OFFLOAD_VERIFY=0|1  pulse run checks every resident block after every offload step
@@ -99,25 +100,6 @@ int pulse_diag_number(enum pulse_diag d, double *out);
 int pulse_diag_switch(enum pulse_diag d);
 /* A text diagnostic (PULSE_RECALL_FAULT): its value, NULL when unset or empty. */
 const char *pulse_diag_text(enum pulse_diag d);
-
-/* The offload step's recall wait on cuda: the compute stream waits for a layer's recall on the
- * device (cuStreamWaitValue32), the default; PULSE_DEVICE_WAIT=0 makes the thread that queues
- * the step wait for the recall's flag on the host instead (a noted host synchronisation) before
- * queueing the layer's attention, for comparison. Anything that takes the driver's locks and
- * waits for the device while a step is queued would deadlock the device wait (the recall's
- * thread could not submit what the compute stream waits for): CUDA's lazy module loading (off,
- * stream_value_cuda.c), cuBLAS's lazy kernel libraries (every decode GEMM runs once at engine
- * creation, engine.c), copies into pageable memory (the token readback is pinned). */
-int pulse_device_wait(void);
-
-/* An integer environment switch in [lo, hi] (decimal): 1 and *out when set and valid; a warning
- * on stderr and 0 when set and bad (the default stands); 0 when unset. */
-int pulse_env_long(const char *name, long lo, long hi, long *out);
-/* The same for a decimal number in [lo, hi] (no inf, no nan), and for a switch: 0 or 1 (a
- * switch's default when unset or refused: def). The tuning variables that are not diagnostics
- * are read through these, so junk is refused with the same warning everywhere. */
-int pulse_env_double(const char *name, double lo, double hi, double *out);
-int pulse_env_switch(const char *name, int def);
 
 /* Waits on the calling thread until (int32_t)(*flag - value) >= 0 (a flag another thread or a
  * device stream writes), spinning, then yielding. A flag that has not reached the value after

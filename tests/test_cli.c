@@ -161,6 +161,33 @@ static const struct bad_case bad[] = {
      "pulse generate: --max-new-tokens given twice", 2},
     {"accuracy --model tiny --samples 1 --samples 2 --tasks passkey --data d --lengths 4096",
      "pulse accuracy: --samples given twice", 2},
+    /* the runtime's shared options (experiments/runtime_opts.h): range-checked in every command
+     * that takes them, one line each; a command takes only its groups */
+    {"run --backend cpu --zc-blocks 0",
+     "pulse run: --zc-blocks: '0' is not an integer in [1, 65535] (decimal)", 2},
+    {"run --backend cpu --gs-threads 257",
+     "pulse run: --gs-threads: '257' is not an integer in [1, 256]", 2},
+    {"run --backend cpu --pin mmap", "pulse run: --pin: 'mmap' is not alloc or register", 2},
+    {"run --backend cpu --pin-numa 4096",
+     "pulse run: --pin-numa: '4096' is not an integer in [-1, 4095], nearest or none", 2},
+    {"run --backend cpu --recall-wait 0", "pulse run: --recall-wait: '0' is not device or host", 2},
+    {"run --backend cpu --layer-graphs 1", "pulse run: --layer-graphs: '1' is not on or off", 2},
+    {"run --backend cpu --run-ahead no", "pulse run: --run-ahead: 'no' is not on or off", 2},
+    {"run --backend cpu --cpu-threads 65",
+     "pulse run: --cpu-threads: '65' is not an integer in [1, 64]", 2},
+    {"run --backend cpu --attn-min-tiles 3", "--attn-min-tiles: '3' is not an integer in [4, 4096]",
+     2},
+    {"run --backend cpu --zc-blocks 4 --zc-blocks 8", "pulse run: --zc-blocks given twice", 2},
+    {"bench decode-step --backend cpu --attn-blocks-per-sm 17",
+     "pulse bench: --attn-blocks-per-sm: '17' is not an integer in [1, 16]", 2},
+    {"bench decode-step --backend cpu --run-ahead off",
+     "unknown or incomplete option '--run-ahead'", 2},
+    {"recall-bench --backend cpu --zc-inflight-kb 257",
+     "pulse recall-bench: --zc-inflight-kb: '257' is not an integer in [1, 256]", 2},
+    {"recall-bench --backend cpu --layer-graphs off",
+     "unknown or incomplete option '--layer-graphs'", 2},
+    {"profile --backend cpu --model tiny --gs-stages 65", "pulse profile: --gs-stages: '65' is not",
+     2},
 };
 
 /* Output paths are checked before the work (exit 2) in every command that writes one: a
@@ -220,8 +247,9 @@ static void test_outputs(void)
     unlink(keep);
 }
 
-/* Every PULSE_* variable refuses junk alike: one warning naming the variable, its value and what
- * it takes, and the default stands (the run goes on and succeeds). */
+/* Every diagnostic PULSE_* variable (runtime/common.h) refuses junk alike: one warning naming
+ * the variable, its value and what it takes, and the default stands (the run goes on and
+ * succeeds). */
 static void test_env_junk(void)
 {
     static const struct {
@@ -229,9 +257,6 @@ static void test_env_junk(void)
     } env[] = {
         {"PULSE_OFFLOAD_VERIFY", "on", "PULSE_OFFLOAD_VERIFY=on: expected an integer in 0..1"},
         {"PULSE_PROGRESS", "2", "PULSE_PROGRESS=2: expected an integer in 0..1"},
-        {"PULSE_CPU_THREADS", "lots", "PULSE_CPU_THREADS=lots: expected an integer in 1.."},
-        {"PULSE_PROMPT_KV_HOST", "z", "PULSE_PROMPT_KV_HOST=z: expected an integer in 0..1"},
-        {"PULSE_SERVE_RUN_AHEAD", "maybe", "PULSE_SERVE_RUN_AHEAD=maybe: expected an integer"},
         {"PULSE_STACKS_AFTER_S", "soon", "PULSE_STACKS_AFTER_S=soon: expected a number in"},
         {"PULSE_OFFLOAD_TRACE", "x", "PULSE_OFFLOAD_TRACE=x: expected an integer in 0..1"},
     };
@@ -242,6 +267,31 @@ static void test_env_junk(void)
     for (size_t i = 0; i < sizeof env / sizeof env[0]; i++) {
         EXPECT_STR_CONTAINS(out, env[i].says);
         unsetenv(env[i].name);
+    }
+}
+
+/* A tuning variable that became an option is refused by every command, before any work, with
+ * one line naming the option and the value to give it; the run goes on once it is unset. */
+static void test_env_refused(void)
+{
+    static const struct {
+        const char *name, *value, *args, *says;
+    } env[] = {
+        {"PULSE_ZC_BLOCKS", "8", "run --backend cpu",
+         "pulse: PULSE_ZC_BLOCKS=8: this variable is no longer read: give --zc-blocks 8 on"},
+        {"PULSE_DEVICE_WAIT", "0", "bench decode-step --backend cpu --model tiny",
+         "PULSE_DEVICE_WAIT=0: this variable is no longer read: give --recall-wait host on"},
+        {"PULSE_SERVE_RUN_AHEAD", "0", "models", "give --run-ahead off on"},
+        {"PULSE_PIN", "alloc", "recall-bench --backend cpu", "give --pin alloc on"},
+        {"PULSE_CPU_THREADS", "lots", "run --backend cpu", "give --cpu-threads on the"},
+    };
+    for (size_t i = 0; i < sizeof env / sizeof env[0]; i++) {
+        setenv(env[i].name, env[i].value, 1);
+        EXPECT_EQ_INT(run(env[i].args), 2);
+        unsetenv(env[i].name);
+        EXPECT_STR_CONTAINS(out, env[i].says);
+        char *nl = strchr(out, '\n');
+        EXPECT(nl == NULL || nl[1] == 0); /* one line */
     }
 }
 
@@ -450,17 +500,20 @@ static void test_generate_sparse(void)
              ids);
     EXPECT_EQ_INT(run(args), 0);
     EXPECT_STR_CONTAINS(out, "(solohead-q, budget 32): 10 global-layer steps sparse, 0 dense");
-    /* every PULSE_* switch of the environment lands in the result's env */
+    /* every diagnostic switch of the environment lands in the result's env (other PULSE_*
+     * variables change nothing and are not recorded) */
+    setenv("PULSE_WAIT_TIMEOUT_S", "77", 1);
     setenv("PULSE_TEST_SWITCH", "7", 1);
     EXPECT_EQ_INT(run("generate --model tiny --backend cpu --prompt-ids 3 --max-new-tokens 1 "
                       "--out /tmp/pulse_cli_env.json"),
                   0);
+    unsetenv("PULSE_WAIT_TIMEOUT_S");
     unsetenv("PULSE_TEST_SWITCH");
     json_error_t je;
     json_t *r = json_load_file("/tmp/pulse_cli_env.json", 0, &je);
-    json_t *v = json_object_get(json_object_get(json_object_get(r, "env"), "pulse_variables"),
-                                "PULSE_TEST_SWITCH");
-    EXPECT_STR_CONTAINS(json_string_value(v), "7");
+    json_t *vars = json_object_get(json_object_get(r, "env"), "pulse_variables");
+    EXPECT_STR_CONTAINS(json_string_value(json_object_get(vars, "PULSE_WAIT_TIMEOUT_S")), "77");
+    EXPECT(json_object_get(vars, "PULSE_TEST_SWITCH") == NULL);
     json_decref(r);
     unlink("/tmp/pulse_cli_env.json");
 }
@@ -487,6 +540,7 @@ int main(void)
     test_bad_inputs();
     test_outputs();
     test_env_junk();
+    test_env_refused();
     test_long_values();
     test_bench_peer();
     test_oom_result();
