@@ -175,6 +175,16 @@ int runtime_opts_code(int c)
     return c >= RT_OPT_BASE && c < RT_OPT_BASE + N_OPTS;
 }
 
+const char *runtime_opts_name(int c)
+{
+    return runtime_opts_code(c) ? table[c - RT_OPT_BASE].name : NULL;
+}
+
+int runtime_opts_group(int c)
+{
+    return runtime_opts_code(c) ? table[c - RT_OPT_BASE].group : 0;
+}
+
 int runtime_opts_count(int groups)
 {
     int n = 0;

@@ -51,6 +51,9 @@ int runtime_opts_getopt(const struct option *own, int groups, struct option *out
 int runtime_opts_code(int c);
 /* The options of `groups` in the table. */
 int runtime_opts_count(int groups);
+/* The flag (without "--") and the group of the table's option of code c (NULL, 0: none). */
+const char *runtime_opts_name(int c);
+int runtime_opts_group(int c);
 /* Parses the value of the table's option of code c into o: 0, or -1 after a one-line message
  * "pulse CMD: --zc-blocks: '0' is not an integer in [1, 65535] (decimal)" or "...: 'x' is not
  * alloc or register". */

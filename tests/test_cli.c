@@ -358,6 +358,60 @@ static void test_long_values(void)
 
 /* bench --peer: a directory says so, a JSON that is not a peer result names its first bad field,
  * a peer without the point prints "-" and never nan. */
+/* The runtime's options reach every command that takes them: bench decode-step's config, a
+ * sweep grid's points (like any other flag) and pulse reproduce's points, profiles and
+ * recall-bench run (each the options of its groups). */
+static void test_options_pass_through(void)
+{
+    const char *path = "/tmp/pulse_cli_opts.json";
+    EXPECT_EQ_INT(run("bench decode-step --backend cpu --model tiny --points 1x64 --iters 1 "
+                      "--warmup 0 --cpu-threads 1 --attn-min-tiles 32 --pin alloc "
+                      "--out /tmp/pulse_cli_opts.json"),
+                  0);
+    json_error_t je;
+    json_t *r = json_load_file(path, 0, &je),
+           *o = json_object_get(json_object_get(r, "config"), "options");
+    EXPECT_EQ_INT(json_integer_value(json_object_get(o, "cpu_threads")), 1);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(o, "attn_min_tiles")), 32);
+    EXPECT_STR_EQ(json_string_value(json_object_get(o, "pin")), "alloc");
+    EXPECT(json_object_get(o, "run_ahead") == NULL); /* no serving loop here */
+    json_decref(r);
+    unlink(path);
+    /* a grid's flag */
+    FILE *f = fopen("/tmp/pulse_cli_grid.json", "w");
+    fputs("{\"out_dir\": \"/tmp/pulse_cli_grid\", \"base\": {\"--backend\": \"cpu\", "
+          "\"--policy\": \"arkvale\", \"--recall-engine\": \"zero-copy\", \"--workload\": "
+          "\"uniform:64:1\", \"--output-len\": 2, \"--run-ahead\": \"off\"}, \"axes\": "
+          "{\"--zc-blocks\": [2, 8]}}",
+          f);
+    fclose(f);
+    EXPECT_EQ_INT(run("sweep /tmp/pulse_cli_grid.json"), 0);
+    for (int b = 2; b <= 8; b += 6) {
+        char p[128];
+        snprintf(p, sizeof p, "/tmp/pulse_cli_grid/zc-blocks=%d.json", b);
+        r = json_load_file(p, 0, &je);
+        o = json_object_get(json_object_get(r, "config"), "options");
+        if (!r) fprintf(stderr, "%s: %s\n", p, je.text);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(o, "zc_blocks")), b);
+        EXPECT_STR_EQ(json_string_value(json_object_get(o, "run_ahead")), "off");
+        json_decref(r);
+        unlink(p);
+    }
+    rmdir("/tmp/pulse_cli_grid");
+    unlink("/tmp/pulse_cli_grid.json");
+    /* pulse reproduce: every point, the profiles and recall-bench, each its groups' */
+    EXPECT_EQ_INT(run("reproduce --tiny --dry-run --only e2e,recall --zc-blocks 8 --run-ahead off "
+                      "--out-dir /tmp/pulse_cli_repro"),
+                  0);
+    EXPECT_STR_CONTAINS(out, "pulse run --backend cpu --model tiny");
+    EXPECT_STR_CONTAINS(out, "--zc-blocks 8 --run-ahead off --policy vanilla");
+    EXPECT_STR_CONTAINS(out, "--recall-engine zero-copy --out /tmp/pulse_cli_repro/profile/"
+                             "ioaa_zero-copy.json --zc-blocks 8\n");
+    EXPECT_STR_CONTAINS(out, "--out /tmp/pulse_cli_repro/recall/recall.json --zc-blocks 8\n");
+    EXPECT_EQ_INT(run("reproduce --tiny --dry-run --zc-blocks 0"), 2);
+    EXPECT_STR_CONTAINS(out, "pulse reproduce: --zc-blocks: '0' is not an integer in [1, 65535]");
+}
+
 static void test_bench_peer(void)
 {
     const char *path = "/tmp/pulse_cli_peer.json";
@@ -543,6 +597,7 @@ int main(void)
     test_env_refused();
     test_long_values();
     test_bench_peer();
+    test_options_pass_through();
     test_oom_result();
     test_help();
     test_models();
