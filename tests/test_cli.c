@@ -188,6 +188,10 @@ static const struct bad_case bad[] = {
      "unknown or incomplete option '--layer-graphs'", 2},
     {"profile --backend cpu --model tiny --gs-stages 65", "pulse profile: --gs-stages: '65' is not",
      2},
+    {"generate --model tiny --backend cpu --prompt-ids 3 --cpu-threads 0",
+     "pulse generate: --cpu-threads: '0' is not an integer in [1, 64]", 2},
+    {"accuracy --model tiny --attn-min-tiles x", "pulse accuracy: --attn-min-tiles: 'x' is not", 2},
+    {"accuracy --model tiny --zc-blocks 4", "unknown or incomplete option '--zc-blocks'", 2},
 };
 
 /* Output paths are checked before the work (exit 2) in every command that writes one: a
@@ -375,6 +379,16 @@ static void test_options_pass_through(void)
     EXPECT_EQ_INT(json_integer_value(json_object_get(o, "attn_min_tiles")), 32);
     EXPECT_STR_EQ(json_string_value(json_object_get(o, "pin")), "alloc");
     EXPECT(json_object_get(o, "run_ahead") == NULL); /* no serving loop here */
+    json_decref(r);
+    unlink(path);
+    /* generate (and accuracy) take the engine's */
+    EXPECT_EQ_INT(run("generate --model tiny --backend cpu --prompt-ids 3 --max-new-tokens 1 "
+                      "--cpu-threads 1 --out /tmp/pulse_cli_opts.json"),
+                  0);
+    r = json_load_file(path, 0, &je);
+    o = json_object_get(json_object_get(r, "config"), "options");
+    EXPECT_EQ_INT(json_integer_value(json_object_get(o, "cpu_threads")), 1);
+    EXPECT(json_object_get(o, "zc_blocks") == NULL);
     json_decref(r);
     unlink(path);
     /* a grid's flag */
