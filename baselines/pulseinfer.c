@@ -423,17 +423,18 @@ static const struct offload_schedule pulseinfer_schedule = {"exact-at-layer", 0,
  * normal batch while an offload layer's recall is in flight; a sparse layer's round is hidden
  * when normal layers ran meanwhile and it was in when the scheduler came back, exposed when
  * the offload batch had to wait for it: on the device (its attention queued behind the recall's
- * event or flag, not timed here), or on the cpu backend and with PULSE_DEVICE_WAIT=0 on the host
- * (offload_wait_s). */
+ * event or flag, not timed here), or on the cpu backend and with offload_params.host_wait on the
+ * host (offload_wait_s). */
 static int step_irq(struct serve_state *s, struct pulseinfer *pi)
 {
     struct engine *e = s->eng;
     struct serve_batch *nb = &s->run[NORMAL], *ob = &s->run[OFFLOAD];
     const int L = engine_model(e)->cfg->n_layers;
     /* an exposed recall is waited for on the device: zero-copy's gather, or on cuda the
-     * planner's flag (common.h, pulse_device_wait); else on the host, here */
-    const int device_waits = offload_device_driven(pi->o) == 2 ||
-                             (engine_model(e)->be->mem == MEM_DEVICE && pulse_device_wait());
+     * planner's flag (unless offload_params.host_wait); else on the host, here */
+    const int device_waits =
+        offload_device_driven(pi->o) == 2 ||
+        (engine_model(e)->be->mem == MEM_DEVICE && !offload_get_params(pi->o)->host_wait);
     const struct kctx *c = engine_ctx(e);
     const int64_t step = pi->steps;
     offload_step_begin(pi->o, ob->bt, ob->entries, ob->n_entries);
@@ -476,7 +477,7 @@ static int step_irq(struct serve_state *s, struct pulseinfer *pi)
             ++*(ran ? &s->ctr.recalls_hidden : &s->ctr.recalls_exposed);
         if (sparse && !device_waits && !offload_layer_ready(pi->o, lo)) {
             /* the recall still in flight and waited for on the host (the cpu backend, or
-             * PULSE_DEVICE_WAIT=0): here, timed; on the device finish queues the attention
+             * offload_params.host_wait): here, timed; on the device finish queues the attention
              * behind the recall's event or flag and the host goes on */
             const double t0 = pulse_now();
             TRACE_PUSH("offload batch waits for its recall");

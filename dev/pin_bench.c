@@ -19,8 +19,8 @@
  * copy into it (pinned memory runs at the PCIe peak, ~55 GB/s; pageable at ~8). The first
  * strategy of a fresh machine may pay first-touch costs of the VM's memory that later ones do
  * not: run each strategy in its own process too (--strategies register) and compare.
- * The pool's default is MEM_PIN_DEFAULT in runtime/mem.h; PULSE_PIN=alloc|register and
- * PULSE_PIN_PIECE_MB / PULSE_PIN_THREADS / PULSE_PIN_HUGEPAGES switch a run without a rebuild. */
+ * The pool's default is MEM_PIN_DEFAULT in runtime/mem.h; pulse's --pin alloc|register and
+ * --pin-piece-mb / --pin-threads / --pin-hugepages switch a run without a rebuild. */
 #include <cuda_runtime_api.h>
 
 #include <pthread.h>

@@ -118,6 +118,7 @@ struct acc_opts {
     const char *serve_admission; /* NULL: IOAA */
     const char *serve_flag;      /* the first --serve-* flag but --serve-policies given */
     const char *pulseinfer_flag; /* the first of --serve-normal, --serve-admission given */
+    struct runtime_opts rt;      /* the engine's tuning (runtime_opts.h: RT_ENGINE) */
 };
 
 static int any_item(const char *item, int i, void *ctx)
@@ -162,34 +163,34 @@ static char g_tasks_buf[1024];
 
 static int parse(int argc, char **argv, struct acc_opts *o)
 {
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"backend", required_argument, 0, 'b'},
-                                         {"data", required_argument, 0, 'd'},
-                                         {"longbench", required_argument, 0, 'L'},
-                                         {"lengths", required_argument, 0, 'l'},
-                                         {"max-length", required_argument, 0, 'M'},
-                                         {"tasks", required_argument, 0, 't'},
-                                         {"samples", required_argument, 0, 'n'},
-                                         {"calib-samples", required_argument, 0, 'c'},
-                                         {"policies", required_argument, 0, 'p'},
-                                         {"budgets", required_argument, 0, 'B'},
-                                         {"mam-budget", required_argument, 0, 'A'},
-                                         {"sink", required_argument, 0, 's'},
-                                         {"window", required_argument, 0, 'w'},
-                                         {"infinigen-frac", required_argument, 0, 'f'},
-                                         {"max-gen", required_argument, 0, 'g'},
-                                         {"prefill-chunk", required_argument, 0, 'C'},
-                                         {"out", required_argument, 0, 'o'},
-                                         {"churn-profile", required_argument, 0, 'P'},
-                                         {"chat-template", required_argument, 0, 'T'},
-                                         {"check-serving", no_argument, 0, 'S'},
-                                         {"time-limit", required_argument, 0, 'X'},
-                                         {"serve-policies", required_argument, 0, 'Q'},
-                                         {"serve-batch", required_argument, 0, 'N'},
-                                         {"serve-normal", required_argument, 0, 'O'},
-                                         {"serve-admission", required_argument, 0, 'D'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option own[] = {{"model", required_argument, 0, 'm'},
+                                        {"backend", required_argument, 0, 'b'},
+                                        {"data", required_argument, 0, 'd'},
+                                        {"longbench", required_argument, 0, 'L'},
+                                        {"lengths", required_argument, 0, 'l'},
+                                        {"max-length", required_argument, 0, 'M'},
+                                        {"tasks", required_argument, 0, 't'},
+                                        {"samples", required_argument, 0, 'n'},
+                                        {"calib-samples", required_argument, 0, 'c'},
+                                        {"policies", required_argument, 0, 'p'},
+                                        {"budgets", required_argument, 0, 'B'},
+                                        {"mam-budget", required_argument, 0, 'A'},
+                                        {"sink", required_argument, 0, 's'},
+                                        {"window", required_argument, 0, 'w'},
+                                        {"infinigen-frac", required_argument, 0, 'f'},
+                                        {"max-gen", required_argument, 0, 'g'},
+                                        {"prefill-chunk", required_argument, 0, 'C'},
+                                        {"out", required_argument, 0, 'o'},
+                                        {"churn-profile", required_argument, 0, 'P'},
+                                        {"chat-template", required_argument, 0, 'T'},
+                                        {"check-serving", no_argument, 0, 'S'},
+                                        {"time-limit", required_argument, 0, 'X'},
+                                        {"serve-policies", required_argument, 0, 'Q'},
+                                        {"serve-batch", required_argument, 0, 'N'},
+                                        {"serve-normal", required_argument, 0, 'O'},
+                                        {"serve-admission", required_argument, 0, 'D'},
+                                        {"help", no_argument, 0, 'h'},
+                                        {0, 0, 0, 0}};
     *o = (struct acc_opts){.backend = "auto",
                            .chat = -1,
                            .samples = 10,
@@ -205,12 +206,19 @@ static int parse(int argc, char **argv, struct acc_opts *o)
                            .n_policies = 0, /* 0: the model's default (default_policies) */
                            .serve_batch = 4,
                            .serve_normal = 1};
+    runtime_opts_init(&o->rt);
+    struct option opts[64];
+    PULSE_CHECK(runtime_opts_getopt(own, RT_ENGINE, opts, 64) == 0, CMD ": the options' table");
     int c;
     struct cli_seen seen = {0}; /* a flag with a value given twice is refused */
     opterr = 0;
     optind = 1;
     while ((c = cli_getopt(CMD, argc, argv, opts, &seen)) != -1) {
         int bad = 0;
+        if (runtime_opts_code(c)) {
+            if (runtime_opts_flag(CMD, &o->rt, c, optarg)) return -1;
+            continue;
+        }
         switch (c) {
         case 'T':
             if (chat_template_parse(optarg, &o->chat)) {
@@ -338,6 +346,7 @@ static int parse(int argc, char **argv, struct acc_opts *o)
         }
         case 'h':
             fputs(usage, stdout);
+            runtime_opts_usage(stdout, RT_ENGINE, &o->rt);
             return 1;
         default:
             cli_unknown_flag(CMD, argc, argv);
@@ -1084,6 +1093,7 @@ static json_t *config_json(const struct acc *A)
         (json_int_t)o->window, "mam_budget", (json_int_t)o->mam_budget, "infinigen_frac", o->frac,
         "max_gen_cap", (json_int_t)o->max_gen, "prefill_chunk", (json_int_t)o->chunk);
     json_object_set_new(cj, "chat_template", json_string(chat_template_name(o->chat)));
+    json_object_set_new(cj, "options", runtime_opts_json(&o->rt, RT_ENGINE));
     return cj;
 }
 
@@ -1297,7 +1307,8 @@ static int setup(struct acc *A, char *err, size_t errlen)
         longest = PULSE_MAX(longest, A->sets[i].length);
         gen = PULSE_MAX(gen, max_gen_of(A, A->sets[i].task));
     }
-    int rc = session_start(&A->s, A->be, 1, (int)(longest + gen), (int)A->o.chunk, err, errlen);
+    int rc = session_start(&A->s, A->be, 1, (int)(longest + gen), (int)A->o.chunk, &A->o.rt, err,
+                           errlen);
     if (rc != PULSE_OK) return rc;
     struct tokenizer_info ti;
     tokenizer_get_info(A->s.tok, &ti);

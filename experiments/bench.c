@@ -17,8 +17,11 @@
 #include "metrics.h"
 #include "numeric.h"
 #include "results.h"
+#include "runtime_opts.h"
 
 #define MAX_POINTS 32
+/* the runtime options bench decode-step takes (no serving loop) */
+#define BENCH_RT (RT_RECALL | RT_PIN | RT_ENGINE | RT_OFFLOAD)
 
 static const char usage[] =
     "usage: pulse bench decode-step [options]\n"
@@ -45,6 +48,7 @@ struct point {
 struct bench_opts {
     const char *backend, *model, *points, *peer, *out, *policy;
     struct run_offload_opts off;
+    struct runtime_opts rt; /* the runtime's tuning (runtime_opts.h) */
     long iters, warmup, page_size;
     int page_size_set; /* --page-size given (else the policy's, else 16) */
     uint64_t seed;
@@ -76,25 +80,28 @@ static int parse_points(const char *s, struct point *pts, int *n)
 
 static int parse(int argc, char **argv, struct bench_opts *o)
 {
-    static const struct option opts[] = {{"backend", required_argument, 0, 'b'},
-                                         {"model", required_argument, 0, 'm'},
-                                         {"points", required_argument, 0, 'p'},
-                                         {"iters", required_argument, 0, 'i'},
-                                         {"warmup", required_argument, 0, 'w'},
-                                         {"page-size", required_argument, 0, 'P'},
-                                         {"seed", required_argument, 0, 's'},
-                                         {"peer", required_argument, 0, 'e'},
-                                         {"out", required_argument, 0, 'o'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {"no-graph", no_argument, 0, 'G'},
-                                         {"policy", required_argument, 0, 'y'},
-                                         RUN_OFFLOAD_OPTIONS,
-                                         {0, 0, 0, 0}};
+    static const struct option own[] = {{"backend", required_argument, 0, 'b'},
+                                        {"model", required_argument, 0, 'm'},
+                                        {"points", required_argument, 0, 'p'},
+                                        {"iters", required_argument, 0, 'i'},
+                                        {"warmup", required_argument, 0, 'w'},
+                                        {"page-size", required_argument, 0, 'P'},
+                                        {"seed", required_argument, 0, 's'},
+                                        {"peer", required_argument, 0, 'e'},
+                                        {"out", required_argument, 0, 'o'},
+                                        {"help", no_argument, 0, 'h'},
+                                        {"no-graph", no_argument, 0, 'G'},
+                                        {"policy", required_argument, 0, 'y'},
+                                        RUN_OFFLOAD_OPTIONS,
+                                        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->backend = "auto", o->model = "qwen3-14b", o->policy = "vanilla";
     o->points = "1x4096,8x4096,32x4096,1x32768,8x32768,16x32768";
     o->iters = 20, o->warmup = 3, o->page_size = 16, o->seed = 1;
     run_offload_opts_init(&o->off);
+    runtime_opts_init(&o->rt);
+    struct option opts[96];
+    PULSE_CHECK(runtime_opts_getopt(own, BENCH_RT, opts, 96) == 0, "bench: the options' table");
     int c;
     opterr = 0;
     optind = 1;
@@ -137,10 +144,15 @@ static int parse(int argc, char **argv, struct bench_opts *o)
             break;
         case 'h':
             fputs(usage, stdout);
+            runtime_opts_usage(stdout, BENCH_RT, &o->rt);
             return 1;
         default:
             if (c >= RUN_OFF_BUDGET && c < RUN_OFF_END) {
                 if (run_offload_flag(&o->off, c, optarg)) return -1;
+                break;
+            }
+            if (runtime_opts_code(c)) {
+                if (runtime_opts_flag("bench", &o->rt, c, optarg)) return -1;
                 break;
             }
             cli_unknown_flag("bench", argc, argv);
@@ -336,7 +348,7 @@ static int offload_points(struct engine *e, const struct policy *pol, const stru
         json_t *pj = json_pack("{s:i,s:i}", "batch", pts[i].batch, "context", pts[i].ctx);
         json_array_append_new(arr, pj);
         int rc =
-            bench_offload_point(e, pol, &o->off, pts[i].batch, pts[i].ctx, (int)o->warmup,
+            bench_offload_point(e, pol, &o->off, &o->rt, pts[i].batch, pts[i].ctx, (int)o->warmup,
                                 (int)(o->warmup + o->iters), (int)o->page_size, o->seed, &bw, pj);
         if (rc) {
             printf("%-6d %-7d %10s\n", pts[i].batch, pts[i].ctx, rc == EXIT_OOM ? "oom" : "error");
@@ -392,6 +404,8 @@ static int decode_step(int argc, char **argv)
                                   m->name, "iters", (int)o.iters, "warmup", (int)o.warmup,
                                   "page_size", (int)o.page_size, "seed", (json_int_t)o.seed,
                                   "cuda_graph", !o.no_graph && be->graph_begin != NULL));
+    json_object_set_new(json_object_get(res, "config"), "options",
+                        runtime_opts_json(&o.rt, BENCH_RT));
     char err[512];
     struct engine_params ep = {.cfg = m,
                                .be = be,
@@ -399,6 +413,7 @@ static int decode_step(int argc, char **argv)
                                .max_batch = max_b,
                                .max_tokens = max_t,
                                .use_graph = !o.no_graph};
+    runtime_opts_engine(&o.rt, &ep);
     struct engine *e = engine_create(&ep, err, sizeof err);
     int code = 0;
     if (!e) {

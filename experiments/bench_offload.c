@@ -28,9 +28,9 @@ static int admit_all(struct offload *o, int batch, int ctx, int reserved, struct
 }
 
 int bench_offload_point(struct engine *e, const struct policy *pol,
-                        const struct run_offload_opts *oo, int batch, int ctx, int warmup,
-                        int steps, int page_size, uint64_t seed, const struct floor_bw *bw,
-                        json_t *pj)
+                        const struct run_offload_opts *oo, const struct runtime_opts *rt, int batch,
+                        int ctx, int warmup, int steps, int page_size, uint64_t seed,
+                        const struct floor_bw *bw, json_t *pj)
 {
     const struct model_config *m = engine_model(e)->cfg;
     const struct backend *be = engine_model(e)->be;
@@ -56,7 +56,7 @@ int bench_offload_point(struct engine *e, const struct policy *pol,
     struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, page_size,
                                  0,           batch,         reserved};
     kp.budget_bytes = (size_t)batch * kv_cache_params_request_bytes(&kp, reserved);
-    if (run_offload_resolve(ro, oo, pol, m, be, &w, &kp, seed)) goto out;
+    if (run_offload_resolve(ro, oo, rt, pol, m, be, &w, &kp, seed)) goto out;
     kp.budget_bytes = (size_t)batch * offload_request_kv_bytes(&ro->p, m, &kp, reserved);
     code = EXIT_OOM;
     if (!(kv = kv_cache_create(&kp, be, engine_ctx(e), err, sizeof err))) goto out;

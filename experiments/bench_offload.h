@@ -17,8 +17,8 @@
  * synchronisations inside the steps, and the offload config. 0; EXIT_OOM when the memory is
  * refused; 1 after a message on another failure. */
 int bench_offload_point(struct engine *e, const struct policy *pol,
-                        const struct run_offload_opts *oo, int batch, int ctx, int warmup,
-                        int steps, int page_size, uint64_t seed, const struct floor_bw *bw,
-                        json_t *pj);
+                        const struct run_offload_opts *oo, const struct runtime_opts *rt, int batch,
+                        int ctx, int warmup, int steps, int page_size, uint64_t seed,
+                        const struct floor_bw *bw, json_t *pj);
 
 #endif

@@ -38,30 +38,38 @@ struct gen_opts {
     long max_new, budget, selector;
     uint64_t seed;
     int token_by_token, sparse;
+    struct runtime_opts rt; /* the engine's tuning (runtime_opts.h: RT_ENGINE) */
 };
 
 static int parse(int argc, char **argv, struct gen_opts *o)
 {
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"prompt", required_argument, 0, 'p'},
-                                         {"prompt-ids", required_argument, 0, 'i'},
-                                         {"max-new-tokens", required_argument, 0, 'n'},
-                                         {"backend", required_argument, 0, 'b'},
-                                         {"policy", required_argument, 0, 'P'},
-                                         {"seed", required_argument, 0, 's'},
-                                         {"out", required_argument, 0, 'o'},
-                                         {"token-by-token", no_argument, 0, 't'},
-                                         {"budget-tokens", required_argument, 0, 'B'},
-                                         {"selector", required_argument, 0, 'S'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option own[] = {{"model", required_argument, 0, 'm'},
+                                        {"prompt", required_argument, 0, 'p'},
+                                        {"prompt-ids", required_argument, 0, 'i'},
+                                        {"max-new-tokens", required_argument, 0, 'n'},
+                                        {"backend", required_argument, 0, 'b'},
+                                        {"policy", required_argument, 0, 'P'},
+                                        {"seed", required_argument, 0, 's'},
+                                        {"out", required_argument, 0, 'o'},
+                                        {"token-by-token", no_argument, 0, 't'},
+                                        {"budget-tokens", required_argument, 0, 'B'},
+                                        {"selector", required_argument, 0, 'S'},
+                                        {"help", no_argument, 0, 'h'},
+                                        {0, 0, 0, 0}};
     *o = (struct gen_opts){
         .backend = "auto", .policy = "vanilla", .max_new = 16, .seed = 1, .budget = 2048};
+    runtime_opts_init(&o->rt);
+    struct option opts[48];
+    PULSE_CHECK(runtime_opts_getopt(own, RT_ENGINE, opts, 48) == 0, CMD ": the options' table");
     int c;
     struct cli_seen seen = {0}; /* a flag with a value given twice is refused */
     opterr = 0;
     optind = 1;
     while ((c = cli_getopt(CMD, argc, argv, opts, &seen)) != -1) {
+        if (runtime_opts_code(c)) {
+            if (runtime_opts_flag(CMD, &o->rt, c, optarg)) return -1;
+            continue;
+        }
         switch (c) {
         case 'm':
             o->model = optarg;
@@ -98,6 +106,7 @@ static int parse(int argc, char **argv, struct gen_opts *o)
             break;
         case 'h':
             fputs(usage, stdout);
+            runtime_opts_usage(stdout, RT_ENGINE, &o->rt);
             return 1;
         default:
             cli_unknown_flag(CMD, argc, argv);
@@ -221,7 +230,7 @@ int cmd_generate(int argc, char **argv)
     int total = (int)(n_prompt + o.max_new);
     code = 1;
     rc = session_start(&ss, be, o.seed, total, o.token_by_token ? 1 : (int)PULSE_MIN(n_prompt, 256),
-                       err, sizeof err);
+                       &o.rt, err, sizeof err);
     logits = mem_alloc(MEM_HOST, sizeof(float) * m->vocab, "logits");
     if (rc != PULSE_OK || !logits) {
         cli_error(CMD, "%s", err[0] ? err : "out of memory");
@@ -294,6 +303,8 @@ int cmd_generate(int argc, char **argv)
                                       be->name, "real_weights", ss.real, "seed", (json_int_t)o.seed,
                                       "max_new_tokens", (int)o.max_new, "prompt",
                                       o.token_by_token ? "token-by-token" : "prefill"));
+        json_object_set_new(json_object_get(res, "config"), "options",
+                            runtime_opts_json(&o.rt, RT_ENGINE));
         json_object_set_new(res, "prompt_ids", pj);
         json_object_set_new(res, "generated_ids", gj);
         json_object_set_new(res, "last_logits", lj);

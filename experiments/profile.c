@@ -56,9 +56,12 @@
 #include "offload.h"
 #include "recall.h"
 #include "results.h"
+#include "runtime_opts.h"
 #include "workloads/locality.h"
 
 #define CMD "profile"
+/* the runtime options pulse profile takes (its engine, recall rounds and offload steps) */
+#define PROFILE_RT (RT_RECALL | RT_PIN | RT_ENGINE | RT_OFFLOAD)
 #define MAX_GRID 32
 #define MAX_REPS 100
 
@@ -116,6 +119,7 @@ struct opts {
     int offload_steps; /* 1 --offload-steps, 0 --offload-approx, -1 the backend's default */
     long offload_ctx;  /* 0: the default */
     uint64_t seed;
+    struct runtime_opts rt; /* the runtime's tuning (runtime_opts.h; PROFILE_RT) */
 };
 
 /* ---- parsing ---- */
@@ -187,33 +191,36 @@ static int parse(int argc, char **argv, struct opts *o)
         O_OUT,
         O_HELP
     };
-    static const struct option opts[] = {{"backend", 1, 0, O_BACKEND},
-                                         {"model", 1, 0, O_MODEL},
-                                         {"recall-engine", 1, 0, O_ENGINE},
-                                         {"selection", 1, 0, O_SELECTION},
-                                         {"batches", 1, 0, O_BATCHES},
-                                         {"contexts", 1, 0, O_CONTEXTS},
-                                         {"recall-sizes", 1, 0, O_SIZES},
-                                         {"budget-tokens", 1, 0, O_BUDGET},
-                                         {"recall-bytes", 1, 0, O_RBYTES},
-                                         {"locality-profile", 1, 0, O_LOCALITY},
-                                         {"reps", 1, 0, O_REPS},
-                                         {"warmup", 1, 0, O_WARMUP},
-                                         {"page-size", 1, 0, O_PAGE},
-                                         {"max-kv-gb", 1, 0, O_MAXKV},
-                                         {"analytic", 0, 0, O_ANALYTIC},
-                                         {"offload-steps", 0, 0, O_OFF_STEPS},
-                                         {"offload-approx", 0, 0, O_OFF_APPROX},
-                                         {"offload-context", 1, 0, O_OFF_CTX},
-                                         {"seed", 1, 0, O_SEED},
-                                         {"out", 1, 0, O_OUT},
-                                         {"help", 0, 0, O_HELP},
-                                         {0, 0, 0, 0}};
+    static const struct option own[] = {{"backend", 1, 0, O_BACKEND},
+                                        {"model", 1, 0, O_MODEL},
+                                        {"recall-engine", 1, 0, O_ENGINE},
+                                        {"selection", 1, 0, O_SELECTION},
+                                        {"batches", 1, 0, O_BATCHES},
+                                        {"contexts", 1, 0, O_CONTEXTS},
+                                        {"recall-sizes", 1, 0, O_SIZES},
+                                        {"budget-tokens", 1, 0, O_BUDGET},
+                                        {"recall-bytes", 1, 0, O_RBYTES},
+                                        {"locality-profile", 1, 0, O_LOCALITY},
+                                        {"reps", 1, 0, O_REPS},
+                                        {"warmup", 1, 0, O_WARMUP},
+                                        {"page-size", 1, 0, O_PAGE},
+                                        {"max-kv-gb", 1, 0, O_MAXKV},
+                                        {"analytic", 0, 0, O_ANALYTIC},
+                                        {"offload-steps", 0, 0, O_OFF_STEPS},
+                                        {"offload-approx", 0, 0, O_OFF_APPROX},
+                                        {"offload-context", 1, 0, O_OFF_CTX},
+                                        {"seed", 1, 0, O_SEED},
+                                        {"out", 1, 0, O_OUT},
+                                        {"help", 0, 0, O_HELP},
+                                        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->backend = "auto", o->engine = "per-block", o->selection = "headwise";
     o->budget = 2048, o->reps = -1, o->warmup = 1, o->page_size = 16, o->seed = 1;
     o->recall_bytes = o->max_kv_gb = -1;
     o->offload_steps = -1;
+    runtime_opts_init(&o->rt);
+    struct option opts[64];
+    PULSE_CHECK(runtime_opts_getopt(own, PROFILE_RT, opts, 64) == 0, CMD ": the options' table");
     int c, bad = 0;
     opterr = 0;
     optind = 1;
@@ -294,8 +301,13 @@ static int parse(int argc, char **argv, struct opts *o)
             break;
         case O_HELP:
             fputs(usage, stdout);
+            runtime_opts_usage(stdout, PROFILE_RT, &o->rt);
             return 1;
         default:
+            if (runtime_opts_code(c)) {
+                bad = runtime_opts_flag(CMD, &o->rt, c, optarg);
+                break;
+            }
             cli_unknown_flag(CMD, argc, argv);
             return -1;
         }
@@ -586,7 +598,7 @@ static int rig_create(struct recall_rig *g, const struct opts *o, const struct m
                                         .max_requests = 1,
                                         .max_tokens = ps,
                                         .pinned = be->mem == MEM_DEVICE};
-    if (!(g->pool = host_pool_create(&hp, err, errlen))) return EXIT_OOM;
+    if (!(g->pool = host_pool_create_ex(&hp, &o->rt.offload.pin, err, errlen))) return EXIT_OOM;
     PULSE_CHECK(host_pool_block_bytes(g->pool) == block, "profile: the pool's block size");
     g->h_pool = host_pool_base(g->pool);
     g->n_src = host_pool_bytes(g->pool) / g->chunk;
@@ -603,8 +615,9 @@ static int rig_create(struct recall_rig *g, const struct opts *o, const struct m
     uint64_t *w = (uint64_t *)g->h_pool;
     for (size_t i = 0, n = host_pool_bytes(g->pool) / 8; i < n; i++)
         w[i] = (i + 1) * 0x9E3779B97F4A7C15ull ^ o->seed;
-    struct recall_params rp;
-    recall_params_init(&rp, (enum recall_engine)recall_engine_find(o->engine), g->max_items);
+    struct recall_params rp = o->rt.offload.recall; /* recall_params_init's, and the flags' */
+    rp.engine = (enum recall_engine)recall_engine_find(o->engine);
+    rp.max_items = g->max_items;
     rp.host_base = g->h_pool;
     rp.host_bytes = host_pool_bytes(g->pool);
     rp.ops = recall_copy_ops_for(be);
@@ -793,8 +806,8 @@ static int offload_point(struct engine *e, const struct opts *o, const struct ru
         results_set_real(pj, "host_pool_bytes_needed", host);
         return PULSE_ERR_NOMEM;
     }
-    const int rc = bench_offload_point(e, policy_find(PULSE_PROFILE_POLICY), oo, b, ctx, warm,
-                                       steps, (int)o->page_size, o->seed, bw, pj);
+    const int rc = bench_offload_point(e, policy_find(PULSE_PROFILE_POLICY), oo, &o->rt, b, ctx,
+                                       warm, steps, (int)o->page_size, o->seed, bw, pj);
     if (rc == EXIT_OOM) return PULSE_ERR_NOMEM;
     if (rc) {
         const char *why = json_string_value(json_object_get(pj, "error"));
@@ -1082,11 +1095,12 @@ static int measure(const struct opts *o, const struct model_config *m, const str
         max_c = PULSE_MAX(max_c, o->contexts[j]);
     if (o->offload_steps) /* bench_offload_point's context plus its steps */
         max_c = PULSE_MAX(max_c, o->offload_ctx + offload_warmup(o) + o->reps);
-    const struct engine_params ep = {.cfg = m,
-                                     .be = be,
-                                     .seed = o->seed,
-                                     .max_batch = (int)o->batches[o->n_batches - 1],
-                                     .max_tokens = (int)max_c + 1};
+    struct engine_params ep = {.cfg = m,
+                               .be = be,
+                               .seed = o->seed,
+                               .max_batch = (int)o->batches[o->n_batches - 1],
+                               .max_tokens = (int)max_c + 1};
+    runtime_opts_engine(&o->rt, &ep);
     struct engine *e = engine_create(&ep, err, sizeof err);
     if (!e) return cli_error(CMD, "%s", err), EXIT_OOM;
     be->describe(results_env(res));
@@ -1130,6 +1144,7 @@ int cmd_profile(int argc, char **argv)
         "reps", (json_int_t)o.reps, "warmup", (json_int_t)o.warmup, "page_size",
         (json_int_t)o.page_size, "seed", (json_int_t)o.seed, "analytic", o.analytic);
     json_object_set_new(res, "config", cfg);
+    json_object_set_new(cfg, "options", runtime_opts_json(&o.rt, PROFILE_RT));
     results_set_real(cfg, "max_kv_gb", o.max_kv_gb > 0 ? o.max_kv_gb : NAN);
     json_object_set_new(cfg, "t_offload",
                         json_string(o.analytic        ? "analytic"

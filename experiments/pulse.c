@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "runtime_opts.h"
 
 static const struct {
     const char *name;
@@ -40,6 +41,8 @@ int main(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : 0;
     }
+    /* a tuning variable that became an option changes nothing any more: refused, not ignored */
+    if (runtime_opts_refuse_env()) return EXIT_USAGE;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "pulse: unknown command '%s' (commands:", argv[1]);

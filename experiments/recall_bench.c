@@ -42,17 +42,16 @@ static const char usage[] =
     "                     the bucket's depth (default 4M)\n"
     "  --zc-grids LIST    zero-copy grids beside compute (default 4,8,16,32,64)\n"
     "  --no-interference  skip the runs beside compute\n"
-    "  --threads N        gather-scatter CPU threads (default: online CPUs - 2, at most 16)\n"
-    "  --piece SIZE       gather-scatter largest piece (default 2M); --stages N (default 3)\n"
-    "  --no-nt-stores     gather-scatter: plain stores into the staging buffer (default: "
-    "streaming)\n"
-    "  --zc-blocks N      zero-copy grid of the sweep and its kernel-alone column (default 16);\n"
-    "                     --zc-threads N (default 512)\n"
+    "  --zc-threads N     threads of a zero-copy gather block (default 512); the sweep's grid and\n"
+    "                     its kernel-alone column: --zc-blocks (below; default 16 here)\n"
     "  --pool-bytes SIZE  host pool (default 1.25 x the largest recall, at least --peak-bytes)\n"
     "  --peak-bytes SIZE  the single copy (default 512M on cuda, 64M on cpu)\n"
     "  --seed S           default 1\n"
     "  --quick            small grid: sizes 8K,64K,1M, counts 64,1024, 3 reps, grids 4,16,64\n"
-    "  --out FILE         result JSON\n";
+    "  --out FILE         result JSON\n"
+    "  The gather-scatter engine's threads, piece, stages and stores: --gs-threads, "
+    "--gs-piece-kb,\n"
+    "  --gs-stages, --gs-nt-stores (below).\n";
 
 /* ---- parsing ---- */
 
@@ -140,11 +139,6 @@ static int parse(int argc, char **argv, struct opts *o)
         O_CCOUNT,
         O_GRIDS,
         O_NOINT,
-        O_THREADS,
-        O_PIECE,
-        O_STAGES,
-        O_NT,
-        O_ZCB,
         O_ZCT,
         O_POOL,
         O_PEAK,
@@ -154,45 +148,39 @@ static int parse(int argc, char **argv, struct opts *o)
         O_BACKEND,
         O_HELP
     };
-    static const struct option opts[] = {{"backend", 1, 0, O_BACKEND},
-                                         {"engines", 1, 0, O_ENG},
-                                         {"sizes", 1, 0, O_SIZES},
-                                         {"counts", 1, 0, O_COUNTS},
-                                         {"reps", 1, 0, O_REPS},
-                                         {"warmup", 1, 0, O_WARM},
-                                         {"caps", 1, 0, O_CAPS},
-                                         {"cap-chunk", 1, 0, O_CCHUNK},
-                                         {"cap-unit", 1, 0, O_CUNIT},
-                                         {"cap-burst", 1, 0, O_CBURST},
-                                         {"cap-count", 1, 0, O_CCOUNT},
-                                         {"zc-grids", 1, 0, O_GRIDS},
-                                         {"no-interference", 0, 0, O_NOINT},
-                                         {"threads", 1, 0, O_THREADS},
-                                         {"piece", 1, 0, O_PIECE},
-                                         {"stages", 1, 0, O_STAGES},
-                                         {"no-nt-stores", 0, 0, O_NT},
-                                         {"zc-blocks", 1, 0, O_ZCB},
-                                         {"zc-threads", 1, 0, O_ZCT},
-                                         {"pool-bytes", 1, 0, O_POOL},
-                                         {"peak-bytes", 1, 0, O_PEAK},
-                                         {"seed", 1, 0, O_SEED},
-                                         {"quick", 0, 0, O_QUICK},
-                                         {"out", 1, 0, O_OUT},
-                                         {"help", 0, 0, O_HELP},
-                                         {0, 0, 0, 0}};
+    static const struct option own[] = {{"backend", 1, 0, O_BACKEND},
+                                        {"engines", 1, 0, O_ENG},
+                                        {"sizes", 1, 0, O_SIZES},
+                                        {"counts", 1, 0, O_COUNTS},
+                                        {"reps", 1, 0, O_REPS},
+                                        {"warmup", 1, 0, O_WARM},
+                                        {"caps", 1, 0, O_CAPS},
+                                        {"cap-chunk", 1, 0, O_CCHUNK},
+                                        {"cap-unit", 1, 0, O_CUNIT},
+                                        {"cap-burst", 1, 0, O_CBURST},
+                                        {"cap-count", 1, 0, O_CCOUNT},
+                                        {"zc-grids", 1, 0, O_GRIDS},
+                                        {"no-interference", 0, 0, O_NOINT},
+                                        {"zc-threads", 1, 0, O_ZCT},
+                                        {"pool-bytes", 1, 0, O_POOL},
+                                        {"peak-bytes", 1, 0, O_PEAK},
+                                        {"seed", 1, 0, O_SEED},
+                                        {"quick", 0, 0, O_QUICK},
+                                        {"out", 1, 0, O_OUT},
+                                        {"help", 0, 0, O_HELP},
+                                        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->backend = "auto";
     o->reps = -1;
     o->warmup = 1;
     o->cap_chunk = 256 << 10;
     o->cap_count = 1024;
-    o->threads = recall_default_gather_threads();
-    o->nt = 1;
-    o->piece = 2 << 20;
-    o->stages = 3;
-    o->zc_blocks = 16;
     o->zc_threads = 512;
     o->seed = 1;
+    runtime_opts_init(&o->rt);
+    o->rt.offload.recall.zc_blocks = 16; /* the sweep's grid: the kernel at its rate */
+    struct option opts[64];
+    PULSE_CHECK(runtime_opts_getopt(own, RB_RT, opts, 64) == 0, CMD ": the options' table");
     int c, bad = 0;
     opterr = 0;
     optind = 1;
@@ -210,9 +198,6 @@ static int parse(int argc, char **argv, struct opts *o)
             break;
         case O_NOINT:
             o->no_interf = 1;
-            break;
-        case O_NT:
-            o->nt = 0;
             break;
         case O_ENG:
             bad = parse_list("--engines", optarg, &o->n_engines, each_engine, o->engines);
@@ -238,15 +223,6 @@ static int parse(int argc, char **argv, struct opts *o)
         case O_CCOUNT:
             bad = cli_int(CMD, "--cap-count", optarg, 1, 1 << 20, &o->cap_count);
             break;
-        case O_THREADS:
-            bad = cli_int(CMD, "--threads", optarg, 1, 256, &o->threads);
-            break;
-        case O_STAGES:
-            bad = cli_int(CMD, "--stages", optarg, 2, 64, &o->stages);
-            break;
-        case O_ZCB:
-            bad = cli_int(CMD, "--zc-blocks", optarg, 1, 65535, &o->zc_blocks);
-            break;
         case O_ZCT:
             bad = cli_int(CMD, "--zc-threads", optarg, 32, 1024, &o->zc_threads);
             break;
@@ -259,9 +235,6 @@ static int parse(int argc, char **argv, struct opts *o)
         case O_CCHUNK:
             bad = size_flag("--cap-chunk", optarg, &o->cap_chunk);
             break;
-        case O_PIECE:
-            bad = size_flag("--piece", optarg, &o->piece);
-            break;
         case O_POOL:
             bad = size_flag("--pool-bytes", optarg, &o->pool_bytes);
             break;
@@ -273,8 +246,13 @@ static int parse(int argc, char **argv, struct opts *o)
             break;
         case O_HELP:
             fputs(usage, stdout);
+            runtime_opts_usage(stdout, RB_RT, &o->rt);
             return 1;
         default:
+            if (runtime_opts_code(c)) {
+                bad = runtime_opts_flag(CMD, &o->rt, c, optarg);
+                break;
+            }
             cli_unknown_flag(CMD, argc, argv);
             return -1;
         }
@@ -285,6 +263,7 @@ static int parse(int argc, char **argv, struct opts *o)
     if (cli_outputs(CMD, 1, out_flag, &o->out)) return -1;
     if (o->zc_threads % 32)
         return cli_error(CMD, "--zc-threads: '%ld' is not a multiple of 32", o->zc_threads), -1;
+    o->rt.offload.recall.zc_threads = (int)o->zc_threads;
     defaults(o);
     return 0;
 }
@@ -327,7 +306,7 @@ static int setup(struct bench *b, json_t *res, char *err, size_t errlen)
         return EXIT_USAGE;
     }
     struct host_pool_params hp = {1, 8, 128, 16, 2, b->pool_bytes, 1, 16, b->be->mem == MEM_DEVICE};
-    if (!(b->pool = host_pool_create(&hp, err, errlen))) return EXIT_OOM;
+    if (!(b->pool = host_pool_create_ex(&hp, &o->rt.offload.pin, err, errlen))) return EXIT_OOM;
     b->h_pool = host_pool_base(b->pool);
     struct host_pool_stats hs;
     host_pool_get_stats(b->pool, &hs);
@@ -397,15 +376,11 @@ static int verify(struct bench *b, int n)
 struct recall *recall_bench_engine(struct bench *b, int e, int max_items, double cap_gbps,
                                    int zc_blocks, char *err, size_t errlen)
 {
-    struct recall_params p;
-    recall_params_init(&p, (enum recall_engine)e, max_items);
+    struct recall_params p = b->o.rt.offload.recall; /* recall_params_init's, and the flags' */
+    p.engine = (enum recall_engine)e;
+    p.max_items = max_items;
     p.max_inflight = 2;
-    p.gather_threads = (int)b->o.threads;
-    p.piece_bytes = b->o.piece;
-    p.n_stage = (int)b->o.stages;
     p.zc_blocks = zc_blocks;
-    p.zc_threads = (int)b->o.zc_threads;
-    p.nt_stores = b->o.nt;
     p.cap_gbps = cap_gbps;
     if (b->o.cap_unit) p.cap_unit_bytes = b->o.cap_unit;
     if (b->o.cap_burst) p.cap_burst_bytes = b->o.cap_burst;
@@ -495,6 +470,7 @@ static int zc_kernel_time(struct bench *b, void *st, void *e0, void *e1, int n, 
                           double *s)
 {
     const struct recall_copy_ops *o = b->ops;
+    const struct recall_params *rp = &b->o.rt.offload.recall;
     for (int i = 0; i < n; i++) {
         const struct recall_item *it = &b->items[i];
         b->h_kdesc[i] = (struct recall_desc){
@@ -504,10 +480,12 @@ static int zc_kernel_time(struct bench *b, void *st, void *e0, void *e1, int n, 
     b->be->upload(&b->ctx, b->d_kdesc, b->h_kdesc, sizeof *b->h_kdesc * (size_t)n);
     for (int i = 0; i < b->o.warmup + b->o.reps; i++) {
         float ms = 0;
-        int rc = queued ? o->gather(o, b->d_kdesc, n, (int)b->o.zc_blocks, (int)b->o.zc_threads, st)
+        int rc = queued ? o->gather(o, b->d_kdesc, n, rp->zc_blocks, rp->zc_threads,
+                                    rp->zc_inflight_kb, st)
                         : PULSE_OK;
         if (!rc) rc = o->event_record(o, e0, st);
-        if (!rc) rc = o->gather(o, b->d_kdesc, n, (int)b->o.zc_blocks, (int)b->o.zc_threads, st);
+        if (!rc)
+            rc = o->gather(o, b->d_kdesc, n, rp->zc_blocks, rp->zc_threads, rp->zc_inflight_kb, st);
         if (!rc) rc = o->event_record(o, e1, st);
         if (!rc) rc = o->event_sync(o, e1);
         if (!rc) rc = o->event_elapsed_ms(o, e0, e1, &ms);
@@ -548,9 +526,9 @@ static int zc_kernel_point(struct bench *b, void *st, void *e0, void *e1, size_t
     *out =
         json_pack("{s:s,s:s,s:i,s:i,s:o,s:f,s:f,s:f,s:b,s:o}", "status", ok ? "ok" : "wrong data",
                   "timing", "device events around the kernel alone, descriptors in device memory",
-                  "zc_blocks", (int)b->o.zc_blocks, "zc_threads", (int)b->o.zc_threads, "samples_s",
-                  recall_bench_samples(s, (int)b->o.reps), "median_s", med, "GBps", *gbs,
-                  "fraction_of_peak", *gbs / b->peak, "verified", ok, "queued", q);
+                  "zc_blocks", b->o.rt.offload.recall.zc_blocks, "zc_threads", (int)b->o.zc_threads,
+                  "samples_s", recall_bench_samples(s, (int)b->o.reps), "median_s", med, "GBps",
+                  *gbs, "fraction_of_peak", *gbs / b->peak, "verified", ok, "queued", q);
     /* fresh slots again, so the engine's own check sees what the engine moved */
     b->be->memset(&b->ctx, b->d_dst, 0x5a, b->dst_bytes);
     b->be->sync(&b->ctx);
@@ -566,8 +544,8 @@ static int sweep(struct bench *b, json_t *res)
     char err[256];
     int bad = 0;
     for (int k = 0; k < o->n_engines; k++)
-        if (!(eng[k] = recall_bench_engine(b, o->engines[k], b->max_count, 0, (int)o->zc_blocks,
-                                           err, sizeof err)))
+        if (!(eng[k] = recall_bench_engine(b, o->engines[k], b->max_count, 0,
+                                           o->rt.offload.recall.zc_blocks, err, sizeof err)))
             json_object_set_new(errs, recall_engine_name(o->engines[k]), json_string(err));
     int zk = -1; /* the zero-copy engine's index: its kernel alone gets a column of its own */
     void *kst = NULL, *ke0 = NULL, *ke1 = NULL;
@@ -582,7 +560,7 @@ static int sweep(struct bench *b, json_t *res)
         printf(" %16s", recall_engine_name(o->engines[k]));
     if (zk >= 0) printf(" %16s %16s", "zc-kernel-alone", "zc-kernel-queued");
     printf("   (GB/s (fraction of the peak), median of %ld; zero-copy grid %ld x %ld)\n", o->reps,
-           o->zc_blocks, o->zc_threads);
+           (long)o->rt.offload.recall.zc_blocks, o->zc_threads);
     for (int i = 0; i < o->n_sizes; i++)
         for (int j = 0; j < o->n_counts; j++) {
             size_t chunk = o->sizes[i];
@@ -599,7 +577,8 @@ static int sweep(struct bench *b, json_t *res)
                     (json_int_t)chunk, "chunks", n, "bytes", (json_int_t)(chunk * (size_t)n));
                 json_array_append_new(arr, pj);
                 if (k == zk) {
-                    json_object_set_new(pj, "zc_blocks", json_integer(o->zc_blocks));
+                    json_object_set_new(pj, "zc_blocks",
+                                        json_integer(o->rt.offload.recall.zc_blocks));
                     json_object_set_new(pj, "zc_threads", json_integer(o->zc_threads));
                     json_object_set_new(pj, "kernel", kj);
                 }
@@ -664,8 +643,8 @@ static int caps(struct bench *b, json_t *res)
     for (int k = 0; k < o->n_engines; k++)
         for (int c = 0; c < o->n_caps; c++) {
             double target = o->caps[c] * b->peak, s[MAX_REPS];
-            struct recall *r = recall_bench_engine(b, o->engines[k], n, target, (int)o->zc_blocks,
-                                                   err, sizeof err);
+            struct recall *r = recall_bench_engine(b, o->engines[k], n, target,
+                                                   o->rt.offload.recall.zc_blocks, err, sizeof err);
             json_t *pj =
                 json_pack("{s:s,s:f,s:f,s:I,s:i}", "engine", recall_engine_name(o->engines[k]),
                           "fraction", o->caps[c], "target_GBps", target, "chunk_bytes",
@@ -706,8 +685,7 @@ static json_t *config_json(const struct bench *b)
         json_array_append_new(cp, json_real(o->caps[i]));
     for (int i = 0; i < o->n_grids; i++)
         json_array_append_new(gr, json_integer(o->grids[i]));
-    struct recall_params def; /* the engine defaults the run does not override */
-    recall_params_init(&def, RECALL_PER_BLOCK, 1);
+    const struct recall_params def = o->rt.offload.recall; /* the engines' (but the sweep's) */
     json_t *c = json_pack(
         "{s:I,s:I,s:i}", "cap_burst_bytes",
         (json_int_t)(o->cap_burst ? o->cap_burst : def.cap_burst_bytes), "cap_unit_bytes",
@@ -719,14 +697,16 @@ static json_t *config_json(const struct bench *b)
                   en, "chunk_sizes", sz, "chunk_counts", ct, "reps", (int)o->reps, "warmup",
                   (int)o->warmup, "cap_fractions", cp, "cap_chunk_bytes", (json_int_t)o->cap_chunk,
                   "cap_chunks", (int)o->cap_count, "zc_grids", gr, "gather_threads",
-                  (int)o->threads, "piece_bytes", (json_int_t)o->piece, "n_stage", (int)o->stages,
-                  "nt_stores", o->nt, "zc_blocks", (int)o->zc_blocks, "zc_threads",
+                  def.gather_threads, "piece_bytes", (json_int_t)def.piece_bytes, "n_stage",
+                  def.n_stage, "nt_stores", def.nt_stores, "zc_blocks", def.zc_blocks, "zc_threads",
                   (int)o->zc_threads, "max_inflight", 2, "pool_bytes", (json_int_t)b->pool_bytes,
                   "dst_bytes", (json_int_t)b->dst_bytes, "seed", (json_int_t)o->seed, "timing",
                   "sweep and cap: wall time from submit to completion; the sweep's zero-copy "
                   "kernel alone, peak and compute: device events");
     json_object_update(r, c);
     json_decref(c);
+    json_object_set_new(r, "zc_inflight_kb", json_integer(def.zc_inflight_kb));
+    json_object_set_new(r, "options", runtime_opts_json(&o->rt, RB_RT));
     return r;
 }
 

@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "host_pool.h"
 #include "recall.h"
+#include "runtime_opts.h"
 
 #define CMD "recall-bench"
 #define MAX_LIST 16
@@ -18,16 +19,22 @@
 #define ZC_CHUNK ((size_t)64 << 10) /* the interference runs' zero-copy recall: 64 KB x 512 */
 #define ZC_COUNT 512
 
+/* the runtime options recall-bench takes: the engines' tuning and the pool's pinning */
+#define RB_RT (RT_RECALL | RT_PIN)
+
 struct opts {
     const char *backend, *out;
-    size_t sizes[MAX_LIST], cap_chunk, piece, pool_bytes, peak_bytes;
+    size_t sizes[MAX_LIST], cap_chunk, pool_bytes, peak_bytes;
     size_t cap_unit, cap_burst; /* 0: the engine defaults (recall_params_init) */
-    long counts[MAX_LIST], grids[MAX_LIST], reps, warmup, cap_count, threads, stages, zc_blocks,
-        zc_threads;
+    long counts[MAX_LIST], grids[MAX_LIST], reps, warmup, cap_count, zc_threads;
     double caps[MAX_LIST];
     int n_sizes, n_counts, n_grids, n_caps, engines[RECALL_ENGINES], n_engines;
-    int quick, nt, no_interf;
+    int quick, no_interf;
     uint64_t seed;
+    /* the engines' tuning (rt.offload.recall: gather-scatter threads, piece and stages,
+     * streaming stores, the zero-copy grid of the sweep, in flight, spin) and the pool's
+     * pinning (rt.offload.pin): runtime_opts.h's flags */
+    struct runtime_opts rt;
 };
 
 struct bench {

@@ -31,6 +31,7 @@
 #include "common.h"
 #include "host_pool.h"
 #include "results.h"
+#include "runtime_opts.h"
 
 #define CMD "reproduce"
 #define MAX_POINTS 256
@@ -67,7 +68,10 @@ static const char usage[] =
     "  per recall engine pulseinfer runs with (DIR/profile/ioaa_ENGINE.json, kept: a rerun\n"
     "  reuses them), and every pulseinfer point reads its engine's (--profile).\n"
     "  --list             the experiments and the figures each gives\n"
-    "exit: 0 every point ok, 1 a point failed, 2 bad usage\n";
+    "  The runtime's options (pulse run --help: --zc-blocks N, --gs-threads N, --pin alloc, ...)\n"
+    "  pass to every point, and those pulse profile and recall-bench take to theirs (each\n"
+    "  point's config.options records them; a kept profile or recall result is not remade)\n";
+static const char usage_exit[] = "exit: 0 every point ok, 1 a point failed, 2 bad usage\n";
 
 enum scale { TINY, QUICK, FULL, LARGE_HOST, SCALES };
 static const char *const scale_names[SCALES] = {"tiny", "quick", "full", "large-host"};
@@ -193,6 +197,28 @@ struct experiment {
 
 /* ------------------------------------------------------------------ grids */
 
+/* The runtime's options given to reproduce (runtime_opts.h): passed on to every point, and to
+ * the profile and recall-bench runs those of their groups. */
+static struct {
+    int code;
+    const char *arg;
+} g_rt[64];
+static int g_n_rt;
+
+/* " --NAME VALUE" of each option given of `groups` appended to buf (n bytes); -1 when they do
+ * not fit. */
+static int rt_append(char *buf, size_t n, int groups)
+{
+    for (int i = 0; i < g_n_rt; i++) {
+        if (!(runtime_opts_group(g_rt[i].code) & groups)) continue;
+        const size_t at = strlen(buf);
+        if (snprintf(buf + at, n - at, " --%s %s", runtime_opts_name(g_rt[i].code), g_rt[i].arg) >=
+            (int)(n - at))
+            return -1;
+    }
+    return 0;
+}
+
 /* The IOAA profiles' folder (OUT/profile), set before the grids are made. */
 static char g_profile_dir[4096];
 
@@ -263,7 +289,8 @@ static int make_profiles(const struct scale_cfg *s, int dry)
         profile_path(eng[i], path, sizeof path);
         if (snprintf(buf, sizeof buf, "profile %s --selection %s --recall-engine %s --out %s",
                      s->profile_args, policy_find("pulseinfer")->offload_selection, eng[i],
-                     path) >= (int)sizeof buf)
+                     path) >= (int)sizeof buf ||
+            rt_append(buf, sizeof buf, RT_RECALL | RT_PIN | RT_ENGINE | RT_OFFLOAD))
             return failed + 1;
         if (dry) {
             printf("pulse %s\n", buf);
@@ -544,7 +571,8 @@ static int run_recall(const struct scale_cfg *s, const char *exp_dir, int dry)
     char path[4096], buf[4608];
     if (snprintf(path, sizeof path, "%s/recall.json", exp_dir) >= (int)sizeof path ||
         snprintf(buf, sizeof buf, "recall-bench %s --out %s", s->recall_args, path) >=
-            (int)sizeof buf)
+            (int)sizeof buf ||
+        rt_append(buf, sizeof buf, RT_RECALL | RT_PIN))
         return 1;
     if (dry) return printf("pulse %s\n", buf), 0;
     struct stat st;
@@ -577,20 +605,20 @@ static int pick(const char *list, int *on)
 
 int cmd_reproduce(int argc, char **argv)
 {
-    static const struct option opts[] = {{"tiny", no_argument, 0, 't'},
-                                         {"quick", no_argument, 0, 'q'},
-                                         {"full", no_argument, 0, 'f'},
-                                         {"only", required_argument, 0, 'o'},
-                                         {"out-dir", required_argument, 0, 'd'},
-                                         {"repeat", required_argument, 0, 'r'},
-                                         {"dry-run", no_argument, 0, 'n'},
-                                         {"list", no_argument, 0, 'l'},
-                                         {"large-host", no_argument, 0, 'L'},
-                                         {"kv-budget-gb", required_argument, 0, 'g'},
-                                         {"host-pool-gb", required_argument, 0, 'p'},
-                                         {"shard", required_argument, 0, 's'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option own[] = {{"tiny", no_argument, 0, 't'},
+                                        {"quick", no_argument, 0, 'q'},
+                                        {"full", no_argument, 0, 'f'},
+                                        {"only", required_argument, 0, 'o'},
+                                        {"out-dir", required_argument, 0, 'd'},
+                                        {"repeat", required_argument, 0, 'r'},
+                                        {"dry-run", no_argument, 0, 'n'},
+                                        {"list", no_argument, 0, 'l'},
+                                        {"large-host", no_argument, 0, 'L'},
+                                        {"kv-budget-gb", required_argument, 0, 'g'},
+                                        {"host-pool-gb", required_argument, 0, 'p'},
+                                        {"shard", required_argument, 0, 's'},
+                                        {"help", no_argument, 0, 'h'},
+                                        {0, 0, 0, 0}};
     int sc = -1, dry = 0, list = 0, on[N_EXP], c, only = 0, out_given = 0;
     long repeat = 1;
     double kv_gb = 0, pool_gb = 0;
@@ -598,10 +626,20 @@ int cmd_reproduce(int argc, char **argv)
     for (size_t k = 0; k < N_EXP; k++)
         on[k] = 1;
     const char *out = "results";
+    struct option opts[64];
+    PULSE_CHECK(runtime_opts_getopt(own, RT_ALL, opts, 64) == 0, CMD ": the options' table");
+    struct runtime_opts rt; /* the options' checks (pulse run takes them all) */
+    runtime_opts_init(&rt);
+    g_n_rt = 0;
     opterr = 0;
     optind = 1;
     struct cli_seen seen = {0};
     while ((c = cli_getopt(CMD, argc, argv, opts, &seen)) != -1) {
+        if (runtime_opts_code(c)) {
+            if (runtime_opts_flag(CMD, &rt, c, optarg)) return EXIT_USAGE;
+            g_rt[g_n_rt].code = c, g_rt[g_n_rt++].arg = optarg;
+            continue;
+        }
         switch (c) {
         case 't':
         case 'q':
@@ -639,7 +677,9 @@ int cmd_reproduce(int argc, char **argv)
             list = 1;
             break;
         case 'h':
-            return fputs(usage, stdout), 0;
+            fputs(usage, stdout);
+            runtime_opts_usage(stdout, RT_ALL, &rt);
+            return fputs(usage_exit, stdout), 0;
         default:
             return cli_unknown_flag(CMD, argc, argv), EXIT_USAGE;
         }
@@ -708,6 +748,11 @@ int cmd_reproduce(int argc, char **argv)
             continue;
         }
         json_t *g = x->grid(s, dir);
+        for (int i = 0; i < g_n_rt; i++) { /* pulse run takes every runtime option */
+            char flag[64];
+            snprintf(flag, sizeof flag, "--%s", runtime_opts_name(g_rt[i].code));
+            json_object_set_new(json_object_get(g, "base"), flag, json_string(g_rt[i].arg));
+        }
         if (repeat > 1) { /* a seed axis: the last, so a point's repetitions sit together */
             json_t *axes = json_object_get(g, "axes"), *seeds = json_array();
             for (long k = 1; k <= repeat; k++)

@@ -15,6 +15,7 @@
 #include "offload.h"
 #include "results.h"
 #include "run_offload.h"
+#include "runtime_opts.h"
 #include "serve.h"
 #include "workloads/workload.h"
 
@@ -63,28 +64,29 @@ struct run_opts {
     int budget_set, model_set, page_size_set, print_tokens, no_graph, cupti;
     uint64_t seed;
     struct run_offload_opts off;
+    struct runtime_opts rt; /* the runtime's tuning (runtime_opts.h) */
 };
 
 static int parse(int argc, char **argv, struct run_opts *o)
 {
-    static const struct option opts[] = {{"backend", required_argument, 0, 'b'},
-                                         {"model", required_argument, 0, 'm'},
-                                         {"policy", required_argument, 0, 'p'},
-                                         {"workload", required_argument, 0, 'w'},
-                                         {"arrival", required_argument, 0, 'a'},
-                                         {"output-len", required_argument, 0, 'n'},
-                                         {"kv-budget-gb", required_argument, 0, 'g'},
-                                         {"max-batch", required_argument, 0, 'B'},
-                                         {"page-size", required_argument, 0, 'P'},
-                                         {"seed", required_argument, 0, 's'},
-                                         {"out", required_argument, 0, 'o'},
-                                         {"print-tokens", no_argument, 0, 't'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {"no-graph", no_argument, 0, 'G'},
-                                         {"cupti", no_argument, 0, 'C'},
-                                         {"weights", required_argument, 0, 'W'},
-                                         RUN_OFFLOAD_OPTIONS,
-                                         {0, 0, 0, 0}};
+    static const struct option own[] = {{"backend", required_argument, 0, 'b'},
+                                        {"model", required_argument, 0, 'm'},
+                                        {"policy", required_argument, 0, 'p'},
+                                        {"workload", required_argument, 0, 'w'},
+                                        {"arrival", required_argument, 0, 'a'},
+                                        {"output-len", required_argument, 0, 'n'},
+                                        {"kv-budget-gb", required_argument, 0, 'g'},
+                                        {"max-batch", required_argument, 0, 'B'},
+                                        {"page-size", required_argument, 0, 'P'},
+                                        {"seed", required_argument, 0, 's'},
+                                        {"out", required_argument, 0, 'o'},
+                                        {"print-tokens", no_argument, 0, 't'},
+                                        {"help", no_argument, 0, 'h'},
+                                        {"no-graph", no_argument, 0, 'G'},
+                                        {"cupti", no_argument, 0, 'C'},
+                                        {"weights", required_argument, 0, 'W'},
+                                        RUN_OFFLOAD_OPTIONS,
+                                        {0, 0, 0, 0}};
     *o = (struct run_opts){.backend = "auto",
                            .model = "tiny",
                            .policy = "vanilla",
@@ -94,6 +96,9 @@ static int parse(int argc, char **argv, struct run_opts *o)
                            .page_size = 16,
                            .seed = 1};
     run_offload_opts_init(&o->off);
+    runtime_opts_init(&o->rt);
+    struct option opts[96];
+    PULSE_CHECK(runtime_opts_getopt(own, RT_ALL, opts, 96) == 0, "run: the options' table");
     int c;
     opterr = 0;
     optind = 1;
@@ -101,6 +106,10 @@ static int parse(int argc, char **argv, struct run_opts *o)
     while ((c = cli_getopt("run", argc, argv, opts, &seen)) != -1) {
         if (c >= RUN_OFF_BUDGET && c < RUN_OFF_END) {
             if (run_offload_flag(&o->off, c, optarg)) return -1;
+            continue;
+        }
+        if (runtime_opts_code(c)) {
+            if (runtime_opts_flag("run", &o->rt, c, optarg)) return -1;
             continue;
         }
         switch (c) {
@@ -155,6 +164,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
         case 'h':
             fputs(usage, stdout);
             fputs(run_offload_usage, stdout);
+            runtime_opts_usage(stdout, RT_ALL, &o->rt);
             fputs(usage_exit, stdout);
             return 1;
         default:
@@ -331,7 +341,7 @@ static int check_sizes(const struct run_opts *o, const struct policy *pol,
                          "or prefill)");
         return -1;
     }
-    if (pol->needs_ctx) return run_offload_resolve(ro, &o->off, pol, m, be, w, kp, o->seed);
+    if (pol->needs_ctx) return run_offload_resolve(ro, &o->off, &o->rt, pol, m, be, w, kp, o->seed);
     size_t need = kv_cache_params_request_bytes(kp, kp->max_tokens);
     if (need <= kp->budget_bytes) return 0;
     cli_error("run",
@@ -506,6 +516,7 @@ int cmd_run(int argc, char **argv)
     json_t *cfg_json = config_json(&o, m, be, budget);
     json_object_set_new(cfg_json, "command", cli_command_json(argc, argv));
     json_object_set_new(cfg_json, "weights", o.weights ? json_string(o.weights) : json_null());
+    json_object_set_new(cfg_json, "options", runtime_opts_json(&o.rt, RT_ALL));
     json_object_set_new(res, "config", cfg_json);
     json_object_set_new(res, "workload", workload_to_json(&w));
     struct weights_load wload = {o.weights, PULSE_OK};
@@ -517,6 +528,7 @@ int cmd_run(int argc, char **argv)
                                .use_graph = !o.no_graph,
                                .load_weights = o.weights ? load_hf : NULL,
                                .load_user = &wload};
+    runtime_opts_engine(&o.rt, &ep);
     struct engine *e = engine_create(&ep, err, sizeof err);
     struct kv_cache *kv = NULL;
     void *ctx = NULL;               /* the policy's context (its ctx_create) */
@@ -590,8 +602,13 @@ int cmd_run(int argc, char **argv)
     series_cap = (int64_t)w.n * w.output_len;
     series = mem_alloc(MEM_HOST, sizeof(struct serve_step) * (size_t)series_cap, "series");
     double wall;
-    if (serve_run_series(e, kv, pol, ctx, w.reqs, w.n, (int)o.max_batch, series,
-                         series ? series_cap : 0, &ctr, &wall, err, sizeof err) != PULSE_OK) {
+    struct serve_params sp;
+    serve_params_init(&sp);
+    runtime_opts_serve(&o.rt, &sp);
+    sp.series = series;
+    sp.series_cap = series ? series_cap : 0;
+    if (serve_run_params(e, kv, pol, ctx, w.reqs, w.n, (int)o.max_batch, &sp, &ctr, &wall, err,
+                         sizeof err) != PULSE_OK) {
         code = failed(res, "error", err, 1);
         goto out;
     }

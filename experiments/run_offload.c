@@ -294,7 +294,7 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
     p->cap_gbps = oo->cap_gbps;
     p->schedule = pol->offload_schedule;
     p->refetch = oo->reuse ? !strcmp(oo->reuse, "none") : pol->offload_refetch;
-    p->verify_steps = pulse_env_switch("PULSE_OFFLOAD_VERIFY", 0);
+    p->verify_steps = pulse_diag_switch(PULSE_DIAG_OFFLOAD_VERIFY);
     int64_t prompt = 0, out = 0;
     for (int i = 0; i < w->n; i++)
         prompt += w->reqs[i].prompt_len, out += w->reqs[i].output_len;
@@ -303,14 +303,15 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
 }
 
 int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *oo,
-                        const struct policy *pol, const struct model_config *m,
-                        const struct backend *be, const struct workload *w,
-                        const struct kv_cache_params *kp, uint64_t seed)
+                        const struct runtime_opts *rt, const struct policy *pol,
+                        const struct model_config *m, const struct backend *be,
+                        const struct workload *w, const struct kv_cache_params *kp, uint64_t seed)
 {
     struct offload_params *p = &ro->p;
     long budget, hot;
     if (check_flags(oo, m, kp, pol->offload_cache_pages, &budget, &hot)) return -1;
     offload_params_init(p, kp->max_requests, kp->max_tokens, seed);
+    runtime_opts_offload(rt, p);
     memset(&ro->src, 0, sizeof ro->src);
     ro->src.model = m->name;
     fill_params(ro, oo, pol, w, budget, hot);

@@ -6,6 +6,7 @@
 #include <getopt.h>
 
 #include "offload.h"
+#include "runtime_opts.h"
 #include "serve.h"
 #include "workloads/locality.h"
 #include "workloads/locality_source.h"
@@ -82,11 +83,12 @@ void run_offload_opts_init(struct run_offload_opts *oo);
  * message naming the flag. */
 int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg);
 /* Resolves the params for offload policy pol on model m, backend be, the workload and cache
- * shape kp (max_requests = max batch); checks the KV budget and the host pool hold the longest
- * request. 0, or -1 after a one-line message naming the flag. */
+ * shape kp (max_requests = max batch), with the runtime tuning rt (its offload, recall and pin
+ * groups); checks the KV budget and the host pool hold the longest request. 0, or -1 after a
+ * one-line message naming the flag. */
 int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *oo,
-                        const struct policy *pol, const struct model_config *m,
-                        const struct backend *be, const struct workload *w,
-                        const struct kv_cache_params *kp, uint64_t seed);
+                        const struct runtime_opts *rt, const struct policy *pol,
+                        const struct model_config *m, const struct backend *be,
+                        const struct workload *w, const struct kv_cache_params *kp, uint64_t seed);
 
 #endif

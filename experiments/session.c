@@ -64,7 +64,7 @@ static int load_cb(struct model *m, const struct kctx *ctx, void *path, char *er
 }
 
 int session_start(struct session *s, const struct backend *be, uint64_t seed, int max_tokens,
-                  int chunk, char *err, size_t errlen)
+                  int chunk, const struct runtime_opts *rt, char *err, size_t errlen)
 {
     const struct model_config *m = s->cfg;
     s->max_tokens = max_tokens;
@@ -77,6 +77,7 @@ int session_start(struct session *s, const struct backend *be, uint64_t seed, in
                                .use_graph = 0,
                                .load_weights = s->real ? load_cb : NULL,
                                .load_user = (void *)s->model};
+    if (rt) runtime_opts_engine(rt, &ep);
     if (!(s->e = engine_create(&ep, err, errlen))) return PULSE_ERR_INVALID;
     struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, 16, 0, 1, max_tokens};
     kp.budget_bytes = kv_cache_params_request_bytes(&kp, max_tokens);

@@ -12,6 +12,7 @@
 #include "accuracy/tokenizer.h"
 #include "engine.h"
 #include "kv_cache.h"
+#include "runtime_opts.h"
 
 struct session {
     const struct model_config *cfg;
@@ -32,9 +33,10 @@ int session_config(struct session *s, const char *model, char *err, size_t errle
 /* Opens the tokenizer of a .gguf model (none for other models: s->tok stays NULL). */
 int session_tokenizer(struct session *s, char *err, size_t errlen);
 /* Creates engine, cache and batch for requests up to max_tokens, prefill chunks of `chunk`
- * tokens. PULSE_OK, PULSE_ERR_OOM or another error with a reason in err. */
+ * tokens, the engine tuned by rt (its RT_ENGINE options; NULL: the defaults). PULSE_OK,
+ * PULSE_ERR_OOM or another error with a reason in err. */
 int session_start(struct session *s, const struct backend *be, uint64_t seed, int max_tokens,
-                  int chunk, char *err, size_t errlen);
+                  int chunk, const struct runtime_opts *rt, char *err, size_t errlen);
 void session_close(struct session *s);
 
 /* Prefill: ids[0..n) through the model in chunks (dense attention); returns the greedy next

@@ -44,7 +44,7 @@ int pulse_sync_each_launch(void)
 {
     static int cached = -1;
     if (cached < 0) {
-        cached = pulse_env_switch("PULSE_SYNC", 0);
+        cached = pulse_diag_switch(PULSE_DIAG_SYNC);
     }
     return cached;
 }
@@ -111,50 +111,82 @@ int pulse_check_text(const char *buf, size_t len, const char *path, char *err, s
                         line);
 }
 
-int pulse_env_long(const char *name, long lo, long hi, long *out)
+/* ---- diagnostics (common.h): the one table of the PULSE_* variables the runtime reads ---- */
+
+enum diag_kind { DIAG_SWITCH, DIAG_NUMBER, DIAG_TEXT };
+
+static const struct {
+    const char *name;
+    enum diag_kind kind;
+    double lo, hi;
+} diags[PULSE_DIAGS] = {
+    [PULSE_DIAG_SYNC] = {"PULSE_SYNC", DIAG_SWITCH, 0, 1},
+    [PULSE_DIAG_OFFLOAD_VERIFY] = {"PULSE_OFFLOAD_VERIFY", DIAG_SWITCH, 0, 1},
+    [PULSE_DIAG_OFFLOAD_TRACE] = {"PULSE_OFFLOAD_TRACE", DIAG_SWITCH, 0, 1},
+    [PULSE_DIAG_PROGRESS] = {"PULSE_PROGRESS", DIAG_SWITCH, 0, 1},
+    [PULSE_DIAG_WAIT_TIMEOUT_S] = {"PULSE_WAIT_TIMEOUT_S", DIAG_NUMBER, 1e-3, 1e7},
+    [PULSE_DIAG_STACKS_AFTER_S] = {"PULSE_STACKS_AFTER_S", DIAG_NUMBER, 1e-3, 1e7},
+    [PULSE_DIAG_RECALL_FAULT] = {"PULSE_RECALL_FAULT", DIAG_TEXT, 0, 0},
+};
+
+const char *pulse_diag_name(enum pulse_diag d)
 {
-    const char *e = getenv(name);
-    if (!e || !*e) return 0;
+    return (unsigned)d < PULSE_DIAGS ? diags[d].name : "?";
+}
+
+const char *pulse_diag_raw(enum pulse_diag d)
+{
+    return (unsigned)d < PULSE_DIAGS ? getenv(diags[d].name) : NULL;
+}
+
+/* A switch: 0 or 1 (decimal digits, no sign, no spaces). */
+static int diag_switch_value(const char *e, double *out)
+{
     char *end;
     const long v = strtol(e, &end, 10);
-    const int decimal = (e[0] >= '0' && e[0] <= '9') || (e[0] == '-' && e[1] >= '0' && e[1] <= '9');
-    if (!decimal || *end || v < lo || v > hi) {
-        fprintf(stderr, "%s=%s: expected an integer in %ld..%ld; ignored\n", name, e, lo, hi);
-        return 0;
-    }
-    *out = v;
+    if (!(e[0] >= '0' && e[0] <= '9') || *end || v < 0 || v > 1) return 0;
+    *out = (double)v;
     return 1;
 }
 
-int pulse_env_double(const char *name, double lo, double hi, double *out)
+/* A decimal number in [lo, hi] (no sign, no inf or nan, nothing after it). */
+static int diag_number_value(const char *e, double lo, double hi, double *out)
 {
-    const char *e = getenv(name);
-    if (!e || !*e) return 0;
     char *end;
     const double v = strtod(e, &end);
     const int decimal = (e[0] >= '0' && e[0] <= '9') || (e[0] == '.' && e[1] >= '0' && e[1] <= '9');
-    if (!decimal || *end || !isfinite(v) || v < lo || v > hi) {
-        fprintf(stderr, "%s=%s: expected a number in %g..%g; ignored\n", name, e, lo, hi);
-        return 0;
-    }
+    if (!decimal || *end || !isfinite(v) || v < lo || v > hi) return 0;
     *out = v;
     return 1;
 }
 
-int pulse_env_switch(const char *name, int def)
+int pulse_diag_number(enum pulse_diag d, double *out)
 {
-    long v = def;
-    pulse_env_long(name, 0, 1, &v);
-    return (int)v;
+    if ((unsigned)d >= PULSE_DIAGS || diags[d].kind == DIAG_TEXT) return 0;
+    const char *e = getenv(diags[d].name);
+    if (!e || !*e) return 0;
+    if (diags[d].kind == DIAG_SWITCH) {
+        if (diag_switch_value(e, out)) return 1;
+        fprintf(stderr, "%s=%s: expected an integer in 0..1; ignored\n", diags[d].name, e);
+        return 0;
+    }
+    if (diag_number_value(e, diags[d].lo, diags[d].hi, out)) return 1;
+    fprintf(stderr, "%s=%s: expected a number in %g..%g; ignored\n", diags[d].name, e, diags[d].lo,
+            diags[d].hi);
+    return 0;
 }
 
-int pulse_device_wait(void)
+int pulse_diag_switch(enum pulse_diag d)
 {
-    static int cached = -1;
-    if (cached < 0) {
-        cached = pulse_env_switch("PULSE_DEVICE_WAIT", 1);
-    }
-    return cached;
+    double v = 0;
+    return pulse_diag_number(d, &v) && v == 1;
+}
+
+const char *pulse_diag_text(enum pulse_diag d)
+{
+    if ((unsigned)d >= PULSE_DIAGS || diags[d].kind != DIAG_TEXT) return NULL;
+    const char *e = getenv(diags[d].name);
+    return e && *e ? e : NULL;
 }
 
 void pulse_wait_flag(const uint32_t *flag, uint32_t value, const char *what)
@@ -168,7 +200,7 @@ void pulse_wait_flag(const uint32_t *flag, uint32_t value, const char *what)
         const double now = pulse_now();
         if (t0 == 0) { /* a slow wait: read the limit once */
             t0 = now;
-            pulse_env_double("PULSE_WAIT_TIMEOUT_S", 1e-3, 1e7, &timeout);
+            pulse_diag_number(PULSE_DIAG_WAIT_TIMEOUT_S, &timeout);
         }
         if (now - t0 > timeout) {
             char d[160];

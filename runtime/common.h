@@ -68,31 +68,45 @@ double pulse_now(void);
 void pulse_host_sync_note(void);
 int64_t pulse_host_syncs(void);
 
-/* The offload step's recall wait on cuda: the compute stream waits for a layer's recall on the
- * device (cuStreamWaitValue32), the default; PULSE_DEVICE_WAIT=0 makes the thread that queues
- * the step wait for the recall's flag on the host instead (a noted host synchronisation) before
- * queueing the layer's attention, for comparison. Anything that takes the driver's locks and
- * waits for the device while a step is queued would deadlock the device wait (the recall's
- * thread could not submit what the compute stream waits for): CUDA's lazy module loading (off,
- * stream_value_cuda.c), cuBLAS's lazy kernel libraries (every decode GEMM runs once at engine
- * creation, engine.c), copies into pageable memory (the token readback is pinned). */
-int pulse_device_wait(void);
-
-/* An integer environment switch in [lo, hi] (decimal): 1 and *out when set and valid; a warning
- * on stderr and 0 when set and bad (the default stands); 0 when unset. */
-int pulse_env_long(const char *name, long lo, long hi, long *out);
-/* The same for a decimal number in [lo, hi] (no inf, no nan), and for a switch: 0 or 1 (a
- * switch's default when unset or refused: def). Every PULSE_* variable is read through these,
- * so junk is refused with the same warning everywhere. */
-int pulse_env_double(const char *name, double lo, double hi, double *out);
-int pulse_env_switch(const char *name, int def);
+/* Diagnostics: the PULSE_* environment variables that remain, switches for debugging and
+ * tests that change no result (the runtime's tuning knobs are params fields, set on the command
+ * line: experiments/runtime_opts.h). Read here and nowhere else, each when it is asked for (never
+ * by a *_params_init); a value that is not what the variable takes gets one warning on stderr,
+ * "NAME=VALUE: expected ...; ignored", and the default stands.
+ *   PULSE_SYNC=0|1            synchronise after every kernel launch (pulse_sync_each_launch)
+ *   PULSE_OFFLOAD_VERIFY=0|1  pulse run checks every resident block after every offload step
+ *   PULSE_OFFLOAD_TRACE=0|1   the offload planner thread's jobs on stderr
+ *   PULSE_PROGRESS=0|1        progress lines off, or forced (default: on a terminal only)
+ *   PULSE_WAIT_TIMEOUT_S=S    a host wait for a recall's flag aborts after S s (default 120)
+ *   PULSE_STACKS_AFTER_S=S    every thread's stack after S s without progress (watchdog.h)
+ *   PULSE_RECALL_FAULT=SPEC   faults injected into the recall engine's copies (recall_fault.h) */
+enum pulse_diag {
+    PULSE_DIAG_SYNC = 0,
+    PULSE_DIAG_OFFLOAD_VERIFY,
+    PULSE_DIAG_OFFLOAD_TRACE,
+    PULSE_DIAG_PROGRESS,
+    PULSE_DIAG_WAIT_TIMEOUT_S,
+    PULSE_DIAG_STACKS_AFTER_S,
+    PULSE_DIAG_RECALL_FAULT,
+    PULSE_DIAGS
+};
+/* The variable's name ("PULSE_SYNC"), and its raw value in the environment (NULL: unset). */
+const char *pulse_diag_name(enum pulse_diag d);
+const char *pulse_diag_raw(enum pulse_diag d);
+/* A switch or number diagnostic, read now: 1 and the value in *out when set and valid; 0 when
+ * unset, or set to anything else (after the warning). */
+int pulse_diag_number(enum pulse_diag d, double *out);
+/* A switch diagnostic: 1 when set to 1, else 0. */
+int pulse_diag_switch(enum pulse_diag d);
+/* A text diagnostic (PULSE_RECALL_FAULT): its value, NULL when unset or empty. */
+const char *pulse_diag_text(enum pulse_diag d);
 
 /* Waits on the calling thread until (int32_t)(*flag - value) >= 0 (a flag another thread or a
  * device stream writes), spinning, then yielding. A flag that has not reached the value after
  * PULSE_WAIT_TIMEOUT_S seconds (default 120; a stuck recall) aborts with what was awaited. */
 void pulse_wait_flag(const uint32_t *flag, uint32_t value, const char *what);
 
-/* Environment switch PULSE_SYNC=1: synchronise after every kernel launch (debugging). */
+/* PULSE_SYNC=1 (read once per process): synchronise after every kernel launch (debugging). */
 int pulse_sync_each_launch(void);
 
 #define PULSE_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

@@ -102,27 +102,21 @@ int mem_pin_strategy_find(const char *name)
     return -1;
 }
 
+/* REGISTER's threads when none are asked for: the online CPUs, at most PIN_MAX_THREADS. */
+static int pin_default_threads(void)
+{
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return (int)PULSE_MIN(PULSE_MAX(cpus, 1), PIN_MAX_THREADS);
+}
+
 void mem_pin_params_default(struct mem_pin_params *p)
 {
     memset(p, 0, sizeof *p);
     p->strategy = MEM_PIN_DEFAULT;
     p->piece_bytes = (size_t)1 << 30;
+    p->threads = pin_default_threads();
     p->hugepages = 1;
-    const char *e = getenv("PULSE_PIN");
-    if (e && *e) {
-        int s = mem_pin_strategy_find(e);
-        if (s < 0)
-            fprintf(stderr, "PULSE_PIN=%s: expected alloc or register; using %s\n", e,
-                    mem_pin_strategy_name(p->strategy));
-        else
-            p->strategy = (enum mem_pin_strategy)s;
-    }
-    long v;
-    if (pulse_env_long("PULSE_PIN_PIECE_MB", 2, 1L << 20, &v)) p->piece_bytes = (size_t)v << 20;
-    if (pulse_env_long("PULSE_PIN_THREADS", 1, 256, &v)) p->threads = (int)v;
-    if (pulse_env_long("PULSE_PIN_HUGEPAGES", 0, 1, &v)) p->hugepages = (int)v;
     p->numa_node = MEM_NUMA_NEAREST;
-    if (pulse_env_long("PULSE_PIN_NUMA", -1, 4095, &v)) p->numa_node = (int)v;
 }
 
 #ifdef PULSE_HAVE_CUDA
@@ -344,8 +338,7 @@ static void *pin_register(size_t bytes, const struct mem_pin_params *pp, struct 
         fprintf(stderr, "pin: pages left where the kernel puts them (%s)\n", why);
     madvise(j.base, len, MADV_DONTFORK); /* a child (popen) must not share pinned pages COW */
     j.registered = calloc((size_t)j.n_pieces, 1);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int T = pp->threads > 0 ? pp->threads : (int)PULSE_MIN(PULSE_MAX(cpus, 1), PIN_MAX_THREADS);
+    int T = pp->threads > 0 ? pp->threads : pin_default_threads();
     T = PULSE_MIN(PULSE_MIN(T, j.n_pieces), 256);
     pthread_t th[256];
     int started = 0;

@@ -52,7 +52,7 @@ struct mem_pin_params {
     size_t piece_align; /* REGISTER: pieces are a multiple of this too (the pool's block, so that
                            no block straddles two registrations); 0 = none */
     int threads;        /* REGISTER: threads that touch and register (default: online CPUs, at
-                           most 16) */
+                           most 16; 0: the same) */
     int hugepages;      /* REGISTER: madvise(MADV_HUGEPAGE) before touching (default 1) */
     int numa_node;      /* REGISTER: the host NUMA node its pages go to (host_numa.h), asked
                            before they are touched; -1 none; MEM_NUMA_NEAREST (the default) the
@@ -78,10 +78,9 @@ struct mem_pin_report {
                                        numa_asked; -1 when none asked or not known */
 };
 
-/* The default strategy is REGISTER (MEM_PIN_DEFAULT); the environment overrides it for a run:
- * PULSE_PIN=alloc|register, PULSE_PIN_PIECE_MB=N, PULSE_PIN_THREADS=N, PULSE_PIN_HUGEPAGES=0|1,
- * PULSE_PIN_NUMA=N (a node, or -1 for none) (bad values: a warning on stderr, the default
- * kept). */
+/* The default strategy is REGISTER (MEM_PIN_DEFAULT); mem_pin_params_default fills the defaults
+ * above and reads nothing else (no environment: a run's pinning comes from its command line,
+ * experiments/runtime_opts.h). */
 #define MEM_PIN_DEFAULT MEM_PIN_REGISTER
 void mem_pin_params_default(struct mem_pin_params *p);
 const char *mem_pin_strategy_name(enum mem_pin_strategy s);

@@ -16,8 +16,8 @@ static double g_delay = PROGRESS_DELAY_S;
 
 static void from_env(void)
 {
-    long v;
-    if (!pulse_env_long("PULSE_PROGRESS", 0, 1, &v)) return;
+    double v;
+    if (!pulse_diag_number(PULSE_DIAG_PROGRESS, &v)) return;
     if (v == 0) {
         g_mode = PROGRESS_OFF;
     } else {

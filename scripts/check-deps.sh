@@ -10,7 +10,10 @@
 #               include their own headers and the runtime's public ones: not another folder's,
 #               not the runtime's internals (runtime/*_impl.h); their libraries use only their
 #               own and the runtime's symbols;
-#   experiments/, tests/, dev/  anything.
+#   experiments/, tests/, dev/  anything;
+# and runtime/, workloads/, baselines/, accuracy/ read no environment variable but through the
+# diagnostics' table of runtime/common.c (common.h): the tuning is the params structs', filled
+# from the command line (experiments/runtime_opts.h).
 # usage: check-deps.sh SRC [LIB_RUNTIME LIB_WORKLOADS LIB_BASELINES LIB_ACCURACY]
 # (NM names nm). Exit 0, or 1 after one line per violation.
 set -euo pipefail
@@ -127,6 +130,12 @@ check_runtime_header() {
 for dir in runtime workloads baselines accuracy; do
     check_folder "$dir"
 done
+
+# The environment, read in one place.
+while IFS=: read -r file line _; do
+    bad "$file:$line: reads the environment (only runtime/common.c's diagnostics may: common.h)"
+done < <(cd "$src" && grep -rnE '\b(secure_)?getenv\b|\benviron\b' --include='*.c' --include='*.h' \
+    --include='*.cu' runtime workloads baselines accuracy | grep -v '^runtime/common\.c:' || true)
 
 # Symbols: what each library leaves undefined (less what it defines itself) against what the
 # libraries it may not use define.

@@ -28,6 +28,17 @@ stages=${*:-test sanitize bench run recall}
 has() { [[ " $stages " == *" $1 "* ]]; }
 export PATH=$PATH:/usr/local/cuda/bin
 log() { echo "== $(date +%H:%M:%S) $*"; }
+# A variant "A,B,...": items that start with -- are pulse's flags (the runtime's tuning, e.g.
+# --zc-blocks=8, --layer-graphs=off: pulse run --help), the others environment assignments of
+# the diagnostics that remain (e.g. PULSE_SYNC=1); into the arrays v_flags and v_env.
+variant() {
+    v_flags=() v_env=()
+    local item items
+    IFS=, read -ra items <<<"$1"
+    for item in "${items[@]}"; do
+        if [[ $item == --* ]]; then v_flags+=("$item"); else v_env+=("$item"); fi
+    done
+}
 
 uname -r | tee "$out/uname.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
@@ -70,7 +81,7 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
     # (SAN_TOOLS, SAN_TESTS); each run under SAN_TIMEOUT seconds; errors counted per tool. The
     # tools of SAN_QUICK (default racecheck and initcheck, which run the tests many times
     # slower) run them with PULSE_GPU_TEST_QUICK=1: a few cases each, every kernel and path once;
-    # SAN_ENV="VAR=V ..." sets more environment for the tested programs (e.g. PULSE_DEVICE_WAIT=0);
+    # SAN_ENV="VAR=V ..." sets more environment for the tested programs (e.g. PULSE_SYNC=1);
     # SAN_ARGS more compute-sanitizer flags for every tool, SAN_RACE_ARGS for racecheck alone,
     # by default its kernels but cuBLAS's (not ours, and its shared-memory GEMMs make racecheck
     # take minutes a step; CUDA 13.0's compute-sanitizer calls --kernel-regex deprecated for
@@ -151,10 +162,12 @@ if has bench; then
     "$bin" bench decode-step --backend cuda "${peer[@]}" --out "$out/bench_decode.json" \
         >"$out/bench.txt" 2>&1
     summary+=("bench exit $?")
-    # e.g. "PULSE_ATTN_BLOCKS_PER_SM=8 PULSE_ATTN_BLOCKS_PER_SM=8,PULSE_ATTN_MIN_TILES=32"
+    # variants (see variant()), e.g.
+    # "--attn-blocks-per-sm=8 --attn-blocks-per-sm=8,--attn-min-tiles=32"
     if [ -n "${PULSE_BENCH_VARIANTS:-}" ]; then
         for v in $PULSE_BENCH_VARIANTS; do
-            env ${v//,/ } "$bin" bench decode-step --backend cuda "${peer[@]}" \
+            variant "$v"
+            env "${v_env[@]}" "$bin" bench decode-step --backend cuda "${peer[@]}" "${v_flags[@]}" \
                 --out "$out/bench_${v//[^A-Za-z0-9]/_}.json" >"$out/bench_${v//[^A-Za-z0-9]/_}.txt" 2>&1
             echo "--- bench with $v"; cat "$out/bench_${v//[^A-Za-z0-9]/_}.txt"
         done
@@ -175,13 +188,15 @@ if has run; then
     done
 fi
 if has devwait; then
-    # the device-side recall wait (the default; PULSE_DEVICE_WAIT=0 waits on the host) at scale, each host-planned engine; a run
-    # that stops making progress gets every thread's stack (PULSE_STACKS_AFTER_S), resolved
+    # the device-side recall wait (the default --recall-wait device; host waits on the host) at
+    # scale, each host-planned engine; a run that stops making progress gets every thread's
+    # stack (PULSE_STACKS_AFTER_S), resolved
     log device wait
     for eng in ${DW_ENGINES:-per-block gather-scatter}; do
-        PULSE_DEVICE_WAIT=1 PULSE_STACKS_AFTER_S=${DW_STACKS_S:-20} timeout "${DW_TIMEOUT:-60}" \
+        PULSE_STACKS_AFTER_S=${DW_STACKS_S:-20} timeout "${DW_TIMEOUT:-60}" \
             "$bin" run --backend cuda --model qwen3-14b --policy arkvale --workload "${DW_SPEC:-uniform:16384:12}" \
             --output-len "${DW_OUT:-8}" --kv-budget-gb 8 --selection solohead --recall-engine "$eng" \
+            --recall-wait device \
             --out "$out/dw_$eng.json" >"$out/dw_$eng.txt" 2>&1
         summary+=("device wait $eng exit $? ($(grep -v '^ ' "$out/dw_$eng.txt" | tail -n 1 | cut -c1-160))")
         grep -q "pulse watchdog" "$out/dw_$eng.txt" &&
@@ -191,7 +206,8 @@ fi
 if has offload; then
     # the offload step against its floor: every policy and engine on one workload
     # (OFFLOAD_SPEC, default the issue's uniform:16384:12, 32 new tokens, 8 GB of GPU KV);
-    # each of OFFLOAD_RUNS is policy:selection:engine[:VAR=V,VAR=V] (environment of that run)
+    # each of OFFLOAD_RUNS is policy:selection:engine[:VARIANT] (variant(): that run's flags,
+    # e.g. --zc-blocks=8,--layer-graphs=off, and diagnostics' environment)
     log offload
     spec=${OFFLOAD_SPEC:-uniform:16384:12}
     # (arkvale:-:- and infinigen:-:- are the published baselines; X+solohead+gs with a
@@ -203,10 +219,11 @@ if has offload; then
         IFS=: read -r pol sel eng envs <<<"$v"
         tag="${pol//+/-}_${sel}_${eng}"
         [ -n "$envs" ] && tag="${tag}_${envs//[^A-Za-z0-9]/_}"
-        args=()
-        [ "$pol" != vanilla ] && [ "$sel" != - ] && args=(--selection "$sel" --recall-engine "$eng")
+        variant "$envs"
+        args=("${v_flags[@]}")
+        [ "$pol" != vanilla ] && [ "$sel" != - ] && args+=(--selection "$sel" --recall-engine "$eng")
         [ "$pol" != vanilla ] && args+=(${OFFLOAD_ARGS:-})
-        env ${envs//,/ } /usr/bin/time -f "%e s wall, %M KB" timeout "${OFFLOAD_TIMEOUT:-150}" "$bin" run --backend cuda \
+        env "${v_env[@]}" /usr/bin/time -f "%e s wall, %M KB" timeout "${OFFLOAD_TIMEOUT:-150}" "$bin" run --backend cuda \
             --model qwen3-14b --policy "$pol" --workload "$spec" --output-len "${OFFLOAD_OUT:-32}" \
             --kv-budget-gb "${OFFLOAD_KV_GB:-8}" "${args[@]}" --out "$out/off_$tag.json" \
             >"$out/off_$tag.txt" 2>&1
@@ -278,10 +295,12 @@ if has recall; then
     summary+=("recall-bench exit $?")
     python3 "$root/plots/recall_bandwidth.py" "$out/recall_bench.json" --out "$out/recall_bandwidth.png" \
         >/dev/null 2>&1 || true
-    # e.g. RECALL_VARIANTS="PULSE_SYNC=1": zero-copy and gather-scatter at 8K/64K only
+    # variants (see variant()), e.g. RECALL_VARIANTS="PULSE_SYNC=1 --zc-inflight-kb=32": zero-copy
+    # and gather-scatter at 8K/64K only
     for v in ${RECALL_VARIANTS:-}; do
         tag=${v//[^A-Za-z0-9]/_}
-        env ${v//,/ } timeout 120 "$bin" recall-bench --engines zero-copy,gather-scatter \
+        variant "$v"
+        env "${v_env[@]}" timeout 120 "$bin" recall-bench "${v_flags[@]}" --engines zero-copy,gather-scatter \
             --sizes 8K,64K --counts 1024,4096 --no-interference --caps 0.4,0.6,0.8 \
             --out "$out/recall_$tag.json" >"$out/recall_$tag.txt" 2>&1
         echo "--- recall-bench with $v"; tail -n 20 "$out/recall_$tag.txt"

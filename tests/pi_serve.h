@@ -32,6 +32,8 @@ struct pi_cfg {
     uint64_t seed;    /* the workload's (random: specs); 0 = 1 */
     int no_graph;     /* without CUDA graphs (pulse run --no-graph); else with them, as pulse
                          run (cuda only) */
+    int host_wait;    /* cuda: a recall waited for on the host (offload_params.host_wait, pulse
+                         run --recall-wait host); else on the device */
 };
 
 struct pi_out {
@@ -85,6 +87,7 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
     p.prompt_kv = c->prompt_kv;
     p.engine = c->zero_copy ? RECALL_ZERO_COPY : RECALL_GATHER_SCATTER;
     p.recall_ops = c->ops;
+    p.host_wait = c->host_wait;
     p.schedule = pol->offload_schedule;
     void *ctx = NULL;
     if (kv && pol->needs_ctx) {
@@ -120,9 +123,9 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
     if (r->rc) fprintf(stderr, "serve %s %s: %s\n", c->policy, c->spec, err);
     /* no host round trip inside a step (offload_verify's checks synchronise: only without) */
     /* (on cuda the host-planned engines wait for a recall on the host unless the device wait
-     * is on: common.h, pulse_device_wait) */
+     * is on: offload_params.host_wait) */
     const int device_waits =
-        !c->backend || !strcmp(c->backend, "cpu") || c->zero_copy || pulse_device_wait();
+        !c->backend || !strcmp(c->backend, "cpu") || c->zero_copy || !c->host_wait;
     /* (a step whose recall failed for good synchronises to recover: offload_clear_failure) */
     if (r->rc == 0 && c->no_verify && device_waits && !r->ctr.requests_failed)
         EXPECT_EQ_INT(r->ctr.step_host_syncs, 0);

@@ -161,6 +161,37 @@ static const struct bad_case bad[] = {
      "pulse generate: --max-new-tokens given twice", 2},
     {"accuracy --model tiny --samples 1 --samples 2 --tasks passkey --data d --lengths 4096",
      "pulse accuracy: --samples given twice", 2},
+    /* the runtime's shared options (experiments/runtime_opts.h): range-checked in every command
+     * that takes them, one line each; a command takes only its groups */
+    {"run --backend cpu --zc-blocks 0",
+     "pulse run: --zc-blocks: '0' is not an integer in [1, 65535] (decimal)", 2},
+    {"run --backend cpu --gs-threads 257",
+     "pulse run: --gs-threads: '257' is not an integer in [1, 256]", 2},
+    {"run --backend cpu --pin mmap", "pulse run: --pin: 'mmap' is not alloc or register", 2},
+    {"run --backend cpu --pin-numa 4096",
+     "pulse run: --pin-numa: '4096' is not an integer in [-1, 4095], nearest or none", 2},
+    {"run --backend cpu --recall-wait 0", "pulse run: --recall-wait: '0' is not device or host", 2},
+    {"run --backend cpu --layer-graphs 1", "pulse run: --layer-graphs: '1' is not on or off", 2},
+    {"run --backend cpu --run-ahead no", "pulse run: --run-ahead: 'no' is not on or off", 2},
+    {"run --backend cpu --cpu-threads 65",
+     "pulse run: --cpu-threads: '65' is not an integer in [1, 64]", 2},
+    {"run --backend cpu --attn-min-tiles 3", "--attn-min-tiles: '3' is not an integer in [4, 4096]",
+     2},
+    {"run --backend cpu --zc-blocks 4 --zc-blocks 8", "pulse run: --zc-blocks given twice", 2},
+    {"bench decode-step --backend cpu --attn-blocks-per-sm 17",
+     "pulse bench: --attn-blocks-per-sm: '17' is not an integer in [1, 16]", 2},
+    {"bench decode-step --backend cpu --run-ahead off",
+     "unknown or incomplete option '--run-ahead'", 2},
+    {"recall-bench --backend cpu --zc-inflight-kb 257",
+     "pulse recall-bench: --zc-inflight-kb: '257' is not an integer in [1, 256]", 2},
+    {"recall-bench --backend cpu --layer-graphs off",
+     "unknown or incomplete option '--layer-graphs'", 2},
+    {"profile --backend cpu --model tiny --gs-stages 65", "pulse profile: --gs-stages: '65' is not",
+     2},
+    {"generate --model tiny --backend cpu --prompt-ids 3 --cpu-threads 0",
+     "pulse generate: --cpu-threads: '0' is not an integer in [1, 64]", 2},
+    {"accuracy --model tiny --attn-min-tiles x", "pulse accuracy: --attn-min-tiles: 'x' is not", 2},
+    {"accuracy --model tiny --zc-blocks 4", "unknown or incomplete option '--zc-blocks'", 2},
 };
 
 /* Output paths are checked before the work (exit 2) in every command that writes one: a
@@ -220,8 +251,9 @@ static void test_outputs(void)
     unlink(keep);
 }
 
-/* Every PULSE_* variable refuses junk alike: one warning naming the variable, its value and what
- * it takes, and the default stands (the run goes on and succeeds). */
+/* Every diagnostic PULSE_* variable (runtime/common.h) refuses junk alike: one warning naming
+ * the variable, its value and what it takes, and the default stands (the run goes on and
+ * succeeds). */
 static void test_env_junk(void)
 {
     static const struct {
@@ -229,9 +261,6 @@ static void test_env_junk(void)
     } env[] = {
         {"PULSE_OFFLOAD_VERIFY", "on", "PULSE_OFFLOAD_VERIFY=on: expected an integer in 0..1"},
         {"PULSE_PROGRESS", "2", "PULSE_PROGRESS=2: expected an integer in 0..1"},
-        {"PULSE_CPU_THREADS", "lots", "PULSE_CPU_THREADS=lots: expected an integer in 1.."},
-        {"PULSE_PROMPT_KV_HOST", "z", "PULSE_PROMPT_KV_HOST=z: expected an integer in 0..1"},
-        {"PULSE_SERVE_RUN_AHEAD", "maybe", "PULSE_SERVE_RUN_AHEAD=maybe: expected an integer"},
         {"PULSE_STACKS_AFTER_S", "soon", "PULSE_STACKS_AFTER_S=soon: expected a number in"},
         {"PULSE_OFFLOAD_TRACE", "x", "PULSE_OFFLOAD_TRACE=x: expected an integer in 0..1"},
     };
@@ -242,6 +271,31 @@ static void test_env_junk(void)
     for (size_t i = 0; i < sizeof env / sizeof env[0]; i++) {
         EXPECT_STR_CONTAINS(out, env[i].says);
         unsetenv(env[i].name);
+    }
+}
+
+/* A tuning variable that became an option is refused by every command, before any work, with
+ * one line naming the option and the value to give it; the run goes on once it is unset. */
+static void test_env_refused(void)
+{
+    static const struct {
+        const char *name, *value, *args, *says;
+    } env[] = {
+        {"PULSE_ZC_BLOCKS", "8", "run --backend cpu",
+         "pulse: PULSE_ZC_BLOCKS=8: this variable is no longer read: give --zc-blocks 8 on"},
+        {"PULSE_DEVICE_WAIT", "0", "bench decode-step --backend cpu --model tiny",
+         "PULSE_DEVICE_WAIT=0: this variable is no longer read: give --recall-wait host on"},
+        {"PULSE_SERVE_RUN_AHEAD", "0", "models", "give --run-ahead off on"},
+        {"PULSE_PIN", "alloc", "recall-bench --backend cpu", "give --pin alloc on"},
+        {"PULSE_CPU_THREADS", "lots", "run --backend cpu", "give --cpu-threads on the"},
+    };
+    for (size_t i = 0; i < sizeof env / sizeof env[0]; i++) {
+        setenv(env[i].name, env[i].value, 1);
+        EXPECT_EQ_INT(run(env[i].args), 2);
+        unsetenv(env[i].name);
+        EXPECT_STR_CONTAINS(out, env[i].says);
+        char *nl = strchr(out, '\n');
+        EXPECT(nl == NULL || nl[1] == 0); /* one line */
     }
 }
 
@@ -308,6 +362,70 @@ static void test_long_values(void)
 
 /* bench --peer: a directory says so, a JSON that is not a peer result names its first bad field,
  * a peer without the point prints "-" and never nan. */
+/* The runtime's options reach every command that takes them: bench decode-step's config, a
+ * sweep grid's points (like any other flag) and pulse reproduce's points, profiles and
+ * recall-bench run (each the options of its groups). */
+static void test_options_pass_through(void)
+{
+    const char *path = "/tmp/pulse_cli_opts.json";
+    EXPECT_EQ_INT(run("bench decode-step --backend cpu --model tiny --points 1x64 --iters 1 "
+                      "--warmup 0 --cpu-threads 1 --attn-min-tiles 32 --pin alloc "
+                      "--out /tmp/pulse_cli_opts.json"),
+                  0);
+    json_error_t je;
+    json_t *r = json_load_file(path, 0, &je),
+           *o = json_object_get(json_object_get(r, "config"), "options");
+    EXPECT_EQ_INT(json_integer_value(json_object_get(o, "cpu_threads")), 1);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(o, "attn_min_tiles")), 32);
+    EXPECT_STR_EQ(json_string_value(json_object_get(o, "pin")), "alloc");
+    EXPECT(json_object_get(o, "run_ahead") == NULL); /* no serving loop here */
+    json_decref(r);
+    unlink(path);
+    /* generate (and accuracy) take the engine's */
+    EXPECT_EQ_INT(run("generate --model tiny --backend cpu --prompt-ids 3 --max-new-tokens 1 "
+                      "--cpu-threads 1 --out /tmp/pulse_cli_opts.json"),
+                  0);
+    r = json_load_file(path, 0, &je);
+    o = json_object_get(json_object_get(r, "config"), "options");
+    EXPECT_EQ_INT(json_integer_value(json_object_get(o, "cpu_threads")), 1);
+    EXPECT(json_object_get(o, "zc_blocks") == NULL);
+    json_decref(r);
+    unlink(path);
+    /* a grid's flag */
+    FILE *f = fopen("/tmp/pulse_cli_grid.json", "w");
+    fputs("{\"out_dir\": \"/tmp/pulse_cli_grid\", \"base\": {\"--backend\": \"cpu\", "
+          "\"--policy\": \"arkvale\", \"--recall-engine\": \"zero-copy\", \"--workload\": "
+          "\"uniform:64:1\", \"--output-len\": 2, \"--run-ahead\": \"off\"}, \"axes\": "
+          "{\"--zc-blocks\": [2, 8]}}",
+          f);
+    fclose(f);
+    EXPECT_EQ_INT(run("sweep /tmp/pulse_cli_grid.json"), 0);
+    for (int b = 2; b <= 8; b += 6) {
+        char p[128];
+        snprintf(p, sizeof p, "/tmp/pulse_cli_grid/zc-blocks=%d.json", b);
+        r = json_load_file(p, 0, &je);
+        o = json_object_get(json_object_get(r, "config"), "options");
+        if (!r) fprintf(stderr, "%s: %s\n", p, je.text);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(o, "zc_blocks")), b);
+        EXPECT_STR_EQ(json_string_value(json_object_get(o, "run_ahead")), "off");
+        json_decref(r);
+        unlink(p);
+    }
+    rmdir("/tmp/pulse_cli_grid");
+    unlink("/tmp/pulse_cli_grid.json");
+    /* pulse reproduce: every point, the profiles and recall-bench, each its groups' */
+    EXPECT_EQ_INT(run("reproduce --tiny --dry-run --only e2e,recall --zc-blocks 8 --run-ahead off "
+                      "--out-dir /tmp/pulse_cli_repro"),
+                  0);
+    EXPECT_STR_CONTAINS(out, "pulse run --backend cpu --model tiny");
+    EXPECT_STR_CONTAINS(out, "--zc-blocks 8 --run-ahead off --policy vanilla");
+    EXPECT_STR_CONTAINS(out, "--recall-engine zero-copy --out /tmp/pulse_cli_repro/profile/"
+                             "ioaa_zero-copy.json --zc-blocks 8\n");
+    EXPECT_STR_CONTAINS(out, "--out /tmp/pulse_cli_repro/recall/recall.json --zc-blocks 8\n");
+    EXPECT_EQ_INT(run("reproduce --tiny --dry-run --zc-blocks 0"), 2);
+    EXPECT_STR_CONTAINS(out, "pulse reproduce: --zc-blocks: '0' is not an integer in [1, 65535]");
+}
+
 static void test_bench_peer(void)
 {
     const char *path = "/tmp/pulse_cli_peer.json";
@@ -450,17 +568,20 @@ static void test_generate_sparse(void)
              ids);
     EXPECT_EQ_INT(run(args), 0);
     EXPECT_STR_CONTAINS(out, "(solohead-q, budget 32): 10 global-layer steps sparse, 0 dense");
-    /* every PULSE_* switch of the environment lands in the result's env */
+    /* every diagnostic switch of the environment lands in the result's env (other PULSE_*
+     * variables change nothing and are not recorded) */
+    setenv("PULSE_WAIT_TIMEOUT_S", "77", 1);
     setenv("PULSE_TEST_SWITCH", "7", 1);
     EXPECT_EQ_INT(run("generate --model tiny --backend cpu --prompt-ids 3 --max-new-tokens 1 "
                       "--out /tmp/pulse_cli_env.json"),
                   0);
+    unsetenv("PULSE_WAIT_TIMEOUT_S");
     unsetenv("PULSE_TEST_SWITCH");
     json_error_t je;
     json_t *r = json_load_file("/tmp/pulse_cli_env.json", 0, &je);
-    json_t *v = json_object_get(json_object_get(json_object_get(r, "env"), "pulse_variables"),
-                                "PULSE_TEST_SWITCH");
-    EXPECT_STR_CONTAINS(json_string_value(v), "7");
+    json_t *vars = json_object_get(json_object_get(r, "env"), "pulse_variables");
+    EXPECT_STR_CONTAINS(json_string_value(json_object_get(vars, "PULSE_WAIT_TIMEOUT_S")), "77");
+    EXPECT(json_object_get(vars, "PULSE_TEST_SWITCH") == NULL);
     json_decref(r);
     unlink("/tmp/pulse_cli_env.json");
 }
@@ -487,8 +608,10 @@ int main(void)
     test_bad_inputs();
     test_outputs();
     test_env_junk();
+    test_env_refused();
     test_long_values();
     test_bench_peer();
+    test_options_pass_through();
     test_oom_result();
     test_help();
     test_models();

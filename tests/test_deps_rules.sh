@@ -30,5 +30,7 @@ expect runtime/common.c '#include "engine.h"' "includes engine.h of runtime/mode
 expect runtime/store/recall.c '#include "baselines/registry.h"' "runtime/ includes runtime/ headers only"
 expect baselines/arkvale.c '#include "offload_impl.h"' "internal offload_impl.h"
 expect workloads/locality.c '#include "accuracy/gguf.h"' "may include its own and runtime/ headers"
-echo "test_deps_rules: $((7 - fails)) of 7 cases as expected"
+expect runtime/store/recall.c 'static const char *zc(void) { return getenv("PULSE_ZC"); }' \
+    "runtime/store/recall.c:2: reads the environment"
+echo "test_deps_rules: $((8 - fails)) of 8 cases as expected"
 [ "$fails" -eq 0 ]

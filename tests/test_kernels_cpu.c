@@ -2,7 +2,7 @@
  * awkward shapes with beta 0 and 1; paged GQA attention over batches, group sizes, head dims,
  * page sizes, shuffled pages and sliding windows shorter and longer than the context; each on one
  * thread and on several, with guard regions around every output; two threads calling at once;
- * the PULSE_CPU_THREADS switch. */
+ * the pool's default count, which no environment variable changes. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -302,9 +302,13 @@ static void test_concurrent_callers(void)
 
 int main(void)
 {
-    /* read once, at the first call */
+    /* the pool starts with the default, whatever the environment says (the count is
+     * engine_params.cpu_threads, pulse's --cpu-threads) */
     setenv("PULSE_CPU_THREADS", "3", 1);
-    EXPECT_EQ_INT(kernels_cpu_set_threads(1), 3);
+    const int def = kernels_cpu_default_threads();
+    EXPECT(def >= 1 && def <= 16);
+    EXPECT_EQ_INT(kernels_cpu_set_threads(1), def);
+    unsetenv("PULSE_CPU_THREADS");
     EXPECT_EQ_INT(kernels_cpu_set_threads(0), 1); /* clamped to 1 */
     EXPECT_EQ_INT(kernels_cpu_set_threads(2), 1);
     test_gemm();

@@ -842,48 +842,60 @@ static void test_pool_sizing(void)
     json_decref(r);
 }
 
-/* PULSE_ZC_BLOCKS sets the zero-copy gather's grid, which the run's JSON reports; a bad value
- * is warned about and the default (4) stands. */
+/* --zc-blocks sets the zero-copy gather's grid, which the run's JSON reports in the engine's
+ * counters and in config.options (default 4); a bad value is a usage error, one line; the
+ * variable it replaced, PULSE_ZC_BLOCKS, is refused, naming the option. */
 static void test_zc_blocks(void)
 {
     static const char *const args = "run --backend cpu --policy arkvale --recall-engine zero-copy "
                                     "--workload uniform:256:2 --output-len 4 --budget-tokens 32";
     static const struct {
         const char *value;
-        int want;
-    } cases[] = {{NULL, 4}, {"8", 8}, {"1024", 1024}, {"0", 4}, {" 8", 4}, {"x", 4}};
+        int want; /* -1: refused */
+    } cases[] = {{NULL, 4}, {"8", 8}, {"1024", 1024}, {"0", -1}, {"' 8'", -1}, {"x", -1}};
+    char cmd[512];
     for (size_t i = 0; i < PULSE_ARRAY_LEN(cases); i++) {
-        if (cases[i].value)
-            setenv("PULSE_ZC_BLOCKS", cases[i].value, 1);
-        else
-            unsetenv("PULSE_ZC_BLOCKS");
-        json_t *r = run_json(args);
+        snprintf(cmd, sizeof cmd, "%s%s%s", args, cases[i].value ? " --zc-blocks " : "",
+                 cases[i].value ? cases[i].value : "");
+        if (cases[i].want < 0) {
+            EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
+            EXPECT_STR_CONTAINS(out, "pulse run: --zc-blocks: '");
+            EXPECT_STR_CONTAINS(out, "is not an integer in [1, 65535]");
+            continue;
+        }
+        json_t *r = run_json(cmd);
         json_t *eng = json_object_get(json_object_get(json_object_get(r, "counters"), "offload"),
                                       "recall_engine");
         EXPECT_EQ_INT(json_integer_value(json_object_get(eng, "zc_blocks")), cases[i].want);
-        if (cases[i].value && cases[i].want == 4) EXPECT_STR_CONTAINS(out, "PULSE_ZC_BLOCKS=");
+        EXPECT_EQ_INT(json_int_at(r, "config", "options", "zc_blocks"), cases[i].want);
         json_decref(r);
     }
+    setenv("PULSE_ZC_BLOCKS", "8", 1);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
     unsetenv("PULSE_ZC_BLOCKS");
+    EXPECT_STR_CONTAINS(out,
+                        "PULSE_ZC_BLOCKS=8: this variable is no longer read: give --zc-blocks");
 }
 
-/* The gather-scatter engine's knobs reach the engine and its JSON (a bad value is warned
- * about and the default stands), and a run reports where its recall time went: the planner's
- * phases and the engine's per-recall times, all filled. */
+/* The gather-scatter engine's options reach the engine and its JSON (a bad value is a usage
+ * error), and a run reports where its recall time went: the planner's phases and the engine's
+ * per-recall times, all filled. */
 static void test_gs_knobs(void)
 {
     static const char *const args = "run --backend cpu --policy arkvale --recall-engine "
                                     "gather-scatter --workload uniform:256:2 --output-len 4 "
                                     "--budget-tokens 32";
     static const struct {
-        const char *var, *value, *key;
-        long long want; /* -1: the default, with a warning */
-    } cases[] = {{"PULSE_GATHER_THREADS", "3", "gather_threads", 3},
-                 {"PULSE_GS_PIECE_KB", "256", "gs_piece_bytes", 256 << 10},
-                 {"PULSE_GS_STAGES", "5", "gs_stages", 5},
-                 {"PULSE_RECALL_SPIN_US", "0", "spin_us", 0},
-                 {"PULSE_GS_STAGES", "1", "gs_stages", -1},
-                 {"PULSE_GS_PIECE_KB", "x", "gs_piece_bytes", -1}};
+        const char *flag, *value, *key;
+        long long want; /* -1: refused */
+    } cases[] = {{"--gs-threads", "3", "gather_threads", 3},
+                 {"--gs-piece-kb", "256", "gs_piece_bytes", 256 << 10},
+                 {"--gs-stages", "5", "gs_stages", 5},
+                 {"--recall-spin-us", "0", "spin_us", 0},
+                 {"--gs-nt-stores", "off", "gs_nt_stores", 0},
+                 {"--gs-stages", "1", "gs_stages", -1},
+                 {"--gs-piece-kb", "x", "gs_piece_bytes", -1},
+                 {"--gs-nt-stores", "1", "gs_nt_stores", -1}};
     json_t *def = run_json(args);
     json_t *off = json_object_get(json_object_get(def, "counters"), "offload");
     json_t *deng = json_object_get(off, "recall_engine");
@@ -899,16 +911,18 @@ static void test_gs_knobs(void)
     EXPECT(json_real_value(json_object_get(deng, "queued_s")) >= 0);
     EXPECT(json_real_value(json_object_get(deng, "draining_s")) >= 0);
     for (size_t i = 0; i < PULSE_ARRAY_LEN(cases); i++) {
-        setenv(cases[i].var, cases[i].value, 1);
-        json_t *r = run_json(args);
-        unsetenv(cases[i].var);
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "%s %s %s", args, cases[i].flag, cases[i].value);
+        if (cases[i].want < 0) {
+            EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
+            EXPECT_STR_CONTAINS(out, cases[i].flag);
+            continue;
+        }
+        json_t *r = run_json(cmd);
         json_t *eng = json_object_get(json_object_get(json_object_get(r, "counters"), "offload"),
                                       "recall_engine");
-        const long long want = cases[i].want >= 0
-                                   ? cases[i].want
-                                   : json_integer_value(json_object_get(deng, cases[i].key));
-        EXPECT_EQ_INT(json_integer_value(json_object_get(eng, cases[i].key)), want);
-        if (cases[i].want < 0) EXPECT_STR_CONTAINS(out, cases[i].var);
+        json_t *v = json_object_get(eng, cases[i].key);
+        EXPECT_EQ_INT(json_is_boolean(v) ? json_is_true(v) : json_integer_value(v), cases[i].want);
         json_decref(r);
     }
     json_decref(def);

@@ -137,8 +137,8 @@ static void test_host_pool_plan(void)
 /* host_numa: a node this process may not allocate on is refused with a one-line reason; a range
  * placed on node 0 and touched is found there (on a host of several nodes that is the placement's
  * doing); an untouched range has no resident page to tell. A kernel without NUMA support or one
- * that refuses the policy (a container's seccomp profile) must say so. PULSE_PIN_NUMA sets the
- * pin's node (-1: none), the default is the node nearest the device, a bad value keeps it. */
+ * that refuses the policy (a container's seccomp profile) must say so. The pin's node defaults to
+ * the one nearest the device, whatever PULSE_PIN_NUMA (no longer read) says. */
 static void test_host_numa(void)
 {
     char err[256] = "";
@@ -165,26 +165,13 @@ static void test_host_numa(void)
         fprintf(stderr, "host_numa: %d node(s), 8 MB placed on node 0: share %.2f\n", nodes, share);
     }
     munmap(p, len);
+    /* the node nearest the GPU by default, whatever the environment says (the place is a
+     * command-line option now: runtime_opts.h's --pin-numa) */
     struct mem_pin_params pp;
-    const struct {
-        const char *value;
-        int want;
-    } env[] = {{NULL, MEM_NUMA_NEAREST},
-               {"0", 0},
-               {"-1", -1},
-               {"3", 3},
-               {"-2", MEM_NUMA_NEAREST},
-               {"x", MEM_NUMA_NEAREST},
-               {"4096", MEM_NUMA_NEAREST}};
-    for (size_t i = 0; i < sizeof env / sizeof env[0]; i++) {
-        if (env[i].value)
-            setenv("PULSE_PIN_NUMA", env[i].value, 1);
-        else
-            unsetenv("PULSE_PIN_NUMA");
-        mem_pin_params_default(&pp);
-        EXPECT_EQ_INT(pp.numa_node, env[i].want);
-    }
+    setenv("PULSE_PIN_NUMA", "0", 1);
+    mem_pin_params_default(&pp);
     unsetenv("PULSE_PIN_NUMA");
+    EXPECT_EQ_INT(pp.numa_node, MEM_NUMA_NEAREST);
 }
 
 /* host_pool_keep: with it on, a freed pool's region serves the next pool of the same block
@@ -353,14 +340,14 @@ static int w_scatter(const struct recall_copy_ops *o, const struct recall_desc *
 }
 
 static int w_gather(const struct recall_copy_ops *o, const struct recall_desc *d, int n, int bl,
-                    int th, void *st)
+                    int th, int kb, void *st)
 {
     size_t b = 0;
     for (int i = 0; i < n; i++)
         b += d[i].bytes;
     if (!inj(o)->gather_calls++) inj(o)->gather_desc = d;
     int rc = transfer(o, b);
-    return rc ? rc : inj(o)->inner->gather(inj(o)->inner, d, n, bl, th, st);
+    return rc ? rc : inj(o)->inner->gather(inj(o)->inner, d, n, bl, th, kb, st);
 }
 
 static int w_event_create(const struct recall_copy_ops *o, void **ev)
@@ -493,12 +480,16 @@ static int verify_items(struct recall_item *it, int n)
     return bad;
 }
 
+/* prime: recall_params.prime of the next make_engine */
+static int g_prime;
+
 static struct recall *make_engine(enum recall_engine e, const struct recall_copy_ops *ops,
                                   size_t piece, double cap_gbps)
 {
     char err[256];
     struct recall_params p;
     recall_params_init(&p, e, MAX_ITEMS);
+    p.prime = g_prime;
     p.ops = ops;
     p.gather_threads = 3;
     p.max_inflight = 3;
@@ -566,7 +557,7 @@ static void test_engine_exact(enum recall_engine e, size_t piece)
     recall_free(r);
 }
 
-/* recall_prime does nothing by default; with PULSE_RECALL_PRIME=1 it wakes the engine's
+/* recall_prime does nothing by default; with recall_params.prime it wakes the engine's
  * sleeping threads (counted) and changes nothing of the recalls around it: once its threads
  * sleep (spin 20 us), a prime that wakes them, then a recall of 97 chunks that lands exactly
  * with another prime beside it. */
@@ -582,9 +573,9 @@ static void test_engine_prime(enum recall_engine e)
     recall_get_stats(off, &so);
     EXPECT_EQ_INT(so.primes, 0);
     recall_free(off);
-    setenv("PULSE_RECALL_PRIME", "1", 1);
+    g_prime = 1;
     struct recall *r = make_engine(e, recall_copy_ops_cpu(), 0, 0);
-    unsetenv("PULSE_RECALL_PRIME");
+    g_prime = 0;
     EXPECT(r != NULL);
     if (!r) return;
     static struct recall_item it[MAX_ITEMS];
@@ -848,7 +839,8 @@ static void test_cli(void)
     snprintf(path, sizeof path, "/tmp/test_recall_%d.json", (int)getpid());
     snprintf(args, sizeof args,
              "recall-bench --backend cpu --sizes 8K,64K --counts 4,64 --reps 2 --warmup 0 "
-             "--caps 0.5 --cap-chunk 64K --cap-count 16 --threads 2 --pool-bytes 32M --out %s",
+             "--caps 0.5 --cap-chunk 64K --cap-count 16 --gs-threads 2 --pool-bytes 32M "
+             "--zc-inflight-kb 64 --pin alloc --out %s",
              path);
     EXPECT_EQ_INT(run(args, out, sizeof out), 0);
     json_error_t je;
@@ -863,6 +855,14 @@ static void test_cli(void)
         EXPECT(json_is_array(json_object_get(pt, "samples_s")));
         EXPECT(json_object_get(pt, "fraction_of_peak") != NULL);
         EXPECT(json_is_true(json_object_get(pt, "verified")));
+        /* the shared options reach the engines and the config: theirs and the defaults */
+        json_t *cfg = json_object_get(r, "config"), *op = json_object_get(cfg, "options");
+        EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "gather_threads")), 2);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(op, "gs_threads")), 2);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(op, "zc_inflight_kb")), 64);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(op, "zc_blocks")), 16);
+        EXPECT_STR_CONTAINS(json_string_value(json_object_get(op, "pin")), "alloc");
+        EXPECT(json_object_get(op, "cpu_threads") == NULL); /* not recall-bench's */
         json_decref(r);
     }
     remove(path);
@@ -876,6 +876,10 @@ static void test_cli(void)
         {"recall-bench --backend cpu --caps 1.5", "--caps: '1.5'"},
         {"recall-bench --backend cpu --reps 0", "--reps: '0' is not an integer"},
         {"recall-bench --backend cpu extra", "unexpected argument 'extra'"},
+        {"recall-bench --backend cpu --gs-stages 1",
+         "--gs-stages: '1' is not an integer in [2, 64]"},
+        {"recall-bench --backend cpu --threads 2", "unknown or incomplete option '--threads'"},
+        {"recall-bench --backend cpu --cpu-threads 2", "unknown or incomplete option"},
     };
     for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
         EXPECT_EQ_INT(run(bad[i].args, out, sizeof out), 2);

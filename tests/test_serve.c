@@ -5,7 +5,7 @@
  * its own (odd lengths make them finish at different steps, and a small max batch makes the
  * later requests join released slots). The loop runs ahead (queues the next step before
  * reading a step's tokens) exactly where no batch changes, with the same tokens and times that
- * come in order as with PULSE_SERVE_RUN_AHEAD=0. On the cpu backend. */
+ * come in order as with serve_params.run_ahead 0. On the cpu backend. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +57,9 @@ static int two_step(struct serve_state *s)
 static const struct policy policy_two = {
     .name = "two-batch vanilla", .n_batches = 2, .admit = two_admit, .step = two_step};
 
+/* serve_params.run_ahead of the next serve() */
+static int g_run_ahead = 1;
+
 static int serve(const struct policy *pol, const char *spec, int max_batch, struct workload *w,
                  struct serve_counters *ctr)
 {
@@ -74,7 +77,12 @@ static int serve(const struct policy *pol, const char *spec, int max_batch, stru
                                  64u << 20,   2 * max_batch, max_tokens};
     struct kv_cache *kv = e ? kv_cache_create(&kp, ep.be, engine_ctx(e), err, sizeof err) : NULL;
     double wall;
-    int rc = kv ? serve_run(e, kv, pol, w->reqs, w->n, max_batch, ctr, &wall, err, sizeof err) : -1;
+    struct serve_params sp;
+    serve_params_init(&sp);
+    sp.run_ahead = g_run_ahead;
+    int rc = kv ? serve_run_params(e, kv, pol, NULL, w->reqs, w->n, max_batch, &sp, ctr, &wall, err,
+                                   sizeof err)
+                : -1;
     if (rc) fprintf(stderr, "%s: %s\n", pol->name, err);
     kv_cache_free(kv);
     engine_free(e);
@@ -107,7 +115,7 @@ int main(void)
     /* run ahead: 2 requests of 9 tokens in one batch: steps 3..9 are queued before the step
      * before them is read (step 1 has no time yet, step 2 is the first after one); the
      * 7 requests through 4 slots: ahead wherever no request ends or joins, and never with
-     * PULSE_SERVE_RUN_AHEAD=0, with the same tokens */
+     * serve_params.run_ahead 0, with the same tokens */
     struct workload a, b;
     struct serve_counters ca, cb;
     EXPECT_EQ_INT(serve(policy_find("vanilla"), "lengths:100,80", 4, &a, &ca), 0);
@@ -116,9 +124,9 @@ int main(void)
     workload_free(&a);
     EXPECT(c1.steps_ahead > 0 && c1.steps_ahead < c1.steps - 2);
     EXPECT(c2.steps_ahead > 0);
-    setenv("PULSE_SERVE_RUN_AHEAD", "0", 1);
+    g_run_ahead = 0;
     EXPECT_EQ_INT(serve(policy_find("vanilla"), spec, 4, &b, &cb), 0);
-    unsetenv("PULSE_SERVE_RUN_AHEAD");
+    g_run_ahead = 1;
     EXPECT_EQ_INT(cb.steps_ahead, 0);
     EXPECT_EQ_INT(cb.steps, c1.steps);
     EXPECT_EQ_INT(cb.tokens, c1.tokens);

@@ -38,9 +38,9 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTile = 16;       /* tokens per warp iteration (the k of the P.V mma) */
 constexpr int kMaxGroup = 8;    /* query heads per KV head: the n of the P.V mma */
-constexpr int kMinTilesPerSplit = 4;      /* the workspace bound assumes no fewer */
-constexpr int kDefaultMinTilesPerSplit = 16; /* 4 per warp: measured best at batch 1-8 */
-constexpr int kBlocksPerSm = 16; /* split target: about this many blocks per SM in the grid */
+constexpr int kMinTilesPerSplit = ATTN_MIN_TILES_LO;     /* the workspace bound assumes no fewer */
+constexpr int kDefaultMinTilesPerSplit = ATTN_MIN_TILES; /* 4 per warp: best at batch 1-8 */
+constexpr int kBlocksPerSm = ATTN_BLOCKS_PER_SM_MAX; /* split target: blocks per SM in the grid */
 
 struct AttnParams {
     const uint16_t *q;
@@ -416,23 +416,18 @@ struct SplitPlan {
     int tps, splits;
 };
 
-/* The split target; PULSE_ATTN_BLOCKS_PER_SM (1..kBlocksPerSm) lowers it for experiments. */
-int blocks_per_sm()
+/* The split target; kctx.attn_blocks_per_sm (1..kBlocksPerSm) lowers it for experiments. */
+int blocks_per_sm(const struct kctx *c)
 {
-    static int v = -1;
-    if (v < 0) {
-        const char *s = getenv("PULSE_ATTN_BLOCKS_PER_SM");
-        const int e = s ? atoi(s) : 0;
-        v = (e >= 1 && e <= kBlocksPerSm) ? e : kBlocksPerSm;
-    }
-    return v;
+    const int e = c->attn_blocks_per_sm;
+    return (e >= 1 && e <= kBlocksPerSm) ? e : kBlocksPerSm;
 }
 
-long long want_splits(int batch, int nkv, int num_sms)
+long long want_splits(int batch, int nkv, const struct kctx *c)
 {
-    const long long sms = num_sms > 0 ? num_sms : 132;
+    const long long sms = c->num_sms > 0 ? c->num_sms : 132;
     const long long heads = (long long)(batch > 0 ? batch : 1) * (nkv > 0 ? nkv : 1);
-    return (blocks_per_sm() * sms + heads - 1) / heads;
+    return (blocks_per_sm(c) * sms + heads - 1) / heads;
 }
 
 long long tiles_of(int max_tokens) { return ((max_tokens > 0 ? max_tokens : 1) + kTile - 1) / kTile; }
@@ -440,24 +435,19 @@ long long tiles_of(int max_tokens) { return ((max_tokens > 0 ? max_tokens : 1) +
 /* The least tiles per split (default 16: four per warp, so each warp's loads pipeline across
  * tiles; on the H200, 2026-11-29, it took batch-1 attention from 0.20 to 0.25 of the copy
  * bandwidth at 4K and from 0.47 to 0.58 at 32K, and left batch 16 x 32K at 0.96).
- * PULSE_ATTN_MIN_TILES (>= kMinTilesPerSplit) overrides it for experiments. */
-int min_tiles_per_split()
+ * kctx.attn_min_tiles (kMinTilesPerSplit..4096) overrides it for experiments. */
+int min_tiles_per_split(const struct kctx *c)
 {
-    static int v = -1;
-    if (v < 0) {
-        const char *s = getenv("PULSE_ATTN_MIN_TILES");
-        const int e = s ? atoi(s) : 0;
-        v = e >= kMinTilesPerSplit && e <= 4096 ? e : kDefaultMinTilesPerSplit;
-    }
-    return v;
+    const int e = c->attn_min_tiles;
+    return e >= kMinTilesPerSplit && e <= ATTN_MIN_TILES_HI ? e : kDefaultMinTilesPerSplit;
 }
 
-SplitPlan plan_splits(int batch, int nkv, int max_tokens, int num_sms)
+SplitPlan plan_splits(int batch, int nkv, int max_tokens, const struct kctx *c)
 {
     const long long tiles = tiles_of(max_tokens);
-    const long long want = want_splits(batch, nkv, num_sms);
+    const long long want = want_splits(batch, nkv, c);
     long long tiles_per_split = (tiles + want - 1) / want;
-    if (tiles_per_split < min_tiles_per_split()) tiles_per_split = min_tiles_per_split();
+    if (tiles_per_split < min_tiles_per_split(c)) tiles_per_split = min_tiles_per_split(c);
     SplitPlan sp;
     sp.tps = (int)(tiles_per_split * kTile);
     sp.splits = (int)((tiles + tiles_per_split - 1) / tiles_per_split);
@@ -515,7 +505,7 @@ extern "C" void attn_decode_cuda(const struct kctx *c, const uint16_t *q,
     PULSE_CHECK(kv->page_size >= 1 && max_tokens >= 1, "attn_decode_cuda: page_size, max_tokens");
     PULSE_CHECK(((uintptr_t)q | (uintptr_t)kv->pool | (uintptr_t)c->workspace) % 16 == 0,
                 "attn_decode_cuda: q, pool and workspace must be 16-byte aligned");
-    const SplitPlan sp = plan_splits(batch, nkv, max_tokens, c->num_sms);
+    const SplitPlan sp = plan_splits(batch, nkv, max_tokens, c);
     const long long parts = (long long)batch * sp.splits;
     PULSE_CHECK(c->workspace && c->workspace_bytes >= workspace_for(nq, hd, parts),
                 "attn_decode_cuda: ctx->workspace smaller than attn_decode_workspace_bytes()");

@@ -78,10 +78,9 @@ struct backend {
     void *(*event_create_timed)(void);
     double (*event_elapsed_s)(void *a, void *b);
     /* The stream waits until (int32_t)(*flag - value) >= 0 (a flag in pinned host memory that
-     * another thread or a recall stream writes): on cuda on the device (cuStreamWaitValue32),
-     * or with PULSE_DEVICE_WAIT=0 the calling thread waits on the host (a noted host
-     * synchronisation; common.h, pulse_device_wait); the cpu backend, whose stream is the
-     * calling thread, spins until then. */
+     * another thread or a recall stream writes): on cuda on the device (cuStreamWaitValue32;
+     * offload_params.host_wait has the offload step wait on the host instead); the cpu
+     * backend, whose stream is the calling thread, spins until then. */
     void (*wait_value)(const struct kctx *c, const uint32_t *flag, uint32_t value);
     /* Measures the memory copy bandwidth on this backend's memory: copies of `bytes`, counting
      * bytes read plus written, the fastest of `reps` (a ceiling: other work on the device can

@@ -154,13 +154,7 @@ static void cuda_stream_wait_event(const struct kctx *c, void *ev)
 
 static void cuda_wait_value(const struct kctx *c, const uint32_t *flag, uint32_t value)
 {
-    if (pulse_device_wait()) {
-        pulse_cuda_wait_value(c->stream, flag, value);
-        return;
-    }
-    /* the host wait (common.h, pulse_device_wait): pinned memory the recall stream writes */
-    pulse_host_sync_note();
-    pulse_wait_flag(flag, value, "cuda wait_value on the host (a recall's flag)");
+    pulse_cuda_wait_value(c->stream, flag, value);
 }
 
 static void cuda_memset(const struct kctx *c, void *dst, int value, size_t bytes)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "kernels_cpu.h"
 #include "numeric.h"
 #include "trace.h"
 
@@ -24,7 +25,7 @@ struct engine {
     uint16_t *act; /* [B][ffn] */
     float *logits; /* [B][vocab] */
     int use_graph;
-    int piece_graphs; /* batch_graph_pieces may turn them on (PULSE_PIECE_GRAPHS, at create) */
+    int piece_graphs; /* batch_graph_pieces may turn them on (!engine_params.no_piece_graphs) */
     int capturing;    /* a whole step is being captured: its pieces are queued as they are */
     struct engine_stats st;
 };
@@ -69,9 +70,9 @@ static size_t scratch_size(const struct model_config *c, int B)
 /* Every GEMM a decode step can run, once at each batch size 1 .. max_batch, before any step:
  * cuBLAS loads a kernel library the first time a shape needs it (cuLibraryLoadData), and that
  * load waits for the device while holding a driver lock that every other thread's submissions
- * take. Inside a step whose compute stream waits on the device for a recall (common.h,
- * pulse_device_wait), the recall's thread could then never submit it: a deadlock (seen on the
- * H200, 2026-12-01, at the LM head's first run at batch 12). Outputs go to scratch. */
+ * take. Inside a step whose compute stream waits on the device for a recall (offload.h,
+ * offload_params.host_wait), the recall's thread could then never submit it: a deadlock (seen on
+ * the H200, 2026-12-01, at the LM head's first run at batch 12). Outputs go to scratch. */
 static int warm_gemms(struct engine *e)
 {
     const struct model_config *c = e->p.cfg;
@@ -102,8 +103,25 @@ static int warm_gemms(struct engine *e)
     return PULSE_OK;
 }
 
+/* The tuning fields in their ranges (engine.h); 0, or -1 with the reason in err. */
+static int check_tuning(const struct engine_params *p, char *err, size_t errlen)
+{
+    const char *why = NULL;
+    if (p->cpu_threads < 0 || p->cpu_threads > KERNELS_CPU_MAX_THREADS)
+        why = "cpu_threads must be 0..64";
+    else if (p->attn_blocks_per_sm < 0 || p->attn_blocks_per_sm > ATTN_BLOCKS_PER_SM_MAX)
+        why = "attn_blocks_per_sm must be 0..16";
+    else if (p->attn_min_tiles &&
+             (p->attn_min_tiles < ATTN_MIN_TILES_LO || p->attn_min_tiles > ATTN_MIN_TILES_HI))
+        why = "attn_min_tiles must be 0 or 4..4096";
+    if (!why) return 0;
+    snprintf(err, errlen, "engine: %s", why);
+    return -1;
+}
+
 struct engine *engine_create(const struct engine_params *p, char *err, size_t errlen)
 {
+    if (check_tuning(p, err, errlen)) return NULL;
     struct engine *e = mem_alloc(MEM_HOST, sizeof *e, "engine");
     if (!e) return NULL;
     memset(e, 0, sizeof *e);
@@ -115,6 +133,9 @@ struct engine *engine_create(const struct engine_params *p, char *err, size_t er
         mem_free(MEM_HOST, e, sizeof *e);
         return NULL;
     }
+    e->ctx.attn_blocks_per_sm = p->attn_blocks_per_sm;
+    e->ctx.attn_min_tiles = p->attn_min_tiles;
+    kernels_cpu_set_threads(p->cpu_threads ? p->cpu_threads : kernels_cpu_default_threads());
 #ifdef PULSE_HAVE_CUDA
     if (p->be->mem == MEM_DEVICE) {
         size_t ws = attn_decode_workspace_bytes(p->max_batch, c->n_heads, c->head_dim,
@@ -145,9 +166,7 @@ struct engine *engine_create(const struct engine_params *p, char *err, size_t er
     e->logits = mem_carve(&cur, 4 * B * c->vocab);
     e->tmp = mem_carve(&cur, 4 * B * c->hidden);
     e->use_graph = p->use_graph && p->be->graph_begin && !pulse_sync_each_launch();
-    long pieces = 1; /* PULSE_PIECE_GRAPHS=0 turns the piece graphs off, for experiments */
-    pulse_env_long("PULSE_PIECE_GRAPHS", 0, 1, &pieces);
-    e->piece_graphs = (int)pieces;
+    e->piece_graphs = !p->no_piece_graphs; /* off: the pieces launched one by one */
     if (p->be->mem == MEM_DEVICE && warm_gemms(e) != PULSE_OK) goto oom;
     p->be->sync(&e->ctx);
     return e;

@@ -17,6 +17,17 @@ struct engine_params {
     int max_tokens; /* longest request (prompt + output) */
     int use_graph;  /* CUDA graphs: engine_step replays each batch's step as one, a batch with
                        batch_graph_pieces replays its layer pieces (cuda only; ignored on cpu) */
+    /* Tuning; 0 is each one's default (nothing is read from the environment: a run's come
+     * from its command line, experiments/runtime_opts.h): */
+    int no_piece_graphs;    /* 1: batch_graph_pieces never turns the piece graphs on (the
+                               device path's kernels launched one by one, for comparisons) */
+    int cpu_threads;        /* the cpu kernels' thread pool (kernels_cpu.h), which also runs
+                               the offload runtime's host work on cuda: process-wide, set by
+                               engine_create; 1..64, 0 = kernels_cpu_default_threads() */
+    int attn_blocks_per_sm; /* the CUDA attention's split plan (kernels.h): blocks per SM,
+                               1..ATTN_BLOCKS_PER_SM_MAX (0: the most) */
+    int attn_min_tiles;     /* least tiles a split, ATTN_MIN_TILES_LO..ATTN_MIN_TILES_HI (0:
+                               ATTN_MIN_TILES) */
     /* Real weights: when set, the model is laid out with model_alloc and this fills it (e.g.
      * model_load_hf); it returns PULSE_OK or an error with a reason in err. NULL: random
      * weights from seed. */
@@ -129,8 +140,8 @@ void engine_layer_post(struct engine *e, struct batch *bt, int layer);
  * layers piece by piece with their own attention between (offload.h): a kernel launched one by
  * one pays for its launch's fetch from host memory, which a zero-copy gather on the link beside
  * it slows down (dev/zc_interference: 3.7 us a small kernel alone, 7.9 beside a gather, 2.1 in a
- * graph either way, H200 2026-12-02). Off (or PULSE_PIECE_GRAPHS=0 in the environment when the
- * engine is created, for experiments): the graphs are freed. Counted in engine_stats'
+ * graph either way, H200 2026-12-02). Off (or engine_params.no_piece_graphs, for experiments:
+ * then they are never on): the graphs are freed. Counted in engine_stats'
  * graph_captures and graph_launches. */
 void batch_graph_pieces(struct engine *e, struct batch *bt, int on);
 /* 1 when this batch's pieces replay as graphs now (batch_graph_pieces on, cuda with use_graph,

@@ -32,7 +32,18 @@ struct kctx {
     int num_sms;          /* multiprocessors, to size split-K grids; 0 on the CPU */
     void *blas_workspace; /* fixed cuBLAS workspace (so no GEMM allocates); NULL on the CPU */
     size_t blas_workspace_bytes;
+    /* the CUDA attention's split plan (0: the defaults below; engine_params sets them) */
+    int attn_blocks_per_sm; /* split target, 1..ATTN_BLOCKS_PER_SM_MAX blocks per SM */
+    int attn_min_tiles;     /* least 16-token tiles a split, ATTN_MIN_TILES_LO..4096 */
 };
+
+/* The CUDA attention's split plan: about ATTN_BLOCKS_PER_SM_MAX blocks per SM in the grid (a
+ * kctx may ask for fewer), each split of at least ATTN_MIN_TILES tiles (the default; a kctx may
+ * ask for any number from ATTN_MIN_TILES_LO, which the workspace bound assumes, to 4096). */
+#define ATTN_BLOCKS_PER_SM_MAX 16
+#define ATTN_MIN_TILES 16
+#define ATTN_MIN_TILES_LO 4
+#define ATTN_MIN_TILES_HI 4096
 
 struct kv_view {
     uint16_t *pool;            /* base of the page pool (bf16) */

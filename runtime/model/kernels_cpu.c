@@ -22,7 +22,7 @@
 #define NB 16                /* lanes: output columns (GEMM) or tokens (attention) per panel */
 #define KC 256               /* reduction steps per panel: 16 KB of floats, stays in L1 */
 #define MB 64                /* rows of a (GEMM) or query heads (attention) per pass over a panel */
-#define MAX_THREADS 64       /* pool size limit; the default is capped at 16 */
+#define MAX_THREADS KERNELS_CPU_MAX_THREADS /* pool size limit; the default is capped at 16 */
 #define TB 128               /* tokens per pass over V rows (attention): 64 KB at head dim 256 */
 #define MIN_WORK 32768       /* multiply-adds below which a call runs on one thread */
 #define SPLIT_WORK (1 << 22) /* attention multiply-adds below which head groups stay whole */
@@ -99,14 +99,16 @@ static void pool_after_fork_child(void)
     pthread_cond_init(&pool.done, NULL);
 }
 
+int kernels_cpu_default_threads(void)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    return ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu;
+}
+
 static void pool_init(void)
 {
     pthread_atfork(NULL, NULL, pool_after_fork_child);
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int n = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu;
-    long v;
-    if (pulse_env_long("PULSE_CPU_THREADS", 1, MAX_THREADS, &v)) n = (int)v;
-    pool.n_threads = n;
+    pool.n_threads = kernels_cpu_default_threads();
 }
 
 /* The job word once it differs from `seen`: spins, then sleeps. */

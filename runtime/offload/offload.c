@@ -30,6 +30,9 @@ void offload_params_init(struct offload_params *p, int max_batch, int max_tokens
     p->max_batch = max_batch;
     p->max_tokens = max_tokens;
     p->max_steps = 1 << 16;
+    recall_params_init(&p->recall, p->engine, 1);
+    mem_pin_params_default(&p->pin);
+    p->layer_graphs = 1;
 }
 
 static struct select_cfg cfg_of(const struct offload_params *p, const struct model_config *m,
@@ -423,9 +426,7 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
     o->device_plan = p->engine == RECALL_ZERO_COPY && p->cap_gbps == 0;
     /* selecting ahead, the next layer's gather overlaps this layer's MLP on its own stream */
     o->overlap = o->device_plan && (p->device_overlap || p->schedule->lookahead);
-    long lg = 1; /* PULSE_LAYER_GRAPHS=0: the device path's layers as pieces, for experiments */
-    pulse_env_long("PULSE_LAYER_GRAPHS", 0, 1, &lg);
-    o->layer_graphs = (int)lg;
+    o->layer_graphs = p->layer_graphs != 0; /* 0: the device path's layers as pieces */
     o->hpp = (struct hot_plan_params){o->max_batch * o->n_sparse * o->n_lists, o->hot_slots,
                                       p->sink, p->window, o->max_blocks};
     o->hp_bytes = o->device_plan ? hot_plan_state_bytes(&o->hpp) : 0;
@@ -485,7 +486,7 @@ static int make_pools(struct offload *o, char *err, size_t errlen)
                                    o->max_batch,
                                    o->p.max_tokens,
                                    o->be->mem == MEM_DEVICE};
-    if (!(o->hp = host_pool_create(&hpp, why, sizeof why))) OOM_BAD("%s", why);
+    if (!(o->hp = host_pool_create_ex(&hpp, &o->p.pin, why, sizeof why))) OOM_BAD("%s", why);
     struct host_pool_stats hs;
     host_pool_get_stats(o->hp, &hs);
     o->st.pin_s = hs.pin_seconds;
@@ -503,12 +504,13 @@ static int make_pools(struct offload *o, char *err, size_t errlen)
     struct hot_cache_params hcp = {o->max_batch * o->n_sparse * o->n_lists, o->hot_slots, o->p.sink,
                                    o->p.window};
     if (!(o->hc = hot_cache_create(&hcp, why, sizeof why))) OOM_BAD("%s", why);
-    struct recall_params rp;
-    recall_params_init(&rp, o->p.engine, o->max_items);
+    struct recall_params rp = o->p.recall; /* the tuning; the rest is the runtime's own */
+    rp.engine = o->p.engine;
+    rp.max_items = o->max_items;
     rp.cap_gbps = o->p.cap_gbps;
     rp.ops = o->p.recall_ops ? o->p.recall_ops : recall_copy_ops_for(o->be);
-    const char *fault = getenv("PULSE_RECALL_FAULT"); /* faults injected (recall_fault.h) */
-    if (fault && *fault) {
+    const char *fault = pulse_diag_text(PULSE_DIAG_RECALL_FAULT); /* recall_fault.h */
+    if (fault) {
         if (recall_fault_init(&o->fault, rp.ops, fault, why, sizeof why) != PULSE_OK)
             BAD("PULSE_RECALL_FAULT: %s", why);
         rp.ops = &o->fault.ops;
@@ -561,11 +563,11 @@ enum {
 };
 
 /* Whether prompt KV is generated on the device: a device backend, prompt KV the runtime makes
- * (not a real prefill), unless PULSE_PROMPT_KV_HOST=1 asks for the host path (the reference;
- * for comparisons and timing). */
+ * (not a real prefill), unless offload_params.prompt_kv_host asks for the host path (the
+ * reference; for comparisons and timing). */
 static int device_fill_wanted(const struct offload *o)
 {
-    const int host = pulse_env_switch("PULSE_PROMPT_KV_HOST", 0);
+    const int host = o->p.prompt_kv_host;
     const int source_fills =
         o->p.prompt_kv != OFFLOAD_KV_LOCALITY || (o->qs && o->qs->device_init != NULL);
     return o->be->mem == MEM_DEVICE && o->p.prompt_kv != OFFLOAD_KV_PREFILL && source_fills &&

@@ -46,7 +46,7 @@
  *             planned and gathered on the device);
  *   ready     whether a layer's recall is in place, without blocking;
  *   finish    the compute stream waits for the flag (backend wait_value: on the device, or
- *             with PULSE_DEVICE_WAIT=0 the queueing thread waits on the host: common.h),
+ *             with offload_params.host_wait the queueing thread waits on the host),
  *             uploads the control block, runs attention with the model's real q over the
  *             selected pages (head-wise as one virtual entry per KV head), flushes filled tails
  *             (tail page into its slot, and into the host pool), and the post-attention piece.
@@ -158,6 +158,29 @@ struct offload_params {
                            selection's, the recall the runtime counts is the re-fetch's */
     int verify_steps;   /* tests: after every step, offload_verify (synchronises; pulse
                            run sets it when the environment has PULSE_OFFLOAD_VERIFY=1) */
+    /* Tuning (offload_params_init's defaults read nothing else: no environment; the command
+     * line's options set them, experiments/runtime_opts.h): */
+    struct recall_params recall; /* the recall engine's tuning (recall_params_init's defaults:
+                                    threads, pieces, stages, grid, spin, prime); offload_create
+                                    sets its engine, max_items, cap_gbps, ops and host region
+                                    from the fields above */
+    struct mem_pin_params pin;   /* how the host pool is pinned (mem_pin_params_default) */
+    int host_wait;      /* cuda, host-planned engines: 1 makes the thread that queues a step
+                           wait for a sparse layer's recall flag on the host (a noted host
+                           synchronisation) before it queues the layer's attention, for
+                           comparison; 0 (default): the compute stream waits on the device
+                           (cuStreamWaitValue32). Anything that takes the driver's locks and
+                           waits for the device while a step is queued would deadlock the
+                           device wait (the recall's thread could not submit what the compute
+                           stream waits for): CUDA's lazy module loading (off,
+                           stream_value_cuda.c), cuBLAS's lazy kernel libraries (every decode
+                           GEMM runs once at engine creation, engine.c), copies into pageable
+                           memory (the token readback is pinned) */
+    int layer_graphs;   /* the device path's layers replayed as CUDA graphs (default 1; 0: the
+                           pieces' graphs only, for comparisons) */
+    int prompt_kv_host; /* 1: offload prompt KV written by the CPU even on cuda (the reference
+                           path, for comparisons and timing); default 0: generated on the
+                           device wherever it can be */
 };
 
 /* Per sparse layer, what the runtime did (the source's meter adds churn and its quantiles). */
@@ -185,7 +208,7 @@ struct offload_stats {
      * 0 when the step is free of host round trips (verify_steps' checks are not counted) */
     int64_t host_syncs, last_step_host_syncs;
     /* the device path's layers replayed as graphs (a layer's two: its issue with pre-attention,
-     * and attention with post-attention; PULSE_LAYER_GRAPHS=0 at create: none); also counted
+     * and attention with post-attention; offload_params.layer_graphs 0: none); also counted
      * in engine_stats' graph_launches */
     int64_t layer_graph_launches;
     /* host time of the steps' upload staging and of the next steps' queries, summed; and of
@@ -208,7 +231,8 @@ struct offload_stats {
 
 struct offload;
 
-/* Defaults above for an engine of max_batch entries and max_tokens. */
+/* Defaults above for an engine of max_batch entries and max_tokens (from nothing else: no
+ * environment). */
 void offload_params_init(struct offload_params *p, int max_batch, int max_tokens, uint64_t seed);
 /* How the runtime keeps a layer's KV (the header comment's placement). */
 enum offload_layer_kind {
@@ -312,6 +336,8 @@ void offload_set_timeline(struct offload *o, struct timeline *tl);
  * compute stream (offload_params.device_overlap): only then does offload_layer_ready report a
  * gather in flight that a scheduler can run other work beside (else it is always 1). */
 int offload_device_driven(const struct offload *o);
+/* The params the runtime was created with (offload_create's copy). */
+const struct offload_params *offload_get_params(const struct offload *o);
 /* enum offload_layer_kind of a layer of the runtime's model. */
 int offload_kind(const struct offload *o, int layer);
 /* 1 when `layer` is a sparse layer of the runtime's model; 0 for any other layer, or a number

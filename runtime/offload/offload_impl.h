@@ -22,7 +22,7 @@ struct offload_sel_fns {
                            void *);
     void (*hot_plan_init)(const struct hot_plan_params *, const struct hot_plan_state *, void *);
     void (*build)(const struct offload_build_args *, void *);
-    void (*gather)(const struct recall_desc *, int, int, int, void *);
+    void (*gather)(const struct recall_desc *, int, int, int, int, void *);
     void (*scatter)(const struct recall_desc *, int, void *); /* recall_scatter_{ref,cuda} */
     void (*digest_update)(const struct kctx *, const struct kv_view *, const struct digest_view *,
                           const int32_t *, int, int);
@@ -161,7 +161,7 @@ struct offload {
     void **ev_built, **ev_gathered;
     /* the device path's layer graphs (offload_layer.c, layer_graph): [n_layers][2], valid for
      * lg_bt's lg_n entries whose longest reservation is lg_len (the attention's split plans);
-     * layer_graphs 0 (PULSE_LAYER_GRAPHS=0 at create): none */
+     * layer_graphs 0 (offload_params.layer_graphs 0, or not the device path): none */
     int layer_graphs;
     void **lgraph;
     const struct batch *lg_bt;

@@ -69,6 +69,11 @@ int offload_device_driven(const struct offload *o)
     return o->device_plan ? 1 + o->overlap : 0;
 }
 
+const struct offload_params *offload_get_params(const struct offload *o)
+{
+    return &o->p;
+}
+
 int offload_kind(const struct offload *o, int layer)
 {
     PULSE_CHECK(layer >= 0 && layer < o->n_layers, "offload_kind: layer out of range");
@@ -258,18 +263,19 @@ json_t *offload_counters_json(const struct offload *o)
     json_t *eng = recall_stats_json(&rs);
     json_object_set_new(eng, "name", json_string(recall_engine_name(o->p.engine)));
     const struct recall_params *rp = recall_get_params(o->rc);
-    json_object_set_new(eng, "zc_blocks", json_integer(rp->zc_blocks)); /* PULSE_ZC_BLOCKS */
+    json_object_set_new(eng, "zc_blocks", json_integer(rp->zc_blocks));
     json_object_set_new(eng, "zc_threads", json_integer(rp->zc_threads));
+    json_object_set_new(eng, "zc_inflight_kb", json_integer(rp->zc_inflight_kb));
     json_object_set_new(eng, "gather_threads", json_integer(rp->gather_threads));
     json_object_set_new(eng, "spin_us", json_integer(rp->spin_us));
     json_object_set_new(eng, "gs_piece_bytes", json_integer((json_int_t)rp->piece_bytes));
     json_object_set_new(eng, "gs_stages", json_integer(rp->n_stage));
     json_object_set_new(eng, "gs_nt_stores", json_boolean(rp->nt_stores));
-    json_object_set_new(eng, "prime", json_boolean(rp->prime)); /* PULSE_RECALL_PRIME */
+    json_object_set_new(eng, "prime", json_boolean(rp->prime));
 #ifdef PULSE_HAVE_CUDA
-    if (o->be->mem == MEM_DEVICE) /* PULSE_ZC_INFLIGHT_KB */
+    if (o->be->mem == MEM_DEVICE)
         json_object_set_new(eng, "zc_loads_per_lane",
-                            json_integer(recall_gather_loads(rp->zc_threads)));
+                            json_integer(recall_gather_loads(rp->zc_threads, rp->zc_inflight_kb)));
 #endif
     if (o->device_plan) { /* the device hot cache's counts (the host one is unused) */
         memset(&hs, 0, sizeof hs);
@@ -315,11 +321,11 @@ json_t *offload_counters_json(const struct offload *o)
     for (int i = 0; i < OFFLOAD_PLANNER_PHASES; i++)
         results_set_real(pq, pph[i], st.planner_phase_s[i]);
     json_object_set_new(j, "planner_s", pq);
-    /* where a sparse layer waits for its recall (common.h, pulse_device_wait) */
+    /* where a sparse layer waits for its recall (offload_params.host_wait) */
     json_object_set_new(j, "recall_wait_on",
-                        json_string(o->be->mem != MEM_DEVICE ? "cpu stream (the thread)"
-                                    : o->device_plan || pulse_device_wait() ? "device"
-                                                                            : "host"));
+                        json_string(o->be->mem != MEM_DEVICE            ? "cpu stream (the thread)"
+                                    : o->device_plan || !o->p.host_wait ? "device"
+                                                                        : "host"));
     json_object_set_new(j, "device_plan", json_boolean(o->device_plan));
     json_object_set_new(j, "mechanism", mechanism_json(o, &st, &rs));
     return j;

@@ -8,8 +8,8 @@
  * waits for (on the device) only at the step's end.
  * Host-planned (the other engines): the planner thread (offload_plan.c) plans and submits the
  * recall, whose stream sets the layer's flag when the data has landed; the attention waits for
- * the flag: on the device (or, with PULSE_DEVICE_WAIT=0, this thread waits on the host before
- * queueing it, counted as a host synchronisation: common.h, pulse_device_wait). Then
+ * the flag: on the device (or, with offload_params.host_wait, this thread waits on the host
+ * before queueing it, counted as a host synchronisation). Then
  * the tail flush and post-attention. */
 #include <math.h>
 #include <stdio.h>
@@ -180,7 +180,7 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl)
     if (!o->overlap) {
         const struct recall_params *rp = recall_get_params(o->rc);
         o->fn.gather(o->d_desc[sl & 1], (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads,
-                     o->ctx->stream);
+                     rp->zc_inflight_kb, o->ctx->stream);
         return;
     }
     /* the gather, on its own stream (issue_side), waits for the plan */
@@ -205,7 +205,7 @@ static void issue_side(struct offload *o, int layer)
     const int sp =
         timeline_begin(o->tl, &o->gctx, TIMELINE_RECALL, "gather", 1, layer, o->st.steps);
     o->fn.gather(o->d_desc[sl & 1], (int)((size_t)B * o->n_lists * o->ms), rp->zc_blocks,
-                 rp->zc_threads, o->gctx.stream);
+                 rp->zc_threads, rp->zc_inflight_kb, o->gctx.stream);
     timeline_end(o->tl, &o->gctx, sp);
     o->be->event_record(&o->gctx, o->ev_gathered[sl]);
 }
@@ -286,7 +286,12 @@ static void attend_wait(struct offload *o, int layer)
     const int32_t *ctl = offload_ctl(o, p, sl);
     int32_t *d_ctl = o->d_ctl[sl & 1];
     const size_t V = (size_t)o->max_batch * o->n_lists;
-    o->be->wait_value(o->ctx, &o->flags[sl], o->seq);
+    if (o->p.host_wait && o->be->mem == MEM_DEVICE) { /* for comparison: on the host */
+        pulse_host_sync_note();
+        pulse_wait_flag(&o->flags[sl], o->seq, "offload: a recall's flag on the host (host_wait)");
+    } else {
+        o->be->wait_value(o->ctx, &o->flags[sl], o->seq);
+    }
     o->be->copy_async(o->ctx, d_ctl, ctl, sizeof(int32_t) * (size_t)nv);
     o->be->copy_async(o->ctx, d_ctl + V, ctl + V, sizeof(int32_t) * (size_t)nv * o->ms);
 }

@@ -160,7 +160,7 @@ static int trace_on(void)
 {
     static int on = -1;
     if (on < 0) {
-        on = pulse_env_switch("PULSE_OFFLOAD_TRACE", 0);
+        on = pulse_diag_switch(PULSE_DIAG_OFFLOAD_TRACE);
     }
     return on;
 }

@@ -20,19 +20,15 @@ void results_set_real(json_t *obj, const char *key, double v)
     json_object_set_new(obj, key, isfinite(v) ? json_real(v) : json_null());
 }
 
-extern char **environ;
-
-/* Every PULSE_* environment variable: the switches that change kernels or engines (e.g.
- * PULSE_ATTN_BLOCKS_PER_SM, PULSE_CPU_THREADS, PULSE_SYNC) belong to the result. */
-static json_t *pulse_env_vars(void)
+/* The diagnostic PULSE_* variables set in the environment (common.h), as they are set: they
+ * change no result, but a run made with one (PULSE_SYNC, PULSE_RECALL_FAULT) says so. The
+ * tuning a run ran with is its config's (config.options). */
+static json_t *pulse_diag_vars(void)
 {
     json_t *o = json_object();
-    for (char **e = environ; e && *e; e++) {
-        const char *eq = strchr(*e, '=');
-        if (strncmp(*e, "PULSE_", 6) != 0 || !eq) continue;
-        char key[128];
-        snprintf(key, sizeof key, "%.*s", (int)(eq - *e), *e);
-        json_object_set_new(o, key, json_string(eq + 1));
+    for (int d = 0; d < PULSE_DIAGS; d++) {
+        const char *v = pulse_diag_raw((enum pulse_diag)d);
+        if (v) json_object_set_new(o, pulse_diag_name((enum pulse_diag)d), json_string(v));
     }
     return o;
 }
@@ -57,7 +53,7 @@ json_t *results_new(const char *experiment)
     json_object_set_new(r, "env",
                         json_pack("{s:s, s:s, s:s, s:i}", "host", host, "os", u.sysname, "kernel",
                                   u.release, "cpus", (int)sysconf(_SC_NPROCESSORS_ONLN)));
-    json_object_set_new(results_env(r), "pulse_variables", pulse_env_vars());
+    json_object_set_new(results_env(r), "pulse_variables", pulse_diag_vars());
     json_object_set_new(r, "status", json_string("ok"));
     return r;
 }

@@ -283,19 +283,27 @@ int serve_run_policy(struct engine *e, struct kv_cache *kv, const struct policy 
                      void *policy_ctx, struct request *reqs, int n, int max_batch,
                      struct serve_counters *ctr, double *wall_s, char *err, size_t errlen)
 {
-    return serve_run_series(e, kv, pol, policy_ctx, reqs, n, max_batch, NULL, 0, ctr, wall_s, err,
+    struct serve_params p;
+    serve_params_init(&p);
+    return serve_run_params(e, kv, pol, policy_ctx, reqs, n, max_batch, &p, ctr, wall_s, err,
                             errlen);
 }
 
-int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy *pol,
+void serve_params_init(struct serve_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->run_ahead = 1;
+}
+
+int serve_run_params(struct engine *e, struct kv_cache *kv, const struct policy *pol,
                      void *policy_ctx, struct request *reqs, int n, int max_batch,
-                     struct serve_step *series, int64_t cap, struct serve_counters *ctr,
-                     double *wall_s, char *err, size_t errlen)
+                     const struct serve_params *p, struct serve_counters *ctr, double *wall_s,
+                     char *err, size_t errlen)
 {
     struct serve_state s;
     memset(&s, 0, sizeof s);
-    s.series = series;
-    s.series_cap = series ? cap : 0;
+    s.series = p->series;
+    s.series_cap = p->series ? p->series_cap : 0;
     s.pol = pol;
     s.policy_ctx = policy_ctx;
     if (pol->needs_ctx && !policy_ctx) {
@@ -329,8 +337,8 @@ int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy 
         sn[i].req = note_mem + (size_t)(2 * i) * max_batch * SERVE_MAX_BATCHES;
         sn[i].idx = note_mem + (size_t)(2 * i + 1) * max_batch * SERVE_MAX_BATCHES;
     }
-    /* PULSE_SERVE_RUN_AHEAD=0: every step's tokens are read before the next is queued */
-    const int run_ahead = pulse_env_switch("PULSE_SERVE_RUN_AHEAD", 1);
+    /* run_ahead 0: every step's tokens are read before the next is queued */
+    const int run_ahead = p->run_ahead;
     int buf = 0;
     double t_call = 0, t_last_tok = 0, last_step_s = 0;
     int rc = PULSE_OK, done = 0;

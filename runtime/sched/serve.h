@@ -50,7 +50,7 @@ struct serve_step {
 struct serve_counters {
     int64_t steps, tokens, admitted, batch_changes;
     /* steps queued before the previous step's tokens were read (the loop runs ahead while a
-     * step's end changes no batch; PULSE_SERVE_RUN_AHEAD=0: never) */
+     * step's end changes no batch; serve_params.run_ahead 0: never) */
     int64_t steps_ahead;
     /* host time in the policy's step calls (queuing the steps) and waiting for their tokens,
      * summed: queuing close to the steps' time means the host sets the pace */
@@ -114,7 +114,7 @@ struct serve_state {
     double t0;
     struct serve_counters ctr;
     const struct policy *pol;
-    struct serve_step *series; /* the caller's per-step record (serve_run_series), or NULL */
+    struct serve_step *series; /* the caller's per-step record (serve_params.series), or NULL */
     int64_t series_cap;
     void *policy_ctx;     /* what serve_run_policy was given, of the policy's ctx_kind */
     double report_step_s; /* the loop's wall time of the step the policy's traffic reports */
@@ -229,11 +229,22 @@ int serve_run(struct engine *e, struct kv_cache *kv, const struct policy *pol, s
 int serve_run_policy(struct engine *e, struct kv_cache *kv, const struct policy *pol,
                      void *policy_ctx, struct request *reqs, int n, int max_batch,
                      struct serve_counters *ctr, double *wall_s, char *err, size_t errlen);
-/* serve_run_policy that also keeps the first `cap` steps' records in series (the caller's
- * buffer; the counters' sums cover every step). */
-int serve_run_series(struct engine *e, struct kv_cache *kv, const struct policy *pol,
+/* How the loop runs besides the policy (serve_run_params). serve_params_init's defaults read
+ * nothing else (no environment: a run's come from its command line,
+ * experiments/runtime_opts.h). */
+struct serve_params {
+    struct serve_step *series; /* the first series_cap steps' records (the caller's buffer;
+                                  the counters' sums cover every step); NULL (default): none */
+    int64_t series_cap;
+    int run_ahead; /* 1 (default): the next step is queued before a step's tokens are read
+                      wherever the step's end changes no batch (counters.steps_ahead); 0:
+                      every step's tokens are read before the next is queued */
+};
+void serve_params_init(struct serve_params *p);
+/* serve_run_policy as p says. */
+int serve_run_params(struct engine *e, struct kv_cache *kv, const struct policy *pol,
                      void *policy_ctx, struct request *reqs, int n, int max_batch,
-                     struct serve_step *series, int64_t cap, struct serve_counters *ctr,
-                     double *wall_s, char *err, size_t errlen);
+                     const struct serve_params *p, struct serve_counters *ctr, double *wall_s,
+                     char *err, size_t errlen);
 
 #endif

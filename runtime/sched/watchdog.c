@@ -101,7 +101,7 @@ static void *watch(void *arg)
 void watchdog_start(void)
 {
     static double after;
-    if (!pulse_env_double("PULSE_STACKS_AFTER_S", 1e-3, 1e7, &after)) return;
+    if (!pulse_diag_number(PULSE_DIAG_STACKS_AFTER_S, &after)) return;
     int expect = 0;
     if (!atomic_compare_exchange_strong(&started, &expect, 1)) return;
     atomic_store(&last_kick, pulse_now());

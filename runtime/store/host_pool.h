@@ -70,7 +70,7 @@ int host_pool_plan(const struct host_pool_params *p, struct host_pool_plan *out,
 /* Allocates the pool and its tables. Returns NULL with a one-line reason in err when the params
  * are invalid or the memory is refused. In CPU-only builds `pinned` falls back to MEM_HOST. */
 struct host_pool *host_pool_create(const struct host_pool_params *p, char *err, size_t errlen);
-/* The same with the pinning spelled out (NULL = mem_pin_params_default: the environment's). */
+/* The same with the pinning spelled out (NULL = mem_pin_params_default). */
 struct mem_pin_params;
 struct host_pool *host_pool_create_ex(const struct host_pool_params *p,
                                       const struct mem_pin_params *pin, char *err, size_t errlen);

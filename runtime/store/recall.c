@@ -42,36 +42,26 @@ void recall_params_init(struct recall_params *p, enum recall_engine engine, int 
     p->max_inflight = 4;
     /* measured on the H200 machine (16 cores), 2026-11-29: 8 workers and plain stores gather
      * 8-64 KB chunks at 22-24 GB/s; 14 workers with streaming stores at 31-41 GB/s
-     * (PULSE_GATHER_THREADS for experiments) */
-    long gt = recall_default_gather_threads();
-    pulse_env_long("PULSE_GATHER_THREADS", 1, 256, &gt);
-    p->gather_threads = (int)gt;
-    long nt = 1, piece_kb = 2048, stages = 3; /* PULSE_GS_NT_STORES, _PIECE_KB, _STAGES */
-    pulse_env_long("PULSE_GS_NT_STORES", 0, 1, &nt);
-    pulse_env_long("PULSE_GS_PIECE_KB", 1, 1 << 20, &piece_kb);
-    pulse_env_long("PULSE_GS_STAGES", 2, 64, &stages);
-    p->nt_stores = (int)nt;
-    p->piece_bytes = (size_t)piece_kb << 10;
-    p->n_stage = (int)stages;
-    /* the zero-copy gather's grid (PULSE_ZC_BLOCKS for experiments). Measured on the H200,
+     * (--gs-threads, --gs-nt-stores for experiments) */
+    p->gather_threads = recall_default_gather_threads();
+    p->nt_stores = 1;
+    p->piece_bytes = (size_t)2048 << 10;
+    p->n_stage = 3;
+    /* the zero-copy gather's grid (--zc-blocks for experiments). Measured on the H200,
      * 2026-12-01 (CUPTI, qwen3-14b, 128 KB in flight per block): 4 blocks gather a decode
      * step's recall 5% slower than 16 but take 12 fewer SMs from the compute beside it:
      * pulseinfer at 32 x 16K 38.8 ms a step against 42.5 with 16, arkvale and infinigen the
      * same within 2%. recall-bench keeps 16 for its sweep (--zc-blocks). */
-    long zb = 4;
-    pulse_env_long("PULSE_ZC_BLOCKS", 1, 1024, &zb);
-    p->zc_blocks = (int)zb;
+    p->zc_blocks = 4;
     p->zc_threads = 512;
+    p->zc_inflight_kb = RECALL_ZC_INFLIGHT_KB;
     p->cap_burst_bytes = (size_t)4 << 20;
     /* measured on the H200 machine, 2026-11-29 (256 KB x 1024 zero-copy recalls capped at 0.8
      * of the peak): a 1 MiB unit reached 0.93 of the target (the gap between paced launches),
      * 4 MiB 0.99 and 16 MiB 0.99; 0.4 and 0.6 held within 1% with each */
     p->cap_unit_bytes = (size_t)4 << 20;
-    long spin = 200, prime = 0; /* PULSE_RECALL_SPIN_US, PULSE_RECALL_PRIME for experiments */
-    pulse_env_long("PULSE_RECALL_SPIN_US", 0, 1000000, &spin);
-    pulse_env_long("PULSE_RECALL_PRIME", 0, 1, &prime);
-    p->spin_us = (int)spin;
-    p->prime = (int)prime;
+    p->spin_us = 200; /* --recall-spin-us, --recall-prime for experiments */
+    p->prime = 0;
 }
 
 static void sleep_until(double t)
@@ -224,7 +214,8 @@ static int issue_zero_copy(struct recall *r, struct slot *s, struct acc *a)
         size_t ub;
         int end = unit_end(r, s, i, &ub);
         recall_cap_pace(r, ub, a);
-        rc = r->o->gather(r->o, s->d_desc + i, end - i, r->p.zc_blocks, r->p.zc_threads, r->stream);
+        rc = r->o->gather(r->o, s->d_desc + i, end - i, r->p.zc_blocks, r->p.zc_threads,
+                          r->p.zc_inflight_kb, r->stream);
         a->subs++;
         if (rc) return a->opf++, rc;
         i = end;
@@ -349,8 +340,10 @@ static int check_params(const struct recall_params *p, const struct recall_copy_
         why = "gather-scatter needs 1..256 threads, 2..64 stages, 16 B..1 GiB pieces";
     else if (p->engine == RECALL_ZERO_COPY &&
              (p->zc_blocks < 1 || p->zc_blocks > 65535 || p->zc_threads < 32 ||
-              p->zc_threads > 1024 || p->zc_threads % 32))
-        why = "zero-copy needs 1..65535 blocks of 32..1024 threads (a multiple of 32)";
+              p->zc_threads > 1024 || p->zc_threads % 32 || p->zc_inflight_kb < 1 ||
+              p->zc_inflight_kb > RECALL_ZC_INFLIGHT_KB_MAX))
+        why = "zero-copy needs 1..65535 blocks of 32..1024 threads (a multiple of 32) and 1..256 "
+              "KB in flight a block";
     else if (p->engine == RECALL_BATCH && !o->batch)
         why = "this copy path has no batch copy";
     if (!why) return 0;

@@ -96,9 +96,9 @@ struct recall_copy_ops {
     int (*scatter)(const struct recall_copy_ops *o, const struct recall_desc *d_desc, int n,
                    void *stream);
     /* Zero-copy: n descriptors (in device memory) whose sources are mapped host memory, read
-     * by a grid of blocks x threads. */
+     * by a grid of blocks x threads, each block keeping inflight_kb KB in flight. */
     int (*gather)(const struct recall_copy_ops *o, const struct recall_desc *desc, int n,
-                  int blocks, int threads, void *stream);
+                  int blocks, int threads, int inflight_kb, void *stream);
     /* Stores value into *flag (pinned host memory) when the stream reaches this point
      * (cuStreamWriteValue32 on cuda; a release store on the cpu path, whose copies are done). */
     int (*write_value)(const struct recall_copy_ops *o, uint32_t *flag, uint32_t value,
@@ -111,6 +111,13 @@ const struct recall_copy_ops *recall_copy_ops_cuda(void);
 /* The copy path that matches a backend's memory: CUDA for MEM_DEVICE, CPU otherwise. */
 const struct recall_copy_ops *recall_copy_ops_for(const struct backend *be);
 
+/* The zero-copy gather's bytes in flight per block: the default (128 KB: 16 loads a lane at 512
+ * threads) and the most (recall_gather_loads). */
+#define RECALL_ZC_INFLIGHT_KB 128
+#define RECALL_ZC_INFLIGHT_KB_MAX 256
+
+/* Every field's default is recall_params_init's, which reads nothing else (no environment): the
+ * command line's options (experiments/runtime_opts.h) set the tuning fields of a run. */
 struct recall_params {
     enum recall_engine engine;
     int max_items;      /* most items in one recall, >= 1 */
@@ -122,13 +129,15 @@ struct recall_params {
     int n_stage;        /* gather-scatter: staging buffers, >= 2 (default 3) */
     int zc_blocks;      /* zero-copy grid (default 4 x 512 threads) */
     int zc_threads;
+    int zc_inflight_kb;     /* zero-copy: KB each gather block keeps in flight, 1..256 (default
+                               RECALL_ZC_INFLIGHT_KB) */
     double cap_gbps;        /* bandwidth cap in GB/s (1e9 B/s); 0 = none */
     size_t cap_burst_bytes; /* bucket depth (default 4 MiB; 0: strict pacing) */
     size_t cap_unit_bytes;  /* pacing unit of the non-staged engines (default 4 MiB) */
     int spin_us;            /* issuer/worker spin before sleeping, microseconds (default 200) */
-    int prime;              /* 1: recall_prime wakes the sleeping threads (PULSE_RECALL_PRIME;
-                               default 0: not measured yet on the H200, where 14 spinning
-                               workers can take the cores of the thread that plans) */
+    int prime;              /* 1: recall_prime wakes the sleeping threads (default 0: not
+                               measured yet on the H200, where 14 spinning workers can take
+                               the cores of the thread that plans) */
     int nt_stores;          /* gather-scatter: streaming stores into staging (x86; default 1) */
     /* Optional: the mapped host region every zero-copy source lies in (the host pool), so
      * sources translate by one offset; sources outside it go through ops->map_host. */
@@ -216,9 +225,9 @@ const char *recall_engine_name(enum recall_engine e);
 int recall_engine_find(const char *name);
 
 /* The kernels behind the copy paths, each with a CPU reference of the same signature (the
- * reference runs synchronously; stream is ignored). Descriptors with src, dst and bytes all
- * multiples of 16 move in 16-byte words, others byte by byte; one of 0 bytes moves nothing
- * (its addresses may be 0); destinations must not overlap.
+ * reference runs synchronously; stream and inflight_kb are ignored). Descriptors with src, dst and
+ * bytes all multiples of 16 move in 16-byte words, others byte by byte; one of 0 bytes moves
+ * nothing (its addresses may be 0); destinations must not overlap.
  *
  * scatter: d_desc[0..n) in device memory, sources in device memory (gather-scatter staging).
  * gather (zero-copy): d_desc[0..n) in device memory (the caller owns it and keeps it, and the
@@ -230,20 +239,20 @@ int recall_engine_find(const char *name);
  *   kernel runs) clamped to [0, max_n]; d_desc must hold max_n descriptors' worth of memory. */
 void recall_scatter_ref(const struct recall_desc *d_desc, int n, void *stream);
 void recall_gather_ref(const struct recall_desc *d_desc, int n, int blocks, int threads,
-                       void *stream);
+                       int inflight_kb, void *stream);
 void recall_gather_dev_ref(const struct recall_desc *d_desc, const int32_t *d_count, int max_n,
-                           int blocks, int threads, void *stream);
+                           int blocks, int threads, int inflight_kb, void *stream);
 void recall_scatter_cuda(const struct recall_desc *d_desc, int n, void *stream);
 /* Loads the recall kernels now (the CUDA copy path calls it when an engine makes its streams),
  * so that no recall's first launch loads a module while a compute stream waits on it. */
 void recall_kernels_load(void);
-/* The zero-copy gather's 16-byte loads per lane at `threads` threads a block (each block keeps
- * PULSE_ZC_INFLIGHT_KB, default 128 KB, in flight). */
-int recall_gather_loads(int threads);
+/* The zero-copy gather's 16-byte loads per lane at `threads` threads a block, each block keeping
+ * inflight_kb KB in flight (recall_params.zc_inflight_kb; <= 0: RECALL_ZC_INFLIGHT_KB). */
+int recall_gather_loads(int threads, int inflight_kb);
 void recall_gather_cuda(const struct recall_desc *d_desc, int n, int blocks, int threads,
-                        void *stream);
+                        int inflight_kb, void *stream);
 void recall_gather_dev_cuda(const struct recall_desc *d_desc, const int32_t *d_count, int max_n,
-                            int blocks, int threads, void *stream);
+                            int blocks, int threads, int inflight_kb, void *stream);
 
 #ifdef __cplusplus
 }

@@ -17,18 +17,19 @@ void recall_scatter_ref(const struct recall_desc *d_desc, int n, void *stream)
 }
 
 void recall_gather_ref(const struct recall_desc *d_desc, int n, int blocks, int threads,
-                       void *stream)
+                       int inflight_kb, void *stream)
 {
     (void)blocks;
     (void)threads;
+    (void)inflight_kb;
     recall_scatter_ref(d_desc, n, stream);
 }
 
 void recall_gather_dev_ref(const struct recall_desc *d_desc, const int32_t *d_count, int max_n,
-                           int blocks, int threads, void *stream)
+                           int blocks, int threads, int inflight_kb, void *stream)
 {
     int n = *d_count < 0 ? 0 : PULSE_MIN(*d_count, max_n);
-    recall_gather_ref(d_desc, n, blocks, threads, stream);
+    recall_gather_ref(d_desc, n, blocks, threads, inflight_kb, stream);
 }
 
 struct cpu_event {
@@ -141,10 +142,10 @@ static int cpu_scatter(const struct recall_copy_ops *o, const struct recall_desc
     return PULSE_OK;
 }
 static int cpu_gather(const struct recall_copy_ops *o, const struct recall_desc *d, int n,
-                      int blocks, int threads, void *s)
+                      int blocks, int threads, int inflight_kb, void *s)
 {
     (void)o;
-    recall_gather_ref(d, n, blocks, threads, s);
+    recall_gather_ref(d, n, blocks, threads, inflight_kb, s);
     return PULSE_OK;
 }
 

@@ -152,10 +152,10 @@ static int cu_scatter(const struct recall_copy_ops *o, const struct recall_desc 
 
 /* d_desc: in device memory (the engine copies its descriptors there on the same stream first) */
 static int cu_gather(const struct recall_copy_ops *o, const struct recall_desc *d_desc, int n,
-                     int blocks, int threads, void *stream)
+                     int blocks, int threads, int inflight_kb, void *stream)
 {
     (void)o;
-    recall_gather_cuda(d_desc, n, blocks, threads, stream);
+    recall_gather_cuda(d_desc, n, blocks, threads, inflight_kb, stream);
     return PULSE_OK;
 }
 

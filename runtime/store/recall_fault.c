@@ -66,8 +66,8 @@ FORWARD(scatter, (const struct recall_copy_ops *o, const struct recall_desc *d, 
         (b, d, n, s))
 FORWARD(gather,
         (const struct recall_copy_ops *o, const struct recall_desc *d, int n, int bl, int th,
-         void *s),
-        (b, d, n, bl, th, s))
+         int kb, void *s),
+        (b, d, n, bl, th, kb, s))
 FORWARD(write_value, (const struct recall_copy_ops *o, uint32_t *flag, uint32_t v, void *s),
         (b, flag, v, s))
 

@@ -156,39 +156,33 @@ __global__ void __launch_bounds__(V >= 16 ? 512 : 1024)
     }
 }
 
-/* Bytes each gather block keeps in flight (PULSE_ZC_INFLIGHT_KB, default 128 KB: 16 loads a
- * lane at 512 threads): a lane's loads per piece are this over 16 x threads, a power of two
- * from 1 to 16. 16 loads a lane take 128 registers a thread (ptxas), at 512 threads the whole
- * register file of each SM the gather runs on, so no compute block shares those SMs; 4 loads
- * take 60 registers, 1 takes 42. */
-int gather_inflight_bytes(void)
+/* Bytes each gather block keeps in flight (recall_params.zc_inflight_kb, default 128 KB: 16
+ * loads a lane at 512 threads): a lane's loads per piece are this over 16 x threads, a power of
+ * two from 1 to 16. 16 loads a lane take 128 registers a thread (ptxas), at 512 threads the
+ * whole register file of each SM the gather runs on, so no compute block shares those SMs; 4
+ * loads take 60 registers, 1 takes 42. */
+long gather_inflight_bytes(int inflight_kb)
 {
-    static int bytes = 0;
-    if (!bytes) {
-        long kb = 128;
-        pulse_env_long("PULSE_ZC_INFLIGHT_KB", 1, 256, &kb);
-        bytes = (int)kb << 10;
-    }
-    return bytes;
+    return (long)(inflight_kb > 0 ? inflight_kb : RECALL_ZC_INFLIGHT_KB) << 10;
 }
 
-int gather_loads(int threads)
+int gather_loads(int threads, int inflight_kb)
 {
     int v = 16;
-    while (v > 1 && (long)v * 16 * threads > gather_inflight_bytes())
+    while (v > 1 && (long)v * 16 * threads > gather_inflight_bytes(inflight_kb))
         v /= 2;
     if (threads > 512 && v > 8) v = 8; /* 16 loads a lane fit 512 threads' registers only */
     return v;
 }
 
 void launch_gather(const recall_desc *d_desc, const int32_t *d_count, int n, int blocks,
-                   int threads, void *stream)
+                   int threads, int inflight_kb, void *stream)
 {
     PULSE_CHECK(blocks >= 1 && blocks <= 65535 && threads >= 32 && threads <= 1024 &&
                     threads % 32 == 0,
                 "recall gather: 1..65535 blocks of 32..1024 threads (a multiple of 32)");
     cudaStream_t st = (cudaStream_t)stream;
-    switch (gather_loads(threads)) {
+    switch (gather_loads(threads, inflight_kb)) {
     case 16:
         gather_kernel<16><<<blocks, threads, 0, st>>>(d_desc, d_count, n);
         break;
@@ -219,22 +213,23 @@ extern "C" void recall_scatter_cuda(const struct recall_desc *d_desc, int n, voi
 }
 
 extern "C" void recall_gather_cuda(const struct recall_desc *d_desc, int n, int blocks, int threads,
-                                   void *stream)
+                                   int inflight_kb, void *stream)
 {
     if (n <= 0) return;
-    launch_gather(d_desc, NULL, n, blocks, threads, stream);
+    launch_gather(d_desc, NULL, n, blocks, threads, inflight_kb, stream);
 }
 
 extern "C" void recall_gather_dev_cuda(const struct recall_desc *d_desc, const int32_t *d_count,
-                                       int max_n, int blocks, int threads, void *stream)
+                                       int max_n, int blocks, int threads, int inflight_kb,
+                                       void *stream)
 {
     if (max_n <= 0) return;
-    launch_gather(d_desc, d_count, max_n, blocks, threads, stream);
+    launch_gather(d_desc, d_count, max_n, blocks, threads, inflight_kb, stream);
 }
 
-extern "C" int recall_gather_loads(int threads)
+extern "C" int recall_gather_loads(int threads, int inflight_kb)
 {
-    return gather_loads(threads);
+    return gather_loads(threads, inflight_kb);
 }
 
 extern "C" void recall_kernels_load(void)
@@ -246,5 +241,4 @@ extern "C" void recall_kernels_load(void)
     CUDA_CHECK(cudaFuncGetAttributes(&a, gather_kernel<4>));
     CUDA_CHECK(cudaFuncGetAttributes(&a, gather_kernel<2>));
     CUDA_CHECK(cudaFuncGetAttributes(&a, gather_kernel<1>));
-    gather_inflight_bytes();
 }

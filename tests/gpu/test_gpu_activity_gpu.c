@@ -64,7 +64,7 @@ int main(void)
     EXPECT(ok(cudaMemcpyAsync(dd, hd, sizeof hd, cudaMemcpyHostToDevice, st)));
     EXPECT(ok(cudaMemcpyAsync(d, h, BYTES / 2, cudaMemcpyHostToDevice, st)));
     for (int k = 0; k < GATHERS; k++)
-        recall_gather_cuda(dd, N_DESC, 16, 512, st);
+        recall_gather_cuda(dd, N_DESC, 16, 512, RECALL_ZC_INFLIGHT_KB, st);
     /* a known idle stretch after the last gather: the GPU waits on the host for 3 ms */
     EXPECT(ok(cudaStreamSynchronize(st)));
     const double i0 = pulse_now();
@@ -135,7 +135,7 @@ int main(void)
     for (int i = 0; i < 40; i++)
         EXPECT(ok(cudaMemcpyAsync(d + 4096 * (size_t)i, h, 4096, cudaMemcpyHostToDevice, st)));
     for (int k = 0; k < GATHERS; k++)
-        recall_gather_cuda(dd, N_DESC, 16, 512, st);
+        recall_gather_cuda(dd, N_DESC, 16, 512, RECALL_ZC_INFLIGHT_KB, st);
     EXPECT(ok(cudaStreamSynchronize(st)));
     json_t *c = gpu_activity_stop(a, 4, 0);
     EXPECT(c != NULL);

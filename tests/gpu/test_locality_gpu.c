@@ -9,9 +9,9 @@
  *    (digest_build_cuda of the device keys against digest_build_ref of the host keys, head-wise
  *    and SoloHead) likewise;
  * 2. offload admissions on CUDA with the device fill against the same admissions with
- *    PULSE_PROMPT_KV_HOST=1 (the CPU reference): synthetic prompt KV gives the host pool byte for
- *    byte, and the dense layers' and tail pages' prompt rows too; locality prompt KV the same up
- *    to the fraction above; the stats say which path ran; a served run with synthetic KV decodes
+ *    offload_params.prompt_kv_host (the CPU reference): synthetic prompt KV gives the host pool
+ * byte for byte, and the dense layers' and tail pages' prompt rows too; locality prompt KV the same
+ * up to the fraction above; the stats say which path ran; a served run with synthetic KV decodes
  *    the same tokens either way;
  * 3. a timing line: the device fill of one 16K-token layer at qwen3-14b shapes, digests, and its
  *    D2H copy to pinned memory.
@@ -238,7 +238,7 @@ struct rig {
     int slot[8];
 };
 
-/* Engine, cache and offload runtime on cuda for SPEC; host: PULSE_PROMPT_KV_HOST=1. */
+/* Engine, cache and offload runtime on cuda for SPEC; host: offload_params.prompt_kv_host. */
 static int rig_init(struct rig *r, int prompt_kv, int selection, int host)
 {
     char err[512];
@@ -261,11 +261,10 @@ static int rig_init(struct rig *r, int prompt_kv, int selection, int host)
     p.prompt_kv = prompt_kv;
     p.selection = selection;
     p.budget_tokens = 32;
-    if (host) setenv("PULSE_PROMPT_KV_HOST", "1", 1);
+    p.prompt_kv_host = host;
     if (r->kv && !(r->qs = test_source(r->e, r->kv, &p, NULL)))
         snprintf(err, sizeof err, "no query source");
     int rc = r->qs ? offload_create(r->e, r->kv, &p, &r->o, err, sizeof err) : -1;
-    unsetenv("PULSE_PROMPT_KV_HOST");
     if (rc != PULSE_OK) {
         fprintf(stderr, "rig: %s\n", err);
         return -1;
@@ -361,12 +360,11 @@ static void test_offload_paths(int prompt_kv, int selection)
     EXPECT_EQ_INT(offload_check(dev.o, err, sizeof err), 0);
     printf("set-up %s: prompt KV %.4f s on the device, %.4f s on the host\n", cs, sd.prompt_fill_s,
            sh.prompt_fill_s);
-    /* the pool was pinned by the default strategy (or PULSE_PIN's), without a fallback */
+    /* the pool was pinned by the default strategy, without a fallback */
     json_t *cj = offload_counters_json(dev.o);
     json_t *su = json_object_get(cj, "setup");
     const char *strategy = json_string_value(json_object_get(su, "pin_strategy"));
-    const char *want = getenv("PULSE_PIN") ? getenv("PULSE_PIN") : "register";
-    EXPECT(strategy && !strcmp(strategy, want));
+    EXPECT(strategy && !strcmp(strategy, mem_pin_strategy_name(MEM_PIN_DEFAULT)));
     EXPECT(json_is_true(json_object_get(su, "host_pool_pinned")));
     EXPECT(json_is_false(json_object_get(su, "pin_fallback")));
     EXPECT(json_is_true(json_object_get(su, "prompt_kv_device")));
@@ -406,11 +404,10 @@ static void test_served_tokens(void)
         p.schedule = policy_find("arkvale")->offload_schedule;
         p.prompt_kv = OFFLOAD_KV_SYNTHETIC;
         p.budget_tokens = 32;
-        if (host) setenv("PULSE_PROMPT_KV_HOST", "1", 1);
+        p.prompt_kv_host = host;
         struct offload *o = NULL;
         test_source(e, kv, &p, NULL);
         EXPECT_EQ_INT(offload_create(e, kv, &p, &o, err, sizeof err), PULSE_OK);
-        unsetenv("PULSE_PROMPT_KV_HOST");
         struct serve_counters ctr;
         double wall;
         if (o)

@@ -37,6 +37,9 @@ struct run_out {
 
 static const char *g_model = "tiny";
 
+/* engine_params.no_piece_graphs of the next serve() */
+static int g_no_piece_graphs;
+
 /* Serves spec with `policy` on backend `be` (offload params p for offload policies). */
 static void serve(const char *be_name, const char *policy, const char *spec, int out_len,
                   struct offload_params *p, struct run_out *r)
@@ -54,7 +57,8 @@ static void serve(const char *be_name, const char *policy, const char *spec, int
                                .seed = 1,
                                .max_batch = max_batch,
                                .max_tokens = max_tokens,
-                               .use_graph = 1};
+                               .use_graph = 1,
+                               .no_piece_graphs = g_no_piece_graphs};
     struct engine *e = engine_create(&ep, err, sizeof err);
     struct kv_cache_params kp = {m->n_layers, m->n_kv_heads, m->head_dim, 16,
                                  64u << 20,   max_batch,     max_tokens};
@@ -140,21 +144,22 @@ static void test_equals_vanilla(void)
             EXPECT_EQ_INT(a.es.graph_launches, 0);
         }
         if (engs[i] == RECALL_ZERO_COPY && !pulse_sync_each_launch()) {
-            /* PULSE_PIECE_GRAPHS=0 (read by engine_create): the pieces launched one by one */
+            /* engine_params.no_piece_graphs (--piece-graphs off): the pieces launched one by
+             * one */
             struct run_out g;
-            setenv("PULSE_PIECE_GRAPHS", "0", 1);
+            g_no_piece_graphs = 1;
             serve("cuda", pols[i], spec, out, &p, &g);
-            unsetenv("PULSE_PIECE_GRAPHS");
+            g_no_piece_graphs = 0;
             EXPECT_EQ_INT(g.rc, 0);
             EXPECT_EQ_INT(g.es.graph_launches, 0);
             EXPECT_EQ_INT(g.es.graph_captures, 0);
             EXPECT(g.st.steps > 0 && same_tokens(&v.w, &g.w));
             EXPECT_EQ_INT(g.st.layer_graph_launches, 0);
             workload_free(&g.w);
-            /* PULSE_LAYER_GRAPHS=0 (read by offload_create): the pieces' graphs only */
-            setenv("PULSE_LAYER_GRAPHS", "0", 1);
+            /* offload_params.layer_graphs 0 (--layer-graphs off): the pieces' graphs only */
+            p.layer_graphs = 0;
             serve("cuda", pols[i], spec, out, &p, &g);
-            unsetenv("PULSE_LAYER_GRAPHS");
+            p.layer_graphs = 1;
             EXPECT_EQ_INT(g.rc, 0);
             EXPECT_EQ_INT(g.st.layer_graph_launches, 0);
             EXPECT(g.st.steps > 0 && g.es.graph_launches >= 2 * L * g.st.steps);

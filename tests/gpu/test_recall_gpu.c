@@ -219,11 +219,12 @@ static long kcase_run(const struct kcase *c, struct kbufs *k, int blocks, int th
     be->upload(&ctx, k->d_desc, k->h_dev, sizeof *k->h_dev * (size_t)c->n);
     if (count) {
         be->upload(&ctx, k->d_count, count, sizeof *count);
-        recall_gather_dev_ref(k->h_ref, count, c->n, blocks, threads, NULL);
-        recall_gather_dev_cuda(k->d_desc, k->d_count, c->n, blocks, threads, ctx.stream);
+        recall_gather_dev_ref(k->h_ref, count, c->n, blocks, threads, RECALL_ZC_INFLIGHT_KB, NULL);
+        recall_gather_dev_cuda(k->d_desc, k->d_count, c->n, blocks, threads, RECALL_ZC_INFLIGHT_KB,
+                               ctx.stream);
     } else {
-        recall_gather_ref(k->h_ref, c->n, blocks, threads, NULL);
-        recall_gather_cuda(k->d_desc, c->n, blocks, threads, ctx.stream);
+        recall_gather_ref(k->h_ref, c->n, blocks, threads, RECALL_ZC_INFLIGHT_KB, NULL);
+        recall_gather_cuda(k->d_desc, c->n, blocks, threads, RECALL_ZC_INFLIGHT_KB, ctx.stream);
     }
     be->sync(&ctx);
     be->download(&ctx, k->h_got, d_region, k->extent);

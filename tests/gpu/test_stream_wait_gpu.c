@@ -67,7 +67,7 @@ static int run_case(int w, int s)
     pulse_cuda_wait_value(a, flag, 1);
     switch (w) {
     case W_KERNEL:
-        recall_gather_cuda(d_desc, 1, 1, 256, a);
+        recall_gather_cuda(d_desc, 1, 1, 256, RECALL_ZC_INFLIGHT_KB, a);
         break;
     case W_H2D:
         if (!ok(cudaMemcpyAsync(d_small, h_small, SMALL, cudaMemcpyHostToDevice, a))) return 2;
@@ -86,7 +86,7 @@ static int run_case(int w, int s)
     if (s == S_H2D) {
         if (!ok(cudaMemcpyAsync(d_big, h_big, BIG, cudaMemcpyHostToDevice, b))) return 2;
     } else {
-        recall_gather_cuda(d_desc + 1, 1, 16, 256, b);
+        recall_gather_cuda(d_desc + 1, 1, 16, 256, RECALL_ZC_INFLIGHT_KB, b);
     }
     if (pulse_cuda_write_value(b, flag, 1) != 0) return 2;
     if (!ok(cudaStreamSynchronize(b)) || !ok(cudaStreamSynchronize(a))) return 2;
