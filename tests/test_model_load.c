@@ -286,9 +286,9 @@ static void expect_load_error(const char *dir, const char *want)
 {
     char err[512] = "";
     struct model m;
-    int rc = model_alloc(&m, model_config_find("tiny"), backend_find("cpu"));
-    EXPECT_EQ_INT(rc, PULSE_OK);
     static const struct kctx ctx;
+    int rc = model_alloc(&m, model_config_find("tiny"), backend_find("cpu"), &ctx);
+    EXPECT_EQ_INT(rc, PULSE_OK);
     EXPECT(model_load_hf(&m, dir, &ctx, err, sizeof err) != PULSE_OK);
     EXPECT_STR_CONTAINS(err, want);
     model_free(&m);
@@ -384,7 +384,7 @@ int main(void)
     struct model_config wide = *model_config_find("tiny");
     wide.hidden = 320;
     struct model mw;
-    EXPECT_EQ_INT(model_alloc(&mw, &wide, backend_find("cpu")), PULSE_OK);
+    EXPECT_EQ_INT(model_alloc(&mw, &wide, backend_find("cpu"), &ctx), PULSE_OK);
     char err[512] = "";
     EXPECT(model_load_hf(&mw, dir, &ctx, err, sizeof err) != PULSE_OK);
     EXPECT_STR_CONTAINS(err, "tensor 'model.embed_tokens.weight' has shape [1024, 256], the "
