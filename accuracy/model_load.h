@@ -14,13 +14,23 @@ struct loaded_config {
     char name[128];
 };
 
-/* Reads dir/config.json (model_type llama or qwen3) and detects QK-norm from the weights.
- * PULSE_OK, or an error status with a reason naming the file and field. */
+/* Reads dir/config.json (model_type llama or qwen3; qwen3 has QK-norm) and checks the
+ * checkpoint's tensors against it, so that a model this runtime would run differently from
+ * transformers is refused here, before any weight is read. Implemented: the shapes, rms_norm_eps,
+ * rope_theta, RoPE scaling (rope_scaling or rope_parameters, type or rope_type: default, linear,
+ * llama3, each with exactly its parameters), hidden_act silu, tie_word_embeddings (transformers'
+ * default per model_type). Refused: other RoPE types or parameters, another hidden_act, a true
+ * attention_bias or mlp_bias, sliding-window layers, a quantization_config, partial RoPE; any
+ * tensor the layout does not take (biases, QK-norm in a llama checkpoint, layers past
+ * num_hidden_layers, ...; old checkpoints' rotary_emb.inv_freq buffers are recomputed, as
+ * transformers does), a dtype other than BF16, F16 and F32; an untied head without
+ * lm_head.weight, a tied one beside an lm_head.weight of other values. PULSE_OK, or an error
+ * status with a one-line reason naming the file and field or tensor. */
 int model_config_from_hf(const char *dir, struct loaded_config *out, char *err, size_t errlen);
 
 /* Loads the checkpoint in dir into m, which model_alloc laid out for cfg on m->be (ctx is the
- * backend's context). Every tensor's shape is checked against cfg; a missing or misshapen
- * tensor is an error naming the file and tensor. A tied or absent lm_head takes the embedding. */
+ * backend's context), after the checks of model_config_from_hf against m's config. A tied head
+ * takes the embedding. A tensor with NaN or infinite values is an error naming it. */
 int model_load_hf(struct model *m, const char *dir, const struct kctx *ctx, char *err,
                   size_t errlen);
 

@@ -290,14 +290,17 @@ static void test_absurd_shapes(void)
                     "shape out of range");
     expect_hf_error("\"hidden_size\": 2147483647, \"num_attention_heads\": 1, \"head_dim\": 64",
                     "shape out of range");
-    /* a valid one for contrast */
+    /* a valid config for contrast: refused only for its one-tensor checkpoint */
     char dir[300], err[512] = "";
     snprintf(dir, sizeof dir, "%s/hf", DIR_);
     write_hf(dir,
              "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 1, \"intermediate_size\": 64, "
-             "\"vocab_size\": 32, \"hidden_size\": 64, \"num_attention_heads\": 2}");
+             "\"vocab_size\": 32, \"hidden_size\": 64, \"num_attention_heads\": 2, "
+             "\"tie_word_embeddings\": true}");
     struct loaded_config lc;
-    EXPECT_EQ_INT(model_config_from_path(dir, &lc, err, sizeof err), PULSE_OK);
+    EXPECT(model_config_from_path(dir, &lc, err, sizeof err) != PULSE_OK);
+    EXPECT_STR_CONTAINS(err, "tensor 'model.embed_tokens.weight' has shape [1], the config wants "
+                             "[32, 64]");
     struct model_config c = *model_config_find("tiny");
     c.n_heads = 1 << 30, c.n_kv_heads = 1 << 30;
     EXPECT_EQ_INT(model_config_validate(&c, "x", err, sizeof err), PULSE_ERR_INVALID);
