@@ -8,10 +8,12 @@
 
 #include "model.h"
 
-/* A config read from a checkpoint, with the storage its name points into. */
+/* A config read from a checkpoint, with the storage its name and RoPE frequency factors point
+ * into (keep it where it is while cfg is in use). */
 struct loaded_config {
     struct model_config cfg;
     char name[128];
+    float rope_freq_factors[MODEL_MAX_HEAD_DIM / 2]; /* GGUF rope_freqs.weight */
 };
 
 /* Reads dir/config.json (model_type llama or qwen3; qwen3 has QK-norm) and checks the
@@ -36,11 +38,24 @@ int model_load_hf(struct model *m, const char *dir, const struct kctx *ctx, char
 
 /* The same for a GGUF file of architecture llama, qwen3 or gemma3 (general.architecture):
  * config from its metadata, weights dequantised to bf16 (every type accuracy/gguf.h reads).
- * llama-arch files store the Q and K rows permuted for interleaved RoPE (llama.cpp's
- * converter); the loader undoes that, since this runtime rotates halves. gemma3: sliding
- * window from the metadata, llama.cpp's fixed pattern (every 6th layer global) and local RoPE
- * base 10000, post-norms, tied head; its norm weights already hold 1 + w. Other architectures
- * are an error naming the architecture. */
+ * Every "<arch>." key must be one this loader implements, of its kind (integer, float, string,
+ * bool: a float stored as an integer is refused, naming the key); block_count, context_length,
+ * embedding_length, feed_forward_length, attention.head_count, attention.layer_norm_rms_epsilon
+ * and rope.freq_base are required (gemma3: attention.sliding_window too); head_count_kv and
+ * key_length default as in llama.cpp and are checked against the tensors; value_length and
+ * rope.dimension_count must equal the key length; expert_count must be 0; vocab_size must
+ * equal token_embd's rows. RoPE scaling: rope.scaling.type linear (llama.cpp's default) or none
+ * with rope.scaling.factor (or the older rope.scale_linear); other types, and an attn_factor
+ * other than 1, are refused; llama's rope_freqs.weight (llama3 scaling as per-pair divisors)
+ * is read into the config. The tensors are checked as model_config_from_hf does: each one the
+ * layout takes (norms F32, F16 or BF16) and no other (biases, QK-norm in llama, blocks past
+ * block_count, a gemma3 output.weight). Without output.weight the head is token_embd
+ * (llama.cpp's convention). llama-arch files store the Q and K rows permuted for interleaved
+ * RoPE (llama.cpp's converter); the loader undoes that, since this runtime rotates halves.
+ * gemma3: sliding window and pattern (default llama.cpp's every 6th layer global) and local
+ * RoPE base (default 10000; rope.freq_base_swa) from the metadata, post-norms, tied head, its
+ * norm weights already 1 + w, RoPE scaling on the global layers only; 62 layers (the 27B,
+ * whose attention scale differs) refused. */
 int model_config_from_gguf(const char *path, struct loaded_config *out, char *err, size_t errlen);
 int model_load_gguf(struct model *m, const char *path, const struct kctx *ctx, char *err,
                     size_t errlen);
