@@ -44,15 +44,30 @@ struct safetensors_tensor {
     const char *file; /* the path (or label) of the file holding it */
 };
 
-/* The fields of a Llama / Qwen3 config.json this project uses. */
+/* The fields of a Llama / Qwen3 config.json that shape or change the model, as written (each
+ * type-checked; what they mean, and what is refused, is the loader's: model_load.h). */
 struct safetensors_config {
     char model_type[32]; /* "llama", "qwen3", ... ("" when absent) */
     int hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads;
     int head_dim; /* default hidden_size / num_attention_heads */
     int intermediate_size, vocab_size;
     double rms_norm_eps;     /* default 1e-6 */
-    double rope_theta;       /* default 10000 (also read from rope_parameters.rope_theta) */
-    int tie_word_embeddings; /* default 0 */
+    double rope_theta;       /* default 10000; top level or inside the rope dict (not both) */
+    int tie_word_embeddings; /* default: transformers' per model_type (true for gemma*, else
+                                false as for llama and qwen3) */
+    char hidden_act[32];     /* "" when absent */
+    int attention_bias, mlp_bias, use_sliding_window; /* default false */
+    int sliding_layers;           /* entries of "layer_types" other than "full_attention" */
+    int quantized;                /* a "quantization_config" is present */
+    double partial_rotary_factor; /* default 1 */
+    /* RoPE scaling: the "rope_scaling" object or the newer "rope_parameters" (not both), its
+     * type from "rope_type" or the older "type" (equal when both); each parameter 0 when
+     * absent (a present one is > 0). */
+    char rope_field[16]; /* "rope_scaling" or "rope_parameters" ("" when neither) */
+    char rope_type[32];  /* "default" when there is none */
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos; /* original_max_position_embeddings */
+    char rope_unknown[48];     /* the first other key of the object ("" when none) */
 };
 
 struct safetensors;
@@ -85,9 +100,10 @@ int safetensors_read_f32(const struct safetensors *st, const struct safetensors_
 int safetensors_read_bf16(const struct safetensors *st, const struct safetensors_tensor *t,
                           uint16_t *dst, uint64_t cap, char *err, size_t errlen);
 
-/* Reads config.json (path to the file, or to the directory holding it) into *cfg. PULSE_OK, or
- * PULSE_ERR_IO / PULSE_ERR_INVALID with a reason naming the file and the field. Fields come
- * from "text_config" when the top level has no hidden_size (multimodal configs). */
+/* Reads config.json (path to the file, or to the directory holding it) into *cfg
+ * (safetensors_config.c). PULSE_OK, or PULSE_ERR_IO / PULSE_ERR_INVALID with a reason naming the
+ * file and the field. Fields come from "text_config" when the top level has no hidden_size
+ * (multimodal configs). */
 int safetensors_read_config(const char *path, struct safetensors_config *cfg, char *err,
                             size_t errlen);
 /* The same from JSON text in memory (len bytes, no NUL needed); `label` names it. */

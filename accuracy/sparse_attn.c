@@ -62,7 +62,7 @@ struct sel_fns {
                           const struct digest_view *, const int32_t *, float *, int32_t *,
                           int32_t *, int, int);
     void (*approx_q)(const struct kctx *, const struct approx_q_weights *, const float *,
-                     const int32_t *, void *, uint16_t *, int, int, int, int, float, float);
+                     const int32_t *, void *, uint16_t *, int, int, int, int, const float *, float);
 };
 
 static const struct sel_fns fns_ref = {digest_build_ref, select_blocks_ref, select_approx_q_ref};
@@ -470,7 +470,7 @@ static void sparse_before_layer(void *user, int layer, const float *x, const int
     }
     uint16_t *dst = s->d_approx_q + (size_t)(next & 1) * c->n_heads * c->head_dim;
     s->fn.approx_q(s->ctx, &aw, x, pos, s->d_approx_ws, dst, batch, c->hidden, c->n_heads,
-                   c->head_dim, model_layer_rope_theta(c, next), c->norm_eps);
+                   c->head_dim, w->rope_inv_freq, c->norm_eps);
     s->approx_for[next & 1] = next;
 }
 

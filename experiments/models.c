@@ -51,6 +51,7 @@ int cmd_models(int argc, char **argv)
                                 json_string(m->arch == MODEL_ARCH_GEMMA3 ? "gemma3" : "llama"));
             json_object_set_new(o, "sliding_window", json_integer(m->sliding_window));
             json_object_set_new(o, "global_layers", json_integer(model_n_global_layers(m)));
+            json_object_set_new(o, "rope_scaling", json_string(model_rope_type_name(m->rope.type)));
             json_array_append_new(arr, o);
         } else {
             printf("%-14s %6d %6d %5d %4d %5d %6d %7d %9.3fB %7.2fGB %9.1fKiB\n", m->name,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "model.h"
 #include "numeric.h"
 #include "testutil.h"
 
@@ -77,7 +78,9 @@ static void test_rope_append(void)
         pool[i] = 0x7fc0; /* NaN marker */
     int32_t ids[2] = {1, 0}, start[1] = {0}, pos[1] = {1};
     struct kv_view v = view(pool, ids, start, 2, 1, 4);
-    qk_norm_rope_append_ref(&C0, qkv, NULL, NULL, q, &v, pos, 1, 1, 10000.0f, 1e-6f);
+    float inv_freq[2];
+    model_rope_inv_freq_plain(10000.0f, 4, inv_freq);
+    qk_norm_rope_append_ref(&C0, qkv, NULL, NULL, q, &v, pos, 1, 1, inv_freq, 1e-6f);
     EXPECT_NEAR(bf16_to_f32(q[0]), cos(1.0), 1.0 / 128);
     EXPECT_NEAR(bf16_to_f32(q[2]), sin(1.0), 1.0 / 128);
     EXPECT_NEAR(bf16_to_f32(q[1]), 0, 0);
@@ -95,11 +98,81 @@ static void test_rope_append(void)
     for (int i = 0; i < 4; i++)
         ones[i] = f32_to_bf16(1.0f);
     int32_t pos0[1] = {0};
-    qk_norm_rope_append_ref(&C0, qkv2, ones, ones, q, &v, pos0, 1, 1, 10000.0f, 0.0f);
+    qk_norm_rope_append_ref(&C0, qkv2, ones, ones, q, &v, pos0, 1, 1, inv_freq, 0.0f);
     uint16_t *k0 = pool + 16; /* token 0 -> page 1 offset 0 */
     EXPECT_NEAR(bf16_to_f32(k0[1]), 1.2, 1.2 / 128);
     EXPECT_NEAR(bf16_to_f32(k0[3]), 1.6, 1.6 / 128);
     EXPECT_NEAR(bf16_to_f32(q[2]), 2.0, 0); /* [0,0,2,0]: rms 1 */
+}
+
+/* The RoPE tables (model_rope_inv_freq): linear and llama3 scaling of the global layers, GGUF
+ * frequency factors, plain local layers, the ranges model_config_validate refuses, and each
+ * layer's table in a laid-out model. Hand values: head_dim 16, base 10000, llama3 with factor 8,
+ * low 1, high 4 and an original length of 32: pair 0 (wavelength 2 pi < 32/4) is kept, pair 1
+ * (wavelength 19.87) is smoothed with s = (32/19.87 - 1)/3 = 0.2035 to 0.09584, pairs 2.. (above
+ * 32) are divided by 8. */
+static void test_rope_tables(void)
+{
+    struct model_config c = *model_config_find("tiny");
+    c.head_dim = 16, c.rope_theta = 10000.0f;
+    float plain[8], got[8];
+    model_rope_inv_freq_plain(10000.0f, 16, plain);
+    EXPECT_NEAR(plain[0], 1.0, 0);
+    EXPECT_NEAR(plain[2], 0.1, 1e-8);
+    model_rope_inv_freq(&c, 0, got);
+    EXPECT(memcmp(got, plain, sizeof got) == 0);
+    c.rope = (struct rope_scaling){ROPE_LINEAR, 4.0f, 0, 0, 0, NULL};
+    model_rope_inv_freq(&c, 1, got);
+    for (int i = 0; i < 8; i++)
+        EXPECT_NEAR(got[i], plain[i] / 4.0f, 0);
+    c.rope = (struct rope_scaling){ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 32, NULL};
+    model_rope_inv_freq(&c, 3, got);
+    EXPECT_NEAR(got[0], plain[0], 0);
+    EXPECT_NEAR(got[1], 0.0958400, 1e-6);
+    for (int i = 2; i < 8; i++)
+        EXPECT_NEAR(got[i], plain[i] / 8.0f, 0);
+    char err[512] = "";
+    EXPECT_EQ_INT(model_config_validate(&c, "cfg", err, sizeof err), PULSE_OK);
+    const float factors[8] = {1, 2, 4, 8, 8, 8, 8, 8};
+    c.rope = (struct rope_scaling){ROPE_DEFAULT, 0, 0, 0, 0, factors};
+    model_rope_inv_freq(&c, 0, got);
+    for (int i = 0; i < 8; i++)
+        EXPECT_NEAR(got[i], plain[i] / factors[i], 0);
+    /* local layers (layer 0 of 2 with pattern 2) rotate plainly with their own base */
+    c.sliding_window = 8, c.sliding_pattern = 2, c.rope_theta_local = 100.0f;
+    c.rope = (struct rope_scaling){ROPE_LINEAR, 4.0f, 0, 0, 0, NULL};
+    float local[8];
+    model_rope_inv_freq_plain(100.0f, 16, local);
+    model_rope_inv_freq(&c, 0, got);
+    EXPECT(memcmp(got, local, sizeof got) == 0);
+    model_rope_inv_freq(&c, 1, got);
+    EXPECT_NEAR(got[5], plain[5] / 4.0f, 0);
+    /* refused ranges, each a one-line message naming the label */
+    static const struct rope_scaling bad[] = {
+        {ROPE_LINEAR, 0.0f, 0, 0, 0, NULL},        {ROPE_LINEAR, NAN, 0, 0, 0, NULL},
+        {ROPE_LLAMA3, 8.0f, 4.0f, 4.0f, 32, NULL}, {ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 0, NULL},
+        {ROPE_LLAMA3, 8.0f, 0.0f, 4.0f, 32, NULL}, {7, 1.0f, 0, 0, 0, NULL}};
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
+        c.rope = bad[i];
+        err[0] = 0;
+        EXPECT_EQ_INT(model_config_validate(&c, "cfg", err, sizeof err), PULSE_ERR_INVALID);
+        EXPECT_STR_CONTAINS(err, "cfg: RoPE scaling ");
+    }
+    const float nan_factors[8] = {1, 1, 1, NAN, 1, 1, 1, 1};
+    c.rope = (struct rope_scaling){ROPE_DEFAULT, 0, 0, 0, 0, nan_factors};
+    EXPECT_EQ_INT(model_config_validate(&c, "cfg", err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "cfg: RoPE frequency factor 3 is nan");
+    /* a laid-out model: each layer points at its kind's table */
+    const struct model_config *g = model_config_find("tiny-gemma3");
+    struct model m;
+    EXPECT_EQ_INT(model_create(&m, g, backend_find("cpu"), &C0, 1), PULSE_OK);
+    float want[64];
+    for (int l = 0; l < g->n_layers; l++) {
+        model_rope_inv_freq(g, l, want);
+        EXPECT(memcmp(m.layers[l].rope_inv_freq, want, sizeof(float) * 64) == 0);
+    }
+    EXPECT(m.layers[0].rope_inv_freq != m.layers[2].rope_inv_freq); /* local vs global */
+    model_free(&m);
 }
 
 static void test_attention(void)
@@ -230,6 +303,7 @@ int main(void)
     test_rmsnorm();
     test_gemm();
     test_rope_append();
+    test_rope_tables();
     test_attention();
     test_silu_argmax();
     test_gemma_kernels();

@@ -6,7 +6,8 @@
  * - absurd head counts in config.json (sizes that overflow int);
  * - NaN, negative or zero norm epsilon / RoPE base, in GGUF metadata and in config.json;
  * - NaN in the weights: the loaders refuse the tensor (generate and pulse run fail with its name
- *   instead of printing ids); a GGUF is known by its magic whatever its file name;
+ *   instead of printing ids); a GGUF is known by its magic whatever its file name; a missing
+ *   tensor is refused before the run (exit 2), a NaN while loading (status "error");
  * - pulse accuracy with a length limit at or below the task's new tokens: usage error;
  * - a FIFO where a model file is expected (a GGUF, a checkpoint's model.safetensors, the
  *   tiktoken ranks): refused at once, never waiting for a writer (an alarm fails the test if a
@@ -85,6 +86,10 @@ static void write_gguf(const char *path, const struct gspec *s)
         TL("attn_q.weight", H, qd, 0);
         TL("attn_k.weight", H, kvd, 0);
         TL("attn_v.weight", H, kvd, 0);
+        if (strcmp(s->arch, "llama")) { /* qwen3 and gemma3 have QK-norm */
+            TL("attn_q_norm.weight", (uint64_t)s->head_dim, 0, 1);
+            TL("attn_k_norm.weight", (uint64_t)s->head_dim, 0, 1);
+        }
         TL("attn_output.weight", qd, H, 0);
         TL("ffn_norm.weight", H, 0, 1);
         TL("ffn_gate.weight", H, F, 0);
@@ -290,14 +295,17 @@ static void test_absurd_shapes(void)
                     "shape out of range");
     expect_hf_error("\"hidden_size\": 2147483647, \"num_attention_heads\": 1, \"head_dim\": 64",
                     "shape out of range");
-    /* a valid one for contrast */
+    /* a valid config for contrast: refused only for its one-tensor checkpoint */
     char dir[300], err[512] = "";
     snprintf(dir, sizeof dir, "%s/hf", DIR_);
     write_hf(dir,
              "{\"model_type\": \"qwen3\", \"num_hidden_layers\": 1, \"intermediate_size\": 64, "
-             "\"vocab_size\": 32, \"hidden_size\": 64, \"num_attention_heads\": 2}");
+             "\"vocab_size\": 32, \"hidden_size\": 64, \"num_attention_heads\": 2, "
+             "\"tie_word_embeddings\": true}");
     struct loaded_config lc;
-    EXPECT_EQ_INT(model_config_from_path(dir, &lc, err, sizeof err), PULSE_OK);
+    EXPECT(model_config_from_path(dir, &lc, err, sizeof err) != PULSE_OK);
+    EXPECT_STR_CONTAINS(err, "tensor 'model.embed_tokens.weight' has shape [1], the config wants "
+                             "[32, 64]");
     struct model_config c = *model_config_find("tiny");
     c.n_heads = 1 << 30, c.n_kv_heads = 1 << 30;
     EXPECT_EQ_INT(model_config_validate(&c, "x", err, sizeof err), PULSE_ERR_INVALID);
@@ -357,7 +365,9 @@ static void test_nan_weights(void)
     unlink(p);
 }
 
-/* A file the loader refuses (a missing tensor) is an error of the run, not out of memory. */
+/* A file whose metadata and tensors disagree (a missing tensor) is refused before the run, as
+ * bad input (exit 2, no result); a weight the loader refuses while loading (NaN) is an error of
+ * the run, not out of memory (status "error"). */
 static void test_load_failure_status(void)
 {
     char p[256], args[1024], j[300];
@@ -368,8 +378,18 @@ static void test_load_failure_status(void)
     snprintf(j, sizeof j, "%s/nonorm.json", DIR_);
     snprintf(args, sizeof args,
              "run --weights %s --backend cpu --workload uniform:8:1 --output-len 2 --out %s", p, j);
-    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 1);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
     EXPECT_STR_CONTAINS(out, "tensor 'output_norm.weight' is missing");
+    EXPECT(access(j, F_OK) != 0);
+    unlink(p);
+    s = base_spec();
+    s.nan_at = 1;
+    gpath(p, sizeof p, "nan2");
+    write_gguf(p, &s);
+    snprintf(args, sizeof args,
+             "run --weights %s --backend cpu --workload uniform:8:1 --output-len 2 --out %s", p, j);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 1);
+    EXPECT_STR_CONTAINS(out, "tensor 'output_norm.weight' has 1 NaN or infinite values");
     json_error_t je;
     json_t *r = json_load_file(j, 0, &je);
     EXPECT(r != NULL);

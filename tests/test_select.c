@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "model.h"
 #include "numeric.h"
 #include "select.h"
 #include "testutil.h"
@@ -513,6 +514,7 @@ static void test_solohead(void)
 /* ------------------------------------------------------------------ InfiniGen query */
 
 enum { HID = 80, NQ = 4, NKV = 2, HD = 8, QKV = (NQ + 2 * NKV) * HD, B = 3 };
+static float inv_freq[HD / 2]; /* RoPE base 1e6 (main fills it) */
 
 struct qset {
     float x[B * HID];
@@ -552,7 +554,7 @@ static void real_q(const struct qset *s, const uint16_t *qn, uint16_t *q)
     struct kv_view kv = {pool, ids, start, 1, NKV, HD, 0, 0};
     rmsnorm_ref(&C0, s->x, s->attn_norm, xn, B, HID, 1e-6f);
     gemm_bf16_ref(&C0, xn, s->wqkv, qkv, B, QKV, HID, 0.0f);
-    qk_norm_rope_append_ref(&C0, qkv, qn, s->k_norm, q, &kv, s->pos, B, NQ, 1e6f, 1e-6f);
+    qk_norm_rope_append_ref(&C0, qkv, qn, s->k_norm, q, &kv, s->pos, B, NQ, inv_freq, 1e-6f);
 }
 
 static void test_approx_full(void)
@@ -563,13 +565,13 @@ static void test_approx_full(void)
     real_q(&s, s.q_norm, want);
     void *ws = xmalloc(select_approx_q_workspace_bytes(B, HID, NQ, HD));
     struct approx_q_weights w = {s.attn_norm, s.wqkv, s.q_norm, NULL, HID};
-    select_approx_q_ref(&C0, &w, s.x, s.pos, ws, got, B, HID, NQ, HD, 1e6f, 1e-6f);
+    select_approx_q_ref(&C0, &w, s.x, s.pos, ws, got, B, HID, NQ, HD, inv_freq, 1e-6f);
     EXPECT(memcmp(want, got, sizeof want) == 0); /* bit-identical */
     int32_t all[HID];
     for (int j = 0; j < HID; j++)
         all[j] = j;
     w.channels = all;
-    select_approx_q_ref(&C0, &w, s.x, s.pos, ws, got2, B, HID, NQ, HD, 1e6f, 1e-6f);
+    select_approx_q_ref(&C0, &w, s.x, s.pos, ws, got2, B, HID, NQ, HD, inv_freq, 1e-6f);
     EXPECT(memcmp(want, got2, sizeof want) == 0);
     free(ws);
 }
@@ -594,7 +596,7 @@ static void test_approx_partial(void)
     real_q(&s, NULL, full);
     void *ws = xmalloc(select_approx_q_workspace_bytes(B, HID, NQ, HD));
     struct approx_q_weights w = {s.attn_norm, wp, NULL, ch, keep};
-    select_approx_q_ref(&C0, &w, s.x, s.pos, ws, part, B, HID, NQ, HD, 1e6f, 1e-6f);
+    select_approx_q_ref(&C0, &w, s.x, s.pos, ws, part, B, HID, NQ, HD, inv_freq, 1e-6f);
     rmsnorm_ref(&C0, s.x, s.attn_norm, xn, B, HID, 1e-6f);
     double num = 0, den = 0;
     int bound_bad = 0;
@@ -629,7 +631,7 @@ static void test_approx_partial(void)
         light[j] = 5 * j + 1;
     select_partial_weight_build(s.wqkv, NQ * HD, HID, light, keep, wp);
     w.channels = light;
-    select_approx_q_ref(&C0, &w, s.x, s.pos, ws, part, B, HID, NQ, HD, 1e6f, 1e-6f);
+    select_approx_q_ref(&C0, &w, s.x, s.pos, ws, part, B, HID, NQ, HD, inv_freq, 1e-6f);
     double num2 = 0;
     for (int i = 0; i < B * NQ * HD; i++)
         num2 += pow(bf16_to_f32(full[i]) - bf16_to_f32(part[i]), 2);
@@ -648,6 +650,7 @@ static void test_approx_partial(void)
 
 int main(void)
 {
+    model_rope_inv_freq_plain(1e6f, HD, inv_freq);
     test_digest_build_update(SELECT_HEADWISE, 1);
     test_digest_build_update(SELECT_HEADWISE, 0);
     test_digest_build_update(2, 1);

@@ -22,7 +22,7 @@ struct backend {
                       int, float);
     void (*qk_norm_rope_append)(const struct kctx *, const float *, const uint16_t *,
                                 const uint16_t *, uint16_t *, const struct kv_view *,
-                                const int32_t *, int, int, float, float);
+                                const int32_t *, int, int, const float *, float);
     void (*attn_decode)(const struct kctx *, const uint16_t *, const struct kv_view *,
                         const int32_t *, uint16_t *, int, int, int, float);
     void (*silu_mul)(const struct kctx *, const float *, uint16_t *, int, int);

@@ -146,7 +146,7 @@ struct engine *engine_create(const struct engine_params *p, char *err, size_t er
     }
 #endif
     if (p->load_weights) {
-        if (model_alloc(&e->model, c, p->be) != PULSE_OK) goto oom;
+        if (model_alloc(&e->model, c, p->be, &e->ctx) != PULSE_OK) goto oom;
         if (p->load_weights(&e->model, &e->ctx, p->load_user, err, errlen) != PULSE_OK) {
             engine_free(e);
             return NULL;
@@ -472,7 +472,7 @@ static void layer_pre(struct engine *e, struct batch *bt, const struct kv_cache 
     be->rmsnorm(x, bt->d_x, w->attn_norm, e->xn, B, H, c->norm_eps);
     be->gemm_bf16(x, e->xn, w->wqkv, e->qkv, B, model_qkv_dim(c), H, 0.0f);
     be->qk_norm_rope_append(x, e->qkv, w->q_norm, w->k_norm, bt->d_q, &v, bt->d_pos, B, c->n_heads,
-                            model_layer_rope_theta(c, layer), c->norm_eps);
+                            w->rope_inv_freq, c->norm_eps);
 }
 
 void engine_layer_pre(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)

@@ -101,14 +101,17 @@ void gemm_bf16_cuda(const struct kctx *c, const uint16_t *a, const uint16_t *w, 
 /* qkv: fp32 [batch][(nq + 2*nkv) * hd], laid out q heads, then k heads, then v heads.
  * For each entry b at position pos[b]: q and k heads get per-head RMSNorm with q_norm / k_norm
  * (skipped when the pointer is NULL), then rotary embedding (rotate-half pairs (i, i+hd/2),
- * angle pos * theta^(-2i/hd)); q is stored bf16 in q_out [batch][nq*hd]; k and v are stored bf16
- * into the cache page holding token pos[b] (page index pos/page_size of entry b's pages). */
+ * angle (float)pos * inv_freq[i]; inv_freq fp32 [hd/2] in the kernel's memory, the layer's
+ * table of model_rope_inv_freq); q is stored bf16 in q_out [batch][nq*hd]; k and v are stored
+ * bf16 into the cache page holding token pos[b] (page index pos/page_size of entry b's pages). */
 void qk_norm_rope_append_ref(const struct kctx *c, const float *qkv, const uint16_t *q_norm,
                              const uint16_t *k_norm, uint16_t *q_out, const struct kv_view *kv,
-                             const int32_t *pos, int batch, int nq, float theta, float eps);
+                             const int32_t *pos, int batch, int nq, const float *inv_freq,
+                             float eps);
 void qk_norm_rope_append_cuda(const struct kctx *c, const float *qkv, const uint16_t *q_norm,
                               const uint16_t *k_norm, uint16_t *q_out, const struct kv_view *kv,
-                              const int32_t *pos, int batch, int nq, float theta, float eps);
+                              const int32_t *pos, int batch, int nq, const float *inv_freq,
+                              float eps);
 
 /* Decode attention over paged KV, GQA (query head h reads KV head h / (nq/nkv)).
  * q: bf16 [batch][nq][hd]; entry b attends its first n_tokens[b] tokens (>= 1), or only the

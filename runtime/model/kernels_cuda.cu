@@ -263,7 +263,8 @@ __global__ void __launch_bounds__(kRopeWarps * 32)
     qk_norm_rope_append_kernel(const float *qkv, const uint16_t *q_norm, const uint16_t *k_norm,
                                uint16_t *q_out, uint16_t *pool, const int32_t *page_ids,
                                const int32_t *page_start, const int32_t *pos, size_t page_elems,
-                               int page_size, int nq, int nkv, int hd, float theta, float eps)
+                               int page_size, int nq, int nkv, int hd, const float *inv_freq,
+                               float eps)
 {
     const int b = blockIdx.y;
     const int head = blockIdx.x * kRopeWarps + (threadIdx.x >> 5);
@@ -317,11 +318,8 @@ __global__ void __launch_bounds__(kRopeWarps * 32)
     for (int k = 0; k < kRopeMaxPairs; k++) {
         const int i = lane + 32 * k;
         if (i >= half) break;
-        /* theta^(-2i/hd): the exponent as the reference forms it in fp32; the power in double
-         * and rounded once, i.e. the correctly rounded powf in practice (so does glibc). */
-        const float ex = -2.0f * (float)i / (float)hd;
-        const float freq = (float)pow((double)theta, (double)ex);
-        const float ang = (float)p * freq;
+        /* the layer's table (model_rope_inv_freq), read as the reference reads it */
+        const float ang = (float)p * inv_freq[i];
         float sn, cs;
         sincosf(ang, &sn, &cs);
         const float y0 = __fsub_rn(__fmul_rn(x0[k], cs), __fmul_rn(x1[k], sn));
@@ -469,8 +467,8 @@ extern "C" void gemm_bf16_cuda(const struct kctx *c, const uint16_t *a, const ui
 extern "C" void qk_norm_rope_append_cuda(const struct kctx *c, const float *qkv,
                                          const uint16_t *q_norm, const uint16_t *k_norm,
                                          uint16_t *q_out, const struct kv_view *kv,
-                                         const int32_t *pos, int batch, int nq, float theta,
-                                         float eps)
+                                         const int32_t *pos, int batch, int nq,
+                                         const float *inv_freq, float eps)
 {
     if (batch <= 0) return;
     const int hd = kv->head_dim, nkv = kv->n_kv_heads;
@@ -481,7 +479,7 @@ extern "C" void qk_norm_rope_append_cuda(const struct kctx *c, const float *qkv,
     cudaStream_t st = stream_of(c);
     qk_norm_rope_append_kernel<<<grid, kRopeWarps * 32, 0, st>>>(
         qkv, q_norm, k_norm, q_out, kv->pool, kv->page_ids, kv->page_start, pos, page_elems,
-        kv->page_size, nq, nkv, hd, theta, eps);
+        kv->page_size, nq, nkv, hd, inv_freq, eps);
     CUDA_CHECK_LAUNCH(st);
 }
 

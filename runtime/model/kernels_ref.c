@@ -83,7 +83,8 @@ static uint16_t *kv_elem(const struct kv_view *kv, int b, int t, int h, int whic
 }
 
 /* Per-head RMSNorm (when w != NULL) then rotate-half RoPE at position pos, in place. */
-static void norm_rope_head(float *v, int hd, const uint16_t *w, int pos, float theta, float eps)
+static void norm_rope_head(float *v, int hd, const uint16_t *w, int pos, const float *inv_freq,
+                           float eps)
 {
     if (w) {
         float inv = rms_inv(v, hd, eps);
@@ -92,8 +93,7 @@ static void norm_rope_head(float *v, int hd, const uint16_t *w, int pos, float t
     }
     int half = hd / 2;
     for (int i = 0; i < half; i++) {
-        float freq = powf(theta, -2.0f * (float)i / (float)hd);
-        float ang = (float)pos * freq;
+        float ang = (float)pos * inv_freq[i];
         float cs = cosf(ang), sn = sinf(ang);
         float x0 = v[i], x1 = v[i + half];
         v[i] = x0 * cs - x1 * sn;
@@ -103,7 +103,8 @@ static void norm_rope_head(float *v, int hd, const uint16_t *w, int pos, float t
 
 void qk_norm_rope_append_ref(const struct kctx *c, const float *qkv, const uint16_t *q_norm,
                              const uint16_t *k_norm, uint16_t *q_out, const struct kv_view *kv,
-                             const int32_t *pos, int batch, int nq, float theta, float eps)
+                             const int32_t *pos, int batch, int nq, const float *inv_freq,
+                             float eps)
 {
     (void)c;
     int hd = kv->head_dim, nkv = kv->n_kv_heads;
@@ -114,13 +115,13 @@ void qk_norm_rope_append_ref(const struct kctx *c, const float *qkv, const uint1
         const float *r = qkv + (size_t)b * row;
         for (int h = 0; h < nq; h++) {
             memcpy(v, r + (size_t)h * hd, sizeof(float) * hd);
-            norm_rope_head(v, hd, q_norm, pos[b], theta, eps);
+            norm_rope_head(v, hd, q_norm, pos[b], inv_freq, eps);
             for (int d = 0; d < hd; d++)
                 q_out[((size_t)b * nq + h) * hd + d] = f32_to_bf16(v[d]);
         }
         for (int h = 0; h < nkv; h++) {
             memcpy(v, r + (size_t)(nq + h) * hd, sizeof(float) * hd);
-            norm_rope_head(v, hd, k_norm, pos[b], theta, eps);
+            norm_rope_head(v, hd, k_norm, pos[b], inv_freq, eps);
             uint16_t *k = kv_elem(kv, b, pos[b], h, 0);
             uint16_t *vv = kv_elem(kv, b, pos[b], h, 1);
             const float *vsrc = r + (size_t)(nq + nkv + h) * hd;

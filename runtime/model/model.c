@@ -8,17 +8,25 @@
 #include "numeric.h"
 
 /* Shapes from the models' published configs (config.json). */
+/* one config per entry */
+/* clang-format off */
+#define ROPE_PLAIN {ROPE_DEFAULT, 0.0f, 0.0f, 0.0f, 0, NULL}
 static const struct model_config configs[] = {
-    {"qwen3-14b", 40, 5120, 40, 8, 128, 17408, 151936, 1, 1000000.0f, 1e-6f, 0, 0, 0, 0.0f},
-    {"qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, 1, 1000000.0f, 1e-6f, 0, 0, 0, 0.0f},
-    {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 0, 500000.0f, 1e-5f, 0, 0, 0, 0.0f},
+    {"qwen3-14b", 40, 5120, 40, 8, 128, 17408, 151936, 1, 1000000.0f, 1e-6f, 0, 0, 0, 0.0f,
+     ROPE_PLAIN},
+    {"qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, 1, 1000000.0f, 1e-6f, 0, 0, 0, 0.0f,
+     ROPE_PLAIN},
+    {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 0, 500000.0f, 1e-5f, 0, 0, 0, 0.0f,
+     {ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 8192, NULL}},
     {"gemma3-270m", 18, 640, 4, 1, 256, 2048, 262144, 1, 1000000.0f, 1e-6f, MODEL_ARCH_GEMMA3, 512,
-     6, 10000.0f},
-    {"tiny", 4, 256, 4, 2, 64, 512, 1024, 1, 10000.0f, 1e-6f, 0, 0, 0, 0.0f},
+     6, 10000.0f, ROPE_PLAIN},
+    {"tiny", 4, 256, 4, 2, 64, 512, 1024, 1, 10000.0f, 1e-6f, 0, 0, 0, 0.0f, ROPE_PLAIN},
     /* the Gemma 3 layer structure at test size: layers 2 and 5 global, a 24-token window */
     {"tiny-gemma3", 6, 256, 4, 1, 128, 512, 1024, 1, 1000000.0f, 1e-6f, MODEL_ARCH_GEMMA3, 24, 3,
-     10000.0f},
+     10000.0f, ROPE_PLAIN},
 };
+#undef ROPE_PLAIN
+/* clang-format on */
 
 const struct model_config *model_config_find(const char *name)
 {
@@ -48,9 +56,49 @@ int model_layer_window(const struct model_config *c, int layer)
     return model_layer_is_global(c, layer) ? 0 : c->sliding_window;
 }
 
-float model_layer_rope_theta(const struct model_config *c, int layer)
+const char *model_rope_type_name(int type)
 {
-    return model_layer_is_global(c, layer) ? c->rope_theta : c->rope_theta_local;
+    static const char *const names[] = {"default", "linear", "llama3"};
+    return type >= 0 && (size_t)type < PULSE_ARRAY_LEN(names) ? names[type] : "unknown";
+}
+
+/* Llama 3.1's rescaling of one inverse frequency (struct rope_scaling), in double. */
+static double llama3_inv_freq(const struct rope_scaling *s, double f)
+{
+    const double old_len = s->original_max_pos, pi = 3.14159265358979323846;
+    const double low_wavelen = old_len / s->low_freq_factor;
+    const double high_wavelen = old_len / s->high_freq_factor;
+    const double wavelen = 2.0 * pi / f;
+    if (wavelen < high_wavelen) return f;
+    if (wavelen > low_wavelen) return f / s->factor;
+    const double smooth =
+        (old_len / wavelen - s->low_freq_factor) / (s->high_freq_factor - s->low_freq_factor);
+    return (1.0 - smooth) * f / s->factor + smooth * f;
+}
+
+void model_rope_inv_freq_plain(float theta, int head_dim, float *inv_freq)
+{
+    for (int i = 0; i < head_dim / 2; i++) /* the fp32 exponent, then powf */
+        inv_freq[i] = powf(theta, -2.0f * (float)i / (float)head_dim);
+}
+
+/* The table of the global (global = 1) or the local layers. */
+static void rope_table(const struct model_config *c, int global, float *inv_freq)
+{
+    const struct rope_scaling *s = &c->rope;
+    model_rope_inv_freq_plain(global ? c->rope_theta : c->rope_theta_local, c->head_dim, inv_freq);
+    for (int i = 0; global && i < c->head_dim / 2; i++) {
+        float f = inv_freq[i];
+        if (s->freq_factors) f /= s->freq_factors[i];
+        if (s->type == ROPE_LINEAR) f /= s->factor;
+        if (s->type == ROPE_LLAMA3) f = (float)llama3_inv_freq(s, (double)f);
+        inv_freq[i] = f;
+    }
+}
+
+void model_rope_inv_freq(const struct model_config *c, int layer, float *inv_freq)
+{
+    rope_table(c, model_layer_is_global(c, layer), inv_freq);
 }
 
 int model_n_global_layers(const struct model_config *c)
@@ -64,6 +112,31 @@ int model_n_global_layers(const struct model_config *c)
 static int positive_finite(float x)
 {
     return isfinite(x) && x > 0.0f;
+}
+
+static int rope_check(const struct model_config *c, const char *label, char *err, size_t errlen)
+{
+    const struct rope_scaling *s = &c->rope;
+    int ok = s->type == ROPE_DEFAULT || (s->type == ROPE_LINEAR && positive_finite(s->factor)) ||
+             (s->type == ROPE_LLAMA3 && positive_finite(s->factor) &&
+              positive_finite(s->low_freq_factor) && positive_finite(s->high_freq_factor) &&
+              s->high_freq_factor > s->low_freq_factor && s->original_max_pos >= 1);
+    if (!ok) {
+        snprintf(err, errlen,
+                 "%s: RoPE scaling %s with factor %g, low_freq_factor %g, high_freq_factor %g, "
+                 "original_max_position_embeddings %d: factors must be finite and > 0, high "
+                 "above low, the length >= 1",
+                 label, model_rope_type_name(s->type), (double)s->factor,
+                 (double)s->low_freq_factor, (double)s->high_freq_factor, s->original_max_pos);
+        return PULSE_ERR_INVALID;
+    }
+    for (int i = 0; s->freq_factors && i < c->head_dim / 2; i++)
+        if (!positive_finite(s->freq_factors[i])) {
+            snprintf(err, errlen, "%s: RoPE frequency factor %d is %g: must be finite and > 0",
+                     label, i, (double)s->freq_factors[i]);
+            return PULSE_ERR_INVALID;
+        }
+    return PULSE_OK;
 }
 
 int model_config_validate(const struct model_config *c, const char *label, char *err, size_t errlen)
@@ -90,6 +163,7 @@ int model_config_validate(const struct model_config *c, const char *label, char 
                  (double)c->norm_eps, (double)c->rope_theta, (double)c->rope_theta_local);
         return PULSE_ERR_INVALID;
     }
+    if (rope_check(c, label, err, errlen) != PULSE_OK) return PULSE_ERR_INVALID;
     if (c->sliding_window < 0 || c->sliding_pattern < 0) {
         snprintf(err, errlen, "%s: sliding window %d, pattern %d: must be >= 0", label,
                  c->sliding_window, c->sliding_pattern);
@@ -201,6 +275,31 @@ static uint16_t *carve(struct carver *cv, size_t n, float scale, float offset)
     return p;
 }
 
+/* bf16-sized elements of the two fp32 RoPE tables (global, local), aligned like a carve */
+static size_t rope_table_elems(const struct model_config *c)
+{
+    return ((size_t)2 * (size_t)c->head_dim + 63) & ~(size_t)63;
+}
+
+/* The RoPE tables at the arena's end (not seeded: they come from the config), and each layer's
+ * pointer to its own. */
+static void rope_tables(struct model *m, struct carver *cv, const struct kctx *ctx)
+{
+    const struct model_config *c = m->cfg;
+    const int half = c->head_dim / 2;
+    m->rope_inv_freq = (float *)cv->next;
+    cv->next += rope_table_elems(c);
+    float host[MODEL_MAX_HEAD_DIM];
+    rope_table(c, 1, host);
+    if (c->sliding_window > 0) /* a model without local layers has no local base */
+        rope_table(c, 0, host + half);
+    else
+        memcpy(host + half, host, sizeof(float) * (size_t)half);
+    m->be->upload(ctx, m->rope_inv_freq, host, sizeof(float) * (size_t)c->head_dim);
+    for (int l = 0; l < c->n_layers; l++)
+        m->layers[l].rope_inv_freq = m->rope_inv_freq + (model_layer_is_global(c, l) ? 0 : half);
+}
+
 static size_t arena_elems(const struct model_config *c)
 {
     size_t total = 0, h = (size_t)c->hidden;
@@ -214,6 +313,7 @@ static size_t arena_elems(const struct model_config *c)
     total *= (size_t)c->n_layers;
     total +=
         (tied(c) ? 1 : 2) * (((size_t)c->vocab * h + 63) & ~(size_t)63) + ((h + 63) & ~(size_t)63);
+    total += rope_table_elems(c);
     return total;
 }
 
@@ -263,6 +363,7 @@ static int model_layout(struct model *m, const struct model_config *cfg, const s
         m->lm_head = carve(&cv, (size_t)cfg->vocab * cfg->hidden, sqrtf(3.0f / h), 0.0f);
         m->embed_scale = 1.0f;
     }
+    rope_tables(m, &cv, ctx);
     PULSE_CHECK((size_t)((char *)cv.next - (char *)m->base) == m->bytes, "arena size mismatch");
     return PULSE_OK;
 }
@@ -273,9 +374,10 @@ int model_create(struct model *m, const struct model_config *cfg, const struct b
     return model_layout(m, cfg, be, ctx, seed, 1);
 }
 
-int model_alloc(struct model *m, const struct model_config *cfg, const struct backend *be)
+int model_alloc(struct model *m, const struct model_config *cfg, const struct backend *be,
+                const struct kctx *ctx)
 {
-    return model_layout(m, cfg, be, NULL, 0, 0);
+    return model_layout(m, cfg, be, ctx, 0, 0);
 }
 
 void model_free(struct model *m)

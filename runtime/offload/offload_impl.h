@@ -30,7 +30,7 @@ struct offload_sel_fns {
                           const struct digest_view *, const int32_t *, float *, int32_t *,
                           int32_t *, int, int);
     void (*approx_q)(const struct kctx *, const struct approx_q_weights *, const float *,
-                     const int32_t *, void *, uint16_t *, int, int, int, int, float, float);
+                     const int32_t *, void *, uint16_t *, int, int, int, int, const float *, float);
 };
 
 /* What the planner needs of a step: its entries' cache slots and attended lengths. */

@@ -221,7 +221,7 @@ static const uint16_t *real_query(struct offload *o, struct batch *bt, int layer
     const struct layer_weights *w = &engine_model(o->eng)->layers[layer];
     const struct approx_q_weights aw = {w->attn_norm, w->wqkv, w->q_norm, NULL, c->hidden};
     o->fn.approx_q(o->ctx, &aw, batch_residual(bt), batch_pos(bt), o->aq_ws, o->d_aq, o->n,
-                   c->hidden, o->nq, o->hd, model_layer_rope_theta(c, layer), c->norm_eps);
+                   c->hidden, o->nq, o->hd, w->rope_inv_freq, c->norm_eps);
     return o->d_aq;
 }
 

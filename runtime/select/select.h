@@ -277,10 +277,10 @@ size_t select_approx_q_workspace_bytes(int batch, int n_channels, int n_heads, i
  * side (host for _ref, device for _cuda). */
 void select_approx_q_ref(const struct kctx *c, const struct approx_q_weights *w, const float *x,
                          const int32_t *pos, void *workspace, uint16_t *q_out, int batch,
-                         int hidden, int n_heads, int head_dim, float theta, float eps);
+                         int hidden, int n_heads, int head_dim, const float *inv_freq, float eps);
 void select_approx_q_cuda(const struct kctx *c, const struct approx_q_weights *w, const float *x,
                           const int32_t *pos, void *workspace, uint16_t *q_out, int batch,
-                          int hidden, int n_heads, int head_dim, float theta, float eps);
+                          int hidden, int n_heads, int head_dim, const float *inv_freq, float eps);
 
 #ifdef __cplusplus
 }

@@ -472,7 +472,7 @@ extern "C" void select_norm_gather_cuda(const struct kctx *c, const float *x, co
 extern "C" void select_approx_q_cuda(const struct kctx *c, const struct approx_q_weights *w,
                                      const float *x, const int32_t *pos, void *workspace,
                                      uint16_t *q_out, int batch, int hidden, int n_heads,
-                                     int head_dim, float theta, float eps)
+                                     int head_dim, const float *inv_freq, float eps)
 {
     if (batch <= 0) return;
     PULSE_CHECK(w->n_channels >= 1 && w->n_channels <= hidden &&
@@ -485,6 +485,6 @@ extern "C" void select_approx_q_cuda(const struct kctx *c, const struct approx_q
                             eps);
     gemm_bf16_cuda(c, xn, w->wq, qf, batch, n_heads * head_dim, w->n_channels, 0.0f);
     const struct kv_view none = {NULL, NULL, NULL, 1, 0, head_dim, 0, 0};
-    qk_norm_rope_append_cuda(c, qf, w->q_norm, NULL, q_out, &none, pos, batch, n_heads, theta,
+    qk_norm_rope_append_cuda(c, qf, w->q_norm, NULL, q_out, &none, pos, batch, n_heads, inv_freq,
                              eps);
 }

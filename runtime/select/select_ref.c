@@ -410,7 +410,7 @@ size_t select_approx_q_workspace_bytes(int batch, int n_channels, int n_heads, i
 
 void select_approx_q_ref(const struct kctx *c, const struct approx_q_weights *w, const float *x,
                          const int32_t *pos, void *workspace, uint16_t *q_out, int batch,
-                         int hidden, int n_heads, int head_dim, float theta, float eps)
+                         int hidden, int n_heads, int head_dim, const float *inv_freq, float eps)
 {
     PULSE_CHECK(w->n_channels >= 1 && w->n_channels <= hidden &&
                     (w->channels || w->n_channels == hidden),
@@ -422,5 +422,6 @@ void select_approx_q_ref(const struct kctx *c, const struct approx_q_weights *w,
     gemm_bf16_ref(c, xn, w->wq, qf, batch, n_heads * head_dim, w->n_channels, 0.0f);
     /* zero KV heads: the q rows are the whole qkv row and nothing is appended */
     struct kv_view none = {NULL, NULL, NULL, 1, 0, head_dim, 0, 0};
-    qk_norm_rope_append_ref(c, qf, w->q_norm, NULL, q_out, &none, pos, batch, n_heads, theta, eps);
+    qk_norm_rope_append_ref(c, qf, w->q_norm, NULL, q_out, &none, pos, batch, n_heads, inv_freq,
+                            eps);
 }

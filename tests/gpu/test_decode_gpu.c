@@ -201,9 +201,9 @@ static void test_ops_by_layer(void)
         bg->gemm_bf16(kg, d.xn, wg->wqkv, d.qkv, N, QKV, H, 0);
         e[1] = cmp_sync(kg, h.qkv, d.qkv, (size_t)N * QKV, 1, scratch);
         bc->qk_norm_rope_append(kc, h.qkv, wc->q_norm, wc->k_norm, h.q, &vc, hi + N, N, c->n_heads,
-                                c->rope_theta, c->norm_eps);
+                                wc->rope_inv_freq, c->norm_eps);
         bg->qk_norm_rope_append(kg, d.qkv, wg->q_norm, wg->k_norm, d.q, &vg, di + N, N, c->n_heads,
-                                c->rope_theta, c->norm_eps);
+                                wg->rope_inv_freq, c->norm_eps);
         e[2] = cmp_sync(kg, h.q, d.q, (size_t)N * QD, 0, scratch);
         bc->attn_decode(kc, h.q, &vc, hi + 2 * N, h.at, N, c->n_heads, 512, scale);
         bg->attn_decode(kg, d.q, &vg, di + 2 * N, d.at, N, c->n_heads, 512, scale);

@@ -17,6 +17,7 @@
 
 #include "cuda_check.h"
 #include "kernels.h"
+#include "model.h"
 #include "numeric.h"
 #include "testutil.h"
 
@@ -563,10 +564,13 @@ static void test_qk_norm_rope(void)
                     dkn = dput(kn_w, (size_t)hd * 2), dpos = dput(pos, (size_t)batch * 4),
                     dq = dalloc(qn * 2, 0);
         const int norms = cases[ci].norms;
+        float inv_freq[128];
+        model_rope_inv_freq_plain(1e6f, hd, inv_freq);
+        struct dbuf dinv = dput(inv_freq, sizeof(float) * (size_t)(hd / 2));
         qk_norm_rope_append_ref(&g_host, qkv, norms ? qn_w : NULL, norms ? kn_w : NULL, rq, &s.hv,
-                                pos, batch, nq, 1e6f, 1e-6f);
+                                pos, batch, nq, inv_freq, 1e-6f);
         qk_norm_rope_append_cuda(&g_dev, dqkv.p, norms ? dqn.p : NULL, norms ? dkn.p : NULL, dq.p,
-                                 &s.dv, dpos.p, batch, nq, 1e6f, 1e-6f);
+                                 &s.dv, dpos.p, batch, nq, (const float *)dinv.p, 1e-6f);
         dget(&dq, gq);
         dget(&s.d_pool, gpool);
         char cs[80];
@@ -596,7 +600,7 @@ static void test_qk_norm_rope(void)
         snprintf(cs, sizeof cs, "kv b=%d nq=%d nkv=%d hd=%d ps=%d%s", batch, nq, nkv, hd, s.ps,
                  norms ? " norm" : "");
         report_cmp("qk_norm_rope_append", cs, e, bad + untouched_bad, 1e-2, dguard_ok(&s.d_pool));
-        dfree(&dqkv), dfree(&dqn), dfree(&dkn), dfree(&dpos), dfree(&dq);
+        dfree(&dqkv), dfree(&dqn), dfree(&dkn), dfree(&dpos), dfree(&dq), dfree(&dinv);
         kvset_free(&s);
         free(pos), free(tok), free(pool0), free(qkv), free(rq), free(gq), free(gpool);
         free(gr), free(rr), free(target);

@@ -19,6 +19,7 @@
 
 #include "cuda_check.h"
 #include "kernels.h"
+#include "model.h"
 #include "numeric.h"
 #include "select.h"
 #include "tests/testutil.h"
@@ -484,7 +485,9 @@ static void test_approx_q(void)
         void *hws = xmalloc(wsb);
         size_t qb = 2 * (size_t)batch * rows;
         uint16_t *rq = xmalloc(qb), *gq = xmalloc(qb);
-        select_approx_q_ref(&g_host, &hw, x, pos, hws, rq, batch, hid, nq, hd, 1e6f, 1e-6f);
+        float inv_freq[256];
+        model_rope_inv_freq_plain(1e6f, hd, inv_freq);
+        select_approx_q_ref(&g_host, &hw, x, pos, hws, rq, batch, hid, nq, hd, inv_freq, 1e-6f);
 
         struct dbuf dx = dput(x, sizeof(float) * (size_t)batch * hid);
         struct dbuf dnorm = dput(norm, 2 * (size_t)hid);
@@ -493,8 +496,9 @@ static void test_approx_q(void)
         struct dbuf dws = dalloc(wsb), dq = dalloc(qb);
         struct approx_q_weights dw_ = {dnorm.p, dw.p, cases[ci].qn ? dqn.p : NULL,
                                        keep < hid ? dch.p : NULL, keep};
-        select_approx_q_cuda(&g_dev, &dw_, dx.p, dpos.p, dws.p, dq.p, batch, hid, nq, hd, 1e6f,
-                             1e-6f);
+        struct dbuf dinv = dput(inv_freq, sizeof(float) * (size_t)(hd / 2));
+        select_approx_q_cuda(&g_dev, &dw_, dx.p, dpos.p, dws.p, dq.p, batch, hid, nq, hd,
+                             (const float *)dinv.p, 1e-6f);
         dget(&dq, gq);
         size_t bad;
         double e = nerr_bf16(gq, rq, qb / 2, &bad);
@@ -506,7 +510,7 @@ static void test_approx_q(void)
         report("select_approx_q", cs, e, 1e-2, e <= 1e-2 && bad == 0 && guard);
 
         dfree(&dx), dfree(&dnorm), dfree(&dw), dfree(&dqn), dfree(&dch), dfree(&dpos);
-        dfree(&dws), dfree(&dq);
+        dfree(&dws), dfree(&dq), dfree(&dinv);
         if (wp != wq) free(wp);
         free(x), free(norm), free(wq), free(pos), free(ch), free(hws), free(rq), free(gq);
     }
