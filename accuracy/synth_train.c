@@ -119,6 +119,15 @@ static int join(const struct synth_corpus *c, size_t start, size_t n, char **buf
     return PULSE_OK;
 }
 
+static size_t gcd(size_t a, size_t b)
+{
+    while (b) {
+        const size_t t = a % b;
+        a = b, b = t;
+    }
+    return a;
+}
+
 /* One text being fitted: its sentences from `start`, the buffer, the counter. */
 struct text_fit {
     const struct synth_corpus *c;
@@ -146,7 +155,14 @@ char *synth_text_record(const struct synth_corpus *corpus, const struct synth_pa
         return NULL;
     }
     const uint64_t stream = pulse_seed_mix(p->seed, TEXT_STREAM, (uint64_t)p->target_tokens);
-    struct text_fit f = {corpus, p, (size_t)(pulse_hash64(stream, index) % nc), NULL, 0, 0};
+    /* record i starts at first + i * stride (mod the corpus), the stride coprime with the
+     * sentence count: the first nc records of a stream all start at different sentences */
+    size_t stride = nc / 2 + 1;
+    while (gcd(stride, nc) != 1)
+        stride++;
+    const size_t first = (size_t)(pulse_hash64(stream, 0) % nc);
+    const size_t start = (first + (index % nc) * (stride % nc)) % nc; /* nc < 2^32: no overflow */
+    struct text_fit f = {corpus, p, start, NULL, 0, 0};
     /* the most sentences (at least one, at most the corpus) whose text fits: doubling, then
      * bisection between lo (fits, or is the first sentence) and hi (does not fit) */
     size_t lo = 1, hi = 2;

@@ -33,9 +33,10 @@ char *synth_train_record(const struct synth_sample *s, const struct synth_params
                          int chat, char *err, size_t errlen);
 
 /* The text record `index` (p->task and p->n_samples are ignored; p->target_tokens >= 16), its
- * stream keyed by (seed, target_tokens, index); *tokens gets its tokens under the counter.
- * Malloc'd line; NULL with the reason in err (an empty corpus, a counter that failed, out of
- * memory). */
+ * first sentence keyed by (seed, target_tokens) and index, so that the first records of a
+ * stream, as many as the corpus has sentences, all start at different sentences; *tokens gets its
+ * tokens under the counter. Malloc'd line; NULL with the reason in err (an empty corpus, a counter
+ * that failed, out of memory). */
 char *synth_text_record(const struct synth_corpus *corpus, const struct synth_params *p,
                         size_t index, long long *tokens, char *err, size_t errlen);
 

@@ -71,21 +71,21 @@ static void hf_write(const struct ckpt *c, const char *type, const char *extra)
     EXPECT_EQ_INT(ck_write_safetensors(c, HF), 0);
 }
 
-/* The checkpoint as written must be refused with `want` in a one-line message. */
-static void expect_refused(const char *want)
+/* The checkpoint at path as written must be refused with `want` in a one-line message. */
+static void refused_at(const char *path, const char *want)
 {
     struct loaded_config lc;
     char err[1024] = "";
-    EXPECT(model_config_from_path(HF, &lc, err, sizeof err) != PULSE_OK);
+    EXPECT(model_config_from_path(path, &lc, err, sizeof err) != PULSE_OK);
     EXPECT_STR_CONTAINS(err, want);
     EXPECT(strchr(err, '\n') == NULL);
 }
 
-/* The checkpoint as written must be accepted and load on the cpu backend. */
-static void expect_loads(struct loaded_config *lc)
+/* The checkpoint at path as written must be accepted and load on the cpu backend. */
+static void loads_at(const char *path, struct loaded_config *lc)
 {
     char err[1024] = "";
-    int rc = model_config_from_path(HF, lc, err, sizeof err);
+    int rc = model_config_from_path(path, lc, err, sizeof err);
     EXPECT_EQ_INT(rc, PULSE_OK);
     if (rc) {
         fprintf(stderr, "  %s\n", err);
@@ -94,10 +94,20 @@ static void expect_loads(struct loaded_config *lc)
     static const struct kctx ctx;
     struct model m;
     EXPECT_EQ_INT(model_alloc(&m, &lc->cfg, backend_find("cpu"), &ctx), PULSE_OK);
-    rc = model_load_path(&m, HF, &ctx, err, sizeof err);
+    rc = model_load_path(&m, path, &ctx, err, sizeof err);
     EXPECT_EQ_INT(rc, PULSE_OK);
     if (rc) fprintf(stderr, "  %s\n", err);
     model_free(&m);
+}
+
+static void expect_refused(const char *want)
+{
+    refused_at(HF, want);
+}
+
+static void expect_loads(struct loaded_config *lc)
+{
+    loads_at(HF, lc);
 }
 
 /* config.json fields: one refusal each, with the layout otherwise valid. */
@@ -313,29 +323,12 @@ static void gg_write(const struct ckpt *c, struct ck_meta *m)
 
 static void expect_gg_refused(const char *want)
 {
-    struct loaded_config lc;
-    char err[1024] = "";
-    EXPECT(model_config_from_path(GG, &lc, err, sizeof err) != PULSE_OK);
-    EXPECT_STR_CONTAINS(err, want);
-    EXPECT(strchr(err, '\n') == NULL);
+    refused_at(GG, want);
 }
 
 static void expect_gg_loads(struct loaded_config *lc)
 {
-    char err[1024] = "";
-    int rc = model_config_from_path(GG, lc, err, sizeof err);
-    EXPECT_EQ_INT(rc, PULSE_OK);
-    if (rc) {
-        fprintf(stderr, "  %s\n", err);
-        return;
-    }
-    static const struct kctx ctx;
-    struct model m;
-    EXPECT_EQ_INT(model_alloc(&m, &lc->cfg, backend_find("cpu"), &ctx), PULSE_OK);
-    rc = model_load_path(&m, GG, &ctx, err, sizeof err);
-    EXPECT_EQ_INT(rc, PULSE_OK);
-    if (rc) fprintf(stderr, "  %s\n", err);
-    model_free(&m);
+    loads_at(GG, lc);
 }
 
 /* Required keys, key types, keys this loader does not implement. */
