@@ -214,8 +214,10 @@ static inline int ck_write_gguf(const struct ckpt *c, const struct ck_meta *m, c
         int heads = 0;
         if (nl >= 13 && !strcmp(t->name + nl - 13, "attn_q.weight")) heads = q_heads;
         if (nl >= 13 && !strcmp(t->name + nl - 13, "attn_k.weight")) heads = k_heads;
-        const uint64_t cols = t->cols ? t->cols : 1, hd = heads ? t->rows / (uint64_t)heads : 0;
-        for (uint64_t r = 0; r < t->rows; r++) {
+        /* GGUF rows: ne[0] elements each (a 1-D tensor is one row) */
+        const uint64_t cols = t->cols ? t->cols : t->rows, rows = t->cols ? t->rows : 1;
+        const uint64_t hd = heads ? t->rows / (uint64_t)heads : 0;
+        for (uint64_t r = 0; r < rows; r++) {
             uint64_t src = r; /* the row written at r */
             if (heads) src = r / hd * hd + (r % 2) * (hd / 2) + (r % hd) / 2;
             const float *row = t->data + src * cols;

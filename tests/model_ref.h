@@ -92,7 +92,7 @@ static int mref_decode(const struct mref *r, const char *path, const struct back
         goto out;
     }
     struct batch_entry en[REF_MAX_PROMPT];
-    int32_t next = 0;
+    int32_t next[REF_MAX_PROMPT]; /* batch_read_tokens: one per entry of the batch */
     if (by_token) {
         for (int i = 0; i < r->n_prompt; i++) {
             en[0] = (struct batch_entry){slot, 0, i, total, r->prompt[i]};
@@ -107,15 +107,15 @@ static int mref_decode(const struct mref *r, const char *path, const struct back
         engine_prefill(e, bt, kv);
         engine_read_logits(e, logits, 1);
     }
-    batch_read_tokens(e, bt, &next);
-    tokens[0] = next;
+    batch_read_tokens(e, bt, next); /* after the prefill, entry 0's is the next token */
+    tokens[0] = next[0];
     for (int k = 1; k < r->n_new; k++) {
         en[0] = (struct batch_entry){slot, 0, r->n_prompt + k - 1, total, tokens[k - 1]};
         batch_set(e, bt, kv, en, 1);
         engine_step(e, bt, kv);
         batch_read_logits(e, bt, logits + (size_t)k * (size_t)r->vocab);
-        batch_read_tokens(e, bt, &next);
-        tokens[k] = next;
+        batch_read_tokens(e, bt, next);
+        tokens[k] = next[0];
     }
 out:
     if (bt) batch_free(e, bt);
