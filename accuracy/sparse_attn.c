@@ -110,6 +110,8 @@ struct sparse_attn {
                           the previous layer's input: layer l in half l & 1); -1 none */
     /* host */
     int32_t *h_sel, *h_count, *h_pages, *h_n;
+    int32_t *h_exact, *h_exact_n;   /* the exact query's lists beside a speculated one's */
+    int64_t *spec_exact, *spec_hit; /* [n_layers] (sparse_attn_layer_spec) */
 };
 
 static size_t device_bytes(const struct model_config *c, int max_blocks, int n_global, int nch,
@@ -212,7 +214,13 @@ struct sparse_attn *sparse_attn_create(struct engine *e, const struct kv_cache *
     s->h_pages = mem_alloc(MEM_HOST, 4 * H * mb, "pages host");
     s->h_count = mem_alloc(MEM_HOST, 4 * H, "count host");
     s->h_n = mem_alloc(MEM_HOST, 4 * H, "n host");
-    if (!s->mem || !s->h_sel || !s->h_pages || !s->h_count || !s->h_n) goto oom;
+    s->h_exact = mem_alloc(MEM_HOST, 4 * H * mb, "exact lists host");
+    s->h_exact_n = mem_alloc(MEM_HOST, 4 * H, "exact counts host");
+    s->spec_exact = mem_alloc(MEM_HOST, 2 * sizeof(int64_t) * c->n_layers, "speculation");
+    if (!s->mem || !s->h_sel || !s->h_pages || !s->h_count || !s->h_n || !s->h_exact ||
+        !s->h_exact_n || !s->spec_exact)
+        goto oom;
+    s->spec_hit = s->spec_exact + c->n_layers;
     char *cur = s->mem;
     s->digests = mem_carve(&cur, 2 * (size_t)c->n_kv_heads * mb * 2 * hd);
     s->d_ident = mem_carve(&cur, 4 * mb);
@@ -250,6 +258,9 @@ void sparse_attn_free(struct sparse_attn *s)
     mem_free(MEM_HOST, s->h_pages, 4 * H * mb);
     mem_free(MEM_HOST, s->h_count, 4 * H);
     mem_free(MEM_HOST, s->h_n, 4 * H);
+    mem_free(MEM_HOST, s->h_exact, 4 * H * mb);
+    mem_free(MEM_HOST, s->h_exact_n, 4 * H);
+    mem_free(MEM_HOST, s->spec_exact, 2 * sizeof(int64_t) * s->c->n_layers);
     mem_free(MEM_HOST, s->global_index, sizeof(int) * s->c->n_layers);
     mem_free(MEM_HOST, s, sizeof *s);
 }
@@ -286,6 +297,7 @@ int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, 
     s->p = *p;
     s->slot = slot;
     memset(&s->st, 0, sizeof s->st);
+    memset(s->spec_exact, 0, 2 * sizeof(int64_t) * c->n_layers);
     s->approx_for[0] = s->approx_for[1] = -1;
     s->one = (struct select_cfg){1,       1,         c->head_dim,  s->bs, p->budget_tokens / s->bs,
                                  p->sink, p->window, s->max_blocks};
@@ -307,12 +319,51 @@ void sparse_attn_get_stats(const struct sparse_attn *s, struct sparse_stats *out
     *out = s->st;
 }
 
+void sparse_attn_layer_spec(const struct sparse_attn *s, int layer, int64_t *exact, int64_t *hit)
+{
+    PULSE_CHECK(layer >= 0 && layer < s->c->n_layers, "sparse_attn_layer_spec: no such layer");
+    *exact = s->spec_exact[layer];
+    *hit = s->spec_hit[layer];
+}
+
 static struct digest_view digests_of(const struct sparse_attn *s, int kv_head)
 {
     size_t page = 2 * (size_t)s->c->head_dim;
     struct digest_view dv = {s->digests + (size_t)kv_head * s->max_blocks * page, s->d_ident,
                              s->d_zero, 1, s->c->head_dim};
     return dv;
+}
+
+/* A speculated layer's lists (on the host in h_sel, n_lists of them, list l from KV head
+ * heads[l]) against the exact query's: each exact list made again with the real q, and its
+ * blocks chosen by score (the forced ones left out) looked up in the speculated list. */
+static void measure_speculation(struct sparse_attn *s, int layer, const uint16_t *q,
+                                const int32_t *n_tokens, int n, int n_lists, const int *heads)
+{
+    const size_t hd = (size_t)s->c->head_dim, mb = (size_t)s->max_blocks;
+    const int G = s->c->n_heads / s->c->n_kv_heads, nb = PULSE_CEIL_DIV(n, s->bs);
+    for (int l = 0; l < n_lists; l++) {
+        struct digest_view dv = digests_of(s, heads[l]);
+        s->fn.select_blocks(s->ctx, &s->kvh, q + (size_t)heads[l] * G * hd, &dv, n_tokens,
+                            s->d_scores + l * mb, s->d_sel + l * mb, s->d_count + l, 1,
+                            SELECT_HEADWISE);
+    }
+    s->be->download(s->ctx, s->h_exact_n, s->d_count, 4 * (size_t)n_lists);
+    for (int l = 0; l < n_lists; l++) {
+        const int32_t *spec = s->h_sel + (size_t)l * mb, *ex = s->h_exact + (size_t)l * mb;
+        s->be->download(s->ctx, s->h_exact + (size_t)l * mb, s->d_sel + (size_t)l * mb,
+                        4 * (size_t)s->h_exact_n[l]);
+        int j = 0;
+        for (int i = 0; i < s->h_exact_n[l]; i++) {
+            const int b = ex[i];
+            if (b < s->p.sink || b >= nb - 1 - s->p.window) continue; /* forced */
+            while (j < s->h_count[l] && spec[j] < b)                  /* both ascending */
+                j++;
+            const int hit = j < s->h_count[l] && spec[j] == b;
+            s->spec_exact[layer]++, s->spec_hit[layer] += hit;
+            s->st.spec_exact++, s->st.spec_hit += hit;
+        }
+    }
 }
 
 /* Reads the lists back, maps blocks to the layer's page ids, uploads the page lists and the
@@ -411,6 +462,7 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
         s->fn.select_blocks(s->ctx, &s->kvh, qs + (size_t)g * G * hd, &dv, n_tokens, s->d_scores,
                             s->d_sel, s->d_count, 1, SELECT_HEADWISE);
         lists_to_pages(s, layer, 1, n);
+        if (qs != q) measure_speculation(s, layer, q, n_tokens, n, 1, &g);
         attend_list(s, kv, q, out, 0, -1, 0, nh);
         break;
     }
@@ -442,6 +494,13 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
                                 SELECT_HEADWISE);
         }
         lists_to_pages(s, layer, c->n_kv_heads, n);
+        if (qs != q) {
+            int heads[64];
+            PULSE_CHECK(c->n_kv_heads <= 64, "sparse attention: more than 64 KV heads");
+            for (int g = 0; g < c->n_kv_heads; g++)
+                heads[g] = g;
+            measure_speculation(s, layer, q, n_tokens, n, c->n_kv_heads, heads);
+        }
         for (int g = 0; g < c->n_kv_heads; g++)
             attend_list(s, kv, q, out, g, g, g * G, G);
         break;

@@ -91,6 +91,11 @@ struct sparse_stats {
     int64_t context_tokens;  /* tokens a dense attention would read, summed over lists */
     int64_t unspeculated;    /* infinigen, infinigen-solohead: global layers with no previous
                                 layer (real q used) */
+    /* infinigen, infinigen-solohead, speculated layers: the blocks the exact query (the
+     * layer's real q, the same selection otherwise) selects by score (the forced sink, window
+     * and tail left out), and how many of them the approximate query's list holds: the
+     * speculation's hit rate (its misses are what an exact correction would recall) */
+    int64_t spec_exact, spec_hit;
 };
 
 /* Called with every selection list made at a global layer (host copies; the list's blocks
@@ -117,5 +122,8 @@ struct engine_layer_hook sparse_attn_hook(struct sparse_attn *s);
 /* Optional observer of the selection lists (NULL removes it). */
 void sparse_attn_set_list_observer(struct sparse_attn *s, sparse_list_fn fn, void *user);
 void sparse_attn_get_stats(const struct sparse_attn *s, struct sparse_stats *out);
+/* spec_exact and spec_hit (struct sparse_stats) of one layer since the last configure; 0, 0
+ * for a layer that was not speculated. */
+void sparse_attn_layer_spec(const struct sparse_attn *s, int layer, int64_t *exact, int64_t *hit);
 
 #endif

@@ -446,6 +446,9 @@ struct acc_set {
     long length;
     struct longbench_set *set;
     double score[MAX_RUNS], attended[MAX_RUNS];
+    /* infinigen runs: the exact query's blocks chosen by score and how many the approximate
+     * query's lists held (sparse_stats.spec_exact, spec_hit), summed */
+    int64_t spec_exact[MAX_RUNS], spec_hit[MAX_RUNS];
     double *per_sample;
     int n_scored;
 };
@@ -766,6 +769,8 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
         double frac = ss.context_tokens ? (double)ss.attended_tokens / ss.context_tokens : 1.0;
         st->score[r] += score;
         st->attended[r] += frac;
+        st->spec_exact[r] += ss.spec_exact;
+        st->spec_hit[r] += ss.spec_hit;
         st->per_sample[(size_t)r * A->o.samples + st->n_scored] = score;
         json_t *run =
             json_pack("{s:s,s:I,s:s,s:f,s:i,s:f}", "policy", sparse_policy_name(A->runs[r].policy),
@@ -1009,6 +1014,15 @@ static void add_stats(json_t *row, const double *run, const double *full, int n,
     json_object_set_new(row, "paired", p);
 }
 
+/* An infinigen run's speculation hit rate into row: the share of the exact query's blocks
+ * chosen by score that the approximate query's lists held (sparse_stats.spec_hit /
+ * spec_exact); null for the other policies. */
+static void add_spec(json_t *row, int64_t exact, int64_t hit)
+{
+    json_object_set_new(row, "speculation_hit_rate",
+                        exact > 0 ? json_real((double)hit / (double)exact) : json_null());
+}
+
 /* Mean score per (task, length, run) and, per length and run, the mean over tasks; printed as
  * a table and returned as JSON, each row with its interval and paired comparison (add_stats;
  * an average row's over the pooled samples of its length). */
@@ -1040,13 +1054,16 @@ static json_t *table_json(const struct acc *A)
                 st->n_scored ? st->attended[r] / st->n_scored : 1.0);
             add_stats(row, st->per_sample + r * cap, st->per_sample, st->n_scored, r,
                       ACC_STATS_SEED + (uint64_t)i);
+            add_spec(row, st->spec_exact[r], st->spec_hit[r]);
             json_array_append_new(rows, row);
         }
         for (int l = 0; l < per; l++) {
             double m = 0, f = 0;
             int pooled = 0;
+            int64_t spec_exact = 0, spec_hit = 0;
             for (int t = 0; t < A->o.n_tasks; t++) {
                 const struct acc_set *st = &A->sets[t * per + l];
+                spec_exact += st->spec_exact[r], spec_hit += st->spec_hit[r];
                 m += st->n_scored ? 100.0 * st->score[r] / st->n_scored / A->o.n_tasks : 0.0;
                 f += st->n_scored ? 100.0 * st->score[0] / st->n_scored / A->o.n_tasks : 0.0;
                 for (int i = 0; pool_r && pool_f && i < st->n_scored; i++, pooled++) {
@@ -1063,6 +1080,7 @@ static json_t *table_json(const struct acc *A)
             if (pooled)
                 add_stats(row, pool_r, pool_f, pooled, r,
                           ACC_STATS_SEED + 1000003u * (uint64_t)(l + 1));
+            add_spec(row, spec_exact, spec_hit);
             json_array_append_new(rows, row);
         }
         printf("\n");

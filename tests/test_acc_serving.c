@@ -251,6 +251,23 @@ int main(void)
         EXPECT(json_integer_value(json_object_get(s, "recall_bytes")) > 0);
         EXPECT_EQ_INT(json_integer_value(json_object_get(s, "host_syncs")), 0);
     }
+    /* the infinigen runs' speculation hit rate against the exact query, in [0, 1]; the exact
+     * policies have none */
+    const json_t *row;
+    size_t ri;
+    int spec_rows = 0;
+    json_array_foreach(json_object_get(r, "table"), ri, row)
+    {
+        const char *pol = json_string_value(json_object_get(row, "policy"));
+        const json_t *hr = json_object_get(row, "speculation_hit_rate");
+        if (pol && !strncmp(pol, "infinigen", 9)) {
+            EXPECT(json_is_real(hr) && json_real_value(hr) >= 0 && json_real_value(hr) <= 1);
+            spec_rows++;
+        } else {
+            EXPECT(json_is_null(hr));
+        }
+    }
+    EXPECT_EQ_INT(spec_rows, 4); /* two policies, passkey and its average row */
     const json_t *samples = json_object_get(r, "samples");
     EXPECT_EQ_INT(json_array_size(samples), 3);
     int differ = 0, checked = 0;

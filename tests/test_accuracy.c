@@ -236,6 +236,19 @@ static void sparse_on(const char *model)
         /* infinigen: a global first layer has no previous layer to speculate from */
         EXPECT_EQ_INT(st.unspeculated,
                       sparse_policy_approx(p) && model_layer_is_global(c, 0) ? 12 : 0);
+        /* a speculated list against the exact query's: each exact list picks its 2 blocks by
+         * score (of ~9 candidates), and the hits are among them */
+        const int64_t spec_lists = sparse_policy_approx(p)
+                                       ? (st.sparse_calls - st.unspeculated) *
+                                             sparse_policy_lists(p, c->n_heads, c->n_kv_heads)
+                                       : 0;
+        EXPECT_EQ_INT(st.spec_exact, 2 * spec_lists);
+        EXPECT(st.spec_hit >= 0 && st.spec_hit <= st.spec_exact);
+        if (sparse_policy_approx(p))
+            fprintf(stderr,
+                    "%-6s %-18s: the approximate query's lists hold %lld of the exact "
+                    "query's %lld blocks chosen by score\n",
+                    model, sparse_policy_name(p), (long long)st.spec_hit, (long long)st.spec_exact);
         attended[p] = st.attended_tokens;
         fprintf(stderr, "%-6s %-10s budget 32: attended %.3f of the context, logit 0 %.5f vs dense %.5f\n",
                 model, sparse_policy_name(p), (double)st.attended_tokens / (double)st.context_tokens,
