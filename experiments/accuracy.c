@@ -500,7 +500,16 @@ struct acc {
     int stopped;          /* enum acc_stop: why the evaluation ended before its last sample */
     long scored, planned; /* samples scored over all sets, and asked for */
     int64_t prompt_tokens, gen_tokens;
+    /* the infinigen runs' speculation per layer, over every sample: [run][layer] exact blocks
+     * chosen by score, then [run][layer] hits of the approximate lists (sparse_attn_layer_spec) */
+    int64_t *spec_layer;
 };
+
+/* Bytes of A->spec_layer. */
+static size_t spec_layer_bytes(const struct acc *A)
+{
+    return 2 * sizeof(int64_t) * MAX_RUNS * (size_t)A->s.cfg->n_layers;
+}
 
 static int max_gen_of(const struct acc *A, const struct longbench_task *t)
 {
@@ -771,6 +780,13 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
         st->attended[r] += frac;
         st->spec_exact[r] += ss.spec_exact;
         st->spec_hit[r] += ss.spec_hit;
+        const int L = A->s.cfg->n_layers;
+        for (int l = 0; ss.spec_exact && l < L; l++) {
+            int64_t e, h;
+            sparse_attn_layer_spec(A->sp, l, &e, &h);
+            A->spec_layer[(size_t)r * L + l] += e;
+            A->spec_layer[(size_t)(MAX_RUNS + r) * L + l] += h;
+        }
         st->per_sample[(size_t)r * A->o.samples + st->n_scored] = score;
         json_t *run =
             json_pack("{s:s,s:I,s:s,s:f,s:i,s:f}", "policy", sparse_policy_name(A->runs[r].policy),
@@ -1021,6 +1037,36 @@ static void add_spec(json_t *row, int64_t exact, int64_t hit)
 {
     json_object_set_new(row, "speculation_hit_rate",
                         exact > 0 ? json_real((double)hit / (double)exact) : json_null());
+}
+
+/* The infinigen runs' speculation against the exact query, per run over every sample: the hit
+ * rate, and per layer the exact query's blocks chosen by score and the hits (the misprediction
+ * model's input, issue 34). An empty array without such runs. */
+static json_t *speculation_json(const struct acc *A)
+{
+    json_t *arr = json_array();
+    const int L = A->s.cfg->n_layers;
+    for (int r = 1; A->spec_layer && r < A->n_runs; r++) {
+        if (!sparse_policy_approx(A->runs[r].policy)) continue;
+        int64_t te = 0, th = 0;
+        json_t *layers = json_array();
+        for (int l = 0; l < L; l++) {
+            const int64_t e = A->spec_layer[(size_t)r * L + l],
+                          h = A->spec_layer[(size_t)(MAX_RUNS + r) * L + l];
+            te += e, th += h;
+            if (e)
+                json_array_append_new(layers, json_pack("{s:i,s:I,s:I,s:f}", "layer", l, "exact",
+                                                        (json_int_t)e, "hit", (json_int_t)h,
+                                                        "hit_rate", (double)h / (double)e));
+        }
+        json_array_append_new(arr, json_pack("{s:s,s:I,s:I,s:I,s:o,s:o}", "policy",
+                                             sparse_policy_name(A->runs[r].policy), "budget",
+                                             (json_int_t)A->runs[r].budget, "exact", (json_int_t)te,
+                                             "hit", (json_int_t)th, "hit_rate",
+                                             te ? json_real((double)th / (double)te) : json_null(),
+                                             "per_layer", layers));
+    }
+    return arr;
 }
 
 /* Mean score per (task, length, run) and, per length and run, the mean over tasks; printed as
@@ -1294,6 +1340,7 @@ static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
         json_object_set_new(res, "serving", json_incref(serving));
         json_object_set_new(res, "served", A->served ? json_incref(A->served) : json_null());
         json_object_set_new(res, "table", json_incref(table));
+        json_object_set_new(res, "speculation", speculation_json(A));
         json_object_set_new(res, "samples", json_incref(recs));
         json_object_set_new(
             res, "churn", A->meter_run >= 0 ? locality_meter_to_json(A->meter, NULL) : json_null());
@@ -1333,6 +1380,9 @@ static int setup(struct acc *A, char *err, size_t errlen)
     A->eos = ti.eos_id;
     A->sp = sparse_attn_create(A->s.e, A->s.kv, 16, A->s.max_tokens, A->o.frac, err, errlen);
     if (!A->sp) return PULSE_ERR_NOMEM;
+    if (!(A->spec_layer = mem_alloc(MEM_HOST, spec_layer_bytes(A), "speculation per layer")))
+        return PULSE_ERR_NOMEM;
+    memset(A->spec_layer, 0, spec_layer_bytes(A));
     A->ids = mem_alloc(MEM_HOST, sizeof(int32_t) * A->s.max_tokens, "ids");
     A->gen = mem_alloc(MEM_HOST, sizeof(int32_t) * (gen + 1), "gen");
     A->gen2 = mem_alloc(MEM_HOST, sizeof(int32_t) * (gen + 1), "serving gen");
@@ -1400,6 +1450,7 @@ static void teardown(struct acc *A)
     free_kept(A);
     json_decref(A->served);
     sparse_attn_free(A->sp);
+    if (A->spec_layer) mem_free(MEM_HOST, A->spec_layer, spec_layer_bytes(A));
     for (int i = 0; i < A->n_sets; i++) {
         longbench_free(A->sets[i].set);
         mem_free(MEM_HOST, A->sets[i].per_sample, per_sample_bytes(A));

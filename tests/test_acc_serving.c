@@ -268,6 +268,34 @@ int main(void)
         }
     }
     EXPECT_EQ_INT(spec_rows, 4); /* two policies, passkey and its average row */
+    /* per layer: the layers sum to the run's totals, whose rate is the average row's (one
+     * length, one task: the same samples) */
+    const json_t *spec = json_object_get(r, "speculation"), *sp;
+    size_t si;
+    EXPECT_EQ_INT(json_array_size(spec), 2);
+    json_array_foreach(spec, si, sp)
+    {
+        json_int_t e = 0, h = 0;
+        const json_t *lay;
+        size_t li;
+        json_array_foreach(json_object_get(sp, "per_layer"), li, lay)
+        {
+            e += json_integer_value(json_object_get(lay, "exact"));
+            h += json_integer_value(json_object_get(lay, "hit"));
+        }
+        EXPECT(e > 0);
+        EXPECT_EQ_INT(e, json_integer_value(json_object_get(sp, "exact")));
+        EXPECT_EQ_INT(h, json_integer_value(json_object_get(sp, "hit")));
+        const char *pol = json_string_value(json_object_get(sp, "policy"));
+        json_array_foreach(json_object_get(r, "table"), ri, row)
+        {
+            if (strcmp(json_string_value(json_object_get(row, "task")), "average") || !pol ||
+                strcmp(json_string_value(json_object_get(row, "policy")), pol))
+                continue;
+            EXPECT_NEAR(json_real_value(json_object_get(row, "speculation_hit_rate")),
+                        (double)h / (double)e, 1e-8); /* JSON keeps 9 digits */
+        }
+    }
     const json_t *samples = json_object_get(r, "samples");
     EXPECT_EQ_INT(json_array_size(samples), 3);
     int differ = 0, checked = 0;
