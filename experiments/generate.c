@@ -27,11 +27,11 @@ static const char usage[] =
     "  Greedy continuation. --prompt needs a model file with a SentencePiece tokenizer in it.\n"
     "  --out writes the prompt and generated ids, the text, and the last position's logits.\n"
     "  --policy: vanilla (= full) or a sparse policy for the decoded tokens' global layers\n"
-    "  (headwise, queryhead, solohead, solohead-q, reversed, reversed-q, infinigen;\n"
-    "  accuracy/sparse_attn.h) with a budget of --budget-tokens (default 2048) besides 1 sink\n"
-    "  and 2 window blocks; solohead and reversed use KV head --selector (default 0) in every\n"
-    "  layer, solohead-q and reversed-q query head --selector (pulse accuracy picks them per\n"
-    "  layer from a measured MAM profile).\n";
+    "  (headwise, queryhead, solohead, solohead-q, reversed, reversed-q, infinigen, mean,\n"
+    "  infinigen-solohead; accuracy/sparse_attn.h) with a budget of --budget-tokens (default\n"
+    "  2048) besides 1 sink and 2 window blocks; solohead, reversed and infinigen-solohead use\n"
+    "  KV head --selector (default 0) in every layer, solohead-q and reversed-q query head\n"
+    "  --selector (pulse accuracy picks them per layer from a measured MAM profile).\n";
 
 struct gen_opts {
     const char *model, *prompt, *prompt_ids, *backend, *policy, *out;

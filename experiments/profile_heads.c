@@ -10,6 +10,7 @@
 #include "engine.h"
 #include "kv_cache.h"
 #include "mam.h"
+#include "runtime_opts.h"
 #include "select.h"
 
 static const char usage[] =
@@ -35,31 +36,47 @@ struct prof_opts {
     const char *backend, *model, *out;
     long prompt, steps, batch, budget_tokens, block_size, sink, window;
     uint64_t seed;
+    struct runtime_opts rt; /* the engine's tuning (runtime_opts.h: RT_ENGINE) */
 };
 
 static int parse(int argc, char **argv, struct prof_opts *o)
 {
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"backend", required_argument, 0, 'b'},
-                                         {"prompt-len", required_argument, 0, 'p'},
-                                         {"steps", required_argument, 0, 'n'},
-                                         {"batch", required_argument, 0, 'B'},
-                                         {"budget-tokens", required_argument, 0, 'k'},
-                                         {"block-size", required_argument, 0, 'P'},
-                                         {"sink", required_argument, 0, 'S'},
-                                         {"window", required_argument, 0, 'W'},
-                                         {"seed", required_argument, 0, 's'},
-                                         {"out", required_argument, 0, 'o'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    *o = (struct prof_opts){"auto", NULL, NULL, 4096, 16, 1, 2048, 16, 1, 2, 1};
+    static const struct option own[] = {{"model", required_argument, 0, 'm'},
+                                        {"backend", required_argument, 0, 'b'},
+                                        {"prompt-len", required_argument, 0, 'p'},
+                                        {"steps", required_argument, 0, 'n'},
+                                        {"batch", required_argument, 0, 'B'},
+                                        {"budget-tokens", required_argument, 0, 'k'},
+                                        {"block-size", required_argument, 0, 'P'},
+                                        {"sink", required_argument, 0, 'S'},
+                                        {"window", required_argument, 0, 'W'},
+                                        {"seed", required_argument, 0, 's'},
+                                        {"out", required_argument, 0, 'o'},
+                                        {"help", no_argument, 0, 'h'},
+                                        {0, 0, 0, 0}};
+    *o = (struct prof_opts){.backend = "auto",
+                            .prompt = 4096,
+                            .steps = 16,
+                            .batch = 1,
+                            .budget_tokens = 2048,
+                            .block_size = 16,
+                            .sink = 1,
+                            .window = 2,
+                            .seed = 1};
+    runtime_opts_init(&o->rt);
     const char *C = "profile-heads";
+    struct option opts[48];
+    PULSE_CHECK(runtime_opts_getopt(own, RT_ENGINE, opts, 48) == 0, "profile-heads: options");
     int c;
     opterr = 0;
     optind = 1;
     struct cli_seen seen = {0};
     while ((c = cli_getopt(C, argc, argv, opts, &seen)) != -1) {
         int bad = 0;
+        if (runtime_opts_code(c)) {
+            if (runtime_opts_flag(C, &o->rt, c, optarg)) return -1;
+            continue;
+        }
         switch (c) {
         case 'm':
             o->model = optarg;
@@ -96,6 +113,7 @@ static int parse(int argc, char **argv, struct prof_opts *o)
             break;
         case 'h':
             fputs(usage, stdout);
+            runtime_opts_usage(stdout, RT_ENGINE, &o->rt);
             return 1;
         default:
             cli_unknown_flag(C, argc, argv);
@@ -208,6 +226,7 @@ int cmd_profile_heads(int argc, char **argv)
                                .max_batch = (int)o.batch,
                                .max_tokens = max_tokens,
                                .use_graph = 0};
+    runtime_opts_engine(&o.rt, &ep);
     struct engine *e = engine_create(&ep, err, sizeof err);
     struct mam_probe *probe = NULL;
     struct mam_profile pr = {0};

@@ -65,6 +65,9 @@ static const struct bad_case bad[] = {
      "pulse run: --budget-tokens: 20 is not a multiple of the block size 16 (--page-size)", 2},
     {"profile-heads --model tiny --backend cpu --budget-tokens 20 --out /tmp/pulse_cli_x.json",
      "pulse profile-heads: --budget-tokens: 20 is not a multiple of the block size 16", 2},
+    /* profile-heads takes the engine's options (runtime_opts.h) */
+    {"profile-heads --model tiny --backend cpu --cpu-threads 0 --out /tmp/pulse_cli_x.json",
+     "pulse profile-heads: --cpu-threads: '0' is not an integer in [1, 64]", 2},
     {"accuracy --model tiny --data d --lengths 4096 --tasks passkey --mam-budget 20",
      "pulse accuracy: --mam-budget: 20 is not a multiple of the block size 16", 2},
     {"generate --model tiny --backend cpu --prompt-ids 1 --policy solohead --budget-tokens -16",
