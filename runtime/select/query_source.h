@@ -65,6 +65,15 @@ struct query_source {
     /* One step of `layer` for `batch` slots: q_out bf16 [batch][n_heads][head_dim] (the layout
      * select_score reads) gets each slot's query, and the slot's stream of the layer advances. */
     void (*step_q)(void *user, int layer, const int32_t *slots, int batch, uint16_t *q_out);
+    /* Optional (NULL: the approximate query is the step's own, a perfect predictor): the
+     * approximate query a speculating policy selects `layer`'s blocks with one layer ahead
+     * (InfiniGen's, PulseInfer's speculation; DESIGN section 7, mechanism 5), for the step
+     * step_q has just made for the same slots and layer: q is that step's query ([batch][n_heads]
+     * [head_dim] bf16), q_out gets the approximate one, whose selection overlaps q's by the
+     * source's model of misprediction. A pure function of (request, layer, step, q); threads as
+     * step_q. */
+    void (*spec_q)(void *user, int layer, const int32_t *slots, int batch, const uint16_t *q,
+                   uint16_t *q_out);
 
     /* Prompt KV (offload_params.prompt_kv = OFFLOAD_KV_LOCALITY): K and V of tokens
      * [0, n_tokens) of request req_id's `layer` into the host paged view kv. */
