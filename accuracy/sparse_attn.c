@@ -353,16 +353,11 @@ static void measure_speculation(struct sparse_attn *s, int layer, const uint16_t
         const int32_t *spec = s->h_sel + (size_t)l * mb, *ex = s->h_exact + (size_t)l * mb;
         s->be->download(s->ctx, s->h_exact + (size_t)l * mb, s->d_sel + (size_t)l * mb,
                         4 * (size_t)s->h_exact_n[l]);
-        int j = 0;
-        for (int i = 0; i < s->h_exact_n[l]; i++) {
-            const int b = ex[i];
-            if (b < s->p.sink || b >= nb - 1 - s->p.window) continue; /* forced */
-            while (j < s->h_count[l] && spec[j] < b)                  /* both ascending */
-                j++;
-            const int hit = j < s->h_count[l] && spec[j] == b;
-            s->spec_exact[layer]++, s->spec_hit[layer] += hit;
-            s->st.spec_exact++, s->st.spec_hit += hit;
-        }
+        int scored;
+        const int hit = select_overlap(nb, s->p.sink, s->p.window, ex, s->h_exact_n[l], spec,
+                                       s->h_count[l], &scored);
+        s->spec_exact[layer] += scored, s->spec_hit[layer] += hit;
+        s->st.spec_exact += scored, s->st.spec_hit += hit;
     }
 }
 

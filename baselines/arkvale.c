@@ -24,7 +24,7 @@ static void arkvale_layer(struct offload *o, struct batch *bt, int layer)
     if (offload_layer_sparse(o, layer)) offload_select(o, bt, layer);
 }
 
-static const struct offload_schedule arkvale_schedule = {"synchronous", 0, arkvale_layer};
+static const struct offload_schedule arkvale_schedule = {"synchronous", 0, arkvale_layer, 0};
 
 const struct policy policy_arkvale =
     OFFLOAD_POLICY_TABLE("arkvale", &arkvale_schedule, 0, "mean", "per-block", 32, 128, 0);

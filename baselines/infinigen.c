@@ -35,7 +35,8 @@ static void infinigen_layer(struct offload *o, struct batch *bt, int layer)
     offload_pre(o, bt, layer);
 }
 
-static const struct offload_schedule infinigen_schedule = {"one-layer-ahead", 1, infinigen_layer};
+static const struct offload_schedule infinigen_schedule = {"one-layer-ahead", 1, infinigen_layer,
+                                                           0};
 
 const struct policy policy_infinigen = OFFLOAD_POLICY_TABLE("infinigen", &infinigen_schedule, 1,
                                                             "headwise", "gather-scatter", 0, 0, 1);

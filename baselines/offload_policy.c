@@ -58,13 +58,22 @@ int offload_policy_step(struct serve_state *s)
     return rc;
 }
 
-void offload_policy_finish(struct serve_state *s)
+void offload_policy_counters(const struct offload *o, struct serve_counters *c)
 {
     struct offload_stats st;
-    offload_get_stats(s->policy_ctx, &st);
-    s->ctr.recall_bytes = st.recall_bytes;
-    s->ctr.recall_chunks = st.recall_chunks;
-    s->ctr.recall_stalls = st.stalls;
+    offload_get_stats(o, &st);
+    c->recall_bytes = st.recall_bytes;
+    c->recall_chunks = st.recall_chunks;
+    c->recall_stalls = st.stalls;
+    c->spec_recall_chunks = st.spec_misses;
+    c->spec_corrections = st.corrections;
+    c->spec_scored = st.spec_scored;
+    c->spec_held = st.spec_held;
+}
+
+void offload_policy_finish(struct serve_state *s)
+{
+    offload_policy_counters(s->policy_ctx, &s->ctr);
 }
 
 void offload_policy_traffic(struct serve_state *s, int ahead, struct floor_traffic *t)

@@ -18,6 +18,9 @@ int offload_policy_step(struct serve_state *s);
 void offload_policy_release(struct serve_state *s, int slot);
 /* The runtime's recall totals into the loop's counters, once, after the last step. */
 void offload_policy_finish(struct serve_state *s);
+/* The offload runtime o's recall and prefetch totals into c (offload_policy_finish's). */
+struct offload;
+void offload_policy_counters(const struct offload *o, struct serve_counters *c);
 /* offload_step_traffic of the policy context. */
 void offload_policy_traffic(struct serve_state *s, int ahead, struct floor_traffic *t);
 

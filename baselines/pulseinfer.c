@@ -96,6 +96,10 @@ struct pulseinfer {
  * 40 layers takes about 120 */
 #define TRACE_MAX_SPANS 40000
 
+/* The offload batch's layer schedules (below): exact selection at each layer, and with
+ * --speculate the next layer predicted and corrected. */
+static const struct offload_schedule pulseinfer_schedule, pulseinfer_spec_schedule;
+
 static struct offload *pi_offload_of(void *ctx)
 {
     return ctx ? ((struct pulseinfer *)ctx)->o : NULL;
@@ -220,6 +224,7 @@ static int pi_create(const struct policy_ctx_params *p, void **ctx, char *err, s
     }
     struct offload_params op = *p->offload;
     op.device_overlap = pi->irq; /* zero-copy: the gather beside the normal batch's layers */
+
     if (rc == PULSE_OK) rc = offload_create(p->eng, p->kv, &op, &pi->o, err, errlen);
     if (rc == PULSE_OK) pi->irq_on = pi->irq && offload_device_driven(pi->o) != 1;
     if (rc == PULSE_OK && pi->fixed_len < 0) rc = make_ioaa(pi, p, err, errlen);
@@ -416,7 +421,22 @@ static void pulseinfer_layer(struct offload *o, struct batch *bt, int layer)
     if (offload_layer_sparse(o, layer)) offload_select(o, bt, layer);
 }
 
-static const struct offload_schedule pulseinfer_schedule = {"exact-at-layer", 0, pulseinfer_layer};
+static const struct offload_schedule pulseinfer_schedule = {"exact-at-layer", 0, pulseinfer_layer,
+                                                            0};
+
+/* Speculation with exact correction (DESIGN section 7, mechanism 5; --speculate): as above,
+ * then the next layer's blocks predicted from its approximate query (the input of this layer)
+ * and their recall started, so that it overlaps this layer's attention and MLP and the next
+ * layer's pre-attention; the next layer's exact selection then recalls only the blocks the
+ * prediction missed (offload_prefetch), and attends exactly its own lists. */
+static void pulseinfer_spec_layer(struct offload *o, struct batch *bt, int layer)
+{
+    pulseinfer_layer(o, bt, layer);
+    if (offload_layer_sparse(o, layer + 1)) offload_prefetch(o, bt, layer + 1);
+}
+
+static const struct offload_schedule pulseinfer_spec_schedule = {"speculate-exact", 1,
+                                                                 pulseinfer_spec_layer, 1};
 
 /* One step of both batches, the offload batch's layers interleaved with the normal batch's
  * at layer boundaries (IRQ). Counters: an interruption (layer_switches) is a visit to the
@@ -503,11 +523,7 @@ static int step_irq(struct serve_state *s, struct pulseinfer *pi)
 static void pi_finish(struct serve_state *s)
 {
     struct pulseinfer *pi = s->policy_ctx;
-    struct offload_stats st;
-    offload_get_stats(pi->o, &st);
-    s->ctr.recall_bytes = st.recall_bytes;
-    s->ctr.recall_chunks = st.recall_chunks;
-    s->ctr.recall_stalls = st.stalls;
+    offload_policy_counters(pi->o, &s->ctr);
 }
 
 static int pi_step(struct serve_state *s)
@@ -662,6 +678,7 @@ const struct policy policy_pulseinfer = {
     .offload_of = pi_offload_of,
     .ctx_json = pi_json,
     .offload_schedule = &pulseinfer_schedule,
+    .offload_spec_schedule = &pulseinfer_spec_schedule,
     .offload_selection = "solohead",
     .offload_engine = "gather-scatter",
 };

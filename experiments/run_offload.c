@@ -39,6 +39,13 @@ const char run_offload_usage[] =
     "                     cpu)\n"
     "  --hot-slots N      GPU blocks per request, layer (and head) (default: the selection's;\n"
     "                     arkvale: 128 pages, its benchmark's page budget)\n"
+    "  --speculate        pulseinfer: speculation with exact correction (the next layer's\n"
+    "                     blocks predicted from its approximate query and recalled while this\n"
+    "                     layer runs; its exact selection recalls what the prediction missed)\n"
+    "  --spec-predictor P the prediction's query where a layer is selected one ahead: approx\n"
+    "                     (default: the approximate query; with --query locality the locality\n"
+    "                     model's misprediction) or negated (it negated: a deliberately poor\n"
+    "                     predictor, for checks)\n"
     "  --reuse R          resident (blocks kept on the GPU are not recalled again) or none\n"
     "                     (the whole selection recalled every step, InfiniGen's published\n"
     "                     transfer; host-planned engines); default resident, infinigen none\n"
@@ -57,7 +64,7 @@ static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
     "--head-profile",    "--host-pool-gb", "--dense-layers",  "--prompt-kv",
     "--recall-cap-gbps", "--hot-slots",    "--calib-tokens",  "--no-irq",
     "--admission",       "--profile",      "--trace",         "--recall-cap-fraction",
-    "--query",           "--reuse"};
+    "--query",           "--reuse",        "--speculate",     "--spec-predictor"};
 
 static const char *flag_name(int code)
 {
@@ -140,6 +147,12 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
     case RUN_OFF_HEADS:
         oo->heads = arg;
         return 0;
+    case RUN_OFF_SPECULATE:
+        oo->speculate = 1;
+        return 0;
+    case RUN_OFF_SPEC_PREDICTOR:
+        oo->spec_predictor = arg;
+        return one_of(f, arg, "approx", "negated");
     case RUN_OFF_NO_IRQ:
         if (!oo->two_batch_flag) oo->two_batch_flag = f;
         oo->no_irq = 1;
@@ -292,7 +305,10 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
                                             : OFFLOAD_KV_LOCALITY;
     p->query = oo->query && !strcmp(oo->query, "real") ? OFFLOAD_QUERY_REAL : OFFLOAD_QUERY_LOCALITY;
     p->cap_gbps = oo->cap_gbps;
-    p->schedule = pol->offload_schedule;
+    p->schedule = oo->speculate ? pol->offload_spec_schedule : pol->offload_schedule;
+    p->spec_predictor = oo->spec_predictor && !strcmp(oo->spec_predictor, "negated")
+                            ? OFFLOAD_SPEC_NEGATED
+                            : OFFLOAD_SPEC_APPROX;
     p->refetch = oo->reuse ? !strcmp(oo->reuse, "none") : pol->offload_refetch;
     p->verify_steps = pulse_diag_switch(PULSE_DIAG_OFFLOAD_VERIFY);
     int64_t prompt = 0, out = 0;
@@ -310,6 +326,17 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
     struct offload_params *p = &ro->p;
     long budget, hot;
     if (check_flags(oo, m, kp, pol->offload_cache_pages, &budget, &hot)) return -1;
+    if (oo->speculate && !pol->offload_spec_schedule) {
+        cli_error("run", "--speculate: %s has no speculation (pulseinfer has)", pol->name);
+        return -1;
+    }
+    const struct offload_schedule *sched =
+        oo->speculate ? pol->offload_spec_schedule : pol->offload_schedule;
+    if (oo->spec_predictor && !sched->lookahead) {
+        cli_error("run", "--spec-predictor: only where a layer is selected one ahead (infinigen, "
+                         "pulseinfer --speculate)");
+        return -1;
+    }
     offload_params_init(p, kp->max_requests, kp->max_tokens, seed);
     runtime_opts_offload(rt, p);
     memset(&ro->src, 0, sizeof ro->src);

@@ -32,6 +32,8 @@ enum {
     RUN_OFF_CAP_FRACTION,
     RUN_OFF_QUERY,
     RUN_OFF_REUSE,
+    RUN_OFF_SPECULATE,
+    RUN_OFF_SPEC_PREDICTOR,
     RUN_OFF_END
 };
 
@@ -50,7 +52,9 @@ enum {
         RUN_OFF_OPT("admission", RUN_OFF_ADMISSION), RUN_OFF_OPT("profile", RUN_OFF_IOAA_PROFILE), \
         RUN_OFF_OPT("trace", RUN_OFF_TRACE),                                                       \
         RUN_OFF_OPT("recall-cap-fraction", RUN_OFF_CAP_FRACTION),                                  \
-        RUN_OFF_OPT("query", RUN_OFF_QUERY), RUN_OFF_OPT("reuse", RUN_OFF_REUSE)
+        RUN_OFF_OPT("query", RUN_OFF_QUERY), RUN_OFF_OPT("reuse", RUN_OFF_REUSE),                  \
+        {"speculate", no_argument, 0, RUN_OFF_SPECULATE},                                          \
+        RUN_OFF_OPT("spec-predictor", RUN_OFF_SPEC_PREDICTOR)
 
 /* The offload flags' part of pulse run --help. */
 extern const char run_offload_usage[];
@@ -62,6 +66,8 @@ struct run_offload_opts {
     const char *selection, *engine, *profile, *heads, *prompt_kv; /* NULL: the policy's */
     const char *query; /* --query: NULL = locality */
     const char *reuse; /* --reuse: NULL = the policy's (policy.offload_refetch) */
+    int speculate;     /* --speculate: the policy's prefetching schedule */
+    const char *spec_predictor;                  /* --spec-predictor: NULL = approx */
     double host_pool_gb, cap_gbps, cap_fraction; /* cap_fraction: of the H2D peak, 0 none */
     /* pulseinfer: --no-irq, --admission, --profile (the IOAA profile), --trace */
     int no_irq;

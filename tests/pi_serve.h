@@ -34,6 +34,9 @@ struct pi_cfg {
                          run (cuda only) */
     int host_wait;    /* cuda: a recall waited for on the host (offload_params.host_wait, pulse
                          run --recall-wait host); else on the device */
+    int speculate;    /* the policy's prefetching schedule (pulse run --speculate) */
+    int spec_predictor; /* enum offload_spec_predictor */
+    int query;          /* enum offload_query (real: with prompt_kv prefill) */
 };
 
 struct pi_out {
@@ -88,7 +91,9 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
     p.engine = c->zero_copy ? RECALL_ZERO_COPY : RECALL_GATHER_SCATTER;
     p.recall_ops = c->ops;
     p.host_wait = c->host_wait;
-    p.schedule = pol->offload_schedule;
+    p.schedule = c->speculate ? pol->offload_spec_schedule : pol->offload_schedule;
+    p.spec_predictor = c->spec_predictor;
+    p.query = c->query;
     void *ctx = NULL;
     if (kv && pol->needs_ctx) {
         int64_t prompt = 0;

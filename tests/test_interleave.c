@@ -259,12 +259,38 @@ static void pre_twice(struct offload *o, struct batch *bt, int layer)
     offload_pre(o, bt, layer);
 }
 
+static void pre_select_prefetch(struct offload *o, struct batch *bt, int layer)
+{
+    offload_pre(o, bt, layer);
+    if (offload_layer_sparse(o, layer)) offload_select(o, bt, layer);
+    if (offload_layer_sparse(o, layer + 1)) offload_prefetch(o, bt, layer + 1);
+}
+static void prefetch_selected(struct offload *o, struct batch *bt, int layer)
+{
+    offload_pre(o, bt, layer);
+    if (offload_layer_sparse(o, layer)) offload_select(o, bt, layer);
+    if (offload_layer_sparse(o, layer + 1)) {
+        offload_select(o, bt, layer + 1);
+        offload_prefetch(o, bt, layer + 1);
+    }
+}
+static void prefetch_two_ahead(struct offload *o, struct batch *bt, int layer)
+{
+    offload_pre(o, bt, layer);
+    if (offload_layer_sparse(o, layer)) offload_select(o, bt, layer);
+    if (offload_layer_sparse(o, layer + 2)) offload_prefetch(o, bt, layer + 2);
+}
+
 static void test_schedule_rules(void)
 {
-    static const struct offload_schedule bad[] = {{"no pre-attention", 0, no_pre},
-                                                  {"no selection", 0, no_select},
-                                                  {"two layers ahead", 1, two_ahead},
-                                                  {"pre-attention twice", 0, pre_twice}};
+    static const struct offload_schedule bad[] = {
+        {"no pre-attention", 0, no_pre, 0},
+        {"no selection", 0, no_select, 0},
+        {"two layers ahead", 1, two_ahead, 0},
+        {"pre-attention twice", 0, pre_twice, 0},
+        {"a prefetch in a schedule that does not prefetch", 1, pre_select_prefetch, 0},
+        {"a layer selected and prefetched in one piece", 1, prefetch_selected, 1},
+        {"a prefetch two layers ahead", 1, prefetch_two_ahead, 1}};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
         fflush(stderr);
         const pid_t pid = fork();

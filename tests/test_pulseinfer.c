@@ -544,6 +544,125 @@ static void test_ioaa_cap(void)
     }
 }
 
+/* ------------------------------------------------------------------ speculation */
+
+static double rate(const struct serve_counters *c)
+{
+    return c->spec_scored ? (double)c->spec_held / (double)c->spec_scored : -1;
+}
+
+/* Speculation with exact correction (--speculate, offload_prefetch): every request offloaded,
+ * a budget of two blocks of up to 19 (so a prediction can miss), mixed lengths. Whatever the
+ * prediction -- the step's own query (a perfect predictor), the approximate real query, or the
+ * query negated (a deliberately poor one) -- the tokens are exact SoloHead's; the counters show
+ * the prediction's hit rate and the corrections it cost: none for a perfect predictor, some for
+ * a poor one, and the prefetched plus corrected chunks are every chunk recalled. Both engines'
+ * paths (host-planned gather-scatter, device-planned zero-copy), with and without IRQ, and the
+ * real query on a prefilled prompt. */
+static void test_speculation(void)
+{
+    static const char *const names[] = {"approx", "negated"};
+    for (int real = 0; real < 2; real++)
+        for (int zc = 0; zc < 2; zc++)
+            for (int no_irq = 0; no_irq < 2; no_irq++) {
+                if (real && no_irq) continue;
+                struct pi_cfg c = {.policy = "pulseinfer",
+                                   .spec = real ? "lengths:300,90,260,200"
+                                                : "lengths:300,170,90,260,40,200",
+                                   .admission = "fixed:0",
+                                   .out_len = real ? 6 : 10,
+                                   .max_batch = 4,
+                                   .no_irq = no_irq,
+                                   .selection = OFFLOAD_SOLOHEAD,
+                                   .budget_tokens = 32,
+                                   .prompt_kv = real ? OFFLOAD_KV_PREFILL : OFFLOAD_KV_LOCALITY,
+                                   .query = real ? OFFLOAD_QUERY_REAL : OFFLOAD_QUERY_LOCALITY,
+                                   .zero_copy = zc};
+                struct pi_out exact, spec[2];
+                serve(&c, &exact);
+                EXPECT_EQ_INT(exact.rc, 0);
+                EXPECT_EQ_INT(exact.ctr.spec_recall_chunks + exact.ctr.spec_scored, 0);
+                c.speculate = 1;
+                for (int k = 0; k < 2; k++) {
+                    c.spec_predictor = k ? OFFLOAD_SPEC_NEGATED : OFFLOAD_SPEC_APPROX;
+                    serve(&c, &spec[k]);
+                    const struct serve_counters *t = &spec[k].ctr;
+                    EXPECT_EQ_INT(spec[k].rc, 0);
+                    const int same = same_tokens(&exact.w, &spec[k].w);
+                    EXPECT(same);
+                    printf("speculation, %s query, %s%s, %s predictor: tokens %s exact "
+                           "SoloHead's; hit rate %.3f (%lld of %lld), %lld chunks prefetched, "
+                           "%lld corrected, %lld recalled (exact alone: %lld)\n",
+                           real ? "real" : "locality", zc ? "zero-copy" : "gather-scatter",
+                           no_irq ? " --no-irq" : "", names[k], same ? "equal" : "DIFFER from",
+                           rate(t), (long long)t->spec_held, (long long)t->spec_scored,
+                           (long long)t->spec_recall_chunks, (long long)t->spec_corrections,
+                           (long long)t->recall_chunks, (long long)exact.ctr.recall_chunks);
+                    EXPECT(t->spec_scored > 0 && t->spec_recall_chunks > 0);
+                    EXPECT(t->spec_recall_chunks + t->spec_corrections <= t->recall_chunks);
+                    EXPECT(t->spec_corrections > 0 || t->spec_held == t->spec_scored);
+                }
+                const struct serve_counters *good = &spec[0].ctr, *poor = &spec[1].ctr;
+                if (!real) { /* the locality query's own step: a perfect predictor */
+                    EXPECT_EQ_INT(good->spec_held, good->spec_scored);
+                    EXPECT_EQ_INT(good->spec_corrections, 0);
+                }
+                EXPECT(rate(poor) < 0.5 && rate(poor) < rate(good));
+                EXPECT(poor->spec_corrections > good->spec_corrections);
+                workload_free(&exact.w);
+                for (int k = 0; k < 2; k++)
+                    workload_free(&spec[k].w);
+            }
+}
+
+/* pulse run: --speculate's schedule and counters in the JSON; the flags refused where they do
+ * not apply. */
+static void test_speculation_cli(void)
+{
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy arkvale --speculate", out, sizeof out),
+                  2);
+    EXPECT(strstr(out, "--speculate: arkvale has no speculation") != NULL);
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy pulseinfer --spec-predictor negated",
+                               out, sizeof out),
+                  2);
+    EXPECT(strstr(out, "--spec-predictor: only where a layer is selected one ahead") != NULL);
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy infinigen --spec-predictor worst", out,
+                               sizeof out),
+                  2);
+    EXPECT(strstr(out, "--spec-predictor") != NULL);
+    char path[] = "/tmp/pulse_pi_spec_XXXXXX", cmd[512];
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    snprintf(cmd, sizeof cmd,
+             "run --backend cpu --policy pulseinfer --speculate --spec-predictor negated "
+             "--workload lengths:300,260 --output-len 4 --max-batch 2 --budget-tokens 32 "
+             "--admission fixed:0 --out %s",
+             path);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    remove(path);
+    EXPECT(j != NULL);
+    json_t *cfg = json_object_get(json_object_get(j, "config"), "offload");
+    EXPECT(!strcmp(json_string_value(json_object_get(cfg, "schedule")) ?: "", "speculate-exact"));
+    EXPECT(json_is_true(json_object_get(cfg, "prefetch")));
+    EXPECT(!strcmp(json_string_value(json_object_get(cfg, "spec_predictor")) ?: "", "negated"));
+    json_t *off = json_object_get(json_object_get(j, "counters"), "offload");
+    json_t *sp = json_object_get(off, "speculation");
+    EXPECT(json_integer_value(json_object_get(sp, "recall_chunks")) > 0);
+    EXPECT(json_integer_value(json_object_get(sp, "corrections")) > 0);
+    const double hr = json_real_value(json_object_get(sp, "hit_rate"));
+    EXPECT(hr >= 0 && hr < 0.5);
+    /* the layers' sum to the run's */
+    int64_t corr = 0;
+    json_t *l;
+    size_t i;
+    json_array_foreach(json_object_get(off, "layers"), i, l) corr +=
+        json_integer_value(json_object_get(json_object_get(l, "speculation"), "corrections"));
+    EXPECT_EQ_INT(corr, json_integer_value(json_object_get(sp, "corrections")));
+    json_decref(j);
+}
+
 int main(void)
 {
     test_equals_vanilla();
@@ -555,5 +674,7 @@ int main(void)
     test_fault_cli();
     test_flags();
     test_ioaa_cap();
+    test_speculation();
+    test_speculation_cli();
     return tu_finish("test_pulseinfer");
 }

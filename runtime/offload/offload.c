@@ -226,6 +226,7 @@ static size_t host_layout(struct offload *o, char *base)
     struct carve c = {base, 0};
     const size_t B = (size_t)o->max_batch, MB = (size_t)o->max_blocks;
     o->q_next = take(&c, 2 * B * o->n_sparse * o->nq * o->hd);
+    o->q_spec_next = o->spec_q_up ? take(&c, 2 * B * o->n_sparse * o->nq * o->hd) : NULL;
     o->q_ready = take(&c, B * o->n_sparse);
     for (int p = 0; p < 2; p++) {
         o->ss[p].slot = take(&c, 4 * B);
@@ -235,6 +236,12 @@ static size_t host_layout(struct offload *o, char *base)
     o->ev_selected = take(&c, sizeof(void *) * (size_t)o->n_sparse);
     o->ev_built = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
     o->ev_gathered = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
+    if (o->spec) {
+        o->ev_spec_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
+        o->ev_spec_selected = take(&c, sizeof(void *) * (size_t)o->n_sparse);
+        o->ev_spec_built = take(&c, sizeof(void *) * (size_t)o->n_sparse);
+    }
+    o->pl_spec_step = take(&c, 8 * (size_t)o->n_sparse);
     o->items = take(&c, sizeof(struct recall_item) * (size_t)o->max_items);
     o->lgraph = take(&c, sizeof(void *) * 2 * (size_t)o->n_layers);
     int32_t *r = take(&c, 4 * 6 * (size_t)o->ms);
@@ -252,7 +259,7 @@ static size_t host_layout(struct offload *o, char *base)
     o->last_nb = take(&c, 4 * B * o->n_sparse);
     o->ls = take(&c, sizeof(struct offload_layer_stats) * (size_t)o->n_layers);
     o->series = take(&c, 8 * (size_t)o->p.max_steps);
-    o->prev_totals = take(&c, 8 * (size_t)o->n_sparse * OFFLOAD_TOTALS);
+    o->prev_totals = take(&c, 8 * 2 * (size_t)o->n_sparse * OFFLOAD_TOTALS);
     o->h_hp = o->device_plan ? take(&c, o->hp_bytes) : NULL;
     return c.off;
 }
@@ -268,10 +275,11 @@ static size_t pin_layout(struct offload *o, char *base)
     for (int p = 0; p < 2; p++)
         o->h_up[p] = take(&c, offload_up_bytes(o));
     o->h_sel = take(&c, 4 * 2 * S * o->sel_ints);
+    o->h_sel_spec = o->spec ? take(&c, 4 * 2 * S * o->sel_ints) : NULL;
     o->h_ctl = take(&c, 4 * 2 * S * o->ctl_ints);
     o->flags = take(&c, 4 * S);
     for (int p = 0; p < 2; p++)
-        o->h_totals[p] = take(&c, 8 * S * OFFLOAD_TOTALS);
+        o->h_totals[p] = take(&c, 8 * 2 * S * OFFLOAD_TOTALS);
     return c.off;
 }
 
@@ -280,11 +288,11 @@ static size_t dev_layout(struct offload *o, char *base)
     struct carve c = {base, 0};
     const size_t V = (size_t)o->max_batch * o->n_lists;
     o->d_up = take(&c, offload_up_bytes(o));
-    o->d_q = (uint16_t *)((char *)o->d_up +
-                          (offload_up_bytes(o) -
-                           sizeof(uint16_t) * (size_t)o->n_sparse * o->max_batch * o->nq * o->hd));
+    o->d_q = (uint16_t *)(o->d_up ? o->d_up + offload_up_ints(o) : NULL);
     o->d_scores = take(&c, 4 * V * o->max_blocks);
     o->d_sel = take(&c, 4 * (size_t)o->n_sparse * V * (o->ms + 1));
+    o->d_sel_spec = o->spec ? take(&c, 4 * (size_t)o->n_sparse * V * (o->ms + 1)) : NULL;
+    o->d_zero = take(&c, 4 * (size_t)o->max_batch);
     for (int i = 0; i < 2; i++)
         o->d_ctl[i] = take(&c, 4 * o->ctl_ints);
     o->d_att_start = take(&c, 4 * V);
@@ -297,9 +305,12 @@ static size_t dev_layout(struct offload *o, char *base)
         po->victim_block = take(&c, 4 * VM), po->attend_slot = take(&c, 4 * VM);
         po->fresh_block = take(&c, 4 * V), po->fresh_slot = take(&c, 4 * V);
         po->fresh_victim = take(&c, 4 * V);
-        o->d_totals = take(&c, 8 * S * OFFLOAD_TOTALS);
+        o->d_totals = take(&c, 8 * 2 * S * OFFLOAD_TOTALS); /* the predictions' after */
         for (int i = 0; i < 2; i++)
             o->d_desc[i] = take(&c, sizeof(struct recall_desc) * VM);
+        for (int i = 0; i < 2 && o->spec; i++)
+            o->d_desc_spec[i] = take(&c, sizeof(struct recall_desc) * VM);
+        o->d_ctl_spec = o->spec ? take(&c, 4 * o->ctl_ints) : NULL;
         o->d_own = take(&c, 4 * (size_t)o->max_batch * S * (o->hot_slots + 1));
         o->d_hids = take(&c, 4 * (size_t)o->max_batch * S * o->max_blocks);
     }
@@ -348,7 +359,7 @@ static int alloc_dev(struct offload *o)
     if (o->device_plan) {
         hot_plan_state_carve(&o->hpp, o->d_hp, &o->hps);
         o->fn.hot_plan_init(&o->hpp, &o->hps, o->ctx->stream);
-        o->be->memset(o->ctx, o->d_totals, 0, 8 * (size_t)o->n_sparse * OFFLOAD_TOTALS);
+        o->be->memset(o->ctx, o->d_totals, 0, 8 * 2 * (size_t)o->n_sparse * OFFLOAD_TOTALS);
         void *dev = NULL;
         const struct recall_copy_ops *ops = recall_copy_ops_for(o->be);
         if (ops->map_host(ops, host_pool_base(o->hp), &dev) != PULSE_OK) return PULSE_ERR_OOM;
@@ -364,6 +375,12 @@ static int alloc_dev(struct offload *o)
     for (int i = 0; i < o->n_sparse; i++)
         o->ev_selected[i] = o->be->event_create();
     o->ev_lists = o->be->event_create();
+    for (int i = 0; o->spec && i < 2 * o->n_sparse; i++)
+        if (!(o->ev_spec_sel[i] = o->be->event_create())) return PULSE_ERR_OOM;
+    for (int i = 0; o->spec && i < o->n_sparse; i++)
+        if (!(o->ev_spec_selected[i] = o->be->event_create()) ||
+            !(o->ev_spec_built[i] = o->be->event_create()))
+            return PULSE_ERR_OOM;
     if (o->be->ctx_create_urgent(&o->sctx) != PULSE_OK) return PULSE_ERR_OOM;
     if (o->overlap) {
         if (o->be->ctx_create_urgent(&o->gctx) != PULSE_OK) return PULSE_ERR_OOM;
@@ -426,6 +443,10 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
     o->device_plan = p->engine == RECALL_ZERO_COPY && p->cap_gbps == 0;
     /* selecting ahead, the next layer's gather overlaps this layer's MLP on its own stream */
     o->overlap = o->device_plan && (p->device_overlap || p->schedule->lookahead);
+    o->spec = p->schedule->prefetch;
+    /* the locality query's approximate one, when it is not the step's own */
+    o->spec_q_up = p->query != OFFLOAD_QUERY_REAL && p->schedule->lookahead &&
+                   ((p->source && p->source->spec_q) || p->spec_predictor == OFFLOAD_SPEC_NEGATED);
     o->layer_graphs = p->layer_graphs != 0; /* 0: the device path's layers as pieces */
     o->hpp = (struct hot_plan_params){o->max_batch * o->n_sparse * o->n_lists, o->hot_slots,
                                       p->sink, p->window, o->max_blocks};
@@ -540,16 +561,32 @@ static int make_prefill(struct offload *o, char *err, size_t errlen)
     return PULSE_OK;
 }
 
-/* The real query one layer ahead: the approximate query's output and workspace. */
+/* The real query one layer ahead: the approximate query's output and workspace; with the
+ * negated predictor, every layer's input norm weight negated (RMSNorm, the projection, QK-norm
+ * and RoPE are odd in it, so the approximate query comes out negated). */
 static int make_approx_q(struct offload *o, char *err, size_t errlen)
 {
     if (o->p.query != OFFLOAD_QUERY_REAL || !o->p.schedule->lookahead) return PULSE_OK;
     const size_t qb = mem_aligned(sizeof(uint16_t) * (size_t)o->max_batch * o->nq * o->hd);
-    o->aq_bytes = qb + select_approx_q_workspace_bytes(o->max_batch, o->mc->hidden, o->nq, o->hd);
+    const int neg = o->p.spec_predictor == OFFLOAD_SPEC_NEGATED;
+    const size_t H = (size_t)o->mc->hidden, nb = neg ? mem_aligned(2 * H * o->n_layers) : 0;
+    o->aq_bytes =
+        qb + nb + select_approx_q_workspace_bytes(o->max_batch, o->mc->hidden, o->nq, o->hd);
     if (!(o->aq_mem = mem_alloc(o->be->mem, o->aq_bytes, "approximate query")))
         OOM_BAD("the approximate query: out of memory for %zu bytes", o->aq_bytes);
     o->d_aq = o->aq_mem;
-    o->aq_ws = (char *)o->aq_mem + qb;
+    o->aq_ws = (char *)o->aq_mem + qb + nb;
+    if (!neg) return PULSE_OK;
+    o->d_negnorm = (uint16_t *)((char *)o->aq_mem + qb);
+    uint16_t *w = o->stage_kv; /* host scratch of max_blocks pages, before any admission */
+    PULSE_CHECK(2 * H <= (size_t)o->max_blocks * o->page_bytes,
+                "offload: no host scratch for a norm weight");
+    for (int l = 0; l < o->n_layers; l++) {
+        o->be->download(o->ctx, w, engine_model(o->eng)->layers[l].attn_norm, 2 * H);
+        for (size_t i = 0; i < H; i++)
+            w[i] ^= 0x8000; /* bf16's sign */
+        o->be->upload(o->ctx, o->d_negnorm + (size_t)l * H, w, 2 * H);
+    }
     return PULSE_OK;
 }
 
@@ -614,6 +651,10 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     if (rc != PULSE_OK) return rc;
     if (!p->schedule || !p->schedule->layer || (unsigned)p->schedule->lookahead > 1)
         BAD("offload: no layer schedule (a policy's: struct offload_schedule)");
+    if (p->schedule->prefetch && (!p->schedule->lookahead || p->refetch))
+        BAD("offload: a prefetching schedule selects one layer ahead and reuses resident blocks");
+    if ((unsigned)p->spec_predictor > OFFLOAD_SPEC_NEGATED)
+        BAD("offload: unknown speculation predictor %d", p->spec_predictor);
     if (ks.max_requests != p->max_batch)
         BAD("offload: the KV cache has %d request slots, max_batch is %d", ks.max_requests,
             p->max_batch);
@@ -625,7 +666,7 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     o->gpu_pool = (char *)view.pool;
     o->next_layer = -1;
     for (int l = 0; l < OFFLOAD_MAX_LAYERS; l++)
-        o->sel_step[l] = -1;
+        o->sel_step[l] = o->spec_step[l] = o->piece_pf[l] = -1;
     set_shape(o, m, view.page_size);
     char why[256];
     if (o->device_plan && hot_plan_params_check(&o->hpp, why, sizeof why)) {
@@ -634,6 +675,8 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
         return PULSE_ERR_INVALID;
     }
     if (alloc_host(o) != PULSE_OK) goto oom;
+    for (int sl = 0; sl < o->n_sparse; sl++)
+        o->pl_spec_step[sl] = -1;
     if ((rc = take_source(o, err, errlen)) != PULSE_OK ||
         (rc = make_pools(o, err, errlen)) != PULSE_OK ||
         (rc = make_prefill(o, err, errlen)) != PULSE_OK ||
@@ -672,6 +715,12 @@ void offload_free(struct offload *o)
     for (int i = 0; i < o->n_sparse && o->ev_selected; i++)
         if (o->ev_selected[i]) o->be->event_destroy(o->ev_selected[i]);
     if (o->ev_lists) o->be->event_destroy(o->ev_lists);
+    for (int i = 0; i < 2 * o->n_sparse && o->ev_spec_sel; i++)
+        if (o->ev_spec_sel[i]) o->be->event_destroy(o->ev_spec_sel[i]);
+    for (int i = 0; i < o->n_sparse && o->ev_spec_selected; i++) {
+        if (o->ev_spec_selected[i]) o->be->event_destroy(o->ev_spec_selected[i]);
+        if (o->ev_spec_built[i]) o->be->event_destroy(o->ev_spec_built[i]);
+    }
     for (int i = 0; i < o->n_sparse && o->ev_built; i++) {
         if (o->ev_built[i]) o->be->event_destroy(o->ev_built[i]);
         if (o->ev_gathered[i]) o->be->event_destroy(o->ev_gathered[i]);

@@ -116,6 +116,17 @@ struct offload_schedule {
                          approximate query of the real one, and runs zero-copy's gather beside
                          the compute stream); 0: a layer's piece selects that layer only */
     void (*layer)(struct offload *o, struct batch *bt, int layer);
+    int prefetch; /* 1: its pieces prefetch the next layer (offload_prefetch; needs lookahead):
+                     the runtime keeps a second set of lists per layer for it */
+};
+
+/* The approximate query a prefetch (and a lookahead selection) selects with. */
+enum offload_spec_predictor {
+    OFFLOAD_SPEC_APPROX = 0, /* InfiniGen's approximate query with the real query; with the
+                                locality query the source's spec_q (its misprediction model),
+                                or the step's own query when it has none */
+    OFFLOAD_SPEC_NEGATED = 1 /* tests: that query negated, a deliberately poor predictor (it
+                                ranks the blocks nearly in reverse) */
 };
 
 struct offload_params {
@@ -181,6 +192,7 @@ struct offload_params {
     int prompt_kv_host; /* 1: offload prompt KV written by the CPU even on cuda (the reference
                            path, for comparisons and timing); default 0: generated on the
                            device wherever it can be */
+    int spec_predictor; /* enum offload_spec_predictor (default approx) */
 };
 
 /* Per sparse layer, what the runtime did (the source's meter adds churn and its quantiles). */
@@ -195,11 +207,20 @@ struct offload_layer_stats {
     int64_t tail_flushes;    /* filled tail blocks copied to their slot and the host pool */
     int64_t refetched;       /* with refetch: misses that were resident before the step (what
                                 reuse would have kept; hits are what it kept) */
+    /* a prefetching schedule (offload_prefetch): the prefetch's hot-cache access (its hits,
+     * and its misses: the chunks it recalled, counted in recall_bytes/chunks too), the misses
+     * of the exact selections that followed a prefetch (corrections: the mispredicted blocks,
+     * counted in misses too), and the prediction's overlap: of the exact lists' blocks chosen by
+     * score (select_overlap), how many the prefetched lists held */
+    int64_t spec_lists, spec_hits, spec_misses, spec_recall_bytes, corrections;
+    int64_t spec_scored, spec_held;
 };
 
 struct offload_stats {
     int64_t steps, admitted, refusals_host, refusals_digest, refusals_gpu;
     int64_t recall_bytes, recall_chunks, recalls, stalls, recall_failures;
+    /* the sparse layers' prefetch counters summed (offload_layer_stats) */
+    int64_t spec_misses, spec_recall_bytes, corrections, spec_scored, spec_held;
     double recall_wait_s, prompt_fill_s;
     int64_t engine_bytes, engine_chunks; /* the recall engine's own counters (cross-check) */
     size_t host_pool_bytes, digest_store_bytes;
@@ -318,6 +339,14 @@ int offload_step_end(struct offload *o, struct batch *bt);
  * with a lookahead schedule layer + 1 (before or after pre). */
 void offload_pre(struct offload *o, struct batch *bt, int layer);
 void offload_select(struct offload *o, struct batch *bt, int layer);
+/* With a prefetching schedule (offload_schedule.prefetch), inside the piece of layer l: selects
+ * layer l + 1 (sparse, not selected in this piece) from its approximate query (enum
+ * offload_spec_predictor) into the layer's prefetch lists and starts recalling their missing
+ * blocks into its hot cache, overlapping layer l; no attention reads those lists. Layer l + 1's
+ * own selection (offload_select at its piece, with the real query: the exact one) then finds
+ * the blocks predicted right resident and recalls the rest (the corrections), so attention
+ * reads exactly the exact selection, whatever the prediction. */
+void offload_prefetch(struct offload *o, struct batch *bt, int layer);
 
 void offload_get_stats(const struct offload *o, struct offload_stats *out);
 /* What a step moved (floor.h): weights, the dense layers' KV, the selected pages' KV, the

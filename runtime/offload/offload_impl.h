@@ -122,11 +122,35 @@ struct offload {
     int next_layer; /* the layer a step issues or finishes next; -1 between steps */
     int issued;     /* next_layer has been issued (offload_layer_issue) */
     int pre_done;   /* next_layer's pre-attention has been queued (offload_pre) */
-    /* per layer, the sparse layers its piece selected, in order (offload_select): the device
-     * path queues their side work after the piece, whose graph replays without running it */
+    /* per layer, the sparse layers its piece selected, in order (offload_select), and the one
+     * it prefetched (offload_prefetch; -1: none): the device path queues their side work after
+     * the piece, whose graph replays without running it */
     int16_t piece_sel[OFFLOAD_MAX_LAYERS][2];
     int8_t piece_nsel[OFFLOAD_MAX_LAYERS];
+    int16_t piece_pf[OFFLOAD_MAX_LAYERS];
     int64_t sel_step[OFFLOAD_MAX_LAYERS]; /* per sparse layer, the step that selected it last */
+    int64_t spec_step[OFFLOAD_MAX_LAYERS]; /* per sparse layer, the step that prefetched it last */
+
+    /* A prefetching schedule (offload_schedule.prefetch): per sparse layer a second set of
+     * lists (the prediction's), by parity on the host as h_sel; the device path's plan of them
+     * into descriptors of their own (by the layer's parity) and a scratch control block. The
+     * planner's PREFETCH job recalls their misses with no flag: it waits for that recall before
+     * its next job, so the exact selection's plan sees the prefetched blocks landed. */
+    int spec;
+    int spec_q_up;         /* the locality query: the step upload carries the approximate queries
+                              ([n_sparse][n][nq][hd] after the exact ones), made beside them */
+    uint16_t *q_spec_next; /* [max_batch][n_sparse][nq][hd] beside q_next */
+    int32_t *h_sel_spec;   /* [2][n_sparse x sel_ints] */
+    int32_t *d_sel_spec;   /* [n_sparse] per layer, packed as d_sel */
+    void **ev_spec_sel;    /* [2][n_sparse] the prediction's lists are on the host */
+    void **ev_spec_selected, **ev_spec_built; /* [n_sparse] made; planned (device path) */
+    struct recall_desc *d_desc_spec[2];
+    int32_t *d_ctl_spec;   /* the device build's control block of a prediction (unread) */
+    int32_t *d_zero;       /* [max_batch] zeros: no new tail (a prefetch took it) */
+    uint16_t *d_negnorm;   /* OFFLOAD_SPEC_NEGATED with the real query: [n_layers][hidden]
+                              every layer's input norm weight negated (so its approximate query
+                              is the negated one) */
+    int64_t *pl_spec_step; /* [n_sparse] the planner's: the step whose prefetch it ran last */
     int64_t step_syncs;              /* host synchronisations of the last step (main thread) */
     int64_t host_syncs;              /* summed over steps */
     double stage_s, prefetch_s;      /* host time staging the steps' uploads and making the
@@ -201,7 +225,12 @@ struct offload {
  * is missing), and waits for the recall itself (retrying a failed one) so the main thread never
  * does. JOB_PLAN does all of that; JOB_METER only the meter (the device path); JOB_STEP the
  * device path's per-layer totals once a step (ev_end). */
-enum { OFFLOAD_JOB_PLAN = 1, OFFLOAD_JOB_METER = 2, OFFLOAD_JOB_STEP = 3 };
+enum {
+    OFFLOAD_JOB_PLAN = 1,
+    OFFLOAD_JOB_METER = 2,
+    OFFLOAD_JOB_STEP = 3,
+    OFFLOAD_JOB_PREFETCH = 4
+};
 /* Where the host's time queuing a step's layers goes (offload_stats.host_phase_s). */
 enum { OFFLOAD_HOST_PRE, OFFLOAD_HOST_SELECT, OFFLOAD_HOST_PLAN, OFFLOAD_HOST_ATTEND,
        OFFLOAD_HOST_POST };
@@ -245,8 +274,9 @@ static inline void offload_quiesce(const struct offload *o)
 void offload_prefetch_warm(const struct offload *o);
 /* Frees the device path's layer graphs (offload_layer.c). */
 void offload_layer_graphs_drop(struct offload *o);
-/* Bytes of the step upload (offload_layer.c). */
+/* Bytes of the step upload, and its ints before the queries (offload_layer.c). */
 size_t offload_up_bytes(const struct offload *o);
+size_t offload_up_ints(const struct offload *o);
 
 /* Control block of parity p and sparse layer sl (host), and its parts. */
 static inline int32_t *offload_ctl(const struct offload *o, int p, int sl)
@@ -269,6 +299,16 @@ static inline int32_t *offload_sel(const struct offload *o, int p, int sl, int n
 static inline int32_t *offload_dsel(const struct offload *o, int sl, int n)
 {
     return o->d_sel + (size_t)sl * offload_sel_len(o, n);
+}
+/* The same of the prediction's lists (a prefetching schedule). */
+static inline int32_t *offload_spec_sel(const struct offload *o, int p, int sl, int n)
+{
+    return o->h_sel_spec + (size_t)p * o->n_sparse * o->sel_ints +
+           (size_t)sl * offload_sel_len(o, n);
+}
+static inline int32_t *offload_spec_dsel(const struct offload *o, int sl, int n)
+{
+    return o->d_sel_spec + (size_t)sl * offload_sel_len(o, n);
 }
 /* Offset of the tail-flush descriptors in a control block, in int32 units (32-byte aligned). */
 static inline size_t offload_ctl_desc_off(const struct offload *o)

@@ -1,6 +1,7 @@
 /* The offload runtime's counters (offload.h): totals, per sparse layer (the runtime's hot-cache
  * and recall counts beside the locality meter's achieved churn and recall bytes per step and
  * the profile's target), the per-step series, and the resolved configuration. */
+#include <math.h>
 #include <string.h>
 
 #include "common.h"
@@ -28,6 +29,8 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out)
     out->last_step_host_syncs = o->step_syncs;
     out->recall_bytes = out->recall_chunks = out->recalls = out->stalls = 0;
     out->recall_wait_s = 0;
+    out->spec_misses = out->spec_recall_bytes = out->corrections = 0;
+    out->spec_scored = out->spec_held = 0;
     for (int sl = 0; sl < o->n_sparse; sl++) {
         const struct offload_layer_stats *s = &o->ls[o->layer_of[sl]];
         out->recall_bytes += s->recall_bytes;
@@ -35,6 +38,11 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out)
         out->recalls += s->recalls;
         out->stalls += s->stalls;
         out->recall_wait_s += s->recall_wait_s;
+        out->spec_misses += s->spec_misses;
+        out->spec_recall_bytes += s->spec_recall_bytes;
+        out->corrections += s->corrections;
+        out->spec_scored += s->spec_scored;
+        out->spec_held += s->spec_held;
     }
     struct recall_stats rs;
     recall_get_stats(o->rc, &rs);
@@ -137,6 +145,18 @@ json_t *offload_config_json(const struct offload *o)
     json_object_set_new(j, "sparse_layers", json_integer(o->n_sparse));
     json_object_set_new(j, "schedule", json_string(o->p.schedule->name));
     json_object_set_new(j, "lookahead_layers", json_integer(o->p.schedule->lookahead));
+    json_object_set_new(j, "prefetch", json_boolean(o->spec));
+    json_object_set_new(
+        j, "spec_predictor",
+        json_string(o->p.spec_predictor == OFFLOAD_SPEC_NEGATED ? "negated" : "approx"));
+    json_object_set_new(j, "spec_query",
+                        json_string(!o->p.schedule->lookahead          ? "none"
+                                    : o->p.query == OFFLOAD_QUERY_REAL ? "approximate"
+                                    : o->spec_q_up && o->qs && o->qs->spec_q &&
+                                            o->p.spec_predictor == OFFLOAD_SPEC_APPROX
+                                        ? "source"
+                                    : o->spec_q_up ? "negated"
+                                                   : "exact"));
     json_object_set_new(j, "selection_query",
                         json_string(o->p.query == OFFLOAD_QUERY_REAL ? "real" : "locality"));
     json_object_set_new(j, "locality", o->qs ? o->qs->to_json(o->qs->user) : json_null());
@@ -155,6 +175,22 @@ static json_t *churn_json(const struct query_meter_stats *s)
     results_set_real(c, "target_p50", s->target_p50);
     results_set_real(c, "target_p90", s->target_p90);
     return c;
+}
+
+/* A prefetching schedule's counters of a layer, or of the run (offload_layer_stats): the
+ * prefetch's lists, hits and recalled chunks and bytes, the corrections (the exact lists'
+ * misses after a prefetch), and the prediction's hit rate (held / scored; null when nothing
+ * was scored). */
+static json_t *spec_json(const struct offload_layer_stats *r)
+{
+    json_t *j = json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "lists", (json_int_t)r->spec_lists, "hits",
+        (json_int_t)r->spec_hits, "recall_chunks", (json_int_t)r->spec_misses, "recall_bytes",
+        (json_int_t)r->spec_recall_bytes, "corrections", (json_int_t)r->corrections, "scored",
+        (json_int_t)r->spec_scored, "held", (json_int_t)r->spec_held);
+    results_set_real(j, "hit_rate",
+                     r->spec_scored ? (double)r->spec_held / (double)r->spec_scored : NAN);
+    return j;
 }
 
 static json_t *layer_json(const struct offload *o, int l)
@@ -181,6 +217,7 @@ static json_t *layer_json(const struct offload *o, int l)
         (json_int_t)r->selections, "tail_flushes", (json_int_t)r->tail_flushes);
     json_object_set_new(j, "refetched", json_integer(r->refetched));
     results_set_real(j, "recall_wait_s", r->recall_wait_s);
+    if (o->spec) json_object_set_new(j, "speculation", spec_json(r));
     return j;
 }
 
@@ -303,6 +340,17 @@ json_t *offload_counters_json(const struct offload *o)
     json_object_set_new(j, "setup", setup_json(o, &st));
     json_object_set_new(j, "host_syncs", json_integer(st.host_syncs));
     json_object_set_new(j, "layer_graph_launches", json_integer(st.layer_graph_launches));
+    if (o->spec) { /* the layers' prefetch counters summed */
+        struct offload_layer_stats sum = {0};
+        for (int sl = 0; sl < o->n_sparse; sl++) {
+            const struct offload_layer_stats *s = &o->ls[o->layer_of[sl]];
+            sum.spec_lists += s->spec_lists, sum.spec_hits += s->spec_hits;
+            sum.spec_misses += s->spec_misses, sum.spec_recall_bytes += s->spec_recall_bytes;
+            sum.corrections += s->corrections, sum.spec_scored += s->spec_scored;
+            sum.spec_held += s->spec_held;
+        }
+        json_object_set_new(j, "speculation", spec_json(&sum));
+    }
     if (o->faulty) /* PULSE_RECALL_FAULT */
         json_object_set_new(j, "recall_faults_injected",
                             json_integer(recall_fault_injected(&o->fault)));

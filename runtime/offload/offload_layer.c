@@ -49,11 +49,12 @@ static size_t up_ints(const struct offload *o)
     return mem_aligned(sizeof(int32_t) * n) / sizeof(int32_t);
 }
 
-/* Bytes of a step upload of n entries: the ints, then the queries [n_sparse][n][nq][hd]. */
+/* Bytes of a step upload of n entries: the ints, then the queries [n_sparse][n][nq][hd], and
+ * as many approximate ones after them when the upload carries those (spec_q_up). */
 static size_t up_bytes(const struct offload *o, int n)
 {
     return sizeof(int32_t) * up_ints(o) +
-           sizeof(uint16_t) * (size_t)o->n_sparse * n * o->nq * o->hd;
+           sizeof(uint16_t) * (size_t)(1 + o->spec_q_up) * o->n_sparse * n * o->nq * o->hd;
 }
 
 size_t offload_up_bytes(const struct offload *o)
@@ -61,7 +62,30 @@ size_t offload_up_bytes(const struct offload *o)
     return up_bytes(o, o->max_batch);
 }
 
+size_t offload_up_ints(const struct offload *o)
+{
+    return up_ints(o);
+}
+
 /* ------------------------------------------------------------------ queries */
+
+/* The next locality query of (slot, sparse layer sl) into q and, when the upload carries
+ * them, its approximate query into aq: the source's model of misprediction (spec_q; the query
+ * itself without one) or, for tests, the query negated. */
+static void make_q(struct offload *o, int sl, const int32_t *slot, uint16_t *q, uint16_t *aq)
+{
+    o->qs->step_q(o->qs->user, o->layer_of[sl], slot, 1, q);
+    if (!o->spec_q_up) return;
+    const size_t per = (size_t)o->nq * o->hd;
+    if (o->p.spec_predictor == OFFLOAD_SPEC_NEGATED) {
+        for (size_t i = 0; i < per; i++)
+            aq[i] = q[i] ^ 0x8000; /* bf16's sign */
+    } else if (o->qs->spec_q) {
+        o->qs->spec_q(o->qs->user, o->layer_of[sl], slot, 1, q, aq);
+    } else {
+        memcpy(aq, q, per * sizeof(uint16_t));
+    }
+}
 
 /* Layers id, id + nth, ... of prefetch_q. */
 static void prefetch_layers(void *arg, int id, int nth)
@@ -73,8 +97,8 @@ static void prefetch_layers(void *arg, int id, int nth)
         for (int b = 0; b < ss->n; b++) {
             const int u = ss->slot[b] * o->n_sparse + sl;
             if (o->q_ready[u]) continue;
-            o->qs->step_q(o->qs->user, o->layer_of[sl], ss->slot + b, 1,
-                          o->q_next + (size_t)u * per);
+            make_q(o, sl, ss->slot + b, o->q_next + (size_t)u * per,
+                   o->spec_q_up ? o->q_spec_next + (size_t)u * per : NULL);
             o->q_ready[u] = 1;
         }
 }
@@ -101,21 +125,25 @@ void offload_prefetch_warm(const struct offload *o)
     kernels_cpu_parallel(PULSE_MIN(o->n_sparse, 8), no_work, NULL);
 }
 
-/* This step's queries into the upload, [n_sparse][n][nq][hd] for the step's n entries: made in
- * advance, or now. */
+/* This step's queries into the upload, [n_sparse][n][nq][hd] for the step's n entries, then as
+ * many approximate ones when it carries them: made in advance, or now. */
 static void take_q(struct offload *o, uint16_t *dst)
 {
     if (o->p.query == OFFLOAD_QUERY_REAL) return;
     const size_t per = (size_t)o->nq * o->hd;
     const struct offload_step_state *ss = &o->ss[o->st.steps & 1];
+    uint16_t *adst = dst + (size_t)o->n_sparse * ss->n * per;
     for (int sl = 0; sl < o->n_sparse; sl++)
         for (int b = 0; b < ss->n; b++) {
             const int u = ss->slot[b] * o->n_sparse + sl;
-            uint16_t *q = dst + ((size_t)sl * ss->n + b) * per;
-            if (o->q_ready[u])
+            const size_t at = ((size_t)sl * ss->n + b) * per;
+            uint16_t *q = dst + at, *aq = o->spec_q_up ? adst + at : NULL;
+            if (o->q_ready[u]) {
                 memcpy(q, o->q_next + (size_t)u * per, per * sizeof(uint16_t));
-            else
-                o->qs->step_q(o->qs->user, o->layer_of[sl], ss->slot + b, 1, q);
+                if (aq) memcpy(aq, o->q_spec_next + (size_t)u * per, per * sizeof(uint16_t));
+            } else {
+                make_q(o, sl, ss->slot + b, q, aq);
+            }
             o->q_ready[u] = 0;
         }
 }
@@ -123,26 +151,31 @@ static void take_q(struct offload *o, uint16_t *dst)
 /* ------------------------------------------------------------------ one sparse layer */
 
 /* The device path (zero-copy): the layer's hot-cache plan, its descriptors and page lists, and
- * the gather from the host pool, all queued on the compute stream after the selection. */
-static void plan_on_device(struct offload *o, struct batch *bt, int sl)
+ * the gather from the host pool, all queued on the compute stream after the selection. A
+ * prediction's (spec: offload_prefetch) plans its own lists into its own descriptors, totals and
+ * a scratch control block, and its gather always runs beside (issue_spec_side); the exact
+ * selection of a layer predicted this step finds the new tail already given its slot. */
+static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec)
 {
     const int B = o->n;
     const size_t lists = (size_t)B * o->n_lists;
     const int32_t *up = o->d_up;
-    const int32_t *ds = offload_dsel(o, sl, B);
+    const int32_t *ds = spec ? offload_spec_dsel(o, sl, B) : offload_dsel(o, sl, B);
+    const int predicted = !spec && o->spec_step[o->layer_of[sl]] == o->st.steps;
     const struct hot_plan_in in = {ds,
                                    ds + lists * o->ms,
                                    up + up_row(o, UP_UBASE) + (size_t)sl * o->max_batch,
                                    up + up_row(o, UP_NB),
-                                   up + up_row(o, UP_TNEW),
+                                   predicted ? o->d_zero : up + up_row(o, UP_TNEW),
                                    B,
                                    o->n_lists,
                                    o->ms};
     struct hot_plan_out po = o->po;
-    po.totals = o->d_totals + (size_t)sl * OFFLOAD_TOTALS;
+    po.totals = o->d_totals + ((size_t)spec * o->n_sparse + sl) * OFFLOAD_TOTALS;
     o->fn.hot_plan(&o->hpp, &o->hps, &in, &po, o->ctx->stream);
     const size_t V = (size_t)o->max_batch * o->n_lists;
-    int32_t *ctl = o->d_ctl[sl & 1];
+    int32_t *ctl = spec ? o->d_ctl_spec : o->d_ctl[sl & 1];
+    struct recall_desc *desc = spec ? o->d_desc_spec[sl & 1] : o->d_desc[sl & 1];
     const struct offload_build_args a = {po.status,
                                          po.n_recalls,
                                          po.recall_block,
@@ -170,13 +203,17 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl)
                                          o->page_bytes,
                                          o->head_bytes,
                                          offload_chunk_bytes(o),
-                                         o->d_desc[sl & 1],
+                                         desc,
                                          ctl,
                                          ctl + V,
                                          (struct recall_desc *)(ctl + offload_ctl_desc_off(o)),
                                          (unsigned long long *)(po.totals + OFFLOAD_TOT_ATT),
                                          (unsigned long long *)(po.totals + OFFLOAD_TOT_REFUSED)};
     o->fn.build(&a, o->ctx->stream);
+    if (spec) {
+        o->be->event_record_external(o->ctx, o->ev_spec_built[sl]);
+        return;
+    }
     if (!o->overlap) {
         const struct recall_params *rp = recall_get_params(o->rc);
         o->fn.gather(o->d_desc[sl & 1], (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads,
@@ -210,6 +247,29 @@ static void issue_side(struct offload *o, int layer)
     o->be->event_record(&o->gctx, o->ev_gathered[sl]);
 }
 
+/* A prefetched layer's work off the compute stream, as issue_side's: its predicted lists'
+ * download and the planner's PREFETCH job (the recall of its misses, on the host-planned
+ * path), and on the device path the gather on the gather's stream once the plan is built:
+ * before the exact selection's gather of the layer, which the attention waits for. */
+static void issue_spec_side(struct offload *o, int layer)
+{
+    const int sl = offload_sl(o, layer), p = o->st.steps & 1, B = o->n;
+    o->spec_step[layer] = o->st.steps;
+    o->be->stream_wait_event(&o->sctx, o->ev_spec_selected[sl]);
+    o->be->copy_async(&o->sctx, offload_spec_sel(o, p, sl, B), offload_spec_dsel(o, sl, B),
+                      sizeof(int32_t) * offload_sel_len(o, B));
+    o->be->event_record(&o->sctx, o->ev_spec_sel[(size_t)p * o->n_sparse + sl]);
+    offload_planner_post(o, OFFLOAD_JOB_PREFETCH, layer, o->st.steps);
+    if (!o->device_plan) return;
+    const struct recall_params *rp = recall_get_params(o->rc);
+    o->be->stream_wait_event(&o->gctx, o->ev_spec_built[sl]);
+    const int sp =
+        timeline_begin(o->tl, &o->gctx, TIMELINE_RECALL, "prefetch", 1, layer, o->st.steps);
+    o->fn.gather(o->d_desc_spec[sl & 1], (int)((size_t)B * o->n_lists * o->ms), rp->zc_blocks,
+                 rp->zc_threads, rp->zc_inflight_kb, o->gctx.stream);
+    timeline_end(o->tl, &o->gctx, sp);
+}
+
 /* The selection query of sparse layer `layer` with the real query: its own q after its
  * pre-attention, or, selected from the layer before it (a lookahead schedule), InfiniGen's
  * approximate query from the input of the layer being issued with `layer`'s weights and every
@@ -219,10 +279,35 @@ static const uint16_t *real_query(struct offload *o, struct batch *bt, int layer
     if (layer == o->next_layer) return batch_q(bt); /* at its own layer */
     const struct model_config *c = o->mc;
     const struct layer_weights *w = &engine_model(o->eng)->layers[layer];
-    const struct approx_q_weights aw = {w->attn_norm, w->wqkv, w->q_norm, NULL, c->hidden};
+    const uint16_t *norm = o->d_negnorm ? o->d_negnorm + (size_t)layer * c->hidden : w->attn_norm;
+    const struct approx_q_weights aw = {norm, w->wqkv, w->q_norm, NULL, c->hidden};
     o->fn.approx_q(o->ctx, &aw, batch_residual(bt), batch_pos(bt), o->aq_ws, o->d_aq, o->n,
                    c->hidden, o->nq, o->hd, w->rope_inv_freq, c->norm_eps);
     return o->d_aq;
+}
+
+/* The query sparse layer `layer` is selected with from the piece of the layer being issued:
+ * at its own layer the exact one (the real q after its pre-attention, or the locality
+ * stream's); one layer ahead the approximate one (the real query's approximation from the input
+ * of the layer being issued, or the upload's approximate locality queries when it carries
+ * them). */
+static const uint16_t *select_query(struct offload *o, struct batch *bt, int layer)
+{
+    if (o->p.query == OFFLOAD_QUERY_REAL) return real_query(o, bt, layer);
+    const size_t per = (size_t)o->n * o->nq * o->hd;
+    const int ahead = layer != o->next_layer && o->spec_q_up;
+    return o->d_q + ((size_t)ahead * o->n_sparse + offload_sl(o, layer)) * per;
+}
+
+/* The selection kernel of sparse layer `layer` on q into lists ds (device), recording ev. */
+static void select_into(struct offload *o, struct batch *bt, int layer, const uint16_t *q,
+                        int32_t *ds, void *ev)
+{
+    const int sl = offload_sl(o, layer), B = o->n;
+    const struct digest_view dv = digest_view_of(o, sl);
+    o->fn.select_blocks(o->ctx, &o->cfg, q, &dv, batch_len(bt), o->d_scores, ds,
+                        ds + (size_t)B * o->n_lists * o->ms, B, o->sel_head[layer]);
+    o->be->event_record_external(o->ctx, ev);
 }
 
 /* Selection of a sparse layer on the compute stream (the device path: then its plan and, unless
@@ -241,20 +326,37 @@ void offload_select(struct offload *o, struct batch *bt, int layer)
     PULSE_CHECK(layer != at || o->pre_done || o->p.query != OFFLOAD_QUERY_REAL,
                 "offload_select: the real query of a layer exists after its pre-attention");
     PULSE_CHECK(o->piece_nsel[at] < 2, "offload_select: a piece selects two layers at most");
+    PULSE_CHECK(o->piece_pf[at] != layer, "offload_select: a layer prefetched in this piece");
     o->piece_sel[at][o->piece_nsel[at]++] = (int16_t)layer;
-    const int sl = offload_sl(o, layer), B = o->n;
-    const size_t lists = (size_t)B * o->n_lists;
+    const int sl = offload_sl(o, layer);
     double t = pulse_now();
-    const struct digest_view dv = digest_view_of(o, sl);
-    const uint16_t *q = o->p.query == OFFLOAD_QUERY_REAL ? real_query(o, bt, layer)
-                                                         : o->d_q + (size_t)sl * B * o->nq * o->hd;
-    int32_t *ds = offload_dsel(o, sl, B);
-    o->fn.select_blocks(o->ctx, &o->cfg, q, &dv, batch_len(bt), o->d_scores, ds, ds + lists * o->ms,
-                        B, o->sel_head[layer]);
-    o->be->event_record_external(o->ctx, o->ev_selected[sl]);
+    select_into(o, bt, layer, select_query(o, bt, layer), offload_dsel(o, sl, o->n),
+                o->ev_selected[sl]);
     if (!o->device_plan) issue_side(o, layer);
     offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
-    if (o->device_plan) plan_on_device(o, bt, sl);
+    if (o->device_plan) plan_on_device(o, bt, sl, 0);
+    offload_host_lap(o, OFFLOAD_HOST_PLAN, &t);
+}
+
+void offload_prefetch(struct offload *o, struct batch *bt, int layer)
+{
+    const int at = o->next_layer;
+    PULSE_CHECK(o->spec && at >= 0 && !o->issued && layer == at + 1 &&
+                    offload_layer_sparse(o, layer),
+                "offload_prefetch: with a prefetching schedule, the next layer (sparse), inside "
+                "a layer's piece");
+    PULSE_CHECK(o->piece_pf[at] < 0, "offload_prefetch: once a piece");
+    for (int i = 0; i < o->piece_nsel[at]; i++)
+        PULSE_CHECK(o->piece_sel[at][i] != layer,
+                    "offload_prefetch: a layer selected in this piece");
+    o->piece_pf[at] = (int16_t)layer;
+    const int sl = offload_sl(o, layer);
+    double t = pulse_now();
+    select_into(o, bt, layer, select_query(o, bt, layer), offload_spec_dsel(o, sl, o->n),
+                o->ev_spec_selected[sl]);
+    if (!o->device_plan) issue_spec_side(o, layer);
+    offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
+    if (o->device_plan) plan_on_device(o, bt, sl, 1);
     offload_host_lap(o, OFFLOAD_HOST_PLAN, &t);
 }
 
@@ -373,6 +475,7 @@ static void issue_body(void *arg)
     const struct layer_call *c = arg;
     struct offload *o = c->o;
     o->piece_nsel[c->layer] = 0;
+    o->piece_pf[c->layer] = -1;
     o->p.schedule->layer(o, c->bt, c->layer);
     PULSE_CHECK(o->pre_done, "offload schedule: a layer's piece runs its pre-attention");
 }
@@ -424,6 +527,7 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
         o->sel_step[offload_sl(o, sel)] = o->st.steps;
         if (o->device_plan) issue_side(o, sel);
     }
+    if (o->device_plan && o->piece_pf[layer] >= 0) issue_spec_side(o, o->piece_pf[layer]);
     if (o->device_plan) offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
     o->issued = 1;
     o->step_syncs += pulse_host_syncs() - s0;
@@ -566,7 +670,7 @@ int offload_step_end(struct offload *o, struct batch *bt)
     if (o->device_plan) { /* the layers' totals come down once a step, for the counters */
         const int p = o->st.steps & 1;
         o->be->copy_async(o->ctx, o->h_totals[p], o->d_totals,
-                          8 * (size_t)o->n_sparse * OFFLOAD_TOTALS);
+                          8 * (size_t)(1 + o->spec) * o->n_sparse * OFFLOAD_TOTALS);
         o->be->event_record(o->ctx, o->ev_end[p]);
         offload_planner_post(o, OFFLOAD_JOB_STEP, -1, o->st.steps);
     }

@@ -92,9 +92,10 @@ static int plan_list(struct offload *o, const struct offload_step_state *ss, int
 }
 
 /* Every list of the batch; returns the number of recall items. The tail is new when the
- * entry has more blocks than at its last step (as the meter defines it). */
+ * entry has more blocks than at its last step (as the meter defines it), unless this step's
+ * prefetch of the layer (predicted) gave it its slot already. */
 static int plan(struct offload *o, const struct offload_step_state *ss, int layer,
-                const int32_t *h_sel, int32_t *ctl)
+                const int32_t *h_sel, int32_t *ctl, int predicted)
 {
     const int sl = offload_sl(o, layer);
     struct recall_desc *desc = (struct recall_desc *)(ctl + offload_ctl_desc_off(o));
@@ -102,13 +103,67 @@ static int plan(struct offload *o, const struct offload_step_state *ss, int laye
     for (int b = 0; b < ss->n; b++) {
         const int nb = (int)PULSE_CEIL_DIV(ss->n_tok[b], o->ps);
         int32_t *last = &o->last_nb[ss->slot[b] * o->n_sparse + sl];
-        const int tail_new = *last > 0 && nb > *last;
+        const int tail_new = *last > 0 && nb > *last && !predicted;
         *last = nb;
         for (int k = 0; k < o->n_lists; k++)
             n_items = plan_list(o, ss, layer, h_sel, ctl, b, k, tail_new, n_items, &desc);
         o->ls[layer].selections++;
     }
     return n_items;
+}
+
+/* A prefetch (offload_prefetch): the predicted lists' hot-cache access, every list of the
+ * batch, their misses as recall items (returned: their number); no control block (no
+ * attention reads these lists). The new tail takes its slot here, as plan would. */
+static int plan_prefetch(struct offload *o, const struct offload_step_state *ss, int layer,
+                         const int32_t *h_sel)
+{
+    const int sl = offload_sl(o, layer), B = ss->n;
+    struct offload_layer_stats *ls = &o->ls[layer];
+    struct hot_cache_result *r = &o->res;
+    int n_items = 0;
+    for (int b = 0; b < B; b++) {
+        const int slot = ss->slot[b], nb = (int)PULSE_CEIL_DIV(ss->n_tok[b], o->ps);
+        const int32_t last = o->last_nb[slot * o->n_sparse + sl];
+        int n_own;
+        const int32_t *own = kv_cache_owned_pages(o->kv, slot, layer, &n_own);
+        for (int k = 0; k < o->n_lists; k++) {
+            const int v = b * o->n_lists + k;
+            const int cnt = h_sel[(size_t)B * o->n_lists * o->ms + v];
+            int rc = hot_cache_access(o->hc, offload_unit(o, slot, sl, k),
+                                      h_sel + (size_t)v * o->ms, cnt, nb, last > 0 && nb > last, r);
+            PULSE_CHECK(rc == PULSE_OK, "offload: the hot cache refused a predicted selection");
+            ls->spec_lists++;
+            ls->spec_hits += r->n_hits;
+            ls->spec_misses += r->n_recalls;
+            ls->fresh += r->fresh_block >= 0;
+            ls->evictions += r->fresh_victim >= 0;
+            for (int i = 0; i < r->n_recalls; i++) {
+                ls->evictions += r->victim_block[i] >= 0;
+                o->items[n_items++] = (struct recall_item){
+                    offload_host_chunk(o, o->hp_slot[slot], sl, r->recall_block[i], k),
+                    offload_gpu_piece(o, own[r->recall_slot[i]], k), offload_chunk_bytes(o)};
+            }
+        }
+    }
+    return n_items;
+}
+
+/* The prediction's overlap with the exact lists of a layer predicted this step (the
+ * prefetch's lists of the same parity), into the layer's counters. */
+static void count_overlap(struct offload *o, const struct offload_step_state *ss, int p, int layer)
+{
+    const int sl = offload_sl(o, layer), B = ss->n, V = B * o->n_lists;
+    const int32_t *ex = offload_sel(o, p, sl, B), *sp = offload_spec_sel(o, p, sl, B);
+    struct offload_layer_stats *ls = &o->ls[layer];
+    for (int v = 0; v < V; v++) {
+        const int nb = (int)PULSE_CEIL_DIV(ss->n_tok[v / o->n_lists], o->ps);
+        int scored;
+        ls->spec_held += select_overlap(nb, o->p.sink, o->p.window, ex + (size_t)v * o->ms,
+                                        ex[(size_t)V * o->ms + v], sp + (size_t)v * o->ms,
+                                        sp[(size_t)V * o->ms + v], &scored);
+        ls->spec_scored += scored;
+    }
 }
 
 static void set_flag(uint32_t *flag, uint32_t value)
@@ -126,9 +181,19 @@ static int64_t recall_submit_layer(struct offload *o, int layer, int n_items, ui
     return ticket;
 }
 
-/* Waits for the layer's recall (submitted at t_submit), counts it, resubmits a failed one. */
+/* A prefetch's misses to the recall engine (no flag: the planner waits for it). */
+static int64_t recall_submit_prefetch(struct offload *o, int n_items)
+{
+    int64_t ticket;
+    int rc = recall_submit(o->rc, o->items, n_items, &ticket);
+    PULSE_CHECK(rc == PULSE_OK, "offload: recall_submit refused a prefetch");
+    return ticket;
+}
+
+/* Waits for the layer's recall (submitted at t_submit; a prefetch's when spec), counts it,
+ * resubmits a failed one. */
 static void recall_finish_layer(struct offload *o, int layer, int n_items, uint32_t seq,
-                                int64_t ticket, double t_submit)
+                                int64_t ticket, double t_submit, int spec)
 {
     struct offload_layer_stats *ls = &o->ls[layer];
     for (int attempt = 0;; attempt++) {
@@ -139,20 +204,23 @@ static void recall_finish_layer(struct offload *o, int layer, int n_items, uint3
         ls->recalls++;
         ls->stalls += stalled;
         if (rc == PULSE_OK) {
-            timeline_host_span(o->tl, TIMELINE_RECALL, "recall", 1, layer, (int64_t)seq - 1,
-                               t_submit, pulse_now());
+            timeline_host_span(o->tl, TIMELINE_RECALL, spec ? "prefetch" : "recall", 1, layer,
+                               (int64_t)seq - 1, t_submit, pulse_now());
             const int64_t bytes = (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
             ls->recall_bytes += bytes;
             ls->recall_chunks += n_items;
+            if (spec) ls->spec_recall_bytes += bytes;
             return;
         }
         o->st.recall_failures++;
         if (attempt + 1 == RECALL_ATTEMPTS) break;
-        ticket = recall_submit_layer(o, layer, n_items, seq);
+        ticket =
+            spec ? recall_submit_prefetch(o, n_items) : recall_submit_layer(o, layer, n_items, seq);
     }
     int ok = PULSE_OK;
     atomic_compare_exchange_strong(&o->status, &ok, PULSE_ERR_IO);
-    set_flag(&o->flags[offload_sl(o, layer)], seq); /* the device must not wait forever */
+    if (!spec)
+        set_flag(&o->flags[offload_sl(o, layer)], seq); /* the device must not wait forever */
 }
 
 /* PULSE_OFFLOAD_TRACE=1: one line per planner job on stderr (debugging a stuck step). */
@@ -174,24 +242,34 @@ static void step_totals(struct offload *o, const struct job *j)
     const int64_t *cur = o->h_totals[p];
     const int64_t chunk = (int64_t)offload_chunk_bytes(o);
     const struct offload_step_state *ss = &o->ss[p];
-    for (int sl = 0; sl < o->n_sparse; sl++) {
+    for (int row = 0; row < (1 + o->spec) * o->n_sparse; row++) {
+        const int sl = row % o->n_sparse, spec = row >= o->n_sparse;
         int64_t d[OFFLOAD_TOTALS];
         for (int t = 0; t < OFFLOAD_TOTALS; t++) {
-            d[t] = cur[sl * OFFLOAD_TOTALS + t] - o->prev_totals[sl * OFFLOAD_TOTALS + t];
-            o->prev_totals[sl * OFFLOAD_TOTALS + t] = cur[sl * OFFLOAD_TOTALS + t];
+            d[t] = cur[row * OFFLOAD_TOTALS + t] - o->prev_totals[row * OFFLOAD_TOTALS + t];
+            o->prev_totals[row * OFFLOAD_TOTALS + t] = cur[row * OFFLOAD_TOTALS + t];
         }
         struct offload_layer_stats *ls = &o->ls[o->layer_of[sl]];
-        ls->hits += d[HOT_PLAN_HITS];
-        ls->misses += d[HOT_PLAN_MISSES];
+        const int64_t miss = d[HOT_PLAN_MISSES];
+        if (spec) { /* the prediction's plan (offload_prefetch) */
+            ls->spec_lists += o->pl_spec_step[sl] == j->step ? (int64_t)ss->n * o->n_lists : 0;
+            ls->spec_hits += d[HOT_PLAN_HITS];
+            ls->spec_misses += miss;
+            ls->spec_recall_bytes += miss * chunk;
+        } else {
+            ls->hits += d[HOT_PLAN_HITS];
+            ls->misses += miss;
+            ls->selections += ss->n;
+            ls->corrections += o->pl_spec_step[sl] == j->step ? miss : 0;
+            o->traffic[p].kv_bytes += (double)d[OFFLOAD_TOT_ATT] * (double)chunk / o->ps;
+        }
         ls->fresh += d[HOT_PLAN_FRESH];
         ls->evictions += d[HOT_PLAN_EVICTIONS];
-        ls->selections += ss->n;
-        ls->recall_chunks += d[HOT_PLAN_MISSES];
-        ls->recall_bytes += d[HOT_PLAN_MISSES] * chunk;
-        ls->recalls += d[HOT_PLAN_MISSES] > 0;
-        if (j->step < o->p.max_steps) o->series[j->step] += d[HOT_PLAN_MISSES] * chunk;
-        o->traffic[p].recall_bytes += (double)(d[HOT_PLAN_MISSES] * chunk);
-        o->traffic[p].kv_bytes += (double)d[OFFLOAD_TOT_ATT] * (double)chunk / o->ps;
+        ls->recall_chunks += miss;
+        ls->recall_bytes += miss * chunk;
+        ls->recalls += miss > 0;
+        if (j->step < o->p.max_steps) o->series[j->step] += miss * chunk;
+        o->traffic[p].recall_bytes += (double)(miss * chunk);
         if (d[OFFLOAD_TOT_REFUSED]) { /* a selection the hot cache refused: a bug */
             int ok = PULSE_OK;
             atomic_compare_exchange_strong(&o->status, &ok, PULSE_ERR_INVALID);
@@ -213,6 +291,32 @@ static void meter(struct offload *o, const struct offload_step_state *ss, int p,
     PULSE_CHECK(rc == PULSE_OK, "offload: the source's meter refused a selection");
 }
 
+/* A prefetch job: the predicted lists (waited for); on the host-planned path their hot-cache
+ * access and the recall of their misses, waited for here so that the layer's exact plan, the
+ * next job of the layer, finds them landed. The device path plans and gathers on the device:
+ * the job only marks the layer predicted, for the counters. */
+static void run_prefetch(struct offload *o, const struct job *j)
+{
+    const int p = (int)(j->step & 1), sl = offload_sl(o, j->layer);
+    const struct offload_step_state *ss = &o->ss[p];
+    double *ph = o->planner_phase_s, t = pulse_now();
+    o->be->event_sync(o->ev_spec_sel[(size_t)p * o->n_sparse + sl]);
+    offload_lap(ph, OFFLOAD_PLANNER_LISTS, &t);
+    o->pl_spec_step[sl] = j->step;
+    if (o->device_plan) return;
+    recall_prime(o->rc);
+    const int n_items = plan_prefetch(o, ss, j->layer, offload_spec_sel(o, p, sl, ss->n));
+    offload_lap(ph, OFFLOAD_PLANNER_PLAN, &t);
+    if (n_items == 0) return;
+    const double t_submit = t;
+    const int64_t ticket = recall_submit_prefetch(o, n_items);
+    recall_finish_layer(o, j->layer, n_items, (uint32_t)(j->step + 1), ticket, t_submit, 1);
+    const int64_t bytes = (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
+    if (j->step < o->p.max_steps) o->series[j->step] += bytes;
+    o->traffic[p].recall_bytes += (double)bytes;
+    ph[OFFLOAD_PLANNER_RECALL] += pulse_now() - t_submit;
+}
+
 /* A layer job: the lists (waited for), then for JOB_PLAN the plan and the recall's submit,
  * the meter while the recall runs (it does not feed the plan), and the recall's end. */
 static void run_job(struct offload *o, const struct job *j)
@@ -225,8 +329,12 @@ static void run_job(struct offload *o, const struct job *j)
     const struct offload_step_state *ss = &o->ss[p];
     double *ph = o->planner_phase_s, t = pulse_now();
     if (trace_on())
-        fprintf(stderr, "planner: step %lld layer %d: waiting for lists\n", (long long)j->step,
-                j->layer);
+        fprintf(stderr, "planner: step %lld layer %d: waiting for %slists\n", (long long)j->step,
+                j->layer, j->kind == OFFLOAD_JOB_PREFETCH ? "predicted " : "");
+    if (j->kind == OFFLOAD_JOB_PREFETCH) {
+        run_prefetch(o, j);
+        return;
+    }
     o->be->event_sync(o->ev_sel[(size_t)p * o->n_sparse + sl]);
     offload_lap(ph, OFFLOAD_PLANNER_LISTS, &t);
     if (trace_on())
@@ -236,7 +344,8 @@ static void run_job(struct offload *o, const struct job *j)
     int64_t ticket = -1;
     if (j->kind == OFFLOAD_JOB_PLAN) {
         recall_prime(o->rc); /* the engine's threads wake while the plan is made */
-        n_items = plan(o, ss, j->layer, offload_sel(o, p, sl, ss->n), offload_ctl(o, p, sl));
+        n_items = plan(o, ss, j->layer, offload_sel(o, p, sl, ss->n), offload_ctl(o, p, sl),
+                       o->pl_spec_step[sl] == j->step);
         offload_lap(ph, OFFLOAD_PLANNER_PLAN, &t);
         if (n_items > 0)
             ticket = recall_submit_layer(o, j->layer, n_items, seq);
@@ -245,9 +354,11 @@ static void run_job(struct offload *o, const struct job *j)
     }
     const double t_submit = t;
     meter(o, ss, p, sl); /* inside the recall's time when there is one */
+    if (o->pl_spec_step[sl] == j->step) count_overlap(o, ss, p, j->layer);
     offload_lap(ph, OFFLOAD_PLANNER_METER, &t);
     if (n_items > 0) {
-        recall_finish_layer(o, j->layer, n_items, seq, ticket, t_submit);
+        recall_finish_layer(o, j->layer, n_items, seq, ticket, t_submit, 0);
+        o->ls[j->layer].corrections += o->pl_spec_step[sl] == j->step ? n_items : 0;
         const int64_t bytes = (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
         if (j->step < o->p.max_steps) o->series[j->step] += bytes;
         o->traffic[p].recall_bytes += (double)bytes;

@@ -65,6 +65,9 @@ struct serve_counters {
     int64_t step_host_syncs, step_host_syncs_max;
     /* offload counters (zero for vanilla; carried so every result has them) */
     int64_t recall_bytes, recall_chunks, recall_stalls, layer_switches, ioaa_nodes;
+    /* a prefetching schedule's (offload.h: offload_prefetch): chunks the prefetches recalled,
+     * the exact selections' corrections, and the prediction's scored and held blocks */
+    int64_t spec_recall_chunks, spec_corrections, spec_scored, spec_held;
     /* two-batch schedulers (pulseinfer): normal-batch layers run while an offload layer's
      * recall was in flight; sparse offload layers whose recall was done when the scheduler
      * came back to it (hidden) or not (exposed: it waited); the time it waited; admission
@@ -175,6 +178,9 @@ struct policy {
     /* offload policies: their layer schedule (offload.h's struct offload_schedule, defined in
      * the policy's file) for offload_params.schedule */
     const struct offload_schedule *offload_schedule;
+    /* and the one --speculate gives it (a prefetching schedule: speculation with exact
+     * correction); NULL when it has none */
+    const struct offload_schedule *offload_spec_schedule;
     int ctx_kind;          /* enum policy_ctx_kind */
     /* Optional (NULL: it takes no context): makes the context a run of this policy takes from
      * p into *ctx (NULL when there is none, e.g. vanilla without prefill). PULSE_OK, or

@@ -174,6 +174,13 @@ int select_attend_bound(const struct select_cfg *cfg, int reserved);
 size_t select_scores_bytes(const struct select_cfg *cfg, int batch, int sel_head);
 /* Blocks selected for an entry of n_tokens (>= 1): forced + min(budget, candidates). */
 int select_count_for(const struct select_cfg *cfg, int n_tokens);
+/* Of the blocks list `exact` (n_exact, ascending, of an nb-block entry) chose by score (its
+ * forced blocks left out: select_candidates), how many the list `spec` (n_spec, ascending) also
+ * holds; *scored gets their number. The speculation's hit rate (a speculated list made from an
+ * approximate query against the exact query's) is the sum of the first over the sum of the
+ * second. Host. */
+int select_overlap(int nb, int sink, int window, const int32_t *exact, int n_exact,
+                   const int32_t *spec, int n_spec, int *scored);
 /* Adds one step's selection (host copies of sel_idx / sel_count, as written by select_topk with
  * the same cfg and sel_head) to st. st starts zeroed. No allocation. */
 void select_stats_add(const struct select_cfg *cfg, int sel_head, const int32_t *sel_idx,

@@ -105,6 +105,23 @@ static int lists_equal(const int32_t *a, int na, const int32_t *b, int nb)
     return na == nb && memcmp(a, b, sizeof(int32_t) * (size_t)na) == 0;
 }
 
+int select_overlap(int nb, int sink, int window, const int32_t *exact, int n_exact,
+                   const int32_t *spec, int n_spec, int *scored)
+{
+    int c0, c1, held = 0, j = 0;
+    select_candidates(nb, sink, window, &c0, &c1);
+    *scored = 0;
+    for (int i = 0; i < n_exact; i++) {
+        const int b = exact[i];
+        if (b < c0 || b >= c1) continue;  /* forced */
+        while (j < n_spec && spec[j] < b) /* both ascending */
+            j++;
+        ++*scored;
+        held += j < n_spec && spec[j] == b;
+    }
+    return held;
+}
+
 void select_stats_add(const struct select_cfg *cfg, int sel_head, const int32_t *sel_idx,
                       const int32_t *sel_count, int batch, struct select_stats *st)
 {
