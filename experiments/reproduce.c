@@ -327,7 +327,8 @@ static const char *const engine_matched[] = {"arkvale+solohead+gs", "arkvale+sol
 
 /* The systems of the paper's comparison in both tiers: vanilla; ArkVale and InfiniGen as their
  * code builds them (the published tier: `arkvale`, `infinigen`); the engine-matched tier; and
- * PulseInfer (its defaults: SoloHead, gather-scatter; and the zero-copy engine). `extra`: flags
+ * PulseInfer (its defaults: SoloHead, gather-scatter; and the zero-copy engine), each also with
+ * speculation with exact correction (--speculate). `extra`: flags
  * of every offload system (the ratio point's host pool), or NULL. */
 static json_t *systems(const struct scale_cfg *s, const char *extra)
 {
@@ -340,6 +341,11 @@ static json_t *systems(const struct scale_cfg *s, const char *extra)
         json_array_append_new(v, variant(s, engine_matched[i], engine_matched[i], extra));
     json_array_append_new(v, variant(s, "pulseinfer", "pulseinfer", extra));
     json_array_append_new(v, variant(s, "pulseinfer-zc", "pulseinfer", zc));
+    char spec[192], spec_zc[192];
+    snprintf(spec, sizeof spec, "--speculate %s", extra ? extra : "");
+    snprintf(spec_zc, sizeof spec_zc, "--speculate %s", zc);
+    json_array_append_new(v, variant(s, "pulseinfer-spec", "pulseinfer", spec));
+    json_array_append_new(v, variant(s, "pulseinfer-spec-zc", "pulseinfer", spec_zc));
     return v;
 }
 
@@ -381,9 +387,9 @@ static json_t *g_util(const struct scale_cfg *s, const char *dir)
 /* Mechanisms added one at a time from vanilla and ArkVale as published: SoloHead's lists (with
  * its 16-token blocks and a cache the size of the selection, still one copy per block), the
  * gather-scatter engine (= arkvale+solohead+gs), two batches (fixed admission, the offload
- * batch's layers uninterrupted), IRQ, IOAA; beside them InfiniGen as published, the rest of the
- * engine-matched tier and PulseInfer with zero-copy, so the scheduler's share is read off
- * against the same selection and engine. */
+ * batch's layers uninterrupted), IRQ, IOAA, speculation with exact correction; beside them
+ * InfiniGen as published, the rest of the engine-matched tier and PulseInfer with zero-copy, so the
+ * scheduler's share is read off against the same selection and engine. */
 static json_t *g_ablation(const struct scale_cfg *s, const char *dir)
 {
     json_t *b = base(s, s->kv_gb);
@@ -399,6 +405,11 @@ static json_t *g_ablation(const struct scale_cfg *s, const char *dir)
                   variant(s, "4+two-batches", "pulseinfer", fixed),
                   variant(s, "5+irq", "pulseinfer", irq), variant(s, "6+ioaa", "pulseinfer", NULL),
                   variant(s, "6+ioaa-zc", "pulseinfer", "--recall-engine zero-copy"));
+    /* beyond the paper: speculation with exact correction (the exact tokens; speculation
+     * without correction is InfiniGen's schedule, the infinigen+solohead rows) */
+    json_array_append_new(v, variant(s, "7+speculation", "pulseinfer", "--speculate"));
+    json_array_append_new(
+        v, variant(s, "7+speculation-zc", "pulseinfer", "--speculate --recall-engine zero-copy"));
     json_array_append_new(v, variant(s, "infinigen", "infinigen", NULL));
     for (size_t i = 1; i < PULSE_ARRAY_LEN(engine_matched); i++)
         json_array_append_new(v, variant(s, engine_matched[i], engine_matched[i], NULL));

@@ -34,6 +34,7 @@ plt.rcParams.update({"font.size": 9, "axes.titlesize": 9, "axes.grid": True, "gr
 STYLE = {"vanilla": ("#7f7f7f", "s"), "arkvale": ("#1f77b4", "^"),
          "infinigen": ("#2ca02c", "v"), "pulseinfer": ("#d62728", "o"),
          "pulseinfer-zc": ("#ff7f0e", "D"),
+         "pulseinfer-spec": ("#d62728", "P"), "pulseinfer-spec-zc": ("#ff7f0e", "X"),
          "arkvale+solohead+gs": ("#1f77b4", ">"), "arkvale+solohead+zc": ("#6baed6", ">"),
          "infinigen+solohead+gs": ("#2ca02c", "<"), "infinigen+solohead+zc": ("#74c476", "<")}
 BASELINES = ("arkvale", "infinigen")

@@ -94,11 +94,13 @@ int main(void)
                                            "5+irq",
                                            "6+ioaa",
                                            "6+ioaa-zc",
+                                           "7+speculation",
+                                           "7+speculation-zc",
                                            "infinigen",
                                            "arkvale+solohead+zc",
                                            "infinigen+solohead+gs",
                                            "infinigen+solohead+zc"};
-    EXPECT_EQ_INT((int)json_array_size(json_object_get(ab, "points")), 12);
+    EXPECT_EQ_INT((int)json_array_size(json_object_get(ab, "points")), 14);
     for (size_t i = 0; i < PULSE_ARRAY_LEN(ab_names); i++)
         EXPECT_STR_EQ(json_string_value(json_object_get(
                           json_array_get(json_object_get(ab, "points"), i), "variant")),
@@ -146,8 +148,10 @@ int main(void)
                                       "infinigen+solohead+gs",
                                       "infinigen+solohead+zc",
                                       "pulseinfer",
-                                      "pulseinfer-zc"};
-    EXPECT_EQ_INT((int)json_array_size(json_object_get(ra, "points")), 9);
+                                      "pulseinfer-zc",
+                                      "pulseinfer-spec",
+                                      "pulseinfer-spec-zc"};
+    EXPECT_EQ_INT((int)json_array_size(json_object_get(ra, "points")), 11);
     for (size_t i = 0; i < PULSE_ARRAY_LEN(sys); i++) {
         json_t *pt = json_array_get(json_object_get(ra, "points"), i);
         EXPECT_STR_EQ(json_string_value(json_object_get(pt, "variant")), sys[i]);
@@ -171,6 +175,18 @@ int main(void)
         } else {
             EXPECT_STR_EQ(json_string_value(json_object_get(mech, "selection")), "solohead");
             EXPECT(page == 16 && !refetch);
+        }
+        /* the speculating ones: their schedule, and the prefetches they made */
+        const char *sched = json_string_value(
+            json_object_get(json_object_get(json_object_get(r, "config"), "offload"), "schedule"));
+        if (i >= 9) {
+            EXPECT_STR_EQ(sched, "speculate-exact");
+            json_t *ctr = json_object_get(r, "counters");
+            json_t *sp = json_object_get(json_object_get(ctr, "offload"), "speculation");
+            const int64_t offloaded = json_integer_value(
+                json_object_get(json_object_get(ctr, "schedule"), "admitted_offload"));
+            EXPECT(json_is_object(sp));
+            EXPECT(json_integer_value(json_object_get(sp, "lists")) > 0 || offloaded == 0);
         }
     }
     json_decref(ra);
