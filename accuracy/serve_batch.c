@@ -60,7 +60,7 @@ int serve_batch_run(struct engine *e, const struct serve_batch_params *p,
     op.selection = p->selection;
     op.selector = p->selector;
     op.engine = recall_engine_find(pol->offload_engine ? pol->offload_engine : "per-block");
-    op.schedule = pol->offload_schedule;
+    op.schedule = p->speculate ? pol->offload_spec_schedule : pol->offload_schedule;
     op.prompt_kv = OFFLOAD_KV_PREFILL;
     op.query = OFFLOAD_QUERY_REAL;
     op.prefill_chunk = p->prefill_chunk;
@@ -124,6 +124,9 @@ int serve_batch_run(struct engine *e, const struct serve_batch_params *p,
     st->layer_switches = ctr.layer_switches;
     st->ioaa_decisions = ctr.ioaa_decisions;
     st->failed = ctr.requests_failed;
+    st->spec_scored = ctr.spec_scored;
+    st->spec_held = ctr.spec_held;
+    st->spec_corrections = ctr.spec_corrections;
 out:
     if (ctx) pol->ctx_free(ctx);
     mem_free(MEM_HOST, R, sizeof *R * (size_t)n);

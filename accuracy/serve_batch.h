@@ -31,6 +31,7 @@ struct serve_batch_params {
                               ones (pulseinfer's normal batch; 0: none) */
     const char *admission; /* pulseinfer: NULL (IOAA on the analytic profile) or "fixed:LEN" */
     uint64_t seed;
+    int speculate; /* the policy's prefetching schedule (pulseinfer --speculate) */
 };
 
 struct serve_batch_req {
@@ -43,6 +44,7 @@ struct serve_batch_req {
 
 struct serve_batch_stats {
     int64_t steps, recall_bytes, host_syncs, layer_switches, ioaa_decisions, failed;
+    int64_t spec_scored, spec_held, spec_corrections; /* speculate: serve_counters' */
     double wall_s;
 };
 

@@ -80,10 +80,11 @@ static const char usage[] =
     "                      count the samples whose tokens equal the accuracy path's (a\n"
     "                      sliding-window model's local layers keep their window on the\n"
     "                      GPU, its global layers are offloaded)\n"
-    "  --serve-policies P,...  arkvale, pulseinfer: after the evaluation, serve the scored\n"
-    "                      samples together through pulse run's serving loop with each\n"
-    "                      policy, at every budget of its selection's runs (arkvale: mean,\n"
-    "                      pulseinfer: solohead; a real prefill into the host pool, the real\n"
+    "  --serve-policies P,...  arkvale, pulseinfer, pulseinfer-spec (pulseinfer --speculate):\n"
+    "                      after the evaluation, serve the scored samples together through\n"
+    "                      pulse run's serving loop with each policy, at every budget of its\n"
+    "                      selection's runs (arkvale: mean, pulseinfer and pulseinfer-spec:\n"
+    "                      solohead; a real prefill into the host pool, the real\n"
     "                      query); its score per set and the samples whose tokens equal the\n"
     "                      accuracy path's (pulseinfer's normal batch: full attention's) are in\n"
     "                      \"served\" and printed\n"
@@ -112,7 +113,8 @@ struct acc_opts {
     long samples, calib, max_length, max_gen, chunk, mam_budget, sink, window;
     int max_length_set, check_serving;
     double frac, time_limit;            /* time_limit 0: none */
-    const struct policy *serve_pols[2]; /* --serve-policies */
+    const struct policy *serve_pols[3]; /* --serve-policies */
+    int serve_spec[3];                  /* ... pulseinfer-spec: pulseinfer --speculate */
     int n_serve_pols;
     long serve_batch, serve_normal;
     const char *serve_admission; /* NULL: IOAA */
@@ -310,11 +312,18 @@ static int parse(int argc, char **argv, struct acc_opts *o)
             int n = split("--serve-policies", buf, items);
             bad = n < 0;
             for (int i = 0; i < n && !bad; i++) {
-                const struct policy *pol = policy_find(items[i]);
-                if (!pol || (strcmp(items[i], "arkvale") && strcmp(items[i], "pulseinfer"))) {
-                    cli_error(CMD, "--serve-policies: '%s' is not arkvale or pulseinfer", items[i]);
+                const int spec = !strcmp(items[i], "pulseinfer-spec");
+                const struct policy *pol = policy_find(spec ? "pulseinfer" : items[i]);
+                if (!pol ||
+                    (strcmp(items[i], "arkvale") && strcmp(items[i], "pulseinfer") && !spec) ||
+                    o->n_serve_pols == 3) {
+                    cli_error(CMD,
+                              "--serve-policies: '%s' is not arkvale, pulseinfer or "
+                              "pulseinfer-spec (each once)",
+                              items[i]);
                     bad = 1;
                 } else {
+                    o->serve_spec[o->n_serve_pols] = spec;
                     o->serve_pols[o->n_serve_pols++] = pol;
                 }
             }
@@ -1199,10 +1208,11 @@ static int answer_len(const struct acc *A, const int32_t *out, int max_gen, int 
 
 /* One serving run of --serve-policies (policy pol at accuracy run r's selection and budget)
  * over the kept samples: scores, the samples with the accuracy path's tokens, JSON. */
-static int serve_one(struct acc *A, const struct policy *pol, int r, struct serve_batch_req *q,
-                     int32_t *out, int gen_cap, double *scores, json_t *arr, char *err,
-                     size_t errlen)
+static int serve_one(struct acc *A, const struct policy *pol, int spec, int r,
+                     struct serve_batch_req *q, int32_t *out, int gen_cap, double *scores,
+                     json_t *arr, char *err, size_t errlen)
 {
+    const char *name = spec ? "pulseinfer-spec" : pol->name;
     const int sel = serving_twin(A->runs[r].policy), two = pol->n_batches > 1;
     for (int j = 0; j < A->n_kept; j++)
         q[j] = (struct serve_batch_req){
@@ -1218,7 +1228,8 @@ static int serve_one(struct acc *A, const struct policy *pol, int r, struct serv
                                           (int)A->o.serve_batch,
                                           two ? (int)A->o.serve_normal : 0,
                                           two ? A->o.serve_admission : NULL,
-                                          1};
+                                          1,
+                                          spec};
     struct serve_batch_stats bs;
     int rc = serve_batch_run(A->s.e, &bp, q, A->n_kept, &bs, err, errlen);
     if (rc != PULSE_OK) return rc;
@@ -1262,22 +1273,30 @@ static int serve_one(struct acc *A, const struct policy *pol, int r, struct serv
     printf("\n");
     mem_free(MEM_HOST, run, sizeof(double) * 2 * cap);
     json_t *js = json_pack(
-        "{s:s,s:s,s:I,s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:s,s:I,s:I,s:o}", "policy",
-        pol->name, "selection", offload_selection_name(sel), "budget",
-        (json_int_t)A->runs[r].budget, "samples", A->n_kept, "same_tokens", same, "normal", normal,
-        "offloaded", A->n_kept - normal, "failed", (json_int_t)bs.failed, "steps",
-        (json_int_t)bs.steps, "recall_bytes", (json_int_t)bs.recall_bytes, "host_syncs",
-        (json_int_t)bs.host_syncs, "layer_switches", (json_int_t)bs.layer_switches,
-        "ioaa_decisions", (json_int_t)bs.ioaa_decisions, "wall_s", bs.wall_s, "admission",
+        "{s:s,s:s,s:I,s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:s,s:I,s:I,s:o}", "policy", name,
+        "selection", offload_selection_name(sel), "budget", (json_int_t)A->runs[r].budget,
+        "samples", A->n_kept, "same_tokens", same, "normal", normal, "offloaded",
+        A->n_kept - normal, "failed", (json_int_t)bs.failed, "steps", (json_int_t)bs.steps,
+        "recall_bytes", (json_int_t)bs.recall_bytes, "host_syncs", (json_int_t)bs.host_syncs,
+        "layer_switches", (json_int_t)bs.layer_switches, "ioaa_decisions",
+        (json_int_t)bs.ioaa_decisions, "wall_s", bs.wall_s, "admission",
         !two                   ? "-"
         : A->o.serve_admission ? A->o.serve_admission
                                : "ioaa",
         "max_batch", (json_int_t)A->o.serve_batch, "normal_requests",
         (json_int_t)bp.normal_requests, "sets", sets);
+    if (spec) { /* the prediction's hit rate and its corrections (it attends the exact lists) */
+        json_t *sj =
+            json_pack("{s:I,s:I,s:I}", "scored", (json_int_t)bs.spec_scored, "held",
+                      (json_int_t)bs.spec_held, "corrections", (json_int_t)bs.spec_corrections);
+        results_set_real(sj, "hit_rate",
+                         bs.spec_scored ? (double)bs.spec_held / (double)bs.spec_scored : NAN);
+        json_object_set_new(js, "speculation", sj);
+    }
     json_array_append_new(arr, js);
     printf("served, %s %s %ld: %d of %d samples decode the accuracy path's tokens (%d in the "
            "normal batch: full attention's; %d offloaded), %lld bytes recalled, %lld steps\n",
-           pol->name, offload_selection_name(sel), A->runs[r].budget, same, A->n_kept, normal,
+           name, offload_selection_name(sel), A->runs[r].budget, same, A->n_kept, normal,
            A->n_kept - normal, (long long)bs.recall_bytes, (long long)bs.steps);
     return PULSE_OK;
 }
@@ -1309,10 +1328,11 @@ static int serve_policies(struct acc *A, char *err, size_t errlen)
     if (rc != PULSE_OK) snprintf(err, errlen, "out of host memory for --serve-policies");
     for (int p = 0; p < A->o.n_serve_pols && rc == PULSE_OK; p++) {
         const struct policy *pol = A->o.serve_pols[p];
+        const int spec = A->o.serve_spec[p];
         for (int r = 1; r < A->n_runs && rc == PULSE_OK; r++)
             if (A->runs[r].policy == served_selection(pol)) {
-                printf("served, %s %ld:", pol->name, A->runs[r].budget);
-                rc = serve_one(A, pol, r, q, out, gen_cap, scores, A->served, err, errlen);
+                printf("served, %s %ld:", spec ? "pulseinfer-spec" : pol->name, A->runs[r].budget);
+                rc = serve_one(A, pol, spec, r, q, out, gen_cap, scores, A->served, err, errlen);
             }
     }
     mem_free(MEM_HOST, q, sizeof *q * nk);

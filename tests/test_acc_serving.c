@@ -175,10 +175,23 @@ static void test_served(const char *dir)
                  "--samples 4 --calib-samples 1 --policies full,headwise,solohead%s --budgets 128 "
                  "--max-gen 8 --serve-policies pulseinfer%s --serve-batch 3 --serve-normal 2 "
                  "--serve-admission %s",
-                 dir, dir, a == 2 ? ",mean" : "", a == 2 ? ",arkvale" : "", adm[a]);
+                 dir, dir, a == 2 ? ",mean" : "",
+                 a == 2   ? ",arkvale"
+                 : a == 0 ? ",pulseinfer-spec"
+                          : "",
+                 adm[a]);
         json_t *r = tu_run_pulse_json(cmd, out, sizeof out);
         const int normal = served_normal(r, "pulseinfer", "solohead");
         if (a == 0) EXPECT_EQ_INT(normal, 0);
+        if (a == 0) { /* speculation with exact correction: SoloHead's tokens, every sample */
+            EXPECT_EQ_INT(served_normal(r, "pulseinfer-spec", "solohead"), 0);
+            const json_t *sp =
+                json_object_get(json_array_get(json_object_get(r, "served"), 1), "speculation");
+            const double hr = json_number_value(json_object_get(sp, "hit_rate"));
+            EXPECT(json_integer_value(json_object_get(sp, "scored")) > 0 && hr >= 0 && hr <= 1);
+            fprintf(stderr, "served: pulseinfer-spec's prediction held %.3f, %lld corrections\n",
+                    hr, (long long)json_integer_value(json_object_get(sp, "corrections")));
+        }
         if (a == 1) EXPECT_EQ_INT(normal, 4);
         /* IOAA's admission points are counted; a fixed admission makes no decision */
         const json_t *pi = json_array_get(json_object_get(r, "served"), 0);
@@ -203,7 +216,7 @@ static void test_served(const char *dir)
              "--serve-policies vanilla",
              dir, dir);
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
-    EXPECT_STR_CONTAINS(out, "'vanilla' is not arkvale or pulseinfer");
+    EXPECT_STR_CONTAINS(out, "'vanilla' is not arkvale, pulseinfer or pulseinfer-spec");
     /* pulseinfer's own flags with arkvale alone; a bad admission; no run to compare with */
     static const struct {
         const char *flags, *msg;

@@ -6,9 +6,64 @@
  * SoloHead; gather-scatter and zero-copy (whose gather runs on its own stream beside the normal
  * batch). Runs without the per-step verification make no host synchronisation inside a step;
  * one run with it checks every resident block against its host copy. PULSE_GPU_TEST_CASES
- * runs some of the cases (0-6 the first order's, 7-13 the second's; vanilla's runs always).
+ * runs some of the cases (0-6 the first order's, 7-13 the second's; vanilla's runs always;
+ * 14-17 speculation's).
  * Exit 77 without a GPU. */
 #include "pi_serve.h"
+
+/* Speculation with exact correction (--speculate) on CUDA: every request offloaded, a budget of
+ * two blocks, the prediction perfect (the locality query's own step), negated (deliberately
+ * poor) and, on a prefilled prompt, the real approximate query: the tokens are exact SoloHead's
+ * on CUDA, both engines (gather-scatter's prefetch on the planner, zero-copy's plan and gather on
+ * the device, its prefetch gather on the gather's stream), with CUDA graphs; a perfect predictor
+ * corrects nothing, a poor one corrects; the negated gather-scatter run is verified after every
+ * step (every resident block against its host copy). Cases 14-17 of PULSE_GPU_TEST_CASES. */
+static void test_speculation_gpu(int quick)
+{
+    for (int real = 0; real < 2; real++)
+        for (int zc = 0; zc < 2; zc++) {
+            if (!tu_case_on(14 + real * 2 + zc)) continue;
+            struct pi_cfg c = {.backend = "cuda",
+                               .policy = "pulseinfer",
+                               .spec = quick ? "lengths:300,90,260" : "lengths:300,170,90,260,200",
+                               .admission = "fixed:0",
+                               .out_len = quick ? 4 : 8,
+                               .max_batch = 4,
+                               .selection = OFFLOAD_SOLOHEAD,
+                               .budget_tokens = 32,
+                               .prompt_kv = real ? OFFLOAD_KV_PREFILL : OFFLOAD_KV_LOCALITY,
+                               .query = real ? OFFLOAD_QUERY_REAL : OFFLOAD_QUERY_LOCALITY,
+                               .zero_copy = zc,
+                               .no_verify = 1};
+            struct pi_out exact, spec[2];
+            serve(&c, &exact);
+            EXPECT_EQ_INT(exact.rc, 0);
+            c.speculate = 1;
+            for (int k = 0; k < 2; k++) {
+                c.spec_predictor = k ? OFFLOAD_SPEC_NEGATED : OFFLOAD_SPEC_APPROX;
+                c.no_verify = !(k && !zc);
+                serve(&c, &spec[k]);
+                const struct serve_counters *t = &spec[k].ctr;
+                EXPECT_EQ_INT(spec[k].rc, 0);
+                const int same = same_tokens(&exact.w, &spec[k].w);
+                EXPECT(same);
+                EXPECT(t->spec_recall_chunks > 0 && t->spec_scored > 0);
+                printf("cuda speculation, %s query, %s, %s predictor%s: hit rate %lld/%lld, "
+                       "%lld prefetched, %lld corrected, %lld host syncs in steps, tokens %s "
+                       "exact SoloHead's\n",
+                       real ? "real" : "locality", zc ? "zero-copy" : "gather-scatter",
+                       k ? "negated" : "approx", c.no_verify ? "" : " verified",
+                       (long long)t->spec_held, (long long)t->spec_scored,
+                       (long long)t->spec_recall_chunks, (long long)t->spec_corrections,
+                       (long long)t->step_host_syncs, same ? "equal" : "DIFFER from");
+            }
+            if (!real) EXPECT_EQ_INT(spec[0].ctr.spec_corrections, 0);
+            EXPECT(spec[1].ctr.spec_corrections > spec[0].ctr.spec_corrections);
+            workload_free(&exact.w);
+            for (int k = 0; k < 2; k++)
+                workload_free(&spec[k].w);
+        }
+}
 
 int main(void)
 {
@@ -88,5 +143,6 @@ int main(void)
         }
         workload_free(&van.w);
     }
+    test_speculation_gpu(quick);
     return tu_finish("test_pulseinfer_gpu");
 }
