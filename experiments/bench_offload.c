@@ -64,8 +64,7 @@ int bench_offload_point(struct engine *e, const struct policy *pol,
     offload_source_shape(&ro->p, m, page_size, &sh);
     code = 1;
     if (!(qs = locality_source_create(&sh, &ro->src, err, sizeof err))) goto out;
-    ro->p.source = qs;
-    ro->p.schedule = pol->offload_schedule;
+    ro->p.source = qs; /* (the schedule is the resolved one: --speculate's or the policy's) */
     int rc = offload_create(e, kv, &ro->p, &o, err, sizeof err);
     if (rc != PULSE_OK) {
         code = rc == PULSE_ERR_OOM ? EXIT_OOM : 1;
