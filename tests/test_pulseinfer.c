@@ -353,7 +353,13 @@ static void test_fault_cli(void)
                                    "recall_faults_injected")) > 0);
         json_decref(r);
     }
-    static const char *const pols[] = {"arkvale", "infinigen", "pulseinfer"};
+    /* a dead link under speculation: its prefetches fail too, the same requests end */
+    snprintf(cmd, sizeof cmd, "%s --policy pulseinfer --speculate --admission fixed:200 --out %s",
+             common, path);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 1);
+    EXPECT(strstr(out, "3 of 6 requests ended with an error") != NULL);
+    static const char *const pols[] = {"arkvale", "infinigen", "pulseinfer",
+                                       "pulseinfer --speculate"};
     for (size_t k = 0; k < PULSE_ARRAY_LEN(pols); k++) {
         unsetenv("PULSE_RECALL_FAULT");
         snprintf(cmd, sizeof cmd, "%s --policy %s --out %s", common, pols[k], path);
@@ -391,7 +397,7 @@ static void test_fault_cli(void)
     remove(path);
     printf("faults through pulse run: a dead link ends the offloaded requests with an error, "
            "first:2 is retried and delay:300 waits, both with the clean tokens (arkvale, "
-           "infinigen, pulseinfer)\n");
+           "infinigen, pulseinfer, pulseinfer --speculate)\n");
 }
 
 static void test_flags(void)
