@@ -153,7 +153,7 @@ static void take_q(struct offload *o, uint16_t *dst)
 /* The device path (zero-copy): the layer's hot-cache plan, its descriptors and page lists, and
  * the gather from the host pool, all queued on the compute stream after the selection. A
  * prediction's (spec: offload_prefetch) plans its own lists into its own descriptors, totals and
- * a scratch control block, and its gather always runs beside (issue_spec_side); the exact
+ * a scratch control block, and its gather always runs beside (issue_side); the exact
  * selection of a layer predicted this step finds the new tail already given its slot. */
 static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec)
 {
@@ -226,48 +226,35 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
 
 /* An issued sparse layer's work off the compute stream: its lists' download on the side stream
  * and event, the planner's job and, with device_overlap, the gather on its own stream once the
- * plan is built (the attention waits for its event). */
-static void issue_side(struct offload *o, int layer)
+ * plan is built (the attention waits for its event). A prefetch's (spec: offload_prefetch) is
+ * the same over its own lists, events and descriptors: its PREFETCH job recalls them on the
+ * host-planned path, and on the device path its gather goes on the gather's stream before the
+ * exact selection's gather of the layer, which the attention waits for. */
+static void issue_side(struct offload *o, int layer, int spec)
 {
     const int sl = offload_sl(o, layer), p = o->st.steps & 1, B = o->n;
-    o->be->stream_wait_event(&o->sctx, o->ev_selected[sl]);
-    o->be->copy_async(&o->sctx, offload_sel(o, p, sl, B), offload_dsel(o, sl, B),
+    const size_t ev = (size_t)p * o->n_sparse + sl;
+    if (spec) o->spec_step[layer] = o->st.steps;
+    o->be->stream_wait_event(&o->sctx, spec ? o->ev_spec_selected[sl] : o->ev_selected[sl]);
+    o->be->copy_async(&o->sctx, spec ? offload_spec_sel(o, p, sl, B) : offload_sel(o, p, sl, B),
+                      spec ? offload_spec_dsel(o, sl, B) : offload_dsel(o, sl, B),
                       sizeof(int32_t) * offload_sel_len(o, B));
-    o->be->event_record(&o->sctx, o->ev_sel[(size_t)p * o->n_sparse + sl]);
-    offload_planner_post(o, o->device_plan ? OFFLOAD_JOB_METER : OFFLOAD_JOB_PLAN, layer,
-                         o->st.steps);
-    if (!o->overlap) return;
+    o->be->event_record(&o->sctx, spec ? o->ev_spec_sel[ev] : o->ev_sel[ev]);
+    offload_planner_post(o,
+                         spec             ? OFFLOAD_JOB_PREFETCH
+                         : o->device_plan ? OFFLOAD_JOB_METER
+                                          : OFFLOAD_JOB_PLAN,
+                         layer, o->st.steps);
+    if (!o->overlap) return; /* (a prefetch on the device path always has the gather's stream) */
     const struct recall_params *rp = recall_get_params(o->rc);
-    o->be->stream_wait_event(&o->gctx, o->ev_built[sl]);
-    const int sp =
-        timeline_begin(o->tl, &o->gctx, TIMELINE_RECALL, "gather", 1, layer, o->st.steps);
-    o->fn.gather(o->d_desc[sl & 1], (int)((size_t)B * o->n_lists * o->ms), rp->zc_blocks,
-                 rp->zc_threads, rp->zc_inflight_kb, o->gctx.stream);
+    o->be->stream_wait_event(&o->gctx, spec ? o->ev_spec_built[sl] : o->ev_built[sl]);
+    const int sp = timeline_begin(o->tl, &o->gctx, TIMELINE_RECALL, spec ? "prefetch" : "gather", 1,
+                                  layer, o->st.steps);
+    o->fn.gather(spec ? o->d_desc_spec[sl & 1] : o->d_desc[sl & 1],
+                 (int)((size_t)B * o->n_lists * o->ms), rp->zc_blocks, rp->zc_threads,
+                 rp->zc_inflight_kb, o->gctx.stream);
     timeline_end(o->tl, &o->gctx, sp);
-    o->be->event_record(&o->gctx, o->ev_gathered[sl]);
-}
-
-/* A prefetched layer's work off the compute stream, as issue_side's: its predicted lists'
- * download and the planner's PREFETCH job (the recall of its misses, on the host-planned
- * path), and on the device path the gather on the gather's stream once the plan is built:
- * before the exact selection's gather of the layer, which the attention waits for. */
-static void issue_spec_side(struct offload *o, int layer)
-{
-    const int sl = offload_sl(o, layer), p = o->st.steps & 1, B = o->n;
-    o->spec_step[layer] = o->st.steps;
-    o->be->stream_wait_event(&o->sctx, o->ev_spec_selected[sl]);
-    o->be->copy_async(&o->sctx, offload_spec_sel(o, p, sl, B), offload_spec_dsel(o, sl, B),
-                      sizeof(int32_t) * offload_sel_len(o, B));
-    o->be->event_record(&o->sctx, o->ev_spec_sel[(size_t)p * o->n_sparse + sl]);
-    offload_planner_post(o, OFFLOAD_JOB_PREFETCH, layer, o->st.steps);
-    if (!o->device_plan) return;
-    const struct recall_params *rp = recall_get_params(o->rc);
-    o->be->stream_wait_event(&o->gctx, o->ev_spec_built[sl]);
-    const int sp =
-        timeline_begin(o->tl, &o->gctx, TIMELINE_RECALL, "prefetch", 1, layer, o->st.steps);
-    o->fn.gather(o->d_desc_spec[sl & 1], (int)((size_t)B * o->n_lists * o->ms), rp->zc_blocks,
-                 rp->zc_threads, rp->zc_inflight_kb, o->gctx.stream);
-    timeline_end(o->tl, &o->gctx, sp);
+    if (!spec) o->be->event_record(&o->gctx, o->ev_gathered[sl]);
 }
 
 /* The selection query of sparse layer `layer` with the real query: its own q after its
@@ -332,7 +319,7 @@ void offload_select(struct offload *o, struct batch *bt, int layer)
     double t = pulse_now();
     select_into(o, bt, layer, select_query(o, bt, layer), offload_dsel(o, sl, o->n),
                 o->ev_selected[sl]);
-    if (!o->device_plan) issue_side(o, layer);
+    if (!o->device_plan) issue_side(o, layer, 0);
     offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
     if (o->device_plan) plan_on_device(o, bt, sl, 0);
     offload_host_lap(o, OFFLOAD_HOST_PLAN, &t);
@@ -354,7 +341,7 @@ void offload_prefetch(struct offload *o, struct batch *bt, int layer)
     double t = pulse_now();
     select_into(o, bt, layer, select_query(o, bt, layer), offload_spec_dsel(o, sl, o->n),
                 o->ev_spec_selected[sl]);
-    if (!o->device_plan) issue_spec_side(o, layer);
+    if (!o->device_plan) issue_side(o, layer, 1);
     offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
     if (o->device_plan) plan_on_device(o, bt, sl, 1);
     offload_host_lap(o, OFFLOAD_HOST_PLAN, &t);
@@ -525,9 +512,9 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
     for (int i = 0; i < o->piece_nsel[layer]; i++) {
         const int sel = o->piece_sel[layer][i];
         o->sel_step[offload_sl(o, sel)] = o->st.steps;
-        if (o->device_plan) issue_side(o, sel);
+        if (o->device_plan) issue_side(o, sel, 0);
     }
-    if (o->device_plan && o->piece_pf[layer] >= 0) issue_spec_side(o, o->piece_pf[layer]);
+    if (o->device_plan && o->piece_pf[layer] >= 0) issue_side(o, o->piece_pf[layer], 1);
     if (o->device_plan) offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
     o->issued = 1;
     o->step_syncs += pulse_host_syncs() - s0;
