@@ -32,6 +32,7 @@ enum {
     RUN_OFF_CAP_FRACTION,
     RUN_OFF_QUERY,
     RUN_OFF_REUSE,
+    RUN_OFF_SPEC,
     RUN_OFF_END
 };
 
@@ -50,7 +51,8 @@ enum {
         RUN_OFF_OPT("admission", RUN_OFF_ADMISSION), RUN_OFF_OPT("profile", RUN_OFF_IOAA_PROFILE), \
         RUN_OFF_OPT("trace", RUN_OFF_TRACE),                                                       \
         RUN_OFF_OPT("recall-cap-fraction", RUN_OFF_CAP_FRACTION),                                  \
-        RUN_OFF_OPT("query", RUN_OFF_QUERY), RUN_OFF_OPT("reuse", RUN_OFF_REUSE)
+        RUN_OFF_OPT("query", RUN_OFF_QUERY), RUN_OFF_OPT("reuse", RUN_OFF_REUSE),                  \
+        RUN_OFF_OPT("spec-overlap", RUN_OFF_SPEC)
 
 /* The offload flags' part of pulse run --help. */
 extern const char run_offload_usage[];
@@ -62,6 +64,7 @@ struct run_offload_opts {
     const char *selection, *engine, *profile, *heads, *prompt_kv; /* NULL: the policy's */
     const char *query; /* --query: NULL = locality */
     const char *reuse; /* --reuse: NULL = the policy's (policy.offload_refetch) */
+    const char *spec;  /* --spec-overlap: NULL = profile (the built-in speculation profile) */
     double host_pool_gb, cap_gbps, cap_fraction; /* cap_fraction: of the H2D peak, 0 none */
     /* pulseinfer: --no-irq, --admission, --profile (the IOAA profile), --trace */
     int no_irq;
@@ -75,6 +78,7 @@ struct run_offload {
     struct offload_params p;
     struct locality_source_params src;
     struct locality_profile profile;
+    struct locality_spec_profile spec_profile; /* --spec-overlap FILE */
     int32_t selector[LOC_MAX_LAYERS];
 };
 
