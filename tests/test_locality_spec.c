@@ -274,6 +274,12 @@ static void check_overlap(const char *selection, int sel_head, int mode, double 
     }
     EXPECT(spec_layer(spec, 0) == NULL && spec_layer(spec, 1) == NULL); /* dense */
     json_decref(j);
+    /* the counter of approximate queries made moved by every entry of every step */
+    j = qs->to_json(qs->user), spec = json_object_get(j, "speculation");
+    for (int l = 2; l < NLAYERS; l++)
+        EXPECT_EQ_INT(json_integer_value(json_object_get(spec_layer(spec, l), "calls")),
+                      rounds * STEPS * NREQ);
+    json_decref(j);
     query_source_free(qs);
 }
 
