@@ -136,17 +136,21 @@ int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t hi, uint6
     return 0;
 }
 
-int cli_double(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out)
+int cli_parse_double(const char *s, double lo, double hi, double *out)
 {
     size_t n = decimal_number_len(s, 1);
     errno = 0;
     double v = n && !s[n] ? strtod(s, NULL) : NAN;
-    if (!n || s[n] || errno || !isfinite(v) || v < lo || v > hi) {
-        cli_error(cmd, "%s: '%s' is not a number in [%g, %g] (decimal)", flag, s, lo, hi);
-        return -1;
-    }
+    if (!n || s[n] || errno || !isfinite(v) || v < lo || v > hi) return -1;
     *out = v;
     return 0;
+}
+
+int cli_double(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out)
+{
+    if (cli_parse_double(s, lo, hi, out) == 0) return 0;
+    cli_error(cmd, "%s: '%s' is not a number in [%g, %g] (decimal)", flag, s, lo, hi);
+    return -1;
 }
 
 int cli_parse_size(const char *s, size_t *out)

@@ -31,8 +31,10 @@ int cli_double(const char *cmd, const char *flag, const char *s, double lo, doub
 int cli_budget(const char *cmd, const char *flag, const char *s, long *out);
 int cli_budget_blocks(const char *cmd, const char *flag, long budget, long block,
                       const char *block_flag);
-/* cli_int's strict parse without the message: 0, or -1 (the caller names the flag). */
+/* cli_int's and cli_double's strict parses without the message: 0, or -1 (the caller names
+ * the flag). */
 int cli_parse_long(const char *s, long lo, long hi, long *out);
+int cli_parse_double(const char *s, double lo, double hi, double *out);
 /* A byte count (decimal, as cli_double reads it) with an optional K, M or G suffix (powers of
  * 1024), e.g. 8K, 2M, 1.5G: >= 1 and at most 1e12. 0, or -1 (no message: the caller names the
  * flag). */

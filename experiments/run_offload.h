@@ -34,6 +34,7 @@ enum {
     RUN_OFF_REUSE,
     RUN_OFF_SPECULATE,
     RUN_OFF_SPEC_PREDICTOR,
+    RUN_OFF_SPEC,
     RUN_OFF_END
 };
 
@@ -54,7 +55,8 @@ enum {
         RUN_OFF_OPT("recall-cap-fraction", RUN_OFF_CAP_FRACTION),                                  \
         RUN_OFF_OPT("query", RUN_OFF_QUERY), RUN_OFF_OPT("reuse", RUN_OFF_REUSE),                  \
         {"speculate", no_argument, 0, RUN_OFF_SPECULATE},                                          \
-        RUN_OFF_OPT("spec-predictor", RUN_OFF_SPEC_PREDICTOR)
+        RUN_OFF_OPT("spec-predictor", RUN_OFF_SPEC_PREDICTOR), \
+        RUN_OFF_OPT("spec-overlap", RUN_OFF_SPEC)
 
 /* The offload flags' part of pulse run --help. */
 extern const char run_offload_usage[];
@@ -67,7 +69,8 @@ struct run_offload_opts {
     const char *query; /* --query: NULL = locality */
     const char *reuse; /* --reuse: NULL = the policy's (policy.offload_refetch) */
     int speculate;     /* --speculate: the policy's prefetching schedule */
-    const char *spec_predictor;                  /* --spec-predictor: NULL = approx */
+    const char *spec_predictor;                  /* --spec-predictor: NULL = approx */, \
+    const char *spec;  /* --spec-overlap: NULL = profile (the built-in speculation profile) */
     double host_pool_gb, cap_gbps, cap_fraction; /* cap_fraction: of the H2D peak, 0 none */
     /* pulseinfer: --no-irq, --admission, --profile (the IOAA profile), --trace */
     int no_irq;
@@ -81,6 +84,7 @@ struct run_offload {
     struct offload_params p;
     struct locality_source_params src;
     struct locality_profile profile;
+    struct locality_spec_profile spec_profile; /* --spec-overlap FILE */
     int32_t selector[LOC_MAX_LAYERS];
 };
 

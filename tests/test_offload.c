@@ -489,6 +489,9 @@ static const struct bad_case bad[] = {
     {"--selection solohead --head-profile /nonexistent/h.json", "--head-profile: "},
     {"--recall-cap-gbps 0", "--recall-cap-gbps: '0' is not a number"},
     {"--query model", "--query: 'model' is not locality or real"},
+    {"--spec-overlap 1.5", "--spec-overlap: '1.5' is not profile, exact, a number in [0, 1] or"},
+    {"--spec-overlap exactly", "--spec-overlap: 'exactly' is not profile, exact, a number"},
+    {"--spec-overlap /nonexistent/s.json", "--spec-overlap: /nonexistent/s.json: cannot open"},
     {"--query real",
      "the real query selects over a real prompt's keys: it needs --prompt-kv prefill"},
 };
@@ -586,6 +589,13 @@ static int64_t cli_json(const struct cli_want *w)
         EXPECT(copies > 0 && copies < json_integer_value(json_object_get(o, "recall_chunks")));
     }
     EXPECT(json_object_get(json_object_get(cfg, "locality"), "calibration") != NULL);
+    /* the misprediction model of the approximate query (--spec-overlap, default profile) */
+    json_t *spec = json_object_get(json_object_get(cfg, "locality"), "speculation");
+    const char *mode = strstr(w->extra, "--spec-overlap exact") ? "exact"
+                       : strstr(w->extra, "--spec-overlap 0")   ? "fixed"
+                                                                : "profile";
+    EXPECT_STR_EQ(json_string_value(json_object_get(spec, "mode")), mode);
+    EXPECT_EQ_INT(json_array_size(json_object_get(spec, "layers")), strcmp(mode, "exact") ? 2 : 0);
     EXPECT(!strcmp(json_string_value(json_object_get(r, "status")), "ok"));
     json_decref(r);
     return bytes;
@@ -770,6 +780,10 @@ static void test_cli_json(void)
                                         "gather-scatter", 16, 20, 1};
     static const struct cli_want inf_reuse = {
         "infinigen", "--reuse resident", 1, "headwise", "gather-scatter", 16, 20, 0};
+    static const struct cli_want inf_fixed = {
+        "infinigen", "--spec-overlap 0.7", 1, "headwise", "gather-scatter", 16, 20, 1};
+    static const struct cli_want inf_exact = {
+        "infinigen", "--spec-overlap exact", 1, "headwise", "gather-scatter", 16, 20, 1};
     static const struct cli_want ark_m = {"arkvale+solohead+gs", "", 0,  "solohead",
                                           "gather-scatter",      16, 20, 0};
     static const struct cli_want inf_m = {"infinigen+solohead+gs", "", 1,  "solohead",
@@ -778,6 +792,7 @@ static void test_cli_json(void)
                                            "zero-copy",           16, 20, 0};
     EXPECT(cli_json(&ark) > 0);
     EXPECT(cli_json(&inf) > cli_json(&inf_reuse));
+    EXPECT(cli_json(&inf_fixed) > 0 && cli_json(&inf_exact) > 0);
     EXPECT_EQ_INT(cli_json(&ark_m), cli_json(&inf_m));
     EXPECT(cli_json(&ark_zc) > 0);
 }

@@ -247,6 +247,14 @@ void locality_build_digests(struct locality *L, const struct digest_view *dv,
     }
 }
 
+void locality_build_calib_digests(struct locality *L, const struct digest_view *dv, int n_tokens,
+                                  int stream, int layer, int sel_head)
+{
+    PULSE_CHECK(layer >= 0 && layer < L->p.n_layers && stream >= 0,
+                "locality_build_calib_digests: layer or stream out of range");
+    digests_entry(L, &L->ks, dv, 0, n_tokens, TAG_CAL_KEYS, (uint64_t)stream, layer, sel_head);
+}
+
 /* ------------------------------------------------------------------ query streams */
 
 /* q <- cos(th) q + sin(th) z, z = the part of U[-1, 1)^hd (stream zs, elements off..) orthogonal
@@ -775,6 +783,20 @@ void locality_get_calib(const struct locality *L, struct locality_calib *out)
     out->churn = L->cal;
     out->churn_max = L->cal[L->p.calib_points - 1];
     out->reused = L->calib_reused;
+}
+
+void locality_stream_pos(const struct locality *L, int slot, int layer, int64_t *req_id,
+                         int32_t *steps)
+{
+    PULSE_CHECK(slot >= 0 && slot < L->p.n_slots && layer >= 0 && layer < L->p.n_layers,
+                "locality_stream_pos: slot or layer out of range");
+    *req_id = L->req[slot];
+    *steps = L->step[(size_t)slot * L->p.n_layers + layer];
+}
+
+const struct locality_params *locality_get_params(const struct locality *L)
+{
+    return &L->p;
 }
 
 void locality_get_gen_stats(const struct locality *L, int layer, struct locality_gen_stats *out)

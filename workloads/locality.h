@@ -239,6 +239,20 @@ void locality_build_digests(struct locality *L, const struct digest_view *dv,
                             const int32_t *n_tokens, const int32_t *req_ids, int batch, int layer,
                             int sel_head);
 
+/* The request in slot (-1 when none was started) and the steps its stream of `layer` has
+ * taken (step s made by locality_step_q leaves s + 1). Reads only (slot, layer)'s state, so it
+ * may run beside locality_step_q on other layers. */
+void locality_stream_pos(const struct locality *L, int slot, int layer, int64_t *req_id,
+                         int32_t *steps);
+/* The params L was made with (valid while L lives). */
+const struct locality_params *locality_get_params(const struct locality *L);
+/* Digests of calibration key set `stream` (>= 0) of `layer`, the keys the churn calibration
+ * selects over (no request has them), of blocks [0, ceil(n_tokens / block_size)) into entry 0
+ * of dv; sel_head as for digest_build. For other calibrations (locality_spec.h). Not
+ * reentrant. */
+void locality_build_calib_digests(struct locality *L, const struct digest_view *dv, int n_tokens,
+                                  int stream, int layer, int sel_head);
+
 /* ------------------------------------------------------------------ device fill (CUDA builds) */
 
 /* Makes L able to write keys on the device: allocates its device scratch (the key directions

@@ -14,6 +14,13 @@ struct locality_source {
     struct locality *L;
     struct locality_meter *meter;
     struct locality_profile prof; /* owned copy */
+    /* misprediction: the mode asked for, the calibrated model (NULL: spec_q is NULL), the
+     * speculation profile and the run of it the targets came from (LOC_SPEC_PROFILE) */
+    int spec_mode;
+    struct locality_spec *spec;
+    struct locality_spec_profile spec_prof;
+    int spec_run;
+    const char *spec_off; /* why spec_q is NULL */
 };
 
 #define BAD(...)                                                                                   \
@@ -53,6 +60,20 @@ static void src_step_q(void *u, int layer, const int32_t *slots, int batch, uint
     locality_step_q(s->L, layer, slots, batch, q_out);
 }
 
+static void src_spec_q(void *u, int layer, const int32_t *slots, int batch, const uint16_t *q,
+                       uint16_t *q_out)
+{
+    struct locality_source *s = u;
+    const size_t qn = (size_t)s->qs.shape.sel.n_heads * s->qs.shape.sel.head_dim;
+    for (int b = 0; b < batch; b++) {
+        int64_t req;
+        int32_t steps;
+        locality_stream_pos(s->L, slots[b], layer, &req, &steps);
+        PULSE_CHECK(req >= 0 && steps > 0, "spec_q: the slot has no step of this layer yet");
+        locality_spec_q(s->spec, layer, req, steps - 1, q + b * qn, q_out + b * qn);
+    }
+}
+
 static void src_fill_kv(void *u, const struct kv_view *kv, int n_tokens, int32_t req_id, int layer)
 {
     struct locality_source *s = u;
@@ -74,10 +95,35 @@ static void src_fill_kv_device(void *u, const struct kctx *c, const struct kv_vi
 }
 #endif
 
+static const char *const spec_mode_names[] = {"profile", "exact", "fixed"};
+
+/* The misprediction's part of the description. */
+static json_t *spec_json(const struct locality_source *s)
+{
+    json_t *j = s->spec ? locality_spec_to_json(s->spec) : json_object();
+    json_object_set_new(j, "mode", json_string(spec_mode_names[s->spec_mode]));
+    json_object_set_new(j, "spec_q", json_string(s->spec ? "perturbed" : s->spec_off));
+    if (s->spec_mode != LOC_SPEC_PROFILE) return j;
+    const struct locality_spec_profile *f = &s->spec_prof;
+    const struct locality_spec_run *r = &f->run[s->spec_run];
+    json_object_set_new(j, "mapping",
+                        json_string("depth: sparse layer l of n takes the overlap interpolated "
+                                    "at (l + 0.5) / n between the measured layers' depths"));
+    json_t *pj = locality_spec_profile_to_json(f);
+    json_object_del(pj, "runs");
+    json_object_set_new(pj, "run",
+                        json_pack("{s:i, s:i, s:i}", "budget_tokens", r->budget_tokens,
+                                  "context_tokens", r->context_tokens, "samples", r->samples));
+    json_object_set_new(j, "profile", pj);
+    return j;
+}
+
 static json_t *src_to_json(const void *u)
 {
     const struct locality_source *s = u;
-    return locality_to_json(s->L);
+    json_t *j = locality_to_json(s->L);
+    json_object_set_new(j, "speculation", spec_json(s));
+    return j;
 }
 
 static void src_meter_reset(void *u, int slot)
@@ -123,6 +169,7 @@ static void src_meter_stats(const void *u, int layer, struct query_meter_stats *
 static void src_free(struct query_source *qs)
 {
     struct locality_source *s = qs->user;
+    locality_spec_free(s->spec);
     locality_meter_free(s->meter);
     locality_free(s->L);
     mem_free(MEM_HOST, s, sizeof *s);
@@ -141,7 +188,51 @@ static int calib_tokens(const struct locality_source_params *p, const struct sel
     return PULSE_MAX(lo, PULSE_MIN(p->typical_tokens, hi));
 }
 
-/* The profile, the calibrated generator and the meter of s. */
+/* The misprediction model of s (spec_q), over the generator's keys at its calibration context
+ * calib with its selection gc. */
+static int make_spec(struct locality_source *s, const struct query_source_shape *sh,
+                     const struct locality_source_params *p, const struct select_cfg *gc,
+                     int trivial, int calib, char *err, size_t errlen)
+{
+    char why[256];
+    s->spec_mode = p->spec_mode;
+    if (p->spec_mode < LOC_SPEC_PROFILE || p->spec_mode > LOC_SPEC_FIXED)
+        BAD("speculation: unknown mode %d", p->spec_mode);
+    if (p->spec_mode == LOC_SPEC_FIXED && !(p->spec_overlap >= 0.0 && p->spec_overlap <= 1.0))
+        BAD("speculation: overlap %g is not in [0, 1]", p->spec_overlap);
+    if (p->spec_mode == LOC_SPEC_PROFILE) {
+        if (p->spec_profile)
+            s->spec_prof = *p->spec_profile;
+        else
+            locality_spec_profile_builtin(&s->spec_prof);
+    }
+    if (p->spec_mode == LOC_SPEC_EXACT) {
+        s->spec_off = "none: exact (a perfect predictor)";
+        return PULSE_OK;
+    }
+    if (trivial) {
+        s->spec_off = "none: the selection does not depend on the query (every block or none)";
+        return PULSE_OK;
+    }
+    const int sel_head =
+        sh->selection && !strcmp(sh->selection, "mean") ? SELECT_MEAN : SELECT_HEADWISE;
+    struct locality_spec_params sp;
+    locality_spec_params_init(&sp, gc, sel_head, sh->n_layers);
+    sp.calib_tokens = calib;
+    if (p->spec_mode == LOC_SPEC_FIXED) {
+        for (int l = 0; l < sh->n_layers; l++)
+            sp.target[l] = sh->dense[l] ? -1.0 : p->spec_overlap;
+    } else {
+        const int ctx = p->typical_tokens > 0 ? p->typical_tokens : calib;
+        locality_spec_targets(&s->spec_prof, sh->n_layers, sh->dense,
+                              sh->sel.budget * sh->sel.block_size, ctx, sp.target, &s->spec_run);
+    }
+    if (!(s->spec = locality_spec_create(s->L, &sp, why, sizeof why))) BAD("%s", why);
+    s->qs.spec_q = src_spec_q;
+    return PULSE_OK;
+}
+
+/* The profile, the calibrated generator, the misprediction model and the meter of s. */
 static int make(struct locality_source *s, const struct query_source_shape *sh,
                 const struct locality_source_params *p, char *err, size_t errlen)
 {
@@ -172,6 +263,7 @@ static int make(struct locality_source *s, const struct query_source_shape *sh,
     if (trivial) /* the table is never used: the smallest calibration */
         lp.calib_points = 3, lp.calib_steps = 1, lp.calib_streams = 1;
     if (!(s->L = locality_create(&lp, &s->prof, why, sizeof why))) BAD("%s", why);
+    if (make_spec(s, sh, p, &gc, trivial, calib, err, errlen)) return PULSE_ERR_INVALID;
     struct locality_meter_params mp = {sh->sel,      sh->n_layers,  sh->n_slots,
                                        sh->one_list, sh->selection, sh->hot_slots};
     if (!(s->meter = locality_meter_create(&mp, why, sizeof why))) BAD("%s", why);

@@ -8,6 +8,15 @@
 
 #include "query_source.h"
 #include "workloads/locality.h"
+#include "workloads/locality_spec.h"
+
+/* The misprediction of spec_q (locality_spec.h). */
+enum locality_spec_mode {
+    LOC_SPEC_PROFILE = 0, /* per sparse layer the target overlap of spec_profile, mapped by
+                             depth at the shape's budget and the run's context */
+    LOC_SPEC_EXACT,       /* no misprediction: spec_q is NULL (a perfect predictor) */
+    LOC_SPEC_FIXED        /* spec_overlap on every sparse layer */
+};
 
 struct locality_source_params {
     const struct locality_profile *profile; /* churn per layer (copied); NULL = the default
@@ -16,6 +25,9 @@ struct locality_source_params {
                            selected tokens, max(that, 16384)], or locality's default */
     int typical_tokens; /* the run's typical context (e.g. the mean prompt); 0 = unknown */
     const char *model;  /* names the model in messages; may be NULL */
+    int spec_mode;      /* enum locality_spec_mode (default LOC_SPEC_PROFILE) */
+    double spec_overlap;                              /* LOC_SPEC_FIXED: in [0, 1] */
+    const struct locality_spec_profile *spec_profile; /* NULL: the built-in one (copied) */
 };
 
 /* PULSE_OK when prof has the shape's layers, dense exactly where the shape's are (the layers the
@@ -26,8 +38,10 @@ int locality_profile_fits(const struct locality_profile *prof, const struct quer
 
 /* The source for shape sh (offload_source_shape): checks the profile against it, calibrates
  * the generator (the slow part, timed in setup_s; when every block or none is selected the
- * queries do not matter and the calibration is the smallest) and makes the meter. p NULL = the
- * defaults. NULL with a one-line reason in err. Free with query_source_free. */
+ * queries do not matter and the calibration is the smallest), calibrates the misprediction
+ * (spec_q; none with LOC_SPEC_EXACT or when the selection does not depend on the query) and
+ * makes the meter. p NULL = the defaults. NULL with a one-line reason in err. Free with
+ * query_source_free. */
 struct query_source *locality_source_create(const struct query_source_shape *sh,
                                             const struct locality_source_params *p, char *err,
                                             size_t errlen);

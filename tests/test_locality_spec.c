@@ -1,0 +1,480 @@
+/* The misprediction model of throughput runs (workloads/locality_spec.h) through the locality
+ * source's spec_q (query_source.h): the built-in speculation profile is the committed file, its
+ * JSON round trip and corrupt inputs, the per-layer targets mapped by depth; and the main
+ * property: on fresh requests (not the calibration's keys or queries) the approximate query's
+ * selection overlaps the exact query's, measured with select_blocks_ref as the runtime selects
+ * (head-wise, SoloHead, mean), within 0.03 of every sparse layer's target. Also: 'exact' is the
+ * exact query (no spec_q) and an overlap of 1 copies q; q_out is a pure function of (request,
+ * layer, step, q) whatever the slots, the order or the threads; the calibration is the same
+ * bits on any thread count; no allocation in a step; the description's fields. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "kernels.h"
+#include "mem.h"
+#include "select.h"
+#include "testutil.h"
+#include "workloads/locality_source.h"
+#include "workloads/locality_spec.h"
+
+/* qwen3-like GQA, small (tests/test_locality.c's shapes) */
+#define NQ 8
+#define NKV 2
+#define HD 64
+#define BS 16
+#define BUDGET 32
+#define PROMPT 2048
+#define STEPS 24
+#define NREQ 4
+#define NLAYERS 8 /* 2 dense + 6 sparse */
+#define TOL 0.03
+
+#define PROFILE_FILE "workloads/profiles/speculation_gemma3-270m.json"
+
+static struct locality_spec_profile g_a, g_b; /* large: off the stack */
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    PULSE_CHECK(p != NULL, "malloc");
+    return p;
+}
+
+/* ------------------------------------------------------------------ profile */
+
+static void test_profile_file(void)
+{
+    char err[512], path[1024];
+    const char *src = getenv("PULSE_SRC");
+    snprintf(path, sizeof path, "%s%s%s", src ? src : "", src ? "/" : "", PROFILE_FILE);
+    EXPECT_EQ_INT(locality_spec_profile_read(path, &g_a, err, sizeof err), PULSE_OK);
+    if (g_a.n_runs == 0) fprintf(stderr, "%s\n", err);
+    locality_spec_profile_builtin(&g_b);
+    json_t *ja = locality_spec_profile_to_json(&g_a), *jb = locality_spec_profile_to_json(&g_b);
+    EXPECT(json_equal(ja, jb)); /* the built-in table is the committed measurement */
+    EXPECT(g_b.n_runs >= 2 && g_b.run[0].n_points == 3);
+    EXPECT_STR_EQ(g_b.date, "2026-12-04");
+    EXPECT(strlen(g_b.commit) == 40 && strlen(g_b.command) > 20 && strlen(g_b.machine) > 0);
+    for (int r = 0; r < g_b.n_runs; r++)
+        for (int i = 0; i < g_b.run[r].n_points; i++) {
+            const struct locality_spec_point *p = &g_b.run[r].point[i];
+            EXPECT(p->overlap > 0.5 && p->overlap < 1.0 && p->exact > 1000);
+        }
+    /* round trip */
+    EXPECT_EQ_INT(locality_spec_profile_from_json(jb, "rt", &g_a, err, sizeof err), PULSE_OK);
+    json_t *jc = locality_spec_profile_to_json(&g_a);
+    EXPECT(json_equal(jb, jc));
+    json_decref(ja), json_decref(jc);
+    /* corrupt inputs name the field */
+    static const struct {
+        const char *path, *key, *why;
+        long long v;
+    } bad[] = {
+        {"", "version", "version", 2},
+        {"", "block_sizes", "unknown key", 16},
+        {"runs[0]", "samples", "runs[0].samples", 0},
+        {"runs[0].layers[1]", "layer", "runs[0].layers[1].layer: not after", 5},
+        {"runs[0].layers[0]", "hit", "runs[0].layers[0].hit", 1LL << 40},
+        {"runs[0].layers[0]", "exact", "runs[0].layers[0].overlap: not hit / exact", 1LL << 40},
+    };
+    for (size_t k = 0; k < PULSE_ARRAY_LEN(bad); k++) {
+        json_t *j = json_deep_copy(jb), *o = j;
+        if (!strncmp(bad[k].path, "runs[0]", 7)) o = json_array_get(json_object_get(j, "runs"), 0);
+        if (!strcmp(bad[k].path, "runs[0].layers[0]") || !strcmp(bad[k].path, "runs[0].layers[1]"))
+            o = json_array_get(json_object_get(o, "layers"), bad[k].path[15] - '0');
+        json_object_set_new(o, bad[k].key, json_integer(bad[k].v));
+        EXPECT_EQ_INT(locality_spec_profile_from_json(j, "bad.json", &g_a, err, sizeof err),
+                      PULSE_ERR_INVALID);
+        EXPECT_STR_CONTAINS(err, bad[k].why);
+        json_decref(j);
+    }
+    json_decref(jb);
+}
+
+/* Targets by relative depth from a hand-made profile: 2 runs, layers 1 and 3 of 4 measured. */
+static void test_targets(void)
+{
+    memset(&g_a, 0, sizeof g_a);
+    g_a.n_layers = 4, g_a.n_runs = 2;
+    const int budgets[2] = {1024, 2048};
+    for (int r = 0; r < 2; r++) {
+        g_a.run[r] = (struct locality_spec_run){budgets[r], 8192, 1, 2, {{0}}};
+        g_a.run[r].point[0] = (struct locality_spec_point){1, 10, 6, 0.6};
+        g_a.run[r].point[1] = (struct locality_spec_point){3, 10, 9 - r, 0.9 - 0.1 * r};
+    }
+    double t[16];
+    uint8_t dense[16] = {1, 1};
+    int run = -1;
+    /* 16 layers: depth (l + 0.5) / 16; measured depths 1.5 / 4 = 0.375 and 3.5 / 4 = 0.875 */
+    locality_spec_targets(&g_a, 16, dense, 2000, 30000, t, &run);
+    EXPECT_EQ_INT(run, 1);
+    EXPECT(t[0] == -1.0 && t[1] == -1.0);
+    for (int l = 2; l < 16; l++) {
+        const double x = (l + 0.5) / 16, w = (x - 0.375) / 0.5;
+        const double want = x <= 0.375 ? 0.6 : x >= 0.875 ? 0.8 : 0.6 + w * 0.2;
+        EXPECT_NEAR(t[l], want, 1e-12);
+    }
+    locality_spec_targets(&g_a, 16, NULL, 1200, 4096, t, &run);
+    EXPECT_EQ_INT(run, 0);
+    EXPECT_NEAR(t[15], 0.9, 1e-12);
+    EXPECT_NEAR(t[0], 0.6, 1e-12);
+}
+
+/* ------------------------------------------------------------------ source fixtures */
+
+static const struct select_cfg CFG = {NQ,     NKV, HD, BS,
+                                      BUDGET, 1,   2,  PULSE_CEIL_DIV(PROMPT + STEPS, BS)};
+
+static struct query_source *make_source(const char *selection, int mode, double overlap,
+                                        uint64_t seed)
+{
+    struct query_source_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.sel = CFG;
+    sh.n_layers = NLAYERS;
+    sh.dense[0] = sh.dense[1] = 1;
+    sh.n_slots = NREQ;
+    sh.one_list = strcmp(selection, "headwise") != 0;
+    sh.selection = selection;
+    sh.seed = seed;
+    struct locality_source_params lp = {0};
+    lp.typical_tokens = PROMPT;
+    lp.spec_mode = mode;
+    lp.spec_overlap = overlap;
+    char err[512];
+    struct query_source *qs = locality_source_create(&sh, &lp, err, sizeof err);
+    if (!qs) fprintf(stderr, "locality_source_create: %s\n", err);
+    EXPECT(qs != NULL);
+    return qs;
+}
+
+/* The digests of request req's layer as the runtime makes them: the source's prompt KV of
+ * every token the run will have, then digest_build_ref (sel_head's heads). */
+static void digests_of(struct query_source *qs, int32_t req, int layer, int sel_head,
+                       uint16_t *kvpool, uint16_t *dig)
+{
+    const int nb = CFG.max_blocks, n = PROMPT + STEPS;
+    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)nb), zero = 0;
+    for (int i = 0; i < nb; i++)
+        ids[i] = i;
+    const struct kv_view kv = {kvpool, ids, &zero, BS, NKV, HD, 0, 0};
+    qs->fill_kv(qs->user, &kv, n, req, layer);
+    const struct digest_view dv = {dig, ids, &zero, select_digest_heads(NKV, sel_head), HD};
+    digest_build_ref(NULL, &kv, &dv, &n, 1, sel_head, n);
+    free(ids);
+}
+
+/* Exact blocks chosen by score (forced sink, window and tail left out) and how many of them
+ * the approximate list holds, as accuracy/sparse_attn.c's measure_speculation counts them. */
+static void count(const int32_t *ex, int nex, const int32_t *ap, int nap, int nb, int64_t *exact,
+                  int64_t *hit)
+{
+    for (int i = 0; i < nex; i++) {
+        if (ex[i] < CFG.sink || ex[i] >= nb - 1 - CFG.window) continue;
+        int found = 0;
+        for (int j = 0; j < nap && !found; j++)
+            found = ap[j] == ex[i];
+        (*exact)++, *hit += found;
+    }
+}
+
+/* The achieved overlap of each sparse layer over fresh requests 1000.. (rounds x NREQ of them)
+ * and STEPS steps each, the lists of sel_head (SoloHead: KV head 1). */
+static void achieved(struct query_source *qs, int sel_head, int rounds, double *ov)
+{
+    const int nb_max = CFG.max_blocks, nl = select_n_lists(&CFG, sel_head);
+    const int ms = select_max_selected(&CFG), ndh = select_digest_heads(NKV, sel_head);
+    const size_t qn = (size_t)NQ * HD, page = (size_t)ndh * 2 * HD;
+    uint16_t *kv = xmalloc(sizeof(uint16_t) * (size_t)nb_max * NKV * 2 * BS * HD);
+    uint16_t *dig = xmalloc(sizeof(uint16_t) * NREQ * nb_max * page);
+    uint16_t *q = xmalloc(sizeof(uint16_t) * NREQ * qn),
+             *qa = xmalloc(sizeof(uint16_t) * NREQ * qn);
+    float *scores = xmalloc(select_scores_bytes(&CFG, 1, sel_head));
+    int32_t *se = xmalloc(sizeof(int32_t) * nl * ms), *sa = xmalloc(sizeof(int32_t) * nl * ms);
+    int32_t ce[NKV], ca[NKV], ids[4096], slots[NREQ];
+    for (int i = 0; i < NREQ * nb_max; i++)
+        ids[i] = i;
+    for (int layer = 0; layer < NLAYERS; layer++) {
+        ov[layer] = -1.0;
+        if (layer < 2) continue;
+        for (int b = 0; b < NREQ; b++) {
+            digests_of(qs, 1000 + b, layer, sel_head, kv, dig + (size_t)b * nb_max * page);
+            slots[b] = NREQ - 1 - b; /* request b in slot NREQ-1-b */
+            qs->start(qs->user, slots[b], 1000 + b);
+        }
+        int64_t exact = 0, hit = 0;
+        struct mem_stats m0, m1;
+        for (int s = 0; s < rounds * STEPS; s++) {
+            if (s && s % STEPS == 0) /* the next round's requests */
+                for (int b = 0; b < NREQ; b++) {
+                    const int32_t req = 1000 + s / STEPS * NREQ + b;
+                    digests_of(qs, req, layer, sel_head, kv, dig + (size_t)b * nb_max * page);
+                    qs->start(qs->user, slots[b], req);
+                }
+            mem_get_stats(&m0);
+            qs->step_q(qs->user, layer, slots, NREQ, q);
+            qs->spec_q(qs->user, layer, slots, NREQ, q, qa);
+            mem_get_stats(&m1);
+            EXPECT_EQ_INT(m1.alloc_calls[MEM_HOST], m0.alloc_calls[MEM_HOST]);
+            const int32_t n = PROMPT + s % STEPS, nb = PULSE_CEIL_DIV(n, BS);
+            for (int b = 0; b < NREQ; b++) {
+                const int32_t start = b * nb_max;
+                const struct digest_view dv = {dig, ids, &start, ndh, HD};
+                select_blocks_ref(NULL, &CFG, q + b * qn, &dv, &n, scores, se, ce, 1, sel_head);
+                select_blocks_ref(NULL, &CFG, qa + b * qn, &dv, &n, scores, sa, ca, 1, sel_head);
+                for (int l = 0; l < nl; l++)
+                    count(se + l * ms, ce[l], sa + l * ms, ca[l], nb, &exact, &hit);
+            }
+        }
+        ov[layer] = (double)hit / (double)exact;
+    }
+    free(kv), free(dig), free(q), free(qa), free(scores), free(se), free(sa);
+}
+
+/* The description's speculation.layers[] entry of layer, NULL when absent. */
+static json_t *spec_layer(json_t *spec, int layer)
+{
+    json_t *a = json_object_get(spec, "layers");
+    for (size_t i = 0; i < json_array_size(a); i++)
+        if (json_integer_value(json_object_get(json_array_get(a, i), "layer")) == layer)
+            return json_array_get(a, i);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ the main property */
+
+/* One list per step (mean) varies more from one request to the next than a list per KV head:
+ * more requests make the measurement as precise. */
+static void check_overlap(const char *selection, int sel_head, int mode, double overlap)
+{
+    const int rounds = sel_head == SELECT_HEADWISE ? 3 : 6;
+    struct query_source *qs = make_source(selection, mode, overlap, 11);
+    if (!qs || !qs->spec_q) {
+        EXPECT(qs && qs->spec_q);
+        query_source_free(qs);
+        return;
+    }
+    json_t *j = qs->to_json(qs->user), *spec = json_object_get(j, "speculation");
+    double ov[NLAYERS];
+    achieved(qs, sel_head, rounds, ov);
+    for (int l = 2; l < NLAYERS; l++) {
+        json_t *e = spec_layer(spec, l);
+        const double target = json_real_value(json_object_get(e, "target_overlap"));
+        const double calib = json_real_value(json_object_get(e, "calib_overlap"));
+        fprintf(stderr, "%s %s layer %d: target %.3f calibration %.3f (angle %.4f) fresh %.3f\n",
+                selection, mode == LOC_SPEC_FIXED ? "fixed" : "profile", l, target, calib,
+                json_real_value(json_object_get(e, "angle")), ov[l]);
+        EXPECT(e != NULL);
+        if (mode == LOC_SPEC_FIXED) EXPECT_NEAR(target, overlap, 1e-12);
+        EXPECT_NEAR(calib, target, TOL);
+        EXPECT_NEAR(ov[l], target, TOL);
+    }
+    EXPECT(spec_layer(spec, 0) == NULL && spec_layer(spec, 1) == NULL); /* dense */
+    json_decref(j);
+    /* the counter of approximate queries made moved by every entry of every step */
+    j = qs->to_json(qs->user), spec = json_object_get(j, "speculation");
+    for (int l = 2; l < NLAYERS; l++)
+        EXPECT_EQ_INT(json_integer_value(json_object_get(spec_layer(spec, l), "calls")),
+                      rounds * STEPS * NREQ);
+    json_decref(j);
+    query_source_free(qs);
+}
+
+static void test_overlap(void)
+{
+    check_overlap("headwise", SELECT_HEADWISE, LOC_SPEC_PROFILE, 0);
+    check_overlap("headwise", SELECT_HEADWISE, LOC_SPEC_FIXED, 0.6);
+    check_overlap("solohead", 1, LOC_SPEC_FIXED, 0.85);
+    check_overlap("mean", SELECT_MEAN, LOC_SPEC_FIXED, 0.75);
+}
+
+/* ------------------------------------------------------------------ exact, determinism */
+
+static void test_exact(void)
+{
+    struct query_source *qs = make_source("headwise", LOC_SPEC_EXACT, 0, 3);
+    if (!qs) return;
+    EXPECT(qs->spec_q == NULL); /* the runtime then selects with the exact query */
+    json_t *j = qs->to_json(qs->user), *spec = json_object_get(j, "speculation");
+    EXPECT_STR_EQ(json_string_value(json_object_get(spec, "mode")), "exact");
+    EXPECT_STR_CONTAINS(json_string_value(json_object_get(spec, "spec_q")), "none");
+    json_decref(j);
+    query_source_free(qs);
+    /* an overlap of 1: q itself, bit for bit */
+    qs = make_source("headwise", LOC_SPEC_FIXED, 1.0, 3);
+    if (!qs) return;
+    const size_t qn = (size_t)NREQ * NQ * HD;
+    uint16_t *q = xmalloc(2 * qn), *qa = xmalloc(2 * qn);
+    int32_t slots[NREQ] = {0, 1, 2, 3};
+    for (int b = 0; b < NREQ; b++)
+        qs->start(qs->user, b, 50 + b);
+    for (int s = 0; s < 5; s++) {
+        qs->step_q(qs->user, 4, slots, NREQ, q);
+        memset(qa, 0x5a, 2 * qn);
+        qs->spec_q(qs->user, 4, slots, NREQ, q, qa);
+        EXPECT(memcmp(q, qa, 2 * qn) == 0);
+    }
+    free(q), free(qa);
+    query_source_free(qs);
+}
+
+/* Steps `steps` of layer for requests reqs in slots, batch one slot at a time (one_by_one) or
+ * all at once; out [steps][NREQ by request order][NQ * HD] gets the approximate queries. */
+struct drive {
+    struct query_source *qs;
+    int layer, steps, one_by_one;
+    const int32_t *slots; /* slot of request b */
+    uint16_t *out;
+};
+
+static void *drive(void *arg)
+{
+    struct drive *d = arg;
+    const size_t qn = (size_t)NQ * HD;
+    uint16_t q[NREQ * NQ * HD];
+    for (int s = 0; s < d->steps; s++) {
+        uint16_t *o = d->out + (size_t)s * NREQ * qn;
+        if (!d->one_by_one) {
+            d->qs->step_q(d->qs->user, d->layer, d->slots, NREQ, q);
+            d->qs->spec_q(d->qs->user, d->layer, d->slots, NREQ, q, o);
+            continue;
+        }
+        for (int b = NREQ - 1; b >= 0; b--) {
+            d->qs->step_q(d->qs->user, d->layer, d->slots + b, 1, q);
+            d->qs->spec_q(d->qs->user, d->layer, d->slots + b, 1, q, o + b * qn);
+        }
+    }
+    return NULL;
+}
+
+static void test_determinism(void)
+{
+    struct query_source *a = make_source("headwise", LOC_SPEC_FIXED, 0.7, 5),
+                        *b = make_source("headwise", LOC_SPEC_FIXED, 0.7, 5),
+                        *c = make_source("headwise", LOC_SPEC_FIXED, 0.7, 6);
+    if (!a || !b || !c) goto out;
+    const int steps = 6;
+    const size_t n = (size_t)steps * NREQ * NQ * HD;
+    uint16_t *oa[2], *ob[2], *oc = xmalloc(2 * n);
+    for (int k = 0; k < 2; k++)
+        oa[k] = xmalloc(2 * n), ob[k] = xmalloc(2 * n);
+    const int32_t sa[NREQ] = {0, 1, 2, 3}, sb[NREQ] = {2, 0, 3, 1};
+    for (int r = 0; r < NREQ; r++) {
+        a->start(a->user, sa[r], 70 + r);
+        b->start(b->user, sb[r], 70 + r);
+        c->start(c->user, sa[r], 70 + r);
+    }
+    /* a: layers 3 then 6 in order, whole batches; b: other slots, one entry at a time in
+     * reverse, the two layers at once on two threads */
+    struct drive da[2] = {{a, 3, steps, 0, sa, oa[0]}, {a, 6, steps, 0, sa, oa[1]}};
+    struct drive db[2] = {{b, 6, steps, 1, sb, ob[1]}, {b, 3, steps, 1, sb, ob[0]}};
+    struct drive dc = {c, 3, steps, 0, sa, oc};
+    drive(&da[0]), drive(&da[1]), drive(&dc);
+    pthread_t th;
+    EXPECT_EQ_INT(pthread_create(&th, NULL, drive, &db[0]), 0);
+    drive(&db[1]);
+    pthread_join(th, NULL);
+    EXPECT(memcmp(oa[0], ob[0], 2 * n) == 0);
+    EXPECT(memcmp(oa[1], ob[1], 2 * n) == 0);
+    EXPECT(memcmp(oa[0], oa[1], 2 * n) != 0); /* layers differ */
+    EXPECT(memcmp(oa[0], oc, 2 * n) != 0);    /* seeds differ */
+    /* the same calibration bits: the same description */
+    json_t *ja = a->to_json(a->user), *jb = b->to_json(b->user);
+    json_t *la = json_object_get(json_object_get(ja, "speculation"), "layers"),
+           *lb = json_object_get(json_object_get(jb, "speculation"), "layers");
+    for (size_t i = 0; i < json_array_size(la); i++) {
+        json_t *x = json_array_get(la, i), *y = json_array_get(lb, i);
+        EXPECT(json_real_value(json_object_get(x, "angle")) ==
+               json_real_value(json_object_get(y, "angle")));
+        EXPECT(json_real_value(json_object_get(x, "calib_overlap")) ==
+               json_real_value(json_object_get(y, "calib_overlap")));
+    }
+    json_decref(ja), json_decref(jb);
+    for (int k = 0; k < 2; k++)
+        free(oa[k]), free(ob[k]);
+    free(oc);
+out:
+    query_source_free(a), query_source_free(b), query_source_free(c);
+}
+
+/* The calibration gives the same bits on 1 and 3 threads. */
+static void test_calibration_threads(void)
+{
+    static struct locality_profile prof;
+    struct locality_default_params dp;
+    char err[256];
+    locality_default_params_init(&dp, NLAYERS, 9);
+    EXPECT_EQ_INT(locality_profile_default(&prof, &dp, err, sizeof err), PULSE_OK);
+    struct locality_params lp;
+    locality_params_init(&lp, &CFG, NLAYERS, 1, 9);
+    lp.calib_streams = 2;
+    struct locality *L = locality_create(&lp, &prof, err, sizeof err);
+    EXPECT(L != NULL);
+    if (!L) return;
+    struct locality_spec *S[2];
+    for (int k = 0; k < 2; k++) {
+        struct locality_spec_params sp;
+        locality_spec_params_init(&sp, &CFG, SELECT_HEADWISE, NLAYERS);
+        for (int l = 2; l < NLAYERS; l++)
+            sp.target[l] = 0.5 + 0.06 * l;
+        sp.calib_keys = 3;
+        sp.calib_threads = k ? 3 : 1;
+        S[k] = locality_spec_create(L, &sp, err, sizeof err);
+        EXPECT(S[k] != NULL);
+    }
+    for (int l = 0; S[0] && S[1] && l < NLAYERS; l++) {
+        struct locality_spec_layer x, y;
+        locality_spec_get_layer(S[0], l, &x);
+        locality_spec_get_layer(S[1], l, &y);
+        EXPECT(memcmp(&x, &y, sizeof x) == 0);
+    }
+    locality_spec_free(S[0]), locality_spec_free(S[1]);
+    locality_free(L);
+}
+
+/* The description (config.offload.locality.speculation) of the default mode. */
+static void test_json(void)
+{
+    struct query_source *qs = make_source("headwise", LOC_SPEC_PROFILE, 0, 11);
+    if (!qs) return;
+    json_t *j = qs->to_json(qs->user), *spec = json_object_get(j, "speculation");
+    EXPECT_STR_EQ(json_string_value(json_object_get(spec, "mode")), "profile");
+    EXPECT_STR_EQ(json_string_value(json_object_get(spec, "spec_q")), "perturbed");
+    EXPECT_STR_CONTAINS(json_string_value(json_object_get(spec, "mapping")), "depth");
+    json_t *prof = json_object_get(spec, "profile");
+    EXPECT_STR_EQ(json_string_value(json_object_get(prof, "model")), "gemma3-270m-q4_k_m");
+    EXPECT_STR_EQ(json_string_value(json_object_get(json_object_get(prof, "provenance"), "date")),
+                  "2026-12-04");
+    EXPECT(json_integer_value(json_object_get(json_object_get(prof, "run"), "budget_tokens")) ==
+           1024); /* the nearest of the measured budgets to 512 */
+    json_t *cal = json_object_get(spec, "calibration");
+    EXPECT(json_array_size(json_object_get(cal, "angle")) ==
+           json_array_size(json_object_get(cal, "overlap")));
+    EXPECT_EQ_INT(json_array_size(json_object_get(spec, "layers")), NLAYERS - 2);
+    for (int l = 2; l < NLAYERS; l++) {
+        json_t *e = spec_layer(spec, l);
+        EXPECT(json_is_real(json_object_get(e, "target_overlap")) &&
+               json_is_real(json_object_get(e, "angle")) &&
+               json_is_real(json_object_get(e, "calib_overlap")));
+        EXPECT(json_real_value(json_object_get(e, "angle")) > 0);
+    }
+    json_decref(j);
+    query_source_free(qs);
+}
+
+int main(void)
+{
+    const double t0 = pulse_now();
+    test_profile_file();
+    test_targets();
+    test_exact();
+    test_json();
+    test_calibration_threads();
+    test_determinism();
+    test_overlap();
+    fprintf(stderr, "test_locality_spec: %.1f s\n", pulse_now() - t0);
+    return tu_finish("test_locality_spec");
+}
