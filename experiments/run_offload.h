@@ -69,7 +69,7 @@ struct run_offload_opts {
     const char *query; /* --query: NULL = locality */
     const char *reuse; /* --reuse: NULL = the policy's (policy.offload_refetch) */
     int speculate;     /* --speculate: the policy's prefetching schedule */
-    const char *spec_predictor;                  /* --spec-predictor: NULL = approx */, \
+    const char *spec_predictor; /* --spec-predictor: NULL = approx */
     const char *spec;  /* --spec-overlap: NULL = profile (the built-in speculation profile) */
     double host_pool_gb, cap_gbps, cap_fraction; /* cap_fraction: of the H2D peak, 0 none */
     /* pulseinfer: --no-irq, --admission, --profile (the IOAA profile), --trace */

@@ -37,6 +37,8 @@ struct pi_cfg {
     int speculate;    /* the policy's prefetching schedule (pulse run --speculate) */
     int spec_predictor; /* enum offload_spec_predictor */
     int query;          /* enum offload_query (real: with prompt_kv prefill) */
+    int spec_model;     /* the locality source's misprediction model (its speculation profile);
+                           else its approximate query is the exact one (a perfect predictor) */
 };
 
 struct pi_out {
@@ -99,7 +101,9 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
         int64_t prompt = 0;
         for (int i = 0; i < r->w.n; i++)
             prompt += r->w.reqs[i].prompt_len;
-        const struct locality_source_params lp = {.typical_tokens = (int)(prompt / r->w.n)};
+        const struct locality_source_params lp = {.typical_tokens = (int)(prompt / r->w.n),
+                                                  .spec_mode = c->spec_model ? LOC_SPEC_PROFILE
+                                                                             : LOC_SPEC_EXACT};
         const struct policy_ctx_params cp = {.eng = e,
                                              .kv = kv,
                                              .seed = 1,

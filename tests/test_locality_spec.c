@@ -140,6 +140,8 @@ static struct query_source *make_source(const char *selection, int mode, double 
     sh.one_list = strcmp(selection, "headwise") != 0;
     sh.selection = selection;
     sh.seed = seed;
+    sh.speculates = mode >= 0;
+    if (mode < 0) mode = LOC_SPEC_PROFILE; /* (the policy selects no layer ahead) */
     struct locality_source_params lp = {0};
     lp.typical_tokens = PROMPT;
     lp.spec_mode = mode;
@@ -301,6 +303,16 @@ static void test_exact(void)
     json_t *j = qs->to_json(qs->user), *spec = json_object_get(j, "speculation");
     EXPECT_STR_EQ(json_string_value(json_object_get(spec, "mode")), "exact");
     EXPECT_STR_CONTAINS(json_string_value(json_object_get(spec, "spec_q")), "none");
+    json_decref(j);
+    query_source_free(qs);
+    /* a runtime that selects no layer ahead gets no model (and no calibration) */
+    qs = make_source("headwise", -1, 0, 3);
+    if (!qs) return;
+    EXPECT(qs->spec_q == NULL);
+    j = qs->to_json(qs->user);
+    EXPECT_STR_CONTAINS(
+        json_string_value(json_object_get(json_object_get(j, "speculation"), "spec_q")),
+        "selects no layer ahead");
     json_decref(j);
     query_source_free(qs);
     /* an overlap of 1: q itself, bit for bit */

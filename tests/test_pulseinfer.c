@@ -612,6 +612,22 @@ static void test_speculation(void)
                 if (!real) { /* the locality query's own step: a perfect predictor */
                     EXPECT_EQ_INT(good->spec_held, good->spec_scored);
                     EXPECT_EQ_INT(good->spec_corrections, 0);
+                    /* the source's misprediction model (the speculation profile) */
+                    struct pi_out m;
+                    c.spec_predictor = OFFLOAD_SPEC_APPROX;
+                    c.spec_model = 1;
+                    serve(&c, &m);
+                    c.spec_model = 0;
+                    EXPECT_EQ_INT(m.rc, 0);
+                    EXPECT(same_tokens(&exact.w, &m.w));
+                    printf("speculation, locality query, %s%s, the misprediction model: hit "
+                           "rate %.3f, %lld corrected, tokens %s\n",
+                           zc ? "zero-copy" : "gather-scatter", no_irq ? " --no-irq" : "",
+                           rate(&m.ctr), (long long)m.ctr.spec_corrections,
+                           same_tokens(&exact.w, &m.w) ? "equal" : "DIFFER");
+                    EXPECT(rate(&m.ctr) > rate(poor) && rate(&m.ctr) < 1.0);
+                    EXPECT(m.ctr.spec_corrections > 0);
+                    workload_free(&m.w);
                 }
                 EXPECT(rate(poor) < 0.5 && rate(poor) < rate(good));
                 EXPECT(poor->spec_corrections > good->spec_corrections);

@@ -210,6 +210,10 @@ static int make_spec(struct locality_source *s, const struct query_source_shape 
         s->spec_off = "none: exact (a perfect predictor)";
         return PULSE_OK;
     }
+    if (!sh->speculates) { /* (no calibration for a policy that never asks) */
+        s->spec_off = "none: the policy selects no layer ahead";
+        return PULSE_OK;
+    }
     if (trivial) {
         s->spec_off = "none: the selection does not depend on the query (every block or none)";
         return PULSE_OK;

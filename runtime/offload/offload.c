@@ -185,6 +185,7 @@ void offload_source_shape(const struct offload_params *p, const struct model_con
     out->one_list = p->selection != OFFLOAD_HEADWISE;
     out->selection = offload_selection_name(p->selection);
     out->hot_slots = hot_slots_of(p, page_size);
+    out->speculates = p->schedule && p->schedule->lookahead;
     out->seed = p->seed;
 }
 
@@ -470,7 +471,7 @@ static int same_shape(const struct query_source_shape *a, const struct query_sou
            x->sink == y->sink && x->window == y->window && x->max_blocks == y->max_blocks &&
            a->n_layers == b->n_layers && !memcmp(a->dense, b->dense, sizeof a->dense) &&
            a->n_slots == b->n_slots && a->one_list == b->one_list && a->hot_slots == b->hot_slots &&
-           a->seed == b->seed;
+           a->speculates == b->speculates && a->seed == b->seed;
 }
 
 /* The params' query source, which must have been made for this runtime's shape. */

@@ -39,6 +39,8 @@ struct query_source_shape {
     const char *selection; /* the selection's name (offload_selection_name), for the meter's
                               profile */
     int hot_slots;         /* hot-cache slots per list (the runtime's; the meter models them) */
+    int speculates;        /* 1: the runtime selects layers one ahead (a lookahead schedule) and
+                              calls spec_q; 0: it never does (a source need not model it) */
     uint64_t seed;         /* the engine's seed */
 };
 
