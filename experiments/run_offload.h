@@ -32,6 +32,7 @@ enum {
     RUN_OFF_CAP_FRACTION,
     RUN_OFF_QUERY,
     RUN_OFF_REUSE,
+    RUN_OFF_MAX_WAITING,
     RUN_OFF_END
 };
 
@@ -50,7 +51,8 @@ enum {
         RUN_OFF_OPT("admission", RUN_OFF_ADMISSION), RUN_OFF_OPT("profile", RUN_OFF_IOAA_PROFILE), \
         RUN_OFF_OPT("trace", RUN_OFF_TRACE),                                                       \
         RUN_OFF_OPT("recall-cap-fraction", RUN_OFF_CAP_FRACTION),                                  \
-        RUN_OFF_OPT("query", RUN_OFF_QUERY), RUN_OFF_OPT("reuse", RUN_OFF_REUSE)
+        RUN_OFF_OPT("query", RUN_OFF_QUERY), RUN_OFF_OPT("reuse", RUN_OFF_REUSE),                  \
+        RUN_OFF_OPT("max-waiting", RUN_OFF_MAX_WAITING)
 
 /* The offload flags' part of pulse run --help. */
 extern const char run_offload_usage[];
@@ -63,8 +65,9 @@ struct run_offload_opts {
     const char *query; /* --query: NULL = locality */
     const char *reuse; /* --reuse: NULL = the policy's (policy.offload_refetch) */
     double host_pool_gb, cap_gbps, cap_fraction; /* cap_fraction: of the H2D peak, 0 none */
-    /* pulseinfer: --no-irq, --admission, --profile (the IOAA profile), --trace */
-    int no_irq;
+    /* pulseinfer: --no-irq, --admission, --profile (the IOAA profile), --trace, --max-waiting
+     * (0: the policy's default) */
+    int no_irq, max_waiting;
     const char *admission, *ioaa_profile, *trace;
     const char *two_batch_flag; /* the first of those given, NULL when none */
 };
