@@ -23,7 +23,8 @@ struct ioaa {
     int *omax;                                  /* [max_waiting + 1]: the most cuts a split fits */
     unsigned char *mark;                        /* [max_waiting + 1]: candidate offloaded counts */
     size_t bytes;
-    int last_m; /* the previous decision's normal count (the next search starts there), or -1 */
+    int last_m;    /* the previous decision's normal count (the next search starts there), or -1 */
+    int last_edge; /* 1: that count was the most memory admitted */
     /* one search */
     const struct ioaa_state *st;
     const struct ioaa_request *w;
@@ -621,13 +622,14 @@ static double range_bound(struct ioaa *a, int m1, int m2, int e)
 /* ---- the searches ---- */
 
 /* Where the search starts: with something running, the previous decision's normal count (in
- * serving, consecutive decisions land close); else (a first decision, or a batch start) the
+ * serving, consecutive decisions land close), or the most normal requests memory now admits
+ * when memory was what bounded the previous one; else (a first decision, or a batch start) the
  * split that admits the most, the most of them normal. */
 static int first_split(const struct ioaa *a)
 {
     const int last = a->n_splits - 1;
     if (a->last_m >= 0 && a->st->normal_count + a->st->offload_count > 0)
-        return PULSE_MIN(a->last_m, last);
+        return a->last_edge ? last : PULSE_MIN(a->last_m, last);
     int k = -1, p = 0;
     for (int m = 0; m <= last; m++)
         if (m + a->omax[m] >= k) {
@@ -726,6 +728,7 @@ int ioaa_decide(struct ioaa *a, const struct ioaa_state *st, const struct ioaa_r
         search(a);
     finish(a, assign, out);
     a->last_m = a->best_m;
+    a->last_edge = a->best_m == a->n_splits - 1;
     return PULSE_OK;
 }
 

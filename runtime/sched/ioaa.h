@@ -43,8 +43,9 @@
  * t_N's bilinear cells the splits' normal batches lie in and the requests' contexts, and the
  * cut by any count memory allows a split of the range; the relaxation's best is again at a few
  * points in closed form. The search visits a first split (with something running, the
- * previous decision's normal count, where consecutive decisions land; else the split that
- * admits the most, the most of them normal), then walks each side one split at a time: before
+ * previous decision's normal count, where consecutive decisions land, or the most memory now
+ * admits when memory bounded that one; else the split that admits the most, the most of them
+ * normal), then walks each side one split at a time: before
  * a step the rest of the side is bounded as one branch and dropped when the bound is below the
  * best found (a side whose throughput rose twice in a row steps without bounding). With nothing
  * normal running, split 0 (no normal batch) is a leaf whose best bounds the branches that hold
