@@ -42,7 +42,7 @@ struct serve_batch_req {
 };
 
 struct serve_batch_stats {
-    int64_t steps, recall_bytes, host_syncs, layer_switches, ioaa_decisions, failed;
+    int64_t steps, recall_bytes, host_syncs, layer_switches, ioaa_decisions, ioaa_nodes, failed;
     double wall_s;
 };
 

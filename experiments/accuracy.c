@@ -1274,6 +1274,7 @@ static int serve_one(struct acc *A, const struct policy *pol, int r, struct serv
                                : "ioaa",
         "max_batch", (json_int_t)A->o.serve_batch, "normal_requests",
         (json_int_t)bp.normal_requests, "sets", sets);
+    json_object_set_new(js, "ioaa_nodes", json_integer(bs.ioaa_nodes));
     json_array_append_new(arr, js);
     printf("served, %s %s %ld: %d of %d samples decode the accuracy path's tokens (%d in the "
            "normal batch: full attention's; %d offloaded), %lld bytes recalled, %lld steps\n",
