@@ -455,7 +455,7 @@ static void mark_recall_reaches(struct ioaa *a, int lo, int hi, double v0, doubl
 /* Split m's best cut in closed form: on each stretch between two marked offloaded counts
  * (mark_tables and the kink of max(t_N, t_R)) the step time is linear in o, so the throughput
  * (total) / (step) is monotone there and its best is at a marked end; a stretch whose ends are
- * within 1e-12 of each other is scanned whole, so float rounding cannot hide a tie. Returns
+ * within 1e-9 of each other is scanned whole, so float rounding cannot hide a tie. Returns
  * the throughput and, in *o_best, the cut (the larger on a tie). */
 static double best_cut(struct ioaa *a, int m, int *o_best)
 {
@@ -472,7 +472,7 @@ static double best_cut(struct ioaa *a, int m, int *o_best)
     for (int o = 0; o <= hi; o++) {
         if (!a->mark[o]) continue;
         const double t = plan_t(a, m, o);
-        if (prev >= 0 && o - prev > 1 && fabs(t - prev_t) <= 1e-12 * fmax(t, prev_t))
+        if (prev >= 0 && o - prev > 1 && fabs(t - prev_t) <= 1e-9 * fmax(t, prev_t))
             for (int q = prev + 1; q < o; q++) {
                 const double tq = plan_t(a, m, q);
                 if (tq >= best) {

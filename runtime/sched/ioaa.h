@@ -37,7 +37,7 @@
  * The tree: a leaf is one split m, with its best cut in closed form: between the t_O and t_R
  * grid points and the kink of max(t_N, t_R), the step time is linear in o, so the throughput
  * (a count over the step) is monotone and its best lies at the ends of those stretches; a
- * stretch whose ends are within 1e-12 of each other is scanned whole. A branch is a range of
+ * stretch whose ends are within 1e-9 of each other is scanned whole. A branch is a range of
  * splits; its bound replaces t_N of split m by a line through the exact t_N of the split next
  * to those visited, sloped by the least growth (or most fall) of t_N per normal request over
  * t_N's bilinear cells the splits' normal batches lie in and the requests' contexts, and the
