@@ -123,6 +123,7 @@ int serve_batch_run(struct engine *e, const struct serve_batch_params *p,
     st->host_syncs = ctr.step_host_syncs;
     st->layer_switches = ctr.layer_switches;
     st->ioaa_decisions = ctr.ioaa_decisions;
+    st->ioaa_nodes = ctr.ioaa_nodes;
     st->failed = ctr.requests_failed;
     st->spec_scored = ctr.spec_scored;
     st->spec_held = ctr.spec_held;

@@ -43,7 +43,7 @@ struct serve_batch_req {
 };
 
 struct serve_batch_stats {
-    int64_t steps, recall_bytes, host_syncs, layer_switches, ioaa_decisions, failed;
+    int64_t steps, recall_bytes, host_syncs, layer_switches, ioaa_decisions, ioaa_nodes, failed;
     int64_t spec_scored, spec_held, spec_corrections; /* speculate: serve_counters' */
     double wall_s;
 };

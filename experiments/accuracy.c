@@ -1285,6 +1285,7 @@ static int serve_one(struct acc *A, const struct policy *pol, int spec, int r,
                                : "ioaa",
         "max_batch", (json_int_t)A->o.serve_batch, "normal_requests",
         (json_int_t)bp.normal_requests, "sets", sets);
+    json_object_set_new(js, "ioaa_nodes", json_integer(bs.ioaa_nodes));
     if (spec) { /* the prediction's hit rate and its corrections (it attends the exact lists) */
         json_t *sj =
             json_pack("{s:I,s:I,s:I}", "scored", (json_int_t)bs.spec_scored, "held",

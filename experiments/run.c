@@ -379,6 +379,11 @@ static void report(const struct run_opts *o, json_t *res, const struct workload 
         printf("offload: %lld bytes recalled in %lld chunks, %lld stalled rounds\n",
                (long long)ctr->recall_bytes, (long long)ctr->recall_chunks,
                (long long)ctr->recall_stalls);
+    if (ctr->ioaa_decisions > 0)
+        printf("IOAA: %lld decisions, %.2f nodes each (at most %lld), %.1f step evaluations each\n",
+               (long long)ctr->ioaa_decisions, (double)ctr->ioaa_nodes / ctr->ioaa_decisions,
+               (long long)ctr->ioaa_nodes_max,
+               (double)ctr->ioaa_bound_evaluations / ctr->ioaa_decisions);
     if (o->print_tokens)
         for (int i = 0; i < w->n; i++) {
             printf("request %d:", w->reqs[i].id);
@@ -582,6 +587,7 @@ int cmd_run(int argc, char **argv)
                                          .admission = o.off.admission,
                                          .profile = o.off.ioaa_profile,
                                          .trace = o.off.trace,
+                                         .max_waiting = o.off.max_waiting,
                                          .hbm_gbps = bw.hbm_gbps,
                                          .h2d_gbps = bw.h2d_gbps};
     rc = pol->ctx_create ? pol->ctx_create(&cp, &ctx, err, sizeof err) : PULSE_OK;

@@ -62,7 +62,9 @@ const char run_offload_usage[] =
     "  --profile F        IOAA profile JSON (pulse profile; default: analytic, from the\n"
     "                     bandwidths measured at start)\n"
     "  --trace F          the schedule as a Chrome-trace / Perfetto timeline JSON (device\n"
-    "                     times; plots/timeline.py draws it)\n";
+    "                     times; plots/timeline.py draws it)\n"
+    "  --max-waiting N    waiting requests one IOAA decision takes, the oldest first (default\n"
+    "                     32; fewer when fewer batch slots are free)\n";
 
 static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
     "--budget-tokens",   "--selection",    "--recall-engine", "--locality-profile",
@@ -70,7 +72,7 @@ static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
     "--recall-cap-gbps", "--hot-slots",    "--calib-tokens",  "--no-irq",
     "--admission",       "--profile",      "--trace",         "--recall-cap-fraction",
     "--query",           "--reuse",        "--speculate",     "--spec-predictor",
-    "--spec-overlap"};
+    "--spec-overlap",    "--max-waiting"};
 
 static const char *flag_name(int code)
 {
@@ -190,6 +192,16 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
         if (!oo->two_batch_flag) oo->two_batch_flag = f;
         oo->trace = arg;
         return 0;
+    case RUN_OFF_MAX_WAITING: {
+        if (!oo->two_batch_flag) oo->two_batch_flag = f;
+        long v;
+        if (cli_parse_long(arg, 1, 4096, &v)) {
+            cli_error("run", "%s: '%s' is not a count of requests in 1..4096", f, arg);
+            return -1;
+        }
+        oo->max_waiting = (int)v;
+        return 0;
+    }
     }
     return -1;
 }

@@ -35,6 +35,7 @@ enum {
     RUN_OFF_SPECULATE,
     RUN_OFF_SPEC_PREDICTOR,
     RUN_OFF_SPEC,
+    RUN_OFF_MAX_WAITING,
     RUN_OFF_END
 };
 
@@ -55,8 +56,8 @@ enum {
         RUN_OFF_OPT("recall-cap-fraction", RUN_OFF_CAP_FRACTION),                                  \
         RUN_OFF_OPT("query", RUN_OFF_QUERY), RUN_OFF_OPT("reuse", RUN_OFF_REUSE),                  \
         {"speculate", no_argument, 0, RUN_OFF_SPECULATE},                                          \
-        RUN_OFF_OPT("spec-predictor", RUN_OFF_SPEC_PREDICTOR), \
-        RUN_OFF_OPT("spec-overlap", RUN_OFF_SPEC)
+        RUN_OFF_OPT("spec-predictor", RUN_OFF_SPEC_PREDICTOR),                                     \
+        RUN_OFF_OPT("spec-overlap", RUN_OFF_SPEC), RUN_OFF_OPT("max-waiting", RUN_OFF_MAX_WAITING)
 
 /* The offload flags' part of pulse run --help. */
 extern const char run_offload_usage[];
@@ -72,8 +73,9 @@ struct run_offload_opts {
     const char *spec_predictor; /* --spec-predictor: NULL = approx */
     const char *spec;  /* --spec-overlap: NULL = profile (the built-in speculation profile) */
     double host_pool_gb, cap_gbps, cap_fraction; /* cap_fraction: of the H2D peak, 0 none */
-    /* pulseinfer: --no-irq, --admission, --profile (the IOAA profile), --trace */
-    int no_irq;
+    /* pulseinfer: --no-irq, --admission, --profile (the IOAA profile), --trace, --max-waiting
+     * (0: the policy's default) */
+    int no_irq, max_waiting;
     const char *admission, *ioaa_profile, *trace;
     const char *two_batch_flag; /* the first of those given, NULL when none */
 };

@@ -53,10 +53,11 @@ def main(paths):
                 s = get(r, "counters", "schedule", default={})
                 pi = get(r, "counters", "pulseinfer", default={})
                 bm = s.get("batch_mean", [0, 0])
-                extra = ("batches %.1f+%.1f, hidden %s/exposed %s, IOAA %.2f nodes, "
-                         "predicted %.1f vs %.1f ms" %
+                extra = ("batches %.1f+%.1f, hidden %s/exposed %s, IOAA %.2f nodes x %s "
+                         "decisions, predicted %.1f vs %.1f ms" %
                          (bm[0], bm[1], s.get("recalls_hidden"), s.get("recalls_exposed"),
-                          s.get("ioaa_nodes_mean", 0), pi.get("ioaa_predicted_step_ms", 0) or 0,
+                          s.get("ioaa_nodes_mean", 0), s.get("ioaa_decisions", 0),
+                          pi.get("ioaa_predicted_step_ms", 0) or 0,
                           pi.get("ioaa_measured_step_ms", 0) or 0))
                 busy = get(pi, "trace", "device_busy_fraction")
                 if busy is not None:

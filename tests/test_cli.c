@@ -101,6 +101,8 @@ static const struct bad_case bad[] = {
     {"accuracy --model tiny --data d --lengths 4096,,8192 --tasks passkey",
      "--lengths: '4096,,8192' has an empty element (item 2)", 2},
     {"accuracy --model tiny --data d --lengths 4096, --tasks passkey", "has an empty element", 2},
+    {"run --policy pulseinfer --max-waiting 0", "--max-waiting: '0' is not a count", 2},
+    {"run --policy arkvale --max-waiting 30", "--max-waiting: only for pulseinfer", 2},
     {"run --policy arkvale --recall-cap-fraction 0", "--recall-cap-fraction", 2},
     {"run --policy arkvale --recall-cap-fraction 1.5", "--recall-cap-fraction", 2},
     {"run --policy arkvale --recall-cap-fraction 0.5 --recall-cap-gbps 3",

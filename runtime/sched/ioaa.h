@@ -27,20 +27,35 @@
  *   on the GPU and host_offload in the host pool. The admitted requests' sums must fit the free
  *   budgets of struct ioaa_state (free = what the running requests left).
  *
- * Search. Waiting requests are sorted by (length, caller index). At depth i, request i is NORMAL
- * or OFFLOAD; stopping at depth i (a cut) means requests i.. WAIT, so the admitted requests are
- * always a prefix of the sorted order. Monotonicity ("longer requests are offloaded"): in sorted
- * order no NORMAL follows an OFFLOAD, so every normal request is no longer than every offloaded
- * one (equal lengths: the lower caller index is the normal one). The running batches are outside
- * the rule. Pruned: a child that does not fit memory (its whole subtree cannot: bytes only add),
- * a NORMAL child after an OFFLOAD, and a node whose bound is below the best found. Bound of a
- * node at depth i: a strict descendant admits the next j sorted requests, the first x normal and
- * the rest offloaded (x = 0 below an OFFLOAD), so (j, x) fixes its GPU and host bytes; over the
- * pairs that fit, the best (requests) / (step of the batches with t_N at its minimum over the c
- * grid), which with nondecreasing tables no such descendant beats (bound_evaluations counts the
- * step times this takes: the bound's own cost, beside the nodes). Ties: higher throughput, then more admitted, then more
- * normal requests: the answer is unique, and the exhaustive search returns the same one.
- * Nodes visited: the nodes entered, the root (everything waits) included.
+ * Search. Waiting requests are sorted by (length, caller index). A plan admits a prefix of them,
+ * the first m normal and the next o offloaded, and the rest WAIT. Monotonicity ("longer
+ * requests are offloaded"): in sorted order no NORMAL follows an OFFLOAD, so every normal
+ * request is no longer than every offloaded one (equal lengths: the lower caller index is the
+ * normal one); the running batches are outside the rule. Memory decides which plans fit,
+ * without the model: split m (its m normal) fits while the first m fit the GPU whole (splits 0
+ * .. M), and the cut o up to omax(m) (every request only adds bytes).
+ * The tree: a leaf is one split m, with its best cut in closed form: between the t_O and t_R
+ * grid points and the kink of max(t_N, t_R), the step time is linear in o, so the throughput
+ * (a count over the step) is monotone and its best lies at the ends of those stretches; a
+ * stretch whose ends are within 1e-9 of each other is scanned whole. A branch is a range of
+ * splits; its bound replaces t_N of split m by a line through the exact t_N of the split next
+ * to those visited, sloped by the least growth (or most fall) of t_N per normal request over
+ * t_N's bilinear cells the splits' normal batches lie in and the requests' contexts, and the
+ * cut by any count memory allows a split of the range; the relaxation's best is again at a few
+ * points in closed form. The search visits a first split (with something running, the
+ * previous decision's normal count, where consecutive decisions land, or the most memory now
+ * admits when memory bounded that one; else the split that admits the most, the most of them
+ * normal), then walks each side one split at a time: before
+ * a step the rest of the side is bounded as one branch and dropped when the bound is below the
+ * best found (a side whose throughput rose twice in a row steps without bounding). With nothing
+ * normal running, split 0 (no normal batch) is a leaf whose best bounds the branches that hold
+ * it, visited once. Ties: higher throughput, then more admitted, then more normal requests: the
+ * answer is unique, and the unpruned search (no_bound: every plan that fits) and the exhaustive
+ * one return the same.
+ * Nodes visited: every leaf and branch whose model or bound the search evaluated. Their closed
+ * forms' own step-time and table evaluations are bound_evaluations: per node about the t_O and
+ * t_R grid points plus a bisection over the cuts (a stretch scanned whole adds its length), and
+ * a branch also passes once over its requests' contexts.
  *
  * The profile comes from `pulse profile`'s JSON or its analytic floor (ioaa_profile.h). */
 #ifndef PULSE_IOAA_H
@@ -65,7 +80,7 @@ struct ioaa_params {
     struct ioaa_profile profile; /* copied: the caller's arrays may go after create */
     int max_waiting;             /* most waiting requests one decision takes, >= 0 */
     int irq;                     /* 1: interruptible layer-wise scheduling on (overlap) */
-    int no_bound;                /* 1: search without the throughput bound (tests, ablation) */
+    int no_bound;                /* 1: evaluate every plan that fits, unpruned (tests, ablation) */
 };
 
 /* The running requests and the free budgets, in bytes. */
@@ -95,9 +110,13 @@ struct ioaa_decision {
     int overlap_depth;             /* d of the chosen batches */
     int n_normal, n_offload;       /* admitted from the waiting requests */
     int64_t gpu_bytes, host_bytes; /* what the admitted requests reserve */
-    int64_t nodes_visited;         /* tree nodes entered (exhaustive: assignments enumerated) */
-    int64_t bound_evaluations;     /* step-time evaluations the bounds made (the bound's cost) */
-    int64_t pruned_memory, pruned_monotone, pruned_bound;
+    int64_t nodes_visited;         /* leaves and branches evaluated (no_bound: plans evaluated;
+                                      exhaustive: assignments enumerated) */
+    int64_t bound_evaluations;     /* step-time and table evaluations inside their closed forms */
+    int64_t pruned_memory;         /* plans of the tree's form that do not fit (exhaustive: the
+                                      assignments) */
+    int64_t pruned_monotone;       /* exhaustive: assignments not of the tree's form */
+    int64_t pruned_bound;          /* splits under branches dropped by their bound */
 };
 
 struct ioaa;
@@ -118,8 +137,10 @@ double ioaa_step_time(const struct ioaa *a, int b_normal, int64_t ctx_sum, int b
                       int *depth);
 
 /* Chooses NORMAL / OFFLOAD / WAIT for the n waiting requests w (n <= max_waiting), written to
- * assign[n] in the caller's order, and fills *out. No allocation. Returns PULSE_OK, or
- * PULSE_ERR_INVALID with a reason in err for bad input (n out of range, negative bytes). */
+ * assign[n] in the caller's order, and fills *out. No allocation. The answer depends on the
+ * input only; where the search starts (so the nodes it visits) also on the previous decision.
+ * Returns PULSE_OK, or PULSE_ERR_INVALID with a reason in err for bad input (n out of range,
+ * negative bytes). */
 int ioaa_decide(struct ioaa *a, const struct ioaa_state *st, const struct ioaa_request *w, int n,
                 enum ioaa_assign *assign, struct ioaa_decision *out, char *err, size_t errlen);
 

@@ -63,7 +63,8 @@ struct serve_counters {
      * most in one step: 0 when no step makes a host round trip. The loop's own readback of a
      * step's tokens comes after the step and is not counted here. */
     int64_t step_host_syncs, step_host_syncs_max;
-    /* offload counters (zero for vanilla; carried so every result has them) */
+    /* offload counters (zero for vanilla; carried so every result has them); ioaa_nodes: the
+     * IOAA search's nodes (ioaa.h: leaves and branches evaluated) summed over its decisions */
     int64_t recall_bytes, recall_chunks, recall_stalls, layer_switches, ioaa_nodes;
     /* a prefetching schedule's (offload.h: offload_prefetch): chunks the prefetches recalled,
      * the exact selections' corrections, and the prediction's scored and held blocks */
@@ -71,8 +72,9 @@ struct serve_counters {
     /* two-batch schedulers (pulseinfer): normal-batch layers run while an offload layer's
      * recall was in flight; sparse offload layers whose recall was done when the scheduler
      * came back to it (hidden) or not (exposed: it waited); the time it waited; admission
-     * decisions and the most nodes one visited; requests admitted to each batch; batch sizes
-     * summed over steps and at most */
+     * decisions (nodes per decision = ioaa_nodes / ioaa_decisions), the most nodes one visited
+     * and the evaluations inside the nodes' closed forms; requests admitted to each batch;
+     * batch sizes summed over steps and at most */
     int64_t normal_layers_in_flight, recalls_hidden, recalls_exposed;
     double offload_wait_s;
     int64_t ioaa_decisions, ioaa_nodes_max, ioaa_bound_evaluations, admitted_normal,
