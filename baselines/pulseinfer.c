@@ -60,6 +60,10 @@ struct pulseinfer {
     struct ioaa_profile_data prof;
     int have_prof;
     int cap_raised; /* t_R values the recall cap raised (make_ioaa) */
+    /* --speculate: what IOAA's recall table was folded with (ioaa_profile_data_speculate): the
+     * prediction's hit rate, from the query source's model or assumed, and the scored bytes */
+    double spec_hit, spec_budget_bytes;
+    const char *spec_hit_from; /* NULL: no speculation */
     /* the last admission point's view: decide again only when it changed */
     int last_arrived, last_entries, decided_once;
     int64_t last_free_pages;
@@ -141,6 +145,38 @@ static int parse_admission(struct pulseinfer *pi, const char *a, char *err, size
 }
 
 /* The IOAA search over the profile (measured, else analytic). */
+/* Assumed where nothing models the prediction (the real query: its rate is measured as it
+ * runs, offload.h's speculation counters) */
+#define SPEC_HIT_ASSUMED 0.5
+
+/* --speculate: IOAA's recall table with the prediction folded in (ioaa_profile.h): the hit rate
+ * the query source's misprediction model targets, averaged over the sparse layers (1 when it
+ * has none: the exact query predicts itself), or SPEC_HIT_ASSUMED with the real query; the
+ * scored blocks' bytes per request and layer, averaged over every layer as r is. */
+static int ioaa_speculation(struct pulseinfer *pi, const struct offload_params *op,
+                            const struct model_config *m, char *err, size_t errlen)
+{
+    const double per_tok = (double)model_kv_bytes_per_token(m) / m->n_layers;
+    const int n_sparse = offload_sparse_layers(op, m);
+    double h = 0;
+    int modelled = 0;
+    for (int l = 0; op->source && op->query != OFFLOAD_QUERY_REAL && l < m->n_layers; l++) {
+        if (offload_layer_kind(op, m, l) != OFFLOAD_LAYER_SPARSE) continue;
+        struct query_meter_stats ms;
+        op->source->meter_stats(op->source->user, l, &ms);
+        h += ms.spec_target >= 0 ? ms.spec_target : 1;
+        modelled++;
+    }
+    pi->spec_hit = modelled ? h / modelled : SPEC_HIT_ASSUMED;
+    pi->spec_hit_from = modelled ? "source" : "assumed";
+    pi->spec_budget_bytes = (double)op->budget_tokens * per_tok * n_sparse / m->n_layers;
+    char why[256];
+    const int rc = ioaa_profile_data_speculate(&pi->prof, pi->spec_hit, pi->spec_budget_bytes,
+                                               op->max_batch, why, sizeof why);
+    if (rc != PULSE_OK) snprintf(err, errlen, "pulseinfer: IOAA with speculation: %s", why);
+    return rc;
+}
+
 static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, char *err,
                      size_t errlen)
 {
@@ -186,6 +222,8 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
     if (op->cap_gbps > 0)
         pi->cap_raised = ioaa_profile_data_cap_recall(&pi->prof, op->cap_gbps * 1e9);
     pi->have_prof = 1;
+    if (op->schedule->prefetch && (rc = ioaa_speculation(pi, op, m, err, errlen)) != PULSE_OK)
+        return rc;
     struct ioaa_params ip = {
         .profile = pi->prof.prof, .max_waiting = pi->max_waiting, .irq = pi->irq_on};
     if (!(pi->ioaa = ioaa_create(&ip, why, sizeof why))) {
@@ -636,6 +674,12 @@ static json_t *pi_json(const void *ctx)
         json_object_set_new(j, "max_waiting", json_integer(pi->max_waiting));
         results_set_real(j, "ioaa_recall_bytes_per_request_layer", pi->prof.prof.recall_bytes);
         json_object_set_new(j, "ioaa_recall_rounds_capped", json_integer(pi->cap_raised));
+        if (pi->spec_hit_from) {
+            json_t *sj = json_pack("{s:s}", "hit_rate_from", pi->spec_hit_from);
+            results_set_real(sj, "hit_rate", pi->spec_hit);
+            results_set_real(sj, "scored_bytes_per_request_layer", pi->spec_budget_bytes);
+            json_object_set_new(j, "ioaa_speculation", sj);
+        }
     }
     json_t *dj = json_array(); /* the admission decisions (the first MAX_DECISIONS_KEPT) */
     for (int i = 0; i < pi->n_decisions; i++) {

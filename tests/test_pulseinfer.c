@@ -683,6 +683,22 @@ static void test_speculation_cli(void)
         json_integer_value(json_object_get(json_object_get(l, "speculation"), "corrections"));
     EXPECT_EQ_INT(corr, json_integer_value(json_object_get(sp, "corrections")));
     json_decref(j);
+    /* IOAA models the speculation: its recall table folded with the source's hit rate */
+    if ((fd = mkstemp(path)) >= 0) close(fd);
+    snprintf(cmd, sizeof cmd,
+             "run --backend cpu --policy pulseinfer --speculate --workload lengths:300,260,120 "
+             "--output-len 4 --max-batch 4 --budget-tokens 32 --out %s",
+             path);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+    j = json_load_file(path, 0, &je);
+    remove(path);
+    json_t *is = json_object_get(json_object_get(json_object_get(j, "counters"), "pulseinfer"),
+                                 "ioaa_speculation");
+    EXPECT_STR_EQ(json_string_value(json_object_get(is, "hit_rate_from")), "source");
+    const double h = json_real_value(json_object_get(is, "hit_rate"));
+    EXPECT(h > 0.5 && h < 1.0); /* the speculation profile's overlaps, by depth */
+    EXPECT(json_real_value(json_object_get(is, "scored_bytes_per_request_layer")) > 0);
+    json_decref(j);
 }
 
 int main(void)

@@ -139,6 +139,15 @@ static int src_meter_add(void *u, int layer, const int32_t *slots, const int32_t
     return locality_meter_add(s->meter, layer, slots, n_tokens, sel_idx, sel_count, batch);
 }
 
+/* The calibrated overlap of layer's approximate query (its target), -1 without a model. */
+static double spec_target(const struct locality_source *s, int layer)
+{
+    if (!s->spec) return -1;
+    struct locality_spec_layer sl;
+    locality_spec_get_layer(s->spec, layer, &sl);
+    return sl.target;
+}
+
 static void src_meter_stats(const void *u, int layer, struct query_meter_stats *out)
 {
     const struct locality_source *s = u;
@@ -152,6 +161,7 @@ static void src_meter_stats(const void *u, int layer, struct query_meter_stats *
         .churn_p99 = m.churn_p99,
         .churn_max = m.churn_max,
         .target_mean = locality_profile_mean(&s->prof, layer),
+        .spec_target = spec_target(s, layer),
         .target_p50 = locality_profile_quantile(&s->prof, layer, 0.5),
         .target_p90 = locality_profile_quantile(&s->prof, layer, 0.9),
         .steps = m.steps,

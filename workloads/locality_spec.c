@@ -93,23 +93,6 @@ void locality_spec_q(struct locality_spec *S, int layer, int64_t req_id, int32_t
     S->calls[layer]++;
 }
 
-int locality_spec_hits(const struct select_cfg *cfg, const int32_t *exact, int n_exact_list,
-                       const int32_t *approx, int n_approx, int nb, int *n_exact)
-{
-    int c0, c1, j = 0, hit = 0, n = 0;
-    select_candidates(nb, cfg->sink, cfg->window, &c0, &c1);
-    for (int i = 0; i < n_exact_list; i++) {
-        const int b = exact[i];
-        if (b < c0 || b >= c1) continue; /* forced */
-        n++;
-        while (j < n_approx && approx[j] < b) /* both ascending */
-            j++;
-        hit += j < n_approx && approx[j] == b;
-    }
-    *n_exact = n;
-    return hit;
-}
-
 /* ------------------------------------------------------------------ calibration */
 
 /* The sample and what the work items share (create only). */
@@ -168,8 +151,8 @@ static double eval_angle(struct worker *w, double a)
         for (int l = 0; l < c->nl; l++) {
             const size_t e = (size_t)s * c->nl + l;
             int n;
-            hits += locality_spec_hits(&c->cfg, c->ex_sel + e * c->ms, c->ex_cnt[e],
-                                       w->sel + (size_t)l * c->ms, w->cnt[l], c->nb, &n);
+            hits += select_overlap(c->nb, c->cfg.sink, c->cfg.window, c->ex_sel + e * c->ms,
+                                   c->ex_cnt[e], w->sel + (size_t)l * c->ms, w->cnt[l], &n);
             exact += n;
         }
     }

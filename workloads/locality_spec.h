@@ -146,10 +146,6 @@ void locality_spec_q(struct locality_spec *S, int layer, int64_t req_id, int32_t
                      const uint16_t *q, uint16_t *q_out);
 void locality_spec_get_layer(const struct locality_spec *S, int layer,
                              struct locality_spec_layer *out);
-/* Overlap counts of one list (both ascending, of an nb-block entry, forced blocks per cfg):
- * *n_exact gets |B_exact|, the return |B_exact & approx|. */
-int locality_spec_hits(const struct select_cfg *cfg, const int32_t *exact, int n_exact_list,
-                       const int32_t *approx, int n_approx, int nb, int *n_exact);
 /* {"calibration": {selection, tokens, keys, queries, points, threads, reused, seconds,
  * refine_tolerance, angle, overlap}, "layers":
  * [{"layer", "target_overlap", "angle", "calib_overlap", "clipped", "evals", "calls"}]}

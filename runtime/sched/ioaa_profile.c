@@ -121,6 +121,53 @@ int ioaa_profile_data_cap_recall(struct ioaa_profile_data *d, double bytes_per_s
     return raised;
 }
 
+int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double hit_rate, double budget_bytes,
+                                int max_batch, char *err, size_t errlen)
+{
+    if (!(hit_rate >= 0 && hit_rate <= 1) || !(budget_bytes >= 0) || max_batch < 1)
+        return pulse_errorf(err, errlen, PULSE_ERR_INVALID, "ioaa speculation",
+                            "hit rate %g, budget bytes %g, max batch %d: expected [0, 1], >= 0, "
+                            ">= 1",
+                            hit_rate, budget_bytes, max_batch);
+    const double c1 = (1 - hit_rate) * budget_bytes, p1 = d->prof.recall_bytes + c1;
+    if (!(p1 > 0)) return PULSE_OK;
+    char why[256];
+    const struct ioaa_params ip = {.profile = d->prof};
+    struct ioaa *a = ioaa_create(&ip, why, sizeof why);
+    if (!a) return pulse_errorf(err, errlen, PULSE_ERR_INVALID, "ioaa speculation", "%s", why);
+    const int n = PULSE_MIN(max_batch, IOAA_PROFILE_MAX_POINTS);
+    struct ioaa_profile_data s;
+    memset(&s, 0, sizeof s);
+    int rc =
+        ioaa_profile_data_alloc(&s, d->prof.tn_nb, d->prof.tn_nc, d->prof.to_n, n, err, errlen);
+    if (rc != PULSE_OK) {
+        ioaa_free(a);
+        return rc;
+    }
+    const size_t dl = sizeof(double);
+    memcpy(s.tn_b, d->tn_b, dl * d->prof.tn_nb);
+    memcpy(s.tn_c, d->tn_c, dl * d->prof.tn_nc);
+    memcpy(s.tn, d->tn, dl * d->prof.tn_nb * d->prof.tn_nc);
+    memcpy(s.to_b, d->to_b, dl * d->prof.to_n);
+    memcpy(s.to, d->to, dl * d->prof.to_n);
+    double top = 0;
+    for (int i = 0; i < n; i++) {
+        const double b = i + 1, tc = ioaa_t_recall(a, b * c1);
+        const double t = fmax(tc, ioaa_t_recall(a, b * p1) + tc - ioaa_t_offload(a, b));
+        top = fmax(top, t);
+        s.tr_bytes[i] = b * p1;
+        s.tr[i] = top;
+    }
+    ioaa_free(a);
+    s.prof.n_layers = d->prof.n_layers;
+    s.prof.recall_bytes = p1;
+    s.info = d->info;
+    s.raised = d->raised;
+    ioaa_profile_data_free(d);
+    *d = s;
+    return PULSE_OK;
+}
+
 /* ---- writing ---- */
 
 /* A grid value: an integer when it is one (batch sizes, contexts, byte counts), else a real;

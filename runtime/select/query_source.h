@@ -55,6 +55,8 @@ struct query_meter_stats {
     double recall_bytes_max;
     int64_t recall_bytes_total;
     int64_t cold_steps, cold_recall_bytes; /* first steps of (request, layer) */
+    double spec_target; /* the modelled overlap of the approximate query's selection with the
+                           exact one's (spec_q; select_overlap's rate), -1 when it has none */
 };
 
 struct query_source {
