@@ -52,12 +52,20 @@ static void test_equals_vanilla(void)
             const char *admission;
             int no_irq, selection;
             size_t kv_budget;
-            int zero_copy;
-        } cases[] = {
-            {"fixed:200", 0, OFFLOAD_SOLOHEAD, 0, 0}, {"fixed:200", 1, OFFLOAD_SOLOHEAD, 0, 0},
-            {"fixed:200", 0, OFFLOAD_HEADWISE, 0, 0}, {"ioaa", 0, OFFLOAD_SOLOHEAD, 0, 0},
-            {"ioaa", 0, OFFLOAD_SOLOHEAD, tight, 0},  {"fixed:0", 0, OFFLOAD_SOLOHEAD, 0, 0},
-            {"fixed:200", 0, OFFLOAD_SOLOHEAD, 0, 1}, {"fixed:200", 0, OFFLOAD_HEADWISE, 0, 1}};
+            int zero_copy, speculate;
+        } cases[] = {{"fixed:200", 0, OFFLOAD_SOLOHEAD, 0, 0, 0},
+                     {"fixed:200", 1, OFFLOAD_SOLOHEAD, 0, 0, 0},
+                     {"fixed:200", 0, OFFLOAD_HEADWISE, 0, 0, 0},
+                     {"ioaa", 0, OFFLOAD_SOLOHEAD, 0, 0, 0},
+                     {"ioaa", 0, OFFLOAD_SOLOHEAD, tight, 0, 0},
+                     {"fixed:0", 0, OFFLOAD_SOLOHEAD, 0, 0, 0},
+                     {"fixed:200", 0, OFFLOAD_SOLOHEAD, 0, 1, 0},
+                     {"fixed:200", 0, OFFLOAD_HEADWISE, 0, 1, 0},
+                     /* speculation with exact correction, both engines, both selections */
+                     {"fixed:200", 0, OFFLOAD_SOLOHEAD, 0, 0, 1},
+                     {"fixed:0", 0, OFFLOAD_HEADWISE, 0, 0, 1},
+                     {"fixed:0", 1, OFFLOAD_SOLOHEAD, 0, 1, 1},
+                     {"ioaa", 0, OFFLOAD_SOLOHEAD, tight, 1, 1}};
         /* (with a covering budget an offload request's hot slots hold its whole KV: offloading
          * frees nothing, so IOAA keeps every request normal even when the GPU is tight) */
         for (size_t i = 0; i < PULSE_ARRAY_LEN(cases); i++) {
@@ -71,15 +79,16 @@ static void test_equals_vanilla(void)
                                .budget_tokens = 512, /* every block selected */
                                .prompt_kv = OFFLOAD_KV_SYNTHETIC,
                                .kv_budget = cases[i].kv_budget,
-                               .zero_copy = cases[i].zero_copy};
+                               .zero_copy = cases[i].zero_copy,
+                               .speculate = cases[i].speculate};
             struct pi_out r;
             serve(&c, &r);
             EXPECT_EQ_INT(r.rc, 0);
             const int same = same_tokens(&van.w, &r.w);
             EXPECT(same);
-            printf("%s, %s%s%s%s, %s: %lld normal + %lld offloaded, tokens %s vanilla's\n",
+            printf("%s, %s%s%s%s%s, %s: %lld normal + %lld offloaded, tokens %s vanilla's\n",
                    specs[k], cases[i].admission, cases[i].no_irq ? " --no-irq" : "",
-                   cases[i].zero_copy ? " zero-copy" : "",
+                   cases[i].speculate ? " --speculate" : "", cases[i].zero_copy ? " zero-copy" : "",
                    cases[i].kv_budget ? " (tight GPU budget)" : "",
                    cases[i].selection == OFFLOAD_SOLOHEAD ? "solohead" : "headwise",
                    (long long)r.ctr.admitted_normal, (long long)r.ctr.admitted_offload,
