@@ -692,6 +692,30 @@ static void test_speculation_cli(void)
         json_integer_value(json_object_get(json_object_get(l, "speculation"), "corrections"));
     EXPECT_EQ_INT(corr, json_integer_value(json_object_get(sp, "corrections")));
     json_decref(j);
+    /* the speculation's hot-cache reserve: a quarter more slots than one step selects, so
+     * the prediction's blocks displace old ones, not the exact selection's it missed */
+    int64_t hc_corr[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        if ((fd = mkstemp(path)) >= 0) close(fd);
+        snprintf(cmd, sizeof cmd,
+                 "run --backend cpu --model tiny --policy pulseinfer --speculate --workload "
+                 "uniform:1024:6 --output-len 32 --budget-tokens 64 --admission fixed:0%s --out %s",
+                 k ? " --hot-slots 8" : "", path);
+        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+        j = json_load_file(path, 0, &je);
+        remove(path);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(
+                          json_object_get(json_object_get(j, "config"), "offload"), "hot_slots")),
+                      k ? 8 : 10); /* 4 scored + 4 forced blocks selected */
+        hc_corr[k] = json_integer_value(json_object_get(
+            json_object_get(json_object_get(json_object_get(j, "counters"), "offload"),
+                            "speculation"),
+            "corrections"));
+        json_decref(j);
+    }
+    printf("speculation's hot-cache reserve: %lld corrections with 10 slots, %lld with 8\n",
+           (long long)hc_corr[0], (long long)hc_corr[1]);
+    EXPECT(hc_corr[0] > 0 && 2 * hc_corr[0] < hc_corr[1]);
     /* IOAA models the speculation: its recall table folded with the source's hit rate */
     if ((fd = mkstemp(path)) >= 0) close(fd);
     snprintf(cmd, sizeof cmd,

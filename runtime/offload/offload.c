@@ -1,6 +1,7 @@
 /* The offload runtime (offload.h): params, create and free, admission with the prompt's KV and
  * digests, release, checks. The per-layer work is in offload_layer.c, counters in
  * offload_json.c. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,9 +58,21 @@ static int max_selected(const struct offload_params *p, int ps)
     return (int)(want < mb ? want : mb);
 }
 
+/* The hot slots of a unit: the params', or the blocks one step selects; with a prefetching
+ * schedule a quarter more (OFFLOAD_SPEC_RESERVE), so that the blocks a prediction brings
+ * displace older ones rather than the last exact selection's that it missed (which the
+ * correction would recall again). Measured on the CPU (pulse run --model tiny --policy
+ * pulseinfer --speculate --workload uniform:1024:6 --output-len 32 --budget-tokens 64
+ * --admission fixed:0, the prediction's hit rate 0.91): 8 slots (the selection) recalled 315
+ * chunks by prefetch and 138 by correction, 10 slots 209 and 30 (test_pulseinfer). */
 static int hot_slots_of(const struct offload_params *p, int ps)
 {
-    return p->hot_slots ? p->hot_slots : max_selected(p, ps);
+    if (p->hot_slots) return p->hot_slots;
+    const int sel = max_selected(p, ps);
+    if (!p->schedule || !p->schedule->prefetch) return sel;
+    const long long mb = PULSE_CEIL_DIV((long long)p->max_tokens, ps);
+    const long long want = sel + (long long)ceil(OFFLOAD_SPEC_RESERVE * sel);
+    return (int)(want < mb ? want : mb);
 }
 
 int offload_layer_kind(const struct offload_params *p, const struct model_config *m, int layer)

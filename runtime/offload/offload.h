@@ -120,6 +120,10 @@ struct offload_schedule {
                      the runtime keeps a second set of lists per layer for it */
 };
 
+/* A prefetching schedule's hot cache by default: the blocks one step selects and this share
+ * more, for what a prediction brings (offload.c, hot_slots_of) */
+#define OFFLOAD_SPEC_RESERVE 0.25
+
 /* The approximate query a prefetch (and a lookahead selection) selects with. */
 enum offload_spec_predictor {
     OFFLOAD_SPEC_APPROX = 0, /* InfiniGen's approximate query with the real query; with the
@@ -137,7 +141,8 @@ struct offload_params {
                                   window layers wherever they are (offload_layer_kind) */
     int selection;             /* enum offload_selection (default head-wise) */
     const int32_t *selector;   /* SoloHead: [n_layers] KV head per layer; NULL = head 0 */
-    int hot_slots;             /* slots per hot-cache unit; 0 = the blocks one step selects */
+    int hot_slots;             /* slots per hot-cache unit; 0 = the blocks one step selects
+                                  (with a prefetching schedule, OFFLOAD_SPEC_RESERVE more) */
     enum recall_engine engine; /* default per-block */
     double cap_gbps;           /* recall bandwidth cap, 0 = none */
     const struct recall_copy_ops *recall_ops; /* the recall engine's copy path; NULL = the
