@@ -329,7 +329,7 @@ static void test_speculate(void)
         EXPECT_EQ_INT(ioaa_profile_data_alloc(&d, 2, 1, 2, 2, err, sizeof err), PULSE_OK);
         d.tn_b[0] = 1, d.tn_b[1] = 64, d.tn_c[0] = 4096, d.tn[0] = d.tn[1] = 2e-3;
         d.to_b[0] = 1, d.to_b[1] = 65, d.to[0] = 1.1e-3, d.to[1] = 7.5e-3;
-        d.tr_bytes[0] = 1e6, d.tr_bytes[1] = 1e9, d.tr[0] = 1e-4, d.tr[1] = 1e-1;
+        d.tr_bytes[0] = 1e3, d.tr_bytes[1] = 1e9, d.tr[0] = 1e-7, d.tr[1] = 1e-1;
         d.prof.n_layers = (int)L, d.prof.recall_bytes = r;
         EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, h, B, 32, err, sizeof err), PULSE_OK);
         EXPECT_EQ_INT(d.prof.tr_n, 32);
@@ -342,7 +342,7 @@ static void test_speculate(void)
             for (int bo = 1; a && bo <= 32; bo += 7)
                 for (int bn = 0; bn <= 4; bn += 4) {
                     const double tn = bn ? 2e-3 : 0, to = 1e-3 + bo * 1e-4;
-                    const double tp = bo * (r + (1 - h) * B) / 1e10, tc = bo * (1 - h) * B / 1e10;
+                    const double tp = bo * (r + (1 - h) * B) / 1e10, tc = bo * (1 - h) * r / 1e10;
                     const double want = bn && irq ? L * fmax(fmax(tn + to, tp + tc), to + tc)
                                                   : L * (fmax(to, tp) + tc) + L * tn;
                     EXPECT_NEAR(ioaa_step_time(a, bn, (int64_t)bn * 4096, bo, NULL), want,

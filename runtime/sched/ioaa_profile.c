@@ -129,7 +129,8 @@ int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double hit_rate, do
                             "hit rate %g, budget bytes %g, max batch %d: expected [0, 1], >= 0, "
                             ">= 1",
                             hit_rate, budget_bytes, max_batch);
-    const double c1 = (1 - hit_rate) * budget_bytes, p1 = d->prof.recall_bytes + c1;
+    const double r = d->prof.recall_bytes, c1 = (1 - hit_rate) * r;
+    const double p1 = r + (1 - hit_rate) * budget_bytes;
     if (!(p1 > 0)) return PULSE_OK;
     char why[256];
     const struct ioaa_params ip = {.profile = d->prof};

@@ -81,8 +81,11 @@ int ioaa_profile_data_cap_recall(struct ioaa_profile_data *d, double bytes_per_s
  * blocks the prediction held) and B the scored blocks' bytes per request and layer (averaged
  * over the L layers as r is), a layer of an offload batch of b requests recalls
  *   P(b) = b (r + (1 - h) B)   the prefetch, started one layer ahead: the churn and the
- *                              mispredicted blocks, whose slots it takes
- *   C(b) = b (1 - h) B         the corrections, once the exact selection has run
+ *                              mispredicted blocks (taken as new every step)
+ *   C(b) = b (1 - h) r         the corrections, once the exact selection has run: the churn
+ *                              the prediction missed (the schedule's hot-cache reserve,
+ *                              offload.h's OFFLOAD_SPEC_RESERVE, keeps the last exact
+ *                              selection's blocks resident beside the prediction's)
  * serially (one planner, one engine), the prefetch beside the layer before (t_O), the
  * corrections only beside normal layers; so the step of ioaa.h with t_R replaced by
  *   t_R'(b) = max(t_R(C(b)), t_R(P(b)) + t_R(C(b)) - t_O(b))
