@@ -381,6 +381,11 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
     }
     const struct offload_schedule *sched =
         oo->speculate ? pol->offload_spec_schedule : pol->offload_schedule;
+    if (sched->prefetch && oo->reuse && !strcmp(oo->reuse, "none")) {
+        cli_error("run", "--reuse none: not with --speculate (its exact selection reuses the "
+                         "blocks the prefetch brought)");
+        return -1;
+    }
     if (oo->spec_predictor && !sched->lookahead) {
         cli_error("run", "--spec-predictor: only where a layer is selected one ahead (infinigen, "
                          "pulseinfer --speculate)");

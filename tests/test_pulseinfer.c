@@ -661,6 +661,10 @@ static void test_speculation_cli(void)
                                sizeof out),
                   2);
     EXPECT(strstr(out, "--spec-predictor") != NULL);
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy pulseinfer --speculate --reuse none",
+                               out, sizeof out),
+                  2);
+    EXPECT(strstr(out, "--reuse none: not with --speculate") != NULL);
     char path[] = "/tmp/pulse_pi_spec_XXXXXX", cmd[512];
     int fd = mkstemp(path);
     if (fd >= 0) close(fd);
