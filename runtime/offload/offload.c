@@ -239,42 +239,42 @@ static size_t host_layout(struct offload *o, char *base)
 {
     struct carve c = {base, 0};
     const size_t B = (size_t)o->max_batch, MB = (size_t)o->max_blocks;
-    o->q_next = take(&c, 2 * B * o->n_sparse * o->nq * o->hd);
-    o->q_spec_next = o->spec_q_up ? take(&c, 2 * B * o->n_sparse * o->nq * o->hd) : NULL;
-    o->q_ready = take(&c, B * o->n_sparse);
+    o->step.q_next = take(&c, 2 * B * o->n_sparse * o->nq * o->hd);
+    o->step.q_spec_next = o->spec_q_up ? take(&c, 2 * B * o->n_sparse * o->nq * o->hd) : NULL;
+    o->step.q_ready = take(&c, B * o->n_sparse);
     for (int p = 0; p < 2; p++) {
-        o->ss[p].slot = take(&c, 4 * B);
-        o->ss[p].n_tok = take(&c, 4 * B);
+        o->step.ss[p].slot = take(&c, 4 * B);
+        o->step.ss[p].n_tok = take(&c, 4 * B);
     }
-    o->ev_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
-    o->ev_selected = take(&c, sizeof(void *) * (size_t)o->n_sparse);
-    o->ev_built = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
-    o->ev_gathered = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
+    o->step.ev_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
+    o->step.ev_selected = take(&c, sizeof(void *) * (size_t)o->n_sparse);
+    o->step.ev_built = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
+    o->step.ev_gathered = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
     if (o->spec) {
-        o->ev_spec_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
-        o->ev_spec_selected = take(&c, sizeof(void *) * (size_t)o->n_sparse);
-        o->ev_spec_built = take(&c, sizeof(void *) * (size_t)o->n_sparse);
+        o->step.ev_spec_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
+        o->step.ev_spec_selected = take(&c, sizeof(void *) * (size_t)o->n_sparse);
+        o->step.ev_spec_built = take(&c, sizeof(void *) * (size_t)o->n_sparse);
     }
-    o->pl_spec_step = take(&c, 8 * (size_t)o->n_sparse);
-    o->items = take(&c, sizeof(struct recall_item) * (size_t)o->max_items);
-    o->lgraph = take(&c, sizeof(void *) * 2 * (size_t)o->n_layers);
+    o->plan.pl_spec_step = take(&c, 8 * (size_t)o->n_sparse);
+    o->plan.items = take(&c, sizeof(struct recall_item) * (size_t)o->max_items);
+    o->step.lgraph = take(&c, sizeof(void *) * 2 * (size_t)o->n_layers);
     int32_t *r = take(&c, 4 * 6 * (size_t)o->ms);
-    o->res = (struct hot_cache_result){
+    o->plan.res = (struct hot_cache_result){
         r, r + o->ms, r + 2 * o->ms, r + 3 * o->ms, r + 4 * o->ms, r + 5 * o->ms, 0, 0, -1, -1, -1};
-    o->ids = take(&c, 4 * MB);
-    o->ident = take(&c, 4 * MB);
-    o->stage_kv = take(&c, MB * o->page_bytes);
-    o->stage_dg = take(&c, MB * o->dpage_bytes);
-    o->check_page = take(&c, o->page_bytes);
-    o->hp_slot = take(&c, 4 * B);
-    o->dg_slot = take(&c, 4 * B);
-    o->req_id = take(&c, 4 * B);
-    o->first_tok = take(&c, 4 * B);
-    o->last_nb = take(&c, 4 * B * o->n_sparse);
+    o->store.ids = take(&c, 4 * MB);
+    o->store.ident = take(&c, 4 * MB);
+    o->store.stage_kv = take(&c, MB * o->page_bytes);
+    o->store.stage_dg = take(&c, MB * o->dpage_bytes);
+    o->store.check_page = take(&c, o->page_bytes);
+    o->store.hp_slot = take(&c, 4 * B);
+    o->store.dg_slot = take(&c, 4 * B);
+    o->store.req_id = take(&c, 4 * B);
+    o->store.first_tok = take(&c, 4 * B);
+    o->store.last_nb = take(&c, 4 * B * o->n_sparse);
     o->ls = take(&c, sizeof(struct offload_layer_stats) * (size_t)o->n_layers);
     o->series = take(&c, 8 * (size_t)o->p.max_steps);
-    o->prev_totals = take(&c, 8 * 2 * (size_t)o->n_sparse * OFFLOAD_TOTALS);
-    o->h_hp = o->device_plan ? take(&c, o->hp_bytes) : NULL;
+    o->plan.prev_totals = take(&c, 8 * 2 * (size_t)o->n_sparse * OFFLOAD_TOTALS);
+    o->store.h_hp = o->device_plan ? take(&c, o->store.hp_bytes) : NULL;
     return c.off;
 }
 
@@ -287,13 +287,13 @@ static size_t pin_layout(struct offload *o, char *base)
     o->sel_ints = mem_aligned(4 * V * (o->ms + 1)) / 4;
     o->ctl_ints = mem_aligned(4 * offload_ctl_desc_off(o) + sizeof(struct recall_desc) * V) / 4;
     for (int p = 0; p < 2; p++)
-        o->h_up[p] = take(&c, offload_up_bytes(o));
-    o->h_sel = take(&c, 4 * 2 * S * o->sel_ints);
-    o->h_sel_spec = o->spec ? take(&c, 4 * 2 * S * o->sel_ints) : NULL;
-    o->h_ctl = take(&c, 4 * 2 * S * o->ctl_ints);
-    o->flags = take(&c, 4 * S);
+        o->step.h_up[p] = take(&c, offload_up_bytes(o));
+    o->step.h_sel = take(&c, 4 * 2 * S * o->sel_ints);
+    o->step.h_sel_spec = o->spec ? take(&c, 4 * 2 * S * o->sel_ints) : NULL;
+    o->step.h_ctl = take(&c, 4 * 2 * S * o->ctl_ints);
+    o->step.flags = take(&c, 4 * S);
     for (int p = 0; p < 2; p++)
-        o->h_totals[p] = take(&c, 8 * 2 * S * OFFLOAD_TOTALS);
+        o->step.h_totals[p] = take(&c, 8 * 2 * S * OFFLOAD_TOTALS);
     return c.off;
 }
 
@@ -301,32 +301,32 @@ static size_t dev_layout(struct offload *o, char *base)
 {
     struct carve c = {base, 0};
     const size_t V = (size_t)o->max_batch * o->n_lists;
-    o->d_up = take(&c, offload_up_bytes(o));
-    o->d_q = (uint16_t *)(o->d_up ? o->d_up + offload_up_ints(o) : NULL);
-    o->d_scores = take(&c, 4 * V * o->max_blocks);
-    o->d_sel = take(&c, 4 * (size_t)o->n_sparse * V * (o->ms + 1));
-    o->d_sel_spec = o->spec ? take(&c, 4 * (size_t)o->n_sparse * V * (o->ms + 1)) : NULL;
-    o->d_zero = take(&c, 4 * (size_t)o->max_batch);
+    o->step.d_up = take(&c, offload_up_bytes(o));
+    o->step.d_q = (uint16_t *)(o->step.d_up ? o->step.d_up + offload_up_ints(o) : NULL);
+    o->step.d_scores = take(&c, 4 * V * o->max_blocks);
+    o->step.d_sel = take(&c, 4 * (size_t)o->n_sparse * V * (o->ms + 1));
+    o->step.d_sel_spec = o->spec ? take(&c, 4 * (size_t)o->n_sparse * V * (o->ms + 1)) : NULL;
+    o->step.d_zero = take(&c, 4 * (size_t)o->max_batch);
     for (int i = 0; i < 2; i++)
-        o->d_ctl[i] = take(&c, 4 * o->ctl_ints);
-    o->d_att_start = take(&c, 4 * V);
+        o->step.d_ctl[i] = take(&c, 4 * o->ctl_ints);
+    o->step.d_att_start = take(&c, 4 * V);
     if (o->device_plan) {
         const size_t VM = V * o->ms, S = (size_t)o->n_sparse;
-        o->d_hp = take(&c, o->hp_bytes);
-        struct hot_plan_out *po = &o->po;
+        o->store.d_hp = take(&c, o->store.hp_bytes);
+        struct hot_plan_out *po = &o->step.po;
         po->status = take(&c, 4 * V), po->n_hits = take(&c, 4 * V), po->n_recalls = take(&c, 4 * V);
         po->recall_block = take(&c, 4 * VM), po->recall_slot = take(&c, 4 * VM);
         po->victim_block = take(&c, 4 * VM), po->attend_slot = take(&c, 4 * VM);
         po->fresh_block = take(&c, 4 * V), po->fresh_slot = take(&c, 4 * V);
         po->fresh_victim = take(&c, 4 * V);
-        o->d_totals = take(&c, 8 * 2 * S * OFFLOAD_TOTALS); /* the predictions' after */
+        o->step.d_totals = take(&c, 8 * 2 * S * OFFLOAD_TOTALS); /* the predictions' after */
         for (int i = 0; i < 2; i++)
-            o->d_desc[i] = take(&c, sizeof(struct recall_desc) * VM);
+            o->step.d_desc[i] = take(&c, sizeof(struct recall_desc) * VM);
         for (int i = 0; i < 2 && o->spec; i++)
-            o->d_desc_spec[i] = take(&c, sizeof(struct recall_desc) * VM);
-        o->d_ctl_spec = o->spec ? take(&c, 4 * o->ctl_ints) : NULL;
-        o->d_own = take(&c, 4 * (size_t)o->max_batch * S * (o->hot_slots + 1));
-        o->d_hids = take(&c, 4 * (size_t)o->max_batch * S * o->max_blocks);
+            o->step.d_desc_spec[i] = take(&c, sizeof(struct recall_desc) * VM);
+        o->step.d_ctl_spec = o->spec ? take(&c, 4 * o->ctl_ints) : NULL;
+        o->store.d_own = take(&c, 4 * (size_t)o->max_batch * S * (o->hot_slots + 1));
+        o->store.d_hids = take(&c, 4 * (size_t)o->max_batch * S * o->max_blocks);
     }
     return c.off;
 }
@@ -339,9 +339,9 @@ static int alloc_host(struct offload *o)
     memset(o->hmem, 0, o->hmem_bytes);
     host_layout(o, o->hmem);
     for (int i = 0; i < o->max_blocks; i++)
-        o->ident[i] = i;
+        o->store.ident[i] = i;
     for (int s = 0; s < o->max_batch; s++)
-        o->hp_slot[s] = o->dg_slot[s] = o->req_id[s] = -1;
+        o->store.hp_slot[s] = o->store.dg_slot[s] = o->store.req_id[s] = -1;
     return PULSE_OK;
 }
 
@@ -366,41 +366,41 @@ static int alloc_dev(struct offload *o)
     o->be->memset(o->ctx, o->dmem, 0, o->dmem_bytes);
     dev_layout(o, o->dmem);
     const int V = o->max_batch * o->n_lists;
-    int32_t *start = o->h_ctl; /* staging, before any step */
+    int32_t *start = o->step.h_ctl; /* staging, before any step */
     for (int v = 0; v < V; v++)
         start[v] = v * o->ms;
-    o->be->upload(o->ctx, o->d_att_start, start, sizeof(int32_t) * (size_t)V);
+    o->be->upload(o->ctx, o->step.d_att_start, start, sizeof(int32_t) * (size_t)V);
     if (o->device_plan) {
-        hot_plan_state_carve(&o->hpp, o->d_hp, &o->hps);
-        o->fn.hot_plan_init(&o->hpp, &o->hps, o->ctx->stream);
-        o->be->memset(o->ctx, o->d_totals, 0, 8 * 2 * (size_t)o->n_sparse * OFFLOAD_TOTALS);
+        hot_plan_state_carve(&o->store.hpp, o->store.d_hp, &o->store.hps);
+        o->fn.hot_plan_init(&o->store.hpp, &o->store.hps, o->ctx->stream);
+        o->be->memset(o->ctx, o->step.d_totals, 0, 8 * 2 * (size_t)o->n_sparse * OFFLOAD_TOTALS);
         void *dev = NULL;
         const struct recall_copy_ops *ops = recall_copy_ops_for(o->be);
-        if (ops->map_host(ops, host_pool_base(o->hp), &dev) != PULSE_OK) return PULSE_ERR_OOM;
-        o->host_dev = (uint64_t)(uintptr_t)dev;
+        if (ops->map_host(ops, host_pool_base(o->store.hp), &dev) != PULSE_OK) return PULSE_ERR_OOM;
+        o->store.host_dev = (uint64_t)(uintptr_t)dev;
         o->be->sync(o->ctx);
     }
     for (int p = 0; p < 2; p++) {
-        o->ev_up[p] = o->be->event_create();
-        o->ev_end[p] = o->be->event_create();
+        o->step.ev_up[p] = o->be->event_create();
+        o->step.ev_end[p] = o->be->event_create();
     }
     for (int i = 0; i < 2 * o->n_sparse; i++)
-        o->ev_sel[i] = o->be->event_create();
+        o->step.ev_sel[i] = o->be->event_create();
     for (int i = 0; i < o->n_sparse; i++)
-        o->ev_selected[i] = o->be->event_create();
-    o->ev_lists = o->be->event_create();
+        o->step.ev_selected[i] = o->be->event_create();
+    o->step.ev_lists = o->be->event_create();
     for (int i = 0; o->spec && i < 2 * o->n_sparse; i++)
-        if (!(o->ev_spec_sel[i] = o->be->event_create())) return PULSE_ERR_OOM;
+        if (!(o->step.ev_spec_sel[i] = o->be->event_create())) return PULSE_ERR_OOM;
     for (int i = 0; o->spec && i < o->n_sparse; i++)
-        if (!(o->ev_spec_selected[i] = o->be->event_create()) ||
-            !(o->ev_spec_built[i] = o->be->event_create()))
+        if (!(o->step.ev_spec_selected[i] = o->be->event_create()) ||
+            !(o->step.ev_spec_built[i] = o->be->event_create()))
             return PULSE_ERR_OOM;
-    if (o->be->ctx_create_urgent(&o->sctx) != PULSE_OK) return PULSE_ERR_OOM;
+    if (o->be->ctx_create_urgent(&o->step.sctx) != PULSE_OK) return PULSE_ERR_OOM;
     if (o->overlap) {
-        if (o->be->ctx_create_urgent(&o->gctx) != PULSE_OK) return PULSE_ERR_OOM;
+        if (o->be->ctx_create_urgent(&o->step.gctx) != PULSE_OK) return PULSE_ERR_OOM;
         for (int i = 0; i < o->n_sparse; i++)
-            if (!(o->ev_built[i] = o->be->event_create()) ||
-                !(o->ev_gathered[i] = o->be->event_create()))
+            if (!(o->step.ev_built[i] = o->be->event_create()) ||
+                !(o->step.ev_gathered[i] = o->be->event_create()))
                 return PULSE_ERR_OOM;
     }
     return offload_planner_start(o);
@@ -436,7 +436,7 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
         else
             o->n_full++;
     }
-    layer_maps(p, m, ps, o->maps);
+    layer_maps(p, m, ps, o->store.maps);
     o->nq = m->n_heads, o->nkv = m->n_kv_heads, o->hd = m->head_dim, o->ps = ps;
     o->G = o->nq / o->nkv;
     o->cfg = cfg_of(p, m, ps);
@@ -462,9 +462,9 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
     o->spec_q_up = p->query != OFFLOAD_QUERY_REAL && p->schedule->lookahead &&
                    ((p->source && p->source->spec_q) || p->spec_predictor == OFFLOAD_SPEC_NEGATED);
     o->layer_graphs = p->layer_graphs != 0; /* 0: the device path's layers as pieces */
-    o->hpp = (struct hot_plan_params){o->max_batch * o->n_sparse * o->n_lists, o->hot_slots,
-                                      p->sink, p->window, o->max_blocks};
-    o->hp_bytes = o->device_plan ? hot_plan_state_bytes(&o->hpp) : 0;
+    o->store.hpp = (struct hot_plan_params){o->max_batch * o->n_sparse * o->n_lists, o->hot_slots,
+                                            p->sink, p->window, o->max_blocks};
+    o->store.hp_bytes = o->device_plan ? hot_plan_state_bytes(&o->store.hpp) : 0;
     for (int l = 0; l < m->n_layers; l++)
         o->sel_head[l] = o->headwise                    ? SELECT_HEADWISE
                          : p->selection == OFFLOAD_MEAN ? SELECT_MEAN
@@ -521,24 +521,25 @@ static int make_pools(struct offload *o, char *err, size_t errlen)
                                    o->max_batch,
                                    o->p.max_tokens,
                                    o->be->mem == MEM_DEVICE};
-    if (!(o->hp = host_pool_create_ex(&hpp, &o->p.pin, why, sizeof why))) OOM_BAD("%s", why);
+    if (!(o->store.hp = host_pool_create_ex(&hpp, &o->p.pin, why, sizeof why))) OOM_BAD("%s", why);
     struct host_pool_stats hs;
-    host_pool_get_stats(o->hp, &hs);
+    host_pool_get_stats(o->store.hp, &hs);
     o->st.pin_s = hs.pin_seconds;
     struct kv_cache_params dp = {
         o->n_sparse,  o->dig_heads, o->hd, 1, (size_t)hs.n_blocks * o->dpage_bytes,
         o->max_batch, o->max_blocks};
-    if (!(o->dg = kv_cache_create(&dp, o->be, o->ctx, why, sizeof why)))
+    if (!(o->store.dg = kv_cache_create(&dp, o->be, o->ctx, why, sizeof why)))
         OOM_BAD("digest store: %s", why);
     /* zeroed once: the selection scores every block a request has, and a block's digest row is
      * written by the digest update of its first token's step, which comes after that layer's
      * selection (initcheck saw the read); a zero digest scores 0 */
     struct kv_cache_stats ds;
-    kv_cache_get_stats(o->dg, &ds);
-    o->be->memset(o->ctx, kv_cache_view(o->dg, NULL).pool, 0, (size_t)(ds.n_pages * ds.page_bytes));
+    kv_cache_get_stats(o->store.dg, &ds);
+    o->be->memset(o->ctx, kv_cache_view(o->store.dg, NULL).pool, 0,
+                  (size_t)(ds.n_pages * ds.page_bytes));
     struct hot_cache_params hcp = {o->max_batch * o->n_sparse * o->n_lists, o->hot_slots, o->p.sink,
                                    o->p.window};
-    if (!(o->hc = hot_cache_create(&hcp, why, sizeof why))) OOM_BAD("%s", why);
+    if (!(o->store.hc = hot_cache_create(&hcp, why, sizeof why))) OOM_BAD("%s", why);
     struct recall_params rp = o->p.recall; /* the tuning; the rest is the runtime's own */
     rp.engine = o->p.engine;
     rp.max_items = o->max_items;
@@ -546,14 +547,14 @@ static int make_pools(struct offload *o, char *err, size_t errlen)
     rp.ops = o->p.recall_ops ? o->p.recall_ops : recall_copy_ops_for(o->be);
     const char *fault = pulse_diag_text(PULSE_DIAG_RECALL_FAULT); /* recall_fault.h */
     if (fault) {
-        if (recall_fault_init(&o->fault, rp.ops, fault, why, sizeof why) != PULSE_OK)
+        if (recall_fault_init(&o->store.fault, rp.ops, fault, why, sizeof why) != PULSE_OK)
             BAD("PULSE_RECALL_FAULT: %s", why);
-        rp.ops = &o->fault.ops;
-        o->faulty = 1;
+        rp.ops = &o->store.fault.ops;
+        o->store.faulty = 1;
     }
-    rp.host_base = host_pool_base(o->hp);
-    rp.host_bytes = host_pool_bytes(o->hp);
-    if (!(o->rc = recall_create(&rp, why, sizeof why))) OOM_BAD("recall engine: %s", why);
+    rp.host_base = host_pool_base(o->store.hp);
+    rp.host_bytes = host_pool_bytes(o->store.hp);
+    if (!(o->store.rc = recall_create(&rp, why, sizeof why))) OOM_BAD("recall engine: %s", why);
     return PULSE_OK;
 }
 
@@ -564,13 +565,13 @@ static int make_prefill(struct offload *o, char *err, size_t errlen)
     if (o->p.prompt_kv != OFFLOAD_KV_PREFILL) return PULSE_OK;
     struct kv_cache_params sp = {o->n_layers, o->nkv, o->hd, o->ps, 0, 1, o->p.max_tokens};
     sp.budget_bytes = kv_cache_params_request_bytes(&sp, o->p.max_tokens);
-    if (!(o->pf_kv = kv_cache_create(&sp, o->be, o->ctx, why, sizeof why)))
+    if (!(o->store.pf_kv = kv_cache_create(&sp, o->be, o->ctx, why, sizeof why)))
         OOM_BAD("prefill staging pages: %s", why);
     const int chunk = o->p.prefill_chunk ? o->p.prefill_chunk : o->max_batch;
     if (chunk > engine_max_batch(o->eng))
         BAD("offload: a prefill chunk of %d tokens is more than the engine's batch of %d", chunk,
             engine_max_batch(o->eng));
-    if (!(o->pf = prefill_create(o->eng, o->p.seed, chunk)))
+    if (!(o->store.pf = prefill_create(o->eng, o->p.seed, chunk)))
         OOM_BAD("prefill: out of memory for its batch");
     return PULSE_OK;
 }
@@ -588,11 +589,11 @@ static int make_approx_q(struct offload *o, char *err, size_t errlen)
         qb + nb + select_approx_q_workspace_bytes(o->max_batch, o->mc->hidden, o->nq, o->hd);
     if (!(o->aq_mem = mem_alloc(o->be->mem, o->aq_bytes, "approximate query")))
         OOM_BAD("the approximate query: out of memory for %zu bytes", o->aq_bytes);
-    o->d_aq = o->aq_mem;
-    o->aq_ws = (char *)o->aq_mem + qb + nb;
+    o->step.d_aq = o->aq_mem;
+    o->step.aq_ws = (char *)o->aq_mem + qb + nb;
     if (!neg) return PULSE_OK;
     o->d_negnorm = (uint16_t *)((char *)o->aq_mem + qb);
-    uint16_t *w = o->stage_kv; /* host scratch of max_blocks pages, before any admission */
+    uint16_t *w = o->store.stage_kv; /* host scratch of max_blocks pages, before any admission */
     PULSE_CHECK(2 * H <= (size_t)o->max_blocks * o->page_bytes,
                 "offload: no host scratch for a norm weight");
     for (int l = 0; l < o->n_layers; l++) {
@@ -636,13 +637,13 @@ static int make_device_fill(struct offload *o, char *err, size_t errlen)
         OOM_BAD("%s", why);
     const size_t stage = (size_t)o->max_blocks * o->page_bytes;
     const size_t args = sizeof(int32_t) * ((size_t)FILL_ARGS + o->n_layers + o->max_blocks);
-    o->fmem_bytes = mem_aligned(stage) + args;
-    if (!(o->fmem = mem_alloc(MEM_DEVICE, o->fmem_bytes, "offload prompt staging")))
+    o->store.fmem_bytes = mem_aligned(stage) + args;
+    if (!(o->store.fmem = mem_alloc(MEM_DEVICE, o->store.fmem_bytes, "offload prompt staging")))
         OOM_BAD("offload: out of device memory for the prompt staging (%.3f GB)", stage / 1e9);
-    char *m = o->fmem;
-    o->d_stage = mem_carve(&m, stage);
-    o->d_fill = (int32_t *)m;
-    o->be->upload(o->ctx, o->d_fill + FILL_ARGS + o->n_layers, o->ident,
+    char *m = o->store.fmem;
+    o->store.d_stage = mem_carve(&m, stage);
+    o->store.d_fill = (int32_t *)m;
+    o->be->upload(o->ctx, o->store.d_fill + FILL_ARGS + o->n_layers, o->store.ident,
                   sizeof(int32_t) * (size_t)o->max_blocks);
     return PULSE_OK;
 #else
@@ -676,21 +677,22 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     if (!o) goto oom;
     memset(o, 0, sizeof *o);
     o->p = *p;
-    o->eng = e, o->kv = kv, o->kp = kp, o->be = engine_model(e)->be, o->ctx = engine_ctx(e);
-    o->gpu_pool = (char *)view.pool;
-    o->next_layer = -1;
+    o->eng = e, o->store.kv = kv, o->store.kp = kp, o->be = engine_model(e)->be,
+    o->ctx = engine_ctx(e);
+    o->store.gpu_pool = (char *)view.pool;
+    o->step.next_layer = -1;
     for (int l = 0; l < OFFLOAD_MAX_LAYERS; l++)
-        o->sel_step[l] = o->spec_step[l] = o->piece_pf[l] = -1;
+        o->step.sel_step[l] = o->step.spec_step[l] = o->step.piece_pf[l] = -1;
     set_shape(o, m, view.page_size);
     char why[256];
-    if (o->device_plan && hot_plan_params_check(&o->hpp, why, sizeof why)) {
+    if (o->device_plan && hot_plan_params_check(&o->store.hpp, why, sizeof why)) {
         snprintf(err, errlen, "offload: zero-copy's device hot cache: %s", why);
         offload_free(o);
         return PULSE_ERR_INVALID;
     }
     if (alloc_host(o) != PULSE_OK) goto oom;
     for (int sl = 0; sl < o->n_sparse; sl++)
-        o->pl_spec_step[sl] = -1;
+        o->plan.pl_spec_step[sl] = -1;
     if ((rc = take_source(o, err, errlen)) != PULSE_OK ||
         (rc = make_pools(o, err, errlen)) != PULSE_OK ||
         (rc = make_prefill(o, err, errlen)) != PULSE_OK ||
@@ -712,37 +714,37 @@ void offload_free(struct offload *o)
 {
     if (!o) return;
     offload_layer_graphs_drop(o);
-    prefill_free(o->pf);
-    kv_cache_free(o->pf_kv);
+    prefill_free(o->store.pf);
+    kv_cache_free(o->store.pf_kv);
     mem_free(o->be->mem, o->aq_mem, o->aq_bytes);
     offload_planner_stop(o);
-    recall_free(o->rc);
-    hot_cache_free(o->hc);
-    kv_cache_free(o->dg);
-    host_pool_free(o->hp);
-    for (int p = 0; p < 2 && o->ev_sel; p++) {
-        o->be->event_destroy(o->ev_up[p]);
-        o->be->event_destroy(o->ev_end[p]);
+    recall_free(o->store.rc);
+    hot_cache_free(o->store.hc);
+    kv_cache_free(o->store.dg);
+    host_pool_free(o->store.hp);
+    for (int p = 0; p < 2 && o->step.ev_sel; p++) {
+        o->be->event_destroy(o->step.ev_up[p]);
+        o->be->event_destroy(o->step.ev_end[p]);
     }
-    for (int i = 0; i < 2 * o->n_sparse && o->ev_sel; i++)
-        o->be->event_destroy(o->ev_sel[i]);
-    for (int i = 0; i < o->n_sparse && o->ev_selected; i++)
-        if (o->ev_selected[i]) o->be->event_destroy(o->ev_selected[i]);
-    if (o->ev_lists) o->be->event_destroy(o->ev_lists);
-    for (int i = 0; i < 2 * o->n_sparse && o->ev_spec_sel; i++)
-        if (o->ev_spec_sel[i]) o->be->event_destroy(o->ev_spec_sel[i]);
-    for (int i = 0; i < o->n_sparse && o->ev_spec_selected; i++) {
-        if (o->ev_spec_selected[i]) o->be->event_destroy(o->ev_spec_selected[i]);
-        if (o->ev_spec_built[i]) o->be->event_destroy(o->ev_spec_built[i]);
+    for (int i = 0; i < 2 * o->n_sparse && o->step.ev_sel; i++)
+        o->be->event_destroy(o->step.ev_sel[i]);
+    for (int i = 0; i < o->n_sparse && o->step.ev_selected; i++)
+        if (o->step.ev_selected[i]) o->be->event_destroy(o->step.ev_selected[i]);
+    if (o->step.ev_lists) o->be->event_destroy(o->step.ev_lists);
+    for (int i = 0; i < 2 * o->n_sparse && o->step.ev_spec_sel; i++)
+        if (o->step.ev_spec_sel[i]) o->be->event_destroy(o->step.ev_spec_sel[i]);
+    for (int i = 0; i < o->n_sparse && o->step.ev_spec_selected; i++) {
+        if (o->step.ev_spec_selected[i]) o->be->event_destroy(o->step.ev_spec_selected[i]);
+        if (o->step.ev_spec_built[i]) o->be->event_destroy(o->step.ev_spec_built[i]);
     }
-    for (int i = 0; i < o->n_sparse && o->ev_built; i++) {
-        if (o->ev_built[i]) o->be->event_destroy(o->ev_built[i]);
-        if (o->ev_gathered[i]) o->be->event_destroy(o->ev_gathered[i]);
+    for (int i = 0; i < o->n_sparse && o->step.ev_built; i++) {
+        if (o->step.ev_built[i]) o->be->event_destroy(o->step.ev_built[i]);
+        if (o->step.ev_gathered[i]) o->be->event_destroy(o->step.ev_gathered[i]);
     }
-    if (o->gctx.stream || o->gctx.blas) o->be->ctx_free(&o->gctx);
-    if (o->sctx.stream || o->sctx.blas) o->be->ctx_free(&o->sctx);
+    if (o->step.gctx.stream || o->step.gctx.blas) o->be->ctx_free(&o->step.gctx);
+    if (o->step.sctx.stream || o->step.sctx.blas) o->be->ctx_free(&o->step.sctx);
     if (o->pin) mem_free(pin_kind(o), o->pin, o->pin_bytes);
-    if (o->fmem) mem_free(MEM_DEVICE, o->fmem, o->fmem_bytes);
+    if (o->store.fmem) mem_free(MEM_DEVICE, o->store.fmem, o->store.fmem_bytes);
     if (o->dmem) mem_free(o->be->mem, o->dmem, o->dmem_bytes);
     mem_free(MEM_HOST, o->hmem, o->hmem_bytes);
     mem_free(MEM_HOST, o, sizeof *o);
@@ -762,13 +764,13 @@ static struct kv_view host_view(const struct offload *o, void *pool, const int32
 static void copy_prefill(struct offload *o, const struct kv_view *v, int n, int layer)
 {
     int n_own;
-    const int32_t *src = kv_cache_owned_pages(o->pf_kv, o->pf_slot, layer, &n_own);
-    const char *pool = (const char *)kv_cache_view(o->pf_kv, NULL).pool;
+    const int32_t *src = kv_cache_owned_pages(o->store.pf_kv, o->store.pf_slot, layer, &n_own);
+    const char *pool = (const char *)kv_cache_view(o->store.pf_kv, NULL).pool;
     const int nb = (int)PULSE_CEIL_DIV(n, o->ps);
     const int32_t *dst = v->page_ids;
     struct host_pool_stats hps;
-    host_pool_get_stats(o->hp, &hps);
-    const int64_t per_piece = v->pool == host_pool_base(o->hp) && hps.pin_piece_bytes
+    host_pool_get_stats(o->store.hp, &hps);
+    const int64_t per_piece = v->pool == host_pool_base(o->store.hp) && hps.pin_piece_bytes
                                   ? (int64_t)(hps.pin_piece_bytes / o->page_bytes)
                                   : INT64_MAX;
     for (int i = 0; i < nb;) {
@@ -813,19 +815,20 @@ static void upload_pages(const struct offload *o, char *pool, size_t bytes, cons
 static int first_kept_block(const struct offload *o, int slot, int layer, int nb)
 {
     int n_own;
-    kv_cache_owned_pages(o->kv, slot, layer, &n_own);
+    kv_cache_owned_pages(o->store.kv, slot, layer, &n_own);
     return nb > n_own ? nb - n_own : 0;
 }
 
 /* A dense or window layer's prompt, staged in token order, into the blocks its row keeps. */
 static void write_dense_layer(struct offload *o, int slot, int req, int layer, int prompt_len)
 {
-    struct kv_view v = host_view(o, o->stage_kv, o->ident);
+    struct kv_view v = host_view(o, o->store.stage_kv, o->store.ident);
     fill_view(o, &v, prompt_len, req, layer);
     const int nb = (int)PULSE_CEIL_DIV(prompt_len, o->ps), lo = first_kept_block(o, slot, layer, nb);
-    const int32_t *row = kv_cache_host_page_ids(o->kv) + kv_cache_row(o->kv, slot, layer);
-    upload_pages(o, o->gpu_pool, o->page_bytes, row + lo, nb - lo,
-                 (const char *)o->stage_kv + (size_t)lo * o->page_bytes);
+    const int32_t *row =
+        kv_cache_host_page_ids(o->store.kv) + kv_cache_row(o->store.kv, slot, layer);
+    upload_pages(o, o->store.gpu_pool, o->page_bytes, row + lo, nb - lo,
+                 (const char *)o->store.stage_kv + (size_t)lo * o->page_bytes);
 }
 
 /* Blocks of a prompt of prompt_len tokens in a reservation of n_tokens that admission writes:
@@ -841,24 +844,25 @@ static int admitted_blocks(const struct offload *o, int prompt_len, int n_tokens
 static void write_sparse_layer(struct offload *o, int slot, int req, int layer, int prompt_len,
                                int n_tokens)
 {
-    const int sl = offload_sl(o, layer), hs = o->hp_slot[slot];
+    const int sl = offload_sl(o, layer), hs = o->store.hp_slot[slot];
     const int nb = admitted_blocks(o, prompt_len, n_tokens), first = prompt_len / o->ps;
     for (int i = 0; i < nb; i++)
-        o->ids[i] = (int32_t)host_pool_block_id(o->hp, hs, sl, i);
+        o->store.ids[i] = (int32_t)host_pool_block_id(o->store.hp, hs, sl, i);
     for (int i = first; i < nb; i++)
-        memset(host_pool_block(o->hp, hs, sl, i), 0, o->page_bytes);
-    struct kv_view v = host_view(o, host_pool_base(o->hp), o->ids);
+        memset(host_pool_block(o->store.hp, hs, sl, i), 0, o->page_bytes);
+    struct kv_view v = host_view(o, host_pool_base(o->store.hp), o->store.ids);
     fill_view(o, &v, prompt_len, req, layer);
-    const struct digest_view dv = {o->stage_dg, o->ident, &k_zero, o->dig_heads, o->hd};
+    const struct digest_view dv = {o->store.stage_dg, o->store.ident, &k_zero, o->dig_heads, o->hd};
     digest_build_ref(NULL, &v, &dv, &prompt_len, 1, o->sel_head[layer], o->p.max_tokens);
-    const int32_t *drow = kv_cache_host_page_ids(o->dg) + kv_cache_row(o->dg, o->dg_slot[slot], sl);
-    upload_pages(o, (char *)kv_cache_view(o->dg, NULL).pool, o->dpage_bytes, drow,
-                 (int)PULSE_CEIL_DIV(prompt_len, o->ps), o->stage_dg);
+    const int32_t *drow =
+        kv_cache_host_page_ids(o->store.dg) + kv_cache_row(o->store.dg, o->store.dg_slot[slot], sl);
+    upload_pages(o, (char *)kv_cache_view(o->store.dg, NULL).pool, o->dpage_bytes, drow,
+                 (int)PULSE_CEIL_DIV(prompt_len, o->ps), o->store.stage_dg);
     int n_own;
-    const int32_t *own = kv_cache_owned_pages(o->kv, slot, layer, &n_own);
+    const int32_t *own = kv_cache_owned_pages(o->store.kv, slot, layer, &n_own);
     if (first < nb)
-        o->be->upload(o->ctx, o->gpu_pool + (size_t)own[n_own - 1] * o->page_bytes,
-                      host_pool_block(o->hp, hs, sl, first), o->page_bytes);
+        o->be->upload(o->ctx, o->store.gpu_pool + (size_t)own[n_own - 1] * o->page_bytes,
+                      host_pool_block(o->store.hp, hs, sl, first), o->page_bytes);
 }
 
 #ifdef PULSE_HAVE_CUDA
@@ -877,13 +881,14 @@ static void begin_device_fill(struct offload *o, int slot, int req, int prompt_l
     int32_t a[FILL_ARGS + OFFLOAD_MAX_LAYERS];
     a[FILL_NTOK] = prompt_len, a[FILL_REQ] = req, a[FILL_ZERO] = 0;
     for (int l = 0; l < o->n_layers; l++)
-        a[FILL_ARGS + l] = !offload_is_sparse(o, l)
-                               ? kv_cache_row(o->kv, slot, l)
-                               : kv_cache_row(o->dg, o->dg_slot[slot], offload_sl(o, l));
-    o->be->upload(o->ctx, o->d_fill, a, sizeof(int32_t) * (size_t)(FILL_ARGS + o->n_layers));
+        a[FILL_ARGS + l] =
+            !offload_is_sparse(o, l)
+                ? kv_cache_row(o->store.kv, slot, l)
+                : kv_cache_row(o->store.dg, o->store.dg_slot[slot], offload_sl(o, l));
+    o->be->upload(o->ctx, o->store.d_fill, a, sizeof(int32_t) * (size_t)(FILL_ARGS + o->n_layers));
     const int nb = admitted_blocks(o, prompt_len, n_tokens), first = prompt_len / o->ps;
     if (first < nb) /* the tail's rows past the prompt stay zero for every layer */
-        o->be->memset(o->ctx, (char *)o->d_stage + (size_t)first * o->page_bytes, 0,
+        o->be->memset(o->ctx, (char *)o->store.d_stage + (size_t)first * o->page_bytes, 0,
                       (size_t)(nb - first) * o->page_bytes);
 }
 
@@ -893,16 +898,20 @@ static void fill_device(struct offload *o, const struct kv_view *v, int n, int r
     if (o->p.prompt_kv == OFFLOAD_KV_LOCALITY)
         o->qs->fill_kv_device(o->qs->user, o->ctx, v, n, req, layer);
     else
-        kv_fill_synthetic_cuda(o->ctx, v, o->d_fill + FILL_NTOK, o->d_fill + FILL_REQ, 1, layer,
-                               o->p.seed, n);
+        kv_fill_synthetic_cuda(o->ctx, v, o->store.d_fill + FILL_NTOK, o->store.d_fill + FILL_REQ,
+                               1, layer, o->p.seed, n);
 }
 
 /* The device staging: max_blocks pages in token order. */
 static struct kv_view staging_view(const struct offload *o)
 {
-    return (struct kv_view){o->d_stage, o->d_fill + FILL_ARGS + o->n_layers, o->d_fill + FILL_ZERO,
-                            o->ps,      o->nkv,
-                            o->hd,      0,
+    return (struct kv_view){o->store.d_stage,
+                            o->store.d_fill + FILL_ARGS + o->n_layers,
+                            o->store.d_fill + FILL_ZERO,
+                            o->ps,
+                            o->nkv,
+                            o->hd,
+                            0,
                             0};
 }
 
@@ -913,50 +922,52 @@ static void write_dense_layer_dev(struct offload *o, int slot, int req, int laye
 {
     const int nb = (int)PULSE_CEIL_DIV(prompt_len, o->ps), lo = first_kept_block(o, slot, layer, nb);
     if (lo == 0) { /* a page per block (a ring no longer than its pages is one too) */
-        struct kv_view v = kv_cache_view(o->kv, o->d_fill + FILL_ARGS + layer);
+        struct kv_view v = kv_cache_view(o->store.kv, o->store.d_fill + FILL_ARGS + layer);
         fill_device(o, &v, prompt_len, req, layer);
         return;
     }
     const struct kv_view sv = staging_view(o);
     fill_device(o, &sv, prompt_len, req, layer);
-    const int32_t *row = kv_cache_host_page_ids(o->kv) + kv_cache_row(o->kv, slot, layer);
+    const int32_t *row =
+        kv_cache_host_page_ids(o->store.kv) + kv_cache_row(o->store.kv, slot, layer);
     for (int i = lo; i < nb; i++)
-        o->be->copy_async(o->ctx, o->gpu_pool + (size_t)row[i] * o->page_bytes,
-                          (const char *)o->d_stage + (size_t)i * o->page_bytes, o->page_bytes);
+        o->be->copy_async(o->ctx, o->store.gpu_pool + (size_t)row[i] * o->page_bytes,
+                          (const char *)o->store.d_stage + (size_t)i * o->page_bytes,
+                          o->page_bytes);
 }
 
 static void write_sparse_layer_dev(struct offload *o, int slot, int req, int layer, int prompt_len,
                                    int n_tokens)
 {
-    const int sl = offload_sl(o, layer), hs = o->hp_slot[slot];
+    const int sl = offload_sl(o, layer), hs = o->store.hp_slot[slot];
     const int nb = admitted_blocks(o, prompt_len, n_tokens), first = prompt_len / o->ps;
-    const char *stage = (const char *)o->d_stage;
+    const char *stage = (const char *)o->store.d_stage;
     const struct kv_view sv = staging_view(o);
     if (prompt_len > 0) {
         fill_device(o, &sv, prompt_len, req, layer);
-        const struct kv_view dg = kv_cache_view(o->dg, o->d_fill + FILL_ARGS + layer);
+        const struct kv_view dg = kv_cache_view(o->store.dg, o->store.d_fill + FILL_ARGS + layer);
         const struct digest_view dv = {dg.pool, dg.page_ids, dg.page_start, o->dig_heads, o->hd};
-        digest_build_cuda(o->ctx, &sv, &dv, o->d_fill + FILL_NTOK, 1, o->sel_head[layer],
+        digest_build_cuda(o->ctx, &sv, &dv, o->store.d_fill + FILL_NTOK, 1, o->sel_head[layer],
                           prompt_len);
     }
     struct host_pool_stats hps; /* a copy must not cross a registered piece of the pool */
-    host_pool_get_stats(o->hp, &hps);
+    host_pool_get_stats(o->store.hp, &hps);
     const int64_t per_piece =
         hps.pin_piece_bytes ? (int64_t)(hps.pin_piece_bytes / o->page_bytes) : INT64_MAX;
     for (int i = 0; i < nb;) {
-        const int64_t id = host_pool_block_id(o->hp, hs, sl, i);
+        const int64_t id = host_pool_block_id(o->store.hp, hs, sl, i);
         int j = i + 1;
-        while (j < nb && host_pool_block_id(o->hp, hs, sl, j) == id + (j - i) &&
+        while (j < nb && host_pool_block_id(o->store.hp, hs, sl, j) == id + (j - i) &&
                (id + (j - i)) / per_piece == id / per_piece)
             j++;
-        o->be->copy_async(o->ctx, host_pool_block_at(o->hp, id), stage + (size_t)i * o->page_bytes,
-                          (size_t)(j - i) * o->page_bytes);
+        o->be->copy_async(o->ctx, host_pool_block_at(o->store.hp, id),
+                          stage + (size_t)i * o->page_bytes, (size_t)(j - i) * o->page_bytes);
         i = j;
     }
     int n_own;
-    const int32_t *own = kv_cache_owned_pages(o->kv, slot, layer, &n_own);
+    const int32_t *own = kv_cache_owned_pages(o->store.kv, slot, layer, &n_own);
     if (first < nb)
-        o->be->copy_async(o->ctx, o->gpu_pool + (size_t)own[n_own - 1] * o->page_bytes,
+        o->be->copy_async(o->ctx, o->store.gpu_pool + (size_t)own[n_own - 1] * o->page_bytes,
                           stage + (size_t)first * o->page_bytes, o->page_bytes);
 }
 #endif
@@ -967,7 +978,7 @@ static void write_layer(struct offload *o, int slot, int req, int layer, int pro
                         int n_tokens)
 {
 #ifdef PULSE_HAVE_CUDA
-    if (o->fmem) {
+    if (o->store.fmem) {
         if (offload_is_sparse(o, layer))
             write_sparse_layer_dev(o, slot, req, layer, prompt_len, n_tokens);
         else if (prompt_len > 0)
@@ -986,13 +997,13 @@ static void reset_slot(struct offload *o, int slot)
 {
     if (o->qs) o->qs->meter_reset(o->qs->user, slot);
     if (o->device_plan)
-        o->fn.hot_plan_reset(&o->hpp, &o->hps, offload_unit(o, slot, 0, 0),
+        o->fn.hot_plan_reset(&o->store.hpp, &o->store.hps, offload_unit(o, slot, 0, 0),
                              o->n_sparse * o->n_lists, o->ctx->stream);
     for (int sl = 0; sl < o->n_sparse; sl++) {
-        o->last_nb[slot * o->n_sparse + sl] = 0;
-        o->q_ready[slot * o->n_sparse + sl] = 0;
+        o->store.last_nb[slot * o->n_sparse + sl] = 0;
+        o->step.q_ready[slot * o->n_sparse + sl] = 0;
         for (int k = 0; k < o->n_lists; k++)
-            hot_cache_reset(o->hc, offload_unit(o, slot, sl, k));
+            hot_cache_reset(o->store.hc, offload_unit(o, slot, sl, k));
     }
 }
 
@@ -1000,17 +1011,17 @@ static void reset_slot(struct offload *o, int slot)
  * every sparse layer (admission, outside any step). */
 static void upload_tables(struct offload *o, int slot)
 {
-    const int H1 = o->hot_slots + 1, hs = o->hp_slot[slot];
+    const int H1 = o->hot_slots + 1, hs = o->store.hp_slot[slot];
     for (int sl = 0; sl < o->n_sparse; sl++) {
         int n_own;
-        const int32_t *own = kv_cache_owned_pages(o->kv, slot, o->layer_of[sl], &n_own);
+        const int32_t *own = kv_cache_owned_pages(o->store.kv, slot, o->layer_of[sl], &n_own);
         PULSE_CHECK(n_own == H1, "offload: an offload request owns hot_slots + 1 pages a layer");
-        o->be->upload(o->ctx, o->d_own + ((size_t)slot * o->n_sparse + sl) * H1, own,
+        o->be->upload(o->ctx, o->store.d_own + ((size_t)slot * o->n_sparse + sl) * H1, own,
                       sizeof(int32_t) * (size_t)H1);
         for (int i = 0; i < o->max_blocks; i++)
-            o->ids[i] = (int32_t)host_pool_block_id(o->hp, hs, sl, i);
-        o->be->upload(o->ctx, o->d_hids + ((size_t)hs * o->n_sparse + sl) * o->max_blocks, o->ids,
-                      sizeof(int32_t) * (size_t)o->max_blocks);
+            o->store.ids[i] = (int32_t)host_pool_block_id(o->store.hp, hs, sl, i);
+        o->be->upload(o->ctx, o->store.d_hids + ((size_t)hs * o->n_sparse + sl) * o->max_blocks,
+                      o->store.ids, sizeof(int32_t) * (size_t)o->max_blocks);
     }
 }
 
@@ -1018,49 +1029,50 @@ static void upload_tables(struct offload *o, int slot)
 static int reserve(struct offload *o, int n_tokens, int *slot, char *why, size_t whylen)
 {
     const int nb = (int)PULSE_CEIL_DIV(n_tokens, o->ps);
-    int ks, hs, ds, rc = kv_cache_admit_mapped(o->kv, n_tokens, o->maps, &ks);
+    int ks, hs, ds, rc = kv_cache_admit_mapped(o->store.kv, n_tokens, o->store.maps, &ks);
     if (rc != PULSE_OK) {
         o->st.refusals_gpu += rc == PULSE_ERR_NOMEM;
         snprintf(why, whylen, "its %.4f GB of GPU KV pages %s the KV budget",
-                 offload_request_kv_bytes(&o->p, o->mc, &o->kp, n_tokens) / 1e9,
+                 offload_request_kv_bytes(&o->p, o->mc, &o->store.kp, n_tokens) / 1e9,
                  rc == PULSE_ERR_NOMEM ? "do not fit now in" : "can never fit");
         return rc;
     }
-    if ((rc = host_pool_reserve(o->hp, n_tokens, &hs)) != PULSE_OK) {
-        kv_cache_release(o->kv, ks);
+    if ((rc = host_pool_reserve(o->store.hp, n_tokens, &hs)) != PULSE_OK) {
+        kv_cache_release(o->store.kv, ks);
         o->st.refusals_host += rc == PULSE_ERR_NOMEM;
         snprintf(why, whylen, "its %.4f GB of KV %s the host pool",
                  offload_request_host_bytes(&o->p, o->mc, o->ps, n_tokens) / 1e9,
                  rc == PULSE_ERR_NOMEM ? "do not fit now in" : "can never fit");
         return rc;
     }
-    if ((rc = kv_cache_admit(o->dg, nb, &ds)) != PULSE_OK) {
-        host_pool_release(o->hp, hs);
-        kv_cache_release(o->kv, ks);
+    if ((rc = kv_cache_admit(o->store.dg, nb, &ds)) != PULSE_OK) {
+        host_pool_release(o->store.hp, hs);
+        kv_cache_release(o->store.kv, ks);
         o->st.refusals_digest += rc == PULSE_ERR_NOMEM;
         snprintf(why, whylen, "its digests %s the digest store",
                  rc == PULSE_ERR_NOMEM ? "do not fit now in" : "can never fit");
         return rc;
     }
     PULSE_CHECK(ks < o->max_batch, "offload: cache slot past max_batch");
-    o->hp_slot[ks] = hs, o->dg_slot[ks] = ds;
+    o->store.hp_slot[ks] = hs, o->store.dg_slot[ks] = ds;
     *slot = ks;
     return PULSE_OK;
 }
 
-/* The prompt through engine_prefill into a zeroed staging slot (left in o->pf_slot); returns
+/* The prompt through engine_prefill into a zeroed staging slot (left in o->store.pf_slot); returns
  * the greedy next token. */
 static int32_t run_prefill(struct offload *o, int req_id, int prompt_len)
 {
-    PULSE_CHECK(kv_cache_admit(o->pf_kv, o->p.max_tokens, &o->pf_slot) == PULSE_OK,
+    PULSE_CHECK(kv_cache_admit(o->store.pf_kv, o->p.max_tokens, &o->store.pf_slot) == PULSE_OK,
                 "offload: the prefill staging slot is taken");
     struct kv_cache_stats st;
-    kv_cache_get_stats(o->pf_kv, &st);
-    o->be->memset(o->ctx, kv_cache_view(o->pf_kv, NULL).pool, 0,
+    kv_cache_get_stats(o->store.pf_kv, &st);
+    o->be->memset(o->ctx, kv_cache_view(o->store.pf_kv, NULL).pool, 0,
                   (size_t)(st.n_pages * st.page_bytes));
     /* reserved max_tokens, as a session's prefill (the accuracy path's): the same attention
      * bounds in every chunk */
-    return prefill_run(o->pf, o->pf_kv, o->pf_slot, req_id, prompt_len, o->p.max_tokens);
+    return prefill_run(o->store.pf, o->store.pf_kv, o->store.pf_slot, req_id, prompt_len,
+                       o->p.max_tokens);
 }
 
 int offload_admit(struct offload *o, int req_id, int prompt_len, int n_tokens, int *slot, char *why,
@@ -1075,24 +1087,24 @@ int offload_admit(struct offload *o, int req_id, int prompt_len, int n_tokens, i
     int ks, rc = reserve(o, n_tokens, &ks, why, whylen);
     if (rc != PULSE_OK) return rc;
     double t0 = pulse_now();
-    o->req_id[ks] = req_id;
-    o->first_tok[ks] = engine_first_token(o->eng, req_id);
+    o->store.req_id[ks] = req_id;
+    o->store.first_tok[ks] = engine_first_token(o->eng, req_id);
     if (o->qs) o->qs->start(o->qs->user, ks, req_id);
-    if (o->pf) o->first_tok[ks] = run_prefill(o, req_id, prompt_len);
+    if (o->store.pf) o->store.first_tok[ks] = run_prefill(o, req_id, prompt_len);
     char label[64];
     snprintf(label, sizeof label, "prompt KV (request %d, %d tokens)", req_id, prompt_len);
     struct progress pg;
     progress_begin(&pg, label, "layers", o->n_layers);
 #ifdef PULSE_HAVE_CUDA
-    if (o->fmem) begin_device_fill(o, ks, req_id, prompt_len, n_tokens);
+    if (o->store.fmem) begin_device_fill(o, ks, req_id, prompt_len, n_tokens);
 #endif
     for (int l = 0; l < o->n_layers; l++) {
         write_layer(o, ks, req_id, l, prompt_len, n_tokens);
         progress_update(&pg, l + 1);
     }
-    if (o->fmem) o->be->sync(o->ctx); /* the host pool holds the prompt before any recall */
+    if (o->store.fmem) o->be->sync(o->ctx); /* the host pool holds the prompt before any recall */
     progress_end(&pg, o->n_layers);
-    if (o->pf) kv_cache_release(o->pf_kv, o->pf_slot);
+    if (o->store.pf) kv_cache_release(o->store.pf_kv, o->store.pf_slot);
     reset_slot(o, ks);
     if (o->device_plan) upload_tables(o, ks);
     o->st.prompt_fill_s += pulse_now() - t0;
@@ -1110,24 +1122,24 @@ int offload_admit_normal(struct offload *o, int req_id, int prompt_len, int n_to
         return PULSE_ERR_INVALID;
     }
     offload_quiesce(o);
-    int ks, rc = kv_cache_admit(o->kv, n_tokens, &ks);
+    int ks, rc = kv_cache_admit(o->store.kv, n_tokens, &ks);
     if (rc != PULSE_OK) {
         snprintf(why, whylen, "its %.4f GB of GPU KV %s the KV budget",
-                 kv_cache_request_bytes(o->kv, n_tokens) / 1e9,
+                 kv_cache_request_bytes(o->store.kv, n_tokens) / 1e9,
                  rc == PULSE_ERR_NOMEM ? "do not fit now in" : "can never fit");
         return rc;
     }
     const double t0 = pulse_now();
     *first_token = engine_first_token(o->eng, req_id);
-    if (o->pf) *first_token = run_prefill(o, req_id, prompt_len);
+    if (o->store.pf) *first_token = run_prefill(o, req_id, prompt_len);
     if (prompt_len > 0) {
 #ifdef PULSE_HAVE_CUDA
-        if (o->fmem) { /* every layer as a dense one, generated into the request's pages */
+        if (o->store.fmem) { /* every layer as a dense one, generated into the request's pages */
             int32_t a[FILL_ARGS + OFFLOAD_MAX_LAYERS];
             a[FILL_NTOK] = prompt_len, a[FILL_REQ] = req_id, a[FILL_ZERO] = 0;
             for (int l = 0; l < o->n_layers; l++)
-                a[FILL_ARGS + l] = kv_cache_row(o->kv, ks, l);
-            o->be->upload(o->ctx, o->d_fill, a,
+                a[FILL_ARGS + l] = kv_cache_row(o->store.kv, ks, l);
+            o->be->upload(o->ctx, o->store.d_fill, a,
                           sizeof(int32_t) * (size_t)(FILL_ARGS + o->n_layers));
             for (int l = 0; l < o->n_layers; l++)
                 write_dense_layer_dev(o, ks, req_id, l, prompt_len);
@@ -1137,7 +1149,7 @@ int offload_admit_normal(struct offload *o, int req_id, int prompt_len, int n_to
             for (int l = 0; l < o->n_layers; l++)
                 write_dense_layer(o, ks, req_id, l, prompt_len);
     }
-    if (o->pf) kv_cache_release(o->pf_kv, o->pf_slot);
+    if (o->store.pf) kv_cache_release(o->store.pf_kv, o->store.pf_slot);
     o->st.prompt_fill_s += pulse_now() - t0;
     *slot = ks;
     return PULSE_OK;
@@ -1145,17 +1157,17 @@ int offload_admit_normal(struct offload *o, int req_id, int prompt_len, int n_to
 
 int32_t offload_first_token(const struct offload *o, int slot)
 {
-    PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->hp_slot[slot] >= 0,
+    PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->store.hp_slot[slot] >= 0,
                 "offload_first_token: the slot holds no offload request");
-    return o->first_tok[slot];
+    return o->store.first_tok[slot];
 }
 
 const void *offload_host_block(const struct offload *o, int slot, int layer, int block)
 {
-    PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->hp_slot[slot] >= 0 && layer >= 0 &&
+    PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->store.hp_slot[slot] >= 0 && layer >= 0 &&
                     layer < o->n_layers && offload_is_sparse(o, layer),
                 "offload_host_block: not a sparse layer of an admitted request");
-    return host_pool_block(o->hp, o->hp_slot[slot], offload_sl(o, layer), block);
+    return host_pool_block(o->store.hp, o->store.hp_slot[slot], offload_sl(o, layer), block);
 }
 
 const char *offload_clear_failure(struct offload *o)
@@ -1169,27 +1181,27 @@ const char *offload_clear_failure(struct offload *o)
 
 int offload_set_prompts(struct offload *o, prefill_token_fn fn, void *user)
 {
-    if (!o->pf) return PULSE_ERR_INVALID;
-    prefill_set_prompts(o->pf, fn, user);
+    if (!o->store.pf) return PULSE_ERR_INVALID;
+    prefill_set_prompts(o->store.pf, fn, user);
     return PULSE_OK;
 }
 
 void offload_release(struct offload *o, int slot)
 {
-    PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->hp_slot[slot] >= 0,
+    PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->store.hp_slot[slot] >= 0,
                 "offload_release: the slot holds no offload request");
     offload_quiesce(o);
-    host_pool_release(o->hp, o->hp_slot[slot]);
-    kv_cache_release(o->dg, o->dg_slot[slot]);
+    host_pool_release(o->store.hp, o->store.hp_slot[slot]);
+    kv_cache_release(o->store.dg, o->store.dg_slot[slot]);
     reset_slot(o, slot);
-    o->hp_slot[slot] = o->dg_slot[slot] = o->req_id[slot] = -1;
+    o->store.hp_slot[slot] = o->store.dg_slot[slot] = o->store.req_id[slot] = -1;
 }
 
 /* The block in slot s of unit u: the host hot cache's, or the device one's (mirrored). */
 static int slot_block(const struct offload *o, const struct hot_plan_state *mirror, int u, int s)
 {
     return mirror ? mirror->slot_block[(size_t)u * o->hot_slots + s]
-                  : hot_cache_slot_block(o->hc, u, s);
+                  : hot_cache_slot_block(o->store.hc, u, s);
 }
 
 /* The resident blocks of one unit against their host copies (the tail, nb - 1, is skipped:
@@ -1197,15 +1209,16 @@ static int slot_block(const struct offload *o, const struct hot_plan_state *mirr
 static int verify_unit(const struct offload *o, const struct hot_plan_state *mirror, int slot,
                        int sl, int k, char *err, size_t errlen)
 {
-    const int nb = o->last_nb[slot * o->n_sparse + sl], unit = offload_unit(o, slot, sl, k);
+    const int nb = o->store.last_nb[slot * o->n_sparse + sl], unit = offload_unit(o, slot, sl, k);
     int n_own;
-    const int32_t *own = kv_cache_owned_pages(o->kv, slot, o->layer_of[sl], &n_own);
+    const int32_t *own = kv_cache_owned_pages(o->store.kv, slot, o->layer_of[sl], &n_own);
     const size_t bytes = offload_chunk_bytes(o);
     for (int s = 0; s < o->hot_slots; s++) {
         const int blk = slot_block(o, mirror, unit, s);
         if (blk < 0 || blk == nb - 1) continue;
-        o->be->download(o->ctx, o->check_page, offload_gpu_piece(o, own[s], k), bytes);
-        if (memcmp(o->check_page, offload_host_chunk(o, o->hp_slot[slot], sl, blk, k), bytes))
+        o->be->download(o->ctx, o->store.check_page, offload_gpu_piece(o, own[s], k), bytes);
+        if (memcmp(o->store.check_page, offload_host_chunk(o, o->store.hp_slot[slot], sl, blk, k),
+                   bytes))
             BAD("slot %d layer %d list %d: hot slot %d holds block %d unlike its host copy", slot,
                 o->layer_of[sl], k, s, blk);
     }
@@ -1219,15 +1232,15 @@ int offload_verify(const struct offload *o, char *err, size_t errlen)
     o->be->sync(o->ctx);
     struct hot_plan_state mirror, *m = NULL;
     if (o->device_plan) { /* the device hot cache, downloaded into its host mirror */
-        o->be->download(o->ctx, o->h_hp, o->d_hp, o->hp_bytes);
-        hot_plan_state_carve(&o->hpp, o->h_hp, &mirror);
+        o->be->download(o->ctx, o->store.h_hp, o->store.d_hp, o->store.hp_bytes);
+        hot_plan_state_carve(&o->store.hpp, o->store.h_hp, &mirror);
         m = &mirror;
-        if (hot_plan_check(&o->hpp, m, why, sizeof why)) BAD("device hot cache: %s", why);
-    } else if (hot_cache_check(o->hc, why, sizeof why)) {
+        if (hot_plan_check(&o->store.hpp, m, why, sizeof why)) BAD("device hot cache: %s", why);
+    } else if (hot_cache_check(o->store.hc, why, sizeof why)) {
         BAD("hot cache: %s", why);
     }
     for (int s = 0; s < o->max_batch; s++)
-        for (int sl = 0; sl < o->n_sparse && o->hp_slot[s] >= 0; sl++)
+        for (int sl = 0; sl < o->n_sparse && o->store.hp_slot[s] >= 0; sl++)
             for (int k = 0; k < o->n_lists; k++)
                 if (verify_unit(o, m, s, sl, k, err, errlen) != PULSE_OK) return PULSE_ERR_INVALID;
     return PULSE_OK;
@@ -1236,18 +1249,19 @@ int offload_verify(const struct offload *o, char *err, size_t errlen)
 int offload_check(const struct offload *o, char *err, size_t errlen)
 {
     char why[256];
-    if (host_pool_check(o->hp, why, sizeof why)) BAD("host pool: %s", why);
-    if (kv_cache_check(o->dg, why, sizeof why)) BAD("digest store: %s", why);
-    if (kv_cache_check(o->kv, why, sizeof why)) BAD("KV cache: %s", why);
+    if (host_pool_check(o->store.hp, why, sizeof why)) BAD("host pool: %s", why);
+    if (kv_cache_check(o->store.dg, why, sizeof why)) BAD("digest store: %s", why);
+    if (kv_cache_check(o->store.kv, why, sizeof why)) BAD("KV cache: %s", why);
     for (int s = 0; s < o->max_batch; s++)
-        for (int l = 0; l < o->n_layers && o->hp_slot[s] >= 0; l++) {
+        for (int l = 0; l < o->n_layers && o->store.hp_slot[s] >= 0; l++) {
             /* a sparse layer's hot slots and tail, a window layer's whole ring */
             int n;
-            kv_cache_owned_pages(o->kv, s, l, &n);
-            const int blocks = (int)PULSE_CEIL_DIV(kv_cache_slot_tokens(o->kv, s), o->ps);
+            kv_cache_owned_pages(o->store.kv, s, l, &n);
+            const int blocks = (int)PULSE_CEIL_DIV(kv_cache_slot_tokens(o->store.kv, s), o->ps);
             const int want = o->kind[l] == OFFLOAD_LAYER_SPARSE ? o->hot_slots + 1
-                             : o->kind[l] == OFFLOAD_LAYER_WINDOW ? PULSE_MIN(o->maps[l].pages, blocks)
-                                                                  : blocks;
+                             : o->kind[l] == OFFLOAD_LAYER_WINDOW
+                                 ? PULSE_MIN(o->store.maps[l].pages, blocks)
+                                 : blocks;
             if (n != want) BAD("slot %d layer %d owns %d GPU pages, not %d", s, l, n, want);
         }
     return offload_verify(o, err, errlen);

@@ -40,51 +40,54 @@ struct offload_step_state {
     int32_t *slot, *n_tok; /* [max_batch] */
 };
 
-struct offload {
-    struct offload_params p;
-    struct engine *eng;
-    const struct backend *be;
-    const struct kctx *ctx;
-    const struct model_config *mc;
-    struct offload_sel_fns fn;
-    /* the real query one layer ahead (query real, lookahead): the approximate query of the
-     * layer being selected, from the input of the layer running (backend memory) */
-    uint16_t *d_aq;
-    void *aq_ws, *aq_mem; /* the approximate query's workspace; their one allocation */
-    size_t aq_bytes;
+/* The store (offload.c): where an offload request's KV lives and how it gets to the GPU. The
+ * cache's pages and the placement of every layer, the pinned host pool, the digest store, the
+ * hot cache (on the host, or on the device for the device-driven path), the recall engine,
+ * and what admission writes the prompt's KV with. Per cache slot; shared by every step. */
+struct offload_store {
     struct kv_cache *kv;       /* the engine's cache (not owned) */
     struct kv_cache_params kp; /* its shape (budget and slots aside) */
+    char *gpu_pool;            /* the cache's page pool (backend memory) */
+    struct kv_layer_map maps[OFFLOAD_MAX_LAYERS]; /* an offload admission's (kv_cache.h) */
     struct kv_cache *dg; /* digest store: one-token pages of dig_heads x [min, max] x head_dim */
     struct host_pool *hp;
     struct recall *rc;
     struct recall_fault fault; /* PULSE_RECALL_FAULT: the engine's copy path, faults injected */
     int faulty;
     struct hot_cache *hc;
-    struct query_source *qs; /* queries, prompt keys, meter (the params', not owned) */
-    struct kv_cache *pf_kv;  /* OFFLOAD_KV_PREFILL: staging cache of one request */
-    struct prefill *pf;      /* its prefill (own batch) */
-    int pf_slot;             /* the staging slot during an admission */
-    struct select_cfg cfg;   /* max_blocks = the cache's row width */
-    int n_layers, n_dense, n_sparse, n_lists, ms, hot_slots, dig_heads, all_selected, headwise;
-    uint8_t kind[OFFLOAD_MAX_LAYERS];    /* enum offload_layer_kind of every layer */
-    int16_t sl_of[OFFLOAD_MAX_LAYERS];   /* a layer's sparse index, -1 for a dense or window one */
-    int16_t layer_of[OFFLOAD_MAX_LAYERS]; /* [n_sparse] the layer of a sparse index */
-    struct kv_layer_map maps[OFFLOAD_MAX_LAYERS]; /* an offload admission's (kv_cache.h) */
-    int n_full, n_window;                /* dense layers; window layers, and their windows: */
-    int32_t windows[OFFLOAD_MAX_LAYERS]; /* what a step's floor charges them (tokens read) */
-    int nq, nkv, hd, ps, G, max_blocks, max_batch, max_items;
-    int att_max_tokens; /* bounds every attended length of the step (min(ms * ps, max reserved)) */
-    size_t page_bytes, head_bytes, dpage_bytes; /* GPU page, one head's piece, digest page */
-    char *gpu_pool;                             /* the cache's page pool (backend memory) */
-    int32_t sel_head[OFFLOAD_MAX_LAYERS]; /* SELECT_HEADWISE, or the layer's SoloHead KV head */
-
     /* per cache slot */
     int32_t *hp_slot, *dg_slot, *req_id; /* [max_batch]; -1 when the slot is not ours */
     int32_t *first_tok;                  /* [max_batch] offload_first_token */
     int32_t *last_nb;                    /* [max_batch][n_sparse] blocks at the last step */
+    /* the device-driven path's hot cache (hot_plan.h) and what its plans address */
+    struct hot_plan_params hpp;
+    struct hot_plan_state hps; /* device memory */
+    void *d_hp, *h_hp;         /* the state, and a host mirror for offload_verify */
+    size_t hp_bytes;
+    int32_t *d_own;    /* [max_batch][n_sparse][hot_slots + 1] owned GPU pages */
+    int32_t *d_hids;   /* [max_batch][n_sparse][max_blocks] host block ids */
+    uint64_t host_dev; /* device address of the host pool */
+    /* admission: the prefill (OFFLOAD_KV_PREFILL) */
+    struct kv_cache *pf_kv; /* staging cache of one request */
+    struct prefill *pf;     /* its prefill (own batch) */
+    int pf_slot;            /* the staging slot during an admission */
+    /* admission scratch (host) */
+    int32_t *ids, *ident; /* [max_blocks] host block ids; 0, 1, 2, ... */
+    uint16_t *stage_kv;   /* [max_blocks] GPU pages of one layer */
+    uint16_t *stage_dg;   /* [max_blocks] digest pages of one layer */
+    char *check_page;     /* one GPU page read back by offload_verify */
+    /* admission on the device (cuda; locality or synthetic prompt KV): offload.c */
+    uint16_t *d_stage; /* [max_blocks] device pages of one sparse layer */
+    int32_t *d_fill;   /* [FILL_ARGS + n_layers] the admission's arguments, then [max_blocks]
+                          0, 1, 2, ... */
+    void *fmem;        /* the device allocation of both */
+    size_t fmem_bytes;
+};
 
-    /* The step (main thread). A step of parity p = steps & 1 uses the p-th copy of every
-     * buffer a later step could overwrite while the planner or the device still reads it. */
+/* The step (offload_layer.c; main thread): what one decode step of the batch and its layers'
+ * pieces use. A step of parity p = steps & 1 uses the p-th copy of every buffer a later step
+ * could overwrite while the planner or the device still reads it. */
+struct offload_step {
     int n;
     struct offload_step_state ss[2];
     int32_t *h_up[2];    /* pinned, by parity: [max_batch] pos, [n_sparse][max_batch] digest row
@@ -93,9 +96,15 @@ struct offload {
     uint16_t *d_q;       /* inside d_up: the queries */
     void *ev_up[2];      /* the upload of h_up[p] has been read */
     uint16_t *q_next;    /* [max_batch][n_sparse][nq][hd] the next step's, made in advance */
+    uint16_t *q_spec_next; /* [max_batch][n_sparse][nq][hd] beside q_next (spec_q_up) */
     uint8_t *q_ready;    /* [max_batch][n_sparse] q_next holds the slot's next query */
     uint32_t seq;        /* the step's signal value (steps + 1) */
     int64_t jobs_end[2]; /* planner jobs posted by the end of the last step of that parity */
+    int att_max_tokens;  /* bounds every attended length of the step (min(ms * ps, max reserved)) */
+    /* the real query one layer ahead (query real, lookahead): the approximate query of the
+     * layer being selected, from the input of the layer running (backend memory) */
+    uint16_t *d_aq;
+    void *aq_ws; /* the approximate query's workspace */
 
     /* per sparse layer, by parity (pinned where the device reads or writes them) */
     int32_t *h_sel;  /* [2][n_sparse x sel_ints]: the step's layers' lists and counts, packed
@@ -108,15 +117,12 @@ struct offload {
     void *ev_lists;     /* the step's last lists download is done (side stream) */
     struct kctx sctx;   /* the lists' downloads, on a stream of their own: the compute stream
                            never waits for a copy to the host inside a step */
-    size_t sel_ints, ctl_ints;
     float *d_scores;      /* [max_batch][n_lists][max_blocks] */
     int32_t *d_sel;       /* [n_sparse] per layer: [n][n_lists][ms] lists, then [n][n_lists]
                              counts, packed at offload_sel_len(n) */
     int32_t *d_ctl[2];    /* sparse layer sl's control block in d_ctl[sl & 1]: with lookahead
                              layer sl + 1's is built before sl's attention reads sl's */
     int32_t *d_att_start; /* [V] v * ms (constant) */
-    void *pin;            /* pinned allocation of the above */
-    size_t pin_bytes;
     struct floor_traffic traffic[2]; /* by parity: the step's bytes (main thread: weights,
                                         dense KV, digests; the planner: sparse KV, recall) */
     int next_layer; /* the layer a step issues or finishes next; -1 between steps */
@@ -136,87 +142,98 @@ struct offload {
      * into descriptors of their own (by the layer's parity) and a scratch control block. The
      * planner's PREFETCH job recalls their misses with no flag: it waits for that recall before
      * its next job, so the exact selection's plan sees the prefetched blocks landed. */
-    int spec;
-    int spec_q_up;         /* the locality query: the step upload carries the approximate queries
-                              ([n_sparse][n][nq][hd] after the exact ones), made beside them */
-    uint16_t *q_spec_next; /* [max_batch][n_sparse][nq][hd] beside q_next */
-    int32_t *h_sel_spec;   /* [2][n_sparse x sel_ints] */
-    int32_t *d_sel_spec;   /* [n_sparse] per layer, packed as d_sel */
-    void **ev_spec_sel;    /* [2][n_sparse] the prediction's lists are on the host */
+    int32_t *h_sel_spec; /* [2][n_sparse x sel_ints] */
+    int32_t *d_sel_spec; /* [n_sparse] per layer, packed as d_sel */
+    void **ev_spec_sel;  /* [2][n_sparse] the prediction's lists are on the host */
     void **ev_spec_selected, **ev_spec_built; /* [n_sparse] made; planned (device path) */
     struct recall_desc *d_desc_spec[2];
-    int32_t *d_ctl_spec;   /* the device build's control block of a prediction (unread) */
-    int32_t *d_zero;       /* [max_batch] zeros: no new tail (a prefetch took it) */
-    uint16_t *d_negnorm;   /* OFFLOAD_SPEC_NEGATED with the real query: [n_layers][hidden]
-                              every layer's input norm weight negated (so its approximate query
-                              is the negated one) */
-    int64_t *pl_spec_step; /* [n_sparse] the planner's: the step whose prefetch it ran last */
-    int64_t step_syncs;              /* host synchronisations of the last step (main thread) */
-    int64_t host_syncs;              /* summed over steps */
-    double stage_s, prefetch_s;      /* host time staging the steps' uploads and making the
-                                        next steps' queries (prefetch_q), summed */
-    double host_phase_s[OFFLOAD_HOST_PHASES]; /* host time queuing the layers' pieces */
-    double planner_phase_s[OFFLOAD_PLANNER_PHASES]; /* the planner thread's (offload_plan.c) */
+    int32_t *d_ctl_spec; /* the device build's control block of a prediction (unread) */
+    int32_t *d_zero;     /* [max_batch] zeros: no new tail (a prefetch took it) */
 
     /* The device-driven path (engine zero-copy): the selection's lists feed hot_plan on the
      * device, offload_build turns its plan into descriptors and page lists, the zero-copy
      * gather reads the host pool; the host sees the lists only for the meter (JOB_METER) and
      * the per-layer totals once a step (JOB_STEP). */
-    int device_plan;
-    struct hot_plan_params hpp;
-    struct hot_plan_state hps; /* device memory */
-    void *d_hp, *h_hp;         /* the state, and a host mirror for offload_verify */
-    size_t hp_bytes;
-    struct hot_plan_out po;     /* device: the layer's plan */
-    int64_t *d_totals;          /* [n_sparse][OFFLOAD_TOTALS] hot_plan totals, then att tokens
-                                   and refused lists (offload_build) */
-    int64_t *h_totals[2];       /* pinned copies, by parity */
-    int64_t *prev_totals;       /* [n_sparse][OFFLOAD_TOTALS] the planner's last seen */
-    void *ev_end[2];            /* the step's totals are on the host */
+    struct hot_plan_out po;        /* device: the layer's plan */
+    int64_t *d_totals;             /* [2][n_sparse][OFFLOAD_TOTALS] hot_plan totals, then att
+                                      tokens and refused lists (offload_build); the exact
+                                      selections', then the predictions' */
+    int64_t *h_totals[2];          /* pinned copies, by parity */
+    void *ev_end[2];               /* the step's totals are on the host */
     struct recall_desc *d_desc[2]; /* [V][ms] sparse layer sl's recall in d_desc[sl & 1] */
-    int32_t *d_own;             /* [max_batch][n_sparse][hot_slots + 1] owned GPU pages */
-    int32_t *d_hids;            /* [max_batch][n_sparse][max_blocks] host block ids */
-    uint64_t host_dev;          /* device address of the host pool */
     /* device_overlap: the gather's context (its own stream), and per sparse layer the events
      * after the layer's plan (the gather waits for it) and after its gather (the attention
      * waits for it; offload_layer_ready queries it) */
     struct kctx gctx;
-    int overlap;
     void **ev_built, **ev_gathered;
     /* the device path's layer graphs (offload_layer.c, layer_graph): [n_layers][2], valid for
-     * lg_bt's lg_n entries whose longest reservation is lg_len (the attention's split plans);
-     * layer_graphs 0 (offload_params.layer_graphs 0, or not the device path): none */
-    int layer_graphs;
+     * lg_bt's lg_n entries whose longest reservation is lg_len (the attention's split plans) */
     void **lgraph;
     const struct batch *lg_bt;
     int lg_n, lg_len;
+};
 
-    /* the planner thread (offload_plan.c) */
-    struct offload_planner *pl;
+/* The planner's (offload_plan.c) working state besides its thread: the recall items of a job,
+ * the hot cache's answer, the device totals it last saw, the step whose prefetch it ran last
+ * per sparse layer, and its time per phase. */
+struct offload_planning {
     struct timeline *tl; /* optional: the planner's recall rounds as host spans (timeline.h) */
     struct recall_item *items;
     struct hot_cache_result res;
+    int64_t *prev_totals;  /* [2][n_sparse][OFFLOAD_TOTALS] the planner's last seen */
+    int64_t *pl_spec_step; /* [n_sparse] */
+    double planner_phase_s[OFFLOAD_PLANNER_PHASES];
+};
 
-    /* admission scratch (host) */
-    int32_t *ids, *ident; /* [max_blocks] host block ids; 0, 1, 2, ... */
-    uint16_t *stage_kv;   /* [max_blocks] GPU pages of one layer */
-    uint16_t *stage_dg;   /* [max_blocks] digest pages of one layer */
-    char *check_page;     /* one GPU page read back by offload_verify */
-    /* admission on the device (cuda; locality or synthetic prompt KV): offload.c */
-    uint16_t *d_stage; /* [max_blocks] device pages of one sparse layer */
-    int32_t *d_fill;   /* [FILL_ARGS + n_layers] the admission's arguments, then [max_blocks]
-                          0, 1, 2, ... */
-    void *fmem;        /* the device allocation of both */
-    size_t fmem_bytes;
+struct offload {
+    struct offload_params p;
+    struct engine *eng;
+    const struct backend *be;
+    const struct kctx *ctx;
+    const struct model_config *mc;
+    struct offload_sel_fns fn;
+    struct query_source *qs; /* queries, prompt keys, meter (the params', not owned) */
+    /* the shape */
+    struct select_cfg cfg; /* max_blocks = the cache's row width */
+    int n_layers, n_dense, n_sparse, n_lists, ms, hot_slots, dig_heads, all_selected, headwise;
+    uint8_t kind[OFFLOAD_MAX_LAYERS];     /* enum offload_layer_kind of every layer */
+    int16_t sl_of[OFFLOAD_MAX_LAYERS];    /* a layer's sparse index, -1 for a dense or window one */
+    int16_t layer_of[OFFLOAD_MAX_LAYERS]; /* [n_sparse] the layer of a sparse index */
+    int n_full, n_window;                 /* dense layers; window layers, and their windows: */
+    int32_t windows[OFFLOAD_MAX_LAYERS];  /* what a step's floor charges them (tokens read) */
+    int nq, nkv, hd, ps, G, max_blocks, max_batch, max_items;
+    size_t page_bytes, head_bytes, dpage_bytes; /* GPU page, one head's piece, digest page */
+    int32_t sel_head[OFFLOAD_MAX_LAYERS]; /* SELECT_HEADWISE, or the layer's SoloHead KV head */
+    size_t sel_ints, ctl_ints;
+    /* the modes: the device-driven path (zero-copy: planned on the device), its gather on a
+     * stream of its own (device_overlap or a lookahead schedule), the device path's layers as
+     * graphs (offload_params.layer_graphs), a prefetching schedule, and whether the step
+     * upload carries the locality query's approximate queries ([n_sparse][n][nq][hd] after the
+     * exact ones, made beside them) */
+    int device_plan, overlap, layer_graphs, spec, spec_q_up;
+
+    struct offload_store store;
+    struct offload_step step;
+    struct offload_planner *pl; /* the planner thread (offload_plan.c) */
+    struct offload_planning plan;
 
     /* counters */
     struct offload_layer_stats *ls; /* [n_layers] */
     struct offload_stats st;
-    int64_t *series;    /* [max_steps] recall bytes per step */
-    _Atomic int status; /* first failure of a step (the planner sets it) */
+    int64_t *series;            /* [max_steps] recall bytes per step */
+    _Atomic int status;         /* first failure of a step (the planner sets it) */
+    int64_t step_syncs;         /* host synchronisations of the last step (main thread) */
+    int64_t host_syncs;         /* summed over steps */
+    double stage_s, prefetch_s; /* host time staging the steps' uploads and making the
+                                   next steps' queries (prefetch_q), summed */
+    double host_phase_s[OFFLOAD_HOST_PHASES]; /* host time queuing the layers' pieces */
 
-    void *hmem, *dmem;
-    size_t hmem_bytes, dmem_bytes;
+    /* allocations: host, pinned, backend; the approximate query's; the negated norms
+     * (OFFLOAD_SPEC_NEGATED with the real query: [n_layers][hidden] every layer's input norm
+     * weight negated, so its approximate query is the negated one) */
+    void *hmem, *pin, *dmem, *aq_mem;
+    size_t hmem_bytes, pin_bytes, dmem_bytes, aq_bytes;
+    uint16_t *d_negnorm;
 };
 
 /* The planner thread (offload_plan.c): it takes a sparse layer's job once the layer's lists
@@ -281,7 +298,7 @@ size_t offload_up_ints(const struct offload *o);
 /* Control block of parity p and sparse layer sl (host), and its parts. */
 static inline int32_t *offload_ctl(const struct offload *o, int p, int sl)
 {
-    return o->h_ctl + ((size_t)p * o->n_sparse + sl) * o->ctl_ints;
+    return o->step.h_ctl + ((size_t)p * o->n_sparse + sl) * o->ctl_ints;
 }
 /* Ints of one sparse layer's lists ([n][n_lists][ms]) and counts ([n][n_lists]) in a step of n
  * entries: one copy brings them down; the step's layers lie packed at this stride, on the
@@ -294,21 +311,22 @@ static inline size_t offload_sel_len(const struct offload *o, int n)
 /* Lists of parity p and sparse layer sl in a step of n entries (host), and on the device. */
 static inline int32_t *offload_sel(const struct offload *o, int p, int sl, int n)
 {
-    return o->h_sel + (size_t)p * o->n_sparse * o->sel_ints + (size_t)sl * offload_sel_len(o, n);
+    return o->step.h_sel + (size_t)p * o->n_sparse * o->sel_ints +
+           (size_t)sl * offload_sel_len(o, n);
 }
 static inline int32_t *offload_dsel(const struct offload *o, int sl, int n)
 {
-    return o->d_sel + (size_t)sl * offload_sel_len(o, n);
+    return o->step.d_sel + (size_t)sl * offload_sel_len(o, n);
 }
 /* The same of the prediction's lists (a prefetching schedule). */
 static inline int32_t *offload_spec_sel(const struct offload *o, int p, int sl, int n)
 {
-    return o->h_sel_spec + (size_t)p * o->n_sparse * o->sel_ints +
+    return o->step.h_sel_spec + (size_t)p * o->n_sparse * o->sel_ints +
            (size_t)sl * offload_sel_len(o, n);
 }
 static inline int32_t *offload_spec_dsel(const struct offload *o, int sl, int n)
 {
-    return o->d_sel_spec + (size_t)sl * offload_sel_len(o, n);
+    return o->step.d_sel_spec + (size_t)sl * offload_sel_len(o, n);
 }
 /* Offset of the tail-flush descriptors in a control block, in int32 units (32-byte aligned). */
 static inline size_t offload_ctl_desc_off(const struct offload *o)
@@ -343,7 +361,7 @@ static inline size_t offload_chunk_bytes(const struct offload *o)
 /* GPU memory of list k's piece of page `page`: head k of it (head-wise) or all of it. */
 static inline char *offload_gpu_piece(const struct offload *o, int32_t page, int k)
 {
-    char *p = o->gpu_pool + (size_t)page * o->page_bytes;
+    char *p = o->store.gpu_pool + (size_t)page * o->page_bytes;
     return o->headwise ? p + (size_t)k * o->head_bytes : p;
 }
 
@@ -357,8 +375,8 @@ static inline int32_t offload_att_page(const struct offload *o, int32_t page, in
 static inline const void *offload_host_chunk(const struct offload *o, int hslot, int sl, int block,
                                              int k)
 {
-    return o->headwise ? host_pool_head(o->hp, hslot, sl, block, k)
-                       : host_pool_block(o->hp, hslot, sl, block);
+    return o->headwise ? host_pool_head(o->store.hp, hslot, sl, block, k)
+                       : host_pool_block(o->store.hp, hslot, sl, block);
 }
 
 #endif

@@ -24,7 +24,7 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out)
     for (int i = 0; i < OFFLOAD_HOST_PHASES; i++)
         out->host_phase_s[i] = o->host_phase_s[i];
     for (int i = 0; i < OFFLOAD_PLANNER_PHASES; i++)
-        out->planner_phase_s[i] = o->planner_phase_s[i];
+        out->planner_phase_s[i] = o->plan.planner_phase_s[i];
     out->prefetch_s = o->prefetch_s;
     out->last_step_host_syncs = o->step_syncs;
     out->recall_bytes = out->recall_chunks = out->recalls = out->stalls = 0;
@@ -45,20 +45,21 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out)
         out->spec_held += s->spec_held;
     }
     struct recall_stats rs;
-    recall_get_stats(o->rc, &rs);
+    recall_get_stats(o->store.rc, &rs);
     out->engine_bytes = rs.bytes;
     out->engine_chunks = rs.chunks;
     if (o->device_plan) { /* the zero-copy gather on the compute stream is the engine */
         out->engine_bytes = out->recall_bytes;
         out->engine_chunks = out->recall_chunks;
     }
-    out->host_pool_bytes = host_pool_bytes(o->hp);
+    out->host_pool_bytes = host_pool_bytes(o->store.hp);
     struct kv_cache_stats ds;
-    kv_cache_get_stats(o->dg, &ds);
+    kv_cache_get_stats(o->store.dg, &ds);
     out->digest_store_bytes = (size_t)ds.n_pages * (size_t)ds.page_bytes;
-    out->prompt_kv_device = o->fmem != NULL;
-    out->staging_bytes = o->fmem ? (size_t)o->max_blocks * o->page_bytes : 0;
-    out->gpu_pages_per_request_max = kv_cache_params_mapped_pages(&o->kp, o->p.max_tokens, o->maps);
+    out->prompt_kv_device = o->store.fmem != NULL;
+    out->staging_bytes = o->store.fmem ? (size_t)o->max_blocks * o->page_bytes : 0;
+    out->gpu_pages_per_request_max =
+        kv_cache_params_mapped_pages(&o->store.kp, o->p.max_tokens, o->store.maps);
 }
 
 int offload_lookahead(const struct offload *o)
@@ -69,7 +70,7 @@ int offload_lookahead(const struct offload *o)
 void offload_set_timeline(struct offload *o, struct timeline *tl)
 {
     offload_quiesce(o);
-    o->tl = tl;
+    o->plan.tl = tl;
 }
 
 int offload_device_driven(const struct offload *o)
@@ -95,21 +96,21 @@ int offload_layer_sparse(const struct offload *o, int layer)
 
 void offload_request_bytes(const struct offload *o, int n_tokens, size_t *gpu, size_t *host)
 {
-    *gpu = offload_request_kv_bytes(&o->p, o->mc, &o->kp, n_tokens);
+    *gpu = offload_request_kv_bytes(&o->p, o->mc, &o->store.kp, n_tokens);
     *host = offload_request_host_bytes(&o->p, o->mc, o->ps, n_tokens);
 }
 
 size_t offload_host_free_bytes(const struct offload *o)
 {
     struct host_pool_stats hs;
-    host_pool_get_stats(o->hp, &hs);
+    host_pool_get_stats(o->store.hp, &hs);
     return (size_t)hs.free_blocks * hs.block_bytes;
 }
 
 json_t *offload_config_json(const struct offload *o)
 {
     struct host_pool_stats hs;
-    host_pool_get_stats(o->hp, &hs);
+    host_pool_get_stats(o->store.hp, &hs);
     struct offload_stats st;
     offload_get_stats(o, &st);
     json_t *sel = json_array();
@@ -236,7 +237,7 @@ static json_t *series_json(const struct offload *o)
 static json_t *setup_json(const struct offload *o, const struct offload_stats *st)
 {
     struct host_pool_stats hs;
-    host_pool_get_stats(o->hp, &hs);
+    host_pool_get_stats(o->store.hp, &hs);
     json_t *j = json_pack("{s:I, s:b, s:s, s:i, s:i, s:b, s:b, s:I}", "host_pool_bytes",
                           (json_int_t)hs.pool_bytes, "host_pool_pinned", hs.pinned, "pin_strategy",
                           hs.pin_strategy, "pin_pieces", hs.pin_pieces, "pin_threads",
@@ -291,15 +292,15 @@ json_t *offload_counters_json(const struct offload *o)
     struct offload_stats st;
     offload_get_stats(o, &st);
     struct hot_cache_stats hs;
-    hot_cache_get_stats(o->hc, &hs);
+    hot_cache_get_stats(o->store.hc, &hs);
     struct recall_stats rs;
-    recall_get_stats(o->rc, &rs);
+    recall_get_stats(o->store.rc, &rs);
     json_t *layers = json_array();
     for (int sl = 0; sl < o->n_sparse; sl++)
         json_array_append_new(layers, layer_json(o, o->layer_of[sl]));
     json_t *eng = recall_stats_json(&rs);
     json_object_set_new(eng, "name", json_string(recall_engine_name(o->p.engine)));
-    const struct recall_params *rp = recall_get_params(o->rc);
+    const struct recall_params *rp = recall_get_params(o->store.rc);
     json_object_set_new(eng, "zc_blocks", json_integer(rp->zc_blocks));
     json_object_set_new(eng, "zc_threads", json_integer(rp->zc_threads));
     json_object_set_new(eng, "zc_inflight_kb", json_integer(rp->zc_inflight_kb));
@@ -351,9 +352,9 @@ json_t *offload_counters_json(const struct offload *o)
         }
         json_object_set_new(j, "speculation", spec_json(&sum));
     }
-    if (o->faulty) /* PULSE_RECALL_FAULT */
+    if (o->store.faulty) /* PULSE_RECALL_FAULT */
         json_object_set_new(j, "recall_faults_injected",
-                            json_integer(recall_fault_injected(&o->fault)));
+                            json_integer(recall_fault_injected(&o->store.fault)));
     json_object_set_new(j, "last_step_host_syncs", json_integer(st.last_step_host_syncs));
     results_set_real(j, "host_stage_s", st.stage_s);
     results_set_real(j, "host_prefetch_s", st.prefetch_s);

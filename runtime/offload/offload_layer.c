@@ -25,8 +25,8 @@
 
 static struct digest_view digest_view_of(const struct offload *o, int sl)
 {
-    struct kv_view dv = kv_cache_view(o->dg, NULL);
-    struct digest_view d = {dv.pool, dv.page_ids, o->d_up + (size_t)o->max_batch * (1 + sl),
+    struct kv_view dv = kv_cache_view(o->store.dg, NULL);
+    struct digest_view d = {dv.pool, dv.page_ids, o->step.d_up + (size_t)o->max_batch * (1 + sl),
                             o->dig_heads, o->hd};
     return d;
 }
@@ -92,14 +92,14 @@ static void prefetch_layers(void *arg, int id, int nth)
 {
     struct offload *o = arg;
     const size_t per = (size_t)o->nq * o->hd;
-    const struct offload_step_state *ss = &o->ss[o->st.steps & 1];
+    const struct offload_step_state *ss = &o->step.ss[o->st.steps & 1];
     for (int sl = id; sl < o->n_sparse; sl += nth)
         for (int b = 0; b < ss->n; b++) {
             const int u = ss->slot[b] * o->n_sparse + sl;
-            if (o->q_ready[u]) continue;
-            make_q(o, sl, ss->slot + b, o->q_next + (size_t)u * per,
-                   o->spec_q_up ? o->q_spec_next + (size_t)u * per : NULL);
-            o->q_ready[u] = 1;
+            if (o->step.q_ready[u]) continue;
+            make_q(o, sl, ss->slot + b, o->step.q_next + (size_t)u * per,
+                   o->spec_q_up ? o->step.q_spec_next + (size_t)u * per : NULL);
+            o->step.q_ready[u] = 1;
         }
 }
 
@@ -131,20 +131,20 @@ static void take_q(struct offload *o, uint16_t *dst)
 {
     if (o->p.query == OFFLOAD_QUERY_REAL) return;
     const size_t per = (size_t)o->nq * o->hd;
-    const struct offload_step_state *ss = &o->ss[o->st.steps & 1];
+    const struct offload_step_state *ss = &o->step.ss[o->st.steps & 1];
     uint16_t *adst = dst + (size_t)o->n_sparse * ss->n * per;
     for (int sl = 0; sl < o->n_sparse; sl++)
         for (int b = 0; b < ss->n; b++) {
             const int u = ss->slot[b] * o->n_sparse + sl;
             const size_t at = ((size_t)sl * ss->n + b) * per;
             uint16_t *q = dst + at, *aq = o->spec_q_up ? adst + at : NULL;
-            if (o->q_ready[u]) {
-                memcpy(q, o->q_next + (size_t)u * per, per * sizeof(uint16_t));
-                if (aq) memcpy(aq, o->q_spec_next + (size_t)u * per, per * sizeof(uint16_t));
+            if (o->step.q_ready[u]) {
+                memcpy(q, o->step.q_next + (size_t)u * per, per * sizeof(uint16_t));
+                if (aq) memcpy(aq, o->step.q_spec_next + (size_t)u * per, per * sizeof(uint16_t));
             } else {
                 make_q(o, sl, ss->slot + b, q, aq);
             }
-            o->q_ready[u] = 0;
+            o->step.q_ready[u] = 0;
         }
 }
 
@@ -157,25 +157,25 @@ static void take_q(struct offload *o, uint16_t *dst)
  * selection of a layer predicted this step finds the new tail already given its slot. */
 static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec)
 {
-    const int B = o->n;
+    const int B = o->step.n;
     const size_t lists = (size_t)B * o->n_lists;
-    const int32_t *up = o->d_up;
+    const int32_t *up = o->step.d_up;
     const int32_t *ds = spec ? offload_spec_dsel(o, sl, B) : offload_dsel(o, sl, B);
-    const int predicted = !spec && o->spec_step[o->layer_of[sl]] == o->st.steps;
+    const int predicted = !spec && o->step.spec_step[o->layer_of[sl]] == o->st.steps;
     const struct hot_plan_in in = {ds,
                                    ds + lists * o->ms,
                                    up + up_row(o, UP_UBASE) + (size_t)sl * o->max_batch,
                                    up + up_row(o, UP_NB),
-                                   predicted ? o->d_zero : up + up_row(o, UP_TNEW),
+                                   predicted ? o->step.d_zero : up + up_row(o, UP_TNEW),
                                    B,
                                    o->n_lists,
                                    o->ms};
-    struct hot_plan_out po = o->po;
-    po.totals = o->d_totals + ((size_t)spec * o->n_sparse + sl) * OFFLOAD_TOTALS;
-    o->fn.hot_plan(&o->hpp, &o->hps, &in, &po, o->ctx->stream);
+    struct hot_plan_out po = o->step.po;
+    po.totals = o->step.d_totals + ((size_t)spec * o->n_sparse + sl) * OFFLOAD_TOTALS;
+    o->fn.hot_plan(&o->store.hpp, &o->store.hps, &in, &po, o->ctx->stream);
     const size_t V = (size_t)o->max_batch * o->n_lists;
-    int32_t *ctl = spec ? o->d_ctl_spec : o->d_ctl[sl & 1];
-    struct recall_desc *desc = spec ? o->d_desc_spec[sl & 1] : o->d_desc[sl & 1];
+    int32_t *ctl = spec ? o->step.d_ctl_spec : o->step.d_ctl[sl & 1];
+    struct recall_desc *desc = spec ? o->step.d_desc_spec[sl & 1] : o->step.d_desc[sl & 1];
     const struct offload_build_args a = {po.status,
                                          po.n_recalls,
                                          po.recall_block,
@@ -186,8 +186,8 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
                                          up + up_row(o, UP_SLOT),
                                          up + up_row(o, UP_HSLOT),
                                          up + up_row(o, UP_TIDX),
-                                         o->d_own,
-                                         o->d_hids,
+                                         o->store.d_own,
+                                         o->store.d_hids,
                                          B,
                                          o->n_lists,
                                          o->ms,
@@ -198,8 +198,8 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
                                          o->max_blocks,
                                          o->headwise,
                                          o->nkv,
-                                         o->host_dev,
-                                         (uint64_t)(uintptr_t)o->gpu_pool,
+                                         o->store.host_dev,
+                                         (uint64_t)(uintptr_t)o->store.gpu_pool,
                                          o->page_bytes,
                                          o->head_bytes,
                                          offload_chunk_bytes(o),
@@ -211,17 +211,17 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
                                          (unsigned long long *)(po.totals + OFFLOAD_TOT_REFUSED)};
     o->fn.build(&a, o->ctx->stream);
     if (spec) {
-        o->be->event_record_external(o->ctx, o->ev_spec_built[sl]);
+        o->be->event_record_external(o->ctx, o->step.ev_spec_built[sl]);
         return;
     }
     if (!o->overlap) {
-        const struct recall_params *rp = recall_get_params(o->rc);
-        o->fn.gather(o->d_desc[sl & 1], (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads,
+        const struct recall_params *rp = recall_get_params(o->store.rc);
+        o->fn.gather(o->step.d_desc[sl & 1], (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads,
                      rp->zc_inflight_kb, o->ctx->stream);
         return;
     }
     /* the gather, on its own stream (issue_side), waits for the plan */
-    o->be->event_record_external(o->ctx, o->ev_built[sl]);
+    o->be->event_record_external(o->ctx, o->step.ev_built[sl]);
 }
 
 /* An issued sparse layer's work off the compute stream: its lists' download on the side stream
@@ -232,29 +232,32 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
  * exact selection's gather of the layer, which the attention waits for. */
 static void issue_side(struct offload *o, int layer, int spec)
 {
-    const int sl = offload_sl(o, layer), p = o->st.steps & 1, B = o->n;
+    const int sl = offload_sl(o, layer), p = o->st.steps & 1, B = o->step.n;
     const size_t ev = (size_t)p * o->n_sparse + sl;
-    if (spec) o->spec_step[layer] = o->st.steps;
-    o->be->stream_wait_event(&o->sctx, spec ? o->ev_spec_selected[sl] : o->ev_selected[sl]);
-    o->be->copy_async(&o->sctx, spec ? offload_spec_sel(o, p, sl, B) : offload_sel(o, p, sl, B),
+    if (spec) o->step.spec_step[layer] = o->st.steps;
+    o->be->stream_wait_event(&o->step.sctx,
+                             spec ? o->step.ev_spec_selected[sl] : o->step.ev_selected[sl]);
+    o->be->copy_async(&o->step.sctx,
+                      spec ? offload_spec_sel(o, p, sl, B) : offload_sel(o, p, sl, B),
                       spec ? offload_spec_dsel(o, sl, B) : offload_dsel(o, sl, B),
                       sizeof(int32_t) * offload_sel_len(o, B));
-    o->be->event_record(&o->sctx, spec ? o->ev_spec_sel[ev] : o->ev_sel[ev]);
+    o->be->event_record(&o->step.sctx, spec ? o->step.ev_spec_sel[ev] : o->step.ev_sel[ev]);
     offload_planner_post(o,
                          spec             ? OFFLOAD_JOB_PREFETCH
                          : o->device_plan ? OFFLOAD_JOB_METER
                                           : OFFLOAD_JOB_PLAN,
                          layer, o->st.steps);
     if (!o->overlap) return; /* (a prefetch on the device path always has the gather's stream) */
-    const struct recall_params *rp = recall_get_params(o->rc);
-    o->be->stream_wait_event(&o->gctx, spec ? o->ev_spec_built[sl] : o->ev_built[sl]);
-    const int sp = timeline_begin(o->tl, &o->gctx, TIMELINE_RECALL, spec ? "prefetch" : "gather", 1,
-                                  layer, o->st.steps);
-    o->fn.gather(spec ? o->d_desc_spec[sl & 1] : o->d_desc[sl & 1],
+    const struct recall_params *rp = recall_get_params(o->store.rc);
+    o->be->stream_wait_event(&o->step.gctx,
+                             spec ? o->step.ev_spec_built[sl] : o->step.ev_built[sl]);
+    const int sp = timeline_begin(o->plan.tl, &o->step.gctx, TIMELINE_RECALL,
+                                  spec ? "prefetch" : "gather", 1, layer, o->st.steps);
+    o->fn.gather(spec ? o->step.d_desc_spec[sl & 1] : o->step.d_desc[sl & 1],
                  (int)((size_t)B * o->n_lists * o->ms), rp->zc_blocks, rp->zc_threads,
-                 rp->zc_inflight_kb, o->gctx.stream);
-    timeline_end(o->tl, &o->gctx, sp);
-    if (!spec) o->be->event_record(&o->gctx, o->ev_gathered[sl]);
+                 rp->zc_inflight_kb, o->step.gctx.stream);
+    timeline_end(o->plan.tl, &o->step.gctx, sp);
+    if (!spec) o->be->event_record(&o->step.gctx, o->step.ev_gathered[sl]);
 }
 
 /* The selection query of sparse layer `layer` with the real query: its own q after its
@@ -263,14 +266,14 @@ static void issue_side(struct offload *o, int layer, int spec)
  * hidden channel. */
 static const uint16_t *real_query(struct offload *o, struct batch *bt, int layer)
 {
-    if (layer == o->next_layer) return batch_q(bt); /* at its own layer */
+    if (layer == o->step.next_layer) return batch_q(bt); /* at its own layer */
     const struct model_config *c = o->mc;
     const struct layer_weights *w = &engine_model(o->eng)->layers[layer];
     const uint16_t *norm = o->d_negnorm ? o->d_negnorm + (size_t)layer * c->hidden : w->attn_norm;
     const struct approx_q_weights aw = {norm, w->wqkv, w->q_norm, NULL, c->hidden};
-    o->fn.approx_q(o->ctx, &aw, batch_residual(bt), batch_pos(bt), o->aq_ws, o->d_aq, o->n,
-                   c->hidden, o->nq, o->hd, w->rope_inv_freq, c->norm_eps);
-    return o->d_aq;
+    o->fn.approx_q(o->ctx, &aw, batch_residual(bt), batch_pos(bt), o->step.aq_ws, o->step.d_aq,
+                   o->step.n, c->hidden, o->nq, o->hd, w->rope_inv_freq, c->norm_eps);
+    return o->step.d_aq;
 }
 
 /* The query sparse layer `layer` is selected with from the piece of the layer being issued:
@@ -281,18 +284,18 @@ static const uint16_t *real_query(struct offload *o, struct batch *bt, int layer
 static const uint16_t *select_query(struct offload *o, struct batch *bt, int layer)
 {
     if (o->p.query == OFFLOAD_QUERY_REAL) return real_query(o, bt, layer);
-    const size_t per = (size_t)o->n * o->nq * o->hd;
-    const int ahead = layer != o->next_layer && o->spec_q_up;
-    return o->d_q + ((size_t)ahead * o->n_sparse + offload_sl(o, layer)) * per;
+    const size_t per = (size_t)o->step.n * o->nq * o->hd;
+    const int ahead = layer != o->step.next_layer && o->spec_q_up;
+    return o->step.d_q + ((size_t)ahead * o->n_sparse + offload_sl(o, layer)) * per;
 }
 
 /* The selection kernel of sparse layer `layer` on q into lists ds (device), recording ev. */
 static void select_into(struct offload *o, struct batch *bt, int layer, const uint16_t *q,
                         int32_t *ds, void *ev)
 {
-    const int sl = offload_sl(o, layer), B = o->n;
+    const int sl = offload_sl(o, layer), B = o->step.n;
     const struct digest_view dv = digest_view_of(o, sl);
-    o->fn.select_blocks(o->ctx, &o->cfg, q, &dv, batch_len(bt), o->d_scores, ds,
+    o->fn.select_blocks(o->ctx, &o->cfg, q, &dv, batch_len(bt), o->step.d_scores, ds,
                         ds + (size_t)B * o->n_lists * o->ms, B, o->sel_head[layer]);
     o->be->event_record_external(o->ctx, ev);
 }
@@ -304,21 +307,21 @@ static void select_into(struct offload *o, struct batch *bt, int layer, const ui
  * (offload_layer_issue). The host path queues its side work at once. */
 void offload_select(struct offload *o, struct batch *bt, int layer)
 {
-    const int at = o->next_layer;
-    PULSE_CHECK(at >= 0 && !o->issued && layer >= 0 && layer < o->n_layers &&
+    const int at = o->step.next_layer;
+    PULSE_CHECK(at >= 0 && !o->step.issued && layer >= 0 && layer < o->n_layers &&
                     offload_is_sparse(o, layer),
                 "offload_select: a sparse layer, inside a layer's piece");
     PULSE_CHECK(layer == at || (layer == at + 1 && o->p.schedule->lookahead),
                 "offload_select: the layer being issued, or with a lookahead schedule the next");
-    PULSE_CHECK(layer != at || o->pre_done || o->p.query != OFFLOAD_QUERY_REAL,
+    PULSE_CHECK(layer != at || o->step.pre_done || o->p.query != OFFLOAD_QUERY_REAL,
                 "offload_select: the real query of a layer exists after its pre-attention");
-    PULSE_CHECK(o->piece_nsel[at] < 2, "offload_select: a piece selects two layers at most");
-    PULSE_CHECK(o->piece_pf[at] != layer, "offload_select: a layer prefetched in this piece");
-    o->piece_sel[at][o->piece_nsel[at]++] = (int16_t)layer;
+    PULSE_CHECK(o->step.piece_nsel[at] < 2, "offload_select: a piece selects two layers at most");
+    PULSE_CHECK(o->step.piece_pf[at] != layer, "offload_select: a layer prefetched in this piece");
+    o->step.piece_sel[at][o->step.piece_nsel[at]++] = (int16_t)layer;
     const int sl = offload_sl(o, layer);
     double t = pulse_now();
-    select_into(o, bt, layer, select_query(o, bt, layer), offload_dsel(o, sl, o->n),
-                o->ev_selected[sl]);
+    select_into(o, bt, layer, select_query(o, bt, layer), offload_dsel(o, sl, o->step.n),
+                o->step.ev_selected[sl]);
     if (!o->device_plan) issue_side(o, layer, 0);
     offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
     if (o->device_plan) plan_on_device(o, bt, sl, 0);
@@ -327,20 +330,20 @@ void offload_select(struct offload *o, struct batch *bt, int layer)
 
 void offload_prefetch(struct offload *o, struct batch *bt, int layer)
 {
-    const int at = o->next_layer;
-    PULSE_CHECK(o->spec && at >= 0 && !o->issued && layer == at + 1 &&
+    const int at = o->step.next_layer;
+    PULSE_CHECK(o->spec && at >= 0 && !o->step.issued && layer == at + 1 &&
                     offload_layer_sparse(o, layer),
                 "offload_prefetch: with a prefetching schedule, the next layer (sparse), inside "
                 "a layer's piece");
-    PULSE_CHECK(o->piece_pf[at] < 0, "offload_prefetch: once a piece");
-    for (int i = 0; i < o->piece_nsel[at]; i++)
-        PULSE_CHECK(o->piece_sel[at][i] != layer,
+    PULSE_CHECK(o->step.piece_pf[at] < 0, "offload_prefetch: once a piece");
+    for (int i = 0; i < o->step.piece_nsel[at]; i++)
+        PULSE_CHECK(o->step.piece_sel[at][i] != layer,
                     "offload_prefetch: a layer selected in this piece");
-    o->piece_pf[at] = (int16_t)layer;
+    o->step.piece_pf[at] = (int16_t)layer;
     const int sl = offload_sl(o, layer);
     double t = pulse_now();
-    select_into(o, bt, layer, select_query(o, bt, layer), offload_spec_dsel(o, sl, o->n),
-                o->ev_spec_selected[sl]);
+    select_into(o, bt, layer, select_query(o, bt, layer), offload_spec_dsel(o, sl, o->step.n),
+                o->step.ev_spec_selected[sl]);
     if (!o->device_plan) issue_side(o, layer, 1);
     offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
     if (o->device_plan) plan_on_device(o, bt, sl, 1);
@@ -351,16 +354,16 @@ void offload_prefetch(struct offload *o, struct batch *bt, int layer)
  * into its digest. */
 void offload_pre(struct offload *o, struct batch *bt, int layer)
 {
-    PULSE_CHECK(layer == o->next_layer && !o->issued && !o->pre_done,
+    PULSE_CHECK(layer == o->step.next_layer && !o->step.issued && !o->step.pre_done,
                 "offload_pre: once, inside the layer's piece");
     double t = pulse_now();
-    engine_layer_pre(o->eng, bt, o->kv, layer);
+    engine_layer_pre(o->eng, bt, o->store.kv, layer);
     if (offload_is_sparse(o, layer)) {
         const struct digest_view dv = digest_view_of(o, offload_sl(o, layer));
-        const struct kv_view kv = kv_cache_view(o->kv, batch_page_starts(o->eng, bt, layer));
-        o->fn.digest_update(o->ctx, &kv, &dv, o->d_up, o->n, o->sel_head[layer]);
+        const struct kv_view kv = kv_cache_view(o->store.kv, batch_page_starts(o->eng, bt, layer));
+        o->fn.digest_update(o->ctx, &kv, &dv, o->step.d_up, o->step.n, o->sel_head[layer]);
     }
-    o->pre_done = 1;
+    o->step.pre_done = 1;
     offload_host_lap(o, OFFLOAD_HOST_PRE, &t);
 }
 
@@ -369,17 +372,18 @@ void offload_pre(struct offload *o, struct batch *bt, int layer)
  * once its recall has landed (its flag), then the block's copy to the device. */
 static void attend_wait(struct offload *o, int layer)
 {
-    const int sl = offload_sl(o, layer), p = o->st.steps & 1, nv = o->n * o->n_lists;
-    if (o->overlap) o->be->stream_wait_event(o->ctx, o->ev_gathered[sl]);
+    const int sl = offload_sl(o, layer), p = o->st.steps & 1, nv = o->step.n * o->n_lists;
+    if (o->overlap) o->be->stream_wait_event(o->ctx, o->step.ev_gathered[sl]);
     if (o->device_plan) return;
     const int32_t *ctl = offload_ctl(o, p, sl);
-    int32_t *d_ctl = o->d_ctl[sl & 1];
+    int32_t *d_ctl = o->step.d_ctl[sl & 1];
     const size_t V = (size_t)o->max_batch * o->n_lists;
     if (o->p.host_wait && o->be->mem == MEM_DEVICE) { /* for comparison: on the host */
         pulse_host_sync_note();
-        pulse_wait_flag(&o->flags[sl], o->seq, "offload: a recall's flag on the host (host_wait)");
+        pulse_wait_flag(&o->step.flags[sl], o->step.seq,
+                        "offload: a recall's flag on the host (host_wait)");
     } else {
-        o->be->wait_value(o->ctx, &o->flags[sl], o->seq);
+        o->be->wait_value(o->ctx, &o->step.flags[sl], o->step.seq);
     }
     o->be->copy_async(o->ctx, d_ctl, ctl, sizeof(int32_t) * (size_t)nv);
     o->be->copy_async(o->ctx, d_ctl + V, ctl + V, sizeof(int32_t) * (size_t)nv * o->ms);
@@ -390,19 +394,19 @@ static void attend_wait(struct offload *o, int layer)
  * memory as q's [b][nq][hd]). */
 static void attend(struct offload *o, struct batch *bt, int layer)
 {
-    const int sl = offload_sl(o, layer), nv = o->n * o->n_lists;
-    int32_t *d_ctl = o->d_ctl[sl & 1];
+    const int sl = offload_sl(o, layer), nv = o->step.n * o->n_lists;
+    int32_t *d_ctl = o->step.d_ctl[sl & 1];
     const size_t V = (size_t)o->max_batch * o->n_lists;
-    struct kv_view v = {(uint16_t *)o->gpu_pool,
+    struct kv_view v = {(uint16_t *)o->store.gpu_pool,
                         d_ctl + V,
-                        o->d_att_start,
+                        o->step.d_att_start,
                         o->ps,
                         o->nkv / o->n_lists,
                         o->hd,
                         0,
                         0};
     o->be->attn_decode(o->ctx, batch_q(bt), &v, d_ctl, batch_attn_out(bt), nv, o->nq / o->n_lists,
-                       o->att_max_tokens, 1.0f / sqrtf((float)o->hd));
+                       o->step.att_max_tokens, 1.0f / sqrtf((float)o->hd));
 }
 
 /* Entries whose tail block filled this step (decided on the host, so queued outside the
@@ -411,22 +415,23 @@ static void attend(struct offload *o, struct batch *bt, int layer)
 static void tail_flush(struct offload *o, int layer)
 {
     const int sl = offload_sl(o, layer), p = o->st.steps & 1;
-    const struct offload_step_state *ss = &o->ss[p];
+    const struct offload_step_state *ss = &o->step.ss[p];
     int n_desc = 0;
-    for (int b = 0; b < o->n; b++) {
+    for (int b = 0; b < o->step.n; b++) {
         if (ss->n_tok[b] % o->ps) continue;
         const int slot = ss->slot[b];
         int n_own;
-        const int32_t *own = kv_cache_owned_pages(o->kv, slot, layer, &n_own);
-        o->be->copy_async(o->ctx,
-                          host_pool_block(o->hp, o->hp_slot[slot], sl, ss->n_tok[b] / o->ps - 1),
-                          o->gpu_pool + (size_t)own[n_own - 1] * o->page_bytes, o->page_bytes);
+        const int32_t *own = kv_cache_owned_pages(o->store.kv, slot, layer, &n_own);
+        o->be->copy_async(
+            o->ctx,
+            host_pool_block(o->store.hp, o->store.hp_slot[slot], sl, ss->n_tok[b] / o->ps - 1),
+            o->store.gpu_pool + (size_t)own[n_own - 1] * o->page_bytes, o->page_bytes);
         n_desc += o->n_lists;
         o->ls[layer].tail_flushes++;
     }
     if (!n_desc) return;
     const size_t doff = offload_ctl_desc_off(o);
-    struct recall_desc *d = (struct recall_desc *)(o->d_ctl[sl & 1] + doff);
+    struct recall_desc *d = (struct recall_desc *)(o->step.d_ctl[sl & 1] + doff);
     if (!o->device_plan)
         o->be->copy_async(o->ctx, d, offload_ctl(o, p, sl) + doff,
                           sizeof(struct recall_desc) * (size_t)n_desc);
@@ -440,14 +445,14 @@ static void tail_flush(struct offload *o, int layer)
 static void **layer_graph(struct offload *o, struct batch *bt, int piece, int layer)
 {
     if (!o->layer_graphs || !o->device_plan || !batch_graphs_on(o->eng, bt)) return NULL;
-    return &o->lgraph[2 * layer + piece];
+    return &o->step.lgraph[2 * layer + piece];
 }
 
 void offload_layer_graphs_drop(struct offload *o)
 {
-    for (int i = 0; o->lgraph && o->eng && i < 2 * o->n_layers; i++)
-        engine_graph_drop(o->eng, &o->lgraph[i]);
-    o->lg_bt = NULL;
+    for (int i = 0; o->step.lgraph && o->eng && i < 2 * o->n_layers; i++)
+        engine_graph_drop(o->eng, &o->step.lgraph[i]);
+    o->step.lg_bt = NULL;
 }
 
 struct layer_call {
@@ -461,10 +466,10 @@ static void issue_body(void *arg)
 {
     const struct layer_call *c = arg;
     struct offload *o = c->o;
-    o->piece_nsel[c->layer] = 0;
-    o->piece_pf[c->layer] = -1;
+    o->step.piece_nsel[c->layer] = 0;
+    o->step.piece_pf[c->layer] = -1;
     o->p.schedule->layer(o, c->bt, c->layer);
-    PULSE_CHECK(o->pre_done, "offload schedule: a layer's piece runs its pre-attention");
+    PULSE_CHECK(o->step.pre_done, "offload schedule: a layer's piece runs its pre-attention");
 }
 
 static void finish_body(void *arg)
@@ -473,7 +478,7 @@ static void finish_body(void *arg)
     struct offload *o = c->o;
     double t = pulse_now();
     if (!offload_is_sparse(o, c->layer))
-        engine_run_attention(o->eng, c->bt, o->kv, c->layer);
+        engine_run_attention(o->eng, c->bt, o->store.kv, c->layer);
     else
         attend(o, c->bt, c->layer);
     offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
@@ -501,7 +506,7 @@ static void run_piece(struct offload *o, void **g, void (*body)(void *), struct 
  * (issue_side) is queued after it. */
 void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
 {
-    PULSE_CHECK(layer == o->next_layer && !o->issued,
+    PULSE_CHECK(layer == o->step.next_layer && !o->step.issued,
                 "offload_layer_issue: layers run in order, each issued once");
     const int64_t s0 = pulse_host_syncs();
     TRACE_PUSH("layer");
@@ -509,14 +514,14 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
     double t = pulse_now();
     run_piece(o, layer_graph(o, bt, 0, layer), issue_body, &c, OFFLOAD_HOST_PRE, &t);
     /* what the piece selected (a replayed graph did not run it: as when it was captured) */
-    for (int i = 0; i < o->piece_nsel[layer]; i++) {
-        const int sel = o->piece_sel[layer][i];
-        o->sel_step[offload_sl(o, sel)] = o->st.steps;
+    for (int i = 0; i < o->step.piece_nsel[layer]; i++) {
+        const int sel = o->step.piece_sel[layer][i];
+        o->step.sel_step[offload_sl(o, sel)] = o->st.steps;
         if (o->device_plan) issue_side(o, sel, 0);
     }
-    if (o->device_plan && o->piece_pf[layer] >= 0) issue_side(o, o->piece_pf[layer], 1);
+    if (o->device_plan && o->step.piece_pf[layer] >= 0) issue_side(o, o->step.piece_pf[layer], 1);
     if (o->device_plan) offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
-    o->issued = 1;
+    o->step.issued = 1;
     o->step_syncs += pulse_host_syncs() - s0;
 }
 
@@ -524,19 +529,20 @@ int offload_layer_ready(const struct offload *o, int layer)
 {
     if (!offload_is_sparse(o, layer)) return 1;
     if (o->device_plan) /* in stream order, or its gather's event (device_overlap) */
-        return o->overlap ? o->be->event_query(o->ev_gathered[offload_sl(o, layer)]) : 1;
-    const _Atomic uint32_t *f = (const _Atomic uint32_t *)&o->flags[offload_sl(o, layer)];
-    return (int32_t)(atomic_load_explicit(f, memory_order_acquire) - o->seq) >= 0;
+        return o->overlap ? o->be->event_query(o->step.ev_gathered[offload_sl(o, layer)]) : 1;
+    const _Atomic uint32_t *f = (const _Atomic uint32_t *)&o->step.flags[offload_sl(o, layer)];
+    return (int32_t)(atomic_load_explicit(f, memory_order_acquire) - o->step.seq) >= 0;
 }
 
 /* The rest: attention (a sparse layer's waits for its recall, on the device), post-attention
  * (one graph on the device path), then the tail flush. */
 void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
 {
-    PULSE_CHECK(layer == o->next_layer && o->issued, "offload_layer_finish: issue the layer first");
+    PULSE_CHECK(layer == o->step.next_layer && o->step.issued,
+                "offload_layer_finish: issue the layer first");
     const int64_t s0 = pulse_host_syncs();
     const int sparse = offload_is_sparse(o, layer);
-    PULSE_CHECK(!sparse || o->sel_step[offload_sl(o, layer)] == o->st.steps,
+    PULSE_CHECK(!sparse || o->step.sel_step[offload_sl(o, layer)] == o->st.steps,
                 "offload schedule: a sparse layer is selected before its attention");
     struct layer_call c = {o, bt, layer};
     double t = pulse_now();
@@ -546,8 +552,8 @@ void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
     if (sparse) tail_flush(o, layer);
     offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
     TRACE_POP();
-    o->issued = o->pre_done = 0;
-    o->next_layer++;
+    o->step.issued = o->step.pre_done = 0;
+    o->step.next_layer++;
     o->step_syncs += pulse_host_syncs() - s0;
 }
 
@@ -560,12 +566,12 @@ static void stage_device(struct offload *o, const struct offload_step_state *ss,
     int tails = 0;
     for (int b = 0; b < ss->n; b++) {
         const int slot = ss->slot[b], nb = (int)PULSE_CEIL_DIV(ss->n_tok[b], o->ps);
-        int32_t *last = &o->last_nb[slot * o->n_sparse];
+        int32_t *last = &o->store.last_nb[slot * o->n_sparse];
         h[up_row(o, UP_NB) + b] = nb;
         h[up_row(o, UP_TNEW) + b] = *last > 0 && nb > *last;
         h[up_row(o, UP_TIDX) + b] = ss->n_tok[b] % o->ps ? -1 : tails++;
         h[up_row(o, UP_SLOT) + b] = slot;
-        h[up_row(o, UP_HSLOT) + b] = o->hp_slot[slot];
+        h[up_row(o, UP_HSLOT) + b] = o->store.hp_slot[slot];
         for (int sl = 0; sl < o->n_sparse; sl++) {
             h[up_row(o, UP_UBASE) + (size_t)sl * o->max_batch + b] = offload_unit(o, slot, sl, 0);
             last[sl] = nb;
@@ -579,27 +585,27 @@ static int stage(struct offload *o, const struct batch_entry *en, int n)
 {
     const int p = o->st.steps & 1;
     const size_t MB = (size_t)o->max_batch;
-    if (!o->be->event_query(o->ev_up[p])) o->be->event_sync(o->ev_up[p]);
-    if (offload_planner_wait(o, o->jobs_end[p])) pulse_host_sync_note();
-    struct offload_step_state *ss = &o->ss[p];
-    int32_t *h = o->h_up[p];
+    if (!o->be->event_query(o->step.ev_up[p])) o->be->event_sync(o->step.ev_up[p]);
+    if (offload_planner_wait(o, o->step.jobs_end[p])) pulse_host_sync_note();
+    struct offload_step_state *ss = &o->step.ss[p];
+    int32_t *h = o->step.h_up[p];
     int max_len = 1; /* the split plan of the CUDA attention: the engine's (batch_set's) bound */
     ss->n = n, ss->step = o->st.steps;
     for (int b = 0; b < n; b++) {
         const int slot = en[b].slot;
         max_len = PULSE_MAX(max_len, en[b].reserved);
-        PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->hp_slot[slot] >= 0,
+        PULSE_CHECK(slot >= 0 && slot < o->max_batch && o->store.hp_slot[slot] >= 0,
                     "offload_step: an entry is not an offload request");
         ss->slot[b] = slot;
         ss->n_tok[b] = en[b].pos + 1;
         h[b] = en[b].pos;
         for (int sl = 0; sl < o->n_sparse; sl++)
-            h[MB * (1 + sl) + b] = kv_cache_row(o->dg, o->dg_slot[slot], sl);
+            h[MB * (1 + sl) + b] = kv_cache_row(o->store.dg, o->store.dg_slot[slot], sl);
     }
     if (o->device_plan) stage_device(o, ss, h);
     take_q(o, (uint16_t *)(h + up_ints(o)));
     /* the step's fixed traffic: weights, dense layers' KV, the digests selection reads */
-    struct floor_traffic *t = &o->traffic[p];
+    struct floor_traffic *t = &o->step.traffic[p];
     const double tok_bytes = (double)o->page_bytes / o->ps;
     *t = (struct floor_traffic){(double)model_step_weight_bytes(o->mc), 0, 0, 0};
     for (int b = 0; b < n; b++) {
@@ -611,11 +617,11 @@ static int stage(struct offload *o, const struct batch_entry *en, int n)
         t->digest_bytes +=
             (double)o->n_sparse * PULSE_CEIL_DIV(ss->n_tok[b], o->ps) * (double)o->dpage_bytes;
     }
-    o->att_max_tokens = select_attend_bound(&o->cfg, max_len);
+    o->step.att_max_tokens = select_attend_bound(&o->cfg, max_len);
     const size_t up =
         o->p.query == OFFLOAD_QUERY_REAL ? sizeof(int32_t) * up_ints(o) : up_bytes(o, n);
-    o->be->copy_async(o->ctx, o->d_up, h, up); /* the rows of n entries (and their queries) */
-    o->be->event_record(o->ctx, o->ev_up[p]);
+    o->be->copy_async(o->ctx, o->step.d_up, h, up); /* the rows of n entries (and their queries) */
+    o->be->event_record(o->ctx, o->step.ev_up[p]);
     return max_len;
 }
 
@@ -623,11 +629,11 @@ void offload_step_begin(struct offload *o, struct batch *bt, const struct batch_
 {
     PULSE_CHECK(n >= 1 && n <= o->max_batch && n == batch_size(bt),
                 "offload_step: batch size out of range or not the batch's");
-    PULSE_CHECK(o->next_layer < 0, "offload_step_begin: the last step has not ended");
+    PULSE_CHECK(o->step.next_layer < 0, "offload_step_begin: the last step has not ended");
     const int64_t s0 = pulse_host_syncs();
     TRACE_PUSH("offload step");
-    o->n = n;
-    o->seq = (uint32_t)(o->st.steps + 1);
+    o->step.n = n;
+    o->step.seq = (uint32_t)(o->st.steps + 1);
     /* pre- and post-attention as graphs on the device path: launched one by one, each kernel
      * would pay for its launch's fetch over the link a zero-copy gather keeps busy (engine.h).
      * Not on the host-planned path: there the compute stream waits on the device for the
@@ -637,36 +643,36 @@ void offload_step_begin(struct offload *o, struct batch *bt, const struct batch_
     const double t0 = pulse_now();
     const int max_len = stage(o, en, n);
     o->stage_s += pulse_now() - t0;
-    if (o->lg_bt != bt || o->lg_n != n || o->lg_len != max_len) {
+    if (o->step.lg_bt != bt || o->step.lg_n != n || o->step.lg_len != max_len) {
         offload_layer_graphs_drop(o); /* what the layer graphs hold changed */
-        o->lg_bt = bt, o->lg_n = n, o->lg_len = max_len;
+        o->step.lg_bt = bt, o->step.lg_n = n, o->step.lg_len = max_len;
     }
     engine_run_embed(o->eng, bt);
-    o->next_layer = 0;
+    o->step.next_layer = 0;
     o->step_syncs = pulse_host_syncs() - s0;
 }
 
 int offload_step_end(struct offload *o, struct batch *bt)
 {
-    PULSE_CHECK(o->next_layer == o->n_layers, "offload_step_end: a layer has not run");
+    PULSE_CHECK(o->step.next_layer == o->n_layers, "offload_step_end: a layer has not run");
     const int64_t s0 = pulse_host_syncs();
     engine_run_head(o->eng, bt);
     /* the next step's selections overwrite the lists: after their downloads (on the device) */
-    o->be->event_record(&o->sctx, o->ev_lists);
-    o->be->stream_wait_event(o->ctx, o->ev_lists);
+    o->be->event_record(&o->step.sctx, o->step.ev_lists);
+    o->be->stream_wait_event(o->ctx, o->step.ev_lists);
     if (o->device_plan) { /* the layers' totals come down once a step, for the counters */
         const int p = o->st.steps & 1;
-        o->be->copy_async(o->ctx, o->h_totals[p], o->d_totals,
+        o->be->copy_async(o->ctx, o->step.h_totals[p], o->step.d_totals,
                           8 * (size_t)(1 + o->spec) * o->n_sparse * OFFLOAD_TOTALS);
-        o->be->event_record(o->ctx, o->ev_end[p]);
+        o->be->event_record(o->ctx, o->step.ev_end[p]);
         offload_planner_post(o, OFFLOAD_JOB_STEP, -1, o->st.steps);
     }
-    o->jobs_end[o->st.steps & 1] = offload_planner_posted(o);
+    o->step.jobs_end[o->st.steps & 1] = offload_planner_posted(o);
     const double t0 = pulse_now();
     prefetch_q(o); /* while the device runs the step */
     o->prefetch_s += pulse_now() - t0;
     o->st.steps++;
-    o->next_layer = -1;
+    o->step.next_layer = -1;
     TRACE_POP();
     o->step_syncs += pulse_host_syncs() - s0;
     o->host_syncs += o->step_syncs;
@@ -694,6 +700,6 @@ void offload_step_traffic(const struct offload *o, int ahead, struct floor_traff
     PULSE_CHECK(ahead >= 0 && ahead <= 1 && o->st.steps > ahead,
                 "offload_step_traffic: no such step");
     const int p = (int)((o->st.steps - 1 - ahead) & 1);
-    if (o->pl) offload_planner_wait(o, o->jobs_end[p]);
-    *out = o->traffic[p];
+    if (o->pl) offload_planner_wait(o, o->step.jobs_end[p]);
+    *out = o->step.traffic[p];
 }

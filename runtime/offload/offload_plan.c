@@ -59,22 +59,22 @@ static int plan_list(struct offload *o, const struct offload_step_state *ss, int
     const int n = ss->n_tok[b], nb = (int)PULSE_CEIL_DIV(n, o->ps);
     const int cnt = h_sel[(size_t)B * o->n_lists * o->ms + v];
     const int32_t *sel = h_sel + (size_t)v * o->ms;
-    struct hot_cache_result *r = &o->res;
+    struct hot_cache_result *r = &o->plan.res;
     const int unit = offload_unit(o, slot, sl, k);
     if (o->p.refetch) { /* InfiniGen: nothing kept across steps; the tail is read from T */
         for (int i = 0; i < cnt - 1; i++)
-            o->ls[layer].refetched += hot_cache_lookup(o->hc, unit, sel[i]) >= 0;
-        hot_cache_reset(o->hc, unit);
+            o->ls[layer].refetched += hot_cache_lookup(o->store.hc, unit, sel[i]) >= 0;
+        hot_cache_reset(o->store.hc, unit);
     }
-    int rc = hot_cache_access(o->hc, unit, sel, cnt, nb, tail_new || o->p.refetch, r);
+    int rc = hot_cache_access(o->store.hc, unit, sel, cnt, nb, tail_new || o->p.refetch, r);
     PULSE_CHECK(rc == PULSE_OK && cnt >= 1 && sel[cnt - 1] == nb - 1,
                 "offload: the hot cache refused a selection (or it lacks the tail)");
     count_access(&o->ls[layer], r);
     int n_own;
-    const int32_t *own = kv_cache_owned_pages(o->kv, slot, layer, &n_own);
+    const int32_t *own = kv_cache_owned_pages(o->store.kv, slot, layer, &n_own);
     for (int i = 0; i < r->n_recalls; i++)
-        o->items[n_items++] = (struct recall_item){
-            offload_host_chunk(o, o->hp_slot[slot], sl, r->recall_block[i], k),
+        o->plan.items[n_items++] = (struct recall_item){
+            offload_host_chunk(o, o->store.hp_slot[slot], sl, r->recall_block[i], k),
             offload_gpu_piece(o, own[r->recall_slot[i]], k), offload_chunk_bytes(o)};
     const size_t V = (size_t)o->max_batch * o->n_lists;
     int32_t *pages = ctl + V + (size_t)v * o->ms;
@@ -82,7 +82,7 @@ static int plan_list(struct offload *o, const struct offload_step_state *ss, int
         pages[i] = offload_att_page(o, own[r->attend_slot[i]], k);
     pages[cnt - 1] = offload_att_page(o, own[n_own - 1], k);
     ctl[v] = (cnt - 1) * o->ps + (n - (nb - 1) * o->ps);
-    o->traffic[ss->step & 1].kv_bytes += (double)ctl[v] * offload_chunk_bytes(o) / o->ps;
+    o->step.traffic[ss->step & 1].kv_bytes += (double)ctl[v] * offload_chunk_bytes(o) / o->ps;
     if (n % o->ps == 0) /* the tail block filled: T into the tail's slot */
         *(*desc)++ = (struct recall_desc){
             (uint64_t)(uintptr_t)offload_gpu_piece(o, own[n_own - 1], k),
@@ -102,7 +102,7 @@ static int plan(struct offload *o, const struct offload_step_state *ss, int laye
     int n_items = 0;
     for (int b = 0; b < ss->n; b++) {
         const int nb = (int)PULSE_CEIL_DIV(ss->n_tok[b], o->ps);
-        int32_t *last = &o->last_nb[ss->slot[b] * o->n_sparse + sl];
+        int32_t *last = &o->store.last_nb[ss->slot[b] * o->n_sparse + sl];
         const int tail_new = *last > 0 && nb > *last && !predicted;
         *last = nb;
         for (int k = 0; k < o->n_lists; k++)
@@ -120,17 +120,17 @@ static int plan_prefetch(struct offload *o, const struct offload_step_state *ss,
 {
     const int sl = offload_sl(o, layer), B = ss->n;
     struct offload_layer_stats *ls = &o->ls[layer];
-    struct hot_cache_result *r = &o->res;
+    struct hot_cache_result *r = &o->plan.res;
     int n_items = 0;
     for (int b = 0; b < B; b++) {
         const int slot = ss->slot[b], nb = (int)PULSE_CEIL_DIV(ss->n_tok[b], o->ps);
-        const int32_t last = o->last_nb[slot * o->n_sparse + sl];
+        const int32_t last = o->store.last_nb[slot * o->n_sparse + sl];
         int n_own;
-        const int32_t *own = kv_cache_owned_pages(o->kv, slot, layer, &n_own);
+        const int32_t *own = kv_cache_owned_pages(o->store.kv, slot, layer, &n_own);
         for (int k = 0; k < o->n_lists; k++) {
             const int v = b * o->n_lists + k;
             const int cnt = h_sel[(size_t)B * o->n_lists * o->ms + v];
-            int rc = hot_cache_access(o->hc, offload_unit(o, slot, sl, k),
+            int rc = hot_cache_access(o->store.hc, offload_unit(o, slot, sl, k),
                                       h_sel + (size_t)v * o->ms, cnt, nb, last > 0 && nb > last, r);
             PULSE_CHECK(rc == PULSE_OK, "offload: the hot cache refused a predicted selection");
             ls->spec_lists++;
@@ -140,8 +140,8 @@ static int plan_prefetch(struct offload *o, const struct offload_step_state *ss,
             ls->evictions += r->fresh_victim >= 0;
             for (int i = 0; i < r->n_recalls; i++) {
                 ls->evictions += r->victim_block[i] >= 0;
-                o->items[n_items++] = (struct recall_item){
-                    offload_host_chunk(o, o->hp_slot[slot], sl, r->recall_block[i], k),
+                o->plan.items[n_items++] = (struct recall_item){
+                    offload_host_chunk(o, o->store.hp_slot[slot], sl, r->recall_block[i], k),
                     offload_gpu_piece(o, own[r->recall_slot[i]], k), offload_chunk_bytes(o)};
             }
         }
@@ -174,9 +174,9 @@ static void set_flag(uint32_t *flag, uint32_t value)
 /* The misses to the recall engine with the layer's flag as the signal. */
 static int64_t recall_submit_layer(struct offload *o, int layer, int n_items, uint32_t seq)
 {
-    const struct recall_signal sig = {&o->flags[offload_sl(o, layer)], seq};
+    const struct recall_signal sig = {&o->step.flags[offload_sl(o, layer)], seq};
     int64_t ticket;
-    int rc = recall_submit_signal(o->rc, o->items, n_items, &sig, &ticket);
+    int rc = recall_submit_signal(o->store.rc, o->plan.items, n_items, &sig, &ticket);
     PULSE_CHECK(rc == PULSE_OK, "offload: recall_submit refused a round");
     return ticket;
 }
@@ -185,7 +185,7 @@ static int64_t recall_submit_layer(struct offload *o, int layer, int n_items, ui
 static int64_t recall_submit_prefetch(struct offload *o, int n_items)
 {
     int64_t ticket;
-    int rc = recall_submit(o->rc, o->items, n_items, &ticket);
+    int rc = recall_submit(o->store.rc, o->plan.items, n_items, &ticket);
     PULSE_CHECK(rc == PULSE_OK, "offload: recall_submit refused a prefetch");
     return ticket;
 }
@@ -198,13 +198,13 @@ static void recall_finish_layer(struct offload *o, int layer, int n_items, uint3
     struct offload_layer_stats *ls = &o->ls[layer];
     for (int attempt = 0;; attempt++) {
         const double t0 = pulse_now();
-        const int stalled = recall_query(o->rc, ticket) == 0;
-        int rc = recall_wait(o->rc, ticket);
+        const int stalled = recall_query(o->store.rc, ticket) == 0;
+        int rc = recall_wait(o->store.rc, ticket);
         ls->recall_wait_s += pulse_now() - t0;
         ls->recalls++;
         ls->stalls += stalled;
         if (rc == PULSE_OK) {
-            timeline_host_span(o->tl, TIMELINE_RECALL, spec ? "prefetch" : "recall", 1, layer,
+            timeline_host_span(o->plan.tl, TIMELINE_RECALL, spec ? "prefetch" : "recall", 1, layer,
                                (int64_t)seq - 1, t_submit, pulse_now());
             const int64_t bytes = (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
             ls->recall_bytes += bytes;
@@ -220,7 +220,7 @@ static void recall_finish_layer(struct offload *o, int layer, int n_items, uint3
     int ok = PULSE_OK;
     atomic_compare_exchange_strong(&o->status, &ok, PULSE_ERR_IO);
     if (!spec)
-        set_flag(&o->flags[offload_sl(o, layer)], seq); /* the device must not wait forever */
+        set_flag(&o->step.flags[offload_sl(o, layer)], seq); /* the device must not wait forever */
 }
 
 /* PULSE_OFFLOAD_TRACE=1: one line per planner job on stderr (debugging a stuck step). */
@@ -238,21 +238,21 @@ static int trace_on(void)
 static void step_totals(struct offload *o, const struct job *j)
 {
     const int p = (int)(j->step & 1);
-    o->be->event_sync(o->ev_end[p]);
-    const int64_t *cur = o->h_totals[p];
+    o->be->event_sync(o->step.ev_end[p]);
+    const int64_t *cur = o->step.h_totals[p];
     const int64_t chunk = (int64_t)offload_chunk_bytes(o);
-    const struct offload_step_state *ss = &o->ss[p];
+    const struct offload_step_state *ss = &o->step.ss[p];
     for (int row = 0; row < (1 + o->spec) * o->n_sparse; row++) {
         const int sl = row % o->n_sparse, spec = row >= o->n_sparse;
         int64_t d[OFFLOAD_TOTALS];
         for (int t = 0; t < OFFLOAD_TOTALS; t++) {
-            d[t] = cur[row * OFFLOAD_TOTALS + t] - o->prev_totals[row * OFFLOAD_TOTALS + t];
-            o->prev_totals[row * OFFLOAD_TOTALS + t] = cur[row * OFFLOAD_TOTALS + t];
+            d[t] = cur[row * OFFLOAD_TOTALS + t] - o->plan.prev_totals[row * OFFLOAD_TOTALS + t];
+            o->plan.prev_totals[row * OFFLOAD_TOTALS + t] = cur[row * OFFLOAD_TOTALS + t];
         }
         struct offload_layer_stats *ls = &o->ls[o->layer_of[sl]];
         const int64_t miss = d[HOT_PLAN_MISSES];
         if (spec) { /* the prediction's plan (offload_prefetch) */
-            ls->spec_lists += o->pl_spec_step[sl] == j->step ? (int64_t)ss->n * o->n_lists : 0;
+            ls->spec_lists += o->plan.pl_spec_step[sl] == j->step ? (int64_t)ss->n * o->n_lists : 0;
             ls->spec_hits += d[HOT_PLAN_HITS];
             ls->spec_misses += miss;
             ls->spec_recall_bytes += miss * chunk;
@@ -260,8 +260,8 @@ static void step_totals(struct offload *o, const struct job *j)
             ls->hits += d[HOT_PLAN_HITS];
             ls->misses += miss;
             ls->selections += ss->n;
-            ls->corrections += o->pl_spec_step[sl] == j->step ? miss : 0;
-            o->traffic[p].kv_bytes += (double)d[OFFLOAD_TOT_ATT] * (double)chunk / o->ps;
+            ls->corrections += o->plan.pl_spec_step[sl] == j->step ? miss : 0;
+            o->step.traffic[p].kv_bytes += (double)d[OFFLOAD_TOT_ATT] * (double)chunk / o->ps;
         }
         ls->fresh += d[HOT_PLAN_FRESH];
         ls->evictions += d[HOT_PLAN_EVICTIONS];
@@ -269,7 +269,7 @@ static void step_totals(struct offload *o, const struct job *j)
         ls->recall_bytes += miss * chunk;
         ls->recalls += miss > 0;
         if (j->step < o->p.max_steps) o->series[j->step] += miss * chunk;
-        o->traffic[p].recall_bytes += (double)(miss * chunk);
+        o->step.traffic[p].recall_bytes += (double)(miss * chunk);
         if (d[OFFLOAD_TOT_REFUSED]) { /* a selection the hot cache refused: a bug */
             int ok = PULSE_OK;
             atomic_compare_exchange_strong(&o->status, &ok, PULSE_ERR_INVALID);
@@ -298,13 +298,13 @@ static void meter(struct offload *o, const struct offload_step_state *ss, int p,
 static void run_prefetch(struct offload *o, const struct job *j)
 {
     const int p = (int)(j->step & 1), sl = offload_sl(o, j->layer);
-    const struct offload_step_state *ss = &o->ss[p];
-    double *ph = o->planner_phase_s, t = pulse_now();
-    o->be->event_sync(o->ev_spec_sel[(size_t)p * o->n_sparse + sl]);
+    const struct offload_step_state *ss = &o->step.ss[p];
+    double *ph = o->plan.planner_phase_s, t = pulse_now();
+    o->be->event_sync(o->step.ev_spec_sel[(size_t)p * o->n_sparse + sl]);
     offload_lap(ph, OFFLOAD_PLANNER_LISTS, &t);
-    o->pl_spec_step[sl] = j->step;
+    o->plan.pl_spec_step[sl] = j->step;
     if (o->device_plan) return;
-    recall_prime(o->rc);
+    recall_prime(o->store.rc);
     const int n_items = plan_prefetch(o, ss, j->layer, offload_spec_sel(o, p, sl, ss->n));
     offload_lap(ph, OFFLOAD_PLANNER_PLAN, &t);
     if (n_items == 0) return;
@@ -313,7 +313,7 @@ static void run_prefetch(struct offload *o, const struct job *j)
     recall_finish_layer(o, j->layer, n_items, (uint32_t)(j->step + 1), ticket, t_submit, 1);
     const int64_t bytes = (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
     if (j->step < o->p.max_steps) o->series[j->step] += bytes;
-    o->traffic[p].recall_bytes += (double)bytes;
+    o->step.traffic[p].recall_bytes += (double)bytes;
     ph[OFFLOAD_PLANNER_RECALL] += pulse_now() - t_submit;
 }
 
@@ -326,8 +326,8 @@ static void run_job(struct offload *o, const struct job *j)
         return;
     }
     const int p = (int)(j->step & 1), sl = offload_sl(o, j->layer);
-    const struct offload_step_state *ss = &o->ss[p];
-    double *ph = o->planner_phase_s, t = pulse_now();
+    const struct offload_step_state *ss = &o->step.ss[p];
+    double *ph = o->plan.planner_phase_s, t = pulse_now();
     if (trace_on())
         fprintf(stderr, "planner: step %lld layer %d: waiting for %slists\n", (long long)j->step,
                 j->layer, j->kind == OFFLOAD_JOB_PREFETCH ? "predicted " : "");
@@ -335,7 +335,7 @@ static void run_job(struct offload *o, const struct job *j)
         run_prefetch(o, j);
         return;
     }
-    o->be->event_sync(o->ev_sel[(size_t)p * o->n_sparse + sl]);
+    o->be->event_sync(o->step.ev_sel[(size_t)p * o->n_sparse + sl]);
     offload_lap(ph, OFFLOAD_PLANNER_LISTS, &t);
     if (trace_on())
         fprintf(stderr, "planner: step %lld layer %d: lists in\n", (long long)j->step, j->layer);
@@ -343,25 +343,25 @@ static void run_job(struct offload *o, const struct job *j)
     int n_items = 0;
     int64_t ticket = -1;
     if (j->kind == OFFLOAD_JOB_PLAN) {
-        recall_prime(o->rc); /* the engine's threads wake while the plan is made */
+        recall_prime(o->store.rc); /* the engine's threads wake while the plan is made */
         n_items = plan(o, ss, j->layer, offload_sel(o, p, sl, ss->n), offload_ctl(o, p, sl),
-                       o->pl_spec_step[sl] == j->step);
+                       o->plan.pl_spec_step[sl] == j->step);
         offload_lap(ph, OFFLOAD_PLANNER_PLAN, &t);
         if (n_items > 0)
             ticket = recall_submit_layer(o, j->layer, n_items, seq);
         else
-            set_flag(&o->flags[sl], seq);
+            set_flag(&o->step.flags[sl], seq);
     }
     const double t_submit = t;
     meter(o, ss, p, sl); /* inside the recall's time when there is one */
-    if (o->pl_spec_step[sl] == j->step) count_overlap(o, ss, p, j->layer);
+    if (o->plan.pl_spec_step[sl] == j->step) count_overlap(o, ss, p, j->layer);
     offload_lap(ph, OFFLOAD_PLANNER_METER, &t);
     if (n_items > 0) {
         recall_finish_layer(o, j->layer, n_items, seq, ticket, t_submit, 0);
-        o->ls[j->layer].corrections += o->pl_spec_step[sl] == j->step ? n_items : 0;
+        o->ls[j->layer].corrections += o->plan.pl_spec_step[sl] == j->step ? n_items : 0;
         const int64_t bytes = (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
         if (j->step < o->p.max_steps) o->series[j->step] += bytes;
-        o->traffic[p].recall_bytes += (double)bytes;
+        o->step.traffic[p].recall_bytes += (double)bytes;
         ph[OFFLOAD_PLANNER_RECALL] += pulse_now() - t_submit;
     }
     if (trace_on())
