@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Fig. 8: the recall engines' bandwidth against chunk size (and chunk count), against the PCIe
-peak, from the recall experiment of `pulse reproduce` (a `pulse recall-bench` result); the panels
-are recall_bandwidth.py's.
+peak, and the zero-copy gather beside compute: its GB/s alone and beside each compute kernel and
+the kernels' slowdown against its grid, with the goals (0.80 of alone, at most 1.15x); from the
+recall experiment of `pulse reproduce` (a `pulse recall-bench` result). The panels are
+recall_bandwidth.py's; a run without the runs beside compute (the CPU backend,
+--no-interference) says so in their place.
 
 usage: python3 plots/fig8_recall.py INPUT [--out PREFIX]
-  INPUT   recall/recall.json, its folder, or the --out-dir of pulse reproduce
+  INPUT   recall/recall.json (or .json.gz), its folder, or the --out-dir of pulse reproduce
   --out   writes PREFIX.png and PREFIX.pdf (default fig8_recall)
 """
-import matplotlib.pyplot as plt
-
 import figlib
 import recall_bandwidth
 
@@ -16,13 +17,9 @@ EXPERIMENT = "recall"
 
 
 def draw(r):
-    if recall_bandwidth.ok_points(r):
-        fig = recall_bandwidth.draw(r)
-    else:
-        fig, ax = plt.subplots(figsize=(7, 3))
-        figlib.placeholder(ax, "no successful sweep points")
-    return figlib.finish(fig, r, "Fig. 8: recall bandwidth against chunk size and count "
-                         "(scattered host-pool chunks into scattered GPU slots)")
+    return figlib.finish(recall_bandwidth.draw(r), r,
+                         "Fig. 8: recall bandwidth against chunk size and count (scattered "
+                         "host-pool chunks into scattered GPU slots) and beside compute")
 
 
 if __name__ == "__main__":

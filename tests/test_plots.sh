@@ -3,7 +3,8 @@
 # temporary folder, draws every figure with plots/figures.py, and checks each PNG (> 1 KB) and
 # PDF (non-empty) is there; then the same for the figures of a repeated run (--repeat 2, the
 # experiments of REPEATED only), whose points the figures draw as means with min-max ranges; a
-# figure script given a missing input must fail with one line.
+# figure script given a missing input must fail with one line; fig. 8 beside compute from a real
+# H200 run (tests/data/recall_h200_s16.json) and without those runs.
 # Run from the repository root; PULSE_BIN names the binary (default ./build/pulse).
 # exit: 0 pass, 1 fail, 77 skipped (no python3 or no matplotlib).
 set -u
@@ -72,6 +73,60 @@ commit=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["point
 [[ "$(printf '%s\n' "$prov" | tail -1)" == *"0123456-dirty + 89abcde, 2026-12-03 to 2026-12-04"* ]] ||
     fail "provenance of two builds: $prov"
 
+# fig. 8 beside compute, from real runs: the H200 result of tests/data/recall_h200_s16.json
+# (tests/data/make_recall_fixture.py cuts it from experiments/results/h200-2026-12-03-s16) drawn
+# by the script, and its panels read back: the zero-copy GB/s alone (the kernels' mean), the goal
+# at 0.80 of it, the PCIe peak and the GB/s beside each kernel; each kernel's slowdown, the goal
+# at 1.15x and the grids meeting both goals in the title. The tiny run's runs beside compute are
+# skipped (the CPU backend), and a result that skipped them, ran out of memory or has none says
+# so in their place.
+fix=tests/data/recall_h200_s16.json
+out=$(cd plots && python3 fig8_recall.py "../$fix" --out "$tmp/fig8_s16" 2>&1) ||
+    fail "fig8_recall.py $fix: $out"
+[ "$(wc -c <"$tmp/fig8_s16.png")" -gt 1024 ] && [ -s "$tmp/fig8_s16.pdf" ] ||
+    fail "fig8_s16.png missing or under 1 KB"
+out=$(cd plots && python3 - "../$fix" "$tmp/results" 2>&1 <<'PY'
+import sys
+import figlib, fig8_recall, recall_bandwidth as rb
+
+def panels(fig):
+    return {a.get_label(): a for a in fig.axes if a.get_label()}
+
+def close(a, b):
+    return len(a) == len(b) and all(abs(x - y) < 1e-9 for x, y in zip(a, b))
+
+r = figlib.load(sys.argv[1], "recall")
+ks = r["interference"]["kernels"]
+assert len(ks) == 2 and all(len(k["grids"]) == 5 for k in ks), "the fixture's kernels"
+p = panels(fig8_recall.draw(r))
+assert {"size", "count", "beside", "slowdown"} <= set(p), sorted(p)
+lines = {ln.get_label(): ln for ln in p["beside"].lines}
+grids = [g["zc_blocks"] for g in ks[0]["grids"]]
+alone = [sum(k["grids"][i]["zc_GBps_alone"] for k in ks) / len(ks) for i in range(len(grids))]
+assert close(list(lines["zero-copy alone"].get_xdata()), grids), "alone: grids"
+assert close(list(lines["zero-copy alone"].get_ydata()), alone), "alone"
+assert close(list(lines["goal: 0.80 x alone"].get_ydata()), [0.8 * a for a in alone]), "goal"
+peak = r["peak"]["GBps"]
+assert list(lines[f"PCIe peak {peak:.1f} GB/s"].get_ydata()) == [peak] * 2, "peak"
+for ax, key, name in ((p["beside"], "zc_GBps_beside", lambda k: "beside " + rb.short(k)),
+                      (p["slowdown"], "slowdown", lambda k: k["kernel"])):
+    got = {c.get_label(): c.lines[0] for c in ax.containers}
+    for k in ks:
+        line = next(v for n, v in got.items() if n.startswith(name(k)))
+        assert close(list(line.get_xdata()), grids), (key, k["kernel"])
+        assert close(list(line.get_ydata()), [g[key] for g in k["grids"]]), (key, k["kernel"])
+assert any(list(ln.get_ydata()) == [1.15] * 2 for ln in p["slowdown"].lines), "no 1.15x goal"
+title = p["slowdown"].get_title()
+assert "gemm_bf16: none" in title and "attn_decode: 4 blocks" in title, title
+tiny = figlib.load(sys.argv[2], "recall")
+for s, want in ((tiny, "skipped: --no-interference"), (dict(r, interference={"status": "oom"}),
+                 "(oom)"), ({k: v for k, v in r.items() if k != "interference"}, "no runs")):
+    p = panels(fig8_recall.draw(s))
+    got = " ".join(t.get_text() for t in p["interference"].texts) if "interference" in p else ""
+    assert "beside" not in p and want in got, (want, sorted(p), got)
+PY
+) || fail "fig. 8 beside compute: $out"
+
 # the throughput-accuracy trade-off: the tiny ratio point against an accuracy table of two
 # lengths (each policy's "average" row at budget 64; mean missing at 8K, so arkvale reads
 # nothing there and says so), and a file that is no accuracy result refused in one line
@@ -101,5 +156,5 @@ out=$(python3 plots/fig17_throughput.py "$tmp/no-such-dir" --out "$tmp/x" 2>&1) 
 [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "missing input: not one line: $out"
 
 echo "test_plots: ok ($(echo $FIGURES | wc -w) figures," \
-    "$(echo $REPEATED_FIGURES | wc -w) of a repeated run)"
+    "$(echo $REPEATED_FIGURES | wc -w) of a repeated run, fig. 8 beside compute from $fix)"
 exit 0
