@@ -289,15 +289,24 @@ static const uint16_t *select_query(struct offload *o, struct batch *bt, int lay
     return o->step.d_q + ((size_t)ahead * o->n_sparse + offload_sl(o, layer)) * per;
 }
 
-/* The selection kernel of sparse layer `layer` on q into lists ds (device), recording ev. */
-static void select_into(struct offload *o, struct batch *bt, int layer, const uint16_t *q,
-                        int32_t *ds, void *ev)
+/* Selection of sparse layer `layer` (a prediction's with spec) on the compute stream into its
+ * lists, recording the event the side stream waits for; then its side work on the host path,
+ * or its plan on the device path. */
+static void select_layer(struct offload *o, struct batch *bt, int layer, int spec)
 {
     const int sl = offload_sl(o, layer), B = o->step.n;
+    double t = pulse_now();
     const struct digest_view dv = digest_view_of(o, sl);
-    o->fn.select_blocks(o->ctx, &o->cfg, q, &dv, batch_len(bt), o->step.d_scores, ds,
-                        ds + (size_t)B * o->n_lists * o->ms, B, o->sel_head[layer]);
-    o->be->event_record_external(o->ctx, ev);
+    int32_t *ds = spec ? offload_spec_dsel(o, sl, B) : offload_dsel(o, sl, B);
+    o->fn.select_blocks(o->ctx, &o->cfg, select_query(o, bt, layer), &dv, batch_len(bt),
+                        o->step.d_scores, ds, ds + (size_t)B * o->n_lists * o->ms, B,
+                        o->sel_head[layer]);
+    o->be->event_record_external(o->ctx,
+                                 spec ? o->step.ev_spec_selected[sl] : o->step.ev_selected[sl]);
+    if (!o->device_plan) issue_side(o, layer, spec);
+    offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
+    if (o->device_plan) plan_on_device(o, bt, sl, spec);
+    offload_host_lap(o, OFFLOAD_HOST_PLAN, &t);
 }
 
 /* Selection of a sparse layer on the compute stream (the device path: then its plan and, unless
@@ -318,14 +327,7 @@ void offload_select(struct offload *o, struct batch *bt, int layer)
     PULSE_CHECK(o->step.piece_nsel[at] < 2, "offload_select: a piece selects two layers at most");
     PULSE_CHECK(o->step.piece_pf[at] != layer, "offload_select: a layer prefetched in this piece");
     o->step.piece_sel[at][o->step.piece_nsel[at]++] = (int16_t)layer;
-    const int sl = offload_sl(o, layer);
-    double t = pulse_now();
-    select_into(o, bt, layer, select_query(o, bt, layer), offload_dsel(o, sl, o->step.n),
-                o->step.ev_selected[sl]);
-    if (!o->device_plan) issue_side(o, layer, 0);
-    offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
-    if (o->device_plan) plan_on_device(o, bt, sl, 0);
-    offload_host_lap(o, OFFLOAD_HOST_PLAN, &t);
+    select_layer(o, bt, layer, 0);
 }
 
 void offload_prefetch(struct offload *o, struct batch *bt, int layer)
@@ -340,14 +342,7 @@ void offload_prefetch(struct offload *o, struct batch *bt, int layer)
         PULSE_CHECK(o->step.piece_sel[at][i] != layer,
                     "offload_prefetch: a layer selected in this piece");
     o->step.piece_pf[at] = (int16_t)layer;
-    const int sl = offload_sl(o, layer);
-    double t = pulse_now();
-    select_into(o, bt, layer, select_query(o, bt, layer), offload_spec_dsel(o, sl, o->step.n),
-                o->step.ev_spec_selected[sl]);
-    if (!o->device_plan) issue_side(o, layer, 1);
-    offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
-    if (o->device_plan) plan_on_device(o, bt, sl, 1);
-    offload_host_lap(o, OFFLOAD_HOST_PLAN, &t);
+    select_layer(o, bt, layer, 1);
 }
 
 /* The pre-attention piece of the layer being issued; in a sparse layer, its new key folded
