@@ -379,6 +379,11 @@ static void report(const struct run_opts *o, json_t *res, const struct workload 
         printf("offload: %lld bytes recalled in %lld chunks, %lld stalled rounds\n",
                (long long)ctr->recall_bytes, (long long)ctr->recall_chunks,
                (long long)ctr->recall_stalls);
+    if (off && ctr->spec_scored > 0)
+        printf("speculation: %lld chunks prefetched, %lld corrected; the prediction held %.3f of "
+               "the exact selections' scored blocks\n",
+               (long long)ctr->spec_recall_chunks, (long long)ctr->spec_corrections,
+               (double)ctr->spec_held / (double)ctr->spec_scored);
     if (ctr->ioaa_decisions > 0)
         printf("IOAA: %lld decisions, %.2f nodes each (at most %lld), %.1f step evaluations each\n",
                (long long)ctr->ioaa_decisions, (double)ctr->ioaa_nodes / ctr->ioaa_decisions,

@@ -674,6 +674,7 @@ static void test_speculation_cli(void)
              "--admission fixed:0 --out %s",
              path);
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+    EXPECT(strstr(out, "speculation: ") && strstr(out, " corrected; the prediction held 0."));
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
     remove(path);
