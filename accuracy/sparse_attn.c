@@ -112,6 +112,11 @@ struct sparse_attn {
     int32_t *h_sel, *h_count, *h_pages, *h_n;
     int32_t *h_exact, *h_exact_n;   /* the exact query's lists beside a speculated one's */
     int64_t *spec_exact, *spec_hit; /* [n_layers] (sparse_attn_layer_spec) */
+    /* the speculated lists' previous step, per global layer and list: [n_global][n_kv_heads]
+     * [2 (exact, approximate)][max_blocks] and their counts (-1: none since configure) */
+    int32_t *h_prev, *h_prev_n;
+    struct select_persist *persist; /* [n_layers] (sparse_attn_layer_persist) */
+    int n_global;
 };
 
 static size_t device_bytes(const struct model_config *c, int max_blocks, int n_global, int nch,
@@ -217,8 +222,13 @@ struct sparse_attn *sparse_attn_create(struct engine *e, const struct kv_cache *
     s->h_exact = mem_alloc(MEM_HOST, 4 * H * mb, "exact lists host");
     s->h_exact_n = mem_alloc(MEM_HOST, 4 * H, "exact counts host");
     s->spec_exact = mem_alloc(MEM_HOST, 2 * sizeof(int64_t) * c->n_layers, "speculation");
+    s->n_global = n_global;
+    const size_t units = (size_t)n_global * c->n_kv_heads * 2;
+    s->h_prev = mem_alloc(MEM_HOST, 4 * units * mb, "speculated lists, previous step");
+    s->h_prev_n = mem_alloc(MEM_HOST, 4 * units, "speculated counts, previous step");
+    s->persist = mem_alloc(MEM_HOST, sizeof *s->persist * c->n_layers, "speculation persistence");
     if (!s->mem || !s->h_sel || !s->h_pages || !s->h_count || !s->h_n || !s->h_exact ||
-        !s->h_exact_n || !s->spec_exact)
+        !s->h_exact_n || !s->spec_exact || !s->h_prev || !s->h_prev_n || !s->persist)
         goto oom;
     s->spec_hit = s->spec_exact + c->n_layers;
     char *cur = s->mem;
@@ -261,6 +271,10 @@ void sparse_attn_free(struct sparse_attn *s)
     mem_free(MEM_HOST, s->h_exact, 4 * H * mb);
     mem_free(MEM_HOST, s->h_exact_n, 4 * H);
     mem_free(MEM_HOST, s->spec_exact, 2 * sizeof(int64_t) * s->c->n_layers);
+    const size_t units = (size_t)s->n_global * s->c->n_kv_heads * 2;
+    mem_free(MEM_HOST, s->h_prev, 4 * units * mb);
+    mem_free(MEM_HOST, s->h_prev_n, 4 * units);
+    mem_free(MEM_HOST, s->persist, sizeof *s->persist * s->c->n_layers);
     mem_free(MEM_HOST, s->global_index, sizeof(int) * s->c->n_layers);
     mem_free(MEM_HOST, s, sizeof *s);
 }
@@ -298,6 +312,8 @@ int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, 
     s->slot = slot;
     memset(&s->st, 0, sizeof s->st);
     memset(s->spec_exact, 0, 2 * sizeof(int64_t) * c->n_layers);
+    memset(s->persist, 0, sizeof *s->persist * c->n_layers);
+    memset(s->h_prev_n, 0xff, 4 * (size_t)s->n_global * c->n_kv_heads * 2); /* -1 */
     s->approx_for[0] = s->approx_for[1] = -1;
     s->one = (struct select_cfg){1,       1,         c->head_dim,  s->bs, p->budget_tokens / s->bs,
                                  p->sink, p->window, s->max_blocks};
@@ -326,6 +342,12 @@ void sparse_attn_layer_spec(const struct sparse_attn *s, int layer, int64_t *exa
     *hit = s->spec_hit[layer];
 }
 
+void sparse_attn_layer_persist(const struct sparse_attn *s, int layer, struct select_persist *out)
+{
+    PULSE_CHECK(layer >= 0 && layer < s->c->n_layers, "sparse_attn_layer_persist: no such layer");
+    *out = s->persist[layer];
+}
+
 static struct digest_view digests_of(const struct sparse_attn *s, int kv_head)
 {
     size_t page = 2 * (size_t)s->c->head_dim;
@@ -336,7 +358,8 @@ static struct digest_view digests_of(const struct sparse_attn *s, int kv_head)
 
 /* A speculated layer's lists (on the host in h_sel, n_lists of them, list l from KV head
  * heads[l]) against the exact query's: each exact list made again with the real q, and its
- * blocks chosen by score (the forced ones left out) looked up in the speculated list. */
+ * blocks chosen by score (the forced ones left out) looked up in the speculated list; both
+ * lists against the list's previous step (select_persist_add), then kept for the next. */
 static void measure_speculation(struct sparse_attn *s, int layer, const uint16_t *q,
                                 const int32_t *n_tokens, int n, int n_lists, const int *heads)
 {
@@ -358,6 +381,14 @@ static void measure_speculation(struct sparse_attn *s, int layer, const uint16_t
                                        s->h_count[l], &scored);
         s->spec_exact[layer] += scored, s->spec_hit[layer] += hit;
         s->st.spec_exact += scored, s->st.spec_hit += hit;
+        const size_t u = ((size_t)s->global_index[layer] * s->c->n_kv_heads + l) * 2;
+        int32_t *pe = s->h_prev + u * mb, *pa = pe + mb, *pn = s->h_prev_n + u;
+        if (pn[0] >= 0)
+            select_persist_add(nb, s->p.sink, s->p.window, ex, s->h_exact_n[l], spec, s->h_count[l],
+                               pe, pn[0], pa, pn[1], &s->persist[layer]);
+        memcpy(pe, ex, 4 * (size_t)s->h_exact_n[l]);
+        memcpy(pa, spec, 4 * (size_t)s->h_count[l]);
+        pn[0] = s->h_exact_n[l], pn[1] = s->h_count[l];
     }
 }
 

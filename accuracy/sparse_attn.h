@@ -42,6 +42,7 @@
 
 #include "engine.h"
 #include "kv_cache.h"
+#include "select.h"
 
 enum sparse_policy {
     SPARSE_FULL = 0,
@@ -125,5 +126,9 @@ void sparse_attn_get_stats(const struct sparse_attn *s, struct sparse_stats *out
 /* spec_exact and spec_hit (struct sparse_stats) of one layer since the last configure; 0, 0
  * for a layer that was not speculated. */
 void sparse_attn_layer_spec(const struct sparse_attn *s, int layer, int64_t *exact, int64_t *hit);
+/* The step-to-step behaviour of one layer's speculated lists since the last configure (the
+ * approximate lists' churn beside the exact lists', the persistence of the misses and of the
+ * wrong blocks: select.h's select_persist); zero for a layer that was not speculated. */
+void sparse_attn_layer_persist(const struct sparse_attn *s, int layer, struct select_persist *out);
 
 #endif

@@ -512,12 +512,20 @@ struct acc {
     /* the infinigen runs' speculation per layer, over every sample: [run][layer] exact blocks
      * chosen by score, then [run][layer] hits of the approximate lists (sparse_attn_layer_spec) */
     int64_t *spec_layer;
+    /* and the step-to-step behaviour of their lists: [run][layer] (sparse_attn_layer_persist) */
+    struct select_persist *persist;
 };
 
 /* Bytes of A->spec_layer. */
 static size_t spec_layer_bytes(const struct acc *A)
 {
     return 2 * sizeof(int64_t) * MAX_RUNS * (size_t)A->s.cfg->n_layers;
+}
+
+/* Bytes of A->persist. */
+static size_t persist_bytes(const struct acc *A)
+{
+    return sizeof(struct select_persist) * MAX_RUNS * (size_t)A->s.cfg->n_layers;
 }
 
 static int max_gen_of(const struct acc *A, const struct longbench_task *t)
@@ -795,6 +803,13 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
             sparse_attn_layer_spec(A->sp, l, &e, &h);
             A->spec_layer[(size_t)r * L + l] += e;
             A->spec_layer[(size_t)(MAX_RUNS + r) * L + l] += h;
+            struct select_persist p, *acc = &A->persist[(size_t)r * L + l];
+            sparse_attn_layer_persist(A->sp, l, &p);
+            acc->steps += p.steps;
+            acc->churn_exact += p.churn_exact, acc->churn_approx += p.churn_approx;
+            acc->missed += p.missed, acc->missed_again += p.missed_again;
+            acc->missed_held += p.missed_held;
+            acc->wrong += p.wrong, acc->wrong_again += p.wrong_again;
         }
         st->per_sample[(size_t)r * A->o.samples + st->n_scored] = score;
         json_t *run =
@@ -1048,9 +1063,34 @@ static void add_spec(json_t *row, int64_t exact, int64_t hit)
                         exact > 0 ? json_real((double)hit / (double)exact) : json_null());
 }
 
+static json_t *ratio_or_null(double num, double den)
+{
+    return den > 0 ? json_real(num / den) : json_null();
+}
+
+/* The step-to-step behaviour of speculated lists (select.h's select_persist) into o: the list-
+ * steps, the mean churn of the exact and of the approximate lists (the locality meter's
+ * definition), the misses and wrong blocks with their persistence. */
+static void add_persist(json_t *o, const struct select_persist *p)
+{
+    json_object_set_new(o, "steps", json_integer(p->steps));
+    json_object_set_new(o, "churn_exact", ratio_or_null(p->churn_exact, (double)p->steps));
+    json_object_set_new(o, "churn_approx", ratio_or_null(p->churn_approx, (double)p->steps));
+    json_object_set_new(o, "missed", json_integer(p->missed));
+    json_object_set_new(o, "missed_again", json_integer(p->missed_again));
+    json_object_set_new(o, "missed_held", json_integer(p->missed_held));
+    json_object_set_new(o, "miss_persistence",
+                        ratio_or_null((double)p->missed_again, (double)p->missed));
+    json_object_set_new(o, "wrong", json_integer(p->wrong));
+    json_object_set_new(o, "wrong_again", json_integer(p->wrong_again));
+    json_object_set_new(o, "wrong_persistence",
+                        ratio_or_null((double)p->wrong_again, (double)p->wrong));
+}
+
 /* The infinigen runs' speculation against the exact query, per run over every sample: the hit
  * rate, and per layer the exact query's blocks chosen by score and the hits (the misprediction
- * model's input, issue 34). An empty array without such runs. */
+ * model's input, issue 34); per layer and run the step-to-step behaviour of the lists
+ * (add_persist). An empty array without such runs. */
 static json_t *speculation_json(const struct acc *A)
 {
     json_t *arr = json_array();
@@ -1058,22 +1098,31 @@ static json_t *speculation_json(const struct acc *A)
     for (int r = 1; A->spec_layer && r < A->n_runs; r++) {
         if (!sparse_policy_approx(A->runs[r].policy)) continue;
         int64_t te = 0, th = 0;
+        struct select_persist tp = {0};
         json_t *layers = json_array();
         for (int l = 0; l < L; l++) {
             const int64_t e = A->spec_layer[(size_t)r * L + l],
                           h = A->spec_layer[(size_t)(MAX_RUNS + r) * L + l];
+            const struct select_persist *p = &A->persist[(size_t)r * L + l];
             te += e, th += h;
-            if (e)
-                json_array_append_new(layers, json_pack("{s:i,s:I,s:I,s:f}", "layer", l, "exact",
-                                                        (json_int_t)e, "hit", (json_int_t)h,
-                                                        "hit_rate", (double)h / (double)e));
+            tp.steps += p->steps;
+            tp.churn_exact += p->churn_exact, tp.churn_approx += p->churn_approx;
+            tp.missed += p->missed, tp.missed_again += p->missed_again;
+            tp.missed_held += p->missed_held;
+            tp.wrong += p->wrong, tp.wrong_again += p->wrong_again;
+            if (!e) continue;
+            json_t *o = json_pack("{s:i,s:I,s:I,s:f}", "layer", l, "exact", (json_int_t)e, "hit",
+                                  (json_int_t)h, "hit_rate", (double)h / (double)e);
+            add_persist(o, p);
+            json_array_append_new(layers, o);
         }
-        json_array_append_new(arr, json_pack("{s:s,s:I,s:I,s:I,s:o,s:o}", "policy",
-                                             sparse_policy_name(A->runs[r].policy), "budget",
-                                             (json_int_t)A->runs[r].budget, "exact", (json_int_t)te,
-                                             "hit", (json_int_t)th, "hit_rate",
-                                             te ? json_real((double)th / (double)te) : json_null(),
-                                             "per_layer", layers));
+        json_t *o = json_pack(
+            "{s:s,s:I,s:I,s:I,s:o}", "policy", sparse_policy_name(A->runs[r].policy), "budget",
+            (json_int_t)A->runs[r].budget, "exact", (json_int_t)te, "hit", (json_int_t)th,
+            "hit_rate", te ? json_real((double)th / (double)te) : json_null());
+        add_persist(o, &tp);
+        json_object_set_new(o, "per_layer", layers);
+        json_array_append_new(arr, o);
     }
     return arr;
 }
@@ -1404,6 +1453,9 @@ static int setup(struct acc *A, char *err, size_t errlen)
     if (!(A->spec_layer = mem_alloc(MEM_HOST, spec_layer_bytes(A), "speculation per layer")))
         return PULSE_ERR_NOMEM;
     memset(A->spec_layer, 0, spec_layer_bytes(A));
+    if (!(A->persist = mem_alloc(MEM_HOST, persist_bytes(A), "speculation persistence")))
+        return PULSE_ERR_NOMEM;
+    memset(A->persist, 0, persist_bytes(A));
     A->ids = mem_alloc(MEM_HOST, sizeof(int32_t) * A->s.max_tokens, "ids");
     A->gen = mem_alloc(MEM_HOST, sizeof(int32_t) * (gen + 1), "gen");
     A->gen2 = mem_alloc(MEM_HOST, sizeof(int32_t) * (gen + 1), "serving gen");
@@ -1472,6 +1524,7 @@ static void teardown(struct acc *A)
     json_decref(A->served);
     sparse_attn_free(A->sp);
     if (A->spec_layer) mem_free(MEM_HOST, A->spec_layer, spec_layer_bytes(A));
+    if (A->persist) mem_free(MEM_HOST, A->persist, persist_bytes(A));
     for (int i = 0; i < A->n_sets; i++) {
         longbench_free(A->sets[i].set);
         mem_free(MEM_HOST, A->sets[i].per_sample, per_sample_bytes(A));

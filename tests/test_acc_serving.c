@@ -299,6 +299,42 @@ int main(void)
         EXPECT(e > 0);
         EXPECT_EQ_INT(e, json_integer_value(json_object_get(sp, "exact")));
         EXPECT_EQ_INT(h, json_integer_value(json_object_get(sp, "hit")));
+        /* step to step: the layers' list-steps and counts sum to the run's; the misses are the
+         * exact blocks the approximate lists lacked, at steps with a previous step; lists of
+         * equal length miss as many blocks as they hold wrongly */
+        static const char *const counts[] = {"steps",       "missed", "missed_again",
+                                             "missed_held", "wrong",  "wrong_again"};
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+            json_int_t sum = 0;
+            json_array_foreach(json_object_get(sp, "per_layer"), li, lay)
+            {
+                sum += json_integer_value(json_object_get(lay, counts[k]));
+            }
+            EXPECT_EQ_INT(sum, json_integer_value(json_object_get(sp, counts[k])));
+        }
+        json_t *both[] = {(json_t *)sp, NULL};
+        json_array_foreach(json_object_get(sp, "per_layer"), li, lay)
+        {
+            both[1] = (json_t *)lay;
+            for (int k = 0; k < 2; k++) {
+                const json_t *o = both[k];
+#define N(key) json_integer_value(json_object_get(o, key))
+#define R(key) json_real_value(json_object_get(o, key))
+                EXPECT(N("steps") > 0);
+                EXPECT(N("missed") <= e - h && N("missed") > 0);
+                EXPECT_EQ_INT(N("wrong"), N("missed"));
+                EXPECT(N("missed_again") <= N("missed_held") && N("missed_held") <= N("missed"));
+                EXPECT(N("wrong_again") <= N("wrong"));
+                EXPECT_NEAR(R("miss_persistence"), (double)N("missed_again") / (double)N("missed"),
+                            1e-8);
+                EXPECT_NEAR(R("wrong_persistence"), (double)N("wrong_again") / (double)N("wrong"),
+                            1e-8);
+                EXPECT(R("churn_exact") >= 0 && R("churn_exact") <= 1);
+                EXPECT(R("churn_approx") >= 0 && R("churn_approx") <= 1);
+#undef N
+#undef R
+            }
+        }
         const char *pol = json_string_value(json_object_get(sp, "policy"));
         json_array_foreach(json_object_get(r, "table"), ri, row)
         {

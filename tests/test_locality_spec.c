@@ -3,10 +3,13 @@
  * JSON round trip and corrupt inputs, the per-layer targets mapped by depth; and the main
  * property: on fresh requests (not the calibration's keys or queries) the approximate query's
  * selection overlaps the exact query's, measured with select_blocks_ref as the runtime selects
- * (head-wise, SoloHead, mean), within 0.03 of every sparse layer's target. Also: 'exact' is the
- * exact query (no spec_q) and an overlap of 1 copies q; q_out is a pure function of (request,
- * layer, step, q) whatever the slots, the order or the threads; the calibration is the same
- * bits on any thread count; no allocation in a step; the description's fields. */
+ * (head-wise, SoloHead, mean), within 0.03 of every sparse layer's target; and on fresh
+ * requests whose exact lists churn as the measured ones, the approximate lists' step-to-step
+ * behaviour (miss and wrong persistence, churn) within tolerance of the measured one, where
+ * fresh noise is not. Also: a version-1 profile file still reads (and gives fresh noise);
+ * 'exact' is the exact query (no spec_q) and an overlap of 1 copies q; q_out is a pure function
+ * of (request, layer, step, q) whatever the slots, the order or the threads; the calibration is
+ * the same bits on any thread count; no allocation in a step; the description's fields. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,8 +34,14 @@
 #define NREQ 4
 #define NLAYERS 8 /* 2 dense + 6 sparse */
 #define TOL 0.03
+#define TOL_PERSIST 0.05 /* miss persistence (calibrated) */
+#define TOL_WRONG                                                                                  \
+    0.07               /* wrong persistence (not calibrated: the model makes it the miss           \
+                          persistence; Gemma 3 270M's is up to 0.04 lower) */
+#define TOL_CHURN 0.03 /* the approximate lists' churn beyond the exact lists' */
 
 #define PROFILE_FILE "workloads/profiles/speculation_gemma3-270m.json"
+#define PROFILE_V1_FILE "tests/data/speculation_gemma3-270m_v1.json" /* before persistence */
 
 static struct locality_spec_profile g_a, g_b; /* large: off the stack */
 
@@ -73,7 +82,7 @@ static void test_profile_file(void)
         const char *path, *key, *why;
         long long v;
     } bad[] = {
-        {"", "version", "version", 2},
+        {"", "version", "version", 3},
         {"", "block_sizes", "unknown key", 16},
         {"runs[0]", "samples", "runs[0].samples", 0},
         {"runs[0].layers[1]", "layer", "runs[0].layers[1].layer: not after", 5},
@@ -91,7 +100,63 @@ static void test_profile_file(void)
         EXPECT_STR_CONTAINS(err, bad[k].why);
         json_decref(j);
     }
+    /* persistence (version 2): its counts and ratios agree, and version 1 has none */
+    EXPECT(g_b.version == 2 && g_b.run[0].persist_samples > 0);
+    static const struct {
+        const char *key, *why;
+        double v;
+        int version;
+    } pbad[] = {
+        {"missed_again", "persistence.missed_again", 1e9, 2},
+        {"miss_persistence", "persistence.miss_persistence: not missed_again / missed", 0.99, 2},
+        {"wrong_persistence", "persistence.wrong_persistence: not wrong_again / wrong", 0.01, 2},
+        {"churn_approx", "persistence.churn_approx: not in [0, 1]", 1.5, 2},
+        {"churn_exact", "runs[0].persistence_samples: unknown key", 0.1, 1},
+    };
+    for (size_t k = 0; k < PULSE_ARRAY_LEN(pbad); k++) {
+        json_t *j = json_deep_copy(jb);
+        json_t *l0 = json_array_get(
+            json_object_get(json_array_get(json_object_get(j, "runs"), 0), "layers"), 0);
+        json_t *pe = json_object_get(l0, "persistence");
+        if (!strcmp(pbad[k].key, "missed_again"))
+            json_object_set_new(pe, pbad[k].key, json_integer((json_int_t)pbad[k].v));
+        else
+            json_object_set_new(pe, pbad[k].key, json_real(pbad[k].v));
+        json_object_set_new(j, "version", json_integer(pbad[k].version));
+        EXPECT_EQ_INT(locality_spec_profile_from_json(j, "bad.json", &g_a, err, sizeof err),
+                      PULSE_ERR_INVALID);
+        EXPECT_STR_CONTAINS(err, pbad[k].why);
+        json_decref(j);
+    }
     json_decref(jb);
+}
+
+/* A version-1 file (the profile before persistence was measured) still reads: the same runs and
+ * overlaps as the built-in one, no persistence; written again it is version 2. */
+static void test_profile_v1(void)
+{
+    char err[512], path[1024];
+    const char *src = getenv("PULSE_SRC");
+    snprintf(path, sizeof path, "%s%s%s", src ? src : "", src ? "/" : "", PROFILE_V1_FILE);
+    EXPECT_EQ_INT(locality_spec_profile_read(path, &g_a, err, sizeof err), PULSE_OK);
+    if (g_a.n_runs == 0) fprintf(stderr, "%s\n", err);
+    locality_spec_profile_builtin(&g_b);
+    EXPECT_EQ_INT(g_a.version, 1);
+    EXPECT_EQ_INT(g_a.n_runs, g_b.n_runs);
+    for (int r = 0; r < g_a.n_runs; r++) {
+        EXPECT_EQ_INT(g_a.run[r].persist_samples, 0);
+        EXPECT_EQ_INT(g_a.run[r].n_points, g_b.run[r].n_points);
+        for (int i = 0; i < g_a.run[r].n_points; i++) {
+            EXPECT(g_a.run[r].point[i].overlap == g_b.run[r].point[i].overlap);
+            EXPECT_EQ_INT(g_a.run[r].point[i].persist.steps, 0);
+        }
+    }
+    json_t *j = locality_spec_profile_to_json(&g_a);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(j, "version")), 2);
+    EXPECT(json_object_get(json_array_get(json_object_get(j, "runs"), 0), "persistence_samples") ==
+           NULL);
+    EXPECT_EQ_INT(locality_spec_profile_from_json(j, "rt", &g_b, err, sizeof err), PULSE_OK);
+    json_decref(j);
 }
 
 /* Targets by relative depth from a hand-made profile: 2 runs, layers 1 and 3 of 4 measured. */
@@ -101,9 +166,9 @@ static void test_targets(void)
     g_a.n_layers = 4, g_a.n_runs = 2;
     const int budgets[2] = {1024, 2048};
     for (int r = 0; r < 2; r++) {
-        g_a.run[r] = (struct locality_spec_run){budgets[r], 8192, 1, 2, {{0}}};
-        g_a.run[r].point[0] = (struct locality_spec_point){1, 10, 6, 0.6};
-        g_a.run[r].point[1] = (struct locality_spec_point){3, 10, 9 - r, 0.9 - 0.1 * r};
+        g_a.run[r] = (struct locality_spec_run){budgets[r], 8192, 1, 0, 2, {{0}}};
+        g_a.run[r].point[0] = (struct locality_spec_point){1, 10, 6, 0.6, {0}};
+        g_a.run[r].point[1] = (struct locality_spec_point){3, 10, 9 - r, 0.9 - 0.1 * r, {0}};
     }
     double t[16];
     uint8_t dense[16] = {1, 1};
@@ -128,6 +193,12 @@ static void test_targets(void)
 static const struct select_cfg CFG = {NQ,     NKV, HD, BS,
                                       BUDGET, 1,   2,  PULSE_CEIL_DIV(PROMPT + STEPS, BS)};
 
+/* make_source's speculation profile when g_use_prof, churn profile (NULL: the default), and
+ * spec_fresh */
+static struct locality_spec_profile g_prof;
+static int g_use_prof, g_fresh;
+static const struct locality_profile *g_churn;
+
 static struct query_source *make_source(const char *selection, int mode, double overlap,
                                         uint64_t seed)
 {
@@ -146,6 +217,9 @@ static struct query_source *make_source(const char *selection, int mode, double 
     lp.typical_tokens = PROMPT;
     lp.spec_mode = mode;
     lp.spec_overlap = overlap;
+    if (g_use_prof) lp.spec_profile = &g_prof;
+    lp.profile = g_churn;
+    lp.spec_fresh = g_fresh;
     char err[512];
     struct query_source *qs = locality_source_create(&sh, &lp, err, sizeof err);
     if (!qs) fprintf(stderr, "locality_source_create: %s\n", err);
@@ -184,8 +258,10 @@ static void count(const int32_t *ex, int nex, const int32_t *ap, int nap, int nb
 }
 
 /* The achieved overlap of each sparse layer over fresh requests 1000.. (rounds x NREQ of them)
- * and STEPS steps each, the lists of sel_head (SoloHead: KV head 1). */
-static void achieved(struct query_source *qs, int sel_head, int rounds, double *ov)
+ * and STEPS steps each, the lists of sel_head (SoloHead: KV head 1), and the lists' step-to-
+ * step behaviour (select_persist_add, as accuracy/sparse_attn.c counts it) into pers. */
+static void achieved(struct query_source *qs, int sel_head, int rounds, double *ov,
+                     struct select_persist *pers)
 {
     const int nb_max = CFG.max_blocks, nl = select_n_lists(&CFG, sel_head);
     const int ms = select_max_selected(&CFG), ndh = select_digest_heads(NKV, sel_head);
@@ -195,12 +271,15 @@ static void achieved(struct query_source *qs, int sel_head, int rounds, double *
     uint16_t *q = xmalloc(sizeof(uint16_t) * NREQ * qn),
              *qa = xmalloc(sizeof(uint16_t) * NREQ * qn);
     float *scores = xmalloc(select_scores_bytes(&CFG, 1, sel_head));
-    int32_t *se = xmalloc(sizeof(int32_t) * nl * ms), *sa = xmalloc(sizeof(int32_t) * nl * ms);
-    int32_t ce[NKV], ca[NKV], ids[4096], slots[NREQ];
+    /* [2 (step parity)][NREQ] lists and counts */
+    int32_t *se = xmalloc(sizeof(int32_t) * 2 * NREQ * nl * ms),
+            *sa = xmalloc(sizeof(int32_t) * 2 * NREQ * nl * ms);
+    int32_t ce[2 * NREQ * NKV], ca[2 * NREQ * NKV], ids[4096], slots[NREQ];
     for (int i = 0; i < NREQ * nb_max; i++)
         ids[i] = i;
     for (int layer = 0; layer < NLAYERS; layer++) {
         ov[layer] = -1.0;
+        memset(&pers[layer], 0, sizeof pers[layer]);
         if (layer < 2) continue;
         for (int b = 0; b < NREQ; b++) {
             digests_of(qs, 1000 + b, layer, sel_head, kv, dig + (size_t)b * nb_max * page);
@@ -225,10 +304,22 @@ static void achieved(struct query_source *qs, int sel_head, int rounds, double *
             for (int b = 0; b < NREQ; b++) {
                 const int32_t start = b * nb_max;
                 const struct digest_view dv = {dig, ids, &start, ndh, HD};
-                select_blocks_ref(NULL, &CFG, q + b * qn, &dv, &n, scores, se, ce, 1, sel_head);
-                select_blocks_ref(NULL, &CFG, qa + b * qn, &dv, &n, scores, sa, ca, 1, sel_head);
-                for (int l = 0; l < nl; l++)
-                    count(se + l * ms, ce[l], sa + l * ms, ca[l], nb, &exact, &hit);
+                const size_t cur = (size_t)(s & 1) * NREQ + b, prv = (size_t)(~s & 1) * NREQ + b;
+                int32_t *e = se + cur * nl * ms, *a = sa + cur * nl * ms;
+                const int32_t *ep = se + prv * nl * ms, *apv = sa + prv * nl * ms;
+                select_blocks_ref(NULL, &CFG, q + b * qn, &dv, &n, scores, e, ce + cur * nl, 1,
+                                  sel_head);
+                select_blocks_ref(NULL, &CFG, qa + b * qn, &dv, &n, scores, a, ca + cur * nl, 1,
+                                  sel_head);
+                for (int l = 0; l < nl; l++) {
+                    count(e + l * ms, ce[cur * nl + l], a + l * ms, ca[cur * nl + l], nb, &exact,
+                          &hit);
+                    if (s % STEPS) /* a previous step of the same request */
+                        select_persist_add(nb, CFG.sink, CFG.window, e + l * ms, ce[cur * nl + l],
+                                           a + l * ms, ca[cur * nl + l], ep + l * ms,
+                                           ce[prv * nl + l], apv + l * ms, ca[prv * nl + l],
+                                           &pers[layer]);
+                }
             }
         }
         ov[layer] = (double)hit / (double)exact;
@@ -261,7 +352,8 @@ static void check_overlap(const char *selection, int sel_head, int mode, double 
     }
     json_t *j = qs->to_json(qs->user), *spec = json_object_get(j, "speculation");
     double ov[NLAYERS];
-    achieved(qs, sel_head, rounds, ov);
+    struct select_persist pers[NLAYERS];
+    achieved(qs, sel_head, rounds, ov, pers);
     for (int l = 2; l < NLAYERS; l++) {
         json_t *e = spec_layer(spec, l);
         const double target = json_real_value(json_object_get(e, "target_overlap"));
@@ -269,6 +361,28 @@ static void check_overlap(const char *selection, int sel_head, int mode, double 
         fprintf(stderr, "%s %s layer %d: target %.3f calibration %.3f (angle %.4f) fresh %.3f\n",
                 selection, mode == LOC_SPEC_FIXED ? "fixed" : "profile", l, target, calib,
                 json_real_value(json_object_get(e, "angle")), ov[l]);
+        const struct select_persist *p = &pers[l];
+        json_t *pe = json_object_get(e, "persistence"), *tab = json_object_get(pe, "table_miss");
+        for (size_t k = 0; k < json_array_size(tab); k++)
+            fprintf(stderr, "%s%.3f", k ? " " : "    table ",
+                    json_real_value(json_array_get(tab, k)));
+        static const char *const cal[] = {"calib", "calib_gen"};
+        for (int k = 0; pe && k < 2; k++) {
+            json_t *c = json_object_get(pe, cal[k]);
+            fprintf(stderr, "\n    %s: miss %.3f wrong %.3f churn exact %.3f approx %.3f", cal[k],
+                    json_real_value(json_object_get(c, "miss")),
+                    json_real_value(json_object_get(c, "wrong")),
+                    json_real_value(json_object_get(c, "churn_exact")),
+                    json_real_value(json_object_get(c, "churn_approx")));
+        }
+        fprintf(stderr, "\n");
+        fprintf(stderr,
+                "    keyframe %.2f: miss persistence %.3f wrong %.3f churn exact %.3f approx "
+                "%.3f (steps %lld)\n",
+                json_real_value(json_object_get(e, "keyframe_steps")),
+                (double)p->missed_again / (double)p->missed,
+                (double)p->wrong_again / (double)p->wrong, p->churn_exact / (double)p->steps,
+                p->churn_approx / (double)p->steps, (long long)p->steps);
         EXPECT(e != NULL);
         if (mode == LOC_SPEC_FIXED) EXPECT_NEAR(target, overlap, 1e-12);
         EXPECT_NEAR(calib, target, TOL);
@@ -281,6 +395,94 @@ static void check_overlap(const char *selection, int sel_head, int mode, double 
     for (int l = 2; l < NLAYERS; l++)
         EXPECT_EQ_INT(json_integer_value(json_object_get(spec_layer(spec, l), "calls")),
                       rounds * STEPS * NREQ);
+    json_decref(j);
+    query_source_free(qs);
+}
+
+/* Part 4's property: on fresh requests whose exact lists churn as the measured ones did (a
+ * churn profile at the targets' churn), the approximate lists' miss persistence is within
+ * TOL_PERSIST of the measured one, their wrong persistence within TOL_WRONG, their churn beyond
+ * the exact lists' within TOL_CHURN of the measured difference, and the overlap still within
+ * TOL of its target. Fresh noise (spec_fresh, or a version-1 profile) misses that: its
+ * approximate lists churn more and fewer of its misses repeat. */
+static void test_persistence(void)
+{
+    static struct locality_profile churn;
+    struct locality_default_params dp;
+    char err[256];
+    locality_spec_profile_builtin(&g_prof);
+    const uint8_t dense[NLAYERS] = {1, 1};
+    double t[NLAYERS], ov[2][NLAYERS], kf[NLAYERS] = {0};
+    int run;
+    struct locality_spec_persist tp[NLAYERS];
+    struct select_persist pers[2][NLAYERS];
+    locality_spec_targets(&g_prof, NLAYERS, dense, BUDGET * BS, PROMPT, t, &run);
+    locality_spec_persist_targets(&g_prof, run, NLAYERS, dense, tp);
+    locality_default_params_init(&dp, NLAYERS, 11);
+    EXPECT_EQ_INT(locality_profile_default(&churn, &dp, err, sizeof err), PULSE_OK);
+    for (int l = 2; l < NLAYERS; l++)
+        for (int i = 0; i < churn.n_levels; i++)
+            churn.churn[l][i] = tp[l].churn_exact;
+    g_use_prof = 1, g_churn = &churn;
+    for (int fresh = 0; fresh < 2; fresh++) {
+        g_fresh = fresh;
+        struct query_source *qs = make_source("headwise", LOC_SPEC_PROFILE, 0, 11);
+        if (!qs) break;
+        json_t *j = qs->to_json(qs->user), *spec = json_object_get(j, "speculation");
+        EXPECT_STR_CONTAINS(json_string_value(json_object_get(spec, "persistence")),
+                            fresh ? "fresh" : "keyframes");
+        for (int l = 2; l < NLAYERS; l++) {
+            json_t *e = spec_layer(spec, l), *pe = json_object_get(e, "persistence");
+            const double K = json_real_value(json_object_get(e, "keyframe_steps"));
+            EXPECT(fresh ? K == 0.0 && !pe : K >= 0.5 && pe);
+            if (!fresh) kf[l] = K;
+            if (pe)
+                EXPECT_NEAR(json_real_value(json_object_get(pe, "target_miss")),
+                            tp[l].miss_persistence, 1e-12);
+        }
+        json_decref(j);
+        achieved(qs, SELECT_HEADWISE, 3, ov[fresh], pers[fresh]);
+        query_source_free(qs);
+    }
+    g_use_prof = g_fresh = 0, g_churn = NULL;
+    for (int l = 2; l < NLAYERS; l++) {
+        const struct locality_spec_persist *w = &tp[l];
+        double m[2], wr[2], ce[2], ca[2];
+        for (int f = 0; f < 2; f++) {
+            const struct select_persist *p = &pers[f][l];
+            m[f] = (double)p->missed_again / (double)p->missed;
+            wr[f] = (double)p->wrong_again / (double)p->wrong;
+            ce[f] = p->churn_exact / (double)p->steps, ca[f] = p->churn_approx / (double)p->steps;
+        }
+        fprintf(stderr,
+                "persistence layer %d: keyframes %.2f, overlap %.3f (target %.3f); miss %.3f "
+                "(%.3f, fresh %.3f), wrong %.3f (%.3f, fresh %.3f), churn exact %.3f (%.3f), "
+                "approx %.3f (%.3f, fresh %.3f)\n",
+                l, kf[l], ov[0][l], t[l], m[0], w->miss_persistence, m[1], wr[0],
+                w->wrong_persistence, wr[1], ce[0], w->churn_exact, ca[0], w->churn_approx, ca[1]);
+        EXPECT_NEAR(ov[0][l], t[l], TOL);
+        EXPECT_NEAR(ov[1][l], t[l], TOL);
+        EXPECT_NEAR(m[0], w->miss_persistence, TOL_PERSIST);
+        EXPECT_NEAR(wr[0], w->wrong_persistence, TOL_WRONG);
+        EXPECT_NEAR(ca[0] - ce[0], w->churn_approx - w->churn_exact, TOL_CHURN);
+        /* fresh noise: the approximate lists churn beyond the measurement's tolerance, and
+         * fewer misses repeat */
+        EXPECT(ca[1] - ce[1] > w->churn_approx - w->churn_exact + TOL_CHURN);
+        EXPECT(m[1] < w->miss_persistence - TOL_PERSIST);
+    }
+    /* a version-1 profile: fresh noise */
+    char path[1024];
+    const char *src = getenv("PULSE_SRC");
+    snprintf(path, sizeof path, "%s%s%s", src ? src : "", src ? "/" : "", PROFILE_V1_FILE);
+    EXPECT_EQ_INT(locality_spec_profile_read(path, &g_prof, err, sizeof err), PULSE_OK);
+    g_use_prof = 1;
+    struct query_source *qs = make_source("headwise", LOC_SPEC_PROFILE, 0, 11);
+    g_use_prof = 0;
+    if (!qs) return;
+    json_t *j = qs->to_json(qs->user), *spec = json_object_get(j, "speculation");
+    EXPECT_STR_CONTAINS(json_string_value(json_object_get(spec, "persistence")), "fresh");
+    for (int l = 2; l < NLAYERS; l++)
+        EXPECT(json_real_value(json_object_get(spec_layer(spec, l), "keyframe_steps")) == 0.0);
     json_decref(j);
     query_source_free(qs);
 }
@@ -412,7 +614,7 @@ out:
     query_source_free(a), query_source_free(b), query_source_free(c);
 }
 
-/* The calibration gives the same bits on 1 and 3 threads. */
+/* The calibration (angles and keyframes) gives the same bits on 1 and 3 threads. */
 static void test_calibration_threads(void)
 {
     static struct locality_profile prof;
@@ -430,9 +632,13 @@ static void test_calibration_threads(void)
     for (int k = 0; k < 2; k++) {
         struct locality_spec_params sp;
         locality_spec_params_init(&sp, &CFG, SELECT_HEADWISE, NLAYERS);
-        for (int l = 2; l < NLAYERS; l++)
+        for (int l = 2; l < NLAYERS; l++) {
             sp.target[l] = 0.5 + 0.06 * l;
+            sp.persist_target[l] = 0.1 + 0.05 * l; /* and the keyframes of part 4 */
+            sp.persist_churn[l] = l % 2 ? 0.1 : -1.0;
+        }
         sp.calib_keys = 3;
+        sp.calib_steps = 3;
         sp.calib_threads = k ? 3 : 1;
         S[k] = locality_spec_create(L, &sp, err, sizeof err);
         EXPECT(S[k] != NULL);
@@ -481,12 +687,14 @@ int main(void)
 {
     const double t0 = pulse_now();
     test_profile_file();
+    test_profile_v1();
     test_targets();
     test_exact();
     test_json();
     test_calibration_threads();
     test_determinism();
     test_overlap();
+    test_persistence();
     fprintf(stderr, "test_locality_spec: %.1f s\n", pulse_now() - t0);
     return tu_finish("test_locality_spec");
 }

@@ -821,13 +821,27 @@ static void test_cli_json(void)
                                                 0};
     static const struct cli_want ark_zc = {"arkvale+solohead+zc", "", 0,  "solohead",
                                            "zero-copy",           16, 20, 0};
+    /* a version-1 speculation profile: no persistence measured, fresh noise every step */
+    static const struct cli_want inf_m_fresh = {"infinigen+solohead+gs",
+                                                "--spec-overlap "
+                                                "tests/data/speculation_gemma3-270m_v1.json",
+                                                1,
+                                                "solohead",
+                                                "gather-scatter",
+                                                16,
+                                                20,
+                                                0};
     EXPECT(cli_json(&ark) > 0);
     EXPECT(cli_json(&inf) > cli_json(&inf_reuse));
     EXPECT(cli_json(&inf_fixed) > 0 && cli_json(&inf_exact) > 0);
-    /* the same selections one layer ahead with a perfect predictor; the approximate query's
-     * misprediction recalls more */
-    EXPECT_EQ_INT(cli_json(&ark_m), cli_json(&inf_m_exact));
-    EXPECT(cli_json(&inf_m) > cli_json(&ark_m));
+    /* the same selections one layer ahead with a perfect predictor; an approximate query whose
+     * mistakes are new every step recalls more; one whose mistakes persist as measured about as
+     * much (InfiniGen recalls its approximate lists, which churn as the exact ones:
+     * experiments/results/cpu-2026-12-04-s19/README.md) */
+    const int64_t exact = cli_json(&ark_m), persistent = cli_json(&inf_m);
+    EXPECT_EQ_INT(exact, cli_json(&inf_m_exact));
+    EXPECT(cli_json(&inf_m_fresh) > exact + exact / 10);
+    EXPECT(persistent > exact - exact / 10 && persistent < exact + exact / 10);
     EXPECT(cli_json(&ark_zc) > 0);
 }
 

@@ -648,6 +648,27 @@ static void test_approx_partial(void)
     EXPECT_EQ_INT(select_channels_build(flat, 4, 10, 1.0, c3), 10);
 }
 
+/* select_persist_add on hand-made lists: 20 blocks, sink 1, window 2 (0, 17, 18, 19 forced). */
+static void test_persist(void)
+{
+    const int32_t ep[] = {0, 3, 4, 5, 6, 17, 18, 19}, ap[] = {0, 3, 4, 8, 9, 17, 18, 19};
+    const int32_t e[] = {0, 3, 5, 6, 7, 17, 18, 19}, a[] = {0, 3, 6, 8, 10, 17, 18, 19};
+    struct select_persist p = {0};
+    select_persist_add(20, 1, 2, e, 8, a, 8, ep, 8, ap, 8, &p);
+    EXPECT_EQ_INT(p.steps, 1);
+    EXPECT_NEAR(p.churn_exact, 0.25, 1e-12); /* 7 is new */
+    EXPECT_NEAR(p.churn_approx, 0.5, 1e-12); /* 6 and 10 are new */
+    EXPECT_EQ_INT(p.missed, 2);              /* 5, 7 */
+    EXPECT_EQ_INT(p.missed_again, 1);        /* 5 was missed before */
+    EXPECT_EQ_INT(p.missed_held, 1);         /* 5 was resident, 7 was not */
+    EXPECT_EQ_INT(p.wrong, 2);               /* 8, 10 */
+    EXPECT_EQ_INT(p.wrong_again, 1);         /* 8 was wrong before */
+    /* no block chosen by score (3 blocks, all forced): nothing added */
+    const int32_t all[] = {0, 1, 2};
+    select_persist_add(3, 1, 1, all, 3, all, 3, all, 3, all, 3, &p);
+    EXPECT_EQ_INT(p.steps, 1);
+}
+
 int main(void)
 {
     model_rope_inv_freq_plain(1e6f, HD, inv_freq);
@@ -664,5 +685,6 @@ int main(void)
     test_solohead();
     test_approx_full();
     test_approx_partial();
+    test_persist();
     return tu_finish("test_select");
 }

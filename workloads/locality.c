@@ -799,6 +799,11 @@ const struct locality_params *locality_get_params(const struct locality *L)
     return &L->p;
 }
 
+const struct locality_profile *locality_get_profile(const struct locality *L)
+{
+    return &L->prof;
+}
+
 void locality_get_gen_stats(const struct locality *L, int layer, struct locality_gen_stats *out)
 {
     PULSE_CHECK(layer >= 0 && layer < L->p.n_layers, "locality_get_gen_stats: layer out of range");

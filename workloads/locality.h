@@ -246,6 +246,8 @@ void locality_stream_pos(const struct locality *L, int slot, int layer, int64_t 
                          int32_t *steps);
 /* The params L was made with (valid while L lives). */
 const struct locality_params *locality_get_params(const struct locality *L);
+/* The churn profile L draws from (its copy, valid while L lives). */
+const struct locality_profile *locality_get_profile(const struct locality *L);
 /* Digests of calibration key set `stream` (>= 0) of `layer`, the keys the churn calibration
  * selects over (no request has them), of blocks [0, ceil(n_tokens / block_size)) into entry 0
  * of dv; sel_head as for digest_build. For other calibrations (locality_spec.h). Not

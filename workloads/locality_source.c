@@ -21,6 +21,8 @@ struct locality_source {
     struct locality_spec_profile spec_prof;
     int spec_run;
     const char *spec_off; /* why spec_q is NULL */
+    int spec_fresh;       /* the noise is fresh every step */
+    struct locality_spec_persist spec_persist[LOC_MAX_LAYERS]; /* the targets, by depth */
 };
 
 #define BAD(...)                                                                                   \
@@ -103,18 +105,33 @@ static json_t *spec_json(const struct locality_source *s)
     json_t *j = s->spec ? locality_spec_to_json(s->spec) : json_object();
     json_object_set_new(j, "mode", json_string(spec_mode_names[s->spec_mode]));
     json_object_set_new(j, "spec_q", json_string(s->spec ? "perturbed" : s->spec_off));
-    if (s->spec_mode != LOC_SPEC_PROFILE) return j;
+    if (!s->spec) return j;
+    json_object_set_new(j, "persistence",
+                        json_string(s->spec_fresh ? "fresh: new noise every step"
+                                                  : "keyframes: the profile run's persistence "
+                                                    "of the misses, mapped by depth"));
     const struct locality_spec_profile *f = &s->spec_prof;
-    const struct locality_spec_run *r = &f->run[s->spec_run];
     json_object_set_new(j, "mapping",
-                        json_string("depth: sparse layer l of n takes the overlap interpolated "
-                                    "at (l + 0.5) / n between the measured layers' depths"));
-    json_t *pj = locality_spec_profile_to_json(f);
+                        json_string("depth: sparse layer l of n takes the overlap (and the "
+                                    "persistence) interpolated at (l + 0.5) / n between the "
+                                    "measured layers' depths"));
+    json_t *pj = locality_spec_profile_to_json(f), *runs = json_object_get(pj, "runs");
+    json_t *rj = json_deep_copy(json_array_get(runs, (size_t)s->spec_run));
     json_object_del(pj, "runs");
-    json_object_set_new(pj, "run",
-                        json_pack("{s:i, s:i, s:i}", "budget_tokens", r->budget_tokens,
-                                  "context_tokens", r->context_tokens, "samples", r->samples));
+    json_object_set_new(pj, "run", rj); /* the measured layers of the run the targets are from */
     json_object_set_new(j, "profile", pj);
+    /* the measured step-to-step targets beside what the calibration streams gave */
+    json_t *layers = json_object_get(j, "layers");
+    for (size_t i = 0; i < json_array_size(layers) && !s->spec_fresh; i++) {
+        json_t *e = json_array_get(layers, i);
+        const struct locality_spec_persist *t =
+            &s->spec_persist[json_integer_value(json_object_get(e, "layer"))];
+        json_t *pe = json_object_get(e, "persistence");
+        if (!pe || !t->steps) continue;
+        json_object_set_new(pe, "target_wrong", json_real(t->wrong_persistence));
+        json_object_set_new(pe, "target_churn_exact", json_real(t->churn_exact));
+        json_object_set_new(pe, "target_churn_approx", json_real(t->churn_approx));
+    }
     return j;
 }
 
@@ -210,7 +227,7 @@ static int make_spec(struct locality_source *s, const struct query_source_shape 
         BAD("speculation: unknown mode %d", p->spec_mode);
     if (p->spec_mode == LOC_SPEC_FIXED && !(p->spec_overlap >= 0.0 && p->spec_overlap <= 1.0))
         BAD("speculation: overlap %g is not in [0, 1]", p->spec_overlap);
-    if (p->spec_mode == LOC_SPEC_PROFILE) {
+    if (p->spec_mode != LOC_SPEC_EXACT) {
         if (p->spec_profile)
             s->spec_prof = *p->spec_profile;
         else
@@ -233,13 +250,21 @@ static int make_spec(struct locality_source *s, const struct query_source_shape 
     struct locality_spec_params sp;
     locality_spec_params_init(&sp, gc, sel_head, sh->n_layers);
     sp.calib_tokens = calib;
-    if (p->spec_mode == LOC_SPEC_FIXED) {
+    const int ctx = p->typical_tokens > 0 ? p->typical_tokens : calib;
+    locality_spec_targets(&s->spec_prof, sh->n_layers, sh->dense,
+                          sh->sel.budget * sh->sel.block_size, ctx, sp.target, &s->spec_run);
+    if (p->spec_mode == LOC_SPEC_FIXED)
         for (int l = 0; l < sh->n_layers; l++)
             sp.target[l] = sh->dense[l] ? -1.0 : p->spec_overlap;
-    } else {
-        const int ctx = p->typical_tokens > 0 ? p->typical_tokens : calib;
-        locality_spec_targets(&s->spec_prof, sh->n_layers, sh->dense,
-                              sh->sel.budget * sh->sel.block_size, ctx, sp.target, &s->spec_run);
+    s->spec_fresh = p->spec_fresh || !s->spec_prof.run[s->spec_run].persist_samples;
+    if (!s->spec_fresh) {
+        locality_spec_persist_targets(&s->spec_prof, s->spec_run, sh->n_layers, sh->dense,
+                                      s->spec_persist);
+        for (int l = 0; l < sh->n_layers; l++)
+            if (s->spec_persist[l].steps) {
+                sp.persist_target[l] = s->spec_persist[l].miss_persistence;
+                sp.persist_churn[l] = s->spec_persist[l].churn_exact;
+            }
     }
     if (!(s->spec = locality_spec_create(s->L, &sp, why, sizeof why))) BAD("%s", why);
     s->qs.spec_q = src_spec_q;

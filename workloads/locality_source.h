@@ -15,7 +15,7 @@ enum locality_spec_mode {
     LOC_SPEC_PROFILE = 0, /* per sparse layer the target overlap of spec_profile, mapped by
                              depth at the shape's budget and the run's context */
     LOC_SPEC_EXACT,       /* no misprediction: spec_q is NULL (a perfect predictor) */
-    LOC_SPEC_FIXED        /* spec_overlap on every sparse layer */
+    LOC_SPEC_FIXED        /* spec_overlap on every sparse layer (persistence as the profile's) */
 };
 
 struct locality_source_params {
@@ -28,6 +28,10 @@ struct locality_source_params {
     int spec_mode;      /* enum locality_spec_mode (default LOC_SPEC_PROFILE) */
     double spec_overlap;                              /* LOC_SPEC_FIXED: in [0, 1] */
     const struct locality_spec_profile *spec_profile; /* NULL: the built-in one (copied) */
+    int spec_fresh; /* 1: the approximate query's noise is fresh every step (the version-1
+                       model); 0 (default): it persists as the profile's run measured (the
+                       persistence of the misses mapped by depth; fresh where the run has none),
+                       in both the profile and the fixed mode */
 };
 
 /* PULSE_OK when prof has the shape's layers, dense exactly where the shape's are (the layers the

@@ -17,15 +17,21 @@
 #define MAX_EVALS 4
 #define MIN_LISTS 64 /* calib_queries 0: enough queries for this many exact lists */
 
+#define N_KEYFRAMES 8 /* the persistence table: keyframes every 0.5, 1, 2, .. 64 steps */
+
 enum {
-    TAG_SPEC = 0x73706563,     /* noise of (request, layer, step) */
-    TAG_SPEC_CAL = 0x73636c6e, /* calibration sample s's noise */
-    TAG_SPEC_Q = 0x73637171,   /* calibration sample s's query */
+    TAG_SPEC = 0x73706563,       /* fresh noise of (request, layer, step) */
+    TAG_SPEC_KEY = 0x73706b66,   /* keyframe noise of (request, layer, keyframe), and phase */
+    TAG_SPEC_CAL = 0x73636c6e,   /* calibration sample s's noise */
+    TAG_SPEC_Q = 0x73637171,     /* calibration sample s's query */
+    TAG_SPEC_CKEY = 0x73636b66,  /* calibration stream's keyframe noise */
+    TAG_SPEC_CZ = 0x73637a7a,    /* calibration stream's exact query steps */
+    TAG_SPEC_CHURN = 0x73636368, /* calibration stream's churn draws */
 };
 
 struct locality_spec {
     struct locality_spec_params p;
-    uint64_t seed;
+    uint64_t seed, prof_hash; /* prof_hash: the generator's churn model (spec_key) */
     int nq, hd;
     double *angle_tab, *over_tab;    /* [calib_points] */
     struct locality_spec_layer *lay; /* [n_layers] */
@@ -40,7 +46,42 @@ struct locality_spec {
 
 /* ------------------------------------------------------------------ the perturbation */
 
-static void perturb(const uint16_t *q, uint16_t *out, int nq, int hd, double a, uint64_t zs)
+/* The noise of one approximate query: element i is c0 U(s0, i) + c1 U(s1, i) (c1 = 0: U(s0, i)
+ * alone, the fresh noise). */
+struct noise {
+    uint64_t s0, s1;
+    float c0, c1;
+};
+
+static uint64_t noise_seed(uint64_t seed, uint64_t tag, uint64_t id, uint64_t a, uint64_t b)
+{
+    return pulse_seed_mix(pulse_seed_mix(seed, tag, id), a, b);
+}
+
+/* The noise of (id, layer, step) with keyframes every K steps (header comment, part 2); K <= 0:
+ * fresh noise of tag fresh. */
+static struct noise noise_of(uint64_t seed, uint64_t fresh, uint64_t key, uint64_t id, int layer,
+                             int32_t step, double K)
+{
+    if (!(K > 0.0))
+        return (struct noise){noise_seed(seed, fresh, id, (uint64_t)layer, (uint64_t)step), 0, 1.0f,
+                              0.0f};
+    const double phase =
+        0.5 * (pulse_uniform(noise_seed(seed, key, id, (uint64_t)layer, ~0ull), 0) + 1.0);
+    const double x = (double)step / K + phase, k = floor(x), w = x - k;
+    return (struct noise){noise_seed(seed, key, id, (uint64_t)layer, (uint64_t)k),
+                          noise_seed(seed, key, id, (uint64_t)layer, (uint64_t)k + 1),
+                          (float)cos(0.5 * PI_D * w), (float)sin(0.5 * PI_D * w)};
+}
+
+static float noise_at(const struct noise *n, uint64_t i)
+{
+    if (n->c1 == 0.0f) return pulse_uniform(n->s0, i);
+    return n->c0 * pulse_uniform(n->s0, i) + n->c1 * pulse_uniform(n->s1, i);
+}
+
+static void perturb(const uint16_t *q, uint16_t *out, int nq, int hd, double a,
+                    const struct noise *zn)
 {
     if (a == 0.0) {
         memcpy(out, q, sizeof(uint16_t) * (size_t)nq * hd);
@@ -64,7 +105,7 @@ static void perturb(const uint16_t *q, uint16_t *out, int nq, int hd, double a, 
         double dot = 0.0;
         for (int c = 0; c < hd; c++) {
             u[c] *= inv;
-            z[c] = pulse_uniform(zs, (uint64_t)g * hd + c);
+            z[c] = noise_at(zn, (uint64_t)g * hd + c);
             dot += (double)z[c] * u[c];
         }
         double zz = 0.0;
@@ -78,18 +119,15 @@ static void perturb(const uint16_t *q, uint16_t *out, int nq, int hd, double a, 
     }
 }
 
-static uint64_t noise_seed(uint64_t seed, uint64_t tag, uint64_t id, uint64_t a, uint64_t b)
-{
-    return pulse_seed_mix(pulse_seed_mix(seed, tag, id), a, b);
-}
-
 void locality_spec_q(struct locality_spec *S, int layer, int64_t req_id, int32_t step,
                      const uint16_t *q, uint16_t *q_out)
 {
     PULSE_CHECK(layer >= 0 && layer < S->p.n_layers, "locality_spec_q: layer out of range");
-    const double a = S->lay[layer].target < 0 ? 0.0 : S->lay[layer].angle;
-    perturb(q, q_out, S->nq, S->hd, a,
-            noise_seed(S->seed, TAG_SPEC, (uint64_t)req_id, (uint64_t)layer, (uint64_t)step));
+    const struct locality_spec_layer *y = &S->lay[layer];
+    const double a = y->target < 0 ? 0.0 : y->angle;
+    const struct noise zn =
+        noise_of(S->seed, TAG_SPEC, TAG_SPEC_KEY, (uint64_t)req_id, layer, step, y->keyframe);
+    perturb(q, q_out, S->nq, S->hd, a, &zn);
     S->calls[layer]++;
 }
 
@@ -98,6 +136,8 @@ void locality_spec_q(struct locality_spec *S, int layer, int64_t req_id, int32_t
 /* The sample and what the work items share (create only). */
 struct cal {
     struct locality_spec *S;
+    struct locality *L; /* read only: its churn profile and angle table */
+    const struct locality_profile *prof;
     struct select_cfg cfg; /* max_blocks = nb */
     int nb, nl, ms, ndh, queries, n_samples, n_tok;
     uint16_t *dig;   /* [calib_keys][nb][ndh][2][hd] */
@@ -108,6 +148,7 @@ struct cal {
     /* work items */
     int phase, n_items;
     double item_target[LOC_MAX_LAYERS]; /* phase 2: distinct targets */
+    int item_layer[LOC_MAX_LAYERS];     /* phase 3: layers with a persistence target */
     struct locality_spec_layer item_out[LOC_MAX_LAYERS];
     pthread_mutex_t mu;
     int next;
@@ -119,6 +160,11 @@ struct worker {
     uint16_t *q;
     float *scores;
     int32_t *sel, *cnt;
+    /* phase 3: a stream's unit query state and its bf16 query; the exact lists of two steps
+     * [2][nl][ms] and counts [2][nl]; the approximate lists [N_KEYFRAMES][2][nl][ms], counts */
+    float *qf;
+    uint16_t *qe;
+    int32_t *ex, *exn, *ap, *apn;
 };
 
 static struct digest_view dv_of(const struct cal *c, int s, const int32_t *zero)
@@ -145,8 +191,9 @@ static double eval_angle(struct worker *w, double a)
     const size_t qn = (size_t)S->nq * S->hd;
     int64_t hits = 0, exact = 0;
     for (int s = 0; s < c->n_samples; s++) {
-        perturb(c->base + s * qn, w->q, S->nq, S->hd, a,
-                noise_seed(S->seed, TAG_SPEC_CAL, (uint64_t)s, 0, 0));
+        const struct noise zn = {noise_seed(S->seed, TAG_SPEC_CAL, (uint64_t)s, 0, 0), 0, 1.0f,
+                                 0.0f};
+        perturb(c->base + s * qn, w->q, S->nq, S->hd, a, &zn);
         select_one(w, s, w->q, w->sel, w->cnt);
         for (int l = 0; l < c->nl; l++) {
             const size_t e = (size_t)s * c->nl + l;
@@ -196,6 +243,157 @@ static void calibrate_target(struct worker *w, double t, struct locality_spec_la
     }
 }
 
+/* q <- cos(th) q + sin(th) z, z = the part of U[-1, 1)^hd (stream zs, elements off..)
+ * orthogonal to q, normalised (the generator's step, locality.c). */
+static void stream_advance(float *q, int hd, float ca, float sa, uint64_t zs, uint64_t off)
+{
+    float z[SELECT_MAX_HEAD_DIM];
+    double dot = 0.0, zz = 0.0, qq = 0.0;
+    for (int c = 0; c < hd; c++) {
+        z[c] = pulse_uniform(zs, off + (uint64_t)c);
+        dot += (double)z[c] * q[c];
+    }
+    for (int c = 0; c < hd; c++) {
+        z[c] -= (float)dot * q[c];
+        zz += (double)z[c] * z[c];
+    }
+    const float zi = zz > 0.0 ? (float)(1.0 / sqrt(zz)) : 0.0f;
+    for (int c = 0; c < hd; c++) {
+        q[c] = ca * q[c] + sa * z[c] * zi;
+        qq += (double)q[c] * q[c];
+    }
+    const float qi = (float)(1.0 / sqrt(qq));
+    for (int c = 0; c < hd; c++)
+        q[c] *= qi;
+}
+
+/* Step t of calibration stream k's exact query at layer into w->qe: t = 0 is sample k's query
+ * (make_sample), every later step turns each KV head's query heads by the angle of churn `churn`
+ * (< 0: a churn drawn from the layer's profile, as the generator's streams do; locality.h,
+ * part 2). */
+static void stream_step(struct worker *w, int k, int layer, int t, double churn)
+{
+    const struct cal *c = w->c;
+    const struct locality_spec *S = c->S;
+    const int hd = S->hd, nkv = S->p.sel.n_kv_heads, G = S->nq / nkv;
+    const size_t qn = (size_t)S->nq * hd;
+    const float scale = sqrtf((float)hd) * locality_get_params(c->L)->q_scale;
+    if (t == 0) {
+        const uint16_t *b = c->base + (size_t)k * c->queries * qn;
+        for (int g = 0; g < S->nq; g++) {
+            double ss = 0.0;
+            for (int d = 0; d < hd; d++) {
+                const float v = bf16_to_f32(b[(size_t)g * hd + d]);
+                w->qf[(size_t)g * hd + d] = v, ss += (double)v * v;
+            }
+            const float inv = (float)(1.0 / sqrt(ss));
+            for (int d = 0; d < hd; d++)
+                w->qf[(size_t)g * hd + d] *= inv;
+        }
+    } else {
+        const uint64_t zs = noise_seed(S->seed, TAG_SPEC_CZ, (uint64_t)k, (uint64_t)layer, t);
+        const uint64_t ts = noise_seed(S->seed, TAG_SPEC_CHURN, (uint64_t)k, (uint64_t)layer, t);
+        for (int h = 0; h < nkv; h++) {
+            double th = PI_D / 2;
+            if (churn >= 0)
+                th = locality_theta_for_churn(c->L, churn);
+            else if (!c->prof->dense[layer])
+                th = locality_theta_for_churn(
+                    c->L, locality_profile_quantile(c->prof, layer,
+                                                    0.5 * (pulse_uniform(ts, (uint64_t)h) + 1.0)));
+            const float ca = (float)cos(th), sa = (float)sin(th);
+            for (int g = h * G; g < (h + 1) * G; g++)
+                stream_advance(w->qf + (size_t)g * hd, hd, ca, sa, zs, (uint64_t)g * hd);
+        }
+    }
+    for (size_t i = 0; i < qn; i++)
+        w->qe[i] = f32_to_bf16(w->qf[i] * scale);
+}
+
+/* The calibration streams of layer (exact churn `churn`, as stream_step) at angle a with
+ * keyframes every K[j] steps (j < nk): per spacing the step-to-step counts (acc[j]) and the
+ * overlap counts (hit[j] of exact[j]). The exact stream and the noise are the same for every
+ * spacing. */
+static void eval_streams(struct worker *w, int layer, double churn, double a, const double *K,
+                         int nk, struct select_persist *acc, int64_t *hit, int64_t *exact)
+{
+    const struct cal *c = w->c;
+    const struct locality_spec *S = c->S;
+    const int nl = c->nl, ms = c->ms, sink = c->cfg.sink, win = c->cfg.window;
+    const size_t L2 = (size_t)nl * ms;
+    for (int j = 0; j < nk; j++)
+        acc[j] = (struct select_persist){0}, hit[j] = exact[j] = 0;
+    for (int k = 0; k < S->p.calib_keys; k++) {
+        const int s = k * c->queries; /* key set k's sample */
+        for (int t = 0; t <= S->p.calib_steps; t++) {
+            const int cur = t & 1, prv = cur ^ 1;
+            stream_step(w, k, layer, t, churn);
+            int32_t *ex = w->ex + cur * L2, *exn = w->exn + cur * nl;
+            const int32_t *ep = w->ex + prv * L2, *epn = w->exn + prv * nl;
+            select_one(w, s, w->qe, ex, exn);
+            for (int j = 0; j < nk; j++) {
+                const struct noise zn =
+                    noise_of(S->seed, TAG_SPEC_CAL, TAG_SPEC_CKEY, (uint64_t)k, layer, t, K[j]);
+                perturb(w->qe, w->q, S->nq, S->hd, a, &zn);
+                int32_t *ap = w->ap + (2 * (size_t)j + cur) * L2,
+                        *apn = w->apn + (2 * (size_t)j + cur) * nl;
+                const int32_t *pp = w->ap + (2 * (size_t)j + prv) * L2,
+                              *ppn = w->apn + (2 * (size_t)j + prv) * nl;
+                select_one(w, s, w->q, ap, apn);
+                for (int l = 0; l < nl; l++) {
+                    int n;
+                    hit[j] += select_overlap(c->nb, sink, win, ex + l * ms, exn[l], ap + l * ms,
+                                             apn[l], &n);
+                    exact[j] += n;
+                    if (t > 0)
+                        select_persist_add(c->nb, sink, win, ex + l * ms, exn[l], ap + l * ms,
+                                           apn[l], ep + l * ms, epn[l], pp + l * ms, ppn[l],
+                                           &acc[j]);
+                }
+            }
+        }
+    }
+}
+
+static double miss_persistence(const struct select_persist *p)
+{
+    return p->missed ? (double)p->missed_again / (double)p->missed : 0.0;
+}
+
+/* The keyframe spacing of layer for its persistence target (header comment, part 4). */
+static void calibrate_persist(struct worker *w, int layer)
+{
+    struct locality_spec_layer *y = &w->c->S->lay[layer];
+    if (!(y->angle > 0.0)) return; /* the exact query: nothing to miss (fresh noise) */
+    double K[N_KEYFRAMES], P[N_KEYFRAMES], logk;
+    struct select_persist acc[N_KEYFRAMES];
+    int64_t hit[N_KEYFRAMES], ex[N_KEYFRAMES];
+    for (int j = 0; j < N_KEYFRAMES; j++)
+        K[j] = ldexp(0.5, j);
+    const double churn = w->c->S->p.persist_churn[layer];
+    eval_streams(w, layer, churn, y->angle, K, N_KEYFRAMES, acc, hit, ex);
+    for (int j = 0; j < N_KEYFRAMES; j++) /* non-decreasing */
+        y->persist_table[j] = P[j] = PULSE_MAX(miss_persistence(&acc[j]), j ? P[j - 1] : 0.0);
+    const double t = y->persist_target;
+    if (t <= P[0]) {
+        logk = -1.0, y->persist_clipped = t < P[0];
+    } else if (t >= P[N_KEYFRAMES - 1]) {
+        logk = N_KEYFRAMES - 2, y->persist_clipped = t > P[N_KEYFRAMES - 1];
+    } else {
+        int j = 1;
+        while (P[j] < t)
+            j++;
+        logk = j - 2 + (t - P[j - 1]) / (P[j] - P[j - 1]);
+    }
+    y->keyframe = exp2(logk);
+    eval_streams(w, layer, churn, y->angle, &y->keyframe, 1, &y->calib, hit, ex);
+    y->calib_overlap = ex[0] ? (double)hit[0] / (double)ex[0] : 1.0;
+    if (churn >= 0) /* and at the generator's churn of the layer */
+        eval_streams(w, layer, -1.0, y->angle, &y->keyframe, 1, &y->calib_gen, hit, ex);
+    else
+        y->calib_gen = y->calib;
+}
+
 static void do_item(struct worker *w, int i)
 {
     struct cal *c = w->c;
@@ -206,8 +404,10 @@ static void do_item(struct worker *w, int i)
                    c->ex_cnt + (size_t)i * c->nl);
     else if (c->phase == 1)
         S->over_tab[i + 1] = eval_angle(w, S->angle_tab[i + 1]);
-    else
+    else if (c->phase == 2)
         calibrate_target(w, c->item_target[i], &c->item_out[i]);
+    else
+        calibrate_persist(w, c->item_layer[i]);
 }
 
 static void *work(void *arg)
@@ -290,12 +490,21 @@ static size_t cal_carve(struct cal *c, int T, char *base, struct worker *ws)
     t.base = mem_carve(&m, (size_t)c->n_samples * qn * 2);
     t.ex_sel = mem_carve(&m, (size_t)c->n_samples * c->nl * c->ms * 4);
     t.ex_cnt = mem_carve(&m, (size_t)c->n_samples * c->nl * 4);
+    const size_t L2 = (size_t)c->nl * c->ms;
     for (int k = 0; k < T; k++) {
-        struct worker w = {c, NULL, NULL, NULL, NULL};
+        struct worker w;
+        memset(&w, 0, sizeof w);
+        w.c = c;
         w.q = mem_carve(&m, qn * 2);
         w.scores = mem_carve(&m, (size_t)c->nl * c->nb * 4);
-        w.sel = mem_carve(&m, (size_t)c->nl * c->ms * 4);
+        w.sel = mem_carve(&m, L2 * 4);
         w.cnt = mem_carve(&m, (size_t)c->nl * 4);
+        w.qf = mem_carve(&m, qn * 4);
+        w.qe = mem_carve(&m, qn * 2);
+        w.ex = mem_carve(&m, 2 * L2 * 4);
+        w.exn = mem_carve(&m, 2 * (size_t)c->nl * 4);
+        w.ap = mem_carve(&m, 2 * N_KEYFRAMES * L2 * 4);
+        w.apn = mem_carve(&m, 2 * N_KEYFRAMES * (size_t)c->nl * 4);
         if (base) ws[k] = w;
     }
     if (base) {
@@ -321,6 +530,8 @@ static int calibrate(struct locality_spec *S, struct locality *L, char *err, siz
     if (!c) goto oom;
     memset(c, 0, sizeof *c);
     c->S = S;
+    c->L = L;
+    c->prof = locality_get_profile(L);
     c->n_tok = p->calib_tokens;
     c->nb = PULSE_CEIL_DIV(p->calib_tokens, p->sel.block_size);
     c->cfg = p->sel;
@@ -356,13 +567,23 @@ static int calibrate(struct locality_spec *S, struct locality *L, char *err, siz
         for (int j = 1; j < J; j++) /* non-increasing */
             S->over_tab[j] = PULSE_MIN(S->over_tab[j], S->over_tab[j - 1]);
         run_phase(c, ws, T, 2, n_targets);
-        pthread_mutex_destroy(&c->mu);
-        S->threads = T;
     }
+    int n_persist = 0;
     for (int l = 0; l < p->n_layers; l++) {
-        S->lay[l] = (struct locality_spec_layer){-1.0, 0.0, 0.0, 0, 0};
+        memset(&S->lay[l], 0, sizeof S->lay[l]);
+        S->lay[l].target = -1.0;
         for (int i = 0; i < n_targets && p->target[l] >= 0; i++)
             if (c->item_target[i] == p->target[l]) S->lay[l] = c->item_out[i];
+        S->lay[l].persist_target = -1.0;
+        if (p->target[l] >= 0 && p->persist_target[l] >= 0) {
+            S->lay[l].persist_target = p->persist_target[l];
+            c->item_layer[n_persist++] = l;
+        }
+    }
+    if (n_sparse) {
+        run_phase(c, ws, T, 3, n_persist);
+        pthread_mutex_destroy(&c->mu);
+        S->threads = T;
     }
     mem_free(MEM_HOST, m, bytes);
     mem_free(MEM_HOST, c, sizeof *c);
@@ -380,7 +601,7 @@ oom:
  * zeroed before it is filled, so memcmp compares it. */
 struct spec_key {
     struct locality_spec_params p;
-    uint64_t seed;
+    uint64_t seed, prof_hash;
     int key_dirs;
     float key_noise, key_strength_sigma, q_scale;
 };
@@ -406,6 +627,10 @@ static void key_of(const struct locality_spec *S, const struct locality *L, stru
     memcpy(k->p.target, S->p.target, sizeof k->p.target);
     k->p.calib_tokens = S->p.calib_tokens, k->p.calib_keys = S->p.calib_keys;
     k->p.calib_queries = S->p.calib_queries, k->p.calib_points = S->p.calib_points;
+    memcpy(k->p.persist_target, S->p.persist_target, sizeof k->p.persist_target);
+    memcpy(k->p.persist_churn, S->p.persist_churn, sizeof k->p.persist_churn);
+    k->p.calib_steps = S->p.calib_steps;
+    k->prof_hash = S->prof_hash;
     k->seed = lp->seed, k->key_dirs = lp->key_dirs, k->key_noise = lp->key_noise;
     k->key_strength_sigma = lp->key_strength_sigma, k->q_scale = lp->q_scale;
 }
@@ -453,6 +678,34 @@ void locality_spec_params_init(struct locality_spec_params *p, const struct sele
     p->calib_keys = 16;
     p->calib_queries = 0;
     p->calib_points = 16;
+    for (int l = 0; l < LOC_MAX_LAYERS; l++)
+        p->persist_target[l] = p->persist_churn[l] = -1.0;
+    p->calib_steps = 8;
+}
+
+/* FNV-1a of n bytes into h. */
+static uint64_t fnv(uint64_t h, const void *v, size_t n)
+{
+    const unsigned char *b = v;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* What the persistence calibration's exact streams depend on besides the key model: the
+ * generator's churn profile (levels, quantiles, dense layers) and its angle table. */
+static uint64_t churn_model_hash(const struct locality *L)
+{
+    const struct locality_profile *f = locality_get_profile(L);
+    struct locality_calib cal;
+    locality_get_calib(L, &cal);
+    uint64_t h = fnv(0xcbf29ce484222325ull, &f->n_levels, sizeof f->n_levels);
+    h = fnv(h, f->levels, sizeof(double) * (size_t)f->n_levels);
+    for (int l = 0; l < f->n_layers; l++)
+        h = fnv(h, f->churn[l], sizeof(double) * (size_t)f->n_levels);
+    h = fnv(h, f->dense, (size_t)f->n_layers);
+    h = fnv(h, cal.theta, sizeof(double) * (size_t)cal.n);
+    return fnv(h, cal.churn, sizeof(double) * (size_t)cal.n);
 }
 
 static const char *params_why(const struct locality_spec_params *p, const struct locality *L)
@@ -464,8 +717,14 @@ static const char *params_why(const struct locality_spec_params *p, const struct
         p->sel.head_dim != lp->sel.head_dim || p->sel.block_size != lp->sel.block_size)
         return "sel's heads, head_dim and block size must be the generator's";
     if (p->n_layers != lp->n_layers) return "n_layers must be the generator's";
-    for (int l = 0; l < p->n_layers; l++)
+    for (int l = 0; l < p->n_layers; l++) {
         if (!(p->target[l] < 0 || p->target[l] <= 1.0)) return "a target is above 1";
+        if (!(p->persist_target[l] < 0 || p->persist_target[l] <= 1.0))
+            return "a persistence target is above 1";
+        if (!(p->persist_churn[l] < 0 || p->persist_churn[l] <= 1.0))
+            return "a persistence churn is above 1";
+    }
+    if (p->calib_steps < 2 || p->calib_steps > 64) return "calib_steps must be in 2..64";
     if (p->calib_tokens < 1 ||
         PULSE_CEIL_DIV(p->calib_tokens, p->sel.block_size) > SELECT_MAX_BLOCKS)
         return "calib_tokens must be >= 1 and its blocks <= SELECT_MAX_BLOCKS";
@@ -495,6 +754,7 @@ struct locality_spec *locality_spec_create(struct locality *L, const struct loca
     memset(S, 0, sizeof *S);
     S->p = *p;
     S->seed = locality_get_params(L)->seed;
+    S->prof_hash = churn_model_hash(L);
     S->nq = p->sel.n_heads, S->hd = p->sel.head_dim;
     const size_t J = (size_t)p->calib_points, nl = (size_t)p->n_layers;
     const size_t sz[] = {J * 8, J * 8, nl * sizeof(struct locality_spec_layer), nl * 8};
@@ -542,6 +802,16 @@ void locality_spec_get_layer(const struct locality_spec *S, int layer,
     *out = S->lay[layer];
 }
 
+/* The means of p: {"steps", "miss", "wrong", "churn_exact", "churn_approx"}. */
+static json_t *persist_json(const struct select_persist *p)
+{
+    const double n = p->steps ? (double)p->steps : 1.0;
+    return json_pack("{s:I, s:f, s:f, s:f, s:f}", "steps", (json_int_t)p->steps, "miss",
+                     miss_persistence(p), "wrong",
+                     p->wrong ? (double)p->wrong_again / (double)p->wrong : 0.0, "churn_exact",
+                     p->churn_exact / n, "churn_approx", p->churn_approx / n);
+}
+
 json_t *locality_spec_to_json(const struct locality_spec *S)
 {
     const struct locality_spec_params *p = &S->p;
@@ -553,19 +823,44 @@ json_t *locality_spec_to_json(const struct locality_spec *S)
     for (int l = 0; l < p->n_layers; l++) {
         const struct locality_spec_layer *y = &S->lay[l];
         if (y->target < 0) continue;
-        json_array_append_new(
-            layers, json_pack("{s:i, s:f, s:f, s:f, s:b, s:i, s:I}", "layer", l, "target_overlap",
+        json_t *e = json_pack("{s:i, s:f, s:f, s:f, s:b, s:i, s:I}", "layer", l, "target_overlap",
                               y->target, "angle", y->angle, "calib_overlap", y->achieved, "clipped",
-                              y->clipped, "evals", y->evals, "calls", (json_int_t)S->calls[l]));
+                              y->clipped, "evals", y->evals, "calls", (json_int_t)S->calls[l]);
+        json_object_set_new(e, "keyframe_steps", json_real(y->keyframe));
+        if (y->persist_target >= 0) {
+            json_t *tab = json_array();
+            for (int j = 0; j < N_KEYFRAMES; j++)
+                json_array_append_new(tab, json_real(y->persist_table[j]));
+            json_t *pe = json_pack("{s:f, s:f, s:b, s:o, s:o, s:o}", "target_miss",
+                                   y->persist_target, "churn", p->persist_churn[l], "clipped",
+                                   y->persist_clipped, "calib", persist_json(&y->calib),
+                                   "calib_gen", persist_json(&y->calib_gen), "table_miss", tab);
+            json_object_set_new(json_object_get(pe, "calib"), "overlap",
+                                json_real(y->calib_overlap));
+            json_object_set_new(e, "persistence", pe);
+        }
+        json_array_append_new(layers, e);
     }
+    json_t *kf = json_array();
+    for (int j = 0; j < N_KEYFRAMES; j++)
+        json_array_append_new(kf, json_real(ldexp(0.5, j)));
     json_t *cal =
         json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:b, s:f, s:f, s:o, s:o}", "selection",
                   p->sel_head == SELECT_MEAN ? "mean" : "headwise", "tokens", p->calib_tokens,
                   "keys", p->calib_keys, "queries", S->queries, "points", p->calib_points,
                   "threads", S->threads, "reused", S->reused, "seconds", S->seconds,
                   "refine_tolerance", REFINE_TOL, "angle", ang, "overlap", ov);
-    return json_pack("{s:s, s:o, s:o}", "perturbation",
-                     "q_g -> |q_g| (cos(a) u + sin(a) z), z orthogonal noise of (request, layer, "
-                     "step); a per layer from calibration",
-                     "calibration", cal, "layers", layers);
+    json_object_set_new(cal, "persistence",
+                        json_pack("{s:i, s:i, s:o}", "streams", p->calib_keys, "steps",
+                                  p->calib_steps, "keyframe_steps", kf));
+    return json_pack(
+        "{s:s, s:s, s:o, s:o}", "perturbation",
+        "q_g -> |q_g| (cos(a) u + sin(a) z), z the part orthogonal to u of noise of (request, "
+        "layer, step); a per layer from calibration",
+        "noise",
+        "keyframe_steps K > 0: keyframe noises e_k of (request, layer, k), z from cos(pi w / 2) "
+        "e_k + sin(pi w / 2) e_(k+1) at x = step / K + phase(request, layer) = k + w, K per "
+        "layer calibrated to the target persistence of the misses; K = 0: fresh noise of "
+        "(request, layer, step)",
+        "calibration", cal, "layers", layers);
 }

@@ -8,15 +8,24 @@
  * approximate query's whole list; a layer's overlap pools the counts of its lists and steps
  * (pulse accuracy's speculation_hit_rate, accuracy/sparse_attn.c's measure_speculation).
  *
- * 1. Profile (JSON, version 1): what pulse accuracy measured, per (budget, context) run, per
- *    layer of the measured model:
- *      {"format": "pulse-speculation-profile", "version": 1, "source": "measured",
+ * 1. Profile (JSON, version 2; version 1 is read too): what pulse accuracy measured, per
+ *    (budget, context) run, per layer of the measured model:
+ *      {"format": "pulse-speculation-profile", "version": 2, "source": "measured",
  *       "model": "gemma3-270m-q4_k_m", "n_layers": 18, "policy": "infinigen",
  *       "selection": "headwise", "block_size": 16, "mapping": "depth",
  *       "provenance": {"machine": .., "date": .., "commit": .., "command": .., "results": ..},
  *       "runs": [{"budget_tokens": 2048, "context_tokens": 8192, "samples": 6,
- *                 "layers": [{"layer": 5, "exact": 11904, "hit": 10827, "overlap": 0.9095}]}]}
- *    overlap must equal hit / exact. Unknown keys are rejected. The built-in profile
+ *                 "persistence_samples": 4,
+ *                 "layers": [{"layer": 5, "exact": 11904, "hit": 10827, "overlap": 0.9095,
+ *                             "persistence": {"steps": 124, "churn_exact": 0.12,
+ *                               "churn_approx": 0.13, "missed": 1500, "missed_again": 520,
+ *                               "miss_persistence": 0.3467, "wrong": 1500, "wrong_again": 500,
+ *                               "wrong_persistence": 0.3333}}]}]}
+ *    overlap must equal hit / exact, the persistences their ratios (select.h's select_persist:
+ *    the step-to-step behaviour of the lists, pulse accuracy's speculation[].per_layer[]).
+ *    "persistence_samples" (version 2, optional: a run measured before has none) says that
+ *    every layer of the run has "persistence", measured on that many samples. Unknown keys are
+ *    rejected (version 1 knows neither persistence key). The built-in profile
  *    (locality_spec_profile_builtin) is workloads/profiles/speculation_gemma3-270m.json, which a
  *    test compares with it.
  *    Targets for a model with other layers (locality_spec_targets): the run whose budget is
@@ -26,9 +35,16 @@
  *    and the last): mapping "depth".
  *
  * 2. Perturbation (locality_spec_q): per query head g, with q_g's norm r and direction u, and z
- *    the part orthogonal to u of U[-1, 1)^hd counter-RNG elements seeded by (seed, request,
- *    layer, step), normalised: q_out_g = bf16(r (cos(a) u + sin(a) z)); a = 0 copies q. The
- *    angle a of each layer comes from calibration.
+ *    the part orthogonal to u of a noise vector v, normalised: q_out_g = bf16(r (cos(a) u +
+ *    sin(a) z)); a = 0 copies q. The angle a of each layer comes from calibration. The noise:
+ *    with keyframe spacing K > 0 (steps), keyframe noises e_k = U[-1, 1) counter-RNG elements
+ *    of (seed, request, layer, k), x = step / K + phase (phase in [0, 1) of (seed, request,
+ *    layer)) = k + w, v = cos(pi w / 2) e_k + sin(pi w / 2) e_(k+1): a noise that turns slowly
+ *    (consecutive steps correlate by about cos(pi / (2K)); K <= 0.5: independent), so the
+ *    approximate list's mistakes persist over steps as a real approximate query's do. K = 0:
+ *    v = U[-1, 1) elements of (seed, request, layer, step), fresh every step (the model before
+ *    version 2 of the profile, kept where no persistence was measured). Either way a pure
+ *    function of (request, layer, step, q), two counter draws per element at most.
  *
  * 3. Calibration (locality_spec_create): calib_keys key sets (the churn calibration's, key set r
  *    on the r-th sparse layer, at calib_tokens) x calib_queries random queries each (unit
@@ -42,8 +58,26 @@
  *    list per KV head, which is also what a SoloHead list is; SELECT_MEAN: one list from every
  *    head). Work items (angles, then layers) run on calib_threads threads, each result from
  *    its item alone: the same bits for any thread count. The process keeps its last 8
- *    calibrations and reuses one of the same params and key model (threads aside) unless the
- *    generator's calib_fresh is set.
+ *    calibrations and reuses one of the same params and key and churn model (threads aside)
+ *    unless the generator's calib_fresh is set.
+ *
+ * 4. Persistence (calibration, after the angles): per layer with a persist_target, calib_keys
+ *    streams of calib_steps + 1 steps: stream k starts at key set k's first query and turns as
+ *    the generator's streams do (locality.h, part 2) at the churn persist_churn (the exact
+ *    lists' churn of the measurement; < 0: the generator's profile of the layer); every step's
+ *    exact selection against the approximate ones at the layer's angle with keyframes every
+ *    K_j = 0.5 * 2^j steps (j < 8, the same noise and streams for all), counted by
+ *    select_persist_add. The miss persistence over K_j (made non-decreasing) is inverted at the
+ *    target (linear in log2 K; outside the table the nearest end, counted as clipped); the
+ *    streams are run again at that K, at persist_churn and at the generator's churn, for the
+ *    description. The spacing is what carries over to a run whose churn differs from the
+ *    measurement's: a real approximate query's error drifts with the hidden state at its own
+ *    pace, whatever the exact lists' churn. What the measured Gemma 3 270M lists show (issue
+ *    34; experiments/results/cpu-2026-12-04-s19/): the approximate lists churn as the exact ones
+ *    (within 0.02) and 23-45% of the misses repeat the step before's, which slow noise gives
+ *    (K of 2-5 steps: miss persistence within 0.05, wrong persistence within 0.07, churn beyond
+ *    the exact lists' within 0.03, tests/test_locality_spec.c) and fresh noise does not (its
+ *    approximate lists churn 0.05-0.1 more, 10-18% of its misses repeat).
  *
  * Ownership: a handle owns its memory (mem_alloc, at create); locality_spec_q allocates nothing
  * and writes only (layer)'s counter, so it runs on several threads at once on different
@@ -63,16 +97,31 @@
 
 /* ================================================================== profile */
 
+/* The step-to-step behaviour of one layer's lists (select.h's select_persist): steps = 0 when
+ * none was measured. */
+struct locality_spec_persist {
+    int64_t steps;                    /* list-steps with a previous step */
+    double churn_exact, churn_approx; /* mean churn of the exact and the approximate lists */
+    int64_t missed, missed_again;     /* the exact blocks the approximate list missed; also
+                                         missed the step before */
+    int64_t wrong, wrong_again;       /* the approximate list's blocks not exact; also wrong
+                                         the step before */
+    double miss_persistence;          /* missed_again / missed */
+    double wrong_persistence;         /* wrong_again / wrong */
+};
+
 struct locality_spec_point {
     int layer;      /* of the measured model */
     int64_t exact;  /* the exact query's blocks chosen by score, summed */
     int64_t hit;    /* of those, in the approximate list */
     double overlap; /* hit / exact */
+    struct locality_spec_persist persist; /* version 2, optional */
 };
 
 struct locality_spec_run {
     int budget_tokens, context_tokens; /* the run's budget and the set's length */
     int samples;                       /* samples behind the counts */
+    int persist_samples;               /* samples behind every point's persist; 0: none */
     int n_points;
     struct locality_spec_point point[LOC_SPEC_MAX_POINTS]; /* layers ascending */
 };
@@ -80,6 +129,7 @@ struct locality_spec_run {
 /* Plain data (~35 KB: keep it off small stacks). */
 struct locality_spec_profile {
     char source[32], model[64], policy[32], selection[16], mapping[16];
+    int version;  /* of the file it was read from (1 or 2); written as 2 */
     int n_layers; /* the measured model's */
     int block_size;
     char machine[128], date[32], commit[48], command[1024], results[256]; /* provenance */
@@ -104,6 +154,11 @@ json_t *locality_spec_profile_to_json(const struct locality_spec_profile *p);
 void locality_spec_targets(const struct locality_spec_profile *p, int n_layers,
                            const uint8_t *dense, int budget_tokens, int context_tokens,
                            double *target, int *run);
+/* Per layer of a model of n_layers, the step-to-step behaviour of p's run `run` mapped by depth
+ * as the overlaps (every ratio interpolated; counts and steps those of the nearest measured
+ * layer); out[l].steps = 0 for dense layers and when the run has none (persist_samples 0). */
+void locality_spec_persist_targets(const struct locality_spec_profile *p, int run, int n_layers,
+                                   const uint8_t *dense, struct locality_spec_persist *out);
 
 /* ================================================================== calibrated perturbation */
 
@@ -118,6 +173,13 @@ struct locality_spec_params {
                                       64 exact lists, at least 2 */
     int calib_points;              /* J, angles in the table (default 16), 3..64 */
     int calib_threads;             /* 0 (default): the online CPUs, at most 16 */
+    /* persistence of the misses per layer in [0, 1] (header comment, part 4); < 0 (default):
+     * fresh noise every step (the version-1 model) */
+    double persist_target[LOC_MAX_LAYERS];
+    /* the exact lists' churn it was measured at: the calibration streams' (< 0, default: the
+     * generator's profile of the layer) */
+    double persist_churn[LOC_MAX_LAYERS];
+    int calib_steps; /* steps of each calibration stream (default 8), 2..64 */
 };
 
 /* What calibration gave one layer. */
@@ -127,6 +189,15 @@ struct locality_spec_layer {
     double achieved; /* pooled overlap over the calibration sample at angle */
     int clipped;     /* the target is below the table's least overlap */
     int evals;       /* evaluations it took */
+    /* persistence (part 4): the target (< 0: fresh noise), the keyframe spacing in steps (0:
+     * fresh noise), what the calibration streams gave at it, and whether the target lies
+     * outside the table (the nearest end is used) */
+    double persist_target, keyframe;
+    struct select_persist calib;     /* summed over the calibration streams (persist_churn) */
+    struct select_persist calib_gen; /* the same at the generator's churn of the layer */
+    double calib_overlap;            /* the streams' overlap at (angle, keyframe) */
+    double persist_table[8];         /* miss persistence at keyframes 0.5 * 2^j */
+    int persist_clipped;
 };
 
 struct locality_spec;

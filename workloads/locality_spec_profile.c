@@ -9,7 +9,7 @@
 #include "results.h"
 
 #define SPEC_FORMAT "pulse-speculation-profile"
-#define SPEC_VERSION 1
+#define SPEC_VERSION 2 /* written; 1 and 2 read */
 
 static void copy_str(char *dst, size_t cap, const char *src)
 {
@@ -31,9 +31,41 @@ static const struct {
     {2048, 8192, 6, {23808, 23808, 23808}, {20236, 20789, 22327}},
 };
 
+/* The step-to-step behaviour of the same runs' lists, measured later (the persistence
+ * columns of experiments/results/cpu-2026-12-04-s19/README.md): per run the samples, per layer
+ * list-steps, mean churn of the exact and the approximate lists, missed, missed again, wrong,
+ * wrong again. */
+struct k_layer_persist {
+    int64_t steps;
+    double churn_exact, churn_approx;
+    int64_t missed, missed_again, wrong, wrong_again;
+};
+static const struct {
+    int samples;
+    struct k_layer_persist l[3];
+} k_persist[] = {
+    {7,
+     {{210, 0.176190476, 0.183184524, 2260, 822, 2260, 753},
+      {210, 0.110639881, 0.13266369, 1804, 727, 1804, 723},
+      {210, 0.1328125, 0.1171875, 937, 225, 937, 191}}},
+    {7,
+     {{210, 0.128571429, 0.145386905, 3260, 1123, 3260, 1087},
+      {210, 0.0819196429, 0.101488095, 2523, 918, 2523, 917},
+      {210, 0.08046875, 0.076078869, 1208, 281, 1208, 293}}},
+    {4,
+     {{120, 0.1859375, 0.192057292, 1487, 597, 1487, 622},
+      {120, 0.109895833, 0.127994792, 1054, 473, 1054, 430},
+      {120, 0.124739583, 0.1046875, 705, 261, 705, 274}}},
+    {4,
+     {{120, 0.162109375, 0.169856771, 2468, 976, 2468, 986},
+      {120, 0.105013021, 0.122395833, 2019, 847, 2019, 904},
+      {120, 0.0904296875, 0.0814453125, 916, 329, 916, 316}}},
+};
+
 void locality_spec_profile_builtin(struct locality_spec_profile *out)
 {
     memset(out, 0, sizeof *out);
+    out->version = SPEC_VERSION;
     copy_str(out->source, sizeof out->source, "measured");
     copy_str(out->model, sizeof out->model, "gemma3-270m-q4_k_m");
     copy_str(out->policy, sizeof out->policy, "infinigen");
@@ -54,9 +86,13 @@ void locality_spec_profile_builtin(struct locality_spec_profile *out)
              "full,infinigen --budgets 1024,2048 --samples S --calib-samples 0 --max-gen 32 "
              "--time-limit 780 --out accuracy_L.json (MODEL: gemma3-270m-q4_k_m.gguf, sha256 "
              "a5fd3b62...6818, scripts/setup-model.sh); overlap = "
-             "speculation[].per_layer[].hit / exact");
+             "speculation[].per_layer[].hit / exact; persistence (runs[].persistence_samples, "
+             "layers[].persistence): the same commands at 72f18321 (2026-12-04/05, same "
+             "machine) with --samples 4 (4096) and 2 (8192) --time-limit 690; select_persist = "
+             "speculation[].per_layer[]");
     copy_str(out->results, sizeof out->results,
-             "experiments/results/cpu-2026-12-04-s19/accuracy_4096.json, accuracy_8192.json");
+             "experiments/results/cpu-2026-12-04-s19/accuracy_4096.json, accuracy_8192.json; "
+             "persistence: persist_4096.json, persist_8192.json");
     out->n_runs = (int)PULSE_ARRAY_LEN(k_runs);
     for (int r = 0; r < out->n_runs; r++) {
         struct locality_spec_run *u = &out->run[r];
@@ -66,12 +102,39 @@ void locality_spec_profile_builtin(struct locality_spec_profile *out)
         u->n_points = (int)PULSE_ARRAY_LEN(k_layers);
         for (int i = 0; i < u->n_points; i++)
             u->point[i] =
-                (struct locality_spec_point){k_layers[i], k_runs[r].exact[i], k_runs[r].hit[i],
-                                             (double)k_runs[r].hit[i] / (double)k_runs[r].exact[i]};
+                (struct locality_spec_point){k_layers[i],
+                                             k_runs[r].exact[i],
+                                             k_runs[r].hit[i],
+                                             (double)k_runs[r].hit[i] / (double)k_runs[r].exact[i],
+                                             {0}};
+        u->persist_samples = k_persist[r].samples;
+        for (int i = 0; i < u->n_points && u->persist_samples; i++) {
+            const struct k_layer_persist *m = &k_persist[r].l[i];
+            u->point[i].persist =
+                (struct locality_spec_persist){m->steps,
+                                               m->churn_exact,
+                                               m->churn_approx,
+                                               m->missed,
+                                               m->missed_again,
+                                               m->wrong,
+                                               m->wrong_again,
+                                               (double)m->missed_again / (double)m->missed,
+                                               (double)m->wrong_again / (double)m->wrong};
+        }
     }
 }
 
 /* ------------------------------------------------------------------ JSON */
+
+static json_t *persist_to_json(const struct locality_spec_persist *q)
+{
+    return json_pack("{s:I, s:f, s:f, s:I, s:I, s:f, s:I, s:I, s:f}", "steps", (json_int_t)q->steps,
+                     "churn_exact", q->churn_exact, "churn_approx", q->churn_approx, "missed",
+                     (json_int_t)q->missed, "missed_again", (json_int_t)q->missed_again,
+                     "miss_persistence", q->miss_persistence, "wrong", (json_int_t)q->wrong,
+                     "wrong_again", (json_int_t)q->wrong_again, "wrong_persistence",
+                     q->wrong_persistence);
+}
 
 json_t *locality_spec_profile_to_json(const struct locality_spec_profile *p)
 {
@@ -79,14 +142,20 @@ json_t *locality_spec_profile_to_json(const struct locality_spec_profile *p)
     for (int r = 0; r < p->n_runs; r++) {
         const struct locality_spec_run *u = &p->run[r];
         json_t *layers = json_array();
-        for (int i = 0; i < u->n_points; i++)
-            json_array_append_new(
-                layers, json_pack("{s:i, s:I, s:I, s:f}", "layer", u->point[i].layer, "exact",
+        for (int i = 0; i < u->n_points; i++) {
+            json_t *e = json_pack("{s:i, s:I, s:I, s:f}", "layer", u->point[i].layer, "exact",
                                   (json_int_t)u->point[i].exact, "hit", (json_int_t)u->point[i].hit,
-                                  "overlap", u->point[i].overlap));
-        json_array_append_new(runs, json_pack("{s:i, s:i, s:i, s:o}", "budget_tokens",
-                                              u->budget_tokens, "context_tokens", u->context_tokens,
-                                              "samples", u->samples, "layers", layers));
+                                  "overlap", u->point[i].overlap);
+            if (u->persist_samples)
+                json_object_set_new(e, "persistence", persist_to_json(&u->point[i].persist));
+            json_array_append_new(layers, e);
+        }
+        json_t *e = json_pack("{s:i, s:i, s:i}", "budget_tokens", u->budget_tokens,
+                              "context_tokens", u->context_tokens, "samples", u->samples);
+        if (u->persist_samples)
+            json_object_set_new(e, "persistence_samples", json_integer(u->persist_samples));
+        json_object_set_new(e, "layers", layers);
+        json_array_append_new(runs, e);
     }
     json_t *prov = json_pack("{s:s, s:s, s:s, s:s, s:s}", "machine", p->machine, "date", p->date,
                              "commit", p->commit, "command", p->command, "results", p->results);
@@ -157,12 +226,58 @@ static int get_int(const struct pctx *c, const json_t *o, const char *where, con
     return PULSE_OK;
 }
 
-static int parse_point(const struct pctx *c, const json_t *e, const char *where, int n_layers,
-                       int prev, struct locality_spec_point *pt)
+static int get_ratio(const struct pctx *c, const json_t *o, const char *where, const char *key,
+                     double *out)
 {
-    static const char *const keys[] = {"layer", "exact", "hit", "overlap"};
-    if (!json_is_object(e)) return fail(c, where, "expected an object");
+    char f[160];
+    snprintf(f, sizeof f, "%s.%s", where, key);
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v)) return fail(c, f, "missing or not a number");
+    *out = json_number_value(v);
+    if (!(*out >= 0.0 && *out <= 1.0)) return fail(c, f, "not in [0, 1]");
+    return PULSE_OK;
+}
+
+/* A point's "persistence" (version 2). */
+static int parse_persist(const struct pctx *c, const json_t *e, const char *where,
+                         struct locality_spec_persist *q)
+{
+    static const char *const keys[] = {"steps",  "churn_exact",  "churn_approx",
+                                       "missed", "missed_again", "miss_persistence",
+                                       "wrong",  "wrong_again",  "wrong_persistence"};
+    if (!json_is_object(e)) return fail(c, where, "missing or not an object");
     int rc = only_keys(c, e, where, keys, (int)PULSE_ARRAY_LEN(keys));
+    long long st, m, ma, w, wa;
+    if (rc || (rc = get_int(c, e, where, "steps", 1, INT64_MAX, &st)) ||
+        (rc = get_int(c, e, where, "missed", 0, INT64_MAX, &m)) ||
+        (rc = get_int(c, e, where, "missed_again", 0, m, &ma)) ||
+        (rc = get_int(c, e, where, "wrong", 0, INT64_MAX, &w)) ||
+        (rc = get_int(c, e, where, "wrong_again", 0, w, &wa)) ||
+        (rc = get_ratio(c, e, where, "churn_exact", &q->churn_exact)) ||
+        (rc = get_ratio(c, e, where, "churn_approx", &q->churn_approx)) ||
+        (rc = get_ratio(c, e, where, "miss_persistence", &q->miss_persistence)) ||
+        (rc = get_ratio(c, e, where, "wrong_persistence", &q->wrong_persistence)))
+        return rc;
+    q->steps = st, q->missed = m, q->missed_again = ma, q->wrong = w, q->wrong_again = wa;
+    char f[160];
+    snprintf(f, sizeof f, "%s.miss_persistence", where);
+    if (!(fabs(q->miss_persistence - (m ? (double)ma / (double)m : 0.0)) <= 1e-6))
+        return fail(c, f, "not missed_again / missed");
+    snprintf(f, sizeof f, "%s.wrong_persistence", where);
+    if (!(fabs(q->wrong_persistence - (w ? (double)wa / (double)w : 0.0)) <= 1e-6))
+        return fail(c, f, "not wrong_again / wrong");
+    q->miss_persistence = m ? (double)ma / (double)m : 0.0;
+    q->wrong_persistence = w ? (double)wa / (double)w : 0.0;
+    return PULSE_OK;
+}
+
+static int parse_point(const struct pctx *c, const json_t *e, const char *where, int n_layers,
+                       int prev, int version, int persist, struct locality_spec_point *pt)
+{
+    static const char *const keys[] = {"layer", "exact", "hit", "overlap", "persistence"};
+    if (!json_is_object(e)) return fail(c, where, "expected an object");
+    /* version 1 knows no persistence; version 2 has it in a run with persistence_samples */
+    int rc = only_keys(c, e, where, keys, (int)PULSE_ARRAY_LEN(keys) - (version < 2 || !persist));
     long long layer, exact, hit;
     if (rc || (rc = get_int(c, e, where, "layer", 0, n_layers - 1, &layer)) ||
         (rc = get_int(c, e, where, "exact", 1, INT64_MAX, &exact)) ||
@@ -176,24 +291,31 @@ static int parse_point(const struct pctx *c, const json_t *e, const char *where,
     if (!json_is_number(o)) return fail(c, f, "missing or not a number");
     const double want = (double)hit / (double)exact, got = json_number_value(o);
     if (!(fabs(got - want) <= 1e-6)) return fail(c, f, "not hit / exact");
-    *pt = (struct locality_spec_point){(int)layer, exact, hit, want};
-    return PULSE_OK;
+    *pt = (struct locality_spec_point){(int)layer, exact, hit, want, {0}};
+    if (!persist) return PULSE_OK;
+    snprintf(f, sizeof f, "%s.persistence", where);
+    return parse_persist(c, json_object_get(e, "persistence"), f, &pt->persist);
 }
 
-static int parse_run(const struct pctx *c, const json_t *e, int r, int n_layers,
+static int parse_run(const struct pctx *c, const json_t *e, int r, int n_layers, int version,
                      struct locality_spec_run *u)
 {
-    static const char *const keys[] = {"budget_tokens", "context_tokens", "samples", "layers"};
+    static const char *const keys[] = {"budget_tokens", "context_tokens", "samples", "layers",
+                                       "persistence_samples"};
     char where[32], f[64];
     snprintf(where, sizeof where, "runs[%d]", r);
     if (!json_is_object(e)) return fail(c, where, "expected an object");
-    int rc = only_keys(c, e, where, keys, (int)PULSE_ARRAY_LEN(keys));
-    long long b, ctx, s;
+    int rc = only_keys(c, e, where, keys, (int)PULSE_ARRAY_LEN(keys) - (version < 2));
+    long long b, ctx, s, ps = 0;
     if (rc || (rc = get_int(c, e, where, "budget_tokens", 1, 1 << 30, &b)) ||
         (rc = get_int(c, e, where, "context_tokens", 1, 1 << 30, &ctx)) ||
         (rc = get_int(c, e, where, "samples", 1, 1 << 30, &s)))
         return rc;
+    if (json_object_get(e, "persistence_samples") &&
+        (rc = get_int(c, e, where, "persistence_samples", 1, 1 << 30, &ps)))
+        return rc;
     u->budget_tokens = (int)b, u->context_tokens = (int)ctx, u->samples = (int)s;
+    u->persist_samples = (int)ps;
     json_t *a = json_object_get(e, "layers");
     snprintf(f, sizeof f, "%s.layers", where);
     if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > LOC_SPEC_MAX_POINTS)
@@ -203,7 +325,7 @@ static int parse_run(const struct pctx *c, const json_t *e, int r, int n_layers,
         char w[96];
         snprintf(w, sizeof w, "%s[%d]", f, i);
         if ((rc = parse_point(c, json_array_get(a, (size_t)i), w, n_layers,
-                              i ? u->point[i - 1].layer : -1, &u->point[i])))
+                              i ? u->point[i - 1].layer : -1, version, ps > 0, &u->point[i])))
             return rc;
     }
     return PULSE_OK;
@@ -224,8 +346,10 @@ int locality_spec_profile_from_json(const json_t *j, const char *name,
     json_t *fmt = json_object_get(j, "format"), *ver = json_object_get(j, "version");
     if (!json_is_string(fmt) || strcmp(json_string_value(fmt), SPEC_FORMAT) != 0)
         return fail(&c, "format", "missing or not \"" SPEC_FORMAT "\"");
-    if (!json_is_integer(ver) || json_integer_value(ver) != SPEC_VERSION)
-        return fail(&c, "version", "missing or not 1 (the only version this build reads)");
+    if (!json_is_integer(ver) || json_integer_value(ver) < 1 ||
+        json_integer_value(ver) > SPEC_VERSION)
+        return fail(&c, "version", "missing or not 1 or 2 (the versions this build reads)");
+    out->version = (int)json_integer_value(ver);
     long long nl, bs;
     if ((rc = get_str(&c, j, "", "source", out->source, sizeof out->source)) ||
         (rc = get_str(&c, j, "", "model", out->model, sizeof out->model)) ||
@@ -253,7 +377,8 @@ int locality_spec_profile_from_json(const json_t *j, const char *name,
         return fail(&c, "runs", "missing or not an array of 1..16 run objects");
     out->n_runs = (int)json_array_size(runs);
     for (int r = 0; r < out->n_runs; r++)
-        if ((rc = parse_run(&c, json_array_get(runs, (size_t)r), r, out->n_layers, &out->run[r])))
+        if ((rc = parse_run(&c, json_array_get(runs, (size_t)r), r, out->n_layers, out->version,
+                            &out->run[r])))
             return rc;
     return PULSE_OK;
 }
@@ -280,6 +405,30 @@ static double log_ratio(double a, double b)
     return fabs(log(a / b));
 }
 
+/* The measured points of run u bracketing relative depth x of a layer: i0, i1 and the weight
+ * of i1 (i0 == i1 past the ends). */
+static void bracket(const struct locality_spec_profile *p, const struct locality_spec_run *u,
+                    double x, int *i0, int *i1, double *w)
+{
+    *i0 = *i1 = u->n_points - 1, *w = 0.0;
+    for (int i = 0; i < u->n_points; i++) {
+        const double xi = (u->point[i].layer + 0.5) / p->n_layers;
+        if (x <= xi) {
+            *i0 = *i1 = i;
+            if (i > 0) {
+                const double x0 = (u->point[i - 1].layer + 0.5) / p->n_layers;
+                *i0 = i - 1, *w = (x - x0) / (xi - x0);
+            }
+            return;
+        }
+    }
+}
+
+static double lerp(double a, double b, double w)
+{
+    return a + w * (b - a);
+}
+
 void locality_spec_targets(const struct locality_spec_profile *p, int n_layers,
                            const uint8_t *dense, int budget_tokens, int context_tokens,
                            double *target, int *run)
@@ -303,22 +452,28 @@ void locality_spec_targets(const struct locality_spec_profile *p, int n_layers,
             target[l] = -1.0;
             continue;
         }
-        const double x = (l + 0.5) / n_layers;
-        double t = u->point[u->n_points - 1].overlap;
-        for (int i = 0; i < u->n_points; i++) {
-            const double xi = (u->point[i].layer + 0.5) / p->n_layers;
-            if (x <= xi) {
-                if (i == 0) {
-                    t = u->point[0].overlap;
-                } else {
-                    const double x0 = (u->point[i - 1].layer + 0.5) / p->n_layers;
-                    const double w = (x - x0) / (xi - x0);
-                    t = u->point[i - 1].overlap +
-                        w * (u->point[i].overlap - u->point[i - 1].overlap);
-                }
-                break;
-            }
-        }
-        target[l] = t;
+        int i0, i1;
+        double w;
+        bracket(p, u, (l + 0.5) / n_layers, &i0, &i1, &w);
+        target[l] = lerp(u->point[i0].overlap, u->point[i1].overlap, w);
+    }
+}
+
+void locality_spec_persist_targets(const struct locality_spec_profile *p, int run, int n_layers,
+                                   const uint8_t *dense, struct locality_spec_persist *out)
+{
+    const struct locality_spec_run *u = &p->run[run];
+    for (int l = 0; l < n_layers; l++) {
+        memset(&out[l], 0, sizeof out[l]);
+        if ((dense && dense[l]) || !u->persist_samples) continue;
+        int i0, i1;
+        double w;
+        bracket(p, u, (l + 0.5) / n_layers, &i0, &i1, &w);
+        const struct locality_spec_persist *a = &u->point[i0].persist, *b = &u->point[i1].persist;
+        out[l] = w < 0.5 ? *a : *b;
+        out[l].churn_exact = lerp(a->churn_exact, b->churn_exact, w);
+        out[l].churn_approx = lerp(a->churn_approx, b->churn_approx, w);
+        out[l].miss_persistence = lerp(a->miss_persistence, b->miss_persistence, w);
+        out[l].wrong_persistence = lerp(a->wrong_persistence, b->wrong_persistence, w);
     }
 }

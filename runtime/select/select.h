@@ -181,6 +181,29 @@ int select_count_for(const struct select_cfg *cfg, int n_tokens);
  * second. Host. */
 int select_overlap(int nb, int sink, int window, const int32_t *exact, int n_exact,
                    const int32_t *spec, int n_spec, int *scored);
+/* Step-to-step behaviour of a speculated list (DESIGN.md section 7, mechanism 5), summed over
+ * list-steps that have a previous step. With E_t the exact query's list and A_t the approximate
+ * query's (same cfg, so the same forced blocks), at step t of one list:
+ *   churn of a list = |B_t \ S_{t-1}| / |B_t|, B_t its blocks chosen by score, S_{t-1} all of
+ *     its previous step's (the locality meter's definition, locality_count_new), for E and A;
+ *   missed M_t = E_t \ A_t (the exact blocks the approximate list lacks, all chosen by score);
+ *     missed_again = |M_t & M_{t-1}|, missed_held = |M_t & (A_{t-1} | E_{t-1})| (resident
+ *     after a step that recalled both lists);
+ *   wrong W_t = A_t \ E_t; wrong_again = |W_t & W_{t-1}|.
+ * Persistence of the misses = missed_again / missed, of the wrong blocks = wrong_again / wrong. */
+struct select_persist {
+    int64_t steps;                    /* list-steps counted (both budget parts non-empty) */
+    double churn_exact, churn_approx; /* sums of the per-step churns (mean: / steps) */
+    int64_t missed, missed_again, missed_held;
+    int64_t wrong, wrong_again;
+};
+/* Adds step t of one list of an nb-block entry (every list ascending; *_prev: step t-1's, of
+ * the same list, nb - 1 or nb blocks) to acc. A step whose lists have no block chosen by score
+ * adds nothing. Host; no allocation. */
+void select_persist_add(int nb, int sink, int window, const int32_t *exact, int n_exact,
+                        const int32_t *approx, int n_approx, const int32_t *exact_prev,
+                        int n_exact_prev, const int32_t *approx_prev, int n_approx_prev,
+                        struct select_persist *acc);
 /* Adds one step's selection (host copies of sel_idx / sel_count, as written by select_topk with
  * the same cfg and sel_head) to st. st starts zeroed. No allocation. */
 void select_stats_add(const struct select_cfg *cfg, int sel_head, const int32_t *sel_idx,

@@ -122,6 +122,59 @@ int select_overlap(int nb, int sink, int window, const int32_t *exact, int n_exa
     return held;
 }
 
+/* 1 when b is in the ascending list l of n. */
+static int has_block(const int32_t *l, int n, int32_t b)
+{
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        const int m = (lo + hi) / 2;
+        if (l[m] < b)
+            lo = m + 1;
+        else
+            hi = m;
+    }
+    return lo < n && l[lo] == b;
+}
+
+/* |B \ prev| / |B| of list cur (B: its blocks in [c0, c1)); -1 when B is empty. */
+static double churn_of(int c0, int c1, const int32_t *cur, int n, const int32_t *prev, int np)
+{
+    int nb = 0, nn = 0;
+    for (int i = 0; i < n; i++)
+        if (cur[i] >= c0 && cur[i] < c1) nb++, nn += !has_block(prev, np, cur[i]);
+    return nb ? (double)nn / nb : -1.0;
+}
+
+void select_persist_add(int nb, int sink, int window, const int32_t *exact, int n_exact,
+                        const int32_t *approx, int n_approx, const int32_t *exact_prev,
+                        int n_exact_prev, const int32_t *approx_prev, int n_approx_prev,
+                        struct select_persist *acc)
+{
+    int c0, c1;
+    select_candidates(nb, sink, window, &c0, &c1);
+    const double ce = churn_of(c0, c1, exact, n_exact, exact_prev, n_exact_prev);
+    const double ca = churn_of(c0, c1, approx, n_approx, approx_prev, n_approx_prev);
+    if (ce < 0 || ca < 0) return;
+    acc->steps++;
+    acc->churn_exact += ce, acc->churn_approx += ca;
+    for (int i = 0; i < n_exact; i++) { /* M_t */
+        const int32_t b = exact[i];
+        if (b < c0 || b >= c1 || has_block(approx, n_approx, b)) continue;
+        const int ep = has_block(exact_prev, n_exact_prev, b),
+                  ap = has_block(approx_prev, n_approx_prev, b);
+        acc->missed++;
+        acc->missed_again += ep && !ap;
+        acc->missed_held += ep || ap;
+    }
+    for (int i = 0; i < n_approx; i++) { /* W_t */
+        const int32_t b = approx[i];
+        if (b < c0 || b >= c1 || has_block(exact, n_exact, b)) continue;
+        acc->wrong++;
+        acc->wrong_again +=
+            has_block(approx_prev, n_approx_prev, b) && !has_block(exact_prev, n_exact_prev, b);
+    }
+}
+
 void select_stats_add(const struct select_cfg *cfg, int sel_head, const int32_t *sel_idx,
                       const int32_t *sel_count, int batch, struct select_stats *st)
 {
