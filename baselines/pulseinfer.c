@@ -60,10 +60,12 @@ struct pulseinfer {
     struct ioaa_profile_data prof;
     int have_prof;
     int cap_raised; /* t_R values the recall cap raised (make_ioaa) */
-    /* --speculate: what IOAA's recall table was folded with (ioaa_profile_data_speculate): the
-     * prediction's hit rate, from the query source's model or assumed, and the scored bytes */
-    double spec_hit, spec_budget_bytes;
-    const char *spec_hit_from; /* NULL: no speculation */
+    /* --speculate: what IOAA's recall table was folded with (ioaa_profile_data_speculate) */
+    struct ioaa_spec_fold {
+        double hit, churn_ratio, miss_held;      /* the prediction's, averaged over the layers */
+        double prefetch_bytes, correction_bytes; /* per request and layer */
+        const char *from;                        /* "source" or "assumed"; NULL: none */
+    } spec;
     /* the last admission point's view: decide again only when it changed */
     int last_arrived, last_entries, decided_once;
     int64_t last_free_pages;
@@ -145,33 +147,46 @@ static int parse_admission(struct pulseinfer *pi, const char *a, char *err, size
 }
 
 /* The IOAA search over the profile (measured, else analytic). */
-/* Assumed where nothing models the prediction (the real query: its rate is measured as it
- * runs, offload.h's speculation counters) */
-#define SPEC_HIT_ASSUMED 0.5
+/* Where nothing models the prediction (the real query: its rates are measured only as it
+ * runs, offload.h's speculation counters): what the approximate query did on Gemma 3 270M at
+ * 4K and 8K (workloads/profiles/speculation_gemma3-270m.json: overlap 0.81-0.96, its lists
+ * churning as the exact ones, 55-75% of its misses in a list of the step before) */
+#define SPEC_ASSUMED_HIT 0.85
+#define SPEC_ASSUMED_CHURN_RATIO 1.0
+#define SPEC_ASSUMED_MISS_HELD 0.6
 
-/* --speculate: IOAA's recall table with the prediction folded in (ioaa_profile.h): the hit rate
- * the query source's misprediction model targets, averaged over the sparse layers (1 when it
- * has none: the exact query predicts itself), or SPEC_HIT_ASSUMED with the real query; the
- * scored blocks' bytes per request and layer, averaged over every layer as r is. */
+/* --speculate: IOAA's recall table with the prediction folded in (ioaa_profile.h), per
+ * request and layer averaged over every layer as r is: the prefetch r times the approximate
+ * lists' churn ratio, the corrections the scored bytes B times the misses (1 - h) that neither
+ * list of the step before held; h, the ratio and the held share from the query source's
+ * misprediction model, averaged over the sparse layers (a perfect prediction where it has none:
+ * the exact query predicts itself), or assumed with the real query. */
 static int ioaa_speculation(struct pulseinfer *pi, const struct offload_params *op,
                             const struct model_config *m, char *err, size_t errlen)
 {
     const double per_tok = (double)model_kv_bytes_per_token(m) / m->n_layers;
     const int n_sparse = offload_sparse_layers(op, m);
-    double h = 0;
+    double h = 0, ratio = 0, held = 0;
     int modelled = 0;
     for (int l = 0; op->source && op->query != OFFLOAD_QUERY_REAL && l < m->n_layers; l++) {
         if (offload_layer_kind(op, m, l) != OFFLOAD_LAYER_SPARSE) continue;
         struct query_meter_stats ms;
         op->source->meter_stats(op->source->user, l, &ms);
         h += ms.spec_target >= 0 ? ms.spec_target : 1;
+        ratio += ms.spec_churn_ratio >= 0 ? ms.spec_churn_ratio : 1;
+        held += ms.spec_miss_held >= 0 ? ms.spec_miss_held : 1;
         modelled++;
     }
-    pi->spec_hit = modelled ? h / modelled : SPEC_HIT_ASSUMED;
-    pi->spec_hit_from = modelled ? "source" : "assumed";
-    pi->spec_budget_bytes = (double)op->budget_tokens * per_tok * n_sparse / m->n_layers;
+    struct ioaa_spec_fold *f = &pi->spec;
+    f->hit = modelled ? h / modelled : SPEC_ASSUMED_HIT;
+    f->churn_ratio = modelled ? ratio / modelled : SPEC_ASSUMED_CHURN_RATIO;
+    f->miss_held = modelled ? held / modelled : SPEC_ASSUMED_MISS_HELD;
+    f->from = modelled ? "source" : "assumed";
+    const double B = (double)op->budget_tokens * per_tok * n_sparse / m->n_layers;
+    f->prefetch_bytes = pi->prof.prof.recall_bytes * f->churn_ratio;
+    f->correction_bytes = B * (1 - f->hit) * (1 - f->miss_held);
     char why[256];
-    const int rc = ioaa_profile_data_speculate(&pi->prof, pi->spec_hit, pi->spec_budget_bytes,
+    const int rc = ioaa_profile_data_speculate(&pi->prof, f->prefetch_bytes, f->correction_bytes,
                                                op->max_batch, why, sizeof why);
     if (rc != PULSE_OK) snprintf(err, errlen, "pulseinfer: IOAA with speculation: %s", why);
     return rc;
@@ -674,10 +689,13 @@ static json_t *pi_json(const void *ctx)
         json_object_set_new(j, "max_waiting", json_integer(pi->max_waiting));
         results_set_real(j, "ioaa_recall_bytes_per_request_layer", pi->prof.prof.recall_bytes);
         json_object_set_new(j, "ioaa_recall_rounds_capped", json_integer(pi->cap_raised));
-        if (pi->spec_hit_from) {
-            json_t *sj = json_pack("{s:s}", "hit_rate_from", pi->spec_hit_from);
-            results_set_real(sj, "hit_rate", pi->spec_hit);
-            results_set_real(sj, "scored_bytes_per_request_layer", pi->spec_budget_bytes);
+        if (pi->spec.from) {
+            json_t *sj = json_pack("{s:s}", "from", pi->spec.from);
+            results_set_real(sj, "hit_rate", pi->spec.hit);
+            results_set_real(sj, "churn_ratio", pi->spec.churn_ratio);
+            results_set_real(sj, "miss_held", pi->spec.miss_held);
+            results_set_real(sj, "prefetch_bytes_per_request_layer", pi->spec.prefetch_bytes);
+            results_set_real(sj, "correction_bytes_per_request_layer", pi->spec.correction_bytes);
             json_object_set_new(j, "ioaa_speculation", sj);
         }
     }

@@ -316,24 +316,25 @@ static void test_cap_recall(void)
  * (t_R = x / 10 GB/s, t_O(b) = 1 ms + b 0.1 ms, t_N(b, c) = 2 ms) the step of the folded model,
  * at every batch of both kinds and with and without IRQ, is the speculation's step written out:
  * L max(t_N + t_O, t_R(P) + t_R(C), t_O + t_R(C)) with a normal batch and IRQ, L (max(t_O,
- * t_R(P)) + t_R(C)) + L t_N without; a perfect prediction (h = 1) hides the recall behind t_O
- * where it can, h = 0 costs the most; nothing moves: unchanged; bad input refused. */
+ * t_R(P)) + t_R(C)) + L t_N without, for a prefetch alone (a perfect prediction), corrections
+ * alone and both; nothing to move: unchanged; bad input refused. */
 static void test_speculate(void)
 {
     char err[256];
-    const double r = 2e6, B = 8e6, L = 10;
+    const double L = 10;
+    static const double pc[3][2] = {{2e6, 0}, {0, 1.5e6}, {3.2e6, 0.6e6}};
     for (int k = 0; k < 3; k++) {
-        const double h = k == 0 ? 1.0 : k == 1 ? 0.85 : 0.0;
+        const double P = pc[k][0], C = pc[k][1];
         struct ioaa_profile_data d;
         memset(&d, 0, sizeof d);
         EXPECT_EQ_INT(ioaa_profile_data_alloc(&d, 2, 1, 2, 2, err, sizeof err), PULSE_OK);
         d.tn_b[0] = 1, d.tn_b[1] = 64, d.tn_c[0] = 4096, d.tn[0] = d.tn[1] = 2e-3;
         d.to_b[0] = 1, d.to_b[1] = 65, d.to[0] = 1.1e-3, d.to[1] = 7.5e-3;
         d.tr_bytes[0] = 1e3, d.tr_bytes[1] = 1e9, d.tr[0] = 1e-7, d.tr[1] = 1e-1;
-        d.prof.n_layers = (int)L, d.prof.recall_bytes = r;
-        EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, h, B, 32, err, sizeof err), PULSE_OK);
+        d.prof.n_layers = (int)L, d.prof.recall_bytes = 2e6;
+        EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, P, C, 32, err, sizeof err), PULSE_OK);
         EXPECT_EQ_INT(d.prof.tr_n, 32);
-        EXPECT_NEAR(d.prof.recall_bytes, r + (1 - h) * B, 1e-6);
+        EXPECT_NEAR(d.prof.recall_bytes, P + C, 1e-6);
         EXPECT_EQ_INT(ioaa_profile_data_monotone(&d), 0);
         for (int irq = 0; irq < 2; irq++) {
             const struct ioaa_params ip = {.profile = d.prof, .irq = irq};
@@ -342,7 +343,7 @@ static void test_speculate(void)
             for (int bo = 1; a && bo <= 32; bo += 7)
                 for (int bn = 0; bn <= 4; bn += 4) {
                     const double tn = bn ? 2e-3 : 0, to = 1e-3 + bo * 1e-4;
-                    const double tp = bo * (r + (1 - h) * B) / 1e10, tc = bo * (1 - h) * r / 1e10;
+                    const double tp = bo * P / 1e10, tc = bo * C / 1e10;
                     const double want = bn && irq ? L * fmax(fmax(tn + to, tp + tc), to + tc)
                                                   : L * (fmax(to, tp) + tc) + L * tn;
                     EXPECT_NEAR(ioaa_step_time(a, bn, (int64_t)bn * 4096, bo, NULL), want,
@@ -357,11 +358,12 @@ static void test_speculate(void)
     EXPECT_EQ_INT(ioaa_profile_data_alloc(&d, 1, 1, 1, 1, err, sizeof err), PULSE_OK);
     d.tn_b[0] = d.to_b[0] = 1, d.tn_c[0] = 1024, d.tn[0] = d.to[0] = 1e-3;
     d.tr_bytes[0] = 1e6, d.tr[0] = 1e-4, d.prof.n_layers = 4;
-    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1.0, 5e6, 8, err, sizeof err), PULSE_OK);
-    EXPECT_EQ_INT(d.prof.tr_n, 1); /* r = 0 and a perfect prediction: nothing moves */
-    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1.5, 5e6, 8, err, sizeof err), PULSE_ERR_INVALID);
-    EXPECT_STR_CONTAINS(err, "hit rate 1.5");
-    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 0.5, 5e6, 0, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 0, 0, 8, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(d.prof.tr_n, 1); /* nothing moves: unchanged */
+    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, -1, 0, 8, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "prefetch -1 bytes");
+    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1e6, NAN, 8, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1e6, 0, 0, err, sizeof err), PULSE_ERR_INVALID);
     ioaa_profile_data_free(&d);
 }
 

@@ -732,10 +732,16 @@ static void test_speculation_cli(void)
     remove(path);
     json_t *is = json_object_get(json_object_get(json_object_get(j, "counters"), "pulseinfer"),
                                  "ioaa_speculation");
-    EXPECT_STR_EQ(json_string_value(json_object_get(is, "hit_rate_from")), "source");
+    EXPECT_STR_EQ(json_string_value(json_object_get(is, "from")), "source");
     const double h = json_real_value(json_object_get(is, "hit_rate"));
     EXPECT(h > 0.5 && h < 1.0); /* the speculation profile's overlaps, by depth */
-    EXPECT(json_real_value(json_object_get(is, "scored_bytes_per_request_layer")) > 0);
+    const double cr = json_real_value(json_object_get(is, "churn_ratio")),
+                 held = json_real_value(json_object_get(is, "miss_held"));
+    EXPECT(cr > 0.5 && cr < 2.0 && held > 0 && held < 1);
+    EXPECT(json_real_value(json_object_get(is, "prefetch_bytes_per_request_layer")) > 0);
+    EXPECT(json_real_value(json_object_get(is, "correction_bytes_per_request_layer")) > 0);
+    printf("IOAA's speculation fold: hit rate %.3f, churn ratio %.3f, misses held %.3f\n", h, cr,
+           held);
     json_decref(j);
 }
 

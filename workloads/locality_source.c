@@ -156,13 +156,19 @@ static int src_meter_add(void *u, int layer, const int32_t *slots, const int32_t
     return locality_meter_add(s->meter, layer, slots, n_tokens, sel_idx, sel_count, batch);
 }
 
-/* The calibrated overlap of layer's approximate query (its target), -1 without a model. */
-static double spec_target(const struct locality_source *s, int layer)
+/* The misprediction model of layer into out's spec_* (-1 without one): its target overlap,
+ * and its calibration streams' churn ratio and misses held at the generator's churn. */
+static void spec_stats(const struct locality_source *s, int layer, struct query_meter_stats *out)
 {
-    if (!s->spec) return -1;
+    out->spec_target = out->spec_churn_ratio = out->spec_miss_held = -1;
+    if (!s->spec) return;
     struct locality_spec_layer sl;
     locality_spec_get_layer(s->spec, layer, &sl);
-    return sl.target;
+    out->spec_target = sl.target;
+    const struct select_persist *g = &sl.calib_gen;
+    if (g->steps > 0 && g->churn_exact > 0)
+        out->spec_churn_ratio = g->churn_approx / g->churn_exact;
+    if (g->missed > 0) out->spec_miss_held = (double)g->missed_held / (double)g->missed;
 }
 
 static void src_meter_stats(const void *u, int layer, struct query_meter_stats *out)
@@ -178,7 +184,6 @@ static void src_meter_stats(const void *u, int layer, struct query_meter_stats *
         .churn_p99 = m.churn_p99,
         .churn_max = m.churn_max,
         .target_mean = locality_profile_mean(&s->prof, layer),
-        .spec_target = spec_target(s, layer),
         .target_p50 = locality_profile_quantile(&s->prof, layer, 0.5),
         .target_p90 = locality_profile_quantile(&s->prof, layer, 0.9),
         .steps = m.steps,
@@ -191,6 +196,7 @@ static void src_meter_stats(const void *u, int layer, struct query_meter_stats *
         .cold_steps = m.cold_steps,
         .cold_recall_bytes = m.cold_recall_bytes,
     };
+    spec_stats(s, layer, out);
 }
 
 static void src_free(struct query_source *qs)

@@ -121,17 +121,16 @@ int ioaa_profile_data_cap_recall(struct ioaa_profile_data *d, double bytes_per_s
     return raised;
 }
 
-int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double hit_rate, double budget_bytes,
-                                int max_batch, char *err, size_t errlen)
+int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double prefetch_bytes,
+                                double correction_bytes, int max_batch, char *err, size_t errlen)
 {
-    if (!(hit_rate >= 0 && hit_rate <= 1) || !(budget_bytes >= 0) || max_batch < 1)
+    const double p1 = prefetch_bytes, c1 = correction_bytes;
+    if (!(p1 >= 0) || !(c1 >= 0) || !isfinite(p1 + c1) || max_batch < 1)
         return pulse_errorf(err, errlen, PULSE_ERR_INVALID, "ioaa speculation",
-                            "hit rate %g, budget bytes %g, max batch %d: expected [0, 1], >= 0, "
-                            ">= 1",
-                            hit_rate, budget_bytes, max_batch);
-    const double r = d->prof.recall_bytes, c1 = (1 - hit_rate) * r;
-    const double p1 = r + (1 - hit_rate) * budget_bytes;
-    if (!(p1 > 0)) return PULSE_OK;
+                            "prefetch %g bytes, corrections %g bytes, max batch %d: expected "
+                            "finite bytes >= 0 and a batch >= 1",
+                            p1, c1, max_batch);
+    if (!(p1 + c1 > 0)) return PULSE_OK;
     char why[256];
     const struct ioaa_params ip = {.profile = d->prof};
     struct ioaa *a = ioaa_create(&ip, why, sizeof why);
@@ -156,12 +155,12 @@ int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double hit_rate, do
         const double b = i + 1, tc = ioaa_t_recall(a, b * c1);
         const double t = fmax(tc, ioaa_t_recall(a, b * p1) + tc - ioaa_t_offload(a, b));
         top = fmax(top, t);
-        s.tr_bytes[i] = b * p1;
+        s.tr_bytes[i] = b * (p1 + c1);
         s.tr[i] = top;
     }
     ioaa_free(a);
     s.prof.n_layers = d->prof.n_layers;
-    s.prof.recall_bytes = p1;
+    s.prof.recall_bytes = p1 + c1;
     s.info = d->info;
     s.raised = d->raised;
     ioaa_profile_data_free(d);

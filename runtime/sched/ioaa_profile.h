@@ -77,26 +77,23 @@ int ioaa_profile_inverted(const double *v, int n, double factor, int *i, int *j)
 int ioaa_profile_data_cap_recall(struct ioaa_profile_data *d, double bytes_per_s);
 
 /* Speculation with exact correction (pulseinfer --speculate; DESIGN section 7, mechanism 5)
- * folded into the recall table. With hit rate h (the share of the exact selection's scored
- * blocks the prediction held) and B the scored blocks' bytes per request and layer (averaged
- * over the L layers as r is), a layer of an offload batch of b requests recalls
- *   P(b) = b (r + (1 - h) B)   the prefetch, started one layer ahead: the churn and the
- *                              mispredicted blocks (taken as new every step)
- *   C(b) = b (1 - h) r         the corrections, once the exact selection has run: the churn
- *                              the prediction missed (the schedule's hot-cache reserve,
- *                              offload.h's OFFLOAD_SPEC_RESERVE, keeps the last exact
- *                              selection's blocks resident beside the prediction's)
- * serially (one planner, one engine), the prefetch beside the layer before (t_O), the
- * corrections only beside normal layers; so the step of ioaa.h with t_R replaced by
+ * folded into the recall table. A layer of an offload batch of b requests recalls
+ *   P(b) = b prefetch_bytes     the prefetch of the predicted blocks not resident, started one
+ *                               layer ahead (the approximate lists' churn)
+ *   C(b) = b correction_bytes   the corrections once the exact selection has run (the blocks
+ *                               the prediction missed that neither list of the step before held)
+ * per request and layer averaged over the L layers (as r is), serially (one planner, one
+ * engine): the prefetch beside the layer before (t_O), the corrections only beside normal
+ * layers. So the step of ioaa.h with t_R replaced by
  *   t_R'(b) = max(t_R(C(b)), t_R(P(b)) + t_R(C(b)) - t_O(b))
  * gives S = L (t_N + t_O + max(0, t_R' - t_N)) = L max(t_N + t_O, t_R(P) + t_R(C), t_O + t_R(C))
  * with a normal batch and IRQ, and L (max(t_O, t_R(P)) + t_R(C)) + L t_N without. The recall
- * table becomes t_R' at b = 1 .. max_batch (at most IOAA_PROFILE_MAX_POINTS) keyed by P(b)
- * bytes, r becomes P(1), and the table is made nondecreasing (the running maximum: never
- * below t_R'). Nothing changes when P(1) = 0 (nothing moves). h in [0, 1], B >= 0,
+ * table becomes t_R' at b = 1 .. max_batch (at most IOAA_PROFILE_MAX_POINTS) keyed by P(b) + C(b)
+ * bytes, r becomes P(1) + C(1), and the table is made nondecreasing (the running maximum:
+ * never below t_R'). Nothing changes when P(1) + C(1) = 0 (nothing moves). Bytes >= 0,
  * max_batch >= 1. PULSE_OK, or PULSE_ERR_INVALID / PULSE_ERR_NOMEM with a reason in err. */
-int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double hit_rate, double budget_bytes,
-                                int max_batch, char *err, size_t errlen);
+int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double prefetch_bytes,
+                                double correction_bytes, int max_batch, char *err, size_t errlen);
 
 /* The schema object of p (any values: nothing is checked) and info; caller owns the reference.
  * Grid values that are integers below 2^53 are written as JSON integers. */

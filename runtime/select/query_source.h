@@ -57,6 +57,11 @@ struct query_meter_stats {
     int64_t cold_steps, cold_recall_bytes; /* first steps of (request, layer) */
     double spec_target; /* the modelled overlap of the approximate query's selection with the
                            exact one's (spec_q; select_overlap's rate), -1 when it has none */
+    /* and its step-to-step behaviour (select.h's select_persist, as modelled): the approximate
+     * lists' churn over the exact lists', and the share of the exact blocks they miss that one
+     * of the two lists of the step before held (already resident after a step that recalled
+     * both); -1 when it has none */
+    double spec_churn_ratio, spec_miss_held;
 };
 
 struct query_source {
