@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "json_in.h"
 #include "locality.h"
 #include "mem.h"
 #include "metrics.h"
@@ -30,11 +31,6 @@ static void set_levels_default(struct locality_profile *p)
     p->n_levels = N_DEFAULT_LEVELS;
     for (int i = 0; i < N_DEFAULT_LEVELS; i++)
         p->levels[i] = k_levels[i];
-}
-
-static void copy_str(char *dst, size_t cap, const char *src)
-{
-    snprintf(dst, cap, "%s", src ? src : "");
 }
 
 /* ------------------------------------------------------------------ default profile */
@@ -197,38 +193,6 @@ json_t *locality_profile_to_json(const struct locality_profile *p)
     }
     json_object_set_new(r, "layers", layers);
     return r;
-}
-
-/* Parsing context: the file name and the error buffer. */
-struct pctx {
-    const char *name;
-    char *err;
-    size_t errlen;
-};
-
-static int fail(const struct pctx *c, const char *field, const char *what)
-{
-    snprintf(c->err, c->errlen, "%s: %s: %s", c->name, field, what);
-    return PULSE_ERR_INVALID;
-}
-
-static int only_keys(const struct pctx *c, const json_t *obj, const char *where,
-                     const char *const *keys, int n)
-{
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)obj, key, v)
-    {
-        int ok = 0;
-        for (int i = 0; i < n && !ok; i++)
-            ok = strcmp(key, keys[i]) == 0;
-        if (!ok) {
-            char f[96];
-            snprintf(f, sizeof f, "%s%s%s", where, where[0] ? "." : "", key);
-            return fail(c, f, "unknown key");
-        }
-    }
-    return PULSE_OK;
 }
 
 static int get_str(const struct pctx *c, const json_t *o, const char *key, char *dst, size_t cap,

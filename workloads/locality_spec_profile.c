@@ -5,16 +5,12 @@
 #include <string.h>
 
 #include "common.h"
+#include "json_in.h"
 #include "locality_spec.h"
 #include "results.h"
 
 #define SPEC_FORMAT "pulse-speculation-profile"
 #define SPEC_VERSION 2 /* written; 1 and 2 read */
-
-static void copy_str(char *dst, size_t cap, const char *src)
-{
-    snprintf(dst, cap, "%s", src ? src : "");
-}
 
 /* ------------------------------------------------------------------ built-in */
 
@@ -164,37 +160,6 @@ json_t *locality_spec_profile_to_json(const struct locality_spec_profile *p)
                      "n_layers", p->n_layers, "policy", p->policy, "selection", p->selection,
                      "block_size", p->block_size, "mapping", p->mapping, "provenance", prov, "runs",
                      runs);
-}
-
-struct pctx {
-    const char *name;
-    char *err;
-    size_t errlen;
-};
-
-static int fail(const struct pctx *c, const char *field, const char *what)
-{
-    snprintf(c->err, c->errlen, "%s: %s: %s", c->name, field, what);
-    return PULSE_ERR_INVALID;
-}
-
-static int only_keys(const struct pctx *c, const json_t *obj, const char *where,
-                     const char *const *keys, int n)
-{
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)obj, key, v)
-    {
-        int ok = 0;
-        for (int i = 0; i < n && !ok; i++)
-            ok = strcmp(key, keys[i]) == 0;
-        if (!ok) {
-            char f[96];
-            snprintf(f, sizeof f, "%s%s%s", where, where[0] ? "." : "", key);
-            return fail(c, f, "unknown key");
-        }
-    }
-    return PULSE_OK;
 }
 
 static int get_str(const struct pctx *c, const json_t *o, const char *where, const char *key,
