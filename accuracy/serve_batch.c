@@ -109,8 +109,7 @@ int serve_batch_run(struct engine *e, const struct serve_batch_params *p,
         R[i].reserve_len = p->max_tokens;
         R[i].tokens = reqs[i].out + 1;
     }
-    struct serve_counters ctr;
-    rc = serve_run_policy(e, kv, pol, ctx, R, n, p->max_batch, &ctr, &st->wall_s, err, errlen);
+    rc = serve_run_policy(e, kv, pol, ctx, R, n, p->max_batch, &st->ctr, &st->wall_s, err, errlen);
     if (rc != PULSE_OK) goto out;
     for (int j = 0; j < n; j++) { /* the loop may have reordered them: by id */
         struct serve_batch_req *q = &reqs[R[j].id];
@@ -118,16 +117,6 @@ int serve_batch_run(struct engine *e, const struct serve_batch_params *p,
         q->batch = R[j].batch;
         q->error = R[j].error;
     }
-    st->steps = ctr.steps;
-    st->recall_bytes = ctr.recall_bytes;
-    st->host_syncs = ctr.step_host_syncs;
-    st->layer_switches = ctr.layer_switches;
-    st->ioaa_decisions = ctr.ioaa_decisions;
-    st->ioaa_nodes = ctr.ioaa_nodes;
-    st->failed = ctr.requests_failed;
-    st->spec_scored = ctr.spec_scored;
-    st->spec_held = ctr.spec_held;
-    st->spec_corrections = ctr.spec_corrections;
 out:
     if (ctx) pol->ctx_free(ctx);
     mem_free(MEM_HOST, R, sizeof *R * (size_t)n);

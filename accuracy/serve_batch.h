@@ -43,14 +43,13 @@ struct serve_batch_req {
 };
 
 struct serve_batch_stats {
-    int64_t steps, recall_bytes, host_syncs, layer_switches, ioaa_decisions, ioaa_nodes, failed;
-    int64_t spec_scored, spec_held, spec_corrections; /* speculate: serve_counters' */
+    struct serve_counters ctr; /* the serving loop's (steps, recall, host syncs, IOAA, ...) */
     double wall_s;
 };
 
 /* Serves reqs[0..n) on engine e (its own cache and the policy's context are made here and
- * freed). PULSE_OK (a request that failed has its error set and st->failed counts it), or an
- * error with a one-line reason in err. */
+ * freed). PULSE_OK (a request that failed has its error set and st->ctr.requests_failed counts it),
+ * or an error with a one-line reason in err. */
 int serve_batch_run(struct engine *e, const struct serve_batch_params *p,
                     struct serve_batch_req *reqs, int n, struct serve_batch_stats *st, char *err,
                     size_t errlen);

@@ -1325,29 +1325,30 @@ static int serve_one(struct acc *A, const struct policy *pol, int spec, int r,
         "{s:s,s:s,s:I,s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:s,s:I,s:I,s:o}", "policy", name,
         "selection", offload_selection_name(sel), "budget", (json_int_t)A->runs[r].budget,
         "samples", A->n_kept, "same_tokens", same, "normal", normal, "offloaded",
-        A->n_kept - normal, "failed", (json_int_t)bs.failed, "steps", (json_int_t)bs.steps,
-        "recall_bytes", (json_int_t)bs.recall_bytes, "host_syncs", (json_int_t)bs.host_syncs,
-        "layer_switches", (json_int_t)bs.layer_switches, "ioaa_decisions",
-        (json_int_t)bs.ioaa_decisions, "wall_s", bs.wall_s, "admission",
+        A->n_kept - normal, "failed", (json_int_t)bs.ctr.requests_failed, "steps",
+        (json_int_t)bs.ctr.steps, "recall_bytes", (json_int_t)bs.ctr.recall_bytes, "host_syncs",
+        (json_int_t)bs.ctr.step_host_syncs, "layer_switches", (json_int_t)bs.ctr.layer_switches,
+        "ioaa_decisions", (json_int_t)bs.ctr.ioaa_decisions, "wall_s", bs.wall_s, "admission",
         !two                   ? "-"
         : A->o.serve_admission ? A->o.serve_admission
                                : "ioaa",
         "max_batch", (json_int_t)A->o.serve_batch, "normal_requests",
         (json_int_t)bp.normal_requests, "sets", sets);
-    json_object_set_new(js, "ioaa_nodes", json_integer(bs.ioaa_nodes));
+    json_object_set_new(js, "ioaa_nodes", json_integer(bs.ctr.ioaa_nodes));
     if (spec) { /* the prediction's hit rate and its corrections (it attends the exact lists) */
-        json_t *sj =
-            json_pack("{s:I,s:I,s:I}", "scored", (json_int_t)bs.spec_scored, "held",
-                      (json_int_t)bs.spec_held, "corrections", (json_int_t)bs.spec_corrections);
+        json_t *sj = json_pack("{s:I,s:I,s:I}", "scored", (json_int_t)bs.ctr.spec_scored, "held",
+                               (json_int_t)bs.ctr.spec_held, "corrections",
+                               (json_int_t)bs.ctr.spec_corrections);
         results_set_real(sj, "hit_rate",
-                         bs.spec_scored ? (double)bs.spec_held / (double)bs.spec_scored : NAN);
+                         bs.ctr.spec_scored ? (double)bs.ctr.spec_held / (double)bs.ctr.spec_scored
+                                            : NAN);
         json_object_set_new(js, "speculation", sj);
     }
     json_array_append_new(arr, js);
     printf("served, %s %s %ld: %d of %d samples decode the accuracy path's tokens (%d in the "
            "normal batch: full attention's; %d offloaded), %lld bytes recalled, %lld steps\n",
            name, offload_selection_name(sel), A->runs[r].budget, same, A->n_kept, normal,
-           A->n_kept - normal, (long long)bs.recall_bytes, (long long)bs.steps);
+           A->n_kept - normal, (long long)bs.ctr.recall_bytes, (long long)bs.ctr.steps);
     return PULSE_OK;
 }
 
