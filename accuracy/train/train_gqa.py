@@ -4,26 +4,38 @@ Hugging Face checkpoint that the suite and transformers both load (scripts/gpu-t
 it; README, "The GQA test model", says where the result goes).
 
   python3 accuracy/train/train_gqa.py --pulse build-train/pulse --out OUT [--work DIR]
-      [--budget S] [--scale F]
+      [--budget S] [--scale F] [--stages ...] [recipe flags: --help]
+  python3 accuracy/train/train_gqa.py --pulse build/pulse --out OUT --device cpu --threads 1
+      --size tiny --stages ind:128:600:16,320:1000:8 --tasks passkey --budget 540 ...
 
 Model: a Qwen3 decoder (gqa_spec.py: 6 layers, hidden 256, 8 query heads sharing 4 KV heads of
 64 dims, SwiGLU 768, RoPE base 1e6, QK-norm, tied embeddings, 4096-token BPE; 6.95M
 parameters). Its modules carry the Hugging Face names, so the state dict is the checkpoint.
+--size small/tiny/mid: smaller shapes of the same decoder (GQA kept, 2 query heads a KV head)
+for the reduced-scale CPU runs (--device cpu: bf16 autocast, SDPA's CPU kernels, no export;
+experiments/results/cpu-2026-12-04-s19/gqa_recipe/).
 
-Data: the suite's own generator. Each stage runs `pulse synth --format train --split train
---chat chatml --task all --text N` (accuracy/synth_train.h) in parallel processes with this
+Data: the suite's own generator. Each task stage runs `pulse synth --format train --split train
+--chat chatml --task T... --text N` (accuracy/synth_train.h) in parallel processes with this
 stage's seeds (length * 1000 + process), counting tokens with the model's tokenizer; a thread
-makes the next stages' data while the GPU trains. The mix: the four retrieval tasks (passkey,
-multi-key needle, variable tracking, key-value retrieval) in equal parts, 85% of the rows, and
-natural text from the same corpus, 15%. Rows hold one record each (prompt + completion + end of
-turn), padded to the stage's length. The loss is the mean next-token loss over prompt and text
-tokens plus ANSWER_WEIGHT times the mean over the completion's tokens (the retrieval signal,
-a few tokens per row, weighted up).
+makes the next stages' data while the GPU trains. The mix (--tasks, --text-share): the four
+retrieval tasks (passkey, multi-key needle, variable tracking, key-value retrieval) in equal
+parts, 85% of the rows, and natural text from the same corpus, 15%. Rows hold one record each
+(prompt + completion + end of turn), padded to the stage's length. The loss is LM_WEIGHT times
+the mean next-token loss over prompt and text tokens plus ANSWER_WEIGHT times the mean over the
+completion's tokens (the retrieval signal, a few tokens per row, weighted up). Induction
+stages ('ind:L:steps:rows'; --induction-share adds such rows to the task stages) train on
+repeated random token sequences (induction_rows: segments of 8-32 tokens that occur twice,
+from the one-character tokens answers are spelled with, --induction-alphabet), the loss on the
+second occurrences alone: the copy-from-context circuit the tasks need, without the tasks'
+sparse answers.
 
-Curriculum: STAGES, from 512 to 16K tokens, most steps at 512; each stage stops early
-should it pass its share of the --budget left (shares by the expected time, TOK_S; logged).
-AdamW, warm-up then cosine decay over the run; bf16 autocast, PyTorch's SDPA (flash)
-attention. Fixed seeds throughout.
+Curriculum: STAGES (--stages), induction first, then the tasks from 512 to 16K tokens, most
+steps at 512 in small batches (many optimizer steps); each stage stops early should it pass its
+share of the --budget left (shares by the expected time, TOK_S; logged). AdamW, warm-up then
+cosine decay over the run; bf16 autocast, PyTorch's SDPA (flash) attention. Fixed seeds
+throughout. Every --watch-every steps the held-out test-split samples (--watch-lengths,
+--watch-tasks) are evaluated as below: train_log.json's watch[] shows when retrieval forms.
 
 Evaluation: the test split (seed 1, what `pulse synth` writes for `pulse accuracy`) at 4K, 8K
 and 16K, every task: the share of samples whose whole completion greedy decoding reproduces
@@ -58,24 +70,35 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gqa_spec  # noqa: E402
 
 TASKS = ["passkey", "niah_multikey", "variable_tracking", "kv_retrieval"]
-# the curriculum (--stages): 'ind:L:steps:rows' the induction warm-up (repeated random
-# tokens), 'L:steps:rows' the tasks. Recipe 2: most steps at 512 tokens, where the retrieval
-# tasks give the most answers a second (the first run, 1K-16K at ~128K tokens a step, 1388
-# steps in 270 s, stayed on the answer loss's plateau: answer-token accuracy 0.28, no
-# retrieval), then every length up to 16K to carry it over
-STAGES = "512:1600:128,1024:600:64,2048:300:32,4096:200:16,8192:160:8,16384:160:4"
+# the curriculum (--stages): 'ind:L:steps:rows' an induction stage (repeated random tokens),
+# 'L:steps:rows' the tasks. Recipe 3 (2026-12-04). Recipe 1 (1K-16K at ~128K tokens a step,
+# 1388 steps in 270 s) stayed on the answer loss's plateau (answer-token accuracy 0.28: the
+# format tokens right, the digits at chance); so did every CPU run of up to ~1200 steps
+# (experiments/results/cpu-2026-12-04-s19/gqa_recipe/), where even the plain copy task only
+# crept up (0.016 -> 0.063 in 1240 steps): retrieval needs the copy (induction) circuit, and
+# that forms after thousands of optimizer steps, not tokens. So: an induction stage first (a
+# dense copy signal: ~70 targets a row against ~10 answer tokens), then most steps at 512
+# tokens in batches of 16K tokens (~6,600 steps in all, 4.8x recipe 1's), then every length
+# up to 16K to carry it over
+STAGES = ("ind:256:1500:64,512:3000:32,1024:800:16,2048:300:8,4096:150:8,8192:80:4,"
+          "16384:50:2")
 TASK_MIX = TASKS  # the tasks of the training rows (--tasks)
-# tokens a second on the H200 (the first run's, 2026-12-04; 512's guessed)
-TOK_S = {512: 0.8e6, 1024: 0.9e6, 2048: 0.95e6, 4096: 0.84e6, 8192: 0.67e6, 16384: 0.48e6}
+# tokens a second on the H200 (the first run's, 2026-12-04; 256's and 512's guessed)
+TOK_S = {256: 0.6e6, 512: 0.8e6, 1024: 0.9e6, 2048: 0.95e6, 4096: 0.84e6, 8192: 0.67e6,
+         16384: 0.48e6}
 TEXT_SHARE = 0.15  # of the rows: natural text; the rest the tasks in equal parts
+# induction rows' tokens: 0 any, N the first N one-character tokens (62: digits and letters,
+# what the answers are spelled with)
+INDUCTION_ALPHABET = 62
 INDUCTION_SHARE = 0.0  # induction rows added to the task stages, a share of their rows
 REUSE = 3  # each generated row is seen about this many times
 ROOM = 64  # a stage of length L generates records for L - ROOM (ChatML markers, completion)
 ANSWER_WEIGHT, LM_WEIGHT = 2.0, 1.0
-LR, LR_MIN, WARMUP, WD, CLIP = 2e-3, 2e-4, 150, 0.1, 1.0
+QK_NORM_INIT = 1.0
+LR, LR_MIN, WARMUP, WD, CLIP = 3e-3, 3e-4, 200, 0.1, 1.0
 EVAL_LENGTHS, EVAL_SAMPLES, EVAL_SEED = (4096, 8192, 16384), 24, 1
 # held-out test-split samples evaluated every WATCH_EVERY steps during training
-WATCH_EVERY, WATCH_LENGTHS, WATCH_SAMPLES = 200, (1024,), 16
+WATCH_EVERY, WATCH_LENGTHS, WATCH_SAMPLES = 250, (1024, 4096), 16
 WATCH_TASKS = ("passkey", "niah_multikey")
 REF_NEW_TOKENS = 24
 # the model's shapes: full is the shipped one (gqa_spec.SHAPE); small for the CPU runs
@@ -83,6 +106,9 @@ SIZES = {"full": gqa_spec.SHAPE,
          "small": dict(gqa_spec.SHAPE, hidden_size=128, num_hidden_layers=4,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                        intermediate_size=384),
+         "tiny": dict(gqa_spec.SHAPE, hidden_size=128, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                      intermediate_size=256),
          "mid": dict(gqa_spec.SHAPE, hidden_size=192, num_hidden_layers=4,
                      num_attention_heads=4, num_key_value_heads=2, head_dim=48,
                      intermediate_size=576)}
@@ -196,12 +222,16 @@ class GQAModel(nn.Module):
         return F.linear(self.model.norm(x), self.model.embed_tokens.weight)
 
 
-def init_weights(model):
+def init_weights(model, qk_norm=1.0):
+    """Normal(0, 0.02) matrices (the residual outputs scaled down by the depth), norms at 1;
+    the QK-norms' weights at qk_norm: with unit-RMS queries and keys a head's logit is at most
+    sqrt(head_dim) * qk_norm^2, too flat at first to single out one token of thousands."""
     g = torch.Generator().manual_seed(0)
     n_layers = model.s["num_hidden_layers"]
     for name, p in model.named_parameters():
         if p.dim() == 1:
-            nn.init.ones_(p)
+            nn.init.constant_(p, qk_norm if name.endswith(("q_norm.weight", "k_norm.weight"))
+                              else 1.0)
         else:
             std = 0.02 / math.sqrt(2 * n_layers) if name.endswith(("o_proj.weight",
                                                                     "down_proj.weight")) else 0.02
@@ -257,13 +287,25 @@ def rows_of(encoded, length):
     return ids, kind
 
 
-def induction_rows(n, length, seed, vocab):
+def induction_alphabet(tok, size):
+    """The tokens of induction rows: the whole vocabulary (size 0), or the one-character tokens
+    that answers are spelled with (digits, then letters), the first size of them."""
+    if not size:
+        return None
+    chars = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    ids = [tok.token_to_id(c) for c in chars]
+    return np.array([i for i in ids if i is not None][:size], dtype=np.int16)
+
+
+def induction_rows(n, length, seed, vocab, alphabet=None):
     """Repeated random token sequences (the induction warm-up): each row is random tokens in
     which segments of 8-32 tokens occur twice, at random places; the second occurrence's tokens
     after its first are the row's answer tokens (kind 2: predictable only by finding the first
     occurrence and copying what followed it), the rest carry no loss (kind 0)."""
     rng = np.random.default_rng(seed)
     ids = rng.integers(3, vocab, size=(n, length), dtype=np.int64).astype(np.int16)
+    if alphabet is not None:
+        ids = alphabet[rng.integers(0, len(alphabet), size=(n, length))]
     kind = np.zeros((n, length), dtype=np.int8)
     for i in range(n):
         at = 0
@@ -303,7 +345,8 @@ class Producer(threading.Thread):
         L, n_rows = st["length"], st["steps"] * st["rows"]
         pool = math.ceil(n_rows / a.reuse)
         if st["kind"] == "induction":
-            ids, kind = induction_rows(pool, L, 7000 + si, gqa_spec.SHAPE["vocab_size"])
+            ids, kind = induction_rows(pool, L, 7000 + si, gqa_spec.SHAPE["vocab_size"],
+                                       induction_alphabet(self.tok, a.induction_alphabet))
             self.rows[si] = (ids, kind)
             self.info[si] = {"length": L, "kind": "induction", "rows": pool,
                              "answer_tokens": int((kind == 2).sum())}
@@ -330,7 +373,8 @@ class Producer(threading.Thread):
                 self.prompts.add(hashlib.sha1(r["prompt"].encode()).hexdigest())
         ids, kind = rows_of(encode(self.tok, recs), L)
         if n_ind:
-            ii, ik = induction_rows(n_ind, L, 9000 + si, gqa_spec.SHAPE["vocab_size"])
+            ii, ik = induction_rows(n_ind, L, 9000 + si, gqa_spec.SHAPE["vocab_size"],
+                                    induction_alphabet(self.tok, a.induction_alphabet))
             ids, kind = np.concatenate([ids, ii]), np.concatenate([kind, ik])
         order = np.random.default_rng(L + si).permutation(len(ids))
         self.rows[si] = (ids[order], kind[order])
@@ -597,7 +641,9 @@ def run(args, log, tok, stages):
     producer = Producer(args, tok, stages)
     producer.start()
     model = GQAModel(args.shape).to(dev)
-    init_weights(model)
+    init_weights(model, args.qk_norm_init)
+    if args.init_from:  # a previous run's weights (--save): a curriculum run in parts
+        model.load_state_dict(torch.load(args.init_from, map_location=dev))
     for p in wv:
         if p.wait():
             raise RuntimeError("pulse synth (watch set): " + p.stderr.read()[-400:])
@@ -610,6 +656,8 @@ def run(args, log, tok, stages):
         train(args, model, producer, log, tok, watch_recs)
     finally:
         log["data"] = {str(k): v for k, v in producer.info.items()}
+    if args.save:
+        torch.save(model.state_dict(), args.save)
     for p in ev:
         if p.wait():
             raise RuntimeError("pulse synth (evaluation set): " + p.stderr.read()[-400:])
@@ -699,11 +747,14 @@ def main():
     ap.add_argument("--corpus", action="append", default=[], help="pulse synth --corpus")
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
-                    help="cpu: bf16 autocast, SDPA's CPU kernels, no export (the reduced-scale runs)")
+                    help="cpu: bf16 autocast, SDPA's CPU kernels, no export (the reduced-scale "
+                         "runs)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads on the CPU (0: torch's)")
     ap.add_argument("--size", default="full", choices=sorted(SIZES),
                     help="the model's shape: full (gqa_spec.SHAPE, the shipped model) or a "
                          "smaller one for CPU runs (GQA kept: 2 query heads a KV head)")
+    ap.add_argument("--rope-theta", type=float, default=0,
+                    help="RoPE base instead of the shape's (0: the shape's, 1e6)")
     ap.add_argument("--stages", default=STAGES, help="the curriculum, 'ind:L:steps:rows' for "
                     "the induction warm-up, 'L:steps:rows' for the tasks; comma-separated")
     ap.add_argument("--tasks", default=",".join(TASK_MIX), help="the training rows' tasks")
@@ -711,9 +762,14 @@ def main():
     ap.add_argument("--induction-share", type=float, default=INDUCTION_SHARE,
                     help="share of induction rows (repeated random tokens) added to the task "
                          "stages' rows")
+    ap.add_argument("--induction-alphabet", type=int, default=INDUCTION_ALPHABET,
+                    help="induction rows' tokens: 0 the whole vocabulary, N the first N of the "
+                         "one-character tokens (digits, letters)")
     ap.add_argument("--reuse", type=float, default=REUSE)
     ap.add_argument("--answer-weight", type=float, default=ANSWER_WEIGHT)
     ap.add_argument("--lm-weight", type=float, default=LM_WEIGHT)
+    ap.add_argument("--qk-norm-init", type=float, default=QK_NORM_INIT,
+                    help="the QK-norms' initial weights")
     ap.add_argument("--lr", type=float, default=LR)
     ap.add_argument("--lr-min", type=float, default=LR_MIN)
     ap.add_argument("--warmup", type=int, default=WARMUP)
@@ -724,6 +780,8 @@ def main():
     ap.add_argument("--watch-lengths", default=",".join(map(str, WATCH_LENGTHS)))
     ap.add_argument("--watch-tasks", default=",".join(WATCH_TASKS))
     ap.add_argument("--watch-samples", type=int, default=WATCH_SAMPLES)
+    ap.add_argument("--save", help="write the trained weights (a torch state dict) here")
+    ap.add_argument("--init-from", help="start from these weights (--save's file)")
     ap.add_argument("--no-export", dest="export", action="store_false",
                     help="skip the export and transformers' reference (implied by --device cpu)")
     args = ap.parse_args()
@@ -733,7 +791,9 @@ def main():
         args.export = False
         if args.threads:
             torch.set_num_threads(args.threads)
-    args.shape = SIZES[args.size]
+    args.shape = dict(SIZES[args.size])
+    if args.rope_theta:
+        args.shape["rope_theta"] = args.rope_theta
     args.tasks = [t for t in args.tasks.split(",") if t]
     args.watch_tasks = [t for t in args.watch_tasks.split(",") if t]
     args.eval_lengths, args.watch_lengths = ints(args.eval_lengths), ints(args.watch_lengths)
@@ -746,11 +806,14 @@ def main():
     log = {"recipe": {"shape": args.shape, "size": args.size,
                       "params": gqa_spec.param_count(args.shape), "stages": stages,
                       "tasks": args.tasks, "text_share": args.text_share,
-                      "induction_share": args.induction_share, "reuse": args.reuse,
+                      "induction_share": args.induction_share,
+                      "induction_alphabet": args.induction_alphabet, "reuse": args.reuse,
                       "room": ROOM, "answer_weight": args.answer_weight,
-                      "lm_weight": args.lm_weight, "lr": args.lr, "lr_min": args.lr_min,
+                      "lm_weight": args.lm_weight, "qk_norm_init": args.qk_norm_init,
+                      "lr": args.lr, "lr_min": args.lr_min,
                       "warmup": args.warmup, "weight_decay": WD, "clip": CLIP,
-                      "budget_s": args.budget, "scale": args.scale, "jobs": args.jobs,
+                      "budget_s": args.budget, "init_from": args.init_from,
+                      "scale": args.scale, "jobs": args.jobs,
                       "device": args.device, "threads": torch.get_num_threads(),
                       "watch": {"every": args.watch_every, "lengths": args.watch_lengths,
                                 "tasks": args.watch_tasks, "samples": args.watch_samples},
