@@ -78,9 +78,10 @@ TASKS = ["passkey", "niah_multikey", "variable_tracking", "kv_retrieval"]
 # crept up (0.016 -> 0.063 in 1240 steps): retrieval needs the copy (induction) circuit, and
 # that forms after thousands of optimizer steps, not tokens. So: an induction stage first (a
 # dense copy signal: ~70 targets a row against ~10 answer tokens), then most steps at 512
-# tokens in batches of 16K tokens (~6,600 steps in all, 4.8x recipe 1's), then every length
-# up to 16K to carry it over
-STAGES = ("ind:256:1500:64,512:3000:32,1024:800:16,2048:300:8,4096:150:8,8192:80:4,"
+# tokens in batches of 16K tokens (7,380 steps in all, 5.3x recipe 1's; ~170 s at TOK_S, the
+# budget's shares cut them should small batches run slower), then every length up to 16K to
+# carry it over
+STAGES = ("ind:256:2000:64,512:4000:32,1024:800:16,2048:300:8,4096:150:8,8192:80:4,"
           "16384:50:2")
 TASK_MIX = TASKS  # the tasks of the training rows (--tasks)
 # tokens a second on the H200 (the first run's, 2026-12-04; 256's and 512's guessed)
