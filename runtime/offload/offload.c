@@ -63,8 +63,9 @@ static int max_selected(const struct offload_params *p, int ps)
  * displace older ones rather than the last exact selection's that it missed (which the
  * correction would recall again). Measured on the CPU (pulse run --model tiny --policy
  * pulseinfer --speculate --workload uniform:1024:6 --output-len 32 --budget-tokens 64
- * --admission fixed:0, the prediction's hit rate 0.91): 8 slots (the selection) recalled 315
- * chunks by prefetch and 138 by correction, 10 slots 209 and 30 (test_pulseinfer). */
+ * --admission fixed:0, the prediction's hit rate 0.91): 8 slots (the selection) recalled 311
+ * chunks by prefetch and 143 by correction, 10 slots 185 and 40, exact-at-layer 256
+ * (test_pulseinfer asserts the reserve halves the corrections at least). */
 static int hot_slots_of(const struct offload_params *p, int ps)
 {
     if (p->hot_slots) return p->hot_slots;
