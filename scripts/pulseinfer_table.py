@@ -3,8 +3,9 @@
 block per point (GPU KV budget, workload), one line per policy with throughput, TPOT mean and
 p99, the ratio to vanilla and to the best baseline at that point (arkvale and infinigen in any
 configuration), the mean step against its floor; and for pulseinfer its batches, IRQ's hidden
-rounds, IOAA's nodes per decision and predicted against measured step time, and the device
-busy fraction of its trace when it has one."""
+rounds, IOAA's nodes per decision and predicted against measured step time, with --speculate
+(a line of its own) its prefetched and corrected chunks and the prediction's hit rate, and the
+device busy fraction of its trace when it has one."""
 import json
 import os
 import sys
@@ -18,7 +19,9 @@ def label(r):
     if pol == "vanilla":
         return pol
     off = get(r, "config", "offload", default={})
-    return "%s %s %s" % (pol, off.get("selection", "?"), get(off, "recall_engine", default="?"))
+    spec = " speculate" if off.get("schedule") == "speculate-exact" else ""
+    return "%s%s %s %s" % (pol, spec, off.get("selection", "?"),
+                           get(off, "recall_engine", default="?"))
 
 
 def point(r):
@@ -42,7 +45,7 @@ def main(paths):
         van = next((v for k, v in tput.items() if k == "vanilla"), None)
         base = [v for k, v in tput.items() if k.startswith(("arkvale", "infinigen"))]
         best = max(base) if base else None
-        print("%-36s %-6s %8s %9s %9s %7s %7s %6s  %s" %
+        print("%-46s %-6s %8s %9s %9s %7s %7s %6s  %s" %
               ("policy", "status", "tok/s", "TPOT ms", "p99 ms", "/van", "/best", "/floor",
                "pulseinfer"))
         for r in sorted(rs, key=label):
@@ -59,10 +62,16 @@ def main(paths):
                           s.get("ioaa_nodes_mean", 0), s.get("ioaa_decisions", 0),
                           pi.get("ioaa_predicted_step_ms", 0) or 0,
                           pi.get("ioaa_measured_step_ms", 0) or 0))
+                sp = get(r, "counters", "offload", "speculation")
+                if sp:
+                    extra += (", prefetched %s chunks, corrected %s, hit rate %s" %
+                              (sp.get("recall_chunks"), sp.get("corrections"),
+                               "%.3f" % sp["hit_rate"] if sp.get("hit_rate") is not None
+                               else "-"))
                 busy = get(pi, "trace", "device_busy_fraction")
                 if busy is not None:
                     extra += ", busy %.3f" % busy
-            print("%-36s %-6s %8.1f %9.2f %9.2f %7s %7s %6.2f  %s" %
+            print("%-46s %-6s %8.1f %9.2f %9.2f %7s %7s %6.2f  %s" %
                   (label(r), r.get("status", "?"), t, m.get("mean_tpot_ms", 0) or 0,
                    m.get("p99_tpot_ms", 0) or 0,
                    "%.2f" % (t / van) if van else "-",
