@@ -48,6 +48,18 @@ static void count_access(struct offload_layer_stats *ls, const struct hot_cache_
         ls->evictions += r->victim_block[i] >= 0;
 }
 
+/* The access r's misses of list k of (cache slot, sparse layer sl) as recall items from
+ * o->plan.items[n_items] on (own: the slot's owned GPU pages of the layer); returns the count. */
+static int push_recalls(struct offload *o, const struct hot_cache_result *r, int slot, int sl,
+                        int k, const int32_t *own, int n_items)
+{
+    for (int i = 0; i < r->n_recalls; i++)
+        o->plan.items[n_items++] = (struct recall_item){
+            offload_host_chunk(o, o->store.hp_slot[slot], sl, r->recall_block[i], k),
+            offload_gpu_piece(o, own[r->recall_slot[i]], k), offload_chunk_bytes(o)};
+    return n_items;
+}
+
 /* Hot-cache access of list k of entry b (n tokens, nb blocks): appends its recall items and
  * writes its page list (the tail read from the tail page T), attended length and, when the tail
  * block fills this step, its flush descriptor into the control block. */
@@ -72,10 +84,7 @@ static int plan_list(struct offload *o, const struct offload_step_state *ss, int
     count_access(&o->ls[layer], r);
     int n_own;
     const int32_t *own = kv_cache_owned_pages(o->store.kv, slot, layer, &n_own);
-    for (int i = 0; i < r->n_recalls; i++)
-        o->plan.items[n_items++] = (struct recall_item){
-            offload_host_chunk(o, o->store.hp_slot[slot], sl, r->recall_block[i], k),
-            offload_gpu_piece(o, own[r->recall_slot[i]], k), offload_chunk_bytes(o)};
+    n_items = push_recalls(o, r, slot, sl, k, own, n_items);
     const size_t V = (size_t)o->max_batch * o->n_lists;
     int32_t *pages = ctl + V + (size_t)v * o->ms;
     for (int i = 0; i < cnt - 1; i++)
@@ -138,12 +147,9 @@ static int plan_prefetch(struct offload *o, const struct offload_step_state *ss,
             ls->spec_misses += r->n_recalls;
             ls->fresh += r->fresh_block >= 0;
             ls->evictions += r->fresh_victim >= 0;
-            for (int i = 0; i < r->n_recalls; i++) {
+            for (int i = 0; i < r->n_recalls; i++)
                 ls->evictions += r->victim_block[i] >= 0;
-                o->plan.items[n_items++] = (struct recall_item){
-                    offload_host_chunk(o, o->store.hp_slot[slot], sl, r->recall_block[i], k),
-                    offload_gpu_piece(o, own[r->recall_slot[i]], k), offload_chunk_bytes(o)};
-            }
+            n_items = push_recalls(o, r, slot, sl, k, own, n_items);
         }
     }
     return n_items;
@@ -190,10 +196,11 @@ static int64_t recall_submit_prefetch(struct offload *o, int n_items)
     return ticket;
 }
 
-/* Waits for the layer's recall (submitted at t_submit; a prefetch's when spec), counts it,
- * resubmits a failed one. */
-static void recall_finish_layer(struct offload *o, int layer, int n_items, uint32_t seq,
-                                int64_t ticket, double t_submit, int spec)
+/* Waits for a layer's recall (a prefetch's when spec), resubmits a failed one, counts it in
+ * the layer's counters; a recall that failed every attempt fails the step (and, but for a
+ * prefetch, sets its flag: the device must not wait forever). */
+static void recall_wait_layer(struct offload *o, int layer, int n_items, uint32_t seq,
+                              int64_t ticket, double t_submit, int spec)
 {
     struct offload_layer_stats *ls = &o->ls[layer];
     for (int attempt = 0;; attempt++) {
@@ -221,6 +228,19 @@ static void recall_finish_layer(struct offload *o, int layer, int n_items, uint3
     atomic_compare_exchange_strong(&o->status, &ok, PULSE_ERR_IO);
     if (!spec)
         set_flag(&o->step.flags[offload_sl(o, layer)], seq); /* the device must not wait forever */
+}
+
+/* Waits for the layer's recall of step `step` (submitted at t_submit; a prefetch's when spec),
+ * resubmits a failed one, and counts it: the layer's, the step's series and traffic, the
+ * planner's recall phase. */
+static void recall_finish_layer(struct offload *o, int layer, int n_items, int64_t step,
+                                int64_t ticket, double t_submit, int spec)
+{
+    const int64_t bytes = (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
+    if (step < o->p.max_steps) o->series[step] += bytes;
+    o->step.traffic[step & 1].recall_bytes += (double)bytes;
+    recall_wait_layer(o, layer, n_items, (uint32_t)(step + 1), ticket, t_submit, spec);
+    o->plan.planner_phase_s[OFFLOAD_PLANNER_RECALL] += pulse_now() - t_submit;
 }
 
 /* PULSE_OFFLOAD_TRACE=1: one line per planner job on stderr (debugging a stuck step). */
@@ -308,13 +328,8 @@ static void run_prefetch(struct offload *o, const struct job *j)
     const int n_items = plan_prefetch(o, ss, j->layer, offload_spec_sel(o, p, sl, ss->n));
     offload_lap(ph, OFFLOAD_PLANNER_PLAN, &t);
     if (n_items == 0) return;
-    const double t_submit = t;
     const int64_t ticket = recall_submit_prefetch(o, n_items);
-    recall_finish_layer(o, j->layer, n_items, (uint32_t)(j->step + 1), ticket, t_submit, 1);
-    const int64_t bytes = (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
-    if (j->step < o->p.max_steps) o->series[j->step] += bytes;
-    o->step.traffic[p].recall_bytes += (double)bytes;
-    ph[OFFLOAD_PLANNER_RECALL] += pulse_now() - t_submit;
+    recall_finish_layer(o, j->layer, n_items, j->step, ticket, t, 1);
 }
 
 /* A layer job: the lists (waited for), then for JOB_PLAN the plan and the recall's submit,
@@ -357,12 +372,8 @@ static void run_job(struct offload *o, const struct job *j)
     if (o->plan.pl_spec_step[sl] == j->step) count_overlap(o, ss, p, j->layer);
     offload_lap(ph, OFFLOAD_PLANNER_METER, &t);
     if (n_items > 0) {
-        recall_finish_layer(o, j->layer, n_items, seq, ticket, t_submit, 0);
+        recall_finish_layer(o, j->layer, n_items, j->step, ticket, t_submit, 0);
         o->ls[j->layer].corrections += o->plan.pl_spec_step[sl] == j->step ? n_items : 0;
-        const int64_t bytes = (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
-        if (j->step < o->p.max_steps) o->series[j->step] += bytes;
-        o->step.traffic[p].recall_bytes += (double)bytes;
-        ph[OFFLOAD_PLANNER_RECALL] += pulse_now() - t_submit;
     }
     if (trace_on())
         fprintf(stderr, "planner: step %lld layer %d: %d items, flag %u\n", (long long)j->step,
