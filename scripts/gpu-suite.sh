@@ -250,15 +250,18 @@ fi
 if has pulseinfer; then
     # the paper's comparison: every policy at each point of PI_POINTS, each
     # KV_GB:POOL_GB:LEN:COUNT (POOL_GB 0: sized to the run); 128 output tokens (PI_OUT); the
-    # IOAA profile measured first (PI_PROFILE reuses a file); a trace of the first pulseinfer run
+    # IOAA profile of each recall engine measured before its first pulseinfer run (PI_PROFILE
+    # reuses a file for every run); a trace of the first pulseinfer run
     log pulseinfer
-    prof=${PI_PROFILE:-$out/ioaa_profile.json}
-    if [ ! -f "$prof" ]; then
+    # profile_for ENGINE: the profile's path in $prof, measured once per engine
+    profile_for() {
+        prof=${PI_PROFILE:-$out/ioaa_profile_$1.json}
+        [ -f "$prof" ] && return
         timeout "${PI_PROFILE_TIMEOUT:-240}" "$bin" profile --backend cuda --model qwen3-14b \
             --batches "${PI_PROFILE_BATCHES:-1,4,16}" --contexts "${PI_PROFILE_CONTEXTS:-4096,16384,65536}" \
-            --selection solohead --recall-engine "${PI_PROFILE_ENGINE:-gather-scatter}" --out "$prof" >"$out/profile.txt" 2>&1
-        summary+=("pulse profile exit $?")
-    fi
+            --selection solohead --recall-engine "$1" --out "$prof" >"$out/profile_$1.txt" 2>&1
+        summary+=("pulse profile ($1) exit $?")
+    }
     traced=0 # the first pulseinfer run writes a trace; PI_TRACE=0: none
     [ "${PI_TRACE:-1}" = 0 ] && traced=1
     for pt in ${PI_POINTS:-12:96:65536:18 45:0:16384:32 45:0:32768:24 45:0:65536:12}; do
@@ -276,6 +279,7 @@ if has pulseinfer; then
             [ "$pool" != 0 ] && [ "$pol" != vanilla ] && args+=(--host-pool-gb "$pool")
             args+=(${PI_ARGS:-})
             if [ "$pol" = pulseinfer ]; then
+                profile_for "$([ "$eng" != - ] && echo "$eng" || echo gather-scatter)"
                 [ -f "$prof" ] && args+=(--profile "$prof")
                 [ $traced = 0 ] && args+=(--trace "$out/trace_$tag.json") && traced=1
             fi
