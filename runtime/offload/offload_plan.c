@@ -412,7 +412,10 @@ int offload_planner_start(struct offload *o)
     struct offload_planner *pl = mem_alloc(MEM_HOST, sizeof *pl, "offload planner");
     if (!pl) return PULSE_ERR_OOM;
     memset(pl, 0, sizeof *pl);
-    pl->cap = 2 * o->n_layers + 2;
+    /* two steps of jobs (a layer's, its prediction's with o->spec, the step's): the planner
+     * waits on each layer's lists, so it runs up to a step behind the host's posts, and a ring
+     * of one step's jobs makes the host wait for it (host syncs inside the step) */
+    pl->cap = 2 * ((1 + o->spec) * o->n_layers + 1) + 2;
     pl->ring = mem_alloc(MEM_HOST, sizeof(struct job) * (size_t)pl->cap, "planner jobs");
     o->pl = pl;
     if (!pl->ring) return PULSE_ERR_OOM;
