@@ -315,8 +315,8 @@ int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, 
     memset(s->persist, 0, sizeof *s->persist * c->n_layers);
     memset(s->h_prev_n, 0xff, 4 * (size_t)s->n_global * c->n_kv_heads * 2); /* -1 */
     s->approx_for[0] = s->approx_for[1] = -1;
-    s->one = (struct select_cfg){1,       1,         c->head_dim,  s->bs, p->budget_tokens / s->bs,
-                                 p->sink, p->window, s->max_blocks};
+    s->one = (struct select_cfg){1,       1,         c->head_dim,   s->bs, p->budget_tokens / s->bs,
+                                 p->sink, p->window, s->max_blocks, 0};
     s->kvh = s->one;
     s->kvh.n_heads = c->n_heads / c->n_kv_heads;
     s->all = s->one;

@@ -22,6 +22,7 @@
  * (--profile) or, without one, the analytic profile from the bandwidths measured in this
  * process (ioaa_profile.h). */
 #include <jansson.h>
+#include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,7 +163,7 @@ static int parse_admission(struct pulseinfer *pi, const char *a, char *err, size
  * misprediction model, averaged over the sparse layers (a perfect prediction where it has none:
  * the exact query predicts itself), or assumed with the real query. */
 static int ioaa_speculation(struct pulseinfer *pi, const struct offload_params *op,
-                            const struct model_config *m, char *err, size_t errlen)
+                            const struct model_config *m, int ps, char *err, size_t errlen)
 {
     const double per_tok = (double)model_kv_bytes_per_token(m) / m->n_layers;
     const int n_sparse = offload_sparse_layers(op, m);
@@ -183,7 +184,11 @@ static int ioaa_speculation(struct pulseinfer *pi, const struct offload_params *
     f->miss_held = modelled ? held / modelled : SPEC_ASSUMED_MISS_HELD;
     f->from = modelled ? "source" : "assumed";
     const double B = (double)op->budget_tokens * per_tok * n_sparse / m->n_layers;
-    f->prefetch_bytes = pi->prof.prof.recall_bytes * f->churn_ratio;
+    /* a margin widens the prediction's lists: their new blocks grow with them; its hit rate
+     * is left at the margin-free one's (the model does not say it: corrections overestimated) */
+    const double sel = (double)op->budget_tokens / ps + op->sink + op->window + 1,
+                 wide = sel + ceil(op->spec_margin * op->budget_tokens / ps);
+    f->prefetch_bytes = pi->prof.prof.recall_bytes * f->churn_ratio * wide / sel;
     f->correction_bytes = B * (1 - f->hit) * (1 - f->miss_held);
     char why[256];
     const int rc = ioaa_profile_data_speculate(&pi->prof, f->prefetch_bytes, f->correction_bytes,
@@ -237,7 +242,8 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
     if (op->cap_gbps > 0)
         pi->cap_raised = ioaa_profile_data_cap_recall(&pi->prof, op->cap_gbps * 1e9);
     pi->have_prof = 1;
-    if (op->schedule->prefetch && (rc = ioaa_speculation(pi, op, m, err, errlen)) != PULSE_OK)
+    if (op->schedule->prefetch &&
+        (rc = ioaa_speculation(pi, op, m, kv_cache_page_size(p->kv), err, errlen)) != PULSE_OK)
         return rc;
     struct ioaa_params ip = {
         .profile = pi->prof.prof, .max_waiting = pi->max_waiting, .irq = pi->irq_on};

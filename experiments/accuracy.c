@@ -1485,7 +1485,7 @@ static int setup(struct acc *A, char *err, size_t errlen)
     A->logits = mem_alloc(MEM_HOST, sizeof(float) * c->vocab, "logits");
     struct locality_meter_params mp = {{1, 1, c->head_dim, 16, (int)A->o.mam_budget / 16,
                                         (int)A->o.sink, (int)A->o.window,
-                                        PULSE_CEIL_DIV(A->s.max_tokens, 16)},
+                                        PULSE_CEIL_DIV(A->s.max_tokens, 16), 0},
                                        c->n_layers,
                                        1,
                                        1,

@@ -46,6 +46,9 @@ const char run_offload_usage[] =
     "                     (default: the approximate query; with --query locality the locality\n"
     "                     model's misprediction) or negated (it negated: a deliberately poor\n"
     "                     predictor, for checks)\n"
+    "  --spec-margin F    the prediction selects F more of the budget's blocks by score (in\n"
+    "                     [0, 1], default 0): a higher hit rate, fewer corrections, more\n"
+    "                     bytes prefetched (pulseinfer --speculate)\n"
     "  --reuse R          resident (blocks kept on the GPU are not recalled again) or none\n"
     "                     (the whole selection recalled every step, InfiniGen's published\n"
     "                     transfer; host-planned engines); default resident, infinigen none\n"
@@ -74,7 +77,7 @@ static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
     "--recall-cap-gbps", "--hot-slots",    "--calib-tokens",  "--no-irq",
     "--admission",       "--profile",      "--trace",         "--recall-cap-fraction",
     "--query",           "--reuse",        "--speculate",     "--spec-predictor",
-    "--spec-overlap",    "--max-waiting"};
+    "--spec-overlap",    "--max-waiting",  "--spec-margin"};
 
 static const char *flag_name(int code)
 {
@@ -173,6 +176,9 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
     case RUN_OFF_SPEC_PREDICTOR:
         oo->spec_predictor = arg;
         return one_of(f, arg, "approx", "negated");
+    case RUN_OFF_SPEC_MARGIN:
+        oo->spec_margin_set = 1;
+        return cli_double("run", f, arg, 0.0, 1.0, &oo->spec_margin);
     case RUN_OFF_NO_IRQ:
         if (!oo->two_batch_flag) oo->two_batch_flag = f;
         oo->no_irq = 1;
@@ -360,6 +366,7 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
     p->spec_predictor = oo->spec_predictor && !strcmp(oo->spec_predictor, "negated")
                             ? OFFLOAD_SPEC_NEGATED
                             : OFFLOAD_SPEC_APPROX;
+    p->spec_margin = oo->spec_margin;
     p->refetch = oo->reuse ? !strcmp(oo->reuse, "none") : pol->offload_refetch;
     p->verify_steps = pulse_diag_switch(PULSE_DIAG_OFFLOAD_VERIFY);
     int64_t prompt = 0, out = 0;
@@ -386,6 +393,11 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
     if (sched->prefetch && oo->reuse && !strcmp(oo->reuse, "none")) {
         cli_error("run", "--reuse none: not with --speculate (its exact selection reuses the "
                          "blocks the prefetch brought)");
+        return -1;
+    }
+    if (oo->spec_margin_set && !sched->prefetch) {
+        cli_error("run", "--spec-margin: only with a prediction beside the exact selection "
+                         "(pulseinfer --speculate)");
         return -1;
     }
     if (oo->spec_predictor && !sched->lookahead) {

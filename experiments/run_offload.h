@@ -36,6 +36,7 @@ enum {
     RUN_OFF_SPEC_PREDICTOR,
     RUN_OFF_SPEC,
     RUN_OFF_MAX_WAITING,
+    RUN_OFF_SPEC_MARGIN,
     RUN_OFF_END
 };
 
@@ -57,7 +58,9 @@ enum {
         RUN_OFF_OPT("query", RUN_OFF_QUERY), RUN_OFF_OPT("reuse", RUN_OFF_REUSE),                  \
         {"speculate", no_argument, 0, RUN_OFF_SPECULATE},                                          \
         RUN_OFF_OPT("spec-predictor", RUN_OFF_SPEC_PREDICTOR),                                     \
-        RUN_OFF_OPT("spec-overlap", RUN_OFF_SPEC), RUN_OFF_OPT("max-waiting", RUN_OFF_MAX_WAITING)
+        RUN_OFF_OPT("spec-overlap", RUN_OFF_SPEC),                                                 \
+        RUN_OFF_OPT("max-waiting", RUN_OFF_MAX_WAITING),                                           \
+        RUN_OFF_OPT("spec-margin", RUN_OFF_SPEC_MARGIN)
 
 /* The offload flags' part of pulse run --help. */
 extern const char run_offload_usage[];
@@ -71,6 +74,8 @@ struct run_offload_opts {
     const char *reuse; /* --reuse: NULL = the policy's (policy.offload_refetch) */
     int speculate;     /* --speculate: the policy's prefetching schedule */
     const char *spec_predictor; /* --spec-predictor: NULL = approx */
+    double spec_margin;         /* --spec-margin (0 = none) */
+    int spec_margin_set;
     const char *spec;  /* --spec-overlap: NULL = profile (the built-in speculation profile) */
     double host_pool_gb, cap_gbps, cap_fraction; /* cap_fraction: of the H2D peak, 0 none */
     /* pulseinfer: --no-irq, --admission, --profile (the IOAA profile), --trace, --max-waiting

@@ -29,7 +29,7 @@
 #define NREQ 4
 #define NLAYERS 8 /* 2 dense + 6 sparse: medians 0.04 .. 0.20 */
 
-static const struct select_cfg CFG = {NQ, NKV, HD, BS, BUDGET, 1, 2, 256};
+static const struct select_cfg CFG = {NQ, NKV, HD, BS, BUDGET, 1, 2, 256, 0};
 
 static struct locality_profile g_prof, g_prof2; /* large: keep off the stack */
 
@@ -243,7 +243,7 @@ static void test_profile_from_samples(void)
 static void test_count_new(void)
 {
     /* 20 blocks, sink 1, window 2: forced 0, 17, 18, 19; candidates 1..16 */
-    const struct select_cfg c = {NQ, NKV, HD, BS, 4, 1, 2, 64};
+    const struct select_cfg c = {NQ, NKV, HD, BS, 4, 1, 2, 64, 0};
     const int32_t prev[] = {0, 3, 5, 9, 16, 17, 18, 19};
     const int32_t cur[] = {0, 3, 6, 9, 12, 17, 18, 19};
     int nbud;

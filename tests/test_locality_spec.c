@@ -190,8 +190,8 @@ static void test_targets(void)
 
 /* ------------------------------------------------------------------ source fixtures */
 
-static const struct select_cfg CFG = {NQ,     NKV, HD, BS,
-                                      BUDGET, 1,   2,  PULSE_CEIL_DIV(PROMPT + STEPS, BS)};
+static const struct select_cfg CFG = {
+    NQ, NKV, HD, BS, BUDGET, 1, 2, PULSE_CEIL_DIV(PROMPT + STEPS, BS), 0};
 
 /* make_source's speculation profile when g_use_prof, churn profile (NULL: the default), and
  * spec_fresh */

@@ -173,7 +173,7 @@ static void brute_force(struct layer *L, int budget, int sink, int window, int m
                         double *out /* [nkv] */)
 {
     int MB = PULSE_CEIL_DIV(max_tokens, L->ps);
-    struct select_cfg cfg = {L->nq, L->nkv, L->hd, L->ps, budget, sink, window, MB};
+    struct select_cfg cfg = {L->nq, L->nkv, L->hd, L->ps, budget, sink, window, MB, 0};
     int ms = select_max_selected(&cfg), G = L->nq / L->nkv;
     uint16_t *dig = calloc((size_t)L->batch * L->max_pages * L->nkv * 2 * L->hd, 2);
     float *scores = malloc(select_scores_bytes(&cfg, L->batch, SELECT_HEADWISE));

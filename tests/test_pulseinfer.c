@@ -640,6 +640,25 @@ static void test_speculation(void)
                            same_tokens(&exact.w, &m.w) ? "equal" : "DIFFER");
                     EXPECT(rate(&m.ctr) > rate(poor) && rate(&m.ctr) < 1.0);
                     EXPECT(m.ctr.spec_corrections > 0);
+                    /* a margin: the prediction's wider lists hold more of the exact ones,
+                     * fewer corrections for more prefetched chunks, the same tokens */
+                    struct pi_out mm;
+                    c.spec_model = 1, c.spec_margin = 0.5;
+                    serve(&c, &mm);
+                    c.spec_model = 0, c.spec_margin = 0;
+                    EXPECT_EQ_INT(mm.rc, 0);
+                    EXPECT(same_tokens(&exact.w, &mm.w));
+                    printf("speculation, locality query, %s%s, the misprediction model with a "
+                           "margin of 0.5: hit rate %.3f, %lld prefetched (%lld without), %lld "
+                           "corrected (%lld)\n",
+                           zc ? "zero-copy" : "gather-scatter", no_irq ? " --no-irq" : "",
+                           rate(&mm.ctr), (long long)mm.ctr.spec_recall_chunks,
+                           (long long)m.ctr.spec_recall_chunks, (long long)mm.ctr.spec_corrections,
+                           (long long)m.ctr.spec_corrections);
+                    EXPECT(rate(&mm.ctr) > rate(&m.ctr));
+                    EXPECT(mm.ctr.spec_corrections < m.ctr.spec_corrections);
+                    EXPECT(mm.ctr.spec_recall_chunks > m.ctr.spec_recall_chunks);
+                    workload_free(&mm.w);
                     workload_free(&m.w);
                 }
                 EXPECT(rate(poor) < 0.5 && rate(poor) < rate(good));
@@ -669,6 +688,15 @@ static void test_speculation_cli(void)
                                out, sizeof out),
                   2);
     EXPECT(strstr(out, "--reuse none: not with --speculate") != NULL);
+    EXPECT_EQ_INT(
+        tu_run_pulse("run --backend cpu --policy pulseinfer --spec-margin 0.2", out, sizeof out),
+        2);
+    EXPECT(strstr(out, "--spec-margin: only with a prediction beside the exact selection"));
+    EXPECT_EQ_INT(
+        tu_run_pulse("run --backend cpu --policy pulseinfer --speculate --spec-margin 1.5", out,
+                     sizeof out),
+        2);
+    EXPECT(strstr(out, "--spec-margin") != NULL);
     char path[] = "/tmp/pulse_pi_spec_XXXXXX", cmd[512];
     int fd = mkstemp(path);
     if (fd >= 0) close(fd);
@@ -725,6 +753,27 @@ static void test_speculation_cli(void)
     printf("speculation's hot-cache reserve: %lld corrections with 10 slots, %lld with 8\n",
            (long long)hc_corr[0], (long long)hc_corr[1]);
     EXPECT(hc_corr[0] > 0 && 2 * hc_corr[0] < hc_corr[1]);
+    /* a margin: the prediction's budget and the hot cache's slots grow by it */
+    if ((fd = mkstemp(path)) >= 0) close(fd);
+    snprintf(cmd, sizeof cmd,
+             "run --backend cpu --model tiny --policy pulseinfer --speculate --workload "
+             "uniform:1024:6 --output-len 32 --budget-tokens 64 --admission fixed:0 "
+             "--spec-margin 0.5 --out %s",
+             path);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+    j = json_load_file(path, 0, &je);
+    remove(path);
+    cfg = json_object_get(json_object_get(j, "config"), "offload");
+    EXPECT_NEAR(json_real_value(json_object_get(cfg, "spec_margin")), 0.5, 1e-12);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "spec_budget_blocks")), 6);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "hot_slots")), 12);
+    const int64_t m_corr = json_integer_value(json_object_get(
+        json_object_get(json_object_get(json_object_get(j, "counters"), "offload"), "speculation"),
+        "corrections"));
+    printf("speculation with a margin of 0.5: %lld corrections (%lld without)\n", (long long)m_corr,
+           (long long)hc_corr[0]);
+    EXPECT(m_corr < hc_corr[0]);
+    json_decref(j);
     /* IOAA models the speculation: its recall table folded with the source's hit rate */
     if ((fd = mkstemp(path)) >= 0) close(fd);
     snprintf(cmd, sizeof cmd,

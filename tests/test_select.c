@@ -232,7 +232,7 @@ static void test_digest_zero(void)
 
 static struct select_cfg cfg_of(int nq, int nkv, int hd, int bs, int budget, int max_blocks)
 {
-    struct select_cfg c = {nq, nkv, hd, bs, budget, 1, 2, max_blocks};
+    struct select_cfg c = {nq, nkv, hd, bs, budget, 1, 2, max_blocks, 0};
     return c;
 }
 

@@ -397,7 +397,7 @@ struct cal_run {
 static size_t cal_carve(const struct locality *L, const struct select_cfg *cfg, int nb,
                         size_t n_terms, char *base, struct cal_buf *c)
 {
-    const size_t ms = (size_t)select_max_selected(cfg), nkv = (size_t)L->nkv, hd = (size_t)L->hd;
+    const size_t ms = (size_t)select_list_stride(cfg), nkv = (size_t)L->nkv, hd = (size_t)L->hd;
     const size_t qn = (size_t)L->nq * hd;
     char *m = base;
     struct cal_buf t;
@@ -440,7 +440,7 @@ static void cal_stream(struct cal_buf *c, int r, int layer)
     const struct select_cfg *cfg = &c->run->cfg;
     const int n_tok = L->p.calib_tokens, S = L->p.calib_steps;
     const int32_t zero = 0, ntok[1] = {n_tok};
-    const int nb = PULSE_CEIL_DIV(n_tok, cfg->block_size), ms = select_max_selected(cfg);
+    const int nb = PULSE_CEIL_DIV(n_tok, cfg->block_size), ms = select_list_stride(cfg);
     const struct digest_view dv = {c->dig, c->ident, &zero, L->nkv, L->hd};
     const size_t qn = (size_t)L->nq * L->hd;
     const float scale = sqrtf((float)L->hd) * L->p.q_scale;

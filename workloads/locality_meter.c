@@ -61,7 +61,7 @@ struct locality_meter *locality_meter_create(const struct locality_meter_params 
         snprintf(err, errlen, "locality meter: %s", why);
         return NULL;
     }
-    const int ms = select_max_selected(&p->sel);
+    const int ms = select_list_stride(&p->sel); /* the lists' stride (>= what one selects) */
     const char *bad = NULL;
     if (p->n_layers < 1 || p->n_layers > LOC_MAX_LAYERS)
         bad = "n_layers must be in 1..256";

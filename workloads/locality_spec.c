@@ -537,7 +537,7 @@ static int calibrate(struct locality_spec *S, struct locality *L, char *err, siz
     c->cfg = p->sel;
     c->cfg.max_blocks = c->nb;
     c->nl = select_n_lists(&c->cfg, p->sel_head);
-    c->ms = select_max_selected(&c->cfg);
+    c->ms = select_list_stride(&c->cfg);
     c->ndh = p->sel.n_kv_heads; /* head-wise and mean keep every head */
     c->queries = p->calib_queries ? p->calib_queries
                                   : PULSE_MAX(2, PULSE_CEIL_DIV(MIN_LISTS, p->calib_keys * c->nl));

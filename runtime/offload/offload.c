@@ -36,6 +36,13 @@ void offload_params_init(struct offload_params *p, int max_batch, int max_tokens
     p->layer_graphs = 1;
 }
 
+/* A prefetch's budget (blocks chosen by score): the exact one's with spec_margin more. */
+static int spec_budget(const struct offload_params *p, int budget)
+{
+    if (!p->schedule || !p->schedule->prefetch) return budget;
+    return budget + (int)ceil(p->spec_margin * budget);
+}
+
 static struct select_cfg cfg_of(const struct offload_params *p, const struct model_config *m,
                                 int ps)
 {
@@ -46,7 +53,11 @@ static struct select_cfg cfg_of(const struct offload_params *p, const struct mod
                            p->budget_tokens / ps,
                            p->sink,
                            p->window,
-                           (int)PULSE_CEIL_DIV(p->max_tokens, ps)};
+                           (int)PULSE_CEIL_DIV(p->max_tokens, ps),
+                           0};
+    struct select_cfg wide = c; /* a prediction's lists, in the same layout */
+    wide.budget = spec_budget(p, c.budget);
+    c.list_stride = select_max_selected(&wide);
     return c;
 }
 
@@ -65,14 +76,16 @@ static int max_selected(const struct offload_params *p, int ps)
  * pulseinfer --speculate --workload uniform:1024:6 --output-len 32 --budget-tokens 64
  * --admission fixed:0, the prediction's hit rate 0.91): 8 slots (the selection) recalled 311
  * chunks by prefetch and 143 by correction, 10 slots 185 and 40, exact-at-layer 256
- * (test_pulseinfer asserts the reserve halves the corrections at least). */
+ * (test_pulseinfer asserts the reserve halves the corrections at least). A speculation margin
+ * adds the blocks it predicts beyond the budget. */
 static int hot_slots_of(const struct offload_params *p, int ps)
 {
     if (p->hot_slots) return p->hot_slots;
     const int sel = max_selected(p, ps);
     if (!p->schedule || !p->schedule->prefetch) return sel;
     const long long mb = PULSE_CEIL_DIV((long long)p->max_tokens, ps);
-    const long long want = sel + (long long)ceil(OFFLOAD_SPEC_RESERVE * sel);
+    const long long want = sel + (long long)ceil(OFFLOAD_SPEC_RESERVE * sel) +
+                           (spec_budget(p, p->budget_tokens / ps) - p->budget_tokens / ps);
     return (int)(want < mb ? want : mb);
 }
 
@@ -161,6 +174,7 @@ int offload_params_check(const struct offload_params *p, const struct model_conf
     struct select_cfg c = cfg_of(p, m, ps);
     char why[160];
     if (select_cfg_check(&c, why, sizeof why)) BAD("offload: %s", why);
+    c.budget = spec_budget(p, c.budget); /* a prediction's lists are as long with a margin */
     const int ms = select_max_selected(&c);
     if (p->hot_slots && (p->hot_slots < ms || p->hot_slots > c.max_blocks))
         BAD("hot slots: %d is not in [%d, %d] (the blocks one step selects .. the longest "
@@ -442,7 +456,9 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
     o->G = o->nq / o->nkv;
     o->cfg = cfg_of(p, m, ps);
     o->max_blocks = o->cfg.max_blocks, o->max_batch = p->max_batch;
-    o->ms = select_max_selected(&o->cfg);
+    o->cfg_spec = o->cfg;
+    o->cfg_spec.budget = spec_budget(p, o->cfg.budget);
+    o->ms = select_list_stride(&o->cfg);
     o->hot_slots = hot_slots_of(p, ps);
     o->headwise = p->selection == OFFLOAD_HEADWISE;
     o->n_lists = o->headwise ? o->nkv : 1;
@@ -669,6 +685,10 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
         BAD("offload: no layer schedule (a policy's: struct offload_schedule)");
     if (p->schedule->prefetch && (!p->schedule->lookahead || p->refetch))
         BAD("offload: a prefetching schedule selects one layer ahead and reuses resident blocks");
+    if (!(p->spec_margin >= 0.0 && p->spec_margin <= 1.0))
+        BAD("offload: speculation margin %g is not in [0, 1]", p->spec_margin);
+    if (p->spec_margin > 0 && !(p->schedule && p->schedule->prefetch))
+        BAD("offload: a speculation margin needs a prefetching schedule");
     if ((unsigned)p->spec_predictor > OFFLOAD_SPEC_NEGATED)
         BAD("offload: unknown speculation predictor %d", p->spec_predictor);
     if (ks.max_requests != p->max_batch)

@@ -198,6 +198,9 @@ struct offload_params {
                            path, for comparisons and timing); default 0: generated on the
                            device wherever it can be */
     int spec_predictor; /* enum offload_spec_predictor (default approx) */
+    double spec_margin; /* a prefetch's lists select budget x (1 + this) blocks by score, the
+                           exact lists budget: more of the exact selection prefetched (in
+                           [0, 1]; default 0; only with a prefetching schedule) */
 };
 
 /* Per sparse layer, what the runtime did (the source's meter adds churn and its quantiles). */

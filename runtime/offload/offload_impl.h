@@ -194,7 +194,9 @@ struct offload {
     struct offload_sel_fns fn;
     struct query_source *qs; /* queries, prompt keys, meter (the params', not owned) */
     /* the shape */
-    struct select_cfg cfg; /* max_blocks = the cache's row width */
+    struct select_cfg cfg;      /* max_blocks = the cache's row width */
+    struct select_cfg cfg_spec; /* a prefetch's: cfg with spec_margin's wider budget; both
+                                   lists' stride is ms (list_stride) */
     int n_layers, n_dense, n_sparse, n_lists, ms, hot_slots, dig_heads, all_selected, headwise;
     uint8_t kind[OFFLOAD_MAX_LAYERS];     /* enum offload_layer_kind of every layer */
     int16_t sl_of[OFFLOAD_MAX_LAYERS];    /* a layer's sparse index, -1 for a dense or window one */

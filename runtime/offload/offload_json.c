@@ -147,6 +147,8 @@ json_t *offload_config_json(const struct offload *o)
     json_object_set_new(j, "schedule", json_string(o->p.schedule->name));
     json_object_set_new(j, "lookahead_layers", json_integer(o->p.schedule->lookahead));
     json_object_set_new(j, "prefetch", json_boolean(o->spec));
+    json_object_set_new(j, "spec_margin", json_real(o->p.spec_margin));
+    json_object_set_new(j, "spec_budget_blocks", json_integer(o->cfg_spec.budget));
     json_object_set_new(
         j, "spec_predictor",
         json_string(o->p.spec_predictor == OFFLOAD_SPEC_NEGATED ? "negated" : "approx"));

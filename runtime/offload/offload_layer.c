@@ -298,8 +298,8 @@ static void select_layer(struct offload *o, struct batch *bt, int layer, int spe
     double t = pulse_now();
     const struct digest_view dv = digest_view_of(o, sl);
     int32_t *ds = spec ? offload_spec_dsel(o, sl, B) : offload_dsel(o, sl, B);
-    o->fn.select_blocks(o->ctx, &o->cfg, select_query(o, bt, layer), &dv, batch_len(bt),
-                        o->step.d_scores, ds, ds + (size_t)B * o->n_lists * o->ms, B,
+    o->fn.select_blocks(o->ctx, spec ? &o->cfg_spec : &o->cfg, select_query(o, bt, layer), &dv,
+                        batch_len(bt), o->step.d_scores, ds, ds + (size_t)B * o->n_lists * o->ms, B,
                         o->sel_head[layer]);
     o->be->event_record_external(o->ctx,
                                  spec ? o->step.ev_spec_selected[sl] : o->step.ev_selected[sl]);

@@ -62,8 +62,8 @@ static int params_check(const struct mam_params *p, char *err, size_t errlen)
 struct mam_acc *mam_acc_create(const struct mam_params *p, char *err, size_t errlen)
 {
     if (params_check(p, err, errlen)) return NULL;
-    struct select_cfg cfg = {p->n_heads, p->n_kv_heads, p->head_dim, p->block_size,
-                             p->budget,  p->sink,       p->window,   1};
+    struct select_cfg cfg = {
+        p->n_heads, p->n_kv_heads, p->head_dim, p->block_size, p->budget, p->sink, p->window, 1, 0};
     if (p->block_size >= 1) cfg.max_blocks = PULSE_CEIL_DIV(p->max_tokens, p->block_size);
     if (select_cfg_check(&cfg, err, errlen)) return NULL;
     struct mam_acc *a = mem_alloc(MEM_HOST, sizeof *a, "mam accumulator");

@@ -38,7 +38,7 @@
  *   everything, -0 == +0), equal keys go to the lower block index, so the result is a pure
  *   function of the scores and CPU and GPU agree exactly. Output: per (entry, list) the selected
  *   block indices ascending in sel_idx[(b * n_lists + l) * max_sel + j] for
- *   j < sel_count[b * n_lists + l], max_sel = select_max_selected() (a CSR-like layout with a
+ *   j < sel_count[b * n_lists + l], max_sel = select_list_stride() (a CSR-like layout with a
  *   fixed stride); slots past the count are not written.
  *
  * Approximate query (InfiniGen-style, layer l+1 from layer l's input x): xn = RMSNorm with
@@ -71,6 +71,9 @@ struct select_cfg {
     int sink;       /* leading blocks always selected, >= 0 (default 1) */
     int window;     /* blocks before the tail always selected, >= 0 (default 2) */
     int max_blocks; /* stride of a score row; >= every entry's block count, <= SELECT_MAX_BLOCKS */
+    int list_stride; /* stride of sel_idx when larger than select_max_selected (0: that): lists
+                        of two budgets in one layout (a prediction's wider lists beside the
+                        exact ones) */
 };
 
 struct digest_view {
@@ -160,8 +163,10 @@ void select_check_heads(int n_kv_heads, int head_dim, const struct digest_view *
 int select_cfg_check(const struct select_cfg *cfg, char *err, size_t errlen);
 /* Lists per entry: n_kv_heads for SELECT_HEADWISE, 1 for a SoloHead selector. */
 int select_n_lists(const struct select_cfg *cfg, int sel_head);
-/* Row stride of sel_idx: min(max_blocks, sink + window + 1 + budget). */
+/* Blocks one list holds at most: min(max_blocks, sink + window + 1 + budget). */
 int select_max_selected(const struct select_cfg *cfg);
+/* Row stride of sel_idx: select_max_selected, or list_stride when larger. */
+int select_list_stride(const struct select_cfg *cfg);
 /* The attended-token bound a selection's attention runs with (attn_decode's max_tokens, which
  * sets the CUDA split plan): min(select_max_selected * block_size, reserved), reserved being
  * the entries' longest reservation. The serving path and the accuracy path both pass it, so

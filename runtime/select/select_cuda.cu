@@ -442,10 +442,9 @@ extern "C" void select_topk_cuda(const struct kctx *c, const struct select_cfg *
     }
     const dim3 grid((unsigned)batch, (unsigned)nl);
     cudaStream_t st = stream_of(c);
-    topk_kernel<<<grid, kTopkThreads, smem, st>>>(scores, n_tokens, sel_idx, sel_count,
-                                                  cfg->max_blocks, select_max_selected(cfg),
-                                                  cfg->block_size, cfg->budget, cfg->sink,
-                                                  cfg->window);
+    topk_kernel<<<grid, kTopkThreads, smem, st>>>(
+        scores, n_tokens, sel_idx, sel_count, cfg->max_blocks, select_list_stride(cfg),
+        cfg->block_size, cfg->budget, cfg->sink, cfg->window);
     CUDA_CHECK_LAUNCH(st);
 }
 

@@ -29,6 +29,8 @@ int select_cfg_check(const struct select_cfg *cfg, char *err, size_t errlen)
         why = "window (blocks) must be >= 0";
     else if (cfg->max_blocks < 1 || cfg->max_blocks > SELECT_MAX_BLOCKS)
         why = "max_blocks must be in 1..32768";
+    else if (cfg->list_stride < 0 || cfg->list_stride > SELECT_MAX_BLOCKS)
+        why = "list_stride must be in 0..32768";
     if (!why) return 0;
     if (err && errlen) snprintf(err, errlen, "select config: %s", why);
     return -1;
@@ -59,6 +61,12 @@ int select_max_selected(const struct select_cfg *cfg)
 {
     long long want = (long long)cfg->sink + cfg->window + 1 + cfg->budget;
     return (int)(want < cfg->max_blocks ? want : cfg->max_blocks);
+}
+
+int select_list_stride(const struct select_cfg *cfg)
+{
+    const int ms = select_max_selected(cfg);
+    return cfg->list_stride > ms ? cfg->list_stride : ms;
 }
 
 int select_attend_bound(const struct select_cfg *cfg, int reserved)
@@ -179,7 +187,7 @@ void select_stats_add(const struct select_cfg *cfg, int sel_head, const int32_t 
                       const int32_t *sel_count, int batch, struct select_stats *st)
 {
     const int nkv = cfg->n_kv_heads, nl = select_n_lists(cfg, sel_head);
-    const int ms = select_max_selected(cfg);
+    const int ms = select_list_stride(cfg);
     const uint64_t all = nkv == 64 ? ~0ull : ((1ull << nkv) - 1);
     for (int b = 0; b < batch; b++) {
         const int32_t *idx = sel_idx + (size_t)b * nl * ms;
@@ -346,7 +354,7 @@ void select_topk_ref(const struct kctx *c, const struct select_cfg *cfg, const f
 {
     (void)c;
     select_check(cfg, NULL, sel_head);
-    const int nl = select_n_lists(cfg, sel_head), ms = select_max_selected(cfg);
+    const int nl = select_n_lists(cfg, sel_head), ms = select_list_stride(cfg);
     for (int b = 0; b < batch; b++) {
         const int nb = PULSE_CEIL_DIV(n_tokens[b], cfg->block_size);
         PULSE_CHECK(nb >= 1 && nb <= cfg->max_blocks, "select_topk: n_tokens out of range");

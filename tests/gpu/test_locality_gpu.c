@@ -112,7 +112,7 @@ struct shape {
 static struct locality *make_gen(const struct shape *s, int max_blocks, uint64_t seed)
 {
     char err[256];
-    struct select_cfg cfg = {s->nq, s->nkv, s->hd, s->bs, 8, 1, 2, max_blocks};
+    struct select_cfg cfg = {s->nq, s->nkv, s->hd, s->bs, 8, 1, 2, max_blocks, 0};
     struct locality_default_params dp;
     locality_default_params_init(&dp, 6, seed);
     EXPECT_EQ_INT(locality_profile_default(&g_prof, &dp, err, sizeof err), PULSE_OK);

@@ -366,7 +366,7 @@ static void test_score_topk(void)
                                      : 1 + (int)rnd_u32(2500);
         struct sset s;
         sset_init(&s, batch, cases[ci].nq, cases[ci].nkv, cases[ci].hd, bs, cases[ci].sel, blocks);
-        struct select_cfg cfg = {s.nq, s.nkv, s.hd, bs, 128, 1, 2, max_blocks};
+        struct select_cfg cfg = {s.nq, s.nkv, s.hd, bs, 128, 1, 2, max_blocks, 0};
         size_t sb = select_scores_bytes(&cfg, batch, s.sel);
         float *rs = xmalloc(sb), *gs = xmalloc(sb);
         for (size_t i = 0; i < sb / 4; i++)
@@ -427,7 +427,7 @@ static void test_topk_ties(void)
     for (int mode = 0; mode < 2; mode++) {
         struct sset s;
         sset_init(&s, batch, 8, 4, 64, 16, mode ? 1 : SELECT_HEADWISE, blocks);
-        struct select_cfg cfg = {8, 4, 64, 16, 1, 1, 2, max_blocks};
+        struct select_cfg cfg = {8, 4, 64, 16, 1, 1, 2, max_blocks, 0};
         size_t n = select_scores_bytes(&cfg, batch, s.sel) / 4;
         float *hs = xmalloc(n * 4);
         for (size_t i = 0; i < n; i++) {
@@ -537,7 +537,7 @@ static void time_select(void)
         for (int b = 0; b < batch; b++)
             n[b] = ctx;
         CUDA_CHECK(cudaMemcpy(s.d_n.p, n, sizeof n, cudaMemcpyHostToDevice));
-        struct select_cfg cfg = {40, 8, 128, bs, 128, 1, 2, nb};
+        struct select_cfg cfg = {40, 8, 128, bs, 128, 1, 2, nb, 0};
         struct dbuf dsc = dalloc(select_scores_bytes(&cfg, batch, s.sel));
         int ms = select_max_selected(&cfg);
         struct dbuf di = dalloc((size_t)batch * s.nl * ms * 4);
