@@ -266,15 +266,16 @@ if has pulseinfer; then
     [ "${PI_TRACE:-1}" = 0 ] && traced=1
     for pt in ${PI_POINTS:-12:96:65536:18 45:0:16384:32 45:0:32768:24 45:0:65536:12}; do
         IFS=: read -r kv pool len cnt <<<"$pt"
-        # POLICY:SELECTION:ENGINE[:spec] (spec: --speculate)
+        # POLICY:SELECTION:ENGINE[:spec[=F]] (spec: --speculate; =F: --spec-margin F)
         for v in ${PI_POLICIES:-vanilla:-:- arkvale:-:- infinigen:-:- \
                  arkvale+solohead+gs:-:- infinigen+solohead+gs:-:- infinigen+solohead+zc:-:- \
                  pulseinfer:-:- pulseinfer:-:-:spec pulseinfer:solohead:zero-copy \
                  pulseinfer:solohead:zero-copy:spec}; do
             IFS=: read -r pol sel eng x <<<"$v"
-            tag="${kv}g_${len}x${cnt}_${pol//+/-}_${sel}_${eng}${x:+_$x}"
+            tag="${kv}g_${len}x${cnt}_${pol//+/-}_${sel}_${eng}${x:+_${x/=/}}"
             args=()
-            [ "${x:-}" = spec ] && args+=(--speculate)
+            [[ "${x:-}" == spec* ]] && args+=(--speculate)
+            [[ "${x:-}" == spec=* ]] && args+=(--spec-margin "${x#spec=}")
             [ "$sel" != - ] && args+=(--selection "$sel" --recall-engine "$eng")
             [ "$pool" != 0 ] && [ "$pol" != vanilla ] && args+=(--host-pool-gb "$pool")
             args+=(${PI_ARGS:-})

@@ -20,6 +20,8 @@ def label(r):
         return pol
     off = get(r, "config", "offload", default={})
     spec = " speculate" if off.get("schedule") == "speculate-exact" else ""
+    if spec and off.get("spec_margin"):
+        spec += "+%g" % off["spec_margin"]
     return "%s%s %s %s" % (pol, spec, off.get("selection", "?"),
                            get(off, "recall_engine", default="?"))
 

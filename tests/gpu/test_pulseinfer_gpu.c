@@ -17,7 +17,8 @@
  * on CUDA, both engines (gather-scatter's prefetch on the planner, zero-copy's plan and gather on
  * the device, its prefetch gather on the gather's stream), with CUDA graphs; a perfect predictor
  * corrects nothing, a poor one corrects; the negated gather-scatter run is verified after every
- * step (every resident block against its host copy). Cases 14-17 of PULSE_GPU_TEST_CASES. */
+ * step (every resident block against its host copy); a margin keeps the tokens and holds at
+ * least the hit rate. Cases 14-17 of PULSE_GPU_TEST_CASES. */
 static void test_speculation_gpu(int quick)
 {
     for (int real = 0; real < 2; real++)
@@ -59,6 +60,24 @@ static void test_speculation_gpu(int quick)
             }
             if (!real) EXPECT_EQ_INT(spec[0].ctr.spec_corrections, 0);
             EXPECT(spec[1].ctr.spec_corrections > spec[0].ctr.spec_corrections);
+            /* a margin (--spec-margin 0.5): the same tokens, at least the hit rate, no host
+             * round trip in a step */
+            struct pi_out wide;
+            c.spec_predictor = OFFLOAD_SPEC_APPROX, c.spec_margin = 0.5, c.no_verify = 1;
+            serve(&c, &wide);
+            c.spec_margin = 0;
+            const struct serve_counters *w = &wide.ctr, *a = &spec[0].ctr;
+            EXPECT_EQ_INT(wide.rc, 0);
+            EXPECT(same_tokens(&exact.w, &wide.w));
+            EXPECT_EQ_INT(w->step_host_syncs, 0);
+            EXPECT(w->spec_held * a->spec_scored >= a->spec_held * w->spec_scored);
+            EXPECT(w->spec_corrections <= a->spec_corrections);
+            printf("cuda speculation, %s query, %s, margin 0.5: hit rate %lld/%lld, %lld "
+                   "prefetched, %lld corrected\n",
+                   real ? "real" : "locality", zc ? "zero-copy" : "gather-scatter",
+                   (long long)w->spec_held, (long long)w->spec_scored,
+                   (long long)w->spec_recall_chunks, (long long)w->spec_corrections);
+            workload_free(&wide.w);
             workload_free(&exact.w);
             for (int k = 0; k < 2; k++)
                 workload_free(&spec[k].w);
