@@ -731,49 +731,36 @@ static void test_speculation_cli(void)
     json_decref(j);
     /* the speculation's hot-cache reserve: a quarter more slots than one step selects, so
      * the prediction's blocks displace old ones, not the exact selection's it missed */
-    int64_t hc_corr[2] = {0, 0};
-    for (int k = 0; k < 2; k++) {
+    /* and a margin: the prediction's budget and the hot cache's slots grow by it, fewer
+     * corrections */
+    static const char *const hc_flags[] = {"", " --hot-slots 8", " --spec-margin 0.5"};
+    static const int hc_slots[] = {10, 8, 12}; /* 4 scored + 4 forced blocks selected */
+    int64_t hc_corr[3] = {0, 0, 0};
+    for (int k = 0; k < 3; k++) {
         if ((fd = mkstemp(path)) >= 0) close(fd);
         snprintf(cmd, sizeof cmd,
                  "run --backend cpu --model tiny --policy pulseinfer --speculate --workload "
                  "uniform:1024:6 --output-len 32 --budget-tokens 64 --admission fixed:0%s --out %s",
-                 k ? " --hot-slots 8" : "", path);
+                 hc_flags[k], path);
         EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
         j = json_load_file(path, 0, &je);
         remove(path);
-        EXPECT_EQ_INT(json_integer_value(json_object_get(
-                          json_object_get(json_object_get(j, "config"), "offload"), "hot_slots")),
-                      k ? 8 : 10); /* 4 scored + 4 forced blocks selected */
+        cfg = json_object_get(json_object_get(j, "config"), "offload");
+        EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "hot_slots")), hc_slots[k]);
+        EXPECT_NEAR(json_real_value(json_object_get(cfg, "spec_margin")), k == 2 ? 0.5 : 0, 1e-12);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "spec_budget_blocks")),
+                      k == 2 ? 6 : 4);
         hc_corr[k] = json_integer_value(json_object_get(
             json_object_get(json_object_get(json_object_get(j, "counters"), "offload"),
                             "speculation"),
             "corrections"));
         json_decref(j);
     }
-    printf("speculation's hot-cache reserve: %lld corrections with 10 slots, %lld with 8\n",
-           (long long)hc_corr[0], (long long)hc_corr[1]);
+    printf("speculation's hot-cache reserve: %lld corrections with 10 slots, %lld with 8; a "
+           "margin of 0.5: %lld\n",
+           (long long)hc_corr[0], (long long)hc_corr[1], (long long)hc_corr[2]);
     EXPECT(hc_corr[0] > 0 && 2 * hc_corr[0] < hc_corr[1]);
-    /* a margin: the prediction's budget and the hot cache's slots grow by it */
-    if ((fd = mkstemp(path)) >= 0) close(fd);
-    snprintf(cmd, sizeof cmd,
-             "run --backend cpu --model tiny --policy pulseinfer --speculate --workload "
-             "uniform:1024:6 --output-len 32 --budget-tokens 64 --admission fixed:0 "
-             "--spec-margin 0.5 --out %s",
-             path);
-    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
-    j = json_load_file(path, 0, &je);
-    remove(path);
-    cfg = json_object_get(json_object_get(j, "config"), "offload");
-    EXPECT_NEAR(json_real_value(json_object_get(cfg, "spec_margin")), 0.5, 1e-12);
-    EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "spec_budget_blocks")), 6);
-    EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "hot_slots")), 12);
-    const int64_t m_corr = json_integer_value(json_object_get(
-        json_object_get(json_object_get(json_object_get(j, "counters"), "offload"), "speculation"),
-        "corrections"));
-    printf("speculation with a margin of 0.5: %lld corrections (%lld without)\n", (long long)m_corr,
-           (long long)hc_corr[0]);
-    EXPECT(m_corr < hc_corr[0]);
-    json_decref(j);
+    EXPECT(hc_corr[2] < hc_corr[0]);
     /* IOAA models the speculation: its recall table folded with the source's hit rate */
     if ((fd = mkstemp(path)) >= 0) close(fd);
     snprintf(cmd, sizeof cmd,
