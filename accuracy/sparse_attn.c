@@ -84,6 +84,7 @@ struct sparse_attn {
     struct select_cfg one; /* one query head against one KV head's digests */
     struct select_cfg kvh; /* a KV head's query heads summed (headwise, solohead) */
     struct select_cfg all; /* every head (mean) */
+    struct select_cfg wide; /* kvh with the spec_margin's budget (the speculation's lists) */
     struct sparse_stats st;
     sparse_list_fn observe;
     void *observe_user;
@@ -111,6 +112,7 @@ struct sparse_attn {
     /* host */
     int32_t *h_sel, *h_count, *h_pages, *h_n;
     int32_t *h_exact, *h_exact_n;   /* the exact query's lists beside a speculated one's */
+    int32_t *h_wide, *h_wide_n;     /* the approximate query's lists of the wide budget */
     int64_t *spec_exact, *spec_hit; /* [n_layers] (sparse_attn_layer_spec) */
     /* the speculated lists' previous step, per global layer and list: [n_global][n_kv_heads]
      * [2 (exact, approximate)][max_blocks] and their counts (-1: none since configure) */
@@ -221,6 +223,8 @@ struct sparse_attn *sparse_attn_create(struct engine *e, const struct kv_cache *
     s->h_n = mem_alloc(MEM_HOST, 4 * H, "n host");
     s->h_exact = mem_alloc(MEM_HOST, 4 * H * mb, "exact lists host");
     s->h_exact_n = mem_alloc(MEM_HOST, 4 * H, "exact counts host");
+    s->h_wide = mem_alloc(MEM_HOST, 4 * H * mb, "wide lists host");
+    s->h_wide_n = mem_alloc(MEM_HOST, 4 * H, "wide counts host");
     s->spec_exact = mem_alloc(MEM_HOST, 2 * sizeof(int64_t) * c->n_layers, "speculation");
     s->n_global = n_global;
     const size_t units = (size_t)n_global * c->n_kv_heads * 2;
@@ -228,7 +232,8 @@ struct sparse_attn *sparse_attn_create(struct engine *e, const struct kv_cache *
     s->h_prev_n = mem_alloc(MEM_HOST, 4 * units, "speculated counts, previous step");
     s->persist = mem_alloc(MEM_HOST, sizeof *s->persist * c->n_layers, "speculation persistence");
     if (!s->mem || !s->h_sel || !s->h_pages || !s->h_count || !s->h_n || !s->h_exact ||
-        !s->h_exact_n || !s->spec_exact || !s->h_prev || !s->h_prev_n || !s->persist)
+        !s->h_exact_n || !s->h_wide || !s->h_wide_n || !s->spec_exact || !s->h_prev ||
+        !s->h_prev_n || !s->persist)
         goto oom;
     s->spec_hit = s->spec_exact + c->n_layers;
     char *cur = s->mem;
@@ -270,6 +275,8 @@ void sparse_attn_free(struct sparse_attn *s)
     mem_free(MEM_HOST, s->h_n, 4 * H);
     mem_free(MEM_HOST, s->h_exact, 4 * H * mb);
     mem_free(MEM_HOST, s->h_exact_n, 4 * H);
+    mem_free(MEM_HOST, s->h_wide, 4 * H * mb);
+    mem_free(MEM_HOST, s->h_wide_n, 4 * H);
     mem_free(MEM_HOST, s->spec_exact, 2 * sizeof(int64_t) * s->c->n_layers);
     const size_t units = (size_t)s->n_global * s->c->n_kv_heads * 2;
     mem_free(MEM_HOST, s->h_prev, 4 * units * mb);
@@ -277,6 +284,13 @@ void sparse_attn_free(struct sparse_attn *s)
     mem_free(MEM_HOST, s->persist, sizeof *s->persist * s->c->n_layers);
     mem_free(MEM_HOST, s->global_index, sizeof(int) * s->c->n_layers);
     mem_free(MEM_HOST, s, sizeof *s);
+}
+
+/* The blocks chosen by score of a speculation with margin f over a budget of k:
+ * ceil((1 + f) * k), the product's rounding forgiven (1.3 * 10 is 13.000000000000002). */
+static int spec_margin_blocks(int k, double f)
+{
+    return (int)ceil((1.0 + f) * k - 1e-9);
 }
 
 int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, int slot, char *err,
@@ -292,6 +306,10 @@ int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, 
                  "budget %d tokens: not a multiple of the block size %d (or "
                  "negative sink/window)",
                  p->budget_tokens, s->bs);
+        return PULSE_ERR_INVALID;
+    }
+    if (!(p->spec_margin >= 0.0 && p->spec_margin <= 1.0)) {
+        snprintf(err, errlen, "speculation margin %g: not in [0, 1]", p->spec_margin);
         return PULSE_ERR_INVALID;
     }
     const int kind = sparse_policy_selector_kind(p->policy);
@@ -321,6 +339,8 @@ int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, 
     s->kvh.n_heads = c->n_heads / c->n_kv_heads;
     s->all = s->one;
     s->all.n_heads = c->n_heads, s->all.n_kv_heads = c->n_kv_heads;
+    s->wide = s->kvh;
+    s->wide.budget = spec_margin_blocks(s->kvh.budget, p->spec_margin);
     return select_cfg_check(&s->one, err, errlen) == 0 ? PULSE_OK : PULSE_ERR_INVALID;
 }
 
@@ -356,31 +376,55 @@ static struct digest_view digests_of(const struct sparse_attn *s, int kv_head)
     return dv;
 }
 
-/* A speculated layer's lists (on the host in h_sel, n_lists of them, list l from KV head
- * heads[l]) against the exact query's: each exact list made again with the real q, and its
- * blocks chosen by score (the forced ones left out) looked up in the speculated list; both
- * lists against the list's previous step (select_persist_add), then kept for the next. */
-static void measure_speculation(struct sparse_attn *s, int layer, const uint16_t *q,
-                                const int32_t *n_tokens, int n, int n_lists, const int *heads)
+/* Selects list l of n_lists (from KV head heads[l]) with cfg and query q into d_sel's row l and
+ * reads the lists back into host[l * max_blocks] and counts[l]. */
+static void select_lists(struct sparse_attn *s, const struct select_cfg *cfg, const uint16_t *q,
+                         const int32_t *n_tokens, int n_lists, const int *heads, int32_t *host,
+                         int32_t *counts)
 {
     const size_t hd = (size_t)s->c->head_dim, mb = (size_t)s->max_blocks;
-    const int G = s->c->n_heads / s->c->n_kv_heads, nb = PULSE_CEIL_DIV(n, s->bs);
+    const int G = s->c->n_heads / s->c->n_kv_heads;
+    /* a row of d_sel is max_blocks long: any budget's list fits */
+    PULSE_CHECK(select_max_selected(cfg) <= s->max_blocks, "sparse attention: list stride");
     for (int l = 0; l < n_lists; l++) {
         struct digest_view dv = digests_of(s, heads[l]);
-        s->fn.select_blocks(s->ctx, &s->kvh, q + (size_t)heads[l] * G * hd, &dv, n_tokens,
+        s->fn.select_blocks(s->ctx, cfg, q + (size_t)heads[l] * G * hd, &dv, n_tokens,
                             s->d_scores + l * mb, s->d_sel + l * mb, s->d_count + l, 1,
                             SELECT_HEADWISE);
     }
-    s->be->download(s->ctx, s->h_exact_n, s->d_count, 4 * (size_t)n_lists);
+    s->be->download(s->ctx, counts, s->d_count, 4 * (size_t)n_lists);
+    for (int l = 0; l < n_lists; l++)
+        s->be->download(s->ctx, host + (size_t)l * mb, s->d_sel + (size_t)l * mb,
+                        4 * (size_t)counts[l]);
+}
+
+/* A speculated layer's lists (on the host in h_sel, n_lists of them, list l from KV head
+ * heads[l], made from the approximate query qs) against the exact query's (the real q): each
+ * exact list made again with q, and its blocks chosen by score (the forced ones left out)
+ * looked up in the speculated list, or with a spec_margin in the list qs makes with the wide
+ * budget; the attended lists (h_sel) against the list's previous step (select_persist_add),
+ * then kept for the next. The attention's pages were uploaded before: d_sel is free. */
+static void measure_speculation(struct sparse_attn *s, int layer, const uint16_t *q,
+                                const uint16_t *qs, const int32_t *n_tokens, int n, int n_lists,
+                                const int *heads)
+{
+    const size_t mb = (size_t)s->max_blocks;
+    const int nb = PULSE_CEIL_DIV(n, s->bs), wide = s->p.spec_margin > 0;
+    select_lists(s, &s->kvh, q, n_tokens, n_lists, heads, s->h_exact, s->h_exact_n);
+    if (wide) select_lists(s, &s->wide, qs, n_tokens, n_lists, heads, s->h_wide, s->h_wide_n);
+    const int32_t *looked = wide ? s->h_wide : s->h_sel,
+                  *looked_n = wide ? s->h_wide_n : s->h_count;
     for (int l = 0; l < n_lists; l++) {
         const int32_t *spec = s->h_sel + (size_t)l * mb, *ex = s->h_exact + (size_t)l * mb;
-        s->be->download(s->ctx, s->h_exact + (size_t)l * mb, s->d_sel + (size_t)l * mb,
-                        4 * (size_t)s->h_exact_n[l]);
-        int scored;
-        const int hit = select_overlap(nb, s->p.sink, s->p.window, ex, s->h_exact_n[l], spec,
-                                       s->h_count[l], &scored);
+        const int32_t *pred = looked + (size_t)l * mb;
+        int scored, c0, c1;
+        const int hit = select_overlap(nb, s->p.sink, s->p.window, ex, s->h_exact_n[l], pred,
+                                       looked_n[l], &scored);
         s->spec_exact[layer] += scored, s->spec_hit[layer] += hit;
         s->st.spec_exact += scored, s->st.spec_hit += hit;
+        select_candidates(nb, s->p.sink, s->p.window, &c0, &c1);
+        for (int i = 0; i < looked_n[l]; i++) /* its blocks chosen by score */
+            s->st.spec_predicted += pred[i] >= c0 && pred[i] < c1;
         const size_t u = ((size_t)s->global_index[layer] * s->c->n_kv_heads + l) * 2;
         int32_t *pe = s->h_prev + u * mb, *pa = pe + mb, *pn = s->h_prev_n + u;
         if (pn[0] >= 0)
@@ -488,7 +532,7 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
         s->fn.select_blocks(s->ctx, &s->kvh, qs + (size_t)g * G * hd, &dv, n_tokens, s->d_scores,
                             s->d_sel, s->d_count, 1, SELECT_HEADWISE);
         lists_to_pages(s, layer, 1, n);
-        if (qs != q) measure_speculation(s, layer, q, n_tokens, n, 1, &g);
+        if (qs != q) measure_speculation(s, layer, q, qs, n_tokens, n, 1, &g);
         attend_list(s, kv, q, out, 0, -1, 0, nh);
         break;
     }
@@ -525,7 +569,7 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
             PULSE_CHECK(c->n_kv_heads <= 64, "sparse attention: more than 64 KV heads");
             for (int g = 0; g < c->n_kv_heads; g++)
                 heads[g] = g;
-            measure_speculation(s, layer, q, n_tokens, n, c->n_kv_heads, heads);
+            measure_speculation(s, layer, q, qs, n_tokens, n, c->n_kv_heads, heads);
         }
         for (int g = 0; g < c->n_kv_heads; g++)
             attend_list(s, kv, q, out, g, g, g * G, G);

@@ -81,6 +81,11 @@ struct sparse_params {
     int sink, window;        /* forced blocks (default 1 and 2) */
     const int32_t *selector; /* [n_layers] the selector head per layer, of the kind that
                                 sparse_policy_selector_kind names; NULL for the others */
+    double spec_margin;      /* in [0, 1]; infinigen, infinigen-solohead: the speculation is
+                                measured against the approximate query's list made again with
+                                ceil((1 + spec_margin) * budget blocks) chosen by score (the
+                                prediction of pulse run --spec-margin); 0: the attended list.
+                                The attention and its list do not change with it */
 };
 
 /* Per-run counters (reset by sparse_attn_configure). */
@@ -94,9 +99,13 @@ struct sparse_stats {
                                 layer (real q used) */
     /* infinigen, infinigen-solohead, speculated layers: the blocks the exact query (the
      * layer's real q, the same selection otherwise) selects by score (the forced sink, window
-     * and tail left out), and how many of them the approximate query's list holds: the
-     * speculation's hit rate (its misses are what an exact correction would recall) */
+     * and tail left out), and how many of them the approximate query's list holds (with a
+     * spec_margin, its list of the larger budget): the speculation's hit rate (its misses are
+     * what an exact correction would recall) */
     int64_t spec_exact, spec_hit;
+    int64_t spec_predicted; /* the blocks chosen by score (forced ones left out) of the
+                               lists the hits were looked up in: the prediction's size,
+                               spec_exact's at margin 0 */
 };
 
 /* Called with every selection list made at a global layer (host copies; the list's blocks
@@ -128,7 +137,8 @@ void sparse_attn_get_stats(const struct sparse_attn *s, struct sparse_stats *out
 void sparse_attn_layer_spec(const struct sparse_attn *s, int layer, int64_t *exact, int64_t *hit);
 /* The step-to-step behaviour of one layer's speculated lists since the last configure (the
  * approximate lists' churn beside the exact lists', the persistence of the misses and of the
- * wrong blocks: select.h's select_persist); zero for a layer that was not speculated. */
+ * wrong blocks: select.h's select_persist); zero for a layer that was not speculated. Always
+ * the attended (budget) lists, whatever the spec_margin. */
 void sparse_attn_layer_persist(const struct sparse_attn *s, int layer, struct select_persist *out);
 
 #endif

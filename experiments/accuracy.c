@@ -66,6 +66,11 @@ static const char usage[] =
     "  --mam-budget N      budget of the MAM profile and the churn meter (default 2048)\n"
     "  --sink N, --window N  forced blocks (default 1 and 2; blocks of 16 tokens)\n"
     "  --infinigen-frac F  hidden channels of the approximate query (default 1 = all)\n"
+    "  --spec-margin F     F in [0, 1]: the infinigen runs' speculation hit rate counts the\n"
+    "                      exact query's blocks in the approximate query's list made again\n"
+    "                      with ceil((1 + F) * k) blocks chosen by score instead of the\n"
+    "                      budget's k (pulse run --spec-margin's prediction); the attention\n"
+    "                      and its lists do not change (default 0: the attended lists)\n"
     "  --max-gen N         cap on new tokens (default: the task's)\n"
     "  --prefill-chunk N   prompt tokens per prefill pass (default 256)\n"
     "  --backend B         cpu, cuda or auto (default)\n"
@@ -113,6 +118,8 @@ struct acc_opts {
     long samples, calib, max_length, max_gen, chunk, mam_budget, sink, window;
     int max_length_set, check_serving;
     double frac, time_limit;            /* time_limit 0: none */
+    double spec_margin;                 /* --spec-margin (sparse_params.spec_margin) */
+    int spec_margin_set;
     const struct policy *serve_pols[3]; /* --serve-policies */
     int serve_spec[3];                  /* ... pulseinfer-spec: pulseinfer --speculate */
     int n_serve_pols;
@@ -180,6 +187,7 @@ static int parse(int argc, char **argv, struct acc_opts *o)
                                         {"sink", required_argument, 0, 's'},
                                         {"window", required_argument, 0, 'w'},
                                         {"infinigen-frac", required_argument, 0, 'f'},
+                                        {"spec-margin", required_argument, 0, 'E'},
                                         {"max-gen", required_argument, 0, 'g'},
                                         {"prefill-chunk", required_argument, 0, 'C'},
                                         {"out", required_argument, 0, 'o'},
@@ -283,6 +291,10 @@ static int parse(int argc, char **argv, struct acc_opts *o)
         case 'f':
             bad = cli_double(CMD, "--infinigen-frac", optarg, 1e-6, 1.0, &o->frac);
             break;
+        case 'E':
+            bad = cli_double(CMD, "--spec-margin", optarg, 0.0, 1.0, &o->spec_margin);
+            o->spec_margin_set = 1;
+            break;
         case 'X':
             bad = cli_double(CMD, "--time-limit", optarg, 1e-3, 1e7, &o->time_limit);
             break;
@@ -379,6 +391,13 @@ static int parse(int argc, char **argv, struct acc_opts *o)
     if (o->longbench && o->n_lengths)
         return cli_error(CMD, "--lengths is for --data; --longbench truncates to --max-length"), -1;
     if (!o->n_tasks) return cli_error(CMD, "--tasks is required"), -1;
+    int approx = o->n_policies == 0; /* the default policies include infinigen */
+    for (int i = 0; i < o->n_policies; i++)
+        approx |= sparse_policy_approx(o->policies[i]);
+    if (o->spec_margin_set && !approx)
+        return cli_error(CMD, "--spec-margin: only with infinigen or infinigen-solohead among "
+                              "--policies"),
+               -1;
     if (o->serve_flag && !o->n_serve_pols)
         return cli_error(CMD, "%s: only with --serve-policies", o->serve_flag), -1;
     int two_batch = 0; /* pulseinfer's normal batch and admission */
@@ -512,6 +531,9 @@ struct acc {
     /* the infinigen runs' speculation per layer, over every sample: [run][layer] exact blocks
      * chosen by score, then [run][layer] hits of the approximate lists (sparse_attn_layer_spec) */
     int64_t *spec_layer;
+    /* [run] the blocks chosen by score of the lists the hits were looked up in (the
+     * prediction's size; sparse_stats.spec_predicted) */
+    int64_t spec_predicted[MAX_RUNS];
     /* and the step-to-step behaviour of their lists: [run][layer] (sparse_attn_layer_persist) */
     struct select_persist *persist;
 };
@@ -625,10 +647,14 @@ static int configure(struct acc *A, const struct run_def *r, char *err, size_t e
 {
     const int kind = sparse_policy_selector_kind(r->policy);
     const struct acc_mam *am = &A->mam[kind == SPARSE_SEL_QUERY];
-    struct sparse_params sp = {r->policy, (int)r->budget, (int)A->o.sink, (int)A->o.window,
+    struct sparse_params sp = {r->policy,
+                               (int)r->budget,
+                               (int)A->o.sink,
+                               (int)A->o.window,
                                kind == SPARSE_SEL_NONE             ? NULL
                                : sparse_policy_reversed(r->policy) ? am->rev
-                                                                   : am->sel};
+                                                                   : am->sel,
+                               A->o.spec_margin};
     int rc = sparse_attn_configure(A->sp, &sp, A->s.slot, err, errlen);
     if (rc != PULSE_OK) return rc;
     struct engine_layer_hook h = sparse_attn_hook(A->sp);
@@ -797,6 +823,7 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
         st->attended[r] += frac;
         st->spec_exact[r] += ss.spec_exact;
         st->spec_hit[r] += ss.spec_hit;
+        A->spec_predicted[r] += ss.spec_predicted;
         const int L = A->s.cfg->n_layers;
         for (int l = 0; ss.spec_exact && l < L; l++) {
             int64_t e, h;
@@ -1088,9 +1115,11 @@ static void add_persist(json_t *o, const struct select_persist *p)
 }
 
 /* The infinigen runs' speculation against the exact query, per run over every sample: the hit
- * rate, and per layer the exact query's blocks chosen by score and the hits (the misprediction
- * model's input, issue 34); per layer and run the step-to-step behaviour of the lists
- * (add_persist). An empty array without such runs. */
+ * rate, the --spec-margin it was measured at and the prediction's blocks chosen by score
+ * ("predicted": the exact ones' count at margin 0), and per layer the exact query's blocks
+ * chosen by score and the hits (the misprediction model's input, issue 34); per layer and run
+ * the step-to-step behaviour of the attended lists (add_persist, whatever the margin). An
+ * empty array without such runs. */
 static json_t *speculation_json(const struct acc *A)
 {
     json_t *arr = json_array();
@@ -1120,11 +1149,40 @@ static json_t *speculation_json(const struct acc *A)
             "{s:s,s:I,s:I,s:I,s:o}", "policy", sparse_policy_name(A->runs[r].policy), "budget",
             (json_int_t)A->runs[r].budget, "exact", (json_int_t)te, "hit", (json_int_t)th,
             "hit_rate", te ? json_real((double)th / (double)te) : json_null());
+        json_object_set_new(o, "margin", json_real(A->o.spec_margin));
+        json_object_set_new(o, "predicted", json_integer(A->spec_predicted[r]));
         add_persist(o, &tp);
         json_object_set_new(o, "per_layer", layers);
         json_array_append_new(arr, o);
     }
     return arr;
+}
+
+/* --spec-margin: the infinigen runs' hit rates at the margin, pooled and per speculated layer,
+ * and the prediction's size against the exact lists' (printed only with a margin: at 0 the
+ * output is what it was before the flag). */
+static void print_speculation(const struct acc *A)
+{
+    const int L = A->s.cfg->n_layers;
+    for (int r = 1; A->o.spec_margin > 0 && r < A->n_runs; r++) {
+        if (!sparse_policy_approx(A->runs[r].policy)) continue;
+        int64_t te = 0, th = 0;
+        for (int l = 0; l < L; l++) {
+            te += A->spec_layer[(size_t)r * L + l];
+            th += A->spec_layer[(size_t)(MAX_RUNS + r) * L + l];
+        }
+        printf("speculation, %s %ld, margin %g: hit rate %.3f (%lld of %lld), predicted %.3fx "
+               "the exact blocks;",
+               sparse_policy_name(A->runs[r].policy), A->runs[r].budget, A->o.spec_margin,
+               te ? (double)th / (double)te : 0.0, (long long)th, (long long)te,
+               te ? (double)A->spec_predicted[r] / (double)te : 0.0);
+        for (int l = 0; l < L; l++) {
+            const int64_t e = A->spec_layer[(size_t)r * L + l],
+                          h = A->spec_layer[(size_t)(MAX_RUNS + r) * L + l];
+            if (e) printf(" layer %d %.3f", l, (double)h / (double)e);
+        }
+        printf("\n");
+    }
 }
 
 /* Mean score per (task, length, run) and, per length and run, the mean over tasks; printed as
@@ -1215,6 +1273,7 @@ static json_t *config_json(const struct acc *A)
         (json_int_t)o->window, "mam_budget", (json_int_t)o->mam_budget, "infinigen_frac", o->frac,
         "max_gen_cap", (json_int_t)o->max_gen, "prefill_chunk", (json_int_t)o->chunk);
     json_object_set_new(cj, "chat_template", json_string(chat_template_name(o->chat)));
+    json_object_set_new(cj, "spec_margin", json_real(o->spec_margin));
     json_object_set_new(cj, "options", runtime_opts_json(&o->rt, RT_ENGINE));
     return cj;
 }
@@ -1397,6 +1456,7 @@ static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
 {
     json_t *table = table_json(A);
     json_t *serving = serving_json(A); /* printed here, with or without --out */
+    print_speculation(A);
     if (A->stopped)
         printf("pulse accuracy: stopped after %ld of %ld samples (%s); the table covers "
                "those\n",
@@ -1589,8 +1649,9 @@ int cmd_accuracy(int argc, char **argv)
     json_t *recs = json_array();
     A.planned = A.o.samples * A.n_sets;
     if ((rc = setup(&A, err, sizeof err)) == PULSE_OK) {
-        printf("pulse accuracy: %s on %s, %d runs per sample\n", A.s.cfg->name, A.be->name,
-               A.n_runs);
+        printf("pulse accuracy: %s on %s, %d runs per sample", A.s.cfg->name, A.be->name, A.n_runs);
+        if (A.o.spec_margin > 0) printf(", speculation margin %g", A.o.spec_margin);
+        printf("\n");
         g_signalled = 0;
         stop_signals(1);
         if (A.o.calib > 0) rc = calibrate(&A, err, sizeof err);

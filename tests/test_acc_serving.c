@@ -238,6 +238,119 @@ static void test_served(const char *dir)
     }
 }
 
+/* The speculation entry of policy pol in result r, or NULL. */
+static const json_t *spec_entry(const json_t *r, const char *pol)
+{
+    const json_t *sp;
+    size_t i;
+    json_array_foreach(json_object_get(r, "speculation"), i, sp)
+    {
+        if (!strcmp(json_string_value(json_object_get(sp, "policy")), pol)) return sp;
+    }
+    return NULL;
+}
+
+/* The prediction of pol (its pred string) for sample i of result r. */
+static const char *pred_of(const json_t *r, size_t i, const char *pol)
+{
+    const json_t *run;
+    size_t k;
+    json_array_foreach(json_object_get(json_array_get(json_object_get(r, "samples"), i), "runs"), k,
+                       run)
+    {
+        if (!strcmp(json_string_value(json_object_get(run, "policy")), pol))
+            return json_string_value(json_object_get(run, "pred"));
+    }
+    return NULL;
+}
+
+/* --spec-margin 0.5 on the data of r0 (the same samples, selectors and budget at margin 0):
+ * the infinigen runs' exact counts are r0's, their hits at least r0's per layer and pooled, the
+ * hit rate strictly above r0's (which missed blocks), the prediction 1.5 times the exact
+ * blocks (12 of 8 a list: ~60 candidates); the attention, hence every answer, is r0's; the
+ * margin is in the JSON and the text. Bad margins are refused with a one-line reason. */
+static void test_spec_margin(const char *dir, const json_t *r0)
+{
+    char cmd[1024];
+    static char out[1 << 16];
+    snprintf(cmd, sizeof cmd,
+             "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
+             "--samples 3 --calib-samples 2 --policies full,infinigen,infinigen-solohead "
+             "--budgets 128 --max-gen 8 --spec-margin 0.5",
+             dir, dir);
+    json_t *r = tu_run_pulse_json(cmd, out, sizeof out);
+    EXPECT_STR_CONTAINS(out, "speculation margin 0.5");
+    EXPECT_STR_CONTAINS(out, "speculation, infinigen 128, margin 0.5: hit rate ");
+    EXPECT_STR_CONTAINS(out, "speculation, infinigen-solohead 128, margin 0.5: hit rate ");
+    EXPECT_NEAR(json_real_value(json_object_get(json_object_get(r, "config"), "spec_margin")), 0.5,
+                0);
+    static const char *const pols[] = {"infinigen", "infinigen-solohead"};
+    for (int p = 0; p < 2; p++) {
+        const json_t *a = spec_entry(r0, pols[p]), *b = spec_entry(r, pols[p]);
+        EXPECT(a && b);
+        if (!a || !b) continue;
+#define N(o, key) json_integer_value(json_object_get(o, key))
+        const json_int_t e = N(a, "exact"), h0 = N(a, "hit"), h5 = N(b, "hit");
+        EXPECT(e > 0 && h0 < e); /* margin 0 missed blocks: room to grow */
+        EXPECT_EQ_INT(N(b, "exact"), e);
+        EXPECT(h5 >= h0);
+        EXPECT((double)h5 / (double)e > (double)h0 / (double)e);
+        EXPECT_NEAR(json_real_value(json_object_get(a, "margin")), 0.0, 0);
+        EXPECT_NEAR(json_real_value(json_object_get(b, "margin")), 0.5, 0);
+        EXPECT_EQ_INT(N(a, "predicted"), e);
+        EXPECT_EQ_INT(2 * N(b, "predicted"), 3 * e);
+        /* per layer: the same exact blocks, hits never fewer */
+        const json_t *la = json_object_get(a, "per_layer"), *lb = json_object_get(b, "per_layer");
+        EXPECT_EQ_INT(json_array_size(la), json_array_size(lb));
+        for (size_t l = 0; l < json_array_size(la) && l < json_array_size(lb); l++) {
+            const json_t *x = json_array_get(la, l), *y = json_array_get(lb, l);
+            EXPECT_EQ_INT(N(x, "layer"), N(y, "layer"));
+            EXPECT_EQ_INT(N(x, "exact"), N(y, "exact"));
+            EXPECT(N(y, "hit") >= N(x, "hit"));
+        }
+        /* the table's rate is the margin's too */
+        const json_t *row;
+        size_t ri;
+        json_array_foreach(json_object_get(r, "table"), ri, row)
+        {
+            if (!strcmp(json_string_value(json_object_get(row, "policy")), pols[p]))
+                EXPECT_NEAR(json_real_value(json_object_get(row, "speculation_hit_rate")),
+                            (double)h5 / (double)e, 1e-8);
+        }
+        for (size_t i = 0; i < 3; i++) {
+            const char *x = pred_of(r0, i, pols[p]), *y = pred_of(r, i, pols[p]);
+            EXPECT(x && y && !strcmp(x, y));
+        }
+        fprintf(stderr, "spec-margin: %s hit rate %.3f at margin 0, %.3f at 0.5 (%lld blocks)\n",
+                pols[p], (double)h0 / (double)e, (double)h5 / (double)e, (long long)e);
+#undef N
+    }
+    json_decref(r);
+    static const struct {
+        const char *flags, *msg;
+    } bad[] = {
+        {"--spec-margin abc", "--spec-margin: 'abc' is not a number in [0, 1] (decimal)"},
+        {"--spec-margin 1.5", "--spec-margin: '1.5' is not a number in [0, 1] (decimal)"},
+        {"--spec-margin -0.25", "--spec-margin: '-0.25' is not a number in [0, 1] (decimal)"},
+        {"--spec-margin nan", "--spec-margin: 'nan' is not a number in [0, 1] (decimal)"},
+        {"--spec-margin ''", "--spec-margin: '' is not a number in [0, 1] (decimal)"},
+        {"--spec-margin 0.5 --policies full,headwise",
+         "--spec-margin: only with infinigen or infinigen-solohead among --policies"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
+                 "--samples 1 --calib-samples 0 %s",
+                 dir, dir, bad[i].flags);
+        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
+        EXPECT_STR_CONTAINS(out, bad[i].msg);
+        int lines = 0;
+        for (const char *c = out; *c; c++)
+            lines += *c == '\n';
+        EXPECT_EQ_INT(lines, 1); /* one line */
+    }
+}
+
 int main(void)
 {
     char dir[] = "/tmp/pulse_acc_serving_XXXXXX", cmd[1024], path[600];
@@ -345,6 +458,7 @@ int main(void)
                         (double)h / (double)e, 1e-8); /* JSON keeps 9 digits */
         }
     }
+    test_spec_margin(dir, r);
     const json_t *samples = json_object_get(r, "samples");
     EXPECT_EQ_INT(json_array_size(samples), 3);
     int differ = 0, checked = 0;

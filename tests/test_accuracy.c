@@ -9,6 +9,7 @@
  *   of sparse_attn.h makes its lists at its granularity (per KV head, per query head, one);
  * - the MAM (accuracy/head_mass.h) over KV heads and over query heads is 1 when the budget
  *   covers the context and in (0, 1] otherwise; its selectors are the arg max / arg min. */
+#include <math.h>
 #include <string.h>
 
 #include "accuracy/head_mass.h"
@@ -165,10 +166,12 @@ static void check_list(void *user, int layer, int list, const int32_t *blocks, i
     }
 }
 
-/* Decodes 12 steps after a prompt of n tokens with the hook of policy p at `budget`; returns the
- * stats, the logits of the last step in out. */
-static struct sparse_stats run_policy(const char *model, int n, int policy, int budget,
-                                      const int32_t *selector, float *out, struct list_check *lc)
+/* Decodes 12 steps after a prompt of n tokens with the hook of policy p at `budget` (and the
+ * speculation measured at `margin`); returns the stats, the logits of the last step in out and,
+ * when layer_hit is not NULL, each layer's speculation hits in it. */
+static struct sparse_stats run_policy_margin(const char *model, int n, int policy, int budget,
+                                             const int32_t *selector, double margin, float *out,
+                                             struct list_check *lc, int64_t *layer_hit)
 {
     const struct model_config *c = model_config_find(model);
     struct rig r;
@@ -178,7 +181,7 @@ static struct sparse_stats run_policy(const char *model, int n, int policy, int 
     EXPECT(s != NULL);
     struct sparse_stats st = {0};
     if (!s) return st;
-    struct sparse_params sp = {policy, budget, 1, 2, selector};
+    struct sparse_params sp = {policy, budget, 1, 2, selector, margin};
     EXPECT_EQ_INT(sparse_attn_configure(s, &sp, r.slot, err, sizeof err), PULSE_OK);
     if (lc) sparse_attn_set_list_observer(s, check_list, lc);
     int32_t tok = prefill(&r, n, 16);
@@ -188,9 +191,19 @@ static struct sparse_stats run_policy(const char *model, int n, int policy, int 
         tok = step(&r, n + k, tok, out);
     batch_set_hook(r.bt, NULL);
     sparse_attn_get_stats(s, &st);
+    for (int l = 0; layer_hit && l < c->n_layers; l++) {
+        int64_t e;
+        sparse_attn_layer_spec(s, l, &e, &layer_hit[l]);
+    }
     sparse_attn_free(s);
     rig_close(&r);
     return st;
+}
+
+static struct sparse_stats run_policy(const char *model, int n, int policy, int budget,
+                                      const int32_t *selector, float *out, struct list_check *lc)
+{
+    return run_policy_margin(model, n, policy, budget, selector, 0.0, out, lc, NULL);
 }
 
 /* The selector array of policy p on model c: KV head 1 (or 0 on one KV head), query head 1. */
@@ -244,6 +257,7 @@ static void sparse_on(const char *model)
                                        : 0;
         EXPECT_EQ_INT(st.spec_exact, 2 * spec_lists);
         EXPECT(st.spec_hit >= 0 && st.spec_hit <= st.spec_exact);
+        EXPECT_EQ_INT(st.spec_predicted, st.spec_exact); /* no margin: lists of one budget */
         if (sparse_policy_approx(p))
             fprintf(stderr,
                     "%-6s %-18s: the approximate query's lists hold %lld of the exact "
@@ -285,11 +299,68 @@ static void sparse_twins(void)
     free(b);
 }
 
+/* --spec-margin's measurement: the approximate query's list made again with ceil((1 + F) k)
+ * blocks chosen by score holds every block of its budget-k list (one score order), so on the
+ * same decode the exact counts are equal and the hits never fall, per layer and pooled; here
+ * (2 of ~9 candidates per list, the approximate query of half the channels) they rise. The
+ * prediction grows to ceil(1.5 * 2) = 3 blocks a list, the attention does not change (the
+ * same logits, the same attended tokens), and a margin outside [0, 1] is refused. */
+static void sparse_margin_on(const char *model)
+{
+    const struct model_config *c = model_config_find(model);
+    float *a = malloc(sizeof(float) * c->vocab), *b = malloc(sizeof(float) * c->vocab);
+    int64_t ha[64] = {0}, hb[64] = {0};
+    static const int pols[] = {SPARSE_INFINIGEN, SPARSE_INFINIGEN_SOLO};
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(pols); i++) {
+        const int p = pols[i];
+        const int32_t *sel = selector_for(p, c);
+        struct sparse_stats s0 = run_policy_margin(model, 200, p, 32, sel, 0.0, a, NULL, ha),
+                            s5 = run_policy_margin(model, 200, p, 32, sel, 0.5, b, NULL, hb),
+                            s1 = run_policy_margin(model, 200, p, 32, sel, 1.0, NULL, NULL, NULL);
+        EXPECT(s0.spec_exact > 0);
+        EXPECT_EQ_INT(s5.spec_exact, s0.spec_exact);
+        EXPECT_EQ_INT(s1.spec_exact, s0.spec_exact);
+        EXPECT(s0.spec_hit < s0.spec_exact); /* room to grow */
+        EXPECT(s5.spec_hit > s0.spec_hit);
+        EXPECT(s1.spec_hit >= s5.spec_hit);
+        for (int l = 0; l < c->n_layers; l++)
+            EXPECT(hb[l] >= ha[l]);
+        EXPECT_EQ_INT(s0.spec_predicted, s0.spec_exact);
+        EXPECT_EQ_INT(2 * s5.spec_predicted, 3 * s0.spec_exact);
+        EXPECT_EQ_INT(s1.spec_predicted, 2 * s0.spec_exact);
+        EXPECT(memcmp(a, b, sizeof(float) * c->vocab) == 0);
+        EXPECT_EQ_INT(s5.attended_tokens, s0.attended_tokens);
+        EXPECT_EQ_INT(s5.lists, s0.lists);
+        fprintf(stderr,
+                "%-6s %-18s: hits %lld / %lld / %lld of %lld exact blocks at margin 0 / 0.5 / "
+                "1\n",
+                model, sparse_policy_name(p), (long long)s0.spec_hit, (long long)s5.spec_hit,
+                (long long)s1.spec_hit, (long long)s0.spec_exact);
+    }
+    struct rig r;
+    char err[256] = "";
+    EXPECT_EQ_INT(rig_open(&r, c, 16), 0);
+    struct sparse_attn *s = sparse_attn_create(r.e, r.kv, 16, T_MAX, 1.0, err, sizeof err);
+    static const double bad[] = {-0.25, 1.5, NAN};
+    for (size_t i = 0; s && i < PULSE_ARRAY_LEN(bad); i++) {
+        struct sparse_params sp = {SPARSE_INFINIGEN, 32, 1, 2, NULL, bad[i]};
+        err[0] = 0;
+        EXPECT_EQ_INT(sparse_attn_configure(s, &sp, r.slot, err, sizeof err), PULSE_ERR_INVALID);
+        EXPECT_STR_CONTAINS(err, "not in [0, 1]");
+    }
+    sparse_attn_free(s);
+    rig_close(&r);
+    free(a);
+    free(b);
+}
+
 static void test_sparse(void)
 {
     sparse_on("tiny-gemma3"); /* one KV head, 4 query heads, local and global layers */
     sparse_on("tiny");        /* GQA: 2 KV heads of 2 query heads each */
     sparse_twins();
+    sparse_margin_on("tiny-gemma3");
+    sparse_margin_on("tiny");
     /* bad configurations: a budget off the block size, a missing or out-of-range selector */
     const struct model_config *c = model_config_find("tiny");
     struct rig r;
@@ -297,16 +368,16 @@ static void test_sparse(void)
     EXPECT_EQ_INT(rig_open(&r, c, 16), 0);
     struct sparse_attn *s = sparse_attn_create(r.e, r.kv, 16, T_MAX, 1.0, err, sizeof err);
     int32_t sel[8] = {1, 1, 1, 1, 1, 1, 1, 1}, far[8] = {2, 2, 2, 2, 2, 2, 2, 2};
-    struct sparse_params bad = {SPARSE_SOLOHEAD, 40, 1, 2, sel};
+    struct sparse_params bad = {SPARSE_SOLOHEAD, 40, 1, 2, sel, 0.0};
     EXPECT(sparse_attn_configure(s, &bad, r.slot, err, sizeof err) != PULSE_OK);
     EXPECT_STR_CONTAINS(err, "multiple of the block size");
-    struct sparse_params nosel = {SPARSE_SOLOHEAD_Q, 32, 1, 2, NULL};
+    struct sparse_params nosel = {SPARSE_SOLOHEAD_Q, 32, 1, 2, NULL, 0.0};
     EXPECT(sparse_attn_configure(s, &nosel, r.slot, err, sizeof err) != PULSE_OK);
     EXPECT_STR_CONTAINS(err, "selector");
-    struct sparse_params kv2 = {SPARSE_REVERSED, 32, 1, 2, far}; /* tiny has KV heads 0, 1 */
+    struct sparse_params kv2 = {SPARSE_REVERSED, 32, 1, 2, far, 0.0}; /* tiny has KV heads 0, 1 */
     EXPECT(sparse_attn_configure(s, &kv2, r.slot, err, sizeof err) != PULSE_OK);
     EXPECT_STR_CONTAINS(err, "is not a KV head");
-    struct sparse_params q2 = {SPARSE_SOLOHEAD_Q, 32, 1, 2, far}; /* query heads 0..3 */
+    struct sparse_params q2 = {SPARSE_SOLOHEAD_Q, 32, 1, 2, far, 0.0}; /* query heads 0..3 */
     EXPECT_EQ_INT(sparse_attn_configure(s, &q2, r.slot, err, sizeof err), PULSE_OK);
     EXPECT(sparse_policy_find("quest") < 0); /* the old name of headwise is gone */
     EXPECT_EQ_INT(sparse_policy_find("solohead-q"), SPARSE_SOLOHEAD_Q);
@@ -388,8 +459,8 @@ static void accuracy_path_tokens(struct rig *r, int n, int p, int k, int32_t *ou
     struct sparse_attn *s = sparse_attn_create(r->e, r->kv, 16, T_MAX, 1.0, err, sizeof err);
     static const int32_t sel_kv1[8] = {1, 1, 1, 1, 1, 1, 1, 1}, sel_kv0[8] = {0};
     const int32_t *sel = r->c->n_kv_heads > 1 ? sel_kv1 : sel_kv0;
-    struct sparse_params sp = {p, 32, 1, 2,
-                               sparse_policy_selector_kind(p) == SPARSE_SEL_KV ? sel : NULL};
+    struct sparse_params sp = {
+        p, 32, 1, 2, sparse_policy_selector_kind(p) == SPARSE_SEL_KV ? sel : NULL, 0.0};
     EXPECT_EQ_INT(sparse_attn_configure(s, &sp, r->slot, err, sizeof err), PULSE_OK);
     out[0] = prefill(r, n, 16); /* dense, as the driver's */
     struct engine_layer_hook h = sparse_attn_hook(s);
