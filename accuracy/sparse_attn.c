@@ -286,13 +286,6 @@ void sparse_attn_free(struct sparse_attn *s)
     mem_free(MEM_HOST, s, sizeof *s);
 }
 
-/* The blocks chosen by score of a speculation with margin f over a budget of k:
- * ceil((1 + f) * k), the product's rounding forgiven (1.3 * 10 is 13.000000000000002). */
-static int spec_margin_blocks(int k, double f)
-{
-    return (int)ceil((1.0 + f) * k - 1e-9);
-}
-
 int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, int slot, char *err,
                           size_t errlen)
 {
@@ -340,7 +333,7 @@ int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, 
     s->all = s->one;
     s->all.n_heads = c->n_heads, s->all.n_kv_heads = c->n_kv_heads;
     s->wide = s->kvh;
-    s->wide.budget = spec_margin_blocks(s->kvh.budget, p->spec_margin);
+    s->wide.budget = select_widened_budget(s->kvh.budget, p->spec_margin);
     return select_cfg_check(&s->one, err, errlen) == 0 ? PULSE_OK : PULSE_ERR_INVALID;
 }
 

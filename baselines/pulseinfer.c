@@ -22,7 +22,6 @@
  * (--profile) or, without one, the analytic profile from the bandwidths measured in this
  * process (ioaa_profile.h). */
 #include <jansson.h>
-#include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,8 +185,8 @@ static int ioaa_speculation(struct pulseinfer *pi, const struct offload_params *
     const double B = (double)op->budget_tokens * per_tok * n_sparse / m->n_layers;
     /* a margin widens the prediction's lists: their new blocks grow with them; its hit rate
      * is left at the margin-free one's (the model does not say it: corrections overestimated) */
-    const double sel = (double)op->budget_tokens / ps + op->sink + op->window + 1,
-                 wide = sel + ceil(op->spec_margin * op->budget_tokens / ps);
+    const int k = op->budget_tokens / ps, forced = op->sink + op->window + 1;
+    const double sel = k + forced, wide = select_widened_budget(k, op->spec_margin) + forced;
     f->prefetch_bytes = pi->prof.prof.recall_bytes * f->churn_ratio * wide / sel;
     f->correction_bytes = B * (1 - f->hit) * (1 - f->miss_held);
     char why[256];

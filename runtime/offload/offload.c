@@ -40,7 +40,7 @@ void offload_params_init(struct offload_params *p, int max_batch, int max_tokens
 static int spec_budget(const struct offload_params *p, int budget)
 {
     if (!p->schedule || !p->schedule->prefetch) return budget;
-    return budget + (int)ceil(p->spec_margin * budget);
+    return select_widened_budget(budget, p->spec_margin);
 }
 
 static struct select_cfg cfg_of(const struct offload_params *p, const struct model_config *m,

@@ -165,6 +165,10 @@ int select_cfg_check(const struct select_cfg *cfg, char *err, size_t errlen);
 int select_n_lists(const struct select_cfg *cfg, int sel_head);
 /* Blocks one list holds at most: min(max_blocks, sink + window + 1 + budget). */
 int select_max_selected(const struct select_cfg *cfg);
+/* A prediction's budget with a margin f in [0, 1] over a budget of k blocks chosen by score:
+ * ceil((1 + f) k), the product's rounding forgiven (1.3 x 10 is 13.000000000000002): what
+ * pulse run --spec-margin prefetches and pulse accuracy --spec-margin measures. */
+int select_widened_budget(int k, double f);
 /* Row stride of sel_idx: select_max_selected, or list_stride when larger. */
 int select_list_stride(const struct select_cfg *cfg);
 /* The attended-token bound a selection's attention runs with (attn_decode's max_tokens, which

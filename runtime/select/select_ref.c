@@ -63,6 +63,11 @@ int select_max_selected(const struct select_cfg *cfg)
     return (int)(want < cfg->max_blocks ? want : cfg->max_blocks);
 }
 
+int select_widened_budget(int k, double f)
+{
+    return (int)ceil((1.0 + f) * k - 1e-9);
+}
+
 int select_list_stride(const struct select_cfg *cfg)
 {
     const int ms = select_max_selected(cfg);
