@@ -164,6 +164,30 @@ static int served_normal(const json_t *r, const char *pol, const char *selection
  * tokens), above it all go to the normal batch (full attention's; 2 at a time in its GPU
  * budget), and IOAA chooses; arkvale offloads every one (its mean-of-heads lists). Tokens equal the
  * accuracy path's in each case, and the flags without --serve-policies are refused. */
+/* Each of n flag sets (after a passkey run's flags on dir, --calib-samples calib) is refused:
+ * exit 2 with its message in one line. */
+struct refusal {
+    const char *flags, *msg;
+};
+
+static void expect_refused(const char *dir, const struct refusal *bad, size_t n, int calib)
+{
+    char cmd[1024];
+    static char out[1 << 14];
+    for (size_t i = 0; i < n; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
+                 "--samples 1 --calib-samples %d %s",
+                 dir, dir, calib, bad[i].flags);
+        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
+        EXPECT_STR_CONTAINS(out, bad[i].msg);
+        int lines = 0;
+        for (const char *c = out; *c; c++)
+            lines += *c == '\n';
+        EXPECT_EQ_INT(lines, 1);
+    }
+}
+
 static void test_served(const char *dir)
 {
     char cmd[1024];
@@ -218,9 +242,7 @@ static void test_served(const char *dir)
     EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
     EXPECT_STR_CONTAINS(out, "'vanilla' is not arkvale, pulseinfer or pulseinfer-spec");
     /* pulseinfer's own flags with arkvale alone; a bad admission; no run to compare with */
-    static const struct {
-        const char *flags, *msg;
-    } bad[] = {
+    static const struct refusal bad[] = {
         {"--serve-policies arkvale --serve-normal 2",
          "--serve-normal: for pulseinfer among --serve-policies"},
         {"--serve-policies pulseinfer --serve-admission fixed", "not ioaa or fixed:LEN"},
@@ -228,14 +250,7 @@ static void test_served(const char *dir)
         {"--serve-policies pulseinfer --policies full,headwise",
          "pulseinfer is compared with the solohead runs"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(cmd, sizeof cmd,
-                 "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
-                 "--samples 1 --calib-samples 1 %s",
-                 dir, dir, bad[i].flags);
-        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
-        EXPECT_STR_CONTAINS(out, bad[i].msg);
-    }
+    expect_refused(dir, bad, sizeof bad / sizeof bad[0], 1);
 }
 
 /* The speculation entry of policy pol in result r, or NULL. */
@@ -326,9 +341,7 @@ static void test_spec_margin(const char *dir, const json_t *r0)
 #undef N
     }
     json_decref(r);
-    static const struct {
-        const char *flags, *msg;
-    } bad[] = {
+    static const struct refusal bad[] = {
         {"--spec-margin abc", "--spec-margin: 'abc' is not a number in [0, 1] (decimal)"},
         {"--spec-margin 1.5", "--spec-margin: '1.5' is not a number in [0, 1] (decimal)"},
         {"--spec-margin -0.25", "--spec-margin: '-0.25' is not a number in [0, 1] (decimal)"},
@@ -337,18 +350,7 @@ static void test_spec_margin(const char *dir, const json_t *r0)
         {"--spec-margin 0.5 --policies full,headwise",
          "--spec-margin: only with infinigen or infinigen-solohead among --policies"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(cmd, sizeof cmd,
-                 "accuracy --backend cpu --model %s --data %s --lengths 1024 --tasks passkey "
-                 "--samples 1 --calib-samples 0 %s",
-                 dir, dir, bad[i].flags);
-        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
-        EXPECT_STR_CONTAINS(out, bad[i].msg);
-        int lines = 0;
-        for (const char *c = out; *c; c++)
-            lines += *c == '\n';
-        EXPECT_EQ_INT(lines, 1); /* one line */
-    }
+    expect_refused(dir, bad, sizeof bad / sizeof bad[0], 0);
 }
 
 int main(void)
