@@ -2,10 +2,11 @@
 """The end-to-end comparison from `pulse run` results (gpu-suite.sh's pulseinfer stage): one
 block per point (GPU KV budget, workload), one line per policy with throughput, TPOT mean and
 p99, the ratio to vanilla and to the best baseline at that point (arkvale and infinigen in any
-configuration), the mean step against its floor; and for pulseinfer its batches, IRQ's hidden
-rounds, IOAA's nodes per decision and predicted against measured step time, with --speculate
-(a line of its own) its prefetched and corrected chunks and the prediction's hit rate, and the
-device busy fraction of its trace when it has one."""
+configuration), the mean step against its floor, the recall a mean step moved (MB) and its rate
+over the mean step (GB/s); and for pulseinfer its batches, IRQ's hidden rounds, IOAA's nodes per
+decision and predicted against measured step time, with --speculate (a line of its own) its
+prefetched and corrected chunks and the prediction's hit rate, and the device busy fraction of
+its trace when it has one."""
 import json
 import os
 import sys
@@ -47,9 +48,9 @@ def main(paths):
         van = next((v for k, v in tput.items() if k == "vanilla"), None)
         base = [v for k, v in tput.items() if k.startswith(("arkvale", "infinigen"))]
         best = max(base) if base else None
-        print("%-46s %-6s %8s %9s %9s %7s %7s %6s  %s" %
+        print("%-46s %-6s %8s %9s %9s %7s %7s %6s %8s %6s  %s" %
               ("policy", "status", "tok/s", "TPOT ms", "p99 ms", "/van", "/best", "/floor",
-               "pulseinfer"))
+               "MB/step", "GB/s", "pulseinfer"))
         for r in sorted(rs, key=label):
             m = r.get("metrics", {})
             t = m.get("output_throughput", 0) or 0
@@ -73,12 +74,17 @@ def main(paths):
                 busy = get(pi, "trace", "device_busy_fraction")
                 if busy is not None:
                     extra += ", busy %.3f" % busy
-            print("%-46s %-6s %8.1f %9.2f %9.2f %7s %7s %6.2f  %s" %
+            # the recall a mean step moved, and at what rate over the mean step's time
+            rb = get(r, "metrics", "step", "mean_step_floor", "recall_bytes")
+            ms = get(r, "metrics", "step", "mean_step_ms")
+            print("%-46s %-6s %8.1f %9.2f %9.2f %7s %7s %6.2f %8s %6s  %s" %
                   (label(r), r.get("status", "?"), t, m.get("mean_tpot_ms", 0) or 0,
                    m.get("p99_tpot_ms", 0) or 0,
                    "%.2f" % (t / van) if van else "-",
                    "%.2f" % (t / best) if best else "-",
-                   get(r, "metrics", "step", "ratio_to_floor", default=0) or 0, extra))
+                   get(r, "metrics", "step", "ratio_to_floor", default=0) or 0,
+                   "%.0f" % (rb / 1e6) if rb else "-",
+                   "%.1f" % (rb / ms / 1e6) if rb and ms else "-", extra))
 
 
 if __name__ == "__main__":
