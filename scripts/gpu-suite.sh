@@ -270,7 +270,7 @@ if has pulseinfer; then
         for v in ${PI_POLICIES:-vanilla:-:- arkvale:-:- infinigen:-:- \
                  arkvale+solohead+gs:-:- infinigen+solohead+gs:-:- infinigen+solohead+zc:-:- \
                  pulseinfer:-:- pulseinfer:-:-:spec pulseinfer:solohead:zero-copy \
-                 pulseinfer:solohead:zero-copy:spec}; do
+                 pulseinfer:solohead:zero-copy:spec pulseinfer:solohead:zero-copy:spec=0.25}; do
             IFS=: read -r pol sel eng x <<<"$v"
             tag="${kv}g_${len}x${cnt}_${pol//+/-}_${sel}_${eng}${x:+_${x/=/}}"
             args=()
