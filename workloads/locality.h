@@ -321,7 +321,7 @@ struct locality_meter_params {
     const char *selection; /* the selection's name for the profile (NULL: by one_list,
                               "solohead" or "headwise") */
     int hot_slots;         /* hot-cache slots per list; 0 = none (recall = new blocks), else
-                              >= select_max_selected(&sel) */
+                              >= select_list_stride(&sel) */
 };
 
 /* Achieved numbers of one layer. Churn over list-steps with a previous step and a non-empty
