@@ -8,6 +8,7 @@
  *   e2e        throughput [17], TPOT [18] and batch sizes [22] per system against input length,
  *              on an 80 GB card (45 GB of GPU KV)
  *   ratio      the same systems at the paper's 1 : 8 GPU : host memory ratio, 64K prompts
+ *   long       the same systems at 128K prompts with 24 GB of GPU KV (one request's KV)
  *   util       GPU busy over time per system from CUPTI [20, 21] (separate runs: --cupti)
  *   ablation   pulseinfer's mechanisms added one at a time [23]
  *   admission  IOAA against fixed offload thresholds on a ServeGen-like and a Mooncake-like
@@ -49,10 +50,10 @@ static const char usage[] =
     "                     scale with the whole H200 as GPU KV (110 GB), a 400 GB host pool,\n"
     "                     16K x 128, 32K x 64, 64K x 32 and the Mooncake-like trace\n"
     "  --kv-budget-gb G   the GPU KV budget of the experiments run at the scale's one budget\n"
-    "                     (e2e, util, ablation, admission, bandwidth; ratio and capacity keep\n"
-    "                     theirs)\n"
+    "                     (e2e, util, ablation, admission, bandwidth; ratio, long and\n"
+    "                     capacity keep theirs)\n"
     "  --host-pool-gb G   every offload point's host pool (default: sized to its run; the\n"
-    "                     ratio experiment's 96 GB too)\n"
+    "                     ratio and long experiments' 96 GB too)\n"
     "  --only LIST        experiments, comma separated (default all, --large-host e2e,util;\n"
     "                     see --list)\n"
     "  --out-dir DIR      default results (--large-host: results/large-host)\n"
@@ -91,6 +92,11 @@ struct scale_cfg {
      * round of 7) */
     const char *ratio_wl;
     double ratio_kv_gb, ratio_pool_gb;
+    /* the long-prompt point: its workload, GPU KV, host pool and output tokens (the 24 GB GPU
+     * KV holds one qwen3-14b 128K request; 96 GB of pool the sparse layers of four) */
+    const char *long_wl;
+    double long_kv_gb, long_pool_gb;
+    int long_out_len;
     double capacity_gb[4]; /* 0-ended */
     /* admission: the ServeGen-like and Mooncake-like workloads, and their arrivals (NULL: a
      * trace's own, the sample traces of workloads/traces/, read from the repository root) */
@@ -117,6 +123,10 @@ static const struct scale_cfg scales[SCALES] = {
               .ratio_wl = "uniform:600:6",
               .ratio_kv_gb = 0.002,
               .ratio_pool_gb = 0.05,
+              .long_wl = "uniform:1536:3",
+              .long_kv_gb = 0.004,
+              .long_pool_gb = 0.05,
+              .long_out_len = 4,
               .capacity_gb = {0.002, 0.004, 0.25, 0},
               .sg_wl = "servegen:300:8",
               .mc_wl = "lognormal:300:1.074:8",
@@ -140,6 +150,10 @@ static const struct scale_cfg scales[SCALES] = {
                .ratio_wl = "uniform:65536:18",
                .ratio_kv_gb = 12,
                .ratio_pool_gb = 96,
+               .long_wl = "uniform:131072:8",
+               .long_kv_gb = 24,
+               .long_pool_gb = 96,
+               .long_out_len = 16,
                .capacity_gb = {12, 24, 45, 0},
                .sg_wl = "trace:workloads/traces/servegen_32k_gamma.jsonl",
                .mc_wl = "trace:workloads/traces/mooncake_like_24k_poisson.jsonl",
@@ -160,6 +174,10 @@ static const struct scale_cfg scales[SCALES] = {
               .ratio_wl = "uniform:65536:18",
               .ratio_kv_gb = 12,
               .ratio_pool_gb = 96,
+              .long_wl = "uniform:131072:8",
+              .long_kv_gb = 24,
+              .long_pool_gb = 96,
+              .long_out_len = 64,
               .capacity_gb = {12, 24, 36, 45},
               .sg_wl = "trace:workloads/traces/servegen_32k_gamma.jsonl",
               .mc_wl = "trace:workloads/traces/mooncake_like_24k_poisson.jsonl",
@@ -371,6 +389,18 @@ static json_t *g_ratio(const struct scale_cfg *s, const char *dir)
     return grid_of(dir, b, systems(s, pool), NULL);
 }
 
+/* The same systems at 128K prompts: fewer, longer requests than the 1 : 8 point, each one
+ * filling the GPU KV budget alone. */
+static json_t *g_long(const struct scale_cfg *s, const char *dir)
+{
+    char pool[64];
+    snprintf(pool, sizeof pool, "--host-pool-gb %g", s->long_pool_gb);
+    json_t *b = base(s, s->long_kv_gb);
+    json_object_set_new(b, "--workload", json_string(s->long_wl));
+    json_object_set_new(b, "--output-len", json_integer(s->long_out_len));
+    return grid_of(dir, b, systems(s, pool), NULL);
+}
+
 static json_t *g_util(const struct scale_cfg *s, const char *dir)
 {
     json_t *b = base(s, s->kv_gb);
@@ -465,6 +495,7 @@ static json_t *g_bandwidth(const struct scale_cfg *s, const char *dir)
 static const struct experiment experiments[] = {
     {"e2e", "17,18,22", "throughput, TPOT and batch sizes against input length", g_e2e},
     {"ratio", "17", "the systems at the 1 : 8 GPU : host memory ratio", g_ratio},
+    {"long", "17", "the systems at 128K prompts, one request's KV on the GPU", g_long},
     {"util", "20,21", "GPU busy over time (CUPTI)", g_util},
     {"ablation", "23", "mechanisms added one at a time", g_ablation},
     {"admission", "24", "IOAA against fixed thresholds on two workloads", g_admission},

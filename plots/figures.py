@@ -17,9 +17,9 @@ import sys
 
 import figlib
 
-FIGURES = ["fig8_recall", "fig17_throughput", "fig17b_ratio", "fig18_tpot", "fig20_21_util",
-           "fig22_batches", "fig23_ablation", "fig24_admission", "fig25_capacity",
-           "fig26_bandwidth"]
+FIGURES = ["fig8_recall", "fig17_throughput", "fig17b_ratio", "fig17c_long", "fig18_tpot",
+           "fig20_21_util", "fig22_batches", "fig23_ablation", "fig24_admission",
+           "fig25_capacity", "fig26_bandwidth"]
 
 
 def short(name):

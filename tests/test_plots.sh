@@ -9,7 +9,7 @@
 # exit: 0 pass, 1 fail, 77 skipped (no python3 or no matplotlib).
 set -u
 PULSE_BIN=${PULSE_BIN:-./build/pulse}
-FIGURES="fig8_recall fig17_throughput fig17b_ratio fig18_tpot fig20_21_util fig22_batches
+FIGURES="fig8_recall fig17_throughput fig17b_ratio fig17c_long fig18_tpot fig20_21_util fig22_batches
          fig23_ablation fig24_admission fig25_capacity fig26_bandwidth"
 REPEATED=e2e,ablation,bandwidth
 REPEATED_FIGURES="fig17_throughput fig18_tpot fig22_batches fig23_ablation fig26_bandwidth"

@@ -16,8 +16,8 @@
 
 static char out[1 << 16];
 
-static const char *const names[] = {"e2e",       "ratio",    "util",     "ablation",
-                                    "admission", "capacity", "bandwidth"};
+static const char *const names[] = {"e2e",      "ratio",     "long",     "util",
+                                    "ablation", "admission", "capacity", "bandwidth"};
 
 static json_t *load(const char *dir, const char *name)
 {
@@ -190,6 +190,25 @@ int main(void)
         }
     }
     json_decref(ra);
+    /* the long-prompt point: every system of both tiers, at its own prompts, GPU KV, pool and
+     * output length */
+    json_t *lo = load(dir, "long");
+    EXPECT_EQ_INT((int)json_array_size(json_object_get(lo, "points")), 11);
+    for (size_t i = 0; i < json_array_size(json_object_get(lo, "points")); i++) {
+        json_t *pt = json_array_get(json_object_get(lo, "points"), i);
+        json_t *r = json_object_get(pt, "result");
+        json_t *cfg = json_object_get(r, "config");
+        EXPECT_STR_EQ(json_string_value(json_object_get(pt, "variant")), sys[i]);
+        EXPECT_NEAR(json_number_value(json_object_get(cfg, "kv_budget_gb")), 0.004, 1e-6);
+        EXPECT_EQ_INT(
+            (int)json_integer_value(json_object_get(json_object_get(r, "counters"), "tokens")),
+            3 * 4);
+    }
+    char *grid = json_dumps(json_object_get(lo, "grid"), JSON_COMPACT);
+    EXPECT(grid && strstr(grid, "\"--workload\":\"uniform:1536:3\"") &&
+           strstr(grid, "\"--host-pool-gb\":\"0.05\""));
+    free(grid);
+    json_decref(lo);
     /* the bandwidth points carry their cap fraction */
     json_t *bw = load(dir, "bandwidth");
     json_t *p0 = json_object_get(json_array_get(json_object_get(bw, "points"), 0), "result");
