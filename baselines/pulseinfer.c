@@ -30,6 +30,7 @@
 #include "common.h"
 #include "ioaa.h"
 #include "ioaa_profile.h"
+#include "ioaa_refit.h"
 #include "mem.h"
 #include "offload.h"
 #include "offload_policy.h"
@@ -60,6 +61,11 @@ struct pulseinfer {
     struct ioaa_profile_data prof;
     int have_prof;
     int cap_raised; /* t_R values the recall cap raised (make_ioaa) */
+    /* the recall terms refitted from the measured steps (ioaa_refit.h; --ioaa-refit) */
+    struct ioaa_refit *refit;
+    int refit_on;
+    double beside; /* the recall's rate beside compute the speculation fold used */
+    int64_t refit_errors;
     /* --speculate: what IOAA's recall table was folded with (ioaa_profile_data_speculate) */
     struct ioaa_spec_fold {
         double hit, churn_ratio, miss_held;      /* the prediction's, averaged over the layers */
@@ -78,6 +84,10 @@ struct pulseinfer {
      * and their sums over the steps read back, with the loop's time of those steps */
     double predicted_s[2], pred_sum, meas_sum;
     int64_t pred_steps;
+    /* the same steps' prediction by the profile alone (no refit), and the steps' batches */
+    double unrefit_s[2], unrefit_sum, unrefit_steady_sum;
+    int comp_n[2], comp_o[2];
+    int64_t comp_ctx[2];
     /* the same over the steady steps: those with no request admitted since the step before
      * (a newly offloaded request's first step recalls its whole selection, 3-4x a steady
      * step at the quick scale, which the model's steady-state step does not hold) */
@@ -120,6 +130,7 @@ static void pi_free(void *ctx)
     for (int i = 0; i < 2; i++)
         if (pi->ev_layer[i]) pi->be->event_destroy(pi->ev_layer[i]);
     ioaa_free(pi->ioaa);
+    ioaa_refit_free(pi->refit);
     if (pi->have_prof) ioaa_profile_data_free(&pi->prof);
     const size_t n = (size_t)pi->max_waiting;
     mem_free(MEM_HOST, pi->w, sizeof *pi->w * n);
@@ -241,9 +252,34 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
     if (op->cap_gbps > 0)
         pi->cap_raised = ioaa_profile_data_cap_recall(&pi->prof, op->cap_gbps * 1e9);
     pi->have_prof = 1;
-    if (op->schedule->prefetch &&
-        (rc = ioaa_speculation(pi, op, m, kv_cache_page_size(p->kv), err, errlen)) != PULSE_OK)
-        return rc;
+    /* the refit's model: the profile before the speculation's fold (its tables are copied) */
+    struct ioaa_refit_params rp = {.base = &pi->prof.prof,
+                                   .irq = pi->irq_on,
+                                   .enabled = !p->no_ioaa_refit,
+                                   .beside = ioaa_profile_beside(&pi->prof.info),
+                                   .max_batch = op->max_batch};
+    pi->beside = rp.beside;
+    pi->refit_on = rp.enabled;
+    struct ioaa_profile_data unfolded = {0};
+    if (op->schedule->prefetch) { /* the refit needs the unfolded tables after the fold */
+        json_t *j = ioaa_profile_to_json(&pi->prof.prof, &pi->prof.info);
+        rc = ioaa_profile_from_json(j, "profile", &unfolded, why, sizeof why);
+        json_decref(j);
+        if (rc != PULSE_OK) {
+            snprintf(err, errlen, "pulseinfer: IOAA refit: %s", why);
+            return rc;
+        }
+        rc = ioaa_speculation(pi, op, m, kv_cache_page_size(p->kv), err, errlen);
+        rp.base = &unfolded.prof;
+        rp.prefetch_bytes = pi->spec.prefetch_bytes;
+        rp.correction_bytes = pi->spec.correction_bytes;
+    }
+    if (rc == PULSE_OK && !(pi->refit = ioaa_refit_create(&rp, why, sizeof why))) {
+        snprintf(err, errlen, "pulseinfer: IOAA refit: %s", why);
+        rc = PULSE_ERR_INVALID;
+    }
+    ioaa_profile_data_free(&unfolded);
+    if (rc != PULSE_OK) return rc;
     struct ioaa_params ip = {
         .profile = pi->prof.prof, .max_waiting = pi->max_waiting, .irq = pi->irq_on};
     if (!(pi->ioaa = ioaa_create(&ip, why, sizeof why))) {
@@ -406,6 +442,8 @@ static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
     }
     struct ioaa_decision d;
     char err[200];
+    /* the recall terms refitted since the last decision into its model's table */
+    if (ioaa_refit_apply(pi->refit, pi->ioaa, err, sizeof err) < 0) pi->refit_errors++;
     if (ioaa_decide(pi->ioaa, &st, pi->w, n, pi->assign, &d, err, sizeof err) != PULSE_OK) {
         snprintf(s->why, sizeof s->why, "IOAA: %s", err);
         return PULSE_ERR_INVALID;
@@ -589,16 +627,20 @@ static int pi_step(struct serve_state *s)
     struct pulseinfer *pi = s->policy_ctx;
     struct serve_batch *nb = &s->run[NORMAL], *ob = &s->run[OFFLOAD];
     int rc = PULSE_OK;
-    double *pred = &pi->predicted_s[pi->steps & 1]; /* the model's step for the batches this
-                                                      step runs (IOAA only) */
-    *pred = 0;
+    const int par = (int)(pi->steps & 1);
+    double *pred = &pi->predicted_s[par]; /* the model's step for the batches this step runs
+                                             (IOAA only): refitted, and the profile's alone */
+    *pred = pi->unrefit_s[par] = 0;
     pi->cold[pi->steps & 1] = pi->admitted_since_step;
     pi->admitted_since_step = 0;
     if (pi->ioaa) {
         int64_t ctx = 0;
         for (int b = 0; b < nb->n_entries; b++)
             ctx += nb->entries[b].pos + 1;
-        *pred = ioaa_step_time(pi->ioaa, nb->n_entries, ctx, ob->n_entries, NULL);
+        *pred = ioaa_refit_step(pi->refit, nb->n_entries, ctx, ob->n_entries, 1);
+        pi->unrefit_s[par] = ioaa_refit_step(pi->refit, nb->n_entries, ctx, ob->n_entries, 0);
+        pi->comp_n[par] = nb->n_entries, pi->comp_o[par] = ob->n_entries;
+        pi->comp_ctx[par] = ctx;
     }
     const struct kctx *c = engine_ctx(s->eng);
     if (ob->n_entries && nb->n_entries && pi->irq_on) {
@@ -638,11 +680,17 @@ static void pi_traffic(struct serve_state *s, int ahead, struct floor_traffic *t
     if (pred > 0) { /* the step just read back (the loop's time of it), against the model's */
         pi->meas_sum += s->report_step_s;
         pi->pred_sum += pred;
+        pi->unrefit_sum += pi->unrefit_s[p];
         pi->pred_steps++;
         if (!pi->cold[p]) {
             pi->meas_steady_sum += s->report_step_s;
             pi->pred_steady_sum += pred;
+            pi->unrefit_steady_sum += pi->unrefit_s[p];
             pi->steady_steps++;
+            /* a steady step of its batches against the model: the refit's sample (the loop's
+             * time of a step it read back anyway: no sync of its own) */
+            ioaa_refit_observe(pi->refit, pi->comp_n[p], pi->comp_ctx[p], pi->comp_o[p],
+                               s->report_step_s);
         }
     }
     memset(t, 0, sizeof *t);
@@ -718,6 +766,8 @@ static json_t *pi_json(const void *ctx)
     if (pi->pred_steps) {
         results_set_real(j, "ioaa_predicted_step_ms", pi->pred_sum / pi->pred_steps * 1e3);
         results_set_real(j, "ioaa_measured_step_ms", pi->meas_sum / pi->pred_steps * 1e3);
+        results_set_real(j, "ioaa_predicted_step_unrefit_ms",
+                         pi->unrefit_sum / pi->pred_steps * 1e3);
     }
     json_object_set_new(j, "ioaa_steady_steps", json_integer(pi->steady_steps));
     if (pi->steady_steps) {
@@ -725,6 +775,22 @@ static json_t *pi_json(const void *ctx)
                          pi->pred_steady_sum / pi->steady_steps * 1e3);
         results_set_real(j, "ioaa_measured_steady_step_ms",
                          pi->meas_steady_sum / pi->steady_steps * 1e3);
+        results_set_real(j, "ioaa_predicted_steady_step_unrefit_ms",
+                         pi->unrefit_steady_sum / pi->steady_steps * 1e3);
+    }
+    if (pi->refit) { /* the refit's factors as the run left them */
+        struct ioaa_refit_stats rs;
+        ioaa_refit_get_stats(pi->refit, &rs);
+        json_t *rj = json_pack("{s:b,s:s,s:I,s:I,s:I,s:I}", "enabled", pi->refit_on, "engine",
+                               pi->prof.info.recall_engine, "refits", (json_int_t)rs.refits,
+                               "uninformative", (json_int_t)rs.uninformative, "rewrites",
+                               (json_int_t)rs.rewrites, "errors", (json_int_t)pi->refit_errors);
+        results_set_real(rj, "recall_factor", rs.k_recall);
+        results_set_real(rj, "correction_factor", rs.k_correction);
+        results_set_real(rj, "beside_compute", pi->beside);
+        json_object_set_new(rj, "beside_from",
+                            json_string(pi->prof.info.recall_beside > 0 ? "profile" : "default"));
+        json_object_set_new(j, "ioaa_refit", rj);
     }
     return j;
 }

@@ -743,6 +743,71 @@ static int measure_recalls(struct recall_rig *g, const struct opts *o,
     return bad;
 }
 
+/* The recall's rate beside compute (recall.beside_compute): on a device backend, rounds of one
+ * size (the largest of the table's up to 16 MB) timed from submit to completion while the
+ * engine's layers of an offload batch (the largest --batches at the budget's context, all L
+ * layers queued first, far longer than a round) run on the compute stream, as a prefetch runs
+ * beside the offload batch's layer; the factor is the median round alone (the table's) over the
+ * median beside. Not measured on a host backend, whose layers run on the calling thread (the
+ * reader's default applies); 0, or 1 after a message. */
+static int measure_beside(struct engine *e, struct recall_rig *g, const struct opts *o,
+                          struct ioaa_profile_data *d, json_t *meas)
+{
+    const struct backend *be = engine_model(e)->be;
+    if (be->mem != MEM_DEVICE) {
+        json_object_set_new(meas, "recall_beside",
+                            json_string("not measured: the host backend's layers run on the "
+                                        "calling thread"));
+        return 0;
+    }
+    int k = 0;
+    for (int i = 1; i < d->prof.tr_n; i++)
+        if (d->tr_bytes[i] <= 16e6) k = i;
+    const int n = (int)(d->tr_bytes[k] / g->chunk), R = (int)PULSE_MAX(o->reps, 11);
+    const int b = (int)o->batches[o->n_batches - 1], L = engine_model(e)->cfg->n_layers;
+    struct bench_batch bb;
+    char err[256];
+    int bb_rc = PULSE_ERR_NOMEM;
+    for (int i = o->n_batches - 1; i >= 0 && bb_rc != PULSE_OK; i--) /* the largest that fits */
+        bb_rc = bench_batch_create(e, (int)o->batches[i], (int)o->budget, (int)o->budget + 1,
+                                   (int)o->page_size, &bb, err, sizeof err);
+    if (bb_rc != PULSE_OK) {
+        cli_error(CMD, "the recall beside compute: no batch of %d at %ld tokens fits", b,
+                  o->budget);
+        return 1;
+    }
+    double s[MAX_REPS > 11 ? MAX_REPS : 11];
+    int bad = 0;
+    for (int r = -(int)o->warmup; r < R && !bad; r++) {
+        rig_pick(g, n);
+        engine_run_embed(e, bb.bt);
+        for (int l = 0; l < L; l++) /* queued on the compute stream, not waited for */
+            engine_run_layer(e, bb.bt, bb.kv, l);
+        int64_t ticket;
+        const double t0 = pulse_now();
+        int st = recall_submit(g->r, g->items, n, &ticket);
+        if (st == PULSE_OK) st = recall_wait(g->r, ticket);
+        const double t = pulse_now() - t0;
+        be->sync(engine_ctx(e));
+        if (st != PULSE_OK) {
+            cli_error(CMD, "a recall beside compute failed (status %d)", st);
+            bad = 1;
+        }
+        if (r >= 0) s[r] = t;
+    }
+    bench_batch_free(e, &bb);
+    if (bad) return 1;
+    const double beside = median(s, R), alone = d->tr[k];
+    d->info.recall_beside = PULSE_MIN(IOAA_PROFILE_BESIDE_MAX, alone / beside);
+    json_t *rj = json_pack("{s:I, s:o, s:i}", "bytes", (json_int_t)d->tr_bytes[k], "samples_s",
+                           reals(s, R), "layers", L);
+    results_set_real(rj, "alone_s", alone);
+    results_set_real(rj, "beside_s", beside);
+    results_set_real(rj, "factor", d->info.recall_beside);
+    json_object_set_new(meas, "recall_beside", rj);
+    return 0;
+}
+
 /* ---- t_O from offload steps ---- */
 
 static json_t *real_or_null(double v)
@@ -1115,6 +1180,7 @@ static int measure(const struct opts *o, const struct model_config *m, const str
         cli_error(CMD, "the recall rounds: %s", err);
     if (!code && recall_grid(o, g.chunk, d)) code = EXIT_USAGE;
     if (!code) code = measure_recalls(&g, o, ap, d, meas);
+    if (!code) code = measure_beside(e, &g, o, d, meas);
     double r_steps = NAN;
     if (!code && o->offload_steps) code = measure_offload(e, o, ap, d, meas, &r_steps);
     results_set_real(meas, "seconds", pulse_now() - t0);

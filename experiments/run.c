@@ -593,6 +593,7 @@ int cmd_run(int argc, char **argv)
                                          .profile = o.off.ioaa_profile,
                                          .trace = o.off.trace,
                                          .max_waiting = o.off.max_waiting,
+                                         .no_ioaa_refit = !o.rt.serve.ioaa_refit,
                                          .hbm_gbps = bw.hbm_gbps,
                                          .h2d_gbps = bw.h2d_gbps};
     rc = pol->ctx_create ? pol->ctx_create(&cp, &ctx, err, sizeof err) : PULSE_OK;

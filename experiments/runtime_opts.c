@@ -34,7 +34,7 @@ struct rt_opt {
     long lo, hi;
     const struct rt_word *words;
     int shift;
-    const char *env; /* the environment variable it replaces */
+    const char *env; /* the environment variable it replaces (NULL: none) */
     const char *help;
     const char *env_map; /* the variable's values as the option's words ("0=off,1=on"), for
                             the message that refuses it; NULL: the same value */
@@ -97,6 +97,8 @@ static const struct rt_opt table[] = {
     {"run-ahead", RT_SERVE, FIELD(serve_params, run_ahead), WORDS(on_off), 0,
      "PULSE_SERVE_RUN_AHEAD", "the loop queues the next step before it reads a step's tokens",
      "0=off,1=on"},
+    {"ioaa-refit", RT_SERVE, FIELD(serve_params, ioaa_refit), WORDS(on_off), 0, NULL,
+     "pulseinfer: IOAA refits its recall terms from the measured steps", NULL},
 };
 
 #define N_OPTS ((int)PULSE_ARRAY_LEN(table))
@@ -386,7 +388,7 @@ static const char *old_value(const struct rt_opt *t, const char *v)
 int runtime_opts_refuse_env(void)
 {
     for (int i = 0; i < N_OPTS; i++) {
-        const char *v = getenv(table[i].env);
+        const char *v = table[i].env ? getenv(table[i].env) : NULL; /* NULL: replaces none */
         if (!v || !*v) continue;
         const char *as = old_value(&table[i], v);
         fprintf(stderr,

@@ -145,6 +145,17 @@ static void test_round_trip(void)
     EXPECT(json_object_get(j, "note") == NULL);
     EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_OK);
     expect_same(&d, &back);
+    /* the recall's rate beside compute: absent reads as 0 (the default applies), measured reads
+     * back as written */
+    EXPECT(json_object_get(json_object_get(j, "recall"), "beside_compute") == NULL);
+    EXPECT_NEAR(back.info.recall_beside, 0, 0);
+    EXPECT_NEAR(ioaa_profile_beside(&back.info), IOAA_PROFILE_BESIDE_DEFAULT, 0);
+    json_decref(j);
+    d.info.recall_beside = 0.4375;
+    j = ioaa_profile_to_json(&d.prof, &d.info);
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_OK);
+    EXPECT_NEAR(back.info.recall_beside, 0.4375, 0);
+    EXPECT_NEAR(ioaa_profile_beside(&back.info), 0.4375, 0);
     json_decref(j);
     ioaa_profile_data_free(&d);
     ioaa_profile_data_free(&back);
@@ -199,6 +210,12 @@ static void test_rejects(void)
     EXPECT_STR_CONTAINS(err, "/dev/null: is not a regular file");
 
     json_t *j = good_json();
+    json_object_set_new(json_object_get(j, "recall"), "beside_compute", json_real(0));
+    expect_reject(j, PULSE_ERR_INVALID, "recall.beside_compute", "in (0, 2]");
+    j = good_json();
+    json_object_set_new(json_object_get(j, "recall"), "beside_compute", json_string("half"));
+    expect_reject(j, PULSE_ERR_INVALID, "recall.beside_compute", "expected a number");
+    j = good_json();
     json_object_set_new(j, "schema", json_string("pulse-ioaa-profile/0"));
     expect_reject(j, PULSE_ERR_INVALID, "schema", "pulse-ioaa-profile/1");
     /* a grid that does not increase */
@@ -315,16 +332,19 @@ static void test_cap_recall(void)
 /* Speculation folded into the recall table (ioaa_profile_data_speculate): on a linear profile
  * (t_R = x / 10 GB/s, t_O(b) = 1 ms + b 0.1 ms, t_N(b, c) = 2 ms) the step of the folded model,
  * at every batch of both kinds and with and without IRQ, is the speculation's step written out:
- * L max(t_N + t_O, t_R(P) + t_R(C), t_O + t_R(C)) with a normal batch and IRQ, L (max(t_O,
- * t_R(P)) + t_R(C)) + L t_N without, for a prefetch alone (a perfect prediction), corrections
- * alone and both; nothing to move: unchanged; bad input refused. */
+ * L max(t_N + t_O, t_R(P) / f + t_R(C), t_O + t_R(C)) with a normal batch and IRQ, L (max(t_O,
+ * t_R(P) / f) + t_R(C)) + L t_N without, for a prefetch alone (a perfect prediction),
+ * corrections alone and both, with the recall's rate beside compute f given (1, 0.4) or absent
+ * (the default, 0.5); nothing to move: unchanged; bad input refused. */
 static void test_speculate(void)
 {
     char err[256];
     const double L = 10;
     static const double pc[3][2] = {{2e6, 0}, {0, 1.5e6}, {3.2e6, 0.6e6}};
-    for (int k = 0; k < 3; k++) {
-        const double P = pc[k][0], C = pc[k][1];
+    static const double fs[3] = {1, 0.4, 0}; /* 0: absent */
+    for (int k = 0; k < 9; k++) {
+        const double P = pc[k % 3][0], C = pc[k % 3][1], fin = fs[k / 3];
+        const double f = fin > 0 ? fin : IOAA_PROFILE_BESIDE_DEFAULT;
         struct ioaa_profile_data d;
         memset(&d, 0, sizeof d);
         EXPECT_EQ_INT(ioaa_profile_data_alloc(&d, 2, 1, 2, 2, err, sizeof err), PULSE_OK);
@@ -332,6 +352,8 @@ static void test_speculate(void)
         d.to_b[0] = 1, d.to_b[1] = 65, d.to[0] = 1.1e-3, d.to[1] = 7.5e-3;
         d.tr_bytes[0] = 1e3, d.tr_bytes[1] = 1e9, d.tr[0] = 1e-7, d.tr[1] = 1e-1;
         d.prof.n_layers = (int)L, d.prof.recall_bytes = 2e6;
+        d.info.recall_beside = fin;
+        EXPECT_NEAR(ioaa_profile_beside(&d.info), f, 0);
         EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, P, C, 32, err, sizeof err), PULSE_OK);
         EXPECT_EQ_INT(d.prof.tr_n, 32);
         EXPECT_NEAR(d.prof.recall_bytes, P + C, 1e-6);
@@ -343,7 +365,7 @@ static void test_speculate(void)
             for (int bo = 1; a && bo <= 32; bo += 7)
                 for (int bn = 0; bn <= 4; bn += 4) {
                     const double tn = bn ? 2e-3 : 0, to = 1e-3 + bo * 1e-4;
-                    const double tp = bo * P / 1e10, tc = bo * C / 1e10;
+                    const double tp = bo * P / 1e10 / f, tc = bo * C / 1e10;
                     const double want = bn && irq ? L * fmax(fmax(tn + to, tp + tc), to + tc)
                                                   : L * (fmax(to, tp) + tc) + L * tn;
                     EXPECT_NEAR(ioaa_step_time(a, bn, (int64_t)bn * 4096, bo, NULL), want,

@@ -83,6 +83,7 @@ static void test_params_init_ignore_env(void)
     EXPECT_EQ_INT(b.offload.prompt_kv_host, 0);
     EXPECT(!memcmp(&b.offload.recall, &a.rt.offload.recall, sizeof b.offload.recall));
     EXPECT_EQ_INT(b.serve.run_ahead, 1);
+    EXPECT_EQ_INT(b.serve.ioaa_refit, 1);
     EXPECT_EQ_INT(b.rt.engine.cpu_threads, kernels_cpu_default_threads());
     EXPECT_EQ_INT(b.rt.engine.attn_blocks_per_sm, ATTN_BLOCKS_PER_SM_MAX);
     EXPECT_EQ_INT(b.rt.engine.attn_min_tiles, ATTN_MIN_TILES);
@@ -121,6 +122,7 @@ static const struct opt_case cases[] = {
     {"layer-graphs", RT_OFFLOAD, "off", -1, "off", {"0", "1", "none", ""}},
     {"prompt-kv-fill", RT_OFFLOAD, "host", -1, "host", {"cpu", "1", "", "Host"}},
     {"run-ahead", RT_SERVE, "off", -1, "off", {"0", "1", "never", ""}},
+    {"ioaa-refit", RT_SERVE, "off", -1, "off", {"0", "yes", "none", ""}},
 };
 
 /* The JSON key of an option: its name with '_' for '-'. */
@@ -200,6 +202,7 @@ static void test_each_option(void)
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--piece-graphs", "off"), 0);
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--recall-wait", "host"), 0);
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--run-ahead", "off"), 0);
+    EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--ioaa-refit", "off"), 0);
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--no-such-option", "1"), -2);
     struct offload_params op;
     offload_params_init(&op, 1, 1, 1);
@@ -217,6 +220,7 @@ static void test_each_option(void)
     serve_params_init(&sp);
     runtime_opts_serve(&o, &sp);
     EXPECT_EQ_INT(sp.run_ahead, 0);
+    EXPECT_EQ_INT(sp.ioaa_refit, 0);
     json_t *j = runtime_opts_json(&o, RT_PIN);
     EXPECT_EQ_INT(json_integer_value(json_object_get(j, "pin_numa")), 3);
     EXPECT_EQ_INT(json_integer_value(json_object_get(j, "pin_piece_mb")), 64);

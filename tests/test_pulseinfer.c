@@ -24,6 +24,7 @@
 #include "baselines/registry.h"
 #include "common.h"
 #include "engine.h"
+#include "ioaa_profile.h"
 #include "kv_cache.h"
 #include "offload.h"
 #include "pi_serve.h"
@@ -783,6 +784,46 @@ static void test_speculation_cli(void)
     printf("IOAA's speculation fold: hit rate %.3f, churn ratio %.3f, misses held %.3f\n", h, cr,
            held);
     json_decref(j);
+    /* the refit of IOAA's recall terms from the measured steps (--ioaa-refit, default on): its
+     * counters in the JSON; off: no refit, the factors 1, the prediction the profile's */
+    for (int on = 1; on >= 0; on--) {
+        if ((fd = mkstemp(path)) >= 0) close(fd);
+        snprintf(cmd, sizeof cmd,
+                 "run --backend cpu --policy pulseinfer --speculate --workload lengths:300,260,120 "
+                 "--output-len 12 --max-batch 4 --budget-tokens 32 --ioaa-refit %s --out %s",
+                 on ? "on" : "off", path);
+        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+        j = json_load_file(path, 0, &je);
+        remove(path);
+        json_t *pj = json_object_get(json_object_get(j, "counters"), "pulseinfer");
+        json_t *rf = json_object_get(pj, "ioaa_refit");
+        EXPECT_STR_EQ(json_string_value(json_object_get(
+                          json_object_get(json_object_get(j, "config"), "options"), "ioaa_refit")),
+                      on ? "on" : "off");
+        EXPECT(json_is_true(json_object_get(rf, "enabled")) == on);
+        const long long refits = json_integer_value(json_object_get(rf, "refits"));
+        const double kr = json_real_value(json_object_get(rf, "recall_factor"));
+        const double pred = json_real_value(json_object_get(pj, "ioaa_predicted_step_ms")),
+                     unref = json_real_value(json_object_get(pj, "ioaa_predicted_step_unrefit_ms"));
+        EXPECT_NEAR(json_real_value(json_object_get(rf, "beside_compute")),
+                    IOAA_PROFILE_BESIDE_DEFAULT, 0);
+        EXPECT_STR_EQ(json_string_value(json_object_get(rf, "beside_from")), "default");
+        EXPECT(unref > 0);
+        if (on) {
+            EXPECT(refits > 0);
+            EXPECT(kr != 1.0 || json_real_value(json_object_get(rf, "correction_factor")) != 1.0);
+            EXPECT(pred != unref);
+        } else {
+            EXPECT_EQ_INT(refits, 0);
+            EXPECT_NEAR(kr, 1, 0);
+            EXPECT_NEAR(pred, unref, 1e-9 * unref);
+        }
+        printf("IOAA refit %s: %lld refits, recall factor %.3f, predicted %.3f ms (profile's "
+               "%.3f), measured %.3f\n",
+               on ? "on" : "off", refits, kr, pred, unref,
+               json_real_value(json_object_get(pj, "ioaa_measured_step_ms")));
+        json_decref(j);
+    }
 }
 
 int main(void)

@@ -778,3 +778,17 @@ int ioaa_decide_exhaustive(struct ioaa *a, const struct ioaa_state *st,
     finish(a, assign, out);
     return PULSE_OK;
 }
+
+int ioaa_set_recall(struct ioaa *a, const double *tr, int n, char *err, size_t errlen)
+{
+    if (n != a->p.tr_n)
+        return pulse_errorf(err, errlen, PULSE_ERR_INVALID, "ioaa recall table",
+                            "%d values, expected %d (the profile's t_R points)", n, a->p.tr_n);
+    for (int i = 0; i < a->p.tr_n; i++)
+        if (!isfinite(tr[i]) || tr[i] < 0 || (i > 0 && tr[i] < tr[i - 1]))
+            return pulse_errorf(err, errlen, PULSE_ERR_INVALID, "ioaa recall table",
+                                "tr[%d] = %g: expected finite values >= 0, nondecreasing", i,
+                                tr[i]);
+    memcpy((double *)a->p.tr, tr, sizeof *tr * (size_t)a->p.tr_n);
+    return PULSE_OK;
+}

@@ -152,4 +152,10 @@ int ioaa_decide_exhaustive(struct ioaa *a, const struct ioaa_state *st,
                            const struct ioaa_request *w, int n, enum ioaa_assign *assign,
                            struct ioaa_decision *out, char *err, size_t errlen);
 
+/* Rewrites the copied profile's t_R values (its grid and everything else kept) with tr[n], n
+ * the profile's tr_n: finite, >= 0 and nondecreasing (ioaa_create's rules). The search's state
+ * (where the next search starts) is kept. For a recall table refitted during a run (ioaa_refit.h).
+ * PULSE_OK, or PULSE_ERR_INVALID with the first bad value named in err (a is left as it was). */
+int ioaa_set_recall(struct ioaa *a, const double *tr, int n, char *err, size_t errlen);
+
 #endif

@@ -121,6 +121,20 @@ int ioaa_profile_data_cap_recall(struct ioaa_profile_data *d, double bytes_per_s
     return raised;
 }
 
+double ioaa_profile_beside(const struct ioaa_profile_info *info)
+{
+    return info->recall_beside > 0 ? info->recall_beside : IOAA_PROFILE_BESIDE_DEFAULT;
+}
+
+double ioaa_spec_recall(const struct ioaa *a, double b, double prefetch_bytes,
+                        double correction_bytes, double beside, double k_prefetch,
+                        double k_correction)
+{
+    const double tc = k_correction * ioaa_t_recall(a, b * correction_bytes);
+    const double tp = k_prefetch * ioaa_t_recall(a, b * prefetch_bytes) / beside;
+    return fmax(tc, tp + tc - ioaa_t_offload(a, b));
+}
+
 int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double prefetch_bytes,
                                 double correction_bytes, int max_batch, char *err, size_t errlen)
 {
@@ -150,11 +164,12 @@ int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double prefetch_byt
     memcpy(s.tn, d->tn, dl * d->prof.tn_nb * d->prof.tn_nc);
     memcpy(s.to_b, d->to_b, dl * d->prof.to_n);
     memcpy(s.to, d->to, dl * d->prof.to_n);
+    const double beside = ioaa_profile_beside(&d->info);
     double top = 0;
     for (int i = 0; i < n; i++) {
-        const double b = i + 1, tc = ioaa_t_recall(a, b * c1);
-        const double t = fmax(tc, ioaa_t_recall(a, b * p1) + tc - ioaa_t_offload(a, b));
+        const double t = ioaa_spec_recall(a, i + 1, p1, c1, beside, 1, 1);
         top = fmax(top, t);
+        const double b = i + 1;
         s.tr_bytes[i] = b * (p1 + c1);
         s.tr[i] = top;
     }
@@ -213,6 +228,9 @@ json_t *ioaa_profile_to_json(const struct ioaa_profile *p, const struct ioaa_pro
     json_object_set_new(j, "recall_bytes_per_request_layer",
                         isfinite(p->recall_bytes) ? json_real(p->recall_bytes) : json_null());
     if (info->note[0]) json_object_set_new(j, "note", json_string(info->note));
+    if (info->recall_beside > 0) /* measured: the recall's rate beside compute */
+        json_object_set_new(json_object_get(j, "recall"), "beside_compute",
+                            json_real(info->recall_beside));
     return j;
 }
 
@@ -359,6 +377,21 @@ static int read_shapes(const json_t *j, struct tables_json *t, const char *name,
     return PULSE_OK;
 }
 
+/* recall.beside_compute, optional: a factor in (0, IOAA_PROFILE_BESIDE_MAX]; 0 when absent. */
+static int read_beside(const json_t *j, double *f, const char *name, char *err, size_t errlen)
+{
+    const json_t *v = json_object_get(json_object_get(j, "recall"), "beside_compute");
+    *f = 0;
+    if (!v) return PULSE_OK;
+    const double x = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!(x > 0 && x <= IOAA_PROFILE_BESIDE_MAX))
+        return BAD("recall.beside_compute: expected a number in (0, %g] (the recall's rate "
+                   "beside compute over its rate alone)",
+                   IOAA_PROFILE_BESIDE_MAX);
+    *f = x;
+    return PULSE_OK;
+}
+
 static int read_tables(const struct tables_json *t, struct ioaa_profile_data *d, const char *name,
                        char *err, size_t errlen)
 {
@@ -393,6 +426,7 @@ int ioaa_profile_from_json(const json_t *j, const char *name, struct ioaa_profil
     double r = 0;
     if ((rc = read_header(j, &info, &n_layers, &r, name, err, errlen)) ||
         (rc = read_shapes(j, &t, name, err, errlen)) ||
+        (rc = read_beside(j, &info.recall_beside, name, err, errlen)) ||
         (rc = ioaa_profile_data_alloc(d, t.n_b, t.n_c, t.n_o, t.n_r, err, errlen)))
         return rc;
     if ((rc = read_tables(&t, d, name, err, errlen))) {

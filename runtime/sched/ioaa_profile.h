@@ -12,6 +12,10 @@
  *   offload         {"batch": [n], "layer_s": [n]}: t_O(b)
  *   recall          {"bytes": [n], "round_s": [n]}: t_R(x)
  *   recall_bytes_per_request_layer   r >= 0
+ *   recall.beside_compute  optional: a recall round's rate beside compute (an offload layer's
+ *                   attention and GEMMs on the same GPU) over its rate alone, in
+ *                   (0, IOAA_PROFILE_BESIDE_MAX]; `pulse profile` measures it on a device
+ *                   backend. Absent: IOAA_PROFILE_BESIDE_DEFAULT
  * The reader ignores other keys (pulse profile's tool, env, config, measurement). Grids hold
  * 1..IOAA_PROFILE_MAX_POINTS values > 0, strictly increasing; times are finite, t_N and t_O > 0,
  * t_R >= 0.
@@ -32,6 +36,11 @@
 
 #define IOAA_PROFILE_SCHEMA "pulse-ioaa-profile/1"
 #define IOAA_PROFILE_MAX_POINTS 1024 /* per grid axis */
+/* recall.beside_compute where the profile lacks it: the zero-copy gather beside an offload
+ * layer's compute moved 24-29 GB/s on the H200 against its 55.5 GB/s alone (s20), and 0.38-0.46
+ * of its rate alone beside a GEMM (s16, recall-bench's interference runs): about half */
+#define IOAA_PROFILE_BESIDE_DEFAULT 0.5
+#define IOAA_PROFILE_BESIDE_MAX 2.0
 
 /* The descriptive fields (NUL-terminated; a longer string in a file is an error). */
 struct ioaa_profile_info {
@@ -39,6 +48,7 @@ struct ioaa_profile_info {
     char date[32];   /* UTC, e.g. 2026-12-01T10:00:00Z */
     char source[16]; /* "measured" or "analytic" */
     char note[512];  /* "" when none */
+    double recall_beside; /* recall.beside_compute; 0: not in the profile (the default applies) */
 };
 
 /* A profile that owns its tables: prof's pointers point at the arrays below, which are carved
@@ -76,6 +86,9 @@ int ioaa_profile_inverted(const double *v, int n, double factor, int *i, int *j)
  * nondecreasing. Returns how many values it raised. */
 int ioaa_profile_data_cap_recall(struct ioaa_profile_data *d, double bytes_per_s);
 
+/* The recall's rate beside compute of info: recall.beside_compute, else the default. */
+double ioaa_profile_beside(const struct ioaa_profile_info *info);
+
 /* Speculation with exact correction (pulseinfer --speculate; DESIGN section 7, mechanism 5)
  * folded into the recall table. A layer of an offload batch of b requests recalls
  *   P(b) = b prefetch_bytes     the prefetch of the predicted blocks not resident, started one
@@ -83,17 +96,25 @@ int ioaa_profile_data_cap_recall(struct ioaa_profile_data *d, double bytes_per_s
  *   C(b) = b correction_bytes   the corrections once the exact selection has run (the blocks
  *                               the prediction missed that neither list of the step before held)
  * per request and layer averaged over the L layers (as r is), serially (one planner, one
- * engine): the prefetch beside the layer before (t_O), the corrections only beside normal
- * layers. So the step of ioaa.h with t_R replaced by
- *   t_R'(b) = max(t_R(C(b)), t_R(P(b)) + t_R(C(b)) - t_O(b))
- * gives S = L (t_N + t_O + max(0, t_R' - t_N)) = L max(t_N + t_O, t_R(P) + t_R(C), t_O + t_R(C))
- * with a normal batch and IRQ, and L (max(t_O, t_R(P)) + t_R(C)) + L t_N without. The recall
- * table becomes t_R' at b = 1 .. max_batch (at most IOAA_PROFILE_MAX_POINTS) keyed by P(b) + C(b)
- * bytes, r becomes P(1) + C(1), and the table is made nondecreasing (the running maximum:
- * never below t_R'). Nothing changes when P(1) + C(1) = 0 (nothing moves). Bytes >= 0,
- * max_batch >= 1. PULSE_OK, or PULSE_ERR_INVALID / PULSE_ERR_NOMEM with a reason in err. */
+ * engine): the prefetch beside the layer before (t_O), at the recall's rate beside compute f
+ * (ioaa_profile_beside: t_R(P) / f), the corrections only beside normal layers. So the step of
+ * ioaa.h with t_R replaced by
+ *   t_R'(b) = max(t_R(C(b)), t_R(P(b)) / f + t_R(C(b)) - t_O(b))
+ * gives S = L (t_N + t_O + max(0, t_R' - t_N)) = L max(t_N + t_O, t_R(P) / f + t_R(C),
+ * t_O + t_R(C)) with a normal batch and IRQ, and L (max(t_O, t_R(P) / f) + t_R(C)) + L t_N
+ * without. The recall table becomes t_R' at b = 1 .. max_batch (at most
+ * IOAA_PROFILE_MAX_POINTS) keyed by P(b) + C(b) bytes, r becomes P(1) + C(1), and the table is
+ * made nondecreasing (the running maximum: never below t_R'). Nothing changes when
+ * P(1) + C(1) = 0 (nothing moves). Bytes >= 0, max_batch >= 1. PULSE_OK, or PULSE_ERR_INVALID /
+ * PULSE_ERR_NOMEM with a reason in err. */
 int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double prefetch_bytes,
                                 double correction_bytes, int max_batch, char *err, size_t errlen);
+
+/* t_R'(b) above on a's (unfolded) tables, with the prefetch's time scaled by k_prefetch and the
+ * corrections' by k_correction (1, 1: the fold's; ioaa_refit.h refits them), beside = f. */
+double ioaa_spec_recall(const struct ioaa *a, double b, double prefetch_bytes,
+                        double correction_bytes, double beside, double k_prefetch,
+                        double k_correction);
 
 /* The schema object of p (any values: nothing is checked) and info; caller owns the reference.
  * Grid values that are integers below 2^53 are written as JSON integers. */

@@ -293,6 +293,7 @@ void serve_params_init(struct serve_params *p)
 {
     memset(p, 0, sizeof *p);
     p->run_ahead = 1;
+    p->ioaa_refit = 1;
 }
 
 int serve_run_params(struct engine *e, struct kv_cache *kv, const struct policy *pol,

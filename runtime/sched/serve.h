@@ -150,6 +150,7 @@ struct policy_ctx_params {
     const char *profile;       /* IOAA profile JSON (pulse profile); NULL: analytic from bw */
     double hbm_gbps, h2d_gbps; /* measured in this process: the analytic profile's inputs */
     int max_waiting;           /* waiting requests one admission decision takes (0: 32) */
+    int no_ioaa_refit;         /* 1: IOAA keeps the profile's recall terms (ioaa_refit.h) */
     const char *trace;         /* Chrome-trace timeline of the schedule (timeline.h), or NULL */
 };
 
@@ -247,6 +248,9 @@ struct serve_params {
     int run_ahead; /* 1 (default): the next step is queued before a step's tokens are read
                       wherever the step's end changes no batch (counters.steps_ahead); 0:
                       every step's tokens are read before the next is queued */
+    int ioaa_refit; /* 1 (default): pulseinfer's IOAA refits its recall terms from the measured
+                       steps (ioaa_refit.h); 0: the profile's as they are. Read by the policy
+                       (policy_ctx_params.no_ioaa_refit), not by the loop */
 };
 void serve_params_init(struct serve_params *p);
 /* serve_run_policy as p says. */

@@ -1,0 +1,214 @@
+/* IOAA's recall terms refitted online (ioaa_refit.h). */
+#include "ioaa_refit.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "common.h"
+#include "mem.h"
+
+struct ioaa_refit {
+    struct ioaa *base; /* the unfolded profile's tables (interpolation only) */
+    int irq, enabled, spec, n_layers;
+    double alpha, r, prefetch, correction, beside;
+    double k_r, k_c;             /* the factors */
+    double written_r, written_c; /* the factors of the last table written */
+    int tr_n;                    /* the decision table's points */
+    double *tr;                  /* [2 tr_n]: the table written, then (exact) the profile's */
+    struct ioaa_refit_stats st;
+};
+
+struct ioaa_refit *ioaa_refit_create(const struct ioaa_refit_params *p, char *err, size_t errlen)
+{
+    const char *what = "ioaa refit";
+    if (!p || !p->base) {
+        pulse_errorf(err, errlen, PULSE_ERR_INVALID, what, "no profile");
+        return NULL;
+    }
+    const double alpha = p->alpha > 0 ? p->alpha : IOAA_REFIT_ALPHA;
+    const int spec = p->prefetch_bytes > 0 || p->correction_bytes > 0;
+    if (!(alpha <= 1) || !(p->prefetch_bytes >= 0) || !(p->correction_bytes >= 0) ||
+        !isfinite(p->prefetch_bytes + p->correction_bytes) ||
+        (spec && !(p->beside > 0 && p->beside <= IOAA_PROFILE_BESIDE_MAX)) ||
+        (spec && p->max_batch < 1)) {
+        pulse_errorf(err, errlen, PULSE_ERR_INVALID, what,
+                     "alpha %g, prefetch %g and correction %g bytes, beside %g, max batch %d: "
+                     "expected alpha in (0, 1], finite bytes >= 0 and, with speculation, beside "
+                     "in (0, %g] and a batch >= 1",
+                     p->alpha, p->prefetch_bytes, p->correction_bytes, p->beside, p->max_batch,
+                     IOAA_PROFILE_BESIDE_MAX);
+        return NULL;
+    }
+    const struct ioaa_params ip = {.profile = *p->base, .irq = p->irq};
+    char why[256];
+    struct ioaa *base = ioaa_create(&ip, why, sizeof why);
+    if (!base) {
+        pulse_errorf(err, errlen, PULSE_ERR_INVALID, what, "%s", why);
+        return NULL;
+    }
+    struct ioaa_refit *r = mem_alloc(MEM_HOST, sizeof *r, "ioaa refit");
+    const int tr_n = spec ? PULSE_MIN(p->max_batch, IOAA_PROFILE_MAX_POINTS) : p->base->tr_n;
+    double *tr = r ? mem_alloc(MEM_HOST, sizeof *tr * 2 * (size_t)tr_n, "ioaa refit table") : NULL;
+    if (!tr) {
+        mem_free(MEM_HOST, r, sizeof *r);
+        ioaa_free(base);
+        pulse_errorf(err, errlen, PULSE_ERR_NOMEM, what, "out of host memory");
+        return NULL;
+    }
+    memset(r, 0, sizeof *r);
+    r->base = base;
+    r->irq = p->irq != 0;
+    r->enabled = p->enabled != 0;
+    r->spec = spec;
+    r->n_layers = p->base->n_layers;
+    r->alpha = alpha;
+    r->r = p->base->recall_bytes;
+    r->prefetch = p->prefetch_bytes;
+    r->correction = p->correction_bytes;
+    r->beside = spec ? p->beside : 1;
+    r->k_r = r->k_c = r->written_r = r->written_c = 1;
+    r->tr_n = tr_n;
+    r->tr = tr;
+    /* the unfolded t_R values, for the exact table */
+    for (int i = 0; i < tr_n && !spec; i++)
+        tr[tr_n + i] = p->base->tr[i];
+    r->st.k_recall = r->st.k_correction = 1;
+    return r;
+}
+
+void ioaa_refit_free(struct ioaa_refit *r)
+{
+    if (!r) return;
+    ioaa_free(r->base);
+    mem_free(MEM_HOST, r->tr, sizeof *r->tr * 2 * (size_t)r->tr_n);
+    mem_free(MEM_HOST, r, sizeof *r);
+}
+
+/* One layer's terms of a composition: t_N, t_O, and the recall's pieces (exact: rr = t_R(b r);
+ * speculation: pp = t_R(b P) / f, cc = t_R(b C)), unscaled. */
+struct terms {
+    double tn, to, rr, pp, cc;
+};
+
+static struct terms terms_of(const struct ioaa_refit *r, int bn, int64_t ctx, int bo)
+{
+    struct terms t = {0, 0, 0, 0, 0};
+    if (bn > 0) t.tn = ioaa_t_normal(r->base, bn, (double)ctx / bn);
+    if (bo > 0) {
+        t.to = ioaa_t_offload(r->base, bo);
+        if (r->spec) {
+            t.pp = ioaa_t_recall(r->base, bo * r->prefetch) / r->beside;
+            t.cc = ioaa_t_recall(r->base, bo * r->correction);
+        } else {
+            t.rr = ioaa_t_recall(r->base, bo * r->r);
+        }
+    }
+    return t;
+}
+
+/* The recall term of one layer at factors (kr, kc). */
+static double recall_of(const struct ioaa_refit *r, const struct terms *t, double kr, double kc)
+{
+    if (!r->spec) return kr * t->rr;
+    const double c = kc * t->cc;
+    return fmax(c, kr * t->pp + c - t->to);
+}
+
+static int overlapped(const struct ioaa_refit *r, int bn, int bo)
+{
+    return bn > 0 && bo > 0 && r->irq;
+}
+
+static double step_of(const struct ioaa_refit *r, const struct terms *t, int bn, int bo, double x)
+{
+    const double L = r->n_layers;
+    if (overlapped(r, bn, bo)) return L * (t->tn + t->to + fmax(0, x - t->tn));
+    return L * t->tn + L * (t->to + x);
+}
+
+double ioaa_refit_step(const struct ioaa_refit *r, int b_normal, int64_t ctx_sum, int b_offload,
+                       int refit)
+{
+    const struct terms t = terms_of(r, b_normal, ctx_sum, b_offload);
+    const double kr = refit ? r->k_r : 1, kc = refit ? r->k_c : 1;
+    return step_of(r, &t, b_normal, b_offload, recall_of(r, &t, kr, kc));
+}
+
+static double clamp_k(double k)
+{
+    return fmin(IOAA_REFIT_K_MAX, fmax(IOAA_REFIT_K_MIN, k));
+}
+
+int ioaa_refit_observe(struct ioaa_refit *r, int b_normal, int64_t ctx_sum, int b_offload,
+                       double measured_s)
+{
+    if (!r->enabled || b_offload <= 0 || !(measured_s > 0) || !isfinite(measured_s)) return 0;
+    const struct terms t = terms_of(r, b_normal, ctx_sum, b_offload);
+    const double per_layer = measured_s / r->n_layers;
+    const double x_now = recall_of(r, &t, r->k_r, r->k_c);
+    double x; /* X*: the recall term that makes the model's step the measured one */
+    if (overlapped(r, b_normal, b_offload)) {
+        if (per_layer > t.tn + t.to)
+            x = per_layer - t.to;
+        else if (x_now > t.tn)
+            x = t.tn; /* hidden, where the model had it exposed */
+        else
+            x = -1; /* hidden as modelled: says nothing */
+    } else {
+        x = per_layer - t.tn - t.to;
+    }
+    if (!(x > 0) || !(t.rr > 0 || t.pp > 0 || t.cc > 0)) {
+        r->st.uninformative++;
+        return 0;
+    }
+    double kr = r->k_r, kc = r->k_c;
+    if (!r->spec) {
+        kr = x / t.rr;
+    } else if (t.pp > 0 && r->k_r * t.pp > t.to) { /* the prefetch binds */
+        const double p = x + t.to - r->k_c * t.cc;
+        if (p >= t.to)
+            kr = p / t.pp;
+        else if (t.cc > 0)
+            kc = x / t.cc; /* under t_O: the corrections' alone */
+    } else if (t.cc > 0) { /* t_O binds: the corrections */
+        kc = x / t.cc;
+    } else {
+        kr = x / t.pp;
+    }
+    const double a = r->alpha;
+    r->k_r = (1 - a) * r->k_r + a * clamp_k(kr);
+    r->k_c = (1 - a) * r->k_c + a * clamp_k(kc);
+    r->st.refits++;
+    r->st.k_recall = r->k_r;
+    r->st.k_correction = r->k_c;
+    return 1;
+}
+
+int ioaa_refit_apply(struct ioaa_refit *r, struct ioaa *a, char *err, size_t errlen)
+{
+    if (fabs(r->k_r / r->written_r - 1) <= IOAA_REFIT_TOL &&
+        fabs(r->k_c / r->written_c - 1) <= IOAA_REFIT_TOL)
+        return 0;
+    if (r->spec) {
+        double top = 0; /* the fold's running maximum */
+        for (int i = 0; i < r->tr_n; i++) {
+            top = fmax(top, ioaa_spec_recall(r->base, i + 1, r->prefetch, r->correction, r->beside,
+                                             r->k_r, r->k_c));
+            r->tr[i] = top;
+        }
+    } else {
+        for (int i = 0; i < r->tr_n; i++) /* the profile's values at its grid, times k_R */
+            r->tr[i] = r->k_r * r->tr[r->tr_n + i];
+    }
+    const int rc = ioaa_set_recall(a, r->tr, r->tr_n, err, errlen);
+    if (rc != PULSE_OK) return rc;
+    r->written_r = r->k_r;
+    r->written_c = r->k_c;
+    r->st.rewrites++;
+    return 1;
+}
+
+void ioaa_refit_get_stats(const struct ioaa_refit *r, struct ioaa_refit_stats *s)
+{
+    *s = r->st;
+}

@@ -1,0 +1,297 @@
+/* IOAA's online refit (runtime/sched/ioaa_refit.h) on synthetic profiles: the prediction
+ * converges to the measured step (15 ms predicted, 18 ms measured: within 5% after 8 steps,
+ * never above it), stays still under noisy steps, does nothing when off, refits the
+ * speculation's terms (prefetch-bound and t_O-bound) with the decision's rewritten table giving
+ * the refit model's step, and turns IOAA's admission toward fewer offloaded requests when the
+ * recall is slower than profiled. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+#include "ioaa.h"
+#include "ioaa_profile.h"
+#include "ioaa_refit.h"
+#include "testutil.h"
+
+/* L = 10; t_N(b, c) = 0.2 ms + b 0.05 ms (any c); t_O(b) = 0.3 ms + b 0.02 ms; t_R(x) = x / 1e10
+ * (10 GB/s); r = 1e6 bytes (0.1 ms a request). Arrays static: the refit copies them. */
+static const double TN_B[2] = {1, 64}, TN_C[1] = {4096}, TN[2] = {0.25e-3, 3.4e-3};
+static const double TO_B[2] = {1, 64}, TO[2] = {0.32e-3, 1.58e-3};
+static const double TR_X[2] = {1e3, 1e9}, TR[2] = {1e-7, 1e-1};
+
+static struct ioaa_profile profile(double r)
+{
+    return (struct ioaa_profile){10, 2, 1, TN_B, TN_C, TN, 2, TO_B, TO, 2, TR_X, TR, r};
+}
+
+static struct ioaa_refit *make(const struct ioaa_profile *p, int enabled, double P, double C)
+{
+    char err[256];
+    const struct ioaa_refit_params rp = {.base = p,
+                                         .irq = 1,
+                                         .enabled = enabled,
+                                         .prefetch_bytes = P,
+                                         .correction_bytes = C,
+                                         .beside = 0.5,
+                                         .max_batch = 64};
+    struct ioaa_refit *r = ioaa_refit_create(&rp, err, sizeof err);
+    if (!r) fprintf(stderr, "ioaa_refit_create: %s\n", err);
+    EXPECT(r != NULL);
+    return r;
+}
+
+/* A fake profile predicting 15 ms where steps take 18: the offload batch of 10 alone,
+ * S = L (t_O + t_R) = 10 (0.5 + 1.0) ms. */
+static void test_converges(void)
+{
+    const struct ioaa_profile p = profile(1e6);
+    struct ioaa_refit *r = make(&p, 1, 0, 0);
+    if (!r) return;
+    const double before = ioaa_refit_step(r, 0, 0, 10, 0);
+    EXPECT_NEAR(before, 15e-3, 1e-9);
+    double last = before;
+    int within = -1;
+    for (int i = 0; i < 40; i++) {
+        EXPECT_EQ_INT(ioaa_refit_observe(r, 0, 0, 10, 18e-3), 1);
+        const double now = ioaa_refit_step(r, 0, 0, 10, 1);
+        EXPECT(now >= last - 1e-12);  /* toward the measured step, monotonically */
+        EXPECT(now <= 18e-3 + 1e-12); /* never past it */
+        if (within < 0 && fabs(now / 18e-3 - 1) <= 0.05) within = i + 1;
+        last = now;
+    }
+    EXPECT(within > 0 && within <= 8);
+    EXPECT_NEAR(last, 18e-3, 1e-6);
+    EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 10, 0), before, 0); /* the profile's own, unchanged */
+    struct ioaa_refit_stats st;
+    ioaa_refit_get_stats(r, &st);
+    EXPECT_EQ_INT(st.refits, 40);
+    EXPECT_NEAR(st.k_recall, 1.3, 1e-3); /* t_R 1.3 ms against the profile's 1.0 */
+    EXPECT_NEAR(st.k_correction, 1, 0);
+    /* a composition of another size: the factor carries over (t_R of 6 requests 0.6 ms) */
+    EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 6, 1), 10 * (0.42e-3 + 1.3 * 0.6e-3), 1e-6);
+    ioaa_refit_free(r);
+}
+
+/* Steps at 18 ms +- 5% (uniform, deterministic): after the first 20 the prediction stays
+ * within 5% of 18 ms, and moves much less than the steps do (no oscillation). */
+static void test_noisy(void)
+{
+    const struct ioaa_profile p = profile(1e6);
+    struct ioaa_refit *r = make(&p, 1, 0, 0);
+    if (!r) return;
+    uint64_t s = 12345;
+    double sum = 0, sum2 = 0, msum = 0, msum2 = 0, worst = 0;
+    int n = 0;
+    for (int i = 0; i < 400; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        const double u = (double)(s >> 11) / 9007199254740992.0 * 2 - 1;
+        const double m = 18e-3 * (1 + 0.05 * u);
+        ioaa_refit_observe(r, 0, 0, 10, m);
+        const double pr = ioaa_refit_step(r, 0, 0, 10, 1);
+        if (i < 20) continue;
+        worst = fmax(worst, fabs(pr / 18e-3 - 1));
+        sum += pr, sum2 += pr * pr, msum += m, msum2 += m * m, n++;
+    }
+    const double sd = sqrt(sum2 / n - (sum / n) * (sum / n));
+    const double msd = sqrt(msum2 / n - (msum / n) * (msum / n));
+    EXPECT(worst < 0.05);
+    EXPECT(sd < 0.5 * msd);
+    EXPECT_NEAR(sum / n, 18e-3, 0.01 * 18e-3);
+    ioaa_refit_free(r);
+}
+
+/* Off: nothing observed, factors 1, the refitted step the profile's, no table written. */
+static void test_off(void)
+{
+    char err[256];
+    const struct ioaa_profile p = profile(1e6);
+    struct ioaa_refit *r = make(&p, 0, 0, 0);
+    if (!r) return;
+    for (int i = 0; i < 10; i++)
+        EXPECT_EQ_INT(ioaa_refit_observe(r, 0, 0, 10, 18e-3), 0);
+    struct ioaa_refit_stats st;
+    ioaa_refit_get_stats(r, &st);
+    EXPECT_EQ_INT(st.refits, 0);
+    EXPECT_NEAR(st.k_recall, 1, 0);
+    EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 10, 1), 15e-3, 1e-9);
+    const struct ioaa_params ip = {.profile = p, .max_waiting = 4, .irq = 1};
+    struct ioaa *a = ioaa_create(&ip, err, sizeof err);
+    EXPECT_EQ_INT(ioaa_refit_apply(r, a, err, sizeof err), 0);
+    ioaa_free(a);
+    ioaa_refit_free(r);
+}
+
+/* Uninformative steps: with both batches and IRQ, a step at or under t_N + t_O where the model
+ * hid the recall says nothing about it; a step that the compute terms alone exceed neither. */
+static void test_uninformative(void)
+{
+    const struct ioaa_profile p = profile(1e6);
+    struct ioaa_refit *r = make(&p, 1, 0, 0);
+    if (!r) return;
+    /* 4 normal (t_N 0.4 ms), 2 offloaded (t_O 0.34, t_R 0.2: hidden): S = 7.4 ms */
+    EXPECT_NEAR(ioaa_refit_step(r, 4, 4 * 4096, 2, 1), 7.4e-3, 1e-9);
+    EXPECT_EQ_INT(ioaa_refit_observe(r, 4, 4 * 4096, 2, 7.0e-3), 0);
+    EXPECT_EQ_INT(ioaa_refit_observe(r, 0, 0, 10, 4e-3), 0);       /* under L t_O = 5 ms */
+    EXPECT_EQ_INT(ioaa_refit_observe(r, 4, 4 * 4096, 0, 9e-3), 0); /* nothing offloaded */
+    struct ioaa_refit_stats st;
+    ioaa_refit_get_stats(r, &st);
+    EXPECT_EQ_INT(st.refits, 0);
+    EXPECT_EQ_INT(st.uninformative, 2);
+    /* exposed beyond t_N: 4 normal, 8 offloaded (t_R 0.8 > t_N 0.4) measured 14 ms: X* = 1.4 -
+     * 0.46 = 0.94 ms, k* = 0.94 / 0.8 */
+    EXPECT_EQ_INT(ioaa_refit_observe(r, 4, 4 * 4096, 8, 14e-3), 1);
+    ioaa_refit_get_stats(r, &st);
+    EXPECT_NEAR(st.k_recall, 0.8 + 0.2 * (0.94 / 0.8), 1e-9);
+    ioaa_refit_free(r);
+}
+
+/* Speculation: P = 1.6e6, C = 0.3e6 bytes a request and layer, f = 0.5. At 9 offloaded alone:
+ * t_O 0.48 ms, t_R(P) / f = 2.88 ms (binds), t_R(C) 0.27 ms: S = 10 (2.88 + 0.27) = 31.5 ms.
+ * Measured 37.5: k_R converges to (3.75 - 0.27) / 2.88; the decision's rewritten table gives
+ * the refit model's step. Then t_O-bound (P small): the corrections' factor moves instead. */
+static void test_speculation(void)
+{
+    char err[256];
+    const struct ioaa_profile p = profile(1e6);
+    struct ioaa_refit *r = make(&p, 1, 1.6e6, 0.3e6);
+    if (!r) return;
+    EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 9, 0), 31.5e-3, 1e-8);
+    for (int i = 0; i < 60; i++)
+        ioaa_refit_observe(r, 0, 0, 9, 37.5e-3);
+    struct ioaa_refit_stats st;
+    ioaa_refit_get_stats(r, &st);
+    EXPECT_NEAR(st.k_recall, (3.75 - 0.27) / 2.88, 1e-4);
+    EXPECT_NEAR(st.k_correction, 1, 0);
+    EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 9, 1), 37.5e-3, 1e-6);
+    /* the decision's model: the profile folded as pulseinfer folds it, then rewritten */
+    struct ioaa_profile_data d;
+    memset(&d, 0, sizeof d);
+    EXPECT_EQ_INT(ioaa_profile_data_alloc(&d, 2, 1, 2, 2, err, sizeof err), PULSE_OK);
+    memcpy(d.tn_b, TN_B, sizeof TN_B), memcpy(d.tn_c, TN_C, sizeof TN_C),
+        memcpy(d.tn, TN, sizeof TN);
+    memcpy(d.to_b, TO_B, sizeof TO_B), memcpy(d.to, TO, sizeof TO);
+    memcpy(d.tr_bytes, TR_X, sizeof TR_X), memcpy(d.tr, TR, sizeof TR);
+    d.prof.n_layers = 10, d.prof.recall_bytes = 1e6, d.info.recall_beside = 0.5;
+    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1.6e6, 0.3e6, 64, err, sizeof err), PULSE_OK);
+    const struct ioaa_params ip = {.profile = d.prof, .max_waiting = 4, .irq = 1};
+    struct ioaa *a = ioaa_create(&ip, err, sizeof err);
+    EXPECT(a != NULL);
+    if (a) {
+        EXPECT_NEAR(ioaa_step_time(a, 0, 0, 9, NULL), 31.5e-3, 1e-8); /* the fold's, unrefitted */
+        EXPECT_EQ_INT(ioaa_refit_apply(r, a, err, sizeof err), 1);
+        EXPECT_EQ_INT(ioaa_refit_apply(r, a, err, sizeof err), 0); /* nothing moved since */
+        for (int bo = 1; bo <= 33; bo += 4)
+            EXPECT_NEAR(ioaa_step_time(a, 0, 0, bo, NULL), ioaa_refit_step(r, 0, 0, bo, 1), 1e-9);
+        ioaa_free(a);
+    }
+    ioaa_profile_data_free(&d);
+    ioaa_refit_free(r);
+    /* t_O-bound: P = 0.2e6 (t_R(P) / f = 0.36 ms at 9 < t_O 0.48), C = 0.3e6 (0.27 ms): S =
+     * 7.5 ms; measured 9.5: k_C -> (0.95 - 0.48) / 0.27 */
+    r = make(&p, 1, 0.2e6, 0.3e6);
+    if (!r) return;
+    EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 9, 0), 7.5e-3, 1e-8);
+    for (int i = 0; i < 60; i++)
+        ioaa_refit_observe(r, 0, 0, 9, 9.5e-3);
+    ioaa_refit_get_stats(r, &st);
+    EXPECT_NEAR(st.k_correction, 0.47 / 0.27, 1e-4);
+    EXPECT_NEAR(st.k_recall, 1, 0);
+    EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 9, 1), 9.5e-3, 1e-6);
+    ioaa_refit_free(r);
+}
+
+/* Admission: 12 waiting requests of 4096 tokens; the GPU fits 4 whole, the host pool every
+ * one. With the profile's recall IOAA offloads beside the 4 normal; with steps measured as a
+ * recall 4x the profile's, the refit's table makes it offload fewer. */
+static int decide(struct ioaa *a, int *n_normal)
+{
+    char err[256];
+    struct ioaa_request w[12];
+    enum ioaa_assign as[12];
+    for (int i = 0; i < 12; i++)
+        w[i] = (struct ioaa_request){4096, 4096, 100, 1, 10};
+    const struct ioaa_state st = {.free_gpu_bytes = 400 + 12, .free_host_bytes = 1000};
+    struct ioaa_decision d;
+    EXPECT_EQ_INT(ioaa_decide(a, &st, w, 12, as, &d, err, sizeof err), PULSE_OK);
+    *n_normal = d.n_normal;
+    return d.n_offload;
+}
+
+static void test_admission(void)
+{
+    char err[256];
+    const struct ioaa_profile p = profile(0.5e6); /* 0.05 ms a request */
+    const struct ioaa_params ip = {.profile = p, .max_waiting = 12, .irq = 1};
+    struct ioaa *a = ioaa_create(&ip, err, sizeof err);
+    struct ioaa_refit *r = make(&p, 1, 0, 0);
+    if (!a || !r) {
+        ioaa_free(a);
+        ioaa_refit_free(r);
+        return;
+    }
+    int nn0, nn1;
+    const int off0 = decide(a, &nn0);
+    EXPECT(off0 >= 4);
+    EXPECT_EQ_INT(nn0, 4);
+    /* the runs' steps: 4 normal + off0 offloaded with a recall 4x the profile's */
+    const double L = 10, tn = 0.4e-3, to = 0.3e-3 + 0.02e-3 * off0, tr = 4 * off0 * 0.05e-3;
+    const double measured = L * (tn + to + fmax(0, tr - tn));
+    for (int i = 0; i < 40; i++)
+        ioaa_refit_observe(r, 4, 4 * 4096, off0, measured);
+    EXPECT_NEAR(ioaa_refit_step(r, 4, 4 * 4096, off0, 1), measured, 1e-3 * measured);
+    EXPECT_EQ_INT(ioaa_refit_apply(r, a, err, sizeof err), 1);
+    EXPECT_NEAR(ioaa_step_time(a, 4, 4 * 4096, off0, NULL), measured, 1e-3 * measured);
+    const int off1 = decide(a, &nn1);
+    EXPECT(off1 < off0);
+    EXPECT_EQ_INT(nn1, 4);
+    /* the refit off: the same decision as the profile's */
+    struct ioaa_refit *r0 = make(&p, 0, 0, 0);
+    struct ioaa *a0 = ioaa_create(&ip, err, sizeof err);
+    if (r0 && a0) {
+        for (int i = 0; i < 40; i++)
+            ioaa_refit_observe(r0, 4, 4 * 4096, off0, measured);
+        EXPECT_EQ_INT(ioaa_refit_apply(r0, a0, err, sizeof err), 0);
+        EXPECT_EQ_INT(decide(a0, &nn1), off0);
+    }
+    ioaa_free(a0);
+    ioaa_refit_free(r0);
+    ioaa_free(a);
+    ioaa_refit_free(r);
+}
+
+/* Bad input: one-line reasons. */
+static void test_rejects(void)
+{
+    char err[256];
+    const struct ioaa_profile p = profile(1e6);
+    struct ioaa_refit_params rp = {.base = &p, .enabled = 1, .alpha = 1.5};
+    EXPECT(ioaa_refit_create(&rp, err, sizeof err) == NULL);
+    EXPECT_STR_CONTAINS(err, "alpha 1.5");
+    rp.alpha = 0, rp.prefetch_bytes = 1e6, rp.beside = 0, rp.max_batch = 8;
+    EXPECT(ioaa_refit_create(&rp, err, sizeof err) == NULL);
+    EXPECT_STR_CONTAINS(err, "beside 0");
+    rp.base = NULL;
+    EXPECT(ioaa_refit_create(&rp, err, sizeof err) == NULL);
+    EXPECT_STR_CONTAINS(err, "no profile");
+    const struct ioaa_params ip = {.profile = p, .max_waiting = 1};
+    struct ioaa *a = ioaa_create(&ip, err, sizeof err);
+    const double bad[2] = {2e-3, 1e-3};
+    EXPECT_EQ_INT(ioaa_set_recall(a, bad, 2, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "tr[1]");
+    EXPECT_EQ_INT(ioaa_set_recall(a, bad, 1, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "expected 2");
+    ioaa_free(a);
+}
+
+int main(void)
+{
+    test_converges();
+    test_noisy();
+    test_off();
+    test_uninformative();
+    test_speculation();
+    test_admission();
+    test_rejects();
+    return tu_finish("test_ioaa_refit");
+}
