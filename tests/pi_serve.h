@@ -40,6 +40,7 @@ struct pi_cfg {
     int query;          /* enum offload_query (real: with prompt_kv prefill) */
     int spec_model;     /* the locality source's misprediction model (its speculation profile);
                            else its approximate query is the exact one (a perfect predictor) */
+    const char *self_interleave; /* pulseinfer --self-interleave (NULL: off) */
 };
 
 struct pi_out {
@@ -112,6 +113,7 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
                                              .max_batch = c->max_batch,
                                              .offload = &p,
                                              .no_irq = c->no_irq,
+                                             .self_interleave = c->self_interleave,
                                              .admission = c->admission,
                                              .hbm_gbps = 20,
                                              .h2d_gbps = 5};

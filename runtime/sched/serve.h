@@ -151,6 +151,8 @@ struct policy_ctx_params {
     double hbm_gbps, h2d_gbps; /* measured in this process: the analytic profile's inputs */
     int max_waiting;           /* waiting requests one admission decision takes (0: 32) */
     const char *trace;         /* Chrome-trace timeline of the schedule (timeline.h), or NULL */
+    const char *self_interleave; /* "on", "auto" or "off" (NULL: off): the offload batch in
+                                    two interleaved halves when no normal batch runs */
 };
 
 /* A policy's table; baselines/registry.h finds them by name. */
