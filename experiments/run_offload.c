@@ -420,6 +420,18 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
     memset(&ro->src, 0, sizeof ro->src);
     ro->src.model = m->name;
     fill_params(ro, oo, pol, w, budget, hot);
+    if (oo->self_interleave && strcmp(oo->self_interleave, "off")) { /* pulseinfer's checks */
+        const char *why = sched->prefetch ? "is not supported with --speculate (a prediction's "
+                                            "lists run in one lane)"
+                          : oo->no_irq    ? "needs IRQ (not with --no-irq)"
+                          : p->engine == RECALL_ZERO_COPY
+                              ? "runs on the host-planned recall engines, not zero-copy"
+                              : NULL;
+        if (why) {
+            cli_error("run", "--self-interleave: '%s' %s", oo->self_interleave, why);
+            return -1;
+        }
+    }
     char err[512];
     if (oo->profile) {
         if (locality_profile_read(oo->profile, &ro->profile, err, sizeof err) != PULSE_OK) {
