@@ -40,6 +40,22 @@
 #include "trace.h"
 
 enum { NORMAL = 0, OFFLOAD = 1 };
+/* --self-interleave: off, on (every step of an offload batch of two or more requests with no
+ * normal batch runs as two halves), auto (IOAA's step model chooses per step) */
+enum self_mode { SELF_OFF = 0, SELF_ON = 1, SELF_AUTO = 2 };
+
+/* Self-interleaving's counters (pi_json's "self_interleave"): steps run as two halves (and the
+ * halves: two a step), switches between the halves (a piece of one half after one of the
+ * other), sparse recall rounds issued with the other half's pieces run beside them before
+ * their attention, of those the ones already in when their attention was queued, rounds the
+ * host waited for (cpu, host_wait) and its time; auto: the steps it chose either way and the
+ * model's step times (summed) of both schedules over the steps it chose between. */
+struct self_counters {
+    int64_t steps, halves, switches, rounds_beside, rounds_ready, rounds_waited;
+    double wait_s;
+    int64_t auto_self, auto_plain;
+    double pred_self_s, pred_plain_s;
+};
 #define DEFAULT_MAX_WAITING 32
 
 /* The first admission decisions kept for the JSON */
@@ -56,6 +72,9 @@ struct pulseinfer {
     int irq_on;    /* and in effect (with zero-copy, its gather on a stream of its own:
                       offload_params.device_overlap) */
     int fixed_len; /* >= 0: --admission fixed:LEN; -1: IOAA */
+    int self_mode; /* enum self_mode: --self-interleave */
+    struct batch *half[2]; /* with it: views of the offload batch's two halves */
+    struct self_counters si;
     int max_waiting;
     struct ioaa *ioaa;
     struct ioaa_profile_data prof;
@@ -92,6 +111,7 @@ struct pulseinfer {
      * (a newly offloaded request's first step recalls its whole selection, 3-4x a steady
      * step at the quick scale, which the model's steady-state step does not hold) */
     int admitted_since_step, cold[2];
+    int self_step[2]; /* by step parity: the step ran self-interleaved */
     double pred_steady_sum, meas_steady_sum;
     int64_t steady_steps;
     /* the normal batch's last two layers' completion (layer l records ev_layer[l & 1]): past
@@ -99,6 +119,7 @@ struct pulseinfer {
      * normal layer only once the one before has finished, so that it sees the recall land
      * within about a layer's time instead of queueing every normal layer ahead of it */
     const struct backend *be;
+    struct engine *eng;
     void *ev_layer[2];
     /* --trace: the schedule's timeline, written after the run (pi_json) */
     struct timeline *tl;
@@ -127,6 +148,8 @@ static void pi_free(void *ctx)
     if (!pi) return;
     offload_free(pi->o);
     timeline_free(pi->tl);
+    for (int h = 0; h < 2; h++)
+        batch_free(pi->eng, pi->half[h]);
     for (int i = 0; i < 2; i++)
         if (pi->ev_layer[i]) pi->be->event_destroy(pi->ev_layer[i]);
     ioaa_free(pi->ioaa);
@@ -138,6 +161,31 @@ static void pi_free(void *ctx)
     mem_free(MEM_HOST, pi->order, sizeof *pi->order * n);
     mem_free(MEM_HOST, pi->cls, sizeof *pi->cls * n);
     mem_free(MEM_HOST, pi, sizeof *pi);
+}
+
+/* "on", "auto" or "off" (NULL) into pi->self_mode, and its combinations checked: it is a
+ * schedule of IRQ's (not with --no-irq), of the host-planned engines (the offload runtime's
+ * lanes: offload.h), and not with --speculate (a prediction's lists have one lane). */
+static int parse_self(struct pulseinfer *pi, const struct policy_ctx_params *p, char *err,
+                      size_t errlen)
+{
+    const char *a = p->self_interleave;
+    pi->self_mode = !a || !strcmp(a, "off") ? SELF_OFF
+                    : !strcmp(a, "on")      ? SELF_ON
+                    : !strcmp(a, "auto")    ? SELF_AUTO
+                                            : -1;
+    const char *why =
+        pi->self_mode < 0 ? "is not on, auto or off"
+        : !pi->self_mode  ? NULL
+        : p->no_irq       ? "needs IRQ (not with --no-irq)"
+        : p->offload->schedule->prefetch
+            ? "is not supported with --speculate (a prediction's lists run in one lane)"
+        : p->offload->engine == RECALL_ZERO_COPY
+            ? "runs on the host-planned recall engines, not zero-copy"
+            : NULL;
+    if (!why) return PULSE_OK;
+    snprintf(err, errlen, "--self-interleave: '%s' %s", a, why);
+    return PULSE_ERR_INVALID;
 }
 
 /* "ioaa" or "fixed:LEN" into pi. */
@@ -302,9 +350,11 @@ static int pi_create(const struct policy_ctx_params *p, void **ctx, char *err, s
         return PULSE_ERR_OOM;
     }
     memset(pi, 0, sizeof *pi);
+    pi->eng = p->eng;
     pi->irq = !p->no_irq;
     pi->max_waiting = p->max_waiting > 0 ? p->max_waiting : DEFAULT_MAX_WAITING;
     int rc = parse_admission(pi, p->admission, err, errlen);
+    if (rc == PULSE_OK) rc = parse_self(pi, p, err, errlen);
     const size_t n = (size_t)pi->max_waiting;
     if (rc == PULSE_OK) {
         pi->w = mem_alloc(MEM_HOST, sizeof *pi->w * n, "ioaa waiting");
@@ -318,6 +368,14 @@ static int pi_create(const struct policy_ctx_params *p, void **ctx, char *err, s
     }
     struct offload_params op = *p->offload;
     op.device_overlap = pi->irq; /* zero-copy: the gather beside the normal batch's layers */
+    if (rc == PULSE_OK && pi->self_mode) { /* the halves' lanes, and their views */
+        op.lanes = 2;
+        for (int h = 0; h < 2; h++)
+            if (!(pi->half[h] = batch_view_create(p->eng))) {
+                snprintf(err, errlen, "pulseinfer: out of host memory");
+                rc = PULSE_ERR_OOM;
+            }
+    }
 
     if (rc == PULSE_OK) rc = offload_create(p->eng, p->kv, &op, &pi->o, err, errlen);
     if (rc == PULSE_OK) pi->irq_on = pi->irq && offload_device_driven(pi->o) != 1;
@@ -615,6 +673,112 @@ static int step_irq(struct serve_state *s, struct pulseinfer *pi)
     return offload_step_end(pi->o, ob->bt);
 }
 
+/* ------------------------------------------------------------------ self-interleaving */
+
+/* Self-interleaving (DESIGN section 7, mechanism 5; --self-interleave): with no normal batch
+ * to run beside a recall, the offload batch's step runs as two halves A and B (its first
+ * ceil(n/2) requests and the rest: the offload runtime's two lanes, each half's layers in the
+ * offload batch's own memory through a batch view), interleaved layer by layer with IRQ's
+ * pieces:
+ *   issue A0, issue B0, finish A0, issue A1, finish B0, issue B1, finish A1, ...
+ * so that A's recall of layer l is in flight while B's pre-attention and selection of layer l
+ * run, and B's while A finishes layer l and starts layer l + 1. Each request still runs its
+ * layers in order on its own lists, so the tokens are exact SoloHead's. As in step_irq, the
+ * host never waits for the device where the recall is waited for on the device (cuda: the
+ * attention queued behind the recall's flag); on the cpu backend (and with host_wait) the
+ * host waits for a round not in yet when its half's attention comes, timed. */
+struct self_step {
+    struct pulseinfer *pi;
+    struct serve_state *s;
+    int device_waits, last; /* the half whose piece ran last (-1: none) */
+    int beside[2];          /* a piece of the other half ran since this half's issue */
+};
+
+static void half_issue(struct self_step *x, int h, int l)
+{
+    struct pulseinfer *pi = x->pi;
+    const struct kctx *c = engine_ctx(x->s->eng);
+    pi->si.switches += x->last >= 0 && x->last != h;
+    x->last = h;
+    x->beside[!h] = 1;
+    x->beside[h] = 0;
+    offload_lane_use(pi->o, h);
+    const int sp = timeline_begin(pi->tl, c, TIMELINE_OFFLOAD, h ? "B pre+select" : "A pre+select",
+                                  OFFLOAD, l, pi->steps);
+    offload_layer_issue(pi->o, pi->half[h], l);
+    timeline_end(pi->tl, c, sp);
+}
+
+static void half_finish(struct self_step *x, int h, int l)
+{
+    struct pulseinfer *pi = x->pi;
+    const struct kctx *c = engine_ctx(x->s->eng);
+    pi->si.switches += x->last >= 0 && x->last != h;
+    x->last = h;
+    x->beside[!h] = 1;
+    offload_lane_use(pi->o, h);
+    if (offload_kind(pi->o, l) == OFFLOAD_LAYER_SPARSE) {
+        pi->si.rounds_beside += x->beside[h];
+        const int ready = offload_layer_ready(pi->o, l);
+        pi->si.rounds_ready += ready;
+        if (!ready && !x->device_waits) { /* on the host, here (cpu, host_wait), timed */
+            const double t0 = pulse_now();
+            pi->si.rounds_waited++;
+            while (!offload_layer_ready(pi->o, l))
+                sched_yield();
+            pi->si.wait_s += pulse_now() - t0;
+        }
+    }
+    const int sp = timeline_begin(pi->tl, c, TIMELINE_OFFLOAD,
+                                  h ? "B attend+post" : "A attend+post", OFFLOAD, l, pi->steps);
+    offload_layer_finish(pi->o, pi->half[h], l);
+    timeline_end(pi->tl, c, sp);
+}
+
+static int step_self(struct serve_state *s, struct pulseinfer *pi)
+{
+    struct engine *e = s->eng;
+    struct serve_batch *ob = &s->run[OFFLOAD];
+    const int L = engine_model(e)->cfg->n_layers, n = ob->n_entries, na = (n + 1) / 2;
+    struct self_step x = {pi,
+                          s,
+                          engine_model(e)->be->mem == MEM_DEVICE &&
+                              !offload_get_params(pi->o)->host_wait,
+                          -1,
+                          {0, 0}};
+    offload_step_begin(pi->o, ob->bt, ob->entries, n); /* the embedding: the whole batch */
+    offload_step_split(pi->o, na);
+    batch_view_set(e, pi->half[0], ob->bt, 0, na);
+    batch_view_set(e, pi->half[1], ob->bt, na, n - na);
+    half_issue(&x, 0, 0);
+    for (int l = 0; l < L; l++) {
+        half_issue(&x, 1, l);
+        half_finish(&x, 0, l);
+        if (l + 1 < L) half_issue(&x, 0, l + 1);
+        half_finish(&x, 1, l);
+    }
+    pi->si.steps++;
+    pi->si.halves += 2;
+    offload_lane_use(pi->o, 0);
+    return offload_step_end(pi->o, ob->bt); /* the head: the whole batch */
+}
+
+/* Whether this step runs self-interleaved: an offload batch of two or more requests and no
+ * normal batch, and --self-interleave on, or auto with IOAA's model of the step predicting it
+ * faster (ioaa_choose_self; without IOAA, fixed admission, auto interleaves). */
+static int self_this_step(struct pulseinfer *pi, const struct serve_state *s)
+{
+    const int n_o = s->run[OFFLOAD].n_entries;
+    if (!pi->self_mode || n_o < 2 || s->run[NORMAL].n_entries || !pi->irq_on) return 0;
+    if (pi->self_mode == SELF_ON || !pi->ioaa) return 1;
+    double self, plain;
+    const int choose = ioaa_choose_self(pi->ioaa, n_o, &self, &plain);
+    pi->si.pred_plain_s += plain;
+    pi->si.pred_self_s += self;
+    ++*(choose ? &pi->si.auto_self : &pi->si.auto_plain);
+    return choose;
+}
+
 /* The runtime's recall totals into the loop's counters, once, after the last step. */
 static void pi_finish(struct serve_state *s)
 {
@@ -633,7 +797,12 @@ static int pi_step(struct serve_state *s)
     *pred = pi->unrefit_s[par] = 0;
     pi->cold[pi->steps & 1] = pi->admitted_since_step;
     pi->admitted_since_step = 0;
-    if (pi->ioaa) {
+    const int irq = ob->n_entries && nb->n_entries && pi->irq_on;
+    const int self = !irq && self_this_step(pi, s);
+    pi->self_step[pi->steps & 1] = self;
+    if (pi->ioaa && self) {
+        *pred = ioaa_self_step_time(pi->ioaa, ob->n_entries);
+    } else if (pi->ioaa) {
         int64_t ctx = 0;
         for (int b = 0; b < nb->n_entries; b++)
             ctx += nb->entries[b].pos + 1;
@@ -643,8 +812,10 @@ static int pi_step(struct serve_state *s)
         pi->comp_ctx[par] = ctx;
     }
     const struct kctx *c = engine_ctx(s->eng);
-    if (ob->n_entries && nb->n_entries && pi->irq_on) {
+    if (irq) {
         rc = step_irq(s, pi);
+    } else if (self) {
+        rc = step_self(s, pi);
     } else {
         if (ob->n_entries) {
             const int sp =
@@ -695,9 +866,12 @@ static void pi_traffic(struct serve_state *s, int ahead, struct floor_traffic *t
     }
     memset(t, 0, sizeof *t);
     if (s->run[OFFLOAD].n_entries) offload_step_traffic(pi->o, ahead, t);
-    /* each batch runs its own GEMMs: the weights are read once per batch that ran */
+    /* each batch runs its own GEMMs: the weights are read once per batch that ran, and the
+     * layers' once more by a self-interleaved offload batch (its halves' own GEMMs; the head
+     * runs once, on the whole batch) */
     t->weight_bytes = (double)model_step_weight_bytes(c) *
-                      ((s->run[OFFLOAD].n_entries > 0) + (s->run[NORMAL].n_entries > 0));
+                          ((s->run[OFFLOAD].n_entries > 0) + (s->run[NORMAL].n_entries > 0)) +
+                      (double)model_layer_weight_bytes(c) * c->n_layers * pi->self_step[p];
     const struct serve_batch *nb = &s->run[NORMAL];
     for (int b = 0; b < nb->n_entries; b++)
         for (int l = 0; l < c->n_layers; l++) {
@@ -717,6 +891,28 @@ static void pi_release(struct serve_state *s, int slot)
         }
 }
 
+static json_t *self_json(const struct pulseinfer *pi)
+{
+    static const char *const mode[] = {"off", "on", "auto"};
+    const struct self_counters *c = &pi->si;
+    json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "mode", mode[pi->self_mode], "steps",
+                          (json_int_t)c->steps, "halves", (json_int_t)c->halves, "switches",
+                          (json_int_t)c->switches, "rounds_beside", (json_int_t)c->rounds_beside,
+                          "rounds_ready", (json_int_t)c->rounds_ready, "rounds_waited",
+                          (json_int_t)c->rounds_waited);
+    results_set_real(j, "wait_s", c->wait_s);
+    if (pi->self_mode == SELF_AUTO) {
+        json_object_set_new(j, "auto_self_steps", json_integer(c->auto_self));
+        json_object_set_new(j, "auto_plain_steps", json_integer(c->auto_plain));
+        const int64_t k = c->auto_self + c->auto_plain;
+        if (k) {
+            results_set_real(j, "predicted_self_step_ms", c->pred_self_s / k * 1e3);
+            results_set_real(j, "predicted_plain_step_ms", c->pred_plain_s / k * 1e3);
+        }
+    }
+    return j;
+}
+
 /* The context's counters, and with --trace the timeline written to its file (its summary
  * here: busy fraction, spans) */
 static json_t *pi_json(const void *ctx)
@@ -733,6 +929,7 @@ static json_t *pi_json(const void *ctx)
         json_object_set_new(j, "trace", tj);
     }
     json_object_set_new(j, "irq", json_boolean(pi->irq));
+    json_object_set_new(j, "self_interleave", self_json(pi));
     json_object_set_new(j, "irq_in_effect", json_boolean(pi->irq_on));
     json_object_set_new(j, "admission",
                         pi->fixed_len >= 0 ? json_sprintf("fixed:%d", pi->fixed_len)

@@ -589,6 +589,7 @@ int cmd_run(int argc, char **argv)
                                          .prefill = prefill,
                                          .offload = &ro->p,
                                          .no_irq = o.off.no_irq,
+                                         .self_interleave = o.off.self_interleave,
                                          .admission = o.off.admission,
                                          .profile = o.off.ioaa_profile,
                                          .trace = o.off.trace,

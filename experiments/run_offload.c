@@ -69,7 +69,11 @@ const char run_offload_usage[] =
     "  --trace F          the schedule as a Chrome-trace / Perfetto timeline JSON (device\n"
     "                     times; plots/timeline.py draws it)\n"
     "  --max-waiting N    waiting requests one IOAA decision takes, the oldest first (default\n"
-    "                     32; fewer when fewer batch slots are free)\n";
+    "                     32; fewer when fewer batch slots are free)\n"
+    "  --self-interleave M  on: with no normal batch, the offload batch runs as two halves\n"
+    "                     whose layers interleave (each half's recall beside the other's\n"
+    "                     compute); auto: IOAA's step model chooses per step; off (default).\n"
+    "                     Host-planned engines, not with --speculate or --no-irq\n";
 
 static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
     "--budget-tokens",   "--selection",    "--recall-engine", "--locality-profile",
@@ -77,7 +81,7 @@ static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
     "--recall-cap-gbps", "--hot-slots",    "--calib-tokens",  "--no-irq",
     "--admission",       "--profile",      "--trace",         "--recall-cap-fraction",
     "--query",           "--reuse",        "--speculate",     "--spec-predictor",
-    "--spec-overlap",    "--max-waiting",  "--spec-margin"};
+    "--spec-overlap",    "--max-waiting",  "--spec-margin",   "--self-interleave"};
 
 static const char *flag_name(int code)
 {
@@ -200,6 +204,12 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
         if (!oo->two_batch_flag) oo->two_batch_flag = f;
         oo->trace = arg;
         return 0;
+    case RUN_OFF_SELF_INTERLEAVE:
+        if (!oo->two_batch_flag) oo->two_batch_flag = f;
+        oo->self_interleave = arg;
+        if (!strcmp(arg, "on") || !strcmp(arg, "auto") || !strcmp(arg, "off")) return 0;
+        cli_error("run", "%s: '%s' is not on, auto or off", f, arg);
+        return -1;
     case RUN_OFF_MAX_WAITING: {
         if (!oo->two_batch_flag) oo->two_batch_flag = f;
         long v;
@@ -410,6 +420,18 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
     memset(&ro->src, 0, sizeof ro->src);
     ro->src.model = m->name;
     fill_params(ro, oo, pol, w, budget, hot);
+    if (oo->self_interleave && strcmp(oo->self_interleave, "off")) { /* pulseinfer's checks */
+        const char *why = sched->prefetch ? "is not supported with --speculate (a prediction's "
+                                            "lists run in one lane)"
+                          : oo->no_irq    ? "needs IRQ (not with --no-irq)"
+                          : p->engine == RECALL_ZERO_COPY
+                              ? "runs on the host-planned recall engines, not zero-copy"
+                              : NULL;
+        if (why) {
+            cli_error("run", "--self-interleave: '%s' %s", oo->self_interleave, why);
+            return -1;
+        }
+    }
     char err[512];
     if (oo->profile) {
         if (locality_profile_read(oo->profile, &ro->profile, err, sizeof err) != PULSE_OK) {

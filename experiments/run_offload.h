@@ -37,6 +37,7 @@ enum {
     RUN_OFF_SPEC,
     RUN_OFF_MAX_WAITING,
     RUN_OFF_SPEC_MARGIN,
+    RUN_OFF_SELF_INTERLEAVE,
     RUN_OFF_END
 };
 
@@ -60,7 +61,8 @@ enum {
         RUN_OFF_OPT("spec-predictor", RUN_OFF_SPEC_PREDICTOR),                                     \
         RUN_OFF_OPT("spec-overlap", RUN_OFF_SPEC),                                                 \
         RUN_OFF_OPT("max-waiting", RUN_OFF_MAX_WAITING),                                           \
-        RUN_OFF_OPT("spec-margin", RUN_OFF_SPEC_MARGIN)
+        RUN_OFF_OPT("spec-margin", RUN_OFF_SPEC_MARGIN),                                           \
+        RUN_OFF_OPT("self-interleave", RUN_OFF_SELF_INTERLEAVE)
 
 /* The offload flags' part of pulse run --help. */
 extern const char run_offload_usage[];
@@ -82,6 +84,7 @@ struct run_offload_opts {
      * (0: the policy's default) */
     int no_irq, max_waiting;
     const char *admission, *ioaa_profile, *trace;
+    const char *self_interleave; /* --self-interleave: on, auto or off (NULL: off) */
     const char *two_batch_flag; /* the first of those given, NULL when none */
 };
 

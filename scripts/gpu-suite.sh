@@ -266,16 +266,19 @@ if has pulseinfer; then
     [ "${PI_TRACE:-1}" = 0 ] && traced=1
     for pt in ${PI_POINTS:-12:96:65536:18 45:0:16384:32 45:0:32768:24 45:0:65536:12}; do
         IFS=: read -r kv pool len cnt <<<"$pt"
-        # POLICY:SELECTION:ENGINE[:spec[=F]] (spec: --speculate; =F: --spec-margin F)
+        # POLICY:SELECTION:ENGINE[:spec[=F]|:selfint[=M]] (spec: --speculate; =F: --spec-margin
+        # F; selfint: --self-interleave on, =M: --self-interleave M)
         for v in ${PI_POLICIES:-vanilla:-:- arkvale:-:- infinigen:-:- \
                  arkvale+solohead+gs:-:- infinigen+solohead+gs:-:- infinigen+solohead+zc:-:- \
-                 pulseinfer:-:- pulseinfer:-:-:spec pulseinfer:solohead:zero-copy \
+                 pulseinfer:-:- pulseinfer:-:-:spec pulseinfer:-:-:selfint pulseinfer:solohead:zero-copy \
                  pulseinfer:solohead:zero-copy:spec pulseinfer:solohead:zero-copy:spec=0.25}; do
             IFS=: read -r pol sel eng x <<<"$v"
             tag="${kv}g_${len}x${cnt}_${pol//+/-}_${sel}_${eng}${x:+_${x/=/}}"
             args=()
             [[ "${x:-}" == spec* ]] && args+=(--speculate)
             [[ "${x:-}" == spec=* ]] && args+=(--spec-margin "${x#spec=}")
+            [[ "${x:-}" == selfint ]] && args+=(--self-interleave on)
+            [[ "${x:-}" == selfint=* ]] && args+=(--self-interleave "${x#selfint=}")
             [ "$sel" != - ] && args+=(--selection "$sel" --recall-engine "$eng")
             [ "$pool" != 0 ] && [ "$pol" != vanilla ] && args+=(--host-pool-gb "$pool")
             args+=(${PI_ARGS:-})

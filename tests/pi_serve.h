@@ -3,6 +3,7 @@
 #ifndef PULSE_TEST_PI_SERVE_H
 #define PULSE_TEST_PI_SERVE_H
 
+#include <jansson.h>
 #include <string.h>
 
 #include "backend.h"
@@ -40,12 +41,15 @@ struct pi_cfg {
     int query;          /* enum offload_query (real: with prompt_kv prefill) */
     int spec_model;     /* the locality source's misprediction model (its speculation profile);
                            else its approximate query is the exact one (a perfect predictor) */
+    const char *self_interleave; /* pulseinfer --self-interleave (NULL: off) */
+    int want_json;               /* the policy context's counters into pi_out.pj */
 };
 
 struct pi_out {
     struct workload w;
     struct serve_counters ctr;
     int rc;
+    json_t *pj; /* with want_json: the context's counters (policy.ctx_json; caller decrefs) */
 };
 
 /* check_steps: the policy's step, then the cache's invariants */
@@ -112,6 +116,7 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
                                              .max_batch = c->max_batch,
                                              .offload = &p,
                                              .no_irq = c->no_irq,
+                                             .self_interleave = c->self_interleave,
                                              .admission = c->admission,
                                              .hbm_gbps = 20,
                                              .h2d_gbps = 5};
@@ -140,6 +145,7 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
     /* (a step whose recall failed for good synchronises to recover: offload_clear_failure) */
     if (r->rc == 0 && c->no_verify && device_waits && !r->ctr.requests_failed)
         EXPECT_EQ_INT(r->ctr.step_host_syncs, 0);
+    if (ctx && c->want_json && pol->ctx_json) r->pj = pol->ctx_json(ctx);
     if (ctx) pol->ctx_free(ctx);
     query_source_free(p.source);
     kv_cache_free(kv);

@@ -12,7 +12,11 @@
  * - bad --admission is refused with one line; pulse run's pulseinfer flags are refused for
  *   other policies, and a pulseinfer run's JSON carries the schedule counters; its --trace is
  *   a timeline whose schema holds and whose batches run their layers in order, with spans on
- *   the normal, offload and recall tracks. */
+ *   the normal, offload and recall tracks;
+ * - self-interleaving (--self-interleave): vanilla's tokens with a covering budget, exact
+ *   SoloHead's at a small budget, its counters (steps in halves, switches, rounds beside the
+ *   other half; none off or with one request), auto's choice by IOAA's model recorded, and its
+ *   refusals (bad mode, --speculate, --no-irq, zero-copy, another policy). */
 #include <jansson.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -826,6 +830,215 @@ static void test_speculation_cli(void)
     }
 }
 
+/* ------------------------------------------------------------------ self-interleaving */
+
+/* The self-interleaving counters of a run (its context's JSON) into v: steps, switches, rounds
+ * issued beside the other half; -1 when absent. */
+static void self_counts(const struct pi_out *r, int64_t v[3])
+{
+    json_t *si = r->pj ? json_object_get(r->pj, "self_interleave") : NULL;
+    static const char *const k[] = {"steps", "switches", "rounds_beside"};
+    for (int i = 0; i < 3; i++) {
+        json_t *x = si ? json_object_get(si, k[i]) : NULL;
+        v[i] = json_is_integer(x) ? json_integer_value(x) : -1;
+    }
+}
+
+/* --self-interleave on: with a covering budget on vanilla's prompt KV every request decodes
+ * vanilla's tokens (every request offloaded, so no normal batch runs: every step of two or
+ * more requests in halves; and mixed with normal requests), in two arrival orders of mixed
+ * lengths; the halves switch at every piece. */
+static void test_self_equals_vanilla(void)
+{
+    static const char *const specs[] = {"lengths:300,170,90,260,40,200",
+                                        "lengths:40,260,90,300,200,170"};
+    static const char *const adm[] = {"fixed:0", "fixed:200"};
+    for (int k = 0; k < 2; k++) {
+        struct pi_cfg v = {.policy = "vanilla", .spec = specs[k], .out_len = 10, .max_batch = 4};
+        struct pi_out van;
+        serve(&v, &van);
+        EXPECT_EQ_INT(van.rc, 0);
+        for (int a = 0; a < 2; a++)
+            for (int sel = 0; sel < 2; sel++) {
+                struct pi_cfg c = {.policy = "pulseinfer",
+                                   .spec = specs[k],
+                                   .admission = adm[a],
+                                   .out_len = 10,
+                                   .max_batch = 4,
+                                   .selection = sel ? OFFLOAD_HEADWISE : OFFLOAD_SOLOHEAD,
+                                   .budget_tokens = 512,
+                                   .prompt_kv = OFFLOAD_KV_SYNTHETIC,
+                                   .self_interleave = "on",
+                                   .want_json = 1};
+                struct pi_out r;
+                serve(&c, &r);
+                EXPECT_EQ_INT(r.rc, 0);
+                int64_t n[3];
+                self_counts(&r, n);
+                const int same = same_tokens(&van.w, &r.w);
+                EXPECT(same);
+                printf("%s, %s, %s, --self-interleave on: %lld steps in halves, %lld switches, "
+                       "tokens %s vanilla's\n",
+                       specs[k], adm[a], sel ? "headwise" : "solohead", (long long)n[0],
+                       (long long)n[1], same ? "equal" : "DIFFER from");
+                if (a == 0) { /* all offloaded: every step of >= 2 requests ran in halves */
+                    EXPECT(n[0] > 0);
+                    EXPECT(n[1] >= 4 * n[0]); /* at least A, B, A, B in a step */
+                    EXPECT(n[2] > 0);
+                }
+                json_decref(r.pj);
+                workload_free(&r.w);
+            }
+        workload_free(&van.w);
+    }
+}
+
+/* A small budget on the locality model's prompt KV (every step recalls): the tokens with
+ * --self-interleave are exactly those without (exact SoloHead's), as are the bytes recalled; the
+ * halves switch and their rounds run beside the other half; with it off, or with one offloaded
+ * request (nothing to split), no switch. No host round trip inside a step (pi_serve checks). */
+static void test_self_exact(void)
+{
+    static const char *const modes[] = {NULL, "on", "off"};
+    struct pi_out r[3];
+    int64_t n[3][3];
+    for (int i = 0; i < 3; i++) {
+        struct pi_cfg c = {.policy = "pulseinfer",
+                           .spec = "lengths:300,170,90,260,120",
+                           .admission = "fixed:0",
+                           .out_len = 12,
+                           .max_batch = 5,
+                           .selection = OFFLOAD_SOLOHEAD,
+                           .budget_tokens = 32,
+                           .prompt_kv = OFFLOAD_KV_LOCALITY,
+                           .no_verify = 1,
+                           .self_interleave = modes[i],
+                           .want_json = 1};
+        serve(&c, &r[i]);
+        EXPECT_EQ_INT(r[i].rc, 0);
+        self_counts(&r[i], n[i]);
+    }
+    EXPECT(same_tokens(&r[0].w, &r[1].w));
+    EXPECT(same_tokens(&r[0].w, &r[2].w));
+    EXPECT_EQ_INT(r[0].ctr.recall_bytes, r[1].ctr.recall_bytes);
+    EXPECT(r[1].ctr.recall_bytes > 0);
+    EXPECT_EQ_INT(n[0][0], 0);
+    EXPECT_EQ_INT(n[0][1], 0);
+    EXPECT_EQ_INT(n[2][1], 0);
+    EXPECT_EQ_INT(n[1][0], 12); /* 5 requests of 12 tokens: 12 steps of 5 */
+    EXPECT(n[1][1] >= 4 * 12 && n[1][2] > 0);
+    EXPECT_EQ_INT(r[1].ctr.step_host_syncs, 0);
+    printf("--self-interleave on at a budget of 32: the tokens of exact SoloHead, %lld bytes "
+           "recalled either way; %lld steps in halves, %lld switches, %lld rounds beside the "
+           "other half\n",
+           (long long)r[1].ctr.recall_bytes, (long long)n[1][0], (long long)n[1][1],
+           (long long)n[1][2]);
+    for (int i = 0; i < 3; i++) {
+        json_decref(r[i].pj);
+        workload_free(&r[i].w);
+    }
+    /* the runtime refuses it with speculation (the policy context's one-line error) */
+    struct pi_cfg sc = {.policy = "pulseinfer",
+                        .spec = "lengths:300,170",
+                        .admission = "fixed:0",
+                        .out_len = 2,
+                        .max_batch = 2,
+                        .budget_tokens = 32,
+                        .speculate = 1,
+                        .self_interleave = "on"};
+    struct pi_out sr;
+    serve(&sc, &sr);
+    EXPECT(sr.rc != 0);
+    workload_free(&sr.w);
+    /* one offloaded request: never split */
+    struct pi_cfg c = {.policy = "pulseinfer",
+                       .spec = "lengths:300",
+                       .admission = "fixed:0",
+                       .out_len = 6,
+                       .max_batch = 2,
+                       .selection = OFFLOAD_SOLOHEAD,
+                       .budget_tokens = 32,
+                       .prompt_kv = OFFLOAD_KV_LOCALITY,
+                       .self_interleave = "on",
+                       .want_json = 1};
+    struct pi_out one;
+    serve(&c, &one);
+    EXPECT_EQ_INT(one.rc, 0);
+    int64_t m[3];
+    self_counts(&one, m);
+    EXPECT_EQ_INT(m[0], 0);
+    EXPECT_EQ_INT(m[1], 0);
+    json_decref(one.pj);
+    workload_free(&one.w);
+}
+
+/* pulse run: --self-interleave's JSON (config and counters), its auto mode choosing by IOAA's
+ * model (the steps it ran in halves are those it chose, and the model's two step times are
+ * recorded), and its refusals: a bad mode, --speculate, --no-irq, zero-copy, another policy. */
+static void test_self_cli(void)
+{
+    char path[] = "/tmp/pulse_selfint_XXXXXX", cmd[1024], out[8192];
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    const char *common = "run --backend cpu --model tiny --workload lengths:200,200,200,200 "
+                         "--output-len 6 --max-batch 4 --budget-tokens 32";
+    static const char *const modes[] = {"on", "auto"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd,
+                 "%s --policy pulseinfer --admission %s --self-interleave %s --out %s", common,
+                 k ? "ioaa" : "fixed:0", modes[k], path);
+        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+        json_error_t je;
+        json_t *j = json_load_file(path, 0, &je);
+        EXPECT(j != NULL);
+        if (!j) continue;
+        json_t *si = json_object_get(json_object_get(json_object_get(j, "counters"), "pulseinfer"),
+                                     "self_interleave");
+        EXPECT_STR_EQ(json_string_value(json_object_get(si, "mode")), modes[k]);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(
+                          json_object_get(json_object_get(j, "config"), "offload"), "lanes")),
+                      2);
+        const int64_t steps = json_integer_value(json_object_get(si, "steps"));
+        if (k == 0) {
+            EXPECT_EQ_INT(steps, 6);
+            EXPECT(json_integer_value(json_object_get(si, "switches")) > 0);
+        } else { /* auto: the model's choice, recorded */
+            const int64_t as = json_integer_value(json_object_get(si, "auto_self_steps")),
+                          ap = json_integer_value(json_object_get(si, "auto_plain_steps"));
+            const double ps = json_real_value(json_object_get(si, "predicted_self_step_ms")),
+                         pp = json_real_value(json_object_get(si, "predicted_plain_step_ms"));
+            EXPECT(as + ap > 0 && ps > 0 && pp > 0);
+            EXPECT_EQ_INT(steps, as);
+            /* one batch size throughout (4 alike requests, admitted together): one choice */
+            EXPECT(ps < pp ? ap == 0 : as == 0);
+            printf("--self-interleave auto: the model's step %.3f ms in halves, %.3f ms unsplit: "
+                   "%lld steps in halves, %lld unsplit\n",
+                   ps, pp, (long long)as, (long long)ap);
+        }
+        json_decref(j);
+    }
+    static const struct {
+        const char *flags, *msg;
+    } bad[] = {{"--policy pulseinfer --self-interleave maybe",
+                "--self-interleave: 'maybe' is not on, "
+                "auto or off"},
+               {"--policy pulseinfer --self-interleave on --speculate",
+                "--self-interleave: 'on' is not supported with --speculate"},
+               {"--policy pulseinfer --self-interleave on --no-irq",
+                "--self-interleave: 'on' needs IRQ (not with --no-irq)"},
+               {"--policy pulseinfer --self-interleave auto --recall-engine zero-copy",
+                "--self-interleave: 'auto' runs on the host-planned recall engines, not zero-copy"},
+               {"--policy arkvale --self-interleave on", "--self-interleave: only for pulseinfer"}};
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
+        snprintf(cmd, sizeof cmd, "%s %s --out %s", common, bad[i].flags, path);
+        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2); /* usage errors */
+        const int found = strstr(out, bad[i].msg) != NULL;
+        EXPECT(found);
+        if (!found) fprintf(stderr, "expected '%s' in: %s\n", bad[i].msg, out);
+    }
+    remove(path);
+}
+
 int main(void)
 {
     test_equals_vanilla();
@@ -839,5 +1052,8 @@ int main(void)
     test_ioaa_cap();
     test_speculation();
     test_speculation_cli();
+    test_self_equals_vanilla();
+    test_self_exact();
+    test_self_cli();
     return tu_finish("test_pulseinfer");
 }

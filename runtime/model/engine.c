@@ -260,6 +260,34 @@ struct batch *batch_create(struct engine *e)
     return bt;
 }
 
+struct batch *batch_view_create(struct engine *e)
+{
+    (void)e;
+    struct batch *bt = mem_alloc(MEM_HOST, sizeof *bt, "batch view");
+    if (bt) memset(bt, 0, sizeof *bt);
+    return bt;
+}
+
+void batch_view_set(struct engine *e, struct batch *view, const struct batch *parent, int first,
+                    int n)
+{
+    PULSE_CHECK(view->mem == NULL && parent->mem != NULL && first >= 0 && n >= 1 &&
+                    first + n <= parent->n,
+                "batch_view_set: a view of a batch's entries");
+    const size_t f = (size_t)first, qd = (size_t)e->p.cfg->n_heads * e->p.cfg->head_dim;
+    view->n = n;
+    view->max_len = parent->max_len;
+    view->d_tokens = parent->d_tokens + f;
+    view->d_pos = parent->d_pos + f;
+    view->d_len = parent->d_len + f;
+    view->d_req = parent->d_req + f;
+    view->d_page_start =
+        parent->d_page_start + f; /* rows of max_batch per layer, as the parent's */
+    view->d_x = parent->d_x + f * e->p.cfg->hidden;
+    view->d_q = parent->d_q + f * qd;
+    view->d_attn = parent->d_attn + f * qd;
+}
+
 static void pieces_drop(struct engine *e, struct batch *bt)
 {
     for (int i = 0; bt->piece_graph && i < PIECES * e->p.cfg->n_layers; i++)

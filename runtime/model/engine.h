@@ -101,6 +101,15 @@ void batch_set(struct engine *e, struct batch *bt, const struct kv_cache *kv,
  * with no callback, removes it. */
 void batch_set_hook(struct batch *bt, const struct engine_layer_hook *hook);
 int batch_size(const struct batch *bt);
+/* A view of a batch's entries [first, first + n) (a self-interleaving scheduler runs the two
+ * halves of a batch piece by piece, in the batch's own memory, so the batch's embedding, head
+ * and tokens hold both): create makes the handle once (no backend memory; batch_free frees it),
+ * set points it at the parent's entries (no allocation; valid until the parent's next
+ * batch_set). For the layer pieces (engine_layer_pre, engine_run_attention, engine_layer_post,
+ * batch_q and the other accessors) only: no step, head, hook or graphs of its own. */
+struct batch *batch_view_create(struct engine *e);
+void batch_view_set(struct engine *e, struct batch *view, const struct batch *parent, int first,
+                    int n);
 /* Waits for the step and copies the tokens it produced (n entries) into out. */
 void batch_read_tokens(struct engine *e, struct batch *bt, int32_t *out);
 /* The same in two halves, so the next step can be queued in between: queue the copy of the

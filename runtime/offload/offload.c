@@ -250,6 +250,12 @@ static void *take(struct carve *c, size_t n)
 }
 
 /* Carves the host buffers from base (NULL: only sizes them); returns the bytes. */
+/* Lanes a step may run in (offload_params.lanes 2: two, else one). */
+static int n_lanes(const struct offload *o)
+{
+    return o->p.lanes == 2 ? 2 : 1;
+}
+
 static size_t host_layout(struct offload *o, char *base)
 {
     struct carve c = {base, 0};
@@ -261,8 +267,10 @@ static size_t host_layout(struct offload *o, char *base)
         o->step.ss[p].slot = take(&c, 4 * B);
         o->step.ss[p].n_tok = take(&c, 4 * B);
     }
-    o->step.ev_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
-    o->step.ev_selected = take(&c, sizeof(void *) * (size_t)o->n_sparse);
+    for (int i = 0; i < n_lanes(o); i++) {
+        o->step.lanes[i].ev_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
+        o->step.lanes[i].ev_selected = take(&c, sizeof(void *) * (size_t)o->n_sparse);
+    }
     o->step.ev_built = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
     o->step.ev_gathered = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
     if (o->spec) {
@@ -303,10 +311,12 @@ static size_t pin_layout(struct offload *o, char *base)
     o->ctl_ints = mem_aligned(4 * offload_ctl_desc_off(o) + sizeof(struct recall_desc) * V) / 4;
     for (int p = 0; p < 2; p++)
         o->step.h_up[p] = take(&c, offload_up_bytes(o));
-    o->step.h_sel = take(&c, 4 * 2 * S * o->sel_ints);
+    for (int i = 0; i < n_lanes(o); i++) {
+        o->step.lanes[i].h_sel = take(&c, 4 * 2 * S * o->sel_ints);
+        o->step.lanes[i].h_ctl = take(&c, 4 * 2 * S * o->ctl_ints);
+        o->step.lanes[i].flags = take(&c, 4 * S);
+    }
     o->step.h_sel_spec = o->spec ? take(&c, 4 * 2 * S * o->sel_ints) : NULL;
-    o->step.h_ctl = take(&c, 4 * 2 * S * o->ctl_ints);
-    o->step.flags = take(&c, 4 * S);
     for (int p = 0; p < 2; p++)
         o->step.h_totals[p] = take(&c, 8 * 2 * S * OFFLOAD_TOTALS);
     return c.off;
@@ -319,11 +329,12 @@ static size_t dev_layout(struct offload *o, char *base)
     o->step.d_up = take(&c, offload_up_bytes(o));
     o->step.d_q = (uint16_t *)(o->step.d_up ? o->step.d_up + offload_up_ints(o) : NULL);
     o->step.d_scores = take(&c, 4 * V * o->max_blocks);
-    o->step.d_sel = take(&c, 4 * (size_t)o->n_sparse * V * (o->ms + 1));
+    for (int i = 0; i < n_lanes(o); i++)
+        o->step.lanes[i].d_sel = take(&c, 4 * (size_t)o->n_sparse * V * (o->ms + 1));
     o->step.d_sel_spec = o->spec ? take(&c, 4 * (size_t)o->n_sparse * V * (o->ms + 1)) : NULL;
     o->step.d_zero = take(&c, 4 * (size_t)o->max_batch);
-    for (int i = 0; i < 2; i++)
-        o->step.d_ctl[i] = take(&c, 4 * o->ctl_ints);
+    for (int i = 0; i < 2 * n_lanes(o); i++)
+        o->step.lanes[i / 2].d_ctl[i % 2] = take(&c, 4 * o->ctl_ints);
     o->step.d_att_start = take(&c, 4 * V);
     if (o->device_plan) {
         const size_t VM = V * o->ms, S = (size_t)o->n_sparse;
@@ -381,7 +392,7 @@ static int alloc_dev(struct offload *o)
     o->be->memset(o->ctx, o->dmem, 0, o->dmem_bytes);
     dev_layout(o, o->dmem);
     const int V = o->max_batch * o->n_lists;
-    int32_t *start = o->step.h_ctl; /* staging, before any step */
+    int32_t *start = o->step.lanes[0].h_ctl; /* staging, before any step */
     for (int v = 0; v < V; v++)
         start[v] = v * o->ms;
     o->be->upload(o->ctx, o->step.d_att_start, start, sizeof(int32_t) * (size_t)V);
@@ -399,10 +410,14 @@ static int alloc_dev(struct offload *o)
         o->step.ev_up[p] = o->be->event_create();
         o->step.ev_end[p] = o->be->event_create();
     }
-    for (int i = 0; i < 2 * o->n_sparse; i++)
-        o->step.ev_sel[i] = o->be->event_create();
-    for (int i = 0; i < o->n_sparse; i++)
-        o->step.ev_selected[i] = o->be->event_create();
+    for (int k = 0; k < n_lanes(o); k++) {
+        struct offload_lane *L = &o->step.lanes[k];
+        for (int i = 0; i < 2 * o->n_sparse; i++)
+            if (!(L->ev_sel[i] = o->be->event_create())) return PULSE_ERR_OOM;
+        for (int i = 0; i < o->n_sparse; i++)
+            if (!(L->ev_selected[i] = o->be->event_create())) return PULSE_ERR_OOM;
+    }
+    offload_lane_reset(o);
     o->step.ev_lists = o->be->event_create();
     for (int i = 0; o->spec && i < 2 * o->n_sparse; i++)
         if (!(o->step.ev_spec_sel[i] = o->be->event_create())) return PULSE_ERR_OOM;
@@ -691,6 +706,13 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
         BAD("offload: a speculation margin needs a prefetching schedule");
     if ((unsigned)p->spec_predictor > OFFLOAD_SPEC_NEGATED)
         BAD("offload: unknown speculation predictor %d", p->spec_predictor);
+    if (p->lanes < 0 || p->lanes > 2) BAD("offload: lanes %d is not 0, 1 or 2", p->lanes);
+    if (p->lanes == 2 && p->engine == RECALL_ZERO_COPY)
+        BAD("offload: two lanes (self-interleaving) run on the host-planned recall engines, not "
+            "zero-copy");
+    if (p->lanes == 2 && p->schedule->prefetch)
+        BAD("offload: two lanes (self-interleaving) with a prefetching schedule (speculation) "
+            "are not supported");
     if (ks.max_requests != p->max_batch)
         BAD("offload: the KV cache has %d request slots, max_batch is %d", ks.max_requests,
             p->max_batch);
@@ -743,14 +765,17 @@ void offload_free(struct offload *o)
     hot_cache_free(o->store.hc);
     kv_cache_free(o->store.dg);
     host_pool_free(o->store.hp);
-    for (int p = 0; p < 2 && o->step.ev_sel; p++) {
-        o->be->event_destroy(o->step.ev_up[p]);
-        o->be->event_destroy(o->step.ev_end[p]);
+    for (int p = 0; p < 2 && o->step.lanes[0].ev_sel; p++) {
+        if (o->step.ev_up[p]) o->be->event_destroy(o->step.ev_up[p]);
+        if (o->step.ev_end[p]) o->be->event_destroy(o->step.ev_end[p]);
     }
-    for (int i = 0; i < 2 * o->n_sparse && o->step.ev_sel; i++)
-        o->be->event_destroy(o->step.ev_sel[i]);
-    for (int i = 0; i < o->n_sparse && o->step.ev_selected; i++)
-        if (o->step.ev_selected[i]) o->be->event_destroy(o->step.ev_selected[i]);
+    for (int k = 0; k < 2; k++) {
+        const struct offload_lane *L = &o->step.lanes[k];
+        for (int i = 0; i < 2 * o->n_sparse && L->ev_sel; i++)
+            if (L->ev_sel[i]) o->be->event_destroy(L->ev_sel[i]);
+        for (int i = 0; i < o->n_sparse && L->ev_selected; i++)
+            if (L->ev_selected[i]) o->be->event_destroy(L->ev_selected[i]);
+    }
     if (o->step.ev_lists) o->be->event_destroy(o->step.ev_lists);
     for (int i = 0; i < 2 * o->n_sparse && o->step.ev_spec_sel; i++)
         if (o->step.ev_spec_sel[i]) o->be->event_destroy(o->step.ev_spec_sel[i]);

@@ -84,11 +84,29 @@ struct offload_store {
     size_t fmem_bytes;
 };
 
+/* A lane of a step (offload_step_split): entries [first, first + n) of the step's batch, which
+ * run their layers in order on their own lists, control blocks, flags and events (the buffers,
+ * fixed at create; lane 1's only with offload_params.lanes 2), beside the other lane's. */
+struct offload_lane {
+    int first, n;                     /* the step's entries it runs */
+    int next_layer, issued, pre_done; /* its progress (saved while the other lane runs) */
+    uint32_t *flags;                  /* [n_sparse] */
+    int32_t *h_sel, *d_sel, *h_ctl;   /* as offload_step's */
+    int32_t *d_ctl[2];
+    void **ev_sel, **ev_selected; /* [2][n_sparse], [n_sparse] */
+    int64_t sel_step[OFFLOAD_MAX_LAYERS];
+};
+
 /* The step (offload_layer.c; main thread): what one decode step of the batch and its layers'
- * pieces use. A step of parity p = steps & 1 uses the p-th copy of every buffer a later step
- * could overwrite while the planner or the device still reads it. */
+ * pieces use. Fields marked (lane) are the running lane's (offload_lane_use swaps them); the
+ * planner reads a job's lane's buffers from lanes[], never those. A step of parity p = steps & 1
+ * uses the p-th copy of every buffer a later step could overwrite while the planner or the device
+ * still reads it. */
 struct offload_step {
-    int n;
+    int n;             /* (lane) entries of the running lane (the step's, unsplit) */
+    int n_step, first; /* the step's entries; the running lane's first */
+    int lane, n_lanes; /* the running lane; lanes of this step (1, or 2 after a split) */
+    struct offload_lane lanes[2];
     struct offload_step_state ss[2];
     int32_t *h_up[2];    /* pinned, by parity: [max_batch] pos, [n_sparse][max_batch] digest row
                             starts, then (bf16) [n_sparse][n][nq][hd] selection queries of the step's n entries */
@@ -134,7 +152,7 @@ struct offload_step {
     int16_t piece_sel[OFFLOAD_MAX_LAYERS][2];
     int8_t piece_nsel[OFFLOAD_MAX_LAYERS];
     int16_t piece_pf[OFFLOAD_MAX_LAYERS];
-    int64_t sel_step[OFFLOAD_MAX_LAYERS]; /* per sparse layer, the step that selected it last */
+    int64_t sel_step[OFFLOAD_MAX_LAYERS];  /* (lane) per layer, the step that selected it last */
     int64_t spec_step[OFFLOAD_MAX_LAYERS]; /* per sparse layer, the step that prefetched it last */
 
     /* A prefetching schedule (offload_schedule.prefetch): per sparse layer a second set of
@@ -272,8 +290,9 @@ static inline void offload_host_lap(struct offload *o, int ph, double *t)
 enum { OFFLOAD_TOT_ATT = 4, OFFLOAD_TOT_REFUSED = 5, OFFLOAD_TOTALS = 6 };
 int offload_planner_start(struct offload *o);
 void offload_planner_stop(struct offload *o);
-/* Posts a job of step `step` (its parity's state) for `layer`; returns at once unless the job
- * ring is full (then waits, a noted host synchronisation). */
+/* Posts a job of step `step` (its parity's state) for `layer` of the running lane (its entries:
+ * the job holds them); returns at once unless the job ring is full (then waits, a noted host
+ * synchronisation). */
 void offload_planner_post(struct offload *o, int kind, int layer, int64_t step);
 /* Jobs posted so far; blocks until the planner has done the first `jobs` of them (returns 1
  * when it had to wait). */
@@ -288,6 +307,9 @@ static inline void offload_quiesce(const struct offload *o)
     if (o->pl && offload_planner_wait(o, offload_planner_posted(o))) pulse_host_sync_note();
 }
 
+/* Points the step at lane 0's buffers, the whole batch one lane (offload_create). */
+void offload_lane_reset(struct offload *o);
+
 /* Starts the CPU pool's threads that prefetch_q uses, at create, so that no step starts them
  * (offload_layer.c). */
 void offload_prefetch_warm(const struct offload *o);
@@ -297,10 +319,15 @@ void offload_layer_graphs_drop(struct offload *o);
 size_t offload_up_bytes(const struct offload *o);
 size_t offload_up_ints(const struct offload *o);
 
-/* Control block of parity p and sparse layer sl (host), and its parts. */
+/* Control block of parity p and sparse layer sl (host) of the running lane (main thread), and
+ * of lane `lane` (the planner). */
 static inline int32_t *offload_ctl(const struct offload *o, int p, int sl)
 {
     return o->step.h_ctl + ((size_t)p * o->n_sparse + sl) * o->ctl_ints;
+}
+static inline int32_t *offload_lane_ctl(const struct offload *o, int lane, int p, int sl)
+{
+    return o->step.lanes[lane].h_ctl + ((size_t)p * o->n_sparse + sl) * o->ctl_ints;
 }
 /* Ints of one sparse layer's lists ([n][n_lists][ms]) and counts ([n][n_lists]) in a step of n
  * entries: one copy brings them down; the step's layers lie packed at this stride, on the
@@ -314,6 +341,11 @@ static inline size_t offload_sel_len(const struct offload *o, int n)
 static inline int32_t *offload_sel(const struct offload *o, int p, int sl, int n)
 {
     return o->step.h_sel + (size_t)p * o->n_sparse * o->sel_ints +
+           (size_t)sl * offload_sel_len(o, n);
+}
+static inline int32_t *offload_lane_sel(const struct offload *o, int lane, int p, int sl, int n)
+{
+    return o->step.lanes[lane].h_sel + (size_t)p * o->n_sparse * o->sel_ints +
            (size_t)sl * offload_sel_len(o, n);
 }
 static inline int32_t *offload_dsel(const struct offload *o, int sl, int n)

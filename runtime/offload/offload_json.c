@@ -148,6 +148,7 @@ json_t *offload_config_json(const struct offload *o)
     json_object_set_new(j, "lookahead_layers", json_integer(o->p.schedule->lookahead));
     json_object_set_new(j, "prefetch", json_boolean(o->spec));
     json_object_set_new(j, "spec_margin", json_real(o->p.spec_margin));
+    json_object_set_new(j, "lanes", json_integer(o->p.lanes == 2 ? 2 : 1));
     json_object_set_new(j, "spec_budget_blocks", json_integer(o->cfg_spec.budget));
     json_object_set_new(
         j, "spec_predictor",

@@ -26,7 +26,9 @@
 static struct digest_view digest_view_of(const struct offload *o, int sl)
 {
     struct kv_view dv = kv_cache_view(o->store.dg, NULL);
-    struct digest_view d = {dv.pool, dv.page_ids, o->step.d_up + (size_t)o->max_batch * (1 + sl),
+    /* the running lane's rows */
+    struct digest_view d = {dv.pool, dv.page_ids,
+                            o->step.d_up + (size_t)o->max_batch * (1 + sl) + o->step.first,
                             o->dig_heads, o->hd};
     return d;
 }
@@ -284,9 +286,12 @@ static const uint16_t *real_query(struct offload *o, struct batch *bt, int layer
 static const uint16_t *select_query(struct offload *o, struct batch *bt, int layer)
 {
     if (o->p.query == OFFLOAD_QUERY_REAL) return real_query(o, bt, layer);
-    const size_t per = (size_t)o->step.n * o->nq * o->hd;
+    /* [n_sparse][n_step][nq][hd]: the running lane's entries from its first */
+    const size_t per = (size_t)o->nq * o->hd;
     const int ahead = layer != o->step.next_layer && o->spec_q_up;
-    return o->step.d_q + ((size_t)ahead * o->n_sparse + offload_sl(o, layer)) * per;
+    return o->step.d_q +
+           (((size_t)ahead * o->n_sparse + offload_sl(o, layer)) * o->step.n_step + o->step.first) *
+               per;
 }
 
 /* Selection of sparse layer `layer` (a prediction's with spec) on the compute stream into its
@@ -356,7 +361,8 @@ void offload_pre(struct offload *o, struct batch *bt, int layer)
     if (offload_is_sparse(o, layer)) {
         const struct digest_view dv = digest_view_of(o, offload_sl(o, layer));
         const struct kv_view kv = kv_cache_view(o->store.kv, batch_page_starts(o->eng, bt, layer));
-        o->fn.digest_update(o->ctx, &kv, &dv, o->step.d_up, o->step.n, o->sel_head[layer]);
+        o->fn.digest_update(o->ctx, &kv, &dv, o->step.d_up + o->step.first, o->step.n,
+                            o->sel_head[layer]);
     }
     o->step.pre_done = 1;
     offload_host_lap(o, OFFLOAD_HOST_PRE, &t);
@@ -412,7 +418,8 @@ static void tail_flush(struct offload *o, int layer)
     const int sl = offload_sl(o, layer), p = o->st.steps & 1;
     const struct offload_step_state *ss = &o->step.ss[p];
     int n_desc = 0;
-    for (int b = 0; b < o->step.n; b++) {
+    for (int i = 0; i < o->step.n; i++) { /* the running lane's entries */
+        const int b = o->step.first + i;
         if (ss->n_tok[b] % o->ps) continue;
         const int slot = ss->slot[b];
         int n_own;
@@ -552,6 +559,73 @@ void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
     o->step_syncs += pulse_host_syncs() - s0;
 }
 
+/* ------------------------------------------------------------------ lanes */
+
+/* The running lane's progress into its slot, and lane k's state into the step's fields. */
+static void lane_save(struct offload *o)
+{
+    struct offload_lane *L = &o->step.lanes[o->step.lane];
+    L->first = o->step.first, L->n = o->step.n;
+    L->next_layer = o->step.next_layer, L->issued = o->step.issued;
+    L->pre_done = o->step.pre_done;
+    memcpy(L->sel_step, o->step.sel_step, sizeof L->sel_step);
+}
+
+static void lane_load(struct offload *o, int k)
+{
+    const struct offload_lane *L = &o->step.lanes[k];
+    o->step.lane = k;
+    o->step.first = L->first, o->step.n = L->n;
+    o->step.next_layer = L->next_layer, o->step.issued = L->issued;
+    o->step.pre_done = L->pre_done;
+    memcpy(o->step.sel_step, L->sel_step, sizeof L->sel_step);
+    o->step.flags = L->flags;
+    o->step.h_sel = L->h_sel, o->step.d_sel = L->d_sel, o->step.h_ctl = L->h_ctl;
+    o->step.d_ctl[0] = L->d_ctl[0], o->step.d_ctl[1] = L->d_ctl[1];
+    o->step.ev_sel = L->ev_sel, o->step.ev_selected = L->ev_selected;
+}
+
+void offload_lane_reset(struct offload *o)
+{
+    for (int k = 0; k < 2; k++) {
+        struct offload_lane *L = &o->step.lanes[k];
+        L->next_layer = -1;
+        for (int l = 0; l < OFFLOAD_MAX_LAYERS; l++)
+            L->sel_step[l] = -1;
+    }
+    lane_load(o, 0);
+    o->step.n_lanes = 1;
+}
+
+void offload_step_split(struct offload *o, int n_first)
+{
+    PULSE_CHECK(o->p.lanes == 2, "offload_step_split: the runtime was made with one lane");
+    PULSE_CHECK(o->step.next_layer == 0 && !o->step.issued && o->step.n_lanes == 1 &&
+                    n_first >= 1 && n_first < o->step.n_step,
+                "offload_step_split: once, before the step's first layer, into two lanes");
+    lane_save(o);
+    struct offload_lane *a = &o->step.lanes[0], *b = &o->step.lanes[1];
+    a->first = 0, a->n = n_first;
+    b->first = n_first, b->n = o->step.n_step - n_first;
+    b->next_layer = 0, b->issued = b->pre_done = 0;
+    o->step.n_lanes = 2;
+    lane_load(o, 0);
+}
+
+void offload_lane_use(struct offload *o, int lane)
+{
+    PULSE_CHECK(lane >= 0 && lane < o->step.n_lanes && o->step.next_layer >= 0,
+                "offload_lane_use: a lane of the running step");
+    if (lane == o->step.lane) return;
+    lane_save(o);
+    lane_load(o, lane);
+}
+
+int offload_lane_next_layer(const struct offload *o, int lane)
+{
+    return lane == o->step.lane ? o->step.next_layer : o->step.lanes[lane].next_layer;
+}
+
 /* ------------------------------------------------------------------ the step */
 
 /* The device path's rows of the step upload; the main thread keeps the block counts (the
@@ -627,7 +701,9 @@ void offload_step_begin(struct offload *o, struct batch *bt, const struct batch_
     PULSE_CHECK(o->step.next_layer < 0, "offload_step_begin: the last step has not ended");
     const int64_t s0 = pulse_host_syncs();
     TRACE_PUSH("offload step");
-    o->step.n = n;
+    o->step.n = o->step.n_step = n; /* one lane of every entry until offload_step_split */
+    o->step.first = 0;
+    o->step.n_lanes = 1;
     o->step.seq = (uint32_t)(o->st.steps + 1);
     /* pre- and post-attention as graphs on the device path: launched one by one, each kernel
      * would pay for its launch's fetch over the link a zero-copy gather keeps busy (engine.h).
@@ -650,6 +726,15 @@ void offload_step_begin(struct offload *o, struct batch *bt, const struct batch_
 int offload_step_end(struct offload *o, struct batch *bt)
 {
     PULSE_CHECK(o->step.next_layer == o->n_layers, "offload_step_end: a layer has not run");
+    if (o->step.n_lanes == 2) { /* both lanes ran every layer; lane 0 runs the next step */
+        lane_save(o);
+        PULSE_CHECK(o->step.lanes[0].next_layer == o->n_layers &&
+                        o->step.lanes[1].next_layer == o->n_layers,
+                    "offload_step_end: a lane's layer has not run");
+        lane_load(o, 0);
+        o->step.lanes[1].next_layer = -1;
+        o->step.n = o->step.n_step, o->step.first = 0, o->step.n_lanes = 1;
+    }
     const int64_t s0 = pulse_host_syncs();
     engine_run_head(o->eng, bt);
     /* the next step's selections overwrite the lists: after their downloads (on the device) */

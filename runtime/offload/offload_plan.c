@@ -23,6 +23,7 @@
 struct job {
     int kind, layer;
     int64_t step;
+    int lane, first, n; /* the lane whose layer it is, and its entries of the step */
 };
 
 struct offload_planner {
@@ -160,7 +161,7 @@ static int plan_prefetch(struct offload *o, const struct offload_step_state *ss,
 static void count_overlap(struct offload *o, const struct offload_step_state *ss, int p, int layer)
 {
     const int sl = offload_sl(o, layer), B = ss->n, V = B * o->n_lists;
-    const int32_t *ex = offload_sel(o, p, sl, B), *sp = offload_spec_sel(o, p, sl, B);
+    const int32_t *ex = offload_lane_sel(o, 0, p, sl, B), *sp = offload_spec_sel(o, p, sl, B);
     struct offload_layer_stats *ls = &o->ls[layer];
     for (int v = 0; v < V; v++) {
         const int nb = (int)PULSE_CEIL_DIV(ss->n_tok[v / o->n_lists], o->ps);
@@ -178,9 +179,10 @@ static void set_flag(uint32_t *flag, uint32_t value)
 }
 
 /* The misses to the recall engine with the layer's flag as the signal. */
-static int64_t recall_submit_layer(struct offload *o, int layer, int n_items, uint32_t seq)
+static int64_t recall_submit_layer(struct offload *o, int lane, int layer, int n_items,
+                                   uint32_t seq)
 {
-    const struct recall_signal sig = {&o->step.flags[offload_sl(o, layer)], seq};
+    const struct recall_signal sig = {&o->step.lanes[lane].flags[offload_sl(o, layer)], seq};
     int64_t ticket;
     int rc = recall_submit_signal(o->store.rc, o->plan.items, n_items, &sig, &ticket);
     PULSE_CHECK(rc == PULSE_OK, "offload: recall_submit refused a round");
@@ -199,7 +201,7 @@ static int64_t recall_submit_prefetch(struct offload *o, int n_items)
 /* Waits for a layer's recall (a prefetch's when spec), resubmits a failed one, counts it in
  * the layer's counters; a recall that failed every attempt fails the step (and, but for a
  * prefetch, sets its flag: the device must not wait forever). */
-static void recall_wait_layer(struct offload *o, int layer, int n_items, uint32_t seq,
+static void recall_wait_layer(struct offload *o, int lane, int layer, int n_items, uint32_t seq,
                               int64_t ticket, double t_submit, int spec)
 {
     struct offload_layer_stats *ls = &o->ls[layer];
@@ -221,25 +223,26 @@ static void recall_wait_layer(struct offload *o, int layer, int n_items, uint32_
         }
         o->st.recall_failures++;
         if (attempt + 1 == RECALL_ATTEMPTS) break;
-        ticket =
-            spec ? recall_submit_prefetch(o, n_items) : recall_submit_layer(o, layer, n_items, seq);
+        ticket = spec ? recall_submit_prefetch(o, n_items)
+                      : recall_submit_layer(o, lane, layer, n_items, seq);
     }
     int ok = PULSE_OK;
     atomic_compare_exchange_strong(&o->status, &ok, PULSE_ERR_IO);
     if (!spec)
-        set_flag(&o->step.flags[offload_sl(o, layer)], seq); /* the device must not wait forever */
+        set_flag(&o->step.lanes[lane].flags[offload_sl(o, layer)],
+                 seq); /* the device must not wait forever */
 }
 
 /* Waits for the layer's recall of step `step` (submitted at t_submit; a prefetch's when spec),
  * resubmits a failed one, and counts it: the layer's, the step's series and traffic, the
  * planner's recall phase. */
-static void recall_finish_layer(struct offload *o, int layer, int n_items, int64_t step,
+static void recall_finish_layer(struct offload *o, int lane, int layer, int n_items, int64_t step,
                                 int64_t ticket, double t_submit, int spec)
 {
     const int64_t bytes = (int64_t)n_items * (int64_t)offload_chunk_bytes(o);
     if (step < o->p.max_steps) o->series[step] += bytes;
     o->step.traffic[step & 1].recall_bytes += (double)bytes;
-    recall_wait_layer(o, layer, n_items, (uint32_t)(step + 1), ticket, t_submit, spec);
+    recall_wait_layer(o, lane, layer, n_items, (uint32_t)(step + 1), ticket, t_submit, spec);
     o->plan.planner_phase_s[OFFLOAD_PLANNER_RECALL] += pulse_now() - t_submit;
 }
 
@@ -301,10 +304,10 @@ static void step_totals(struct offload *o, const struct job *j)
 }
 
 /* The source's meter on sparse layer sl's lists of a step. */
-static void meter(struct offload *o, const struct offload_step_state *ss, int p, int sl)
+static void meter(struct offload *o, const struct offload_step_state *ss, int lane, int p, int sl)
 {
     if (!o->qs) return; /* the real query without a source: nothing to meter */
-    const int32_t *h_sel = offload_sel(o, p, sl, ss->n);
+    const int32_t *h_sel = offload_lane_sel(o, lane, p, sl, ss->n);
     const size_t lists = (size_t)ss->n * o->n_lists;
     int rc = o->qs->meter_add(o->qs->user, o->layer_of[sl], ss->slot, ss->n_tok, h_sel,
                               h_sel + lists * o->ms, ss->n);
@@ -329,7 +332,7 @@ static void run_prefetch(struct offload *o, const struct job *j)
     offload_lap(ph, OFFLOAD_PLANNER_PLAN, &t);
     if (n_items == 0) return;
     const int64_t ticket = recall_submit_prefetch(o, n_items);
-    recall_finish_layer(o, j->layer, n_items, j->step, ticket, t, 1);
+    recall_finish_layer(o, j->lane, j->layer, n_items, j->step, ticket, t, 1);
 }
 
 /* A layer job: the lists (waited for), then for JOB_PLAN the plan and the recall's submit,
@@ -341,7 +344,12 @@ static void run_job(struct offload *o, const struct job *j)
         return;
     }
     const int p = (int)(j->step & 1), sl = offload_sl(o, j->layer);
-    const struct offload_step_state *ss = &o->step.ss[p];
+    /* the job's lane: its entries of the step */
+    const struct offload_step_state *full = &o->step.ss[p];
+    const struct offload_step_state lane_ss = {j->n, full->step, full->slot + j->first,
+                                               full->n_tok + j->first};
+    const struct offload_step_state *ss = &lane_ss;
+    const struct offload_lane *L = &o->step.lanes[j->lane];
     double *ph = o->plan.planner_phase_s, t = pulse_now();
     if (trace_on())
         fprintf(stderr, "planner: step %lld layer %d: waiting for %slists\n", (long long)j->step,
@@ -350,7 +358,7 @@ static void run_job(struct offload *o, const struct job *j)
         run_prefetch(o, j);
         return;
     }
-    o->be->event_sync(o->step.ev_sel[(size_t)p * o->n_sparse + sl]);
+    o->be->event_sync(L->ev_sel[(size_t)p * o->n_sparse + sl]);
     offload_lap(ph, OFFLOAD_PLANNER_LISTS, &t);
     if (trace_on())
         fprintf(stderr, "planner: step %lld layer %d: lists in\n", (long long)j->step, j->layer);
@@ -359,20 +367,20 @@ static void run_job(struct offload *o, const struct job *j)
     int64_t ticket = -1;
     if (j->kind == OFFLOAD_JOB_PLAN) {
         recall_prime(o->store.rc); /* the engine's threads wake while the plan is made */
-        n_items = plan(o, ss, j->layer, offload_sel(o, p, sl, ss->n), offload_ctl(o, p, sl),
-                       o->plan.pl_spec_step[sl] == j->step);
+        n_items = plan(o, ss, j->layer, offload_lane_sel(o, j->lane, p, sl, ss->n),
+                       offload_lane_ctl(o, j->lane, p, sl), o->plan.pl_spec_step[sl] == j->step);
         offload_lap(ph, OFFLOAD_PLANNER_PLAN, &t);
         if (n_items > 0)
-            ticket = recall_submit_layer(o, j->layer, n_items, seq);
+            ticket = recall_submit_layer(o, j->lane, j->layer, n_items, seq);
         else
-            set_flag(&o->step.flags[sl], seq);
+            set_flag(&L->flags[sl], seq);
     }
     const double t_submit = t;
-    meter(o, ss, p, sl); /* inside the recall's time when there is one */
+    meter(o, ss, j->lane, p, sl); /* inside the recall's time when there is one */
     if (o->plan.pl_spec_step[sl] == j->step) count_overlap(o, ss, p, j->layer);
     offload_lap(ph, OFFLOAD_PLANNER_METER, &t);
     if (n_items > 0) {
-        recall_finish_layer(o, j->layer, n_items, j->step, ticket, t_submit, 0);
+        recall_finish_layer(o, j->lane, j->layer, n_items, j->step, ticket, t_submit, 0);
         o->ls[j->layer].corrections += o->plan.pl_spec_step[sl] == j->step ? n_items : 0;
     }
     if (trace_on())
@@ -415,7 +423,7 @@ int offload_planner_start(struct offload *o)
     /* two steps of jobs (a layer's, its prediction's with o->spec, the step's): the planner
      * waits on each layer's lists, so it runs up to a step behind the host's posts, and a ring
      * of one step's jobs makes the host wait for it (host syncs inside the step) */
-    pl->cap = 2 * ((1 + o->spec) * o->n_layers + 1) + 2;
+    pl->cap = 2 * ((1 + o->spec) * o->n_layers * (o->p.lanes == 2 ? 2 : 1) + 1) + 2;
     pl->ring = mem_alloc(MEM_HOST, sizeof(struct job) * (size_t)pl->cap, "planner jobs");
     o->pl = pl;
     if (!pl->ring) return PULSE_ERR_OOM;
@@ -449,7 +457,8 @@ void offload_planner_post(struct offload *o, int kind, int layer, int64_t step)
     struct offload_planner *pl = o->pl;
     const int64_t posted = atomic_load(&pl->posted);
     if (offload_planner_wait(o, posted - pl->cap + 1)) pulse_host_sync_note(); /* ring full */
-    pl->ring[posted % pl->cap] = (struct job){kind, layer, step};
+    pl->ring[posted % pl->cap] =
+        (struct job){kind, layer, step, o->step.lane, o->step.first, o->step.n};
     atomic_store(&pl->posted, posted + 1);
     if (atomic_load(&pl->sleeping)) {
         pthread_mutex_lock(&pl->mu);

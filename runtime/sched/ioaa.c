@@ -96,6 +96,29 @@ double ioaa_step_time(const struct ioaa *a, int b_normal, int64_t ctx_sum, int b
     return step_s(a, b_normal, ctx_sum, b_offload, depth);
 }
 
+/* ------------------------------------------------------------------ self-interleaving */
+
+/* The self-interleaved step (ioaa.h): the period of a layer of two halves, times L. */
+double ioaa_self_step_time(const struct ioaa *a, int b_offload)
+{
+    if (b_offload < 2) return step_s(a, 0, 0, b_offload, NULL);
+    const int ha = (b_offload + 1) / 2, hb = b_offload / 2;
+    const double r = a->p.recall_bytes;
+    const double ra = ioaa_t_recall(a, ha * r), rb = ioaa_t_recall(a, hb * r);
+    const double oa = ioaa_t_offload(a, ha), ob = ioaa_t_offload(a, hb);
+    const double period = fmax(fmax(ra + rb, oa + ob), fmax(ra + oa, rb + ob));
+    return a->p.n_layers * period;
+}
+
+int ioaa_choose_self(const struct ioaa *a, int b_offload, double *self_s, double *plain_s)
+{
+    const double plain = step_s(a, 0, 0, b_offload, NULL);
+    const double self = ioaa_self_step_time(a, b_offload);
+    if (self_s) *self_s = self;
+    if (plain_s) *plain_s = plain;
+    return b_offload >= 2 && self < plain;
+}
+
 static double throughput(int total, double s)
 {
     return total > 0 && s > 0 ? total / s : 0;

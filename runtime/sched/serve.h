@@ -152,6 +152,8 @@ struct policy_ctx_params {
     int max_waiting;           /* waiting requests one admission decision takes (0: 32) */
     int no_ioaa_refit;         /* 1: IOAA keeps the profile's recall terms (ioaa_refit.h) */
     const char *trace;         /* Chrome-trace timeline of the schedule (timeline.h), or NULL */
+    const char *self_interleave; /* "on", "auto" or "off" (NULL: off): the offload batch in
+                                    two interleaved halves when no normal batch runs */
 };
 
 /* A policy's table; baselines/registry.h finds them by name. */
