@@ -342,14 +342,14 @@ static long long prompt_tokens(struct gen *g, const struct synth_params *p, size
 static long long fit(struct gen *g, const struct synth_params *p, size_t *units, char *err,
                      size_t errlen)
 {
-    long long budget = p->target_tokens - g->lt->max_gen;
+    long long budget = p->target_tokens - g->lt->max_gen - p->reserve_tokens;
     long long t = prompt_tokens(g, p, 0, err, errlen);
     if (t < 0) return t;
     if (t > budget) {
         snprintf(err, errlen,
-                 "length %lld is too small for %s: its template and needles take %lld tokens "
-                 "and it generates up to %d",
-                 p->target_tokens, TASK_NAMES[g->task], t, g->lt->max_gen);
+                 "length %lld is too small for %s: its template and needles take %lld tokens, "
+                 "it generates up to %d and the chat template takes %lld",
+                 p->target_tokens, TASK_NAMES[g->task], t, g->lt->max_gen, p->reserve_tokens);
         return PULSE_ERR_INVALID;
     }
     size_t lo = 0, hi = 1; /* prompt(lo) fits, prompt(hi) does not */

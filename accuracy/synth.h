@@ -79,6 +79,9 @@ struct synth_params {
     uint64_t seed;
     synth_count_fn count; /* NULL: synth_count_bytes4 */
     void *count_user;
+    /* tokens the caller adds around the prompt (a chat template's turn markers), taken off the
+     * budget with max_gen: the templated prompt and max_gen fit target_tokens */
+    long long reserve_tokens;
 };
 
 /* One generated sample; every string is malloc'd and owned by the sample. */

@@ -272,7 +272,15 @@ static int write_one(const struct synth_opts *o, const struct synth_corpus *corp
                              (size_t)n,
                              o->seed | (o->train_split ? SYNTH_TRAIN_SEED : 0),
                              ctr->tok ? count_tokens : NULL,
-                             ctr};
+                             ctr,
+                             0};
+    if (o->train_format && o->chat != CHAT_NONE) { /* the turn markers around the prompt */
+        char *empty = chat_apply((enum chat_template)o->chat, "");
+        if (!empty) return EXIT_OOM;
+        p.reserve_tokens =
+            (ctr->tok ? count_tokens : synth_count_bytes4)(ctr, empty, strlen(empty));
+        free(empty);
+    }
     FILE *f = fopen(path, "w");
     if (!f) {
         cli_error("synth", "--out-dir: %s: cannot write: %s", path, strerror(errno));

@@ -164,7 +164,7 @@ static void free_lines(char **v, size_t n)
 static void test_determinism(const struct synth_corpus *c)
 {
     for (int t = 0; t < SYNTH_TASK_COUNT; t++) {
-        struct synth_params p = {(enum synth_task)t, 2048, 6, 42, NULL, NULL};
+        struct synth_params p = {(enum synth_task)t, 2048, 6, 42, NULL, NULL, 0};
         char **a = lines_of(c, p), **b = lines_of(c, p);
         p.seed = 43;
         char **d = lines_of(c, p);
@@ -261,7 +261,7 @@ static long long split_words(const char *s)
 /* Writes n samples, loads them back through longbench.c and checks each record. */
 static void test_round_trip(const struct synth_corpus *c, int t, long long target, size_t n)
 {
-    struct synth_params p = {(enum synth_task)t, target, n, 7, NULL, NULL};
+    struct synth_params p = {(enum synth_task)t, target, n, 7, NULL, NULL, 0};
     char path[128], err[512];
     snprintf(path, sizeof path, "%s/%s_%lld.jsonl", out_dir, synth_task_name(t), target);
     FILE *f = fopen(path, "w");
@@ -358,7 +358,7 @@ static long long count_fails(void *user, const char *text, size_t len)
 static void test_counter_and_limits(const struct synth_corpus *c)
 {
     int calls = 0;
-    struct synth_params p = {SYNTH_PASSKEY, 3000, 4, 1, count_words, &calls};
+    struct synth_params p = {SYNTH_PASSKEY, 3000, 4, 1, count_words, &calls, 0};
     struct synth_sample s;
     char err[256];
     EXPECT_EQ_INT(synth_sample_generate(c, &p, 2, &s, err, sizeof err), PULSE_OK);
@@ -366,16 +366,16 @@ static void test_counter_and_limits(const struct synth_corpus *c)
     EXPECT(s.tokens <= 3000 - 32 && s.tokens >= 3000 - 32 - 40);
     EXPECT(s.filler_units > 200);
     synth_sample_release(&s);
-    p = (struct synth_params){SYNTH_PASSKEY, 4096, 1, 1, count_nothing, NULL};
+    p = (struct synth_params){SYNTH_PASSKEY, 4096, 1, 1, count_nothing, NULL, 0};
     EXPECT_EQ_INT(synth_sample_generate(c, &p, 0, &s, err, sizeof err), PULSE_ERR_INVALID);
     EXPECT_STR_CONTAINS(err, "over 32 bytes a token");
     p.count = count_fails;
     EXPECT_EQ_INT(synth_sample_generate(c, &p, 0, &s, err, sizeof err), PULSE_ERR_INVALID);
     EXPECT_STR_CONTAINS(err, "the token counter failed");
-    p = (struct synth_params){SYNTH_NIAH_MULTIKEY, 256, 1, 1, NULL, NULL};
+    p = (struct synth_params){SYNTH_NIAH_MULTIKEY, 256, 1, 1, NULL, NULL, 0};
     EXPECT_EQ_INT(synth_sample_generate(c, &p, 0, &s, err, sizeof err), PULSE_ERR_INVALID);
     EXPECT_STR_CONTAINS(err, "too small for niah_multikey");
-    p = (struct synth_params){SYNTH_KV_RETRIEVAL, 256, 1, 1, NULL, NULL};
+    p = (struct synth_params){SYNTH_KV_RETRIEVAL, 256, 1, 1, NULL, NULL, 0};
     EXPECT_EQ_INT(synth_sample_generate(NULL, &p, 0, &s, err, sizeof err), PULSE_OK);
     EXPECT(s.filler_units >= 1);
     synth_sample_release(&s);
@@ -475,7 +475,7 @@ static void test_system_docs(void)
     synth_corpus_stats(c, &cs);
     fprintf(stderr, "system corpus: %zu files, %zu used, %zu sentences\n", cs.files_seen,
             cs.files_used, cs.sentences);
-    struct synth_params p = {SYNTH_PASSKEY, 4096, 1, 3, NULL, NULL};
+    struct synth_params p = {SYNTH_PASSKEY, 4096, 1, 3, NULL, NULL, 0};
     struct synth_sample s;
     EXPECT_EQ_INT(synth_sample_generate(c, &p, 0, &s, err, sizeof err), PULSE_OK);
     EXPECT(s.context && strstr(s.context, s.answers[0]));

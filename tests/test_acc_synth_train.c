@@ -97,7 +97,17 @@ static void test_task_records(const struct synth_corpus *c)
             EXPECT_EQ_INT(num(r, "index"), n);
             EXPECT_EQ_INT(num(r, "target_tokens"), 2048);
             EXPECT(num(r, "tokens") <= 2048 - lt->max_gen && num(r, "tokens") > 1700);
-            struct synth_params p = {t, 2048, 4, 5 | SYNTH_TRAIN_SEED, NULL, NULL};
+            /* the CLI keeps ChatML's turn markers out of the budget */
+            char *markers = chat_apply(CHAT_CHATML, "");
+            struct synth_params p = {t,
+                                     2048,
+                                     4,
+                                     5 | SYNTH_TRAIN_SEED,
+                                     NULL,
+                                     NULL,
+                                     synth_count_bytes4(NULL, markers, strlen(markers))};
+            free(markers);
+            EXPECT(p.reserve_tokens >= 8);
             struct synth_sample s;
             char err[256];
             EXPECT_EQ_INT(synth_sample_generate(c, &p, (size_t)n, &s, err, sizeof err), PULSE_OK);
@@ -194,7 +204,7 @@ static void test_disjoint(const struct synth_corpus *c)
                 for (int sd = 0; sd < SEEDS; sd++)
                     for (int i = 0; i < N; i++) {
                         const uint64_t seed = (uint64_t)(sd + 1) | (split ? SYNTH_TRAIN_SEED : 0);
-                        struct synth_params p = {t, len, N, seed, NULL, NULL};
+                        struct synth_params p = {t, len, N, seed, NULL, NULL, 0};
                         struct synth_sample s;
                         char err[256];
                         EXPECT_EQ_INT(synth_sample_generate(c, &p, (size_t)i, &s, err, sizeof err),
