@@ -309,8 +309,6 @@ static int engine_run(int gemm, int reserve, struct engine_stats *st, float *log
         fprintf(stderr, "engine: %s\n", err);
         return -1;
     }
-    struct engine_stats s0;
-    engine_get_stats(e, &s0);
     struct kv_cache_params kp = {c->n_layers, c->n_kv_heads, c->head_dim, 16, 1u << 22, N, 256};
     struct kv_cache *kv = kv_cache_create(&kp, be, engine_ctx(e), err, sizeof err);
     struct batch *bt = batch_create(e);
@@ -324,6 +322,8 @@ static int engine_run(int gemm, int reserve, struct engine_stats *st, float *log
     }
     batch_set(e, bt, kv, en, N);
     engine_fill_prompt(e, bt, kv);
+    struct engine_stats s0;
+    engine_get_stats(e, &s0);
     for (int t = 0; t < STEPS; t++)
         engine_step(e, bt, kv);
     batch_read_logits(e, bt, logits);
