@@ -207,7 +207,8 @@ static float *scratch(struct gemm_lt *g, size_t bytes, cudaStream_t st)
     return g->d_scratch;
 }
 
-/* Times the n candidates on shape key (outside any capture) and returns the fastest's index. */
+/* Times the n candidates on shape key (outside any capture) and returns the fastest's index
+ * (-1: none of them launched). */
 static int fastest(struct gemm_lt *g, const struct kctx *c, struct lt_layouts *l,
                    const cublasLtMatmulHeuristicResult_t *res, int n, const uint16_t *a,
                    const uint16_t *w, float *out, int m, int nn, float beta, cudaStream_t st)
@@ -241,7 +242,7 @@ static int fastest(struct gemm_lt *g, const struct kctx *c, struct lt_layouts *l
     }
     g->st.shapes_tuned++;
     g->st.candidates_timed += timed;
-    return pick;
+    return timed ? pick : -1;
 }
 
 /* The plan of key: found, or made now (timed when allowed); NULL when the cache is full. */
@@ -275,8 +276,8 @@ static struct lt_plan *plan_for(struct gemm_lt *g, const struct kctx *c, const s
             g->st.capture_fallbacks++;
         else if (g->tune && n > 1)
             pick = fastest(g, c, l, res, n, a, w, out, key->m, key->n, beta, st);
-        p->algo = res[pick].algo;
-        p->has_algo = 1;
+        if (pick >= 0) p->algo = res[pick].algo;
+        p->has_algo = pick >= 0;
     }
     p->used = 1;
     g->st.shapes += p != tmp;
