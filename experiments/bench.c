@@ -465,6 +465,9 @@ static int decode_step(int argc, char **argv)
             printf("%8s\n", "-"); /* no peer, or no timed point of the peer here */
     }
     printf("copy bandwidth %.1f GB/s (read + write)\n", copy_gbs);
+    char gline[320];
+    json_object_set_new(res, "gemm", engine_gemm_json(e, gline, sizeof gline));
+    printf("%s\n", gline);
     json_object_set_new(res, "points", arr);
     if (peer) json_object_set(res, "peer", peer);
 out:

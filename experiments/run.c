@@ -403,6 +403,8 @@ static void report(const struct run_opts *o, json_t *res, const struct workload 
     engine_get_stats(e, &es);
     json_object_set_new(cj, "graph_captures", json_integer(es.graph_captures));
     json_object_set_new(cj, "graph_launches", json_integer(es.graph_launches));
+    char gline[320];
+    json_object_set_new(cj, "gemm", engine_gemm_json(e, gline, sizeof gline));
     if (off) json_object_set_new(cj, "offload", offload_counters_json(off));
     json_object_set_new(res, "counters", cj);
 }

@@ -24,6 +24,10 @@ static const struct rt_word pin_words[] = {
 static const struct rt_word numa_words[] = {{"nearest", MEM_NUMA_NEAREST}, {"none", -1}, {NULL, 0}};
 static const struct rt_word wait_words[] = {{"device", 0}, {"host", 1}, {NULL, 0}};
 static const struct rt_word fill_words[] = {{"device", 0}, {"host", 1}, {NULL, 0}};
+static const struct rt_word gemm_words[] = {{"lt", ENGINE_GEMM_LT},
+                                            {"lt-heuristic", ENGINE_GEMM_LT_HEURISTIC},
+                                            {"cublas", ENGINE_GEMM_CUBLAS},
+                                            {NULL, 0}};
 
 /* One option: --name takes an integer in [lo, hi] (none when lo > hi) or one of words; the
  * field (an int, or a size_t holding value << shift) at `off` in its group's struct. */
@@ -85,6 +89,14 @@ static const struct rt_opt table[] = {
     {"attn-min-tiles", RT_ENGINE, FIELD(engine_params, attn_min_tiles),
      NUMBER(ATTN_MIN_TILES_LO, ATTN_MIN_TILES_HI), 0, "PULSE_ATTN_MIN_TILES",
      "CUDA attention: the least 16-token tiles of a split", NULL},
+    {"gemm", RT_ENGINE, FIELD(engine_params, gemm), WORDS(gemm_words), 0, NULL,
+     "cuda GEMMs: cuBLASLt with each shape's algorithm timed at warm-up, its heuristic's first, "
+     "or cublasGemmEx",
+     NULL},
+    {"gemm-sm-reserve", RT_ENGINE, FIELD(engine_params, gemm_sm_reserve), NUMBER(0, 1024), 0, NULL,
+     "cuda GEMMs: SMs left to other kernels (the zero-copy gather); their SM count target is the "
+     "device's less N",
+     NULL},
     {"recall-wait", RT_OFFLOAD, FIELD(offload_params, host_wait), WORDS(wait_words), 0,
      "PULSE_DEVICE_WAIT",
      "cuda: the compute stream waits for a recall on the device, or the host waits",

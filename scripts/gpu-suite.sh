@@ -2,9 +2,15 @@
 # The GPU machine's suite, in one call: build with nvcc (sm_90), every test (each CUDA kernel
 # against its CPU reference; the tiny model on CUDA against the CPU), compute-sanitizer on the
 # decode test, the PyTorch peer, the decode-step benchmark, the main job; a short table last.
-# Stages: any of  test sanitize sanitize-all peer bench run devwait offload pulseinfer recall reproduce model accuracy ab  (default: test sanitize
+# Stages: any of  test sanitize sanitize-all peer bench run devwait offload pulseinfer recall gemm reproduce model accuracy ab  (default: test sanitize
 # bench run recall; the peer's kept result in experiments/peer/results/ stands in). Results go
 # to $OUT (or out/).
+#   gemm      the decode GEMMs' paths in one call: bench decode-step at GEMM_POINTS (default
+#             1x4096,18x4096,64x4096) with --gemm cublas, lt and lt-heuristic and with lt leaving
+#             GEMM_RESERVES SMs free (default 8 16); each one's gemm/cp (the weights' read rate
+#             over the copy bandwidth, goal >= 0.93) per point into gemm.txt; then recall-bench's
+#             interference part (GEMM_RECALL_ARGS, default zero-copy alone at 64K x 1024, grids
+#             4,16,64): the decode GEMMs beside the gather, cublas and lt with 0/8/16 SMs free.
 #   ab        the offload step before and after: AB_BASE (a commit) built in a worktree in
 #             /tmp/ab-base, then `bench decode-step --policy P` of each of AB_POLICIES at
 #             AB_POINT (default 12x16384, 10 steps), base and head alternated AB_ROUNDS times
@@ -319,6 +325,26 @@ if has recall; then
         echo "--- recall-bench with $v"; tail -n 20 "$out/recall_$tag.txt"
     done
 fi
+if has gemm; then
+    log gemm paths
+    : >"$out/gemm.txt"
+    gemm_variants=("--gemm=cublas" "--gemm=lt" "--gemm=lt-heuristic")
+    for r in ${GEMM_RESERVES:-8 16}; do gemm_variants+=("--gemm=lt,--gemm-sm-reserve=$r"); done
+    for v in "${gemm_variants[@]}"; do
+        tag=gemm_${v//[^A-Za-z0-9]/_}
+        variant "$v"
+        timeout 200 "$bin" bench decode-step --backend cuda --points "${GEMM_POINTS:-1x4096,18x4096,64x4096}" \
+            "${v_flags[@]}" --out "$out/bench_$tag.json" >"$out/bench_$tag.txt" 2>&1
+        rc=$?
+        # the rows' batch and gemm/cp columns, and the plan counters' line
+        cols=$(awk '/^ *[0-9]+ +[0-9]+ / {printf " b%s %s", $1, $10}' "$out/bench_$tag.txt")
+        echo "$v (exit $rc):$cols | $(grep '^gemm ' "$out/bench_$tag.txt" | cut -c1-150)" | tee -a "$out/gemm.txt"
+    done
+    timeout 300 "$bin" recall-bench ${GEMM_RECALL_ARGS:---engines zero-copy --sizes 64K --counts 1024 --caps 0.8 --zc-grids 4,16,64 --reps 3} \
+        --out "$out/recall_gemm.json" >"$out/recall_gemm.txt" 2>&1
+    summary+=("gemm: recall-bench exit $?, $(wc -l <"$out/gemm.txt") bench rows in gemm.txt")
+    grep -E "decode gemm|weights read" "$out/recall_gemm.txt" >>"$out/gemm.txt"
+fi
 if has reproduce; then
     # pulse reproduce (REPRO_SCALE, default quick; REPRO_ONLY) into results/repro, which stays
     # on the machine between warm calls, so a call cut short by REPRO_TIMEOUT resumes in the
@@ -414,6 +440,6 @@ if has accuracy && [ -e "$acc_model" ]; then
 fi
 log done
 printf '%s\n' "${summary[@]}"
-for f in ab.txt test_kernels_gpu.txt test_gemma3_gpu.txt test_offload_gpu.txt bench.txt run.txt run_arkvale_headwise.txt run_arkvale_solohead.txt recall_bench.txt accuracy.txt; do
+for f in gemm.txt ab.txt test_kernels_gpu.txt test_gemm_lt_gpu.txt test_gemma3_gpu.txt test_offload_gpu.txt bench.txt run.txt run_arkvale_headwise.txt run_arkvale_solohead.txt recall_bench.txt accuracy.txt; do
     [ -f "$out/$f" ] && { echo "--- $f"; tail -n 25 "$out/$f"; }
 done

@@ -1,9 +1,13 @@
 #include "engine.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <string.h>
 
 #include "common.h"
+#ifdef PULSE_HAVE_CUDA
+#include "gemm_lt.h"
+#endif
 #include "kernels_cpu.h"
 #include "numeric.h"
 #include "trace.h"
@@ -28,6 +32,7 @@ struct engine {
     int piece_graphs; /* batch_graph_pieces may turn them on (!engine_params.no_piece_graphs) */
     int capturing;    /* a whole step is being captured: its pieces are queued as they are */
     struct engine_stats st;
+    struct gemm_lt *gemm_lt; /* engine_params.gemm's plan cache (cuda, not cublas); else NULL */
 };
 
 struct batch {
@@ -114,10 +119,38 @@ static int check_tuning(const struct engine_params *p, char *err, size_t errlen)
     else if (p->attn_min_tiles &&
              (p->attn_min_tiles < ATTN_MIN_TILES_LO || p->attn_min_tiles > ATTN_MIN_TILES_HI))
         why = "attn_min_tiles must be 0 or 4..4096";
+    else if (p->gemm < ENGINE_GEMM_LT || p->gemm > ENGINE_GEMM_CUBLAS)
+        why = "gemm must be 0 (lt), 1 (lt-heuristic) or 2 (cublas)";
+    else if (p->gemm_sm_reserve < 0)
+        why = "gemm_sm_reserve must be >= 0";
     if (!why) return 0;
     snprintf(err, errlen, "engine: %s", why);
     return -1;
 }
+
+#ifdef PULSE_HAVE_CUDA
+/* The device GEMMs' path and SM target (engine_params.gemm, gemm_sm_reserve): 0, or -1 with
+ * the reason in err. The shapes are planned (timed) by warm_gemms, before any capture. */
+static int gemm_setup(struct engine *e, char *err, size_t errlen)
+{
+    const struct engine_params *p = &e->p;
+    if (p->gemm == ENGINE_GEMM_CUBLAS) {
+        const int t = gemm_blas_set_sm_reserve(e->ctx.blas, p->gemm_sm_reserve);
+        if (t < 0) {
+            snprintf(err, errlen, "engine: gemm_sm_reserve %d must leave an SM (0..%d here)",
+                     p->gemm_sm_reserve, e->ctx.num_sms - 1);
+            return -1;
+        }
+        e->st.gemm_sm_target = t;
+        return 0;
+    }
+    struct gemm_lt_params gp = {.sm_reserve = p->gemm_sm_reserve,
+                                .no_tuning = p->gemm == ENGINE_GEMM_LT_HEURISTIC};
+    e->gemm_lt = gemm_lt_create(&gp, err, errlen);
+    e->ctx.gemm_lt = e->gemm_lt;
+    return e->gemm_lt ? 0 : -1;
+}
+#endif
 
 struct engine *engine_create(const struct engine_params *p, char *err, size_t errlen)
 {
@@ -143,6 +176,10 @@ struct engine *engine_create(const struct engine_params *p, char *err, size_t er
         e->ctx.workspace = mem_alloc(MEM_DEVICE, ws, "attention workspace");
         e->ctx.workspace_bytes = ws;
         if (!e->ctx.workspace) goto oom;
+        if (gemm_setup(e, err, errlen)) {
+            engine_free(e);
+            return NULL;
+        }
     }
 #endif
     if (p->load_weights) {
@@ -188,6 +225,10 @@ void engine_free(struct engine *e)
         e->ctx.workspace = NULL;
         e->ctx.workspace_bytes = 0;
     }
+#ifdef PULSE_HAVE_CUDA
+    gemm_lt_free(e->gemm_lt); /* the stream is synchronised above */
+    e->ctx.gemm_lt = NULL;
+#endif
     e->be->ctx_free(&e->ctx);
     mem_free(MEM_HOST, e, sizeof *e);
 }
@@ -669,6 +710,39 @@ void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv)
 void engine_get_stats(const struct engine *e, struct engine_stats *out)
 {
     *out = e->st;
+#ifdef PULSE_HAVE_CUDA
+    if (e->gemm_lt) {
+        struct gemm_lt_stats g;
+        gemm_lt_get_stats(e->gemm_lt, &g);
+        out->gemm_sm_target = g.sm_target;
+        out->gemm_lt_calls = g.calls;
+        out->gemm_shapes = g.shapes;
+        out->gemm_shapes_tuned = g.shapes_tuned;
+        out->gemm_candidates_timed = g.candidates_timed;
+        out->gemm_capture_fallbacks = g.capture_fallbacks;
+        out->gemm_blas_fallbacks = g.blas_fallbacks;
+    }
+#endif
+}
+
+json_t *engine_gemm_json(const struct engine *e, char *buf, size_t len)
+{
+    static const char *const paths[] = {"lt", "lt-heuristic", "cublas"};
+    struct engine_stats s;
+    engine_get_stats(e, &s);
+    const char *path = e->be->mem == MEM_DEVICE ? paths[e->p.gemm] : "cpu";
+    snprintf(buf, len,
+             "gemm %s: SM target %d (reserve %d), %lld shapes planned, %lld timed over %lld "
+             "candidates, %lld first seen in a capture, %lld calls left to cublasGemmEx",
+             path, s.gemm_sm_target, e->p.gemm_sm_reserve, (long long)s.gemm_shapes,
+             (long long)s.gemm_shapes_tuned, (long long)s.gemm_candidates_timed,
+             (long long)s.gemm_capture_fallbacks, (long long)s.gemm_blas_fallbacks);
+    return json_pack(
+        "{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I}", "path", path, "sm_reserve", e->p.gemm_sm_reserve,
+        "sm_target", s.gemm_sm_target, "lt_calls", (json_int_t)s.gemm_lt_calls, "shapes",
+        (json_int_t)s.gemm_shapes, "shapes_tuned", (json_int_t)s.gemm_shapes_tuned,
+        "candidates_timed", (json_int_t)s.gemm_candidates_timed, "capture_fallbacks",
+        (json_int_t)s.gemm_capture_fallbacks, "blas_fallbacks", (json_int_t)s.gemm_blas_fallbacks);
 }
 
 void batch_set_hook(struct batch *bt, const struct engine_layer_hook *hook)

@@ -28,6 +28,11 @@ struct engine_params {
                                1..ATTN_BLOCKS_PER_SM_MAX (0: the most) */
     int attn_min_tiles;     /* least tiles a split, ATTN_MIN_TILES_LO..ATTN_MIN_TILES_HI (0:
                                ATTN_MIN_TILES) */
+    int gemm;               /* the device GEMMs (enum engine_gemm): cuBLASLt with each shape's
+                               algorithm timed at warm-up (0), its heuristic's first, or
+                               cublasGemmEx; cuda only */
+    int gemm_sm_reserve;    /* SMs the GEMMs leave to other kernels (the zero-copy gather): their
+                               SM count target is the device's less this; 0: all SMs; cuda only */
     /* Real weights: when set, the model is laid out with model_alloc and this fills it (e.g.
      * model_load_hf); it returns PULSE_OK or an error with a reason in err. NULL: random
      * weights from seed. */
@@ -36,10 +41,20 @@ struct engine_params {
     void *load_user;
 };
 
+/* engine_params.gemm */
+enum engine_gemm { ENGINE_GEMM_LT = 0, ENGINE_GEMM_LT_HEURISTIC = 1, ENGINE_GEMM_CUBLAS = 2 };
+
 struct engine_stats {
     /* graphs captured and replayed: whole steps (engine_step) and layer pieces
      * (batch_graph_pieces) alike, one each */
     int64_t steps, graph_captures, graph_launches;
+    /* the device GEMMs: the SM count target (0: all SMs; cuBLASLt's or cuBLAS's), and the
+     * cuBLASLt plan cache's counters (gemm_lt.h; 0 on cublas and on the cpu): products run,
+     * shapes planned, shapes whose candidates were timed, candidates timed, shapes first seen
+     * inside a graph capture (untimed), calls left to cublasGemmEx */
+    int gemm_sm_target;
+    int64_t gemm_lt_calls, gemm_shapes, gemm_shapes_tuned, gemm_candidates_timed,
+        gemm_capture_fallbacks, gemm_blas_fallbacks;
 };
 
 /* One request in a batch: its cache slot, id (seeds its synthetic KV), tokens already in the
@@ -194,6 +209,10 @@ void engine_read_logits(struct engine *e, float *out, int rows);
 void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv);
 
 void engine_get_stats(const struct engine *e, struct engine_stats *out);
+/* The GEMMs' path and counters as {"path": "lt"|"lt-heuristic"|"cublas"|"cpu", "sm_reserve",
+ * "sm_target", "lt_calls", "shapes", "shapes_tuned", "candidates_timed", "capture_fallbacks",
+ * "blas_fallbacks"} (a new reference), and the same as one line into buf. */
+struct json_t *engine_gemm_json(const struct engine *e, char *buf, size_t len);
 
 /* The first token a request's decode consumes (its synthetic last prompt token). */
 int32_t engine_first_token(const struct engine *e, int req_id);

@@ -35,6 +35,8 @@ struct kctx {
     /* the CUDA attention's split plan (0: the defaults below; engine_params sets them) */
     int attn_blocks_per_sm; /* split target, 1..ATTN_BLOCKS_PER_SM_MAX blocks per SM */
     int attn_min_tiles;     /* least 16-token tiles a split, ATTN_MIN_TILES_LO..4096 */
+    void *gemm_lt; /* struct gemm_lt (gemm_lt.h): gemm_bf16_cuda through cuBLASLt, a plan per
+                      shape; NULL: cublasGemmEx on `blas` */
 };
 
 /* The CUDA attention's split plan: about ATTN_BLOCKS_PER_SM_MAX blocks per SM in the grid (a

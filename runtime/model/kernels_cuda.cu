@@ -15,6 +15,7 @@
 #endif
 
 #include "cuda_check.h"
+#include "gemm_lt.h"
 #include "kernels.h"
 #include "numeric.h"
 
@@ -444,6 +445,14 @@ extern "C" void gemm_bf16_cuda(const struct kctx *c, const uint16_t *a, const ui
                                float *out, int m, int n, int k, float beta)
 {
     if (m <= 0 || n <= 0) return;
+    /* cuBLASLt when the context has a plan cache; cublasGemmEx for a shape it has no
+     * algorithm for (counted there) and for contexts without one */
+    if (k > 0 && c->gemm_lt &&
+        gemm_lt_run((struct gemm_lt *)c->gemm_lt, c, a, w, out, m, n, k, beta) == 0) {
+        CUDA_CHECK_LAUNCH(stream_of(c));
+        mark_initialized(stream_of(c), out, (size_t)m * n * sizeof *out);
+        return;
+    }
     cublasHandle_t h = (cublasHandle_t)c->blas;
     PULSE_CHECK(h != NULL, "gemm_bf16_cuda needs ctx->blas");
     /* Rebind only when the stream differs: cublasSetStream also resets the workspace to cuBLAS's

@@ -1,0 +1,73 @@
+/* The decode GEMMs through cuBLASLt (CUDA builds only): gemm_bf16_cuda's product, out[m][n]
+ * (fp32) = a[m][k] . w[n][k]^T (bf16) + beta * out, with an algorithm chosen per shape.
+ *
+ * A plan is kept per (m, n, k, beta != 0, SM count target, the three pointers' alignment, the
+ * workspace's size). The first time a shape is seen outside a stream capture, cuBLASLt's
+ * heuristic proposes up to GEMM_LT_CANDIDATES algorithms within the context's cuBLAS workspace
+ * (kctx.blas_workspace), each is run once to warm up, then timed with events (GEMM_LT_ROUNDS
+ * rounds of GEMM_LT_ITERS runs, the least kept) and the fastest is kept for good. Timing writes
+ * the real output only when beta is 0 (the real product overwrites it after); a beta != 0 shape
+ * is timed on the module's own scratch output, so a residual it accumulates into is never
+ * touched twice. A shape first seen inside a capture (no timing, no synchronisation possible)
+ * takes the heuristic's first algorithm, counted. A shape the heuristic has no algorithm for is
+ * left to cublasGemmEx (gemm_lt_run returns -1), counted.
+ *
+ * The SM count target (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET) is the device's SMs less
+ * sm_reserve, so a kernel beside the GEMMs (the zero-copy gather) keeps some SMs; 0: all SMs.
+ * One handle serves one thread at a time (the engine's compute thread). */
+#ifndef PULSE_GEMM_LT_H
+#define PULSE_GEMM_LT_H
+
+#include <stdint.h>
+
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GEMM_LT_CANDIDATES 8
+#define GEMM_LT_ITERS 3
+#define GEMM_LT_ROUNDS 2
+#define GEMM_LT_MAX_PLANS 4096 /* a full cache plans each new shape per call, counted */
+
+struct gemm_lt_params {
+    int sm_reserve; /* SMs the GEMMs leave free: 0 .. SMs - 1 */
+    int no_tuning;  /* 1: every shape takes the heuristic's first algorithm (no timing) */
+};
+
+struct gemm_lt_stats {
+    int num_sms, sm_target;    /* the device's SMs; the target (0: all of them) */
+    int64_t calls;             /* products run through cuBLASLt */
+    int64_t shapes;            /* plans made */
+    int64_t shapes_tuned;      /* plans whose candidates were timed (more than one) */
+    int64_t candidates_timed;  /* algorithms timed over them */
+    int64_t capture_fallbacks; /* shapes first seen inside a capture: the heuristic's first */
+    int64_t blas_fallbacks;    /* calls left to cublasGemmEx (no cuBLASLt algorithm) */
+    int64_t cache_full;        /* calls planned afresh because the cache was full */
+    size_t scratch_bytes;      /* the scratch output of beta != 0 timing (device) */
+};
+
+/* A handle on the current device; NULL with a reason in err (sm_reserve out of range, no
+ * device). */
+struct gemm_lt *gemm_lt_create(const struct gemm_lt_params *p, char *err, size_t errlen);
+/* Waits for nothing: the caller has synchronised the streams it used. NULL is a no-op. */
+void gemm_lt_free(struct gemm_lt *g);
+/* Changes the SM reserve (0 .. SMs - 1; plans are kept per target): 0, or -1 when out of
+ * range. Not inside a capture of a GEMM that should use the old one. */
+int gemm_lt_set_sm_reserve(struct gemm_lt *g, int sm_reserve);
+/* The product on c's stream with c's cuBLAS workspace (blas_workspace may be NULL: no
+ * workspace). 0 when queued, -1 when cuBLASLt has no algorithm for the shape (nothing queued:
+ * the caller runs cublasGemmEx). m, n, k >= 1; a, w bf16 and out fp32 device pointers. */
+int gemm_lt_run(struct gemm_lt *g, const struct kctx *c, const uint16_t *a, const uint16_t *w,
+                float *out, int m, int n, int k, float beta);
+void gemm_lt_get_stats(const struct gemm_lt *g, struct gemm_lt_stats *out);
+/* The same SM reserve on a cuBLAS handle (cublasSetSmCountTarget), for the cublasGemmEx path:
+ * the target set, 0 for all SMs, or -1 when sm_reserve is out of range for the device. */
+int gemm_blas_set_sm_reserve(void *blas, int sm_reserve);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
