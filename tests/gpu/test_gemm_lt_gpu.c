@@ -235,9 +235,9 @@ static void test_capture(void)
     EXPECT_EQ_INT(s.shapes_tuned, 0);
     EXPECT_EQ_INT(s.candidates_timed, 0);
     EXPECT_EQ_INT(s.calls, 1);
-    /* the same shape afterwards, outside: planned already, not timed */
+    /* the same shape (beta 1 too) afterwards, outside: planned already, not timed */
     dset(&dout, r);
-    gemm_bf16_cuda(&c, da.p, dw.p, dout.p, m, n, k, 0.0f);
+    gemm_bf16_cuda(&c, da.p, dw.p, dout.p, m, n, k, 1.0f);
     CUDA_CHECK(cudaStreamSynchronize(st));
     EXPECT_EQ_INT(lt_stats(g).shapes_tuned, 0);
     CUDA_CHECK(cudaGraphExecDestroy(exec));
