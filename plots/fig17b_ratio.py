@@ -14,13 +14,14 @@ import figlib
 EXPERIMENT = "ratio"
 
 
-def draw(s):
+def draw(s, title="throughput at the 1 : 8 GPU : host memory ratio"):
+    """Bars of s's systems under "Fig. 17: TITLE, GPU KV budget G GB" (fig17c_long too)."""
     fig, ax = plt.subplots(figsize=(10, 4.5))
     if not figlib.empty(ax, s):
         figlib.throughput_bars(ax, s, "vanilla")
     kv = s.get("grid", {}).get("base", {}).get("--kv-budget-gb")
     kv = f", GPU KV budget {kv:g} GB" if isinstance(kv, (int, float)) else ""
-    return figlib.finish(fig, s, f"Fig. 17: throughput at the 1 : 8 GPU : host memory ratio{kv}")
+    return figlib.finish(fig, s, f"Fig. 17: {title}{kv}")
 
 
 if __name__ == "__main__":
