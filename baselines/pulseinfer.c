@@ -800,8 +800,9 @@ static int pi_step(struct serve_state *s)
     const int irq = ob->n_entries && nb->n_entries && pi->irq_on;
     const int self = !irq && self_this_step(pi, s);
     pi->self_step[pi->steps & 1] = self;
-    if (pi->ioaa && self) {
-        *pred = ioaa_self_step_time(pi->ioaa, ob->n_entries);
+    if (pi->ioaa && self) { /* the self model reads the decision's recall table: refitted by
+                               the plain steps only (pi_traffic), the profile's when none ran */
+        *pred = pi->unrefit_s[par] = ioaa_self_step_time(pi->ioaa, ob->n_entries);
     } else if (pi->ioaa) {
         int64_t ctx = 0;
         for (int b = 0; b < nb->n_entries; b++)
@@ -859,9 +860,11 @@ static void pi_traffic(struct serve_state *s, int ahead, struct floor_traffic *t
             pi->unrefit_steady_sum += pi->unrefit_s[p];
             pi->steady_steps++;
             /* a steady step of its batches against the model: the refit's sample (the loop's
-             * time of a step it read back anyway: no sync of its own) */
-            ioaa_refit_observe(pi->refit, pi->comp_n[p], pi->comp_ctx[p], pi->comp_o[p],
-                               s->report_step_s);
+             * time of a step it read back anyway: no sync of its own); a self-interleaved step
+             * is not the plain model's, whose recall terms the refit corrects */
+            if (!pi->self_step[p])
+                ioaa_refit_observe(pi->refit, pi->comp_n[p], pi->comp_ctx[p], pi->comp_o[p],
+                                   s->report_step_s);
         }
     }
     memset(t, 0, sizeof *t);

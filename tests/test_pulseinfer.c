@@ -1011,6 +1011,10 @@ static void test_self_cli(void)
             EXPECT_EQ_INT(steps, as);
             /* one batch size throughout (4 alike requests, admitted together): one choice */
             EXPECT(ps < pp ? ap == 0 : as == 0);
+            /* the refit learns from the unsplit steps only (the self model is another's) */
+            json_t *rf = json_object_get(
+                json_object_get(json_object_get(j, "counters"), "pulseinfer"), "ioaa_refit");
+            EXPECT(json_integer_value(json_object_get(rf, "refits")) <= ap);
             printf("--self-interleave auto: the model's step %.3f ms in halves, %.3f ms unsplit: "
                    "%lld steps in halves, %lld unsplit\n",
                    ps, pp, (long long)as, (long long)ap);
