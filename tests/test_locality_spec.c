@@ -133,6 +133,43 @@ static void test_profile_file(void)
 
 /* A version-1 file (the profile before persistence was measured) still reads: the same runs and
  * overlaps as the built-in one, no persistence; written again it is version 2. */
+/* The GQA test model's measurement (scripts/speculation_profile.py from pulse accuracy on
+ * models/gqa-tiny): it reads, every layer's overlap is its counts' ratio and below one, every
+ * point has its persistence, and mapped by depth onto a model of 40 layers its targets stay
+ * within the measured overlaps. */
+static void test_profile_gqa(void)
+{
+    char err[512], path[1024];
+    const char *src = getenv("PULSE_SRC");
+    snprintf(path, sizeof path, "%s%sworkloads/profiles/speculation_gqa-tiny.json", src ? src : "",
+             src ? "/" : "");
+    EXPECT_EQ_INT(locality_spec_profile_read(path, &g_a, err, sizeof err), PULSE_OK);
+    if (g_a.n_runs == 0) fprintf(stderr, "%s\n", err);
+    EXPECT_STR_EQ(g_a.model, "gqa-tiny");
+    EXPECT_EQ_INT(g_a.n_layers, 6);
+    EXPECT_EQ_INT(g_a.n_runs, 2);
+    double lo = 1, hi = 0;
+    for (int r = 0; r < g_a.n_runs; r++) {
+        EXPECT_EQ_INT(g_a.run[r].context_tokens, 4096);
+        EXPECT(g_a.run[r].persist_samples > 0);
+        for (int i = 0; i < g_a.run[r].n_points; i++) {
+            const struct locality_spec_point *p = &g_a.run[r].point[i];
+            EXPECT(p->exact > 1000 && p->hit < p->exact && p->persist.steps > 0);
+            EXPECT_NEAR(p->overlap, (double)p->hit / (double)p->exact, 1e-9);
+            lo = p->overlap < lo ? p->overlap : lo;
+            hi = p->overlap > hi ? p->overlap : hi;
+        }
+    }
+    enum { L = 40 };
+    uint8_t dense[L] = {1, 1};
+    double target[L];
+    int run = -1;
+    locality_spec_targets(&g_a, L, dense, 2048, 65536, target, &run);
+    EXPECT(run >= 0);
+    for (int l = 2; l < L; l++)
+        EXPECT(target[l] >= lo - 1e-9 && target[l] <= hi + 1e-9);
+}
+
 static void test_profile_v1(void)
 {
     char err[512], path[1024];
@@ -687,6 +724,7 @@ int main(void)
 {
     const double t0 = pulse_now();
     test_profile_file();
+    test_profile_gqa();
     test_profile_v1();
     test_targets();
     test_exact();
