@@ -27,8 +27,13 @@ def fail(msg):
 
 def runs_of(path):
     """The profile's runs from one accuracy result; its commit, date and layer count."""
-    with open(path) as f:
-        r = json.load(f)
+    try:
+        with open(path) as f:
+            r = json.load(f)
+    except (OSError, ValueError) as e:
+        fail(f"{path}: {e}")
+    if not isinstance(r, dict) or not isinstance(r.get("speculation"), list):
+        fail(f"{path}: not a pulse accuracy result (no speculation list)")
     cfg = r.get("config", {})
     lengths = cfg.get("lengths") or []
     if len(lengths) != 1:
