@@ -88,7 +88,7 @@ static const char usage[] =
     "                      layer at the largest batch; with --offload-approx budget x mean churn\n"
     "                      x KV bytes per token and layer)\n"
     "  --locality-profile F  the churn profile behind r and the offload steps (default: the\n"
-    "                      built-in one)\n"
+    "                      built-in one; another model's is mapped by depth)\n"
     "  --reps N            timed repetitions per point, median kept (default cpu 3, cuda 5;\n"
     "                      t_R: at least 21 passes over its sizes)\n"
     "  --warmup N          untimed repetitions first (default 1)\n"
@@ -385,25 +385,28 @@ static int recall_bytes(const struct opts *o, const struct model_config *m, json
     char err[512];
     struct locality_profile *lp = mem_alloc(MEM_HOST, sizeof *lp, "locality profile");
     PULSE_CHECK(lp != NULL, "profile: host memory");
-    int rc;
+    struct locality_default_params dp; /* dense where arkvale does not select */
+    locality_default_params_init(&dp, m->n_layers, o->seed);
+    struct offload_params op;
+    offload_params_init(&op, 1, 1, o->seed);
+    for (int l = 0; l < m->n_layers && l < LOC_MAX_LAYERS; l++)
+        dp.dense[l] = offload_layer_kind(&op, m, l) != OFFLOAD_LAYER_SPARSE;
+    int rc, mapped = 0;
     if (o->locality) {
         rc = locality_profile_read(o->locality, lp, err, sizeof err);
+        int fits = rc == PULSE_OK && lp->n_layers == m->n_layers;
+        for (int l = 0; fits && l < m->n_layers; l++)
+            fits = !lp->dense[l] == !dp.dense[l];
+        if (rc == PULSE_OK && !fits) { /* another model's, or other dense layers: by depth */
+            struct locality_profile *mp = mem_alloc(MEM_HOST, sizeof *mp, "locality profile");
+            PULSE_CHECK(mp != NULL, "profile: host memory");
+            rc = locality_profile_map_depth(lp, m->n_layers, dp.dense, mp, err, sizeof err);
+            *lp = *mp;
+            mem_free(MEM_HOST, mp, sizeof *mp);
+            mapped = 1;
+        }
     } else {
-        struct locality_default_params dp; /* dense where arkvale does not select */
-        locality_default_params_init(&dp, m->n_layers, o->seed);
-        struct offload_params op;
-        offload_params_init(&op, 1, 1, o->seed);
-        for (int l = 0; l < m->n_layers && l < LOC_MAX_LAYERS; l++)
-            dp.dense[l] = offload_layer_kind(&op, m, l) != OFFLOAD_LAYER_SPARSE;
         rc = locality_profile_default(lp, &dp, err, sizeof err);
-    }
-    if (rc == PULSE_OK && lp->n_layers != m->n_layers)
-        rc = pulse_errorf(err, sizeof err, PULSE_ERR_INVALID, o->locality,
-                          "%d layers, model %s has %d", lp->n_layers, m->name, m->n_layers);
-    if (rc != PULSE_OK) {
-        cli_error(CMD, "--locality-profile: %s", err);
-        mem_free(MEM_HOST, lp, sizeof *lp);
-        return -1;
     }
     double churn = 0;
     for (int l = 0; l < m->n_layers; l++)
@@ -412,10 +415,10 @@ static int recall_bytes(const struct opts *o, const struct model_config *m, json
     const double tok = (double)model_kv_bytes_per_token(m) / m->n_layers;
     *r = (double)o->budget * churn * tok;
     json_object_set_new(cfg, "recall_bytes_from",
-                        json_pack("{s:s, s:f, s:I, s:f}", "locality_profile",
-                                  o->locality ? o->locality : "default", "mean_churn", churn,
-                                  "budget_tokens", (json_int_t)o->budget,
-                                  "kv_bytes_per_token_layer", tok));
+                        json_pack("{s:s, s:s, s:f, s:I, s:f}", "locality_profile",
+                                  o->locality ? o->locality : "default", "profile_mapping",
+                                  mapped ? "depth" : "layer", "mean_churn", churn, "budget_tokens",
+                                  (json_int_t)o->budget, "kv_bytes_per_token_layer", tok));
     mem_free(MEM_HOST, lp, sizeof *lp);
     return 0;
 }

@@ -238,6 +238,64 @@ static void test_profile_from_samples(void)
     buf[4][17] = 0.0;
 }
 
+/* A profile measured on one model laid onto another by depth (locality_profile_map_depth):
+ * the same shape maps to itself; a six-layer all-sparse profile onto 18 layers with the first
+ * two dense keeps those dense, repeats its first and last layers past its ends, lands exactly on
+ * a measured layer at the same depth, interpolates level by level in between (and so the mean),
+ * and stays a valid profile; a profile with no sparse layer, or a model out of range, is
+ * refused. */
+static void test_profile_map_depth(void)
+{
+    char err[256];
+    static struct locality_profile src, out;
+    struct locality_default_params dp;
+    locality_default_params_init(&dp, 6, 3);
+    memset(dp.dense, 0, sizeof dp.dense); /* the accuracy driver's: every layer selected */
+    dp.median_lo = 0.05, dp.median_hi = 0.30;
+    EXPECT_EQ_INT(locality_profile_default(&src, &dp, err, sizeof err), PULSE_OK);
+    snprintf(src.source, sizeof src.source, "measured");
+    snprintf(src.model, sizeof src.model, "models/gqa-tiny");
+    for (int l = 0; l < 6; l++)
+        src.samples[l] = 100 + l;
+    /* the same shape: itself */
+    EXPECT_EQ_INT(locality_profile_map_depth(&src, 6, src.dense, &out, err, sizeof err), PULSE_OK);
+    for (int l = 0; l < 6; l++)
+        for (int k = 0; k < src.n_levels; k++)
+            EXPECT_NEAR(out.churn[l][k], src.churn[l][k], 1e-15);
+    /* onto 18 layers, 0 and 1 dense */
+    uint8_t dense[18] = {1, 1};
+    EXPECT_EQ_INT(locality_profile_map_depth(&src, 18, dense, &out, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(out.n_layers, 18);
+    EXPECT_EQ_INT(locality_profile_check(&out, err, sizeof err), 0);
+    EXPECT(out.dense[0] && out.dense[1] && !out.dense[2] && !out.dense[17]);
+    EXPECT_STR_CONTAINS(out.source, "measured, by depth from 6 layers");
+    EXPECT(strcmp(out.model, "models/gqa-tiny") == 0 && out.n_levels == src.n_levels);
+    for (int k = 0; k < src.n_levels; k++) {
+        /* layer 2 (depth 2.5 / 18 = 0.139) lies between the measured 0 (0.083) and 1 (0.25) */
+        const double w2 = (2.5 / 18 - 0.5 / 6) / (1.5 / 6 - 0.5 / 6);
+        EXPECT_NEAR(out.churn[2][k], src.churn[0][k] + w2 * (src.churn[1][k] - src.churn[0][k]),
+                    1e-12);
+        EXPECT_NEAR(out.churn[4][k], src.churn[1][k], 1e-12);  /* 4.5 / 18 = 1.5 / 6 */
+        EXPECT_NEAR(out.churn[17][k], src.churn[5][k], 1e-12); /* past the last: the last */
+    }
+    const double w2 = (2.5 / 18 - 0.5 / 6) / (1.5 / 6 - 0.5 / 6);
+    EXPECT_NEAR(locality_profile_mean(&out, 2),
+                (1 - w2) * locality_profile_mean(&src, 0) + w2 * locality_profile_mean(&src, 1),
+                1e-12);
+    EXPECT_EQ_INT(out.samples[2], 100); /* w2 = 1 / 3: the nearer measured layer is 0 */
+    EXPECT_EQ_INT(out.samples[5], 101); /* 5.5 / 18: a third of the way from 1 to 2 */
+    EXPECT_EQ_INT(out.samples[0], 0);
+    /* a profile that is all dense has nothing to map; a model of 0 layers is refused */
+    memset(src.dense, 1, sizeof src.dense);
+    EXPECT_EQ_INT(locality_profile_map_depth(&src, 18, dense, &out, err, sizeof err),
+                  PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "no sparse layer");
+    memset(src.dense, 0, sizeof src.dense);
+    EXPECT_EQ_INT(locality_profile_map_depth(&src, 0, dense, &out, err, sizeof err),
+                  PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "a model of 0 layers");
+}
+
 /* ------------------------------------------------------------------ churn definition */
 
 static void test_count_new(void)
@@ -744,6 +802,7 @@ int main(void)
     test_profile_json_roundtrip();
     test_profile_corrupt();
     test_profile_from_samples();
+    test_profile_map_depth();
     test_count_new();
     test_keys();
     test_calibration();

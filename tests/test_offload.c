@@ -37,6 +37,7 @@
 #include "serve.h"
 #include "testsource.h"
 #include "testutil.h"
+#include "workloads/locality.h"
 #include "workloads/workload.h"
 
 struct run_cfg {
@@ -856,6 +857,70 @@ static int64_t json_int_at(json_t *r, const char *a, const char *b, const char *
     return json_integer_value(json_object_get(json_object_get(json_object_get(r, a), b), c));
 }
 
+/* A churn profile measured on another model (the GQA test model's six layers, every one
+ * selected) laid onto the tiny model by depth: the run says so, every sparse layer's target is
+ * the mapped profile's, and the same profile at a quarter of its churn recalls less. */
+static void test_profile_by_depth(void)
+{
+    static struct locality_profile prof, mapped;
+    char err[512], path[768], quarter[] = "/tmp/pulse_churn_XXXXXX", args[1024];
+    const char *src = getenv("PULSE_SRC");
+    snprintf(path, sizeof path, "%s%sworkloads/profiles/churn_gqa-tiny.json", src ? src : "",
+             src ? "/" : "");
+    EXPECT_EQ_INT(locality_profile_read(path, &prof, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(prof.n_layers, 6);
+    int64_t bytes[2] = {0, 0};
+    for (int q = 0; q < 2; q++) {
+        const char *file = path;
+        if (q) { /* the same profile at a quarter of its churn */
+            const int fd = mkstemp(quarter);
+            if (fd >= 0) close(fd);
+            for (int l = 0; l < prof.n_layers; l++)
+                for (int k = 0; k < prof.n_levels; k++)
+                    prof.churn[l][k] *= 0.25;
+            EXPECT_EQ_INT(locality_profile_write(&prof, quarter, err, sizeof err), PULSE_OK);
+            file = quarter;
+        }
+        snprintf(args, sizeof args,
+                 "run --backend cpu --policy arkvale --workload uniform:1024:2 --output-len 24 "
+                 "--budget-tokens 256 --locality-profile %s",
+                 file);
+        json_t *r = run_json(args);
+        EXPECT(r != NULL);
+        if (!r) continue;
+        json_t *loc =
+            json_object_get(json_object_get(json_object_get(r, "config"), "offload"), "locality");
+        json_t *map = json_object_get(loc, "profile_mapping");
+        EXPECT_STR_EQ(json_string_value(json_object_get(map, "mode")), "depth");
+        EXPECT_EQ_INT(json_integer_value(json_object_get(map, "from_layers")), 6);
+        /* the model's dense layers, from the profile the run used */
+        json_t *pl = json_object_get(json_object_get(loc, "profile"), "layers");
+        uint8_t dense[LOC_MAX_LAYERS] = {0};
+        const int n = (int)json_array_size(pl);
+        for (int l = 0; l < n; l++)
+            dense[l] = json_is_true(json_object_get(json_array_get(pl, (size_t)l), "dense"));
+        EXPECT(n >= 3 && dense[0]);
+        EXPECT_EQ_INT(locality_profile_map_depth(&prof, n, dense, &mapped, err, sizeof err),
+                      PULSE_OK);
+        json_t *layers =
+            json_object_get(json_object_get(json_object_get(r, "counters"), "offload"), "layers");
+        EXPECT(json_array_size(layers) > 0);
+        for (size_t i = 0; i < json_array_size(layers); i++) {
+            json_t *e = json_array_get(layers, i);
+            const int l = (int)json_integer_value(json_object_get(e, "layer"));
+            const double t =
+                json_real_value(json_object_get(json_object_get(e, "churn"), "target_mean"));
+            EXPECT(!dense[l]);
+            EXPECT_NEAR(t, locality_profile_mean(&mapped, l), 1e-9);
+            EXPECT(t > 0.0);
+        }
+        bytes[q] = json_int_at(r, "counters", "offload", "recall_bytes");
+        json_decref(r);
+    }
+    remove(quarter);
+    EXPECT(bytes[1] > 0 && bytes[1] < bytes[0]);
+}
+
 /* The host pool is sized from the workload: what the run can hold at once, the smaller of every
  * request and max-batch requests of the longest (tiny: 2 sparse layers x 8 KB blocks of 16
  * tokens); --host-pool-gb still wins. */
@@ -1363,6 +1428,7 @@ int main(void)
     timed("cli", test_cli);
     timed("cli_json", test_cli_json);
     timed("pool_sizing", test_pool_sizing);
+    timed("profile_by_depth", test_profile_by_depth);
     timed("zc_blocks", test_zc_blocks);
     timed("gs_knobs", test_gs_knobs);
     timed("cap_fraction", test_cap_fraction);

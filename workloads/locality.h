@@ -163,6 +163,23 @@ int locality_profile_from_samples(struct locality_profile *out, int n_layers,
                                   const double *const *samples, const int64_t *n_samples,
                                   const char *model, const char *selection, char *err,
                                   size_t errlen);
+/* Relative depth of layer l of a model of n layers, (l + 0.5) / n: the coordinate by which a
+ * profile measured on one model is laid onto another (this one's and the speculation
+ * profile's "depth" mapping, locality_spec.h). Of the increasing depths xs[0..n) (n >= 1), the
+ * two that bracket x: i0, i1 and the weight w of i1 (i0 == i1 and w = 0 at or past an end). */
+double locality_depth(int l, int n_layers);
+void locality_depth_bracket(const double *xs, int n, double x, int *i0, int *i1, double *w);
+/* p laid onto a model of n_layers whose dense[] layers select nothing ("mapping": "depth"):
+ * sparse layer l takes, level by level, the piecewise-linear interpolation at its depth of p's
+ * sparse layers' quantiles at theirs (constant past the first and the last), so a layer's
+ * quantiles still rise and its mean is the interpolated mean; samples are the nearer measured
+ * layer's. Levels, model, selection, budget and seed are p's; source is p's with ", by depth
+ * from N layers". The way a churn profile measured on a small real model (the accuracy
+ * driver's) feeds throughput runs of another. out must not be p. PULSE_OK, or
+ * PULSE_ERR_INVALID (p fails the check, has no sparse layer, or n_layers is out of range) with
+ * the reason in err. */
+int locality_profile_map_depth(const struct locality_profile *p, int n_layers, const uint8_t *dense,
+                               struct locality_profile *out, char *err, size_t errlen);
 
 /* ================================================================== generator */
 

@@ -413,3 +413,65 @@ int locality_profile_from_samples(struct locality_profile *out, int n_layers,
     mem_free(MEM_HOST, s, bytes);
     return PULSE_OK;
 }
+
+/* ------------------------------------------------------------------ mapping by depth */
+
+double locality_depth(int l, int n_layers)
+{
+    return (l + 0.5) / n_layers;
+}
+
+void locality_depth_bracket(const double *xs, int n, double x, int *i0, int *i1, double *w)
+{
+    *i0 = *i1 = n - 1, *w = 0.0;
+    for (int i = 0; i < n; i++)
+        if (x <= xs[i]) {
+            *i0 = *i1 = i;
+            if (i > 0) *i0 = i - 1, *w = (x - xs[i - 1]) / (xs[i] - xs[i - 1]);
+            return;
+        }
+}
+
+int locality_profile_map_depth(const struct locality_profile *p, int n_layers, const uint8_t *dense,
+                               struct locality_profile *out, char *err, size_t errlen)
+{
+    char why[200];
+    PULSE_CHECK(out != p, "locality_profile_map_depth: out must not be p");
+    if (locality_profile_check(p, why, sizeof why)) {
+        snprintf(err, errlen, "locality profile: %s", why);
+        return PULSE_ERR_INVALID;
+    }
+    if (n_layers < 1 || n_layers > LOC_MAX_LAYERS) {
+        snprintf(err, errlen, "locality profile: a model of %d layers (1..%d)", n_layers,
+                 LOC_MAX_LAYERS);
+        return PULSE_ERR_INVALID;
+    }
+    double xs[LOC_MAX_LAYERS];
+    int src[LOC_MAX_LAYERS], n = 0;
+    for (int l = 0; l < p->n_layers; l++)
+        if (!p->dense[l]) xs[n] = locality_depth(l, p->n_layers), src[n++] = l;
+    if (!n) {
+        snprintf(err, errlen, "locality profile: no sparse layer to map from");
+        return PULSE_ERR_INVALID;
+    }
+    memset(out, 0, sizeof *out);
+    out->n_layers = n_layers;
+    out->n_levels = p->n_levels;
+    memcpy(out->levels, p->levels, sizeof out->levels);
+    snprintf(out->source, sizeof out->source, "%.30s, by depth from %d layers", p->source,
+             p->n_layers);
+    copy_str(out->model, sizeof out->model, p->model);
+    copy_str(out->selection, sizeof out->selection, p->selection);
+    out->budget_blocks = p->budget_blocks, out->block_size = p->block_size, out->seed = p->seed;
+    for (int l = 0; l < n_layers; l++) {
+        if ((out->dense[l] = dense && dense[l])) continue;
+        int i0, i1;
+        double w;
+        locality_depth_bracket(xs, n, locality_depth(l, n_layers), &i0, &i1, &w);
+        const double *a = p->churn[src[i0]], *b = p->churn[src[i1]];
+        for (int k = 0; k < p->n_levels; k++) /* a convex combination: still non-decreasing */
+            out->churn[l][k] = PULSE_MIN(1.0, PULSE_MAX(0.0, a[k] + w * (b[k] - a[k])));
+        out->samples[l] = p->samples[src[w < 0.5 ? i0 : i1]];
+    }
+    return PULSE_OK;
+}

@@ -13,7 +13,8 @@ struct locality_source {
     struct query_source qs;
     struct locality *L;
     struct locality_meter *meter;
-    struct locality_profile prof; /* owned copy */
+    struct locality_profile prof;      /* owned copy, laid onto the shape */
+    int prof_mapped, prof_from_layers; /* the given profile was mapped by depth, from its layers */
     /* misprediction: the mode asked for, the calibrated model (NULL: spec_q is NULL), the
      * speculation profile and the run of it the targets came from (LOC_SPEC_PROFILE) */
     int spec_mode;
@@ -34,18 +35,25 @@ struct locality_source {
 _Static_assert(LOC_MAX_LAYERS == QUERY_SOURCE_MAX_LAYERS, "a profile's layers are a shape's");
 
 int locality_profile_fits(const struct locality_profile *f, const struct query_source_shape *sh,
-                          const char *model, char *err, size_t errlen)
+                          char *err, size_t errlen)
 {
-    if (!f) return PULSE_OK;
-    if (f->n_layers != sh->n_layers)
-        BAD("locality profile: %d layers, model %s has %d", f->n_layers,
-            model ? model : "(unnamed)", sh->n_layers);
-    for (int l = 0; l < sh->n_layers; l++)
-        if (!f->dense[l] != !sh->dense[l])
-            BAD("locality profile: layer %d is %s, but the policy %s it (dense layers and "
-                "sliding-window layers are not selected)",
-                l, f->dense[l] ? "dense" : "sparse", sh->dense[l] ? "does not select" : "selects");
-    return PULSE_OK;
+    if (!f) return 1;
+    char why[200];
+    if (locality_profile_check(f, why, sizeof why)) {
+        snprintf(err, errlen, "locality profile: %s", why);
+        return -1;
+    }
+    int exact = f->n_layers == sh->n_layers, sparse = 0;
+    for (int l = 0; l < f->n_layers; l++) {
+        sparse += !f->dense[l];
+        exact &= !f->dense[l] == !sh->dense[l];
+    }
+    if (exact) return 1;
+    if (!sparse) {
+        snprintf(err, errlen, "locality profile: no sparse layer to map from (every layer dense)");
+        return -1;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------------ the table */
@@ -139,6 +147,14 @@ static json_t *src_to_json(const void *u)
 {
     const struct locality_source *s = u;
     json_t *j = locality_to_json(s->L);
+    json_object_set_new(j, "profile_mapping",
+                        s->prof_mapped
+                            ? json_pack("{s:s,s:i,s:s}", "mode", "depth", "from_layers",
+                                        s->prof_from_layers, "rule",
+                                        "sparse layer l of n takes, level by level, the "
+                                        "quantiles interpolated at (l + 0.5) / n between the "
+                                        "profile's sparse layers' depths")
+                            : json_pack("{s:s}", "mode", "layer"));
     json_object_set_new(j, "speculation", spec_json(s));
     return j;
 }
@@ -282,9 +298,15 @@ static int make(struct locality_source *s, const struct query_source_shape *sh,
                 const struct locality_source_params *p, char *err, size_t errlen)
 {
     char why[256];
-    if (locality_profile_fits(p->profile, sh, p->model, err, errlen))
-        return PULSE_ERR_INVALID;
-    if (p->profile) {
+    const int fit = locality_profile_fits(p->profile, sh, err, errlen);
+    if (fit < 0) return PULSE_ERR_INVALID;
+    s->prof_mapped = !fit;
+    if (s->prof_mapped) { /* another model's, or other dense layers: by depth */
+        s->prof_from_layers = p->profile->n_layers;
+        if (locality_profile_map_depth(p->profile, sh->n_layers, sh->dense, &s->prof, err,
+                                       errlen) != PULSE_OK)
+            return PULSE_ERR_INVALID;
+    } else if (p->profile) {
         s->prof = *p->profile;
     } else {
         struct locality_default_params dp;

@@ -34,11 +34,14 @@ struct locality_source_params {
                        in both the profile and the fixed mode */
 };
 
-/* PULSE_OK when prof has the shape's layers, dense exactly where the shape's are (the layers the
- * runtime does not select: offload_source_shape), else PULSE_ERR_INVALID with the first mismatch
- * in err (prof NULL: PULSE_OK). */
+/* How prof lays onto shape sh: 1 when it has the shape's layers, dense exactly where the
+ * shape's are (the layers the runtime does not select: offload_source_shape), and is used as
+ * it is (prof NULL: the default profile, made so); 0 when it does not and the source maps it by
+ * depth (locality_profile_map_depth: a profile of another model, or of this one measured with
+ * other layers dense); -1 with the reason in err when it cannot be (it fails its check or has
+ * no sparse layer). */
 int locality_profile_fits(const struct locality_profile *prof, const struct query_source_shape *sh,
-                          const char *model, char *err, size_t errlen);
+                          char *err, size_t errlen);
 
 /* The source for shape sh (offload_source_shape): checks the profile against it, calibrates
  * the generator (the slow part, timed in setup_s; when every block or none is selected the

@@ -375,18 +375,10 @@ static double log_ratio(double a, double b)
 static void bracket(const struct locality_spec_profile *p, const struct locality_spec_run *u,
                     double x, int *i0, int *i1, double *w)
 {
-    *i0 = *i1 = u->n_points - 1, *w = 0.0;
-    for (int i = 0; i < u->n_points; i++) {
-        const double xi = (u->point[i].layer + 0.5) / p->n_layers;
-        if (x <= xi) {
-            *i0 = *i1 = i;
-            if (i > 0) {
-                const double x0 = (u->point[i - 1].layer + 0.5) / p->n_layers;
-                *i0 = i - 1, *w = (x - x0) / (xi - x0);
-            }
-            return;
-        }
-    }
+    double xs[LOC_SPEC_MAX_POINTS];
+    for (int i = 0; i < u->n_points; i++)
+        xs[i] = locality_depth(u->point[i].layer, p->n_layers);
+    locality_depth_bracket(xs, u->n_points, x, i0, i1, w);
 }
 
 static double lerp(double a, double b, double w)
@@ -419,7 +411,7 @@ void locality_spec_targets(const struct locality_spec_profile *p, int n_layers,
         }
         int i0, i1;
         double w;
-        bracket(p, u, (l + 0.5) / n_layers, &i0, &i1, &w);
+        bracket(p, u, locality_depth(l, n_layers), &i0, &i1, &w);
         target[l] = lerp(u->point[i0].overlap, u->point[i1].overlap, w);
     }
 }
@@ -433,7 +425,7 @@ void locality_spec_persist_targets(const struct locality_spec_profile *p, int ru
         if ((dense && dense[l]) || !u->persist_samples) continue;
         int i0, i1;
         double w;
-        bracket(p, u, (l + 0.5) / n_layers, &i0, &i1, &w);
+        bracket(p, u, locality_depth(l, n_layers), &i0, &i1, &w);
         const struct locality_spec_persist *a = &u->point[i0].persist, *b = &u->point[i1].persist;
         out[l] = w < 0.5 ? *a : *b;
         out[l].churn_exact = lerp(a->churn_exact, b->churn_exact, w);
