@@ -76,6 +76,13 @@ if has test; then
         timeout "${TEST_TIMEOUT:-180}" "$t" >"$out/$n.txt" 2>&1
         summary+=("$n exit $?")
     done
+    # the GQA test model (models/gqa-tiny) through pulse generate and pulse accuracy on CUDA:
+    # transformers' greedy tokens and passkey at 1K (test_acc_gqa_tiny, which CI runs on the CPU)
+    if [ -z "${GPU_TESTS:-}" ] || [[ " $GPU_TESTS " == *" gqa_tiny "* ]]; then
+        PULSE_GQA_BACKEND=cuda PULSE_BIN="$bin" PULSE_SRC="$root" timeout "${TEST_TIMEOUT:-180}" \
+            "$root/build-gpu/test_acc_gqa_tiny" >"$out/test_acc_gqa_tiny_cuda.txt" 2>&1
+        summary+=("test_acc_gqa_tiny (cuda) exit $?")
+    fi
 fi
 if has sanitize && command -v compute-sanitizer >/dev/null; then
     log compute-sanitizer

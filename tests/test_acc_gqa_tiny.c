@@ -24,6 +24,7 @@
 #define MARGIN 0.5
 
 static char model[2048], src[1024];
+static const char *backend = "cpu"; /* PULSE_GQA_BACKEND */
 static char out[1 << 18];
 
 /* `$PULSE_BIN args` for a command line of any length (prompt ids); its exit code, output in out. */
@@ -75,9 +76,9 @@ static int check_prompt(const struct tokenizer *t, json_t *p, const char *tmp)
     size_t cap = n * 8 + 512, at = 0;
     char *args = malloc(cap);
     at += (size_t)snprintf(args, cap,
-                           "generate --model %s --backend cpu --max-new-tokens %zu "
+                           "generate --model %s --backend %s --max-new-tokens %zu "
                            "--out %s --prompt-ids ",
-                           model, json_array_size(gen), tmp);
+                           model, backend, json_array_size(gen), tmp);
     for (size_t i = 0; i < n; i++)
         at += (size_t)snprintf(args + at, cap - at, "%s%lld", i ? "," : "",
                                (long long)json_integer_value(json_array_get(pid, i)));
@@ -143,10 +144,10 @@ static void test_accuracy(void)
     EXPECT_EQ_INT(run_long(args), 0);
     snprintf(res, sizeof res, "%s/acc.json", dir);
     snprintf(args, sizeof args,
-             "accuracy --model %s --backend cpu --data %s --lengths 1024 --tasks passkey "
+             "accuracy --model %s --backend %s --data %s --lengths 1024 --tasks passkey "
              "--samples 3 --calib-samples 1 --budgets 256 --mam-budget 256 "
              "--policies full,headwise,solohead --out %s",
-             model, dir, res);
+             model, backend, dir, res);
     const int rc = run_long(args);
     EXPECT_EQ_INT(rc, 0);
     if (rc) fprintf(stderr, "%s\n", out);
@@ -154,6 +155,7 @@ static void test_accuracy(void)
     json_t *r = json_load_file(res, 0, &je);
     EXPECT(r != NULL);
     json_t *cfg = json_object_get(r, "config");
+    EXPECT_STR_EQ(json_string_value(json_object_get(cfg, "backend")), backend);
     const char *chat = json_string_value(json_object_get(cfg, "chat_template"));
     EXPECT(chat && !strcmp(chat, "chatml"));
     double full = -1;
@@ -180,6 +182,8 @@ static void test_accuracy(void)
 int main(void)
 {
     const char *env = getenv("PULSE_GQA_TINY"), *s = getenv("PULSE_SRC");
+    const char *b = getenv("PULSE_GQA_BACKEND");
+    if (b && *b) backend = b;
     snprintf(src, sizeof src, "%s", s ? s : ".");
     if (env && *env)
         snprintf(model, sizeof model, "%s", env);
