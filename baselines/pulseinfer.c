@@ -164,8 +164,8 @@ static void pi_free(void *ctx)
 }
 
 /* "on", "auto" or "off" (NULL) into pi->self_mode, and its combinations checked: it is a
- * schedule of IRQ's (not with --no-irq), of the host-planned engines (the offload runtime's
- * lanes: offload.h), and not with --speculate (a prediction's lists have one lane). */
+ * schedule of IRQ's (not with --no-irq) and of the host-planned engines (the offload runtime's
+ * lanes: offload.h); with --speculate each half predicts its own next layer. */
 static int parse_self(struct pulseinfer *pi, const struct policy_ctx_params *p, char *err,
                       size_t errlen)
 {
@@ -174,15 +174,12 @@ static int parse_self(struct pulseinfer *pi, const struct policy_ctx_params *p, 
                     : !strcmp(a, "on")      ? SELF_ON
                     : !strcmp(a, "auto")    ? SELF_AUTO
                                             : -1;
-    const char *why =
-        pi->self_mode < 0 ? "is not on, auto or off"
-        : !pi->self_mode  ? NULL
-        : p->no_irq       ? "needs IRQ (not with --no-irq)"
-        : p->offload->schedule->prefetch
-            ? "is not supported with --speculate (a prediction's lists run in one lane)"
-        : p->offload->engine == RECALL_ZERO_COPY
-            ? "runs on the host-planned recall engines, not zero-copy"
-            : NULL;
+    const char *why = pi->self_mode < 0 ? "is not on, auto or off"
+                      : !pi->self_mode  ? NULL
+                      : p->no_irq       ? "needs IRQ (not with --no-irq)"
+                      : p->offload->engine == RECALL_ZERO_COPY
+                          ? "runs on the host-planned recall engines, not zero-copy"
+                          : NULL;
     if (!why) return PULSE_OK;
     snprintf(err, errlen, "--self-interleave: '%s' %s", a, why);
     return PULSE_ERR_INVALID;

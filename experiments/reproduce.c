@@ -417,8 +417,8 @@ static json_t *g_util(const struct scale_cfg *s, const char *dir)
 /* Mechanisms added one at a time from vanilla and ArkVale as published: SoloHead's lists (with
  * its 16-token blocks and a cache the size of the selection, still one copy per block), the
  * gather-scatter engine (= arkvale+solohead+gs), two batches (fixed admission, the offload
- * batch's layers uninterrupted), IRQ, IOAA, speculation with exact correction or
- * self-interleaving; beside them
+ * batch's layers uninterrupted), IRQ, IOAA, speculation with exact correction,
+ * self-interleaving, and both; beside them
  * InfiniGen as published, the rest of the engine-matched tier and PulseInfer with zero-copy, so the
  * scheduler's share is read off against the same selection and engine. */
 static json_t *g_ablation(const struct scale_cfg *s, const char *dir)
@@ -442,10 +442,12 @@ static json_t *g_ablation(const struct scale_cfg *s, const char *dir)
     json_array_append_new(
         v, variant(s, "7+speculation-zc", "pulseinfer", "--speculate --recall-engine zero-copy"));
     /* beside speculation, on 6+ioaa: self-interleaving (with no normal batch the offload
-     * batch's two halves interleave their layers; the exact tokens; not combined with
-     * speculation) */
+     * batch's two halves interleave their layers; the exact tokens), then both (each half
+     * predicts its own next layer) */
     json_array_append_new(v,
                           variant(s, "7+self-interleaving", "pulseinfer", "--self-interleave on"));
+    json_array_append_new(v, variant(s, "8+speculation+self-interleaving", "pulseinfer",
+                                     "--speculate --self-interleave on"));
     json_array_append_new(v, variant(s, "infinigen", "infinigen", NULL));
     for (size_t i = 1; i < PULSE_ARRAY_LEN(engine_matched); i++)
         json_array_append_new(v, variant(s, engine_matched[i], engine_matched[i], NULL));

@@ -423,9 +423,7 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
     ro->src.model = m->name;
     fill_params(ro, oo, pol, w, budget, hot);
     if (oo->self_interleave && strcmp(oo->self_interleave, "off")) { /* pulseinfer's checks */
-        const char *why = sched->prefetch ? "is not supported with --speculate (a prediction's "
-                                            "lists run in one lane)"
-                          : oo->no_irq    ? "needs IRQ (not with --no-irq)"
+        const char *why = oo->no_irq ? "needs IRQ (not with --no-irq)"
                           : p->engine == RECALL_ZERO_COPY
                               ? "runs on the host-planned recall engines, not zero-copy"
                               : NULL;

@@ -279,8 +279,8 @@ if has pulseinfer; then
     [ "${PI_TRACE:-1}" = 0 ] && traced=1
     for pt in ${PI_POINTS:-12:96:65536:18 45:0:16384:32 45:0:32768:24 45:0:65536:12}; do
         IFS=: read -r kv pool len cnt <<<"$pt"
-        # POLICY:SELECTION:ENGINE[:spec[=F]|:selfint[=M]] (spec: --speculate; =F: --spec-margin
-        # F; selfint: --self-interleave on, =M: --self-interleave M)
+        # POLICY:SELECTION:ENGINE[:spec[=F]|:selfint[=M]|:spec+selfint] (spec: --speculate; =F:
+        # --spec-margin F; selfint: --self-interleave on, =M: --self-interleave M; both)
         for v in ${PI_POLICIES:-vanilla:-:- arkvale:-:- infinigen:-:- \
                  arkvale+solohead+gs:-:- infinigen+solohead+gs:-:- infinigen+solohead+zc:-:- \
                  pulseinfer:-:- pulseinfer:-:-:spec pulseinfer:-:-:selfint pulseinfer:solohead:zero-copy \
@@ -292,6 +292,7 @@ if has pulseinfer; then
             [[ "${x:-}" == spec=* ]] && args+=(--spec-margin "${x#spec=}")
             [[ "${x:-}" == selfint ]] && args+=(--self-interleave on)
             [[ "${x:-}" == selfint=* ]] && args+=(--self-interleave "${x#selfint=}")
+            [[ "${x:-}" == spec+selfint ]] && args+=(--self-interleave on)
             [ "$sel" != - ] && args+=(--selection "$sel" --recall-engine "$eng")
             [ "$pool" != 0 ] && [ "$pol" != vanilla ] && args+=(--host-pool-gb "$pool")
             args+=(${PI_ARGS:-})

@@ -273,12 +273,12 @@ static size_t host_layout(struct offload *o, char *base)
     }
     o->step.ev_built = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
     o->step.ev_gathered = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
-    if (o->spec) {
-        o->step.ev_spec_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
-        o->step.ev_spec_selected = take(&c, sizeof(void *) * (size_t)o->n_sparse);
-        o->step.ev_spec_built = take(&c, sizeof(void *) * (size_t)o->n_sparse);
+    for (int i = 0; o->spec && i < n_lanes(o); i++) {
+        o->step.lanes[i].ev_spec_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
+        o->step.lanes[i].ev_spec_selected = take(&c, sizeof(void *) * (size_t)o->n_sparse);
     }
-    o->plan.pl_spec_step = take(&c, 8 * (size_t)o->n_sparse);
+    if (o->spec) o->step.ev_spec_built = take(&c, sizeof(void *) * (size_t)o->n_sparse);
+    o->plan.pl_spec_step = take(&c, 8 * 2 * (size_t)o->n_sparse);
     o->plan.items = take(&c, sizeof(struct recall_item) * (size_t)o->max_items);
     o->step.lgraph = take(&c, sizeof(void *) * 2 * (size_t)o->n_layers);
     int32_t *r = take(&c, 4 * 6 * (size_t)o->ms);
@@ -316,7 +316,8 @@ static size_t pin_layout(struct offload *o, char *base)
         o->step.lanes[i].h_ctl = take(&c, 4 * 2 * S * o->ctl_ints);
         o->step.lanes[i].flags = take(&c, 4 * S);
     }
-    o->step.h_sel_spec = o->spec ? take(&c, 4 * 2 * S * o->sel_ints) : NULL;
+    for (int i = 0; o->spec && i < n_lanes(o); i++)
+        o->step.lanes[i].h_sel_spec = take(&c, 4 * 2 * S * o->sel_ints);
     for (int p = 0; p < 2; p++)
         o->step.h_totals[p] = take(&c, 8 * 2 * S * OFFLOAD_TOTALS);
     return c.off;
@@ -331,7 +332,8 @@ static size_t dev_layout(struct offload *o, char *base)
     o->step.d_scores = take(&c, 4 * V * o->max_blocks);
     for (int i = 0; i < n_lanes(o); i++)
         o->step.lanes[i].d_sel = take(&c, 4 * (size_t)o->n_sparse * V * (o->ms + 1));
-    o->step.d_sel_spec = o->spec ? take(&c, 4 * (size_t)o->n_sparse * V * (o->ms + 1)) : NULL;
+    for (int i = 0; o->spec && i < n_lanes(o); i++)
+        o->step.lanes[i].d_sel_spec = take(&c, 4 * (size_t)o->n_sparse * V * (o->ms + 1));
     o->step.d_zero = take(&c, 4 * (size_t)o->max_batch);
     for (int i = 0; i < 2 * n_lanes(o); i++)
         o->step.lanes[i / 2].d_ctl[i % 2] = take(&c, 4 * o->ctl_ints);
@@ -416,15 +418,15 @@ static int alloc_dev(struct offload *o)
             if (!(L->ev_sel[i] = o->be->event_create())) return PULSE_ERR_OOM;
         for (int i = 0; i < o->n_sparse; i++)
             if (!(L->ev_selected[i] = o->be->event_create())) return PULSE_ERR_OOM;
+        for (int i = 0; o->spec && i < 2 * o->n_sparse; i++)
+            if (!(L->ev_spec_sel[i] = o->be->event_create())) return PULSE_ERR_OOM;
+        for (int i = 0; o->spec && i < o->n_sparse; i++)
+            if (!(L->ev_spec_selected[i] = o->be->event_create())) return PULSE_ERR_OOM;
     }
     offload_lane_reset(o);
     o->step.ev_lists = o->be->event_create();
-    for (int i = 0; o->spec && i < 2 * o->n_sparse; i++)
-        if (!(o->step.ev_spec_sel[i] = o->be->event_create())) return PULSE_ERR_OOM;
     for (int i = 0; o->spec && i < o->n_sparse; i++)
-        if (!(o->step.ev_spec_selected[i] = o->be->event_create()) ||
-            !(o->step.ev_spec_built[i] = o->be->event_create()))
-            return PULSE_ERR_OOM;
+        if (!(o->step.ev_spec_built[i] = o->be->event_create())) return PULSE_ERR_OOM;
     if (o->be->ctx_create_urgent(&o->step.sctx) != PULSE_OK) return PULSE_ERR_OOM;
     if (o->overlap) {
         if (o->be->ctx_create_urgent(&o->step.gctx) != PULSE_OK) return PULSE_ERR_OOM;
@@ -710,9 +712,6 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     if (p->lanes == 2 && p->engine == RECALL_ZERO_COPY)
         BAD("offload: two lanes (self-interleaving) run on the host-planned recall engines, not "
             "zero-copy");
-    if (p->lanes == 2 && p->schedule->prefetch)
-        BAD("offload: two lanes (self-interleaving) with a prefetching schedule (speculation) "
-            "are not supported");
     if (ks.max_requests != p->max_batch)
         BAD("offload: the KV cache has %d request slots, max_batch is %d", ks.max_requests,
             p->max_batch);
@@ -734,8 +733,8 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
         return PULSE_ERR_INVALID;
     }
     if (alloc_host(o) != PULSE_OK) goto oom;
-    for (int sl = 0; sl < o->n_sparse; sl++)
-        o->plan.pl_spec_step[sl] = -1;
+    for (int i = 0; i < 2 * o->n_sparse; i++)
+        o->plan.pl_spec_step[i] = -1;
     if ((rc = take_source(o, err, errlen)) != PULSE_OK ||
         (rc = make_pools(o, err, errlen)) != PULSE_OK ||
         (rc = make_prefill(o, err, errlen)) != PULSE_OK ||
@@ -775,14 +774,14 @@ void offload_free(struct offload *o)
             if (L->ev_sel[i]) o->be->event_destroy(L->ev_sel[i]);
         for (int i = 0; i < o->n_sparse && L->ev_selected; i++)
             if (L->ev_selected[i]) o->be->event_destroy(L->ev_selected[i]);
+        for (int i = 0; i < 2 * o->n_sparse && L->ev_spec_sel; i++)
+            if (L->ev_spec_sel[i]) o->be->event_destroy(L->ev_spec_sel[i]);
+        for (int i = 0; i < o->n_sparse && L->ev_spec_selected; i++)
+            if (L->ev_spec_selected[i]) o->be->event_destroy(L->ev_spec_selected[i]);
     }
     if (o->step.ev_lists) o->be->event_destroy(o->step.ev_lists);
-    for (int i = 0; i < 2 * o->n_sparse && o->step.ev_spec_sel; i++)
-        if (o->step.ev_spec_sel[i]) o->be->event_destroy(o->step.ev_spec_sel[i]);
-    for (int i = 0; i < o->n_sparse && o->step.ev_spec_selected; i++) {
-        if (o->step.ev_spec_selected[i]) o->be->event_destroy(o->step.ev_spec_selected[i]);
+    for (int i = 0; i < o->n_sparse && o->step.ev_spec_built; i++)
         if (o->step.ev_spec_built[i]) o->be->event_destroy(o->step.ev_spec_built[i]);
-    }
     for (int i = 0; i < o->n_sparse && o->step.ev_built; i++) {
         if (o->step.ev_built[i]) o->be->event_destroy(o->step.ev_built[i]);
         if (o->step.ev_gathered[i]) o->be->event_destroy(o->step.ev_gathered[i]);

@@ -95,6 +95,10 @@ struct offload_lane {
     int32_t *d_ctl[2];
     void **ev_sel, **ev_selected; /* [2][n_sparse], [n_sparse] */
     int64_t sel_step[OFFLOAD_MAX_LAYERS];
+    /* a prefetching schedule's prediction (host-planned: lane 1's only with two lanes) */
+    int32_t *h_sel_spec, *d_sel_spec;
+    void **ev_spec_sel, **ev_spec_selected;
+    int64_t spec_step[OFFLOAD_MAX_LAYERS];
 };
 
 /* The step (offload_layer.c; main thread): what one decode step of the batch and its layers'
@@ -153,17 +157,18 @@ struct offload_step {
     int8_t piece_nsel[OFFLOAD_MAX_LAYERS];
     int16_t piece_pf[OFFLOAD_MAX_LAYERS];
     int64_t sel_step[OFFLOAD_MAX_LAYERS];  /* (lane) per layer, the step that selected it last */
-    int64_t spec_step[OFFLOAD_MAX_LAYERS]; /* per sparse layer, the step that prefetched it last */
+    int64_t spec_step[OFFLOAD_MAX_LAYERS]; /* (lane) per layer, the step that prefetched it last */
 
     /* A prefetching schedule (offload_schedule.prefetch): per sparse layer a second set of
      * lists (the prediction's), by parity on the host as h_sel; the device path's plan of them
      * into descriptors of their own (by the layer's parity) and a scratch control block. The
      * planner's PREFETCH job recalls their misses with no flag: it waits for that recall before
      * its next job, so the exact selection's plan sees the prefetched blocks landed. */
-    int32_t *h_sel_spec; /* [2][n_sparse x sel_ints] */
-    int32_t *d_sel_spec; /* [n_sparse] per layer, packed as d_sel */
-    void **ev_spec_sel;  /* [2][n_sparse] the prediction's lists are on the host */
-    void **ev_spec_selected, **ev_spec_built; /* [n_sparse] made; planned (device path) */
+    int32_t *h_sel_spec;     /* (lane) [2][n_sparse x sel_ints] */
+    int32_t *d_sel_spec;     /* (lane) [n_sparse] per layer, packed as d_sel */
+    void **ev_spec_sel;      /* (lane) [2][n_sparse] the prediction's lists are on the host */
+    void **ev_spec_selected; /* (lane) [n_sparse] made */
+    void **ev_spec_built;    /* [n_sparse] planned (device path, one lane) */
     struct recall_desc *d_desc_spec[2];
     int32_t *d_ctl_spec; /* the device build's control block of a prediction (unread) */
     int32_t *d_zero;     /* [max_batch] zeros: no new tail (a prefetch took it) */
@@ -199,7 +204,7 @@ struct offload_planning {
     struct recall_item *items;
     struct hot_cache_result res;
     int64_t *prev_totals;  /* [2][n_sparse][OFFLOAD_TOTALS] the planner's last seen */
-    int64_t *pl_spec_step; /* [n_sparse] */
+    int64_t *pl_spec_step; /* [lanes][n_sparse]: per lane */
     double planner_phase_s[OFFLOAD_PLANNER_PHASES];
 };
 
@@ -352,11 +357,24 @@ static inline int32_t *offload_dsel(const struct offload *o, int sl, int n)
 {
     return o->step.d_sel + (size_t)sl * offload_sel_len(o, n);
 }
-/* The same of the prediction's lists (a prefetching schedule). */
+/* The same of the prediction's lists (a prefetching schedule): the running lane's, and lane
+ * `lane`'s (the planner). */
 static inline int32_t *offload_spec_sel(const struct offload *o, int p, int sl, int n)
 {
     return o->step.h_sel_spec + (size_t)p * o->n_sparse * o->sel_ints +
            (size_t)sl * offload_sel_len(o, n);
+}
+static inline int32_t *offload_lane_spec_sel(const struct offload *o, int lane, int p, int sl,
+                                             int n)
+{
+    return o->step.lanes[lane].h_sel_spec + (size_t)p * o->n_sparse * o->sel_ints +
+           (size_t)sl * offload_sel_len(o, n);
+}
+/* The planner's record of the step whose prediction of sparse layer sl it recalled last, for
+ * lane `lane`. */
+static inline int64_t *offload_pl_spec_step(const struct offload *o, int lane, int sl)
+{
+    return &o->plan.pl_spec_step[(size_t)lane * o->n_sparse + sl];
 }
 static inline int32_t *offload_spec_dsel(const struct offload *o, int sl, int n)
 {

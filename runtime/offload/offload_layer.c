@@ -569,6 +569,7 @@ static void lane_save(struct offload *o)
     L->next_layer = o->step.next_layer, L->issued = o->step.issued;
     L->pre_done = o->step.pre_done;
     memcpy(L->sel_step, o->step.sel_step, sizeof L->sel_step);
+    memcpy(L->spec_step, o->step.spec_step, sizeof L->spec_step);
 }
 
 static void lane_load(struct offload *o, int k)
@@ -579,10 +580,13 @@ static void lane_load(struct offload *o, int k)
     o->step.next_layer = L->next_layer, o->step.issued = L->issued;
     o->step.pre_done = L->pre_done;
     memcpy(o->step.sel_step, L->sel_step, sizeof L->sel_step);
+    memcpy(o->step.spec_step, L->spec_step, sizeof L->spec_step);
     o->step.flags = L->flags;
     o->step.h_sel = L->h_sel, o->step.d_sel = L->d_sel, o->step.h_ctl = L->h_ctl;
     o->step.d_ctl[0] = L->d_ctl[0], o->step.d_ctl[1] = L->d_ctl[1];
     o->step.ev_sel = L->ev_sel, o->step.ev_selected = L->ev_selected;
+    o->step.h_sel_spec = L->h_sel_spec, o->step.d_sel_spec = L->d_sel_spec;
+    o->step.ev_spec_sel = L->ev_spec_sel, o->step.ev_spec_selected = L->ev_spec_selected;
 }
 
 void offload_lane_reset(struct offload *o)
@@ -591,7 +595,7 @@ void offload_lane_reset(struct offload *o)
         struct offload_lane *L = &o->step.lanes[k];
         L->next_layer = -1;
         for (int l = 0; l < OFFLOAD_MAX_LAYERS; l++)
-            L->sel_step[l] = -1;
+            L->sel_step[l] = L->spec_step[l] = -1;
     }
     lane_load(o, 0);
     o->step.n_lanes = 1;

@@ -158,10 +158,12 @@ static int plan_prefetch(struct offload *o, const struct offload_step_state *ss,
 
 /* The prediction's overlap with the exact lists of a layer predicted this step (the
  * prefetch's lists of the same parity), into the layer's counters. */
-static void count_overlap(struct offload *o, const struct offload_step_state *ss, int p, int layer)
+static void count_overlap(struct offload *o, const struct offload_step_state *ss, int lane, int p,
+                          int layer)
 {
     const int sl = offload_sl(o, layer), B = ss->n, V = B * o->n_lists;
-    const int32_t *ex = offload_lane_sel(o, 0, p, sl, B), *sp = offload_spec_sel(o, p, sl, B);
+    const int32_t *ex = offload_lane_sel(o, lane, p, sl, B),
+                  *sp = offload_lane_spec_sel(o, lane, p, sl, B);
     struct offload_layer_stats *ls = &o->ls[layer];
     for (int v = 0; v < V; v++) {
         const int nb = (int)PULSE_CEIL_DIV(ss->n_tok[v / o->n_lists], o->ps);
@@ -275,7 +277,8 @@ static void step_totals(struct offload *o, const struct job *j)
         struct offload_layer_stats *ls = &o->ls[o->layer_of[sl]];
         const int64_t miss = d[HOT_PLAN_MISSES];
         if (spec) { /* the prediction's plan (offload_prefetch) */
-            ls->spec_lists += o->plan.pl_spec_step[sl] == j->step ? (int64_t)ss->n * o->n_lists : 0;
+            ls->spec_lists +=
+                *offload_pl_spec_step(o, 0, sl) == j->step ? (int64_t)ss->n * o->n_lists : 0;
             ls->spec_hits += d[HOT_PLAN_HITS];
             ls->spec_misses += miss;
             ls->spec_recall_bytes += miss * chunk;
@@ -283,7 +286,7 @@ static void step_totals(struct offload *o, const struct job *j)
             ls->hits += d[HOT_PLAN_HITS];
             ls->misses += miss;
             ls->selections += ss->n;
-            ls->corrections += o->plan.pl_spec_step[sl] == j->step ? miss : 0;
+            ls->corrections += *offload_pl_spec_step(o, 0, sl) == j->step ? miss : 0;
             o->step.traffic[p].kv_bytes += (double)d[OFFLOAD_TOT_ATT] * (double)chunk / o->ps;
         }
         ls->fresh += d[HOT_PLAN_FRESH];
@@ -314,21 +317,23 @@ static void meter(struct offload *o, const struct offload_step_state *ss, int la
     PULSE_CHECK(rc == PULSE_OK, "offload: the source's meter refused a selection");
 }
 
-/* A prefetch job: the predicted lists (waited for); on the host-planned path their hot-cache
- * access and the recall of their misses, waited for here so that the layer's exact plan, the
- * next job of the layer, finds them landed. The device path plans and gathers on the device:
- * the job only marks the layer predicted, for the counters. */
-static void run_prefetch(struct offload *o, const struct job *j)
+/* A prefetch job of the lane's entries ss: the predicted lists (waited for); on the
+ * host-planned path their hot-cache access and the recall of their misses, waited for here so
+ * that the layer's exact plan, the lane's next job of the layer, finds them landed. The device
+ * path plans and gathers on the device: the job only marks the layer predicted, for the
+ * counters. */
+static void run_prefetch(struct offload *o, const struct job *j,
+                         const struct offload_step_state *ss)
 {
     const int p = (int)(j->step & 1), sl = offload_sl(o, j->layer);
-    const struct offload_step_state *ss = &o->step.ss[p];
     double *ph = o->plan.planner_phase_s, t = pulse_now();
-    o->be->event_sync(o->step.ev_spec_sel[(size_t)p * o->n_sparse + sl]);
+    o->be->event_sync(o->step.lanes[j->lane].ev_spec_sel[(size_t)p * o->n_sparse + sl]);
     offload_lap(ph, OFFLOAD_PLANNER_LISTS, &t);
-    o->plan.pl_spec_step[sl] = j->step;
+    *offload_pl_spec_step(o, j->lane, sl) = j->step;
     if (o->device_plan) return;
     recall_prime(o->store.rc);
-    const int n_items = plan_prefetch(o, ss, j->layer, offload_spec_sel(o, p, sl, ss->n));
+    const int n_items =
+        plan_prefetch(o, ss, j->layer, offload_lane_spec_sel(o, j->lane, p, sl, ss->n));
     offload_lap(ph, OFFLOAD_PLANNER_PLAN, &t);
     if (n_items == 0) return;
     const int64_t ticket = recall_submit_prefetch(o, n_items);
@@ -355,9 +360,10 @@ static void run_job(struct offload *o, const struct job *j)
         fprintf(stderr, "planner: step %lld layer %d: waiting for %slists\n", (long long)j->step,
                 j->layer, j->kind == OFFLOAD_JOB_PREFETCH ? "predicted " : "");
     if (j->kind == OFFLOAD_JOB_PREFETCH) {
-        run_prefetch(o, j);
+        run_prefetch(o, j, ss);
         return;
     }
+    const int predicted = *offload_pl_spec_step(o, j->lane, sl) == j->step;
     o->be->event_sync(L->ev_sel[(size_t)p * o->n_sparse + sl]);
     offload_lap(ph, OFFLOAD_PLANNER_LISTS, &t);
     if (trace_on())
@@ -368,7 +374,7 @@ static void run_job(struct offload *o, const struct job *j)
     if (j->kind == OFFLOAD_JOB_PLAN) {
         recall_prime(o->store.rc); /* the engine's threads wake while the plan is made */
         n_items = plan(o, ss, j->layer, offload_lane_sel(o, j->lane, p, sl, ss->n),
-                       offload_lane_ctl(o, j->lane, p, sl), o->plan.pl_spec_step[sl] == j->step);
+                       offload_lane_ctl(o, j->lane, p, sl), predicted);
         offload_lap(ph, OFFLOAD_PLANNER_PLAN, &t);
         if (n_items > 0)
             ticket = recall_submit_layer(o, j->lane, j->layer, n_items, seq);
@@ -377,11 +383,11 @@ static void run_job(struct offload *o, const struct job *j)
     }
     const double t_submit = t;
     meter(o, ss, j->lane, p, sl); /* inside the recall's time when there is one */
-    if (o->plan.pl_spec_step[sl] == j->step) count_overlap(o, ss, p, j->layer);
+    if (predicted) count_overlap(o, ss, j->lane, p, j->layer);
     offload_lap(ph, OFFLOAD_PLANNER_METER, &t);
     if (n_items > 0) {
         recall_finish_layer(o, j->lane, j->layer, n_items, j->step, ticket, t_submit, 0);
-        o->ls[j->layer].corrections += o->plan.pl_spec_step[sl] == j->step ? n_items : 0;
+        o->ls[j->layer].corrections += predicted ? n_items : 0;
     }
     if (trace_on())
         fprintf(stderr, "planner: step %lld layer %d: %d items, flag %u\n", (long long)j->step,
