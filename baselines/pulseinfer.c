@@ -163,9 +163,9 @@ static void pi_free(void *ctx)
     mem_free(MEM_HOST, pi, sizeof *pi);
 }
 
-/* "on", "auto" or "off" (NULL) into pi->self_mode, and its combinations checked: it is a
- * schedule of IRQ's (not with --no-irq) and of the host-planned engines (the offload runtime's
- * lanes: offload.h); with --speculate each half predicts its own next layer. */
+/* "on", "auto" or "off" (NULL) into pi->self_mode, and its combination checked: it is a
+ * schedule of IRQ's (not with --no-irq), over the offload runtime's lanes (offload.h) on every
+ * engine; with --speculate each half predicts its own next layer. */
 static int parse_self(struct pulseinfer *pi, const struct policy_ctx_params *p, char *err,
                       size_t errlen)
 {
@@ -177,9 +177,7 @@ static int parse_self(struct pulseinfer *pi, const struct policy_ctx_params *p, 
     const char *why = pi->self_mode < 0 ? "is not on, auto or off"
                       : !pi->self_mode  ? NULL
                       : p->no_irq       ? "needs IRQ (not with --no-irq)"
-                      : p->offload->engine == RECALL_ZERO_COPY
-                          ? "runs on the host-planned recall engines, not zero-copy"
-                          : NULL;
+                                        : NULL;
     if (!why) return PULSE_OK;
     snprintf(err, errlen, "--self-interleave: '%s' %s", a, why);
     return PULSE_ERR_INVALID;

@@ -446,8 +446,12 @@ static json_t *g_ablation(const struct scale_cfg *s, const char *dir)
      * predicts its own next layer) */
     json_array_append_new(v,
                           variant(s, "7+self-interleaving", "pulseinfer", "--self-interleave on"));
+    json_array_append_new(v, variant(s, "7+self-interleaving-zc", "pulseinfer",
+                                     "--self-interleave on --recall-engine zero-copy"));
     json_array_append_new(v, variant(s, "8+speculation+self-interleaving", "pulseinfer",
                                      "--speculate --self-interleave on"));
+    json_array_append_new(v, variant(s, "8+speculation+self-interleaving-zc", "pulseinfer",
+                                     "--speculate --self-interleave on --recall-engine zero-copy"));
     json_array_append_new(v, variant(s, "infinigen", "infinigen", NULL));
     for (size_t i = 1; i < PULSE_ARRAY_LEN(engine_matched); i++)
         json_array_append_new(v, variant(s, engine_matched[i], engine_matched[i], NULL));

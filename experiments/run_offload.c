@@ -423,12 +423,9 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
     ro->src.model = m->name;
     fill_params(ro, oo, pol, w, budget, hot);
     if (oo->self_interleave && strcmp(oo->self_interleave, "off")) { /* pulseinfer's checks */
-        const char *why = oo->no_irq ? "needs IRQ (not with --no-irq)"
-                          : p->engine == RECALL_ZERO_COPY
-                              ? "runs on the host-planned recall engines, not zero-copy"
-                              : NULL;
-        if (why) {
-            cli_error("run", "--self-interleave: '%s' %s", oo->self_interleave, why);
+        if (oo->no_irq) {
+            cli_error("run", "--self-interleave: '%s' needs IRQ (not with --no-irq)",
+                      oo->self_interleave);
             return -1;
         }
     }

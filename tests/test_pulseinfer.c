@@ -959,78 +959,87 @@ static void test_self_exact(void)
     workload_free(&one.w);
 }
 
-/* Self-interleaving with speculation (--self-interleave on --speculate): each half predicts its
- * own next layer in its own lane (the prediction's lists, events and the planner's record of
- * them per lane). At a budget of two blocks, every request offloaded, with the locality query
- * whatever the predictor -- the step's own query (perfect), the misprediction model, the query
- * negated (poor) -- and with the real query on a prefilled prompt: the tokens are exact
- * SoloHead's, the steps run in halves, and with the locality query (whose predictions depend on
- * the request and step only) the recall is the unsplit speculation's chunk for chunk: prefetched,
- * corrected and held the same, since each request's hot cache sees the same accesses in the same
- * order. No host round trip inside a step. */
+/* Self-interleaving on both engines' paths (host-planned gather-scatter, device-planned
+ * zero-copy: each lane its own descriptors, plan and gather events, its entries' rows of the
+ * step upload and its tails), alone and with speculation (--speculate: each half predicts its own
+ * next layer; the prediction's lists, events and the planner's record of them per lane). At a
+ * budget of two blocks, every request offloaded, with the locality query whatever the predictor
+ * -- the step's own query (perfect), the misprediction model, the query negated (poor) -- and
+ * with the real query on a prefilled prompt: the tokens are exact SoloHead's, the steps run in
+ * halves, and with the locality query (whose lists depend on the request and step only) the
+ * recall is the unsplit run's chunk for chunk: recalled, prefetched, corrected and held the
+ * same, since each request's hot cache sees the same accesses in the same order; those runs
+ * verify every resident block against the host pool after each step, the real query's make no
+ * host round trip inside a step. */
 static void test_self_speculation(void)
 {
     static const char *const names[] = {"perfect", "model", "poor"};
-    for (int real = 0; real < 2; real++) {
-        struct pi_cfg c = {.policy = "pulseinfer",
-                           .spec =
-                               real ? "lengths:300,90,260,200" : "lengths:300,170,90,260,40,200",
-                           .admission = "fixed:0",
-                           .out_len = real ? 6 : 10,
-                           .max_batch = 6,
-                           .selection = OFFLOAD_SOLOHEAD,
-                           .budget_tokens = 32,
-                           .prompt_kv = real ? OFFLOAD_KV_PREFILL : OFFLOAD_KV_LOCALITY,
-                           .query = real ? OFFLOAD_QUERY_REAL : OFFLOAD_QUERY_LOCALITY,
-                           .no_verify = 1,
-                           .want_json = 1};
-        struct pi_out exact;
-        serve(&c, &exact);
-        EXPECT_EQ_INT(exact.rc, 0);
-        c.speculate = 1;
-        for (int k = 0; k < (real ? 1 : 3); k++) {
-            c.spec_predictor = k == 2 ? OFFLOAD_SPEC_NEGATED : OFFLOAD_SPEC_APPROX;
-            c.spec_model = k == 1;
-            struct pi_out r[2];
-            int64_t n[2][3];
-            for (int si = 0; si < 2; si++) {
-                c.self_interleave = si ? "on" : NULL;
-                serve(&c, &r[si]);
-                EXPECT_EQ_INT(r[si].rc, 0);
-                EXPECT_EQ_INT(r[si].ctr.step_host_syncs, 0);
-                EXPECT(same_tokens(&exact.w, &r[si].w));
-                self_counts(&r[si], n[si]);
+    for (int zc = 0; zc < 2; zc++)
+        for (int real = 0; real < 2; real++) {
+            struct pi_cfg c = {
+                .policy = "pulseinfer",
+                /* tail blocks fill in both halves at step 4 (n % 16 = 12) */
+                .spec = real ? "lengths:300,90,268,204" : "lengths:300,170,90,268,44,200",
+                .admission = "fixed:0",
+                .out_len = real ? 6 : 10,
+                .max_batch = 6,
+                .selection = OFFLOAD_SOLOHEAD,
+                .budget_tokens = 32,
+                .prompt_kv = real ? OFFLOAD_KV_PREFILL : OFFLOAD_KV_LOCALITY,
+                .query = real ? OFFLOAD_QUERY_REAL : OFFLOAD_QUERY_LOCALITY,
+                .zero_copy = zc,
+                .no_verify = real, /* the locality runs verify every resident block */
+                .want_json = 1};
+            struct pi_out exact;
+            serve(&c, &exact);
+            EXPECT_EQ_INT(exact.rc, 0);
+            /* k = -1: no speculation; then the predictors */
+            for (int k = -1; k < (real ? 1 : 3); k++) {
+                c.speculate = k >= 0;
+                c.spec_predictor = k == 2 ? OFFLOAD_SPEC_NEGATED : OFFLOAD_SPEC_APPROX;
+                c.spec_model = k == 1;
+                struct pi_out r[2];
+                int64_t n[2][3];
+                for (int si = 0; si < 2; si++) {
+                    c.self_interleave = si ? "on" : NULL;
+                    serve(&c, &r[si]);
+                    EXPECT_EQ_INT(r[si].rc, 0);
+                    if (c.no_verify) EXPECT_EQ_INT(r[si].ctr.step_host_syncs, 0);
+                    EXPECT(same_tokens(&exact.w, &r[si].w));
+                    self_counts(&r[si], n[si]);
+                }
+                const struct serve_counters *a = &r[0].ctr, *b = &r[1].ctr;
+                printf("--self-interleave on%s, %s, %s query%s%s: tokens %s exact SoloHead's; "
+                       "%lld steps in halves; %lld chunks recalled (unsplit %lld), hit rate "
+                       "%.3f (%.3f), %lld prefetched (%lld), %lld corrected (%lld)\n",
+                       k >= 0 ? " --speculate" : "", zc ? "zero-copy" : "gather-scatter",
+                       real ? "real" : "locality", k >= 0 ? ", predictor " : "",
+                       k >= 0 ? (real ? "approximate" : names[k]) : "",
+                       same_tokens(&exact.w, &r[1].w) ? "equal" : "DIFFER from", (long long)n[1][0],
+                       (long long)b->recall_chunks, (long long)a->recall_chunks, rate(b), rate(a),
+                       (long long)b->spec_recall_chunks, (long long)a->spec_recall_chunks,
+                       (long long)b->spec_corrections, (long long)a->spec_corrections);
+                EXPECT(n[1][0] > 0 && n[1][2] > 0);
+                EXPECT_EQ_INT(n[0][0], 0);
+                EXPECT(b->recall_chunks > 0);
+                if (k >= 0) EXPECT(b->spec_scored > 0 && b->spec_recall_chunks > 0);
+                if (!real) {
+                    EXPECT_EQ_INT(b->recall_chunks, a->recall_chunks);
+                    EXPECT_EQ_INT(b->spec_recall_chunks, a->spec_recall_chunks);
+                    EXPECT_EQ_INT(b->spec_corrections, a->spec_corrections);
+                    EXPECT_EQ_INT(b->spec_held, a->spec_held);
+                    EXPECT_EQ_INT(b->spec_scored, a->spec_scored);
+                    if (k == 0) EXPECT_EQ_INT(b->spec_corrections, 0);
+                    if (k == 2) EXPECT(b->spec_corrections > 0 && rate(b) < 0.5);
+                }
+                for (int si = 0; si < 2; si++) {
+                    json_decref(r[si].pj);
+                    workload_free(&r[si].w);
+                }
             }
-            const struct serve_counters *a = &r[0].ctr, *b = &r[1].ctr;
-            printf("--self-interleave on --speculate, %s query, %s predictor: tokens %s exact "
-                   "SoloHead's; %lld steps in halves; hit rate %.3f (unsplit %.3f), %lld chunks "
-                   "prefetched (%lld), %lld corrected (%lld), %lld recalled (%lld)\n",
-                   real ? "real" : "locality", real ? "approximate" : names[k],
-                   same_tokens(&exact.w, &r[1].w) ? "equal" : "DIFFER from", (long long)n[1][0],
-                   rate(b), rate(a), (long long)b->spec_recall_chunks,
-                   (long long)a->spec_recall_chunks, (long long)b->spec_corrections,
-                   (long long)a->spec_corrections, (long long)b->recall_chunks,
-                   (long long)a->recall_chunks);
-            EXPECT(n[1][0] > 0 && n[1][2] > 0);
-            EXPECT_EQ_INT(n[0][0], 0);
-            EXPECT(b->spec_scored > 0 && b->spec_recall_chunks > 0);
-            if (!real) {
-                EXPECT_EQ_INT(b->recall_chunks, a->recall_chunks);
-                EXPECT_EQ_INT(b->spec_recall_chunks, a->spec_recall_chunks);
-                EXPECT_EQ_INT(b->spec_corrections, a->spec_corrections);
-                EXPECT_EQ_INT(b->spec_held, a->spec_held);
-                EXPECT_EQ_INT(b->spec_scored, a->spec_scored);
-                if (k == 0) EXPECT_EQ_INT(b->spec_corrections, 0);
-                if (k == 2) EXPECT(b->spec_corrections > 0 && rate(b) < 0.5);
-            }
-            for (int si = 0; si < 2; si++) {
-                json_decref(r[si].pj);
-                workload_free(&r[si].w);
-            }
+            json_decref(exact.pj);
+            workload_free(&exact.w);
         }
-        json_decref(exact.pj);
-        workload_free(&exact.w);
-    }
 }
 
 /* pulse run: --self-interleave's JSON (config and counters), its auto mode choosing by IOAA's
@@ -1089,8 +1098,6 @@ static void test_self_cli(void)
                 "auto or off"},
                {"--policy pulseinfer --self-interleave on --no-irq",
                 "--self-interleave: 'on' needs IRQ (not with --no-irq)"},
-               {"--policy pulseinfer --self-interleave auto --recall-engine zero-copy",
-                "--self-interleave: 'auto' runs on the host-planned recall engines, not zero-copy"},
                {"--policy arkvale --self-interleave on", "--self-interleave: only for pulseinfer"}};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
         snprintf(cmd, sizeof cmd, "%s %s --out %s", common, bad[i].flags, path);

@@ -97,12 +97,14 @@ int main(void)
                                            "7+speculation",
                                            "7+speculation-zc",
                                            "7+self-interleaving",
+                                           "7+self-interleaving-zc",
                                            "8+speculation+self-interleaving",
+                                           "8+speculation+self-interleaving-zc",
                                            "infinigen",
                                            "arkvale+solohead+zc",
                                            "infinigen+solohead+gs",
                                            "infinigen+solohead+zc"};
-    EXPECT_EQ_INT((int)json_array_size(json_object_get(ab, "points")), 16);
+    EXPECT_EQ_INT((int)json_array_size(json_object_get(ab, "points")), 18);
     for (size_t i = 0; i < PULSE_ARRAY_LEN(ab_names); i++)
         EXPECT_STR_EQ(json_string_value(json_object_get(
                           json_array_get(json_object_get(ab, "points"), i), "variant")),

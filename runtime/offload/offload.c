@@ -271,13 +271,17 @@ static size_t host_layout(struct offload *o, char *base)
         o->step.lanes[i].ev_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
         o->step.lanes[i].ev_selected = take(&c, sizeof(void *) * (size_t)o->n_sparse);
     }
-    o->step.ev_built = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
-    o->step.ev_gathered = o->overlap ? take(&c, sizeof(void *) * (size_t)o->n_sparse) : NULL;
-    for (int i = 0; o->spec && i < n_lanes(o); i++) {
-        o->step.lanes[i].ev_spec_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
-        o->step.lanes[i].ev_spec_selected = take(&c, sizeof(void *) * (size_t)o->n_sparse);
+    for (int i = 0; i < n_lanes(o); i++) {
+        struct offload_lane *L = &o->step.lanes[i];
+        if (o->overlap) {
+            L->ev_built = take(&c, sizeof(void *) * (size_t)o->n_sparse);
+            L->ev_gathered = take(&c, sizeof(void *) * (size_t)o->n_sparse);
+        }
+        if (!o->spec) continue;
+        L->ev_spec_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
+        L->ev_spec_selected = take(&c, sizeof(void *) * (size_t)o->n_sparse);
+        L->ev_spec_built = take(&c, sizeof(void *) * (size_t)o->n_sparse);
     }
-    if (o->spec) o->step.ev_spec_built = take(&c, sizeof(void *) * (size_t)o->n_sparse);
     o->plan.pl_spec_step = take(&c, 8 * 2 * (size_t)o->n_sparse);
     o->plan.items = take(&c, sizeof(struct recall_item) * (size_t)o->max_items);
     o->step.lgraph = take(&c, sizeof(void *) * 2 * (size_t)o->n_layers);
@@ -348,10 +352,10 @@ static size_t dev_layout(struct offload *o, char *base)
         po->fresh_block = take(&c, 4 * V), po->fresh_slot = take(&c, 4 * V);
         po->fresh_victim = take(&c, 4 * V);
         o->step.d_totals = take(&c, 8 * 2 * S * OFFLOAD_TOTALS); /* the predictions' after */
-        for (int i = 0; i < 2; i++)
-            o->step.d_desc[i] = take(&c, sizeof(struct recall_desc) * VM);
-        for (int i = 0; i < 2 && o->spec; i++)
-            o->step.d_desc_spec[i] = take(&c, sizeof(struct recall_desc) * VM);
+        for (int i = 0; i < 2 * n_lanes(o); i++)
+            o->step.lanes[i / 2].d_desc[i % 2] = take(&c, sizeof(struct recall_desc) * VM);
+        for (int i = 0; i < 2 * n_lanes(o) && o->spec; i++)
+            o->step.lanes[i / 2].d_desc_spec[i % 2] = take(&c, sizeof(struct recall_desc) * VM);
         o->step.d_ctl_spec = o->spec ? take(&c, 4 * o->ctl_ints) : NULL;
         o->store.d_own = take(&c, 4 * (size_t)o->max_batch * S * (o->hot_slots + 1));
         o->store.d_hids = take(&c, 4 * (size_t)o->max_batch * S * o->max_blocks);
@@ -421,20 +425,18 @@ static int alloc_dev(struct offload *o)
         for (int i = 0; o->spec && i < 2 * o->n_sparse; i++)
             if (!(L->ev_spec_sel[i] = o->be->event_create())) return PULSE_ERR_OOM;
         for (int i = 0; o->spec && i < o->n_sparse; i++)
-            if (!(L->ev_spec_selected[i] = o->be->event_create())) return PULSE_ERR_OOM;
+            if (!(L->ev_spec_selected[i] = o->be->event_create()) ||
+                !(L->ev_spec_built[i] = o->be->event_create()))
+                return PULSE_ERR_OOM;
+        for (int i = 0; o->overlap && i < o->n_sparse; i++)
+            if (!(L->ev_built[i] = o->be->event_create()) ||
+                !(L->ev_gathered[i] = o->be->event_create()))
+                return PULSE_ERR_OOM;
     }
     offload_lane_reset(o);
     o->step.ev_lists = o->be->event_create();
-    for (int i = 0; o->spec && i < o->n_sparse; i++)
-        if (!(o->step.ev_spec_built[i] = o->be->event_create())) return PULSE_ERR_OOM;
     if (o->be->ctx_create_urgent(&o->step.sctx) != PULSE_OK) return PULSE_ERR_OOM;
-    if (o->overlap) {
-        if (o->be->ctx_create_urgent(&o->step.gctx) != PULSE_OK) return PULSE_ERR_OOM;
-        for (int i = 0; i < o->n_sparse; i++)
-            if (!(o->step.ev_built[i] = o->be->event_create()) ||
-                !(o->step.ev_gathered[i] = o->be->event_create()))
-                return PULSE_ERR_OOM;
-    }
+    if (o->overlap && o->be->ctx_create_urgent(&o->step.gctx) != PULSE_OK) return PULSE_ERR_OOM;
     return offload_planner_start(o);
 }
 
@@ -709,9 +711,6 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     if ((unsigned)p->spec_predictor > OFFLOAD_SPEC_NEGATED)
         BAD("offload: unknown speculation predictor %d", p->spec_predictor);
     if (p->lanes < 0 || p->lanes > 2) BAD("offload: lanes %d is not 0, 1 or 2", p->lanes);
-    if (p->lanes == 2 && p->engine == RECALL_ZERO_COPY)
-        BAD("offload: two lanes (self-interleaving) run on the host-planned recall engines, not "
-            "zero-copy");
     if (ks.max_requests != p->max_batch)
         BAD("offload: the KV cache has %d request slots, max_batch is %d", ks.max_requests,
             p->max_batch);
@@ -776,16 +775,16 @@ void offload_free(struct offload *o)
             if (L->ev_selected[i]) o->be->event_destroy(L->ev_selected[i]);
         for (int i = 0; i < 2 * o->n_sparse && L->ev_spec_sel; i++)
             if (L->ev_spec_sel[i]) o->be->event_destroy(L->ev_spec_sel[i]);
-        for (int i = 0; i < o->n_sparse && L->ev_spec_selected; i++)
+        for (int i = 0; i < o->n_sparse && L->ev_spec_selected; i++) {
             if (L->ev_spec_selected[i]) o->be->event_destroy(L->ev_spec_selected[i]);
+            if (L->ev_spec_built[i]) o->be->event_destroy(L->ev_spec_built[i]);
+        }
+        for (int i = 0; i < o->n_sparse && L->ev_built; i++) {
+            if (L->ev_built[i]) o->be->event_destroy(L->ev_built[i]);
+            if (L->ev_gathered[i]) o->be->event_destroy(L->ev_gathered[i]);
+        }
     }
     if (o->step.ev_lists) o->be->event_destroy(o->step.ev_lists);
-    for (int i = 0; i < o->n_sparse && o->step.ev_spec_built; i++)
-        if (o->step.ev_spec_built[i]) o->be->event_destroy(o->step.ev_spec_built[i]);
-    for (int i = 0; i < o->n_sparse && o->step.ev_built; i++) {
-        if (o->step.ev_built[i]) o->be->event_destroy(o->step.ev_built[i]);
-        if (o->step.ev_gathered[i]) o->be->event_destroy(o->step.ev_gathered[i]);
-    }
     if (o->step.gctx.stream || o->step.gctx.blas) o->be->ctx_free(&o->step.gctx);
     if (o->step.sctx.stream || o->step.sctx.blas) o->be->ctx_free(&o->step.sctx);
     if (o->pin) mem_free(pin_kind(o), o->pin, o->pin_bytes);

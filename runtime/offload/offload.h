@@ -202,8 +202,7 @@ struct offload_params {
                            exact lists budget: more of the exact selection prefetched (in
                            [0, 1]; default 0; only with a prefetching schedule) */
     int lanes;          /* 2: a step may run as two lanes (offload_step_split; buffers for the
-                           second lane allocated at create; host-planned engines, no prefetching
-                           schedule); 0 or 1 (default): one */
+                           second lane allocated at create); 0 or 1 (default): one */
 };
 
 /* Per sparse layer, what the runtime did (the source's meter adds churn and its quantiles). */
@@ -348,11 +347,13 @@ int offload_step_end(struct offload *o, struct batch *bt);
 /* Self-interleaving (offload_params.lanes 2; PulseInfer's, DESIGN section 7, mechanism 5):
  * right after offload_step_begin, split splits the step's batch into two lanes, entries
  * [0, n_first) and [n_first, n), each of which runs its layers in order on its own lists,
- * control blocks and recall flags; use makes `lane` the one the calls above (issue, ready,
+ * control blocks, recall flags and events (a prediction's and, on the device path, the plan's
+ * descriptors too); use makes `lane` the one the calls above (issue, ready,
  * finish, pre, select) act on, between any two of them, so that one lane's recall is in flight
  * while the other's layers run. Each lane's calls take that lane's part of the step's batch (a
  * view: batch_view_set). offload_step_end wants both lanes' layers run; the next step is one
- * lane again. Host-planned engines, schedules without prefetch (offload_create checks). */
+ * lane again. Every engine and schedule; a lane's layers never replay as layer graphs (a view's
+ * batch has none). */
 void offload_step_split(struct offload *o, int n_first);
 void offload_lane_use(struct offload *o, int lane);
 /* The next layer lane `lane` issues or finishes (n_layers when it has run them all). */

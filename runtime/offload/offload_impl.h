@@ -95,10 +95,15 @@ struct offload_lane {
     int32_t *d_ctl[2];
     void **ev_sel, **ev_selected; /* [2][n_sparse], [n_sparse] */
     int64_t sel_step[OFFLOAD_MAX_LAYERS];
-    /* a prefetching schedule's prediction (host-planned: lane 1's only with two lanes) */
+    /* a prefetching schedule's prediction (lane 1's only with two lanes) */
     int32_t *h_sel_spec, *d_sel_spec;
     void **ev_spec_sel, **ev_spec_selected;
     int64_t spec_step[OFFLOAD_MAX_LAYERS];
+    /* the device path's (zero-copy): descriptors by the layer's parity (a prediction's too), and
+     * per sparse layer its plan built and its gather done (device_overlap), a prediction's plan
+     * built */
+    struct recall_desc *d_desc[2], *d_desc_spec[2];
+    void **ev_built, **ev_gathered, **ev_spec_built;
 };
 
 /* The step (offload_layer.c; main thread): what one decode step of the batch and its layers'
@@ -168,8 +173,8 @@ struct offload_step {
     int32_t *d_sel_spec;     /* (lane) [n_sparse] per layer, packed as d_sel */
     void **ev_spec_sel;      /* (lane) [2][n_sparse] the prediction's lists are on the host */
     void **ev_spec_selected; /* (lane) [n_sparse] made */
-    void **ev_spec_built;    /* [n_sparse] planned (device path, one lane) */
-    struct recall_desc *d_desc_spec[2];
+    void **ev_spec_built;    /* (lane) [n_sparse] planned (device path) */
+    struct recall_desc *d_desc_spec[2]; /* (lane) */
     int32_t *d_ctl_spec; /* the device build's control block of a prediction (unread) */
     int32_t *d_zero;     /* [max_batch] zeros: no new tail (a prefetch took it) */
 
@@ -183,12 +188,12 @@ struct offload_step {
                                       selections', then the predictions' */
     int64_t *h_totals[2];          /* pinned copies, by parity */
     void *ev_end[2];               /* the step's totals are on the host */
-    struct recall_desc *d_desc[2]; /* [V][ms] sparse layer sl's recall in d_desc[sl & 1] */
+    struct recall_desc *d_desc[2]; /* (lane) [V][ms] sparse layer sl's recall in d_desc[sl & 1] */
     /* device_overlap: the gather's context (its own stream), and per sparse layer the events
      * after the layer's plan (the gather waits for it) and after its gather (the attention
      * waits for it; offload_layer_ready queries it) */
     struct kctx gctx;
-    void **ev_built, **ev_gathered;
+    void **ev_built, **ev_gathered; /* (lane) */
     /* the device path's layer graphs (offload_layer.c, layer_graph): [n_layers][2], valid for
      * lg_bt's lg_n entries whose longest reservation is lg_len (the attention's split plans) */
     void **lgraph;

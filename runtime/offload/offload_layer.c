@@ -161,7 +161,7 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
 {
     const int B = o->step.n;
     const size_t lists = (size_t)B * o->n_lists;
-    const int32_t *up = o->step.d_up;
+    const int32_t *up = o->step.d_up + o->step.first; /* the running lane's entries' rows */
     const int32_t *ds = spec ? offload_spec_dsel(o, sl, B) : offload_dsel(o, sl, B);
     const int predicted = !spec && o->step.spec_step[o->layer_of[sl]] == o->st.steps;
     const struct hot_plan_in in = {ds,
@@ -434,6 +434,10 @@ static void tail_flush(struct offload *o, int layer)
     if (!n_desc) return;
     const size_t doff = offload_ctl_desc_off(o);
     struct recall_desc *d = (struct recall_desc *)(o->step.d_ctl[sl & 1] + doff);
+    /* the device path's build numbers the step's tails over all its entries (UP_TIDX): a
+     * lane's start after those of the entries before it */
+    for (int b = 0; o->device_plan && b < o->step.first; b++)
+        d += ss->n_tok[b] % o->ps ? 0 : o->n_lists;
     if (!o->device_plan)
         o->be->copy_async(o->ctx, d, offload_ctl(o, p, sl) + doff,
                           sizeof(struct recall_desc) * (size_t)n_desc);
@@ -587,6 +591,10 @@ static void lane_load(struct offload *o, int k)
     o->step.ev_sel = L->ev_sel, o->step.ev_selected = L->ev_selected;
     o->step.h_sel_spec = L->h_sel_spec, o->step.d_sel_spec = L->d_sel_spec;
     o->step.ev_spec_sel = L->ev_spec_sel, o->step.ev_spec_selected = L->ev_spec_selected;
+    o->step.ev_spec_built = L->ev_spec_built;
+    o->step.d_desc[0] = L->d_desc[0], o->step.d_desc[1] = L->d_desc[1];
+    o->step.d_desc_spec[0] = L->d_desc_spec[0], o->step.d_desc_spec[1] = L->d_desc_spec[1];
+    o->step.ev_built = L->ev_built, o->step.ev_gathered = L->ev_gathered;
 }
 
 void offload_lane_reset(struct offload *o)

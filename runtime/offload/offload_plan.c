@@ -258,6 +258,14 @@ static int trace_on(void)
     return on;
 }
 
+/* Whether sparse layer sl was predicted in `step` (by either lane: a split step's lanes both
+ * run every layer, each predicting its own entries'). */
+static int predicted_step(const struct offload *o, int sl, int64_t step)
+{
+    return *offload_pl_spec_step(o, 0, sl) == step ||
+           (o->p.lanes == 2 && *offload_pl_spec_step(o, 1, sl) == step);
+}
+
 /* The device path's step: each layer's totals since the last step into its counters, the
  * per-step series and the step's traffic. */
 static void step_totals(struct offload *o, const struct job *j)
@@ -277,8 +285,7 @@ static void step_totals(struct offload *o, const struct job *j)
         struct offload_layer_stats *ls = &o->ls[o->layer_of[sl]];
         const int64_t miss = d[HOT_PLAN_MISSES];
         if (spec) { /* the prediction's plan (offload_prefetch) */
-            ls->spec_lists +=
-                *offload_pl_spec_step(o, 0, sl) == j->step ? (int64_t)ss->n * o->n_lists : 0;
+            ls->spec_lists += predicted_step(o, sl, j->step) ? (int64_t)ss->n * o->n_lists : 0;
             ls->spec_hits += d[HOT_PLAN_HITS];
             ls->spec_misses += miss;
             ls->spec_recall_bytes += miss * chunk;
@@ -286,7 +293,7 @@ static void step_totals(struct offload *o, const struct job *j)
             ls->hits += d[HOT_PLAN_HITS];
             ls->misses += miss;
             ls->selections += ss->n;
-            ls->corrections += *offload_pl_spec_step(o, 0, sl) == j->step ? miss : 0;
+            ls->corrections += predicted_step(o, sl, j->step) ? miss : 0;
             o->step.traffic[p].kv_bytes += (double)d[OFFLOAD_TOT_ATT] * (double)chunk / o->ps;
         }
         ls->fresh += d[HOT_PLAN_FRESH];
