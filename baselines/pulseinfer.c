@@ -759,15 +759,18 @@ static int step_self(struct serve_state *s, struct pulseinfer *pi)
 }
 
 /* Whether this step runs self-interleaved: an offload batch of two or more requests and no
- * normal batch, and --self-interleave on, or auto with IOAA's model of the step predicting it
- * faster (ioaa_choose_self; without IOAA, fixed admission, auto interleaves). */
+ * normal batch, and --self-interleave on, or auto with IOAA's refitted model of the step
+ * predicting it faster than unsplit (ioaa_refit_self_step against ioaa_refit_step, both with
+ * the factors the plain steps fitted and, with --speculate, the prefetch and corrections
+ * unfolded; ties unsplit; without IOAA, fixed admission, auto interleaves). */
 static int self_this_step(struct pulseinfer *pi, const struct serve_state *s)
 {
     const int n_o = s->run[OFFLOAD].n_entries;
     if (!pi->self_mode || n_o < 2 || s->run[NORMAL].n_entries || !pi->irq_on) return 0;
     if (pi->self_mode == SELF_ON || !pi->ioaa) return 1;
-    double self, plain;
-    const int choose = ioaa_choose_self(pi->ioaa, n_o, &self, &plain);
+    const double self = ioaa_refit_self_step(pi->refit, n_o, 1);
+    const double plain = ioaa_refit_step(pi->refit, 0, 0, n_o, 1);
+    const int choose = self < plain;
     pi->si.pred_plain_s += plain;
     pi->si.pred_self_s += self;
     ++*(choose ? &pi->si.auto_self : &pi->si.auto_plain);
@@ -795,9 +798,10 @@ static int pi_step(struct serve_state *s)
     const int irq = ob->n_entries && nb->n_entries && pi->irq_on;
     const int self = !irq && self_this_step(pi, s);
     pi->self_step[pi->steps & 1] = self;
-    if (pi->ioaa && self) { /* the self model reads the decision's recall table: refitted by
-                               the plain steps only (pi_traffic), the profile's when none ran */
-        *pred = pi->unrefit_s[par] = ioaa_self_step_time(pi->ioaa, ob->n_entries);
+    if (pi->ioaa && self) { /* the self model with the factors the plain steps fitted
+                               (pi_traffic), and with factors 1 */
+        *pred = ioaa_refit_self_step(pi->refit, ob->n_entries, 1);
+        pi->unrefit_s[par] = ioaa_refit_self_step(pi->refit, ob->n_entries, 0);
     } else if (pi->ioaa) {
         int64_t ctx = 0;
         for (int b = 0; b < nb->n_entries; b++)

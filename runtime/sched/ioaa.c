@@ -98,25 +98,11 @@ double ioaa_step_time(const struct ioaa *a, int b_normal, int64_t ctx_sum, int b
 
 /* ------------------------------------------------------------------ self-interleaving */
 
-/* The self-interleaved step (ioaa.h): the period of a layer of two halves, times L. */
-double ioaa_self_step_time(const struct ioaa *a, int b_offload)
+double ioaa_self_period(double pp_a, double cc_a, double o_a, double pp_b, double cc_b, double o_b)
 {
-    if (b_offload < 2) return step_s(a, 0, 0, b_offload, NULL);
-    const int ha = (b_offload + 1) / 2, hb = b_offload / 2;
-    const double r = a->p.recall_bytes;
-    const double ra = ioaa_t_recall(a, ha * r), rb = ioaa_t_recall(a, hb * r);
-    const double oa = ioaa_t_offload(a, ha), ob = ioaa_t_offload(a, hb);
-    const double period = fmax(fmax(ra + rb, oa + ob), fmax(ra + oa, rb + ob));
-    return a->p.n_layers * period;
-}
-
-int ioaa_choose_self(const struct ioaa *a, int b_offload, double *self_s, double *plain_s)
-{
-    const double plain = step_s(a, 0, 0, b_offload, NULL);
-    const double self = ioaa_self_step_time(a, b_offload);
-    if (self_s) *self_s = self;
-    if (plain_s) *plain_s = plain;
-    return b_offload >= 2 && self < plain;
+    const double link = pp_a + cc_a + pp_b + cc_b, compute = o_a + o_b;
+    const double chain_a = fmax(o_a, pp_a) + cc_a, chain_b = fmax(o_b, pp_b) + cc_b;
+    return fmax(fmax(link, compute), fmax(chain_a, chain_b));
 }
 
 static double throughput(int total, double s)

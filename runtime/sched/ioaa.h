@@ -138,26 +138,25 @@ double ioaa_step_time(const struct ioaa *a, int b_normal, int64_t ctx_sum, int b
 
 /* Self-interleaving (pulseinfer --self-interleave; DESIGN section 7, mechanism 5): an offload
  * batch of b_O >= 2 requests with no normal batch runs as two halves of a = ceil(b_O / 2) and
- * b = floor(b_O / 2) requests whose layers alternate, each half's recall round in flight while
- * the other half computes. Per layer the link carries both rounds one after the other (one
- * planner submits them in order), the compute stream both halves' sparse layers (each reads the
- * weights: t_O(a) + t_O(b) >= t_O(b_O)), and each half's round waits for its own compute of the
- * layer before (its selection) and its compute for its round. Those four chains bound the
- * steady period of a layer; every longer cycle of the schedule (a half's round, its compute,
- * the other half's compute, the other's next round, ...) spans two layers and averages below
- * their maximum:
- *   P = max(t_R(a r) + t_R(b r), t_O(a) + t_O(b), t_R(a r) + t_O(a), t_R(b r) + t_O(b))
- *   S_self = L P     (the pipeline's fill, one half's first round, left out as the step model
- *                     leaves out its own per-step terms)
- * against S = L (t_O(b_O) + t_R(b_O r)) of the same batch unsplit (ioaa_step_time with no
- * normal batch). It pays where recall and compute are comparable (up to about twice as fast at
- * t_R = t_O) and loses where the weights dominate a sparse layer (t_O(b_O / 2) close to
- * t_O(b_O)) and the recall is small. b_O < 2: S (nothing to split). */
-double ioaa_self_step_time(const struct ioaa *a, int b_offload);
-/* 1 when the model predicts the self-interleaved step of b_offload requests (no normal batch)
- * faster than the unsplit one, 0 otherwise (ties, b_offload < 2: unsplit); both step times
- * into *self_s and *plain_s when given. */
-int ioaa_choose_self(const struct ioaa *a, int b_offload, double *self_s, double *plain_s);
+ * b = floor(b_O / 2) requests whose layers alternate, each half's recall in flight while the
+ * other half computes. A half h's recall of a layer is a part started beside its own compute of
+ * the layer before (pp_h: speculation's prefetch; 0 exact at layer) and a part that follows its
+ * selection (cc_h: the exact round, or speculation's corrections); its sparse layer takes o_h.
+ * Per layer the link carries both halves' recalls one after the other (one planner submits
+ * them in order), the compute stream both halves' sparse layers (each reads the weights:
+ * t_O(a) + t_O(b) >= t_O(b_O)), and each half's chain is its compute or prefetch, whichever
+ * ends later, then what follows its selection. Those four bound the steady period of a layer
+ * (every longer cycle of the schedule spans two layers and averages below their maximum):
+ *   P = max(pp_a + cc_a + pp_b + cc_b, o_a + o_b, max(o_a, pp_a) + cc_a, max(o_b, pp_b) + cc_b)
+ * Exact at layer (pp = 0, cc = t_R(h r)) this is
+ *   max(t_R(a r) + t_R(b r), t_O(a) + t_O(b), t_R(a r) + t_O(a), t_R(b r) + t_O(b))
+ * and S_self = L P (the pipeline's fill, one half's first round, left out as the step model
+ * leaves out its own per-step terms), against L (t_O(b_O) + t_R(b_O r)) of the batch unsplit.
+ * It pays where recall and compute are comparable (up to about twice as fast at t_R = t_O) and
+ * loses where the weights dominate a sparse layer and the recall is small. The model pulseinfer
+ * decides with is the refit's (ioaa_refit_self_step: its factors, and with speculation the
+ * unfolded prefetch and corrections). */
+double ioaa_self_period(double pp_a, double cc_a, double o_a, double pp_b, double cc_b, double o_b);
 
 /* Chooses NORMAL / OFFLOAD / WAIT for the n waiting requests w (n <= max_waiting), written to
  * assign[n] in the caller's order, and fills *out. No allocation. The answer depends on the

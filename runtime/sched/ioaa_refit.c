@@ -134,6 +134,21 @@ double ioaa_refit_step(const struct ioaa_refit *r, int b_normal, int64_t ctx_sum
     return step_of(r, &t, b_normal, b_offload, recall_of(r, &t, kr, kc));
 }
 
+double ioaa_refit_self_step(const struct ioaa_refit *r, int b_offload, int refit)
+{
+    if (b_offload < 2) return ioaa_refit_step(r, 0, 0, b_offload, refit);
+    const double kr = refit ? r->k_r : 1, kc = refit ? r->k_c : 1;
+    const int h[2] = {(b_offload + 1) / 2, b_offload / 2};
+    double pp[2], cc[2], o[2];
+    for (int i = 0; i < 2; i++) {
+        const struct terms t = terms_of(r, 0, 0, h[i]);
+        pp[i] = r->spec ? kr * t.pp : 0;
+        cc[i] = r->spec ? kc * t.cc : kr * t.rr;
+        o[i] = t.to;
+    }
+    return r->n_layers * ioaa_self_period(pp[0], cc[0], o[0], pp[1], cc[1], o[1]);
+}
+
 static double clamp_k(double k)
 {
     return fmin(IOAA_REFIT_K_MAX, fmax(IOAA_REFIT_K_MIN, k));

@@ -71,6 +71,12 @@ void ioaa_refit_free(struct ioaa_refit *r);
 double ioaa_refit_step(const struct ioaa_refit *r, int b_normal, int64_t ctx_sum, int b_offload,
                        int refit);
 
+/* The self-interleaved step of an offload batch of b_offload requests and no normal batch
+ * (ioaa_self_period over the halves of ceil and floor b_offload / 2, times L) with the current
+ * factors (refit 1) or factors 1 (refit 0): exact, each half's round k_R t_R(h r) after its
+ * selection; speculation, its prefetch k_R t_R(h P) / f beside its compute and its corrections
+ * k_C t_R(h C) after, both on the link. b_offload < 2: ioaa_refit_step's (nothing to split). */
+double ioaa_refit_self_step(const struct ioaa_refit *r, int b_offload, int refit);
 /* One steady step of the composition took measured_s: updates the factors (when enabled and
  * the step is informative). Returns 1 when a factor moved, else 0. */
 int ioaa_refit_observe(struct ioaa_refit *r, int b_normal, int64_t ctx_sum, int b_offload,
