@@ -52,6 +52,18 @@ struct pi_out {
     json_t *pj; /* with want_json: the context's counters (policy.ctx_json; caller decrefs) */
 };
 
+/* The self-interleaving counters of a run (its context's JSON, want_json) into v: steps,
+ * switches, rounds issued beside the other half; -1 when absent. */
+static inline void self_counts(const struct pi_out *r, int64_t v[3])
+{
+    json_t *si = r->pj ? json_object_get(r->pj, "self_interleave") : NULL;
+    static const char *const k[] = {"steps", "switches", "rounds_beside"};
+    for (int i = 0; i < 3; i++) {
+        json_t *x = si ? json_object_get(si, k[i]) : NULL;
+        v[i] = json_is_integer(x) ? json_integer_value(x) : -1;
+    }
+}
+
 /* check_steps: the policy's step, then the cache's invariants */
 static const struct policy *pi_checked_pol;
 static int64_t pi_check_failures, pi_checked_steps;

@@ -832,18 +832,6 @@ static void test_speculation_cli(void)
 
 /* ------------------------------------------------------------------ self-interleaving */
 
-/* The self-interleaving counters of a run (its context's JSON) into v: steps, switches, rounds
- * issued beside the other half; -1 when absent. */
-static void self_counts(const struct pi_out *r, int64_t v[3])
-{
-    json_t *si = r->pj ? json_object_get(r->pj, "self_interleave") : NULL;
-    static const char *const k[] = {"steps", "switches", "rounds_beside"};
-    for (int i = 0; i < 3; i++) {
-        json_t *x = si ? json_object_get(si, k[i]) : NULL;
-        v[i] = json_is_integer(x) ? json_integer_value(x) : -1;
-    }
-}
-
 /* --self-interleave on: with a covering budget on vanilla's prompt KV every request decodes
  * vanilla's tokens (every request offloaded, so no normal batch runs: every step of two or
  * more requests in halves; and mixed with normal requests), in two arrival orders of mixed

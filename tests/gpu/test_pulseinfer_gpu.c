@@ -7,7 +7,7 @@
  * batch). Runs without the per-step verification make no host synchronisation inside a step;
  * one run with it checks every resident block against its host copy. PULSE_GPU_TEST_CASES
  * runs some of the cases (0-6 the first order's, 7-13 the second's; vanilla's runs always;
- * 14-17 speculation's).
+ * 14-17 speculation's; 18-21 self-interleaving's).
  * Exit 77 without a GPU. */
 #include "pi_serve.h"
 
@@ -81,6 +81,68 @@ static void test_speculation_gpu(int quick)
             workload_free(&exact.w);
             for (int k = 0; k < 2; k++)
                 workload_free(&spec[k].w);
+        }
+}
+
+/* Self-interleaving (--self-interleave on) on CUDA: every request offloaded, a budget of two
+ * blocks, the locality query; both engines (zero-copy: each half's plan, descriptors and gather
+ * events on the device, its gather on the gather's stream), alone and with speculation (each
+ * half's prefetch): the tokens are exact SoloHead's unsplit, the steps ran in halves, the
+ * recall is the unsplit run's to the chunk, no host round trip in a step; the gather-scatter
+ * run with speculation is verified after every step. Tail blocks fill in both halves at once.
+ * Cases 18-21 of PULSE_GPU_TEST_CASES. */
+static void test_self_gpu(int quick)
+{
+    for (int zc = 0; zc < 2; zc++)
+        for (int sp = 0; sp < 2; sp++) {
+            if (!tu_case_on(18 + zc * 2 + sp)) continue;
+            struct pi_cfg c = {.backend = "cuda",
+                               .policy = "pulseinfer",
+                               .spec = quick ? "lengths:300,90,268,204"
+                                             : "lengths:300,170,90,268,44,200",
+                               .admission = "fixed:0",
+                               .out_len = quick ? 6 : 10,
+                               .max_batch = 6,
+                               .selection = OFFLOAD_SOLOHEAD,
+                               .budget_tokens = 32,
+                               .prompt_kv = OFFLOAD_KV_LOCALITY,
+                               .zero_copy = zc,
+                               .speculate = sp,
+                               .no_verify = 1,
+                               .want_json = 1};
+            struct pi_out exact, r[2];
+            c.speculate = 0;
+            serve(&c, &exact);
+            EXPECT_EQ_INT(exact.rc, 0);
+            c.speculate = sp;
+            int64_t n[2][3];
+            for (int si = 0; si < 2; si++) {
+                c.self_interleave = si ? "on" : NULL;
+                c.no_verify = !(si && sp && !zc);
+                serve(&c, &r[si]);
+                EXPECT_EQ_INT(r[si].rc, 0);
+                EXPECT(same_tokens(&exact.w, &r[si].w));
+                if (c.no_verify) EXPECT_EQ_INT(r[si].ctr.step_host_syncs, 0);
+                self_counts(&r[si], n[si]);
+            }
+            const struct serve_counters *a = &r[0].ctr, *b = &r[1].ctr;
+            EXPECT(n[1][0] > 0 && n[1][2] > 0);
+            EXPECT_EQ_INT(b->recall_chunks, a->recall_chunks);
+            EXPECT_EQ_INT(b->spec_recall_chunks, a->spec_recall_chunks);
+            EXPECT_EQ_INT(b->spec_corrections, a->spec_corrections);
+            printf("cuda --self-interleave on%s, %s: %lld steps in halves, %lld chunks recalled "
+                   "(unsplit %lld), %lld prefetched, %lld host syncs in steps, tokens %s exact "
+                   "SoloHead's\n",
+                   sp ? " --speculate" : "", zc ? "zero-copy" : "gather-scatter",
+                   (long long)n[1][0], (long long)b->recall_chunks, (long long)a->recall_chunks,
+                   (long long)b->spec_recall_chunks, (long long)b->step_host_syncs,
+                   same_tokens(&exact.w, &r[1].w) ? "equal" : "DIFFER from");
+            json_decref(exact.pj);
+            workload_free(&exact.w);
+            for (int si = 0; si < 2; si++) {
+                json_decref(r[si].pj);
+                workload_free(&r[si].w);
+            }
         }
 }
 
@@ -163,5 +225,6 @@ int main(void)
         workload_free(&van.w);
     }
     test_speculation_gpu(quick);
+    test_self_gpu(quick);
     return tu_finish("test_pulseinfer_gpu");
 }
