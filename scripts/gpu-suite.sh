@@ -264,7 +264,9 @@ if has pulseinfer; then
     # the paper's comparison: every policy at each point of PI_POINTS, each
     # KV_GB:POOL_GB:LEN:COUNT (POOL_GB 0: sized to the run); 128 output tokens (PI_OUT); the
     # IOAA profile of each recall engine measured before its first pulseinfer run (PI_PROFILE
-    # reuses a file for every run); a trace of the first pulseinfer run
+    # reuses a file for every run; PI_PROFILE_ARGS more flags of pulse profile); a trace of the
+    # first pulseinfer run; PI_ARGS more flags of every run (e.g. --locality-profile
+    # workloads/profiles/churn_gqa-tiny.json, with the same in PI_PROFILE_ARGS)
     log pulseinfer
     # profile_for ENGINE: the profile's path in $prof, measured once per engine
     profile_for() {
@@ -272,7 +274,8 @@ if has pulseinfer; then
         [ -f "$prof" ] && return
         timeout "${PI_PROFILE_TIMEOUT:-240}" "$bin" profile --backend cuda --model qwen3-14b \
             --batches "${PI_PROFILE_BATCHES:-1,4,16}" --contexts "${PI_PROFILE_CONTEXTS:-4096,16384,65536}" \
-            --selection solohead --recall-engine "$1" --out "$prof" >"$out/profile_$1.txt" 2>&1
+            --selection solohead --recall-engine "$1" ${PI_PROFILE_ARGS:-} --out "$prof" \
+            >"$out/profile_$1.txt" 2>&1
         summary+=("pulse profile ($1) exit $?")
     }
     traced=0 # the first pulseinfer run writes a trace; PI_TRACE=0: none
