@@ -394,10 +394,9 @@ static int recall_bytes(const struct opts *o, const struct model_config *m, json
     int rc, mapped = 0;
     if (o->locality) {
         rc = locality_profile_read(o->locality, lp, err, sizeof err);
-        int fits = rc == PULSE_OK && lp->n_layers == m->n_layers;
-        for (int l = 0; fits && l < m->n_layers; l++)
-            fits = !lp->dense[l] == !dp.dense[l];
-        if (rc == PULSE_OK && !fits) { /* another model's, or other dense layers: by depth */
+        if (rc == PULSE_OK &&
+            !locality_profile_matches(
+                lp, m->n_layers, dp.dense)) { /* another model's, or other dense layers: by depth */
             struct locality_profile *mp = mem_alloc(MEM_HOST, sizeof *mp, "locality profile");
             PULSE_CHECK(mp != NULL, "profile: host memory");
             rc = locality_profile_map_depth(lp, m->n_layers, dp.dense, mp, err, sizeof err);

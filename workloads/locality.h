@@ -178,6 +178,9 @@ void locality_depth_bracket(const double *xs, int n, double x, int *i0, int *i1,
  * driver's) feeds throughput runs of another. out must not be p. PULSE_OK, or
  * PULSE_ERR_INVALID (p fails the check, has no sparse layer, or n_layers is out of range) with
  * the reason in err. */
+/* 1 when p has n_layers layers, dense exactly where dense[] is (it lays onto such a model as it
+ * is), else 0. */
+int locality_profile_matches(const struct locality_profile *p, int n_layers, const uint8_t *dense);
 int locality_profile_map_depth(const struct locality_profile *p, int n_layers, const uint8_t *dense,
                                struct locality_profile *out, char *err, size_t errlen);
 

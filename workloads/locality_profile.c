@@ -432,6 +432,14 @@ void locality_depth_bracket(const double *xs, int n, double x, int *i0, int *i1,
         }
 }
 
+int locality_profile_matches(const struct locality_profile *p, int n_layers, const uint8_t *dense)
+{
+    if (p->n_layers != n_layers) return 0;
+    for (int l = 0; l < n_layers; l++)
+        if (!p->dense[l] != !dense[l]) return 0;
+    return 1;
+}
+
 int locality_profile_map_depth(const struct locality_profile *p, int n_layers, const uint8_t *dense,
                                struct locality_profile *out, char *err, size_t errlen)
 {

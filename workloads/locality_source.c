@@ -43,12 +43,10 @@ int locality_profile_fits(const struct locality_profile *f, const struct query_s
         snprintf(err, errlen, "locality profile: %s", why);
         return -1;
     }
-    int exact = f->n_layers == sh->n_layers, sparse = 0;
-    for (int l = 0; l < f->n_layers; l++) {
+    if (locality_profile_matches(f, sh->n_layers, sh->dense)) return 1;
+    int sparse = 0;
+    for (int l = 0; l < f->n_layers; l++)
         sparse += !f->dense[l];
-        exact &= !f->dense[l] == !sh->dense[l];
-    }
-    if (exact) return 1;
     if (!sparse) {
         snprintf(err, errlen, "locality profile: no sparse layer to map from (every layer dense)");
         return -1;
