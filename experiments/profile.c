@@ -394,9 +394,8 @@ static int recall_bytes(const struct opts *o, const struct model_config *m, json
     int rc, mapped = 0;
     if (o->locality) {
         rc = locality_profile_read(o->locality, lp, err, sizeof err);
-        if (rc == PULSE_OK &&
-            !locality_profile_matches(
-                lp, m->n_layers, dp.dense)) { /* another model's, or other dense layers: by depth */
+        /* another model's, or other dense layers: by depth */
+        if (rc == PULSE_OK && !locality_profile_matches(lp, m->n_layers, dp.dense)) {
             struct locality_profile *mp = mem_alloc(MEM_HOST, sizeof *mp, "locality profile");
             PULSE_CHECK(mp != NULL, "profile: host memory");
             rc = locality_profile_map_depth(lp, m->n_layers, dp.dense, mp, err, sizeof err);
@@ -406,6 +405,11 @@ static int recall_bytes(const struct opts *o, const struct model_config *m, json
         }
     } else {
         rc = locality_profile_default(lp, &dp, err, sizeof err);
+    }
+    if (rc != PULSE_OK) {
+        cli_error(CMD, "--locality-profile: %s", err);
+        mem_free(MEM_HOST, lp, sizeof *lp);
+        return -1;
     }
     double churn = 0;
     for (int l = 0; l < m->n_layers; l++)

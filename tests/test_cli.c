@@ -162,6 +162,10 @@ static const struct bad_case bad[] = {
     {"bench decode-step --backend cpu --points 1x64 --points 2x64", "--points given twice", 2},
     {"recall-bench --backend cpu --sizes 8K --sizes 16K", "--sizes given twice", 2},
     {"profile --backend cpu --batches 1 --batches 2", "--batches given twice", 2},
+    /* a churn profile that cannot be read or laid onto the model is refused, not taken as 0 */
+    {"profile --backend cpu --model tiny --analytic --locality-profile /nonexistent/p.json --out "
+     "/tmp/pulse_cli_x.json",
+     "pulse profile: --locality-profile: /nonexistent/p.json: cannot open", 2},
     {"generate --backend cpu --model tiny --max-new-tokens 4 --max-new-tokens 5 --prompt x",
      "pulse generate: --max-new-tokens given twice", 2},
     {"accuracy --model tiny --samples 1 --samples 2 --tasks passkey --data d --lengths 4096",
