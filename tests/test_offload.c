@@ -917,8 +917,19 @@ static void test_profile_by_depth(void)
         bytes[q] = json_int_at(r, "counters", "offload", "recall_bytes");
         json_decref(r);
     }
-    remove(quarter);
     EXPECT(bytes[1] > 0 && bytes[1] < bytes[0]);
+    /* a profile with no sparse layer has nothing to lay onto the model: one line, exit 2 */
+    for (int l = 0; l < prof.n_layers; l++)
+        prof.dense[l] = 1;
+    EXPECT_EQ_INT(locality_profile_write(&prof, quarter, err, sizeof err), PULSE_OK);
+    snprintf(args, sizeof args,
+             "run --backend cpu --policy arkvale --workload uniform:256:2 --output-len 4 "
+             "--locality-profile %s",
+             quarter);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
+    EXPECT_STR_CONTAINS(out, "locality profile: no sparse layer to map from");
+    EXPECT(strchr(out, '\n') == strrchr(out, '\n'));
+    remove(quarter);
 }
 
 /* The host pool is sized from the workload: what the run can hold at once, the smaller of every
