@@ -6,6 +6,9 @@
  * a fixed set of SMs: here the gather runs in one of G SMs and the GEMMs in another of the rest
  * (cuDevSmResourceSplitByCount), against the same two on ordinary streams of one context.
  *
+ * A third arrangement needs no green context: each gather block asks for an SM's whole shared
+ * memory, so the block scheduler puts no GEMM CTA beside it ("sm-exclusive").
+ *
  * Rows: "plain  gather 4 blocks: gemm 0.102 ms alone 0.135 beside (1.32x), gather 47.9 GB/s
  * alone 47.5 beside" and "green 8 SMs gather 4 blocks: ...". The GEMM's alone time in the green
  * rows is in its own partition (the cost of the SMs given away). Exit 1 when a gathered word or
@@ -73,6 +76,7 @@ __global__ void __launch_bounds__(512) gather(const uint4 *__restrict__ src, uin
 struct side {
     cudaStream_t gemm, gath; /* where each runs */
     const char *name;
+    int hog; /* the gather's dynamic shared memory: an SM's whole, so that no GEMM CTA shares it */
 };
 
 struct bufs {
@@ -115,13 +119,13 @@ static float gemms(cublasHandle_t h, const struct bufs *b, cudaStream_t st, int 
 }
 
 /* the gather of passes x n16 words on st with blocks blocks; returns GB/s (synchronous) */
-static double gather_alone(const struct bufs *b, cudaStream_t st, int blocks, int passes)
+static double gather_alone(const struct bufs *b, cudaStream_t st, int blocks, int passes, int hog)
 {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     CK(cudaEventRecord(e0, st));
-    gather<<<blocks, 512, 0, st>>>(b->src, b->dst, b->n16, passes);
+    gather<<<blocks, 512, hog, st>>>(b->src, b->dst, b->n16, passes);
     CK(cudaGetLastError());
     CK(cudaEventRecord(e1, st));
     CK(cudaEventSynchronize(e1));
@@ -138,7 +142,7 @@ static void measure(cublasHandle_t h, const struct bufs *b, const struct side *s
 {
     gemms(h, b, s->gemm, 20); /* warm */
     const float alone = gemms(h, b, s->gemm, iters);
-    const double g_alone = gather_alone(b, s->gath, blocks, 2);
+    const double g_alone = gather_alone(b, s->gath, blocks, 2, s->hog);
     /* enough passes to cover the GEMMs at the alone rate, twice over */
     const double need = 2.0 * alone * iters * 1e-3 * g_alone * 1e9;
     const int passes = (int)ceil(need / ((double)b->n16 * 16)) + 1;
@@ -146,7 +150,7 @@ static void measure(cublasHandle_t h, const struct bufs *b, const struct side *s
     CK(cudaEventCreate(&g0));
     CK(cudaEventCreate(&g1));
     CK(cudaEventRecord(g0, s->gath));
-    gather<<<blocks, 512, 0, s->gath>>>(b->src, b->dst, b->n16, passes);
+    gather<<<blocks, 512, s->hog, s->gath>>>(b->src, b->dst, b->n16, passes);
     CK(cudaGetLastError());
     CK(cudaEventRecord(g1, s->gath));
     const float beside = gemms(h, b, s->gemm, iters);
@@ -239,13 +243,22 @@ int main(int argc, char **argv)
     /* ordinary streams of the primary context, the gather's of the greatest priority */
     int lo, hi;
     CK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-    struct side plain = {NULL, NULL, "plain"};
+    struct side plain = {NULL, NULL, "plain", 0};
     CK(cudaStreamCreateWithPriority(&plain.gemm, cudaStreamNonBlocking, lo));
     CK(cudaStreamCreateWithPriority(&plain.gath, cudaStreamNonBlocking, hi));
     const int grids[] = {4, 8, 16};
     for (int g = 0; g < 3; g++)
         measure(h, &b, &plain, grids[g], iters);
     int bad = check(&b, hw, ha);
+    /* the same streams, each gather block holding an SM's shared memory: the GEMMs' CTAs land
+     * only on the SMs the gather leaves (no green context; cuBLAS still sizes its grid to all) */
+    int smem_optin;
+    CK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    CK(cudaFuncSetAttribute(gather, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin));
+    struct side excl = {plain.gemm, plain.gath, "sm-exclusive", smem_optin};
+    for (int g = 0; g < 3; g++)
+        measure(h, &b, &excl, grids[g], iters);
+    bad |= check(&b, hw, ha);
 
     /* green contexts: the gather's partition of gsms SMs, the GEMMs' of the rest */
     CUdevResource all, parts[1], rest;
@@ -267,7 +280,7 @@ int main(int argc, char **argv)
     CU(cuGreenCtxStreamCreate(&sc, gc, CU_STREAM_NON_BLOCKING, lo));
     char name[32];
     snprintf(name, sizeof name, "green %u+%u", parts[0].sm.smCount, rest.sm.smCount);
-    struct side green = {(cudaStream_t)sc, (cudaStream_t)sg, name};
+    struct side green = {(cudaStream_t)sc, (cudaStream_t)sg, name, 0};
     for (int g = 0; g < 3; g++)
         if (grids[g] <= (int)parts[0].sm.smCount * 4)
             measure(h, &b, &green, grids[g], iters);
