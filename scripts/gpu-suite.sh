@@ -282,15 +282,19 @@ if has pulseinfer; then
     [ "${PI_TRACE:-1}" = 0 ] && traced=1
     for pt in ${PI_POINTS:-12:96:65536:18 45:0:16384:32 45:0:32768:24 45:0:65536:12}; do
         IFS=: read -r kv pool len cnt <<<"$pt"
-        # POLICY:SELECTION:ENGINE[:spec[=F]|:selfint[=M]|:spec+selfint] (spec: --speculate; =F:
-        # --spec-margin F; selfint: --self-interleave on, =M: --self-interleave M; both)
+        # POLICY:SELECTION:ENGINE[:spec[=F]|:selfint[=M]|:spec+selfint|:-[:BUDGET]] (spec:
+        # --speculate; =F: --spec-margin F; selfint: --self-interleave on, =M: --self-interleave
+        # M; both; BUDGET: --budget-tokens, e.g. pulseinfer:solohead:zero-copy:spec:1024 beside
+        # a baseline at the default 2048, the comparison at matched accuracy)
         for v in ${PI_POLICIES:-vanilla:-:- arkvale:-:- infinigen:-:- \
                  arkvale+solohead+gs:-:- infinigen+solohead+gs:-:- infinigen+solohead+zc:-:- \
                  pulseinfer:-:- pulseinfer:-:-:spec pulseinfer:-:-:selfint pulseinfer:solohead:zero-copy \
                  pulseinfer:solohead:zero-copy:spec pulseinfer:solohead:zero-copy:spec=0.25}; do
-            IFS=: read -r pol sel eng x <<<"$v"
-            tag="${kv}g_${len}x${cnt}_${pol//+/-}_${sel}_${eng}${x:+_${x/=/}}"
+            IFS=: read -r pol sel eng x bud <<<"$v"
+            [ "${x:-}" = - ] && x=
+            tag="${kv}g_${len}x${cnt}_${pol//+/-}_${sel}_${eng}${x:+_${x/=/}}${bud:+_b$bud}"
             args=()
+            [ -n "${bud:-}" ] && args+=(--budget-tokens "$bud")
             [[ "${x:-}" == spec* ]] && args+=(--speculate)
             [[ "${x:-}" == spec=* ]] && args+=(--spec-margin "${x#spec=}")
             [[ "${x:-}" == selfint ]] && args+=(--self-interleave on)

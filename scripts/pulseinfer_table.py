@@ -23,8 +23,13 @@ def label(r):
     spec = " speculate" if off.get("schedule") == "speculate-exact" else ""
     if spec and off.get("spec_margin"):
         spec += "+%g" % off["spec_margin"]
-    return "%s%s %s %s" % (pol, spec, off.get("selection", "?"),
-                           get(off, "recall_engine", default="?"))
+    si = get(r, "counters", "pulseinfer", "self_interleave", "mode", default="off")
+    if si != "off":
+        spec += " selfint" + ("" if si == "on" else "=" + si)
+    bud = off.get("budget_tokens")
+    return "%s%s %s %s%s" % (pol, spec, off.get("selection", "?"),
+                             get(off, "recall_engine", default="?"),
+                             " @%d" % bud if bud and bud != 2048 else "")
 
 
 def point(r):
