@@ -79,6 +79,8 @@ struct pulseinfer {
     struct ioaa *ioaa;
     struct ioaa_profile_data prof;
     int have_prof;
+    int prof_device_match; /* the profile's device is this run's: 1, 0, or -1 (it does not say) */
+    char run_device[96];
     int cap_raised; /* t_R values the recall cap raised (make_ioaa) */
     /* the recall terms refitted from the measured steps (ioaa_refit.h; --ioaa-refit) */
     struct ioaa_refit *refit;
@@ -263,7 +265,20 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
             snprintf(err, errlen, "--profile: %s", why);
             return PULSE_ERR_INVALID;
         }
+        /* a profile measured on another device is used (the refit corrects the recall terms
+         * from the measured steps), but its compute terms are that device's: said once, and
+         * in the JSON */
+        const char *pd = pi->prof.info.device;
+        backend_device_name(engine_model(p->eng)->be, pi->run_device, sizeof pi->run_device);
+        pi->prof_device_match = !pd[0] || !pi->run_device[0] ? -1 : !strcmp(pd, pi->run_device);
+        if (pi->prof_device_match == 0)
+            fprintf(stderr,
+                    "pulse run: warning: --profile %s was measured on %s, this run is on %s: "
+                    "IOAA's compute times are that device's (the refit corrects only its recall "
+                    "terms)\n",
+                    p->profile, pd, pi->run_device);
     } else {
+        pi->prof_device_match = -1; /* the analytic profile is of no device */
         /* recall per offload request and layer: the budget's blocks times the query source's
          * target churn (every sparse layer's block when it has none) */
         const int ps = kv_cache_page_size(p->kv);
@@ -938,6 +953,12 @@ static json_t *pi_json(const void *ctx)
                                            : json_string("ioaa"));
     if (pi->fixed_len < 0) {
         json_object_set_new(j, "ioaa_profile", json_string(pi->prof.info.source));
+        json_object_set_new(j, "ioaa_profile_device",
+                            pi->prof.info.device[0] ? json_string(pi->prof.info.device)
+                                                    : json_null());
+        json_object_set_new(j, "ioaa_profile_device_match",
+                            pi->prof_device_match < 0 ? json_null()
+                                                      : json_boolean(pi->prof_device_match));
         json_object_set_new(j, "max_waiting", json_integer(pi->max_waiting));
         results_set_real(j, "ioaa_recall_bytes_per_request_layer", pi->prof.prof.recall_bytes);
         json_object_set_new(j, "ioaa_recall_rounds_capped", json_integer(pi->cap_raised));

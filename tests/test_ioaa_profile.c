@@ -210,6 +210,23 @@ static void test_rejects(void)
     EXPECT_STR_CONTAINS(err, "/dev/null: is not a regular file");
 
     json_t *j = good_json();
+    json_object_set_new(j, "env", json_string("NVIDIA H200"));
+    expect_reject(j, PULSE_ERR_INVALID, "env", "not an object");
+    /* the device it was measured on: env.gpu, else env.device, else unsaid */
+    const char *devs[][3] = {
+        {"NVIDIA H200", "cuda", "NVIDIA H200"}, {NULL, "cpu", "cpu"}, {NULL, NULL, ""}};
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(devs); i++) {
+        j = good_json();
+        json_t *env = json_object();
+        if (devs[i][0]) json_object_set_new(env, "gpu", json_string(devs[i][0]));
+        if (devs[i][1]) json_object_set_new(env, "device", json_string(devs[i][1]));
+        json_object_set_new(j, "env", env);
+        EXPECT_EQ_INT(load_json(j, &d, err, sizeof err), PULSE_OK);
+        EXPECT_STR_EQ(d.info.device, devs[i][2]);
+        ioaa_profile_data_free(&d);
+        json_decref(j);
+    }
+    j = good_json();
     json_object_set_new(json_object_get(j, "recall"), "beside_compute", json_real(0));
     expect_reject(j, PULSE_ERR_INVALID, "recall.beside_compute", "in (0, 2]");
     j = good_json();
@@ -443,6 +460,7 @@ static void test_pulse_profile(void)
     EXPECT(!strcmp(d.info.model, "tiny"));
     EXPECT(!strcmp(d.info.backend, "cpu"));
     EXPECT(!strcmp(d.info.recall_engine, "per-block"));
+    EXPECT_STR_EQ(d.info.device, "cpu");
     EXPECT_STR_CONTAINS(d.info.note, "approximated by the dense layer time");
     EXPECT_EQ_INT(p->n_layers, 4);
     EXPECT_EQ_INT(p->tn_nb, 3);

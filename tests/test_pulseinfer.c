@@ -469,11 +469,38 @@ static void test_flags(void)
                  "run --backend cpu --model tiny-gemma3 --policy pulseinfer --profile %s", prof);
         EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
         EXPECT(strstr(out, "made for model tiny, this run's is tiny-gemma3"));
-        snprintf(args, sizeof args,
-                 "run --backend cpu --policy pulseinfer --workload uniform:256:2 --output-len 2 "
-                 "--profile %s",
-                 prof);
-        EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+        /* the profile's device is recorded and compared with the run's: a profile measured on
+         * another device is used, with a warning and ioaa_profile_device_match false */
+        char res[] = "/tmp/pulse_pi_dev_XXXXXX";
+        int rfd = mkstemp(res);
+        if (rfd >= 0) close(rfd);
+        for (int other = 0; other < 2; other++) {
+            if (other) {
+                json_error_t pe;
+                json_t *pj = json_load_file(prof, 0, &pe);
+                EXPECT(pj != NULL);
+                json_object_set_new(json_object_get(pj, "env"), "gpu", json_string("NVIDIA H200"));
+                EXPECT_EQ_INT(json_dump_file(pj, prof, 0), 0);
+                json_decref(pj);
+            }
+            snprintf(
+                args, sizeof args,
+                "run --backend cpu --policy pulseinfer --workload uniform:256:2 --output-len 2 "
+                "--profile %s --out %s",
+                prof, res);
+            EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+            EXPECT_EQ_INT(strstr(out, "was measured on NVIDIA H200, this run is on cpu") != NULL,
+                          other);
+            json_error_t re;
+            json_t *rj = json_load_file(res, 0, &re);
+            const json_t *pc = json_object_get(json_object_get(rj, "counters"), "pulseinfer");
+            EXPECT_STR_EQ(json_string_value(json_object_get(pc, "ioaa_profile_device")) ?: "",
+                          other ? "NVIDIA H200" : "cpu");
+            EXPECT(json_is_boolean(json_object_get(pc, "ioaa_profile_device_match")) &&
+                   json_boolean_value(json_object_get(pc, "ioaa_profile_device_match")) == !other);
+            json_decref(rj);
+        }
+        remove(res);
         remove(prof);
     }
     for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {

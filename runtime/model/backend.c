@@ -1,6 +1,7 @@
 #include "backend.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common.h"
@@ -206,6 +207,19 @@ const struct backend *backend_find(const char *name)
     for (size_t i = 0; i < PULSE_ARRAY_LEN(registry); i++)
         if (strcmp(registry[i]->name, name) == 0) return registry[i];
     return NULL;
+}
+
+void backend_device_name(const struct backend *be, char *out, size_t len)
+{
+    if (!len) return;
+    out[0] = 0;
+    json_t *env = json_object();
+    if (!env) return;
+    be->describe(env);
+    const json_t *v = json_object_get(env, "gpu");
+    if (!json_is_string(v)) v = json_object_get(env, "device");
+    if (json_is_string(v)) snprintf(out, len, "%s", json_string_value(v));
+    json_decref(env);
 }
 
 const char *backend_names(void)

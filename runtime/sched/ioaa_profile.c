@@ -321,6 +321,12 @@ static int read_header(const json_t *j, struct ioaa_profile_info *info, int *n_l
         (rc = read_string(j, "source", 0, info->source, sizeof info->source, name, err, errlen)) ||
         (rc = read_string(j, "note", 1, info->note, sizeof info->note, name, err, errlen)))
         return rc;
+    const json_t *env = json_object_get(j, "env"); /* optional: a hand-made profile has none */
+    if (env && !json_is_object(env)) return BAD("env: not an object");
+    if (env &&
+        (rc = read_string(env, json_is_string(json_object_get(env, "gpu")) ? "gpu" : "device", 1,
+                          info->device, sizeof info->device, name, err, errlen)))
+        return rc;
     if (strcmp(info->source, "measured") && strcmp(info->source, "analytic"))
         return BAD("source: \"%s\", expected \"measured\" or \"analytic\"", info->source);
     const json_t *l = json_object_get(j, "n_layers");

@@ -48,6 +48,7 @@ struct ioaa_profile_info {
     char date[32];   /* UTC, e.g. 2026-12-01T10:00:00Z */
     char source[16]; /* "measured" or "analytic" */
     char note[512];  /* "" when none */
+    char device[96]; /* where it was measured: env.gpu, else env.device ("" when not said) */
     double recall_beside; /* recall.beside_compute; 0: not in the profile (the default applies) */
 };
 
