@@ -149,6 +149,44 @@ out=$(cd plots && python3 tradeoff.py "$tmp/results/ratio" "$tmp/acc.json" --bud
 out=$(cd plots && python3 tradeoff.py "$tmp/results/ratio" "$tmp/results/e2e/e2e.json" \
     --out "$tmp/x" 2>&1) && fail "tradeoff.py took an e2e summary for an accuracy result"
 [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "tradeoff, bad input: not one line: $out"
+# --runs: pulse run results, each read at its own budget (the ratio's pulseinfer point at 64 and
+# again at 32 tokens, infinigen+solohead+zc at 64): the points land on their budget's rows
+out=$(python3 - "$tmp/results/ratio" "$tmp/acc.json" "$tmp" <<'PY' 2>&1
+import json, os, sys
+sys.path.insert(0, "plots")
+import figlib, tradeoff
+ratio, acc, tmp = sys.argv[1:]
+a = json.load(open(acc))
+a["table"].append({"task": "average", "policy": "solohead", "budget": 32, "length": 4096,
+                   "paired": {"relative": 0.6, "relative_interval_95": [0.55, 0.65]}})
+json.dump(a, open(acc + ".32", "w"))
+runs = []
+for name, _, r in figlib.ok_points(figlib.load(ratio, "ratio")):
+    if name not in ("pulseinfer", "infinigen+solohead+zc"):
+        continue
+    for b in (64, 32) if name == "pulseinfer" else (64,):
+        r = json.loads(json.dumps(r))
+        r["config"]["offload"]["budget_tokens"] = b
+        runs.append(os.path.join(tmp, f"run_{name}_{b}.json"))
+        json.dump(r, open(runs[-1], "w"))
+assert len(runs) == 3, runs
+pts, prov = tradeoff.run_points(runs)
+names = sorted(n for n, _, _ in pts)
+assert names == ["infinigen+solohead+zc@64", "pulseinfer@32", "pulseinfer@64"], names
+rows, _ = tradeoff.accuracy_rows([acc + ".32"])
+fig = tradeoff.draw(pts, rows, "m", None, prov)
+xs = sorted(round(float(c.lines[0].get_xdata()[0]), 3) for c in fig.axes[0].containers)
+# 4K: pulseinfer (solohead) 0.85 at 64 and 0.6 at 32, infinigen-solohead 0.55 at 64; 8K: 0.85
+# and 0.65; pulseinfer@32 has no 8K row (said in the note)
+assert xs == [0.55, 0.6, 0.65, 0.85, 0.85], xs
+assert any("pulseinfer@32 at 8K" in t.get_text() for t in fig.texts), [t.get_text() for t in fig.texts]
+figlib.save(fig, os.path.join(tmp, "tradeoff_runs"))
+PY
+) || fail "tradeoff.py --runs: $out"
+[ "$(wc -c <"$tmp/tradeoff_runs.png")" -gt 1024 ] || fail "tradeoff_runs.png missing or under 1 KB"
+out=$(cd plots && python3 tradeoff.py --runs "$tmp/acc.json" --accuracy "$tmp/acc.json" \
+    --out "$tmp/x" 2>&1) && fail "tradeoff.py --runs took an accuracy result for a run"
+[ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "tradeoff --runs, bad input: not one line: $out"
 
 # a missing input: a non-zero exit and a one-line message, no traceback
 out=$(python3 plots/fig17_throughput.py "$tmp/no-such-dir" --out "$tmp/x" 2>&1) &&
