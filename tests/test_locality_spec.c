@@ -147,25 +147,39 @@ static void test_profile_gqa(void)
     if (g_a.n_runs == 0) fprintf(stderr, "%s\n", err);
     EXPECT_STR_EQ(g_a.model, "gqa-tiny");
     EXPECT_EQ_INT(g_a.n_layers, 6);
-    EXPECT_EQ_INT(g_a.n_runs, 2);
-    double lo = 1, hi = 0;
-    for (int r = 0; r < g_a.n_runs; r++) {
-        EXPECT_EQ_INT(g_a.run[r].context_tokens, 4096);
+    /* budgets 1024 and 2048 at 4K, 8K and 16K, in that order */
+    EXPECT_EQ_INT(g_a.n_runs, 6);
+    double overlap[6] = {0};
+    for (int r = 0; r < g_a.n_runs && r < 6; r++) {
+        EXPECT_EQ_INT(g_a.run[r].context_tokens, 4096 << (r / 2));
+        EXPECT_EQ_INT(g_a.run[r].budget_tokens, 1024 << (r % 2));
         EXPECT(g_a.run[r].persist_samples > 0);
+        double hit = 0, exact = 0;
         for (int i = 0; i < g_a.run[r].n_points; i++) {
             const struct locality_spec_point *p = &g_a.run[r].point[i];
             EXPECT(p->exact > 1000 && p->hit < p->exact && p->persist.steps > 0);
             EXPECT_NEAR(p->overlap, (double)p->hit / (double)p->exact, 1e-9);
-            lo = p->overlap < lo ? p->overlap : lo;
-            hi = p->overlap > hi ? p->overlap : hi;
+            hit += p->hit;
+            exact += p->exact;
         }
+        overlap[r] = hit / exact;
     }
+    /* the approximate lists miss more as the context grows, and at the smaller budget */
+    for (int r = 0; r < 6; r++) {
+        if (r >= 2) EXPECT(overlap[r] < overlap[r - 2]);
+        if (r % 2) EXPECT(overlap[r] > overlap[r - 1]);
+    }
+    /* a 64K run at 2048 takes the 16K run at 2048, its targets within that run's overlaps */
     enum { L = 40 };
     uint8_t dense[L] = {1, 1};
-    double target[L];
+    double target[L], lo = 1, hi = 0;
     int run = -1;
     locality_spec_targets(&g_a, L, dense, 2048, 65536, target, &run);
-    EXPECT(run >= 0);
+    EXPECT_EQ_INT(run, 5);
+    for (int i = 0; run == 5 && i < g_a.run[5].n_points; i++) {
+        lo = g_a.run[5].point[i].overlap < lo ? g_a.run[5].point[i].overlap : lo;
+        hi = g_a.run[5].point[i].overlap > hi ? g_a.run[5].point[i].overlap : hi;
+    }
     for (int l = 2; l < L; l++)
         EXPECT(target[l] >= lo - 1e-9 && target[l] <= hi + 1e-9);
 }
