@@ -81,6 +81,8 @@ struct pulseinfer {
     int have_prof;
     int prof_device_match; /* the profile's device is this run's: 1, 0, or -1 (it does not say) */
     char run_device[96];
+    double prof_scale[2]; /* another device's profile carried to this one: compute, recall (0:
+                             not scaled; ioaa_profile_data_scale) */
     int cap_raised; /* t_R values the recall cap raised (make_ioaa) */
     /* the recall terms refitted from the measured steps (ioaa_refit.h; --ioaa-refit) */
     struct ioaa_refit *refit;
@@ -265,18 +267,35 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
             snprintf(err, errlen, "--profile: %s", why);
             return PULSE_ERR_INVALID;
         }
-        /* a profile measured on another device is used (the refit corrects the recall terms
-         * from the measured steps), but its compute terms are that device's: said once, and
-         * in the JSON */
-        const char *pd = pi->prof.info.device;
+        /* a profile measured on another device is carried to this one: its layer times scaled
+         * by the copy bandwidths (decode layers are bound by HBM), its recall rounds by the H2D
+         * peaks, each the profile's measured one over this run's; said once, and in the JSON.
+         * Without its ceilings it is used as it is (the refit corrects only recall terms). */
+        const struct ioaa_profile_info *in = &pi->prof.info;
         backend_device_name(engine_model(p->eng)->be, pi->run_device, sizeof pi->run_device);
-        pi->prof_device_match = !pd[0] || !pi->run_device[0] ? -1 : !strcmp(pd, pi->run_device);
-        if (pi->prof_device_match == 0)
+        pi->prof_device_match =
+            !in->device[0] || !pi->run_device[0] ? -1 : !strcmp(in->device, pi->run_device);
+        if (pi->prof_device_match == 0 && in->copy_gbps > 0 && p->hbm_gbps > 0) {
+            const double fc = in->copy_gbps / p->hbm_gbps,
+                         fr = in->h2d_gbps > 0 && p->h2d_gbps > 0 ? in->h2d_gbps / p->h2d_gbps : 1;
+            if ((rc = ioaa_profile_data_scale(&pi->prof, fc, fr, why, sizeof why)) != PULSE_OK) {
+                snprintf(err, errlen, "--profile: %s", why);
+                return rc;
+            }
+            pi->prof_scale[0] = fc;
+            pi->prof_scale[1] = fr;
             fprintf(stderr,
-                    "pulse run: warning: --profile %s was measured on %s, this run is on %s: "
-                    "IOAA's compute times are that device's (the refit corrects only its recall "
-                    "terms)\n",
-                    p->profile, pd, pi->run_device);
+                    "pulse run: warning: --profile %s was measured on %s, this run is on %s: its "
+                    "layer times scaled by %.3f (copy bandwidth %.0f against %.0f GB/s), its "
+                    "recall rounds by %.3f\n",
+                    p->profile, in->device, pi->run_device, fc, in->copy_gbps, p->hbm_gbps, fr);
+        } else if (pi->prof_device_match == 0) {
+            fprintf(stderr,
+                    "pulse run: warning: --profile %s was measured on %s, this run is on %s, and "
+                    "has no measured ceilings to carry it: IOAA's layer times are that "
+                    "device's\n",
+                    p->profile, in->device, pi->run_device);
+        }
     } else {
         pi->prof_device_match = -1; /* the analytic profile is of no device */
         /* recall per offload request and layer: the budget's blocks times the query source's
@@ -959,6 +978,13 @@ static json_t *pi_json(const void *ctx)
         json_object_set_new(j, "ioaa_profile_device_match",
                             pi->prof_device_match < 0 ? json_null()
                                                       : json_boolean(pi->prof_device_match));
+        json_t *sc = json_null();
+        if (pi->prof_scale[0] > 0) {
+            sc = json_object();
+            results_set_real(sc, "compute", pi->prof_scale[0]);
+            results_set_real(sc, "recall", pi->prof_scale[1]);
+        }
+        json_object_set_new(j, "ioaa_profile_scaled", sc);
         json_object_set_new(j, "max_waiting", json_integer(pi->max_waiting));
         results_set_real(j, "ioaa_recall_bytes_per_request_layer", pi->prof.prof.recall_bytes);
         json_object_set_new(j, "ioaa_recall_rounds_capped", json_integer(pi->cap_raised));

@@ -226,6 +226,34 @@ static void test_rejects(void)
         ioaa_profile_data_free(&d);
         json_decref(j);
     }
+    /* the ceilings measured with it, optional; a bad one is refused */
+    j = good_json();
+    json_t *meas = json_object();
+    json_object_set_new(meas, "copy_bandwidth_GBps", json_real(4171.4));
+    json_object_set_new(meas, "h2d_peak_GBps", json_real(55.1));
+    json_object_set_new(j, "measurement", meas);
+    EXPECT_EQ_INT(load_json(j, &d, err, sizeof err), PULSE_OK);
+    EXPECT_NEAR(d.info.copy_gbps, 4171.4, 1e-9);
+    EXPECT_NEAR(d.info.h2d_gbps, 55.1, 1e-9);
+    /* carried to another device: layer times and recall rounds scaled, each by its factor */
+    {
+        const int ntn = d.prof.tn_nb * d.prof.tn_nc, nto = d.prof.to_n, ntr = d.prof.tr_n;
+        double tn0 = d.tn[ntn - 1], to0 = d.to[nto - 1], tr0 = d.tr[ntr - 1];
+        EXPECT_EQ_INT(ioaa_profile_data_scale(&d, 1.4, 0.5, err, sizeof err), PULSE_OK);
+        EXPECT_NEAR(d.tn[ntn - 1], 1.4 * tn0, 1e-12 * tn0);
+        EXPECT_NEAR(d.to[nto - 1], 1.4 * to0, 1e-12 * to0);
+        EXPECT_NEAR(d.tr[ntr - 1], 0.5 * tr0, 1e-12 * tr0);
+        tn0 = d.tn[0];
+        EXPECT_EQ_INT(ioaa_profile_data_scale(&d, 0, 1, err, sizeof err), PULSE_ERR_INVALID);
+        EXPECT_STR_CONTAINS(err, "expected both finite and > 0");
+        EXPECT_EQ_INT(ioaa_profile_data_scale(&d, 1, NAN, err, sizeof err), PULSE_ERR_INVALID);
+        EXPECT(d.tn[0] == tn0); /* unchanged by a refusal */
+    }
+    ioaa_profile_data_free(&d);
+    json_decref(j);
+    j = good_json();
+    json_object_set_new(j, "measurement", json_pack("{s:s}", "copy_bandwidth_GBps", "fast"));
+    expect_reject(j, PULSE_ERR_INVALID, "measurement.copy_bandwidth_GBps", "expected a number > 0");
     j = good_json();
     json_object_set_new(json_object_get(j, "recall"), "beside_compute", json_real(0));
     expect_reject(j, PULSE_ERR_INVALID, "recall.beside_compute", "in (0, 2]");

@@ -470,16 +470,22 @@ static void test_flags(void)
         EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
         EXPECT(strstr(out, "made for model tiny, this run's is tiny-gemma3"));
         /* the profile's device is recorded and compared with the run's: a profile measured on
-         * another device is used, with a warning and ioaa_profile_device_match false */
+         * another device (here one whose copy bandwidth was 10x this run's) is carried to this
+         * one, its layer times scaled by the copy bandwidths, with a warning, and
+         * ioaa_profile_device_match false */
         char res[] = "/tmp/pulse_pi_dev_XXXXXX";
         int rfd = mkstemp(res);
         if (rfd >= 0) close(rfd);
+        double first_step[2] = {0, 0}, copy = 0;
         for (int other = 0; other < 2; other++) {
             if (other) {
                 json_error_t pe;
                 json_t *pj = json_load_file(prof, 0, &pe);
                 EXPECT(pj != NULL);
                 json_object_set_new(json_object_get(pj, "env"), "gpu", json_string("NVIDIA H200"));
+                json_t *m = json_object_get(pj, "measurement");
+                copy = 10 * json_number_value(json_object_get(m, "copy_bandwidth_GBps"));
+                json_object_set_new(m, "copy_bandwidth_GBps", json_real(copy));
                 EXPECT_EQ_INT(json_dump_file(pj, prof, 0), 0);
                 json_decref(pj);
             }
@@ -498,8 +504,25 @@ static void test_flags(void)
                           other ? "NVIDIA H200" : "cpu");
             EXPECT(json_is_boolean(json_object_get(pc, "ioaa_profile_device_match")) &&
                    json_boolean_value(json_object_get(pc, "ioaa_profile_device_match")) == !other);
+            const json_t *sc = json_object_get(pc, "ioaa_profile_scaled");
+            const double hbm = json_number_value(json_object_get(
+                json_object_get(json_object_get(rj, "metrics"), "step"), "hbm_copy_GBps"));
+            if (other) {
+                EXPECT(hbm > 0);
+                EXPECT_NEAR(json_number_value(json_object_get(sc, "compute")), copy / hbm,
+                            1e-6 * copy / hbm);
+                EXPECT(json_number_value(json_object_get(sc, "recall")) > 0);
+                EXPECT(strstr(out, "its layer times scaled by") != NULL);
+            } else {
+                EXPECT(json_is_null(sc));
+            }
+            first_step[other] = json_number_value(json_object_get(
+                json_array_get(json_object_get(pc, "decisions"), 0), "predicted_step_ms"));
             json_decref(rj);
         }
+        /* the carried profile's layers take about 10x as long: the first decision's step
+         * (every request admitted at once, layer-bound on this tiny model) grows with them */
+        EXPECT(first_step[0] > 0 && first_step[1] > 3 * first_step[0]);
         remove(res);
         remove(prof);
     }

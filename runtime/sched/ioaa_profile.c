@@ -121,6 +121,22 @@ int ioaa_profile_data_cap_recall(struct ioaa_profile_data *d, double bytes_per_s
     return raised;
 }
 
+int ioaa_profile_data_scale(struct ioaa_profile_data *d, double compute, double recall, char *err,
+                            size_t errlen)
+{
+    if (!(compute > 0 && isfinite(compute) && recall > 0 && isfinite(recall)))
+        return pulse_errorf(err, errlen, PULSE_ERR_INVALID, "ioaa profile scale",
+                            "factors %g (compute) and %g (recall): expected both finite and > 0",
+                            compute, recall);
+    for (int i = 0; i < d->prof.tn_nb * d->prof.tn_nc; i++)
+        d->tn[i] *= compute;
+    for (int i = 0; i < d->prof.to_n; i++)
+        d->to[i] *= compute;
+    for (int i = 0; i < d->prof.tr_n; i++)
+        d->tr[i] *= recall;
+    return PULSE_OK;
+}
+
 double ioaa_profile_beside(const struct ioaa_profile_info *info)
 {
     return info->recall_beside > 0 ? info->recall_beside : IOAA_PROFILE_BESIDE_DEFAULT;
@@ -384,6 +400,25 @@ static int read_shapes(const json_t *j, struct tables_json *t, const char *name,
 }
 
 /* recall.beside_compute, optional: a factor in (0, IOAA_PROFILE_BESIDE_MAX]; 0 when absent. */
+/* measurement.copy_bandwidth_GBps and .h2d_peak_GBps when the profile has them (0 when not). */
+static int read_ceilings(const json_t *j, struct ioaa_profile_info *info, const char *name,
+                         char *err, size_t errlen)
+{
+    const json_t *m = json_object_get(j, "measurement");
+    const char *keys[] = {"copy_bandwidth_GBps", "h2d_peak_GBps"};
+    double *out[] = {&info->copy_gbps, &info->h2d_gbps};
+    for (int i = 0; i < 2; i++) {
+        *out[i] = 0;
+        const json_t *v = json_is_object(m) ? json_object_get(m, keys[i]) : NULL;
+        if (!v) continue;
+        const double x = json_is_number(v) ? json_number_value(v) : NAN;
+        if (!(x > 0 && isfinite(x)))
+            return BAD("measurement.%s: expected a number > 0 (GB/s)", keys[i]);
+        *out[i] = x;
+    }
+    return PULSE_OK;
+}
+
 static int read_beside(const json_t *j, double *f, const char *name, char *err, size_t errlen)
 {
     const json_t *v = json_object_get(json_object_get(j, "recall"), "beside_compute");
@@ -433,6 +468,7 @@ int ioaa_profile_from_json(const json_t *j, const char *name, struct ioaa_profil
     if ((rc = read_header(j, &info, &n_layers, &r, name, err, errlen)) ||
         (rc = read_shapes(j, &t, name, err, errlen)) ||
         (rc = read_beside(j, &info.recall_beside, name, err, errlen)) ||
+        (rc = read_ceilings(j, &info, name, err, errlen)) ||
         (rc = ioaa_profile_data_alloc(d, t.n_b, t.n_c, t.n_o, t.n_r, err, errlen)))
         return rc;
     if ((rc = read_tables(&t, d, name, err, errlen))) {

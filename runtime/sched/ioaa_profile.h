@@ -49,6 +49,9 @@ struct ioaa_profile_info {
     char source[16]; /* "measured" or "analytic" */
     char note[512];  /* "" when none */
     char device[96]; /* where it was measured: env.gpu, else env.device ("" when not said) */
+    /* the ceilings measured with it (measurement.copy_bandwidth_GBps, .h2d_peak_GBps; 0: not
+     * in the profile): what ioaa_profile_data_scale's factors are taken against */
+    double copy_gbps, h2d_gbps;
     double recall_beside; /* recall.beside_compute; 0: not in the profile (the default applies) */
 };
 
@@ -86,6 +89,13 @@ int ioaa_profile_inverted(const double *v, int n, double factor, int *i, int *j)
  * x / bytes_per_s, as the engine's pacing makes them (recall.h, cap_gbps); the table stays
  * nondecreasing. Returns how many values it raised. */
 int ioaa_profile_data_cap_recall(struct ioaa_profile_data *d, double bytes_per_s);
+
+/* Carries d to another device: its compute times (t_N, t_O) times `compute`, its recall round
+ * times (t_R) times `recall`, both finite and > 0 (pulseinfer takes them as the profile's copy
+ * bandwidth and H2D peak over the run's: decode layers are bound by HBM, the rounds by the
+ * link). PULSE_OK, or PULSE_ERR_INVALID with a reason in err (d unchanged). */
+int ioaa_profile_data_scale(struct ioaa_profile_data *d, double compute, double recall, char *err,
+                            size_t errlen);
 
 /* The recall's rate beside compute of info: recall.beside_compute, else the default. */
 double ioaa_profile_beside(const struct ioaa_profile_info *info);
