@@ -130,10 +130,11 @@ static void test_self_gpu(int quick)
             EXPECT_EQ_INT(b->recall_chunks, a->recall_chunks);
             EXPECT_EQ_INT(b->spec_recall_chunks, a->spec_recall_chunks);
             EXPECT_EQ_INT(b->spec_corrections, a->spec_corrections);
-            printf("cuda --self-interleave on%s, %s: %lld steps in halves, %lld chunks recalled "
-                   "(unsplit %lld), %lld prefetched, %lld host syncs in steps, tokens %s exact "
-                   "SoloHead's\n",
+            printf("cuda --self-interleave on%s, %s%s: %lld steps in halves, %lld chunks "
+                   "recalled (unsplit %lld), %lld prefetched, %lld host syncs in steps, tokens %s "
+                   "exact SoloHead's\n",
                    sp ? " --speculate" : "", zc ? "zero-copy" : "gather-scatter",
+                   sp && !zc ? " verified (its syncs are the verification's)" : "",
                    (long long)n[1][0], (long long)b->recall_chunks, (long long)a->recall_chunks,
                    (long long)b->spec_recall_chunks, (long long)b->step_host_syncs,
                    same_tokens(&exact.w, &r[1].w) ? "equal" : "DIFFER from");
