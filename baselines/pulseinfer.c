@@ -272,7 +272,7 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
          * peaks, each the profile's measured one over this run's; said once, and in the JSON.
          * Without its ceilings it is used as it is (the refit corrects only recall terms). */
         const struct ioaa_profile_info *in = &pi->prof.info;
-        backend_device_name(engine_model(p->eng)->be, pi->run_device, sizeof pi->run_device);
+        snprintf(pi->run_device, sizeof pi->run_device, "%s", p->device ? p->device : "");
         pi->prof_device_match =
             !in->device[0] || !pi->run_device[0] ? -1 : !strcmp(in->device, pi->run_device);
         if (pi->prof_device_match == 0 && in->copy_gbps > 0 && p->hbm_gbps > 0) {
@@ -296,6 +296,13 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
                     "device's\n",
                     p->profile, in->device, pi->run_device);
         }
+        /* its recall per request (r) and offload layers were measured at its budget */
+        if (in->budget_tokens > 0 && in->budget_tokens != op->budget_tokens)
+            fprintf(stderr,
+                    "pulse run: warning: --profile %s was measured at a %d-token budget, this "
+                    "run's is %d: IOAA's recall per request and offload-layer times are that "
+                    "budget's\n",
+                    p->profile, in->budget_tokens, op->budget_tokens);
     } else {
         pi->prof_device_match = -1; /* the analytic profile is of no device */
         /* recall per offload request and layer: the budget's blocks times the query source's
@@ -985,6 +992,10 @@ static json_t *pi_json(const void *ctx)
             results_set_real(sc, "recall", pi->prof_scale[1]);
         }
         json_object_set_new(j, "ioaa_profile_scaled", sc);
+        json_object_set_new(j, "ioaa_profile_budget_tokens",
+                            pi->prof.info.budget_tokens > 0
+                                ? json_integer(pi->prof.info.budget_tokens)
+                                : json_null());
         json_object_set_new(j, "max_waiting", json_integer(pi->max_waiting));
         results_set_real(j, "ioaa_recall_bytes_per_request_layer", pi->prof.prof.recall_bytes);
         json_object_set_new(j, "ioaa_recall_rounds_capped", json_integer(pi->cap_raised));

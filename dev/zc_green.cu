@@ -136,10 +136,12 @@ static double gather_alone(const struct bufs *b, cudaStream_t st, int blocks, in
 }
 
 /* GEMMs alone, the gather alone, then both: the gather started first and sized to outlast the
- * GEMMs, whose time is taken while it runs */
+ * GEMMs, whose time is taken while it runs (the destination cleared first, so that check() sees
+ * this arrangement's copy, not an earlier one's) */
 static void measure(cublasHandle_t h, const struct bufs *b, const struct side *s, int blocks,
                     int iters)
 {
+    CK(cudaMemset(b->dst, 0, b->n16 * 16));
     gemms(h, b, s->gemm, 20); /* warm */
     const float alone = gemms(h, b, s->gemm, iters);
     const double g_alone = gather_alone(b, s->gath, blocks, 2, s->hog);

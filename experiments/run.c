@@ -598,7 +598,8 @@ int cmd_run(int argc, char **argv)
                                          .max_waiting = o.off.max_waiting,
                                          .no_ioaa_refit = !o.rt.serve.ioaa_refit,
                                          .hbm_gbps = bw.hbm_gbps,
-                                         .h2d_gbps = bw.h2d_gbps};
+                                         .h2d_gbps = bw.h2d_gbps,
+                                         .device = backend_env_device(results_env(res))};
     rc = pol->ctx_create ? pol->ctx_create(&cp, &ctx, err, sizeof err) : PULSE_OK;
     if (rc != PULSE_OK) {
         code =

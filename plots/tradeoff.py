@@ -97,7 +97,11 @@ def run_points(paths):
         name = pol
         if pol == "pulseinfer":
             if off.get("schedule") == "speculate-exact":
-                name += "-spec" + (f"+{off['spec_margin']:g}" if off.get("spec_margin") else "")
+                m = off.get("spec_margin") or 0
+                name += "-spec" + (f"+{m:.2f}".rstrip("0").rstrip(".") if m else "")
+            si = (r.get("counters", {}).get("pulseinfer", {}).get("self_interleave") or {})
+            if si.get("mode", "off") != "off":
+                name += "-selfint" + ("" if si["mode"] == "on" else "=" + si["mode"])
             name += "-zc" if off.get("recall_engine") == "zero-copy" else ""
         if budget not in (0, 2048):
             name += f"@{budget}"
@@ -117,7 +121,7 @@ def draw(points, rows, model, budget, provenance):
     cols = figlib.colors(list(dict.fromkeys(n for n, _, _ in points)))
     stood_in, missing = set(), []
     for name, tps, b in points:
-        base = re.sub(r"-spec(\+[0-9.]+)?", "", figlib.system(name).split("@", 1)[0])
+        base = re.sub(r"-spec(\+[0-9.]+)?|-selfint(=\w+)?", "", figlib.system(name).split("@", 1)[0])
         want = SELECTION.get(base)
         if not want:
             missing.append(f"{name} (no selection known)")

@@ -268,15 +268,18 @@ if has pulseinfer; then
     # first pulseinfer run; PI_ARGS more flags of every run (e.g. --locality-profile
     # workloads/profiles/churn_gqa-tiny.json, with the same in PI_PROFILE_ARGS)
     log pulseinfer
-    # profile_for ENGINE: the profile's path in $prof, measured once per engine
+    # profile_for ENGINE [BUDGET]: the profile's path in $prof, measured once per engine and
+    # budget (a budget other than the default 2048 is in the file's name: its r and t_O are
+    # that budget's)
     profile_for() {
-        prof=${PI_PROFILE:-$out/ioaa_profile_$1.json}
+        local b=${2:-} sfx=$1${2:+_b$2}
+        prof=${PI_PROFILE:-$out/ioaa_profile_$sfx.json}
         [ -f "$prof" ] && return
         timeout "${PI_PROFILE_TIMEOUT:-240}" "$bin" profile --backend cuda --model qwen3-14b \
             --batches "${PI_PROFILE_BATCHES:-1,4,16}" --contexts "${PI_PROFILE_CONTEXTS:-4096,16384,65536}" \
-            --selection solohead --recall-engine "$1" ${PI_PROFILE_ARGS:-} --out "$prof" \
-            >"$out/profile_$1.txt" 2>&1
-        summary+=("pulse profile ($1) exit $?")
+            --selection solohead --recall-engine "$1" ${b:+--budget-tokens "$b"} ${PI_PROFILE_ARGS:-} \
+            --out "$prof" >"$out/profile_$sfx.txt" 2>&1
+        summary+=("pulse profile ($sfx) exit $?")
     }
     traced=0 # the first pulseinfer run writes a trace; PI_TRACE=0: none
     [ "${PI_TRACE:-1}" = 0 ] && traced=1
@@ -304,7 +307,7 @@ if has pulseinfer; then
             [ "$pool" != 0 ] && [ "$pol" != vanilla ] && args+=(--host-pool-gb "$pool")
             args+=(${PI_ARGS:-})
             if [ "$pol" = pulseinfer ]; then
-                profile_for "$([ "$eng" != - ] && echo "$eng" || echo gather-scatter)"
+                profile_for "$([ "$eng" != - ] && echo "$eng" || echo gather-scatter)" "${bud:-}"
                 [ -f "$prof" ] && args+=(--profile "$prof")
                 [ $traced = 0 ] && args+=(--trace "$out/trace_$tag.json") && traced=1
             fi

@@ -476,27 +476,36 @@ static void test_flags(void)
         char res[] = "/tmp/pulse_pi_dev_XXXXXX";
         int rfd = mkstemp(res);
         if (rfd >= 0) close(rfd);
-        double first_step[2] = {0, 0}, copy = 0;
-        for (int other = 0; other < 2; other++) {
+        /* round 2: the same without its measured ceilings, used as it is (said so), and at a
+         * budget (128) other than the profile's (64): the budget's warning */
+        double first_step[3] = {0, 0, 0}, copy = 0;
+        for (int other = 0; other < 3; other++) {
             if (other) {
                 json_error_t pe;
                 json_t *pj = json_load_file(prof, 0, &pe);
                 EXPECT(pj != NULL);
                 json_object_set_new(json_object_get(pj, "env"), "gpu", json_string("NVIDIA H200"));
                 json_t *m = json_object_get(pj, "measurement");
-                copy = 10 * json_number_value(json_object_get(m, "copy_bandwidth_GBps"));
-                json_object_set_new(m, "copy_bandwidth_GBps", json_real(copy));
+                if (other == 1) {
+                    copy = 10 * json_number_value(json_object_get(m, "copy_bandwidth_GBps"));
+                    json_object_set_new(m, "copy_bandwidth_GBps", json_real(copy));
+                } else {
+                    json_object_del(pj, "measurement");
+                }
                 EXPECT_EQ_INT(json_dump_file(pj, prof, 0), 0);
                 json_decref(pj);
             }
             snprintf(
                 args, sizeof args,
                 "run --backend cpu --policy pulseinfer --workload uniform:256:2 --output-len 2 "
-                "--profile %s --out %s",
-                prof, res);
+                "--budget-tokens %d --profile %s --out %s",
+                other == 2 ? 128 : 64, prof, res);
             EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
             EXPECT_EQ_INT(strstr(out, "was measured on NVIDIA H200, this run is on cpu") != NULL,
-                          other);
+                          other > 0);
+            EXPECT_EQ_INT(strstr(out, "has no measured ceilings") != NULL, other == 2);
+            EXPECT_EQ_INT(strstr(out, "measured at a 64-token budget, this run's is 128") != NULL,
+                          other == 2);
             json_error_t re;
             json_t *rj = json_load_file(res, 0, &re);
             const json_t *pc = json_object_get(json_object_get(rj, "counters"), "pulseinfer");
@@ -504,10 +513,12 @@ static void test_flags(void)
                           other ? "NVIDIA H200" : "cpu");
             EXPECT(json_is_boolean(json_object_get(pc, "ioaa_profile_device_match")) &&
                    json_boolean_value(json_object_get(pc, "ioaa_profile_device_match")) == !other);
+            EXPECT_EQ_INT(json_integer_value(json_object_get(pc, "ioaa_profile_budget_tokens")),
+                          64);
             const json_t *sc = json_object_get(pc, "ioaa_profile_scaled");
             const double hbm = json_number_value(json_object_get(
                 json_object_get(json_object_get(rj, "metrics"), "step"), "hbm_copy_GBps"));
-            if (other) {
+            if (other == 1) {
                 EXPECT(hbm > 0);
                 EXPECT_NEAR(json_number_value(json_object_get(sc, "compute")), copy / hbm,
                             1e-6 * copy / hbm);

@@ -1,7 +1,6 @@
 #include "backend.h"
 
 #include <stdatomic.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "common.h"
@@ -209,17 +208,11 @@ const struct backend *backend_find(const char *name)
     return NULL;
 }
 
-void backend_device_name(const struct backend *be, char *out, size_t len)
+const char *backend_env_device(const json_t *env)
 {
-    if (!len) return;
-    out[0] = 0;
-    json_t *env = json_object();
-    if (!env) return;
-    be->describe(env);
     const json_t *v = json_object_get(env, "gpu");
     if (!json_is_string(v)) v = json_object_get(env, "device");
-    if (json_is_string(v)) snprintf(out, len, "%s", json_string_value(v));
-    json_decref(env);
+    return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
 const char *backend_names(void)

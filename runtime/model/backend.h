@@ -102,9 +102,9 @@ struct backend {
 /* The backend registered under `name` ("cpu", "cuda"), or NULL. "cuda" exists only in CUDA
  * builds; whether a device is present is known at ctx_create. */
 const struct backend *backend_find(const char *name);
-/* The device `be` runs on, as its describe() names it (env.gpu, else env.device: e.g. "NVIDIA
- * H200", "cpu"), into out (truncated to len - 1; "" when it names none). */
-void backend_device_name(const struct backend *be, char *out, size_t len);
+/* The device an environment that a backend's describe() filled names: env.gpu, else env.device
+ * (e.g. "NVIDIA H200", "cpu"); NULL when it names none. Points into env. */
+const char *backend_env_device(const json_t *env);
 /* Names of the registered backends, comma separated (for messages). */
 const char *backend_names(void);
 /* 1 when a CUDA device can be used by this build. */

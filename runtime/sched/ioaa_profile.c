@@ -339,10 +339,16 @@ static int read_header(const json_t *j, struct ioaa_profile_info *info, int *n_l
         return rc;
     const json_t *env = json_object_get(j, "env"); /* optional: a hand-made profile has none */
     if (env && !json_is_object(env)) return BAD("env: not an object");
-    if (env &&
-        (rc = read_string(env, json_is_string(json_object_get(env, "gpu")) ? "gpu" : "device", 1,
-                          info->device, sizeof info->device, name, err, errlen)))
-        return rc;
+    for (int i = 0; env && i < 2 && !info->device[0]; i++) { /* env.gpu, else env.device */
+        const char *key = i ? "device" : "gpu";
+        const json_t *v = json_object_get(env, key);
+        if (!v || json_is_null(v)) continue;
+        if (!json_is_string(v) || !json_string_length(v) ||
+            json_string_length(v) >= sizeof info->device)
+            return BAD("env.%s: expected a name of 1..%zu characters", key,
+                       sizeof info->device - 1);
+        memcpy(info->device, json_string_value(v), json_string_length(v) + 1);
+    }
     if (strcmp(info->source, "measured") && strcmp(info->source, "analytic"))
         return BAD("source: \"%s\", expected \"measured\" or \"analytic\"", info->source);
     const json_t *l = json_object_get(j, "n_layers");
@@ -399,8 +405,8 @@ static int read_shapes(const json_t *j, struct tables_json *t, const char *name,
     return PULSE_OK;
 }
 
-/* recall.beside_compute, optional: a factor in (0, IOAA_PROFILE_BESIDE_MAX]; 0 when absent. */
-/* measurement.copy_bandwidth_GBps and .h2d_peak_GBps when the profile has them (0 when not). */
+/* measurement.copy_bandwidth_GBps and .h2d_peak_GBps when the profile has them (0 when not),
+ * and config.budget_tokens (0 when not). */
 static int read_ceilings(const json_t *j, struct ioaa_profile_info *info, const char *name,
                          char *err, size_t errlen)
 {
@@ -416,9 +422,17 @@ static int read_ceilings(const json_t *j, struct ioaa_profile_info *info, const 
             return BAD("measurement.%s: expected a number > 0 (GB/s)", keys[i]);
         *out[i] = x;
     }
+    const json_t *b = json_object_get(json_object_get(j, "config"), "budget_tokens");
+    info->budget_tokens = 0;
+    if (b && !json_is_null(b)) {
+        if (!json_is_integer(b) || json_integer_value(b) < 1 || json_integer_value(b) > 1 << 30)
+            return BAD("config.budget_tokens: expected an integer >= 1");
+        info->budget_tokens = (int)json_integer_value(b);
+    }
     return PULSE_OK;
 }
 
+/* recall.beside_compute, optional: a factor in (0, IOAA_PROFILE_BESIDE_MAX]; 0 when absent. */
 static int read_beside(const json_t *j, double *f, const char *name, char *err, size_t errlen)
 {
     const json_t *v = json_object_get(json_object_get(j, "recall"), "beside_compute");

@@ -149,6 +149,8 @@ struct policy_ctx_params {
     const char *admission;     /* "ioaa" (NULL: the default) or "fixed:LEN" */
     const char *profile;       /* IOAA profile JSON (pulse profile); NULL: analytic from bw */
     double hbm_gbps, h2d_gbps; /* measured in this process: the analytic profile's inputs */
+    const char *device; /* the run's device (backend_env_device), or NULL: a profile measured on
+                           another is carried to it (pulseinfer) */
     int max_waiting;           /* waiting requests one admission decision takes (0: 32) */
     int no_ioaa_refit;         /* 1: IOAA keeps the profile's recall terms (ioaa_refit.h) */
     const char *trace;         /* Chrome-trace timeline of the schedule (timeline.h), or NULL */
