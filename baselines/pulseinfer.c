@@ -80,7 +80,6 @@ struct pulseinfer {
     struct ioaa_profile_data prof;
     int have_prof;
     int prof_device_match; /* the profile's device is this run's: 1, 0, or -1 (it does not say) */
-    char run_device[96];
     double prof_scale[2]; /* another device's profile carried to this one: compute, recall (0:
                              not scaled; ioaa_profile_data_scale) */
     int cap_raised; /* t_R values the recall cap raised (make_ioaa) */
@@ -272,9 +271,8 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
          * peaks, each the profile's measured one over this run's; said once, and in the JSON.
          * Without its ceilings it is used as it is (the refit corrects only recall terms). */
         const struct ioaa_profile_info *in = &pi->prof.info;
-        snprintf(pi->run_device, sizeof pi->run_device, "%s", p->device ? p->device : "");
-        pi->prof_device_match =
-            !in->device[0] || !pi->run_device[0] ? -1 : !strcmp(in->device, pi->run_device);
+        const char *dev = p->device ? p->device : "";
+        pi->prof_device_match = !in->device[0] || !dev[0] ? -1 : !strcmp(in->device, dev);
         if (pi->prof_device_match == 0 && in->copy_gbps > 0 && p->hbm_gbps > 0) {
             const double fc = in->copy_gbps / p->hbm_gbps,
                          fr = in->h2d_gbps > 0 && p->h2d_gbps > 0 ? in->h2d_gbps / p->h2d_gbps : 1;
@@ -288,13 +286,13 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
                     "pulse run: warning: --profile %s was measured on %s, this run is on %s: its "
                     "layer times scaled by %.3f (copy bandwidth %.0f against %.0f GB/s), its "
                     "recall rounds by %.3f\n",
-                    p->profile, in->device, pi->run_device, fc, in->copy_gbps, p->hbm_gbps, fr);
+                    p->profile, in->device, dev, fc, in->copy_gbps, p->hbm_gbps, fr);
         } else if (pi->prof_device_match == 0) {
             fprintf(stderr,
                     "pulse run: warning: --profile %s was measured on %s, this run is on %s, and "
                     "has no measured ceilings to carry it: IOAA's layer times are that "
                     "device's\n",
-                    p->profile, in->device, pi->run_device);
+                    p->profile, in->device, dev);
         }
         /* its recall per request (r) and offload layers were measured at its budget */
         if (in->budget_tokens > 0 && in->budget_tokens != op->budget_tokens)

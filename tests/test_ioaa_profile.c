@@ -255,6 +255,12 @@ static void test_rejects(void)
     json_object_set_new(j, "measurement", json_pack("{s:s}", "copy_bandwidth_GBps", "fast"));
     expect_reject(j, PULSE_ERR_INVALID, "measurement.copy_bandwidth_GBps", "expected a number > 0");
     j = good_json();
+    json_object_set_new(j, "env", json_pack("{s:i}", "gpu", 90));
+    expect_reject(j, PULSE_ERR_INVALID, "env.gpu", "expected a name");
+    j = good_json();
+    json_object_set_new(j, "config", json_pack("{s:i}", "budget_tokens", 0));
+    expect_reject(j, PULSE_ERR_INVALID, "config.budget_tokens", "expected an integer >= 1");
+    j = good_json();
     json_object_set_new(json_object_get(j, "recall"), "beside_compute", json_real(0));
     expect_reject(j, PULSE_ERR_INVALID, "recall.beside_compute", "in (0, 2]");
     j = good_json();

@@ -169,6 +169,9 @@ int locality_profile_from_samples(struct locality_profile *out, int n_layers,
  * two that bracket x: i0, i1 and the weight w of i1 (i0 == i1 and w = 0 at or past an end). */
 double locality_depth(int l, int n_layers);
 void locality_depth_bracket(const double *xs, int n, double x, int *i0, int *i1, double *w);
+/* 1 when p has n_layers layers, dense exactly where dense[] is (it lays onto such a model as it
+ * is), else 0. */
+int locality_profile_matches(const struct locality_profile *p, int n_layers, const uint8_t *dense);
 /* p laid onto a model of n_layers whose dense[] layers select nothing ("mapping": "depth"):
  * sparse layer l takes, level by level, the piecewise-linear interpolation at its depth of p's
  * sparse layers' quantiles at theirs (constant past the first and the last), so a layer's
@@ -178,9 +181,6 @@ void locality_depth_bracket(const double *xs, int n, double x, int *i0, int *i1,
  * driver's) feeds throughput runs of another. out must not be p. PULSE_OK, or
  * PULSE_ERR_INVALID (p fails the check, has no sparse layer, or n_layers is out of range) with
  * the reason in err. */
-/* 1 when p has n_layers layers, dense exactly where dense[] is (it lays onto such a model as it
- * is), else 0. */
-int locality_profile_matches(const struct locality_profile *p, int n_layers, const uint8_t *dense);
 int locality_profile_map_depth(const struct locality_profile *p, int n_layers, const uint8_t *dense,
                                struct locality_profile *out, char *err, size_t errlen);
 

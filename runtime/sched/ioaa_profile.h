@@ -20,11 +20,12 @@
  *   measurement.copy_bandwidth_GBps, .h2d_peak_GBps   optional, > 0: the ceilings measured
  *                   with it (info.copy_gbps, h2d_gbps: ioaa_profile_data_scale's references)
  *   config.budget_tokens   optional, >= 1: the budget it was measured at (info.budget_tokens)
- * The reader ignores other keys (pulse profile's tool, the rest of env, config, measurement). Grids
- * hold 1..IOAA_PROFILE_MAX_POINTS values > 0, strictly increasing; times are finite, t_N and t_O >
- * 0, t_R >= 0. Measured tables are noisy, and ioaa.h needs them nondecreasing along every axis: the
- * reader replaces each value by the running maximum (t_N(b, c) by the largest t_N(b', c') with b'
- * <= b and c' <= c, the smallest nondecreasing table above the measured one) and counts the values
+ * The reader ignores other keys (pulse profile's tool, the rest of env, config and
+ * measurement). Grids hold 1..IOAA_PROFILE_MAX_POINTS values > 0, strictly increasing; times
+ * are finite, t_N and t_O > 0, t_R >= 0.
+ * Measured tables are noisy, and ioaa.h needs them nondecreasing along every axis: the reader
+ * replaces each value by the running maximum (t_N(b, c) by the largest t_N(b', c') with b' <= b
+ * and c' <= c, the smallest nondecreasing table above the measured one) and counts the values
  * it raised. Written with all 17 digits (results_write_exact), a profile reads back bit for
  * bit: to_json, write, load gives the same tables. */
 #ifndef PULSE_IOAA_PROFILE_H
