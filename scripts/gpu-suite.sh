@@ -288,7 +288,7 @@ if has pulseinfer; then
         # POLICY:SELECTION:ENGINE[:spec[=F]|:selfint[=M]|:spec+selfint|:-[:BUDGET]] (spec:
         # --speculate; =F: --spec-margin F; selfint: --self-interleave on, =M: --self-interleave
         # M; both; BUDGET: --budget-tokens, e.g. pulseinfer:solohead:zero-copy:spec:1024 beside
-        # a baseline at the default 2048, the comparison at matched accuracy)
+        # a baseline at the default 2048: the comparison at matched throughput or accuracy)
         for v in ${PI_POLICIES:-vanilla:-:- arkvale:-:- infinigen:-:- \
                  arkvale+solohead+gs:-:- infinigen+solohead+gs:-:- infinigen+solohead+zc:-:- \
                  pulseinfer:-:- pulseinfer:-:-:spec pulseinfer:-:-:selfint pulseinfer:solohead:zero-copy \
