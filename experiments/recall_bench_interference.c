@@ -219,41 +219,51 @@ static json_t *kernel_rows(struct bench *b, struct compute *c, int w, const char
     return kj;
 }
 
-/* The decode GEMMs through cublasGemmEx, then cuBLASLt leaving 0, 8 and 16 SMs free. */
+/* The decode GEMMs through cublasGemmEx, cuBLASLt's candidates alone, then cuBLASLt's beside the
+ * suite's skinny kernel (the tuned path) leaving 0, 8 and 16 SMs free. */
 static void decode_rows(struct bench *b, struct compute *c, void *e0, void *e1, json_t *ks)
 {
-    static const int reserves[] = {-1, 0, 8, 16}; /* -1: cublasGemmEx */
+    static const struct {
+        int reserve, skinny; /* reserve -1: cublasGemmEx */
+    } rows[] = {{-1, 0}, {0, 0}, {0, 1}, {8, 1}, {16, 1}};
     const double bytes = 2.0 * DEC_N * DEC_K * 2; /* the two weights, read once a run */
     const int iters = b->o.quick ? 20 : 50;
     char err[256];
-    struct gemm_lt_params gp = {0, 0};
-    struct gemm_lt *lt = gemm_lt_create(&gp, err, sizeof err);
-    PULSE_CHECK(lt != NULL, err);
-    for (size_t i = 0; i < PULSE_ARRAY_LEN(reserves); i++) {
-        const int rv = reserves[i];
+    struct gemm_lt *lts[2];
+    for (int s = 0; s < 2; s++) {
+        struct gemm_lt_params gp = {.sm_reserve = 0, .no_tuning = 0, .no_skinny = !s};
+        lts[s] = gemm_lt_create(&gp, err, sizeof err);
+        PULSE_CHECK(lts[s] != NULL, err);
+    }
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(rows); i++) {
+        const int rv = rows[i].reserve;
+        struct gemm_lt *lt = lts[rows[i].skinny];
         if (rv >= c->dctx.num_sms) continue;
         c->dctx.gemm_lt = rv < 0 ? NULL : lt;
         if (rv >= 0) PULSE_CHECK(gemm_lt_set_sm_reserve(lt, rv) == 0, "decode gemm sm reserve");
+        const char *path = rv < 0 ? "cublas" : rows[i].skinny ? "lt" : "cublaslt";
         char name[64];
         if (rv < 0)
             snprintf(name, sizeof name, "decode gemm m=%d cublas", DEC_M);
         else
-            snprintf(name, sizeof name, "decode gemm m=%d lt, %d SMs free", DEC_M, rv);
+            snprintf(name, sizeof name, "decode gemm m=%d %s, %d SMs free", DEC_M, path, rv);
         json_t *kj = kernel_rows(b, c, 2, name, iters, bytes, e0, e1, ks);
         struct gemm_lt_stats st;
         gemm_lt_get_stats(lt, &st);
         json_object_set_new(
             kj, "decode_gemm",
-            json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:I,s:I}", "path", rv < 0 ? "cublas" : "lt", "m",
-                      DEC_M, "n", DEC_N, "k", DEC_K, "sm_reserve", rv < 0 ? 0 : rv, "sm_target",
+            json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:I}", "path", path, "m", DEC_M, "n",
+                      DEC_N, "k", DEC_K, "sm_reserve", rv < 0 ? 0 : rv, "sm_target",
                       rv < 0 ? 0 : st.sm_target, "lt_shapes_tuned", (json_int_t)st.shapes_tuned,
-                      "lt_candidates_timed", (json_int_t)st.candidates_timed));
+                      "lt_candidates_timed", (json_int_t)st.candidates_timed, "skinny_calls",
+                      (json_int_t)st.skinny_calls, "shapes_skinny", (json_int_t)st.shapes_skinny));
         printf("  %-42s weights read at %.1f GB/s alone\n", "",
                json_real_value(json_object_get(kj, "alone_GBps")));
     }
     b->be->sync(&b->ctx);
     c->dctx.gemm_lt = NULL;
-    gemm_lt_free(lt);
+    for (int s = 0; s < 2; s++)
+        gemm_lt_free(lts[s]);
 }
 
 void recall_bench_interference(struct bench *b, json_t *res)

@@ -27,6 +27,7 @@ static const struct rt_word fill_words[] = {{"device", 0}, {"host", 1}, {NULL, 0
 static const struct rt_word gemm_words[] = {{"lt", ENGINE_GEMM_LT},
                                             {"lt-heuristic", ENGINE_GEMM_LT_HEURISTIC},
                                             {"cublas", ENGINE_GEMM_CUBLAS},
+                                            {"cublaslt", ENGINE_GEMM_CUBLASLT},
                                             {NULL, 0}};
 
 /* One option: --name takes an integer in [lo, hi] (none when lo > hi) or one of words; the

@@ -6,11 +6,14 @@
 # bench run recall; the peer's kept result in experiments/peer/results/ stands in). Results go
 # to $OUT (or out/).
 #   gemm      the decode GEMMs' paths in one call: bench decode-step at GEMM_POINTS (default
-#             1x4096,18x4096,64x4096) with --gemm cublas, lt and lt-heuristic and with lt leaving
-#             GEMM_RESERVES SMs free (default 8 16); each one's gemm/cp (the weights' read rate
-#             over the copy bandwidth, goal >= 0.93) per point into gemm.txt; then recall-bench's
-#             interference part (GEMM_RECALL_ARGS, default zero-copy alone at 64K x 1024, grids
-#             4,16,64): the decode GEMMs beside the gather, cublas and lt with 0/8/16 SMs free.
+#             the six points of the decode-step table, 1x4096 .. 16x32768) with --gemm cublas,
+#             cublaslt (cuBLASLt's candidates timed), lt (those and the suite's skinny kernel) and
+#             lt-heuristic (or GEMM_VARIANTS), and with lt leaving GEMM_RESERVES SMs free (default
+#             none); each one's
+#             step/floor and gemm/cp (the weights' read rate over the copy bandwidth, goal >= 0.93)
+#             per point into gemm.txt; then recall-bench's interference part (GEMM_RECALL_ARGS,
+#             default zero-copy alone at 64K x 1024, grids 4,16,64): the decode GEMMs beside the
+#             gather, cublas, cublaslt and lt with 0/8/16 SMs free.
 #   ab        the offload step before and after: AB_BASE (a commit) built in a worktree in
 #             /tmp/ab-base, then `bench decode-step --policy P` of each of AB_POLICIES at
 #             AB_POINT (default 12x16384, 10 steps), base and head alternated AB_ROUNDS times
@@ -346,16 +349,17 @@ fi
 if has gemm; then
     log gemm paths
     : >"$out/gemm.txt"
-    gemm_variants=("--gemm=cublas" "--gemm=lt" "--gemm=lt-heuristic")
-    for r in ${GEMM_RESERVES:-8 16}; do gemm_variants+=("--gemm=lt,--gemm-sm-reserve=$r"); done
+    # GEMM_VARIANTS="--gemm=cublaslt --gemm=lt": those alone
+    read -ra gemm_variants <<<"${GEMM_VARIANTS:---gemm=cublas --gemm=cublaslt --gemm=lt --gemm=lt-heuristic}"
+    for r in ${GEMM_RESERVES:-}; do gemm_variants+=("--gemm=lt,--gemm-sm-reserve=$r"); done
     for v in "${gemm_variants[@]}"; do
         tag=gemm_${v//[^A-Za-z0-9]/_}
         variant "$v"
-        timeout 200 "$bin" bench decode-step --backend cuda --points "${GEMM_POINTS:-1x4096,18x4096,64x4096}" \
+        timeout 200 "$bin" bench decode-step --backend cuda --points "${GEMM_POINTS:-1x4096,8x4096,32x4096,1x32768,8x32768,16x32768}" \
             "${v_flags[@]}" --out "$out/bench_$tag.json" >"$out/bench_$tag.txt" 2>&1
         rc=$?
-        # the rows' batch and gemm/cp columns, and the plan counters' line
-        cols=$(awk '/^ *[0-9]+ +[0-9]+ / {printf " b%s %s", $1, $10}' "$out/bench_$tag.txt")
+        # each row's batch x context, step/floor and gemm/cp, and the plan counters' line
+        cols=$(awk '/^ *[0-9]+ +[0-9]+ / {printf " %sx%s %s/%s", $1, $2, $5, $10}' "$out/bench_$tag.txt")
         echo "$v (exit $rc):$cols | $(grep '^gemm ' "$out/bench_$tag.txt" | cut -c1-150)" | tee -a "$out/gemm.txt"
     done
     timeout 300 "$bin" recall-bench ${GEMM_RECALL_ARGS:---engines zero-copy --sizes 64K --counts 1024 --caps 0.8 --zc-grids 4,16,64 --reps 3} \

@@ -119,8 +119,8 @@ static int check_tuning(const struct engine_params *p, char *err, size_t errlen)
     else if (p->attn_min_tiles &&
              (p->attn_min_tiles < ATTN_MIN_TILES_LO || p->attn_min_tiles > ATTN_MIN_TILES_HI))
         why = "attn_min_tiles must be 0 or 4..4096";
-    else if (p->gemm < ENGINE_GEMM_LT || p->gemm > ENGINE_GEMM_CUBLAS)
-        why = "gemm must be 0 (lt), 1 (lt-heuristic) or 2 (cublas)";
+    else if (p->gemm < ENGINE_GEMM_LT || p->gemm > ENGINE_GEMM_CUBLASLT)
+        why = "gemm must be 0 (lt), 1 (lt-heuristic), 2 (cublas) or 3 (cublaslt)";
     else if (p->gemm_sm_reserve < 0)
         why = "gemm_sm_reserve must be >= 0";
     if (!why) return 0;
@@ -145,7 +145,8 @@ static int gemm_setup(struct engine *e, char *err, size_t errlen)
         return 0;
     }
     struct gemm_lt_params gp = {.sm_reserve = p->gemm_sm_reserve,
-                                .no_tuning = p->gemm == ENGINE_GEMM_LT_HEURISTIC};
+                                .no_tuning = p->gemm == ENGINE_GEMM_LT_HEURISTIC,
+                                .no_skinny = p->gemm != ENGINE_GEMM_LT};
     e->gemm_lt = gemm_lt_create(&gp, err, errlen);
     e->ctx.gemm_lt = e->gemm_lt;
     return e->gemm_lt ? 0 : -1;
@@ -716,7 +717,9 @@ void engine_get_stats(const struct engine *e, struct engine_stats *out)
         gemm_lt_get_stats(e->gemm_lt, &g);
         out->gemm_sm_target = g.sm_target;
         out->gemm_lt_calls = g.calls;
+        out->gemm_skinny_calls = g.skinny_calls;
         out->gemm_shapes = g.shapes;
+        out->gemm_shapes_skinny = g.shapes_skinny;
         out->gemm_shapes_tuned = g.shapes_tuned;
         out->gemm_candidates_timed = g.candidates_timed;
         out->gemm_capture_fallbacks = g.capture_fallbacks;
@@ -727,21 +730,25 @@ void engine_get_stats(const struct engine *e, struct engine_stats *out)
 
 json_t *engine_gemm_json(const struct engine *e, char *buf, size_t len)
 {
-    static const char *const paths[] = {"lt", "lt-heuristic", "cublas"};
+    static const char *const paths[] = {"lt", "lt-heuristic", "cublas", "cublaslt"};
     struct engine_stats s;
     engine_get_stats(e, &s);
     const char *path = e->be->mem == MEM_DEVICE ? paths[e->p.gemm] : "cpu";
     snprintf(buf, len,
-             "gemm %s: SM target %d (reserve %d), %lld shapes planned, %lld timed over %lld "
-             "candidates, %lld first seen in a capture, %lld calls left to cublasGemmEx",
+             "gemm %s: SM target %d (reserve %d), %lld shapes planned (%lld on the suite's skinny "
+             "kernel), %lld timed over %lld candidates, %lld first seen in a capture, %lld calls "
+             "left to cublasGemmEx",
              path, s.gemm_sm_target, e->p.gemm_sm_reserve, (long long)s.gemm_shapes,
-             (long long)s.gemm_shapes_tuned, (long long)s.gemm_candidates_timed,
-             (long long)s.gemm_capture_fallbacks, (long long)s.gemm_blas_fallbacks);
+             (long long)s.gemm_shapes_skinny, (long long)s.gemm_shapes_tuned,
+             (long long)s.gemm_candidates_timed, (long long)s.gemm_capture_fallbacks,
+             (long long)s.gemm_blas_fallbacks);
     return json_pack(
-        "{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I}", "path", path, "sm_reserve", e->p.gemm_sm_reserve,
-        "sm_target", s.gemm_sm_target, "lt_calls", (json_int_t)s.gemm_lt_calls, "shapes",
-        (json_int_t)s.gemm_shapes, "shapes_tuned", (json_int_t)s.gemm_shapes_tuned,
-        "candidates_timed", (json_int_t)s.gemm_candidates_timed, "capture_fallbacks",
+        "{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "path", path, "sm_reserve",
+        e->p.gemm_sm_reserve, "sm_target", s.gemm_sm_target, "lt_calls",
+        (json_int_t)s.gemm_lt_calls, "skinny_calls", (json_int_t)s.gemm_skinny_calls, "shapes",
+        (json_int_t)s.gemm_shapes, "shapes_skinny", (json_int_t)s.gemm_shapes_skinny,
+        "shapes_tuned", (json_int_t)s.gemm_shapes_tuned, "candidates_timed",
+        (json_int_t)s.gemm_candidates_timed, "capture_fallbacks",
         (json_int_t)s.gemm_capture_fallbacks, "blas_fallbacks", (json_int_t)s.gemm_blas_fallbacks);
 }
 

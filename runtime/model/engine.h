@@ -42,19 +42,25 @@ struct engine_params {
 };
 
 /* engine_params.gemm */
-enum engine_gemm { ENGINE_GEMM_LT = 0, ENGINE_GEMM_LT_HEURISTIC = 1, ENGINE_GEMM_CUBLAS = 2 };
+enum engine_gemm {
+    ENGINE_GEMM_LT = 0,           /* cuBLASLt's candidates and the suite's skinny kernel, timed */
+    ENGINE_GEMM_LT_HEURISTIC = 1, /* cuBLASLt's heuristic first, untimed */
+    ENGINE_GEMM_CUBLAS = 2,       /* cublasGemmEx */
+    ENGINE_GEMM_CUBLASLT = 3      /* cuBLASLt's candidates only, timed */
+};
 
 struct engine_stats {
     /* graphs captured and replayed: whole steps (engine_step) and layer pieces
      * (batch_graph_pieces) alike, one each */
     int64_t steps, graph_captures, graph_launches;
     /* the device GEMMs: the SM count target (0: all SMs; cuBLASLt's or cuBLAS's), and the
-     * cuBLASLt plan cache's counters (gemm_lt.h; 0 on cublas and on the cpu): products run,
-     * shapes planned, shapes whose candidates were timed, candidates timed, shapes first seen
-     * inside a graph capture (untimed), calls left to cublasGemmEx */
+     * cuBLASLt plan cache's counters (gemm_lt.h; 0 on cublas and on the cpu): products run
+     * through cuBLASLt and through the suite's skinny kernel, shapes planned, of them those that
+     * kept a skinny variant, shapes whose candidates were timed, candidates timed, shapes first
+     * seen inside a graph capture (untimed), calls left to cublasGemmEx */
     int gemm_sm_target;
-    int64_t gemm_lt_calls, gemm_shapes, gemm_shapes_tuned, gemm_candidates_timed,
-        gemm_capture_fallbacks, gemm_blas_fallbacks;
+    int64_t gemm_lt_calls, gemm_skinny_calls, gemm_shapes, gemm_shapes_skinny, gemm_shapes_tuned,
+        gemm_candidates_timed, gemm_capture_fallbacks, gemm_blas_fallbacks;
 };
 
 /* One request in a batch: its cache slot, id (seeds its synthetic KV), tokens already in the
@@ -209,9 +215,10 @@ void engine_read_logits(struct engine *e, float *out, int rows);
 void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv);
 
 void engine_get_stats(const struct engine *e, struct engine_stats *out);
-/* The GEMMs' path and counters as {"path": "lt"|"lt-heuristic"|"cublas"|"cpu", "sm_reserve",
- * "sm_target", "lt_calls", "shapes", "shapes_tuned", "candidates_timed", "capture_fallbacks",
- * "blas_fallbacks"} (a new reference), and the same as one line into buf. */
+/* The GEMMs' path and counters as {"path": "lt"|"lt-heuristic"|"cublas"|"cublaslt"|"cpu",
+ * "sm_reserve", "sm_target", "lt_calls", "skinny_calls", "shapes", "shapes_skinny",
+ * "shapes_tuned", "candidates_timed", "capture_fallbacks", "blas_fallbacks"} (a new
+ * reference), and the same as one line into buf. */
 struct json_t *engine_gemm_json(const struct engine *e, char *buf, size_t len);
 
 /* The first token a request's decode consumes (its synthetic last prompt token). */

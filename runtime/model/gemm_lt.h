@@ -14,6 +14,11 @@
  *
  * The SM count target (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET) is the device's SMs less
  * sm_reserve, so a kernel beside the GEMMs (the zero-copy gather) keeps some SMs; 0: all SMs.
+ * The suite's own skinny kernel (gemm_skinny.h) joins the timing unless no_skinny: each of its
+ * variants that fits the shape is timed beside cuBLASLt's candidates, and a plan may keep one
+ * (it is then run for every later call of the shape, counted in skinny_calls). A shape cuBLASLt
+ * has no algorithm for may still get the suite's kernel when timing is allowed.
+ *
  * One handle serves one thread at a time (the engine's compute thread). */
 #ifndef PULSE_GEMM_LT_H
 #define PULSE_GEMM_LT_H
@@ -34,14 +39,17 @@ extern "C" {
 struct gemm_lt_params {
     int sm_reserve; /* SMs the GEMMs leave free: 0 .. SMs - 1 */
     int no_tuning;  /* 1: every shape takes the heuristic's first algorithm (no timing) */
+    int no_skinny;  /* 1: cuBLASLt's candidates only (the suite's skinny kernel not timed) */
 };
 
 struct gemm_lt_stats {
     int num_sms, sm_target;    /* the device's SMs; the target (0: all of them) */
     int64_t calls;             /* products run through cuBLASLt */
+    int64_t skinny_calls;      /* products run by the suite's skinny kernel */
+    int64_t shapes_skinny;     /* plans that kept a skinny variant (fastest when timed) */
     int64_t shapes;            /* plans made */
     int64_t shapes_tuned;      /* plans whose candidates were timed (more than one) */
-    int64_t candidates_timed;  /* algorithms timed over them */
+    int64_t candidates_timed;  /* algorithms timed over them (cuBLASLt's and skinny variants) */
     int64_t capture_fallbacks; /* shapes first seen inside a capture: the heuristic's first */
     int64_t blas_fallbacks;    /* calls left to cublasGemmEx (no cuBLASLt algorithm) */
     int64_t cache_full;        /* calls planned afresh because the cache was full */

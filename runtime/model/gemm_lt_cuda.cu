@@ -6,6 +6,7 @@
 
 #include "cuda_check.h"
 #include "gemm_lt.h"
+#include "gemm_skinny.h"
 extern "C" {
 #include "mem.h"
 }
@@ -19,13 +20,14 @@ struct lt_key {
 struct lt_plan {
     struct lt_key key;
     int used, has_algo;
+    int skinny; /* the suite's kernel's variant kept (then has_algo is 1), else -1 */
     cublasLtMatmulAlgo_t algo;
 };
 
 struct gemm_lt {
     cublasLtHandle_t h;
     cublasLtMatmulDescOpaque_t desc;
-    int tune;
+    int tune, skinny;
     struct lt_plan *plans; /* GEMM_LT_MAX_PLANS, open addressing */
     float *d_scratch;
     cudaEvent_t ev[2];
@@ -90,6 +92,7 @@ extern "C" struct gemm_lt *gemm_lt_create(const struct gemm_lt_params *p, char *
     memset(plans, 0, sizeof(struct lt_plan) * GEMM_LT_MAX_PLANS);
     g->plans = plans;
     g->tune = !p->no_tuning;
+    g->skinny = !p->no_skinny;
     g->st.num_sms = sms;
     CUBLAS_CHECK(cublasLtCreate(&g->h));
     CUBLAS_CHECK(cublasLtMatmulDescInit(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -207,42 +210,59 @@ static float *scratch(struct gemm_lt *g, size_t bytes, cudaStream_t st)
     return g->d_scratch;
 }
 
-/* Times the n candidates on shape key (outside any capture) and returns the fastest's index
- * (-1: none of them launched). */
+/* One candidate run: cuBLASLt's algorithm i < n, else the suite's skinny variant i - n. */
+static int run_candidate(struct gemm_lt *g, const struct kctx *c, struct lt_layouts *l,
+                         const cublasLtMatmulHeuristicResult_t *res, int n, int i,
+                         const uint16_t *a, const uint16_t *w, float *dst, int m, int nn, int k,
+                         float beta, cudaStream_t st)
+{
+    if (i < n) return matmul(g, c, l, &res[i].algo, a, w, dst, beta, st) == CUBLAS_STATUS_SUCCESS;
+    gemm_skinny_run(i - n, st, a, w, dst, m, nn, k, beta);
+    return 1;
+}
+
+#define LT_TIMED (GEMM_LT_CANDIDATES + GEMM_SKINNY_VARIANTS)
+
+/* Times cuBLASLt's n candidates and, when allowed, the skinny variants that fit (outside any
+ * capture); the fastest's index, i < n for cuBLASLt's, n + v for skinny variant v (-1: none
+ * launched; 0 without room to time). */
 static int fastest(struct gemm_lt *g, const struct kctx *c, struct lt_layouts *l,
                    const cublasLtMatmulHeuristicResult_t *res, int n, const uint16_t *a,
-                   const uint16_t *w, float *out, int m, int nn, float beta, cudaStream_t st)
+                   const uint16_t *w, float *out, int m, int nn, int k, float beta, cudaStream_t st)
 {
     /* beta = 0: the real output, which the real product overwrites after; else the scratch */
     float *dst = beta == 0.0f ? out : scratch(g, sizeof(float) * (size_t)m * nn, st);
-    if (!dst) return 0; /* no room to time: the heuristic's first */
-    float best_ms[GEMM_LT_CANDIDATES];
-    int ok[GEMM_LT_CANDIDATES];
-    for (int i = 0; i < n; i++) { /* warm-up, and drop what does not launch */
-        ok[i] = matmul(g, c, l, &res[i].algo, a, w, dst, beta, st) == CUBLAS_STATUS_SUCCESS;
+    if (!dst) return n > 0 ? 0 : -1; /* no room to time: the heuristic's first */
+    const int total = n + (g->skinny ? GEMM_SKINNY_VARIANTS : 0);
+    float best_ms[LT_TIMED];
+    int ok[LT_TIMED];
+    for (int i = 0; i < total; i++) { /* warm-up, and drop what does not launch or fit */
+        ok[i] = (i < n || gemm_skinny_fits(i - n, m, nn, k, a, w)) &&
+                run_candidate(g, c, l, res, n, i, a, w, dst, m, nn, k, beta, st);
         best_ms[i] = 1e30f;
     }
     CUDA_CHECK(cudaGetLastError());
     for (int r = 0; r < GEMM_LT_ROUNDS; r++)
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < total; i++) {
             if (!ok[i]) continue;
             CUDA_CHECK(cudaEventRecord(g->ev[0], st));
             for (int it = 0; it < GEMM_LT_ITERS; it++)
-                CUBLAS_CHECK(matmul(g, c, l, &res[i].algo, a, w, dst, beta, st));
+                PULSE_CHECK(run_candidate(g, c, l, res, n, i, a, w, dst, m, nn, k, beta, st),
+                            "gemm_lt: a candidate that launched once failed");
             CUDA_CHECK(cudaEventRecord(g->ev[1], st));
             CUDA_CHECK(cudaEventSynchronize(g->ev[1]));
             float ms = 0;
             CUDA_CHECK(cudaEventElapsedTime(&ms, g->ev[0], g->ev[1]));
             best_ms[i] = ms < best_ms[i] ? ms : best_ms[i];
         }
-    int pick = 0, timed = 0;
-    for (int i = 0; i < n; i++) {
+    int pick = -1, timed = 0;
+    for (int i = 0; i < total; i++) {
         timed += ok[i];
-        if (ok[i] && (!ok[pick] || best_ms[i] < best_ms[pick])) pick = i;
+        if (ok[i] && (pick < 0 || best_ms[i] < best_ms[pick])) pick = i;
     }
     g->st.shapes_tuned++;
     g->st.candidates_timed += timed;
-    return timed ? pick : -1;
+    return pick;
 }
 
 /* The plan of key: found, or made now (timed when allowed); NULL when the cache is full. */
@@ -266,19 +286,27 @@ static struct lt_plan *plan_for(struct gemm_lt *g, const struct kctx *c, const s
     }
     memset(p, 0, sizeof *p);
     p->key = *key;
+    p->skinny = -1;
     cublasLtMatmulHeuristicResult_t res[GEMM_LT_CANDIDATES];
     const int n = candidates(g, key, l, res);
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     CUDA_CHECK(cudaStreamIsCapturing(st, &cs));
-    if (n > 0) {
-        int pick = 0;
-        if (cs != cudaStreamCaptureStatusNone)
-            g->st.capture_fallbacks++;
-        else if (g->tune && n > 1)
-            pick = fastest(g, c, l, res, n, a, w, out, key->m, key->n, beta, st);
-        if (pick >= 0) p->algo = res[pick].algo;
-        p->has_algo = pick >= 0;
+    int skinny_fits = 0; /* any variant of the suite's kernel */
+    for (int v = 0; g->skinny && v < GEMM_SKINNY_VARIANTS; v++)
+        skinny_fits |= gemm_skinny_fits(v, key->m, key->n, key->k, a, w);
+    int pick = n > 0 ? 0 : -1;
+    if (cs != cudaStreamCaptureStatusNone) {
+        if (n > 0) g->st.capture_fallbacks++;
+    } else if (g->tune && (n > 1 || skinny_fits)) {
+        pick = fastest(g, c, l, res, n, a, w, out, key->m, key->n, key->k, beta, st);
     }
+    if (pick >= n) {
+        p->skinny = pick - n;
+        g->st.shapes_skinny += p != tmp;
+    } else if (pick >= 0) {
+        p->algo = res[pick].algo;
+    }
+    p->has_algo = pick >= 0;
     p->used = 1;
     g->st.shapes += p != tmp;
     return p;
@@ -300,6 +328,11 @@ extern "C" int gemm_lt_run(struct gemm_lt *g, const struct kctx *c, const uint16
     if (!p->has_algo) {
         g->st.blas_fallbacks++;
         return -1;
+    }
+    if (p->skinny >= 0) {
+        gemm_skinny_run(p->skinny, st, a, w, out, m, n, k, beta);
+        g->st.skinny_calls++;
+        return 0;
     }
     CUBLAS_CHECK(matmul(g, c, &l, &p->algo, a, w, out, beta, st));
     g->st.calls++;

@@ -7,8 +7,13 @@
  *    timing; the replayed graph's result right;
  * 3. the SM reserve (its target in the stats, the range refused), the untimed mode;
  * 4. the engine: --gemm lt plans every step shape at creation (no capture fallbacks while graphs
- *    are captured), lt-heuristic times none, cublas runs none through cuBLASLt, and the logits
- *    of lt and cublas agree. Exit 77 without a GPU. */
+ *    are captured), lt-heuristic times none, cublas runs none through cuBLASLt, cublaslt none
+ *    through the suite's kernel, and the logits of lt, cublaslt and cublas agree;
+ * 5. the suite's skinny kernel (gemm_skinny.h), every variant on shapes with one chunk, fewer
+ *    chunks than warps, odd chunk counts and every m tile count, beta 0 over a NaN prior (out
+ *    not read) and beta 1 over a non-zero one, guards intact, two runs the same bits; what does
+ *    not fit refused; through gemm_lt its variants timed beside cuBLASLt's (more candidates than
+ *    no_skinny's, the same shapes). Exit 77 without a GPU. */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -24,6 +29,7 @@
 #include "cuda_check.h"
 #include "engine.h"
 #include "gemm_lt.h"
+#include "gemm_skinny.h"
 #include "kernels.h"
 #include "numeric.h"
 #include "testutil.h"
@@ -152,7 +158,7 @@ static struct gemm_lt_stats lt_stats(const struct gemm_lt *g)
 static void test_shapes(void)
 {
     char err[256];
-    struct gemm_lt_params gp = {0, 0};
+    struct gemm_lt_params gp = {0, 0, 0};
     struct gemm_lt *g = gemm_lt_create(&gp, err, sizeof err);
     EXPECT(g != NULL);
     struct kctx c = g_dev;
@@ -179,9 +185,13 @@ static void test_shapes(void)
                 EXPECT_EQ_INT(s2.shapes, s1.shapes); /* planned once */
                 EXPECT_EQ_INT(s2.shapes_tuned, s1.shapes_tuned);
                 EXPECT_EQ_INT(s2.candidates_timed, s1.candidates_timed);
-                /* each call ran once, through cuBLASLt or (no algorithm) cublasGemmEx */
-                EXPECT_EQ_INT((s1.calls - s0.calls) + (s1.blas_fallbacks - s0.blas_fallbacks), 1);
-                if (n % 8 == 0 && k % 8 == 0) EXPECT_EQ_INT(s1.calls - s0.calls, 1);
+                /* each call ran once: through cuBLASLt, the suite's kernel or (no algorithm)
+                 * cublasGemmEx */
+                EXPECT_EQ_INT((s1.calls - s0.calls) + (s1.skinny_calls - s0.skinny_calls) +
+                                  (s1.blas_fallbacks - s0.blas_fallbacks),
+                              1);
+                if (n % 8 == 0 && k % 8 == 0)
+                    EXPECT_EQ_INT((s1.calls - s0.calls) + (s1.skinny_calls - s0.skinny_calls), 1);
                 free(got), free(again);
             }
     const struct gemm_lt_stats s = lt_stats(g);
@@ -202,7 +212,7 @@ static void test_shapes(void)
 static void test_capture(void)
 {
     char err[256];
-    struct gemm_lt_params gp = {0, 0};
+    struct gemm_lt_params gp = {0, 0, 0};
     struct gemm_lt *g = gemm_lt_create(&gp, err, sizeof err);
     struct kctx c = g_dev;
     c.gemm_lt = g;
@@ -252,7 +262,7 @@ static void test_reserve(void)
 {
     char err[256];
     const int sms = g_dev.num_sms;
-    struct gemm_lt_params gp = {16, 0};
+    struct gemm_lt_params gp = {16, 0, 0};
     struct gemm_lt *g = gemm_lt_create(&gp, err, sizeof err);
     EXPECT(g != NULL);
     EXPECT_EQ_INT(lt_stats(g).sm_target, sms - 16);
@@ -274,7 +284,7 @@ static void test_reserve(void)
     EXPECT_STR_CONTAINS(err, "sm_reserve");
     gp.sm_reserve = -1;
     EXPECT(gemm_lt_create(&gp, err, sizeof err) == NULL);
-    struct gemm_lt_params un = {0, 1};
+    struct gemm_lt_params un = {0, 1, 0};
     g = gemm_lt_create(&un, err, sizeof err);
     c.gemm_lt = g;
     gemm_case(&c, 3, 1000, 512, 1.0f, "lt untimed", got);
@@ -332,10 +342,10 @@ static int engine_run(int gemm, int reserve, struct engine_stats *st, float *log
     EXPECT_EQ_INT(st->gemm_shapes, s0.gemm_shapes);
     EXPECT(st->graph_captures > 0);
     json_t *j = engine_gemm_json(e, line, len);
-    EXPECT_STR_EQ(json_string_value(json_object_get(j, "path")),
-                  gemm == ENGINE_GEMM_CUBLAS ? "cublas"
-                  : gemm == ENGINE_GEMM_LT   ? "lt"
-                                             : "lt-heuristic");
+    static const char *const paths[] = {"lt", "lt-heuristic", "cublas", "cublaslt"};
+    EXPECT_STR_EQ(json_string_value(json_object_get(j, "path")), paths[gemm]);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(j, "skinny_calls")), st->gemm_skinny_calls);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(j, "shapes_skinny")), st->gemm_shapes_skinny);
     EXPECT_EQ_INT(json_integer_value(json_object_get(j, "sm_target")), st->gemm_sm_target);
     json_decref(j);
     batch_free(e, bt);
@@ -348,7 +358,7 @@ static void test_engine(void)
 {
     const int V = model_config_find("tiny")->vocab, sms = g_dev.num_sms;
     float *lt = xmalloc((size_t)3 * V * 4), *bl = xmalloc((size_t)3 * V * 4),
-          *lh = xmalloc((size_t)3 * V * 4);
+          *lh = xmalloc((size_t)3 * V * 4), *lc = xmalloc((size_t)3 * V * 4);
     struct engine_stats s;
     char line[320];
     EXPECT_EQ_INT(engine_run(ENGINE_GEMM_LT, 0, &s, lt, line, sizeof line), 0);
@@ -358,8 +368,16 @@ static void test_engine(void)
     EXPECT(s.gemm_candidates_timed >= 2 * s.gemm_shapes_tuned);
     EXPECT_EQ_INT(s.gemm_capture_fallbacks, 0); /* every step shape planned before capture */
     EXPECT_EQ_INT(s.gemm_blas_fallbacks, 0);
-    EXPECT(s.gemm_lt_calls > 0);
+    EXPECT(s.gemm_lt_calls + s.gemm_skinny_calls > 0);
     EXPECT_EQ_INT(s.gemm_sm_target, 0);
+    const int64_t lt_timed = s.gemm_candidates_timed, lt_shapes = s.gemm_shapes;
+    EXPECT_EQ_INT(engine_run(ENGINE_GEMM_CUBLASLT, 0, &s, lc, line, sizeof line), 0);
+    printf("engine %s\n", line);
+    EXPECT_EQ_INT(s.gemm_shapes, lt_shapes);
+    EXPECT(s.gemm_candidates_timed < lt_timed); /* the suite's variants were timed beside */
+    EXPECT_EQ_INT(s.gemm_skinny_calls, 0);
+    EXPECT_EQ_INT(s.gemm_shapes_skinny, 0);
+    EXPECT(s.gemm_lt_calls > 0);
     EXPECT_EQ_INT(engine_run(ENGINE_GEMM_LT_HEURISTIC, 16, &s, lh, line, sizeof line), 0);
     printf("engine %s\n", line);
     EXPECT(s.gemm_shapes > 0);
@@ -370,12 +388,16 @@ static void test_engine(void)
     EXPECT_EQ_INT(s.gemm_lt_calls, 0);
     EXPECT_EQ_INT(s.gemm_shapes, 0);
     EXPECT_EQ_INT(s.gemm_sm_target, sms - 8);
-    size_t bad1, bad2;
-    const double e1 = nerr(lt, bl, (size_t)3 * V, &bad1), e2 = nerr(lh, bl, (size_t)3 * V, &bad2);
-    printf("engine logits: lt vs cublas %.3e, lt-heuristic (reserve 16) vs cublas %.3e\n", e1, e2);
+    size_t bad1, bad2, bad3;
+    const double e1 = nerr(lt, bl, (size_t)3 * V, &bad1), e2 = nerr(lh, bl, (size_t)3 * V, &bad2),
+                 e3 = nerr(lc, bl, (size_t)3 * V, &bad3);
+    printf("engine logits: lt vs cublas %.3e, lt-heuristic (reserve 16) vs cublas %.3e, "
+           "cublaslt vs cublas %.3e\n",
+           e1, e2, e3);
     EXPECT(e1 < 1e-3);
     EXPECT(e2 < 1e-3);
-    EXPECT_EQ_INT(bad1 + bad2, 0);
+    EXPECT(e3 < 1e-3);
+    EXPECT_EQ_INT(bad1 + bad2 + bad3, 0);
     char err[256];
     struct engine_params p = {.cfg = model_config_find("tiny"),
                               .be = backend_find("cuda"),
@@ -385,11 +407,108 @@ static void test_engine(void)
                               .gemm_sm_reserve = sms};
     EXPECT(engine_create(&p, err, sizeof err) == NULL); /* leaves no SM */
     EXPECT_STR_CONTAINS(err, "sm_reserve");
-    p.gemm = 3;
+    p.gemm = 4;
     p.gemm_sm_reserve = 0;
     EXPECT(engine_create(&p, err, sizeof err) == NULL);
     EXPECT_STR_CONTAINS(err, "gemm must be");
-    free(lt), free(bl), free(lh);
+    free(lt), free(bl), free(lh), free(lc);
+}
+
+/* 5. The suite's skinny kernel, every variant, against the reference. */
+static void test_skinny(void)
+{
+    static const struct {
+        int m, n, k;
+    } shapes[] = {{1, 64, 32},     /* one chunk: every warp but one has none */
+                  {3, 192, 160},   /* fewer chunks than warps */
+                  {8, 128, 1056},  /* an odd chunk count */
+                  {13, 256, 544},  /* two tiles of a, a partial one */
+                  {18, 64, 2048},  /* three */
+                  {32, 128, 4096}, /* four, full */
+                  {5, 320, 5120}};
+    cudaStream_t st = (cudaStream_t)g_dev.stream;
+    int ran = 0;
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(shapes); i++) {
+        const int m = shapes[i].m, n = shapes[i].n, k = shapes[i].k;
+        const size_t an = (size_t)m * k, wn = (size_t)n * k, on = (size_t)m * n;
+        uint16_t *a = xmalloc(an * 2), *w = xmalloc(wn * 2);
+        float *prior = xmalloc(on * 4), *r = xmalloc(on * 4), *got = xmalloc(on * 4),
+              *again = xmalloc(on * 4), *nan = xmalloc(on * 4);
+        fill_bf16(a, an, 1.0f);
+        fill_bf16(w, wn, 0.1f);
+        fill_f32(prior, on, 2.0f, 0.5f);
+        for (size_t j = 0; j < on; j++)
+            nan[j] = NAN;
+        struct dbuf da = dput(a, an * 2), dw = dput(w, wn * 2), dout = dput(prior, on * 4);
+        for (int v = 0; v < GEMM_SKINNY_VARIANTS; v++)
+            for (int beta = 0; beta < 2; beta++) {
+                if (!gemm_skinny_fits(v, m, n, k, da.p, dw.p)) continue;
+                memcpy(r, prior, on * 4);
+                gemm_bf16_ref(&g_host, a, w, r, m, n, k, (float)beta);
+                dset(&dout, beta ? prior : nan);
+                gemm_skinny_run(v, st, da.p, dw.p, dout.p, m, n, k, (float)beta);
+                dget(&dout, got);
+                dset(&dout, beta ? prior : nan);
+                gemm_skinny_run(v, st, da.p, dw.p, dout.p, m, n, k, (float)beta);
+                dget(&dout, again);
+                size_t bad;
+                const double e = nerr(got, r, on, &bad);
+                const double tol = 1e-5 * fmax(1.0, sqrt((double)k / 256.0));
+                const int ok = e <= tol && bad == 0 && dguard_ok(&dout);
+                EXPECT(ok);
+                EXPECT(!memcmp(got, again, on * 4)); /* a fixed order of sums */
+                if (!ok)
+                    printf("skinny %s m=%d n=%d k=%d beta=%d: err %.3e tol %.1e FAIL\n",
+                           gemm_skinny_name(v), m, n, k, beta, e, tol);
+                ran++;
+            }
+        free(a), free(w), free(prior), free(r), free(got), free(again), free(nan);
+        cudaFree(da.base), cudaFree(dw.base), cudaFree(dout.base);
+    }
+    printf("skinny: %d variant runs against gemm_bf16_ref\n", ran);
+    EXPECT(ran >= 7 * 2 * 4); /* most variants fit most shapes */
+    /* what does not fit */
+    uint16_t *d = NULL;
+    CUDA_CHECK(cudaMalloc((void **)&d, 1 << 20));
+    EXPECT(gemm_skinny_fits(0, 8, 64, 256, d, d));
+    EXPECT(!gemm_skinny_fits(0, 33, 64, 256, d, d));    /* m past 32 */
+    EXPECT(!gemm_skinny_fits(0, 0, 64, 256, d, d));     /* no rows */
+    EXPECT(!gemm_skinny_fits(0, 8, 64, 250, d, d));     /* k not whole chunks */
+    EXPECT(!gemm_skinny_fits(0, 8, 40, 256, d, d));     /* n not whole tiles */
+    EXPECT(!gemm_skinny_fits(6, 8, 48, 256, d, d));     /* rt4: 64-row tiles */
+    EXPECT(!gemm_skinny_fits(0, 8, 64, 256, d + 1, d)); /* a misaligned */
+    EXPECT(!gemm_skinny_fits(0, 8, 64, 256, d, d + 4)); /* w misaligned */
+    EXPECT(!gemm_skinny_fits(8, 32, 64, 256, d, d));    /* rt4-kw16 at m 32: its shared memory */
+    EXPECT(!gemm_skinny_fits(GEMM_SKINNY_VARIANTS, 8, 64, 256, d, d));
+    EXPECT_STR_EQ(gemm_skinny_name(4), "rt2-kw8");
+    CUDA_CHECK(cudaFree(d));
+    /* through gemm_lt: the variants timed beside cuBLASLt's candidates */
+    char err[256];
+    struct gemm_lt_params with = {0, 0, 0}, without = {0, 0, 1};
+    struct gemm_lt *g1 = gemm_lt_create(&with, err, sizeof err),
+                   *g0 = gemm_lt_create(&without, err, sizeof err);
+    EXPECT(g1 != NULL && g0 != NULL);
+    struct kctx c1 = g_dev, c0 = g_dev;
+    c1.gemm_lt = g1, c0.gemm_lt = g0;
+    float *got = xmalloc((size_t)8 * 1024 * 4);
+    for (int beta = 0; beta < 2; beta++) {
+        gemm_case(&c1, 8, 1024, 2048, (float)beta, "lt+skinny", got);
+        gemm_case(&c0, 8, 1024, 2048, (float)beta, "cublaslt", got);
+    }
+    const struct gemm_lt_stats s1 = lt_stats(g1), s0 = lt_stats(g0);
+    printf("lt+skinny: %lld shapes (%lld skinny), %lld candidates timed; cublaslt: %lld\n",
+           (long long)s1.shapes, (long long)s1.shapes_skinny, (long long)s1.candidates_timed,
+           (long long)s0.candidates_timed);
+    EXPECT_EQ_INT(s1.shapes, 2);
+    EXPECT_EQ_INT(s0.shapes, 2);
+    EXPECT(s1.candidates_timed >= s0.candidates_timed + 2 * GEMM_SKINNY_VARIANTS);
+    EXPECT_EQ_INT(s0.skinny_calls + s0.shapes_skinny, 0);
+    EXPECT_EQ_INT(s1.calls + s1.skinny_calls, 2);
+    EXPECT_EQ_INT(s1.skinny_calls, s1.shapes_skinny); /* one call a shape */
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    gemm_lt_free(g1);
+    gemm_lt_free(g0);
+    free(got);
 }
 
 int main(void)
@@ -420,6 +539,7 @@ int main(void)
     test_capture();
     test_reserve();
     test_engine();
+    test_skinny();
     CUBLAS_CHECK(cublasDestroy(blas));
     CUDA_CHECK(cudaFree(ws));
     CUDA_CHECK(cudaStreamDestroy(st));
