@@ -91,8 +91,12 @@ static const struct rt_opt table[] = {
      NUMBER(ATTN_MIN_TILES_LO, ATTN_MIN_TILES_HI), 0, "PULSE_ATTN_MIN_TILES",
      "CUDA attention: the least 16-token tiles of a split", NULL},
     {"gemm", RT_ENGINE, FIELD(engine_params, gemm), WORDS(gemm_words), 0, NULL,
-     "cuda GEMMs: cuBLASLt with each shape's algorithm timed at warm-up, its heuristic's first, "
-     "or cublasGemmEx",
+     "cuda GEMMs: cuBLASLt's candidates and the suite's skinny kernel timed per shape at warm-up, "
+     "cuBLASLt's heuristic's first, cublasGemmEx, or cuBLASLt's candidates alone",
+     NULL},
+    {"pdl", RT_ENGINE, FIELD(engine_params, no_pdl), WORDS(off_on), 0, NULL,
+     "cuda: the step's kernels launched with programmatic dependent launch (each launch hidden "
+     "behind the kernel before it)",
      NULL},
     {"gemm-sm-reserve", RT_ENGINE, FIELD(engine_params, gemm_sm_reserve), NUMBER(0, 1024), 0, NULL,
      "cuda GEMMs: SMs left to other kernels (the zero-copy gather); their SM count target is the "

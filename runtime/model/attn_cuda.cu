@@ -30,6 +30,7 @@
 #include "cuda_check.h"
 #include "kernels.h"
 #include "numeric.h"
+#include "pdl.cuh"
 
 namespace {
 
@@ -118,6 +119,8 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
     __shared__ float s_l[kWarps][kMaxGroup];
     __shared__ __align__(16) float s_acc[kWarps][kMaxGroup][HD];
 
+    pdl_wait();
+    pdl_trigger();
     const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const int n = p.n_tokens[b];
     const int t_begin = split * p.tps;
@@ -369,6 +372,8 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(AttnParam
     __shared__ float s_w[kCombineChunk];
     __shared__ float s_red[32];
     __shared__ float s_part[kCombineThreads];
+    pdl_wait();
+    pdl_trigger();
     const int h = blockIdx.x, b = blockIdx.y;
     const int n = p.n_tokens[b];
     const int ns = n <= 0 ? 0 : min(p.splits, (n + p.tps - 1) / p.tps);
@@ -468,12 +473,12 @@ size_t workspace_for(int nq, int hd, long long parts)
 }
 
 template <int HD>
-void launch_split(bool aligned16, dim3 grid, cudaStream_t st, const AttnParams &p)
+void launch_split(int pdl, bool aligned16, dim3 grid, cudaStream_t st, const AttnParams &p)
 {
     if (aligned16)
-        attn_split_kernel<HD, true><<<grid, kThreads, 0, st>>>(p);
+        pulse_launch(pdl, attn_split_kernel<HD, true>, grid, kThreads, 0, st, p);
     else
-        attn_split_kernel<HD, false><<<grid, kThreads, 0, st>>>(p);
+        pulse_launch(pdl, attn_split_kernel<HD, false>, grid, kThreads, 0, st, p);
 }
 
 } /* namespace */
@@ -533,11 +538,18 @@ extern "C" void attn_decode_cuda(const struct kctx *c, const uint16_t *q,
     const dim3 grid((unsigned)sp.splits, (unsigned)nkv, (unsigned)batch);
     PULSE_CHECK(batch <= 65535 && nkv <= 65535, "attn_decode_cuda: grid too large");
     switch (hd) {
-    case 64: launch_split<64>(al, grid, st, p); break;
-    case 128: launch_split<128>(al, grid, st, p); break;
-    default: launch_split<256>(al, grid, st, p); break;
+    case 64:
+        launch_split<64>(c->pdl, al, grid, st, p);
+        break;
+    case 128:
+        launch_split<128>(c->pdl, al, grid, st, p);
+        break;
+    default:
+        launch_split<256>(c->pdl, al, grid, st, p);
+        break;
     }
     CUDA_CHECK_LAUNCH(st);
-    attn_combine_kernel<<<dim3((unsigned)nq, (unsigned)batch), kCombineThreads, 0, st>>>(p, hd);
+    pulse_launch(c->pdl, attn_combine_kernel, dim3((unsigned)nq, (unsigned)batch), kCombineThreads,
+                 0, st, p, hd);
     CUDA_CHECK_LAUNCH(st);
 }

@@ -169,6 +169,7 @@ struct engine *engine_create(const struct engine_params *p, char *err, size_t er
     }
     e->ctx.attn_blocks_per_sm = p->attn_blocks_per_sm;
     e->ctx.attn_min_tiles = p->attn_min_tiles;
+    e->ctx.pdl = !p->no_pdl;
     kernels_cpu_set_threads(p->cpu_threads ? p->cpu_threads : kernels_cpu_default_threads());
 #ifdef PULSE_HAVE_CUDA
     if (p->be->mem == MEM_DEVICE) {

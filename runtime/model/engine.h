@@ -33,6 +33,8 @@ struct engine_params {
                                cublasGemmEx; cuda only */
     int gemm_sm_reserve;    /* SMs the GEMMs leave to other kernels (the zero-copy gather): their
                                SM count target is the device's less this; 0: all SMs; cuda only */
+    int no_pdl;             /* 1: the step's kernels launch in plain stream order, not with
+                               programmatic dependent launch (kctx.pdl); cuda only */
     /* Real weights: when set, the model is laid out with model_alloc and this fills it (e.g.
      * model_load_hf); it returns PULSE_OK or an error with a reason in err. NULL: random
      * weights from seed. */

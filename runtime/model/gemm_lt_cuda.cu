@@ -217,7 +217,7 @@ static int run_candidate(struct gemm_lt *g, const struct kctx *c, struct lt_layo
                          float beta, cudaStream_t st)
 {
     if (i < n) return matmul(g, c, l, &res[i].algo, a, w, dst, beta, st) == CUBLAS_STATUS_SUCCESS;
-    gemm_skinny_run(i - n, st, a, w, dst, m, nn, k, beta);
+    gemm_skinny_run(i - n, st, c->pdl, a, w, dst, m, nn, k, beta);
     return 1;
 }
 
@@ -330,7 +330,7 @@ extern "C" int gemm_lt_run(struct gemm_lt *g, const struct kctx *c, const uint16
         return -1;
     }
     if (p->skinny >= 0) {
-        gemm_skinny_run(p->skinny, st, a, w, out, m, n, k, beta);
+        gemm_skinny_run(p->skinny, st, c->pdl, a, w, out, m, n, k, beta);
         g->st.skinny_calls++;
         return 0;
     }

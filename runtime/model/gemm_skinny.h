@@ -7,9 +7,10 @@
  * rows the same way, which a dot product does not see), and multiplies on the tensor cores
  * (mma m16n8k16, bf16 in, fp32 accumulate): a warp owns 16 * RT rows of w and one slice of k,
  * the block's KW warps split k and sum their partials in shared memory in a fixed order, so
- * the result does not depend on timing. Variants differ in RT (rows a warp owns) and KW (warps a
- * block splits k over); gemm_lt times them beside cuBLASLt's candidates per shape and keeps the
- * fastest.
+ * the result does not depend on timing. Its first weight loads go out before the wait for the
+ * kernel before it (programmatic dependent launch, pdl.cuh). Variants differ in RT (rows a warp
+ * owns) and KW (warps a block splits k over); gemm_lt times them beside cuBLASLt's candidates per
+ * shape and keeps the fastest.
  *
  * A variant launches when m <= 32, k % 32 == 0, n % (16 * RT) == 0, a and w 16-byte aligned. */
 #ifndef PULSE_GEMM_SKINNY_H
@@ -28,10 +29,11 @@ extern "C" {
 int gemm_skinny_fits(int variant, int m, int n, int k, const void *a, const void *w);
 /* "rt<RT>-kw<KW>" */
 const char *gemm_skinny_name(int variant);
-/* Queues the product on stream (a cudaStream_t); the caller checked gemm_skinny_fits. beta is
- * 0 (out is not read) or not (out accumulates). */
-void gemm_skinny_run(int variant, void *stream, const uint16_t *a, const uint16_t *w, float *out,
-                     int m, int n, int k, float beta);
+/* Queues the product on stream (a cudaStream_t), with programmatic dependent launch when pdl
+ * (pdl.cuh: its first weight loads go out before the kernel before it has finished); the
+ * caller checked gemm_skinny_fits. beta is 0 (out is not read) or not (out accumulates). */
+void gemm_skinny_run(int variant, void *stream, int pdl, const uint16_t *a, const uint16_t *w,
+                     float *out, int m, int n, int k, float beta);
 
 #ifdef __cplusplus
 }

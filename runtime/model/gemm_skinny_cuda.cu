@@ -13,6 +13,7 @@
 
 #include "cuda_check.h"
 #include "gemm_skinny.h"
+#include "pdl.cuh"
 
 namespace
 {
@@ -49,10 +50,9 @@ template <int MT, int RT> struct Lane {
     bool a_on[MT];
     float acc[RT][MT][4];
 
-    /* NU chunks from chunk c: every load first, then the products */
-    template <int NU> __device__ __forceinline__ void chunks(int c)
+    /* NU chunks of w from chunk c into wv (what nothing in the step writes) */
+    template <int NU> __device__ __forceinline__ void load_w(int c, uint4 (&wv)[NU][RT][2]) const
     {
-        uint4 wv[NU][RT][2], av[NU][MT];
 #pragma unroll
         for (int u = 0; u < NU; u++) {
             const size_t off = (size_t)(c + u) * kChunk;
@@ -61,10 +61,19 @@ template <int MT, int RT> struct Lane {
                 wv[u][r][0] = load_stream(w[r][0] + off);
                 wv[u][r][1] = load_stream(w[r][1] + off);
             }
+        }
+    }
+
+    /* a's NU chunks from chunk c, then the products with wv */
+    template <int NU> __device__ __forceinline__ void multiply(int c, const uint4 (&wv)[NU][RT][2])
+    {
+        uint4 av[NU][MT];
+#pragma unroll
+        for (int u = 0; u < NU; u++)
 #pragma unroll
             for (int t = 0; t < MT; t++)
-                av[u][t] = a_on[t] ? __ldg((const uint4 *)(a[t] + off)) : make_uint4(0, 0, 0, 0);
-        }
+                av[u][t] = a_on[t] ? __ldg((const uint4 *)(a[t] + (size_t)(c + u) * kChunk))
+                                   : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int u = 0; u < NU; u++)
 #pragma unroll
@@ -75,6 +84,13 @@ template <int MT, int RT> struct Lane {
                     mma_bf16(acc[r][t], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
                     mma_bf16(acc[r][t], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
                 }
+    }
+
+    template <int NU> __device__ __forceinline__ void chunks(int c)
+    {
+        uint4 wv[NU][RT][2];
+        load_w<NU>(c, wv);
+        multiply<NU>(c, wv);
     }
 };
 
@@ -109,11 +125,23 @@ __global__ void __launch_bounds__(KW * 32)
         L.a_on[t] = row < m;
         L.a[t] = a + (size_t)(row < m ? row : 0) * k + 8 * t4;
     }
+    /* the first chunks' weights are loaded before the wait for the kernel before (a launch
+     * with programmatic dependent launch, pdl.cuh): they overlap its tail */
     int c = c0;
+    if (c + U <= c1) {
+        uint4 wv[U][RT][2];
+        L.template load_w<U>(c, wv);
+        pdl_wait();
+        L.template multiply<U>(c, wv);
+        c += U;
+    } else {
+        pdl_wait();
+    }
     for (; c + U <= c1; c += U)
         L.template chunks<U>(c);
     for (; c < c1; c++)
         L.template chunks<1>(c);
+    pdl_trigger();
 
 #pragma unroll
     for (int r = 0; r < RT; r++)
@@ -206,13 +234,13 @@ extern "C" const char *gemm_skinny_name(int variant)
     return variant >= 0 && variant < GEMM_SKINNY_VARIANTS ? names[variant] : "none";
 }
 
-extern "C" void gemm_skinny_run(int variant, void *stream, const uint16_t *a, const uint16_t *w,
-                                float *out, int m, int n, int k, float beta)
+extern "C" void gemm_skinny_run(int variant, void *stream, int pdl, const uint16_t *a,
+                                const uint16_t *w, float *out, int m, int n, int k, float beta)
 {
     PULSE_CHECK(gemm_skinny_fits(variant, m, n, k, a, w), "gemm_skinny_run: shape does not fit");
     const Variant v = kVariants[variant];
     const skinny_fn f = fn_of(variant, m);
     const unsigned blocks = (unsigned)(n / (16 * v.rt));
-    f<<<blocks, 32 * v.kw, 0, (cudaStream_t)stream>>>(a, w, out, m, n, k, beta);
+    pulse_launch(pdl, f, blocks, 32 * v.kw, 0, (cudaStream_t)stream, a, w, out, m, n, k, beta);
     CUDA_CHECK_LAUNCH((cudaStream_t)stream);
 }

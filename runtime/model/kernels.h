@@ -37,6 +37,8 @@ struct kctx {
     int attn_min_tiles;     /* least 16-token tiles a split, ATTN_MIN_TILES_LO..4096 */
     void *gemm_lt; /* struct gemm_lt (gemm_lt.h): gemm_bf16_cuda through cuBLASLt, a plan per
                       shape; NULL: cublasGemmEx on `blas` */
+    int pdl;       /* 1: the decode step's own kernels launch with programmatic dependent launch
+                      (pdl.cuh), each one's launch hidden behind the kernel before it */
 };
 
 /* The CUDA attention's split plan: about ATTN_BLOCKS_PER_SM_MAX blocks per SM in the grid (a

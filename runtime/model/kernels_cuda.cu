@@ -18,6 +18,7 @@
 #include "gemm_lt.h"
 #include "kernels.h"
 #include "numeric.h"
+#include "pdl.cuh"
 
 namespace {
 
@@ -80,6 +81,8 @@ template <bool VEC>
 __global__ void embed_kernel(const int32_t *tokens, const uint16_t *table, float *x, int hidden,
                              float scale)
 {
+    pdl_wait();
+    pdl_trigger();
     const int b = blockIdx.x;
     const uint16_t *row = table + (size_t)tokens[b] * hidden;
     float *xr = x + (size_t)b * hidden;
@@ -110,6 +113,8 @@ template <bool VEC>
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float *x, const uint16_t *w,
                                                                uint16_t *out, int dim, float eps)
 {
+    pdl_wait();
+    pdl_trigger();
     const float *xr = x + (size_t)blockIdx.x * dim;
     uint16_t *orow = out + (size_t)blockIdx.x * dim;
     float ss = 0.0f;
@@ -146,6 +151,8 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_add_kernel(float *x, con
                                                                    const uint16_t *w, int dim,
                                                                    float eps)
 {
+    pdl_wait();
+    pdl_trigger();
     const float *yr = y + (size_t)blockIdx.x * dim;
     float *xr = x + (size_t)blockIdx.x * dim;
     float ss = 0.0f;
@@ -173,6 +180,8 @@ template <bool GELU> __device__ __forceinline__ float glu1(float g, float u)
 template <bool VEC, bool GELU>
 __global__ void glu_mul_kernel(const float *gu, uint16_t *out, int ffn)
 {
+    pdl_wait();
+    pdl_trigger();
     const int r = blockIdx.y;
     const float *g = gu + (size_t)r * 2 * ffn;
     const float *u = g + ffn;
@@ -212,6 +221,8 @@ template <bool VEC>
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float *logits, int32_t *out,
                                                                 int vocab)
 {
+    pdl_wait();
+    pdl_trigger();
     const float *lr = logits + (size_t)blockIdx.x * vocab;
     float bv = -INFINITY;
     int bi = -1;
@@ -267,6 +278,8 @@ __global__ void __launch_bounds__(kRopeWarps * 32)
                                int page_size, int nq, int nkv, int hd, const float *inv_freq,
                                float eps)
 {
+    pdl_wait();
+    pdl_trigger();
     const int b = blockIdx.y;
     const int head = blockIdx.x * kRopeWarps + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
@@ -370,6 +383,8 @@ __global__ void kv_fill_kernel(uint16_t *pool, const int32_t *page_ids, const in
 
 __global__ void advance_pos_kernel(int32_t *pos, int batch)
 {
+    pdl_wait();
+    pdl_trigger();
     const int b = blockIdx.x * blockDim.x + threadIdx.x;
     if (b < batch) pos[b] += 1;
 }
@@ -394,9 +409,11 @@ extern "C" void embed_cuda(const struct kctx *c, const int32_t *tokens, const ui
     cudaStream_t st = stream_of(c);
     const bool vec = hidden % 8 == 0 && aligned(table, 16) && aligned(x, 16);
     if (vec)
-        embed_kernel<true><<<batch, 256, 0, st>>>(tokens, table, x, hidden, scale);
+        pulse_launch(c->pdl, embed_kernel<true>, batch, 256, 0, st, tokens, table, x, hidden,
+                     scale);
     else
-        embed_kernel<false><<<batch, 256, 0, st>>>(tokens, table, x, hidden, scale);
+        pulse_launch(c->pdl, embed_kernel<false>, batch, 256, 0, st, tokens, table, x, hidden,
+                     scale);
     CUDA_CHECK_LAUNCH(st);
 }
 
@@ -407,9 +424,9 @@ extern "C" void rmsnorm_cuda(const struct kctx *c, const float *x, const uint16_
     cudaStream_t st = stream_of(c);
     const bool vec = dim % 4 == 0 && aligned(x, 16) && aligned(w, 8) && aligned(out, 8);
     if (vec)
-        rmsnorm_kernel<true><<<rows, kNormThreads, 0, st>>>(x, w, out, dim, eps);
+        pulse_launch(c->pdl, rmsnorm_kernel<true>, rows, kNormThreads, 0, st, x, w, out, dim, eps);
     else
-        rmsnorm_kernel<false><<<rows, kNormThreads, 0, st>>>(x, w, out, dim, eps);
+        pulse_launch(c->pdl, rmsnorm_kernel<false>, rows, kNormThreads, 0, st, x, w, out, dim, eps);
     CUDA_CHECK_LAUNCH(st);
 }
 
@@ -486,9 +503,9 @@ extern "C" void qk_norm_rope_append_cuda(const struct kctx *c, const float *qkv,
     const size_t page_elems = kv_page_elems(kv);
     const dim3 grid((unsigned)PULSE_CEIL_DIV(nq + 2 * nkv, kRopeWarps), (unsigned)batch);
     cudaStream_t st = stream_of(c);
-    qk_norm_rope_append_kernel<<<grid, kRopeWarps * 32, 0, st>>>(
-        qkv, q_norm, k_norm, q_out, kv->pool, kv->page_ids, kv->page_start, pos, page_elems,
-        kv->page_size, nq, nkv, hd, inv_freq, eps);
+    pulse_launch(c->pdl, qk_norm_rope_append_kernel, grid, kRopeWarps * 32, 0, st, qkv, q_norm,
+                 k_norm, q_out, kv->pool, kv->page_ids, kv->page_start, pos, page_elems,
+                 kv->page_size, nq, nkv, hd, inv_freq, eps);
     CUDA_CHECK_LAUNCH(st);
 }
 
@@ -497,7 +514,7 @@ extern "C" void rmsnorm_add_cuda(const struct kctx *c, float *x, const float *y,
 {
     if (rows <= 0 || dim <= 0) return;
     cudaStream_t st = stream_of(c);
-    rmsnorm_add_kernel<<<rows, kNormThreads, 0, st>>>(x, y, w, dim, eps);
+    pulse_launch(c->pdl, rmsnorm_add_kernel, rows, kNormThreads, 0, st, x, y, w, dim, eps);
     CUDA_CHECK_LAUNCH(st);
 }
 
@@ -509,10 +526,10 @@ static void glu_mul_launch(const struct kctx *c, const float *gu, uint16_t *out,
     const bool vec = ffn % 4 == 0 && aligned(gu, 16) && aligned(out, 8);
     if (vec) {
         const dim3 grid((unsigned)PULSE_CEIL_DIV(ffn / 4, kEltThreads), (unsigned)rows);
-        glu_mul_kernel<true, GELU><<<grid, kEltThreads, 0, st>>>(gu, out, ffn);
+        pulse_launch(c->pdl, glu_mul_kernel<true, GELU>, grid, kEltThreads, 0, st, gu, out, ffn);
     } else {
         const dim3 grid((unsigned)PULSE_CEIL_DIV(ffn, kEltThreads), (unsigned)rows);
-        glu_mul_kernel<false, GELU><<<grid, kEltThreads, 0, st>>>(gu, out, ffn);
+        pulse_launch(c->pdl, glu_mul_kernel<false, GELU>, grid, kEltThreads, 0, st, gu, out, ffn);
     }
     CUDA_CHECK_LAUNCH(st);
 }
@@ -536,9 +553,9 @@ extern "C" void argmax_cuda(const struct kctx *c, const float *logits, int32_t *
     PULSE_CHECK(vocab >= 1, "argmax needs vocab >= 1");
     cudaStream_t st = stream_of(c);
     if (vocab % 4 == 0 && aligned(logits, 16))
-        argmax_kernel<true><<<rows, kArgmaxThreads, 0, st>>>(logits, out, vocab);
+        pulse_launch(c->pdl, argmax_kernel<true>, rows, kArgmaxThreads, 0, st, logits, out, vocab);
     else
-        argmax_kernel<false><<<rows, kArgmaxThreads, 0, st>>>(logits, out, vocab);
+        pulse_launch(c->pdl, argmax_kernel<false>, rows, kArgmaxThreads, 0, st, logits, out, vocab);
     CUDA_CHECK_LAUNCH(st);
 }
 
@@ -572,6 +589,6 @@ extern "C" void advance_pos_cuda(const struct kctx *c, int32_t *pos, int batch)
 {
     if (batch <= 0) return;
     cudaStream_t st = stream_of(c);
-    advance_pos_kernel<<<PULSE_CEIL_DIV(batch, 256), 256, 0, st>>>(pos, batch);
+    pulse_launch(c->pdl, advance_pos_kernel, PULSE_CEIL_DIV(batch, 256), 256, 0, st, pos, batch);
     CUDA_CHECK_LAUNCH(st);
 }

@@ -9,9 +9,12 @@
  * 4. the engine: --gemm lt plans every step shape at creation (no capture fallbacks while graphs
  *    are captured), lt-heuristic times none, cublas runs none through cuBLASLt, cublaslt none
  *    through the suite's kernel, and the logits of lt, cublaslt and cublas agree;
+ *    the step's kernels launched with and without programmatic dependent launch give the same
+ *    logits, bit for bit;
  * 5. the suite's skinny kernel (gemm_skinny.h), every variant on shapes with one chunk, fewer
  *    chunks than warps, odd chunk counts and every m tile count, beta 0 over a NaN prior (out
- *    not read) and beta 1 over a non-zero one, guards intact, two runs the same bits; what does
+ *    not read; launched plainly) and beta 1 over a non-zero one (with programmatic dependent
+ *    launch), guards intact, two runs the same bits; what does
  *    not fit refused; through gemm_lt its variants timed beside cuBLASLt's (more candidates than
  *    no_skinny's, the same shapes). Exit 77 without a GPU. */
 #include <cublas_v2.h>
@@ -299,8 +302,8 @@ static void test_reserve(void)
 
 /* 4. The engine's paths: n_steps graph steps of the tiny model at batch n; its stats and last
  * logits. */
-static int engine_run(int gemm, int reserve, struct engine_stats *st, float *logits, char *line,
-                      size_t len)
+static int engine_run(int gemm, int reserve, int no_pdl, struct engine_stats *st, float *logits,
+                      char *line, size_t len)
 {
     enum { N = 3, STEPS = 4 };
     char err[256];
@@ -313,7 +316,8 @@ static int engine_run(int gemm, int reserve, struct engine_stats *st, float *log
                               .max_tokens = 256,
                               .use_graph = 1,
                               .gemm = gemm,
-                              .gemm_sm_reserve = reserve};
+                              .gemm_sm_reserve = reserve,
+                              .no_pdl = no_pdl};
     struct engine *e = engine_create(&p, err, sizeof err);
     if (!e) {
         fprintf(stderr, "engine: %s\n", err);
@@ -361,7 +365,7 @@ static void test_engine(void)
           *lh = xmalloc((size_t)3 * V * 4), *lc = xmalloc((size_t)3 * V * 4);
     struct engine_stats s;
     char line[320];
-    EXPECT_EQ_INT(engine_run(ENGINE_GEMM_LT, 0, &s, lt, line, sizeof line), 0);
+    EXPECT_EQ_INT(engine_run(ENGINE_GEMM_LT, 0, 0, &s, lt, line, sizeof line), 0);
     printf("engine %s\n", line);
     EXPECT(s.gemm_shapes > 0);
     EXPECT(s.gemm_shapes_tuned > 0);
@@ -371,23 +375,29 @@ static void test_engine(void)
     EXPECT(s.gemm_lt_calls + s.gemm_skinny_calls > 0);
     EXPECT_EQ_INT(s.gemm_sm_target, 0);
     const int64_t lt_timed = s.gemm_candidates_timed, lt_shapes = s.gemm_shapes;
-    EXPECT_EQ_INT(engine_run(ENGINE_GEMM_CUBLASLT, 0, &s, lc, line, sizeof line), 0);
+    EXPECT_EQ_INT(engine_run(ENGINE_GEMM_CUBLASLT, 0, 0, &s, lc, line, sizeof line), 0);
     printf("engine %s\n", line);
     EXPECT_EQ_INT(s.gemm_shapes, lt_shapes);
     EXPECT(s.gemm_candidates_timed < lt_timed); /* the suite's variants were timed beside */
     EXPECT_EQ_INT(s.gemm_skinny_calls, 0);
     EXPECT_EQ_INT(s.gemm_shapes_skinny, 0);
     EXPECT(s.gemm_lt_calls > 0);
-    EXPECT_EQ_INT(engine_run(ENGINE_GEMM_LT_HEURISTIC, 16, &s, lh, line, sizeof line), 0);
+    EXPECT_EQ_INT(engine_run(ENGINE_GEMM_LT_HEURISTIC, 16, 0, &s, lh, line, sizeof line), 0);
     printf("engine %s\n", line);
     EXPECT(s.gemm_shapes > 0);
     EXPECT_EQ_INT(s.gemm_candidates_timed, 0);
     EXPECT_EQ_INT(s.gemm_sm_target, sms - 16);
-    EXPECT_EQ_INT(engine_run(ENGINE_GEMM_CUBLAS, 8, &s, bl, line, sizeof line), 0);
+    EXPECT_EQ_INT(engine_run(ENGINE_GEMM_CUBLAS, 8, 0, &s, bl, line, sizeof line), 0);
     printf("engine %s\n", line);
     EXPECT_EQ_INT(s.gemm_lt_calls, 0);
     EXPECT_EQ_INT(s.gemm_shapes, 0);
     EXPECT_EQ_INT(s.gemm_sm_target, sms - 8);
+    /* the step's kernels in plain stream order: the same bits as with programmatic dependent
+     * launch (cublasGemmEx both times, so only the launches differ) */
+    float *np = xmalloc((size_t)3 * V * 4);
+    EXPECT_EQ_INT(engine_run(ENGINE_GEMM_CUBLAS, 8, 1, &s, np, line, sizeof line), 0);
+    EXPECT(!memcmp(np, bl, (size_t)3 * V * 4));
+    free(np);
     size_t bad1, bad2, bad3;
     const double e1 = nerr(lt, bl, (size_t)3 * V, &bad1), e2 = nerr(lh, bl, (size_t)3 * V, &bad2),
                  e3 = nerr(lc, bl, (size_t)3 * V, &bad3);
@@ -446,10 +456,10 @@ static void test_skinny(void)
                 memcpy(r, prior, on * 4);
                 gemm_bf16_ref(&g_host, a, w, r, m, n, k, (float)beta);
                 dset(&dout, beta ? prior : nan);
-                gemm_skinny_run(v, st, da.p, dw.p, dout.p, m, n, k, (float)beta);
+                gemm_skinny_run(v, st, beta, da.p, dw.p, dout.p, m, n, k, (float)beta);
                 dget(&dout, got);
                 dset(&dout, beta ? prior : nan);
-                gemm_skinny_run(v, st, da.p, dw.p, dout.p, m, n, k, (float)beta);
+                gemm_skinny_run(v, st, beta, da.p, dw.p, dout.p, m, n, k, (float)beta);
                 dget(&dout, again);
                 size_t bad;
                 const double e = nerr(got, r, on, &bad);
