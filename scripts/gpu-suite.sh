@@ -350,7 +350,7 @@ if has gemm; then
     log gemm paths
     : >"$out/gemm.txt"
     # GEMM_VARIANTS="--gemm=cublaslt --gemm=lt": those alone
-    read -ra gemm_variants <<<"${GEMM_VARIANTS:---gemm=cublas --gemm=cublaslt --gemm=lt --gemm=lt-heuristic}"
+    read -ra gemm_variants <<<"${GEMM_VARIANTS:---gemm=cublas --gemm=cublaslt,--pdl=off --gemm=lt,--pdl=off --gemm=lt --gemm=lt-heuristic}"
     for r in ${GEMM_RESERVES:-}; do gemm_variants+=("--gemm=lt,--gemm-sm-reserve=$r"); done
     for v in "${gemm_variants[@]}"; do
         tag=gemm_${v//[^A-Za-z0-9]/_}
