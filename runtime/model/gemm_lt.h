@@ -14,7 +14,8 @@
  *
  * The SM count target (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET) is the device's SMs less
  * sm_reserve, so a kernel beside the GEMMs (the zero-copy gather) keeps some SMs; 0: all SMs.
- * The suite's own skinny kernel (gemm_skinny.h) joins the timing unless no_skinny: each of its
+ * The suite's own skinny kernel (gemm_skinny.h) joins the timing unless no_skinny or an SM
+ * reserve is set (it has no SM count target): each of its
  * variants that fits the shape is timed beside cuBLASLt's candidates, and a plan may keep one
  * (it is then run for every later call of the shape, counted in skinny_calls). A shape cuBLASLt
  * has no algorithm for may still get the suite's kernel when timing is allowed.

@@ -227,13 +227,13 @@ static int run_candidate(struct gemm_lt *g, const struct kctx *c, struct lt_layo
  * capture); the fastest's index, i < n for cuBLASLt's, n + v for skinny variant v (-1: none
  * launched; 0 without room to time). */
 static int fastest(struct gemm_lt *g, const struct kctx *c, struct lt_layouts *l,
-                   const cublasLtMatmulHeuristicResult_t *res, int n, const uint16_t *a,
+                   const cublasLtMatmulHeuristicResult_t *res, int n, int skinny, const uint16_t *a,
                    const uint16_t *w, float *out, int m, int nn, int k, float beta, cudaStream_t st)
 {
     /* beta = 0: the real output, which the real product overwrites after; else the scratch */
     float *dst = beta == 0.0f ? out : scratch(g, sizeof(float) * (size_t)m * nn, st);
     if (!dst) return n > 0 ? 0 : -1; /* no room to time: the heuristic's first */
-    const int total = n + (g->skinny ? GEMM_SKINNY_VARIANTS : 0);
+    const int total = n + (skinny ? GEMM_SKINNY_VARIANTS : 0);
     float best_ms[LT_TIMED];
     int ok[LT_TIMED];
     for (int i = 0; i < total; i++) { /* warm-up, and drop what does not launch or fit */
@@ -291,14 +291,16 @@ static struct lt_plan *plan_for(struct gemm_lt *g, const struct kctx *c, const s
     const int n = candidates(g, key, l, res);
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     CUDA_CHECK(cudaStreamIsCapturing(st, &cs));
+    /* the suite's kernel has no SM count target: under a reserve, cuBLASLt's alone */
+    const int skinny = g->skinny && key->sm_target == 0;
     int skinny_fits = 0; /* any variant of the suite's kernel */
-    for (int v = 0; g->skinny && v < GEMM_SKINNY_VARIANTS; v++)
+    for (int v = 0; skinny && v < GEMM_SKINNY_VARIANTS; v++)
         skinny_fits |= gemm_skinny_fits(v, key->m, key->n, key->k, a, w);
     int pick = n > 0 ? 0 : -1;
     if (cs != cudaStreamCaptureStatusNone) {
         if (n > 0) g->st.capture_fallbacks++;
     } else if (g->tune && (n > 1 || skinny_fits)) {
-        pick = fastest(g, c, l, res, n, a, w, out, key->m, key->n, key->k, beta, st);
+        pick = fastest(g, c, l, res, n, skinny, a, w, out, key->m, key->n, key->k, beta, st);
     }
     if (pick >= n) {
         p->skinny = pick - n;

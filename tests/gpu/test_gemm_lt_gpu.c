@@ -5,7 +5,8 @@
  *    the accumulated output;
  * 2. a shape first seen inside a stream capture: the heuristic's first algorithm, counted, no
  *    timing; the replayed graph's result right;
- * 3. the SM reserve (its target in the stats, the range refused), the untimed mode;
+ * 3. the SM reserve (its target in the stats, the range refused; the suite's kernel not timed
+ *    under one), the untimed mode;
  * 4. the engine: --gemm lt plans every step shape at creation (no capture fallbacks while graphs
  *    are captured), lt-heuristic times none, cublas runs none through cuBLASLt, cublaslt none
  *    through the suite's kernel, and the logits of lt, cublaslt and cublas agree;
@@ -278,8 +279,17 @@ static void test_reserve(void)
     EXPECT_EQ_INT(lt_stats(g).sm_target, sms - 8);
     gemm_case(&c, 17, 1000, 512, 1.0f, "lt reserve 8", got); /* its own plan */
     EXPECT_EQ_INT(lt_stats(g).shapes, 2);
+    /* the suite's skinny kernel has no SM target: timed only without a reserve */
+    const struct gemm_lt_stats r0 = lt_stats(g);
+    gemm_case(&c, 8, 1024, 2048, 0.0f, "lt reserve 8", got);
+    const struct gemm_lt_stats r1 = lt_stats(g);
+    EXPECT_EQ_INT(r1.skinny_calls + r1.shapes_skinny, 0);
     EXPECT_EQ_INT(gemm_lt_set_sm_reserve(g, 0), 0);
     EXPECT_EQ_INT(lt_stats(g).sm_target, 0);
+    gemm_case(&c, 8, 1024, 2048, 0.0f, "lt reserve 0", got);
+    const struct gemm_lt_stats r2 = lt_stats(g);
+    EXPECT(r2.candidates_timed - r1.candidates_timed >=
+           r1.candidates_timed - r0.candidates_timed + GEMM_SKINNY_VARIANTS);
     CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)g_dev.stream));
     gemm_lt_free(g);
     gp.sm_reserve = sms; /* leaves no SM */
