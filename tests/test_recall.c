@@ -652,7 +652,8 @@ static void test_engine_failure(enum recall_engine e)
     recall_free(r);
 }
 
-/* Submission returns at once on a slow link; completion can be asynchronous. */
+/* Submission returns at once on a slow link; completion can be asynchronous; a wait that finds
+ * its recall not yet issued spins for the issuer (counted). */
 static void test_engine_zero_sync(enum recall_engine e)
 {
     struct inject j = {0};
@@ -678,6 +679,15 @@ static void test_engine_zero_sync(enum recall_engine e)
     EXPECT(t_all > 0.045);
     EXPECT_EQ_INT(recall_query(r, t), 1);
     EXPECT_EQ_INT(verify_items(it, sh.n), 0);
+    /* the wait found its recall still being issued (the emulated link holds the issuer for
+     * 40 ms): it spun for it once, then slept; a wait on a done recall does not spin */
+    EXPECT_EQ_INT(recall_wait(r, t), PULSE_OK);
+    struct recall_stats st;
+    recall_get_stats(r, &st);
+    EXPECT_EQ_INT(st.wait_spins, 1);
+    json_t *sj = recall_stats_json(&st);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(sj, "wait_spins")), 1);
+    json_decref(sj);
     fprintf(stderr, "%-15s zero-sync: submit %.3f ms, complete %.1f ms\n", recall_engine_name(e),
             t_submit * 1e3, t_all * 1e3);
     recall_free(r);

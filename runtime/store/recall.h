@@ -134,7 +134,8 @@ struct recall_params {
     double cap_gbps;        /* bandwidth cap in GB/s (1e9 B/s); 0 = none */
     size_t cap_burst_bytes; /* bucket depth (default 4 MiB; 0: strict pacing) */
     size_t cap_unit_bytes;  /* pacing unit of the non-staged engines (default 4 MiB) */
-    int spin_us;            /* issuer/worker spin before sleeping, microseconds (default 200) */
+    int spin_us;            /* issuer/worker spin before sleeping, and recall_wait's for a recall
+                               not yet issued, microseconds (default 200) */
     int prime;              /* 1: recall_prime wakes the sleeping threads (default 0: not
                                measured yet on the H200, where 14 spinning workers can take
                                the cores of the thread that plans) */
@@ -165,7 +166,9 @@ struct recall_stats {
      * gather-scatter the gathers it waits for, piece by piece), and from its last operation
      * queued until its completion is seen (the copy tail, and how late the waiter looked) */
     double queued_s, issuing_s, draining_s;
-    int64_t primes; /* recall_prime calls that woke a sleeping thread */
+    int64_t primes;     /* recall_prime calls that woke a sleeping thread */
+    int64_t wait_spins; /* recall_wait calls that found their recall not yet issued and spun
+                           (up to spin_us) for the issuer before sleeping */
 };
 
 struct recall;

@@ -67,6 +67,7 @@ struct recall {
     int64_t next_ticket, oldest; /* under mu */
     atomic_llong submitted;      /* next_ticket, readable without mu */
     int64_t issue_ticket;        /* issuer only */
+    atomic_llong issued;         /* issue_ticket, readable without mu (recall_wait's spin) */
     int issuer_sleeping;         /* under mu */
     atomic_int stop;
     pthread_t issuer, *workers;
