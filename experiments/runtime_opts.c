@@ -23,6 +23,7 @@ static const struct rt_word pin_words[] = {
     {"alloc", MEM_PIN_ALLOC}, {"register", MEM_PIN_REGISTER}, {NULL, 0}};
 static const struct rt_word numa_words[] = {{"nearest", MEM_NUMA_NEAREST}, {"none", -1}, {NULL, 0}};
 static const struct rt_word wait_words[] = {{"device", 0}, {"host", 1}, {NULL, 0}};
+static const struct rt_word desc_words[] = {{"device", 0}, {"host", 1}, {NULL, 0}};
 static const struct rt_word fill_words[] = {{"device", 0}, {"host", 1}, {NULL, 0}};
 static const struct rt_word gemm_words[] = {{"lt", ENGINE_GEMM_LT},
                                             {"lt-heuristic", ENGINE_GEMM_LT_HEURISTIC},
@@ -64,6 +65,10 @@ static const struct rt_opt table[] = {
     {"zc-inflight-kb", RT_RECALL, FIELD(recall_params, zc_inflight_kb),
      NUMBER(1, RECALL_ZC_INFLIGHT_KB_MAX), 0, "PULSE_ZC_INFLIGHT_KB",
      "zero-copy: the KB each gather block keeps in flight", NULL},
+    {"zc-desc", RT_RECALL, FIELD(recall_params, zc_desc_host), WORDS(desc_words), 0, NULL,
+     "zero-copy: the gather reads its descriptors from device memory (copied ahead of it) or "
+     "from the pinned host ring",
+     NULL},
     {"recall-spin-us", RT_RECALL, FIELD(recall_params, spin_us), NUMBER(0, 1000000), 0,
      "PULSE_RECALL_SPIN_US", "how long the engine's threads spin before they sleep, us", NULL},
     {"recall-prime", RT_RECALL, FIELD(recall_params, prime), WORDS(on_off), 0, "PULSE_RECALL_PRIME",

@@ -482,6 +482,7 @@ static int verify_items(struct recall_item *it, int n)
 
 /* prime: recall_params.prime of the next make_engine */
 static int g_prime;
+static int g_desc_host; /* make_engine: recall_params.zc_desc_host */
 
 static struct recall *make_engine(enum recall_engine e, const struct recall_copy_ops *ops,
                                   size_t piece, double cap_gbps)
@@ -490,6 +491,7 @@ static struct recall *make_engine(enum recall_engine e, const struct recall_copy
     struct recall_params p;
     recall_params_init(&p, e, MAX_ITEMS);
     p.prime = g_prime;
+    p.zc_desc_host = g_desc_host;
     p.ops = ops;
     p.gather_threads = 3;
     p.max_inflight = 3;
@@ -747,39 +749,43 @@ static void test_engine_cap(enum recall_engine e)
 
 /* Zero-copy: the issuer copies the recall's descriptors (device addresses of the items) into
  * the copy path's device memory with one h2d, then launches the kernels on that copy: one
- * launch without a cap, one per pacing unit with one. */
+ * launch without a cap, one per pacing unit with one. With zc_desc_host no copy: the kernels
+ * read the pinned ring through its mapping. */
 static void test_zero_copy_descriptors(void)
 {
     static struct recall_item it[MAX_ITEMS];
     struct shape sh = {8192, 97, 0, 0}; /* 776 KiB: four 256 KiB cap units */
-    for (int capped = 0; capped < 2; capped++) {
-        struct inject j = {0};
-        struct recall_copy_ops o = wrap(&j);
-        j.fail_at = -1;
-        struct recall *r = make_engine(RECALL_ZERO_COPY, &o, 0, capped ? 1000.0 : 0);
-        EXPECT(r != NULL);
-        if (!r) return;
-        reset_slots();
-        make_items(&sh, it);
-        int64_t t;
-        EXPECT_EQ_INT(recall_submit(r, it, sh.n, &t), PULSE_OK);
-        EXPECT_EQ_INT(recall_wait(r, t), PULSE_OK);
-        EXPECT_EQ_INT(j.h2d_calls, 1);
-        EXPECT_EQ_INT(j.h2d_bytes, sh.n * sizeof(struct recall_desc));
-        EXPECT_EQ_INT(j.gather_calls, capped ? 4 : 1);
-        EXPECT(j.gather_desc == j.h2d_dst);
-        const struct recall_desc *d = j.h2d_dst;
-        int same = 0;
-        for (int i = 0; d && i < sh.n; i++) /* the cpu path maps host memory to itself */
-            same += d[i].src == (uintptr_t)it[i].src && d[i].dst == (uintptr_t)it[i].dst &&
-                    d[i].bytes == it[i].bytes;
-        EXPECT_EQ_INT(same, sh.n);
-        EXPECT_EQ_INT(verify_items(it, sh.n), 0);
-        struct recall_stats st;
-        recall_get_stats(r, &st);
-        EXPECT_EQ_INT(st.submissions, 1 + j.gather_calls);
-        recall_free(r);
-    }
+    for (int host = 0; host < 2; host++)
+        for (int capped = 0; capped < 2; capped++) {
+            struct inject j = {0};
+            struct recall_copy_ops o = wrap(&j);
+            j.fail_at = -1;
+            g_desc_host = host;
+            struct recall *r = make_engine(RECALL_ZERO_COPY, &o, 0, capped ? 1000.0 : 0);
+            g_desc_host = 0;
+            EXPECT(r != NULL);
+            if (!r) return;
+            reset_slots();
+            make_items(&sh, it);
+            int64_t t;
+            EXPECT_EQ_INT(recall_submit(r, it, sh.n, &t), PULSE_OK);
+            EXPECT_EQ_INT(recall_wait(r, t), PULSE_OK);
+            EXPECT_EQ_INT(j.h2d_calls, host ? 0 : 1);
+            if (!host) EXPECT_EQ_INT(j.h2d_bytes, sh.n * sizeof(struct recall_desc));
+            EXPECT_EQ_INT(j.gather_calls, capped ? 4 : 1);
+            if (!host) EXPECT(j.gather_desc == j.h2d_dst);
+            const struct recall_desc *d = j.gather_desc;
+            int same = 0;
+            for (int i = 0; d && i < sh.n; i++) /* the cpu path maps host memory to itself */
+                same += d[i].src == (uintptr_t)it[i].src && d[i].dst == (uintptr_t)it[i].dst &&
+                        d[i].bytes == it[i].bytes;
+            EXPECT_EQ_INT(same, sh.n);
+            EXPECT_EQ_INT(verify_items(it, sh.n), 0);
+            struct recall_stats st;
+            recall_get_stats(r, &st);
+            EXPECT_EQ_INT(st.submissions, (host ? 0 : 1) + j.gather_calls);
+            recall_free(r);
+        }
 }
 
 static void test_bad_input(void)

@@ -205,11 +205,15 @@ static int issue_zero_copy(struct recall *r, struct slot *s, struct acc *a)
         s->h_desc[i] = (struct recall_desc){(uint64_t)(uintptr_t)dev, (uint64_t)(uintptr_t)it->dst,
                                             it->bytes, 0};
     }
-    /* the kernel reads its descriptors from device memory: one copy ahead of it on the stream
-     * (h_desc is pinned and stays untouched until the slot's event, recorded after the kernels) */
-    int rc = r->o->h2d(r->o, s->d_desc, s->h_desc, sizeof *s->h_desc * (size_t)s->n, r->stream);
-    a->subs++;
-    if (rc) return a->opf++, rc;
+    /* the kernel reads its descriptors from device memory, one copy ahead of it on the stream,
+     * or (zc_desc_host) from h_desc through its mapping; h_desc is pinned and stays untouched
+     * until the slot's event, recorded after the kernels */
+    int rc = PULSE_OK;
+    if (!r->p.zc_desc_host) {
+        rc = r->o->h2d(r->o, s->d_desc, s->h_desc, sizeof *s->h_desc * (size_t)s->n, r->stream);
+        a->subs++;
+        if (rc) return a->opf++, rc;
+    }
     for (int i = 0; i < s->n;) {
         size_t ub;
         int end = unit_end(r, s, i, &ub);
@@ -418,6 +422,13 @@ static int make_events(struct recall *r)
     for (int i = 0; !rc && r->p.engine == RECALL_GATHER_SCATTER && i < r->p.n_stage; i++) {
         rc = o->event_create(o, &r->stages[i].ev_dma);
         if (!rc) rc = o->event_create(o, &r->stages[i].ev_free);
+    }
+    if (!rc && r->p.engine == RECALL_ZERO_COPY && r->p.zc_desc_host) {
+        void *d; /* the descriptor ring's mapping: each slot's h_desc as the device sees it */
+        rc = o->map_host(o, r->m_pinned, &d);
+        for (int i = 0; !rc && i < r->p.max_inflight; i++)
+            r->slots[i].d_desc = (struct recall_desc *)((char *)d + ((char *)r->slots[i].h_desc -
+                                                                     (char *)r->m_pinned));
     }
     if (!rc && r->p.engine == RECALL_ZERO_COPY && r->p.host_base) {
         void *d; /* map the region's base, then offset (interior pointers need not map) */

@@ -32,7 +32,8 @@ struct slot {
     struct recall_item *items;
     struct recall_signal sig;   /* flag NULL: none */
     struct recall_desc *h_desc; /* zero-copy descriptors, host view (pinned) ... */
-    struct recall_desc *d_desc; /* ... and the device's view of the same memory */
+    struct recall_desc *d_desc; /* ... and what the gather reads: their device copy, or with
+                                   zc_desc_host the device's view of h_desc */
     void *ev;
 };
 
