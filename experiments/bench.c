@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "common.h"
 #include "engine.h"
+#include "gpu_activity.h"
 #include "kv_cache.h"
 #include "metrics.h"
 #include "numeric.h"
@@ -36,8 +37,12 @@ static const char usage[] =
     "  --seed S         weights and synthetic KV (default 1)\n"
     "  --peer FILE      a peer's result JSON (experiments/peer) to put beside ours\n"
     "  --no-graph       launch every kernel instead of replaying the step as a CUDA graph\n"
+    "  --cupti          what the GPU ran during each point's timed steps, from CUPTI activity\n"
+    "                   records (per step: kernels, busy fraction, idle gaps, the kernels by\n"
+    "                   time) into points[].gpu_activity; vanilla on cuda only\n"
     "  --policy P       vanilla (default), or an offload policy (arkvale, infinigen): its steps\n"
-    "                   against their floor (HBM + PCIe, runtime/results/floor.h), with pulse run's\n"
+    "                   against their floor (HBM + PCIe, runtime/results/floor.h), with pulse "
+    "run's\n"
     "                   offload flags (--budget-tokens, --selection, --recall-engine, ...)\n"
     "  --out FILE       result JSON\n";
 
@@ -52,7 +57,7 @@ struct bench_opts {
     long iters, warmup, page_size;
     int page_size_set; /* --page-size given (else the policy's, else 16) */
     uint64_t seed;
-    int no_graph;
+    int no_graph, cupti;
 };
 
 static int each_point(const char *t, int i, void *c)
@@ -91,6 +96,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
                                         {"out", required_argument, 0, 'o'},
                                         {"help", no_argument, 0, 'h'},
                                         {"no-graph", no_argument, 0, 'G'},
+                                        {"cupti", no_argument, 0, 'C'},
                                         {"policy", required_argument, 0, 'y'},
                                         RUN_OFFLOAD_OPTIONS,
                                         {0, 0, 0, 0}};
@@ -125,6 +131,9 @@ static int parse(int argc, char **argv, struct bench_opts *o)
             break;
         case 'G':
             o->no_graph = 1;
+            break;
+        case 'C':
+            o->cupti = 1;
             break;
         case 'i':
             if (cli_int("bench", "--iters", optarg, 1, 10000, &o->iters)) return -1;
@@ -168,6 +177,11 @@ static int parse(int argc, char **argv, struct bench_opts *o)
         return -1;
     }
     if (!o->page_size_set && pol->offload_page_size) o->page_size = pol->offload_page_size;
+    if (o->cupti && pol->ctx_kind == POLICY_CTX_OFFLOAD) {
+        cli_error("bench",
+                  "--cupti: vanilla steps only (pulse run --cupti for the offload policies)");
+        return -1;
+    }
     if (pol->ctx_kind != POLICY_CTX_OFFLOAD && o->off.first_flag) {
         cli_error("bench", "%s: only for offload policies (arkvale, infinigen)", o->off.first_flag);
         return -1;
@@ -261,12 +275,18 @@ static int run_point(struct engine *e, const struct bench_opts *o, const struct 
     struct batch *bt = bb.bt;
     const struct kv_cache *kv = bb.kv;
     double *ms = mem_alloc(MEM_HOST, sizeof(double) * (steps + attn_iters), "samples");
+    struct gpu_activity *act = NULL; /* --cupti: the timed steps, not the warm-up */
     for (int i = 0; i < steps; i++) {
+        if (i == o->warmup && o->cupti) {
+            act = gpu_activity_start(1 << 20, err, sizeof err);
+            if (!act) fprintf(stderr, "pulse bench: --cupti: %s\n", err);
+        }
         double t = pulse_now();
         engine_step(e, bt, kv);
         be->sync(ctx);
         ms[i] = (pulse_now() - t) * 1e3;
     }
+    if (act) json_object_set_new(pj, "gpu_activity", gpu_activity_stop(act, 16, 0));
     double *step_ms = ms + o->warmup, *attn_ms = ms + steps;
     /* back-to-back launches between synchronisations, so the host round trip of a sync does
      * not count against a kernel of a few microseconds */
@@ -328,6 +348,31 @@ static int run_point(struct engine *e, const struct bench_opts *o, const struct 
     return 0;
 }
 
+/* --cupti's line under a point: per timed step, the kernels, the busy fraction, the idle time
+ * and after which kernel it fell most, the three kernels of most time. */
+static void print_activity(json_t *a, int steps)
+{
+    if (!a || steps < 1) return;
+    const double busy = json_real_value(json_object_get(a, "busy_fraction"));
+    const json_int_t kernels = json_integer_value(json_object_get(a, "kernels"));
+    json_t *gaps = json_object_get(a, "idle_gaps");
+    printf("  cupti: %.1f kernels/step, busy %.3f, idle %.3f ms/step", (double)kernels / steps,
+           busy, json_real_value(json_object_get(gaps, "total_s")) * 1e3 / steps);
+    json_t *after = json_array_get(json_object_get(gaps, "after"), 0);
+    if (after) printf(" (most after %s)", json_string_value(json_object_get(after, "name")));
+    size_t i;
+    json_t *k;
+    json_array_foreach(json_object_get(a, "top_kernels"), i, k)
+    {
+        if (i >= 3) break;
+        printf("%s %s %.3f ms/step (%.0f)",
+               i ? "," : "; top:", json_string_value(json_object_get(k, "name")),
+               json_real_value(json_object_get(k, "total_s")) * 1e3 / steps,
+               (double)json_integer_value(json_object_get(k, "count")) / steps);
+    }
+    printf("\n");
+}
+
 /* Offload steps at every point, against their floors (bandwidths measured once, here). */
 static int offload_points(struct engine *e, const struct policy *pol, const struct bench_opts *o,
                           const struct point *pts, int np, json_t *res)
@@ -382,6 +427,10 @@ static int decode_step(int argc, char **argv)
     if (!m) return EXIT_USAGE;
     const struct backend *be = cli_backend("bench", o.backend);
     if (!be) return EXIT_USAGE;
+    if (o.cupti && be->mem != MEM_DEVICE) { /* "auto" resolved too: before any work */
+        cli_error("bench", "--cupti: needs the cuda backend (CUPTI records what a GPU ran)");
+        return EXIT_USAGE;
+    }
     json_t *peer = NULL;
     if (o.peer && !(peer = load_peer(o.peer))) return EXIT_USAGE;
     /* a peer of another model is no comparison */
@@ -463,6 +512,7 @@ static int decode_step(int argc, char **argv)
             printf("%8.3f\n", peer_ms / step);
         else
             printf("%8s\n", "-"); /* no peer, or no timed point of the peer here */
+        print_activity(json_object_get(pj, "gpu_activity"), (int)o.iters);
     }
     printf("copy bandwidth %.1f GB/s (read + write)\n", copy_gbs);
     char gline[320];

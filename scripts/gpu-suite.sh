@@ -13,7 +13,8 @@
 #             step/floor and gemm/cp (the weights' read rate over the copy bandwidth, goal >= 0.93)
 #             per point into gemm.txt; then recall-bench's interference part (GEMM_RECALL_ARGS,
 #             default zero-copy alone at 64K x 1024, grids 4,16,64): the decode GEMMs beside the
-#             gather, cublas, cublaslt and lt with 0/8/16 SMs free.
+#             gather, cublas, cublaslt and lt with 0/8/16 SMs free. GEMM_ARGS: more flags of
+#             every bench run (e.g. --cupti: each point's kernel table per step under its row).
 #   ab        the offload step before and after: AB_BASE (a commit) built in a worktree in
 #             /tmp/ab-base, then `bench decode-step --policy P` of each of AB_POLICIES at
 #             AB_POINT (default 12x16384, 10 steps), base and head alternated AB_ROUNDS times
@@ -356,7 +357,7 @@ if has gemm; then
         tag=gemm_${v//[^A-Za-z0-9]/_}
         variant "$v"
         timeout 200 "$bin" bench decode-step --backend cuda --points "${GEMM_POINTS:-1x4096,8x4096,32x4096,1x32768,8x32768,16x32768}" \
-            "${v_flags[@]}" --out "$out/bench_$tag.json" >"$out/bench_$tag.txt" 2>&1
+            "${v_flags[@]}" ${GEMM_ARGS:-} --out "$out/bench_$tag.json" >"$out/bench_$tag.txt" 2>&1
         rc=$?
         # each row's batch x context, step/floor and gemm/cp, and the plan counters' line
         cols=$(awk '/^ *[0-9]+ +[0-9]+ / {printf " %sx%s %s/%s", $1, $2, $5, $10}' "$out/bench_$tag.txt")

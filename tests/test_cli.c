@@ -228,6 +228,8 @@ static void test_outputs(void)
         {"run --backend cpu --policy pulseinfer --out %1$s --trace %2$s",
          "--out and --trace: both write"},
         {"run --backend cpu --cupti --out %1$s", "--cupti: needs the cuda backend"},
+        {"bench decode-step --backend cpu --cupti --out %1$s", "--cupti: needs the cuda backend"},
+        {"bench decode-step --policy arkvale --cupti --out %1$s", "--cupti: vanilla steps only"},
         {"run --backend cpu --policy magic --out %1$s", "--policy: unknown policy"},
         {"bench decode-step --backend cpu --out /nonexistent/b.json", "--out: /nonexistent"},
         {"profile --backend cpu --model tiny --out /nonexistent/p.json", "--out: /nonexistent"},
