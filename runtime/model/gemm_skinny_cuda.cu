@@ -50,32 +50,36 @@ template <int MT, int RT> struct Lane {
     bool a_on[MT];
     float acc[RT][MT][4];
 
-    /* NU chunks of w from chunk c into wv (what nothing in the step writes) */
-    template <int NU> __device__ __forceinline__ void load_w(int c, uint4 (&wv)[NU][RT][2]) const
+    /* cnt <= NU chunks of w from chunk c into wv (what nothing in the step writes); every
+     * load goes out before any is used, a short batch predicated, not serialised */
+    template <int NU>
+    __device__ __forceinline__ void load_w(int c, int cnt, uint4 (&wv)[NU][RT][2]) const
     {
 #pragma unroll
         for (int u = 0; u < NU; u++) {
             const size_t off = (size_t)(c + u) * kChunk;
 #pragma unroll
             for (int r = 0; r < RT; r++) {
-                wv[u][r][0] = load_stream(w[r][0] + off);
-                wv[u][r][1] = load_stream(w[r][1] + off);
+                wv[u][r][0] = u < cnt ? load_stream(w[r][0] + off) : make_uint4(0, 0, 0, 0);
+                wv[u][r][1] = u < cnt ? load_stream(w[r][1] + off) : make_uint4(0, 0, 0, 0);
             }
         }
     }
 
-    /* a's NU chunks from chunk c, then the products with wv */
-    template <int NU> __device__ __forceinline__ void multiply(int c, const uint4 (&wv)[NU][RT][2])
+    /* a's cnt chunks from chunk c, then the products with wv */
+    template <int NU>
+    __device__ __forceinline__ void multiply(int c, int cnt, const uint4 (&wv)[NU][RT][2])
     {
         uint4 av[NU][MT];
 #pragma unroll
         for (int u = 0; u < NU; u++)
 #pragma unroll
             for (int t = 0; t < MT; t++)
-                av[u][t] = a_on[t] ? __ldg((const uint4 *)(a[t] + (size_t)(c + u) * kChunk))
-                                   : make_uint4(0, 0, 0, 0);
+                av[u][t] = a_on[t] && u < cnt
+                               ? __ldg((const uint4 *)(a[t] + (size_t)(c + u) * kChunk))
+                               : make_uint4(0, 0, 0, 0);
 #pragma unroll
-        for (int u = 0; u < NU; u++)
+        for (int u = 0; u < NU; u++) /* past cnt both operands are 0: adds nothing */
 #pragma unroll
             for (int r = 0; r < RT; r++)
 #pragma unroll
@@ -84,13 +88,6 @@ template <int MT, int RT> struct Lane {
                     mma_bf16(acc[r][t], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
                     mma_bf16(acc[r][t], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
                 }
-    }
-
-    template <int NU> __device__ __forceinline__ void chunks(int c)
-    {
-        uint4 wv[NU][RT][2];
-        load_w<NU>(c, wv);
-        multiply<NU>(c, wv);
     }
 };
 
@@ -127,20 +124,19 @@ __global__ void __launch_bounds__(KW * 32)
     }
     /* the first chunks' weights are loaded before the wait for the kernel before (a launch
      * with programmatic dependent launch, pdl.cuh): they overlap its tail */
-    int c = c0;
-    if (c + U <= c1) {
+    {
         uint4 wv[U][RT][2];
-        L.template load_w<U>(c, wv);
+        const int cnt = min(U, c1 - c0);
+        L.template load_w<U>(c0, cnt, wv);
         pdl_wait();
-        L.template multiply<U>(c, wv);
-        c += U;
-    } else {
-        pdl_wait();
+        L.template multiply<U>(c0, cnt, wv);
     }
-    for (; c + U <= c1; c += U)
-        L.template chunks<U>(c);
-    for (; c < c1; c++)
-        L.template chunks<1>(c);
+    for (int c = c0 + U; c < c1; c += U) {
+        uint4 wv[U][RT][2];
+        const int cnt = min(U, c1 - c);
+        L.template load_w<U>(c, cnt, wv);
+        L.template multiply<U>(c, cnt, wv);
+    }
     pdl_trigger();
 
 #pragma unroll
