@@ -220,7 +220,7 @@ static json_t *kernel_rows(struct bench *b, struct compute *c, int w, const char
 }
 
 /* The decode GEMMs through cublasGemmEx, cuBLASLt's candidates alone, then cuBLASLt's beside the
- * suite's skinny kernel (the tuned path) leaving 0, 8 and 16 SMs free. */
+ * suite's skinny kernel (--gemm skinny) leaving 0, 8 and 16 SMs free. */
 static void decode_rows(struct bench *b, struct compute *c, void *e0, void *e1, json_t *ks)
 {
     static const struct {
@@ -241,7 +241,7 @@ static void decode_rows(struct bench *b, struct compute *c, void *e0, void *e1, 
         if (rv >= c->dctx.num_sms) continue;
         c->dctx.gemm_lt = rv < 0 ? NULL : lt;
         if (rv >= 0) PULSE_CHECK(gemm_lt_set_sm_reserve(lt, rv) == 0, "decode gemm sm reserve");
-        const char *path = rv < 0 ? "cublas" : rows[i].skinny ? "lt" : "cublaslt";
+        const char *path = rv < 0 ? "cublas" : rows[i].skinny ? "skinny" : "lt";
         char name[64];
         if (rv < 0)
             snprintf(name, sizeof name, "decode gemm m=%d cublas", DEC_M);

@@ -28,7 +28,7 @@ static const struct rt_word fill_words[] = {{"device", 0}, {"host", 1}, {NULL, 0
 static const struct rt_word gemm_words[] = {{"lt", ENGINE_GEMM_LT},
                                             {"lt-heuristic", ENGINE_GEMM_LT_HEURISTIC},
                                             {"cublas", ENGINE_GEMM_CUBLAS},
-                                            {"cublaslt", ENGINE_GEMM_CUBLASLT},
+                                            {"skinny", ENGINE_GEMM_SKINNY},
                                             {NULL, 0}};
 
 /* One option: --name takes an integer in [lo, hi] (none when lo > hi) or one of words; the
@@ -96,10 +96,10 @@ static const struct rt_opt table[] = {
      NUMBER(ATTN_MIN_TILES_LO, ATTN_MIN_TILES_HI), 0, "PULSE_ATTN_MIN_TILES",
      "CUDA attention: the least 16-token tiles of a split", NULL},
     {"gemm", RT_ENGINE, FIELD(engine_params, gemm), WORDS(gemm_words), 0, NULL,
-     "cuda GEMMs: cuBLASLt's candidates and the suite's skinny kernel timed per shape at warm-up, "
-     "cuBLASLt's heuristic's first, cublasGemmEx, or cuBLASLt's candidates alone",
+     "cuda GEMMs: cuBLASLt's candidates timed per shape at warm-up, its heuristic's first, "
+     "cublasGemmEx, or cuBLASLt's candidates and the suite's skinny kernel timed",
      NULL},
-    {"pdl", RT_ENGINE, FIELD(engine_params, no_pdl), WORDS(off_on), 0, NULL,
+    {"pdl", RT_ENGINE, FIELD(engine_params, pdl), WORDS(on_off), 0, NULL,
      "cuda: the step's kernels launched with programmatic dependent launch (each launch hidden "
      "behind the kernel before it)",
      NULL},

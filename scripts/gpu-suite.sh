@@ -7,13 +7,13 @@
 # to $OUT (or out/).
 #   gemm      the decode GEMMs' paths in one call: bench decode-step at GEMM_POINTS (default
 #             the six points of the decode-step table, 1x4096 .. 16x32768) with --gemm cublas,
-#             cublaslt (cuBLASLt's candidates timed), lt (those and the suite's skinny kernel) and
-#             lt-heuristic (or GEMM_VARIANTS), and with lt leaving GEMM_RESERVES SMs free (default
-#             none); each one's
+#             lt (cuBLASLt's candidates timed) without and with --pdl, skinny (those and the
+#             suite's skinny kernel) without and with --pdl, and lt-heuristic (or GEMM_VARIANTS),
+#             and with lt leaving GEMM_RESERVES SMs free (default none); each one's
 #             step/floor and gemm/cp (the weights' read rate over the copy bandwidth, goal >= 0.93)
 #             per point into gemm.txt; then recall-bench's interference part (GEMM_RECALL_ARGS,
 #             default zero-copy alone at 64K x 1024, grids 4,16,64): the decode GEMMs beside the
-#             gather, cublas, cublaslt and lt with 0/8/16 SMs free. GEMM_ARGS: more flags of
+#             gather, cublas, lt and skinny with 0/8/16 SMs free. GEMM_ARGS: more flags of
 #             every bench run (e.g. --cupti: each point's kernel table per step under its row).
 #   ab        the offload step before and after: AB_BASE (a commit) built in a worktree in
 #             /tmp/ab-base, then `bench decode-step --policy P` of each of AB_POLICIES at
@@ -350,8 +350,8 @@ fi
 if has gemm; then
     log gemm paths
     : >"$out/gemm.txt"
-    # GEMM_VARIANTS="--gemm=cublaslt --gemm=lt": those alone
-    read -ra gemm_variants <<<"${GEMM_VARIANTS:---gemm=cublas --gemm=cublaslt,--pdl=off --gemm=lt,--pdl=off --gemm=lt --gemm=lt-heuristic}"
+    # GEMM_VARIANTS="--gemm=lt --gemm=skinny,--pdl=on": those alone
+    read -ra gemm_variants <<<"${GEMM_VARIANTS:---gemm=cublas --gemm=lt --gemm=lt,--pdl=on --gemm=skinny --gemm=skinny,--pdl=on --gemm=lt-heuristic}"
     for r in ${GEMM_RESERVES:-}; do gemm_variants+=("--gemm=lt,--gemm-sm-reserve=$r"); done
     for v in "${gemm_variants[@]}"; do
         tag=gemm_${v//[^A-Za-z0-9]/_}

@@ -89,7 +89,7 @@ static void test_params_init_ignore_env(void)
     EXPECT_EQ_INT(b.rt.engine.attn_min_tiles, ATTN_MIN_TILES);
     EXPECT_EQ_INT(b.rt.engine.gemm, ENGINE_GEMM_LT);
     EXPECT_EQ_INT(b.rt.engine.gemm_sm_reserve, 0);
-    EXPECT_EQ_INT(b.rt.engine.no_pdl, 0);
+    EXPECT_EQ_INT(b.rt.engine.pdl, 0);
 }
 
 /* One option: a value it takes and what it sets (the JSON shows `json`, an integer when
@@ -122,8 +122,8 @@ static const struct opt_case cases[] = {
     {"piece-graphs", RT_ENGINE, "off", -1, "off", {"0", "false", "", "no"}},
     {"attn-blocks-per-sm", RT_ENGINE, "1", 1, NULL, {"0", "17", "x", "-16"}},
     {"attn-min-tiles", RT_ENGINE, "4096", 4096, NULL, {"3", "4097", "16t", "0"}},
-    {"gemm", RT_ENGINE, "cublaslt", -1, "cublaslt", {"0", "LT", "blas", ""}},
-    {"pdl", RT_ENGINE, "off", -1, "off", {"0", "1", "no", ""}},
+    {"gemm", RT_ENGINE, "skinny", -1, "skinny", {"0", "LT", "blas", ""}},
+    {"pdl", RT_ENGINE, "on", -1, "on", {"0", "1", "no", ""}},
     {"gemm-sm-reserve", RT_ENGINE, "16", 16, NULL, {"-1", "1025", "8.0", "x"}},
     {"recall-wait", RT_OFFLOAD, "host", -1, "host", {"0", "1", "gpu", ""}},
     {"layer-graphs", RT_OFFLOAD, "off", -1, "off", {"0", "1", "none", ""}},
@@ -212,7 +212,7 @@ static void test_each_option(void)
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--ioaa-refit", "off"), 0);
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--gemm", "lt-heuristic"), 0);
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--gemm-sm-reserve", "8"), 0);
-    EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--pdl", "off"), 0);
+    EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--pdl", "on"), 0);
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--no-such-option", "1"), -2);
     struct offload_params op;
     offload_params_init(&op, 1, 1, 1);
@@ -228,7 +228,7 @@ static void test_each_option(void)
     EXPECT_EQ_INT(ep.no_piece_graphs, 1);
     EXPECT_EQ_INT(ep.gemm, ENGINE_GEMM_LT_HEURISTIC);
     EXPECT_EQ_INT(ep.gemm_sm_reserve, 8);
-    EXPECT_EQ_INT(ep.no_pdl, 1);
+    EXPECT_EQ_INT(ep.pdl, 1);
     struct serve_params sp;
     serve_params_init(&sp);
     runtime_opts_serve(&o, &sp);

@@ -119,8 +119,8 @@ static int check_tuning(const struct engine_params *p, char *err, size_t errlen)
     else if (p->attn_min_tiles &&
              (p->attn_min_tiles < ATTN_MIN_TILES_LO || p->attn_min_tiles > ATTN_MIN_TILES_HI))
         why = "attn_min_tiles must be 0 or 4..4096";
-    else if (p->gemm < ENGINE_GEMM_LT || p->gemm > ENGINE_GEMM_CUBLASLT)
-        why = "gemm must be 0 (lt), 1 (lt-heuristic), 2 (cublas) or 3 (cublaslt)";
+    else if (p->gemm < ENGINE_GEMM_LT || p->gemm > ENGINE_GEMM_SKINNY)
+        why = "gemm must be 0 (lt), 1 (lt-heuristic), 2 (cublas) or 3 (skinny)";
     else if (p->gemm_sm_reserve < 0)
         why = "gemm_sm_reserve must be >= 0";
     if (!why) return 0;
@@ -146,7 +146,7 @@ static int gemm_setup(struct engine *e, char *err, size_t errlen)
     }
     struct gemm_lt_params gp = {.sm_reserve = p->gemm_sm_reserve,
                                 .no_tuning = p->gemm == ENGINE_GEMM_LT_HEURISTIC,
-                                .no_skinny = p->gemm != ENGINE_GEMM_LT};
+                                .no_skinny = p->gemm != ENGINE_GEMM_SKINNY};
     e->gemm_lt = gemm_lt_create(&gp, err, errlen);
     e->ctx.gemm_lt = e->gemm_lt;
     return e->gemm_lt ? 0 : -1;
@@ -169,7 +169,7 @@ struct engine *engine_create(const struct engine_params *p, char *err, size_t er
     }
     e->ctx.attn_blocks_per_sm = p->attn_blocks_per_sm;
     e->ctx.attn_min_tiles = p->attn_min_tiles;
-    e->ctx.pdl = !p->no_pdl;
+    e->ctx.pdl = p->pdl;
     kernels_cpu_set_threads(p->cpu_threads ? p->cpu_threads : kernels_cpu_default_threads());
 #ifdef PULSE_HAVE_CUDA
     if (p->be->mem == MEM_DEVICE) {
@@ -731,7 +731,7 @@ void engine_get_stats(const struct engine *e, struct engine_stats *out)
 
 json_t *engine_gemm_json(const struct engine *e, char *buf, size_t len)
 {
-    static const char *const paths[] = {"lt", "lt-heuristic", "cublas", "cublaslt"};
+    static const char *const paths[] = {"lt", "lt-heuristic", "cublas", "skinny"};
     struct engine_stats s;
     engine_get_stats(e, &s);
     const char *path = e->be->mem == MEM_DEVICE ? paths[e->p.gemm] : "cpu";

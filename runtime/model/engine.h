@@ -33,8 +33,8 @@ struct engine_params {
                                cublasGemmEx; cuda only */
     int gemm_sm_reserve;    /* SMs the GEMMs leave to other kernels (the zero-copy gather): their
                                SM count target is the device's less this; 0: all SMs; cuda only */
-    int no_pdl;             /* 1: the step's kernels launch in plain stream order, not with
-                               programmatic dependent launch (kctx.pdl); cuda only */
+    int pdl;                /* 1: the step's kernels launch with programmatic dependent launch
+                               (kctx.pdl; 0: plain stream order); cuda only */
     /* Real weights: when set, the model is laid out with model_alloc and this fills it (e.g.
      * model_load_hf); it returns PULSE_OK or an error with a reason in err. NULL: random
      * weights from seed. */
@@ -45,10 +45,10 @@ struct engine_params {
 
 /* engine_params.gemm */
 enum engine_gemm {
-    ENGINE_GEMM_LT = 0,           /* cuBLASLt's candidates and the suite's skinny kernel, timed */
+    ENGINE_GEMM_LT = 0,           /* cuBLASLt's candidates, timed */
     ENGINE_GEMM_LT_HEURISTIC = 1, /* cuBLASLt's heuristic first, untimed */
     ENGINE_GEMM_CUBLAS = 2,       /* cublasGemmEx */
-    ENGINE_GEMM_CUBLASLT = 3      /* cuBLASLt's candidates only, timed */
+    ENGINE_GEMM_SKINNY = 3        /* cuBLASLt's candidates and the suite's skinny kernel, timed */
 };
 
 struct engine_stats {
@@ -217,7 +217,7 @@ void engine_read_logits(struct engine *e, float *out, int rows);
 void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv);
 
 void engine_get_stats(const struct engine *e, struct engine_stats *out);
-/* The GEMMs' path and counters as {"path": "lt"|"lt-heuristic"|"cublas"|"cublaslt"|"cpu",
+/* The GEMMs' path and counters as {"path": "lt"|"lt-heuristic"|"cublas"|"skinny"|"cpu",
  * "sm_reserve", "sm_target", "lt_calls", "skinny_calls", "shapes", "shapes_skinny",
  * "shapes_tuned", "candidates_timed", "capture_fallbacks", "blas_fallbacks"} (a new
  * reference), and the same as one line into buf. */

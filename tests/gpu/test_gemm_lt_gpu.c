@@ -8,8 +8,9 @@
  * 3. the SM reserve (its target in the stats, the range refused; the suite's kernel not timed
  *    under one), the untimed mode;
  * 4. the engine: --gemm lt plans every step shape at creation (no capture fallbacks while graphs
- *    are captured), lt-heuristic times none, cublas runs none through cuBLASLt, cublaslt none
- *    through the suite's kernel, and the logits of lt, cublaslt and cublas agree;
+ *    are captured), lt-heuristic times none, cublas runs none through cuBLASLt, lt none through
+ *    the suite's kernel while skinny times its variants too, and the logits of lt, skinny and
+ *    cublas agree;
  *    the step's kernels launched with and without programmatic dependent launch give the same
  *    logits, bit for bit;
  * 5. the suite's skinny kernel (gemm_skinny.h), every variant on shapes with one chunk, fewer
@@ -312,7 +313,7 @@ static void test_reserve(void)
 
 /* 4. The engine's paths: n_steps graph steps of the tiny model at batch n; its stats and last
  * logits. */
-static int engine_run(int gemm, int reserve, int no_pdl, struct engine_stats *st, float *logits,
+static int engine_run(int gemm, int reserve, int pdl, struct engine_stats *st, float *logits,
                       char *line, size_t len)
 {
     enum { N = 3, STEPS = 4 };
@@ -327,7 +328,7 @@ static int engine_run(int gemm, int reserve, int no_pdl, struct engine_stats *st
                               .use_graph = 1,
                               .gemm = gemm,
                               .gemm_sm_reserve = reserve,
-                              .no_pdl = no_pdl};
+                              .pdl = pdl};
     struct engine *e = engine_create(&p, err, sizeof err);
     if (!e) {
         fprintf(stderr, "engine: %s\n", err);
@@ -356,7 +357,7 @@ static int engine_run(int gemm, int reserve, int no_pdl, struct engine_stats *st
     EXPECT_EQ_INT(st->gemm_shapes, s0.gemm_shapes);
     EXPECT(st->graph_captures > 0);
     json_t *j = engine_gemm_json(e, line, len);
-    static const char *const paths[] = {"lt", "lt-heuristic", "cublas", "cublaslt"};
+    static const char *const paths[] = {"lt", "lt-heuristic", "cublas", "skinny"};
     EXPECT_STR_EQ(json_string_value(json_object_get(j, "path")), paths[gemm]);
     EXPECT_EQ_INT(json_integer_value(json_object_get(j, "skinny_calls")), st->gemm_skinny_calls);
     EXPECT_EQ_INT(json_integer_value(json_object_get(j, "shapes_skinny")), st->gemm_shapes_skinny);
@@ -382,16 +383,17 @@ static void test_engine(void)
     EXPECT(s.gemm_candidates_timed >= 2 * s.gemm_shapes_tuned);
     EXPECT_EQ_INT(s.gemm_capture_fallbacks, 0); /* every step shape planned before capture */
     EXPECT_EQ_INT(s.gemm_blas_fallbacks, 0);
-    EXPECT(s.gemm_lt_calls + s.gemm_skinny_calls > 0);
+    EXPECT(s.gemm_lt_calls > 0);
+    EXPECT_EQ_INT(s.gemm_skinny_calls + s.gemm_shapes_skinny, 0);
     EXPECT_EQ_INT(s.gemm_sm_target, 0);
     const int64_t lt_timed = s.gemm_candidates_timed, lt_shapes = s.gemm_shapes;
-    EXPECT_EQ_INT(engine_run(ENGINE_GEMM_CUBLASLT, 0, 0, &s, lc, line, sizeof line), 0);
+    /* the suite's skinny kernel timed beside, with programmatic dependent launch */
+    EXPECT_EQ_INT(engine_run(ENGINE_GEMM_SKINNY, 0, 1, &s, lc, line, sizeof line), 0);
     printf("engine %s\n", line);
     EXPECT_EQ_INT(s.gemm_shapes, lt_shapes);
-    EXPECT(s.gemm_candidates_timed < lt_timed); /* the suite's variants were timed beside */
-    EXPECT_EQ_INT(s.gemm_skinny_calls, 0);
-    EXPECT_EQ_INT(s.gemm_shapes_skinny, 0);
-    EXPECT(s.gemm_lt_calls > 0);
+    EXPECT(s.gemm_candidates_timed > lt_timed);
+    EXPECT_EQ_INT(s.gemm_capture_fallbacks + s.gemm_blas_fallbacks, 0);
+    EXPECT(s.gemm_lt_calls + s.gemm_skinny_calls > 0);
     EXPECT_EQ_INT(engine_run(ENGINE_GEMM_LT_HEURISTIC, 16, 0, &s, lh, line, sizeof line), 0);
     printf("engine %s\n", line);
     EXPECT(s.gemm_shapes > 0);
@@ -402,8 +404,8 @@ static void test_engine(void)
     EXPECT_EQ_INT(s.gemm_lt_calls, 0);
     EXPECT_EQ_INT(s.gemm_shapes, 0);
     EXPECT_EQ_INT(s.gemm_sm_target, sms - 8);
-    /* the step's kernels in plain stream order: the same bits as with programmatic dependent
-     * launch (cublasGemmEx both times, so only the launches differ) */
+    /* the step's kernels with programmatic dependent launch: the same bits as in plain stream
+     * order (cublasGemmEx both times, so only the launches differ) */
     float *np = xmalloc((size_t)3 * V * 4);
     EXPECT_EQ_INT(engine_run(ENGINE_GEMM_CUBLAS, 8, 1, &s, np, line, sizeof line), 0);
     EXPECT(!memcmp(np, bl, (size_t)3 * V * 4));
@@ -412,7 +414,7 @@ static void test_engine(void)
     const double e1 = nerr(lt, bl, (size_t)3 * V, &bad1), e2 = nerr(lh, bl, (size_t)3 * V, &bad2),
                  e3 = nerr(lc, bl, (size_t)3 * V, &bad3);
     printf("engine logits: lt vs cublas %.3e, lt-heuristic (reserve 16) vs cublas %.3e, "
-           "cublaslt vs cublas %.3e\n",
+           "skinny (pdl) vs cublas %.3e\n",
            e1, e2, e3);
     EXPECT(e1 < 1e-3);
     EXPECT(e2 < 1e-3);
@@ -427,7 +429,7 @@ static void test_engine(void)
                               .gemm_sm_reserve = sms};
     EXPECT(engine_create(&p, err, sizeof err) == NULL); /* leaves no SM */
     EXPECT_STR_CONTAINS(err, "sm_reserve");
-    p.gemm = 4;
+    p.gemm = 4; /* past the last path */
     p.gemm_sm_reserve = 0;
     EXPECT(engine_create(&p, err, sizeof err) == NULL);
     EXPECT_STR_CONTAINS(err, "gemm must be");
@@ -513,10 +515,10 @@ static void test_skinny(void)
     float *got = xmalloc((size_t)8 * 1024 * 4);
     for (int beta = 0; beta < 2; beta++) {
         gemm_case(&c1, 8, 1024, 2048, (float)beta, "lt+skinny", got);
-        gemm_case(&c0, 8, 1024, 2048, (float)beta, "cublaslt", got);
+        gemm_case(&c0, 8, 1024, 2048, (float)beta, "lt alone", got);
     }
     const struct gemm_lt_stats s1 = lt_stats(g1), s0 = lt_stats(g0);
-    printf("lt+skinny: %lld shapes (%lld skinny), %lld candidates timed; cublaslt: %lld\n",
+    printf("lt+skinny: %lld shapes (%lld skinny), %lld candidates timed; lt alone: %lld\n",
            (long long)s1.shapes, (long long)s1.shapes_skinny, (long long)s1.candidates_timed,
            (long long)s0.candidates_timed);
     EXPECT_EQ_INT(s1.shapes, 2);
