@@ -224,8 +224,8 @@ static int run_candidate(struct gemm_lt *g, const struct kctx *c, struct lt_layo
 #define LT_TIMED (GEMM_LT_CANDIDATES + GEMM_SKINNY_VARIANTS)
 
 /* Times cuBLASLt's n candidates and, when allowed, the skinny variants that fit (outside any
- * capture); the fastest's index, i < n for cuBLASLt's, n + v for skinny variant v (-1: none
- * launched; 0 without room to time). */
+ * capture); the fastest's index, i < n for cuBLASLt's, n + v for skinny variant v. Without room
+ * to time: cuBLASLt's first (0), or -1 when it has none; -1 too when nothing launched. */
 static int fastest(struct gemm_lt *g, const struct kctx *c, struct lt_layouts *l,
                    const cublasLtMatmulHeuristicResult_t *res, int n, int skinny, const uint16_t *a,
                    const uint16_t *w, float *out, int m, int nn, int k, float beta, cudaStream_t st)

@@ -9,8 +9,8 @@
  * the block's KW warps split k and sum their partials in shared memory in a fixed order, so
  * the result does not depend on timing. Its first weight loads go out before the wait for the
  * kernel before it (programmatic dependent launch, pdl.cuh). Variants differ in RT (rows a warp
- * owns) and KW (warps a block splits k over); gemm_lt times them beside cuBLASLt's candidates per
- * shape and keeps the fastest.
+ * owns) and KW (warps a block splits k over); with --gemm skinny (and no SM reserve) gemm_lt
+ * times them beside cuBLASLt's candidates per shape and keeps the fastest.
  *
  * A variant launches when m <= 32, k % 32 == 0, n % (16 * RT) == 0, a and w 16-byte aligned. */
 #ifndef PULSE_GEMM_SKINNY_H
