@@ -48,10 +48,11 @@ enum self_mode { SELF_OFF = 0, SELF_ON = 1, SELF_AUTO = 2 };
  * halves: two a step), switches between the halves (a piece of one half after one of the
  * other), sparse recall rounds issued with the other half's pieces run beside them before
  * their attention, of those the ones already in when their attention was queued, rounds the
- * host waited for (cpu, host_wait) and its time; auto: the steps it chose either way and the
+ * host waited for (cpu, host_wait) and its time; the halves' layer pieces replayed as graphs
+ * (the device path: offload_lane_graph_launches); auto: the steps it chose either way and the
  * model's step times (summed) of both schedules over the steps it chose between. */
 struct self_counters {
-    int64_t steps, halves, switches, rounds_beside, rounds_ready, rounds_waited;
+    int64_t steps, halves, switches, rounds_beside, rounds_ready, rounds_waited, graph_pieces;
     double wait_s;
     int64_t auto_self, auto_plain;
     double pred_self_s, pred_plain_s;
@@ -774,6 +775,7 @@ static int step_self(struct serve_state *s, struct pulseinfer *pi)
     struct engine *e = s->eng;
     struct serve_batch *ob = &s->run[OFFLOAD];
     const int L = engine_model(e)->cfg->n_layers, n = ob->n_entries, na = (n + 1) / 2;
+    const int64_t g0 = offload_lane_graph_launches(pi->o);
     struct self_step x = {pi,
                           s,
                           engine_model(e)->be->mem == MEM_DEVICE &&
@@ -793,6 +795,7 @@ static int step_self(struct serve_state *s, struct pulseinfer *pi)
     }
     pi->si.steps++;
     pi->si.halves += 2;
+    pi->si.graph_pieces += offload_lane_graph_launches(pi->o) - g0;
     offload_lane_use(pi->o, 0);
     return offload_step_end(pi->o, ob->bt); /* the head: the whole batch */
 }
@@ -936,11 +939,11 @@ static json_t *self_json(const struct pulseinfer *pi)
 {
     static const char *const mode[] = {"off", "on", "auto"};
     const struct self_counters *c = &pi->si;
-    json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "mode", mode[pi->self_mode], "steps",
-                          (json_int_t)c->steps, "halves", (json_int_t)c->halves, "switches",
-                          (json_int_t)c->switches, "rounds_beside", (json_int_t)c->rounds_beside,
-                          "rounds_ready", (json_int_t)c->rounds_ready, "rounds_waited",
-                          (json_int_t)c->rounds_waited);
+    json_t *j = json_pack(
+        "{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "mode", mode[pi->self_mode], "steps",
+        (json_int_t)c->steps, "halves", (json_int_t)c->halves, "switches", (json_int_t)c->switches,
+        "rounds_beside", (json_int_t)c->rounds_beside, "rounds_ready", (json_int_t)c->rounds_ready,
+        "rounds_waited", (json_int_t)c->rounds_waited, "graph_pieces", (json_int_t)c->graph_pieces);
     results_set_real(j, "wait_s", c->wait_s);
     if (pi->self_mode == SELF_AUTO) {
         json_object_set_new(j, "auto_self_steps", json_integer(c->auto_self));

@@ -24,6 +24,7 @@ static const struct rt_word pin_words[] = {
 static const struct rt_word numa_words[] = {{"nearest", MEM_NUMA_NEAREST}, {"none", -1}, {NULL, 0}};
 static const struct rt_word wait_words[] = {{"device", 0}, {"host", 1}, {NULL, 0}};
 static const struct rt_word desc_words[] = {{"device", 0}, {"host", 1}, {NULL, 0}};
+static const struct rt_word timing_words[] = {{"graph", 0}, {"stream", 1}, {NULL, 0}};
 static const struct rt_word fill_words[] = {{"device", 0}, {"host", 1}, {NULL, 0}};
 static const struct rt_word gemm_words[] = {{"lt", ENGINE_GEMM_LT},
                                             {"lt-heuristic", ENGINE_GEMM_LT_HEURISTIC},
@@ -102,6 +103,11 @@ static const struct rt_opt table[] = {
     {"pdl", RT_ENGINE, FIELD(engine_params, pdl), WORDS(on_off), 0, NULL,
      "cuda: the step's kernels launched with programmatic dependent launch (each launch hidden "
      "behind the kernel before it)",
+     NULL},
+    {"gemm-timing", RT_ENGINE, FIELD(engine_params, gemm_stream_timing), WORDS(timing_words), 0,
+     NULL,
+     "cuda GEMMs: cuBLASLt's candidates timed each inside a captured graph, as the step runs "
+     "them, or as stream launches",
      NULL},
     {"gemm-sm-reserve", RT_ENGINE, FIELD(engine_params, gemm_sm_reserve), NUMBER(0, 1024), 0, NULL,
      "cuda GEMMs: SMs left to other kernels (the zero-copy gather); their SM count target is the "

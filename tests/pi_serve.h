@@ -64,6 +64,15 @@ static inline void self_counts(const struct pi_out *r, int64_t v[3])
     }
 }
 
+/* The halves' layer pieces a run replayed as graphs (its "self_interleave" JSON's
+ * graph_pieces); -1 when absent. */
+static inline int64_t self_graph_pieces(const struct pi_out *r)
+{
+    json_t *si = r->pj ? json_object_get(r->pj, "self_interleave") : NULL;
+    json_t *x = si ? json_object_get(si, "graph_pieces") : NULL;
+    return json_is_integer(x) ? json_integer_value(x) : -1;
+}
+
 /* check_steps: the policy's step, then the cache's invariants */
 static const struct policy *pi_checked_pol;
 static int64_t pi_check_failures, pi_checked_steps;

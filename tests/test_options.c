@@ -90,6 +90,7 @@ static void test_params_init_ignore_env(void)
     EXPECT_EQ_INT(b.rt.engine.gemm, ENGINE_GEMM_LT);
     EXPECT_EQ_INT(b.rt.engine.gemm_sm_reserve, 0);
     EXPECT_EQ_INT(b.rt.engine.pdl, 0);
+    EXPECT_EQ_INT(b.rt.engine.gemm_stream_timing, 0);
 }
 
 /* One option: a value it takes and what it sets (the JSON shows `json`, an integer when
@@ -124,6 +125,7 @@ static const struct opt_case cases[] = {
     {"attn-min-tiles", RT_ENGINE, "4096", 4096, NULL, {"3", "4097", "16t", "0"}},
     {"gemm", RT_ENGINE, "skinny", -1, "skinny", {"0", "LT", "blas", ""}},
     {"pdl", RT_ENGINE, "on", -1, "on", {"0", "1", "no", ""}},
+    {"gemm-timing", RT_ENGINE, "stream", -1, "stream", {"0", "1", "Graph", ""}},
     {"gemm-sm-reserve", RT_ENGINE, "16", 16, NULL, {"-1", "1025", "8.0", "x"}},
     {"recall-wait", RT_OFFLOAD, "host", -1, "host", {"0", "1", "gpu", ""}},
     {"layer-graphs", RT_OFFLOAD, "off", -1, "off", {"0", "1", "none", ""}},
@@ -213,6 +215,7 @@ static void test_each_option(void)
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--gemm", "lt-heuristic"), 0);
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--gemm-sm-reserve", "8"), 0);
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--pdl", "on"), 0);
+    EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--gemm-timing", "stream"), 0);
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--no-such-option", "1"), -2);
     struct offload_params op;
     offload_params_init(&op, 1, 1, 1);
@@ -229,6 +232,7 @@ static void test_each_option(void)
     EXPECT_EQ_INT(ep.gemm, ENGINE_GEMM_LT_HEURISTIC);
     EXPECT_EQ_INT(ep.gemm_sm_reserve, 8);
     EXPECT_EQ_INT(ep.pdl, 1);
+    EXPECT_EQ_INT(ep.gemm_stream_timing, 1);
     struct serve_params sp;
     serve_params_init(&sp);
     runtime_opts_serve(&o, &sp);

@@ -924,6 +924,7 @@ static void test_self_equals_vanilla(void)
                 EXPECT_EQ_INT(r.rc, 0);
                 int64_t n[3];
                 self_counts(&r, n);
+                EXPECT_EQ_INT(self_graph_pieces(&r), 0); /* layer graphs are cuda's */
                 const int same = same_tokens(&van.w, &r.w);
                 EXPECT(same);
                 printf("%s, %s, %s, --self-interleave on: %lld steps in halves, %lld switches, "

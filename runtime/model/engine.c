@@ -146,7 +146,8 @@ static int gemm_setup(struct engine *e, char *err, size_t errlen)
     }
     struct gemm_lt_params gp = {.sm_reserve = p->gemm_sm_reserve,
                                 .no_tuning = p->gemm == ENGINE_GEMM_LT_HEURISTIC,
-                                .no_skinny = p->gemm != ENGINE_GEMM_SKINNY};
+                                .no_skinny = p->gemm != ENGINE_GEMM_SKINNY,
+                                .stream_timing = p->gemm_stream_timing};
     e->gemm_lt = gemm_lt_create(&gp, err, errlen);
     e->ctx.gemm_lt = e->gemm_lt;
     return e->gemm_lt ? 0 : -1;
@@ -725,6 +726,8 @@ void engine_get_stats(const struct engine *e, struct engine_stats *out)
         out->gemm_candidates_timed = g.candidates_timed;
         out->gemm_capture_fallbacks = g.capture_fallbacks;
         out->gemm_blas_fallbacks = g.blas_fallbacks;
+        out->gemm_shapes_graph_timed = g.shapes_graph_timed;
+        out->gemm_graph_timing_fallbacks = g.graph_timing_fallbacks;
     }
 #endif
 }
@@ -737,20 +740,24 @@ json_t *engine_gemm_json(const struct engine *e, char *buf, size_t len)
     const char *path = e->be->mem == MEM_DEVICE ? paths[e->p.gemm] : "cpu";
     snprintf(buf, len,
              "gemm %s: SM target %d (reserve %d), %lld shapes planned (%lld on the suite's skinny "
-             "kernel), %lld timed over %lld candidates, %lld first seen in a capture, %lld calls "
-             "left to cublasGemmEx",
+             "kernel), %lld timed over %lld candidates (%lld in graphs, %lld on the stream after "
+             "a failed capture), %lld first seen in a capture, %lld calls left to cublasGemmEx",
              path, s.gemm_sm_target, e->p.gemm_sm_reserve, (long long)s.gemm_shapes,
              (long long)s.gemm_shapes_skinny, (long long)s.gemm_shapes_tuned,
-             (long long)s.gemm_candidates_timed, (long long)s.gemm_capture_fallbacks,
+             (long long)s.gemm_candidates_timed, (long long)s.gemm_shapes_graph_timed,
+             (long long)s.gemm_graph_timing_fallbacks, (long long)s.gemm_capture_fallbacks,
              (long long)s.gemm_blas_fallbacks);
     return json_pack(
-        "{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "path", path, "sm_reserve",
+        "{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,s:I}", "path", path, "sm_reserve",
         e->p.gemm_sm_reserve, "sm_target", s.gemm_sm_target, "lt_calls",
         (json_int_t)s.gemm_lt_calls, "skinny_calls", (json_int_t)s.gemm_skinny_calls, "shapes",
         (json_int_t)s.gemm_shapes, "shapes_skinny", (json_int_t)s.gemm_shapes_skinny,
         "shapes_tuned", (json_int_t)s.gemm_shapes_tuned, "candidates_timed",
         (json_int_t)s.gemm_candidates_timed, "capture_fallbacks",
-        (json_int_t)s.gemm_capture_fallbacks, "blas_fallbacks", (json_int_t)s.gemm_blas_fallbacks);
+        (json_int_t)s.gemm_capture_fallbacks, "blas_fallbacks", (json_int_t)s.gemm_blas_fallbacks,
+        "timing", e->p.gemm_stream_timing ? "stream" : "graph", "shapes_graph_timed",
+        (json_int_t)s.gemm_shapes_graph_timed, "graph_timing_fallbacks",
+        (json_int_t)s.gemm_graph_timing_fallbacks);
 }
 
 void batch_set_hook(struct batch *bt, const struct engine_layer_hook *hook)

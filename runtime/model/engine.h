@@ -35,6 +35,8 @@ struct engine_params {
                                SM count target is the device's less this; 0: all SMs; cuda only */
     int pdl;                /* 1: the step's kernels launch with programmatic dependent launch
                                (kctx.pdl; 0: plain stream order); cuda only */
+    int gemm_stream_timing; /* 1: cuBLASLt's candidates timed as stream launches; 0: each in
+                               a captured graph, as the step runs them (gemm_lt.h); cuda only */
     /* Real weights: when set, the model is laid out with model_alloc and this fills it (e.g.
      * model_load_hf); it returns PULSE_OK or an error with a reason in err. NULL: random
      * weights from seed. */
@@ -59,10 +61,13 @@ struct engine_stats {
      * cuBLASLt plan cache's counters (gemm_lt.h; 0 on cublas and on the cpu): products run
      * through cuBLASLt and through the suite's skinny kernel, shapes planned, of them those that
      * kept a skinny variant, shapes whose candidates were timed, candidates timed, shapes first
-     * seen inside a graph capture (untimed), calls left to cublasGemmEx */
+     * seen inside a graph capture (untimed), calls left to cublasGemmEx; of the timed shapes,
+     * those timed inside captured graphs and those timed on the stream because a capture
+     * failed */
     int gemm_sm_target;
     int64_t gemm_lt_calls, gemm_skinny_calls, gemm_shapes, gemm_shapes_skinny, gemm_shapes_tuned,
-        gemm_candidates_timed, gemm_capture_fallbacks, gemm_blas_fallbacks;
+        gemm_candidates_timed, gemm_capture_fallbacks, gemm_blas_fallbacks, gemm_shapes_graph_timed,
+        gemm_graph_timing_fallbacks;
 };
 
 /* One request in a batch: its cache slot, id (seeds its synthetic KV), tokens already in the
@@ -219,7 +224,8 @@ void engine_step(struct engine *e, struct batch *bt, const struct kv_cache *kv);
 void engine_get_stats(const struct engine *e, struct engine_stats *out);
 /* The GEMMs' path and counters as {"path": "lt"|"lt-heuristic"|"cublas"|"skinny"|"cpu",
  * "sm_reserve", "sm_target", "lt_calls", "skinny_calls", "shapes", "shapes_skinny",
- * "shapes_tuned", "candidates_timed", "capture_fallbacks", "blas_fallbacks"} (a new
+ * "shapes_tuned", "candidates_timed", "capture_fallbacks", "blas_fallbacks",
+ * "timing": "graph"|"stream", "shapes_graph_timed", "graph_timing_fallbacks"} (a new
  * reference), and the same as one line into buf. */
 struct json_t *engine_gemm_json(const struct engine *e, char *buf, size_t len);
 

@@ -5,7 +5,12 @@
  * workspace's size). The first time a shape is seen outside a stream capture, cuBLASLt's
  * heuristic proposes up to GEMM_LT_CANDIDATES algorithms within the context's cuBLAS workspace
  * (kctx.blas_workspace), each is run once to warm up, then timed with events (GEMM_LT_ROUNDS
- * rounds of GEMM_LT_ITERS runs, the least kept) and the fastest is kept for good. Timing writes
+ * rounds of GEMM_LT_ITERS runs, the least kept) and the fastest is kept for good. The runs are
+ * timed as the step runs them: GEMM_LT_ITERS back to back captured in a CUDA graph on the
+ * module's own stream (ordered after the caller's), the graph launched, so a candidate that
+ * zeroes its output first (a split-K reduction) pays the memset node's gap before its kernel as
+ * it does inside the step's graphs; a shape whose capture or instantiation fails is timed on
+ * the stream instead, counted (stream_timing: every shape on the stream). Timing writes
  * the real output only when beta is 0 (the real product overwrites it after); a beta != 0 shape
  * is timed on the module's own scratch output, so a residual it accumulates into is never
  * touched twice. A shape first seen inside a capture (no timing, no synchronisation possible)
@@ -41,6 +46,7 @@ struct gemm_lt_params {
     int sm_reserve; /* SMs the GEMMs leave free: 0 .. SMs - 1 */
     int no_tuning;  /* 1: every shape takes the heuristic's first algorithm (no timing) */
     int no_skinny;  /* 1: cuBLASLt's candidates only (the suite's skinny kernel not timed) */
+    int stream_timing; /* 1: candidates timed as stream launches, not inside a captured graph */
 };
 
 struct gemm_lt_stats {
@@ -51,6 +57,9 @@ struct gemm_lt_stats {
     int64_t shapes;            /* plans made */
     int64_t shapes_tuned;      /* plans whose candidates were timed (more than one) */
     int64_t candidates_timed;  /* algorithms timed over them (cuBLASLt's and skinny variants) */
+    int64_t shapes_graph_timed;     /* of shapes_tuned, those whose candidates ran in graphs */
+    int64_t graph_timing_fallbacks; /* shapes timed on the stream: a capture or instantiation
+                                       failed */
     int64_t capture_fallbacks; /* shapes first seen inside a capture: the heuristic's first */
     int64_t blas_fallbacks;    /* calls left to cublasGemmEx (no cuBLASLt algorithm) */
     int64_t cache_full;        /* calls planned afresh because the cache was full */

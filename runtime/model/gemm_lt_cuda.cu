@@ -27,10 +27,12 @@ struct lt_plan {
 struct gemm_lt {
     cublasLtHandle_t h;
     cublasLtMatmulDescOpaque_t desc;
-    int tune, skinny;
+    int tune, skinny, graph_timing;
     struct lt_plan *plans; /* GEMM_LT_MAX_PLANS, open addressing */
     float *d_scratch;
     cudaEvent_t ev[2];
+    cudaEvent_t ev_in; /* the caller's stream, before timing */
+    cudaStream_t ts;   /* the candidates' graphs are captured and timed on it */
     struct gemm_lt_stats st;
 };
 
@@ -93,6 +95,7 @@ extern "C" struct gemm_lt *gemm_lt_create(const struct gemm_lt_params *p, char *
     g->plans = plans;
     g->tune = !p->no_tuning;
     g->skinny = !p->no_skinny;
+    g->graph_timing = !p->stream_timing;
     g->st.num_sms = sms;
     CUBLAS_CHECK(cublasLtCreate(&g->h));
     CUBLAS_CHECK(cublasLtMatmulDescInit(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -105,6 +108,8 @@ extern "C" struct gemm_lt *gemm_lt_create(const struct gemm_lt_params *p, char *
     PULSE_CHECK(gemm_lt_set_sm_reserve(g, p->sm_reserve) == 0, "gemm_lt sm reserve");
     CUDA_CHECK(cudaEventCreate(&g->ev[0]));
     CUDA_CHECK(cudaEventCreate(&g->ev[1]));
+    CUDA_CHECK(cudaEventCreateWithFlags(&g->ev_in, cudaEventDisableTiming));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&g->ts, cudaStreamNonBlocking));
     return g;
 }
 
@@ -113,6 +118,8 @@ extern "C" void gemm_lt_free(struct gemm_lt *g)
     if (!g) return;
     CUDA_CHECK(cudaEventDestroy(g->ev[0]));
     CUDA_CHECK(cudaEventDestroy(g->ev[1]));
+    CUDA_CHECK(cudaEventDestroy(g->ev_in));
+    CUDA_CHECK(cudaStreamDestroy(g->ts));
     cublasLtDestroy(g->h);
     mem_free(MEM_DEVICE, g->d_scratch, g->st.scratch_bytes);
     mem_free(MEM_HOST, g->plans, sizeof(struct lt_plan) * GEMM_LT_MAX_PLANS);
@@ -223,9 +230,42 @@ static int run_candidate(struct gemm_lt *g, const struct kctx *c, struct lt_layo
 
 #define LT_TIMED (GEMM_LT_CANDIDATES + GEMM_SKINNY_VARIANTS)
 
+/* Each candidate i with ok[i], GEMM_LT_ITERS runs back to back, captured on the module's stream
+ * into exec[i] (the rest NULL): 1, or 0 when a capture or instantiation failed (nothing kept,
+ * the error cleared). Nothing runs. */
+static int capture_candidates(struct gemm_lt *g, const struct kctx *c, struct lt_layouts *l,
+                              const cublasLtMatmulHeuristicResult_t *res, int n, const int *ok,
+                              int total, const uint16_t *a, const uint16_t *w, float *dst, int m,
+                              int nn, int k, float beta, cudaGraphExec_t *exec)
+{
+    int good = 1;
+    for (int i = 0; i < total; i++)
+        exec[i] = NULL;
+    for (int i = 0; i < total && good; i++) {
+        if (!ok[i]) continue;
+        cudaGraph_t graph = NULL;
+        if (cudaStreamBeginCapture(g->ts, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+            good = 0;
+            break;
+        }
+        for (int it = 0; it < GEMM_LT_ITERS; it++)
+            good &= run_candidate(g, c, l, res, n, i, a, w, dst, m, nn, k, beta, g->ts);
+        good &= cudaStreamEndCapture(g->ts, &graph) == cudaSuccess && graph;
+        if (good) good = cudaGraphInstantiate(&exec[i], graph, 0) == cudaSuccess;
+        if (graph) cudaGraphDestroy(graph);
+    }
+    if (good) return 1;
+    (void)cudaGetLastError();
+    for (int i = 0; i < total; i++)
+        if (exec[i]) cudaGraphExecDestroy(exec[i]);
+    return 0;
+}
+
 /* Times cuBLASLt's n candidates and, when allowed, the skinny variants that fit (outside any
- * capture); the fastest's index, i < n for cuBLASLt's, n + v for skinny variant v. Without room
- * to time: cuBLASLt's first (0), or -1 when it has none; -1 too when nothing launched. */
+ * capture): each in its captured graph on the module's stream (after st's work), or on st
+ * itself with stream timing or when a capture failed. The fastest's index, i < n for
+ * cuBLASLt's, n + v for skinny variant v. Without room to time: cuBLASLt's first (0), or -1
+ * when it has none; -1 too when nothing launched. */
 static int fastest(struct gemm_lt *g, const struct kctx *c, struct lt_layouts *l,
                    const cublasLtMatmulHeuristicResult_t *res, int n, int skinny, const uint16_t *a,
                    const uint16_t *w, float *out, int m, int nn, int k, float beta, cudaStream_t st)
@@ -242,25 +282,45 @@ static int fastest(struct gemm_lt *g, const struct kctx *c, struct lt_layouts *l
         best_ms[i] = 1e30f;
     }
     CUDA_CHECK(cudaGetLastError());
+    cudaGraphExec_t exec[LT_TIMED];
+    int graphs = 0;
+    cudaStream_t ts = st;
+    if (g->graph_timing) {
+        graphs = capture_candidates(g, c, l, res, n, ok, total, a, w, dst, m, nn, k, beta, exec);
+        g->st.graph_timing_fallbacks += !graphs;
+        if (graphs) { /* the module's stream after st's work (the warm-up, a and w) */
+            ts = g->ts;
+            CUDA_CHECK(cudaEventRecord(g->ev_in, st));
+            CUDA_CHECK(cudaStreamWaitEvent(ts, g->ev_in, 0));
+            for (int i = 0; i < total; i++) /* each graph once more: its first launch uploads */
+                if (ok[i]) CUDA_CHECK(cudaGraphLaunch(exec[i], ts));
+        }
+    }
     for (int r = 0; r < GEMM_LT_ROUNDS; r++)
         for (int i = 0; i < total; i++) {
             if (!ok[i]) continue;
-            CUDA_CHECK(cudaEventRecord(g->ev[0], st));
-            for (int it = 0; it < GEMM_LT_ITERS; it++)
-                PULSE_CHECK(run_candidate(g, c, l, res, n, i, a, w, dst, m, nn, k, beta, st),
-                            "gemm_lt: a candidate that launched once failed");
-            CUDA_CHECK(cudaEventRecord(g->ev[1], st));
+            CUDA_CHECK(cudaEventRecord(g->ev[0], ts));
+            if (graphs)
+                CUDA_CHECK(cudaGraphLaunch(exec[i], ts));
+            else
+                for (int it = 0; it < GEMM_LT_ITERS; it++)
+                    PULSE_CHECK(run_candidate(g, c, l, res, n, i, a, w, dst, m, nn, k, beta, st),
+                                "gemm_lt: a candidate that launched once failed");
+            CUDA_CHECK(cudaEventRecord(g->ev[1], ts));
             CUDA_CHECK(cudaEventSynchronize(g->ev[1]));
             float ms = 0;
             CUDA_CHECK(cudaEventElapsedTime(&ms, g->ev[0], g->ev[1]));
             best_ms[i] = ms < best_ms[i] ? ms : best_ms[i];
         }
+    for (int i = 0; graphs && i < total; i++)
+        if (exec[i]) CUDA_CHECK(cudaGraphExecDestroy(exec[i]));
     int pick = -1, timed = 0;
     for (int i = 0; i < total; i++) {
         timed += ok[i];
         if (ok[i] && (pick < 0 || best_ms[i] < best_ms[pick])) pick = i;
     }
     g->st.shapes_tuned++;
+    g->st.shapes_graph_timed += graphs;
     g->st.candidates_timed += timed;
     return pick;
 }

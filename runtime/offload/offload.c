@@ -284,7 +284,7 @@ static size_t host_layout(struct offload *o, char *base)
     }
     o->plan.pl_spec_step = take(&c, 8 * 2 * (size_t)o->n_sparse);
     o->plan.items = take(&c, sizeof(struct recall_item) * (size_t)o->max_items);
-    o->step.lgraph = take(&c, sizeof(void *) * 2 * (size_t)o->n_layers);
+    o->step.lgraph = take(&c, sizeof(void *) * OFFLOAD_LGRAPH_SETS * 2 * (size_t)o->n_layers);
     int32_t *r = take(&c, 4 * 6 * (size_t)o->ms);
     o->plan.res = (struct hot_cache_result){
         r, r + o->ms, r + 2 * o->ms, r + 3 * o->ms, r + 4 * o->ms, r + 5 * o->ms, 0, 0, -1, -1, -1};

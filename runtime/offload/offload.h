@@ -240,8 +240,9 @@ struct offload_stats {
     int64_t host_syncs, last_step_host_syncs;
     /* the device path's layers replayed as graphs (a layer's two: its issue with pre-attention,
      * and attention with post-attention; offload_params.layer_graphs 0: none); also counted
-     * in engine_stats' graph_launches */
-    int64_t layer_graph_launches;
+     * in engine_stats' graph_launches); of them, those of a split step's lanes (their views'
+     * own sets) */
+    int64_t layer_graph_launches, lane_graph_launches;
     /* host time of the steps' upload staging and of the next steps' queries, summed; and of
      * queuing the layers' pieces: pre-attention and digest update, selection with its
      * download and job, the device plan and gather, attention with tail flushes,
@@ -352,8 +353,9 @@ int offload_step_end(struct offload *o, struct batch *bt);
  * finish, pre, select) act on, between any two of them, so that one lane's recall is in flight
  * while the other's layers run. Each lane's calls take that lane's part of the step's batch (a
  * view: batch_view_set). offload_step_end wants both lanes' layers run; the next step is one
- * lane again. Every engine and schedule; a lane's layers never replay as layer graphs (a view's
- * batch has none). */
+ * lane again. Every engine and schedule; on the device path each lane's layers replay as layer
+ * graphs of its own (offload_params.layer_graphs; counted in lane_graph_launches), kept while
+ * the step's batch and its size hold. */
 void offload_step_split(struct offload *o, int n_first);
 void offload_lane_use(struct offload *o, int lane);
 /* The next layer lane `lane` issues or finishes (n_layers when it has run them all). */
@@ -391,6 +393,8 @@ void offload_set_timeline(struct offload *o, struct timeline *tl);
 int offload_device_driven(const struct offload *o);
 /* The params the runtime was created with (offload_create's copy). */
 const struct offload_params *offload_get_params(const struct offload *o);
+/* offload_stats' lane_graph_launches so far, without offload_get_stats' quiescing */
+int64_t offload_lane_graph_launches(const struct offload *o);
 /* enum offload_layer_kind of a layer of the runtime's model. */
 int offload_kind(const struct offload *o, int layer);
 /* 1 when `layer` is a sparse layer of the runtime's model; 0 for any other layer, or a number

@@ -194,8 +194,10 @@ struct offload_step {
      * waits for it; offload_layer_ready queries it) */
     struct kctx gctx;
     void **ev_built, **ev_gathered; /* (lane) */
-    /* the device path's layer graphs (offload_layer.c, layer_graph): [n_layers][2], valid for
-     * lg_bt's lg_n entries whose longest reservation is lg_len (the attention's split plans) */
+    /* the device path's layer graphs (offload_layer.c, layer_graph): [3][n_layers][2], the
+     * unsplit step's, then a split step's lane 0 and lane 1 (each over its view of the batch),
+     * valid for lg_bt's lg_n entries whose longest reservation is lg_len (the attention's split
+     * plans; a split's lanes follow from lg_n) */
     void **lgraph;
     const struct batch *lg_bt;
     int lg_n, lg_len;
@@ -324,6 +326,9 @@ void offload_lane_reset(struct offload *o);
  * (offload_layer.c). */
 void offload_prefetch_warm(const struct offload *o);
 /* Frees the device path's layer graphs (offload_layer.c). */
+/* The layer graphs' sets (offload_step.lgraph): the unsplit step's and each lane's of a split
+ * step */
+#define OFFLOAD_LGRAPH_SETS 3
 void offload_layer_graphs_drop(struct offload *o);
 /* Bytes of the step upload, and its ints before the queries (offload_layer.c). */
 size_t offload_up_bytes(const struct offload *o);

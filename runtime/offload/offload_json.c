@@ -83,6 +83,11 @@ const struct offload_params *offload_get_params(const struct offload *o)
     return &o->p;
 }
 
+int64_t offload_lane_graph_launches(const struct offload *o)
+{
+    return o->st.lane_graph_launches;
+}
+
 int offload_kind(const struct offload *o, int layer)
 {
     PULSE_CHECK(layer >= 0 && layer < o->n_layers, "offload_kind: layer out of range");
@@ -344,6 +349,7 @@ json_t *offload_counters_json(const struct offload *o)
     json_object_set_new(j, "setup", setup_json(o, &st));
     json_object_set_new(j, "host_syncs", json_integer(st.host_syncs));
     json_object_set_new(j, "layer_graph_launches", json_integer(st.layer_graph_launches));
+    json_object_set_new(j, "lane_graph_launches", json_integer(st.lane_graph_launches));
     if (o->spec) { /* the layers' prefetch counters summed */
         struct offload_layer_stats sum = {0};
         for (int sl = 0; sl < o->n_sparse; sl++) {

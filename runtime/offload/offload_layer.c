@@ -447,16 +447,22 @@ static void tail_flush(struct offload *o, int layer)
 /* The layer graphs (device path): slot 2 l holds layer l's first piece (its issues,
  * pre-attention, digest update), 2 l + 1 its attention and post-attention; NULL to queue them as
  * they are. They hold the batch, its size and the attention's bound, and are dropped when one
- * changes (offload_step_begin). */
+ * changes (offload_step_begin). A split step's lanes have sets of their own: each holds its
+ * view of the step's batch (the same entries while the batch's size holds, since the split
+ * point follows from it) and its lane's control blocks, flags and events; whether the views
+ * may replay is the step's batch's to say (a view has no graphs of its own). */
 static void **layer_graph(struct offload *o, struct batch *bt, int piece, int layer)
 {
-    if (!o->layer_graphs || !o->device_plan || !batch_graphs_on(o->eng, bt)) return NULL;
-    return &o->step.lgraph[2 * layer + piece];
+    const int split = o->step.n_lanes == 2;
+    if (!o->layer_graphs || !o->device_plan || !batch_graphs_on(o->eng, split ? o->step.lg_bt : bt))
+        return NULL;
+    const size_t set = split ? 1 + (size_t)o->step.lane : 0;
+    return &o->step.lgraph[set * 2 * (size_t)o->n_layers + 2 * (size_t)layer + (size_t)piece];
 }
 
 void offload_layer_graphs_drop(struct offload *o)
 {
-    for (int i = 0; o->step.lgraph && o->eng && i < 2 * o->n_layers; i++)
+    for (int i = 0; o->step.lgraph && o->eng && i < OFFLOAD_LGRAPH_SETS * 2 * o->n_layers; i++)
         engine_graph_drop(o->eng, &o->step.lgraph[i]);
     o->step.lg_bt = NULL;
 }
@@ -500,6 +506,7 @@ static void run_piece(struct offload *o, void **g, void (*body)(void *), struct 
     const int replay = g && *g;
     engine_graph_run(o->eng, g, body, c);
     o->st.layer_graph_launches += g != NULL;
+    o->st.lane_graph_launches += g != NULL && o->step.n_lanes == 2;
     if (replay)
         offload_host_lap(o, ph, t);
     else

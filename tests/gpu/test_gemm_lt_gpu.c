@@ -6,7 +6,8 @@
  * 2. a shape first seen inside a stream capture: the heuristic's first algorithm, counted, no
  *    timing; the replayed graph's result right;
  * 3. the SM reserve (its target in the stats, the range refused; the suite's kernel not timed
- *    under one), the untimed mode;
+ *    under one), the untimed mode, stream timing (no shape timed in a graph; by default every
+ *    timed shape is, in 1 and 4);
  * 4. the engine: --gemm lt plans every step shape at creation (no capture fallbacks while graphs
  *    are captured), lt-heuristic times none, cublas runs none through cuBLASLt, lt none through
  *    the suite's kernel while skinny times its variants too, and the logits of lt, skinny and
@@ -163,7 +164,7 @@ static struct gemm_lt_stats lt_stats(const struct gemm_lt *g)
 static void test_shapes(void)
 {
     char err[256];
-    struct gemm_lt_params gp = {0, 0, 0};
+    struct gemm_lt_params gp = {0, 0, 0, 0};
     struct gemm_lt *g = gemm_lt_create(&gp, err, sizeof err);
     EXPECT(g != NULL);
     struct kctx c = g_dev;
@@ -206,6 +207,8 @@ static void test_shapes(void)
            (long long)s.blas_fallbacks, s.scratch_bytes);
     EXPECT(s.shapes_tuned > 0);
     EXPECT(s.candidates_timed >= 2 * s.shapes_tuned);
+    EXPECT_EQ_INT(s.shapes_graph_timed, s.shapes_tuned); /* each in its captured graphs */
+    EXPECT_EQ_INT(s.graph_timing_fallbacks, 0);
     EXPECT(s.scratch_bytes > 0); /* beta = 1 shapes were timed on the scratch */
     EXPECT_EQ_INT(s.capture_fallbacks, 0);
     EXPECT_EQ_INT(s.sm_target, 0);
@@ -217,7 +220,7 @@ static void test_shapes(void)
 static void test_capture(void)
 {
     char err[256];
-    struct gemm_lt_params gp = {0, 0, 0};
+    struct gemm_lt_params gp = {0, 0, 0, 0};
     struct gemm_lt *g = gemm_lt_create(&gp, err, sizeof err);
     struct kctx c = g_dev;
     c.gemm_lt = g;
@@ -267,7 +270,7 @@ static void test_reserve(void)
 {
     char err[256];
     const int sms = g_dev.num_sms;
-    struct gemm_lt_params gp = {16, 0, 0};
+    struct gemm_lt_params gp = {16, 0, 0, 0};
     struct gemm_lt *g = gemm_lt_create(&gp, err, sizeof err);
     EXPECT(g != NULL);
     EXPECT_EQ_INT(lt_stats(g).sm_target, sms - 16);
@@ -298,7 +301,7 @@ static void test_reserve(void)
     EXPECT_STR_CONTAINS(err, "sm_reserve");
     gp.sm_reserve = -1;
     EXPECT(gemm_lt_create(&gp, err, sizeof err) == NULL);
-    struct gemm_lt_params un = {0, 1, 0};
+    struct gemm_lt_params un = {0, 1, 0, 0};
     g = gemm_lt_create(&un, err, sizeof err);
     c.gemm_lt = g;
     gemm_case(&c, 3, 1000, 512, 1.0f, "lt untimed", got);
@@ -306,6 +309,19 @@ static void test_reserve(void)
     EXPECT_EQ_INT(lt_stats(g).shapes, 2);
     EXPECT_EQ_INT(lt_stats(g).candidates_timed, 0);
     EXPECT_EQ_INT(lt_stats(g).shapes_tuned, 0);
+    CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)g_dev.stream));
+    gemm_lt_free(g);
+    /* stream timing: the candidates timed as plain launches, none in a graph; results right */
+    struct gemm_lt_params sp = {0, 0, 1, 1};
+    g = gemm_lt_create(&sp, err, sizeof err);
+    c.gemm_lt = g;
+    gemm_case(&c, 17, 1000, 512, 1.0f, "lt stream timing", got);
+    gemm_case(&c, 8, 1024, 2048, 0.0f, "lt stream timing", got);
+    const struct gemm_lt_stats ss = lt_stats(g);
+    EXPECT_EQ_INT(ss.shapes, 2);
+    EXPECT(ss.shapes_tuned >= 1);
+    EXPECT(ss.candidates_timed >= 2 * ss.shapes_tuned);
+    EXPECT_EQ_INT(ss.shapes_graph_timed + ss.graph_timing_fallbacks, 0);
     CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)g_dev.stream));
     gemm_lt_free(g);
     free(got);
@@ -362,6 +378,11 @@ static int engine_run(int gemm, int reserve, int pdl, struct engine_stats *st, f
     EXPECT_EQ_INT(json_integer_value(json_object_get(j, "skinny_calls")), st->gemm_skinny_calls);
     EXPECT_EQ_INT(json_integer_value(json_object_get(j, "shapes_skinny")), st->gemm_shapes_skinny);
     EXPECT_EQ_INT(json_integer_value(json_object_get(j, "sm_target")), st->gemm_sm_target);
+    EXPECT_STR_EQ(json_string_value(json_object_get(j, "timing")), "graph");
+    EXPECT_EQ_INT(json_integer_value(json_object_get(j, "shapes_graph_timed")),
+                  st->gemm_shapes_graph_timed);
+    EXPECT_EQ_INT(json_integer_value(json_object_get(j, "graph_timing_fallbacks")),
+                  st->gemm_graph_timing_fallbacks);
     json_decref(j);
     batch_free(e, bt);
     kv_cache_free(kv);
@@ -375,11 +396,14 @@ static void test_engine(void)
     float *lt = xmalloc((size_t)3 * V * 4), *bl = xmalloc((size_t)3 * V * 4),
           *lh = xmalloc((size_t)3 * V * 4), *lc = xmalloc((size_t)3 * V * 4);
     struct engine_stats s;
-    char line[320];
+    char line[400];
     EXPECT_EQ_INT(engine_run(ENGINE_GEMM_LT, 0, 0, &s, lt, line, sizeof line), 0);
     printf("engine %s\n", line);
     EXPECT(s.gemm_shapes > 0);
     EXPECT(s.gemm_shapes_tuned > 0);
+    /* every timed shape's candidates ran in captured graphs, as the step runs them */
+    EXPECT_EQ_INT(s.gemm_shapes_graph_timed, s.gemm_shapes_tuned);
+    EXPECT_EQ_INT(s.gemm_graph_timing_fallbacks, 0);
     EXPECT(s.gemm_candidates_timed >= 2 * s.gemm_shapes_tuned);
     EXPECT_EQ_INT(s.gemm_capture_fallbacks, 0); /* every step shape planned before capture */
     EXPECT_EQ_INT(s.gemm_blas_fallbacks, 0);
@@ -509,7 +533,7 @@ static void test_skinny(void)
     CUDA_CHECK(cudaFree(d));
     /* through gemm_lt: the variants timed beside cuBLASLt's candidates */
     char err[256];
-    struct gemm_lt_params with = {0, 0, 0}, without = {0, 0, 1};
+    struct gemm_lt_params with = {0, 0, 0, 0}, without = {0, 0, 1, 0};
     struct gemm_lt *g1 = gemm_lt_create(&with, err, sizeof err),
                    *g0 = gemm_lt_create(&without, err, sizeof err);
     EXPECT(g1 != NULL && g0 != NULL);

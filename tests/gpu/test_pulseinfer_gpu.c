@@ -90,7 +90,8 @@ static void test_speculation_gpu(int quick)
  * half's prefetch): the tokens are exact SoloHead's unsplit, the steps ran in halves, the
  * recall is the unsplit run's to the chunk, no host round trip in a step; the gather-scatter
  * run with speculation is verified after every step. Tail blocks fill in both halves at once.
- * Cases 18-21 of PULSE_GPU_TEST_CASES. */
+ * On zero-copy each half's layers replay as graphs of their own, dropped and captured again as
+ * requests finish (the batch's size changes). Cases 18-21 of PULSE_GPU_TEST_CASES. */
 static void test_self_gpu(int quick)
 {
     for (int zc = 0; zc < 2; zc++)
@@ -127,16 +128,24 @@ static void test_self_gpu(int quick)
             }
             const struct serve_counters *a = &r[0].ctr, *b = &r[1].ctr;
             EXPECT(n[1][0] > 0 && n[1][2] > 0);
+            /* zero-copy's halves replay their layers as graphs of their own (both pieces of
+             * every layer, once captured); the host-planned gather-scatter path has none */
+            const int64_t gp = self_graph_pieces(&r[1]);
+            if (zc)
+                EXPECT(gp > 0);
+            else
+                EXPECT_EQ_INT(gp, 0);
             EXPECT_EQ_INT(b->recall_chunks, a->recall_chunks);
             EXPECT_EQ_INT(b->spec_recall_chunks, a->spec_recall_chunks);
             EXPECT_EQ_INT(b->spec_corrections, a->spec_corrections);
-            printf("cuda --self-interleave on%s, %s%s: %lld steps in halves, %lld chunks "
-                   "recalled (unsplit %lld), %lld prefetched, %lld host syncs in steps, tokens %s "
-                   "exact SoloHead's\n",
+            printf("cuda --self-interleave on%s, %s%s: %lld steps in halves (%lld pieces from "
+                   "graphs), %lld chunks recalled (unsplit %lld), %lld prefetched, %lld host "
+                   "syncs in steps, tokens %s exact SoloHead's\n",
                    sp ? " --speculate" : "", zc ? "zero-copy" : "gather-scatter",
                    sp && !zc ? " verified (its syncs are the verification's)" : "",
-                   (long long)n[1][0], (long long)b->recall_chunks, (long long)a->recall_chunks,
-                   (long long)b->spec_recall_chunks, (long long)b->step_host_syncs,
+                   (long long)n[1][0], (long long)gp, (long long)b->recall_chunks,
+                   (long long)a->recall_chunks, (long long)b->spec_recall_chunks,
+                   (long long)b->step_host_syncs,
                    same_tokens(&exact.w, &r[1].w) ? "equal" : "DIFFER from");
             json_decref(exact.pj);
             workload_free(&exact.w);
