@@ -454,7 +454,8 @@ static void tail_flush(struct offload *o, int layer)
 static void **layer_graph(struct offload *o, struct batch *bt, int piece, int layer)
 {
     const int split = o->step.n_lanes == 2;
-    if (!o->layer_graphs || !o->device_plan || !batch_graphs_on(o->eng, split ? o->step.lg_bt : bt))
+    const struct batch *whole = split ? o->step.lg_bt : bt;
+    if (!o->layer_graphs || !o->device_plan || !whole || !batch_graphs_on(o->eng, whole))
         return NULL;
     const size_t set = split ? 1 + (size_t)o->step.lane : 0;
     return &o->step.lgraph[set * 2 * (size_t)o->n_layers + 2 * (size_t)layer + (size_t)piece];
