@@ -840,10 +840,11 @@ static int pi_step(struct serve_state *s)
     const int irq = ob->n_entries && nb->n_entries && pi->irq_on;
     const int self = !irq && self_this_step(pi, s);
     pi->self_step[pi->steps & 1] = self;
-    if (pi->ioaa && self) { /* the self model with the factors the plain steps fitted
-                               (pi_traffic), and with factors 1 */
+    if (pi->ioaa && self) { /* the self model with the factors the plain steps fitted and its
+                               own (pi_traffic), and with factors 1 */
         *pred = ioaa_refit_self_step(pi->refit, ob->n_entries, 1);
         pi->unrefit_s[par] = ioaa_refit_self_step(pi->refit, ob->n_entries, 0);
+        pi->comp_n[par] = 0, pi->comp_o[par] = ob->n_entries, pi->comp_ctx[par] = 0;
     } else if (pi->ioaa) {
         int64_t ctx = 0;
         for (int b = 0; b < nb->n_entries; b++)
@@ -902,10 +903,13 @@ static void pi_traffic(struct serve_state *s, int ahead, struct floor_traffic *t
             pi->steady_steps++;
             /* a steady step of its batches against the model: the refit's sample (the loop's
              * time of a step it read back anyway: no sync of its own); a self-interleaved step
-             * is not the plain model's, whose recall terms the refit corrects */
+             * is not the plain model's, whose recall terms the refit corrects: it refits the
+             * self step's own factor */
             if (!pi->self_step[p])
                 ioaa_refit_observe(pi->refit, pi->comp_n[p], pi->comp_ctx[p], pi->comp_o[p],
                                    s->report_step_s);
+            else
+                ioaa_refit_observe_self(pi->refit, pi->comp_o[p], s->report_step_s);
         }
     }
     memset(t, 0, sizeof *t);
@@ -1045,6 +1049,8 @@ static json_t *pi_json(const void *ctx)
                                (json_int_t)rs.rewrites, "errors", (json_int_t)pi->refit_errors);
         results_set_real(rj, "recall_factor", rs.k_recall);
         results_set_real(rj, "correction_factor", rs.k_correction);
+        results_set_real(rj, "self_factor", rs.k_self);
+        json_object_set_new(rj, "self_refits", json_integer(rs.self_refits));
         results_set_real(rj, "beside_compute", pi->beside);
         json_object_set_new(rj, "beside_from",
                             json_string(pi->prof.info.recall_beside > 0 ? "profile" : "default"));

@@ -2,8 +2,9 @@
  * converges to the measured step (15 ms predicted, 18 ms measured: within 5% after 8 steps,
  * never above it), stays still under noisy steps, does nothing when off, refits the
  * speculation's terms (prefetch-bound and t_O-bound) with the decision's rewritten table giving
- * the refit model's step, and turns IOAA's admission toward fewer offloaded requests when the
- * recall is slower than profiled. */
+ * the refit model's step, turns IOAA's admission toward fewer offloaded requests when the
+ * recall is slower than profiled, and fits the self-interleaved step's own factor from self
+ * steps alone (the plain factors untouched, and the reverse). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -98,6 +99,54 @@ static void test_noisy(void)
     EXPECT(worst < 0.05);
     EXPECT(sd < 0.5 * msd);
     EXPECT_NEAR(sum / n, 18e-3, 0.01 * 18e-3);
+    ioaa_refit_free(r);
+}
+
+/* The self-interleaved step's factor: plain steps fit k_R (the self model uses it), then self
+ * steps 1.2x the self model fit k_S to 1.2 without moving k_R or the plain prediction; plain
+ * steps after leave k_S; a batch that cannot split, or the refit off, observes nothing. */
+static void test_self(void)
+{
+    const struct ioaa_profile p = profile(1e6);
+    struct ioaa_refit *r = make(&p, 1, 0, 0);
+    if (!r) return;
+    const double self0 = ioaa_refit_self_step(r, 10, 0);
+    EXPECT(self0 > 0);
+    EXPECT_NEAR(ioaa_refit_self_step(r, 10, 1), self0, 0); /* every factor 1 */
+    for (int i = 0; i < 40; i++)
+        ioaa_refit_observe(r, 0, 0, 10, 18e-3);
+    const double plain = ioaa_refit_step(r, 0, 0, 10, 1);
+    const double self_kr = ioaa_refit_self_step(r, 10, 1); /* k_R's, k_S still 1 */
+    EXPECT(self_kr > self0); /* the slower recall reaches the self model too */
+    struct ioaa_refit_stats st0;
+    ioaa_refit_get_stats(r, &st0);
+    EXPECT_NEAR(st0.k_self, 1, 0);
+    EXPECT_EQ_INT(st0.self_refits, 0);
+    const double m = 1.2 * self_kr;
+    for (int i = 0; i < 40; i++)
+        EXPECT_EQ_INT(ioaa_refit_observe_self(r, 10, m), 1);
+    struct ioaa_refit_stats st;
+    ioaa_refit_get_stats(r, &st);
+    EXPECT_EQ_INT(st.self_refits, 40);
+    EXPECT_EQ_INT(st.refits, st0.refits); /* the plain factors saw no self step */
+    EXPECT_NEAR(st.k_recall, st0.k_recall, 0);
+    EXPECT_NEAR(st.k_self, 1.2, 1e-3);
+    EXPECT_NEAR(ioaa_refit_self_step(r, 10, 1), m, 1e-3 * m);
+    EXPECT_NEAR(ioaa_refit_self_step(r, 10, 0), self0, 0); /* the profile's own */
+    EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 10, 1), plain, 0);
+    /* another size: k_S carries over as a factor of the self model */
+    const double self6 = ioaa_refit_self_step(r, 6, 1);
+    EXPECT(self6 > 0 && self6 < m);
+    ioaa_refit_observe(r, 0, 0, 10, 18e-3); /* a plain step leaves k_S */
+    ioaa_refit_get_stats(r, &st);
+    EXPECT_NEAR(st.k_self, 1.2, 1e-3);
+    EXPECT_EQ_INT(ioaa_refit_observe_self(r, 1, m), 0); /* nothing to split */
+    EXPECT_EQ_INT(ioaa_refit_observe_self(r, 10, 0), 0);
+    ioaa_refit_free(r);
+    r = make(&p, 0, 0, 0);
+    if (!r) return;
+    EXPECT_EQ_INT(ioaa_refit_observe_self(r, 10, 2 * self0), 0); /* off */
+    EXPECT_NEAR(ioaa_refit_self_step(r, 10, 1), self0, 0);
     ioaa_refit_free(r);
 }
 
@@ -292,6 +341,7 @@ int main(void)
     test_uninformative();
     test_speculation();
     test_admission();
+    test_self();
     test_rejects();
     return tu_finish("test_ioaa_refit");
 }

@@ -1102,8 +1102,10 @@ static void test_self_cli(void)
     if (fd >= 0) close(fd);
     const char *common = "run --backend cpu --model tiny --workload lengths:200,200,200,200 "
                          "--output-len 6 --max-batch 4 --budget-tokens 32";
-    static const char *const modes[] = {"on", "auto"};
-    for (int k = 0; k < 2; k++) {
+    /* on without IOAA, auto, and on with IOAA (every step in halves: the self step's factor
+     * refitted from them) */
+    static const char *const modes[] = {"on", "auto", "on"};
+    for (int k = 0; k < 3; k++) {
         snprintf(cmd, sizeof cmd,
                  "%s --policy pulseinfer --admission %s --self-interleave %s --out %s", common,
                  k ? "ioaa" : "fixed:0", modes[k], path);
@@ -1119,10 +1121,22 @@ static void test_self_cli(void)
                           json_object_get(json_object_get(j, "config"), "offload"), "lanes")),
                       2);
         const int64_t steps = json_integer_value(json_object_get(si, "steps"));
-        if (k == 0) {
+        if (k != 1) {
             EXPECT_EQ_INT(steps, 6);
             EXPECT(json_integer_value(json_object_get(si, "switches")) > 0);
-        } else { /* auto: the model's choice, recorded */
+        }
+        if (k == 2) { /* every steady step refits k_S, none the recall factors */
+            json_t *pj = json_object_get(json_object_get(j, "counters"), "pulseinfer");
+            json_t *rf = json_object_get(pj, "ioaa_refit");
+            const int64_t sr = json_integer_value(json_object_get(rf, "self_refits")),
+                          steady = json_integer_value(json_object_get(pj, "ioaa_steady_steps"));
+            EXPECT(sr > 0 && sr == steady);
+            EXPECT_EQ_INT(json_integer_value(json_object_get(rf, "refits")), 0);
+            const double f = json_real_value(json_object_get(rf, "self_factor"));
+            EXPECT(f > 0 && f != 1.0);
+            printf("--self-interleave on, ioaa: %lld self steps refitted, self factor %.3f\n",
+                   (long long)sr, f);
+        } else if (k == 1) { /* auto: the model's choice, recorded */
             const int64_t as = json_integer_value(json_object_get(si, "auto_self_steps")),
                           ap = json_integer_value(json_object_get(si, "auto_plain_steps"));
             const double ps = json_real_value(json_object_get(si, "predicted_self_step_ms")),
@@ -1131,10 +1145,15 @@ static void test_self_cli(void)
             EXPECT_EQ_INT(steps, as);
             /* one batch size throughout (4 alike requests, admitted together): one choice */
             EXPECT(ps < pp ? ap == 0 : as == 0);
-            /* the refit learns from the unsplit steps only (the self model is another's) */
+            /* the recall factors learn from the unsplit steps only, the self step's factor from
+             * the steps in halves only (the first step of each is cold: not a sample) */
             json_t *rf = json_object_get(
                 json_object_get(json_object_get(j, "counters"), "pulseinfer"), "ioaa_refit");
+            const int64_t sr = json_integer_value(json_object_get(rf, "self_refits"));
             EXPECT(json_integer_value(json_object_get(rf, "refits")) <= ap);
+            EXPECT(sr <= as);
+            if (as >= 3) EXPECT(sr > 0);
+            EXPECT(json_real_value(json_object_get(rf, "self_factor")) > 0);
             printf("--self-interleave auto: the model's step %.3f ms in halves, %.3f ms unsplit: "
                    "%lld steps in halves, %lld unsplit\n",
                    ps, pp, (long long)as, (long long)ap);

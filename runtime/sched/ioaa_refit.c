@@ -12,6 +12,7 @@ struct ioaa_refit {
     int irq, enabled, spec, n_layers;
     double alpha, r, prefetch, correction, beside;
     double k_r, k_c;             /* the factors */
+    double k_s;                  /* the self-interleaved step's */
     double written_r, written_c; /* the factors of the last table written */
     int tr_n;                    /* the decision table's points */
     double *tr;                  /* [2 tr_n]: the table written, then (exact) the profile's */
@@ -66,13 +67,13 @@ struct ioaa_refit *ioaa_refit_create(const struct ioaa_refit_params *p, char *er
     r->prefetch = p->prefetch_bytes;
     r->correction = p->correction_bytes;
     r->beside = spec ? p->beside : 1;
-    r->k_r = r->k_c = r->written_r = r->written_c = 1;
+    r->k_r = r->k_c = r->written_r = r->written_c = r->k_s = 1;
     r->tr_n = tr_n;
     r->tr = tr;
     /* the unfolded t_R values, for the exact table */
     for (int i = 0; i < tr_n && !spec; i++)
         tr[tr_n + i] = p->base->tr[i];
-    r->st.k_recall = r->st.k_correction = 1;
+    r->st.k_recall = r->st.k_correction = r->st.k_self = 1;
     return r;
 }
 
@@ -134,10 +135,9 @@ double ioaa_refit_step(const struct ioaa_refit *r, int b_normal, int64_t ctx_sum
     return step_of(r, &t, b_normal, b_offload, recall_of(r, &t, kr, kc));
 }
 
-double ioaa_refit_self_step(const struct ioaa_refit *r, int b_offload, int refit)
+/* The self model's step at the recall factors (kr, kc), before k_S. */
+static double self_model(const struct ioaa_refit *r, int b_offload, double kr, double kc)
 {
-    if (b_offload < 2) return ioaa_refit_step(r, 0, 0, b_offload, refit);
-    const double kr = refit ? r->k_r : 1, kc = refit ? r->k_c : 1;
     const int h[2] = {(b_offload + 1) / 2, b_offload / 2};
     double pp[2], cc[2], o[2];
     for (int i = 0; i < 2; i++) {
@@ -147,6 +147,13 @@ double ioaa_refit_self_step(const struct ioaa_refit *r, int b_offload, int refit
         o[i] = t.to;
     }
     return r->n_layers * ioaa_self_period(pp[0], cc[0], o[0], pp[1], cc[1], o[1]);
+}
+
+double ioaa_refit_self_step(const struct ioaa_refit *r, int b_offload, int refit)
+{
+    if (b_offload < 2) return ioaa_refit_step(r, 0, 0, b_offload, refit);
+    if (!refit) return self_model(r, b_offload, 1, 1);
+    return r->k_s * self_model(r, b_offload, r->k_r, r->k_c);
 }
 
 static double clamp_k(double k)
@@ -196,6 +203,20 @@ int ioaa_refit_observe(struct ioaa_refit *r, int b_normal, int64_t ctx_sum, int 
     r->st.refits++;
     r->st.k_recall = r->k_r;
     r->st.k_correction = r->k_c;
+    return 1;
+}
+
+int ioaa_refit_observe_self(struct ioaa_refit *r, int b_offload, double measured_s)
+{
+    if (!r->enabled || b_offload < 2 || !(measured_s > 0) || !isfinite(measured_s)) return 0;
+    const double s = self_model(r, b_offload, r->k_r, r->k_c);
+    if (!(s > 0)) {
+        r->st.uninformative++;
+        return 0;
+    }
+    r->k_s = (1 - r->alpha) * r->k_s + r->alpha * clamp_k(measured_s / s);
+    r->st.self_refits++;
+    r->st.k_self = r->k_s;
     return 1;
 }
 

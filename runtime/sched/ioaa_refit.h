@@ -25,7 +25,14 @@
  * estimate does not depend on k (the exact case, or a term that keeps binding), so k converges
  * geometrically toward it, without overshoot, and noise is averaged over about 2 / alpha steps.
  * An estimate from a step whose compute terms alone (t_N + t_O) exceed M is uninformative (the
- * recall cannot be negative; those terms are the profile's to fix). */
+ * recall cannot be negative; those terms are the profile's to fix).
+ *
+ * A self-interleaved step (ioaa_self_period) is not the plain model's: its halves read the
+ * weights twice and each half's compute runs beside the other's gather, which the profile's
+ * alone-measured t_O does not see. Its own factor k_S scales the whole self step: from each
+ * steady self step, k_S* = M / S_self(k_R, k_C) (the self model with the recall factors the
+ * plain steps fitted), clamped and smoothed as above; the plain factors never see self steps,
+ * nor k_S plain ones. */
 #ifndef PULSE_IOAA_REFIT_H
 #define PULSE_IOAA_REFIT_H
 
@@ -54,7 +61,9 @@ struct ioaa_refit_params {
 struct ioaa_refit_stats {
     double k_recall;     /* k_R */
     double k_correction; /* k_C (1 without speculation) */
+    double k_self;       /* k_S: the self-interleaved step's factor */
     int64_t refits;      /* steps whose estimate moved a factor */
+    int64_t self_refits; /* self-interleaved steps that moved k_S */
     int64_t uninformative;
     int64_t rewrites; /* tables rewritten by ioaa_refit_apply */
 };
@@ -72,15 +81,19 @@ double ioaa_refit_step(const struct ioaa_refit *r, int b_normal, int64_t ctx_sum
                        int refit);
 
 /* The self-interleaved step of an offload batch of b_offload requests and no normal batch
- * (ioaa_self_period over the halves of ceil and floor b_offload / 2, times L) with the current
- * factors (refit 1) or factors 1 (refit 0): exact, each half's round k_R t_R(h r) after its
- * selection; speculation, its prefetch k_R t_R(h P) / f beside its compute and its corrections
- * k_C t_R(h C) after, both on the link. b_offload < 2: ioaa_refit_step's (nothing to split). */
+ * (ioaa_self_period over the halves of ceil and floor b_offload / 2, times L, times k_S) with
+ * the current factors (refit 1) or factors 1 (refit 0): exact, each half's round k_R t_R(h r)
+ * after its selection; speculation, its prefetch k_R t_R(h P) / f beside its compute and its
+ * corrections k_C t_R(h C) after, both on the link. b_offload < 2: ioaa_refit_step's (nothing
+ * to split). */
 double ioaa_refit_self_step(const struct ioaa_refit *r, int b_offload, int refit);
 /* One steady step of the composition took measured_s: updates the factors (when enabled and
  * the step is informative). Returns 1 when a factor moved, else 0. */
 int ioaa_refit_observe(struct ioaa_refit *r, int b_normal, int64_t ctx_sum, int b_offload,
                        double measured_s);
+/* One steady self-interleaved step of b_offload (>= 2) requests took measured_s: updates k_S
+ * (when enabled). Returns 1 when it moved, else 0. */
+int ioaa_refit_observe_self(struct ioaa_refit *r, int b_offload, double measured_s);
 
 /* Writes the refitted recall table into the decision's model a (made from the same profile, the
  * speculation folded as ioaa_profile_data_speculate folds it) when a factor moved more than
