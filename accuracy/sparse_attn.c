@@ -305,6 +305,10 @@ int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, 
         snprintf(err, errlen, "speculation margin %g: not in [0, 1]", p->spec_margin);
         return PULSE_ERR_INVALID;
     }
+    if (p->spec_from != SPARSE_SPEC_INPUT && p->spec_from != SPARSE_SPEC_MID) {
+        snprintf(err, errlen, "speculation point %d: not input (0) or mid (1)", p->spec_from);
+        return PULSE_ERR_INVALID;
+    }
     const int kind = sparse_policy_selector_kind(p->policy);
     const int n_sel = kind == SPARSE_SEL_KV ? c->n_kv_heads : c->n_heads;
     if (kind != SPARSE_SEL_NONE && !p->selector) {
@@ -571,12 +575,12 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
     return 1;
 }
 
-/* infinigen, infinigen-solohead: at layer l's input, the approximate query of the next layer
- * when it is global. */
-static void sparse_before_layer(void *user, int layer, const float *x, const int32_t *pos,
-                                int batch)
+/* infinigen, infinigen-solohead: the approximate query of the layer after `layer`, when it is
+ * global, from the residual x (layer's input, or with spec_from mid its residual after the
+ * attention). */
+static void approx_next(struct sparse_attn *s, int layer, const float *x, const int32_t *pos,
+                        int batch)
 {
-    struct sparse_attn *s = user;
     const struct model_config *c = s->c;
     int next = layer + 1;
     if (!sparse_policy_approx(s->p.policy) || next >= c->n_layers || s->global_index[next] < 0)
@@ -596,9 +600,25 @@ static void sparse_before_layer(void *user, int layer, const float *x, const int
     s->approx_for[next & 1] = next;
 }
 
+static void sparse_before_layer(void *user, int layer, const float *x, const int32_t *pos,
+                                int batch)
+{
+    approx_next(user, layer, x, pos, batch);
+}
+
+static void sparse_mid_layer(void *user, int layer, const float *x, const int32_t *pos, int batch)
+{
+    approx_next(user, layer, x, pos, batch);
+}
+
 struct engine_layer_hook sparse_attn_hook(struct sparse_attn *s)
 {
     struct engine_layer_hook h = {.attend = sparse_attend, .user = s};
-    if (sparse_policy_approx(s->p.policy)) h.before_layer = sparse_before_layer;
+    if (sparse_policy_approx(s->p.policy)) {
+        if (s->p.spec_from == SPARSE_SPEC_MID)
+            h.mid_layer = sparse_mid_layer;
+        else
+            h.before_layer = sparse_before_layer;
+    }
     return h;
 }

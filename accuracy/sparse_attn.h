@@ -75,6 +75,14 @@ int sparse_policy_find(const char *name);
 /* Names, comma separated (messages). */
 const char *sparse_policy_names(void);
 
+/* sparse_params.spec_from */
+enum sparse_spec_from {
+    SPARSE_SPEC_INPUT = 0, /* InfiniGen's: from layer l's input residual */
+    SPARSE_SPEC_MID = 1    /* from layer l's residual once its attention output is added, before
+                              its MLP (engine_layer_hook.mid_layer): only the MLP's update
+                              missing, a later start for the recall */
+};
+
 struct sparse_params {
     int policy;              /* enum sparse_policy */
     int budget_tokens;       /* tokens chosen by score besides the forced blocks (multiple of bs) */
@@ -86,6 +94,8 @@ struct sparse_params {
                                 ceil((1 + spec_margin) * budget blocks) chosen by score (the
                                 prediction of pulse run --spec-margin); 0: the attended list.
                                 The attention and its list do not change with it */
+    int spec_from;           /* enum sparse_spec_from: where infinigen and infinigen-solohead
+                                make layer l+1's approximate query */
 };
 
 /* Per-run counters (reset by sparse_attn_configure). */

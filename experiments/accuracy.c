@@ -71,6 +71,9 @@ static const char usage[] =
     "                      with ceil((1 + F) * k) blocks chosen by score instead of the\n"
     "                      budget's k (pulse run --spec-margin's prediction); the attention\n"
     "                      and its lists do not change (default 0: the attended lists)\n"
+    "  --spec-from P       input (default) or mid: where the infinigen runs make layer l+1's\n"
+    "                      approximate query: from layer l's input (InfiniGen's), or from its\n"
+    "                      residual once its attention output is added, before its MLP\n"
     "  --max-gen N         cap on new tokens (default: the task's)\n"
     "  --prefill-chunk N   prompt tokens per prefill pass (default 256)\n"
     "  --backend B         cpu, cuda or auto (default)\n"
@@ -120,6 +123,7 @@ struct acc_opts {
     double frac, time_limit;            /* time_limit 0: none */
     double spec_margin;                 /* --spec-margin (sparse_params.spec_margin) */
     int spec_margin_set;
+    int spec_from, spec_from_set;       /* --spec-from (sparse_params.spec_from) */
     const struct policy *serve_pols[3]; /* --serve-policies */
     int serve_spec[3];                  /* ... pulseinfer-spec: pulseinfer --speculate */
     int n_serve_pols;
@@ -188,6 +192,7 @@ static int parse(int argc, char **argv, struct acc_opts *o)
                                         {"window", required_argument, 0, 'w'},
                                         {"infinigen-frac", required_argument, 0, 'f'},
                                         {"spec-margin", required_argument, 0, 'E'},
+                                        {"spec-from", required_argument, 0, 'F'},
                                         {"max-gen", required_argument, 0, 'g'},
                                         {"prefill-chunk", required_argument, 0, 'C'},
                                         {"out", required_argument, 0, 'o'},
@@ -295,6 +300,15 @@ static int parse(int argc, char **argv, struct acc_opts *o)
             bad = cli_double(CMD, "--spec-margin", optarg, 0.0, 1.0, &o->spec_margin);
             o->spec_margin_set = 1;
             break;
+        case 'F':
+            if (!strcmp(optarg, "input") || !strcmp(optarg, "mid")) {
+                o->spec_from = !strcmp(optarg, "mid") ? SPARSE_SPEC_MID : SPARSE_SPEC_INPUT;
+                o->spec_from_set = 1;
+            } else {
+                cli_error(CMD, "--spec-from: '%s' is not input or mid", optarg);
+                bad = 1;
+            }
+            break;
         case 'X':
             bad = cli_double(CMD, "--time-limit", optarg, 1e-3, 1e7, &o->time_limit);
             break;
@@ -396,6 +410,10 @@ static int parse(int argc, char **argv, struct acc_opts *o)
         approx |= sparse_policy_approx(o->policies[i]);
     if (o->spec_margin_set && !approx)
         return cli_error(CMD, "--spec-margin: only with infinigen or infinigen-solohead among "
+                              "--policies"),
+               -1;
+    if (o->spec_from_set && !approx)
+        return cli_error(CMD, "--spec-from: only with infinigen or infinigen-solohead among "
                               "--policies"),
                -1;
     if (o->serve_flag && !o->n_serve_pols)
@@ -654,7 +672,8 @@ static int configure(struct acc *A, const struct run_def *r, char *err, size_t e
                                kind == SPARSE_SEL_NONE             ? NULL
                                : sparse_policy_reversed(r->policy) ? am->rev
                                                                    : am->sel,
-                               A->o.spec_margin};
+                               A->o.spec_margin,
+                               A->o.spec_from};
     int rc = sparse_attn_configure(A->sp, &sp, A->s.slot, err, errlen);
     if (rc != PULSE_OK) return rc;
     struct engine_layer_hook h = sparse_attn_hook(A->sp);
@@ -1274,6 +1293,8 @@ static json_t *config_json(const struct acc *A)
         "max_gen_cap", (json_int_t)o->max_gen, "prefill_chunk", (json_int_t)o->chunk);
     json_object_set_new(cj, "chat_template", json_string(chat_template_name(o->chat)));
     json_object_set_new(cj, "spec_margin", json_real(o->spec_margin));
+    json_object_set_new(cj, "spec_from",
+                        json_string(o->spec_from == SPARSE_SPEC_MID ? "mid" : "input"));
     json_object_set_new(cj, "options", runtime_opts_json(&o->rt, RT_ENGINE));
     return cj;
 }
@@ -1651,6 +1672,7 @@ int cmd_accuracy(int argc, char **argv)
     if ((rc = setup(&A, err, sizeof err)) == PULSE_OK) {
         printf("pulse accuracy: %s on %s, %d runs per sample", A.s.cfg->name, A.be->name, A.n_runs);
         if (A.o.spec_margin > 0) printf(", speculation margin %g", A.o.spec_margin);
+        if (A.o.spec_from == SPARSE_SPEC_MID) printf(", speculation from mid-layer");
         printf("\n");
         g_signalled = 0;
         stop_signals(1);

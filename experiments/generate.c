@@ -170,7 +170,7 @@ static int sparse_start(struct session *ss, const struct gen_opts *o, struct gen
         g->selector[l] = (int32_t)o->selector;
     g->s = sparse_attn_create(ss->e, ss->kv, 16, ss->max_tokens, 1.0, err, errlen);
     if (!g->s) return PULSE_ERR_NOMEM;
-    struct sparse_params p = {o->sparse, (int)o->budget, 1, 2, g->selector, 0.0};
+    struct sparse_params p = {o->sparse, (int)o->budget, 1, 2, g->selector, 0.0, SPARSE_SPEC_INPUT};
     int rc = sparse_attn_configure(g->s, &p, ss->slot, err, errlen);
     if (rc != PULSE_OK) return rc;
     struct engine_layer_hook h = sparse_attn_hook(g->s);

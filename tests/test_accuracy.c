@@ -169,6 +169,8 @@ static void check_list(void *user, int layer, int list, const int32_t *blocks, i
 /* Decodes 12 steps after a prompt of n tokens with the hook of policy p at `budget` (and the
  * speculation measured at `margin`); returns the stats, the logits of the last step in out and,
  * when layer_hit is not NULL, each layer's speculation hits in it. */
+static int g_spec_from = SPARSE_SPEC_INPUT; /* run_policy_margin's sparse_params.spec_from */
+
 static struct sparse_stats run_policy_margin(const char *model, int n, int policy, int budget,
                                              const int32_t *selector, double margin, float *out,
                                              struct list_check *lc, int64_t *layer_hit)
@@ -181,7 +183,7 @@ static struct sparse_stats run_policy_margin(const char *model, int n, int polic
     EXPECT(s != NULL);
     struct sparse_stats st = {0};
     if (!s) return st;
-    struct sparse_params sp = {policy, budget, 1, 2, selector, margin};
+    struct sparse_params sp = {policy, budget, 1, 2, selector, margin, g_spec_from};
     EXPECT_EQ_INT(sparse_attn_configure(s, &sp, r.slot, err, sizeof err), PULSE_OK);
     if (lc) sparse_attn_set_list_observer(s, check_list, lc);
     int32_t tok = prefill(&r, n, 16);
@@ -343,7 +345,7 @@ static void sparse_margin_on(const char *model)
     struct sparse_attn *s = sparse_attn_create(r.e, r.kv, 16, T_MAX, 1.0, err, sizeof err);
     static const double bad[] = {-0.25, 1.5, NAN};
     for (size_t i = 0; s && i < PULSE_ARRAY_LEN(bad); i++) {
-        struct sparse_params sp = {SPARSE_INFINIGEN, 32, 1, 2, NULL, bad[i]};
+        struct sparse_params sp = {SPARSE_INFINIGEN, 32, 1, 2, NULL, bad[i], SPARSE_SPEC_INPUT};
         err[0] = 0;
         EXPECT_EQ_INT(sparse_attn_configure(s, &sp, r.slot, err, sizeof err), PULSE_ERR_INVALID);
         EXPECT_STR_CONTAINS(err, "not in [0, 1]");
@@ -354,6 +356,52 @@ static void sparse_margin_on(const char *model)
     free(b);
 }
 
+/* --spec-from mid: the approximate query of layer l+1 made from layer l's residual after its
+ * attention (engine_layer_hook.mid_layer) instead of its input. The same layers are speculated
+ * and measured (hits within the exact blocks), the same number of lists made; a budget that
+ * covers the context leaves the logits exactly dense from either point; a point other than
+ * input or mid is refused. */
+static void sparse_mid_on(const char *model)
+{
+    const struct model_config *c = model_config_find(model);
+    float *dense = malloc(sizeof(float) * c->vocab), *a = malloc(sizeof(float) * c->vocab),
+          *b = malloc(sizeof(float) * c->vocab);
+    run_policy(model, 200, SPARSE_FULL, 0, NULL, dense, NULL);
+    static const int pols[] = {SPARSE_INFINIGEN, SPARSE_INFINIGEN_SOLO};
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(pols); i++) {
+        const int p = pols[i];
+        const int32_t *sel = selector_for(p, c);
+        g_spec_from = SPARSE_SPEC_INPUT;
+        const struct sparse_stats si = run_policy(model, 200, p, 32, sel, a, NULL);
+        g_spec_from = SPARSE_SPEC_MID;
+        const struct sparse_stats sm = run_policy(model, 200, p, 32, sel, b, NULL);
+        EXPECT(sm.spec_exact > 0);
+        EXPECT(sm.spec_hit >= 0 && sm.spec_hit <= sm.spec_exact);
+        EXPECT_EQ_INT(sm.unspeculated, si.unspeculated);
+        EXPECT_EQ_INT(sm.lists, si.lists);
+        EXPECT_EQ_INT(sm.sparse_calls, si.sparse_calls);
+        run_policy(model, 200, p, 256, sel, b, NULL); /* covering: dense */
+        EXPECT(memcmp(b, dense, sizeof(float) * c->vocab) == 0);
+        g_spec_from = SPARSE_SPEC_INPUT;
+        fprintf(stderr, "%-11s %-18s: hit rate %.3f from the layer's input, %.3f from mid-layer\n",
+                model, sparse_policy_name(p),
+                si.spec_exact ? (double)si.spec_hit / si.spec_exact : 0,
+                sm.spec_exact ? (double)sm.spec_hit / sm.spec_exact : 0);
+    }
+    struct rig r;
+    char err[256] = "";
+    EXPECT_EQ_INT(rig_open(&r, c, 16), 0);
+    struct sparse_attn *s = sparse_attn_create(r.e, r.kv, 16, T_MAX, 1.0, err, sizeof err);
+    struct sparse_params sp = {SPARSE_INFINIGEN, 32, 1, 2, NULL, 0.0, 2};
+    if (s) {
+        EXPECT_EQ_INT(sparse_attn_configure(s, &sp, r.slot, err, sizeof err), PULSE_ERR_INVALID);
+        EXPECT_STR_CONTAINS(err, "speculation point");
+    }
+    sparse_attn_free(s);
+    rig_close(&r);
+    free(dense), free(a), free(b);
+}
+
 static void test_sparse(void)
 {
     sparse_on("tiny-gemma3"); /* one KV head, 4 query heads, local and global layers */
@@ -361,6 +409,8 @@ static void test_sparse(void)
     sparse_twins();
     sparse_margin_on("tiny-gemma3");
     sparse_margin_on("tiny");
+    sparse_mid_on("tiny-gemma3");
+    sparse_mid_on("tiny");
     /* bad configurations: a budget off the block size, a missing or out-of-range selector */
     const struct model_config *c = model_config_find("tiny");
     struct rig r;
@@ -368,16 +418,18 @@ static void test_sparse(void)
     EXPECT_EQ_INT(rig_open(&r, c, 16), 0);
     struct sparse_attn *s = sparse_attn_create(r.e, r.kv, 16, T_MAX, 1.0, err, sizeof err);
     int32_t sel[8] = {1, 1, 1, 1, 1, 1, 1, 1}, far[8] = {2, 2, 2, 2, 2, 2, 2, 2};
-    struct sparse_params bad = {SPARSE_SOLOHEAD, 40, 1, 2, sel, 0.0};
+    struct sparse_params bad = {SPARSE_SOLOHEAD, 40, 1, 2, sel, 0.0, SPARSE_SPEC_INPUT};
     EXPECT(sparse_attn_configure(s, &bad, r.slot, err, sizeof err) != PULSE_OK);
     EXPECT_STR_CONTAINS(err, "multiple of the block size");
-    struct sparse_params nosel = {SPARSE_SOLOHEAD_Q, 32, 1, 2, NULL, 0.0};
+    struct sparse_params nosel = {SPARSE_SOLOHEAD_Q, 32, 1, 2, NULL, 0.0, SPARSE_SPEC_INPUT};
     EXPECT(sparse_attn_configure(s, &nosel, r.slot, err, sizeof err) != PULSE_OK);
     EXPECT_STR_CONTAINS(err, "selector");
-    struct sparse_params kv2 = {SPARSE_REVERSED, 32, 1, 2, far, 0.0}; /* tiny has KV heads 0, 1 */
+    struct sparse_params kv2 = {SPARSE_REVERSED,  32, 1, 2, far, 0.0,
+                                SPARSE_SPEC_INPUT}; /* tiny has KV heads 0, 1 */
     EXPECT(sparse_attn_configure(s, &kv2, r.slot, err, sizeof err) != PULSE_OK);
     EXPECT_STR_CONTAINS(err, "is not a KV head");
-    struct sparse_params q2 = {SPARSE_SOLOHEAD_Q, 32, 1, 2, far, 0.0}; /* query heads 0..3 */
+    struct sparse_params q2 = {SPARSE_SOLOHEAD_Q, 32, 1, 2, far, 0.0,
+                               SPARSE_SPEC_INPUT}; /* query heads 0..3 */
     EXPECT_EQ_INT(sparse_attn_configure(s, &q2, r.slot, err, sizeof err), PULSE_OK);
     EXPECT(sparse_policy_find("quest") < 0); /* the old name of headwise is gone */
     EXPECT_EQ_INT(sparse_policy_find("solohead-q"), SPARSE_SOLOHEAD_Q);
@@ -459,8 +511,13 @@ static void accuracy_path_tokens(struct rig *r, int n, int p, int k, int32_t *ou
     struct sparse_attn *s = sparse_attn_create(r->e, r->kv, 16, T_MAX, 1.0, err, sizeof err);
     static const int32_t sel_kv1[8] = {1, 1, 1, 1, 1, 1, 1, 1}, sel_kv0[8] = {0};
     const int32_t *sel = r->c->n_kv_heads > 1 ? sel_kv1 : sel_kv0;
-    struct sparse_params sp = {
-        p, 32, 1, 2, sparse_policy_selector_kind(p) == SPARSE_SEL_KV ? sel : NULL, 0.0};
+    struct sparse_params sp = {p,
+                               32,
+                               1,
+                               2,
+                               sparse_policy_selector_kind(p) == SPARSE_SEL_KV ? sel : NULL,
+                               0.0,
+                               SPARSE_SPEC_INPUT};
     EXPECT_EQ_INT(sparse_attn_configure(s, &sp, r->slot, err, sizeof err), PULSE_OK);
     out[0] = prefill(r, n, 16); /* dense, as the driver's */
     struct engine_layer_hook h = sparse_attn_hook(s);

@@ -185,21 +185,35 @@ static void test_no_alloc_in_step(void)
 static const int hook_pos_a[HA] = {60, 91}, hook_pos_b[HB] = {45, 120, 77};
 
 /* What the hook saw: calls of each callback, and mismatches against the batch it belongs to
- * (its size, its state pointers, its host lengths, the order before -> attend -> after of
- * layer 0, 1, ... within each step). */
+ * (its size, its state pointers, its host lengths, the order before -> attend -> after -> mid
+ * of layer 0, 1, ... within each step; the residual a layer's mid_layer sees is neither its
+ * input nor the next layer's: the attention's output is in it, the MLP's not yet). */
 struct hook_log {
     const struct batch *bt;
     int n, L;
     int32_t want_len[HA]; /* attended lengths of this step's entries */
-    int64_t calls[3];     /* before_layer, attend, after_attention */
+    int64_t calls[4];     /* before_layer, attend, after_attention, mid_layer */
     int64_t bad;
+    uint64_t h_before, h_mid; /* the residual's hash at the last before_layer and mid_layer */
+    int64_t same_mid;         /* mid_layer residuals equal to the layer's input or the next's */
 };
 
 static void log_call(struct hook_log *g, int kind, int layer, int batch)
 {
-    const int64_t seq = g->calls[0] + g->calls[1] + g->calls[2];
-    g->bad += seq % 3 != kind || layer != (int)(seq / 3 % g->L) || batch != g->n;
+    const int64_t seq = g->calls[0] + g->calls[1] + g->calls[2] + g->calls[3];
+    g->bad += seq % 4 != kind || layer != (int)(seq / 4 % g->L) || batch != g->n;
     g->calls[kind]++;
+}
+
+/* FNV-1a over the batch's residual (cpu backend: host memory) */
+static uint64_t residual_hash(const struct hook_log *g, const float *x)
+{
+    const unsigned char *b = (const unsigned char *)x;
+    const size_t n = sizeof(float) * (size_t)g->n * model_config_find("tiny")->hidden;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
 }
 
 static void log_lengths(struct hook_log *g, const int32_t *n_tokens_host)
@@ -213,6 +227,17 @@ static void hook_before(void *user, int layer, const float *x, const int32_t *po
     struct hook_log *g = user;
     log_call(g, 0, layer, batch);
     g->bad += x != batch_residual(g->bt) || pos != batch_pos(g->bt);
+    g->h_before = residual_hash(g, x);
+    g->same_mid += layer > 0 && g->h_before == g->h_mid; /* the last MLP changed it */
+}
+
+static void hook_mid(void *user, int layer, const float *x, const int32_t *pos, int batch)
+{
+    struct hook_log *g = user;
+    log_call(g, 3, layer, batch);
+    g->bad += x != batch_residual(g->bt) || pos != batch_pos(g->bt);
+    g->h_mid = residual_hash(g, x);
+    g->same_mid += g->h_mid == g->h_before; /* the attention's output went in */
 }
 
 static int hook_attend(void *user, int layer, const uint16_t *q, const struct kv_view *kv,
@@ -261,7 +286,7 @@ static void hook_run(int run_a, int run_b, int hooked, struct hook_log *g, int32
     engine_fill_prompt(e, a, kv);
     engine_fill_prompt(e, b, kv);
     *g = (struct hook_log){.bt = a, .n = HA, .L = engine_model(e)->cfg->n_layers};
-    struct engine_layer_hook h = {hook_after, hook_attend, hook_before, g};
+    struct engine_layer_hook h = {hook_after, hook_attend, hook_before, hook_mid, g};
     if (hooked) batch_set_hook(a, &h);
     for (int s = 0; s < H_STEPS; s++) {
         for (int i = 0; i < HA; i++)
@@ -299,20 +324,22 @@ static void test_hook_per_batch(void)
     int32_t ta[H_STEPS * HA], tb[H_STEPS * HB], xa[H_STEPS * HA], xb[H_STEPS * HB];
     struct hook_log g;
     hook_run(1, 0, 0, &g, ta, NULL);
-    EXPECT_EQ_INT(g.calls[0] + g.calls[1] + g.calls[2], 0);
+    EXPECT_EQ_INT(g.calls[0] + g.calls[1] + g.calls[2] + g.calls[3], 0);
     hook_run(0, 1, 0, &g, NULL, tb);
     hook_run(1, 1, 1, &g, xa, xb);
     const int64_t want = (int64_t)H_STEPS * g.L;
     fprintf(stderr,
             "hooked batch of %d beside an unhooked one of %d, %d steps of %d layers: hook calls "
-            "%lld/%lld/%lld (want %lld each), %lld mismatches; unhooked batch %s, hooked %s\n",
+            "%lld/%lld/%lld/%lld (want %lld each), %lld mismatches; unhooked batch %s, hooked "
+            "%s\n",
             HA, HB, H_STEPS, g.L, (long long)g.calls[0], (long long)g.calls[1],
-            (long long)g.calls[2], (long long)want, (long long)g.bad,
+            (long long)g.calls[2], (long long)g.calls[3], (long long)want, (long long)g.bad,
             memcmp(tb, xb, sizeof tb) ? "DIFFERENT tokens" : "same tokens as alone",
             memcmp(ta, xa, sizeof ta) ? "DIFFERENT tokens" : "same tokens as alone");
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         EXPECT_EQ_INT(g.calls[k], want);
     EXPECT_EQ_INT(g.bad, 0);
+    EXPECT_EQ_INT(g.same_mid, 0);
     EXPECT(memcmp(tb, xb, sizeof tb) == 0);
     EXPECT(memcmp(ta, xa, sizeof ta) == 0);
     int differ = 0; /* the two batches decode different sequences: a swap would show */
@@ -373,7 +400,7 @@ static void test_hook_graph_per_batch(void)
     engine_fill_prompt(e, a, kv);
     engine_fill_prompt(e, b, kv);
     struct hook_log g = {.bt = a, .n = 1, .L = c->n_layers};
-    struct engine_layer_hook h = {hook_after, hook_attend, hook_before, &g};
+    struct engine_layer_hook h = {hook_after, hook_attend, hook_before, hook_mid, &g};
     batch_set_hook(a, &h);
     struct engine_stats st;
     for (int s = 0; s < 3; s++) {

@@ -1127,7 +1127,8 @@ static void accuracy_tokens(const char *model, int req_id, int prompt_len, int o
     }
     prefill_set_prompts(pf, real_prompt, NULL);
     int32_t tok = prefill_run(pf, kv, slot, req_id, prompt_len, T);
-    struct sparse_params sp = {sparse, 32, 1, 2, sparse == SPARSE_SOLOHEAD ? selector : NULL, 0.0};
+    struct sparse_params sp = {
+        sparse, 32, 1, 2, sparse == SPARSE_SOLOHEAD ? selector : NULL, 0.0, SPARSE_SPEC_INPUT};
     EXPECT_EQ_INT(sparse_attn_configure(sa, &sp, slot, err, sizeof err), PULSE_OK);
     struct engine_layer_hook h = sparse_attn_hook(sa);
     batch_set_hook(bt, &h);

@@ -552,7 +552,9 @@ void engine_layer_pre(struct engine *e, struct batch *bt, const struct kv_cache 
     piece_run(e, bt, kv, layer, piece_slot(e, bt, kv, 0, layer), layer_pre);
 }
 
-static void layer_post(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
+/* Post-attention, first part: the attention's output projection into the residual. */
+static void layer_post_attn(struct engine *e, struct batch *bt, const struct kv_cache *kv,
+                            int layer)
 {
     (void)kv;
     const struct model_config *c = e->p.cfg;
@@ -560,13 +562,24 @@ static void layer_post(struct engine *e, struct batch *bt, const struct kv_cache
     const struct layer_weights *w = &e->model.layers[layer];
     const struct kctx *x = &e->ctx;
     int B = bt->n, H = c->hidden, qd = c->n_heads * c->head_dim;
-    const int gemma = c->arch == MODEL_ARCH_GEMMA3;
-    if (gemma) { /* post-norm, then the residual add */
+    if (c->arch == MODEL_ARCH_GEMMA3) { /* post-norm, then the residual add */
         be->gemm_bf16(x, bt->d_attn, w->wo, e->tmp, B, H, qd, 0.0f);
         be->rmsnorm_add(x, bt->d_x, e->tmp, w->post_attn_norm, B, H, c->norm_eps);
     } else {
         be->gemm_bf16(x, bt->d_attn, w->wo, bt->d_x, B, H, qd, 1.0f);
     }
+}
+
+/* Post-attention, second part: the MLP and its residual add. */
+static void layer_post_mlp(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
+{
+    (void)kv;
+    const struct model_config *c = e->p.cfg;
+    const struct backend *be = e->be;
+    const struct layer_weights *w = &e->model.layers[layer];
+    const struct kctx *x = &e->ctx;
+    int B = bt->n, H = c->hidden;
+    const int gemma = c->arch == MODEL_ARCH_GEMMA3;
     be->rmsnorm(x, bt->d_x, w->mlp_norm, e->xn, B, H, c->norm_eps);
     be->gemm_bf16(x, e->xn, w->wgu, e->gu, B, 2 * c->ffn, H, 0.0f);
     (gemma ? be->gelu_mul : be->silu_mul)(x, e->gu, e->act, B, c->ffn);
@@ -578,6 +591,12 @@ static void layer_post(struct engine *e, struct batch *bt, const struct kv_cache
     }
 }
 
+static void layer_post(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer)
+{
+    layer_post_attn(e, bt, kv, layer);
+    layer_post_mlp(e, bt, kv, layer);
+}
+
 void engine_layer_post(struct engine *e, struct batch *bt, int layer)
 {
     piece_run(e, bt, NULL, layer, piece_slot(e, bt, NULL, 1, layer), layer_post);
@@ -585,7 +604,7 @@ void engine_layer_post(struct engine *e, struct batch *bt, int layer)
 
 static int hook_set(const struct engine_layer_hook *h)
 {
-    return h && (h->after_attention || h->attend || h->before_layer);
+    return h && (h->after_attention || h->attend || h->before_layer || h->mid_layer);
 }
 
 /* pre-attention, attention, post-attention, without hooks */
@@ -614,7 +633,13 @@ void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache 
         !h->attend(h->user, layer, bt->d_q, &v, bt->d_len, host_lengths(e, bt), bt->d_attn, B))
         engine_run_attention(e, bt, kv, layer);
     if (h->after_attention) h->after_attention(h->user, layer, bt->d_q, &v, host_lengths(e, bt), B);
-    engine_layer_post(e, bt, layer);
+    if (h->mid_layer) { /* post-attention in its two parts, the hook between them */
+        piece_run(e, bt, NULL, layer, NULL, layer_post_attn);
+        h->mid_layer(h->user, layer, bt->d_x, bt->d_pos, B);
+        piece_run(e, bt, NULL, layer, NULL, layer_post_mlp);
+    } else {
+        engine_layer_post(e, bt, layer);
+    }
     TRACE_POP();
 }
 

@@ -107,6 +107,11 @@ struct engine_layer_hook {
     /* Called at the start of every layer with its input residual x (fp32 [batch][hidden],
      * backend memory) and the positions (InfiniGen-style speculation reads layer l's input). */
     void (*before_layer)(void *user, int layer, const float *x, const int32_t *pos, int batch);
+    /* Called once the layer's attention output is in the residual x (after the output
+     * projection and, on Gemma 3, its post-norm), before the MLP: a later point than
+     * before_layer from which to predict the next layer's query, only the MLP's update
+     * missing. */
+    void (*mid_layer)(void *user, int layer, const float *x, const int32_t *pos, int batch);
     void *user;
 };
 

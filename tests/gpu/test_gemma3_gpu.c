@@ -137,13 +137,15 @@ static void set_policy(struct rig *r, int policy, int budget)
 {
     static const int32_t sel_q[6] = {0, 0, 2, 0, 0, 1}, sel_kv[6] = {0}; /* one KV head */
     const int kind = sparse_policy_selector_kind(policy);
-    struct sparse_params sp = {
-        policy,
-        budget,
-        1,
-        2,
-        kind == SPARSE_SEL_QUERY ? sel_q : kind == SPARSE_SEL_KV ? sel_kv : NULL,
-        0.0};
+    struct sparse_params sp = {policy,
+                               budget,
+                               1,
+                               2,
+                               kind == SPARSE_SEL_QUERY ? sel_q
+                               : kind == SPARSE_SEL_KV  ? sel_kv
+                                                        : NULL,
+                               0.0,
+                               SPARSE_SPEC_INPUT};
     char err[256];
     EXPECT_EQ_INT(sparse_attn_configure(r->sp, &sp, r->slot, err, sizeof err), PULSE_OK);
     struct engine_layer_hook h = sparse_attn_hook(r->sp);
