@@ -69,6 +69,7 @@ void offload_policy_counters(const struct offload *o, struct serve_counters *c)
     c->spec_corrections = st.corrections;
     c->spec_scored = st.spec_scored;
     c->spec_held = st.spec_held;
+    c->spec_mid = st.mid_prefetches;
 }
 
 void offload_policy_finish(struct serve_state *s)

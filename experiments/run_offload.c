@@ -48,6 +48,10 @@ const char run_offload_usage[] =
     "                     (default: the approximate query; with --query locality the locality\n"
     "                     model's misprediction) or negated (it negated: a deliberately poor\n"
     "                     predictor, for checks)\n"
+    "  --spec-from P      input (default) or mid: the prediction of layer l+1 made from layer\n"
+    "                     l's input, its recall beside the whole layer, or once l's attention\n"
+    "                     output is in the residual, its recall beside l's MLP (pulseinfer\n"
+    "                     --speculate)\n"
     "  --spec-margin F    the prediction selects F more of the budget's blocks by score (in\n"
     "                     [0, 1], default 0): a higher hit rate, fewer corrections, more\n"
     "                     bytes prefetched (pulseinfer --speculate)\n"
@@ -83,7 +87,8 @@ static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
     "--recall-cap-gbps", "--hot-slots",    "--calib-tokens",  "--no-irq",
     "--admission",       "--profile",      "--trace",         "--recall-cap-fraction",
     "--query",           "--reuse",        "--speculate",     "--spec-predictor",
-    "--spec-overlap",    "--max-waiting",  "--spec-margin",   "--self-interleave"};
+    "--spec-overlap",    "--max-waiting",  "--spec-margin",   "--self-interleave",
+    "--spec-from"};
 
 static const char *flag_name(int code)
 {
@@ -182,6 +187,9 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
     case RUN_OFF_SPEC_PREDICTOR:
         oo->spec_predictor = arg;
         return one_of(f, arg, "approx", "negated");
+    case RUN_OFF_SPEC_FROM:
+        oo->spec_from = arg;
+        return one_of(f, arg, "input", "mid");
     case RUN_OFF_SPEC_MARGIN:
         oo->spec_margin_set = 1;
         return cli_double("run", f, arg, 0.0, 1.0, &oo->spec_margin);
@@ -379,6 +387,8 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
                             ? OFFLOAD_SPEC_NEGATED
                             : OFFLOAD_SPEC_APPROX;
     p->spec_margin = oo->spec_margin;
+    p->spec_from = oo->spec_from && !strcmp(oo->spec_from, "mid") ? OFFLOAD_SPEC_FROM_MID
+                                                                  : OFFLOAD_SPEC_FROM_INPUT;
     p->refetch = oo->reuse ? !strcmp(oo->reuse, "none") : pol->offload_refetch;
     p->verify_steps = pulse_diag_switch(PULSE_DIAG_OFFLOAD_VERIFY);
     int64_t prompt = 0, out = 0;
@@ -409,6 +419,11 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
     }
     if (oo->spec_margin_set && !sched->prefetch) {
         cli_error("run", "--spec-margin: only with a prediction beside the exact selection "
+                         "(pulseinfer --speculate)");
+        return -1;
+    }
+    if (oo->spec_from && !sched->prefetch) {
+        cli_error("run", "--spec-from: only with a prediction beside the exact selection "
                          "(pulseinfer --speculate)");
         return -1;
     }

@@ -38,6 +38,7 @@ enum {
     RUN_OFF_MAX_WAITING,
     RUN_OFF_SPEC_MARGIN,
     RUN_OFF_SELF_INTERLEAVE,
+    RUN_OFF_SPEC_FROM,
     RUN_OFF_END
 };
 
@@ -62,7 +63,8 @@ enum {
         RUN_OFF_OPT("spec-overlap", RUN_OFF_SPEC),                                                 \
         RUN_OFF_OPT("max-waiting", RUN_OFF_MAX_WAITING),                                           \
         RUN_OFF_OPT("spec-margin", RUN_OFF_SPEC_MARGIN),                                           \
-        RUN_OFF_OPT("self-interleave", RUN_OFF_SELF_INTERLEAVE)
+        RUN_OFF_OPT("self-interleave", RUN_OFF_SELF_INTERLEAVE),                                   \
+        RUN_OFF_OPT("spec-from", RUN_OFF_SPEC_FROM)
 
 /* The offload flags' part of pulse run --help. */
 extern const char run_offload_usage[];
@@ -76,6 +78,7 @@ struct run_offload_opts {
     const char *reuse; /* --reuse: NULL = the policy's (policy.offload_refetch) */
     int speculate;     /* --speculate: the policy's prefetching schedule */
     const char *spec_predictor; /* --spec-predictor: NULL = approx */
+    const char *spec_from;      /* --spec-from: NULL = input */
     double spec_margin;         /* --spec-margin (0 = none) */
     int spec_margin_set;
     const char *spec;  /* --spec-overlap: NULL = profile (the built-in speculation profile) */

@@ -37,6 +37,7 @@ struct pi_cfg {
                          run --recall-wait host); else on the device */
     int speculate;    /* the policy's prefetching schedule (pulse run --speculate) */
     int spec_predictor; /* enum offload_spec_predictor */
+    int spec_from;      /* enum offload_spec_from */
     double spec_margin; /* offload_params.spec_margin */
     int query;          /* enum offload_query (real: with prompt_kv prefill) */
     int spec_model;     /* the locality source's misprediction model (its speculation profile);
@@ -121,6 +122,7 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
     p.host_wait = c->host_wait;
     p.schedule = c->speculate ? pol->offload_spec_schedule : pol->offload_schedule;
     p.spec_predictor = c->spec_predictor;
+    p.spec_from = c->spec_from;
     p.spec_margin = c->spec_margin;
     p.query = c->query;
     void *ctx = NULL;

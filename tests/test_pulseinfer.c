@@ -632,6 +632,78 @@ static double rate(const struct serve_counters *c)
     return c->spec_scored ? (double)c->spec_held / (double)c->spec_scored : -1;
 }
 
+/* Speculation from mid-layer (offload_params.spec_from mid): the prediction of layer l+1 made in
+ * layer l's second piece, after its attention, its recall beside l's MLP. On both engines,
+ * with the locality query (the source's misprediction model: the same prediction as from the
+ * input, so the same prefetched, corrected and recalled chunks, only made later) and the real
+ * query (the approximate query from the mid-layer residual): exact SoloHead's tokens, the
+ * mid-layer predictions counted (none from the input); and split in halves
+ * (--self-interleave on), the unsplit run's chunks. */
+static void test_speculation_mid(void)
+{
+    for (int real = 0; real < 2; real++)
+        for (int zc = 0; zc < 2; zc++) {
+            struct pi_cfg c = {.policy = "pulseinfer",
+                               .spec = real ? "lengths:300,90,260,200"
+                                            : "lengths:300,170,90,260,40,200",
+                               .admission = "fixed:0",
+                               .out_len = real ? 6 : 10,
+                               .max_batch = 4,
+                               .selection = OFFLOAD_SOLOHEAD,
+                               .budget_tokens = 32,
+                               .prompt_kv = real ? OFFLOAD_KV_PREFILL : OFFLOAD_KV_LOCALITY,
+                               .query = real ? OFFLOAD_QUERY_REAL : OFFLOAD_QUERY_LOCALITY,
+                               .zero_copy = zc,
+                               .want_json = 1};
+            struct pi_out exact, in, mid;
+            serve(&c, &exact);
+            c.speculate = 1;
+            c.spec_model = !real; /* the locality query: the profile's mispredictions */
+            serve(&c, &in);
+            c.spec_from = OFFLOAD_SPEC_FROM_MID;
+            serve(&c, &mid);
+            EXPECT_EQ_INT(exact.rc + in.rc + mid.rc, 0);
+            EXPECT(same_tokens(&exact.w, &in.w));
+            EXPECT(same_tokens(&exact.w, &mid.w));
+            EXPECT_EQ_INT(in.ctr.spec_mid, 0);
+            EXPECT(mid.ctr.spec_mid > 0);
+            EXPECT(mid.ctr.spec_scored > 0 && mid.ctr.spec_recall_chunks > 0);
+            EXPECT(mid.ctr.spec_recall_chunks + mid.ctr.spec_corrections <= mid.ctr.recall_chunks);
+            if (!real) { /* the same prediction, made later */
+                EXPECT_EQ_INT(mid.ctr.spec_recall_chunks, in.ctr.spec_recall_chunks);
+                EXPECT_EQ_INT(mid.ctr.spec_corrections, in.ctr.spec_corrections);
+                EXPECT_EQ_INT(mid.ctr.recall_chunks, in.ctr.recall_chunks);
+                EXPECT_EQ_INT(mid.ctr.spec_held, in.ctr.spec_held);
+            }
+            printf("speculation from mid-layer, %s query, %s: tokens %s exact SoloHead's; %lld "
+                   "predictions from mid-layer; hit rate %.3f (from the input %.3f), %lld chunks "
+                   "prefetched, %lld corrected (from the input %lld, %lld)\n",
+                   real ? "real" : "locality", zc ? "zero-copy" : "gather-scatter",
+                   same_tokens(&exact.w, &mid.w) ? "equal" : "DIFFER from",
+                   (long long)mid.ctr.spec_mid, rate(&mid.ctr), rate(&in.ctr),
+                   (long long)mid.ctr.spec_recall_chunks, (long long)mid.ctr.spec_corrections,
+                   (long long)in.ctr.spec_recall_chunks, (long long)in.ctr.spec_corrections);
+            if (!real) { /* in halves: each half predicts from its own mid-layer */
+                struct pi_out si;
+                c.self_interleave = "on";
+                serve(&c, &si);
+                c.self_interleave = NULL;
+                EXPECT_EQ_INT(si.rc, 0);
+                EXPECT(same_tokens(&exact.w, &si.w));
+                EXPECT_EQ_INT(si.ctr.spec_recall_chunks, mid.ctr.spec_recall_chunks);
+                EXPECT_EQ_INT(si.ctr.recall_chunks, mid.ctr.recall_chunks);
+                EXPECT(si.ctr.spec_mid > mid.ctr.spec_mid); /* each half's own */
+                int64_t n[3];
+                self_counts(&si, n);
+                EXPECT(n[0] > 0);
+                json_decref(si.pj);
+                workload_free(&si.w);
+            }
+            json_decref(exact.pj), json_decref(in.pj), json_decref(mid.pj);
+            workload_free(&exact.w), workload_free(&in.w), workload_free(&mid.w);
+        }
+}
+
 /* Speculation with exact correction (--speculate, offload_prefetch): every request offloaded,
  * a budget of two blocks of up to 19 (so a prediction can miss), mixed lengths. Whatever the
  * prediction -- the step's own query (a perfect predictor), the approximate real query, or the
@@ -1190,6 +1262,7 @@ int main(void)
     test_flags();
     test_ioaa_cap();
     test_speculation();
+    test_speculation_mid();
     test_speculation_cli();
     test_self_equals_vanilla();
     test_self_exact();

@@ -12,7 +12,10 @@
 #include "numeric.h"
 #include "trace.h"
 
-enum { PIECES = 3 }; /* graph slots per layer of a batch that replays its pieces */
+enum {
+    PIECES = 5
+}; /* graph slots per layer of a batch that replays its pieces: pre, post,
+     the whole layer, post's attention part and its MLP part */
 
 struct engine {
     struct engine_params p;
@@ -600,6 +603,16 @@ static void layer_post(struct engine *e, struct batch *bt, const struct kv_cache
 void engine_layer_post(struct engine *e, struct batch *bt, int layer)
 {
     piece_run(e, bt, NULL, layer, piece_slot(e, bt, NULL, 1, layer), layer_post);
+}
+
+void engine_layer_post_attn(struct engine *e, struct batch *bt, int layer)
+{
+    piece_run(e, bt, NULL, layer, piece_slot(e, bt, NULL, 3, layer), layer_post_attn);
+}
+
+void engine_layer_post_mlp(struct engine *e, struct batch *bt, int layer)
+{
+    piece_run(e, bt, NULL, layer, piece_slot(e, bt, NULL, 4, layer), layer_post_mlp);
 }
 
 static int hook_set(const struct engine_layer_hook *h)

@@ -175,6 +175,10 @@ void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache 
 void engine_layer_pre(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer);
 void engine_run_attention(struct engine *e, struct batch *bt, const struct kv_cache *kv, int layer);
 void engine_layer_post(struct engine *e, struct batch *bt, int layer);
+/* engine_layer_post in its two parts, for a policy that acts between them: the O GEMM and its
+ * residual (post-norm and add on Gemma 3), then the MLP and its residual. */
+void engine_layer_post_attn(struct engine *e, struct batch *bt, int layer);
+void engine_layer_post_mlp(struct engine *e, struct batch *bt, int layer);
 /* On (on != 0): this batch's engine_layer_pre, engine_layer_post and unhooked engine_run_layer
  * replay CUDA graphs, one per piece and layer, each captured at its first use and kept while the
  * batch's size, longest reservation and cache stay the same (cuda with use_graph; on cpu, or

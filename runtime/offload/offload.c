@@ -710,6 +710,10 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
         BAD("offload: a speculation margin needs a prefetching schedule");
     if ((unsigned)p->spec_predictor > OFFLOAD_SPEC_NEGATED)
         BAD("offload: unknown speculation predictor %d", p->spec_predictor);
+    if ((unsigned)p->spec_from > OFFLOAD_SPEC_FROM_MID)
+        BAD("offload: unknown speculation point %d", p->spec_from);
+    if (p->spec_from == OFFLOAD_SPEC_FROM_MID && !(p->schedule && p->schedule->prefetch))
+        BAD("offload: a speculation point needs a prefetching schedule");
     if (p->lanes < 0 || p->lanes > 2) BAD("offload: lanes %d is not 0, 1 or 2", p->lanes);
     if (ks.max_requests != p->max_batch)
         BAD("offload: the KV cache has %d request slots, max_batch is %d", ks.max_requests,

@@ -133,6 +133,17 @@ enum offload_spec_predictor {
                                 ranks the blocks nearly in reverse) */
 };
 
+/* offload_params.spec_from */
+enum offload_spec_from {
+    OFFLOAD_SPEC_FROM_INPUT = 0, /* in layer l's first piece, from its input (InfiniGen's): the
+                                    recall beside the whole layer */
+    OFFLOAD_SPEC_FROM_MID = 1    /* in layer l's second piece, once its attention output is in
+                                    the residual, before its MLP: the real query's approximation
+                                    misses only the MLP's update, and the recall overlaps the
+                                    MLP (with the locality query only the timing moves; the
+                                    misprediction is the source's model) */
+};
+
 struct offload_params {
     int budget_tokens;         /* selected by score besides the forced blocks (multiple of the
                                   page size, >= 0; default 2048) */
@@ -198,6 +209,8 @@ struct offload_params {
                            path, for comparisons and timing); default 0: generated on the
                            device wherever it can be */
     int spec_predictor; /* enum offload_spec_predictor (default approx) */
+    int spec_from;      /* enum offload_spec_from: where a prefetching schedule's prediction of
+                           layer l+1 is made and its recall starts (default input) */
     double spec_margin; /* a prefetch's lists select budget x (1 + this) blocks by score, the
                            exact lists budget: more of the exact selection prefetched (in
                            [0, 1]; default 0; only with a prefetching schedule) */
@@ -243,6 +256,8 @@ struct offload_stats {
      * in engine_stats' graph_launches); of them, those of a split step's lanes (their views'
      * own sets) */
     int64_t layer_graph_launches, lane_graph_launches;
+    /* prefetches made in a layer's second piece (spec_from mid), one per (layer, step) */
+    int64_t mid_prefetches;
     /* host time of the steps' upload staging and of the next steps' queries, summed; and of
      * queuing the layers' pieces: pre-attention and digest update, selection with its
      * download and job, the device plan and gather, attention with tail flushes,

@@ -347,6 +347,8 @@ void offload_prefetch(struct offload *o, struct batch *bt, int layer)
         PULSE_CHECK(o->step.piece_sel[at][i] != layer,
                     "offload_prefetch: a layer selected in this piece");
     o->step.piece_pf[at] = (int16_t)layer;
+    /* from mid-layer: made in the layer's second piece, after its attention (finish_body) */
+    if (o->p.spec_from == OFFLOAD_SPEC_FROM_MID) return;
     select_layer(o, bt, layer, 1);
 }
 
@@ -485,6 +487,12 @@ static void issue_body(void *arg)
     PULSE_CHECK(o->step.pre_done, "offload schedule: a layer's piece runs its pre-attention");
 }
 
+/* The layer a piece of `layer` left to predict from mid-layer (spec_from mid), or -1. */
+static int mid_prefetch(const struct offload *o, int layer)
+{
+    return o->p.spec_from == OFFLOAD_SPEC_FROM_MID ? o->step.piece_pf[layer] : -1;
+}
+
 static void finish_body(void *arg)
 {
     const struct layer_call *c = arg;
@@ -495,7 +503,15 @@ static void finish_body(void *arg)
     else
         attend(o, c->bt, c->layer);
     offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
-    engine_layer_post(o->eng, c->bt, c->layer);
+    const int pf = mid_prefetch(o, c->layer);
+    if (pf < 0) {
+        engine_layer_post(o->eng, c->bt, c->layer);
+    } else { /* the next layer's prediction from the residual with the attention in it */
+        engine_layer_post_attn(o->eng, c->bt, c->layer);
+        offload_host_lap(o, OFFLOAD_HOST_POST, &t);
+        select_layer(o, c->bt, pf, 1);
+        engine_layer_post_mlp(o->eng, c->bt, c->layer);
+    }
     offload_host_lap(o, OFFLOAD_HOST_POST, &t);
 }
 
@@ -533,7 +549,8 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
         o->step.sel_step[offload_sl(o, sel)] = o->st.steps;
         if (o->device_plan) issue_side(o, sel, 0);
     }
-    if (o->device_plan && o->step.piece_pf[layer] >= 0) issue_side(o, o->step.piece_pf[layer], 1);
+    if (o->device_plan && o->step.piece_pf[layer] >= 0 && mid_prefetch(o, layer) < 0)
+        issue_side(o, o->step.piece_pf[layer], 1);
     if (o->device_plan) offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
     o->step.issued = 1;
     o->step_syncs += pulse_host_syncs() - s0;
@@ -563,6 +580,11 @@ void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
     if (sparse) attend_wait(o, layer);
     offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
     run_piece(o, layer_graph(o, bt, 1, layer), finish_body, &c, OFFLOAD_HOST_POST, &t);
+    const int pf = mid_prefetch(o, layer); /* its side work after the piece, as the issue's */
+    if (pf >= 0) {
+        if (o->device_plan) issue_side(o, pf, 1);
+        o->st.mid_prefetches++;
+    }
     if (sparse) tail_flush(o, layer);
     offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
     TRACE_POP();
