@@ -93,6 +93,8 @@ struct pulseinfer {
     struct ioaa_spec_fold {
         double hit, churn_ratio, miss_held;      /* the prediction's, averaged over the layers */
         double prefetch_bytes, correction_bytes; /* per request and layer */
+        double window; /* the share of the layer before that the prefetch runs beside: 1 from
+                          the layer's input, its MLP's weight share from mid-layer */
         const char *from;                        /* "source" or "assumed"; NULL: none */
     } spec;
     /* the last admission point's view: decide again only when it changed */
@@ -247,9 +249,14 @@ static int ioaa_speculation(struct pulseinfer *pi, const struct offload_params *
     const double sel = k + forced, wide = select_widened_budget(k, op->spec_margin) + forced;
     f->prefetch_bytes = pi->prof.prof.recall_bytes * f->churn_ratio * wide / sel;
     f->correction_bytes = B * (1 - f->hit) * (1 - f->miss_held);
+    /* from mid-layer the prefetch starts after the attention: beside the MLP's share of the
+     * layer (decode's offload layers read their weights: that share of the time) */
+    f->window = op->spec_from == OFFLOAD_SPEC_FROM_MID
+                    ? (double)model_mlp_weight_bytes(m) / (double)model_layer_weight_bytes(m)
+                    : 1;
     char why[256];
     const int rc = ioaa_profile_data_speculate(&pi->prof, f->prefetch_bytes, f->correction_bytes,
-                                               op->max_batch, why, sizeof why);
+                                               f->window, op->max_batch, why, sizeof why);
     if (rc != PULSE_OK) snprintf(err, errlen, "pulseinfer: IOAA with speculation: %s", why);
     return rc;
 }
@@ -356,6 +363,7 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
         rp.base = &unfolded.prof;
         rp.prefetch_bytes = pi->spec.prefetch_bytes;
         rp.correction_bytes = pi->spec.correction_bytes;
+        rp.window = pi->spec.window;
     }
     if (rc == PULSE_OK && !(pi->refit = ioaa_refit_create(&rp, why, sizeof why))) {
         snprintf(err, errlen, "pulseinfer: IOAA refit: %s", why);
@@ -1011,6 +1019,7 @@ static json_t *pi_json(const void *ctx)
             results_set_real(sj, "miss_held", pi->spec.miss_held);
             results_set_real(sj, "prefetch_bytes_per_request_layer", pi->spec.prefetch_bytes);
             results_set_real(sj, "correction_bytes_per_request_layer", pi->spec.correction_bytes);
+            results_set_real(sj, "window", pi->spec.window);
             json_object_set_new(j, "ioaa_speculation", sj);
         }
     }

@@ -393,8 +393,8 @@ static void test_speculate(void)
     const double L = 10;
     static const double pc[3][2] = {{2e6, 0}, {0, 1.5e6}, {3.2e6, 0.6e6}};
     static const double fs[3] = {1, 0.4, 0}; /* 0: absent */
-    for (int k = 0; k < 9; k++) {
-        const double P = pc[k % 3][0], C = pc[k % 3][1], fin = fs[k / 3];
+    for (int k = 0; k < 18; k++) {           /* the window: the whole layer, and 0.6 of it */
+        const double P = pc[k % 3][0], C = pc[k % 3][1], fin = fs[k / 3 % 3], w = k < 9 ? 1 : 0.6;
         const double f = fin > 0 ? fin : IOAA_PROFILE_BESIDE_DEFAULT;
         struct ioaa_profile_data d;
         memset(&d, 0, sizeof d);
@@ -405,7 +405,7 @@ static void test_speculate(void)
         d.prof.n_layers = (int)L, d.prof.recall_bytes = 2e6;
         d.info.recall_beside = fin;
         EXPECT_NEAR(ioaa_profile_beside(&d.info), f, 0);
-        EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, P, C, 32, err, sizeof err), PULSE_OK);
+        EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, P, C, w, 32, err, sizeof err), PULSE_OK);
         EXPECT_EQ_INT(d.prof.tr_n, 32);
         EXPECT_NEAR(d.prof.recall_bytes, P + C, 1e-6);
         EXPECT_EQ_INT(ioaa_profile_data_monotone(&d), 0);
@@ -417,8 +417,9 @@ static void test_speculate(void)
                 for (int bn = 0; bn <= 4; bn += 4) {
                     const double tn = bn ? 2e-3 : 0, to = 1e-3 + bo * 1e-4;
                     const double tp = bo * P / 1e10 / f, tc = bo * C / 1e10;
-                    const double want = bn && irq ? L * fmax(fmax(tn + to, tp + tc), to + tc)
-                                                  : L * (fmax(to, tp) + tc) + L * tn;
+                    const double late = (1 - w) * to; /* the prefetch starts that far in */
+                    const double want = bn && irq ? L * fmax(fmax(tn + to, tp + tc + late), to + tc)
+                                                  : L * (fmax(to, tp + late) + tc) + L * tn;
                     EXPECT_NEAR(ioaa_step_time(a, bn, (int64_t)bn * 4096, bo, NULL), want,
                                 1e-9 * want);
                 }
@@ -431,12 +432,19 @@ static void test_speculate(void)
     EXPECT_EQ_INT(ioaa_profile_data_alloc(&d, 1, 1, 1, 1, err, sizeof err), PULSE_OK);
     d.tn_b[0] = d.to_b[0] = 1, d.tn_c[0] = 1024, d.tn[0] = d.to[0] = 1e-3;
     d.tr_bytes[0] = 1e6, d.tr[0] = 1e-4, d.prof.n_layers = 4;
-    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 0, 0, 8, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 0, 0, 1, 8, err, sizeof err), PULSE_OK);
     EXPECT_EQ_INT(d.prof.tr_n, 1); /* nothing moves: unchanged */
-    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, -1, 0, 8, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, -1, 0, 1, 8, err, sizeof err), PULSE_ERR_INVALID);
     EXPECT_STR_CONTAINS(err, "prefetch -1 bytes");
-    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1e6, NAN, 8, err, sizeof err), PULSE_ERR_INVALID);
-    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1e6, 0, 0, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1e6, NAN, 1, 8, err, sizeof err),
+                  PULSE_ERR_INVALID);
+    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1e6, 0, 1, 0, err, sizeof err),
+                  PULSE_ERR_INVALID);
+    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1e6, 0, 0, 8, err, sizeof err),
+                  PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "window 0");
+    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1e6, 0, 1.5, 8, err, sizeof err),
+                  PULSE_ERR_INVALID);
     ioaa_profile_data_free(&d);
 }
 

@@ -222,7 +222,7 @@ static void test_speculation(void)
     memcpy(d.to_b, TO_B, sizeof TO_B), memcpy(d.to, TO, sizeof TO);
     memcpy(d.tr_bytes, TR_X, sizeof TR_X), memcpy(d.tr, TR, sizeof TR);
     d.prof.n_layers = 10, d.prof.recall_bytes = 1e6, d.info.recall_beside = 0.5;
-    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1.6e6, 0.3e6, 64, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1.6e6, 0.3e6, 1, 64, err, sizeof err), PULSE_OK);
     const struct ioaa_params ip = {.profile = d.prof, .max_waiting = 4, .irq = 1};
     struct ioaa *a = ioaa_create(&ip, err, sizeof err);
     EXPECT(a != NULL);

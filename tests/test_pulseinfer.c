@@ -867,6 +867,45 @@ static void test_speculation_cli(void)
         json_integer_value(json_object_get(json_object_get(l, "speculation"), "corrections"));
     EXPECT_EQ_INT(corr, json_integer_value(json_object_get(sp, "corrections")));
     json_decref(j);
+    /* --spec-from: refused without --speculate or with another word; from mid-layer the
+     * predictions are counted, the config says so and IOAA's prefetch runs beside the MLP's
+     * share of a layer (tiny: 3 x 128 x 256 of 3 x 128 x 256 + 128 x 512 + 128 x 128 + norms) */
+    EXPECT_EQ_INT(
+        tu_run_pulse("run --backend cpu --policy pulseinfer --spec-from mid", out, sizeof out), 2);
+    EXPECT(strstr(out, "--spec-from: only with a prediction beside the exact selection"));
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy pulseinfer --speculate --spec-from late",
+                               out, sizeof out),
+                  2);
+    EXPECT(strstr(out, "--spec-from: 'late' is not input or mid"));
+    for (int mid = 0; mid < 2; mid++) {
+        if ((fd = mkstemp(path)) >= 0) close(fd);
+        snprintf(cmd, sizeof cmd,
+                 "run --backend cpu --model tiny --policy pulseinfer --speculate --spec-from %s "
+                 "--workload lengths:300,260 --output-len 4 --max-batch 2 --budget-tokens 32 "
+                 "--admission ioaa --out %s",
+                 mid ? "mid" : "input", path);
+        EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+        json_t *jm = json_load_file(path, 0, &je);
+        remove(path);
+        EXPECT(jm != NULL);
+        if (!jm) continue;
+        json_t *cnt = json_object_get(jm, "counters");
+        EXPECT_STR_EQ(json_string_value(json_object_get(
+                          json_object_get(json_object_get(jm, "config"), "offload"), "spec_from")),
+                      mid ? "mid" : "input");
+        const int64_t mp =
+            json_integer_value(json_object_get(json_object_get(cnt, "offload"), "mid_prefetches"));
+        EXPECT(mid ? mp > 0 : mp == 0);
+        const struct model_config *tc = model_config_find("tiny");
+        const double w = json_real_value(json_object_get(
+            json_object_get(json_object_get(cnt, "pulseinfer"), "ioaa_speculation"), "window"));
+        EXPECT_NEAR(w,
+                    mid ? (double)model_mlp_weight_bytes(tc) / (double)model_layer_weight_bytes(tc)
+                        : 1.0,
+                    1e-9);
+        EXPECT(w > 0.3 && w <= 1);
+        json_decref(jm);
+    }
     /* the speculation's hot-cache reserve: a quarter more slots than one step selects, so
      * the prediction's blocks displace old ones, not the exact selection's it missed */
     /* and a margin: the prediction's budget and the hot cache's slots grow by it, fewer

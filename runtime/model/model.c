@@ -250,6 +250,11 @@ uint64_t model_layer_weight_bytes(const struct model_config *c)
     return 2 * layer_params(c);
 }
 
+uint64_t model_mlp_weight_bytes(const struct model_config *c)
+{
+    return 2 * 3 * (uint64_t)c->ffn * c->hidden;
+}
+
 uint64_t model_kv_bytes_per_token(const struct model_config *c)
 {
     return (uint64_t)c->n_layers * c->n_kv_heads * c->head_dim * 2 /* K,V */ * 2 /* bf16 */;

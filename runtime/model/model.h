@@ -102,6 +102,8 @@ uint64_t model_step_weight_bytes(const struct model_config *c);
 /* Weight bytes of one decoder layer (every layer has the same shapes): model_step_weight_bytes
  * is n_layers of these plus the head and the final norm. */
 uint64_t model_layer_weight_bytes(const struct model_config *c);
+/* Of them, the MLP's (gate, up, down; its norm left out). */
+uint64_t model_mlp_weight_bytes(const struct model_config *c);
 uint64_t model_kv_bytes_per_token(const struct model_config *c);
 /* Width of the fused QKV projection: (n_heads + 2 n_kv_heads) * head_dim. */
 int model_qkv_dim(const struct model_config *c);

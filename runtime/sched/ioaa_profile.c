@@ -143,23 +143,25 @@ double ioaa_profile_beside(const struct ioaa_profile_info *info)
 }
 
 double ioaa_spec_recall(const struct ioaa *a, double b, double prefetch_bytes,
-                        double correction_bytes, double beside, double k_prefetch,
+                        double correction_bytes, double beside, double window, double k_prefetch,
                         double k_correction)
 {
     const double tc = k_correction * ioaa_t_recall(a, b * correction_bytes);
     const double tp = k_prefetch * ioaa_t_recall(a, b * prefetch_bytes) / beside;
-    return fmax(tc, tp + tc - ioaa_t_offload(a, b));
+    return fmax(tc, tp + tc - window * ioaa_t_offload(a, b));
 }
 
 int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double prefetch_bytes,
-                                double correction_bytes, int max_batch, char *err, size_t errlen)
+                                double correction_bytes, double window, int max_batch, char *err,
+                                size_t errlen)
 {
     const double p1 = prefetch_bytes, c1 = correction_bytes;
-    if (!(p1 >= 0) || !(c1 >= 0) || !isfinite(p1 + c1) || max_batch < 1)
+    if (!(p1 >= 0) || !(c1 >= 0) || !isfinite(p1 + c1) || max_batch < 1 ||
+        !(window > 0 && window <= 1))
         return pulse_errorf(err, errlen, PULSE_ERR_INVALID, "ioaa speculation",
-                            "prefetch %g bytes, corrections %g bytes, max batch %d: expected "
-                            "finite bytes >= 0 and a batch >= 1",
-                            p1, c1, max_batch);
+                            "prefetch %g bytes, corrections %g bytes, window %g, max batch %d: "
+                            "expected finite bytes >= 0, a window in (0, 1] and a batch >= 1",
+                            p1, c1, window, max_batch);
     if (!(p1 + c1 > 0)) return PULSE_OK;
     char why[256];
     const struct ioaa_params ip = {.profile = d->prof};
@@ -183,7 +185,7 @@ int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double prefetch_byt
     const double beside = ioaa_profile_beside(&d->info);
     double top = 0;
     for (int i = 0; i < n; i++) {
-        const double t = ioaa_spec_recall(a, i + 1, p1, c1, beside, 1, 1);
+        const double t = ioaa_spec_recall(a, i + 1, p1, c1, beside, window, 1, 1);
         top = fmax(top, t);
         const double b = i + 1;
         s.tr_bytes[i] = b * (p1 + c1);

@@ -112,24 +112,27 @@ double ioaa_profile_beside(const struct ioaa_profile_info *info);
  *   C(b) = b correction_bytes   the corrections once the exact selection has run (the blocks
  *                               the prediction missed that neither list of the step before held)
  * per request and layer averaged over the L layers (as r is), serially (one planner, one
- * engine): the prefetch beside the layer before (t_O), at the recall's rate beside compute f
+ * engine): the prefetch beside the window w of the layer before (w t_O: the whole layer, w =
+ * 1, when the prediction is made at its input; its MLP's share when it is made after its
+ * attention, offload_params.spec_from mid), at the recall's rate beside compute f
  * (ioaa_profile_beside: t_R(P) / f), the corrections only beside normal layers. So the step of
  * ioaa.h with t_R replaced by
- *   t_R'(b) = max(t_R(C(b)), t_R(P(b)) / f + t_R(C(b)) - t_O(b))
- * gives S = L (t_N + t_O + max(0, t_R' - t_N)) = L max(t_N + t_O, t_R(P) / f + t_R(C),
- * t_O + t_R(C)) with a normal batch and IRQ, and L (max(t_O, t_R(P) / f) + t_R(C)) + L t_N
- * without. The recall table becomes t_R' at b = 1 .. max_batch (at most
- * IOAA_PROFILE_MAX_POINTS) keyed by P(b) + C(b) bytes, r becomes P(1) + C(1), and the table is
+ *   t_R'(b) = max(t_R(C(b)), t_R(P(b)) / f + t_R(C(b)) - w t_O(b))
+ * gives S = L (t_N + t_O + max(0, t_R' - t_N)) = L max(t_N + t_O, t_R(P) / f + t_R(C) +
+ * (1 - w) t_O, t_O + t_R(C)) with a normal batch and IRQ, and L (max(t_O, t_R(P) / f +
+ * (1 - w) t_O) + t_R(C)) + L t_N without. The recall table becomes t_R' at b = 1 .. max_batch (at
+ * most IOAA_PROFILE_MAX_POINTS) keyed by P(b) + C(b) bytes, r becomes P(1) + C(1), and the table is
  * made nondecreasing (the running maximum: never below t_R'). Nothing changes when
- * P(1) + C(1) = 0 (nothing moves). Bytes >= 0, max_batch >= 1. PULSE_OK, or PULSE_ERR_INVALID /
- * PULSE_ERR_NOMEM with a reason in err. */
+ * P(1) + C(1) = 0 (nothing moves). Bytes >= 0, window in (0, 1], max_batch >= 1. PULSE_OK, or
+ * PULSE_ERR_INVALID / PULSE_ERR_NOMEM with a reason in err. */
 int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double prefetch_bytes,
-                                double correction_bytes, int max_batch, char *err, size_t errlen);
+                                double correction_bytes, double window, int max_batch, char *err,
+                                size_t errlen);
 
 /* t_R'(b) above on a's (unfolded) tables, with the prefetch's time scaled by k_prefetch and the
  * corrections' by k_correction (1, 1: the fold's; ioaa_refit.h refits them), beside = f. */
 double ioaa_spec_recall(const struct ioaa *a, double b, double prefetch_bytes,
-                        double correction_bytes, double beside, double k_prefetch,
+                        double correction_bytes, double beside, double window, double k_prefetch,
                         double k_correction);
 
 /* The schema object of p (any values: nothing is checked) and info; caller owns the reference.

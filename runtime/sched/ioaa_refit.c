@@ -10,7 +10,7 @@
 struct ioaa_refit {
     struct ioaa *base; /* the unfolded profile's tables (interpolation only) */
     int irq, enabled, spec, n_layers;
-    double alpha, r, prefetch, correction, beside;
+    double alpha, r, prefetch, correction, beside, window;
     double k_r, k_c;             /* the factors */
     double k_s;                  /* the self-interleaved step's */
     double written_r, written_c; /* the factors of the last table written */
@@ -29,15 +29,15 @@ struct ioaa_refit *ioaa_refit_create(const struct ioaa_refit_params *p, char *er
     const double alpha = p->alpha > 0 ? p->alpha : IOAA_REFIT_ALPHA;
     const int spec = p->prefetch_bytes > 0 || p->correction_bytes > 0;
     if (!(alpha <= 1) || !(p->prefetch_bytes >= 0) || !(p->correction_bytes >= 0) ||
-        !isfinite(p->prefetch_bytes + p->correction_bytes) ||
+        !(p->window >= 0 && p->window <= 1) || !isfinite(p->prefetch_bytes + p->correction_bytes) ||
         (spec && !(p->beside > 0 && p->beside <= IOAA_PROFILE_BESIDE_MAX)) ||
         (spec && p->max_batch < 1)) {
         pulse_errorf(err, errlen, PULSE_ERR_INVALID, what,
-                     "alpha %g, prefetch %g and correction %g bytes, beside %g, max batch %d: "
-                     "expected alpha in (0, 1], finite bytes >= 0 and, with speculation, beside "
-                     "in (0, %g] and a batch >= 1",
-                     p->alpha, p->prefetch_bytes, p->correction_bytes, p->beside, p->max_batch,
-                     IOAA_PROFILE_BESIDE_MAX);
+                     "alpha %g, prefetch %g and correction %g bytes, beside %g, window %g, max "
+                     "batch %d: expected alpha in (0, 1], finite bytes >= 0, a window in [0, 1] "
+                     "and, with speculation, beside in (0, %g] and a batch >= 1",
+                     p->alpha, p->prefetch_bytes, p->correction_bytes, p->beside, p->window,
+                     p->max_batch, IOAA_PROFILE_BESIDE_MAX);
         return NULL;
     }
     const struct ioaa_params ip = {.profile = *p->base, .irq = p->irq};
@@ -67,6 +67,7 @@ struct ioaa_refit *ioaa_refit_create(const struct ioaa_refit_params *p, char *er
     r->prefetch = p->prefetch_bytes;
     r->correction = p->correction_bytes;
     r->beside = spec ? p->beside : 1;
+    r->window = p->window > 0 ? p->window : 1;
     r->k_r = r->k_c = r->written_r = r->written_c = r->k_s = 1;
     r->tr_n = tr_n;
     r->tr = tr;
@@ -112,7 +113,7 @@ static double recall_of(const struct ioaa_refit *r, const struct terms *t, doubl
 {
     if (!r->spec) return kr * t->rr;
     const double c = kc * t->cc;
-    return fmax(c, kr * t->pp + c - t->to);
+    return fmax(c, kr * t->pp + c - r->window * t->to);
 }
 
 static int overlapped(const struct ioaa_refit *r, int bn, int bo)
@@ -186,9 +187,9 @@ int ioaa_refit_observe(struct ioaa_refit *r, int b_normal, int64_t ctx_sum, int 
     double kr = r->k_r, kc = r->k_c;
     if (!r->spec) {
         kr = x / t.rr;
-    } else if (t.pp > 0 && r->k_r * t.pp > t.to) { /* the prefetch binds */
-        const double p = x + t.to - r->k_c * t.cc;
-        if (p >= t.to)
+    } else if (t.pp > 0 && r->k_r * t.pp > r->window * t.to) { /* the prefetch binds */
+        const double wo = r->window * t.to, p = x + wo - r->k_c * t.cc;
+        if (p >= wo)
             kr = p / t.pp;
         else if (t.cc > 0)
             kc = x / t.cc; /* under t_O: the corrections' alone */
@@ -229,7 +230,7 @@ int ioaa_refit_apply(struct ioaa_refit *r, struct ioaa *a, char *err, size_t err
         double top = 0; /* the fold's running maximum */
         for (int i = 0; i < r->tr_n; i++) {
             top = fmax(top, ioaa_spec_recall(r->base, i + 1, r->prefetch, r->correction, r->beside,
-                                             r->k_r, r->k_c));
+                                             r->window, r->k_r, r->k_c));
             r->tr[i] = top;
         }
     } else {

@@ -11,9 +11,10 @@
  *
  * Model (ioaa.h with the factors; t_N, t_O, t_R the unfolded profile's tables):
  *   exact at layer:  t_R = k_R t_R(b_O r)
- *   speculation:     t_R = max(k_C t_R(b_O C), k_R t_R(b_O P) / f + k_C t_R(b_O C) - t_O)
+ *   speculation:     t_R = max(k_C t_R(b_O C), k_R t_R(b_O P) / f + k_C t_R(b_O C) - w t_O)
  *                    (ioaa_spec_recall: P, C the prefetch and correction bytes per request and
- *                    layer, f the recall's rate beside compute)
+ *                    layer, f the recall's rate beside compute, w the window of the layer it
+ *                    runs beside; t_O stands for w t_O below where the prefetch is concerned)
  *   S = L (t_N + t_O + max(0, t_R - t_N)) with both batches and IRQ, else L t_N + L (t_O + t_R).
  * One step's estimate: the recall time X* that makes S = M, i.e. X* = M / L - t_O - t_N
  * (serial) or M / L - t_O (IRQ, when M / L > t_N + t_O; when the step hid its recall, X* = t_N
@@ -55,6 +56,8 @@ struct ioaa_refit_params {
     /* speculation (both 0: exact at layer): bytes per request and layer, and the recall's rate
      * beside compute (ioaa_profile_beside) */
     double prefetch_bytes, correction_bytes, beside;
+    double window; /* speculation: the share of the layer before its prefetch runs beside
+                      (ioaa_profile_data_speculate's w; 0: 1, the whole layer) */
     int max_batch; /* speculation: the folded table's batches 1 .. max_batch (as the fold) */
 };
 
