@@ -8,7 +8,8 @@
  * pinned host pool (qwen3-14b's block shape: 64 KB blocks, 8 KB heads) into random device slots
  * with guard bytes around them: awkward shapes (1 chunk, 97, 4099, odd sizes and offsets that
  * take the kernels' byte path, chunks larger than a piece), several recalls in flight, small
- * gather-scatter pieces; zero-copy sources outside the registered region. Counters equal what
+ * gather-scatter pieces; zero-copy sources outside the registered region, and zero-copy with its
+ * descriptors read from the pinned ring through its mapping (zc_desc_host). Counters equal what
  * was asked and nothing is allocated per recall. Then a quick bandwidth print per engine at
  * 8 KB x 1024 and 64 KB x 1024 against the single-copy peak. Exit 77 without a GPU. */
 #include "backend.h"
@@ -89,12 +90,15 @@ static long verify(const struct recall_item *it, int n)
     return bad;
 }
 
+static int g_desc_host; /* make: recall_params.zc_desc_host */
+
 static struct recall *make(enum recall_engine e, int max_items, size_t piece, int registered)
 {
     char err[256];
     struct recall_params p;
     recall_params_init(&p, e, max_items);
     p.ops = recall_copy_ops_cuda();
+    p.zc_desc_host = g_desc_host;
     p.max_inflight = 3;
     if (piece) p.piece_bytes = piece;
     if (registered) {
@@ -133,9 +137,9 @@ static void test_exact(enum recall_engine e, size_t piece, int registered)
             EXPECT_EQ_INT(recall_wait(r, t[q]), PULSE_OK);
         long bad = verify(it, nrec * n);
         if (bad)
-            fprintf(stderr, "%s (piece %zu, %s): %zu B x %d x %d: %ld bad\n", recall_engine_name(e),
-                    piece, registered ? "registered" : "mapped per item", shapes[k].chunk, n, nrec,
-                    bad);
+            fprintf(stderr, "%s (piece %zu, %s%s): %zu B x %d x %d: %ld bad\n",
+                    recall_engine_name(e), piece, registered ? "registered" : "mapped per item",
+                    g_desc_host ? ", descriptors on the host" : "", shapes[k].chunk, n, nrec, bad);
         EXPECT_EQ_INT(bad, 0);
     }
     mem_get_stats(&m1);
@@ -385,7 +389,13 @@ int main(void)
     for (int e = 0; e < RECALL_ENGINES; e++) {
         test_exact((enum recall_engine)e, 0, 1);
         if (e == RECALL_GATHER_SCATTER) test_exact((enum recall_engine)e, 24 << 10, 1);
-        if (e == RECALL_ZERO_COPY) test_exact((enum recall_engine)e, 0, 0);
+        if (e == RECALL_ZERO_COPY) {
+            test_exact((enum recall_engine)e, 0, 0);
+            g_desc_host = 1; /* the gather reads the pinned ring's descriptors in place */
+            test_exact((enum recall_engine)e, 0, 1);
+            test_exact((enum recall_engine)e, 0, 0);
+            g_desc_host = 0;
+        }
     }
     bandwidth_print();
     mem_free(MEM_DEVICE, d_region, region_bytes);
