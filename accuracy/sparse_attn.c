@@ -576,11 +576,11 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
 }
 
 /* infinigen, infinigen-solohead: the approximate query of the layer after `layer`, when it is
- * global, from the residual x (layer's input, or with spec_from mid its residual after the
- * attention). */
-static void approx_next(struct sparse_attn *s, int layer, const float *x, const int32_t *pos,
-                        int batch)
+ * global, from the residual x: the hook's before_layer (layer's input), or with spec_from mid
+ * its mid_layer (its residual after the attention). */
+static void approx_next(void *user, int layer, const float *x, const int32_t *pos, int batch)
 {
+    struct sparse_attn *s = user;
     const struct model_config *c = s->c;
     int next = layer + 1;
     if (!sparse_policy_approx(s->p.policy) || next >= c->n_layers || s->global_index[next] < 0)
@@ -600,25 +600,14 @@ static void approx_next(struct sparse_attn *s, int layer, const float *x, const 
     s->approx_for[next & 1] = next;
 }
 
-static void sparse_before_layer(void *user, int layer, const float *x, const int32_t *pos,
-                                int batch)
-{
-    approx_next(user, layer, x, pos, batch);
-}
-
-static void sparse_mid_layer(void *user, int layer, const float *x, const int32_t *pos, int batch)
-{
-    approx_next(user, layer, x, pos, batch);
-}
-
 struct engine_layer_hook sparse_attn_hook(struct sparse_attn *s)
 {
     struct engine_layer_hook h = {.attend = sparse_attend, .user = s};
     if (sparse_policy_approx(s->p.policy)) {
         if (s->p.spec_from == SPARSE_SPEC_MID)
-            h.mid_layer = sparse_mid_layer;
+            h.mid_layer = approx_next;
         else
-            h.before_layer = sparse_before_layer;
+            h.before_layer = approx_next;
     }
     return h;
 }

@@ -632,6 +632,23 @@ static double rate(const struct serve_counters *c)
     return c->spec_scored ? (double)c->spec_held / (double)c->spec_scored : -1;
 }
 
+/* The speculation tests' runs: every request offloaded, SoloHead at a budget of two blocks, on
+ * the real query (prefilled prompt KV) or the locality one, on zero-copy or gather-scatter. */
+static struct pi_cfg spec_cfg(int real, int zc)
+{
+    return (struct pi_cfg){.policy = "pulseinfer",
+                           .spec =
+                               real ? "lengths:300,90,260,200" : "lengths:300,170,90,260,40,200",
+                           .admission = "fixed:0",
+                           .out_len = real ? 6 : 10,
+                           .max_batch = 4,
+                           .selection = OFFLOAD_SOLOHEAD,
+                           .budget_tokens = 32,
+                           .prompt_kv = real ? OFFLOAD_KV_PREFILL : OFFLOAD_KV_LOCALITY,
+                           .query = real ? OFFLOAD_QUERY_REAL : OFFLOAD_QUERY_LOCALITY,
+                           .zero_copy = zc};
+}
+
 /* Speculation from mid-layer (offload_params.spec_from mid): the prediction of layer l+1 made in
  * layer l's second piece, after its attention, its recall beside l's MLP. On both engines,
  * with the locality query (the source's misprediction model: the same prediction as from the
@@ -643,18 +660,8 @@ static void test_speculation_mid(void)
 {
     for (int real = 0; real < 2; real++)
         for (int zc = 0; zc < 2; zc++) {
-            struct pi_cfg c = {.policy = "pulseinfer",
-                               .spec = real ? "lengths:300,90,260,200"
-                                            : "lengths:300,170,90,260,40,200",
-                               .admission = "fixed:0",
-                               .out_len = real ? 6 : 10,
-                               .max_batch = 4,
-                               .selection = OFFLOAD_SOLOHEAD,
-                               .budget_tokens = 32,
-                               .prompt_kv = real ? OFFLOAD_KV_PREFILL : OFFLOAD_KV_LOCALITY,
-                               .query = real ? OFFLOAD_QUERY_REAL : OFFLOAD_QUERY_LOCALITY,
-                               .zero_copy = zc,
-                               .want_json = 1};
+            struct pi_cfg c = spec_cfg(real, zc);
+            c.want_json = 1;
             struct pi_out exact, in, mid;
             serve(&c, &exact);
             c.speculate = 1;
@@ -719,18 +726,8 @@ static void test_speculation(void)
         for (int zc = 0; zc < 2; zc++)
             for (int no_irq = 0; no_irq < 2; no_irq++) {
                 if (real && no_irq) continue;
-                struct pi_cfg c = {.policy = "pulseinfer",
-                                   .spec = real ? "lengths:300,90,260,200"
-                                                : "lengths:300,170,90,260,40,200",
-                                   .admission = "fixed:0",
-                                   .out_len = real ? 6 : 10,
-                                   .max_batch = 4,
-                                   .no_irq = no_irq,
-                                   .selection = OFFLOAD_SOLOHEAD,
-                                   .budget_tokens = 32,
-                                   .prompt_kv = real ? OFFLOAD_KV_PREFILL : OFFLOAD_KV_LOCALITY,
-                                   .query = real ? OFFLOAD_QUERY_REAL : OFFLOAD_QUERY_LOCALITY,
-                                   .zero_copy = zc};
+                struct pi_cfg c = spec_cfg(real, zc);
+                c.no_irq = no_irq;
                 struct pi_out exact, spec[2];
                 serve(&c, &exact);
                 EXPECT_EQ_INT(exact.rc, 0);

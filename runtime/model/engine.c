@@ -12,10 +12,9 @@
 #include "numeric.h"
 #include "trace.h"
 
-enum {
-    PIECES = 5
-}; /* graph slots per layer of a batch that replays its pieces: pre, post,
-     the whole layer, post's attention part and its MLP part */
+/* graph slots per layer of a batch that replays its pieces: pre, post, the whole layer, post's
+ * attention part and its MLP part */
+enum { PIECES = 5 };
 
 struct engine {
     struct engine_params p;
@@ -647,9 +646,9 @@ void engine_run_layer(struct engine *e, struct batch *bt, const struct kv_cache 
         engine_run_attention(e, bt, kv, layer);
     if (h->after_attention) h->after_attention(h->user, layer, bt->d_q, &v, host_lengths(e, bt), B);
     if (h->mid_layer) { /* post-attention in its two parts, the hook between them */
-        piece_run(e, bt, NULL, layer, NULL, layer_post_attn);
+        engine_layer_post_attn(e, bt, layer);
         h->mid_layer(h->user, layer, bt->d_x, bt->d_pos, B);
-        piece_run(e, bt, NULL, layer, NULL, layer_post_mlp);
+        engine_layer_post_mlp(e, bt, layer);
     } else {
         engine_layer_post(e, bt, layer);
     }
