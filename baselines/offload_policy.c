@@ -70,6 +70,7 @@ void offload_policy_counters(const struct offload *o, struct serve_counters *c)
     c->spec_scored = st.spec_scored;
     c->spec_held = st.spec_held;
     c->spec_mid = st.mid_prefetches;
+    c->spec_hits = st.hits_prefetches;
 }
 
 void offload_policy_finish(struct serve_state *s)

@@ -48,9 +48,12 @@ const char run_offload_usage[] =
     "                     (default: the approximate query; with --query locality the locality\n"
     "                     model's misprediction) or negated (it negated: a deliberately poor\n"
     "                     predictor, for checks)\n"
-    "  --spec-from P      input (default) or mid: the prediction of layer l+1 made from layer\n"
-    "                     l's input, its recall beside the whole layer, or once l's attention\n"
-    "                     output is in the residual, its recall beside l's MLP (pulseinfer\n"
+    "  --spec-from P      input (default), mid or hits: the prediction of layer l+1 made from\n"
+    "                     layer l's input, its recall beside the whole layer; once l's\n"
+    "                     attention output is in the residual, its recall beside l's MLP; or,\n"
+    "                     where l was predicted itself, as soon as its prefetch has landed, from\n"
+    "                     an attention over its predicted lists, before its correction lands\n"
+    "                     (zero-copy, one lane; elsewhere from mid-layer) (pulseinfer\n"
     "                     --speculate)\n"
     "  --spec-margin F    the prediction selects F more of the budget's blocks by score (in\n"
     "                     [0, 1], default 0): a higher hit rate, fewer corrections, more\n"
@@ -189,7 +192,9 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
         return one_of(f, arg, "approx", "negated");
     case RUN_OFF_SPEC_FROM:
         oo->spec_from = arg;
-        return one_of(f, arg, "input", "mid");
+        if (!strcmp(arg, "input") || !strcmp(arg, "mid") || !strcmp(arg, "hits")) return 0;
+        cli_error("run", "%s: '%s' is not input, mid or hits", f, arg);
+        return -1;
     case RUN_OFF_SPEC_MARGIN:
         oo->spec_margin_set = 1;
         return cli_double("run", f, arg, 0.0, 1.0, &oo->spec_margin);
@@ -387,8 +392,10 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
                             ? OFFLOAD_SPEC_NEGATED
                             : OFFLOAD_SPEC_APPROX;
     p->spec_margin = oo->spec_margin;
-    p->spec_from = oo->spec_from && !strcmp(oo->spec_from, "mid") ? OFFLOAD_SPEC_FROM_MID
-                                                                  : OFFLOAD_SPEC_FROM_INPUT;
+    p->spec_from = !oo->spec_from                   ? OFFLOAD_SPEC_FROM_INPUT
+                   : !strcmp(oo->spec_from, "mid")  ? OFFLOAD_SPEC_FROM_MID
+                   : !strcmp(oo->spec_from, "hits") ? OFFLOAD_SPEC_FROM_HITS
+                                                    : OFFLOAD_SPEC_FROM_INPUT;
     p->refetch = oo->reuse ? !strcmp(oo->reuse, "none") : pol->offload_refetch;
     p->verify_steps = pulse_diag_switch(PULSE_DIAG_OFFLOAD_VERIFY);
     int64_t prompt = 0, out = 0;
@@ -437,7 +444,17 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
     memset(&ro->src, 0, sizeof ro->src);
     ro->src.model = m->name;
     fill_params(ro, oo, pol, w, budget, hot);
+    if (p->spec_from == OFFLOAD_SPEC_FROM_HITS && p->engine != RECALL_ZERO_COPY) {
+        cli_error("run", "--spec-from hits: only with --recall-engine zero-copy (the predicted "
+                         "lists' pages are planned on the device)");
+        return -1;
+    }
     if (oo->self_interleave && strcmp(oo->self_interleave, "off")) { /* pulseinfer's checks */
+        if (p->spec_from == OFFLOAD_SPEC_FROM_HITS) {
+            cli_error("run", "--spec-from hits: not with --self-interleave %s (one lane)",
+                      oo->self_interleave);
+            return -1;
+        }
         if (oo->no_irq) {
             cli_error("run", "--self-interleave: '%s' needs IRQ (not with --no-irq)",
                       oo->self_interleave);

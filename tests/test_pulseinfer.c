@@ -655,7 +655,10 @@ static struct pi_cfg spec_cfg(int real, int zc)
  * input, so the same prefetched, corrected and recalled chunks, only made later) and the real
  * query (the approximate query from the mid-layer residual): exact SoloHead's tokens, the
  * mid-layer predictions counted (none from the input); and split in halves
- * (--self-interleave on), the unsplit run's chunks. */
+ * (--self-interleave on), the unsplit run's chunks. From a predicted layer's attention over its
+ * predicted lists (spec_from hits, zero-copy only): the same, each layer after the first
+ * predicted from its predicted lists (the first from mid-layer); refused on the host-planned
+ * engine and in halves. */
 static void test_speculation_mid(void)
 {
     for (int real = 0; real < 2; real++)
@@ -706,6 +709,42 @@ static void test_speculation_mid(void)
                 json_decref(si.pj);
                 workload_free(&si.w);
             }
+            struct pi_out hits;
+            c.spec_from = OFFLOAD_SPEC_FROM_HITS;
+            serve(&c, &hits);
+            if (!zc) { /* the host-planned path has no predicted lists' pages on the device */
+                EXPECT(hits.rc != 0);
+            } else {
+                EXPECT_EQ_INT(hits.rc, 0);
+                EXPECT(same_tokens(&exact.w, &hits.w));
+                EXPECT(hits.ctr.spec_hits > 0 && hits.ctr.spec_mid > 0);
+                /* every prediction of a layer after a predicted one from its lists */
+                EXPECT_EQ_INT(hits.ctr.spec_hits + hits.ctr.spec_mid, mid.ctr.spec_mid);
+                EXPECT_EQ_INT(mid.ctr.spec_hits + in.ctr.spec_hits, 0);
+                if (!real) { /* the same prediction, made from another point */
+                    EXPECT_EQ_INT(hits.ctr.spec_recall_chunks, in.ctr.spec_recall_chunks);
+                    EXPECT_EQ_INT(hits.ctr.spec_corrections, in.ctr.spec_corrections);
+                    EXPECT_EQ_INT(hits.ctr.recall_chunks, in.ctr.recall_chunks);
+                }
+                printf("speculation from the predicted lists, %s query: tokens %s exact "
+                       "SoloHead's; %lld predictions from them, %lld from mid-layer; hit rate "
+                       "%.3f, %lld chunks prefetched, %lld corrected\n",
+                       real ? "real" : "locality",
+                       same_tokens(&exact.w, &hits.w) ? "equal" : "DIFFER from",
+                       (long long)hits.ctr.spec_hits, (long long)hits.ctr.spec_mid, rate(&hits.ctr),
+                       (long long)hits.ctr.spec_recall_chunks,
+                       (long long)hits.ctr.spec_corrections);
+                struct pi_out si; /* one lane only */
+                c.self_interleave = "on";
+                serve(&c, &si);
+                c.self_interleave = NULL;
+                EXPECT(si.rc != 0);
+                json_decref(si.pj);
+                workload_free(&si.w);
+            }
+            c.spec_from = OFFLOAD_SPEC_FROM_MID;
+            json_decref(hits.pj);
+            workload_free(&hits.w);
             json_decref(exact.pj), json_decref(in.pj), json_decref(mid.pj);
             workload_free(&exact.w), workload_free(&in.w), workload_free(&mid.w);
         }
@@ -864,23 +903,31 @@ static void test_speculation_cli(void)
         json_integer_value(json_object_get(json_object_get(l, "speculation"), "corrections"));
     EXPECT_EQ_INT(corr, json_integer_value(json_object_get(sp, "corrections")));
     json_decref(j);
-    /* --spec-from: refused without --speculate or with another word; from mid-layer the
-     * predictions are counted, the config says so and IOAA's prefetch runs beside the MLP's
-     * share of a layer (tiny: 3 x 128 x 256 of 3 x 128 x 256 + 128 x 512 + 128 x 128 + norms) */
+    /* --spec-from: refused without --speculate or with another word, hits off the device path;
+     * from mid-layer (and the predicted lists) the predictions are counted, the config says so
+     * and IOAA's prefetch runs beside the MLP's share of a layer (the whole layer from the
+     * predicted lists) (tiny: 3 x 128 x 256 of 3 x 128 x 256 + 128 x 512 + 128 x 128 + norms) */
     EXPECT_EQ_INT(
         tu_run_pulse("run --backend cpu --policy pulseinfer --spec-from mid", out, sizeof out), 2);
     EXPECT(strstr(out, "--spec-from: only with a prediction beside the exact selection"));
     EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy pulseinfer --speculate --spec-from late",
                                out, sizeof out),
                   2);
-    EXPECT(strstr(out, "--spec-from: 'late' is not input or mid"));
-    for (int mid = 0; mid < 2; mid++) {
+    EXPECT(strstr(out, "--spec-from: 'late' is not input, mid or hits"));
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --model tiny --policy pulseinfer --speculate "
+                               "--spec-from hits --recall-engine gather-scatter",
+                               out, sizeof out),
+                  2);
+    EXPECT(strstr(out, "--spec-from hits: only with --recall-engine zero-copy"));
+    static const char *const points[] = {"input", "mid", "hits"};
+    for (int pt = 0; pt < 3; pt++) {
+        const int mid = pt == 1, hits = pt == 2;
         if ((fd = mkstemp(path)) >= 0) close(fd);
         snprintf(cmd, sizeof cmd,
                  "run --backend cpu --model tiny --policy pulseinfer --speculate --spec-from %s "
                  "--workload lengths:300,260 --output-len 4 --max-batch 2 --budget-tokens 32 "
-                 "--admission ioaa --out %s",
-                 mid ? "mid" : "input", path);
+                 "--admission ioaa --recall-engine zero-copy --out %s",
+                 points[pt], path);
         EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
         json_t *jm = json_load_file(path, 0, &je);
         remove(path);
@@ -889,10 +936,13 @@ static void test_speculation_cli(void)
         json_t *cnt = json_object_get(jm, "counters");
         EXPECT_STR_EQ(json_string_value(json_object_get(
                           json_object_get(json_object_get(jm, "config"), "offload"), "spec_from")),
-                      mid ? "mid" : "input");
+                      points[pt]);
         const int64_t mp =
             json_integer_value(json_object_get(json_object_get(cnt, "offload"), "mid_prefetches"));
-        EXPECT(mid ? mp > 0 : mp == 0);
+        const int64_t hp =
+            json_integer_value(json_object_get(json_object_get(cnt, "offload"), "hits_prefetches"));
+        EXPECT(mid || hits ? mp > 0 : mp == 0); /* (hits: the first predicted layer's) */
+        EXPECT(hits ? hp > 0 : hp == 0);
         const struct model_config *tc = model_config_find("tiny");
         const double w = json_real_value(json_object_get(
             json_object_get(json_object_get(cnt, "pulseinfer"), "ioaa_speculation"), "window"));

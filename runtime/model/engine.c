@@ -555,21 +555,28 @@ void engine_layer_pre(struct engine *e, struct batch *bt, const struct kv_cache 
 }
 
 /* Post-attention, first part: the attention's output projection into the residual. */
+/* x += the layer's attention output attn through its O GEMM (post-norm first on Gemma 3), for
+ * the batch's B rows: post-attention's first part, on any residual. */
+static void post_attn_add(struct engine *e, int B, int layer, const uint16_t *attn, float *x)
+{
+    const struct model_config *c = e->p.cfg;
+    const struct backend *be = e->be;
+    const struct layer_weights *w = &e->model.layers[layer];
+    const struct kctx *k = &e->ctx;
+    int H = c->hidden, qd = c->n_heads * c->head_dim;
+    if (c->arch == MODEL_ARCH_GEMMA3) { /* post-norm, then the residual add */
+        be->gemm_bf16(k, attn, w->wo, e->tmp, B, H, qd, 0.0f);
+        be->rmsnorm_add(k, x, e->tmp, w->post_attn_norm, B, H, c->norm_eps);
+    } else {
+        be->gemm_bf16(k, attn, w->wo, x, B, H, qd, 1.0f);
+    }
+}
+
 static void layer_post_attn(struct engine *e, struct batch *bt, const struct kv_cache *kv,
                             int layer)
 {
     (void)kv;
-    const struct model_config *c = e->p.cfg;
-    const struct backend *be = e->be;
-    const struct layer_weights *w = &e->model.layers[layer];
-    const struct kctx *x = &e->ctx;
-    int B = bt->n, H = c->hidden, qd = c->n_heads * c->head_dim;
-    if (c->arch == MODEL_ARCH_GEMMA3) { /* post-norm, then the residual add */
-        be->gemm_bf16(x, bt->d_attn, w->wo, e->tmp, B, H, qd, 0.0f);
-        be->rmsnorm_add(x, bt->d_x, e->tmp, w->post_attn_norm, B, H, c->norm_eps);
-    } else {
-        be->gemm_bf16(x, bt->d_attn, w->wo, bt->d_x, B, H, qd, 1.0f);
-    }
+    post_attn_add(e, bt->n, layer, bt->d_attn, bt->d_x);
 }
 
 /* Post-attention, second part: the MLP and its residual add. */
@@ -612,6 +619,13 @@ void engine_layer_post_attn(struct engine *e, struct batch *bt, int layer)
 void engine_layer_post_mlp(struct engine *e, struct batch *bt, int layer)
 {
     piece_run(e, bt, NULL, layer, piece_slot(e, bt, NULL, 4, layer), layer_post_mlp);
+}
+
+void engine_attn_residual(struct engine *e, const struct batch *bt, int layer, const uint16_t *attn,
+                          float *x)
+{
+    e->be->copy_async(&e->ctx, x, bt->d_x, sizeof(float) * (size_t)bt->n * e->p.cfg->hidden);
+    post_attn_add(e, bt->n, layer, attn, x);
 }
 
 static int hook_set(const struct engine_layer_hook *h)

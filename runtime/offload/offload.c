@@ -281,10 +281,12 @@ static size_t host_layout(struct offload *o, char *base)
         L->ev_spec_sel = take(&c, sizeof(void *) * 2 * (size_t)o->n_sparse);
         L->ev_spec_selected = take(&c, sizeof(void *) * (size_t)o->n_sparse);
         L->ev_spec_built = take(&c, sizeof(void *) * (size_t)o->n_sparse);
+        if (o->overlap) L->ev_spec_gathered = take(&c, sizeof(void *) * (size_t)o->n_sparse);
     }
     o->plan.pl_spec_step = take(&c, 8 * 2 * (size_t)o->n_sparse);
     o->plan.items = take(&c, sizeof(struct recall_item) * (size_t)o->max_items);
-    o->step.lgraph = take(&c, sizeof(void *) * OFFLOAD_LGRAPH_SETS * 2 * (size_t)o->n_layers);
+    o->step.lgraph = take(&c, sizeof(void *) * OFFLOAD_LGRAPH_SETS * OFFLOAD_LGRAPH_PIECES *
+                                  (size_t)o->n_layers);
     int32_t *r = take(&c, 4 * 6 * (size_t)o->ms);
     o->plan.res = (struct hot_cache_result){
         r, r + o->ms, r + 2 * o->ms, r + 3 * o->ms, r + 4 * o->ms, r + 5 * o->ms, 0, 0, -1, -1, -1};
@@ -357,6 +359,10 @@ static size_t dev_layout(struct offload *o, char *base)
         for (int i = 0; i < 2 * n_lanes(o) && o->spec; i++)
             o->step.lanes[i / 2].d_desc_spec[i % 2] = take(&c, sizeof(struct recall_desc) * VM);
         o->step.d_ctl_spec = o->spec ? take(&c, 4 * o->ctl_ints) : NULL;
+        if (o->p.spec_from == OFFLOAD_SPEC_FROM_HITS) {
+            o->step.d_hits_attn = take(&c, 2 * (size_t)o->max_batch * o->nq * o->hd);
+            o->step.d_hits_x = take(&c, 4 * (size_t)o->max_batch * o->mc->hidden);
+        }
         o->store.d_own = take(&c, 4 * (size_t)o->max_batch * S * (o->hot_slots + 1));
         o->store.d_hids = take(&c, 4 * (size_t)o->max_batch * S * o->max_blocks);
     }
@@ -430,7 +436,8 @@ static int alloc_dev(struct offload *o)
                 return PULSE_ERR_OOM;
         for (int i = 0; o->overlap && i < o->n_sparse; i++)
             if (!(L->ev_built[i] = o->be->event_create()) ||
-                !(L->ev_gathered[i] = o->be->event_create()))
+                !(L->ev_gathered[i] = o->be->event_create()) ||
+                (o->spec && !(L->ev_spec_gathered[i] = o->be->event_create())))
                 return PULSE_ERR_OOM;
     }
     offload_lane_reset(o);
@@ -710,10 +717,14 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
         BAD("offload: a speculation margin needs a prefetching schedule");
     if ((unsigned)p->spec_predictor > OFFLOAD_SPEC_NEGATED)
         BAD("offload: unknown speculation predictor %d", p->spec_predictor);
-    if ((unsigned)p->spec_from > OFFLOAD_SPEC_FROM_MID)
+    if ((unsigned)p->spec_from > OFFLOAD_SPEC_FROM_HITS)
         BAD("offload: unknown speculation point %d", p->spec_from);
-    if (p->spec_from == OFFLOAD_SPEC_FROM_MID && !(p->schedule && p->schedule->prefetch))
+    if (p->spec_from != OFFLOAD_SPEC_FROM_INPUT && !(p->schedule && p->schedule->prefetch))
         BAD("offload: a speculation point needs a prefetching schedule");
+    if (p->spec_from == OFFLOAD_SPEC_FROM_HITS &&
+        !(p->engine == RECALL_ZERO_COPY && p->cap_gbps == 0 && p->lanes != 2))
+        BAD("offload: speculation from the predicted lists' attention needs the device path "
+            "(zero-copy, uncapped) in one lane");
     if (p->lanes < 0 || p->lanes > 2) BAD("offload: lanes %d is not 0, 1 or 2", p->lanes);
     if (ks.max_requests != p->max_batch)
         BAD("offload: the KV cache has %d request slots, max_batch is %d", ks.max_requests,
@@ -786,6 +797,8 @@ void offload_free(struct offload *o)
         for (int i = 0; i < o->n_sparse && L->ev_built; i++) {
             if (L->ev_built[i]) o->be->event_destroy(L->ev_built[i]);
             if (L->ev_gathered[i]) o->be->event_destroy(L->ev_gathered[i]);
+            if (L->ev_spec_gathered && L->ev_spec_gathered[i])
+                o->be->event_destroy(L->ev_spec_gathered[i]);
         }
     }
     if (o->step.ev_lists) o->be->event_destroy(o->step.ev_lists);

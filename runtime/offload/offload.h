@@ -137,11 +137,18 @@ enum offload_spec_predictor {
 enum offload_spec_from {
     OFFLOAD_SPEC_FROM_INPUT = 0, /* in layer l's first piece, from its input (InfiniGen's): the
                                     recall beside the whole layer */
-    OFFLOAD_SPEC_FROM_MID = 1    /* in layer l's second piece, once its attention output is in
+    OFFLOAD_SPEC_FROM_MID = 1,   /* in layer l's second piece, once its attention output is in
                                     the residual, before its MLP: the real query's approximation
                                     misses only the MLP's update, and the recall overlaps the
                                     MLP (with the locality query only the timing moves; the
                                     misprediction is the source's model) */
+    OFFLOAD_SPEC_FROM_HITS = 2   /* where layer l was itself predicted (else from mid-layer): as
+                                    soon as its prefetch has landed, from the residual of an
+                                    attention over its predicted lists (all resident then), before
+                                    its correction lands; its correction waits for that attention
+                                    only, and layer l+1's prefetch follows it on the link with no
+                                    gap for l's exact attention and post-attention (the device
+                                    path, one lane) */
 };
 
 struct offload_params {
@@ -256,8 +263,10 @@ struct offload_stats {
      * in engine_stats' graph_launches); of them, those of a split step's lanes (their views'
      * own sets) */
     int64_t layer_graph_launches, lane_graph_launches;
-    /* prefetches made in a layer's second piece (spec_from mid), one per (layer, step) */
-    int64_t mid_prefetches;
+    /* prefetches made in a layer's second piece (spec_from mid, or hits where the layer was not
+     * predicted), and from a predicted layer's attention over its predicted lists (spec_from
+     * hits); one per (layer, step) */
+    int64_t mid_prefetches, hits_prefetches;
     /* host time of the steps' upload staging and of the next steps' queries, summed; and of
      * queuing the layers' pieces: pre-attention and digest update, selection with its
      * download and job, the device plan and gather, attention with tail flushes,

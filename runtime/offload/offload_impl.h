@@ -101,9 +101,9 @@ struct offload_lane {
     int64_t spec_step[OFFLOAD_MAX_LAYERS];
     /* the device path's (zero-copy): descriptors by the layer's parity (a prediction's too), and
      * per sparse layer its plan built and its gather done (device_overlap), a prediction's plan
-     * built */
+     * built and its gather done */
     struct recall_desc *d_desc[2], *d_desc_spec[2];
-    void **ev_built, **ev_gathered, **ev_spec_built;
+    void **ev_built, **ev_gathered, **ev_spec_built, **ev_spec_gathered;
 };
 
 /* The step (offload_layer.c; main thread): what one decode step of the batch and its layers'
@@ -174,8 +174,17 @@ struct offload_step {
     void **ev_spec_sel;      /* (lane) [2][n_sparse] the prediction's lists are on the host */
     void **ev_spec_selected; /* (lane) [n_sparse] made */
     void **ev_spec_built;    /* (lane) [n_sparse] planned (device path) */
+    void **ev_spec_gathered; /* (lane) [n_sparse] its gather done (device_overlap) */
     struct recall_desc *d_desc_spec[2]; /* (lane) */
-    int32_t *d_ctl_spec; /* the device build's control block of a prediction (unread) */
+    /* the device build's control block of a prediction: its lists' pages, read by the
+     * attention over them that spec_from hits predicts the next layer from (hits_body) */
+    int32_t *d_ctl_spec;
+    /* spec_from hits: that attention's output [max_batch][nq x hd], the residual it gives
+     * [max_batch][hidden] (floats), and while a prediction is made from it, the residual the
+     * real query's approximation reads (NULL: the batch's) */
+    uint16_t *d_hits_attn;
+    float *d_hits_x;
+    const float *spec_resid;
     int32_t *d_zero;     /* [max_batch] zeros: no new tail (a prefetch took it) */
 
     /* The device-driven path (engine zero-copy): the selection's lists feed hot_plan on the
@@ -194,7 +203,7 @@ struct offload_step {
      * waits for it; offload_layer_ready queries it) */
     struct kctx gctx;
     void **ev_built, **ev_gathered; /* (lane) */
-    /* the device path's layer graphs (offload_layer.c, layer_graph): [3][n_layers][2], the
+    /* the device path's layer graphs (offload_layer.c, layer_graph): [3][n_layers][3], the
      * unsplit step's, then a split step's lane 0 and lane 1 (each over its view of the batch),
      * valid for lg_bt's lg_n entries whose longest reservation is lg_len (the attention's split
      * plans; a split's lanes follow from lg_n) */
@@ -329,6 +338,9 @@ void offload_prefetch_warm(const struct offload *o);
 /* The layer graphs' sets (offload_step.lgraph): the unsplit step's and each lane's of a split
  * step */
 #define OFFLOAD_LGRAPH_SETS 3
+/* and each set's pieces per layer: the first, the attention over the predicted lists (spec_from
+ * hits), the rest */
+#define OFFLOAD_LGRAPH_PIECES 3
 void offload_layer_graphs_drop(struct offload *o);
 /* Bytes of the step upload, and its ints before the queries (offload_layer.c). */
 size_t offload_up_bytes(const struct offload *o);

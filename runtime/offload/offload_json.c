@@ -154,7 +154,9 @@ json_t *offload_config_json(const struct offload *o)
     json_object_set_new(j, "prefetch", json_boolean(o->spec));
     json_object_set_new(j, "spec_margin", json_real(o->p.spec_margin));
     json_object_set_new(j, "spec_from",
-                        json_string(o->p.spec_from == OFFLOAD_SPEC_FROM_MID ? "mid" : "input"));
+                        json_string(o->p.spec_from == OFFLOAD_SPEC_FROM_HITS  ? "hits"
+                                    : o->p.spec_from == OFFLOAD_SPEC_FROM_MID ? "mid"
+                                                                              : "input"));
     json_object_set_new(j, "lanes", json_integer(o->p.lanes == 2 ? 2 : 1));
     json_object_set_new(j, "spec_budget_blocks", json_integer(o->cfg_spec.budget));
     json_object_set_new(
@@ -353,6 +355,7 @@ json_t *offload_counters_json(const struct offload *o)
     json_object_set_new(j, "layer_graph_launches", json_integer(st.layer_graph_launches));
     json_object_set_new(j, "lane_graph_launches", json_integer(st.lane_graph_launches));
     json_object_set_new(j, "mid_prefetches", json_integer(st.mid_prefetches));
+    json_object_set_new(j, "hits_prefetches", json_integer(st.hits_prefetches));
     if (o->spec) { /* the layers' prefetch counters summed */
         struct offload_layer_stats sum = {0};
         for (int sl = 0; sl < o->n_sparse; sl++) {

@@ -259,7 +259,8 @@ static void issue_side(struct offload *o, int layer, int spec)
                  (int)((size_t)B * o->n_lists * o->ms), rp->zc_blocks, rp->zc_threads,
                  rp->zc_inflight_kb, o->step.gctx.stream);
     timeline_end(o->plan.tl, &o->step.gctx, sp);
-    if (!spec) o->be->event_record(&o->step.gctx, o->step.ev_gathered[sl]);
+    o->be->event_record(&o->step.gctx,
+                        spec ? o->step.ev_spec_gathered[sl] : o->step.ev_gathered[sl]);
 }
 
 /* The selection query of sparse layer `layer` with the real query: its own q after its
@@ -273,8 +274,9 @@ static const uint16_t *real_query(struct offload *o, struct batch *bt, int layer
     const struct layer_weights *w = &engine_model(o->eng)->layers[layer];
     const uint16_t *norm = o->d_negnorm ? o->d_negnorm + (size_t)layer * c->hidden : w->attn_norm;
     const struct approx_q_weights aw = {norm, w->wqkv, w->q_norm, NULL, c->hidden};
-    o->fn.approx_q(o->ctx, &aw, batch_residual(bt), batch_pos(bt), o->step.aq_ws, o->step.d_aq,
-                   o->step.n, c->hidden, o->nq, o->hd, w->rope_inv_freq, c->norm_eps);
+    const float *x = o->step.spec_resid ? o->step.spec_resid : batch_residual(bt);
+    o->fn.approx_q(o->ctx, &aw, x, batch_pos(bt), o->step.aq_ws, o->step.d_aq, o->step.n, c->hidden,
+                   o->nq, o->hd, w->rope_inv_freq, c->norm_eps);
     return o->step.d_aq;
 }
 
@@ -347,8 +349,9 @@ void offload_prefetch(struct offload *o, struct batch *bt, int layer)
         PULSE_CHECK(o->step.piece_sel[at][i] != layer,
                     "offload_prefetch: a layer selected in this piece");
     o->step.piece_pf[at] = (int16_t)layer;
-    /* from mid-layer: made in the layer's second piece, after its attention (finish_body) */
-    if (o->p.spec_from == OFFLOAD_SPEC_FROM_MID) return;
+    /* from mid-layer or the predicted lists' attention: made in the layer's second or third
+     * piece, after an attention (offload_layer_finish) */
+    if (o->p.spec_from != OFFLOAD_SPEC_FROM_INPUT) return;
     select_layer(o, bt, layer, 1);
 }
 
@@ -392,13 +395,13 @@ static void attend_wait(struct offload *o, int layer)
     o->be->copy_async(o->ctx, d_ctl + V, ctl + V, sizeof(int32_t) * (size_t)nv * o->ms);
 }
 
-/* Attention with the model's q over the planned pages: one entry per (entry, list), each with
- * nq / n_lists query heads (head-wise: entry (b, h) holds query heads h*G .. h*G+G-1, the same
- * memory as q's [b][nq][hd]). */
-static void attend(struct offload *o, struct batch *bt, int layer)
+/* Attention with the model's q over the pages of control block d_ctl (the layer's plan, or a
+ * prediction's) into out: one entry per (entry, list), each with nq / n_lists query heads
+ * (head-wise: entry (b, h) holds query heads h*G .. h*G+G-1, the same memory as q's
+ * [b][nq][hd]). */
+static void attend(struct offload *o, struct batch *bt, int32_t *d_ctl, uint16_t *out)
 {
-    const int sl = offload_sl(o, layer), nv = o->step.n * o->n_lists;
-    int32_t *d_ctl = o->step.d_ctl[sl & 1];
+    const int nv = o->step.n * o->n_lists;
     const size_t V = (size_t)o->max_batch * o->n_lists;
     struct kv_view v = {(uint16_t *)o->store.gpu_pool,
                         d_ctl + V,
@@ -408,7 +411,7 @@ static void attend(struct offload *o, struct batch *bt, int layer)
                         o->hd,
                         0,
                         0};
-    o->be->attn_decode(o->ctx, batch_q(bt), &v, d_ctl, batch_attn_out(bt), nv, o->nq / o->n_lists,
+    o->be->attn_decode(o->ctx, batch_q(bt), &v, d_ctl, out, nv, o->nq / o->n_lists,
                        o->step.att_max_tokens, 1.0f / sqrtf((float)o->hd));
 }
 
@@ -446,13 +449,14 @@ static void tail_flush(struct offload *o, int layer)
     o->fn.scatter(d, n_desc, o->ctx->stream);
 }
 
-/* The layer graphs (device path): slot 2 l holds layer l's first piece (its issues,
- * pre-attention, digest update), 2 l + 1 its attention and post-attention; NULL to queue them as
- * they are. They hold the batch, its size and the attention's bound, and are dropped when one
- * changes (offload_step_begin). A split step's lanes have sets of their own: each holds its
- * view of the step's batch (the same entries while the batch's size holds, since the split
- * point follows from it) and its lane's control blocks, flags and events; whether the views
- * may replay is the step's batch's to say (a view has no graphs of its own). */
+/* The layer graphs (device path): slot 3 l holds layer l's first piece (its issues,
+ * pre-attention, digest update), 3 l + 1 its attention and post-attention, 3 l + 2 its attention
+ * over its predicted lists (spec_from hits); NULL to queue them as they are. They hold the batch,
+ * its size and the attention's bound, and are dropped when one changes (offload_step_begin). A
+ * split step's lanes have sets of their own: each holds its view of the step's batch (the same
+ * entries while the batch's size holds, since the split point follows from it) and its lane's
+ * control blocks, flags and events; whether the views may replay is the step's batch's to say (a
+ * view has no graphs of its own). */
 static void **layer_graph(struct offload *o, struct batch *bt, int piece, int layer)
 {
     const int split = o->step.n_lanes == 2;
@@ -460,12 +464,15 @@ static void **layer_graph(struct offload *o, struct batch *bt, int piece, int la
     if (!o->layer_graphs || !o->device_plan || !whole || !batch_graphs_on(o->eng, whole))
         return NULL;
     const size_t set = split ? 1 + (size_t)o->step.lane : 0;
-    return &o->step.lgraph[set * 2 * (size_t)o->n_layers + 2 * (size_t)layer + (size_t)piece];
+    return &o->step.lgraph[(set * (size_t)o->n_layers + (size_t)layer) * OFFLOAD_LGRAPH_PIECES +
+                           (size_t)piece];
 }
 
 void offload_layer_graphs_drop(struct offload *o)
 {
-    for (int i = 0; o->step.lgraph && o->eng && i < OFFLOAD_LGRAPH_SETS * 2 * o->n_layers; i++)
+    for (int i = 0;
+         o->step.lgraph && o->eng && i < OFFLOAD_LGRAPH_SETS * OFFLOAD_LGRAPH_PIECES * o->n_layers;
+         i++)
         engine_graph_drop(o->eng, &o->step.lgraph[i]);
     o->step.lg_bt = NULL;
 }
@@ -487,10 +494,36 @@ static void issue_body(void *arg)
     PULSE_CHECK(o->step.pre_done, "offload schedule: a layer's piece runs its pre-attention");
 }
 
-/* The layer a piece of `layer` left to predict from mid-layer (spec_from mid), or -1. */
+/* Whether sparse layer `layer`, predicted this step, predicts the next from an attention over
+ * its predicted lists (spec_from hits; hits_body), its correction issued after that attention. */
+static int hits_early(const struct offload *o, int layer)
+{
+    return o->p.spec_from == OFFLOAD_SPEC_FROM_HITS && offload_is_sparse(o, layer) &&
+           o->step.spec_step[layer] == o->st.steps && o->step.piece_pf[layer] >= 0;
+}
+
+/* The layer a piece of `layer` left to predict from mid-layer (spec_from mid, or hits where the
+ * layer was not itself predicted), or -1. */
 static int mid_prefetch(const struct offload *o, int layer)
 {
-    return o->p.spec_from == OFFLOAD_SPEC_FROM_MID ? o->step.piece_pf[layer] : -1;
+    if (o->p.spec_from == OFFLOAD_SPEC_FROM_INPUT || hits_early(o, layer)) return -1;
+    return o->step.piece_pf[layer];
+}
+
+/* spec_from hits, once the layer's prefetch has landed: attention over its predicted lists (all
+ * resident: the exact plan's recalls, which may take a mispredicted block's slot, wait for it:
+ * ev_built recorded again), then the next layer's prediction from the residual that attention
+ * gives, the batch's own untouched. */
+static void hits_body(void *arg)
+{
+    const struct layer_call *c = arg;
+    struct offload *o = c->o;
+    attend(o, c->bt, o->step.d_ctl_spec, o->step.d_hits_attn);
+    o->be->event_record_external(o->ctx, o->step.ev_built[offload_sl(o, c->layer)]);
+    engine_attn_residual(o->eng, c->bt, c->layer, o->step.d_hits_attn, o->step.d_hits_x);
+    o->step.spec_resid = o->step.d_hits_x;
+    select_layer(o, c->bt, o->step.piece_pf[c->layer], 1);
+    o->step.spec_resid = NULL;
 }
 
 static void finish_body(void *arg)
@@ -501,7 +534,7 @@ static void finish_body(void *arg)
     if (!offload_is_sparse(o, c->layer))
         engine_run_attention(o->eng, c->bt, o->store.kv, c->layer);
     else
-        attend(o, c->bt, c->layer);
+        attend(o, c->bt, o->step.d_ctl[offload_sl(o, c->layer) & 1], batch_attn_out(c->bt));
     offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
     const int pf = mid_prefetch(o, c->layer);
     if (pf < 0) {
@@ -547,9 +580,10 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
     for (int i = 0; i < o->step.piece_nsel[layer]; i++) {
         const int sel = o->step.piece_sel[layer][i];
         o->step.sel_step[offload_sl(o, sel)] = o->st.steps;
-        if (o->device_plan) issue_side(o, sel, 0);
+        /* (a layer predicting from its predicted lists: its correction after that attention) */
+        if (o->device_plan && !hits_early(o, sel)) issue_side(o, sel, 0);
     }
-    if (o->device_plan && o->step.piece_pf[layer] >= 0 && mid_prefetch(o, layer) < 0)
+    if (o->device_plan && o->step.piece_pf[layer] >= 0 && o->p.spec_from == OFFLOAD_SPEC_FROM_INPUT)
         issue_side(o, o->step.piece_pf[layer], 1);
     if (o->device_plan) offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
     o->step.issued = 1;
@@ -577,6 +611,15 @@ void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
                 "offload schedule: a sparse layer is selected before its attention");
     struct layer_call c = {o, bt, layer};
     double t = pulse_now();
+    if (hits_early(o, layer)) { /* the prediction once the prefetch has landed, then the link's
+                                   next work: this layer's correction, the next's prefetch */
+        o->be->stream_wait_event(o->ctx, o->step.ev_spec_gathered[offload_sl(o, layer)]);
+        run_piece(o, layer_graph(o, bt, 2, layer), hits_body, &c, OFFLOAD_HOST_SELECT, &t);
+        issue_side(o, layer, 0);
+        issue_side(o, o->step.piece_pf[layer], 1);
+        o->st.hits_prefetches++;
+        offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
+    }
     if (sparse) attend_wait(o, layer);
     offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
     run_piece(o, layer_graph(o, bt, 1, layer), finish_body, &c, OFFLOAD_HOST_POST, &t);
@@ -621,7 +664,7 @@ static void lane_load(struct offload *o, int k)
     o->step.ev_sel = L->ev_sel, o->step.ev_selected = L->ev_selected;
     o->step.h_sel_spec = L->h_sel_spec, o->step.d_sel_spec = L->d_sel_spec;
     o->step.ev_spec_sel = L->ev_spec_sel, o->step.ev_spec_selected = L->ev_spec_selected;
-    o->step.ev_spec_built = L->ev_spec_built;
+    o->step.ev_spec_built = L->ev_spec_built, o->step.ev_spec_gathered = L->ev_spec_gathered;
     o->step.d_desc[0] = L->d_desc[0], o->step.d_desc[1] = L->d_desc[1];
     o->step.d_desc_spec[0] = L->d_desc_spec[0], o->step.d_desc_spec[1] = L->d_desc_spec[1];
     o->step.ev_built = L->ev_built, o->step.ev_gathered = L->ev_gathered;

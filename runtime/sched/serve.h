@@ -68,8 +68,9 @@ struct serve_counters {
     int64_t recall_bytes, recall_chunks, recall_stalls, layer_switches, ioaa_nodes;
     /* a prefetching schedule's (offload.h: offload_prefetch): chunks the prefetches recalled,
      * the exact selections' corrections, the prediction's scored and held blocks, and the
-     * predictions made from mid-layer (offload_params.spec_from) */
-    int64_t spec_recall_chunks, spec_corrections, spec_scored, spec_held, spec_mid;
+     * predictions made from mid-layer and from a predicted layer's attention over its predicted
+     * lists (offload_params.spec_from) */
+    int64_t spec_recall_chunks, spec_corrections, spec_scored, spec_held, spec_mid, spec_hits;
     /* two-batch schedulers (pulseinfer): normal-batch layers run while an offload layer's
      * recall was in flight; sparse offload layers whose recall was done when the scheduler
      * came back to it (hidden) or not (exposed: it waited); the time it waited; admission

@@ -18,7 +18,10 @@
  * the device, its prefetch gather on the gather's stream), with CUDA graphs; a perfect predictor
  * corrects nothing, a poor one corrects; the negated gather-scatter run is verified after every
  * step (every resident block against its host copy); a margin keeps the tokens and holds at
- * least the hit rate. Cases 14-17 of PULSE_GPU_TEST_CASES. */
+ * least the hit rate. On zero-copy, the poor predictor's prediction made from mid-layer and from
+ * the predicted lists' attention (--spec-from mid, hits; the latter verified after every step:
+ * its correction may take a slot that attention reads, and waits for it): exact SoloHead's
+ * tokens, with the locality query the same corrections. Cases 14-17 of PULSE_GPU_TEST_CASES. */
 static void test_speculation_gpu(int quick)
 {
     for (int real = 0; real < 2; real++)
@@ -77,6 +80,27 @@ static void test_speculation_gpu(int quick)
                    real ? "real" : "locality", zc ? "zero-copy" : "gather-scatter",
                    (long long)w->spec_held, (long long)w->spec_scored,
                    (long long)w->spec_recall_chunks, (long long)w->spec_corrections);
+            for (int f = 0; zc && f < 2; f++) {
+                struct pi_out pt;
+                c.spec_from = f ? OFFLOAD_SPEC_FROM_HITS : OFFLOAD_SPEC_FROM_MID;
+                c.spec_predictor = OFFLOAD_SPEC_NEGATED, c.no_verify = !f;
+                serve(&c, &pt);
+                const struct serve_counters *t = &pt.ctr;
+                EXPECT_EQ_INT(pt.rc, 0);
+                const int same = same_tokens(&exact.w, &pt.w);
+                EXPECT(same);
+                EXPECT(f ? t->spec_hits > 0 : t->spec_mid > 0 && t->spec_hits == 0);
+                if (!real) EXPECT_EQ_INT(t->spec_corrections, spec[1].ctr.spec_corrections);
+                printf("cuda speculation, %s query, zero-copy, negated predictor from %s%s: "
+                       "%lld from mid-layer, %lld from the predicted lists, %lld prefetched, %lld "
+                       "corrected, tokens %s exact SoloHead's\n",
+                       real ? "real" : "locality", f ? "the predicted lists" : "mid-layer",
+                       c.no_verify ? "" : " verified", (long long)t->spec_mid,
+                       (long long)t->spec_hits, (long long)t->spec_recall_chunks,
+                       (long long)t->spec_corrections, same ? "equal" : "DIFFER from");
+                workload_free(&pt.w);
+            }
+            c.spec_from = OFFLOAD_SPEC_FROM_INPUT, c.spec_predictor = OFFLOAD_SPEC_APPROX;
             workload_free(&wide.w);
             workload_free(&exact.w);
             for (int k = 0; k < 2; k++)
