@@ -250,7 +250,9 @@ static int ioaa_speculation(struct pulseinfer *pi, const struct offload_params *
     f->prefetch_bytes = pi->prof.prof.recall_bytes * f->churn_ratio * wide / sel;
     f->correction_bytes = B * (1 - f->hit) * (1 - f->miss_held);
     /* from mid-layer the prefetch starts after the attention: beside the MLP's share of the
-     * layer (decode's offload layers read their weights: that share of the time) */
+     * layer (decode's offload layers read their weights: that share of the time); from the
+     * predicted lists' attention (spec_from hits) once the layer's own prefetch has landed,
+     * behind its correction: beside the whole layer, as from the input */
     f->window = op->spec_from == OFFLOAD_SPEC_FROM_MID
                     ? (double)model_mlp_weight_bytes(m) / (double)model_layer_weight_bytes(m)
                     : 1;
