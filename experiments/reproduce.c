@@ -441,6 +441,13 @@ static json_t *g_ablation(const struct scale_cfg *s, const char *dir)
     json_array_append_new(v, variant(s, "7+speculation", "pulseinfer", "--speculate"));
     json_array_append_new(
         v, variant(s, "7+speculation-zc", "pulseinfer", "--speculate --recall-engine zero-copy"));
+    /* the prediction made later, nearer the exact query: from mid-layer (its recall beside the
+     * MLP), and from a predicted layer's attention over its predicted lists (beside the whole
+     * next layer; the device path) */
+    json_array_append_new(v, variant(s, "7+speculation-mid-zc", "pulseinfer",
+                                     "--speculate --spec-from mid --recall-engine zero-copy"));
+    json_array_append_new(v, variant(s, "7+speculation-hits-zc", "pulseinfer",
+                                     "--speculate --spec-from hits --recall-engine zero-copy"));
     /* beside speculation, on 6+ioaa: self-interleaving (with no normal batch the offload
      * batch's two halves interleave their layers; the exact tokens), then both (each half
      * predicts its own next layer) */

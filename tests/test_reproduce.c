@@ -96,6 +96,8 @@ int main(void)
                                            "6+ioaa-zc",
                                            "7+speculation",
                                            "7+speculation-zc",
+                                           "7+speculation-mid-zc",
+                                           "7+speculation-hits-zc",
                                            "7+self-interleaving",
                                            "7+self-interleaving-zc",
                                            "8+speculation+self-interleaving",
@@ -104,11 +106,24 @@ int main(void)
                                            "arkvale+solohead+zc",
                                            "infinigen+solohead+gs",
                                            "infinigen+solohead+zc"};
-    EXPECT_EQ_INT((int)json_array_size(json_object_get(ab, "points")), 18);
+    EXPECT_EQ_INT((int)json_array_size(json_object_get(ab, "points")), 20);
     for (size_t i = 0; i < PULSE_ARRAY_LEN(ab_names); i++)
         EXPECT_STR_EQ(json_string_value(json_object_get(
                           json_array_get(json_object_get(ab, "points"), i), "variant")),
                       ab_names[i]);
+    /* the later predictions' rows move their counters: from mid-layer, from the predicted lists
+     * (and the first predicted layer's from mid-layer) */
+    for (int k = 0; k < 2; k++) {
+        json_t *off = json_object_get(
+            json_object_get(
+                json_object_get(json_array_get(json_object_get(ab, "points"), 10 + k), "result"),
+                "counters"),
+            "offload");
+        const json_int_t mp = json_integer_value(json_object_get(off, "mid_prefetches"));
+        const json_int_t hp = json_integer_value(json_object_get(off, "hits_prefetches"));
+        EXPECT(mp > 0);
+        EXPECT(k ? hp > 0 : hp == 0);
+    }
     /* one host pool over the points: the fourth point's is the third one's, kept */
     json_t *r1 = json_object_get(json_array_get(json_object_get(ab, "points"), 3), "result");
     EXPECT(json_is_true(json_object_get(
