@@ -111,7 +111,7 @@ static const struct opt_case cases[] = {
     {"gs-nt-stores", RT_RECALL, "off", -1, "off", {"0", "1", "no", "ON"}},
     {"zc-blocks", RT_RECALL, "65535", 65535, NULL, {"0", "65536", "0x10", "+8"}},
     {"zc-inflight-kb", RT_RECALL, "1", 1, NULL, {"0", "257", "128K", "-128"}},
-    {"zc-desc", RT_RECALL, "host", -1, "host", {"0", "1", "mapped", ""}},
+    {"zc-desc", RT_RECALL, "device", -1, "device", {"0", "1", "mapped", ""}},
     {"recall-spin-us", RT_RECALL, "0", 0, NULL, {"-1", "1000001", "1e3", "us"}},
     {"recall-prime", RT_RECALL, "on", -1, "on", {"1", "yes", "", "true"}},
     {"pin", RT_PIN, "alloc", -1, "alloc", {"0", "Alloc", "mmap", ""}},

@@ -131,8 +131,8 @@ struct recall_params {
     int zc_threads;
     int zc_inflight_kb;     /* zero-copy: KB each gather block keeps in flight, 1..256 (default
                                RECALL_ZC_INFLIGHT_KB) */
-    int zc_desc_host;       /* zero-copy: 1: the gather reads its descriptors from the pinned
-                               host ring through its mapping, no copy ahead of it; 0 (default):
+    int zc_desc_host;       /* zero-copy: 1 (default): the gather reads its descriptors from
+                               the pinned host ring through its mapping, no copy ahead of it; 0:
                                copied to device memory first (one H2D on the stream) */
     double cap_gbps;        /* bandwidth cap in GB/s (1e9 B/s); 0 = none */
     size_t cap_burst_bytes; /* bucket depth (default 4 MiB; 0: strict pacing) */
