@@ -128,6 +128,7 @@ struct offload_step {
     uint32_t seq;        /* the step's signal value (steps + 1) */
     int64_t jobs_end[2]; /* planner jobs posted by the end of the last step of that parity */
     int att_max_tokens;  /* bounds every attended length of the step (min(ms * ps, max reserved)) */
+    int att_max_spec;    /* and of a prediction's lists (a margin widens them: spec_from hits) */
     /* the real query one layer ahead (query real, lookahead): the approximate query of the
      * layer being selected, from the input of the layer running (backend memory) */
     uint16_t *d_aq;

@@ -401,6 +401,7 @@ static void attend_wait(struct offload *o, int layer)
  * [b][nq][hd]). */
 static void attend(struct offload *o, struct batch *bt, int32_t *d_ctl, uint16_t *out)
 {
+    const int spec = d_ctl == o->step.d_ctl_spec;
     const int nv = o->step.n * o->n_lists;
     const size_t V = (size_t)o->max_batch * o->n_lists;
     struct kv_view v = {(uint16_t *)o->store.gpu_pool,
@@ -412,7 +413,8 @@ static void attend(struct offload *o, struct batch *bt, int32_t *d_ctl, uint16_t
                         0,
                         0};
     o->be->attn_decode(o->ctx, batch_q(bt), &v, d_ctl, out, nv, o->nq / o->n_lists,
-                       o->step.att_max_tokens, 1.0f / sqrtf((float)o->hd));
+                       spec ? o->step.att_max_spec : o->step.att_max_tokens,
+                       1.0f / sqrtf((float)o->hd));
 }
 
 /* Entries whose tail block filled this step (decided on the host, so queued outside the
@@ -772,6 +774,7 @@ static int stage(struct offload *o, const struct batch_entry *en, int n)
             (double)o->n_sparse * PULSE_CEIL_DIV(ss->n_tok[b], o->ps) * (double)o->dpage_bytes;
     }
     o->step.att_max_tokens = select_attend_bound(&o->cfg, max_len);
+    o->step.att_max_spec = select_attend_bound(&o->cfg_spec, max_len);
     const size_t up =
         o->p.query == OFFLOAD_QUERY_REAL ? sizeof(int32_t) * up_ints(o) : up_bytes(o, n);
     o->be->copy_async(o->ctx, o->step.d_up, h, up); /* the rows of n entries (and their queries) */
