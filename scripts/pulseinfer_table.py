@@ -21,6 +21,8 @@ def label(r):
         return pol
     off = get(r, "config", "offload", default={})
     spec = " speculate" if off.get("schedule") == "speculate-exact" else ""
+    if spec and off.get("spec_from", "input") != "input":
+        spec += "@" + off["spec_from"]
     if spec and off.get("spec_margin"):
         spec += "+%g" % off["spec_margin"]
     si = get(r, "counters", "pulseinfer", "self_interleave", "mode", default="off")
