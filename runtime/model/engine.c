@@ -554,7 +554,6 @@ void engine_layer_pre(struct engine *e, struct batch *bt, const struct kv_cache 
     piece_run(e, bt, kv, layer, piece_slot(e, bt, kv, 0, layer), layer_pre);
 }
 
-/* Post-attention, first part: the attention's output projection into the residual. */
 /* x += the layer's attention output attn through its O GEMM (post-norm first on Gemma 3), for
  * the batch's B rows: post-attention's first part, on any residual. */
 static void post_attn_add(struct engine *e, int B, int layer, const uint16_t *attn, float *x)
@@ -572,6 +571,7 @@ static void post_attn_add(struct engine *e, int B, int layer, const uint16_t *at
     }
 }
 
+/* Post-attention, first part: the attention's output projection into the residual. */
 static void layer_post_attn(struct engine *e, struct batch *bt, const struct kv_cache *kv,
                             int layer)
 {
