@@ -109,6 +109,12 @@ struct sparse_attn {
     int *global_index; /* [n_layers] index among global layers, -1 for local */
     int approx_for[2]; /* the layer whose approximate query half p of d_approx_q holds (made at
                           the previous layer's input: layer l in half l & 1); -1 none */
+    /* spec_from hits: the attention over a predicted layer's predicted lists [n_heads * hd],
+     * the layer's input residual and then that attention's residual [hidden] (floats), and the
+     * layer d_hits_out holds (-1: none) */
+    uint16_t *d_hits_out;
+    float *d_hits_x;
+    int hits_for;
     /* host */
     int32_t *h_sel, *h_count, *h_pages, *h_n;
     int32_t *h_exact, *h_exact_n;   /* the exact query's lists beside a speculated one's */
@@ -136,7 +142,9 @@ static size_t device_bytes(const struct model_config *c, int max_blocks, int n_g
                       2 * 2 * H * hd,
                       approx_ws,
                       nch < c->hidden ? 2 * (size_t)n_global * H * hd * nch : 0,
-                      nch < c->hidden ? 4 * (size_t)n_global * nch : 0};
+                      nch < c->hidden ? 4 * (size_t)n_global * nch : 0,
+                      2 * H * hd,
+                      4 * (size_t)c->hidden};
     size_t total = 0;
     for (size_t i = 0; i < PULSE_ARRAY_LEN(parts); i++)
         total += mem_aligned(parts[i]);
@@ -251,6 +259,8 @@ struct sparse_attn *sparse_attn_create(struct engine *e, const struct kv_cache *
         s->d_partial_wq = mem_carve(&cur, 2 * (size_t)n_global * H * hd * s->n_channels);
         s->d_channels = mem_carve(&cur, 4 * (size_t)n_global * s->n_channels);
     }
+    s->d_hits_out = mem_carve(&cur, 2 * H * hd);
+    s->d_hits_x = mem_carve(&cur, 4 * (size_t)c->hidden);
     for (int i = 0; i < max_blocks; i++) /* the host page buffer stages the identity ids */
         s->h_pages[i] = i;
     s->be->upload(s->ctx, s->d_ident, s->h_pages, 4 * mb);
@@ -305,8 +315,9 @@ int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, 
         snprintf(err, errlen, "speculation margin %g: not in [0, 1]", p->spec_margin);
         return PULSE_ERR_INVALID;
     }
-    if (p->spec_from != SPARSE_SPEC_INPUT && p->spec_from != SPARSE_SPEC_MID) {
-        snprintf(err, errlen, "speculation point %d: not input (0) or mid (1)", p->spec_from);
+    if (p->spec_from < SPARSE_SPEC_INPUT || p->spec_from > SPARSE_SPEC_HITS) {
+        snprintf(err, errlen, "speculation point %d: not input (0), mid (1) or hits (2)",
+                 p->spec_from);
         return PULSE_ERR_INVALID;
     }
     const int kind = sparse_policy_selector_kind(p->policy);
@@ -330,6 +341,7 @@ int sparse_attn_configure(struct sparse_attn *s, const struct sparse_params *p, 
     memset(s->persist, 0, sizeof *s->persist * c->n_layers);
     memset(s->h_prev_n, 0xff, 4 * (size_t)s->n_global * c->n_kv_heads * 2); /* -1 */
     s->approx_for[0] = s->approx_for[1] = -1;
+    s->hits_for = -1;
     s->one = (struct select_cfg){1,       1,         c->head_dim,   s->bs, p->budget_tokens / s->bs,
                                  p->sink, p->window, s->max_blocks, 0};
     s->kvh = s->one;
@@ -434,8 +446,8 @@ static void measure_speculation(struct sparse_attn *s, int layer, const uint16_t
 }
 
 /* Reads the lists back, maps blocks to the layer's page ids, uploads the page lists and the
- * attended lengths. */
-static void lists_to_pages(struct sparse_attn *s, int layer, int n_lists, int n_tokens)
+ * attended lengths; lists the output is attended over (attended) are counted and observed. */
+static void pages_of(struct sparse_attn *s, int layer, int n_lists, int n_tokens, int attended)
 {
     int stride = s->max_blocks, nb = PULSE_CEIL_DIV(n_tokens, s->bs);
     s->be->download(s->ctx, s->h_count, s->d_count, 4 * (size_t)n_lists);
@@ -450,6 +462,7 @@ static void lists_to_pages(struct sparse_attn *s, int layer, int n_lists, int n_
             s->h_pages[(size_t)l * stride + i] = row[sel[i]];
         /* every selected block is full but the tail, which is last */
         s->h_n[l] = (cnt - 1) * s->bs + (n_tokens - (nb - 1) * s->bs);
+        if (!attended) continue;
         s->st.lists++;
         s->st.attended_tokens += s->h_n[l];
         s->st.context_tokens += n_tokens;
@@ -459,6 +472,11 @@ static void lists_to_pages(struct sparse_attn *s, int layer, int n_lists, int n_
         s->be->upload(s->ctx, s->d_pages + (size_t)l * stride, s->h_pages + (size_t)l * stride,
                       4 * (size_t)s->h_count[l]);
     s->be->upload(s->ctx, s->d_n, s->h_n, 4 * (size_t)n_lists);
+}
+
+static void lists_to_pages(struct sparse_attn *s, int layer, int n_lists, int n_tokens)
+{
+    pages_of(s, layer, n_lists, n_tokens, 1);
 }
 
 /* Attention of query heads [h0, h0 + nq) over list l's pages: of every KV head (kv_head < 0,
@@ -479,6 +497,55 @@ static void attend_list(struct sparse_attn *s, const struct kv_view *kv, const u
     /* bounded as the serving path's attention (select_attend_bound): the same split plan */
     s->be->attn_decode(s->ctx, q + h0 * hd, &v, s->d_n + l, out + h0 * hd, 1, nq,
                        select_attend_bound(&s->kvh, s->max_tokens), 1.0f / sqrtf((float)hd));
+}
+
+/* The lists of KV heads heads[0..n_lists) (each from its query heads' summed scores of query
+ * qx), their pages uploaded (pages_of). */
+static void kv_lists(struct sparse_attn *s, int layer, const uint16_t *qx, const int32_t *n_tokens,
+                     int n, int n_lists, const int *heads, int attended)
+{
+    const size_t hd = (size_t)s->c->head_dim, mb = (size_t)s->max_blocks;
+    const int G = s->c->n_heads / s->c->n_kv_heads;
+    for (int l = 0; l < n_lists; l++) {
+        struct digest_view dv = digests_of(s, heads[l]);
+        s->fn.select_blocks(s->ctx, &s->kvh, qx + (size_t)heads[l] * G * hd, &dv, n_tokens,
+                            s->d_scores + l * mb, s->d_sel + l * mb, s->d_count + l, 1,
+                            SELECT_HEADWISE);
+    }
+    pages_of(s, layer, n_lists, n, attended);
+}
+
+/* Attention of every query head over the uploaded lists: one list serving them all, or list g
+ * serving KV head g's query heads. */
+static void kv_attend(struct sparse_attn *s, const struct kv_view *kv, const uint16_t *q,
+                      uint16_t *out, int n_lists)
+{
+    const int G = s->c->n_heads / s->c->n_kv_heads;
+    if (n_lists == 1) {
+        attend_list(s, kv, q, out, 0, -1, 0, s->c->n_heads);
+        return;
+    }
+    for (int g = 0; g < n_lists; g++)
+        attend_list(s, kv, q, out, g, g, g * G, G);
+}
+
+/* Lists of KV heads (headwise, solohead and their kinds) selected with qs (the approximate
+ * query where the layer was predicted, else q), measured against q's where they differ, and
+ * attended with q. With spec_from hits a predicted layer is attended over q's lists (the exact
+ * policy's) and over the predicted ones into d_hits_out, the next layer's prediction's source. */
+static void kv_select_attend(struct sparse_attn *s, int layer, const uint16_t *q,
+                             const uint16_t *qs, const struct kv_view *kv, const int32_t *n_tokens,
+                             int n, uint16_t *out, int n_lists, const int *heads)
+{
+    const int hits = s->p.spec_from == SPARSE_SPEC_HITS && qs != q;
+    kv_lists(s, layer, qs, n_tokens, n, n_lists, heads, !hits);
+    if (qs != q) measure_speculation(s, layer, q, qs, n_tokens, n, n_lists, heads);
+    if (hits) {
+        kv_attend(s, kv, q, s->d_hits_out, n_lists);
+        s->hits_for = layer;
+        kv_lists(s, layer, q, n_tokens, n, n_lists, heads, 1);
+    }
+    kv_attend(s, kv, q, out, n_lists);
 }
 
 static int sparse_attend(void *user, int layer, const uint16_t *q, const struct kv_view *kv,
@@ -525,12 +592,7 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
     case SPARSE_REVERSED:
     case SPARSE_INFINIGEN_SOLO: { /* KV head g's summed list serves every head */
         int g = s->p.selector[layer];
-        struct digest_view dv = digests_of(s, g);
-        s->fn.select_blocks(s->ctx, &s->kvh, qs + (size_t)g * G * hd, &dv, n_tokens, s->d_scores,
-                            s->d_sel, s->d_count, 1, SELECT_HEADWISE);
-        lists_to_pages(s, layer, 1, n);
-        if (qs != q) measure_speculation(s, layer, q, qs, n_tokens, n, 1, &g);
-        attend_list(s, kv, q, out, 0, -1, 0, nh);
+        kv_select_attend(s, layer, q, qs, kv, n_tokens, n, out, 1, &g);
         break;
     }
     case SPARSE_SOLOHEAD_Q:
@@ -553,24 +615,14 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
         for (int h = 0; h < nh; h++)
             attend_list(s, kv, q, out, h, h / G, h, 1);
         break;
-    default: /* headwise, infinigen: a list per KV head from its query heads' scores */
-        for (int g = 0; g < c->n_kv_heads; g++) {
-            struct digest_view dv = digests_of(s, g);
-            s->fn.select_blocks(s->ctx, &s->kvh, qs + (size_t)g * G * hd, &dv, n_tokens,
-                                s->d_scores + g * mb, s->d_sel + g * mb, s->d_count + g, 1,
-                                SELECT_HEADWISE);
-        }
-        lists_to_pages(s, layer, c->n_kv_heads, n);
-        if (qs != q) {
-            int heads[64];
-            PULSE_CHECK(c->n_kv_heads <= 64, "sparse attention: more than 64 KV heads");
-            for (int g = 0; g < c->n_kv_heads; g++)
-                heads[g] = g;
-            measure_speculation(s, layer, q, qs, n_tokens, n, c->n_kv_heads, heads);
-        }
+    default: { /* headwise, infinigen: a list per KV head from its query heads' scores */
+        int heads[64];
+        PULSE_CHECK(c->n_kv_heads <= 64, "sparse attention: more than 64 KV heads");
         for (int g = 0; g < c->n_kv_heads; g++)
-            attend_list(s, kv, q, out, g, g, g * G, G);
+            heads[g] = g;
+        kv_select_attend(s, layer, q, qs, kv, n_tokens, n, out, c->n_kv_heads, heads);
         break;
+    }
     }
     return 1;
 }
@@ -600,14 +652,42 @@ static void approx_next(void *user, int layer, const float *x, const int32_t *po
     s->approx_for[next & 1] = next;
 }
 
+/* spec_from hits: the layer's input residual kept (before_layer), the source of the residual
+ * an attention over its predicted lists gives (hits_next). */
+static void keep_input(void *user, int layer, const float *x, const int32_t *pos, int batch)
+{
+    (void)layer, (void)pos;
+    struct sparse_attn *s = user;
+    s->be->copy_async(s->ctx, s->d_hits_x, x, sizeof(float) * (size_t)batch * s->c->hidden);
+}
+
+/* spec_from hits, at mid-layer: the next layer's approximate query from the input plus the
+ * attention over the layer's predicted lists where it was predicted (kv_select_attend), else
+ * from the residual x (mid-layer). */
+static void hits_next(void *user, int layer, const float *x, const int32_t *pos, int batch)
+{
+    struct sparse_attn *s = user;
+    if (s->hits_for == layer) {
+        engine_attn_add(s->e, batch, layer, s->d_hits_out, s->d_hits_x);
+        x = s->d_hits_x;
+        s->st.spec_from_hits++;
+    }
+    s->hits_for = -1;
+    approx_next(user, layer, x, pos, batch);
+}
+
 struct engine_layer_hook sparse_attn_hook(struct sparse_attn *s)
 {
     struct engine_layer_hook h = {.attend = sparse_attend, .user = s};
     if (sparse_policy_approx(s->p.policy)) {
-        if (s->p.spec_from == SPARSE_SPEC_MID)
+        if (s->p.spec_from == SPARSE_SPEC_HITS) {
+            h.before_layer = keep_input;
+            h.mid_layer = hits_next;
+        } else if (s->p.spec_from == SPARSE_SPEC_MID) {
             h.mid_layer = approx_next;
-        else
+        } else {
             h.before_layer = approx_next;
+        }
     }
     return h;
 }

@@ -78,9 +78,15 @@ const char *sparse_policy_names(void);
 /* sparse_params.spec_from */
 enum sparse_spec_from {
     SPARSE_SPEC_INPUT = 0, /* InfiniGen's: from layer l's input residual */
-    SPARSE_SPEC_MID = 1    /* from layer l's residual once its attention output is added, before
+    SPARSE_SPEC_MID = 1,   /* from layer l's residual once its attention output is added, before
                               its MLP (engine_layer_hook.mid_layer): only the MLP's update
                               missing, a later start for the recall */
+    SPARSE_SPEC_HITS = 2   /* PulseInfer's speculation with exact correction (pulse run
+                              --spec-from hits): the attention is over the exact lists (the
+                              tokens are the exact policy's: headwise, solohead), and where layer
+                              l was predicted, layer l+1's approximate query comes from l's input
+                              plus an attention over l's predicted lists (engine_attn_add), else
+                              from mid-layer */
 };
 
 struct sparse_params {
@@ -116,6 +122,8 @@ struct sparse_stats {
     int64_t spec_predicted; /* the blocks chosen by score (forced ones left out) of the
                                lists the hits were looked up in: the prediction's size,
                                spec_exact's at margin 0 */
+    int64_t spec_from_hits; /* spec_from hits: approximate queries made from an attention over a
+                               predicted layer's predicted lists (the others from mid-layer) */
 };
 
 /* Called with every selection list made at a global layer (host copies; the list's blocks

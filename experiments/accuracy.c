@@ -71,9 +71,14 @@ static const char usage[] =
     "                      with ceil((1 + F) * k) blocks chosen by score instead of the\n"
     "                      budget's k (pulse run --spec-margin's prediction); the attention\n"
     "                      and its lists do not change (default 0: the attended lists)\n"
-    "  --spec-from P       input (default) or mid: where the infinigen runs make layer l+1's\n"
-    "                      approximate query: from layer l's input (InfiniGen's), or from its\n"
-    "                      residual once its attention output is added, before its MLP\n"
+    "  --spec-from P       input (default), mid or hits: where the infinigen runs make layer\n"
+    "                      l+1's approximate query: from layer l's input (InfiniGen's), from\n"
+    "                      its residual once its attention output is added, before its MLP;\n"
+    "                      or hits, PulseInfer's speculation with exact correction (pulse run\n"
+    "                      --spec-from hits): the runs attend over the exact lists (the\n"
+    "                      exact policy's tokens) and a predicted layer l's input plus an\n"
+    "                      attention over its predicted lists gives l+1's query (else\n"
+    "                      mid-layer)\n"
     "  --max-gen N         cap on new tokens (default: the task's)\n"
     "  --prefill-chunk N   prompt tokens per prefill pass (default 256)\n"
     "  --backend B         cpu, cuda or auto (default)\n"
@@ -82,7 +87,8 @@ static const char usage[] =
     "                      (LongBench's pred.py: not trec, triviaqa, samsum, lsht, lcc,\n"
     "                      repobench-p)\n"
     "  --check-serving     also decode every sample of the headwise, solohead, reversed, mean,\n"
-    "                      infinigen and infinigen-solohead (with --infinigen-frac 1) runs\n"
+    "                      infinigen and infinigen-solohead (with --infinigen-frac 1 and\n"
+    "                      --spec-from input) runs\n"
     "                      through the serving path (the offload runtime with a real prefill\n"
     "                      into the host pool and the real query; accuracy/serve_path.h) and\n"
     "                      count the samples whose tokens equal the accuracy path's (a\n"
@@ -301,11 +307,13 @@ static int parse(int argc, char **argv, struct acc_opts *o)
             o->spec_margin_set = 1;
             break;
         case 'F':
-            if (!strcmp(optarg, "input") || !strcmp(optarg, "mid")) {
-                o->spec_from = !strcmp(optarg, "mid") ? SPARSE_SPEC_MID : SPARSE_SPEC_INPUT;
+            if (!strcmp(optarg, "input") || !strcmp(optarg, "mid") || !strcmp(optarg, "hits")) {
+                o->spec_from = !strcmp(optarg, "mid")    ? SPARSE_SPEC_MID
+                               : !strcmp(optarg, "hits") ? SPARSE_SPEC_HITS
+                                                         : SPARSE_SPEC_INPUT;
                 o->spec_from_set = 1;
             } else {
-                cli_error(CMD, "--spec-from: '%s' is not input or mid", optarg);
+                cli_error(CMD, "--spec-from: '%s' is not input, mid or hits", optarg);
                 bad = 1;
             }
             break;
@@ -552,6 +560,7 @@ struct acc {
     /* [run] the blocks chosen by score of the lists the hits were looked up in (the
      * prediction's size; sparse_stats.spec_predicted) */
     int64_t spec_predicted[MAX_RUNS];
+    int64_t spec_from_hits[MAX_RUNS]; /* sparse_stats.spec_from_hits, summed */
     /* and the step-to-step behaviour of their lists: [run][layer] (sparse_attn_layer_persist) */
     struct select_persist *persist;
 };
@@ -827,8 +836,11 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
         const char *pred = detok(A, k);
         double score = longbench_score_sample(st->task, smp, pred);
         int served = -1; /* -1: not checked */
+        /* (the infinigen runs' twin, pulse run's infinigen, predicts from the input at every
+         * channel: with another --spec-from or --infinigen-frac they have none) */
         const int twin = serving_twin(A->runs[r].policy) >= 0 &&
-                         (!sparse_policy_approx(A->runs[r].policy) || A->o.frac == 1.0);
+                         (!sparse_policy_approx(A->runs[r].policy) ||
+                          (A->o.frac == 1.0 && A->o.spec_from == SPARSE_SPEC_INPUT));
         if (A->o.check_serving && twin &&
             (served = check_serving(A, r, n, max_gen, st->task->stop_at_newline, k, err, errlen)) <
                 0) {
@@ -843,6 +855,7 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
         st->spec_exact[r] += ss.spec_exact;
         st->spec_hit[r] += ss.spec_hit;
         A->spec_predicted[r] += ss.spec_predicted;
+        A->spec_from_hits[r] += ss.spec_from_hits;
         const int L = A->s.cfg->n_layers;
         for (int l = 0; ss.spec_exact && l < L; l++) {
             int64_t e, h;
@@ -1170,6 +1183,7 @@ static json_t *speculation_json(const struct acc *A)
             "hit_rate", te ? json_real((double)th / (double)te) : json_null());
         json_object_set_new(o, "margin", json_real(A->o.spec_margin));
         json_object_set_new(o, "predicted", json_integer(A->spec_predicted[r]));
+        json_object_set_new(o, "from_predicted_lists", json_integer(A->spec_from_hits[r]));
         add_persist(o, &tp);
         json_object_set_new(o, "per_layer", layers);
         json_array_append_new(arr, o);
@@ -1294,7 +1308,9 @@ static json_t *config_json(const struct acc *A)
     json_object_set_new(cj, "chat_template", json_string(chat_template_name(o->chat)));
     json_object_set_new(cj, "spec_margin", json_real(o->spec_margin));
     json_object_set_new(cj, "spec_from",
-                        json_string(o->spec_from == SPARSE_SPEC_MID ? "mid" : "input"));
+                        json_string(o->spec_from == SPARSE_SPEC_HITS  ? "hits"
+                                    : o->spec_from == SPARSE_SPEC_MID ? "mid"
+                                                                      : "input"));
     json_object_set_new(cj, "options", runtime_opts_json(&o->rt, RT_ENGINE));
     return cj;
 }
@@ -1673,6 +1689,8 @@ int cmd_accuracy(int argc, char **argv)
         printf("pulse accuracy: %s on %s, %d runs per sample", A.s.cfg->name, A.be->name, A.n_runs);
         if (A.o.spec_margin > 0) printf(", speculation margin %g", A.o.spec_margin);
         if (A.o.spec_from == SPARSE_SPEC_MID) printf(", speculation from mid-layer");
+        if (A.o.spec_from == SPARSE_SPEC_HITS)
+            printf(", speculation from the predicted lists' attention, exact attention");
         printf("\n");
         g_signalled = 0;
         stop_signals(1);

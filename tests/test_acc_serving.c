@@ -349,7 +349,7 @@ static void test_spec_margin(const char *dir, const json_t *r0)
         {"--spec-margin ''", "--spec-margin: '' is not a number in [0, 1] (decimal)"},
         {"--spec-margin 0.5 --policies full,headwise",
          "--spec-margin: only with infinigen or infinigen-solohead among --policies"},
-        {"--spec-from sideways", "--spec-from: 'sideways' is not input or mid"},
+        {"--spec-from sideways", "--spec-from: 'sideways' is not input, mid or hits"},
         {"--spec-from mid --policies full,headwise",
          "--spec-from: only with infinigen or infinigen-solohead among --policies"},
     };

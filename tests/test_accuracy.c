@@ -359,8 +359,11 @@ static void sparse_margin_on(const char *model)
 /* --spec-from mid: the approximate query of layer l+1 made from layer l's residual after its
  * attention (engine_layer_hook.mid_layer) instead of its input. The same layers are speculated
  * and measured (hits within the exact blocks), the same number of lists made; a budget that
- * covers the context leaves the logits exactly dense from either point; a point other than
- * input or mid is refused. */
+ * covers the context leaves the logits exactly dense from either point. --spec-from hits
+ * (PulseInfer's speculation with exact correction): the logits exactly the exact policy's
+ * (headwise for infinigen, solohead for infinigen-solohead, the same selector), the same lists
+ * attended, the prediction measured and made from the predicted lists' attention; a point other
+ * than input, mid or hits is refused. */
 static void sparse_mid_on(const char *model)
 {
     const struct model_config *c = model_config_find(model);
@@ -382,6 +385,23 @@ static void sparse_mid_on(const char *model)
         EXPECT_EQ_INT(sm.sparse_calls, si.sparse_calls);
         run_policy(model, 200, p, 256, sel, b, NULL); /* covering: dense */
         EXPECT(memcmp(b, dense, sizeof(float) * c->vocab) == 0);
+        const int exact_pol = p == SPARSE_INFINIGEN ? SPARSE_HEADWISE : SPARSE_SOLOHEAD;
+        g_spec_from = SPARSE_SPEC_INPUT;
+        const struct sparse_stats se = run_policy(model, 200, exact_pol, 32, sel, a, NULL);
+        g_spec_from = SPARSE_SPEC_HITS;
+        const struct sparse_stats sh = run_policy(model, 200, p, 32, sel, b, NULL);
+        EXPECT(memcmp(a, b, sizeof(float) * c->vocab) == 0);
+        EXPECT_EQ_INT(sh.lists, se.lists);
+        EXPECT_EQ_INT(sh.attended_tokens, se.attended_tokens);
+        EXPECT(sh.spec_exact > 0 && sh.spec_hit <= sh.spec_exact);
+        EXPECT(sh.spec_from_hits > 0);
+        EXPECT_EQ_INT(sm.spec_from_hits + si.spec_from_hits, 0);
+        fprintf(stderr,
+                "%-11s %-18s: from the predicted lists (exact attention, %s's logits): hit rate "
+                "%.3f, %lld predictions from them\n",
+                model, sparse_policy_name(p), sparse_policy_name(exact_pol),
+                sh.spec_exact ? (double)sh.spec_hit / sh.spec_exact : 0,
+                (long long)sh.spec_from_hits);
         g_spec_from = SPARSE_SPEC_INPUT;
         fprintf(stderr, "%-11s %-18s: hit rate %.3f from the layer's input, %.3f from mid-layer\n",
                 model, sparse_policy_name(p),
@@ -392,7 +412,7 @@ static void sparse_mid_on(const char *model)
     char err[256] = "";
     EXPECT_EQ_INT(rig_open(&r, c, 16), 0);
     struct sparse_attn *s = sparse_attn_create(r.e, r.kv, 16, T_MAX, 1.0, err, sizeof err);
-    struct sparse_params sp = {SPARSE_INFINIGEN, 32, 1, 2, NULL, 0.0, 2};
+    struct sparse_params sp = {SPARSE_INFINIGEN, 32, 1, 2, NULL, 0.0, 3};
     if (s) {
         EXPECT_EQ_INT(sparse_attn_configure(s, &sp, r.slot, err, sizeof err), PULSE_ERR_INVALID);
         EXPECT_STR_CONTAINS(err, "speculation point");

@@ -621,11 +621,9 @@ void engine_layer_post_mlp(struct engine *e, struct batch *bt, int layer)
     piece_run(e, bt, NULL, layer, piece_slot(e, bt, NULL, 4, layer), layer_post_mlp);
 }
 
-void engine_attn_residual(struct engine *e, const struct batch *bt, int layer, const uint16_t *attn,
-                          float *x)
+void engine_attn_add(struct engine *e, int batch, int layer, const uint16_t *attn, float *x)
 {
-    e->be->copy_async(&e->ctx, x, bt->d_x, sizeof(float) * (size_t)bt->n * e->p.cfg->hidden);
-    post_attn_add(e, bt->n, layer, attn, x);
+    post_attn_add(e, batch, layer, attn, x);
 }
 
 static int hook_set(const struct engine_layer_hook *h)

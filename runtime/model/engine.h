@@ -179,11 +179,11 @@ void engine_layer_post(struct engine *e, struct batch *bt, int layer);
  * residual (post-norm and add on Gemma 3), then the MLP and its residual. */
 void engine_layer_post_attn(struct engine *e, struct batch *bt, int layer);
 void engine_layer_post_mlp(struct engine *e, struct batch *bt, int layer);
-/* x = the batch's residual with attn (an attention output laid out as batch_attn_out's) added
- * as the layer's post-attention adds its own: the residual another attention of the layer would
- * give (a prediction's), the batch's own untouched. x: [batch][hidden] floats on the backend. */
-void engine_attn_residual(struct engine *e, const struct batch *bt, int layer, const uint16_t *attn,
-                          float *x);
+/* x += attn (an attention output of `batch` rows, laid out as batch_attn_out's) as the layer's
+ * post-attention adds its own (engine_layer_post_attn): on a copy of a residual, the residual
+ * another attention of the layer would give (a prediction's). x: [batch][hidden] floats on the
+ * backend, on the engine's stream. */
+void engine_attn_add(struct engine *e, int batch, int layer, const uint16_t *attn, float *x);
 /* On (on != 0): this batch's engine_layer_pre, engine_layer_post and unhooked engine_run_layer
  * replay CUDA graphs, one per piece and layer, each captured at its first use and kept while the
  * batch's size, longest reservation and cache stay the same (cuda with use_graph; on cpu, or

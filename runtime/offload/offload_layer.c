@@ -522,7 +522,9 @@ static void hits_body(void *arg)
     struct offload *o = c->o;
     attend(o, c->bt, o->step.d_ctl_spec, o->step.d_hits_attn);
     o->be->event_record_external(o->ctx, o->step.ev_built[offload_sl(o, c->layer)]);
-    engine_attn_residual(o->eng, c->bt, c->layer, o->step.d_hits_attn, o->step.d_hits_x);
+    o->be->copy_async(o->ctx, o->step.d_hits_x, batch_residual(c->bt),
+                      sizeof(float) * (size_t)o->step.n * o->mc->hidden);
+    engine_attn_add(o->eng, o->step.n, c->layer, o->step.d_hits_attn, o->step.d_hits_x);
     o->step.spec_resid = o->step.d_hits_x;
     select_layer(o, c->bt, o->step.piece_pf[c->layer], 1);
     o->step.spec_resid = NULL;
