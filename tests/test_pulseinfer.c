@@ -649,6 +649,16 @@ static struct pi_cfg spec_cfg(int real, int zc)
                            .zero_copy = zc};
 }
 
+/* With the locality query a prediction is the source's whatever its point: runs a and b
+ * prefetched, corrected, recalled and held the same chunks. */
+static void same_prediction(const struct serve_counters *a, const struct serve_counters *b)
+{
+    EXPECT_EQ_INT(a->spec_recall_chunks, b->spec_recall_chunks);
+    EXPECT_EQ_INT(a->spec_corrections, b->spec_corrections);
+    EXPECT_EQ_INT(a->recall_chunks, b->recall_chunks);
+    EXPECT_EQ_INT(a->spec_held, b->spec_held);
+}
+
 /* Speculation from mid-layer (offload_params.spec_from mid): the prediction of layer l+1 made in
  * layer l's second piece, after its attention, its recall beside l's MLP. On both engines,
  * with the locality query (the source's misprediction model: the same prediction as from the
@@ -679,12 +689,7 @@ static void test_speculation_mid(void)
             EXPECT(mid.ctr.spec_mid > 0);
             EXPECT(mid.ctr.spec_scored > 0 && mid.ctr.spec_recall_chunks > 0);
             EXPECT(mid.ctr.spec_recall_chunks + mid.ctr.spec_corrections <= mid.ctr.recall_chunks);
-            if (!real) { /* the same prediction, made later */
-                EXPECT_EQ_INT(mid.ctr.spec_recall_chunks, in.ctr.spec_recall_chunks);
-                EXPECT_EQ_INT(mid.ctr.spec_corrections, in.ctr.spec_corrections);
-                EXPECT_EQ_INT(mid.ctr.recall_chunks, in.ctr.recall_chunks);
-                EXPECT_EQ_INT(mid.ctr.spec_held, in.ctr.spec_held);
-            }
+            if (!real) same_prediction(&mid.ctr, &in.ctr); /* the same prediction, made later */
             printf("speculation from mid-layer, %s query, %s: tokens %s exact SoloHead's; %lld "
                    "predictions from mid-layer; hit rate %.3f (from the input %.3f), %lld chunks "
                    "prefetched, %lld corrected (from the input %lld, %lld)\n",
@@ -721,11 +726,7 @@ static void test_speculation_mid(void)
                 /* every prediction of a layer after a predicted one from its lists */
                 EXPECT_EQ_INT(hits.ctr.spec_hits + hits.ctr.spec_mid, mid.ctr.spec_mid);
                 EXPECT_EQ_INT(mid.ctr.spec_hits + in.ctr.spec_hits, 0);
-                if (!real) { /* the same prediction, made from another point */
-                    EXPECT_EQ_INT(hits.ctr.spec_recall_chunks, in.ctr.spec_recall_chunks);
-                    EXPECT_EQ_INT(hits.ctr.spec_corrections, in.ctr.spec_corrections);
-                    EXPECT_EQ_INT(hits.ctr.recall_chunks, in.ctr.recall_chunks);
-                }
+                if (!real) same_prediction(&hits.ctr, &in.ctr); /* made from another point */
                 printf("speculation from the predicted lists, %s query: tokens %s exact "
                        "SoloHead's; %lld predictions from them, %lld from mid-layer; hit rate "
                        "%.3f, %lld chunks prefetched, %lld corrected\n",
