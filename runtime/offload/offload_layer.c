@@ -597,8 +597,14 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
 int offload_layer_ready(const struct offload *o, int layer)
 {
     if (!offload_is_sparse(o, layer)) return 1;
-    if (o->device_plan) /* in stream order, or its gather's event (device_overlap) */
-        return o->overlap ? o->be->event_query(o->step.ev_gathered[offload_sl(o, layer)]) : 1;
+    /* in stream order, or its gather's event (device_overlap); a layer predicting from its
+     * predicted lists, whose correction its finish issues, once its prefetch has landed */
+    if (o->device_plan) {
+        if (!o->overlap) return 1;
+        const int sl = offload_sl(o, layer);
+        return o->be->event_query(hits_early(o, layer) ? o->step.ev_spec_gathered[sl]
+                                                       : o->step.ev_gathered[sl]);
+    }
     const _Atomic uint32_t *f = (const _Atomic uint32_t *)&o->step.flags[offload_sl(o, layer)];
     return (int32_t)(atomic_load_explicit(f, memory_order_acquire) - o->step.seq) >= 0;
 }
