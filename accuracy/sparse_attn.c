@@ -385,11 +385,10 @@ static struct digest_view digests_of(const struct sparse_attn *s, int kv_head)
     return dv;
 }
 
-/* Selects list l of n_lists (from KV head heads[l]) with cfg and query q into d_sel's row l and
- * reads the lists back into host[l * max_blocks] and counts[l]. */
-static void select_lists(struct sparse_attn *s, const struct select_cfg *cfg, const uint16_t *q,
-                         const int32_t *n_tokens, int n_lists, const int *heads, int32_t *host,
-                         int32_t *counts)
+/* Selects list l of n_lists (from KV head heads[l], its query heads' summed scores) with cfg
+ * and query q into d_sel's row l and d_count[l]. */
+static void select_heads(struct sparse_attn *s, const struct select_cfg *cfg, const uint16_t *q,
+                         const int32_t *n_tokens, int n_lists, const int *heads)
 {
     const size_t hd = (size_t)s->c->head_dim, mb = (size_t)s->max_blocks;
     const int G = s->c->n_heads / s->c->n_kv_heads;
@@ -401,6 +400,15 @@ static void select_lists(struct sparse_attn *s, const struct select_cfg *cfg, co
                             s->d_scores + l * mb, s->d_sel + l * mb, s->d_count + l, 1,
                             SELECT_HEADWISE);
     }
+}
+
+/* select_heads, then the lists read back into host[l * max_blocks] and counts[l]. */
+static void select_lists(struct sparse_attn *s, const struct select_cfg *cfg, const uint16_t *q,
+                         const int32_t *n_tokens, int n_lists, const int *heads, int32_t *host,
+                         int32_t *counts)
+{
+    const size_t mb = (size_t)s->max_blocks;
+    select_heads(s, cfg, q, n_tokens, n_lists, heads);
     s->be->download(s->ctx, counts, s->d_count, 4 * (size_t)n_lists);
     for (int l = 0; l < n_lists; l++)
         s->be->download(s->ctx, host + (size_t)l * mb, s->d_sel + (size_t)l * mb,
@@ -474,11 +482,6 @@ static void pages_of(struct sparse_attn *s, int layer, int n_lists, int n_tokens
     s->be->upload(s->ctx, s->d_n, s->h_n, 4 * (size_t)n_lists);
 }
 
-static void lists_to_pages(struct sparse_attn *s, int layer, int n_lists, int n_tokens)
-{
-    pages_of(s, layer, n_lists, n_tokens, 1);
-}
-
 /* Attention of query heads [h0, h0 + nq) over list l's pages: of every KV head (kv_head < 0,
  * nq = all query heads), or of KV head kv_head alone (its G query heads or one of them). */
 static void attend_list(struct sparse_attn *s, const struct kv_view *kv, const uint16_t *q,
@@ -504,14 +507,7 @@ static void attend_list(struct sparse_attn *s, const struct kv_view *kv, const u
 static void kv_lists(struct sparse_attn *s, int layer, const uint16_t *qx, const int32_t *n_tokens,
                      int n, int n_lists, const int *heads, int attended)
 {
-    const size_t hd = (size_t)s->c->head_dim, mb = (size_t)s->max_blocks;
-    const int G = s->c->n_heads / s->c->n_kv_heads;
-    for (int l = 0; l < n_lists; l++) {
-        struct digest_view dv = digests_of(s, heads[l]);
-        s->fn.select_blocks(s->ctx, &s->kvh, qx + (size_t)heads[l] * G * hd, &dv, n_tokens,
-                            s->d_scores + l * mb, s->d_sel + l * mb, s->d_count + l, 1,
-                            SELECT_HEADWISE);
-    }
+    select_heads(s, &s->kvh, qx, n_tokens, n_lists, heads);
     pages_of(s, layer, n_lists, n, attended);
 }
 
@@ -570,7 +566,7 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
         s->fn.digest_build(s->ctx, &full, &dv, n_tokens, 1, SELECT_MEAN, n);
         s->fn.select_blocks(s->ctx, &s->all, q, &dv, n_tokens, s->d_scores, s->d_sel, s->d_count, 1,
                             SELECT_MEAN);
-        lists_to_pages(s, layer, 1, n);
+        pages_of(s, layer, 1, n, 1);
         attend_list(s, kv, q, out, 0, -1, 0, nh);
         return 1;
     }
@@ -601,7 +597,7 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
         struct digest_view dv = digests_of(s, h / G);
         s->fn.select_blocks(s->ctx, &s->one, q + h * hd, &dv, n_tokens, s->d_scores, s->d_sel,
                             s->d_count, 1, SELECT_HEADWISE);
-        lists_to_pages(s, layer, 1, n);
+        pages_of(s, layer, 1, n, 1);
         attend_list(s, kv, q, out, 0, -1, 0, nh);
         break;
     }
@@ -611,7 +607,7 @@ static int sparse_attend(void *user, int layer, const uint16_t *q, const struct 
             s->fn.select_blocks(s->ctx, &s->one, q + h * hd, &dv, n_tokens, s->d_scores + h * mb,
                                 s->d_sel + h * mb, s->d_count + h, 1, SELECT_HEADWISE);
         }
-        lists_to_pages(s, layer, nh, n);
+        pages_of(s, layer, nh, n, 1);
         for (int h = 0; h < nh; h++)
             attend_list(s, kv, q, out, h, h / G, h, 1);
         break;
