@@ -920,6 +920,11 @@ static void test_speculation_cli(void)
                                out, sizeof out),
                   2);
     EXPECT(strstr(out, "--spec-from hits: only with --recall-engine zero-copy"));
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --model tiny --policy pulseinfer --speculate "
+                               "--spec-from hits --recall-engine zero-copy --self-interleave on",
+                               out, sizeof out),
+                  2);
+    EXPECT(strstr(out, "--spec-from hits: not with --self-interleave on (one lane)"));
     static const char *const points[] = {"input", "mid", "hits"};
     for (int pt = 0; pt < 3; pt++) {
         const int mid = pt == 1, hits = pt == 2;

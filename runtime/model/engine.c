@@ -556,7 +556,7 @@ void engine_layer_pre(struct engine *e, struct batch *bt, const struct kv_cache 
 
 /* x += the layer's attention output attn through its O GEMM (post-norm first on Gemma 3), for
  * the batch's B rows: post-attention's first part, on any residual. */
-static void post_attn_add(struct engine *e, int B, int layer, const uint16_t *attn, float *x)
+void engine_attn_add(struct engine *e, int B, int layer, const uint16_t *attn, float *x)
 {
     const struct model_config *c = e->p.cfg;
     const struct backend *be = e->be;
@@ -576,7 +576,7 @@ static void layer_post_attn(struct engine *e, struct batch *bt, const struct kv_
                             int layer)
 {
     (void)kv;
-    post_attn_add(e, bt->n, layer, bt->d_attn, bt->d_x);
+    engine_attn_add(e, bt->n, layer, bt->d_attn, bt->d_x);
 }
 
 /* Post-attention, second part: the MLP and its residual add. */
@@ -619,11 +619,6 @@ void engine_layer_post_attn(struct engine *e, struct batch *bt, int layer)
 void engine_layer_post_mlp(struct engine *e, struct batch *bt, int layer)
 {
     piece_run(e, bt, NULL, layer, piece_slot(e, bt, NULL, 4, layer), layer_post_mlp);
-}
-
-void engine_attn_add(struct engine *e, int batch, int layer, const uint16_t *attn, float *x)
-{
-    post_attn_add(e, batch, layer, attn, x);
 }
 
 static int hook_set(const struct engine_layer_hook *h)
