@@ -571,6 +571,14 @@ int cmd_run(int argc, char **argv)
             goto out;
         }
         ro->p.source = qs;
+        double churn_run, churn_spec;
+        if (locality_source_churn_mismatch(qs, &churn_run, &churn_spec))
+            fprintf(stderr,
+                    "pulse run: warning: --spec-overlap: its persistence was measured at an exact "
+                    "churn of %.3f a layer, the run's churn profile gives %.3f: the approximate "
+                    "lists churn as in that model's run (give --locality-profile and "
+                    "--spec-overlap from one model)\n",
+                    churn_spec, churn_run);
     } else {
         json_object_set_new(cfg_json, "prompt_kv", json_string(prefill ? "prefill" : "synthetic"));
     }

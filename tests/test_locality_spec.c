@@ -491,9 +491,34 @@ static void test_persistence(void)
                 EXPECT_NEAR(json_real_value(json_object_get(pe, "target_miss")),
                             tp[l].miss_persistence, 1e-12);
         }
+        /* the churn the persistence was measured at is the run's: matched (fresh noise has
+         * no persistence to match) */
+        double cr, cs;
+        EXPECT_EQ_INT(locality_source_churn_mismatch(qs, &cr, &cs), 0);
+        json_t *cc = json_object_get(spec, "churn_check");
+        EXPECT(fresh ? !cc && cs == 0.0
+                     : cc && json_is_true(json_object_get(cc, "matched")) && cs > 0.0 &&
+                           fabs(cr - cs) < 1e-9 &&
+                           fabs(json_real_value(json_object_get(cc, "run_exact")) - cr) < 1e-12);
         json_decref(j);
         achieved(qs, SELECT_HEADWISE, 3, ov[fresh], pers[fresh]);
         query_source_free(qs);
+    }
+    /* exact lists churning 3x what the persistence was measured at: flagged (pulse run warns) */
+    for (int l = 2; l < NLAYERS; l++)
+        for (int i = 0; i < churn.n_levels; i++)
+            churn.churn[l][i] = PULSE_MIN(1.0, 3.0 * tp[l].churn_exact);
+    g_fresh = 0;
+    struct query_source *mq = make_source("headwise", LOC_SPEC_PROFILE, 0, 11);
+    if (mq) {
+        double cr, cs;
+        EXPECT_EQ_INT(locality_source_churn_mismatch(mq, &cr, &cs), 1);
+        EXPECT(cr > LOC_CHURN_MATCH * cs);
+        json_t *j = mq->to_json(mq->user);
+        json_t *cc = json_object_get(json_object_get(j, "speculation"), "churn_check");
+        EXPECT(cc && json_is_false(json_object_get(cc, "matched")));
+        json_decref(j);
+        query_source_free(mq);
     }
     g_use_prof = g_fresh = 0, g_churn = NULL;
     for (int l = 2; l < NLAYERS; l++) {

@@ -24,6 +24,9 @@ struct locality_source {
     const char *spec_off; /* why spec_q is NULL */
     int spec_fresh;       /* the noise is fresh every step */
     struct locality_spec_persist spec_persist[LOC_MAX_LAYERS]; /* the targets, by depth */
+    /* the exact lists' mean churn a sparse layer: the run's profile's, and the one the
+     * misprediction's persistence was measured at (0 where it has none) */
+    double churn_run, churn_spec;
 };
 
 #define BAD(...)                                                                                   \
@@ -138,7 +141,26 @@ static json_t *spec_json(const struct locality_source *s)
         json_object_set_new(pe, "target_churn_exact", json_real(t->churn_exact));
         json_object_set_new(pe, "target_churn_approx", json_real(t->churn_approx));
     }
+    if (s->churn_spec > 0) {
+        double run, spec;
+        const int matched = !locality_source_churn_mismatch(&s->qs, &run, &spec);
+        json_object_set_new(j, "churn_check",
+                            json_pack("{s:f,s:f,s:b,s:s}", "run_exact", run, "profile_exact", spec,
+                                      "matched", matched, "rule",
+                                      "the exact lists' mean churn a sparse layer, the run's "
+                                      "profile's against the one the persistence was measured "
+                                      "at: matched within a factor of 1.5"));
+    }
     return j;
+}
+
+int locality_source_churn_mismatch(const struct query_source *qs, double *run, double *spec)
+{
+    const struct locality_source *s = qs->user;
+    *run = s->churn_run, *spec = s->churn_spec;
+    if (!(s->churn_spec > 0) || !(s->churn_run > 0)) return 0;
+    const double r = s->churn_spec / s->churn_run;
+    return r > LOC_CHURN_MATCH || r < 1.0 / LOC_CHURN_MATCH;
 }
 
 static json_t *src_to_json(const void *u)
@@ -280,11 +302,16 @@ static int make_spec(struct locality_source *s, const struct query_source_shape 
     if (!s->spec_fresh) {
         locality_spec_persist_targets(&s->spec_prof, s->spec_run, sh->n_layers, sh->dense,
                                       s->spec_persist);
+        int n = 0;
         for (int l = 0; l < sh->n_layers; l++)
             if (s->spec_persist[l].steps) {
                 sp.persist_target[l] = s->spec_persist[l].miss_persistence;
                 sp.persist_churn[l] = s->spec_persist[l].churn_exact;
+                s->churn_spec += s->spec_persist[l].churn_exact;
+                s->churn_run += locality_profile_mean(&s->prof, l);
+                n++;
             }
+        if (n) s->churn_spec /= n, s->churn_run /= n;
     }
     if (!(s->spec = locality_spec_create(s->L, &sp, why, sizeof why))) BAD("%s", why);
     s->qs.spec_q = src_spec_q;

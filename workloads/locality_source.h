@@ -53,4 +53,14 @@ struct query_source *locality_source_create(const struct query_source_shape *sh,
                                             const struct locality_source_params *p, char *err,
                                             size_t errlen);
 
+/* Whether the misprediction's persistence (measured with the speculation profile's run) was
+ * measured at an exact churn within a factor LOC_CHURN_MATCH of the run's profile: the mean
+ * over the sparse layers of each into *run and *spec (0 where the model has no persistence).
+ * 1 when they differ by more: the approximate lists' wrong blocks then change as often as in
+ * the profile's run over exact lists that move at the run's churn, so a policy attending them
+ * (infinigen) recalls as the other model would not; the profiles should come from one model.
+ * qs from locality_source_create. */
+#define LOC_CHURN_MATCH 1.5
+int locality_source_churn_mismatch(const struct query_source *qs, double *run, double *spec);
+
 #endif
