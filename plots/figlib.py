@@ -35,6 +35,7 @@ STYLE = {"vanilla": ("#7f7f7f", "s"), "arkvale": ("#1f77b4", "^"),
          "infinigen": ("#2ca02c", "v"), "pulseinfer": ("#d62728", "o"),
          "pulseinfer-zc": ("#ff7f0e", "D"),
          "pulseinfer-spec": ("#d62728", "P"), "pulseinfer-spec-zc": ("#ff7f0e", "X"),
+         "pulseinfer-spec-hits-zc": ("#ff7f0e", "*"),
          "arkvale+solohead+gs": ("#1f77b4", ">"), "arkvale+solohead+zc": ("#6baed6", ">"),
          "infinigen+solohead+gs": ("#2ca02c", "<"), "infinigen+solohead+zc": ("#74c476", "<")}
 BASELINES = ("arkvale", "infinigen")

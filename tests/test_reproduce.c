@@ -172,8 +172,9 @@ int main(void)
                                       "pulseinfer",
                                       "pulseinfer-zc",
                                       "pulseinfer-spec",
-                                      "pulseinfer-spec-zc"};
-    EXPECT_EQ_INT((int)json_array_size(json_object_get(ra, "points")), 11);
+                                      "pulseinfer-spec-zc",
+                                      "pulseinfer-spec-hits-zc"};
+    EXPECT_EQ_INT((int)json_array_size(json_object_get(ra, "points")), 12);
     for (size_t i = 0; i < PULSE_ARRAY_LEN(sys); i++) {
         json_t *pt = json_array_get(json_object_get(ra, "points"), i);
         EXPECT_STR_EQ(json_string_value(json_object_get(pt, "variant")), sys[i]);
@@ -209,13 +210,21 @@ int main(void)
                 json_object_get(json_object_get(ctr, "schedule"), "admitted_offload"));
             EXPECT(json_is_object(sp));
             EXPECT(json_integer_value(json_object_get(sp, "lists")) > 0 || offloaded == 0);
+            /* the last one predicts from its predicted lists (where it offloaded) */
+            json_t *off = json_object_get(ctr, "offload");
+            EXPECT_STR_EQ(
+                json_string_value(json_object_get(
+                    json_object_get(json_object_get(r, "config"), "offload"), "spec_from")),
+                i == 11 ? "hits" : "input");
+            const json_int_t hp = json_integer_value(json_object_get(off, "hits_prefetches"));
+            EXPECT(i == 11 && offloaded > 0 ? hp > 0 : hp == 0);
         }
     }
     json_decref(ra);
     /* the long-prompt point: every system of both tiers, at its own prompts, GPU KV, pool and
      * output length */
     json_t *lo = load(dir, "long");
-    EXPECT_EQ_INT((int)json_array_size(json_object_get(lo, "points")), 11);
+    EXPECT_EQ_INT((int)json_array_size(json_object_get(lo, "points")), 12);
     for (size_t i = 0; i < json_array_size(json_object_get(lo, "points")); i++) {
         json_t *pt = json_array_get(json_object_get(lo, "points"), i);
         json_t *r = json_object_get(pt, "result");
