@@ -516,7 +516,8 @@ static void test_persistence(void)
         EXPECT(cr > LOC_CHURN_MATCH * cs);
         json_t *j = mq->to_json(mq->user);
         json_t *cc = json_object_get(json_object_get(j, "speculation"), "churn_check");
-        EXPECT(cc && json_is_false(json_object_get(cc, "matched")));
+        EXPECT(cc && json_is_false(json_object_get(cc, "matched")) &&
+               json_real_value(json_object_get(cc, "factor")) == LOC_CHURN_MATCH);
         json_decref(j);
         query_source_free(mq);
     }

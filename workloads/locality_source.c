@@ -145,11 +145,11 @@ static json_t *spec_json(const struct locality_source *s)
         double run, spec;
         const int matched = !locality_source_churn_mismatch(&s->qs, &run, &spec);
         json_object_set_new(j, "churn_check",
-                            json_pack("{s:f,s:f,s:b,s:s}", "run_exact", run, "profile_exact", spec,
-                                      "matched", matched, "rule",
+                            json_pack("{s:f,s:f,s:b,s:f,s:s}", "run_exact", run, "profile_exact",
+                                      spec, "matched", matched, "factor", LOC_CHURN_MATCH, "rule",
                                       "the exact lists' mean churn a sparse layer, the run's "
                                       "profile's against the one the persistence was measured "
-                                      "at: matched within a factor of 1.5"));
+                                      "at: matched within the factor"));
     }
     return j;
 }
