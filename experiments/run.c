@@ -579,6 +579,13 @@ int cmd_run(int argc, char **argv)
                     "lists churn as in that model's run (give --locality-profile and "
                     "--spec-overlap from one model)\n",
                     churn_spec, churn_run);
+        int from_run, from_spec;
+        if (locality_source_point_mismatch(qs, &from_run, &from_spec))
+            fprintf(stderr,
+                    "pulse run: warning: --spec-overlap: its predictions were made from %s, the "
+                    "run predicts from %s: its approximate lists miss as the other point's "
+                    "would (a profile measured at the run's point: pulse accuracy --spec-from)\n",
+                    locality_spec_from_names[from_spec], locality_spec_from_names[from_run]);
     } else {
         json_object_set_new(cfg_json, "prompt_kv", json_string(prefill ? "prefill" : "synthetic"));
     }

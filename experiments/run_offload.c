@@ -396,6 +396,9 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
                    : !strcmp(oo->spec_from, "mid")  ? OFFLOAD_SPEC_FROM_MID
                    : !strcmp(oo->spec_from, "hits") ? OFFLOAD_SPEC_FROM_HITS
                                                     : OFFLOAD_SPEC_FROM_INPUT;
+    ro->src.spec_from = p->spec_from == OFFLOAD_SPEC_FROM_MID    ? LOC_SPEC_FROM_MID
+                        : p->spec_from == OFFLOAD_SPEC_FROM_HITS ? LOC_SPEC_FROM_HITS
+                                                                 : LOC_SPEC_FROM_INPUT;
     p->refetch = oo->reuse ? !strcmp(oo->reuse, "none") : pol->offload_refetch;
     p->verify_steps = pulse_diag_switch(PULSE_DIAG_OFFLOAD_VERIFY);
     int64_t prompt = 0, out = 0;

@@ -2,7 +2,8 @@
 """The speculation profile (workloads/locality_spec.h, version 2) from `pulse accuracy` results:
 per (budget, context) run of the `infinigen` policy (head-wise lists from the approximate query)
 and per measured layer, the exact query's blocks chosen by score, the approximate lists' hits
-and the lists' step-to-step persistence (the result's speculation[].per_layer[]). The profile is
+and the lists' step-to-step persistence (the result's speculation[].per_layer[]); the results'
+--spec-from (one for all) is the profile's predicted_from. The profile is
 what `pulse run --spec-overlap FILE` reads as the throughput runs' misprediction model.
 
 usage: python3 scripts/speculation_profile.py RESULT.json... --model NAME --out FILE
@@ -81,12 +82,16 @@ def main():
     ap.add_argument("--command", default="")
     ap.add_argument("--results-path", default="")
     a = ap.parse_args()
-    runs, commits, dates = [], set(), set()
+    runs, commits, dates, points = [], set(), set(), set()
     for p in a.results:
         rr, c, d, cfg = runs_of(p)
         runs += rr
         commits.add(c)
         dates.add(d[:10])
+        points.add(cfg.get("spec_from", "input"))
+    if len(points) != 1:
+        fail("results measured from different prediction points (--spec-from): "
+             + ", ".join(sorted(points)))
     keys = [(r["budget_tokens"], r["context_tokens"]) for r in runs]
     if len(set(keys)) != len(keys):
         fail("a (budget, length) pair measured twice")
@@ -95,7 +100,8 @@ def main():
             fail(f"a layer past --n-layers {a.n_layers}")
     prof = {"format": "pulse-speculation-profile", "version": 2, "source": "measured",
             "model": a.model, "n_layers": a.n_layers, "policy": "infinigen",
-            "selection": "headwise", "block_size": int(cfg.get("block_size", 16)),
+            "selection": "headwise", "predicted_from": points.pop(),
+            "block_size": int(cfg.get("block_size", 16)),
             "mapping": "depth",
             "provenance": {"machine": a.machine, "date": ", ".join(sorted(dates)),
                            "commit": ", ".join(sorted(commits)), "command": a.command,

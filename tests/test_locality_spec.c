@@ -1,5 +1,6 @@
 /* The misprediction model of throughput runs (workloads/locality_spec.h) through the locality
- * source's spec_q (query_source.h): the built-in speculation profile is the committed file, its
+ * source's spec_q (query_source.h): each built-in speculation profile (from the input, from the
+ * predicted lists) is its committed file, its
  * JSON round trip and corrupt inputs, the per-layer targets mapped by depth; and the main
  * property: on fresh requests (not the calibration's keys or queries) the approximate query's
  * selection overlaps the exact query's, measured with select_blocks_ref as the runtime selects
@@ -41,6 +42,7 @@
 #define TOL_CHURN 0.03 /* the approximate lists' churn beyond the exact lists' */
 
 #define PROFILE_FILE "workloads/profiles/speculation_gemma3-270m.json"
+#define PROFILE_HITS_FILE "workloads/profiles/speculation_gemma3-270m-hits.json"
 #define PROFILE_V1_FILE "tests/data/speculation_gemma3-270m_v1.json" /* before persistence */
 
 static struct locality_spec_profile g_a, g_b; /* large: off the stack */
@@ -61,7 +63,7 @@ static void test_profile_file(void)
     snprintf(path, sizeof path, "%s%s%s", src ? src : "", src ? "/" : "", PROFILE_FILE);
     EXPECT_EQ_INT(locality_spec_profile_read(path, &g_a, err, sizeof err), PULSE_OK);
     if (g_a.n_runs == 0) fprintf(stderr, "%s\n", err);
-    locality_spec_profile_builtin(&g_b);
+    locality_spec_profile_builtin(LOC_SPEC_FROM_INPUT, &g_b);
     json_t *ja = locality_spec_profile_to_json(&g_a), *jb = locality_spec_profile_to_json(&g_b);
     EXPECT(json_equal(ja, jb)); /* the built-in table is the committed measurement */
     EXPECT(g_b.n_runs >= 2 && g_b.run[0].n_points == 3);
@@ -137,6 +139,57 @@ static void test_profile_file(void)
  * models/gqa-tiny): it reads, every layer's overlap is its counts' ratio and below one, every
  * point has its persistence, and mapped by depth onto a model of 40 layers its targets stay
  * within the measured overlaps. */
+/* The built-in profile of predictions after the attention is its committed file; measured on
+ * the same sets and runs as the input's, each of its runs misses fewer of the exact blocks; a
+ * run predicting at mid-layer takes it too; "predicted_from" reads, defaults to the input, and
+ * an unknown point is refused by name. */
+static void test_profile_hits(void)
+{
+    char err[512], path[1024];
+    const char *src = getenv("PULSE_SRC");
+    snprintf(path, sizeof path, "%s%s%s", src ? src : "", src ? "/" : "", PROFILE_HITS_FILE);
+    EXPECT_EQ_INT(locality_spec_profile_read(path, &g_a, err, sizeof err), PULSE_OK);
+    if (g_a.n_runs == 0) fprintf(stderr, "%s\n", err);
+    EXPECT_EQ_INT(g_a.predicted_from, LOC_SPEC_FROM_HITS);
+    locality_spec_profile_builtin(LOC_SPEC_FROM_HITS, &g_b);
+    json_t *ja = locality_spec_profile_to_json(&g_a), *jb = locality_spec_profile_to_json(&g_b);
+    EXPECT(json_equal(ja, jb));
+    EXPECT_STR_EQ(json_string_value(json_object_get(jb, "predicted_from")), "hits");
+    locality_spec_profile_builtin(LOC_SPEC_FROM_MID, &g_a);
+    json_t *jm = locality_spec_profile_to_json(&g_a);
+    EXPECT(json_equal(jm, jb));
+    json_decref(jm);
+    locality_spec_profile_builtin(LOC_SPEC_FROM_INPUT, &g_a);
+    EXPECT_EQ_INT(g_a.predicted_from, LOC_SPEC_FROM_INPUT);
+    EXPECT_EQ_INT(g_a.n_runs, g_b.n_runs);
+    for (int r = 0; r < g_a.n_runs && r < g_b.n_runs; r++) {
+        const struct locality_spec_run *in = &g_a.run[r], *h = &g_b.run[r];
+        EXPECT(in->budget_tokens == h->budget_tokens && in->context_tokens == h->context_tokens);
+        EXPECT(h->persist_samples > 0);
+        int64_t hit_in = 0, hit_h = 0;
+        for (int i = 0; i < h->n_points && i < in->n_points; i++) {
+            EXPECT_EQ_INT(h->point[i].exact, in->point[i].exact); /* the same lists scored */
+            hit_in += in->point[i].hit, hit_h += h->point[i].hit;
+        }
+        EXPECT(hit_h > hit_in);
+    }
+    /* the key: absent is the input, each name reads, another is refused by name */
+    json_object_del(jb, "predicted_from");
+    EXPECT_EQ_INT(locality_spec_profile_from_json(jb, "x.json", &g_a, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(g_a.predicted_from, LOC_SPEC_FROM_INPUT);
+    for (int k = 0; k < 3; k++) {
+        json_object_set_new(jb, "predicted_from", json_string(locality_spec_from_names[k]));
+        EXPECT_EQ_INT(locality_spec_profile_from_json(jb, "x.json", &g_a, err, sizeof err),
+                      PULSE_OK);
+        EXPECT_EQ_INT(g_a.predicted_from, k);
+    }
+    json_object_set_new(jb, "predicted_from", json_string("output"));
+    EXPECT_EQ_INT(locality_spec_profile_from_json(jb, "x.json", &g_a, err, sizeof err),
+                  PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "predicted_from");
+    json_decref(ja), json_decref(jb);
+}
+
 static void test_profile_gqa(void)
 {
     char err[512], path[1024];
@@ -191,7 +244,7 @@ static void test_profile_v1(void)
     snprintf(path, sizeof path, "%s%s%s", src ? src : "", src ? "/" : "", PROFILE_V1_FILE);
     EXPECT_EQ_INT(locality_spec_profile_read(path, &g_a, err, sizeof err), PULSE_OK);
     if (g_a.n_runs == 0) fprintf(stderr, "%s\n", err);
-    locality_spec_profile_builtin(&g_b);
+    locality_spec_profile_builtin(LOC_SPEC_FROM_INPUT, &g_b);
     EXPECT_EQ_INT(g_a.version, 1);
     EXPECT_EQ_INT(g_a.n_runs, g_b.n_runs);
     for (int r = 0; r < g_a.n_runs; r++) {
@@ -250,6 +303,8 @@ static struct locality_spec_profile g_prof;
 static int g_use_prof, g_fresh;
 static const struct locality_profile *g_churn;
 
+static int g_spec_from; /* make_source's run's prediction point (enum locality_spec_from) */
+
 static struct query_source *make_source(const char *selection, int mode, double overlap,
                                         uint64_t seed)
 {
@@ -269,6 +324,7 @@ static struct query_source *make_source(const char *selection, int mode, double 
     lp.spec_mode = mode;
     lp.spec_overlap = overlap;
     if (g_use_prof) lp.spec_profile = &g_prof;
+    lp.spec_from = g_spec_from;
     lp.profile = g_churn;
     lp.spec_fresh = g_fresh;
     char err[512];
@@ -461,7 +517,7 @@ static void test_persistence(void)
     static struct locality_profile churn;
     struct locality_default_params dp;
     char err[256];
-    locality_spec_profile_builtin(&g_prof);
+    locality_spec_profile_builtin(LOC_SPEC_FROM_INPUT, &g_prof);
     const uint8_t dense[NLAYERS] = {1, 1};
     double t[NLAYERS], ov[2][NLAYERS], kf[NLAYERS] = {0};
     int run;
@@ -756,14 +812,40 @@ static void test_json(void)
                json_is_real(json_object_get(e, "calib_overlap")));
         EXPECT(json_real_value(json_object_get(e, "angle")) > 0);
     }
+    json_t *pc = json_object_get(spec, "point_check");
+    EXPECT_STR_EQ(json_string_value(json_object_get(prof, "predicted_from")), "input");
+    EXPECT(pc && json_is_true(json_object_get(pc, "matched")));
     json_decref(j);
     query_source_free(qs);
+    /* a run predicting from its predicted lists takes the built-in profile measured there;
+     * given the input's profile instead, the points do not match (pulse run warns) */
+    for (int given = 0; given < 2; given++) {
+        g_spec_from = LOC_SPEC_FROM_HITS;
+        g_use_prof = given;
+        if (given) locality_spec_profile_builtin(LOC_SPEC_FROM_INPUT, &g_prof);
+        qs = make_source("headwise", LOC_SPEC_PROFILE, 0, 11);
+        g_spec_from = g_use_prof = 0;
+        if (!qs) return;
+        int run, from;
+        EXPECT_EQ_INT(locality_source_point_mismatch(qs, &run, &from), given);
+        EXPECT(run == LOC_SPEC_FROM_HITS &&
+               from == (given ? LOC_SPEC_FROM_INPUT : LOC_SPEC_FROM_HITS));
+        j = qs->to_json(qs->user), spec = json_object_get(j, "speculation");
+        prof = json_object_get(spec, "profile"), pc = json_object_get(spec, "point_check");
+        EXPECT_STR_EQ(json_string_value(json_object_get(prof, "predicted_from")),
+                      given ? "input" : "hits");
+        EXPECT(pc && json_is_true(json_object_get(pc, "matched")) == !given);
+        EXPECT_STR_EQ(json_string_value(json_object_get(pc, "run")), "hits");
+        json_decref(j);
+        query_source_free(qs);
+    }
 }
 
 int main(void)
 {
     const double t0 = pulse_now();
     test_profile_file();
+    test_profile_hits();
     test_profile_gqa();
     test_profile_v1();
     test_targets();

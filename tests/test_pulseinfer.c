@@ -957,8 +957,40 @@ static void test_speculation_cli(void)
                         : 1.0,
                     1e-9);
         EXPECT(w > 0.3 && w <= 1);
+        /* the misprediction model of the run's point: Gemma 3 270M's profile measured from the
+         * input for the input, from the predicted lists for mid and hits; matched, no warning */
+        json_t *lsp = json_object_get(
+            json_object_get(json_object_get(json_object_get(jm, "config"), "offload"), "locality"),
+            "speculation");
+        EXPECT_STR_EQ(
+            json_string_value(json_object_get(json_object_get(lsp, "profile"), "predicted_from")),
+            pt ? "hits" : "input");
+        EXPECT(json_is_true(json_object_get(json_object_get(lsp, "point_check"), "matched")));
+        EXPECT(!strstr(out, "its predictions were made from"));
         json_decref(jm);
     }
+    /* the predicted lists' run given the input's profile: flagged, with one warning line */
+    if ((fd = mkstemp(path)) >= 0) close(fd);
+    snprintf(cmd, sizeof cmd,
+             "run --backend cpu --model tiny --policy pulseinfer --speculate --spec-from hits "
+             "--spec-overlap workloads/profiles/speculation_gemma3-270m.json --workload "
+             "lengths:300,260 --output-len 4 --max-batch 2 --budget-tokens 32 --admission ioaa "
+             "--recall-engine zero-copy --out %s",
+             path);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+    EXPECT(strstr(out, "pulse run: warning: --spec-overlap: its predictions were made from "
+                       "input, the run predicts from hits"));
+    j = json_load_file(path, 0, &je);
+    remove(path);
+    EXPECT(j != NULL);
+    json_t *pc = json_object_get(
+        json_object_get(
+            json_object_get(json_object_get(json_object_get(j, "config"), "offload"), "locality"),
+            "speculation"),
+        "point_check");
+    EXPECT(pc && json_is_false(json_object_get(pc, "matched")) &&
+           !strcmp(json_string_value(json_object_get(pc, "profile")) ?: "", "input"));
+    json_decref(j);
     /* the speculation's hot-cache reserve: a quarter more slots than one step selects, so
      * the prediction's blocks displace old ones, not the exact selection's it missed */
     /* and a margin: the prediction's budget and the hot cache's slots grow by it, fewer

@@ -25,6 +25,7 @@ python3 - "$tmp/spec.json" <<'PY' || fail "the profile's content"
 import json, sys
 p = json.load(open(sys.argv[1]))
 assert p["format"] == "pulse-speculation-profile" and p["version"] == 2 and p["n_layers"] == 6
+assert p["predicted_from"] == "input", p.get("predicted_from")
 assert sorted(r["budget_tokens"] for r in p["runs"]) == [128, 256], p["runs"]
 for r in p["runs"]:
     assert r["context_tokens"] == 1024 and r["samples"] >= 1 and r["layers"]

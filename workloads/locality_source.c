@@ -17,7 +17,7 @@ struct locality_source {
     int prof_mapped, prof_from_layers; /* the given profile was mapped by depth, from its layers */
     /* misprediction: the mode asked for, the calibrated model (NULL: spec_q is NULL), the
      * speculation profile and the run of it the targets came from (LOC_SPEC_PROFILE) */
-    int spec_mode;
+    int spec_mode, spec_from; /* spec_from: the run's prediction point */
     struct locality_spec *spec;
     struct locality_spec_profile spec_prof;
     int spec_run;
@@ -141,6 +141,17 @@ static json_t *spec_json(const struct locality_source *s)
         json_object_set_new(pe, "target_churn_exact", json_real(t->churn_exact));
         json_object_set_new(pe, "target_churn_approx", json_real(t->churn_approx));
     }
+    if (s->spec_mode == LOC_SPEC_PROFILE) {
+        int run, spec;
+        const int matched = !locality_source_point_mismatch(&s->qs, &run, &spec);
+        json_object_set_new(j, "point_check",
+                            json_pack("{s:s,s:s,s:b,s:s}", "run", locality_spec_from_names[run],
+                                      "profile", locality_spec_from_names[spec], "matched", matched,
+                                      "rule",
+                                      "where the run's policy makes its prediction against "
+                                      "where the profile's were made: matched when both are "
+                                      "the input or both after the attention (mid, hits)"));
+    }
     if (s->churn_spec > 0) {
         double run, spec;
         const int matched = !locality_source_churn_mismatch(&s->qs, &run, &spec);
@@ -161,6 +172,14 @@ int locality_source_churn_mismatch(const struct query_source *qs, double *run, d
     if (!(s->churn_spec > 0) || !(s->churn_run > 0)) return 0;
     const double r = s->churn_spec / s->churn_run;
     return r > LOC_CHURN_MATCH || r < 1.0 / LOC_CHURN_MATCH;
+}
+
+int locality_source_point_mismatch(const struct query_source *qs, int *run, int *spec)
+{
+    const struct locality_source *s = qs->user;
+    *run = s->spec_from, *spec = s->spec_prof.predicted_from;
+    if (!s->spec || s->spec_mode != LOC_SPEC_PROFILE) return 0;
+    return (*run == LOC_SPEC_FROM_INPUT) != (*spec == LOC_SPEC_FROM_INPUT);
 }
 
 static json_t *src_to_json(const void *u)
@@ -265,6 +284,7 @@ static int make_spec(struct locality_source *s, const struct query_source_shape 
 {
     char why[256];
     s->spec_mode = p->spec_mode;
+    s->spec_from = p->spec_from;
     if (p->spec_mode < LOC_SPEC_PROFILE || p->spec_mode > LOC_SPEC_FIXED)
         BAD("speculation: unknown mode %d", p->spec_mode);
     if (p->spec_mode == LOC_SPEC_FIXED && !(p->spec_overlap >= 0.0 && p->spec_overlap <= 1.0))
@@ -273,7 +293,7 @@ static int make_spec(struct locality_source *s, const struct query_source_shape 
         if (p->spec_profile)
             s->spec_prof = *p->spec_profile;
         else
-            locality_spec_profile_builtin(&s->spec_prof);
+            locality_spec_profile_builtin(p->spec_from, &s->spec_prof);
     }
     if (p->spec_mode == LOC_SPEC_EXACT) {
         s->spec_off = "none: exact (a perfect predictor)";

@@ -27,7 +27,9 @@ struct locality_source_params {
     const char *model;  /* names the model in messages; may be NULL */
     int spec_mode;      /* enum locality_spec_mode (default LOC_SPEC_PROFILE) */
     double spec_overlap;                              /* LOC_SPEC_FIXED: in [0, 1] */
-    const struct locality_spec_profile *spec_profile; /* NULL: the built-in one (copied) */
+    const struct locality_spec_profile *spec_profile; /* NULL: the built-in one of spec_from
+                                                         (copied) */
+    int spec_from;  /* enum locality_spec_from: where the run's policy makes its prediction */
     int spec_fresh; /* 1: the approximate query's noise is fresh every step (the version-1
                        model); 0 (default): it persists as the profile's run measured (the
                        persistence of the misses mapped by depth; fresh where the run has none),
@@ -62,5 +64,12 @@ struct query_source *locality_source_create(const struct query_source_shape *sh,
  * qs from locality_source_create. */
 #define LOC_CHURN_MATCH 1.5
 int locality_source_churn_mismatch(const struct query_source *qs, double *run, double *spec);
+
+/* Whether the speculation profile's predictions were made at another point than the run's
+ * (spec_from): from the input against after the attention (mid or the predicted lists, which
+ * hold the same hit rate on the GQA test model), either way. 1 when they were: the run's
+ * prediction misses as another point's would. *run and *spec: enum locality_spec_from. 0 for a
+ * source without a profile in use (no prediction, or LOC_SPEC_EXACT). */
+int locality_source_point_mismatch(const struct query_source *qs, int *run, int *spec);
 
 #endif

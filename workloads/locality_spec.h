@@ -25,9 +25,14 @@
  *    the step-to-step behaviour of the lists, pulse accuracy's speculation[].per_layer[]).
  *    "persistence_samples" (version 2, optional: a run measured before has none) says that
  *    every layer of the run has "persistence", measured on that many samples. Unknown keys are
- *    rejected (version 1 knows neither persistence key). The built-in profile
- *    (locality_spec_profile_builtin) is workloads/profiles/speculation_gemma3-270m.json, which a
- *    test compares with it.
+ *    rejected (version 1 knows neither persistence key). "predicted_from" (optional, "input"
+ *    when absent): where the measured runs made layer l+1's approximate query (pulse accuracy
+ *    --spec-from): "input", layer l's input (InfiniGen's); "mid", its residual once its
+ *    attention is added; "hits", PulseInfer's speculation from the predicted lists (an
+ *    attention over them added to the input). The built-in profiles
+ *    (locality_spec_profile_builtin) are workloads/profiles/speculation_gemma3-270m.json (from
+ *    the input) and speculation_gemma3-270m-hits.json (from the predicted lists), which a test
+ *    compares with them.
  *    Targets for a model with other layers (locality_spec_targets): the run whose budget is
  *    nearest the run's (ratio), then whose context is nearest (ratio; the longer on a tie); a
  *    sparse layer l of n gets, by relative depth (l + 0.5) / n, the piecewise-linear
@@ -126,9 +131,15 @@ struct locality_spec_run {
     struct locality_spec_point point[LOC_SPEC_MAX_POINTS]; /* layers ascending */
 };
 
+/* Where a prediction's approximate query is made (the profile's "predicted_from", the run's
+ * --spec-from). */
+enum locality_spec_from { LOC_SPEC_FROM_INPUT = 0, LOC_SPEC_FROM_MID, LOC_SPEC_FROM_HITS };
+extern const char *const locality_spec_from_names[3]; /* "input", "mid", "hits" */
+
 /* Plain data (~35 KB: keep it off small stacks). */
 struct locality_spec_profile {
     char source[32], model[64], policy[32], selection[16], mapping[16];
+    int predicted_from; /* enum locality_spec_from */
     int version;  /* of the file it was read from (1 or 2); written as 2 */
     int n_layers; /* the measured model's */
     int block_size;
@@ -137,8 +148,11 @@ struct locality_spec_profile {
     struct locality_spec_run run[LOC_SPEC_MAX_RUNS];
 };
 
-/* The built-in profile (header comment) into out. */
-void locality_spec_profile_builtin(struct locality_spec_profile *out);
+/* The built-in profile (header comment) of predictions made at `from` (enum
+ * locality_spec_from) into out: Gemma 3 270M's from the input for LOC_SPEC_FROM_INPUT, from the
+ * predicted lists for the two points after the attention (on the GQA test model mid-layer and
+ * the predicted lists held the same hit rate, within 0.2-1.9% of the missed blocks). */
+void locality_spec_profile_builtin(int from, struct locality_spec_profile *out);
 /* Parses and validates j; `name` prefixes every message, which names the field. PULSE_OK or
  * PULSE_ERR_INVALID. */
 int locality_spec_profile_from_json(const json_t *j, const char *name,

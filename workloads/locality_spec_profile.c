@@ -14,32 +14,46 @@
 
 /* ------------------------------------------------------------------ built-in */
 
-/* workloads/profiles/speculation_gemma3-270m.json (tests/test_locality_spec.c compares them):
- * pulse accuracy's infinigen runs on Gemma 3 270M Q4_K_M, global layers 5, 11 and 17 of 18. */
+/* Gemma 3 270M Q4_K_M's global layers (5, 11 and 17 of 18), where every built-in run was measured
+ * by pulse accuracy's infinigen runs. */
 static const int k_layers[] = {5, 11, 17};
-static const struct {
+
+struct k_run {
     int budget, context, samples;
     int64_t exact[3], hit[3];
-} k_runs[] = {
-    {1024, 4096, 8, {15872, 15872, 15872}, {13273, 13712, 14734}},
-    {2048, 4096, 8, {31744, 31744, 31744}, {27993, 28680, 30314}},
-    {1024, 8192, 6, {11904, 11904, 11904}, {9677, 10295, 10759}},
-    {2048, 8192, 6, {23808, 23808, 23808}, {20236, 20789, 22327}},
 };
-
-/* The step-to-step behaviour of the same runs' lists, measured later (the persistence
- * columns of experiments/results/cpu-2026-12-04-s19/README.md): per run the samples, per layer
- * list-steps, mean churn of the exact and the approximate lists, missed, missed again, wrong,
- * wrong again. */
+/* a run's step-to-step behaviour of the lists: per layer list-steps, mean churn of the exact and
+ * the approximate lists, missed, missed again, wrong, wrong again */
 struct k_layer_persist {
     int64_t steps;
     double churn_exact, churn_approx;
     int64_t missed, missed_again, wrong, wrong_again;
 };
-static const struct {
+struct k_run_persist {
     int samples;
     struct k_layer_persist l[3];
-} k_persist[] = {
+};
+struct k_profile {
+    const char *date, *commit, *command, *results;
+    int n_runs;
+    const struct k_run *runs;
+    const struct k_run_persist *persist; /* a row per run */
+};
+
+#define K_MACHINE                                                                                  \
+    "Intel(R) Xeon(R) Processor (2 shared cores, no GPU), Linux 6.18.44, pulse accuracy "          \
+    "--backend cpu"
+
+/* workloads/profiles/speculation_gemma3-270m.json (tests/test_locality_spec.c compares them): the
+ * approximate query from the layer's input (InfiniGen's). Persistence measured later (the
+ * persistence columns of experiments/results/cpu-2026-12-04-s19/README.md). */
+static const struct k_run k_input_runs[] = {
+    {1024, 4096, 8, {15872, 15872, 15872}, {13273, 13712, 14734}},
+    {2048, 4096, 8, {31744, 31744, 31744}, {27993, 28680, 30314}},
+    {1024, 8192, 6, {11904, 11904, 11904}, {9677, 10295, 10759}},
+    {2048, 8192, 6, {23808, 23808, 23808}, {20236, 20789, 22327}},
+};
+static const struct k_run_persist k_input_persist[] = {
     {7,
      {{210, 0.176190476, 0.183184524, 2260, 822, 2260, 753},
       {210, 0.110639881, 0.13266369, 1804, 727, 1804, 723},
@@ -57,11 +71,77 @@ static const struct {
       {120, 0.105013021, 0.122395833, 2019, 847, 2019, 904},
       {120, 0.0904296875, 0.0814453125, 916, 329, 916, 316}}},
 };
+static const struct k_profile k_input = {
+    "2026-12-04",
+    "4d1c1737fd4184cb466a6ff754034eb693a41194",
+    "pulse synth --length 4096 --length 8192 --task passkey --task niah_multikey "
+    "--samples 8 --seed 1 --tokenizer MODEL --out-dir DATA; then for L in 4096 "
+    "(--samples 4) and 8192 (--samples 3): pulse accuracy --backend cpu --model "
+    "MODEL --data DATA --lengths L --tasks passkey,niah_multikey --policies "
+    "full,infinigen --budgets 1024,2048 --samples S --calib-samples 0 --max-gen 32 "
+    "--time-limit 780 --out accuracy_L.json (MODEL: gemma3-270m-q4_k_m.gguf, sha256 "
+    "a5fd3b62...6818, scripts/setup-model.sh); overlap = "
+    "speculation[].per_layer[].hit / exact; persistence (runs[].persistence_samples, "
+    "layers[].persistence): the same commands at 72f18321 (2026-12-04/05, same "
+    "machine) with --samples 4 (4096) and 2 (8192) --time-limit 690; select_persist = "
+    "speculation[].per_layer[]",
+    "experiments/results/cpu-2026-12-04-s19/accuracy_4096.json, accuracy_8192.json; "
+    "persistence: persist_4096.json, persist_8192.json",
+    (int)PULSE_ARRAY_LEN(k_input_runs),
+    k_input_runs,
+    k_input_persist,
+};
 
-void locality_spec_profile_builtin(struct locality_spec_profile *out)
+/* workloads/profiles/speculation_gemma3-270m-hits.json (tests/test_locality_spec.c compares
+ * them): the same sets and runs with PulseInfer's prediction from the predicted lists (pulse
+ * accuracy --spec-from hits: an attention over a predicted layer's predicted lists added to its
+ * input gives the next layer's approximate query), list persistence from the same runs. */
+static const struct k_run k_hits_runs[] = {
+    {1024, 4096, 8, {15872, 15872, 15872}, {14616, 14459, 14950}},
+    {2048, 4096, 8, {31744, 31744, 31744}, {29978, 29617, 30636}},
+    {1024, 8192, 6, {11904, 11904, 11904}, {10783, 10770, 10998}},
+    {2048, 8192, 6, {23808, 23808, 23808}, {22049, 21075, 22602}},
+};
+static const struct k_run_persist k_hits_persist[] = {
+    {8,
+     {{240, 0.176497396, 0.159375, 1211, 218, 1211, 218},
+      {240, 0.111197917, 0.109570313, 1326, 423, 1326, 353},
+      {240, 0.136002604, 0.117057292, 887, 154, 887, 150}}},
+    {8,
+     {{240, 0.12906901, 0.1171875, 1712, 294, 1712, 306},
+      {240, 0.0788411458, 0.079296875, 1999, 688, 1999, 601},
+      {240, 0.0779296875, 0.0707682292, 1078, 199, 1078, 212}}},
+    {6,
+     {{180, 0.193489583, 0.177256944, 1076, 210, 1076, 261},
+      {180, 0.106163194, 0.105989583, 1061, 371, 1061, 341},
+      {180, 0.1265625, 0.10546875, 866, 298, 866, 283}}},
+    {6,
+     {{180, 0.1640625, 0.148611111, 1690, 355, 1690, 392},
+      {180, 0.106944444, 0.111024306, 2585, 1122, 2585, 965},
+      {180, 0.0979166667, 0.08671875, 1149, 346, 1149, 327}}},
+};
+static const struct k_profile k_hits = {
+    "2026-12-06",
+    "69b2c3ceb10febaa2aba9f7d847f22b2f8399d6c",
+    "pulse synth --length 4096 --length 8192 --task passkey --task niah_multikey "
+    "--samples 8 --seed 1 --tokenizer MODEL --out-dir DATA; then for L in 4096 "
+    "(--samples 4) and 8192 (--samples 3): pulse accuracy --backend cpu --model "
+    "MODEL --data DATA --lengths L --tasks passkey,niah_multikey --policies "
+    "full,infinigen --budgets 1024,2048 --samples S --calib-samples 0 --max-gen 32 "
+    "--time-limit 1500 --spec-from hits --out accuracy_hits_L.json (MODEL: "
+    "gemma3-270m-q4_k_m.gguf, sha256 a5fd3b62...6818, scripts/setup-model.sh); overlap = "
+    "speculation[].per_layer[].hit / exact; persistence = speculation[].per_layer[]",
+    "experiments/results/cpu-2026-12-06-s28/accuracy_hits_4096.json, accuracy_hits_8192.json",
+    (int)PULSE_ARRAY_LEN(k_hits_runs),
+    k_hits_runs,
+    k_hits_persist,
+};
+
+static void builtin(const struct k_profile *k, int from, struct locality_spec_profile *out)
 {
     memset(out, 0, sizeof *out);
     out->version = SPEC_VERSION;
+    out->predicted_from = from;
     copy_str(out->source, sizeof out->source, "measured");
     copy_str(out->model, sizeof out->model, "gemma3-270m-q4_k_m");
     copy_str(out->policy, sizeof out->policy, "infinigen");
@@ -69,43 +149,28 @@ void locality_spec_profile_builtin(struct locality_spec_profile *out)
     copy_str(out->mapping, sizeof out->mapping, "depth");
     out->n_layers = 18;
     out->block_size = 16;
-    copy_str(out->machine, sizeof out->machine,
-             "Intel(R) Xeon(R) Processor (2 shared cores, no GPU), Linux 6.18.44, pulse "
-             "accuracy --backend cpu");
-    copy_str(out->date, sizeof out->date, "2026-12-04");
-    copy_str(out->commit, sizeof out->commit, "4d1c1737fd4184cb466a6ff754034eb693a41194");
-    copy_str(out->command, sizeof out->command,
-             "pulse synth --length 4096 --length 8192 --task passkey --task niah_multikey "
-             "--samples 8 --seed 1 --tokenizer MODEL --out-dir DATA; then for L in 4096 "
-             "(--samples 4) and 8192 (--samples 3): pulse accuracy --backend cpu --model "
-             "MODEL --data DATA --lengths L --tasks passkey,niah_multikey --policies "
-             "full,infinigen --budgets 1024,2048 --samples S --calib-samples 0 --max-gen 32 "
-             "--time-limit 780 --out accuracy_L.json (MODEL: gemma3-270m-q4_k_m.gguf, sha256 "
-             "a5fd3b62...6818, scripts/setup-model.sh); overlap = "
-             "speculation[].per_layer[].hit / exact; persistence (runs[].persistence_samples, "
-             "layers[].persistence): the same commands at 72f18321 (2026-12-04/05, same "
-             "machine) with --samples 4 (4096) and 2 (8192) --time-limit 690; select_persist = "
-             "speculation[].per_layer[]");
-    copy_str(out->results, sizeof out->results,
-             "experiments/results/cpu-2026-12-04-s19/accuracy_4096.json, accuracy_8192.json; "
-             "persistence: persist_4096.json, persist_8192.json");
-    out->n_runs = (int)PULSE_ARRAY_LEN(k_runs);
+    copy_str(out->machine, sizeof out->machine, K_MACHINE);
+    copy_str(out->date, sizeof out->date, k->date);
+    copy_str(out->commit, sizeof out->commit, k->commit);
+    copy_str(out->command, sizeof out->command, k->command);
+    copy_str(out->results, sizeof out->results, k->results);
+    out->n_runs = k->n_runs;
     for (int r = 0; r < out->n_runs; r++) {
+        const struct k_run *kr = &k->runs[r];
         struct locality_spec_run *u = &out->run[r];
-        u->budget_tokens = k_runs[r].budget;
-        u->context_tokens = k_runs[r].context;
-        u->samples = k_runs[r].samples;
+        u->budget_tokens = kr->budget;
+        u->context_tokens = kr->context;
+        u->samples = kr->samples;
         u->n_points = (int)PULSE_ARRAY_LEN(k_layers);
         for (int i = 0; i < u->n_points; i++)
-            u->point[i] =
-                (struct locality_spec_point){k_layers[i],
-                                             k_runs[r].exact[i],
-                                             k_runs[r].hit[i],
-                                             (double)k_runs[r].hit[i] / (double)k_runs[r].exact[i],
-                                             {0}};
-        u->persist_samples = k_persist[r].samples;
+            u->point[i] = (struct locality_spec_point){k_layers[i],
+                                                       kr->exact[i],
+                                                       kr->hit[i],
+                                                       (double)kr->hit[i] / (double)kr->exact[i],
+                                                       {0}};
+        u->persist_samples = k->persist[r].samples;
         for (int i = 0; i < u->n_points && u->persist_samples; i++) {
-            const struct k_layer_persist *m = &k_persist[r].l[i];
+            const struct k_layer_persist *m = &k->persist[r].l[i];
             u->point[i].persist =
                 (struct locality_spec_persist){m->steps,
                                                m->churn_exact,
@@ -118,6 +183,16 @@ void locality_spec_profile_builtin(struct locality_spec_profile *out)
                                                (double)m->wrong_again / (double)m->wrong};
         }
     }
+}
+
+const char *const locality_spec_from_names[3] = {"input", "mid", "hits"};
+
+void locality_spec_profile_builtin(int from, struct locality_spec_profile *out)
+{
+    if (from == LOC_SPEC_FROM_INPUT)
+        builtin(&k_input, LOC_SPEC_FROM_INPUT, out);
+    else
+        builtin(&k_hits, LOC_SPEC_FROM_HITS, out);
 }
 
 /* ------------------------------------------------------------------ JSON */
@@ -155,11 +230,11 @@ json_t *locality_spec_profile_to_json(const struct locality_spec_profile *p)
     }
     json_t *prov = json_pack("{s:s, s:s, s:s, s:s, s:s}", "machine", p->machine, "date", p->date,
                              "commit", p->commit, "command", p->command, "results", p->results);
-    return json_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:s, s:i, s:s, s:o, s:o}", "format",
+    return json_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:s, s:s, s:i, s:s, s:o, s:o}", "format",
                      SPEC_FORMAT, "version", SPEC_VERSION, "source", p->source, "model", p->model,
                      "n_layers", p->n_layers, "policy", p->policy, "selection", p->selection,
-                     "block_size", p->block_size, "mapping", p->mapping, "provenance", prov, "runs",
-                     runs);
+                     "predicted_from", locality_spec_from_names[p->predicted_from], "block_size",
+                     p->block_size, "mapping", p->mapping, "provenance", prov, "runs", runs);
 }
 
 static int get_str(const struct pctx *c, const json_t *o, const char *where, const char *key,
@@ -301,7 +376,7 @@ int locality_spec_profile_from_json(const json_t *j, const char *name,
 {
     static const char *const keys[] = {"format",   "version",    "source",    "model",
                                        "n_layers", "policy",     "selection", "block_size",
-                                       "mapping",  "provenance", "runs"};
+                                       "mapping",  "provenance", "runs",      "predicted_from"};
     static const char *const pkeys[] = {"machine", "date", "commit", "command", "results"};
     const struct pctx c = {name ? name : "speculation profile", err, errlen};
     memset(out, 0, sizeof *out);
@@ -326,6 +401,15 @@ int locality_spec_profile_from_json(const json_t *j, const char *name,
         return rc;
     if (strcmp(out->mapping, "depth") != 0)
         return fail(&c, "mapping", "not \"depth\" (the only mapping this build knows)");
+    json_t *pf = json_object_get(j, "predicted_from");
+    out->predicted_from = -1;
+    for (int i = 0; i < 3 && pf; i++)
+        if (json_is_string(pf) && !strcmp(json_string_value(pf), locality_spec_from_names[i]))
+            out->predicted_from = i;
+    if (!pf)
+        out->predicted_from = LOC_SPEC_FROM_INPUT;
+    else if (out->predicted_from < 0)
+        return fail(&c, "predicted_from", "not \"input\", \"mid\" or \"hits\"");
     out->n_layers = (int)nl, out->block_size = (int)bs;
     json_t *pv = json_object_get(j, "provenance");
     if (!json_is_object(pv)) return fail(&c, "provenance", "missing or not an object");
