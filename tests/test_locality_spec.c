@@ -54,15 +54,22 @@ static void *xmalloc(size_t n)
     return p;
 }
 
+/* Reads the committed profile file rel (under PULSE_SRC when set) into out; asserts it read. */
+static void read_committed(const char *rel, struct locality_spec_profile *out)
+{
+    char err[512], path[1024];
+    const char *src = getenv("PULSE_SRC");
+    snprintf(path, sizeof path, "%s%s%s", src ? src : "", src ? "/" : "", rel);
+    EXPECT_EQ_INT(locality_spec_profile_read(path, out, err, sizeof err), PULSE_OK);
+    if (out->n_runs == 0) fprintf(stderr, "%s\n", err);
+}
+
 /* ------------------------------------------------------------------ profile */
 
 static void test_profile_file(void)
 {
-    char err[512], path[1024];
-    const char *src = getenv("PULSE_SRC");
-    snprintf(path, sizeof path, "%s%s%s", src ? src : "", src ? "/" : "", PROFILE_FILE);
-    EXPECT_EQ_INT(locality_spec_profile_read(path, &g_a, err, sizeof err), PULSE_OK);
-    if (g_a.n_runs == 0) fprintf(stderr, "%s\n", err);
+    char err[512];
+    read_committed(PROFILE_FILE, &g_a);
     locality_spec_profile_builtin(LOC_SPEC_FROM_INPUT, &g_b);
     json_t *ja = locality_spec_profile_to_json(&g_a), *jb = locality_spec_profile_to_json(&g_b);
     EXPECT(json_equal(ja, jb)); /* the built-in table is the committed measurement */
@@ -145,11 +152,8 @@ static void test_profile_file(void)
  * an unknown point is refused by name. */
 static void test_profile_hits(void)
 {
-    char err[512], path[1024];
-    const char *src = getenv("PULSE_SRC");
-    snprintf(path, sizeof path, "%s%s%s", src ? src : "", src ? "/" : "", PROFILE_HITS_FILE);
-    EXPECT_EQ_INT(locality_spec_profile_read(path, &g_a, err, sizeof err), PULSE_OK);
-    if (g_a.n_runs == 0) fprintf(stderr, "%s\n", err);
+    char err[512];
+    read_committed(PROFILE_HITS_FILE, &g_a);
     EXPECT_EQ_INT(g_a.predicted_from, LOC_SPEC_FROM_HITS);
     locality_spec_profile_builtin(LOC_SPEC_FROM_HITS, &g_b);
     json_t *ja = locality_spec_profile_to_json(&g_a), *jb = locality_spec_profile_to_json(&g_b);
@@ -192,12 +196,7 @@ static void test_profile_hits(void)
 
 static void test_profile_gqa(void)
 {
-    char err[512], path[1024];
-    const char *src = getenv("PULSE_SRC");
-    snprintf(path, sizeof path, "%s%sworkloads/profiles/speculation_gqa-tiny.json", src ? src : "",
-             src ? "/" : "");
-    EXPECT_EQ_INT(locality_spec_profile_read(path, &g_a, err, sizeof err), PULSE_OK);
-    if (g_a.n_runs == 0) fprintf(stderr, "%s\n", err);
+    read_committed("workloads/profiles/speculation_gqa-tiny.json", &g_a);
     EXPECT_STR_EQ(g_a.model, "gqa-tiny");
     EXPECT_EQ_INT(g_a.n_layers, 6);
     /* budgets 1024 and 2048 at 4K, 8K and 16K, in that order */
@@ -239,11 +238,8 @@ static void test_profile_gqa(void)
 
 static void test_profile_v1(void)
 {
-    char err[512], path[1024];
-    const char *src = getenv("PULSE_SRC");
-    snprintf(path, sizeof path, "%s%s%s", src ? src : "", src ? "/" : "", PROFILE_V1_FILE);
-    EXPECT_EQ_INT(locality_spec_profile_read(path, &g_a, err, sizeof err), PULSE_OK);
-    if (g_a.n_runs == 0) fprintf(stderr, "%s\n", err);
+    char err[512];
+    read_committed(PROFILE_V1_FILE, &g_a);
     locality_spec_profile_builtin(LOC_SPEC_FROM_INPUT, &g_b);
     EXPECT_EQ_INT(g_a.version, 1);
     EXPECT_EQ_INT(g_a.n_runs, g_b.n_runs);
@@ -604,10 +600,7 @@ static void test_persistence(void)
         EXPECT(m[1] < w->miss_persistence - TOL_PERSIST);
     }
     /* a version-1 profile: fresh noise */
-    char path[1024];
-    const char *src = getenv("PULSE_SRC");
-    snprintf(path, sizeof path, "%s%s%s", src ? src : "", src ? "/" : "", PROFILE_V1_FILE);
-    EXPECT_EQ_INT(locality_spec_profile_read(path, &g_prof, err, sizeof err), PULSE_OK);
+    read_committed(PROFILE_V1_FILE, &g_prof);
     g_use_prof = 1;
     struct query_source *qs = make_source("headwise", LOC_SPEC_PROFILE, 0, 11);
     g_use_prof = 0;
