@@ -4,8 +4,16 @@ it): one row per track (normal batch, offload batch, recall I/O), each span a ba
 its batch (or its track), the layer number on bars wide enough to hold it, nested spans drawn
 thinner inside their parent, host-clock spans hatched. PulseInfer's interruptible layer-wise
 schedule shows as normal-batch layers filling the offload batch's recall waits. The title gives
-the device busy fraction of the whole trace (otherData). Writes a PNG and a PDF."""
+the device busy fraction of the whole trace (otherData). Writes a PNG and a PDF.
+
+--chain prints instead what the recall I/O track did within each offload-batch step (the
+steps from --from-step on, default 2, past the warm-up): per step on average the step's length,
+the time each kind of I/O span (prefetch, gather) kept the link busy, the idle gaps between
+consecutive I/O spans by their kinds (e.g. prefetch -> gather: the link waiting for the
+compute between a layer's prefetch and its correction), and the time from the step's start to
+its first I/O span and from its last to the step's end; --chain-json FILE writes the same."""
 import argparse
+import json
 import os
 
 import matplotlib
@@ -59,6 +67,39 @@ def nest_depths(spans):
             open_ends.append(s["t1"])
 
 
+def chain(spans, from_step):
+    """The recall I/O track's work within each offload-batch step (track 1's "step" spans, by
+    batch and step), averaged over the steps >= from_step that hold I/O spans."""
+    steps = {(s["batch"], s["step"]): s for s in spans
+             if s["tid"] == 1 and s["name"] == "step" and s["step"] >= from_step}
+    io = {}
+    for s in spans:
+        if s["tid"] == 2 and (s["batch"], s["step"]) in steps:
+            io.setdefault((s["batch"], s["step"]), []).append(s)
+    if not io:
+        return None
+    busy, gaps, n = {}, {}, len(io)
+    step_ms = lead = tail = 0.0
+    for key, ios in io.items():
+        st = steps[key]
+        ios.sort(key=lambda s: s["t0"])
+        step_ms += st["t1"] - st["t0"]
+        lead += ios[0]["t0"] - st["t0"]
+        tail += st["t1"] - max(s["t1"] for s in ios)
+        for s in ios:
+            busy[s["name"]] = busy.get(s["name"], 0.0) + s["t1"] - s["t0"]
+        end = ios[0]["t1"]
+        for a, b in zip(ios, ios[1:]):
+            k = f"{a['name']} -> {b['name']}"
+            gaps[k] = gaps.get(k, 0.0) + max(0.0, b["t0"] - end)
+            end = max(end, b["t1"])
+    return {"steps": n, "from_step": from_step, "step_ms": step_ms / n,
+            "io_spans_per_step": sum(len(v) for v in io.values()) / n,
+            "busy_ms": {k: v / n for k, v in sorted(busy.items())},
+            "idle_ms": {k: v / n for k, v in sorted(gaps.items())},
+            "before_first_io_ms": lead / n, "after_last_io_ms": tail / n}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("trace", help="trace JSON written by timeline_write")
@@ -67,8 +108,29 @@ def main():
     ap.add_argument("--step", type=int, help="only the spans of this decode step")
     ap.add_argument("--color-by", choices=["batch", "track"], default="batch")
     ap.add_argument("--out", default="timeline.png")
+    ap.add_argument("--chain", action="store_true",
+                    help="print the recall I/O track's work per offload-batch step, no picture")
+    ap.add_argument("--from-step", type=int, default=2, help="--chain: the first step counted")
+    ap.add_argument("--chain-json", help="--chain: also write it to this JSON file")
     a = ap.parse_args()
     tr, names, spans = load(a.trace)
+    if a.chain:
+        c = chain(spans, a.from_step)
+        if c is None:
+            raise SystemExit(f"{a.trace}: no offload-batch step from step {a.from_step} with "
+                             "recall I/O spans")
+        print(f"{c['steps']} steps from {c['from_step']}: step {c['step_ms']:.3f} ms, "
+              f"{c['io_spans_per_step']:.1f} I/O spans a step")
+        for k, v in c["busy_ms"].items():
+            print(f"  busy  {k:<24} {v:8.3f} ms a step")
+        for k, v in c["idle_ms"].items():
+            print(f"  idle  {k:<24} {v:8.3f} ms a step")
+        print(f"  before the first I/O {c['before_first_io_ms']:.3f} ms, after the last "
+              f"{c['after_last_io_ms']:.3f} ms")
+        if a.chain_json:
+            with open(a.chain_json, "w") as f:
+                json.dump(c, f, indent=1)
+        return
     if a.step is not None:
         spans = [s for s in spans if s["step"] == a.step]
     nest_depths(spans)

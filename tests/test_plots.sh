@@ -197,6 +197,34 @@ out=$(python3 plots/fig17_throughput.py "$tmp/no-such-dir" --out "$tmp/x" 2>&1) 
     fail "fig17_throughput.py succeeded on a missing input"
 [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "missing input: not one line: $out"
 
+# plots/timeline.py on a real trace (PulseInfer predicting from its predicted lists on the tiny
+# model): the picture, and --chain's per-step account of the recall I/O track (prefetches and
+# corrections busy, the idle gaps between them, within the step); a trace without an
+# offload-batch step from --from-step on is refused with one line
+"$PULSE_BIN" run --backend cpu --model tiny --policy pulseinfer --speculate --spec-from hits \
+    --recall-engine zero-copy --workload lengths:300,260 --output-len 6 --max-batch 2 \
+    --budget-tokens 32 --admission fixed:0 --trace "$tmp/trace.json" --out "$tmp/run.json" \
+    >"$tmp/run.log" 2>&1 || { tail -5 "$tmp/run.log"; fail "pulse run --trace"; }
+python3 plots/timeline.py "$tmp/trace.json" --out "$tmp/timeline.png" >/dev/null 2>&1 ||
+    fail "timeline.py on the trace"
+[ "$(wc -c <"$tmp/timeline.png")" -gt 1024 ] || fail "timeline.png missing or under 1 KB"
+python3 plots/timeline.py "$tmp/trace.json" --chain --from-step 1 --chain-json "$tmp/chain.json" \
+    >"$tmp/chain.txt" 2>&1 || { cat "$tmp/chain.txt"; fail "timeline.py --chain"; }
+python3 - "$tmp/chain.json" <<'PY' || fail "timeline.py --chain's account"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["steps"] >= 4 and c["from_step"] == 1, c
+assert c["busy_ms"].get("prefetch", 0) > 0 and c["busy_ms"].get("gather", 0) > 0, c["busy_ms"]
+assert "prefetch -> gather" in c["idle_ms"], c["idle_ms"]
+assert all(v >= 0 for v in c["idle_ms"].values()), c["idle_ms"]
+assert 0 <= c["before_first_io_ms"] and 0 <= c["after_last_io_ms"], c
+assert c["before_first_io_ms"] + c["after_last_io_ms"] <= c["step_ms"] + 1e-9, c
+PY
+grep -q "I/O spans a step" "$tmp/chain.txt" || fail "timeline.py --chain: no summary line"
+out=$(python3 plots/timeline.py "$tmp/trace.json" --chain --from-step 1000 2>&1) &&
+    fail "timeline.py --chain took a step past the run"
+[ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "timeline --chain, no step: not one line: $out"
+
 echo "test_plots: ok ($(echo $FIGURES | wc -w) figures," \
     "$(echo $REPEATED_FIGURES | wc -w) of a repeated run, fig. 8 beside compute from $fix)"
 exit 0
