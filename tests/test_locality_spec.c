@@ -187,10 +187,12 @@ static void test_profile_hits(void)
                       PULSE_OK);
         EXPECT_EQ_INT(g_a.predicted_from, k);
     }
-    json_object_set_new(jb, "predicted_from", json_string("output"));
-    EXPECT_EQ_INT(locality_spec_profile_from_json(jb, "x.json", &g_a, err, sizeof err),
-                  PULSE_ERR_INVALID);
-    EXPECT_STR_CONTAINS(err, "predicted_from");
+    for (int k = 0; k < 2; k++) { /* another name, and not a string */
+        json_object_set_new(jb, "predicted_from", k ? json_integer(1) : json_string("output"));
+        EXPECT_EQ_INT(locality_spec_profile_from_json(jb, "x.json", &g_a, err, sizeof err),
+                      PULSE_ERR_INVALID);
+        EXPECT_STR_CONTAINS(err, "predicted_from");
+    }
     json_decref(ja), json_decref(jb);
 }
 

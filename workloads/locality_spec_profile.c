@@ -34,6 +34,7 @@ struct k_run_persist {
     struct k_layer_persist l[3];
 };
 struct k_profile {
+    int predicted_from; /* enum locality_spec_from */
     const char *date, *commit, *command, *results;
     int n_runs;
     const struct k_run *runs;
@@ -72,6 +73,7 @@ static const struct k_run_persist k_input_persist[] = {
       {120, 0.0904296875, 0.0814453125, 916, 329, 916, 316}}},
 };
 static const struct k_profile k_input = {
+    LOC_SPEC_FROM_INPUT,
     "2026-12-04",
     "4d1c1737fd4184cb466a6ff754034eb693a41194",
     "pulse synth --length 4096 --length 8192 --task passkey --task niah_multikey "
@@ -121,6 +123,7 @@ static const struct k_run_persist k_hits_persist[] = {
       {180, 0.0979166667, 0.08671875, 1149, 346, 1149, 327}}},
 };
 static const struct k_profile k_hits = {
+    LOC_SPEC_FROM_HITS,
     "2026-12-06",
     "69b2c3ceb10febaa2aba9f7d847f22b2f8399d6c",
     "pulse synth --length 4096 --length 8192 --task passkey --task niah_multikey "
@@ -137,11 +140,11 @@ static const struct k_profile k_hits = {
     k_hits_persist,
 };
 
-static void builtin(const struct k_profile *k, int from, struct locality_spec_profile *out)
+static void builtin(const struct k_profile *k, struct locality_spec_profile *out)
 {
     memset(out, 0, sizeof *out);
     out->version = SPEC_VERSION;
-    out->predicted_from = from;
+    out->predicted_from = k->predicted_from;
     copy_str(out->source, sizeof out->source, "measured");
     copy_str(out->model, sizeof out->model, "gemma3-270m-q4_k_m");
     copy_str(out->policy, sizeof out->policy, "infinigen");
@@ -190,9 +193,9 @@ const char *const locality_spec_from_names[3] = {"input", "mid", "hits"};
 void locality_spec_profile_builtin(int from, struct locality_spec_profile *out)
 {
     if (from == LOC_SPEC_FROM_INPUT)
-        builtin(&k_input, LOC_SPEC_FROM_INPUT, out);
+        builtin(&k_input, out);
     else
-        builtin(&k_hits, LOC_SPEC_FROM_HITS, out);
+        builtin(&k_hits, out);
 }
 
 /* ------------------------------------------------------------------ JSON */
@@ -401,14 +404,12 @@ int locality_spec_profile_from_json(const json_t *j, const char *name,
         return rc;
     if (strcmp(out->mapping, "depth") != 0)
         return fail(&c, "mapping", "not \"depth\" (the only mapping this build knows)");
-    json_t *pf = json_object_get(j, "predicted_from");
-    out->predicted_from = -1;
-    for (int i = 0; i < 3 && pf; i++)
-        if (json_is_string(pf) && !strcmp(json_string_value(pf), locality_spec_from_names[i]))
-            out->predicted_from = i;
-    if (!pf)
-        out->predicted_from = LOC_SPEC_FROM_INPUT;
-    else if (out->predicted_from < 0)
+    /* absent: the input; otherwise one of the names */
+    const json_t *pf = json_object_get(j, "predicted_from");
+    out->predicted_from = pf ? -1 : LOC_SPEC_FROM_INPUT;
+    for (int i = 0; json_is_string(pf) && i < 3; i++)
+        if (!strcmp(json_string_value(pf), locality_spec_from_names[i])) out->predicted_from = i;
+    if (out->predicted_from < 0)
         return fail(&c, "predicted_from", "not \"input\", \"mid\" or \"hits\"");
     out->n_layers = (int)nl, out->block_size = (int)bs;
     json_t *pv = json_object_get(j, "provenance");
