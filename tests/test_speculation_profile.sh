@@ -2,8 +2,9 @@
 # scripts/speculation_profile.py on a real pulse accuracy result: the GQA test model's infinigen
 # runs at 1K (two budgets) become a version-2 speculation profile whose overlaps are its counts'
 # ratios, which `pulse run --spec-overlap FILE` reads (mapped by depth onto the tiny model: its
-# layers' target overlaps within the measured ones); an input that is not such a result, a missing file and a
-# result of two lengths are refused with one line and exit 1.
+# layers' target overlaps within the measured ones), its predicted_from the results' --spec-from; an
+# input that is not such a result, a missing file, a result of two lengths and results of two
+# prediction points are refused with one line and exit 1.
 # Run from the repository root; PULSE_BIN names the binary. exit: 0 pass, 1 fail, 77 skipped.
 set -u
 PULSE_BIN=${PULSE_BIN:-./build/pulse}
@@ -45,6 +46,23 @@ ov = [l["overlap"] for r in prof["runs"] for l in r["layers"]]
 targets = [l["target_overlap"] for l in sp["layers"]]
 assert targets and all(min(ov) - 1e-9 <= t <= max(ov) + 1e-9 for t in targets), (targets, ov)
 PY
+# the results' --spec-from is the profile's predicted_from; results of two points are refused
+# (a copy of the 1K result marked as measured from mid-layer)
+python3 - "$tmp/acc_1024.json" "$tmp/acc_mid.json" <<'PY' || fail "marking a result's point"
+import json, sys
+r = json.load(open(sys.argv[1]))
+r["config"]["spec_from"] = "mid"
+json.dump(r, open(sys.argv[2], "w"))
+PY
+python3 scripts/speculation_profile.py "$tmp/acc_mid.json" --model gqa-tiny --n-layers 6 \
+    --out "$tmp/spec_mid.json" >"$tmp/py.log" 2>&1 || { cat "$tmp/py.log"; fail "the script on a mid-layer result"; }
+python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); assert p["predicted_from"] == "mid", p.get("predicted_from")' \
+    "$tmp/spec_mid.json" || fail "a mid-layer result's profile is not predicted_from mid"
+out=$(python3 scripts/speculation_profile.py "$tmp/acc_1024.json" "$tmp/acc_mid.json" --model x \
+    --n-layers 6 --out "$tmp/x.json" 2>&1)
+rc=$?
+[ $rc -eq 1 ] && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] && [[ $out == *"different prediction points"* ]] ||
+    fail "results of two points: exit $rc, $out"
 echo '{"a": 1}' >"$tmp/bad.json"
 for bad in "$tmp/bad.json" "$tmp/missing.json" "$tmp/acc_1024_1536.json"; do
     out=$(python3 scripts/speculation_profile.py "$bad" --model x --n-layers 6 --out "$tmp/x.json" 2>&1)
