@@ -71,6 +71,8 @@ void offload_policy_counters(const struct offload *o, struct serve_counters *c)
     c->spec_held = st.spec_held;
     c->spec_mid = st.mid_prefetches;
     c->spec_hits = st.hits_prefetches;
+    c->spec_early_corrections = st.early_corrections;
+    c->spec_correction_holds = st.correction_holds;
 }
 
 void offload_policy_finish(struct serve_state *s)

@@ -55,6 +55,10 @@ const char run_offload_usage[] =
     "                     an attention over its predicted lists, before its correction lands\n"
     "                     (zero-copy, one lane; elsewhere from mid-layer) (pulseinfer\n"
     "                     --speculate)\n"
+    "  --spec-correction C  early (default) or late: with --spec-from hits, a predicted layer's\n"
+    "                     correction queued at its exact plan, waiting for the attention over\n"
+    "                     the predicted lists only where it takes a predicted block's slot; or\n"
+    "                     after that attention, always (for comparison)\n"
     "  --spec-margin F    the prediction selects F more of the budget's blocks by score (in\n"
     "                     [0, 1], default 0): a higher hit rate, fewer corrections, more\n"
     "                     bytes prefetched (pulseinfer --speculate)\n"
@@ -87,13 +91,13 @@ const char run_offload_usage[] =
     "                     Host-planned engines, not with --speculate or --no-irq\n";
 
 static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
-    "--budget-tokens",   "--selection",    "--recall-engine", "--locality-profile",
-    "--head-profile",    "--host-pool-gb", "--dense-layers",  "--prompt-kv",
-    "--recall-cap-gbps", "--hot-slots",    "--calib-tokens",  "--no-irq",
-    "--admission",       "--profile",      "--trace",         "--recall-cap-fraction",
-    "--query",           "--reuse",        "--speculate",     "--spec-predictor",
-    "--spec-overlap",    "--max-waiting",  "--spec-margin",   "--self-interleave",
-    "--spec-from"};
+    "--budget-tokens",   "--selection",      "--recall-engine", "--locality-profile",
+    "--head-profile",    "--host-pool-gb",   "--dense-layers",  "--prompt-kv",
+    "--recall-cap-gbps", "--hot-slots",      "--calib-tokens",  "--no-irq",
+    "--admission",       "--profile",        "--trace",         "--recall-cap-fraction",
+    "--query",           "--reuse",          "--speculate",     "--spec-predictor",
+    "--spec-overlap",    "--max-waiting",    "--spec-margin",   "--self-interleave",
+    "--spec-from",       "--spec-correction"};
 
 static const char *flag_name(int code)
 {
@@ -197,6 +201,9 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
         if (!strcmp(arg, "input") || !strcmp(arg, "mid") || !strcmp(arg, "hits")) return 0;
         cli_error("run", "%s: '%s' is not input, mid or hits", f, arg);
         return -1;
+    case RUN_OFF_SPEC_CORRECTION:
+        oo->spec_correction = arg;
+        return one_of(f, arg, "early", "late");
     case RUN_OFF_SPEC_MARGIN:
         oo->spec_margin_set = 1;
         return cli_double("run", f, arg, 0.0, 1.0, &oo->spec_margin);
@@ -394,6 +401,7 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
                             ? OFFLOAD_SPEC_NEGATED
                             : OFFLOAD_SPEC_APPROX;
     p->spec_margin = oo->spec_margin;
+    p->spec_correct_early = !oo->spec_correction || !strcmp(oo->spec_correction, "early");
     p->spec_from = !oo->spec_from                   ? OFFLOAD_SPEC_FROM_INPUT
                    : !strcmp(oo->spec_from, "mid")  ? OFFLOAD_SPEC_FROM_MID
                    : !strcmp(oo->spec_from, "hits") ? OFFLOAD_SPEC_FROM_HITS
@@ -452,6 +460,11 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
     if (p->spec_from == OFFLOAD_SPEC_FROM_HITS && p->engine != RECALL_ZERO_COPY) {
         cli_error("run", "--spec-from hits: only with --recall-engine zero-copy (the predicted "
                          "lists' pages are planned on the device)");
+        return -1;
+    }
+    if (oo->spec_correction && p->spec_from != OFFLOAD_SPEC_FROM_HITS) {
+        cli_error("run", "--spec-correction: only with --spec-from hits (its correction may "
+                         "go before the attention over the predicted lists)");
         return -1;
     }
     if (oo->self_interleave && strcmp(oo->self_interleave, "off")) { /* pulseinfer's checks */

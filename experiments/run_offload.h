@@ -39,6 +39,7 @@ enum {
     RUN_OFF_SPEC_MARGIN,
     RUN_OFF_SELF_INTERLEAVE,
     RUN_OFF_SPEC_FROM,
+    RUN_OFF_SPEC_CORRECTION,
     RUN_OFF_END
 };
 
@@ -64,7 +65,8 @@ enum {
         RUN_OFF_OPT("max-waiting", RUN_OFF_MAX_WAITING),                                           \
         RUN_OFF_OPT("spec-margin", RUN_OFF_SPEC_MARGIN),                                           \
         RUN_OFF_OPT("self-interleave", RUN_OFF_SELF_INTERLEAVE),                                   \
-        RUN_OFF_OPT("spec-from", RUN_OFF_SPEC_FROM)
+        RUN_OFF_OPT("spec-from", RUN_OFF_SPEC_FROM),                                               \
+        RUN_OFF_OPT("spec-correction", RUN_OFF_SPEC_CORRECTION)
 
 /* The offload flags' part of pulse run --help. */
 extern const char run_offload_usage[];
@@ -79,6 +81,7 @@ struct run_offload_opts {
     int speculate;     /* --speculate: the policy's prefetching schedule */
     const char *spec_predictor; /* --spec-predictor: NULL = approx */
     const char *spec_from;      /* --spec-from: NULL = input */
+    const char *spec_correction; /* --spec-correction: NULL = early */
     double spec_margin;         /* --spec-margin (0 = none) */
     int spec_margin_set;
     const char *spec;  /* --spec-overlap: NULL = profile (the built-in speculation profile) */

@@ -289,9 +289,10 @@ if has pulseinfer; then
     [ "${PI_TRACE:-1}" = 0 ] && traced=1
     for pt in ${PI_POINTS:-12:96:65536:18 45:0:16384:32 45:0:32768:24 45:0:65536:12}; do
         IFS=: read -r kv pool len cnt <<<"$pt"
-        # POLICY:SELECTION:ENGINE[:spec[=F]|:specmid|:spechits|:selfint[=M]|:spec+selfint|:specmid+selfint|:-[:BUDGET]]
+        # POLICY:SELECTION:ENGINE[:spec[=F]|:specmid|:spechits|:spechitslate|:selfint[=M]|:spec+selfint|:specmid+selfint|:-[:BUDGET]]
         # (spec: --speculate; =F: --spec-margin F; specmid: --speculate --spec-from mid; spechits:
-        # --speculate --spec-from hits (zero-copy); selfint:
+        # --speculate --spec-from hits (zero-copy); spechitslate: the same with every correction
+        # after the attention over the predicted lists (--spec-correction late); selfint:
         # --self-interleave on, =M: --self-interleave M; both; BUDGET: --budget-tokens, e.g.
         # pulseinfer:solohead:zero-copy:spec:1024 beside
         # a baseline at the default 2048: the comparison at matched throughput or accuracy)
@@ -310,7 +311,8 @@ if has pulseinfer; then
             [[ "${x:-}" == selfint=* ]] && args+=(--self-interleave "${x#selfint=}")
             [[ "${x:-}" == spec*+selfint ]] && args+=(--self-interleave on)
             [[ "${x:-}" == specmid* ]] && args+=(--spec-from mid)
-            [[ "${x:-}" == spechits ]] && args+=(--spec-from hits)
+            [[ "${x:-}" == spechits* ]] && args+=(--spec-from hits)
+            [[ "${x:-}" == spechitslate ]] && args+=(--spec-correction late)
             [ "$sel" != - ] && args+=(--selection "$sel" --recall-engine "$eng")
             [ "$pool" != 0 ] && [ "$pol" != vanilla ] && args+=(--host-pool-gb "$pool")
             args+=(${PI_ARGS:-})

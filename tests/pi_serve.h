@@ -39,6 +39,8 @@ struct pi_cfg {
     int spec_predictor; /* enum offload_spec_predictor */
     int spec_from;      /* enum offload_spec_from */
     double spec_margin; /* offload_params.spec_margin */
+    int spec_late;      /* offload_params.spec_correct_early 0 (pulse run --spec-correction late) */
+    int hot_slots;      /* offload_params.hot_slots (0: the default) */
     int query;          /* enum offload_query (real: with prompt_kv prefill) */
     int spec_model;     /* the locality source's misprediction model (its speculation profile);
                            else its approximate query is the exact one (a perfect predictor) */
@@ -124,6 +126,8 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
     p.spec_predictor = c->spec_predictor;
     p.spec_from = c->spec_from;
     p.spec_margin = c->spec_margin;
+    p.spec_correct_early = !c->spec_late;
+    if (c->hot_slots) p.hot_slots = c->hot_slots;
     p.query = c->query;
     void *ctx = NULL;
     if (kv && pol->needs_ctx) {

@@ -659,6 +659,55 @@ static void same_prediction(const struct serve_counters *a, const struct serve_c
     EXPECT_EQ_INT(a->spec_held, b->spec_held);
 }
 
+/* Where a predicted layer's correction goes (spec_from hits; offload_params.spec_correct_early),
+ * given c and its runs exact (no speculation) and hits (early, the default): queued at the exact
+ * plan where no recall takes a predicted block's slot (the cpu backend's streams are the calling
+ * thread: where one does, the gate held it and it follows the attention over the predicted
+ * lists, as late puts every one). Early and late make the same predictions, chunks and tokens;
+ * late queues none early and arms no gate. With the hot cache one selection large (no reserve)
+ * and a deliberately poor predictor, corrections take predicted blocks' slots: the gate holds
+ * them, fewer go early, and the tokens stay exact. */
+static void spec_correction(struct pi_cfg c, const struct pi_out *exact, const struct pi_out *hits)
+{
+    const struct serve_counters *h = &hits->ctr;
+    EXPECT(h->spec_early_corrections > 0 && h->spec_early_corrections <= h->spec_hits);
+    if (!h->spec_correction_holds) EXPECT_EQ_INT(h->spec_early_corrections, h->spec_hits);
+    if (h->spec_early_corrections < h->spec_hits) EXPECT(h->spec_correction_holds > 0);
+    struct pi_out late, tight[2];
+    c.spec_late = 1;
+    serve(&c, &late);
+    EXPECT_EQ_INT(late.rc, 0);
+    EXPECT(same_tokens(&exact->w, &late.w));
+    same_prediction(&late.ctr, h);
+    EXPECT_EQ_INT(late.ctr.spec_hits, h->spec_hits);
+    EXPECT_EQ_INT(late.ctr.spec_early_corrections + late.ctr.spec_correction_holds, 0);
+    c.hot_slots = 6; /* 2 scored + sink, 2 window and tail blocks: one selection */
+    c.spec_predictor = OFFLOAD_SPEC_NEGATED;
+    c.no_verify = 1;
+    for (int k = 0; k < 2; k++) {
+        c.spec_late = k;
+        serve(&c, &tight[k]);
+        EXPECT_EQ_INT(tight[k].rc, 0);
+        EXPECT(same_tokens(&exact->w, &tight[k].w));
+        EXPECT_EQ_INT(tight[k].ctr.step_host_syncs, 0);
+    }
+    const struct serve_counters *t = &tight[0].ctr;
+    EXPECT(t->spec_correction_holds > 0);
+    EXPECT(t->spec_early_corrections < t->spec_hits);
+    same_prediction(&tight[1].ctr, t);
+    EXPECT_EQ_INT(tight[1].ctr.spec_early_corrections, 0);
+    printf("correction at the exact plan: %lld of %lld layers' corrections early (late: %lld), "
+           "%lld lists held; one selection's hot cache, a poor predictor: %lld of %lld early, "
+           "%lld lists held, tokens %s\n",
+           (long long)h->spec_early_corrections, (long long)h->spec_hits,
+           (long long)late.ctr.spec_early_corrections, (long long)h->spec_correction_holds,
+           (long long)t->spec_early_corrections, (long long)t->spec_hits,
+           (long long)t->spec_correction_holds,
+           same_tokens(&exact->w, &tight[0].w) ? "exact" : "DIFFER");
+    json_decref(late.pj), json_decref(tight[0].pj), json_decref(tight[1].pj);
+    workload_free(&late.w), workload_free(&tight[0].w), workload_free(&tight[1].w);
+}
+
 /* Speculation from mid-layer (offload_params.spec_from mid): the prediction of layer l+1 made in
  * layer l's second piece, after its attention, its recall beside l's MLP. On both engines,
  * with the locality query (the source's misprediction model: the same prediction as from the
@@ -735,6 +784,7 @@ static void test_speculation_mid(void)
                        (long long)hits.ctr.spec_hits, (long long)hits.ctr.spec_mid, rate(&hits.ctr),
                        (long long)hits.ctr.spec_recall_chunks,
                        (long long)hits.ctr.spec_corrections);
+                spec_correction(c, &exact, &hits);
                 struct pi_out si; /* one lane only */
                 c.self_interleave = "on";
                 serve(&c, &si);
@@ -925,6 +975,16 @@ static void test_speculation_cli(void)
                                out, sizeof out),
                   2);
     EXPECT(strstr(out, "--spec-from hits: not with --self-interleave on (one lane)"));
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --model tiny --policy pulseinfer --speculate "
+                               "--spec-from mid --spec-correction late --recall-engine zero-copy",
+                               out, sizeof out),
+                  2);
+    EXPECT(strstr(out, "--spec-correction: only with --spec-from hits"));
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --model tiny --policy pulseinfer --speculate "
+                               "--spec-from hits --spec-correction soon --recall-engine zero-copy",
+                               out, sizeof out),
+                  2);
+    EXPECT(strstr(out, "--spec-correction: 'soon' is not early or late"));
     static const char *const points[] = {"input", "mid", "hits"};
     for (int pt = 0; pt < 3; pt++) {
         const int mid = pt == 1, hits = pt == 2;
@@ -949,6 +1009,16 @@ static void test_speculation_cli(void)
             json_integer_value(json_object_get(json_object_get(cnt, "offload"), "hits_prefetches"));
         EXPECT(mid || hits ? mp > 0 : mp == 0); /* (hits: the first predicted layer's) */
         EXPECT(hits ? hp > 0 : hp == 0);
+        /* a predicted layer's correction: at the exact plan, early where hits (its count) */
+        EXPECT_STR_EQ(
+            json_string_value(json_object_get(
+                json_object_get(json_object_get(jm, "config"), "offload"), "spec_correction")),
+            hits ? "early" : "at_plan");
+        const int64_t ec = json_integer_value(
+            json_object_get(json_object_get(cnt, "offload"), "early_corrections"));
+        EXPECT(hits ? ec > 0 && ec <= hp : ec == 0);
+        EXPECT(json_is_integer(json_object_get(
+            json_object_get(json_object_get(cnt, "offload"), "speculation"), "correction_holds")));
         const struct model_config *tc = model_config_find("tiny");
         const double w = json_real_value(json_object_get(
             json_object_get(json_object_get(cnt, "pulseinfer"), "ioaa_speculation"), "window"));

@@ -34,6 +34,7 @@ void offload_params_init(struct offload_params *p, int max_batch, int max_tokens
     recall_params_init(&p->recall, p->engine, 1);
     mem_pin_params_default(&p->pin);
     p->layer_graphs = 1;
+    p->spec_correct_early = 1;
 }
 
 /* A prefetch's budget (blocks chosen by score): the exact one's with spec_margin more. */
@@ -362,6 +363,7 @@ static size_t dev_layout(struct offload *o, char *base)
         if (o->p.spec_from == OFFLOAD_SPEC_FROM_HITS) {
             o->step.d_hits_attn = take(&c, 2 * (size_t)o->max_batch * o->nq * o->hd);
             o->step.d_hits_x = take(&c, 4 * (size_t)o->max_batch * o->mc->hidden);
+            o->step.d_gate = take(&c, 4 * S);
         }
         o->store.d_own = take(&c, 4 * (size_t)o->max_batch * S * (o->hot_slots + 1));
         o->store.d_hids = take(&c, 4 * (size_t)o->max_batch * S * o->max_blocks);
@@ -412,6 +414,8 @@ static int alloc_dev(struct offload *o)
         hot_plan_state_carve(&o->store.hpp, o->store.d_hp, &o->store.hps);
         o->fn.hot_plan_init(&o->store.hpp, &o->store.hps, o->ctx->stream);
         o->be->memset(o->ctx, o->step.d_totals, 0, 8 * 2 * (size_t)o->n_sparse * OFFLOAD_TOTALS);
+        if (o->step.d_gate) /* open */
+            o->be->memset(o->ctx, o->step.d_gate, OFFLOAD_GATE_BYTE, 4 * (size_t)o->n_sparse);
         void *dev = NULL;
         const struct recall_copy_ops *ops = recall_copy_ops_for(o->be);
         if (ops->map_host(ops, host_pool_base(o->store.hp), &dev) != PULSE_OK) return PULSE_ERR_OOM;
@@ -725,6 +729,8 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
         !(p->engine == RECALL_ZERO_COPY && p->cap_gbps == 0 && p->lanes != 2))
         BAD("offload: speculation from the predicted lists' attention needs the device path "
             "(zero-copy, uncapped) in one lane");
+    if (p->spec_correct_early != 0 && p->spec_correct_early != 1)
+        BAD("offload: spec_correct_early %d is not 0 or 1", p->spec_correct_early);
     if (p->lanes < 0 || p->lanes > 2) BAD("offload: lanes %d is not 0, 1 or 2", p->lanes);
     if (ks.max_requests != p->max_batch)
         BAD("offload: the KV cache has %d request slots, max_batch is %d", ks.max_requests,
@@ -738,7 +744,8 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     o->store.gpu_pool = (char *)view.pool;
     o->step.next_layer = -1;
     for (int l = 0; l < OFFLOAD_MAX_LAYERS; l++)
-        o->step.sel_step[l] = o->step.spec_step[l] = o->step.piece_pf[l] = -1;
+        o->step.sel_step[l] = o->step.spec_step[l] = o->step.piece_pf[l] =
+            o->step.early_corr_step[l] = -1;
     set_shape(o, m, view.page_size);
     char why[256];
     if (o->device_plan && hot_plan_params_check(&o->store.hpp, why, sizeof why)) {

@@ -218,6 +218,11 @@ struct offload_params {
     int spec_predictor; /* enum offload_spec_predictor (default approx) */
     int spec_from;      /* enum offload_spec_from: where a prefetching schedule's prediction of
                            layer l+1 is made and its recall starts (default input) */
+    int spec_correct_early; /* spec_from hits: 1 (default) queues a predicted layer's
+                           correction at its exact plan, its gather waiting (on the device) for
+                           the attention over the predicted lists only where a recall takes a
+                           predicted block's slot (offload_kernels.h's gate); 0: after that
+                           attention, always (for comparison) */
     double spec_margin; /* a prefetch's lists select budget x (1 + this) blocks by score, the
                            exact lists budget: more of the exact selection prefetched (in
                            [0, 1]; default 0; only with a prefetching schedule) */
@@ -244,6 +249,9 @@ struct offload_layer_stats {
      * score (select_overlap), how many the prefetched lists held */
     int64_t spec_lists, spec_hits, spec_misses, spec_recall_bytes, corrections;
     int64_t spec_scored, spec_held;
+    /* spec_from hits with spec_correct_early: lists whose correction took a predicted block's
+     * slot, so that it waited for the attention over the predicted lists (the gate) */
+    int64_t correction_holds;
 };
 
 struct offload_stats {
@@ -251,6 +259,7 @@ struct offload_stats {
     int64_t recall_bytes, recall_chunks, recalls, stalls, recall_failures;
     /* the sparse layers' prefetch counters summed (offload_layer_stats) */
     int64_t spec_misses, spec_recall_bytes, corrections, spec_scored, spec_held;
+    int64_t correction_holds;
     double recall_wait_s, prompt_fill_s;
     int64_t engine_bytes, engine_chunks; /* the recall engine's own counters (cross-check) */
     size_t host_pool_bytes, digest_store_bytes;
@@ -267,6 +276,10 @@ struct offload_stats {
      * predicted), and from a predicted layer's attention over its predicted lists (spec_from
      * hits); one per (layer, step) */
     int64_t mid_prefetches, hits_prefetches;
+    /* of the latter's layers, those whose correction was queued at its exact plan, before the
+     * attention over the predicted lists (spec_correct_early; the cpu backend queues it there
+     * only when its gate is open) */
+    int64_t early_corrections;
     /* host time of the steps' upload staging and of the next steps' queries, summed; and of
      * queuing the layers' pieces: pre-attention and digest update, selection with its
      * download and job, the device plan and gather, attention with tail flushes,

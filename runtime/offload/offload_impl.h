@@ -186,6 +186,11 @@ struct offload_step {
     uint16_t *d_hits_attn;
     float *d_hits_x;
     const float *spec_resid;
+    /* spec_from hits with spec_correct_early (one lane): per sparse layer, the gate its
+     * correction's gather waits behind (open between steps), and the step whose correction
+     * was queued at the exact plan (offload_layer_issue) */
+    uint32_t *d_gate;
+    int64_t early_corr_step[OFFLOAD_MAX_LAYERS];
     int32_t *d_zero;     /* [max_batch] zeros: no new tail (a prefetch took it) */
 
     /* The device-driven path (engine zero-copy): the selection's lists feed hot_plan on the
@@ -308,8 +313,9 @@ static inline void offload_host_lap(struct offload *o, int ph, double *t)
     offload_lap(o->host_phase_s, ph, t);
 }
 
-/* Per-layer device totals: hot_plan's four, then attended tokens and refused lists. */
-enum { OFFLOAD_TOT_ATT = 4, OFFLOAD_TOT_REFUSED = 5, OFFLOAD_TOTALS = 6 };
+/* Per-layer device totals: hot_plan's four, then attended tokens, refused lists and lists
+ * whose correction was held by the gate (offload_kernels.h). */
+enum { OFFLOAD_TOT_ATT = 4, OFFLOAD_TOT_REFUSED = 5, OFFLOAD_TOT_HELD = 6, OFFLOAD_TOTALS = 7 };
 int offload_planner_start(struct offload *o);
 void offload_planner_stop(struct offload *o);
 /* Posts a job of step `step` (its parity's state) for `layer` of the running lane (its entries:

@@ -30,7 +30,7 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out)
     out->recall_bytes = out->recall_chunks = out->recalls = out->stalls = 0;
     out->recall_wait_s = 0;
     out->spec_misses = out->spec_recall_bytes = out->corrections = 0;
-    out->spec_scored = out->spec_held = 0;
+    out->spec_scored = out->spec_held = out->correction_holds = 0;
     for (int sl = 0; sl < o->n_sparse; sl++) {
         const struct offload_layer_stats *s = &o->ls[o->layer_of[sl]];
         out->recall_bytes += s->recall_bytes;
@@ -43,6 +43,7 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out)
         out->corrections += s->corrections;
         out->spec_scored += s->spec_scored;
         out->spec_held += s->spec_held;
+        out->correction_holds += s->correction_holds;
     }
     struct recall_stats rs;
     recall_get_stats(o->store.rc, &rs);
@@ -157,6 +158,10 @@ json_t *offload_config_json(const struct offload *o)
                         json_string(o->p.spec_from == OFFLOAD_SPEC_FROM_HITS  ? "hits"
                                     : o->p.spec_from == OFFLOAD_SPEC_FROM_MID ? "mid"
                                                                               : "input"));
+    json_object_set_new(j, "spec_correction",
+                        json_string(o->p.spec_from != OFFLOAD_SPEC_FROM_HITS ? "at_plan"
+                                    : o->p.spec_correct_early                ? "early"
+                                                                             : "late"));
     json_object_set_new(j, "lanes", json_integer(o->p.lanes == 2 ? 2 : 1));
     json_object_set_new(j, "spec_budget_blocks", json_integer(o->cfg_spec.budget));
     json_object_set_new(
@@ -192,15 +197,16 @@ static json_t *churn_json(const struct query_meter_stats *s)
 
 /* A prefetching schedule's counters of a layer, or of the run (offload_layer_stats): the
  * prefetch's lists, hits and recalled chunks and bytes, the corrections (the exact lists'
- * misses after a prefetch), and the prediction's hit rate (held / scored; null when nothing
- * was scored). */
+ * misses after a prefetch) and the lists whose correction the gate held, and the prediction's
+ * hit rate (held / scored; null when nothing was scored). */
 static json_t *spec_json(const struct offload_layer_stats *r)
 {
-    json_t *j = json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "lists", (json_int_t)r->spec_lists, "hits",
-        (json_int_t)r->spec_hits, "recall_chunks", (json_int_t)r->spec_misses, "recall_bytes",
-        (json_int_t)r->spec_recall_bytes, "corrections", (json_int_t)r->corrections, "scored",
-        (json_int_t)r->spec_scored, "held", (json_int_t)r->spec_held);
+    json_t *j =
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "lists", (json_int_t)r->spec_lists,
+                  "hits", (json_int_t)r->spec_hits, "recall_chunks", (json_int_t)r->spec_misses,
+                  "recall_bytes", (json_int_t)r->spec_recall_bytes, "corrections",
+                  (json_int_t)r->corrections, "correction_holds", (json_int_t)r->correction_holds,
+                  "scored", (json_int_t)r->spec_scored, "held", (json_int_t)r->spec_held);
     results_set_real(j, "hit_rate",
                      r->spec_scored ? (double)r->spec_held / (double)r->spec_scored : NAN);
     return j;
@@ -356,6 +362,7 @@ json_t *offload_counters_json(const struct offload *o)
     json_object_set_new(j, "lane_graph_launches", json_integer(st.lane_graph_launches));
     json_object_set_new(j, "mid_prefetches", json_integer(st.mid_prefetches));
     json_object_set_new(j, "hits_prefetches", json_integer(st.hits_prefetches));
+    json_object_set_new(j, "early_corrections", json_integer(st.early_corrections));
     if (o->spec) { /* the layers' prefetch counters summed */
         struct offload_layer_stats sum = {0};
         for (int sl = 0; sl < o->n_sparse; sl++) {
@@ -363,7 +370,7 @@ json_t *offload_counters_json(const struct offload *o)
             sum.spec_lists += s->spec_lists, sum.spec_hits += s->spec_hits;
             sum.spec_misses += s->spec_misses, sum.spec_recall_bytes += s->spec_recall_bytes;
             sum.corrections += s->corrections, sum.spec_scored += s->spec_scored;
-            sum.spec_held += s->spec_held;
+            sum.spec_held += s->spec_held, sum.correction_holds += s->correction_holds;
         }
         json_object_set_new(j, "speculation", spec_json(&sum));
     }

@@ -18,6 +18,14 @@
  * sum of att_len; refused += lists whose plan status was not PULSE_OK (their outputs are not
  * written: the caller fails the step).
  *
+ * The gate (spec_idx not NULL: a predicted layer whose correction is queued at its exact plan,
+ * offload_params.spec_correct_early): list v's recalls take the slots of victim_block[v * ms +
+ * r] (r < n_recalls[v]; -1: a free slot); a list where one of them is in its predicted list
+ * spec_idx[v * ms + j], j < spec_count[v] (strictly ascending, hot_plan_in's layout), whose
+ * slot the attention over the predicted lists reads, adds 1 to held and closes the gate (writes
+ * 0 to *gate). The caller opens it (every byte OFFLOAD_GATE_BYTE: a memset) after that
+ * attention; the correction's gather waits until *gate >= 1.
+ *
  * `_ref` (host pointers, clarity) and `_cuda` (device pointers, queued on `stream`, no
  * allocation or synchronisation) have one signature. */
 #ifndef PULSE_OFFLOAD_KERNELS_H
@@ -46,7 +54,14 @@ struct offload_build_args {
     int32_t *att_len, *att_pages;             /* [B * n_lists], [B * n_lists][ms] */
     struct recall_desc *tail_desc;            /* [tails * n_lists] */
     unsigned long long *att_tokens, *refused; /* one counter each */
+    /* the gate (above; spec_idx NULL: none, the others unread) */
+    const int32_t *victim_block, *spec_idx, *spec_count;
+    uint32_t *gate;
+    unsigned long long *held;
 };
+
+/* The byte an open gate holds in each of its four (a memset: 0x01010101 >= 1). */
+#define OFFLOAD_GATE_BYTE 1
 
 void offload_build_ref(const struct offload_build_args *a, void *stream);
 void offload_build_cuda(const struct offload_build_args *a, void *stream);

@@ -152,6 +152,41 @@ static void take_q(struct offload *o, uint16_t *dst)
 
 /* ------------------------------------------------------------------ one sparse layer */
 
+/* Whether sparse layer `layer`, predicted this step, predicts the next from an attention over
+ * its predicted lists (spec_from hits, hits_body); known once its first piece has run. */
+static int hits_early(const struct offload *o, int layer)
+{
+    return o->p.spec_from == OFFLOAD_SPEC_FROM_HITS && offload_is_sparse(o, layer) &&
+           o->step.spec_step[layer] == o->st.steps && o->step.piece_pf[layer] >= 0;
+}
+
+/* Whether sparse layer `layer`'s exact plan this step arms its gate (offload_kernels.h): it was
+ * predicted, and spec_from hits with spec_correct_early queues its correction at that plan
+ * (offload_layer_issue), its gather behind the gate, which the build closes where a recall
+ * takes a predicted block's slot and the attention over the predicted lists (hits_body) or,
+ * where none runs, the layer's finish opens again. */
+static int gate_armed(const struct offload *o, int layer)
+{
+    return o->step.d_gate && o->p.spec_correct_early && o->overlap &&
+           o->step.spec_step[layer] == o->st.steps;
+}
+
+static uint32_t *gate_of(const struct offload *o, int layer)
+{
+    return o->step.d_gate + offload_sl(o, layer);
+}
+
+/* Whether a gated layer's correction is queued at its exact plan: where the backend's streams
+ * run beside the caller, always (the gather's stream waits for the gate on the device); on the
+ * cpu backend, whose streams are the calling thread and where the build has run, only when the
+ * gate is open: a closed one waits for an attention not queued yet, so the correction follows
+ * it (offload_layer_finish), as without the gate. */
+static int correct_at_plan(const struct offload *o, int layer)
+{
+    if (!gate_armed(o, layer)) return 0;
+    return o->be->mem == MEM_DEVICE || *gate_of(o, layer) >= 1;
+}
+
 /* The device path (zero-copy): the layer's hot-cache plan, its descriptors and page lists, and
  * the gather from the host pool, all queued on the compute stream after the selection. A
  * prediction's (spec: offload_prefetch) plans its own lists into its own descriptors, totals and
@@ -174,6 +209,8 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
                                    o->ms};
     struct hot_plan_out po = o->step.po;
     po.totals = o->step.d_totals + ((size_t)spec * o->n_sparse + sl) * OFFLOAD_TOTALS;
+    const int gate = !spec && gate_armed(o, o->layer_of[sl]);
+    const int32_t *pds = gate ? offload_spec_dsel(o, sl, B) : NULL; /* the predicted lists */
     o->fn.hot_plan(&o->store.hpp, &o->store.hps, &in, &po, o->ctx->stream);
     const size_t V = (size_t)o->max_batch * o->n_lists;
     int32_t *ctl = spec ? o->step.d_ctl_spec : o->step.d_ctl[sl & 1];
@@ -210,7 +247,12 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
                                          ctl + V,
                                          (struct recall_desc *)(ctl + offload_ctl_desc_off(o)),
                                          (unsigned long long *)(po.totals + OFFLOAD_TOT_ATT),
-                                         (unsigned long long *)(po.totals + OFFLOAD_TOT_REFUSED)};
+                                         (unsigned long long *)(po.totals + OFFLOAD_TOT_REFUSED),
+                                         po.victim_block,
+                                         pds,
+                                         pds ? pds + lists * o->ms : NULL,
+                                         gate ? gate_of(o, o->layer_of[sl]) : NULL,
+                                         (unsigned long long *)(po.totals + OFFLOAD_TOT_HELD)};
     o->fn.build(&a, o->ctx->stream);
     if (spec) {
         o->be->event_record_external(o->ctx, o->step.ev_spec_built[sl]);
@@ -253,6 +295,9 @@ static void issue_side(struct offload *o, int layer, int spec)
     const struct recall_params *rp = recall_get_params(o->store.rc);
     o->be->stream_wait_event(&o->step.gctx,
                              spec ? o->step.ev_spec_built[sl] : o->step.ev_built[sl]);
+    /* a correction queued before the attention over the predicted lists: behind the gate */
+    if (!spec && gate_armed(o, layer) && hits_early(o, layer))
+        o->be->wait_value(&o->step.gctx, gate_of(o, layer), 1);
     const int sp = timeline_begin(o->plan.tl, &o->step.gctx, TIMELINE_RECALL,
                                   spec ? "prefetch" : "gather", 1, layer, o->st.steps);
     o->fn.gather(spec ? o->step.d_desc_spec[sl & 1] : o->step.d_desc[sl & 1],
@@ -496,14 +541,6 @@ static void issue_body(void *arg)
     PULSE_CHECK(o->step.pre_done, "offload schedule: a layer's piece runs its pre-attention");
 }
 
-/* Whether sparse layer `layer`, predicted this step, predicts the next from an attention over
- * its predicted lists (spec_from hits; hits_body), its correction issued after that attention. */
-static int hits_early(const struct offload *o, int layer)
-{
-    return o->p.spec_from == OFFLOAD_SPEC_FROM_HITS && offload_is_sparse(o, layer) &&
-           o->step.spec_step[layer] == o->st.steps && o->step.piece_pf[layer] >= 0;
-}
-
 /* The layer a piece of `layer` left to predict from mid-layer (spec_from mid, or hits where the
  * layer was not itself predicted), or -1. */
 static int mid_prefetch(const struct offload *o, int layer)
@@ -513,15 +550,18 @@ static int mid_prefetch(const struct offload *o, int layer)
 }
 
 /* spec_from hits, once the layer's prefetch has landed: attention over its predicted lists (all
- * resident: the exact plan's recalls, which may take a mispredicted block's slot, wait for it:
- * ev_built recorded again), then the next layer's prediction from the residual that attention
- * gives, the batch's own untouched. */
+ * resident: the exact plan's recalls, which may take a predicted block's slot, wait for it:
+ * the gate opened, or without one ev_built recorded again), then the next layer's prediction
+ * from the residual that attention gives, the batch's own untouched. */
 static void hits_body(void *arg)
 {
     const struct layer_call *c = arg;
     struct offload *o = c->o;
     attend(o, c->bt, o->step.d_ctl_spec, o->step.d_hits_attn);
-    o->be->event_record_external(o->ctx, o->step.ev_built[offload_sl(o, c->layer)]);
+    if (gate_armed(o, c->layer))
+        o->be->memset(o->ctx, gate_of(o, c->layer), OFFLOAD_GATE_BYTE, sizeof(uint32_t));
+    else
+        o->be->event_record_external(o->ctx, o->step.ev_built[offload_sl(o, c->layer)]);
     o->be->copy_async(o->ctx, o->step.d_hits_x, batch_residual(c->bt),
                       sizeof(float) * (size_t)o->step.n * o->mc->hidden);
     engine_attn_add(o->eng, o->step.n, c->layer, o->step.d_hits_attn, o->step.d_hits_x);
@@ -584,8 +624,15 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
     for (int i = 0; i < o->step.piece_nsel[layer]; i++) {
         const int sel = o->step.piece_sel[layer][i];
         o->step.sel_step[offload_sl(o, sel)] = o->st.steps;
-        /* (a layer predicting from its predicted lists: its correction after that attention) */
-        if (o->device_plan && !hits_early(o, sel)) issue_side(o, sel, 0);
+        /* a layer predicting from its predicted lists: its correction behind the gate, or
+         * after that attention (offload_layer_finish) */
+        if (o->device_plan && (!hits_early(o, sel) || correct_at_plan(o, sel))) {
+            issue_side(o, sel, 0);
+            if (hits_early(o, sel)) {
+                o->step.early_corr_step[sel] = o->st.steps;
+                o->st.early_corrections++;
+            }
+        }
     }
     if (o->device_plan && o->step.piece_pf[layer] >= 0 && o->p.spec_from == OFFLOAD_SPEC_FROM_INPUT)
         issue_side(o, o->step.piece_pf[layer], 1);
@@ -625,10 +672,12 @@ void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
                                    next work: this layer's correction, the next's prefetch */
         o->be->stream_wait_event(o->ctx, o->step.ev_spec_gathered[offload_sl(o, layer)]);
         run_piece(o, layer_graph(o, bt, 2, layer), hits_body, &c, OFFLOAD_HOST_SELECT, &t);
-        issue_side(o, layer, 0);
+        if (o->step.early_corr_step[layer] != o->st.steps) issue_side(o, layer, 0);
         issue_side(o, o->step.piece_pf[layer], 1);
         o->st.hits_prefetches++;
         offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
+    } else if (gate_armed(o, layer)) { /* no attention over its predicted lists: open again */
+        o->be->memset(o->ctx, gate_of(o, layer), OFFLOAD_GATE_BYTE, sizeof(uint32_t));
     }
     if (sparse) attend_wait(o, layer);
     offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);

@@ -71,6 +71,9 @@ struct serve_counters {
      * predictions made from mid-layer and from a predicted layer's attention over its predicted
      * lists (offload_params.spec_from) */
     int64_t spec_recall_chunks, spec_corrections, spec_scored, spec_held, spec_mid, spec_hits;
+    /* of the latter, the layers whose correction was queued at the exact plan, and the lists
+     * whose correction the gate held (offload_params.spec_correct_early) */
+    int64_t spec_early_corrections, spec_correction_holds;
     /* two-batch schedulers (pulseinfer): normal-batch layers run while an offload layer's
      * recall was in flight; sparse offload layers whose recall was done when the scheduler
      * came back to it (hidden) or not (exposed: it waited); the time it waited; admission

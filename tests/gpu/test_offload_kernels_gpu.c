@@ -1,6 +1,8 @@
 /* offload_build_cuda (runtime/offload/offload_kernels.h) against offload_build_ref, bit for bit, on
  * random plans: head-wise (8 lists an entry) and SoloHead (1), batches of 1, 13 and 64, refused
- * lists, lists with no recall and with every slot recalled, tails filled or not. Every output
+ * lists, lists with no recall and with every slot recalled, tails filled or not; with and
+ * without the gate (victims against ascending predicted lists: lists that displace a predicted
+ * block counted, the gate closed where one does and left open where none does). Every output
  * buffer starts as guard bytes on both sides and is compared whole, so what must stay unwritten
  * (slots past a count, a refused list's pages) is checked too. The kernel only computes
  * addresses, so the bases are arbitrary. Exit 77 without a GPU. */
@@ -29,7 +31,9 @@ struct bufs { /* one allocation per side; the same layout */
     int32_t *n_tok, *slot, *hslot, *tail_index, *own, *host_ids;
     struct recall_desc *desc, *tail_desc;
     int32_t *att_len, *att_pages;
-    unsigned long long *cnt; /* att_tokens, refused */
+    int32_t *victim_block, *spec_idx, *spec_count;
+    uint32_t *gate;
+    unsigned long long *cnt; /* att_tokens, refused, held */
 };
 
 static size_t layout(struct bufs *b, char *base, int B, int L, int ms, int MB, int S, int H1,
@@ -57,13 +61,17 @@ static size_t layout(struct bufs *b, char *base, int B, int L, int ms, int MB, i
     TAKE(tail_desc, V);
     TAKE(att_len, V);
     TAKE(att_pages, V * ms);
-    TAKE(cnt, 2);
+    TAKE(victim_block, V * ms);
+    TAKE(spec_idx, V * ms);
+    TAKE(spec_count, V);
+    TAKE(gate, 1);
+    TAKE(cnt, 3);
 #undef TAKE
     return off;
 }
 
 static struct offload_build_args args_of(const struct bufs *b, int B, int L, int ms, int H, int S,
-                                         int maxb)
+                                         int maxb, int gated)
 {
     struct offload_build_args a = {b->status,
                                    b->n_recalls,
@@ -97,7 +105,12 @@ static struct offload_build_args args_of(const struct bufs *b, int B, int L, int
                                    b->att_pages,
                                    b->tail_desc,
                                    b->cnt,
-                                   b->cnt + 1};
+                                   b->cnt + 1,
+                                   b->victim_block,
+                                   gated ? b->spec_idx : NULL,
+                                   b->spec_count,
+                                   b->gate,
+                                   b->cnt + 2};
     return a;
 }
 
@@ -124,17 +137,25 @@ static void fill(struct bufs *h, size_t bytes, int B, int L, int ms, int MB, int
             h->recall_block[v * ms + j] = (int)rnd((uint32_t)maxb);
             h->recall_slot[v * ms + j] = (int)rnd((uint32_t)H);
             h->attend_slot[v * ms + j] = (int)rnd((uint32_t)H);
+            h->victim_block[v * ms + j] = (int)rnd((uint32_t)maxb + 1) - 1; /* -1: free */
         }
+        /* the predicted list: ascending, a random share of the blocks */
+        const uint32_t keep = 1 + rnd(20);
+        int n = 0;
+        for (int blk = 0; blk < maxb && n < ms; blk++)
+            if (rnd(1000) < keep) h->spec_idx[v * ms + n++] = blk;
+        h->spec_count[v] = n;
     }
     for (int i = 0; i < MB * S * H1; i++)
         h->own[i] = (int)rnd(1u << 20);
     for (int i = 0; i < MB * S * maxb; i++)
         h->host_ids[i] = (int)rnd(1u << 24);
-    h->cnt[0] = 12345, h->cnt[1] = 7; /* the kernel adds to them */
+    h->cnt[0] = 12345, h->cnt[1] = 7, h->cnt[2] = 3; /* the kernel adds to them */
+    *h->gate = 0x01010101u;                          /* open (OFFLOAD_GATE_BYTE in each byte) */
     (void)tails;
 }
 
-static void one_case(const struct backend *be, const struct kctx *ctx, int B, int L)
+static void one_case(const struct backend *be, const struct kctx *ctx, int B, int L, int gated)
 {
     const int ms = 40, S = 3, H1 = 46, maxb = 300, MB = B < 64 ? 64 : B;
     struct bufs hb, db, rb;
@@ -149,8 +170,8 @@ static void one_case(const struct backend *be, const struct kctx *ctx, int B, in
     fill(&hb, bytes, B, L, ms, MB, S, H1, maxb);
     memcpy(r, h, bytes);
     be->upload(ctx, d, h, bytes);
-    const struct offload_build_args ar = args_of(&rb, B, L, ms, H1 - 1, S, maxb);
-    const struct offload_build_args ad = args_of(&db, B, L, ms, H1 - 1, S, maxb);
+    const struct offload_build_args ar = args_of(&rb, B, L, ms, H1 - 1, S, maxb, gated);
+    const struct offload_build_args ad = args_of(&db, B, L, ms, H1 - 1, S, maxb, gated);
     offload_build_ref(&ar, NULL);
     offload_build_cuda(&ad, ctx->stream);
     be->download(ctx, h, d, bytes);
@@ -158,11 +179,16 @@ static void one_case(const struct backend *be, const struct kctx *ctx, int B, in
     for (size_t i = 0; i < bytes; i++)
         if (h[i] != r[i] && !diff++) first = i;
     fprintf(stderr,
-            "offload_build B %d lists %d: %s (%zu bytes differ, first at %zu), "
-            "att tokens %llu, refused %llu\n",
-            B, L, diff ? "FAIL" : "bit-exact", diff, first, rb.cnt[0] - 12345, rb.cnt[1] - 7);
+            "offload_build B %d lists %d%s: %s (%zu bytes differ, first at %zu), "
+            "att tokens %llu, refused %llu, held %llu, gate %s\n",
+            B, L, gated ? " gated" : "", diff ? "FAIL" : "bit-exact", diff, first,
+            rb.cnt[0] - 12345, rb.cnt[1] - 7, rb.cnt[2] - 3, *rb.gate ? "open" : "closed");
     EXPECT_EQ_INT(diff, 0);
     EXPECT(rb.cnt[0] > 12345);
+    /* the gate closed exactly where a list was held; none without it */
+    EXPECT_EQ_INT(*rb.gate == 0, rb.cnt[2] > 3);
+    if (!gated) EXPECT_EQ_INT(rb.cnt[2], 3);
+    if (gated && B * L >= 64) EXPECT(rb.cnt[2] > 3); /* (random victims: some list displaces) */
     mem_free(MEM_HOST, h, bytes);
     mem_free(MEM_HOST, r, bytes);
     mem_free(MEM_DEVICE, d, bytes);
@@ -179,8 +205,10 @@ int main(void)
     PULSE_CHECK(be->ctx_create(&ctx, 0) == PULSE_OK, "cuda context");
     const int batches[] = {1, 13, 64};
     for (int i = 0; i < 3; i++) {
-        one_case(be, &ctx, batches[i], 1);
-        one_case(be, &ctx, batches[i], 8);
+        for (int gated = 0; gated < 2; gated++) {
+            one_case(be, &ctx, batches[i], 1, gated);
+            one_case(be, &ctx, batches[i], 8, gated);
+        }
     }
     be->ctx_free(&ctx);
     return tu_finish("test_offload_kernels_gpu");

@@ -21,7 +21,47 @@
  * least the hit rate. On zero-copy, the poor predictor's prediction made from mid-layer and from
  * the predicted lists' attention (--spec-from mid, hits; the latter verified after every step:
  * its correction may take a slot that attention reads, and waits for it): exact SoloHead's
- * tokens, with the locality query the same corrections. Cases 14-17 of PULSE_GPU_TEST_CASES. */
+ * tokens, with the locality query the same corrections. From the predicted lists every
+ * correction is queued at its exact plan, behind its gate on the device (the default); with
+ * the hot cache one selection large (no reserve) corrections take predicted blocks' slots and
+ * the gate holds them (verified after every step): exact tokens, and the prediction,
+ * prefetched and corrected chunks of the run that queues every correction after that attention
+ * (--spec-correction late). Cases 14-17 of PULSE_GPU_TEST_CASES. */
+/* The gate (spec_from hits, spec_correct_early) on the device: c is the negated predictor's run
+ * from the predicted lists; with the hot cache one selection large, early (verified after every
+ * step) against late. */
+static void gate_gpu(struct pi_cfg c, const struct pi_out *exact, int real)
+{
+    struct pi_out r[2];
+    c.hot_slots = 6; /* 2 scored + sink, 2 window and tail blocks: one selection */
+    for (int late = 0; late < 2; late++) {
+        c.spec_late = late, c.no_verify = late;
+        serve(&c, &r[late]);
+        EXPECT_EQ_INT(r[late].rc, 0);
+        EXPECT(same_tokens(&exact->w, &r[late].w));
+    }
+    const struct serve_counters *e = &r[0].ctr, *l = &r[1].ctr;
+    EXPECT_EQ_INT(e->spec_early_corrections, e->spec_hits);
+    EXPECT(e->spec_hits > 0 && e->spec_correction_holds > 0);
+    EXPECT_EQ_INT(l->spec_early_corrections + l->spec_correction_holds, 0);
+    EXPECT_EQ_INT(l->step_host_syncs, 0);
+    EXPECT_EQ_INT(e->spec_recall_chunks, l->spec_recall_chunks);
+    EXPECT_EQ_INT(e->spec_corrections, l->spec_corrections);
+    EXPECT_EQ_INT(e->spec_held, l->spec_held);
+    printf("cuda gate, %s query, one selection's hot cache: %lld of %lld corrections early, %lld "
+           "lists held (late: %lld early), %lld prefetched, %lld corrected (late %lld, %lld), "
+           "tokens %s exact SoloHead's\n",
+           real ? "real" : "locality", (long long)e->spec_early_corrections,
+           (long long)e->spec_hits, (long long)e->spec_correction_holds,
+           (long long)l->spec_early_corrections, (long long)e->spec_recall_chunks,
+           (long long)e->spec_corrections, (long long)l->spec_recall_chunks,
+           (long long)l->spec_corrections,
+           same_tokens(&exact->w, &r[0].w) && same_tokens(&exact->w, &r[1].w) ? "equal"
+                                                                              : "DIFFER from");
+    for (int k = 0; k < 2; k++)
+        workload_free(&r[k].w);
+}
+
 static void test_speculation_gpu(int quick)
 {
     for (int real = 0; real < 2; real++)
@@ -98,6 +138,10 @@ static void test_speculation_gpu(int quick)
                        c.no_verify ? "" : " verified", (long long)t->spec_mid,
                        (long long)t->spec_hits, (long long)t->spec_recall_chunks,
                        (long long)t->spec_corrections, same ? "equal" : "DIFFER from");
+                if (f) {
+                    EXPECT_EQ_INT(t->spec_early_corrections, t->spec_hits);
+                    gate_gpu(c, &exact, real);
+                }
                 workload_free(&pt.w);
             }
             c.spec_from = OFFLOAD_SPEC_FROM_INPUT, c.spec_predictor = OFFLOAD_SPEC_APPROX;
