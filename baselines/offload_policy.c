@@ -73,7 +73,6 @@ void offload_policy_counters(const struct offload *o, struct serve_counters *c)
     c->spec_hits = st.hits_prefetches;
     c->spec_early_corrections = st.early_corrections;
     c->spec_correction_holds = st.correction_holds;
-    c->attn_split_layers = st.attn_split_layers;
 }
 
 void offload_policy_finish(struct serve_state *s)

@@ -59,10 +59,6 @@ const char run_offload_usage[] =
     "                     correction queued at its exact plan, waiting for the attention over\n"
     "                     the predicted lists only where it takes a predicted block's slot; or\n"
     "                     after that attention, always (for comparison)\n"
-    "  --attn-parts on|off  zero-copy with its gather beside: a sparse layer's attention in two\n"
-    "                     parts, the pages its recall does not write while the recall lands,\n"
-    "                     then the rest (on, default; the same output bit for bit), or all of\n"
-    "                     it after the recall (off, for comparison)\n"
     "  --spec-margin F    the prediction selects F more of the budget's blocks by score (in\n"
     "                     [0, 1], default 0): a higher hit rate, fewer corrections, more\n"
     "                     bytes prefetched (pulseinfer --speculate)\n"
@@ -95,13 +91,13 @@ const char run_offload_usage[] =
     "                     Host-planned engines, not with --speculate or --no-irq\n";
 
 static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
-    "--budget-tokens",   "--selection",       "--recall-engine", "--locality-profile",
-    "--head-profile",    "--host-pool-gb",    "--dense-layers",  "--prompt-kv",
-    "--recall-cap-gbps", "--hot-slots",       "--calib-tokens",  "--no-irq",
-    "--admission",       "--profile",         "--trace",         "--recall-cap-fraction",
-    "--query",           "--reuse",           "--speculate",     "--spec-predictor",
-    "--spec-overlap",    "--max-waiting",     "--spec-margin",   "--self-interleave",
-    "--spec-from",       "--spec-correction", "--attn-parts"};
+    "--budget-tokens",   "--selection",      "--recall-engine", "--locality-profile",
+    "--head-profile",    "--host-pool-gb",   "--dense-layers",  "--prompt-kv",
+    "--recall-cap-gbps", "--hot-slots",      "--calib-tokens",  "--no-irq",
+    "--admission",       "--profile",        "--trace",         "--recall-cap-fraction",
+    "--query",           "--reuse",          "--speculate",     "--spec-predictor",
+    "--spec-overlap",    "--max-waiting",    "--spec-margin",   "--self-interleave",
+    "--spec-from",       "--spec-correction"};
 
 static const char *flag_name(int code)
 {
@@ -208,9 +204,6 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
     case RUN_OFF_SPEC_CORRECTION:
         oo->spec_correction = arg;
         return one_of(f, arg, "early", "late");
-    case RUN_OFF_ATTN_PARTS:
-        oo->attn_parts = arg;
-        return one_of(f, arg, "on", "off");
     case RUN_OFF_SPEC_MARGIN:
         oo->spec_margin_set = 1;
         return cli_double("run", f, arg, 0.0, 1.0, &oo->spec_margin);
@@ -409,7 +402,6 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
                             : OFFLOAD_SPEC_APPROX;
     p->spec_margin = oo->spec_margin;
     p->spec_correct_early = !oo->spec_correction || !strcmp(oo->spec_correction, "early");
-    p->attn_parts = !oo->attn_parts || !strcmp(oo->attn_parts, "on");
     p->spec_from = !oo->spec_from                   ? OFFLOAD_SPEC_FROM_INPUT
                    : !strcmp(oo->spec_from, "mid")  ? OFFLOAD_SPEC_FROM_MID
                    : !strcmp(oo->spec_from, "hits") ? OFFLOAD_SPEC_FROM_HITS

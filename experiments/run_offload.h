@@ -40,7 +40,6 @@ enum {
     RUN_OFF_SELF_INTERLEAVE,
     RUN_OFF_SPEC_FROM,
     RUN_OFF_SPEC_CORRECTION,
-    RUN_OFF_ATTN_PARTS,
     RUN_OFF_END
 };
 
@@ -67,8 +66,7 @@ enum {
         RUN_OFF_OPT("spec-margin", RUN_OFF_SPEC_MARGIN),                                           \
         RUN_OFF_OPT("self-interleave", RUN_OFF_SELF_INTERLEAVE),                                   \
         RUN_OFF_OPT("spec-from", RUN_OFF_SPEC_FROM),                                               \
-        RUN_OFF_OPT("spec-correction", RUN_OFF_SPEC_CORRECTION),                                   \
-        RUN_OFF_OPT("attn-parts", RUN_OFF_ATTN_PARTS)
+        RUN_OFF_OPT("spec-correction", RUN_OFF_SPEC_CORRECTION)
 
 /* The offload flags' part of pulse run --help. */
 extern const char run_offload_usage[];
@@ -84,7 +82,6 @@ struct run_offload_opts {
     const char *spec_predictor; /* --spec-predictor: NULL = approx */
     const char *spec_from;      /* --spec-from: NULL = input */
     const char *spec_correction; /* --spec-correction: NULL = early */
-    const char *attn_parts;      /* --attn-parts: NULL = on */
     double spec_margin;         /* --spec-margin (0 = none) */
     int spec_margin_set;
     const char *spec;  /* --spec-overlap: NULL = profile (the built-in speculation profile) */

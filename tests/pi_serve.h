@@ -41,7 +41,6 @@ struct pi_cfg {
     double spec_margin; /* offload_params.spec_margin */
     int spec_late;      /* offload_params.spec_correct_early 0 (pulse run --spec-correction late) */
     int hot_slots;      /* offload_params.hot_slots (0: the default) */
-    int whole_attn;     /* offload_params.attn_parts 0 (pulse run --attn-parts off) */
     int query;          /* enum offload_query (real: with prompt_kv prefill) */
     int spec_model;     /* the locality source's misprediction model (its speculation profile);
                            else its approximate query is the exact one (a perfect predictor) */
@@ -129,7 +128,6 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
     p.spec_margin = c->spec_margin;
     p.spec_correct_early = !c->spec_late;
     if (c->hot_slots) p.hot_slots = c->hot_slots;
-    p.attn_parts = !c->whole_attn;
     p.query = c->query;
     void *ctx = NULL;
     if (kv && pol->needs_ctx) {

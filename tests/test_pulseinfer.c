@@ -708,36 +708,6 @@ static void spec_correction(struct pi_cfg c, const struct pi_out *exact, const s
     workload_free(&late.w), workload_free(&tight[0].w), workload_free(&tight[1].w);
 }
 
-/* A sparse layer's attention in two parts around its recall (offload_params.attn_parts; the
- * device path with its gather beside, as pulseinfer's zero-copy runs it): counted once per
- * (layer, step) when on (the default), never when off or on gather-scatter, and the same tokens
- * either way, with and without speculation (the cpu backend computes it all in the late part;
- * the CUDA test compares the parts bit for bit). */
-static void test_attn_parts(void)
-{
-    for (int sp = 0; sp < 2; sp++) {
-        struct pi_cfg c = spec_cfg(1, 1);
-        c.speculate = sp;
-        c.want_json = 1;
-        struct pi_out on, off, gs;
-        serve(&c, &on);
-        c.whole_attn = 1;
-        serve(&c, &off);
-        c.whole_attn = 0, c.zero_copy = 0;
-        serve(&c, &gs);
-        EXPECT_EQ_INT(on.rc + off.rc + gs.rc, 0);
-        EXPECT(same_tokens(&on.w, &off.w) && same_tokens(&on.w, &gs.w));
-        EXPECT(on.ctr.attn_split_layers > 0);
-        EXPECT_EQ_INT(off.ctr.attn_split_layers + gs.ctr.attn_split_layers, 0);
-        EXPECT_EQ_INT(on.ctr.recall_chunks, off.ctr.recall_chunks);
-        printf("attention in two parts, %s: %lld layers split, tokens %s with it off\n",
-               sp ? "speculating" : "exact-at-layer", (long long)on.ctr.attn_split_layers,
-               same_tokens(&on.w, &off.w) ? "equal" : "DIFFER");
-        json_decref(on.pj), json_decref(off.pj), json_decref(gs.pj);
-        workload_free(&on.w), workload_free(&off.w), workload_free(&gs.w);
-    }
-}
-
 /* Speculation from mid-layer (offload_params.spec_from mid): the prediction of layer l+1 made in
  * layer l's second piece, after its attention, its recall beside l's MLP. On both engines,
  * with the locality query (the source's misprediction model: the same prediction as from the
@@ -1487,7 +1457,6 @@ int main(void)
     test_ioaa_cap();
     test_speculation();
     test_speculation_mid();
-    test_attn_parts();
     test_speculation_cli();
     test_self_equals_vanilla();
     test_self_exact();

@@ -56,8 +56,6 @@ struct AttnParams {
     int nq, group, page_size, tps, splits;
     int window; /* > 0: entry b reads only its last `window` tokens */
     float scale_log2;
-    const uint8_t *late; /* kv_view.late / part: the splits of one part only */
-    int part;
 };
 
 /* 16-byte global load that skips memory when !pred (result zero). .nc: the KV cache and q are
@@ -129,14 +127,6 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
     if (t_begin >= n) return; /* block-uniform: the combine pass ignores this split */
     /* the last split also takes any tokens past splits * tps (n_tokens above max_tokens) */
     const int t_end = split == p.splits - 1 ? n : min(n, t_begin + p.tps);
-    if (p.part != ATTN_PART_WHOLE) { /* the split runs in the part its pages say */
-        bool late = false;
-        const uint8_t *lf = p.late + p.page_start[b];
-        for (int j = t_begin / p.page_size + (int)threadIdx.x; j <= (t_end - 1) / p.page_size;
-             j += kThreads)
-            late |= lf[j] != 0;
-        if ((__syncthreads_or(late) != 0) != (p.part == ATTN_PART_LATE)) return;
-    }
     /* a sliding window masks tokens below t_lo; whole rounds of the warps' tiles below it are
      * skipped (a split entirely below it writes an empty partial: m = -inf, l = 0) */
     const int t_lo = p.window > 0 ? max(0, n - p.window) : 0;
@@ -542,8 +532,6 @@ extern "C" void attn_decode_cuda(const struct kctx *c, const uint16_t *q,
     p.splits = sp.splits;
     p.window = kv->window;
     p.scale_log2 = scale * 1.4426950408889634f;
-    p.late = kv->late;
-    p.part = kv->late ? kv->part : ATTN_PART_WHOLE;
 
     cudaStream_t st = (cudaStream_t)c->stream;
     const bool al = kv->page_size % kTile == 0;
@@ -561,7 +549,6 @@ extern "C" void attn_decode_cuda(const struct kctx *c, const uint16_t *q,
         break;
     }
     CUDA_CHECK_LAUNCH(st);
-    if (p.part == ATTN_PART_READY) return; /* the output with the late part */
     pulse_launch(c->pdl, attn_combine_kernel, dim3((unsigned)nq, (unsigned)batch), kCombineThreads,
                  0, st, p, hd);
     CUDA_CHECK_LAUNCH(st);

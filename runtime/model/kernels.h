@@ -61,17 +61,7 @@ struct kv_view {
     size_t page_stride; /* elements from one page to the next; 0: page_elems of the layout
                            above. A view of one KV head of a wider cache sets pool to that
                            head's offset, n_kv_heads 1 and the cache's page_elems here. */
-    /* Decode attention in two parts (attn_decode; enum attn_part; 0: whole): late[page_start[b]
-     * + j] != 0 marks page j of entry b as not written yet. ATTN_PART_READY computes what needs
-     * none of them and writes no output; ATTN_PART_LATE, queued after the late pages are
-     * written, the rest and the output. The two calls with the same arguments give the output of
-     * one whole call bit for bit (the CUDA kernel's splits are the same: READY runs those with
-     * no late page; the cpu kernels do everything in LATE). Appends ignore both. */
-    const uint8_t *late;
-    int part;
 };
-
-enum attn_part { ATTN_PART_WHOLE = 0, ATTN_PART_READY = 1, ATTN_PART_LATE = 2 };
 
 /* The elements from one page of kv to the next (every kernel addresses pages with it). */
 static inline size_t kv_page_elems(const struct kv_view *kv)

@@ -527,7 +527,6 @@ void attn_decode_cpu(const struct kctx *c, const uint16_t *q, const struct kv_vi
 {
     (void)c;
     if (batch <= 0 || nq <= 0) return;
-    if (kv->late && kv->part == ATTN_PART_READY) return; /* all of it in the late part */
     /* scratch for max_tokens (what the caller reserved) rather than this call's longest entry,
      * so a growing context does not grow it step by step */
     int nkv = kv->n_kv_heads, group = nq / nkv;

@@ -139,7 +139,6 @@ void attn_decode_ref(const struct kctx *c, const uint16_t *q, const struct kv_vi
 {
     (void)c;
     (void)max_tokens;
-    if (kv->late && kv->part == ATTN_PART_READY) return; /* all of it in the late part */
     int hd = kv->head_dim, group = nq / kv->n_kv_heads;
     for (int b = 0; b < batch; b++) {
         int n = n_tokens[b], t0 = kv->window > 0 && n > kv->window ? n - kv->window : 0;

@@ -35,7 +35,6 @@ void offload_params_init(struct offload_params *p, int max_batch, int max_tokens
     mem_pin_params_default(&p->pin);
     p->layer_graphs = 1;
     p->spec_correct_early = 1;
-    p->attn_parts = 1;
 }
 
 /* A prefetch's budget (blocks chosen by score): the exact one's with spec_margin more. */
@@ -360,8 +359,6 @@ static size_t dev_layout(struct offload *o, char *base)
             o->step.lanes[i / 2].d_desc[i % 2] = take(&c, sizeof(struct recall_desc) * VM);
         for (int i = 0; i < 2 * n_lanes(o) && o->spec; i++)
             o->step.lanes[i / 2].d_desc_spec[i % 2] = take(&c, sizeof(struct recall_desc) * VM);
-        for (int i = 0; i < 2 * n_lanes(o) && o->p.attn_parts; i++)
-            o->step.lanes[i / 2].d_late[i % 2] = take(&c, VM);
         o->step.d_ctl_spec = o->spec ? take(&c, 4 * o->ctl_ints) : NULL;
         if (o->p.spec_from == OFFLOAD_SPEC_FROM_HITS) {
             o->step.d_hits_attn = take(&c, 2 * (size_t)o->max_batch * o->nq * o->hd);
@@ -732,8 +729,6 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
         !(p->engine == RECALL_ZERO_COPY && p->cap_gbps == 0 && p->lanes != 2))
         BAD("offload: speculation from the predicted lists' attention needs the device path "
             "(zero-copy, uncapped) in one lane");
-    if (p->attn_parts != 0 && p->attn_parts != 1)
-        BAD("offload: attn_parts %d is not 0 or 1", p->attn_parts);
     if (p->spec_correct_early != 0 && p->spec_correct_early != 1)
         BAD("offload: spec_correct_early %d is not 0 or 1", p->spec_correct_early);
     if (p->lanes < 0 || p->lanes > 2) BAD("offload: lanes %d is not 0, 1 or 2", p->lanes);
@@ -827,7 +822,7 @@ void offload_free(struct offload *o)
 
 static struct kv_view host_view(const struct offload *o, void *pool, const int32_t *ids)
 {
-    struct kv_view v = {pool, ids, &k_zero, o->ps, o->nkv, o->hd, 0, 0, NULL, 0};
+    struct kv_view v = {pool, ids, &k_zero, o->ps, o->nkv, o->hd, 0, 0};
     return v;
 }
 
@@ -985,8 +980,6 @@ static struct kv_view staging_view(const struct offload *o)
                             o->nkv,
                             o->hd,
                             0,
-                            0,
-                            NULL,
                             0};
 }
 

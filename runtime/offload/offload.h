@@ -218,11 +218,6 @@ struct offload_params {
     int spec_predictor; /* enum offload_spec_predictor (default approx) */
     int spec_from;      /* enum offload_spec_from: where a prefetching schedule's prediction of
                            layer l+1 is made and its recall starts (default input) */
-    int attn_parts;     /* the device path with its gather beside (zero-copy, device_overlap or
-                           a lookahead schedule): 1 (default) runs a sparse layer's attention
-                           in two parts, what reads no page its recall writes while the recall
-                           is in flight, then the rest (kv_view.late; the output bit for bit
-                           the same); 0: all of it after the recall (for comparison) */
     int spec_correct_early; /* spec_from hits: 1 (default) queues a predicted layer's
                            correction at its exact plan, its gather waiting (on the device) for
                            the attention over the predicted lists only where a recall takes a
@@ -285,8 +280,6 @@ struct offload_stats {
      * attention over the predicted lists (spec_correct_early; the cpu backend queues it there
      * only when its gate is open) */
     int64_t early_corrections;
-    /* sparse layers' attentions run in two parts (attn_parts), one per (layer, step) */
-    int64_t attn_split_layers;
     /* host time of the steps' upload staging and of the next steps' queries, summed; and of
      * queuing the layers' pieces: pre-attention and digest update, selection with its
      * download and job, the device plan and gather, attention with tail flushes,

@@ -104,7 +104,6 @@ struct offload_lane {
      * built and its gather done */
     struct recall_desc *d_desc[2], *d_desc_spec[2];
     void **ev_built, **ev_gathered, **ev_spec_built, **ev_spec_gathered;
-    uint8_t *d_late[2]; /* by the layer's parity: its plan's late pages (offload_kernels.h) */
 };
 
 /* The step (offload_layer.c; main thread): what one decode step of the batch and its layers'
@@ -151,7 +150,6 @@ struct offload_step {
                              counts, packed at offload_sel_len(n) */
     int32_t *d_ctl[2];    /* sparse layer sl's control block in d_ctl[sl & 1]: with lookahead
                              layer sl + 1's is built before sl's attention reads sl's */
-    uint8_t *d_late[2];   /* (lane) the same layer's late pages (attn_parts) */
     int32_t *d_att_start; /* [V] v * ms (constant) */
     struct floor_traffic traffic[2]; /* by parity: the step's bytes (main thread: weights,
                                         dense KV, digests; the planner: sparse KV, recall) */
@@ -347,9 +345,9 @@ void offload_prefetch_warm(const struct offload *o);
 /* The layer graphs' sets (offload_step.lgraph): the unsplit step's and each lane's of a split
  * step */
 #define OFFLOAD_LGRAPH_SETS 3
-/* and each set's pieces per layer: the first, the rest, the attention over the predicted lists
- * (spec_from hits), the attention's ready part (attn_parts) */
-#define OFFLOAD_LGRAPH_PIECES 4
+/* and each set's pieces per layer: the first, the attention over the predicted lists (spec_from
+ * hits), the rest */
+#define OFFLOAD_LGRAPH_PIECES 3
 void offload_layer_graphs_drop(struct offload *o);
 /* Bytes of the step upload, and its ints before the queries (offload_layer.c). */
 size_t offload_up_bytes(const struct offload *o);

@@ -158,8 +158,6 @@ json_t *offload_config_json(const struct offload *o)
                         json_string(o->p.spec_from == OFFLOAD_SPEC_FROM_HITS  ? "hits"
                                     : o->p.spec_from == OFFLOAD_SPEC_FROM_MID ? "mid"
                                                                               : "input"));
-    json_object_set_new(j, "attn_parts",
-                        json_boolean(o->p.attn_parts && o->device_plan && o->overlap));
     json_object_set_new(j, "spec_correction",
                         json_string(o->p.spec_from != OFFLOAD_SPEC_FROM_HITS ? "at_plan"
                                     : o->p.spec_correct_early                ? "early"
@@ -365,7 +363,6 @@ json_t *offload_counters_json(const struct offload *o)
     json_object_set_new(j, "mid_prefetches", json_integer(st.mid_prefetches));
     json_object_set_new(j, "hits_prefetches", json_integer(st.hits_prefetches));
     json_object_set_new(j, "early_corrections", json_integer(st.early_corrections));
-    json_object_set_new(j, "attn_split_layers", json_integer(st.attn_split_layers));
     if (o->spec) { /* the layers' prefetch counters summed */
         struct offload_layer_stats sum = {0};
         for (int sl = 0; sl < o->n_sparse; sl++) {

@@ -18,10 +18,6 @@
  * sum of att_len; refused += lists whose plan status was not PULSE_OK (their outputs are not
  * written: the caller fails the step).
  *
- * Late pages (late not NULL): late[v * ms + j] = 1 where the attention's page j is a slot this
- * plan recalls into (its page is written by the recall: the attention's part that needs it runs
- * after it, kv_view.late), else 0, j < cnt (the tail page: 0).
- *
  * The gate (spec_idx not NULL: a predicted layer whose correction is queued at its exact plan,
  * offload_params.spec_correct_early): list v's recalls take the slots of victim_block[v * ms +
  * r] (r < n_recalls[v]; -1: a free slot); a list where one of them is in its predicted list
@@ -58,7 +54,6 @@ struct offload_build_args {
     int32_t *att_len, *att_pages;             /* [B * n_lists], [B * n_lists][ms] */
     struct recall_desc *tail_desc;            /* [tails * n_lists] */
     unsigned long long *att_tokens, *refused; /* one counter each */
-    uint8_t *late;                            /* [B * n_lists][ms] (above; NULL: not written) */
     /* the gate (above; spec_idx NULL: none, the others unread) */
     const int32_t *victim_block, *spec_idx, *spec_count;
     uint32_t *gate;

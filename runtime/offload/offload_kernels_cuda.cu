@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.h"
-#include "hot_plan.h"
 #include "offload_kernels.h"
 
 namespace
@@ -43,22 +42,6 @@ __global__ void __launch_bounds__(128) build_kernel(const offload_build_args a)
         d[r] = x;
     }
     if (!ok) return;
-    if (a.late) { /* the pages this plan's recall writes: a bitmap of its slots */
-        __shared__ uint32_t recalled[HOT_PLAN_MAX_SLOTS / 32];
-        for (int i = threadIdx.x; i < HOT_PLAN_MAX_SLOTS / 32; i += blockDim.x)
-            recalled[i] = 0;
-        __syncthreads();
-        for (int r = threadIdx.x; r < nr; r += blockDim.x) {
-            const int32_t s = a.recall_slot[(size_t)v * a.ms + r];
-            atomicOr(&recalled[s >> 5], 1u << (s & 31));
-        }
-        __syncthreads();
-        const int32_t *att = a.attend_slot + (size_t)v * a.ms;
-        const int cnt = a.sel_count[v];
-        for (int j = threadIdx.x; j < cnt; j += blockDim.x)
-            a.late[(size_t)v * a.ms + j] =
-                j < cnt - 1 && (recalled[att[j] >> 5] >> (att[j] & 31)) & 1u;
-    }
     if (a.spec_idx) { /* the gate: a recall into a predicted block's slot */
         bool hit = false;
         for (int r = threadIdx.x; r < nr; r += blockDim.x)

@@ -55,12 +55,6 @@ static void build_list(const struct offload_build_args *a, int v)
     const int32_t *att = a->attend_slot + (size_t)v * a->ms;
     for (int j = 0; j < cnt - 1; j++)
         pages[j] = a->headwise ? own[att[j]] * a->nkv + k : own[att[j]];
-    for (int j = 0; a->late && j < cnt; j++) { /* a page this plan's recall writes */
-        uint8_t l = 0;
-        for (int r = 0; j < cnt - 1 && r < nr; r++)
-            l |= a->recall_slot[(size_t)v * a->ms + r] == att[j];
-        a->late[(size_t)v * a->ms + j] = l;
-    }
     pages[cnt - 1] = a->headwise ? own[H1 - 1] * a->nkv + k : own[H1 - 1];
     a->att_len[v] = (cnt - 1) * a->ps + (n - (nb - 1) * a->ps);
     *a->att_tokens += (unsigned long long)a->att_len[v];

@@ -171,13 +171,6 @@ static int gate_armed(const struct offload *o, int layer)
            o->step.spec_step[layer] == o->st.steps;
 }
 
-/* Whether sparse layers attend in two parts (offload_params.attn_parts): the device path with
- * its gather beside the compute stream. */
-static int parts_on(const struct offload *o)
-{
-    return o->p.attn_parts && o->device_plan && o->overlap;
-}
-
 static uint32_t *gate_of(const struct offload *o, int layer)
 {
     return o->step.d_gate + offload_sl(o, layer);
@@ -255,7 +248,6 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
                                          (struct recall_desc *)(ctl + offload_ctl_desc_off(o)),
                                          (unsigned long long *)(po.totals + OFFLOAD_TOT_ATT),
                                          (unsigned long long *)(po.totals + OFFLOAD_TOT_REFUSED),
-                                         !spec && parts_on(o) ? o->step.d_late[sl & 1] : NULL,
                                          po.victim_block,
                                          pds,
                                          pds ? pds + lists * o->ms : NULL,
@@ -451,9 +443,8 @@ static void attend_wait(struct offload *o, int layer)
 /* Attention with the model's q over the pages of control block d_ctl (the layer's plan, or a
  * prediction's) into out: one entry per (entry, list), each with nq / n_lists query heads
  * (head-wise: entry (b, h) holds query heads h*G .. h*G+G-1, the same memory as q's
- * [b][nq][hd]); with late pages (the plan's), only the part `part` (kv_view.late). */
-static void attend(struct offload *o, struct batch *bt, int32_t *d_ctl, const uint8_t *late,
-                   int part, uint16_t *out)
+ * [b][nq][hd]). */
+static void attend(struct offload *o, struct batch *bt, int32_t *d_ctl, uint16_t *out)
 {
     const int spec = d_ctl == o->step.d_ctl_spec;
     const int nv = o->step.n * o->n_lists;
@@ -465,9 +456,7 @@ static void attend(struct offload *o, struct batch *bt, int32_t *d_ctl, const ui
                         o->nkv / o->n_lists,
                         o->hd,
                         0,
-                        0,
-                        late,
-                        part};
+                        0};
     o->be->attn_decode(o->ctx, batch_q(bt), &v, d_ctl, out, nv, o->nq / o->n_lists,
                        spec ? o->step.att_max_spec : o->step.att_max_tokens,
                        1.0f / sqrtf((float)o->hd));
@@ -507,10 +496,9 @@ static void tail_flush(struct offload *o, int layer)
     o->fn.scatter(d, n_desc, o->ctx->stream);
 }
 
-/* The layer graphs (device path): slot 4 l holds layer l's first piece (its issues,
- * pre-attention, digest update), 4 l + 1 its attention (or its late part) and post-attention,
- * 4 l + 2 its attention over its predicted lists (spec_from hits), 4 l + 3 its attention's
- * ready part (attn_parts); NULL to queue them as they are. They hold the batch,
+/* The layer graphs (device path): slot 3 l holds layer l's first piece (its issues,
+ * pre-attention, digest update), 3 l + 1 its attention and post-attention, 3 l + 2 its attention
+ * over its predicted lists (spec_from hits); NULL to queue them as they are. They hold the batch,
  * its size and the attention's bound, and are dropped when one changes (offload_step_begin). A
  * split step's lanes have sets of their own: each holds its view of the step's batch (the same
  * entries while the batch's size holds, since the split point follows from it) and its lane's
@@ -569,7 +557,7 @@ static void hits_body(void *arg)
 {
     const struct layer_call *c = arg;
     struct offload *o = c->o;
-    attend(o, c->bt, o->step.d_ctl_spec, NULL, ATTN_PART_WHOLE, o->step.d_hits_attn);
+    attend(o, c->bt, o->step.d_ctl_spec, o->step.d_hits_attn);
     if (gate_armed(o, c->layer))
         o->be->memset(o->ctx, gate_of(o, c->layer), OFFLOAD_GATE_BYTE, sizeof(uint32_t));
     else
@@ -582,17 +570,6 @@ static void hits_body(void *arg)
     o->step.spec_resid = NULL;
 }
 
-/* A sparse layer's attention, the part that reads no page its recall writes (attn_parts), queued
- * before the compute stream waits for that recall. */
-static void ready_body(void *arg)
-{
-    const struct layer_call *c = arg;
-    struct offload *o = c->o;
-    const int sl = offload_sl(o, c->layer);
-    attend(o, c->bt, o->step.d_ctl[sl & 1], o->step.d_late[sl & 1], ATTN_PART_READY,
-           batch_attn_out(c->bt));
-}
-
 static void finish_body(void *arg)
 {
     const struct layer_call *c = arg;
@@ -600,11 +577,8 @@ static void finish_body(void *arg)
     double t = pulse_now();
     if (!offload_is_sparse(o, c->layer))
         engine_run_attention(o->eng, c->bt, o->store.kv, c->layer);
-    else {
-        const int sl = offload_sl(o, c->layer);
-        attend(o, c->bt, o->step.d_ctl[sl & 1], parts_on(o) ? o->step.d_late[sl & 1] : NULL,
-               ATTN_PART_LATE, batch_attn_out(c->bt));
-    }
+    else
+        attend(o, c->bt, o->step.d_ctl[offload_sl(o, c->layer) & 1], batch_attn_out(c->bt));
     offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
     const int pf = mid_prefetch(o, c->layer);
     if (pf < 0) {
@@ -705,10 +679,6 @@ void offload_layer_finish(struct offload *o, struct batch *bt, int layer)
     } else if (gate_armed(o, layer)) { /* no attention over its predicted lists: open again */
         o->be->memset(o->ctx, gate_of(o, layer), OFFLOAD_GATE_BYTE, sizeof(uint32_t));
     }
-    if (sparse && parts_on(o)) { /* the ready part while the recall lands */
-        run_piece(o, layer_graph(o, bt, 3, layer), ready_body, &c, OFFLOAD_HOST_ATTEND, &t);
-        o->st.attn_split_layers++;
-    }
     if (sparse) attend_wait(o, layer);
     offload_host_lap(o, OFFLOAD_HOST_ATTEND, &t);
     run_piece(o, layer_graph(o, bt, 1, layer), finish_body, &c, OFFLOAD_HOST_POST, &t);
@@ -757,7 +727,6 @@ static void lane_load(struct offload *o, int k)
     o->step.d_desc[0] = L->d_desc[0], o->step.d_desc[1] = L->d_desc[1];
     o->step.d_desc_spec[0] = L->d_desc_spec[0], o->step.d_desc_spec[1] = L->d_desc_spec[1];
     o->step.ev_built = L->ev_built, o->step.ev_gathered = L->ev_gathered;
-    o->step.d_late[0] = L->d_late[0], o->step.d_late[1] = L->d_late[1];
 }
 
 void offload_lane_reset(struct offload *o)

@@ -74,9 +74,6 @@ struct serve_counters {
     /* of the latter, the layers whose correction was queued at the exact plan, and the lists
      * whose correction the gate held (offload_params.spec_correct_early) */
     int64_t spec_early_corrections, spec_correction_holds;
-    /* sparse layers' attentions run in two parts, around their recall (offload_params.attn_parts)
-     */
-    int64_t attn_split_layers;
     /* two-batch schedulers (pulseinfer): normal-batch layers run while an offload layer's
      * recall was in flight; sparse offload layers whose recall was done when the scheduler
      * came back to it (hidden) or not (exposed: it waited); the time it waited; admission
