@@ -36,6 +36,7 @@ STYLE = {"vanilla": ("#7f7f7f", "s"), "arkvale": ("#1f77b4", "^"),
          "pulseinfer-zc": ("#ff7f0e", "D"),
          "pulseinfer-spec": ("#d62728", "P"), "pulseinfer-spec-zc": ("#ff7f0e", "X"),
          "pulseinfer-spec-hits-zc": ("#ff7f0e", "*"),
+         "pulseinfer-spec-m25-zc": ("#ff7f0e", "h"),
          "arkvale+solohead+gs": ("#1f77b4", ">"), "arkvale+solohead+zc": ("#6baed6", ">"),
          "infinigen+solohead+gs": ("#2ca02c", "<"), "infinigen+solohead+zc": ("#74c476", "<")}
 BASELINES = ("arkvale", "infinigen")
