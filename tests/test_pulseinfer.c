@@ -965,26 +965,24 @@ static void test_speculation_cli(void)
                                out, sizeof out),
                   2);
     EXPECT(strstr(out, "--spec-from: 'late' is not input, mid or hits"));
-    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --model tiny --policy pulseinfer --speculate "
-                               "--spec-from hits --recall-engine gather-scatter",
-                               out, sizeof out),
-                  2);
-    EXPECT(strstr(out, "--spec-from hits: only with --recall-engine zero-copy"));
-    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --model tiny --policy pulseinfer --speculate "
-                               "--spec-from hits --recall-engine zero-copy --self-interleave on",
-                               out, sizeof out),
-                  2);
-    EXPECT(strstr(out, "--spec-from hits: not with --self-interleave on (one lane)"));
-    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --model tiny --policy pulseinfer --speculate "
-                               "--spec-from mid --spec-correction late --recall-engine zero-copy",
-                               out, sizeof out),
-                  2);
-    EXPECT(strstr(out, "--spec-correction: only with --spec-from hits"));
-    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --model tiny --policy pulseinfer --speculate "
-                               "--spec-from hits --spec-correction soon --recall-engine zero-copy",
-                               out, sizeof out),
-                  2);
-    EXPECT(strstr(out, "--spec-correction: 'soon' is not early or late"));
+    static const struct {
+        const char *args, *says;
+    } refused[] = {{"--spec-from hits --recall-engine gather-scatter",
+                    "--spec-from hits: only with --recall-engine zero-copy"},
+                   {"--spec-from hits --recall-engine zero-copy --self-interleave on",
+                    "--spec-from hits: not with --self-interleave on (one lane)"},
+                   {"--spec-from mid --spec-correction late --recall-engine zero-copy",
+                    "--spec-correction: only with --spec-from hits"},
+                   {"--spec-from hits --spec-correction soon --recall-engine zero-copy",
+                    "--spec-correction: 'soon' is not early or late"}};
+    for (size_t k = 0; k < PULSE_ARRAY_LEN(refused); k++) {
+        char args[256];
+        snprintf(args, sizeof args,
+                 "run --backend cpu --model tiny --policy pulseinfer --speculate %s",
+                 refused[k].args);
+        EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
+        EXPECT(strstr(out, refused[k].says) != NULL);
+    }
     static const char *const points[] = {"input", "mid", "hits"};
     for (int pt = 0; pt < 3; pt++) {
         const int mid = pt == 1, hits = pt == 2;
