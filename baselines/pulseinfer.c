@@ -81,6 +81,10 @@ struct pulseinfer {
     struct ioaa_profile_data prof;
     int have_prof;
     int prof_device_match; /* the profile's device is this run's: 1, 0, or -1 (it does not say) */
+    /* the recall per request and layer (r) the profile carries, and where IOAA's came from:
+     * "profile", "source" (the run's query source's, --ioaa-bytes source) or "analytic" */
+    double r_profile;
+    const char *r_from;
     double prof_scale[2]; /* another device's profile carried to this one: compute, recall (0:
                              not scaled; ioaa_profile_data_scale) */
     int cap_raised; /* t_R values the recall cap raised (make_ioaa) */
@@ -263,6 +267,26 @@ static int ioaa_speculation(struct pulseinfer *pi, const struct offload_params *
     return rc;
 }
 
+/* The recall per offload request and layer of the run's query source: the budget's blocks
+ * times its target churn over every layer (the dense ones recalling nothing, as the model
+ * charges r at each of its L layers and pulse profile counts it); without a source, every
+ * sparse layer's budget. */
+static double source_recall_bytes(const struct policy_ctx_params *p)
+{
+    const struct model_config *m = engine_model(p->eng)->cfg;
+    const struct offload_params *op = p->offload;
+    const double per_tok = (double)model_kv_bytes_per_token(m) / m->n_layers;
+    double churn = 0;
+    for (int l = 0; op->source && l < m->n_layers; l++) {
+        if (offload_layer_kind(op, m, l) != OFFLOAD_LAYER_SPARSE) continue;
+        struct query_meter_stats ms;
+        op->source->meter_stats(op->source->user, l, &ms);
+        churn += ms.target_mean;
+    }
+    churn = churn > 0 ? churn / m->n_layers : (double)offload_sparse_layers(op, m) / m->n_layers;
+    return op->budget_tokens * churn * per_tok;
+}
+
 static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, char *err,
                      size_t errlen)
 {
@@ -313,25 +337,12 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
                     p->profile, in->budget_tokens, op->budget_tokens);
     } else {
         pi->prof_device_match = -1; /* the analytic profile is of no device */
-        /* recall per offload request and layer: the budget's blocks times the query source's
-         * target churn (every sparse layer's block when it has none) */
         const int ps = kv_cache_page_size(p->kv);
         const int sel_tokens = op->budget_tokens + (op->sink + op->window + 1) * ps;
-        const double per_tok = (double)model_kv_bytes_per_token(m) / m->n_layers;
-        double churn = 0; /* over every layer, the dense ones recalling nothing, as the model
-                             charges r at each of its L layers (pulse profile counts it so) */
-        for (int l = 0; op->source && l < m->n_layers; l++) {
-            if (offload_layer_kind(op, m, l) != OFFLOAD_LAYER_SPARSE) continue;
-            struct query_meter_stats ms;
-            op->source->meter_stats(op->source->user, l, &ms);
-            churn += ms.target_mean;
-        }
-        churn =
-            churn > 0 ? churn / m->n_layers : (double)offload_sparse_layers(op, m) / m->n_layers;
         const struct ioaa_analytic_params ap = {.cfg = m,
                                                 .bw = {p->hbm_gbps, p->h2d_gbps},
                                                 .budget_tokens = sel_tokens,
-                                                .recall_bytes = op->budget_tokens * churn * per_tok,
+                                                .recall_bytes = source_recall_bytes(p),
                                                 .backend = engine_model(p->eng)->be->name,
                                                 .recall_engine = recall_engine_name(op->engine)};
         rc = ioaa_profile_analytic(&ap, &pi->prof, why, sizeof why);
@@ -339,6 +350,14 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
             snprintf(err, errlen, "pulseinfer: the analytic IOAA profile: %s", why);
             return rc;
         }
+    }
+    /* a measured profile's r is its own workload's (pulse profile: offload steps at its
+     * context); --ioaa-bytes source takes the run's source's instead */
+    pi->r_profile = pi->prof.prof.recall_bytes;
+    pi->r_from = p->profile ? "profile" : "analytic";
+    if (p->profile && p->ioaa_bytes_source) {
+        pi->prof.prof.recall_bytes = source_recall_bytes(p);
+        pi->r_from = "source";
     }
     /* a capped recall is paced by the engine: its rounds take at least bytes / cap */
     if (op->cap_gbps > 0)
@@ -1013,6 +1032,8 @@ static json_t *pi_json(const void *ctx)
                                 : json_null());
         json_object_set_new(j, "max_waiting", json_integer(pi->max_waiting));
         results_set_real(j, "ioaa_recall_bytes_per_request_layer", pi->prof.prof.recall_bytes);
+        results_set_real(j, "ioaa_recall_bytes_profile", pi->r_profile);
+        json_object_set_new(j, "ioaa_recall_bytes_from", json_string(pi->r_from));
         json_object_set_new(j, "ioaa_recall_rounds_capped", json_integer(pi->cap_raised));
         if (pi->spec.from) {
             json_t *sj = json_pack("{s:s}", "from", pi->spec.from);

@@ -534,6 +534,39 @@ static void test_flags(void)
         /* the carried profile's layers take about 10x as long: the first decision's step
          * (every request admitted at once, layer-bound on this tiny model) grows with them */
         EXPECT(first_step[0] > 0 && first_step[1] > 3 * first_step[0]);
+        /* --ioaa-bytes: IOAA's recall per request and layer (r) is a measured profile's (its
+         * own workload's, the default), or with source the run's query source's, which is the
+         * analytic profile's r; the JSON says which and keeps the profile's */
+        json_error_t pe;
+        json_t *pj = json_load_file(prof, 0, &pe); /* its own workload: another r */
+        const double measured =
+            3 * json_number_value(json_object_get(pj, "recall_bytes_per_request_layer"));
+        json_object_set_new(pj, "recall_bytes_per_request_layer", json_real(measured));
+        EXPECT_EQ_INT(json_dump_file(pj, prof, 0), 0);
+        json_decref(pj);
+        static const char *const how[] = {"", "--ioaa-bytes source --profile", "--profile"};
+        static const char *const from[] = {"analytic", "source", "profile"};
+        double r[3] = {0, 0, 0}, r_prof[3] = {0, 0, 0};
+        for (int k = 0; k < 3; k++) {
+            snprintf(args, sizeof args,
+                     "run --backend cpu --policy pulseinfer --workload uniform:256:2 --output-len "
+                     "2 --budget-tokens 64 %s %s --out %s",
+                     how[k], k ? prof : "", res);
+            EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+            json_error_t re;
+            json_t *rj = json_load_file(res, 0, &re);
+            const json_t *pc = json_object_get(json_object_get(rj, "counters"), "pulseinfer");
+            EXPECT_STR_EQ(json_string_value(json_object_get(pc, "ioaa_recall_bytes_from")) ?: "",
+                          from[k]);
+            r[k] = json_number_value(json_object_get(pc, "ioaa_recall_bytes_per_request_layer"));
+            r_prof[k] = json_number_value(json_object_get(pc, "ioaa_recall_bytes_profile"));
+            json_decref(rj);
+        }
+        EXPECT(r[0] > 0 && measured > 0 && fabs(r[0] - measured) > 1e-3 * measured);
+        EXPECT_NEAR(r[1], r[0], 1e-9 * r[0]);
+        EXPECT_NEAR(r[2], measured, 1e-9 * measured);
+        EXPECT_NEAR(r_prof[1], measured, 1e-9 * measured);
+        printf("IOAA's r: the profile's %.0f bytes, the run's source's %.0f\n", measured, r[1]);
         remove(res);
         remove(prof);
     }
