@@ -33,7 +33,22 @@
 
 #include <stdint.h>
 
+#include "common.h"
 #include "recall.h"
+
+/* Whether x is among the n ascending values of a (the gate's test of a recall's victim). */
+PULSE_HD int offload_sorted_has(const int32_t *a, int n, int32_t x)
+{
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (a[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && a[lo] == x;
+}
 
 #ifdef __cplusplus
 extern "C" {

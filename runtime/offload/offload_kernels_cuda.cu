@@ -8,19 +8,6 @@
 namespace
 {
 
-__device__ bool sorted_has(const int32_t *a, int n, int32_t x)
-{
-    int lo = 0, hi = n;
-    while (lo < hi) {
-        const int mid = lo + (hi - lo) / 2;
-        if (a[mid] < x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < n && a[lo] == x;
-}
-
 __global__ void __launch_bounds__(128) build_kernel(const offload_build_args a)
 {
     const int v = blockIdx.x, b = v / a.n_lists, k = v % a.n_lists, H1 = a.hot_slots + 1;
@@ -45,8 +32,8 @@ __global__ void __launch_bounds__(128) build_kernel(const offload_build_args a)
     if (a.spec_idx) { /* the gate: a recall into a predicted block's slot */
         bool hit = false;
         for (int r = threadIdx.x; r < nr; r += blockDim.x)
-            hit |= sorted_has(a.spec_idx + (size_t)v * a.ms, a.spec_count[v],
-                              a.victim_block[(size_t)v * a.ms + r]);
+            hit |= offload_sorted_has(a.spec_idx + (size_t)v * a.ms, a.spec_count[v],
+                                      a.victim_block[(size_t)v * a.ms + r]);
         if (__syncthreads_or(hit) && threadIdx.x == 0) {
             atomicAdd(a.held, 1ull);
             *a.gate = 0;

@@ -3,20 +3,6 @@
 
 #include "common.h"
 
-/* Whether x is among the n ascending values of a. */
-static int sorted_has(const int32_t *a, int n, int32_t x)
-{
-    int lo = 0, hi = n;
-    while (lo < hi) {
-        const int mid = lo + (hi - lo) / 2;
-        if (a[mid] < x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < n && a[lo] == x;
-}
-
 /* One list v of the layer (what one CUDA thread block does). */
 static void build_list(const struct offload_build_args *a, int v)
 {
@@ -44,8 +30,8 @@ static void build_list(const struct offload_build_args *a, int v)
     }
     int displaces = 0; /* a recall into a predicted block's slot (the gate) */
     for (int r = 0; a->spec_idx && r < nr; r++)
-        displaces |= sorted_has(a->spec_idx + (size_t)v * a->ms, a->spec_count[v],
-                                a->victim_block[(size_t)v * a->ms + r]);
+        displaces |= offload_sorted_has(a->spec_idx + (size_t)v * a->ms, a->spec_count[v],
+                                        a->victim_block[(size_t)v * a->ms + r]);
     if (displaces) {
         *a->held += 1;
         *a->gate = 0;

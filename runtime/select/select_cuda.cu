@@ -4,9 +4,10 @@
  *   digest_build   one thread per (block, digest head, dim): min/max over the block's tokens
  *                  (reads of one token's head row are coalesced across dims).
  *   digest_update  one thread per (entry, digest head, dim).
- *   select_score   a CTA per (32 blocks, list, entry): the list's G query heads in shared
- *                  memory (fp32), one warp per block, lanes over channels (4 consecutive
- *                  channels per lane with 8-byte loads when head_dim % 128 == 0), warp sum.
+ *   select_score   a CTA per (64 blocks, list, entry): the list's G query heads in shared
+ *                  memory (fp32), a warp per 8 blocks with all their loads in flight at
+ *                  once, lanes over channels (4 consecutive channels per lane with 8-byte
+ *                  loads when head_dim % 128 == 0), a warp sum per block.
  *   select_topk    a CTA of 1024 threads per (entry, list): the candidates' score keys in shared
  *                  memory, radix select over the 32-bit key (4 passes of 8 bits, shared
  *                  histogram, suffix scan) finds the k-th largest key T and how many keys equal
@@ -111,12 +112,24 @@ __global__ void digest_update_kernel(const uint16_t *kpool, const int32_t *kids,
 /* ---------------------------------------------------------------- scores */
 
 constexpr int kScoreWarps = 8;
-constexpr int kScorePerWarp = 4;
+constexpr int kScorePerWarp = 8;
 constexpr int kScorePerCta = kScoreWarps * kScorePerWarp;
 
-/* grid (ceil(max_blocks / 32), n_lists, batch); dynamic shared: the scored query heads
- * (G per KV head of select_list_heads) x hd floats. VEC: each lane takes 4 consecutive
- * channels per 128 (hd % 128 == 0, 8-byte aligned digest rows). */
+/* bf16 pair (lo half first) to floats. */
+__device__ __forceinline__ void bf16x2(uint32_t u, float *a, float *b)
+{
+    *a = bf16_to_f32((uint16_t)(u & 0xffffu));
+    *b = bf16_to_f32((uint16_t)(u >> 16));
+}
+
+/* grid (ceil(max_blocks / kScorePerCta), n_lists, batch); dynamic shared: the scored query
+ * heads (G per KV head of select_list_heads) x hd floats. A warp scores kScorePerWarp
+ * consecutive blocks at once: their page ids come one a lane (loaded before the query is
+ * staged), then every block's digest loads of a channel range are issued before any is used,
+ * so a warp waits on memory once per range instead of once per block. Each block's sum runs
+ * in the same order as one warp per block would (heads, channels, query heads), so the
+ * scores do not depend on kScorePerWarp. VEC: each lane takes 4 consecutive channels per 128
+ * (hd % 128 == 0, 8-byte aligned digest rows). */
 template <bool VEC>
 __global__ void __launch_bounds__(kScoreWarps * 32)
     score_kernel(const uint16_t *q, const uint16_t *dpool, const int32_t *dids,
@@ -124,57 +137,78 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
                  int hd, int ndh, int bs, int max_blocks, int sel_head, int nkv)
 {
     extern __shared__ float sq[]; /* [(k1 - k0) * G][hd] */
+    constexpr int R = kScorePerWarp;
     const int b = blockIdx.z, l = blockIdx.y, nl = gridDim.y;
     const int nb = (n_tokens[b] + bs - 1) / bs;
     const int first = blockIdx.x * kScorePerCta;
     if (first >= nb) return; /* uniform over the CTA */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int i0 = first + warp * R;
+    const int nw = min(R, nb - i0); /* this warp's blocks; <= 0 for a tail warp */
+    const int32_t my = lane < nw ? dids[dstart[b] + i0 + lane] : 0;
+
     int k0, k1;
     select_list_heads(sel_head, l, nkv, &k0, &k1);
     const uint16_t *qg = q + ((size_t)b * nq + (size_t)k0 * G) * hd;
     for (int e = threadIdx.x; e < (k1 - k0) * G * hd; e += blockDim.x)
         sq[e] = bf16_to_f32(qg[e]);
     __syncthreads();
+    if (nw <= 0) return;
 
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const size_t dpe = (size_t)ndh * 2 * hd;
-    float *row = scores + ((size_t)b * nl + l) * max_blocks;
-    for (int r = 0; r < kScorePerWarp; r++) {
-        const int i = first + warp * kScorePerWarp + r;
-        if (i >= nb) break;
-        float acc = 0.0f;
-        for (int k = k0; k < k1; k++) {
-            const uint16_t *mn = dpool + (size_t)dids[dstart[b] + i] * dpe +
-                                 (size_t)select_digest_head(sel_head, k) * 2 * hd;
-            const uint16_t *mx = mn + hd;
-            const float *sk = sq + (size_t)(k - k0) * G * hd;
-            if (VEC) {
-                for (int d = lane * 4; d < hd; d += 128) {
-                    const uint2 a = *reinterpret_cast<const uint2 *>(mn + d);
-                    const uint2 z = *reinterpret_cast<const uint2 *>(mx + d);
-                    const float lo[4] = {
-                        bf16_to_f32((uint16_t)(a.x & 0xffffu)), bf16_to_f32((uint16_t)(a.x >> 16)),
-                        bf16_to_f32((uint16_t)(a.y & 0xffffu)), bf16_to_f32((uint16_t)(a.y >> 16))};
-                    const float hi[4] = {
-                        bf16_to_f32((uint16_t)(z.x & 0xffffu)), bf16_to_f32((uint16_t)(z.x >> 16)),
-                        bf16_to_f32((uint16_t)(z.y & 0xffffu)), bf16_to_f32((uint16_t)(z.y >> 16))};
+    const uint16_t *page[R];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        page[r] = dpool + (size_t)__shfl_sync(kFull, my, r < nw ? r : 0) * dpe;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        acc[r] = 0.0f;
+    for (int k = k0; k < k1; k++) {
+        const size_t off = (size_t)select_digest_head(sel_head, k) * 2 * hd;
+        const float *sk = sq + (size_t)(k - k0) * G * hd;
+        if (VEC) {
+            for (int d = lane * 4; d < hd; d += 128) {
+                uint2 a[R], z[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    a[r] = *reinterpret_cast<const uint2 *>(page[r] + off + d);
+                    z[r] = *reinterpret_cast<const uint2 *>(page[r] + off + hd + d);
+                }
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float lo[4], hi[4];
+                    bf16x2(a[r].x, &lo[0], &lo[1]), bf16x2(a[r].y, &lo[2], &lo[3]);
+                    bf16x2(z[r].x, &hi[0], &hi[1]), bf16x2(z[r].y, &hi[2], &hi[3]);
                     for (int g = 0; g < G; g++) {
                         const float4 qv = *reinterpret_cast<const float4 *>(sk + g * hd + d);
-                        acc += select_digest_term(qv.x, lo[0], hi[0]);
-                        acc += select_digest_term(qv.y, lo[1], hi[1]);
-                        acc += select_digest_term(qv.z, lo[2], hi[2]);
-                        acc += select_digest_term(qv.w, lo[3], hi[3]);
+                        acc[r] += select_digest_term(qv.x, lo[0], hi[0]);
+                        acc[r] += select_digest_term(qv.y, lo[1], hi[1]);
+                        acc[r] += select_digest_term(qv.z, lo[2], hi[2]);
+                        acc[r] += select_digest_term(qv.w, lo[3], hi[3]);
                     }
                 }
-            } else {
-                for (int d = lane; d < hd; d += 32) {
-                    const float lo = bf16_to_f32(mn[d]), hi = bf16_to_f32(mx[d]);
+            }
+        } else {
+            for (int d = lane; d < hd; d += 32) {
+                uint16_t a[R], z[R];
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    a[r] = page[r][off + d], z[r] = page[r][off + hd + d];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const float lo = bf16_to_f32(a[r]), hi = bf16_to_f32(z[r]);
                     for (int g = 0; g < G; g++)
-                        acc += select_digest_term(sk[g * hd + d], lo, hi);
+                        acc[r] += select_digest_term(sk[g * hd + d], lo, hi);
                 }
             }
         }
-        acc = warp_sum(acc);
-        if (lane == 0) row[i] = acc;
+    }
+    float *row = scores + ((size_t)b * nl + l) * max_blocks;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float s = warp_sum(acc[r]);
+        if (lane == 0 && r < nw) row[i0 + r] = s;
     }
 }
 
