@@ -82,7 +82,8 @@ struct pulseinfer {
     int have_prof;
     int prof_device_match; /* the profile's device is this run's: 1, 0, or -1 (it does not say) */
     /* the recall per request and layer (r) the profile carries, and where IOAA's came from:
-     * "profile", "source" (the run's query source's, --ioaa-bytes source) or "analytic" */
+     * "source" (the run's query source's, the default with a measured profile), "profile"
+     * (--ioaa-bytes profile) or "analytic" */
     double r_profile;
     const char *r_from;
     double prof_scale[2]; /* another device's profile carried to this one: compute, recall (0:
@@ -352,10 +353,10 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
         }
     }
     /* a measured profile's r is its own workload's (pulse profile: offload steps at its
-     * context); --ioaa-bytes source takes the run's source's instead */
+     * context), so by default the run's source's replaces it; --ioaa-bytes profile keeps it */
     pi->r_profile = pi->prof.prof.recall_bytes;
     pi->r_from = p->profile ? "profile" : "analytic";
-    if (p->profile && p->ioaa_bytes_source) {
+    if (p->profile && !p->ioaa_bytes_profile) {
         pi->prof.prof.recall_bytes = source_recall_bytes(p);
         pi->r_from = "source";
     }

@@ -612,7 +612,7 @@ int cmd_run(int argc, char **argv)
                                          .trace = o.off.trace,
                                          .max_waiting = o.off.max_waiting,
                                          .no_ioaa_refit = !o.rt.serve.ioaa_refit,
-                                         .ioaa_bytes_source = o.rt.serve.ioaa_bytes,
+                                         .ioaa_bytes_profile = o.rt.serve.ioaa_bytes,
                                          .hbm_gbps = bw.hbm_gbps,
                                          .h2d_gbps = bw.h2d_gbps,
                                          .device = backend_env_device(results_env(res))};

@@ -25,7 +25,7 @@ static const struct rt_word numa_words[] = {{"nearest", MEM_NUMA_NEAREST}, {"non
 static const struct rt_word wait_words[] = {{"device", 0}, {"host", 1}, {NULL, 0}};
 static const struct rt_word desc_words[] = {{"device", 0}, {"host", 1}, {NULL, 0}};
 static const struct rt_word timing_words[] = {{"graph", 0}, {"stream", 1}, {NULL, 0}};
-static const struct rt_word bytes_words[] = {{"profile", 0}, {"source", 1}, {NULL, 0}};
+static const struct rt_word bytes_words[] = {{"source", 0}, {"profile", 1}, {NULL, 0}};
 static const struct rt_word fill_words[] = {{"device", 0}, {"host", 1}, {NULL, 0}};
 static const struct rt_word gemm_words[] = {{"lt", ENGINE_GEMM_LT},
                                             {"lt-heuristic", ENGINE_GEMM_LT_HEURISTIC},
@@ -129,8 +129,8 @@ static const struct rt_opt table[] = {
     {"ioaa-refit", RT_SERVE, FIELD(serve_params, ioaa_refit), WORDS(on_off), 0, NULL,
      "pulseinfer: IOAA refits its recall terms from the measured steps", NULL},
     {"ioaa-bytes", RT_SERVE, FIELD(serve_params, ioaa_bytes), WORDS(bytes_words), 0, NULL,
-     "pulseinfer --profile: IOAA's recall per request and layer, the profile's (measured on its "
-     "own workload) or the run's query source's (its budget times its churn)",
+     "pulseinfer --profile: IOAA's recall per request and layer, the run's query source's (its "
+     "budget times its churn) or the profile's (measured on its own workload)",
      NULL},
 };
 

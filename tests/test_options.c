@@ -132,7 +132,7 @@ static const struct opt_case cases[] = {
     {"prompt-kv-fill", RT_OFFLOAD, "host", -1, "host", {"cpu", "1", "", "Host"}},
     {"run-ahead", RT_SERVE, "off", -1, "off", {"0", "1", "never", ""}},
     {"ioaa-refit", RT_SERVE, "off", -1, "off", {"0", "yes", "none", ""}},
-    {"ioaa-bytes", RT_SERVE, "source", -1, "source", {"0", "1", "run", ""}},
+    {"ioaa-bytes", RT_SERVE, "profile", -1, "profile", {"0", "1", "run", ""}},
 };
 
 /* The JSON key of an option: its name with '_' for '-'. */

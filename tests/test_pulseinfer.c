@@ -534,9 +534,10 @@ static void test_flags(void)
         /* the carried profile's layers take about 10x as long: the first decision's step
          * (every request admitted at once, layer-bound on this tiny model) grows with them */
         EXPECT(first_step[0] > 0 && first_step[1] > 3 * first_step[0]);
-        /* --ioaa-bytes: IOAA's recall per request and layer (r) is a measured profile's (its
-         * own workload's, the default), or with source the run's query source's, which is the
-         * analytic profile's r; the JSON says which and keeps the profile's */
+        /* --ioaa-bytes: IOAA's recall per request and layer (r) with a measured profile is the
+         * run's query source's (the default), which is the analytic profile's r, or with
+         * profile the profile's (its own workload's); the JSON says which and keeps the
+         * profile's */
         json_error_t pe;
         json_t *pj = json_load_file(prof, 0, &pe); /* its own workload: another r */
         const double measured =
@@ -544,7 +545,7 @@ static void test_flags(void)
         json_object_set_new(pj, "recall_bytes_per_request_layer", json_real(measured));
         EXPECT_EQ_INT(json_dump_file(pj, prof, 0), 0);
         json_decref(pj);
-        static const char *const how[] = {"", "--ioaa-bytes source --profile", "--profile"};
+        static const char *const how[] = {"", "--profile", "--ioaa-bytes profile --profile"};
         static const char *const from[] = {"analytic", "source", "profile"};
         double r[3] = {0, 0, 0}, r_prof[3] = {0, 0, 0};
         for (int k = 0; k < 3; k++) {

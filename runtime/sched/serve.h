@@ -158,9 +158,10 @@ struct policy_ctx_params {
                            another is carried to it (pulseinfer) */
     int max_waiting;           /* waiting requests one admission decision takes (0: 32) */
     int no_ioaa_refit;         /* 1: IOAA keeps the profile's recall terms (ioaa_refit.h) */
-    int ioaa_bytes_source;     /* 1: a measured profile's recall per request and layer (r)
-                                  replaced by the run's query source's (its budget times its
-                                  target churn, as the analytic profile's); 0: the profile's */
+    int ioaa_bytes_profile;    /* 0 (default): a measured profile's recall per request and
+                                  layer (r) replaced by the run's query source's (its budget
+                                  times its target churn, as the analytic profile's); 1: the
+                                  profile's, as measured on its own workload */
     const char *trace;         /* Chrome-trace timeline of the schedule (timeline.h), or NULL */
     const char *self_interleave; /* "on", "auto" or "off" (NULL: off): the offload batch in
                                     two interleaved halves when no normal batch runs */
@@ -263,8 +264,8 @@ struct serve_params {
     int ioaa_refit; /* 1 (default): pulseinfer's IOAA refits its recall terms from the measured
                        steps (ioaa_refit.h); 0: the profile's as they are. Read by the policy
                        (policy_ctx_params.no_ioaa_refit), not by the loop */
-    int ioaa_bytes; /* 0 (default): IOAA's recall per request and layer is its profile's; 1:
-                       the run's query source's (policy_ctx_params.ioaa_bytes_source) */
+    int ioaa_bytes; /* 0 (default): IOAA's recall per request and layer is the run's query
+                       source's; 1: its measured profile's (policy_ctx_params.ioaa_bytes_profile) */
 };
 void serve_params_init(struct serve_params *p);
 /* serve_run_policy as p says. */

@@ -114,6 +114,7 @@ __global__ void digest_update_kernel(const uint16_t *kpool, const int32_t *kids,
 constexpr int kScoreWarps = 8;
 constexpr int kScorePerWarp = 8;
 constexpr int kScorePerCta = kScoreWarps * kScorePerWarp;
+constexpr int kScoreMaxRounds = 32 / kScorePerWarp; /* a warp's page ids: one load a lane */
 
 /* bf16 pair (lo half first) to floats. */
 __device__ __forceinline__ void bf16x2(uint32_t u, float *a, float *b)
@@ -122,44 +123,18 @@ __device__ __forceinline__ void bf16x2(uint32_t u, float *a, float *b)
     *b = bf16_to_f32((uint16_t)(u >> 16));
 }
 
-/* grid (ceil(max_blocks / kScorePerCta), n_lists, batch); dynamic shared: the scored query
- * heads (G per KV head of select_list_heads) x hd floats. A warp scores kScorePerWarp
- * consecutive blocks at once: their page ids come one a lane (loaded before the query is
- * staged), then every block's digest loads of a channel range are issued before any is used,
- * so a warp waits on memory once per range instead of once per block. Each block's sum runs
- * in the same order as one warp per block would (heads, channels, query heads), so the
- * scores do not depend on kScorePerWarp. VEC: each lane takes 4 consecutive channels per 128
- * (hd % 128 == 0, 8-byte aligned digest rows). */
+/* One round of a warp (score_kernel): nw consecutive blocks, their page ids in lanes id0 ..
+ * id0 + nw - 1 of `my`, their scores to out[0 .. nw - 1]. */
 template <bool VEC>
-__global__ void __launch_bounds__(kScoreWarps * 32)
-    score_kernel(const uint16_t *q, const uint16_t *dpool, const int32_t *dids,
-                 const int32_t *dstart, const int32_t *n_tokens, float *scores, int nq, int G,
-                 int hd, int ndh, int bs, int max_blocks, int sel_head, int nkv)
+__device__ __forceinline__ void score_round(const float *sq, const uint16_t *dpool, int32_t my,
+                                            int id0, int nw, size_t dpe, int k0, int k1, int G,
+                                            int hd, int sel_head, int lane, float *out)
 {
-    extern __shared__ float sq[]; /* [(k1 - k0) * G][hd] */
     constexpr int R = kScorePerWarp;
-    const int b = blockIdx.z, l = blockIdx.y, nl = gridDim.y;
-    const int nb = (n_tokens[b] + bs - 1) / bs;
-    const int first = blockIdx.x * kScorePerCta;
-    if (first >= nb) return; /* uniform over the CTA */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int i0 = first + warp * R;
-    const int nw = min(R, nb - i0); /* this warp's blocks; <= 0 for a tail warp */
-    const int32_t my = lane < nw ? dids[dstart[b] + i0 + lane] : 0;
-
-    int k0, k1;
-    select_list_heads(sel_head, l, nkv, &k0, &k1);
-    const uint16_t *qg = q + ((size_t)b * nq + (size_t)k0 * G) * hd;
-    for (int e = threadIdx.x; e < (k1 - k0) * G * hd; e += blockDim.x)
-        sq[e] = bf16_to_f32(qg[e]);
-    __syncthreads();
-    if (nw <= 0) return;
-
-    const size_t dpe = (size_t)ndh * 2 * hd;
     const uint16_t *page[R];
 #pragma unroll
     for (int r = 0; r < R; r++)
-        page[r] = dpool + (size_t)__shfl_sync(kFull, my, r < nw ? r : 0) * dpe;
+        page[r] = dpool + (size_t)__shfl_sync(kFull, my, id0 + (r < nw ? r : 0)) * dpe;
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -204,11 +179,55 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
             }
         }
     }
-    float *row = scores + ((size_t)b * nl + l) * max_blocks;
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const float s = warp_sum(acc[r]);
-        if (lane == 0 && r < nw) row[i0 + r] = s;
+        if (lane == 0 && r < nw) out[r] = s;
+    }
+}
+
+/* grid (ceil(max_blocks / (kScorePerCta * rounds)), n_lists, batch); dynamic shared: the
+ * scored query heads (G per KV head of select_list_heads) x hd floats. A CTA covers rounds x
+ * kScorePerCta consecutive blocks; in each round a warp scores kScorePerWarp consecutive blocks
+ * at once. The page ids of all its rounds come one a lane, loaded before the query is staged;
+ * then every block's digest loads of a channel range are issued before any is used, so a warp
+ * waits on memory once per range and round instead of once per block, and rounds > 1 keep the
+ * grid within about one wave of resident CTAs. Each block's sum runs in the same order as one
+ * warp per block would (heads, channels, query heads), so the scores depend on neither
+ * constant. VEC: each lane takes 4 consecutive channels per 128 (hd % 128 == 0, 8-byte
+ * aligned digest rows). */
+template <bool VEC>
+__global__ void __launch_bounds__(kScoreWarps * 32)
+    score_kernel(const uint16_t *q, const uint16_t *dpool, const int32_t *dids,
+                 const int32_t *dstart, const int32_t *n_tokens, float *scores, int nq, int G,
+                 int hd, int ndh, int bs, int max_blocks, int sel_head, int nkv, int rounds)
+{
+    extern __shared__ float sq[]; /* [(k1 - k0) * G][hd] */
+    constexpr int R = kScorePerWarp;
+    const int b = blockIdx.z, l = blockIdx.y, nl = gridDim.y;
+    const int nb = (n_tokens[b] + bs - 1) / bs;
+    const int first = blockIdx.x * kScorePerCta * rounds;
+    if (first >= nb) return; /* uniform over the CTA */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* round t's blocks of this warp start at first + (t * kScoreWarps + warp) * R; lane j
+     * holds the page id of block j % R of round j / R */
+    const int mine = first + ((lane / R) * kScoreWarps + warp) * R + lane % R;
+    const int32_t my = lane / R < rounds && mine < nb ? dids[dstart[b] + mine] : 0;
+
+    int k0, k1;
+    select_list_heads(sel_head, l, nkv, &k0, &k1);
+    const uint16_t *qg = q + ((size_t)b * nq + (size_t)k0 * G) * hd;
+    for (int e = threadIdx.x; e < (k1 - k0) * G * hd; e += blockDim.x)
+        sq[e] = bf16_to_f32(qg[e]);
+    __syncthreads();
+
+    const size_t dpe = (size_t)ndh * 2 * hd;
+    float *row = scores + ((size_t)b * nl + l) * max_blocks;
+    for (int t = 0; t < rounds; t++) {
+        const int i0 = first + (t * kScoreWarps + warp) * R;
+        const int nw = min(R, nb - i0); /* this round's blocks; <= 0 past the entry's end */
+        if (nw <= 0) break;             /* uniform over the warp, and later rounds are past */
+        score_round<VEC>(sq, dpool, my, t * R, nw, dpe, k0, k1, G, hd, sel_head, lane, row + i0);
     }
 }
 
@@ -441,18 +460,34 @@ extern "C" void select_score_cuda(const struct kctx *c, const struct select_cfg 
     const size_t smem = (size_t)(k1 - k0) * G * hd * sizeof(float);
     PULSE_CHECK(smem <= 48 * 1024,
                 "select_score: scored query heads * head_dim * 4 must fit in 48 KB");
-    const dim3 grid((unsigned)PULSE_CEIL_DIV(cfg->max_blocks, kScorePerCta), (unsigned)nl,
-                    (unsigned)batch);
+    /* rounds per CTA: enough to bring the grid within one wave of resident CTAs (at most
+     * kScoreMaxRounds); the occupancy is the kernel's, asked once per process (registers bound
+     * it before the query's shared memory, at most 48 KB, does) */
+    static int resident[2];
     const bool vec = hd % 128 == 0 && ((uintptr_t)dv->pool % 8) == 0;
+    if (!resident[vec]) {
+        int n = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &n, vec ? score_kernel<true> : score_kernel<false>, kScoreWarps * 32, smem));
+        resident[vec] = n > 0 ? n : 1;
+    }
+    const long ctas = PULSE_CEIL_DIV((long)cfg->max_blocks, kScorePerCta) * nl * batch;
+    const long wave = (long)(c->num_sms > 0 ? c->num_sms : 1) * resident[vec];
+    const int rounds =
+        (int)(ctas <= wave                                   ? 1
+              : PULSE_CEIL_DIV(ctas, wave) < kScoreMaxRounds ? PULSE_CEIL_DIV(ctas, wave)
+                                                             : kScoreMaxRounds);
+    const dim3 grid((unsigned)PULSE_CEIL_DIV(cfg->max_blocks, kScorePerCta * rounds), (unsigned)nl,
+                    (unsigned)batch);
     cudaStream_t st = stream_of(c);
     if (vec)
         score_kernel<true><<<grid, kScoreWarps * 32, smem, st>>>(
             q, dv->pool, dv->page_ids, dv->page_start, n_tokens, scores, cfg->n_heads, G, hd,
-            dv->n_heads, cfg->block_size, cfg->max_blocks, sel_head, cfg->n_kv_heads);
+            dv->n_heads, cfg->block_size, cfg->max_blocks, sel_head, cfg->n_kv_heads, rounds);
     else
         score_kernel<false><<<grid, kScoreWarps * 32, smem, st>>>(
             q, dv->pool, dv->page_ids, dv->page_start, n_tokens, scores, cfg->n_heads, G, hd,
-            dv->n_heads, cfg->block_size, cfg->max_blocks, sel_head, cfg->n_kv_heads);
+            dv->n_heads, cfg->block_size, cfg->max_blocks, sel_head, cfg->n_kv_heads, rounds);
     CUDA_CHECK_LAUNCH(st);
 }
 

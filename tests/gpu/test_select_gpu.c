@@ -319,6 +319,39 @@ static void sset_free(struct sset *s)
     table_free(&s->t);
 }
 
+/* The score kernel groups a CTA's blocks into 1 to 4 rounds by the grid's size against the
+ * resident CTAs (select_cuda.cu): batches of 1 to 7 entries of up to 8192 blocks (SoloHead,
+ * one list) span every count on a 132-SM part, each bit for bit against the reference. */
+static void test_score_rounds(void)
+{
+    static const int batches[] = {1, 2, 3, 5, 7};
+    const int bs = 16, max_blocks = 8192;
+    for (size_t bi = 0; bi < PULSE_ARRAY_LEN(batches); bi++) {
+        const int batch = batches[bi];
+        int blocks[17];
+        for (int b = 0; b < batch; b++)
+            blocks[b] = b == 0 ? max_blocks : 1 + (int)rnd_u32(max_blocks);
+        struct sset s;
+        sset_init(&s, batch, 40, 8, 128, bs, 5, blocks);
+        struct select_cfg cfg = {s.nq, s.nkv, s.hd, bs, 128, 1, 2, max_blocks, 0};
+        size_t sb = select_scores_bytes(&cfg, batch, s.sel);
+        float *rs = xmalloc(sb), *gs = xmalloc(sb);
+        for (size_t i = 0; i < sb / 4; i++)
+            rs[i] = NAN;
+        struct dbuf dsc = dput(rs, sb);
+        select_score_ref(&g_host, &cfg, s.h_q, &s.hdv, s.n, rs, batch, s.sel);
+        select_score_cuda(&g_dev, &cfg, s.d_q.p, &s.ddv, s.d_n.p, dsc.p, batch, s.sel);
+        dget(&dsc, gs);
+        char cs[96];
+        snprintf(cs, sizeof cs, "B=%d to 8192 blocks (the grid's rounds) %s", batch,
+                 sel_name(s.sel));
+        report_exact("select_score", cs, gs, rs, sb, dguard_ok(&dsc));
+        dfree(&dsc);
+        free(rs), free(gs);
+        sset_free(&s);
+    }
+}
+
 /* Top-k of host scores `hs` on both sides (the device gets the same scores), compared bit for
  * bit with the unwritten slots (sentinel -7) included. */
 static void topk_case(const struct select_cfg *cfg, const struct sset *s, const float *hs,
@@ -623,6 +656,7 @@ int main(void)
 
     test_digest();
     test_score_topk();
+    test_score_rounds();
     test_topk_ties();
     test_approx_q();
     time_select();
