@@ -65,6 +65,10 @@ struct decision_rec {
     double t_s, predicted_step_s;
     int waiting, n_normal, n_offload;
     int64_t nodes;
+    /* a decision that admitted some normal: the model's step with the same requests all
+     * offloaded, and whether they would have fit the free budgets so (else alt_step_s < 0) */
+    double alt_step_s;
+    int alt_fits;
 };
 
 struct pulseinfer {
@@ -575,9 +579,20 @@ static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
     s->ctr.ioaa_nodes += d.nodes_visited;
     s->ctr.ioaa_nodes_max = PULSE_MAX(s->ctr.ioaa_nodes_max, d.nodes_visited);
     s->ctr.ioaa_bound_evaluations += d.bound_evaluations;
-    if (pi->n_decisions < MAX_DECISIONS_KEPT)
-        pi->decisions[pi->n_decisions++] = (struct decision_rec){
-            pulse_now() - s->t0, d.step_s, n, d.n_normal, d.n_offload, d.nodes_visited};
+    if (pi->n_decisions < MAX_DECISIONS_KEPT) {
+        struct decision_rec r = {pulse_now() - s->t0, d.step_s,        n,  d.n_normal,
+                                 d.n_offload,         d.nodes_visited, -1, 0};
+        if (d.n_normal > 0) { /* what it chose the normal batch over */
+            int64_t g = 0, h = 0;
+            for (int i = 0; i < n; i++)
+                if (pi->assign[i] != IOAA_WAIT)
+                    g += pi->w[i].gpu_offload, h += pi->w[i].host_offload;
+            r.alt_fits = g <= st.free_gpu_bytes && h <= st.free_host_bytes;
+            r.alt_step_s = ioaa_step_time(pi->ioaa, st.normal_count, st.normal_ctx_sum,
+                                          st.offload_count + d.n_normal + d.n_offload, NULL);
+        }
+        pi->decisions[pi->n_decisions++] = r;
+    }
     /* admit the chosen ones, in arrival order, found by id (admission reorders the queue) */
     int *ids = pi->order, *cls = pi->cls, m = 0;
     for (int i = 0; i < n; i++)
@@ -1054,6 +1069,10 @@ static json_t *pi_json(const void *ctx)
                               "offload", r->n_offload, "nodes", (json_int_t)r->nodes);
         results_set_real(e, "t_s", r->t_s);
         results_set_real(e, "predicted_step_ms", r->predicted_step_s * 1e3);
+        if (r->alt_step_s >= 0) {
+            results_set_real(e, "all_offload_step_ms", r->alt_step_s * 1e3);
+            json_object_set_new(e, "all_offload_fits", json_boolean(r->alt_fits));
+        }
         json_array_append_new(dj, e);
     }
     json_object_set_new(j, "decisions", dj);

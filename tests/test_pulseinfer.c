@@ -172,6 +172,71 @@ static void test_ioaa_offloads(void)
     workload_free(&r.w);
 }
 
+/* A decision that admits some normal records the model's step for the same requests all
+ * offloaded (counters.pulseinfer.decisions[].all_offload_step_ms, all_offload_fits): with the
+ * offload layers of a measured profile made 1000x slower, IOAA keeps what fits the GPU whole
+ * normal, and the alternative it passed over fit and was slower (the search is exact); with
+ * the normal layers made so instead, it offloads everything and no decision carries one. */
+static void test_ioaa_alternative(void)
+{
+    char prof[] = "/tmp/pulse_pi_alt_XXXXXX", res[] = "/tmp/pulse_pi_altr_XXXXXX";
+    char scaled[] = "/tmp/pulse_pi_alts_XXXXXX";
+    char *tmp[] = {prof, res, scaled};
+    for (int i = 0; i < 3; i++) {
+        const int fd = mkstemp(tmp[i]);
+        if (fd >= 0) close(fd);
+    }
+    char args[512], out[4096];
+    snprintf(args, sizeof args,
+             "profile --backend cpu --model tiny --recall-engine gather-scatter --selection "
+             "solohead --budget-tokens 64 --out %s",
+             prof);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+    for (int slow = 0; slow < 2; slow++) { /* which part is made slow: 0 normal, 1 offload */
+        json_error_t pe;
+        json_t *pj = json_load_file(prof, 0, &pe);
+        json_t *part = json_object_get(pj, slow ? "offload" : "normal");
+        json_t *ls = json_object_get(part, "layer_s"), *v, *row;
+        size_t i, j;
+        json_array_foreach(ls, i, v)
+        {
+            if (!json_is_array(v)) json_real_set(v, 1000 * json_number_value(v));
+            json_array_foreach(v, j, row) json_real_set(row, 1000 * json_number_value(row));
+        }
+        EXPECT_EQ_INT(json_dump_file(pj, scaled, 0), 0);
+        json_decref(pj);
+        snprintf(args, sizeof args,
+                 "run --backend cpu --policy pulseinfer --workload uniform:256:6 --output-len 2 "
+                 "--budget-tokens 64 --profile %s --kv-budget-gb 0.002 --out %s",
+                 scaled, res);
+        EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+        json_error_t re;
+        json_t *rj = json_load_file(res, 0, &re);
+        json_t *dec = json_object_get(
+            json_object_get(json_object_get(rj, "counters"), "pulseinfer"), "decisions");
+        size_t k, with_normal = 0;
+        json_t *dj;
+        EXPECT(json_array_size(dec) > 0);
+        json_array_foreach(dec, k, dj)
+        {
+            const double step = json_number_value(json_object_get(dj, "predicted_step_ms"));
+            json_t *alt = json_object_get(dj, "all_offload_step_ms");
+            const int normal = (int)json_integer_value(json_object_get(dj, "normal"));
+            EXPECT(step > 0);
+            EXPECT_EQ_INT(alt != NULL, normal > 0);
+            EXPECT_EQ_INT(json_object_get(dj, "all_offload_fits") != NULL, normal > 0);
+            if (!alt) continue;
+            with_normal++;
+            EXPECT(json_is_true(json_object_get(dj, "all_offload_fits")));
+            EXPECT(json_number_value(alt) > step);
+        }
+        EXPECT_EQ_INT(with_normal > 0, slow);
+        json_decref(rj);
+    }
+    for (int i = 0; i < 3; i++)
+        remove(tmp[i]);
+}
+
 /* ------------------------------------------------------------------ IRQ */
 
 static _Atomic long g_delay_ns;
@@ -1481,6 +1546,7 @@ int main(void)
     test_equals_vanilla();
     test_batch_independent();
     test_ioaa_offloads();
+    test_ioaa_alternative();
     test_irq();
     test_chunks();
     test_dead_link();
