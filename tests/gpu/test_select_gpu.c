@@ -319,6 +319,24 @@ static void sset_free(struct sset *s)
     table_free(&s->t);
 }
 
+/* Scores of s under cfg on both sides, compared bit for bit with the unwritten slots (NaN)
+ * included, reported as `what`; returns the reference's scores (the caller frees them). */
+static float *score_case(const struct select_cfg *cfg, const struct sset *s, const char *what)
+{
+    const size_t sb = select_scores_bytes(cfg, s->batch, s->sel);
+    float *rs = xmalloc(sb), *gs = xmalloc(sb);
+    for (size_t i = 0; i < sb / 4; i++)
+        rs[i] = NAN;
+    struct dbuf dsc = dput(rs, sb);
+    select_score_ref(&g_host, cfg, s->h_q, &s->hdv, s->n, rs, s->batch, s->sel);
+    select_score_cuda(&g_dev, cfg, s->d_q.p, &s->ddv, s->d_n.p, dsc.p, s->batch, s->sel);
+    dget(&dsc, gs);
+    report_exact("select_score", what, gs, rs, sb, dguard_ok(&dsc));
+    dfree(&dsc);
+    free(gs);
+    return rs;
+}
+
 /* The score kernel groups a CTA's blocks into 1 to 4 rounds by the grid's size against the
  * resident CTAs (select_cuda.cu): batches of 1 to 7 entries of up to 8192 blocks (SoloHead,
  * one list) span every count on a 132-SM part, each bit for bit against the reference. */
@@ -334,20 +352,10 @@ static void test_score_rounds(void)
         struct sset s;
         sset_init(&s, batch, 40, 8, 128, bs, 5, blocks);
         struct select_cfg cfg = {s.nq, s.nkv, s.hd, bs, 128, 1, 2, max_blocks, 0};
-        size_t sb = select_scores_bytes(&cfg, batch, s.sel);
-        float *rs = xmalloc(sb), *gs = xmalloc(sb);
-        for (size_t i = 0; i < sb / 4; i++)
-            rs[i] = NAN;
-        struct dbuf dsc = dput(rs, sb);
-        select_score_ref(&g_host, &cfg, s.h_q, &s.hdv, s.n, rs, batch, s.sel);
-        select_score_cuda(&g_dev, &cfg, s.d_q.p, &s.ddv, s.d_n.p, dsc.p, batch, s.sel);
-        dget(&dsc, gs);
         char cs[96];
         snprintf(cs, sizeof cs, "B=%d to 8192 blocks (the grid's rounds) %s", batch,
                  sel_name(s.sel));
-        report_exact("select_score", cs, gs, rs, sb, dguard_ok(&dsc));
-        dfree(&dsc);
-        free(rs), free(gs);
+        free(score_case(&cfg, &s, cs));
         sset_free(&s);
     }
 }
@@ -400,18 +408,11 @@ static void test_score_topk(void)
         struct sset s;
         sset_init(&s, batch, cases[ci].nq, cases[ci].nkv, cases[ci].hd, bs, cases[ci].sel, blocks);
         struct select_cfg cfg = {s.nq, s.nkv, s.hd, bs, 128, 1, 2, max_blocks, 0};
-        size_t sb = select_scores_bytes(&cfg, batch, s.sel);
-        float *rs = xmalloc(sb), *gs = xmalloc(sb);
-        for (size_t i = 0; i < sb / 4; i++)
-            rs[i] = NAN;
-        struct dbuf dsc = dput(rs, sb);
-        select_score_ref(&g_host, &cfg, s.h_q, &s.hdv, s.n, rs, batch, s.sel);
-        select_score_cuda(&g_dev, &cfg, s.d_q.p, &s.ddv, s.d_n.p, dsc.p, batch, s.sel);
-        dget(&dsc, gs);
         char cs[128];
         snprintf(cs, sizeof cs, "B=%d nq=%d nkv=%d hd=%d to 8192 blocks %s", batch, s.nq, s.nkv,
                  s.hd, sel_name(s.sel));
-        report_exact("select_score", cs, gs, rs, sb, dguard_ok(&dsc));
+        float *rs = score_case(&cfg, &s, cs);
+        struct dbuf dsc = dalloc(select_scores_bytes(&cfg, batch, s.sel));
 
         static const int ks[] = {1, 128, 2048};
         for (size_t ki = 0; ki < PULSE_ARRAY_LEN(ks); ki++) {
@@ -437,7 +438,7 @@ static void test_score_topk(void)
         int guards = dguard_ok(&di) && dguard_ok(&dc) && dguard_ok(&dsc);
         report_exact("select_blocks idx", cs, gi, ri, ni * 4, guards);
         report_exact("select_blocks count", cs, gc, rc, nc * 4, guards);
-        free(ri), free(gi), free(rc), free(gc), free(rs), free(gs);
+        free(ri), free(gi), free(rc), free(gc), free(rs);
         dfree(&di), dfree(&dc), dfree(&dsc);
         sset_free(&s);
     }
