@@ -4,10 +4,11 @@
  *   digest_build   one thread per (block, digest head, dim): min/max over the block's tokens
  *                  (reads of one token's head row are coalesced across dims).
  *   digest_update  one thread per (entry, digest head, dim).
- *   select_score   a CTA per (64 blocks, list, entry): the list's G query heads in shared
- *                  memory (fp32), a warp per 8 blocks with all their loads in flight at
- *                  once, lanes over channels (4 consecutive channels per lane with 8-byte
- *                  loads when head_dim % 128 == 0), a warp sum per block.
+ *   select_score   a CTA per (1-4 rounds of 64 blocks, list, entry; the rounds keep the grid
+ *                  within about one wave): the list's G query heads in shared memory (fp32),
+ *                  a warp per 8 blocks a round with all their loads in flight at once, lanes
+ *                  over channels (4 consecutive channels per lane with 8-byte loads when
+ *                  head_dim % 128 == 0), a warp sum per block.
  *   select_topk    a CTA of 1024 threads per (entry, list): the candidates' score keys in shared
  *                  memory, radix select over the 32-bit key (4 passes of 8 bits, shared
  *                  histogram, suffix scan) finds the k-th largest key T and how many keys equal
