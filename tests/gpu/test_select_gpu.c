@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "cuda_check.h"
 #include "kernels.h"
 #include "model.h"
@@ -557,28 +558,12 @@ static void time_select(void)
     const char *no = getenv("PULSE_GPU_TEST_NO_TIMING");
     if (no && strcmp(no, "0") != 0) return;
     /* the copy ceiling of this run (read + write counted), to read the score kernel against */
-    const size_t cb = (size_t)256 << 20;
-    void *c0, *c1;
-    CUDA_CHECK(cudaMalloc(&c0, cb));
-    CUDA_CHECK(cudaMalloc(&c1, cb));
+    const double copy_gbs = backend_find("cuda")->copy_bandwidth(&g_dev, (size_t)256 << 20, 10);
     cudaStream_t st = (cudaStream_t)g_dev.stream;
     cudaEvent_t e0, e1, e2;
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
     CUDA_CHECK(cudaEventCreate(&e2));
-    float best = 1e30f;
-    for (int r = 0; r < 10; r++) {
-        CUDA_CHECK(cudaEventRecord(e0, st));
-        CUDA_CHECK(cudaMemcpyAsync(c1, c0, cb, cudaMemcpyDeviceToDevice, st));
-        CUDA_CHECK(cudaEventRecord(e1, st));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float a;
-        CUDA_CHECK(cudaEventElapsedTime(&a, e0, e1));
-        best = a < best ? a : best;
-    }
-    CUDA_CHECK(cudaFree(c0));
-    CUDA_CHECK(cudaFree(c1));
-    const double copy_gbs = 2.0 * (double)cb / (best * 1e6);
     printf("timing select: device copy %.0f GB/s (read + write)\n", copy_gbs);
     /* batch x context, selection, budget 128 blocks of 16; the last is the 1 : 8 point's
      * offload batch (9 x 64K, SoloHead) */
