@@ -96,7 +96,6 @@ struct pulseinfer {
     /* the recall terms refitted from the measured steps (ioaa_refit.h; --ioaa-refit) */
     struct ioaa_refit *refit;
     int refit_on;
-    double beside; /* the recall's rate beside compute the speculation fold used */
     int64_t refit_errors;
     /* --speculate: what IOAA's recall table was folded with (ioaa_profile_data_speculate) */
     struct ioaa_spec_fold {
@@ -372,9 +371,8 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
     struct ioaa_refit_params rp = {.base = &pi->prof.prof,
                                    .irq = pi->irq_on,
                                    .enabled = !p->no_ioaa_refit,
-                                   .beside = ioaa_profile_beside(&pi->prof.info),
+                                   .beside = pi->prof.info.beside,
                                    .max_batch = op->max_batch};
-    pi->beside = rp.beside;
     pi->refit_on = rp.enabled;
     struct ioaa_profile_data unfolded = {0};
     if (op->schedule->prefetch) { /* the refit needs the unfolded tables after the fold */
@@ -1006,6 +1004,25 @@ static json_t *self_json(const struct pulseinfer *pi)
     return j;
 }
 
+/* The recall and the compute beside each other as the fold and the refit took them:
+ * beside_compute (one factor, or {bytes, factor} per round size), compute_beside, and whether
+ * they came from the profile or the defaults. */
+static void beside_json(json_t *rj, const struct ioaa_beside *b, double compute)
+{
+    if (b->n > 1) {
+        json_t *t = json_pack("{s:[], s:[]}", "bytes", "factor");
+        for (int i = 0; i < b->n; i++) {
+            json_array_append_new(json_object_get(t, "bytes"), json_real(b->bytes[i]));
+            json_array_append_new(json_object_get(t, "factor"), json_real(b->factor[i]));
+        }
+        json_object_set_new(rj, "beside_compute", t);
+    } else {
+        results_set_real(rj, "beside_compute", ioaa_beside_rate(b, 0));
+    }
+    results_set_real(rj, "compute_beside", compute > 1 ? compute : 1);
+    json_object_set_new(rj, "beside_from", json_string(b->n > 0 ? "profile" : "default"));
+}
+
 /* The context's counters, and with --trace the timeline written to its file (its summary
  * here: busy fraction, spans) */
 static json_t *pi_json(const void *ctx)
@@ -1103,9 +1120,7 @@ static json_t *pi_json(const void *ctx)
         results_set_real(rj, "correction_factor", rs.k_correction);
         results_set_real(rj, "self_factor", rs.k_self);
         json_object_set_new(rj, "self_refits", json_integer(rs.self_refits));
-        results_set_real(rj, "beside_compute", pi->beside);
-        json_object_set_new(rj, "beside_from",
-                            json_string(pi->prof.info.recall_beside > 0 ? "profile" : "default"));
+        beside_json(rj, &pi->prof.info.beside, pi->prof.prof.compute_beside);
         json_object_set_new(j, "ioaa_refit", rj);
     }
     return j;

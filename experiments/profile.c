@@ -749,13 +749,27 @@ static int measure_recalls(struct recall_rig *g, const struct opts *o,
     return bad;
 }
 
-/* The recall's rate beside compute (recall.beside_compute): on a device backend, rounds of one
- * size (the largest of the table's up to 16 MB) timed from submit to completion while the
- * engine's layers of an offload batch (the largest --batches at the budget's context, all L
- * layers queued first, far longer than a round) run on the compute stream, as a prefetch runs
- * beside the offload batch's layer; the factor is the median round alone (the table's) over the
- * median beside. Not measured on a host backend, whose layers run on the calling thread (the
- * reader's default applies); 0, or 1 after a message. */
+/* The recall and the compute beside each other (recall.beside_compute, .compute_beside), on a
+ * device backend, with the engine's layers of an offload batch (the largest --batches that fits
+ * at the budget's context, all L layers queued on the compute stream at once, far longer than a
+ * round) as a prefetch runs beside the offload batch's layer:
+ *   the rate: a round of each table size from 256 KB up, timed from submit to completion while
+ *   the layers run; each size's factor is the median round alone (the table's) over the median
+ *   beside, so a round's fixed costs beside compute (its blocks waiting for SMs) show at the
+ *   sizes they weigh on;
+ *   the compute: the L layers' time (device events) alone and with rounds of the largest size
+ *   up to 16 MB queued back to back beside them, two in flight, until the layers end; the
+ *   ratio of the medians.
+ * Not measured on a host backend, whose layers run on the calling thread (the reader's defaults
+ * apply); 0, or 1 after a message. */
+#define BESIDE_MIN_BYTES 262144.0
+
+static int beside_round(struct recall_rig *g, int n, int64_t *ticket)
+{
+    rig_pick(g, n);
+    return recall_submit(g->r, g->items, n, ticket);
+}
+
 static int measure_beside(struct engine *e, struct recall_rig *g, const struct opts *o,
                           struct ioaa_profile_data *d, json_t *meas)
 {
@@ -766,52 +780,110 @@ static int measure_beside(struct engine *e, struct recall_rig *g, const struct o
                                         "calling thread"));
         return 0;
     }
-    int k = 0;
-    for (int i = 1; i < d->prof.tr_n; i++)
-        if (d->tr_bytes[i] <= 16e6) k = i;
-    const int n = (int)(d->tr_bytes[k] / g->chunk), R = (int)PULSE_MAX(o->reps, 11);
-    const int b = (int)o->batches[o->n_batches - 1], L = engine_model(e)->cfg->n_layers;
+    int k = 0, k0 = -1;
+    for (int i = 0; i < d->prof.tr_n; i++) {
+        if (i > 0 && d->tr_bytes[i] <= 16e6) k = i;
+        if (k0 < 0 && d->tr_bytes[i] >= BESIDE_MIN_BYTES) k0 = i;
+    }
+    if (k0 < 0) k0 = d->prof.tr_n - 1;
+    k0 = PULSE_MAX(k0, d->prof.tr_n - IOAA_BESIDE_MAX_POINTS);
+    const int R = (int)PULSE_MAX(o->reps, 11), L = engine_model(e)->cfg->n_layers;
+    const int b = (int)o->batches[o->n_batches - 1];
     struct bench_batch bb;
     char err[256];
-    int bb_rc = PULSE_ERR_NOMEM;
-    for (int i = o->n_batches - 1; i >= 0 && bb_rc != PULSE_OK; i--) /* the largest that fits */
-        bb_rc = bench_batch_create(e, (int)o->batches[i], (int)o->budget, (int)o->budget + 1,
-                                   (int)o->page_size, &bb, err, sizeof err);
+    int bb_rc = PULSE_ERR_NOMEM, made = 0;
+    for (int i = o->n_batches - 1; i >= 0 && bb_rc != PULSE_OK; i--) { /* the largest that fits */
+        made = (int)o->batches[i];
+        bb_rc = bench_batch_create(e, made, (int)o->budget, (int)o->budget + 1, (int)o->page_size,
+                                   &bb, err, sizeof err);
+    }
     if (bb_rc != PULSE_OK) {
         cli_error(CMD, "the recall beside compute: no batch of %d at %ld tokens fits", b,
                   o->budget);
         return 1;
     }
-    double s[MAX_REPS > 11 ? MAX_REPS : 11];
-    int bad = 0;
-    for (int r = -(int)o->warmup; r < R && !bad; r++) {
-        rig_pick(g, n);
-        engine_run_embed(e, bb.bt);
-        for (int l = 0; l < L; l++) /* queued on the compute stream, not waited for */
-            engine_run_layer(e, bb.bt, bb.kv, l);
-        int64_t ticket;
-        const double t0 = pulse_now();
-        int st = recall_submit(g->r, g->items, n, &ticket);
-        if (st == PULSE_OK) st = recall_wait(g->r, ticket);
-        const double t = pulse_now() - t0;
-        be->sync(engine_ctx(e));
-        if (st != PULSE_OK) {
-            cli_error(CMD, "a recall beside compute failed (status %d)", st);
-            bad = 1;
+    const int ns = d->prof.tr_n - k0;
+    double *s = mem_alloc(MEM_HOST, sizeof *s * (size_t)(R * (ns + 2)), "profile beside samples");
+    void *ev[2] = {be->event_create_timed(), be->event_create_timed()};
+    int bad = !s || !ev[0] || !ev[1];
+    if (bad) cli_error(CMD, "the recall beside compute: cannot allocate its samples or events");
+    /* the rounds of each size beside the layers */
+    for (int r = -(int)o->warmup; r < R && !bad; r++)
+        for (int i = 0; i < ns && !bad; i++) {
+            const int n = (int)(d->tr_bytes[k0 + i] / g->chunk);
+            engine_run_embed(e, bb.bt);
+            for (int l = 0; l < L; l++) /* queued on the compute stream, not waited for */
+                engine_run_layer(e, bb.bt, bb.kv, l);
+            int64_t ticket;
+            const double t0 = pulse_now();
+            int st = beside_round(g, n, &ticket);
+            if (st == PULSE_OK) st = recall_wait(g->r, ticket);
+            const double t = pulse_now() - t0;
+            be->sync(engine_ctx(e));
+            if (st != PULSE_OK) {
+                cli_error(CMD, "a recall beside compute failed (status %d)", st);
+                bad = 1;
+            }
+            if (r >= 0) s[i * R + r] = t;
         }
-        if (r >= 0) s[r] = t;
-    }
+    /* the layers alone, then beside rounds back to back (two in flight) until they end */
+    double *c = s ? s + (size_t)ns * R : NULL;
+    int rounds = 0;
+    for (int r = -(int)o->warmup; r < R && !bad; r++)
+        for (int side = 0; side < 2 && !bad; side++) {
+            be->event_record(engine_ctx(e), ev[0]);
+            engine_run_embed(e, bb.bt);
+            for (int l = 0; l < L; l++)
+                engine_run_layer(e, bb.bt, bb.kv, l);
+            be->event_record(engine_ctx(e), ev[1]);
+            int64_t t[2] = {-1, -1};
+            int st = PULSE_OK, q = 0;
+            const int n = (int)(d->tr_bytes[k] / g->chunk);
+            if (side) st = beside_round(g, n, &t[0]);
+            while (side && st == PULSE_OK && !be->event_query(ev[1])) {
+                st = beside_round(g, n, &t[!q]);
+                if (st == PULSE_OK) st = recall_wait(g->r, t[q]);
+                t[q] = -1, q = !q;
+                rounds += r >= 0;
+            }
+            for (int h = 0; h < 2 && st == PULSE_OK; h++)
+                if (t[h] >= 0) st = recall_wait(g->r, t[h]);
+            be->sync(engine_ctx(e));
+            if (st != PULSE_OK) {
+                cli_error(CMD, "a recall beside compute failed (status %d)", st);
+                bad = 1;
+            }
+            if (r >= 0) c[side * R + r] = be->event_elapsed_s(ev[0], ev[1]);
+        }
     bench_batch_free(e, &bb);
-    if (bad) return 1;
-    const double beside = median(s, R), alone = d->tr[k];
-    d->info.recall_beside = PULSE_MIN(IOAA_PROFILE_BESIDE_MAX, alone / beside);
-    json_t *rj = json_pack("{s:I, s:o, s:i}", "bytes", (json_int_t)d->tr_bytes[k], "samples_s",
-                           reals(s, R), "layers", L);
-    results_set_real(rj, "alone_s", alone);
-    results_set_real(rj, "beside_s", beside);
-    results_set_real(rj, "factor", d->info.recall_beside);
-    json_object_set_new(meas, "recall_beside", rj);
-    return 0;
+    for (int i = 0; i < 2; i++)
+        if (ev[i]) be->event_destroy(ev[i]);
+    if (!bad) {
+        struct ioaa_beside *bs = &d->info.beside;
+        json_t *rj = json_pack("{s:[], s:[], s:[], s:[], s:i, s:i}", "bytes", "alone_s", "beside_s",
+                               "factor", "layers", L, "batch", made);
+        for (int i = 0; i < ns; i++) {
+            const double beside = median(s + i * R, R), alone = d->tr[k0 + i];
+            bs->bytes[i] = d->tr_bytes[k0 + i];
+            bs->factor[i] = PULSE_MIN(IOAA_PROFILE_BESIDE_MAX, alone / beside);
+            json_array_append_new(json_object_get(rj, "bytes"), json_real(bs->bytes[i]));
+            json_array_append_new(json_object_get(rj, "alone_s"), json_real(alone));
+            json_array_append_new(json_object_get(rj, "beside_s"), json_real(beside));
+            json_array_append_new(json_object_get(rj, "factor"), json_real(bs->factor[i]));
+        }
+        bs->n = ns;
+        const double ca = median(c, R), cb = median(c + R, R);
+        d->prof.compute_beside = PULSE_MIN(IOAA_PROFILE_COMPUTE_MAX, PULSE_MAX(1.0, cb / ca));
+        json_t *cj =
+            json_pack("{s:o, s:o, s:I, s:i}", "alone_s", reals(c, R), "beside_s", reals(c + R, R),
+                      "round_bytes", (json_int_t)d->tr_bytes[k], "rounds", rounds);
+        results_set_real(cj, "ratio", cb / ca);
+        results_set_real(cj, "factor", d->prof.compute_beside);
+        json_object_set_new(rj, "compute", cj);
+        json_object_set_new(meas, "recall_beside", rj);
+    }
+    mem_free(MEM_HOST, s, sizeof *s * (size_t)(R * (ns + 2)));
+    return bad;
 }
 
 /* ---- t_O from offload steps ---- */

@@ -108,6 +108,23 @@ static void test_model(void)
     EXPECT_EQ_INT(d, 6);
     EXPECT_NEAR(ioaa_step_time(a, 4, 4000, 1, &d), 2 * (5 + 2 + 3), 1e-12);
     ioaa_free(a);
+
+    /* the normal layers 1.25x as long beside the recall (g 1.25, k 0.2): t_R 6 past t_N 1:
+     * max(6, 1 + 1.2) = 6, S = 2 (3 + 6) = 18 as before; t_R 3 under t_N 5: S = 2 (2 + 5 +
+     * 0.6) = 15.2; t_R 3 past t_N 2.5 (0.5 before): 2 (2 + 2.5 + 0.6) = 10.2; none offloaded:
+     * 2 */
+    p = hand_params(1);
+    p.profile.compute_beside = 1.25;
+    a = ioaa_create(&p, err, sizeof err);
+    EXPECT(a != NULL);
+    if (!a) return;
+    EXPECT_NEAR(ioaa_compute_beside(a), 1.25, 0);
+    EXPECT_NEAR(ioaa_step_time(a, 1, 100, 2, &d), 18, 1e-12);
+    EXPECT_NEAR(ioaa_step_time(a, 4, 4000, 1, &d), 15.2, 1e-12);
+    EXPECT_NEAR(ioaa_step_time(a, 2, 1100, 1, &d), 10.2, 1e-12);
+    EXPECT_NEAR(ioaa_step_time(a, 1, 100, 0, &d), 2, 1e-12);
+    EXPECT_NEAR(ioaa_step_time(a, 0, 0, 1, &d), 10, 1e-12); /* no normal batch beside */
+    ioaa_free(a);
 }
 
 /* Hand decisions (r = 100): a short request (GPU 100 whole, 10 offloaded) and a long one (900,
@@ -201,6 +218,7 @@ static struct ioaa_params rand_params(struct rand_profile *rp, int max_waiting)
                                       .tr_bytes = rp->trx,
                                       .tr = rp->tr,
                                       .recall_bytes = rng_int(0, 5) == 0 ? 0 : 2000 * rng_unif()};
+    if (rng_int(0, 2) == 0) p.profile.compute_beside = 1 + 1.5 * rng_unif();
     p.max_waiting = max_waiting;
     p.irq = rng_int(0, 1);
     return p;
@@ -487,6 +505,7 @@ static void test_random_large(void)
         }
         if (kind % 4 != 0 && rng_int(0, 3) == 0) p.irq = 0;
         if (kind % 4 != 0 && rng_int(0, 3) == 0) p.profile.recall_bytes *= 4 * rng_unif();
+        if (kind % 4 != 0 && rng_int(0, 2) == 0) p.profile.compute_beside = 1 + rng_unif();
         struct ioaa *a, *u;
         if (sequential && kind % 4 != 0) { /* one object per profile kind, reused */
             if (!seq_p || inst % 40 < 8) {
@@ -758,6 +777,11 @@ static void test_bad_params(void)
     p.profile.recall_bytes = -1;
     EXPECT(ioaa_create(&p, err, sizeof err) == NULL);
     EXPECT_STR_CONTAINS(err, "recall_bytes");
+
+    p = hand_params(1);
+    p.profile.compute_beside = 0.5;
+    EXPECT(ioaa_create(&p, err, sizeof err) == NULL);
+    EXPECT_STR_CONTAINS(err, "compute_beside is 0.5");
 
     p = hand_params(1);
     p.max_waiting = 20;

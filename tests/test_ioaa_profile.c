@@ -145,17 +145,49 @@ static void test_round_trip(void)
     EXPECT(json_object_get(j, "note") == NULL);
     EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_OK);
     expect_same(&d, &back);
-    /* the recall's rate beside compute: absent reads as 0 (the default applies), measured reads
-     * back as written */
+    /* the recall and the compute beside each other: absent reads as none (the defaults
+     * apply); one factor, and a table with the compute's slowdown, read back as written */
     EXPECT(json_object_get(json_object_get(j, "recall"), "beside_compute") == NULL);
-    EXPECT_NEAR(back.info.recall_beside, 0, 0);
-    EXPECT_NEAR(ioaa_profile_beside(&back.info), IOAA_PROFILE_BESIDE_DEFAULT, 0);
+    EXPECT_EQ_INT(back.info.beside.n, 0);
+    EXPECT_NEAR(ioaa_beside_rate(&back.info.beside, 1e6), IOAA_PROFILE_BESIDE_DEFAULT, 0);
+    EXPECT_NEAR(back.prof.compute_beside, 0, 0);
     json_decref(j);
-    d.info.recall_beside = 0.4375;
+    d.info.beside = (struct ioaa_beside){.n = 1, .factor = {0.4375}};
+    j = ioaa_profile_to_json(&d.prof, &d.info);
+    EXPECT(json_is_number(json_object_get(json_object_get(j, "recall"), "beside_compute")));
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(back.info.beside.n, 1);
+    EXPECT_NEAR(ioaa_beside_rate(&back.info.beside, 5e7), 0.4375, 0);
+    json_decref(j);
+    d.info.beside = (struct ioaa_beside){
+        .n = 3, .bytes = {262144, 4194304, 67108864}, .factor = {0.31, 0.55, 0.83}};
+    d.prof.compute_beside = 1.17;
     j = ioaa_profile_to_json(&d.prof, &d.info);
     EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_OK);
-    EXPECT_NEAR(back.info.recall_beside, 0.4375, 0);
-    EXPECT_NEAR(ioaa_profile_beside(&back.info), 0.4375, 0);
+    EXPECT_EQ_INT(back.info.beside.n, 3);
+    for (int i = 0; i < 3; i++) {
+        EXPECT_NEAR(back.info.beside.bytes[i], d.info.beside.bytes[i], 0);
+        EXPECT_NEAR(back.info.beside.factor[i], d.info.beside.factor[i], 0);
+    }
+    EXPECT_NEAR(back.prof.compute_beside, 1.17, 0);
+    /* refused: a factor out of range, bytes not increasing, a compute under 1, a bad form */
+    json_t *rec = json_object_get(j, "recall");
+    json_t *bj = json_object_get(rec, "beside_compute");
+    json_array_set_new(json_object_get(bj, "factor"), 1, json_real(2.5));
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "factor 1 is 2.5");
+    json_array_set_new(json_object_get(bj, "factor"), 1, json_real(0.5));
+    json_array_set_new(json_object_get(bj, "bytes"), 2, json_real(4194304));
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "bytes 2 is");
+    json_array_set_new(json_object_get(bj, "bytes"), 2, json_real(67108864));
+    json_object_set_new(rec, "compute_beside", json_real(0.9));
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "recall.compute_beside: expected a number in [1, 8]");
+    json_object_set_new(rec, "compute_beside", json_real(1.1));
+    json_object_set_new(rec, "beside_compute", json_string("half"));
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "recall.beside_compute: expected a number");
     json_decref(j);
     ioaa_profile_data_free(&d);
     ioaa_profile_data_free(&back);
@@ -262,7 +294,7 @@ static void test_rejects(void)
     expect_reject(j, PULSE_ERR_INVALID, "config.budget_tokens", "expected an integer >= 1");
     j = good_json();
     json_object_set_new(json_object_get(j, "recall"), "beside_compute", json_real(0));
-    expect_reject(j, PULSE_ERR_INVALID, "recall.beside_compute", "in (0, 2]");
+    expect_reject(j, PULSE_ERR_INVALID, "recall.beside_compute", "factor 0 is 0: expected (0, 2]");
     j = good_json();
     json_object_set_new(json_object_get(j, "recall"), "beside_compute", json_string("half"));
     expect_reject(j, PULSE_ERR_INVALID, "recall.beside_compute", "expected a number");
@@ -380,22 +412,55 @@ static void test_cap_recall(void)
     ioaa_profile_data_free(&d);
 }
 
+/* The recall and the compute beside each other (ioaa_overlap) by hand: a hidden recall, one
+ * past the compute at half its rate, the compute's slowdown while a short recall runs beside it
+ * and both slowed with the recall ending last; nothing on one side. The rate interpolated in the
+ * round's bytes between a table's points, its end values outside, one point everywhere, the
+ * default when there is none. */
+static void test_overlap(void)
+{
+    EXPECT_NEAR(ioaa_overlap(1.0, 0.3, 0.5, 1), 1.0, 1e-15);
+    EXPECT_NEAR(ioaa_overlap(1.0, 0.8, 0.5, 1), 1.3, 1e-15);    /* 0.5 of it beside, 0.3 after */
+    EXPECT_NEAR(ioaa_overlap(1.0, 0.3, 0.5, 1.5), 1.2, 1e-15);  /* beside 0.6 of 1.5 */
+    EXPECT_NEAR(ioaa_overlap(1.0, 0.9, 0.5, 1.5), 1.65, 1e-15); /* 0.75 beside, 0.15 after */
+    EXPECT_NEAR(ioaa_overlap(1.0, 1.0, 1, 1), 1.0, 0);
+    EXPECT_NEAR(ioaa_overlap(0, 0.7, 0.5, 2), 0.7, 0);
+    EXPECT_NEAR(ioaa_overlap(0.4, 0, 0.5, 2), 0.4, 0);
+    const struct ioaa_beside t = {.n = 2, .bytes = {1e6, 4e6}, .factor = {0.4, 0.8}};
+    EXPECT_NEAR(ioaa_beside_rate(&t, 0.5e6), 0.4, 0);
+    EXPECT_NEAR(ioaa_beside_rate(&t, 2.5e6), 0.6, 1e-15);
+    EXPECT_NEAR(ioaa_beside_rate(&t, 9e6), 0.8, 0);
+    const struct ioaa_beside one = {.n = 1, .factor = {0.7}}, none = {0};
+    EXPECT_NEAR(ioaa_beside_rate(&one, 123), 0.7, 0);
+    EXPECT_NEAR(ioaa_beside_rate(&none, 123), IOAA_PROFILE_BESIDE_DEFAULT, 0);
+    char why[160];
+    EXPECT_EQ_INT(ioaa_beside_check(&t, why, sizeof why), 0);
+    const struct ioaa_beside back = {.n = 2, .bytes = {4e6, 1e6}, .factor = {0.4, 0.8}};
+    EXPECT_EQ_INT(ioaa_beside_check(&back, why, sizeof why), -1);
+    EXPECT_STR_CONTAINS(why, "bytes 1 is 1e+06");
+}
+
 /* Speculation folded into the recall table (ioaa_profile_data_speculate): on a linear profile
  * (t_R = x / 10 GB/s, t_O(b) = 1 ms + b 0.1 ms, t_N(b, c) = 2 ms) the step of the folded model,
  * at every batch of both kinds and with and without IRQ, is the speculation's step written out:
- * L max(t_N + t_O, t_R(P) / f + t_R(C), t_O + t_R(C)) with a normal batch and IRQ, L (max(t_O,
- * t_R(P) / f) + t_R(C)) + L t_N without, for a prefetch alone (a perfect prediction),
- * corrections alone and both, with the recall's rate beside compute f given (1, 0.4) or absent
- * (the default, 0.5); nothing to move: unchanged; bad input refused. */
+ * the layer's window w t_O and the prefetch t_R(P) beside each other (the prefetch at f of its
+ * rate while the compute runs, the compute g times as long while the prefetch does), what that
+ * adds past the window, then the corrections t_R(C): t_R' = t_R(C) + that; L (t_O + max(t_R',
+ * t_N + (1 - 1 / g) t_R')) with a normal batch and IRQ (the normal layers slowed beside the
+ * recall), L (t_O + t_R') + L t_N without; for a
+ * prefetch alone (a perfect prediction), corrections alone and both, with f given (1, 0.4, or
+ * a table of two sizes) or absent (the default, 0.5), g absent (1) or 1.3; nothing to move:
+ * unchanged; bad input refused. */
 static void test_speculate(void)
 {
     char err[256];
     const double L = 10;
     static const double pc[3][2] = {{2e6, 0}, {0, 1.5e6}, {3.2e6, 0.6e6}};
     static const double fs[3] = {1, 0.4, 0}; /* 0: absent */
-    for (int k = 0; k < 18; k++) {           /* the window: the whole layer, and 0.6 of it */
-        const double P = pc[k % 3][0], C = pc[k % 3][1], fin = fs[k / 3 % 3], w = k < 9 ? 1 : 0.6;
-        const double f = fin > 0 ? fin : IOAA_PROFILE_BESIDE_DEFAULT;
+    for (int k = 0; k < 36; k++) { /* the window: the whole layer, and 0.6 of it; g 1 and 1.3 */
+        const double P = pc[k % 3][0], C = pc[k % 3][1], fin = fs[k / 3 % 3];
+        const double w = k / 9 % 2 ? 0.6 : 1, g = k >= 18 ? 1.3 : 1;
+        const int table = k >= 18 && fin == 0.4; /* 0.3 at 1 MB to 0.5 at 100 MB */
         struct ioaa_profile_data d;
         memset(&d, 0, sizeof d);
         EXPECT_EQ_INT(ioaa_profile_data_alloc(&d, 2, 1, 2, 2, err, sizeof err), PULSE_OK);
@@ -403,8 +468,11 @@ static void test_speculate(void)
         d.to_b[0] = 1, d.to_b[1] = 65, d.to[0] = 1.1e-3, d.to[1] = 7.5e-3;
         d.tr_bytes[0] = 1e3, d.tr_bytes[1] = 1e9, d.tr[0] = 1e-7, d.tr[1] = 1e-1;
         d.prof.n_layers = (int)L, d.prof.recall_bytes = 2e6;
-        d.info.recall_beside = fin;
-        EXPECT_NEAR(ioaa_profile_beside(&d.info), f, 0);
+        if (table)
+            d.info.beside = (struct ioaa_beside){.n = 2, .bytes = {1e6, 1e8}, .factor = {0.3, 0.5}};
+        else if (fin > 0)
+            d.info.beside = (struct ioaa_beside){.n = 1, .factor = {fin}};
+        d.prof.compute_beside = k >= 18 ? g : 0;
         EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, P, C, w, 32, err, sizeof err), PULSE_OK);
         EXPECT_EQ_INT(d.prof.tr_n, 32);
         EXPECT_NEAR(d.prof.recall_bytes, P + C, 1e-6);
@@ -415,11 +483,18 @@ static void test_speculate(void)
             EXPECT(a != NULL);
             for (int bo = 1; a && bo <= 32; bo += 7)
                 for (int bn = 0; bn <= 4; bn += 4) {
-                    const double tn = bn ? 2e-3 : 0, to = 1e-3 + bo * 1e-4;
-                    const double tp = bo * P / 1e10 / f, tc = bo * C / 1e10;
-                    const double late = (1 - w) * to; /* the prefetch starts that far in */
-                    const double want = bn && irq ? L * fmax(fmax(tn + to, tp + tc + late), to + tc)
-                                                  : L * (fmax(to, tp + late) + tc) + L * tn;
+                    const double tn = bn ? 2e-3 : 0, to = 1e-3 + bo * 1e-4, x = bo * P;
+                    const double f = table     ? fmin(0.5, fmax(0.3, 0.3 + 0.2 * (x - 1e6) / 99e6))
+                                     : fin > 0 ? fin
+                                               : IOAA_PROFILE_BESIDE_DEFAULT;
+                    const double tp = x / 1e10, tc = bo * C / 1e10, wo = w * to;
+                    /* the prefetch ends within the slowed window (the window's slowdown is
+                     * what it adds), or after it (the rest of it at its own rate) */
+                    const double added =
+                        tp / f <= g * wo ? tp / f * (1 - 1 / g) : tp - f * g * wo + g * wo - wo;
+                    const double tr = tc + added, tk = tn + (1 - 1 / g) * tr;
+                    const double want =
+                        bn && irq ? L * (to + fmax(tr, tk)) : L * (to + tr) + L * tn;
                     EXPECT_NEAR(ioaa_step_time(a, bn, (int64_t)bn * 4096, bo, NULL), want,
                                 1e-9 * want);
                 }
@@ -726,6 +801,7 @@ static void test_profile_offload_steps(void)
 
 int main(void)
 {
+    test_overlap();
     test_speculate();
     snprintf(tmp_path, sizeof tmp_path, "/tmp/pulse_test_ioaa_profile_%d.json", (int)getpid());
     test_analytic();

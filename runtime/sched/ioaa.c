@@ -17,6 +17,7 @@ struct ioaa {
     int cells_b, cells_c;
     double *slope;   /* [cells_b * cells_c * 3] */
     double tn_floor; /* the least t_N (tn[0]): no normal batch runs a layer faster */
+    double g, k;     /* compute_beside (1 when none) and k = 1 - 1 / g (ioaa.h) */
     /* scratch for max_waiting requests, over the sorted order */
     int *order;                                 /* [max_waiting]: sorted position -> caller index */
     int64_t *pre_gn, *pre_go, *pre_ho, *pre_cx; /* [max_waiting + 1] prefix sums */
@@ -76,6 +77,11 @@ double ioaa_t_recall(const struct ioaa *a, double bytes)
     return interp1(a->p.tr_bytes, a->p.tr, 1, a->p.tr_n, bytes);
 }
 
+double ioaa_compute_beside(const struct ioaa *a)
+{
+    return a->g;
+}
+
 /* The step time of the model (ioaa.h). */
 static double step_s(const struct ioaa *a, int bn, int64_t ctx, int bo, int *depth)
 {
@@ -86,7 +92,10 @@ static double step_s(const struct ioaa *a, int bn, int64_t ctx, int bo, int *dep
         tr = ioaa_t_recall(a, (double)bo * a->p.recall_bytes);
     }
     if (depth) *depth = (bn > 0 && bo > 0) ? (int)ceil(tr / tn) : 0;
-    if (bn > 0 && bo > 0 && a->irq) return L * tn + L * to + L * fmax(0, tr - tn);
+    if (bn > 0 && bo > 0 && a->irq) {
+        const double tk = tn + a->k * tr; /* the normal layers beside the recall */
+        return L * tk + L * to + L * fmax(0, tr - tk);
+    }
     return L * tn + L * (to + tr);
 }
 
@@ -156,6 +165,10 @@ static int check_profile(const struct ioaa_profile *p, char *err, size_t errlen)
     if (!isfinite(p->recall_bytes) || p->recall_bytes < 0)
         return pulse_errorf(err, errlen, PULSE_ERR_INVALID, "ioaa profile",
                             "recall_bytes is %g: expected a finite value >= 0", p->recall_bytes);
+    if (p->compute_beside != 0 && !(p->compute_beside >= 1 && p->compute_beside <= 64))
+        return pulse_errorf(err, errlen, PULSE_ERR_INVALID, "ioaa profile",
+                            "compute_beside is %g: expected 0 or 1 (none), or in (1, 64]",
+                            p->compute_beside);
     int rc;
     if ((rc = check_grid("t_N batch grid (tn_b)", p->tn_b, p->tn_nb, err, errlen)) ||
         (rc = check_grid("t_N context grid (tn_c)", p->tn_c, p->tn_nc, err, errlen)) ||
@@ -271,6 +284,8 @@ struct ioaa *ioaa_create(const struct ioaa_params *params, char *err, size_t err
     a->slope = mem_carve(&cur, (size_t)cells_b * cells_c * 3 * d);
     fill_slopes(a);
     a->tn_floor = a->p.tn[0];
+    a->g = a->p.compute_beside > 1 ? a->p.compute_beside : 1;
+    a->k = 1 - 1 / a->g;
     a->order = mem_carve(&cur, (size_t)params->max_waiting * sizeof(int));
     a->pre_gn = mem_carve(&cur, nw * sizeof(int64_t));
     a->pre_go = mem_carve(&cur, nw * sizeof(int64_t));
@@ -473,7 +488,7 @@ static double best_cut(struct ioaa *a, int m, int *o_best)
     if (a->irq && bn > 0) {
         a->dec.bound_evaluations++;
         const double tn = ioaa_t_normal(a, bn, ctx_mean(a, m));
-        mark_recall_reaches(a, a->st->offload_count > 0 ? 0 : 1, hi, tn, 0, 0);
+        mark_recall_reaches(a, a->st->offload_count > 0 ? 0 : 1, hi, a->g * tn, 0, 0);
     }
     double best = -1, prev_t = 0;
     int prev = -1;
@@ -601,11 +616,13 @@ static double range_bound(struct ioaa *a, int m1, int m2, int e)
     mark_tables(a, hi);
     mark_at(a, sw, hi);
     if (g != 0) mark_at(a, kmax - (e + (fl - te) / g), hi); /* m up to kmax - o meets the floor */
-    if (a->irq) {
-        mark_recall_reaches(a, olo, hi, te + g * (lo - e), 0, fl);
-        mark_recall_reaches(a, olo, PULSE_MIN(hi, sw), te + g * (m2 - e), 0, fl);
-        mark_recall_reaches(a, PULSE_MAX(olo, sw), hi, te + g * (kmax - e), -g, fl);
-        mark_recall_reaches(a, olo, hi, fl, 0, 0);
+    if (a->irq) { /* the kink: t_R reaching gc times the line */
+        const double gc = a->g;
+        mark_recall_reaches(a, olo, hi, gc * (te + g * (lo - e)), 0, gc * fl);
+        mark_recall_reaches(a, olo, PULSE_MIN(hi, sw), gc * (te + g * (m2 - e)), 0, gc * fl);
+        mark_recall_reaches(a, PULSE_MAX(olo, sw), hi, gc * (te + g * (kmax - e)), -gc * g,
+                            gc * fl);
+        mark_recall_reaches(a, olo, hi, gc * fl, 0, 0);
     }
     const double L = a->p.n_layers, b0 = st->normal_count + st->offload_count;
     for (int o = 0; o <= hi; o++) {
@@ -615,12 +632,12 @@ static double range_bound(struct ioaa *a, int m1, int m2, int e)
         const double mh = PULSE_MIN(m2, kmax - o);
         double cand[4] = {lo, mh, lo, lo};
         if (g != 0) {
-            cand[2] = fmin(fmax(e + (tr - te) / g, lo), mh);
+            cand[2] = fmin(fmax(e + (tr / a->g - te) / g, lo), mh);
             cand[3] = fmin(fmax(e + (fl - te) / g, lo), mh);
         }
         for (int k = 0; k < 4; k++) {
             const double lam = fmax(te + g * (cand[k] - e), fl);
-            const double d = a->irq && bo > 0 ? to + fmax(lam, tr) : lam + to + tr;
+            const double d = a->irq && bo > 0 ? to + fmax(lam + a->k * tr, tr) : lam + to + tr;
             a->dec.bound_evaluations++;
             ub = fmax(ub, (b0 + cand[k] + o) / (L * d));
         }

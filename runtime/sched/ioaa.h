@@ -18,9 +18,14 @@
  * offload batch of b_O requests, the running requests included:
  *   t_N = t_N(b_N, c_N) if b_N > 0 else 0;  t_O = t_O(b_O), t_R = t_R(b_O r) if b_O > 0 else 0
  *   overlap depth d = ceil(t_R / t_N) when both batches are nonempty, else 0
- *   step time S = L (t_N + t_O + max(0, t_R - t_N))  when b_N > 0, b_O > 0 and irq is on
+ *   step time S = L (t_N + k t_R + t_O + max(0, t_R - t_N - k t_R))
+ *                                                     when b_N > 0, b_O > 0 and irq is on
  *               = L t_N + L (t_O + t_R)               otherwise (no normal batch, or irq off:
  *                                                     the batches run one after the other)
+ *   where k = 1 - 1 / g, g = compute_beside: a normal layer beside the offload batch's recall
+ *   takes g times as long while the recall runs (ioaa_profile.h's ioaa_overlap with the
+ *   recall at its own rate: max(t_R, t_N + k t_R)); g = 1 (k = 0): t_N + t_O + max(0, t_R -
+ *   t_N), the recall hidden behind the normal layers it overlaps
  *   throughput = (b_N + b_O) / S (decode steps of one token per request: tokens per second);
  *   0 when both batches are empty.
  *   Memory: a normal request reserves gpu_normal bytes on the GPU; an offload request gpu_offload
@@ -35,7 +40,8 @@
  * without the model: split m (its m normal) fits while the first m fit the GPU whole (splits 0
  * .. M), and the cut o up to omax(m) (every request only adds bytes).
  * The tree: a leaf is one split m, with its best cut in closed form: between the t_O and t_R
- * grid points and the kink of max(t_N, t_R), the step time is linear in o, so the throughput
+ * grid points and the kink of max(t_N + k t_R, t_R) (at t_R = g t_N), the step time is linear
+ * in o, so the throughput
  * (a count over the step) is monotone and its best lies at the ends of those stretches; a
  * stretch whose ends are within 1e-9 of each other is scanned whole. A branch is a range of
  * splits; its bound replaces t_N of split m by a line through the exact t_N of the split next
@@ -74,6 +80,7 @@ struct ioaa_profile {
     int tr_n;                    /* t_R table points, >= 1 */
     const double *tr_bytes, *tr; /* [tr_n] round sizes and times */
     double recall_bytes;         /* r >= 0: per offload request and layer */
+    double compute_beside;       /* g: 0 or 1 (none), else in (1, 64]: the model's k above */
 };
 
 struct ioaa_params {
@@ -130,6 +137,8 @@ void ioaa_free(struct ioaa *a);
 double ioaa_t_normal(const struct ioaa *a, double b, double c);
 double ioaa_t_offload(const struct ioaa *a, double b);
 double ioaa_t_recall(const struct ioaa *a, double bytes);
+/* g of the model (compute_beside; 1 when none). */
+double ioaa_compute_beside(const struct ioaa *a);
 
 /* The model for batches (b_N, contexts summing to ctx_sum, b_O): returns S in seconds, and d in
  * *depth when depth is set. */

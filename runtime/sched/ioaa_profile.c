@@ -137,18 +137,55 @@ int ioaa_profile_data_scale(struct ioaa_profile_data *d, double compute, double 
     return PULSE_OK;
 }
 
-double ioaa_profile_beside(const struct ioaa_profile_info *info)
+double ioaa_beside_rate(const struct ioaa_beside *b, double bytes)
 {
-    return info->recall_beside > 0 ? info->recall_beside : IOAA_PROFILE_BESIDE_DEFAULT;
+    const int n = b->n;
+    if (n < 1) return IOAA_PROFILE_BESIDE_DEFAULT;
+    if (n == 1 || bytes <= b->bytes[0]) return b->factor[0];
+    if (bytes >= b->bytes[n - 1]) return b->factor[n - 1];
+    int i = 0;
+    while (bytes > b->bytes[i + 1])
+        i++;
+    const double v = (bytes - b->bytes[i]) / (b->bytes[i + 1] - b->bytes[i]);
+    return (1 - v) * b->factor[i] + v * b->factor[i + 1];
+}
+
+double ioaa_overlap(double compute, double recall, double rate, double slow)
+{
+    if (!(recall > 0)) return compute;
+    if (!(compute > 0)) return recall;
+    const double rb = recall / rate, cs = slow * compute;
+    if (cs >= rb) return compute + rb * (1 - 1 / slow);
+    return recall + cs * (1 - rate);
+}
+
+int ioaa_beside_check(const struct ioaa_beside *b, char *why, size_t len)
+{
+    if (b->n < 0 || b->n > IOAA_BESIDE_MAX_POINTS)
+        return snprintf(why, len, "%d points: expected 0 .. %d", b->n, IOAA_BESIDE_MAX_POINTS), -1;
+    for (int i = 0; i < b->n; i++) {
+        if (!(b->factor[i] > 0 && b->factor[i] <= IOAA_PROFILE_BESIDE_MAX))
+            return snprintf(why, len, "factor %d is %g: expected (0, %g]", i, b->factor[i],
+                            IOAA_PROFILE_BESIDE_MAX),
+                   -1;
+        if (b->n > 1 && !(isfinite(b->bytes[i]) && b->bytes[i] > 0 &&
+                          (i == 0 || b->bytes[i] > b->bytes[i - 1])))
+            return snprintf(why, len, "bytes %d is %g: expected > 0, finite, increasing", i,
+                            b->bytes[i]),
+                   -1;
+    }
+    return 0;
 }
 
 double ioaa_spec_recall(const struct ioaa *a, double b, double prefetch_bytes,
-                        double correction_bytes, double beside, double window, double k_prefetch,
-                        double k_correction)
+                        double correction_bytes, const struct ioaa_beside *beside, double window,
+                        double k_prefetch, double k_correction)
 {
     const double tc = k_correction * ioaa_t_recall(a, b * correction_bytes);
-    const double tp = k_prefetch * ioaa_t_recall(a, b * prefetch_bytes) / beside;
-    return fmax(tc, tp + tc - window * ioaa_t_offload(a, b));
+    const double tp = k_prefetch * ioaa_t_recall(a, b * prefetch_bytes);
+    const double wo = window * ioaa_t_offload(a, b);
+    const double f = ioaa_beside_rate(beside, b * prefetch_bytes);
+    return tc + ioaa_overlap(wo, tp, f, ioaa_compute_beside(a)) - wo;
 }
 
 int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double prefetch_bytes,
@@ -182,10 +219,9 @@ int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double prefetch_byt
     memcpy(s.tn, d->tn, dl * d->prof.tn_nb * d->prof.tn_nc);
     memcpy(s.to_b, d->to_b, dl * d->prof.to_n);
     memcpy(s.to, d->to, dl * d->prof.to_n);
-    const double beside = ioaa_profile_beside(&d->info);
     double top = 0;
     for (int i = 0; i < n; i++) {
-        const double t = ioaa_spec_recall(a, i + 1, p1, c1, beside, window, 1, 1);
+        const double t = ioaa_spec_recall(a, i + 1, p1, c1, &d->info.beside, window, 1, 1);
         top = fmax(top, t);
         const double b = i + 1;
         s.tr_bytes[i] = b * (p1 + c1);
@@ -194,6 +230,7 @@ int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double prefetch_byt
     ioaa_free(a);
     s.prof.n_layers = d->prof.n_layers;
     s.prof.recall_bytes = p1 + c1;
+    s.prof.compute_beside = d->prof.compute_beside;
     s.info = d->info;
     s.raised = d->raised;
     ioaa_profile_data_free(d);
@@ -246,9 +283,16 @@ json_t *ioaa_profile_to_json(const struct ioaa_profile *p, const struct ioaa_pro
     json_object_set_new(j, "recall_bytes_per_request_layer",
                         isfinite(p->recall_bytes) ? json_real(p->recall_bytes) : json_null());
     if (info->note[0]) json_object_set_new(j, "note", json_string(info->note));
-    if (info->recall_beside > 0) /* measured: the recall's rate beside compute */
-        json_object_set_new(json_object_get(j, "recall"), "beside_compute",
-                            json_real(info->recall_beside));
+    const struct ioaa_beside *b = &info->beside;
+    json_t *rec = json_object_get(j, "recall");
+    if (b->n == 1) /* measured: the recall's rate beside compute */
+        json_object_set_new(rec, "beside_compute", json_real(b->factor[0]));
+    else if (b->n > 1)
+        json_object_set_new(rec, "beside_compute",
+                            json_pack("{s:o, s:o}", "bytes", grid_json(b->bytes, b->n), "factor",
+                                      times_json(b->factor, b->n)));
+    if (p->compute_beside > 0)
+        json_object_set_new(rec, "compute_beside", json_real(p->compute_beside));
     return j;
 }
 
@@ -434,18 +478,41 @@ static int read_ceilings(const json_t *j, struct ioaa_profile_info *info, const 
     return PULSE_OK;
 }
 
-/* recall.beside_compute, optional: a factor in (0, IOAA_PROFILE_BESIDE_MAX]; 0 when absent. */
-static int read_beside(const json_t *j, double *f, const char *name, char *err, size_t errlen)
+/* recall.beside_compute and recall.compute_beside, both optional (the header's forms) into *b
+ * and *g (n 0 and 0 when absent). */
+static int read_beside(const json_t *j, struct ioaa_beside *b, double *g, const char *name,
+                       char *err, size_t errlen)
 {
-    const json_t *v = json_object_get(json_object_get(j, "recall"), "beside_compute");
-    *f = 0;
-    if (!v) return PULSE_OK;
-    const double x = json_is_number(v) ? json_number_value(v) : NAN;
-    if (!(x > 0 && x <= IOAA_PROFILE_BESIDE_MAX))
-        return BAD("recall.beside_compute: expected a number in (0, %g] (the recall's rate "
-                   "beside compute over its rate alone)",
-                   IOAA_PROFILE_BESIDE_MAX);
-    *f = x;
+    const json_t *rec = json_object_get(j, "recall");
+    const json_t *v = json_object_get(rec, "beside_compute");
+    const json_t *gj = json_object_get(rec, "compute_beside");
+    memset(b, 0, sizeof *b);
+    *g = 0;
+    if (json_is_number(v)) {
+        b->n = 1, b->factor[0] = json_number_value(v);
+    } else if (v) {
+        const json_t *x = json_object_get(v, "bytes"), *f = json_object_get(v, "factor");
+        const size_t n = json_array_size(x);
+        if (!json_is_object(v) || n < 1 || n > IOAA_BESIDE_MAX_POINTS || json_array_size(f) != n)
+            return BAD("recall.beside_compute: expected a number, or {\"bytes\": [...], "
+                       "\"factor\": [...]} of 1 .. %d points each",
+                       IOAA_BESIDE_MAX_POINTS);
+        b->n = (int)n;
+        for (size_t i = 0; i < n; i++) {
+            const json_t *xi = json_array_get(x, i), *fi = json_array_get(f, i);
+            b->bytes[i] = json_is_number(xi) ? json_number_value(xi) : NAN;
+            b->factor[i] = json_is_number(fi) ? json_number_value(fi) : NAN;
+        }
+    }
+    char why[160];
+    if (ioaa_beside_check(b, why, sizeof why)) return BAD("recall.beside_compute: %s", why);
+    if (gj) {
+        *g = json_is_number(gj) ? json_number_value(gj) : NAN;
+        if (!(*g >= 1 && *g <= IOAA_PROFILE_COMPUTE_MAX))
+            return BAD("recall.compute_beside: expected a number in [1, %g] (the compute's time "
+                       "beside the recall over alone)",
+                       IOAA_PROFILE_COMPUTE_MAX);
+    }
     return PULSE_OK;
 }
 
@@ -480,10 +547,10 @@ int ioaa_profile_from_json(const json_t *j, const char *name, struct ioaa_profil
     memset(&info, 0, sizeof info);
     struct tables_json t = {0};
     int n_layers = 0, rc;
-    double r = 0;
+    double r = 0, g = 0;
     if ((rc = read_header(j, &info, &n_layers, &r, name, err, errlen)) ||
         (rc = read_shapes(j, &t, name, err, errlen)) ||
-        (rc = read_beside(j, &info.recall_beside, name, err, errlen)) ||
+        (rc = read_beside(j, &info.beside, &g, name, err, errlen)) ||
         (rc = read_ceilings(j, &info, name, err, errlen)) ||
         (rc = ioaa_profile_data_alloc(d, t.n_b, t.n_c, t.n_o, t.n_r, err, errlen)))
         return rc;
@@ -494,6 +561,7 @@ int ioaa_profile_from_json(const json_t *j, const char *name, struct ioaa_profil
     d->info = info;
     d->prof.n_layers = n_layers;
     d->prof.recall_bytes = r;
+    d->prof.compute_beside = g;
     d->raised = ioaa_profile_data_monotone(d);
     return PULSE_OK;
 }

@@ -13,9 +13,16 @@
  *   recall          {"bytes": [n], "round_s": [n]}: t_R(x)
  *   recall_bytes_per_request_layer   r >= 0
  *   recall.beside_compute  optional: a recall round's rate beside compute (an offload layer's
- *                   attention and GEMMs on the same GPU) over its rate alone, in
- *                   (0, IOAA_PROFILE_BESIDE_MAX]; `pulse profile` measures it on a device
- *                   backend. Absent: IOAA_PROFILE_BESIDE_DEFAULT
+ *                   attention and GEMMs on the same GPU) over its rate alone, each in
+ *                   (0, IOAA_PROFILE_BESIDE_MAX]: one number for every round size, or
+ *                   {"bytes": [n], "factor": [n]} per round size (n <= IOAA_BESIDE_MAX_POINTS,
+ *                   bytes strictly increasing; linear between them, the end values outside);
+ *                   `pulse profile` measures it on a device backend. Absent:
+ *                   IOAA_PROFILE_BESIDE_DEFAULT
+ *   recall.compute_beside  optional, in [1, IOAA_PROFILE_COMPUTE_MAX]: the engine's layers'
+ *                   time beside a stream of recall rounds over their time alone (`pulse
+ *                   profile` measures it with recall.beside_compute): prof.compute_beside.
+ *                   Absent: 0 (none)
  *   env.gpu, else env.device   optional: where it was measured (info.device)
  *   measurement.copy_bandwidth_GBps, .h2d_peak_GBps   optional, > 0: the ceilings measured
  *                   with it (info.copy_gbps, h2d_gbps: ioaa_profile_data_scale's references)
@@ -45,6 +52,18 @@
  * of its rate alone beside a GEMM (s16, recall-bench's interference runs): about half */
 #define IOAA_PROFILE_BESIDE_DEFAULT 0.5
 #define IOAA_PROFILE_BESIDE_MAX 2.0
+#define IOAA_PROFILE_COMPUTE_MAX 8.0 /* within ioaa.h's limit */
+#define IOAA_BESIDE_MAX_POINTS 16
+
+/* The recall beside compute (recall.beside_compute): while the compute runs, a recall round
+ * moves its bytes at factor(x) of its rate alone (x its bytes); the compute beside the recall
+ * takes recall.compute_beside times as long (struct ioaa_profile's compute_beside); once one
+ * ends the other runs at its own speed (ioaa_overlap). */
+struct ioaa_beside {
+    int n;                                 /* points; 0: not measured (the default factor) */
+    double bytes[IOAA_BESIDE_MAX_POINTS];  /* round sizes, strictly increasing (n = 1: any) */
+    double factor[IOAA_BESIDE_MAX_POINTS]; /* each in (0, IOAA_PROFILE_BESIDE_MAX] */
+};
 
 /* The descriptive fields (NUL-terminated; a longer string in a file is an error). */
 struct ioaa_profile_info {
@@ -57,7 +76,7 @@ struct ioaa_profile_info {
      * in the profile): what ioaa_profile_data_scale's factors are taken against */
     double copy_gbps, h2d_gbps;
     int budget_tokens;    /* config.budget_tokens: the budget it was measured at (0: not said) */
-    double recall_beside; /* recall.beside_compute; 0: not in the profile (the default applies) */
+    struct ioaa_beside beside; /* recall.beside_compute (n 0: absent) */
 };
 
 /* A profile that owns its tables: prof's pointers point at the arrays below, which are carved
@@ -102,8 +121,19 @@ int ioaa_profile_data_cap_recall(struct ioaa_profile_data *d, double bytes_per_s
 int ioaa_profile_data_scale(struct ioaa_profile_data *d, double compute, double recall, char *err,
                             size_t errlen);
 
-/* The recall's rate beside compute of info: recall.beside_compute, else the default. */
-double ioaa_profile_beside(const struct ioaa_profile_info *info);
+/* A round of `bytes`' rate beside compute over its rate alone: b's factors interpolated, the
+ * default when b has none. */
+double ioaa_beside_rate(const struct ioaa_beside *b, double bytes);
+/* A compute of `compute` seconds alone and a recall of `recall` seconds alone started together:
+ * while both run the recall moves at `rate` of its rate alone and the compute takes `slow` (>= 1)
+ * times as long; the one left runs alone after. The time until both have ended:
+ *   compute + (recall / rate) (1 - 1 / slow)   when the compute ends last (slow compute >= recall
+ *                                              / rate)
+ *   recall + slow compute (1 - rate)           when the recall does
+ * (max(compute, recall) at rate = slow = 1). rate > 0, times >= 0. */
+double ioaa_overlap(double compute, double recall, double rate, double slow);
+/* A check of b as the readers take it: 0, or -1 with a reason in why. */
+int ioaa_beside_check(const struct ioaa_beside *b, char *why, size_t len);
 
 /* Speculation with exact correction (pulseinfer --speculate; DESIGN section 7, mechanism 5)
  * folded into the recall table. A layer of an offload batch of b requests recalls
@@ -114,14 +144,16 @@ double ioaa_profile_beside(const struct ioaa_profile_info *info);
  * per request and layer averaged over the L layers (as r is), serially (one planner, one
  * engine): the prefetch beside the window w of the layer before (w t_O: the whole layer, w =
  * 1, when the prediction is made at its input; its MLP's share when it is made after its
- * attention, offload_params.spec_from mid), at the recall's rate beside compute f
- * (ioaa_profile_beside: t_R(P) / f), the corrections only beside normal layers. So the step of
- * ioaa.h with t_R replaced by
- *   t_R'(b) = max(t_R(C(b)), t_R(P(b)) / f + t_R(C(b)) - w t_O(b))
- * gives S = L (t_N + t_O + max(0, t_R' - t_N)) = L max(t_N + t_O, t_R(P) / f + t_R(C) +
- * (1 - w) t_O, t_O + t_R(C)) with a normal batch and IRQ, and L (max(t_O, t_R(P) / f +
- * (1 - w) t_O) + t_R(C)) + L t_N without. The recall table becomes t_R' at b = 1 .. max_batch (at
- * most IOAA_PROFILE_MAX_POINTS) keyed by P(b) + C(b) bytes, r becomes P(1) + C(1), and the table is
+ * attention, offload_params.spec_from mid), the two slowing each other as d->info.beside says
+ * (ioaa_overlap: the round at f = ioaa_beside_rate(P(b)) of its rate while the window's compute
+ * runs, the compute g = ioaa_compute_beside(a) times as long, each alone once the other has
+ * ended), then the corrections. So the step of ioaa.h with t_R replaced by
+ *   t_R'(b) = t_R(C(b)) + ioaa_overlap(w t_O(b), t_R(P(b)), f, g) - w t_O(b)
+ * (at g = 1: t_R(C) + max(0, t_R(P) - f w t_O), the prefetch's part the window did not cover
+ * at its beside rate) gives S = L (t_N + t_O + max(0, t_R' - t_N)) with a normal batch and IRQ
+ * (the corrections and the prefetch's remainder beside normal layers), and L (t_O + t_R') +
+ * L t_N without. The recall table becomes t_R' at b = 1 .. max_batch (at most
+ * IOAA_PROFILE_MAX_POINTS) keyed by P(b) + C(b) bytes, r becomes P(1) + C(1), and the table is
  * made nondecreasing (the running maximum: never below t_R'). Nothing changes when
  * P(1) + C(1) = 0 (nothing moves). Bytes >= 0, window in (0, 1], max_batch >= 1. PULSE_OK, or
  * PULSE_ERR_INVALID / PULSE_ERR_NOMEM with a reason in err. */
@@ -130,10 +162,10 @@ int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double prefetch_byt
                                 size_t errlen);
 
 /* t_R'(b) above on a's (unfolded) tables, with the prefetch's time scaled by k_prefetch and the
- * corrections' by k_correction (1, 1: the fold's; ioaa_refit.h refits them), beside = f. */
+ * corrections' by k_correction (1, 1: the fold's; ioaa_refit.h refits them). */
 double ioaa_spec_recall(const struct ioaa *a, double b, double prefetch_bytes,
-                        double correction_bytes, double beside, double window, double k_prefetch,
-                        double k_correction);
+                        double correction_bytes, const struct ioaa_beside *beside, double window,
+                        double k_prefetch, double k_correction);
 
 /* The schema object of p (any values: nothing is checked) and info; caller owns the reference.
  * Grid values that are integers below 2^53 are written as JSON integers. */

@@ -10,7 +10,8 @@
 struct ioaa_refit {
     struct ioaa *base; /* the unfolded profile's tables (interpolation only) */
     int irq, enabled, spec, n_layers;
-    double alpha, r, prefetch, correction, beside, window;
+    double alpha, r, prefetch, correction, window;
+    struct ioaa_beside beside;
     double k_r, k_c;             /* the factors */
     double k_s;                  /* the self-interleaved step's */
     double written_r, written_c; /* the factors of the last table written */
@@ -28,16 +29,16 @@ struct ioaa_refit *ioaa_refit_create(const struct ioaa_refit_params *p, char *er
     }
     const double alpha = p->alpha > 0 ? p->alpha : IOAA_REFIT_ALPHA;
     const int spec = p->prefetch_bytes > 0 || p->correction_bytes > 0;
+    char bwhy[160] = "";
     if (!(alpha <= 1) || !(p->prefetch_bytes >= 0) || !(p->correction_bytes >= 0) ||
         !(p->window >= 0 && p->window <= 1) || !isfinite(p->prefetch_bytes + p->correction_bytes) ||
-        (spec && !(p->beside > 0 && p->beside <= IOAA_PROFILE_BESIDE_MAX)) ||
-        (spec && p->max_batch < 1)) {
+        ioaa_beside_check(&p->beside, bwhy, sizeof bwhy) || (spec && p->max_batch < 1)) {
         pulse_errorf(err, errlen, PULSE_ERR_INVALID, what,
-                     "alpha %g, prefetch %g and correction %g bytes, beside %g, window %g, max "
-                     "batch %d: expected alpha in (0, 1], finite bytes >= 0, a window in [0, 1] "
-                     "and, with speculation, beside in (0, %g] and a batch >= 1",
-                     p->alpha, p->prefetch_bytes, p->correction_bytes, p->beside, p->window,
-                     p->max_batch, IOAA_PROFILE_BESIDE_MAX);
+                     "alpha %g, prefetch %g and correction %g bytes, window %g, max batch %d%s%s: "
+                     "expected alpha in (0, 1], finite bytes >= 0, a window in [0, 1], a valid "
+                     "beside and, with speculation, a batch >= 1",
+                     p->alpha, p->prefetch_bytes, p->correction_bytes, p->window, p->max_batch,
+                     bwhy[0] ? ", beside: " : "", bwhy);
         return NULL;
     }
     const struct ioaa_params ip = {.profile = *p->base, .irq = p->irq};
@@ -66,7 +67,7 @@ struct ioaa_refit *ioaa_refit_create(const struct ioaa_refit_params *p, char *er
     r->r = p->base->recall_bytes;
     r->prefetch = p->prefetch_bytes;
     r->correction = p->correction_bytes;
-    r->beside = spec ? p->beside : 1;
+    r->beside = p->beside;
     r->window = p->window > 0 ? p->window : 1;
     r->k_r = r->k_c = r->written_r = r->written_c = r->k_s = 1;
     r->tr_n = tr_n;
@@ -87,19 +88,20 @@ void ioaa_refit_free(struct ioaa_refit *r)
 }
 
 /* One layer's terms of a composition: t_N, t_O, and the recall's pieces (exact: rr = t_R(b r);
- * speculation: pp = t_R(b P) / f, cc = t_R(b C)), unscaled. */
+ * speculation: pp = t_R(b P) alone, f its rate beside compute, cc = t_R(b C)), unscaled. */
 struct terms {
-    double tn, to, rr, pp, cc;
+    double tn, to, rr, pp, f, cc;
 };
 
 static struct terms terms_of(const struct ioaa_refit *r, int bn, int64_t ctx, int bo)
 {
-    struct terms t = {0, 0, 0, 0, 0};
+    struct terms t = {0, 0, 0, 0, 1, 0};
     if (bn > 0) t.tn = ioaa_t_normal(r->base, bn, (double)ctx / bn);
     if (bo > 0) {
         t.to = ioaa_t_offload(r->base, bo);
         if (r->spec) {
-            t.pp = ioaa_t_recall(r->base, bo * r->prefetch) / r->beside;
+            t.pp = ioaa_t_recall(r->base, bo * r->prefetch);
+            t.f = ioaa_beside_rate(&r->beside, bo * r->prefetch);
             t.cc = ioaa_t_recall(r->base, bo * r->correction);
         } else {
             t.rr = ioaa_t_recall(r->base, bo * r->r);
@@ -108,12 +110,19 @@ static struct terms terms_of(const struct ioaa_refit *r, int bn, int64_t ctx, in
     return t;
 }
 
+/* The prefetch's part of a layer's recall term at factor kr: what it adds to the window's
+ * compute (ioaa_overlap). */
+static double prefetch_of(const struct ioaa_refit *r, const struct terms *t, double kr)
+{
+    const double wo = r->window * t->to;
+    return ioaa_overlap(wo, kr * t->pp, t->f, ioaa_compute_beside(r->base)) - wo;
+}
+
 /* The recall term of one layer at factors (kr, kc). */
 static double recall_of(const struct ioaa_refit *r, const struct terms *t, double kr, double kc)
 {
     if (!r->spec) return kr * t->rr;
-    const double c = kc * t->cc;
-    return fmax(c, kr * t->pp + c - r->window * t->to);
+    return kc * t->cc + prefetch_of(r, t, kr);
 }
 
 static int overlapped(const struct ioaa_refit *r, int bn, int bo)
@@ -124,7 +133,10 @@ static int overlapped(const struct ioaa_refit *r, int bn, int bo)
 static double step_of(const struct ioaa_refit *r, const struct terms *t, int bn, int bo, double x)
 {
     const double L = r->n_layers;
-    if (overlapped(r, bn, bo)) return L * (t->tn + t->to + fmax(0, x - t->tn));
+    if (overlapped(r, bn, bo)) { /* ioaa.h: the normal layers k x longer beside the recall */
+        const double tk = t->tn + (1 - 1 / ioaa_compute_beside(r->base)) * x;
+        return L * (tk + t->to + fmax(0, x - tk));
+    }
     return L * t->tn + L * (t->to + x);
 }
 
@@ -143,7 +155,7 @@ static double self_model(const struct ioaa_refit *r, int b_offload, double kr, d
     double pp[2], cc[2], o[2];
     for (int i = 0; i < 2; i++) {
         const struct terms t = terms_of(r, 0, 0, h[i]);
-        pp[i] = r->spec ? kr * t.pp : 0;
+        pp[i] = r->spec ? kr * t.pp / t.f : 0;
         cc[i] = r->spec ? kc * t.cc : kr * t.rr;
         o[i] = t.to;
     }
@@ -171,10 +183,14 @@ int ioaa_refit_observe(struct ioaa_refit *r, int b_normal, int64_t ctx_sum, int 
     const double x_now = recall_of(r, &t, r->k_r, r->k_c);
     double x; /* X*: the recall term that makes the model's step the measured one */
     if (overlapped(r, b_normal, b_offload)) {
-        if (per_layer > t.tn + t.to)
+        /* per layer t_O + max(X, t_N + k X): X past g t_N binds, else the normal layers' k X */
+        const double g = ioaa_compute_beside(r->base), k = 1 - 1 / g;
+        if (per_layer - t.to >= g * t.tn)
             x = per_layer - t.to;
-        else if (x_now > t.tn)
-            x = t.tn; /* hidden, where the model had it exposed */
+        else if (k > 0 && per_layer > t.tn + t.to)
+            x = (per_layer - t.to - t.tn) / k;
+        else if (x_now > g * t.tn)
+            x = g * t.tn; /* hidden, where the model had it exposed */
         else
             x = -1; /* hidden as modelled: says nothing */
     } else {
@@ -187,16 +203,18 @@ int ioaa_refit_observe(struct ioaa_refit *r, int b_normal, int64_t ctx_sum, int 
     double kr = r->k_r, kc = r->k_c;
     if (!r->spec) {
         kr = x / t.rr;
-    } else if (t.pp > 0 && r->k_r * t.pp > r->window * t.to) { /* the prefetch binds */
-        const double wo = r->window * t.to, p = x + wo - r->k_c * t.cc;
-        if (p >= wo)
-            kr = p / t.pp;
-        else if (t.cc > 0)
-            kc = x / t.cc; /* under t_O: the corrections' alone */
-    } else if (t.cc > 0) { /* t_O binds: the corrections */
-        kc = x / t.cc;
     } else {
-        kr = x / t.pp;
+        /* The prefetch outlasts the window's slowed compute (ioaa_overlap's second case): its
+         * term is p + g w (1 - f) - w, linear in p = k_R t_R(P), so X* gives p directly. */
+        const double wo = r->window * t.to, g = ioaa_compute_beside(r->base);
+        const double p = x - kc * t.cc + wo - g * wo * (1 - t.f);
+        const int binds = t.pp > 0 && (kr * t.pp / t.f > g * wo || !(t.cc > 0));
+        if (binds && p / t.f >= g * wo)
+            kr = p / t.pp;
+        else if (t.cc > 0) /* the corrections, beside what the prefetch adds now */
+            kc = (x - prefetch_of(r, &t, kr)) / t.cc;
+        else if (g > 1) /* no corrections, the compute outlasts the prefetch: its slowdown */
+            kr = x * t.f / (t.pp * (1 - 1 / g));
     }
     const double a = r->alpha;
     r->k_r = (1 - a) * r->k_r + a * clamp_k(kr);
@@ -229,7 +247,7 @@ int ioaa_refit_apply(struct ioaa_refit *r, struct ioaa *a, char *err, size_t err
     if (r->spec) {
         double top = 0; /* the fold's running maximum */
         for (int i = 0; i < r->tr_n; i++) {
-            top = fmax(top, ioaa_spec_recall(r->base, i + 1, r->prefetch, r->correction, r->beside,
+            top = fmax(top, ioaa_spec_recall(r->base, i + 1, r->prefetch, r->correction, &r->beside,
                                              r->window, r->k_r, r->k_c));
             r->tr[i] = top;
         }

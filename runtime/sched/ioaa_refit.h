@@ -11,17 +11,21 @@
  *
  * Model (ioaa.h with the factors; t_N, t_O, t_R the unfolded profile's tables):
  *   exact at layer:  t_R = k_R t_R(b_O r)
- *   speculation:     t_R = max(k_C t_R(b_O C), k_R t_R(b_O P) / f + k_C t_R(b_O C) - w t_O)
+ *   speculation:     t_R = k_C t_R(b_O C) + ioaa_overlap(w t_O, k_R t_R(b_O P), f, g) - w t_O
  *                    (ioaa_spec_recall: P, C the prefetch and correction bytes per request and
- *                    layer, f the recall's rate beside compute, w the window of the layer it
- *                    runs beside; t_O stands for w t_O below where the prefetch is concerned)
+ *                    layer, f the prefetch round's rate beside compute, g the compute's slowdown
+ *                    beside it, w the window of the layer it runs beside; t_O stands for w t_O
+ *                    below where the prefetch is concerned)
  *   S = L (t_N + t_O + max(0, t_R - t_N)) with both batches and IRQ, else L t_N + L (t_O + t_R).
  * One step's estimate: the recall time X* that makes S = M, i.e. X* = M / L - t_O - t_N
  * (serial) or M / L - t_O (IRQ, when M / L > t_N + t_O; when the step hid its recall, X* = t_N
  * if the model had it exposed, else the step says nothing: uninformative). Exact: k_R* = X* /
- * t_R(b_O r). Speculation: the term that binds takes it: while the prefetch binds (k_R t_R(P) / f
- * > t_O) k_R* = (X* + t_O - k_C t_R(C)) f / t_R(P), unless that would put the prefetch under t_O
- * (then X* is the corrections' alone: k_C* = X* / t_R(C)); while t_O binds, k_C* = X* / t_R(C).
+ * t_R(b_O r). Speculation: the term that binds takes it: while the prefetch outlasts the
+ * window's slowed compute (k_R t_R(P) / f > g t_O, or there are no corrections), its term is
+ * linear in it and k_R* = (X* - k_C t_R(C) + t_O - g t_O (1 - f)) / t_R(P), unless that would
+ * end the prefetch within the compute; otherwise the corrections take what the prefetch's
+ * present term leaves, k_C* = (X* - prefetch term) / t_R(C) (without corrections and g > 1, the
+ * compute's slowdown: k_R* = X* f / (t_R(P) (1 - 1 / g))).
  * The estimate is clamped to [k_min, k_max] and smoothed, k <- (1 - alpha) k + alpha k*: an
  * estimate does not depend on k (the exact case, or a term that keeps binding), so k converges
  * geometrically toward it, without overshoot, and noise is averaged over about 2 / alpha steps.
@@ -53,9 +57,10 @@ struct ioaa_refit_params {
     int irq;                         /* as the decision's ioaa_params.irq */
     int enabled;                     /* 0: observe counts nothing and the factors stay 1 */
     double alpha;                    /* in (0, 1]; 0: IOAA_REFIT_ALPHA */
-    /* speculation (both 0: exact at layer): bytes per request and layer, and the recall's rate
-     * beside compute (ioaa_profile_beside) */
-    double prefetch_bytes, correction_bytes, beside;
+    /* speculation (both 0: exact at layer): bytes per request and layer, and the recall and the
+     * compute beside each other (the profile's info.beside; zeroed: the defaults) */
+    double prefetch_bytes, correction_bytes;
+    struct ioaa_beside beside;
     double window; /* speculation: the share of the layer before its prefetch runs beside
                       (ioaa_profile_data_speculate's w; 0: 1, the whole layer) */
     int max_batch; /* speculation: the folded table's batches 1 .. max_batch (as the fold) */
@@ -73,8 +78,8 @@ struct ioaa_refit_stats {
 
 struct ioaa_refit;
 
-/* NULL with a one-line reason in err (bad profile, alpha out of (0, 1], negative bytes, beside
- * out of (0, IOAA_PROFILE_BESIDE_MAX], speculation with max_batch < 1). */
+/* NULL with a one-line reason in err (bad profile, alpha out of (0, 1], negative bytes, a beside
+ * that ioaa_beside_check refuses, speculation with max_batch < 1). */
 struct ioaa_refit *ioaa_refit_create(const struct ioaa_refit_params *p, char *err, size_t errlen);
 void ioaa_refit_free(struct ioaa_refit *r);
 
@@ -86,7 +91,7 @@ double ioaa_refit_step(const struct ioaa_refit *r, int b_normal, int64_t ctx_sum
 /* The self-interleaved step of an offload batch of b_offload requests and no normal batch
  * (ioaa_self_period over the halves of ceil and floor b_offload / 2, times L, times k_S) with
  * the current factors (refit 1) or factors 1 (refit 0): exact, each half's round k_R t_R(h r)
- * after its selection; speculation, its prefetch k_R t_R(h P) / f beside its compute and its
+ * after its selection; speculation, its prefetch k_R t_R(h P) / f(h P) beside its compute and its
  * corrections k_C t_R(h C) after, both on the link. b_offload < 2: ioaa_refit_step's (nothing
  * to split). */
 double ioaa_refit_self_step(const struct ioaa_refit *r, int b_offload, int refit);
