@@ -203,6 +203,25 @@ static void test_uninformative(void)
     ioaa_refit_free(r);
 }
 
+/* A refit of 9 offloaded requests with prefetch P and corrections C bytes a request and layer
+ * and the compute g times as long beside the recall: the profile's step `before`, then 60 steps
+ * measured at `measured`; the factors it ends with, its step then the measured one. */
+static struct ioaa_refit_stats fit9(const struct ioaa_profile *p, double P, double C, double g,
+                                    double before, double measured)
+{
+    struct ioaa_refit_stats st;
+    memset(&st, 0, sizeof st);
+    struct ioaa_refit *r = make_g(p, 1, P, C, g);
+    if (!r) return st;
+    EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 9, 0), before, 1e-8);
+    for (int i = 0; i < 60; i++)
+        ioaa_refit_observe(r, 0, 0, 9, measured);
+    ioaa_refit_get_stats(r, &st);
+    EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 9, 1), measured, 1e-6);
+    ioaa_refit_free(r);
+    return st;
+}
+
 /* Speculation: P = 1.6e6, C = 0.3e6 bytes a request and layer, f = 0.5. At 9 offloaded alone:
  * t_O 0.48 ms, t_R(P) = 1.44 ms alone, of which f t_O = 0.24 beside the layer and 1.2 after
  * (binds), t_R(C) 0.27 ms: S = 10 (0.48 + 1.2 + 0.27) = 19.5 ms. Measured 25.5: k_R converges
@@ -249,36 +268,16 @@ static void test_speculation(void)
     }
     ioaa_profile_data_free(&d);
     ioaa_refit_free(r);
-    /* t_O-bound: P = 0.2e6 (t_R(P) / f = 0.36 ms at 9 < t_O 0.48), C = 0.3e6 (0.27 ms): S =
-     * 7.5 ms; measured 9.5: k_C -> (0.95 - 0.48) / 0.27 */
-    r = make(&p, 1, 0.2e6, 0.3e6);
-    if (!r) return;
-    EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 9, 0), 7.5e-3, 1e-8);
-    for (int i = 0; i < 60; i++)
-        ioaa_refit_observe(r, 0, 0, 9, 9.5e-3);
-    ioaa_refit_get_stats(r, &st);
+    /* t_O-bound: P = 0.2e6 (t_R(P) = 0.18 ms at 9, under f t_O = 0.24), C = 0.3e6 (0.27 ms): S
+     * = 7.5 ms; measured 9.5: k_C -> (0.95 - 0.48) / 0.27 */
+    st = fit9(&p, 0.2e6, 0.3e6, 0, 7.5e-3, 9.5e-3);
     EXPECT_NEAR(st.k_correction, 0.47 / 0.27, 1e-4);
     EXPECT_NEAR(st.k_recall, 1, 0);
-    EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 9, 1), 9.5e-3, 1e-6);
-    ioaa_refit_free(r);
-    r = make_g(&p, 1, 1.6e6, 0.3e6, 1.5);
-    if (!r) return;
-    EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 9, 0), 20.7e-3, 1e-8);
-    for (int i = 0; i < 60; i++)
-        ioaa_refit_observe(r, 0, 0, 9, 26.7e-3);
-    ioaa_refit_get_stats(r, &st);
+    st = fit9(&p, 1.6e6, 0.3e6, 1.5, 20.7e-3, 26.7e-3);
     EXPECT_NEAR(st.k_recall, (2.19 - 0.27 + 0.48 - 0.36) / 1.44, 1e-4);
     EXPECT_NEAR(st.k_correction, 1, 0);
-    ioaa_refit_free(r);
-    r = make_g(&p, 1, 0.2e6, 0, 1.5);
-    if (!r) return;
-    EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 9, 0), 6.0e-3, 1e-8);
-    for (int i = 0; i < 60; i++)
-        ioaa_refit_observe(r, 0, 0, 9, 6.6e-3);
-    ioaa_refit_get_stats(r, &st);
+    st = fit9(&p, 0.2e6, 0, 1.5, 6.0e-3, 6.6e-3);
     EXPECT_NEAR(st.k_recall, 1.5, 1e-4);
-    EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 9, 1), 6.6e-3, 1e-6);
-    ioaa_refit_free(r);
 }
 
 /* Admission: 12 waiting requests of 4096 tokens; the GPU fits 4 whole, the host pool every
