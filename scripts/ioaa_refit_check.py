@@ -5,9 +5,12 @@ usage: ioaa_refit_check.py PROFILE.json[.gz] RUN.json...
 
 For each pulseinfer run: its steady steps (the step after a batch change left out), grouped by
 composition (normal, offloaded), the measured mean step against
-  profile  the model as the run had it (speculation folded with the prefetch at its rate alone)
-  beside   the same with the prefetch at the recall's rate beside compute (recall.beside_compute,
-           default 0.5), ioaa_profile.h
+  profile  the model with the recall and the compute each at its own rate (no interference)
+  beside   the model as the run has it (ioaa_profile.h's ioaa_overlap): the prefetch at the
+           recall's rate beside compute of its round size while the layer computes
+           (recall.beside_compute: a number or a table; default 0.5), the compute
+           recall.compute_beside times as long beside the recall (default 1), with a normal
+           batch the normal layers as long again beside the offload batch's recall
   refit    beside, refitted online as ioaa_refit.h does (EWMA 0.2 of the recall factor that makes
            each steady step the measured one), each step predicted before it is observed; the
            mean over a composition's steps and the prediction at its first step (what the
@@ -62,7 +65,15 @@ class Profile:
         self.tn = rows
         self.ob, self.ot = j["offload"]["batch"], runmax(j["offload"]["layer_s"])
         self.rx, self.rt = j["recall"]["bytes"], runmax(j["recall"]["round_s"])
-        self.beside = j["recall"].get("beside_compute", BESIDE_DEFAULT)
+        b = j["recall"].get("beside_compute", BESIDE_DEFAULT)
+        self.fx, self.ff = (b["bytes"], b["factor"]) if isinstance(b, dict) else ([1.0], [b])
+        self.g = j["recall"].get("compute_beside", 1.0)
+
+    def rate(self, x):
+        """the recall's rate beside compute at a round of x bytes (the end values outside)"""
+        if len(self.fx) == 1 or x <= self.fx[0]:
+            return self.ff[0]
+        return interp1(self.fx, self.ff, min(x, self.fx[-1]))
 
     def t_n(self, b, c):
         if b <= 0:
@@ -78,35 +89,60 @@ class Profile:
         return interp1(self.rx, self.rt, x) if x > 0 else 0.0
 
 
+def overlap(compute, recall, rate, slow):
+    """ioaa_overlap: both started together, each slowed while the other runs"""
+    if recall <= 0:
+        return compute
+    if compute <= 0:
+        return recall
+    rb, cs = recall / rate, slow * compute
+    return compute + rb * (1 - 1 / slow) if cs >= rb else recall + cs * (1 - rate)
+
+
 def terms(p, bn, c, bo, run, beside):
+    """t_N, t_O, the exact round, the prefetch alone, its rate beside compute, the corrections,
+    g (rate and g 1 without interference)"""
     tn, to = p.t_n(bn, c), p.t_o(bo)
+    g = p.g if beside else 1.0
     if run["spec"]:
-        return tn, to, 0.0, p.t_r(bo * run["P"]) / beside, p.t_r(bo * run["C"])
-    return tn, to, p.t_r(bo * run["r"]), 0.0, 0.0
+        f = p.rate(bo * run["P"]) if beside else 1.0
+        return tn, to, 0.0, p.t_r(bo * run["P"]), f, p.t_r(bo * run["C"]), g
+    return tn, to, p.t_r(bo * run["r"]), 0.0, 1.0, 0.0, g
+
+
+def prefetch(t, kr):
+    tn, to, rr, pp, f, cc, g = t
+    return overlap(to, kr * pp, f, g) - to
 
 
 def recall(t, kr, kc, spec):
-    tn, to, rr, pp, cc = t
     if not spec:
-        return kr * rr
-    return max(kc * cc, kr * pp + kc * cc - to)
+        return kr * t[2]
+    return kc * t[5] + prefetch(t, kr)
 
 
 def step(p, t, bn, bo, x, irq=True):
-    tn, to = t[0], t[1]
+    tn, to, g = t[0], t[1], t[6]
     if bn > 0 and bo > 0 and irq:
-        return p.L * (tn + to + max(0.0, x - tn))
+        tk = tn + (1 - 1 / g) * x
+        return p.L * (tk + to + max(0.0, x - tk))
     return p.L * tn + p.L * (to + x)
 
 
 def observe(p, t, bn, bo, m, k, spec):
     """One steady step into the factors (ioaa_refit_observe)."""
-    tn, to, rr, pp, cc = t
+    tn, to, rr, pp, f, cc, g = t
     kr, kc = k
     pl = m / p.L
     if bn > 0 and bo > 0:
         xnow = recall(t, kr, kc, spec)
-        x = pl - to if pl > tn + to else (tn if xnow > tn else -1)
+        kk = 1 - 1 / g
+        if pl - to >= g * tn:
+            x = pl - to
+        elif kk > 0 and pl > tn + to:
+            x = (pl - to - tn) / kk
+        else:
+            x = g * tn if xnow > g * tn else -1
     else:
         x = pl - tn - to
     if x <= 0:
@@ -114,16 +150,15 @@ def observe(p, t, bn, bo, m, k, spec):
     nr, nc = kr, kc
     if not spec:
         nr = x / rr
-    elif pp > 0 and kr * pp > to:
-        q = x + to - kc * cc
-        if q >= to:
+    else:
+        q = x - kc * cc + to - g * to * (1 - f)
+        binds = pp > 0 and (kr * pp / f > g * to or not cc > 0)
+        if binds and q / f >= g * to:
             nr = q / pp
         elif cc > 0:
-            nc = x / cc
-    elif cc > 0:
-        nc = x / cc
-    else:
-        nr = x / pp
+            nc = (x - prefetch(t, kr)) / cc
+        elif g > 1:
+            nr = x * f / (pp * (1 - 1 / g))
     cl = lambda v: min(KMAX, max(KMIN, v))
     return ((1 - ALPHA) * kr + ALPHA * cl(nr), (1 - ALPHA) * kc + ALPHA * cl(nc))
 
@@ -147,8 +182,8 @@ def check(p, path):
         prev = (bn, bo)
         if cold or bo == 0:
             continue
-        tb = terms(p, bn, ctx, bo, run, p.beside)
-        ta = terms(p, bn, ctx, bo, run, 1.0)
+        tb = terms(p, bn, ctx, bo, run, True)
+        ta = terms(p, bn, ctx, bo, run, False)
         g = groups.setdefault((bn, bo), {"n": 0, "m": 0, "a": 0, "b": 0, "f": 0, "first": None})
         pred_f = step(p, tb, bn, bo, recall(tb, k[0], k[1], run["spec"]))
         if g["first"] is None:
