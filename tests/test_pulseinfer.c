@@ -230,6 +230,26 @@ static void test_ioaa_alternative(void)
         EXPECT_EQ_INT(with_normal > 0, slow);
         json_decref(rj);
     }
+    /* the recall and the compute beside each other as the profile measured them (a factor per
+     * round size, the compute's slowdown): the fold and the refit take them, the run says so */
+    json_error_t pe;
+    json_t *pj = json_load_file(scaled, 0, &pe), *rec = json_object_get(pj, "recall");
+    json_object_set_new(
+        rec, "beside_compute",
+        json_pack("{s:[f,f], s:[f,f]}", "bytes", 262144.0, 16777216.0, "factor", 0.25, 0.75));
+    json_object_set_new(rec, "compute_beside", json_real(1.5));
+    EXPECT_EQ_INT(json_dump_file(pj, scaled, 0), 0);
+    json_decref(pj);
+    json_t *rj = tu_run_pulse_json(args, out, sizeof out);
+    json_t *rf = json_object_get(json_object_get(json_object_get(rj, "counters"), "pulseinfer"),
+                                 "ioaa_refit");
+    json_t *bc = json_object_get(rf, "beside_compute");
+    EXPECT_EQ_INT((int)json_array_size(json_object_get(bc, "factor")), 2);
+    EXPECT_NEAR(json_number_value(json_array_get(json_object_get(bc, "factor"), 1)), 0.75, 0);
+    EXPECT_NEAR(json_number_value(json_array_get(json_object_get(bc, "bytes"), 0)), 262144, 0);
+    EXPECT_NEAR(json_number_value(json_object_get(rf, "compute_beside")), 1.5, 0);
+    EXPECT_STR_EQ(json_string_value(json_object_get(rf, "beside_from")), "profile");
+    json_decref(rj);
     for (int i = 0; i < 2; i++)
         remove(tmp[i]);
 }
