@@ -1009,16 +1009,11 @@ static json_t *self_json(const struct pulseinfer *pi)
  * they came from the profile or the defaults. */
 static void beside_json(json_t *rj, const struct ioaa_beside *b, double compute)
 {
-    if (b->n > 1) {
-        json_t *t = json_pack("{s:[], s:[]}", "bytes", "factor");
-        for (int i = 0; i < b->n; i++) {
-            json_array_append_new(json_object_get(t, "bytes"), json_real(b->bytes[i]));
-            json_array_append_new(json_object_get(t, "factor"), json_real(b->factor[i]));
-        }
-        json_object_set_new(rj, "beside_compute", t);
-    } else {
+    json_t *bj = ioaa_beside_to_json(b);
+    if (bj) /* as the profile holds it */
+        json_object_set_new(rj, "beside_compute", bj);
+    else
         results_set_real(rj, "beside_compute", ioaa_beside_rate(b, 0));
-    }
     results_set_real(rj, "compute_beside", compute > 1 ? compute : 1);
     json_object_set_new(rj, "beside_from", json_string(b->n > 0 ? "profile" : "default"));
 }

@@ -283,17 +283,19 @@ json_t *ioaa_profile_to_json(const struct ioaa_profile *p, const struct ioaa_pro
     json_object_set_new(j, "recall_bytes_per_request_layer",
                         isfinite(p->recall_bytes) ? json_real(p->recall_bytes) : json_null());
     if (info->note[0]) json_object_set_new(j, "note", json_string(info->note));
-    const struct ioaa_beside *b = &info->beside;
-    json_t *rec = json_object_get(j, "recall");
-    if (b->n == 1) /* measured: the recall's rate beside compute */
-        json_object_set_new(rec, "beside_compute", json_real(b->factor[0]));
-    else if (b->n > 1)
-        json_object_set_new(rec, "beside_compute",
-                            json_pack("{s:o, s:o}", "bytes", grid_json(b->bytes, b->n), "factor",
-                                      times_json(b->factor, b->n)));
+    json_t *rec = json_object_get(j, "recall"), *bj = ioaa_beside_to_json(&info->beside);
+    if (bj) json_object_set_new(rec, "beside_compute", bj); /* measured */
     if (p->compute_beside > 0)
         json_object_set_new(rec, "compute_beside", json_real(p->compute_beside));
     return j;
+}
+
+json_t *ioaa_beside_to_json(const struct ioaa_beside *b)
+{
+    if (b->n < 1) return NULL;
+    if (b->n == 1) return json_real(b->factor[0]);
+    return json_pack("{s:o, s:o}", "bytes", grid_json(b->bytes, b->n), "factor",
+                     times_json(b->factor, b->n));
 }
 
 /* ---- reading ---- */

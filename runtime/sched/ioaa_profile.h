@@ -132,6 +132,9 @@ double ioaa_beside_rate(const struct ioaa_beside *b, double bytes);
  *   recall + slow compute (1 - rate)           when the recall does
  * (max(compute, recall) at rate = slow = 1). rate > 0, times >= 0. */
 double ioaa_overlap(double compute, double recall, double rate, double slow);
+/* b as recall.beside_compute holds it: one factor a number, several {"bytes", "factor"}; NULL
+ * when b has none. Caller owns the reference. */
+json_t *ioaa_beside_to_json(const struct ioaa_beside *b);
 /* A check of b as the readers take it: 0, or -1 with a reason in why. */
 int ioaa_beside_check(const struct ioaa_beside *b, char *why, size_t len);
 
