@@ -22,6 +22,7 @@
  * (--profile) or, without one, the analytic profile from the bandwidths measured in this
  * process (ioaa_profile.h). */
 #include <jansson.h>
+#include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,8 @@ struct decision_rec {
      * offloaded, and whether they would have fit the free budgets so (else alt_step_s < 0) */
     double alt_step_s;
     int alt_fits;
+    double bytes_ctx, bytes; /* by context: the mean context its bytes were taken at, and the
+                                bytes per request and layer (-1: not by context) */
 };
 
 struct pulseinfer {
@@ -90,6 +93,13 @@ struct pulseinfer {
      * (--ioaa-bytes profile) or "analytic" */
     double r_profile;
     const char *r_from;
+    /* the profile's recall.by_context in use (IOAA's bytes at each decision's mean context),
+     * or why not (NULL: in use, or the profile has none); the last bytes taken and their
+     * context, and how many decisions moved them */
+    int by_ctx;
+    const char *by_ctx_skip;
+    double ctx_at, ctx_bytes[3];
+    int64_t ctx_updates;
     double prof_scale[2]; /* another device's profile carried to this one: compute, recall (0:
                              not scaled; ioaa_profile_data_scale) */
     int cap_raised; /* t_R values the recall cap raised (make_ioaa) */
@@ -291,6 +301,62 @@ static double source_recall_bytes(const struct policy_ctx_params *p)
     return op->budget_tokens * churn * per_tok;
 }
 
+/* Whether the profile's recall.by_context holds this run's bytes: measured with its schedule
+ * (speculation, with its margin and point, or exact at layer); into pi->by_ctx, or the reason
+ * not into pi->by_ctx_skip, said once. --ioaa-bytes profile keeps the profile's one r. */
+static void by_context_check(struct pulseinfer *pi, const struct policy_ctx_params *p)
+{
+    const struct ioaa_bytes_by_context *bc = &pi->prof.info.by_context;
+    const struct offload_params *op = p->offload;
+    const int spec = op->schedule->prefetch != 0;
+    if (!p->profile || bc->n < 1) return;
+    const char *from = offload_spec_from_name(op->spec_from);
+    pi->by_ctx_skip = p->ioaa_bytes_profile ? "--ioaa-bytes profile"
+                      : bc->speculate != spec
+                          ? (spec ? "measured exact at layer, this run speculates"
+                                  : "measured with speculation, this run is exact at layer")
+                      : spec && fabs(bc->spec_margin - op->spec_margin) > 1e-9
+                          ? "measured at another --spec-margin"
+                      : spec && strcmp(bc->spec_from, from) ? "measured at another --spec-from"
+                                                            : NULL;
+    pi->by_ctx = !pi->by_ctx_skip;
+    if (pi->by_ctx)
+        pi->r_from = "profile by context";
+    else if (!p->ioaa_bytes_profile)
+        fprintf(stderr,
+                "pulse run: warning: --profile %s: its recall bytes by context were %s: IOAA's "
+                "bytes are the %s's\n",
+                p->profile, pi->by_ctx_skip, pi->r_from);
+}
+
+/* With the profile's bytes by context: IOAA's recall per request and layer at the mean context
+ * of the requests the decision is about (the waiting ones it sees, of n, and the running
+ * offload batch; the search takes one r for all, exact where they are alike) into the refit,
+ * which writes the decision's table before it decides. */
+static void bytes_at_decision(struct pulseinfer *pi, const struct serve_state *s, int n)
+{
+    if (!pi->by_ctx) return;
+    const struct serve_batch *ob = &s->run[OFFLOAD];
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += (double)pi->w[i].context;
+    for (int b = 0; b < ob->n_entries; b++)
+        sum += ob->entries[b].pos + 1;
+    const double c = sum / PULSE_MAX(1, n + ob->n_entries);
+    double v[3];
+    ioaa_bytes_at(&pi->prof.info.by_context, c, &v[0], &v[1], &v[2]);
+    char err[200];
+    const int spec = pi->prof.info.by_context.speculate;
+    if (ioaa_refit_set_bytes(pi->refit, v[0], spec ? v[1] : 0, spec ? v[2] : 0, err,
+                             sizeof err) != PULSE_OK) {
+        pi->refit_errors++;
+        return;
+    }
+    pi->ctx_updates += v[0] != pi->ctx_bytes[0];
+    pi->ctx_at = c;
+    memcpy(pi->ctx_bytes, v, sizeof v);
+}
+
 static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, char *err,
                      size_t errlen)
 {
@@ -363,6 +429,7 @@ static int make_ioaa(struct pulseinfer *pi, const struct policy_ctx_params *p, c
         pi->prof.prof.recall_bytes = source_recall_bytes(p);
         pi->r_from = "source";
     }
+    by_context_check(pi, p);
     /* a capped recall is paced by the engine: its rounds take at least bytes / cap */
     if (op->cap_gbps > 0)
         pi->cap_raised = ioaa_profile_data_cap_recall(&pi->prof, op->cap_gbps * 1e9);
@@ -567,7 +634,8 @@ static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
     }
     struct ioaa_decision d;
     char err[200];
-    /* the recall terms refitted since the last decision into its model's table */
+    /* the recall terms refitted since the last decision, and its bytes, into its model's table */
+    bytes_at_decision(pi, s, n);
     if (ioaa_refit_apply(pi->refit, pi->ioaa, err, sizeof err) < 0) pi->refit_errors++;
     if (ioaa_decide(pi->ioaa, &st, pi->w, n, pi->assign, &d, err, sizeof err) != PULSE_OK) {
         snprintf(s->why, sizeof s->why, "IOAA: %s", err);
@@ -578,8 +646,16 @@ static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
     s->ctr.ioaa_nodes_max = PULSE_MAX(s->ctr.ioaa_nodes_max, d.nodes_visited);
     s->ctr.ioaa_bound_evaluations += d.bound_evaluations;
     if (pi->n_decisions < MAX_DECISIONS_KEPT) {
-        struct decision_rec r = {pulse_now() - s->t0, d.step_s,        n,  d.n_normal,
-                                 d.n_offload,         d.nodes_visited, -1, 0};
+        struct decision_rec r = {pulse_now() - s->t0,
+                                 d.step_s,
+                                 n,
+                                 d.n_normal,
+                                 d.n_offload,
+                                 d.nodes_visited,
+                                 -1,
+                                 0,
+                                 pi->by_ctx ? pi->ctx_at : -1,
+                                 pi->by_ctx ? pi->ctx_bytes[0] : -1};
         if (d.n_normal > 0) { /* what it chose the normal batch over */
             int64_t g = 0, h = 0;
             for (int i = 0; i < n; i++)
@@ -1073,6 +1149,24 @@ static json_t *pi_json(const void *ctx)
             results_set_real(sj, "window", pi->spec.window);
             json_object_set_new(j, "ioaa_speculation", sj);
         }
+        json_t *bj = ioaa_bytes_by_context_to_json(&pi->prof.info.by_context);
+        if (bj) { /* the profile's bytes by context, and what the last decision took of them */
+            json_object_set_new(bj, "used", json_boolean(pi->by_ctx));
+            json_object_set_new(bj, "skipped",
+                                pi->by_ctx_skip ? json_string(pi->by_ctx_skip) : json_null());
+            json_object_set_new(bj, "updates", json_integer(pi->ctx_updates));
+            if (pi->ctx_updates) {
+                json_t *at = json_object();
+                results_set_real(at, "context", pi->ctx_at);
+                results_set_real(at, "bytes", pi->ctx_bytes[0]);
+                if (pi->prof.info.by_context.speculate) {
+                    results_set_real(at, "prefetch", pi->ctx_bytes[1]);
+                    results_set_real(at, "after_selection", pi->ctx_bytes[2]);
+                }
+                json_object_set_new(bj, "last_decision", at);
+            }
+            json_object_set_new(j, "ioaa_bytes_by_context", bj);
+        }
     }
     json_t *dj = json_array(); /* the admission decisions (the first MAX_DECISIONS_KEPT) */
     for (int i = 0; i < pi->n_decisions; i++) {
@@ -1081,6 +1175,10 @@ static json_t *pi_json(const void *ctx)
                               "offload", r->n_offload, "nodes", (json_int_t)r->nodes);
         results_set_real(e, "t_s", r->t_s);
         results_set_real(e, "predicted_step_ms", r->predicted_step_s * 1e3);
+        if (r->bytes >= 0) {
+            results_set_real(e, "bytes_context", r->bytes_ctx);
+            results_set_real(e, "recall_bytes_per_request_layer", r->bytes);
+        }
         if (r->alt_step_s >= 0) {
             results_set_real(e, "all_offload_step_ms", r->alt_step_s * 1e3);
             json_object_set_new(e, "all_offload_fits", json_boolean(r->alt_fits));

@@ -74,7 +74,10 @@ int bench_offload_point(struct engine *e, const struct policy *pol,
     batch_set(e, bt, kv, en, batch);
     be->sync(engine_ctx(e));
     struct floor_traffic sum = {0, 0, 0, 0};
+    struct offload_stats st0; /* before the first timed step */
+    memset(&st0, 0, sizeof st0);
     for (int i = 0; i < steps; i++) {
+        if (i == warmup) offload_get_stats(o, &st0);
         const double t = pulse_now();
         if (offload_step(o, bt, en, batch) != PULSE_OK) {
             cli_error("bench", "offload step %d failed", i);
@@ -108,6 +111,14 @@ int bench_offload_point(struct engine *e, const struct policy *pol,
     results_set_real(pj, "ratio_to_floor", ds.mean / (f.floor_s * 1e3));
     results_set_real(pj, "output_tokens_per_s", batch / (ds.median * 1e-3));
     json_object_set_new(pj, "host_syncs_in_steps", json_integer(st.host_syncs));
+    /* the timed steps' recall, all requests and sparse layers: a prefetching schedule's
+     * prefetch among it (the rest follows the selections: corrections, and the rounds of the
+     * layers not predicted) */
+    json_object_set_new(pj, "timed_recall",
+                        json_pack("{s:i, s:I, s:I}", "steps", timed, "bytes",
+                                  (json_int_t)(st.recall_bytes - st0.recall_bytes),
+                                  "prefetch_bytes",
+                                  (json_int_t)(st.spec_recall_bytes - st0.spec_recall_bytes)));
     json_object_set_new(pj, "offload", offload_config_json(o));
     json_object_set_new(pj, "status", json_string("ok"));
     code = 0;

@@ -104,6 +104,15 @@ static const char usage[] =
     "  --offload-context N the offload steps' prompt tokens, above the budget plus 4 blocks\n"
     "                      (default: the largest such --contexts value up to 16384 on cuda,\n"
     "                      1024 on cpu, else the smallest)\n"
+    "  --bytes-contexts LIST  the recall per offload request and layer of real offload steps\n"
+    "                      (this command's --selection, --recall-engine, --budget-tokens,\n"
+    "                      --locality-profile) of 2 requests at each context, into\n"
+    "                      recall.by_context: pulse run's IOAA takes its bytes at a decision's\n"
+    "                      context from it when the run's schedule is the one measured\n"
+    "                      (default: none)\n"
+    "  --speculate         those steps with speculation (pulseinfer --speculate's schedule):\n"
+    "                      the prefetch and what follows the selection apart\n"
+    "  --spec-margin M, --spec-from P  its margin and point (pulse run's flags)\n"
     "  --analytic          write the analytic profile (bytes over the copy and H2D bandwidths\n"
     "                      measured here) instead of measuring the tables\n"
     "  --seed S            weights, synthetic KV, chunk placement (default 1)\n"
@@ -119,6 +128,9 @@ struct opts {
     int analytic;
     int offload_steps; /* 1 --offload-steps, 0 --offload-approx, -1 the backend's default */
     long offload_ctx;  /* 0: the default */
+    long bytes_ctx[MAX_GRID]; /* --bytes-contexts */
+    int n_bytes_ctx;
+    struct run_offload_opts spec; /* --speculate, --spec-margin, --spec-from (their checks) */
     uint64_t seed;
     struct runtime_opts rt; /* the runtime's tuning (runtime_opts.h; PROFILE_RT) */
 };
@@ -132,6 +144,10 @@ static int each_batch(const char *t, int i, void *c)
 static int each_context(const char *t, int i, void *c)
 {
     return cli_int(CMD, "--contexts", t, 1, 1 << 22, &((long *)c)[i]);
+}
+static int each_bytes_context(const char *t, int i, void *c)
+{
+    return cli_int(CMD, "--bytes-contexts", t, 1, 1 << 22, &((long *)c)[i]);
 }
 static int each_size(const char *t, int i, void *c)
 {
@@ -188,6 +204,7 @@ static int parse(int argc, char **argv, struct opts *o)
         O_OFF_STEPS,
         O_OFF_APPROX,
         O_OFF_CTX,
+        O_BYTES_CTX,
         O_SEED,
         O_OUT,
         O_HELP
@@ -210,6 +227,10 @@ static int parse(int argc, char **argv, struct opts *o)
                                         {"offload-steps", 0, 0, O_OFF_STEPS},
                                         {"offload-approx", 0, 0, O_OFF_APPROX},
                                         {"offload-context", 1, 0, O_OFF_CTX},
+                                        {"bytes-contexts", 1, 0, O_BYTES_CTX},
+                                        {"speculate", 0, 0, RUN_OFF_SPECULATE},
+                                        {"spec-margin", 1, 0, RUN_OFF_SPEC_MARGIN},
+                                        {"spec-from", 1, 0, RUN_OFF_SPEC_FROM},
                                         {"seed", 1, 0, O_SEED},
                                         {"out", 1, 0, O_OUT},
                                         {"help", 0, 0, O_HELP},
@@ -220,6 +241,7 @@ static int parse(int argc, char **argv, struct opts *o)
     o->recall_bytes = o->max_kv_gb = -1;
     o->offload_steps = -1;
     runtime_opts_init(&o->rt);
+    run_offload_opts_init(&o->spec);
     struct option opts[64];
     PULSE_CHECK(runtime_opts_getopt(own, PROFILE_RT, opts, 64) == 0, CMD ": the options' table");
     int c, bad = 0;
@@ -294,6 +316,15 @@ static int parse(int argc, char **argv, struct opts *o)
         case O_OFF_CTX:
             bad = cli_int(CMD, "--offload-context", optarg, 1, 1 << 22, &o->offload_ctx);
             break;
+        case O_BYTES_CTX:
+            bad = cli_list(CMD, "--bytes-contexts", optarg, IOAA_BYCTX_MAX_POINTS, &o->n_bytes_ctx,
+                           each_bytes_context, o->bytes_ctx);
+            break;
+        case RUN_OFF_SPECULATE:
+        case RUN_OFF_SPEC_MARGIN:
+        case RUN_OFF_SPEC_FROM:
+            bad = run_offload_flag(&o->spec, c, optarg);
+            break;
         case O_SEED:
             bad = cli_u64(CMD, "--seed", optarg, INT64_MAX, &o->seed);
             break;
@@ -318,8 +349,17 @@ static int parse(int argc, char **argv, struct opts *o)
     if (cli_outputs(CMD, 1, out_flag, &o->out)) return -1;
     if (!o->model) return cli_error(CMD, "--model: required (known: %s)", model_config_names()), -1;
     if (increasing("--batches", o->batches, o->n_batches) ||
-        increasing("--contexts", o->contexts, o->n_contexts))
+        increasing("--contexts", o->contexts, o->n_contexts) ||
+        increasing("--bytes-contexts", o->bytes_ctx, o->n_bytes_ctx))
         return -1;
+    if (!o->spec.speculate && (o->spec.spec_margin_set || o->spec.spec_from))
+        return cli_error(CMD, "%s: only with --speculate",
+                         o->spec.spec_from ? "--spec-from" : "--spec-margin"),
+               -1;
+    if (o->spec.speculate && !o->n_bytes_ctx)
+        return cli_error(CMD, "--speculate: only with --bytes-contexts (the steps it is for)"), -1;
+    if (o->analytic && o->n_bytes_ctx)
+        return cli_error(CMD, "--bytes-contexts: not with --analytic (nothing is measured)"), -1;
     if (o->analytic && (o->offload_steps == 1 || o->offload_ctx))
         return cli_error(CMD, "%s: not with --analytic (nothing is measured)",
                          o->offload_ctx ? "--offload-context" : "--offload-steps"),
@@ -339,6 +379,20 @@ static int offload_defaults(struct opts *o, int dev)
         return cli_error(CMD, "--locality-profile: not with --recall-bytes (r is given) unless "
                               "the offload steps use it (--offload-steps)"),
                -1;
+    if (o->n_bytes_ctx) {
+        if (cli_budget_blocks(CMD, "--budget-tokens", o->budget, o->page_size, "--page-size"))
+            return -1;
+        struct offload_params p;
+        offload_params_init(&p, 1, 1, o->seed);
+        const long sel = o->budget + (p.sink + p.window + 1) * o->page_size;
+        if (o->bytes_ctx[0] <= sel)
+            return cli_error(CMD,
+                             "--bytes-contexts: %ld tokens are not above the %ld the steps select "
+                             "(--budget-tokens, sink, window and tail blocks): nothing would be "
+                             "recalled",
+                             o->bytes_ctx[0], sel),
+                   -1;
+    }
     if (!o->offload_steps) {
         if (o->offload_ctx)
             return cli_error(CMD, "--offload-context: only with --offload-steps (the default on "
@@ -1077,6 +1131,65 @@ static int measure_offload(struct engine *e, const struct opts *o,
     return code;
 }
 
+/* --bytes-contexts: the recall per request and layer (all L layers, as r) of real offload steps
+ * of BYTES_BATCH requests at each context, with the schedule the flags name (exact at layer:
+ * PULSE_PROFILE_POLICY's; --speculate: pulseinfer's, at its margin and point), the timed steps'
+ * only (the first steps recall whole selections), into d->info.by_context and meas.by_context.
+ * 0; an exit code after a message. */
+#define BYTES_BATCH 2
+#define BYTES_MIN_TIMED 8
+static int measure_bytes(struct engine *e, const struct opts *o, const struct floor_bw *bw,
+                         struct ioaa_profile_data *d, json_t *meas)
+{
+    if (!o->n_bytes_ctx) return 0;
+    struct run_offload_opts oo = o->spec;
+    oo.budget_tokens = o->budget, oo.budget_set = 1;
+    oo.selection = o->selection, oo.engine = o->engine, oo.profile = o->locality;
+    const struct policy *pol = policy_find(oo.speculate ? "pulseinfer" : PULSE_PROFILE_POLICY);
+    const int L = engine_model(e)->cfg->n_layers, b = BYTES_BATCH, warm = offload_warmup(o) + 1;
+    const int steps = warm + (int)PULSE_MAX(o->reps, BYTES_MIN_TIMED);
+    struct ioaa_bytes_by_context *bc = &d->info.by_context;
+    memset(bc, 0, sizeof *bc);
+    bc->speculate = oo.speculate;
+    bc->spec_margin = oo.spec_margin;
+    snprintf(bc->spec_from, sizeof bc->spec_from, "%s", oo.spec_from ? oo.spec_from : "input");
+    json_t *points = json_array();
+    json_object_set_new(meas, "by_context",
+                        json_pack("{s:s, s:i, s:i, s:i, s:o}", "policy", pol->name, "batch", b,
+                                  "warmup_steps", warm, "timed_steps", steps - warm, "points",
+                                  points));
+    printf("recall by context (%s%s, %d requests):\n", pol->name,
+           oo.speculate ? " --speculate" : "", b);
+    for (int i = 0; i < o->n_bytes_ctx; i++) {
+        const int c = (int)o->bytes_ctx[i];
+        json_t *pj = json_pack("{s:i, s:i}", "batch", b, "context", c);
+        json_array_append_new(points, pj);
+        const int rc = bench_offload_point(e, pol, &oo, &o->rt, b, c, warm, steps,
+                                           (int)o->page_size, o->seed, bw, pj);
+        if (rc) {
+            const char *why = json_string_value(json_object_get(pj, "error"));
+            cli_error(CMD, "--bytes-contexts: the offload steps of %d requests at %d tokens %s%s%s",
+                      b, c, rc == EXIT_OOM ? "do not fit" : "failed", why && *why ? ": " : "",
+                      why && *why ? why : "");
+            return rc == EXIT_OOM ? EXIT_OOM : 1;
+        }
+        json_object_del(pj, "offload");
+        const json_t *tr = json_object_get(pj, "timed_recall");
+        const double per = (double)(steps - warm) * b * L;
+        const double all = (double)json_integer_value(json_object_get(tr, "bytes")) / per;
+        const double pre = (double)json_integer_value(json_object_get(tr, "prefetch_bytes")) / per;
+        bc->context[i] = c;
+        bc->bytes[i] = all;
+        bc->prefetch[i] = oo.speculate ? pre : 0;
+        bc->after[i] = oo.speculate ? all - pre : 0;
+        printf("  %6d tokens  %.0f bytes per request and layer", c, all);
+        if (oo.speculate) printf(" (prefetch %.0f, after the selection %.0f)", pre, all - pre);
+        printf("\n");
+    }
+    bc->n = o->n_bytes_ctx;
+    return 0;
+}
+
 /* ---- output ---- */
 
 static void print_tables(const struct ioaa_profile_data *d, const struct opts *o)
@@ -1239,10 +1352,14 @@ static int measure(const struct opts *o, const struct model_config *m, const str
         max_c = PULSE_MAX(max_c, o->contexts[j]);
     if (o->offload_steps) /* bench_offload_point's context plus its steps */
         max_c = PULSE_MAX(max_c, o->offload_ctx + offload_warmup(o) + o->reps);
+    if (o->n_bytes_ctx) /* measure_bytes's */
+        max_c = PULSE_MAX(max_c, o->bytes_ctx[o->n_bytes_ctx - 1] + offload_warmup(o) + 1 +
+                                     PULSE_MAX(o->reps, BYTES_MIN_TIMED));
     struct engine_params ep = {.cfg = m,
                                .be = be,
                                .seed = o->seed,
-                               .max_batch = (int)o->batches[o->n_batches - 1],
+                               .max_batch = (int)PULSE_MAX(o->batches[o->n_batches - 1],
+                                                           o->n_bytes_ctx ? BYTES_BATCH : 1),
                                .max_tokens = (int)max_c + 1};
     runtime_opts_engine(&o->rt, &ep);
     struct engine *e = engine_create(&ep, err, sizeof err);
@@ -1262,6 +1379,7 @@ static int measure(const struct opts *o, const struct model_config *m, const str
     if (!code) code = measure_beside(e, &g, o, d, meas);
     double r_steps = NAN;
     if (!code && o->offload_steps) code = measure_offload(e, o, ap, d, meas, &r_steps);
+    if (!code) code = measure_bytes(e, o, &ap->bw, d, meas);
     results_set_real(meas, "seconds", pulse_now() - t0);
     d->prof.n_layers = m->n_layers;
     d->prof.recall_bytes = o->recall_bytes < 0 && o->offload_steps ? r_steps : ap->recall_bytes;

@@ -196,6 +196,13 @@ const char *offload_selection_name(int selection)
                : NULL;
 }
 
+const char *offload_spec_from_name(int spec_from)
+{
+    return spec_from == OFFLOAD_SPEC_FROM_HITS  ? "hits"
+           : spec_from == OFFLOAD_SPEC_FROM_MID ? "mid"
+                                                : "input";
+}
+
 int offload_selection_find(const char *name)
 {
     for (int i = 0; name && i < (int)PULSE_ARRAY_LEN(selection_names); i++)

@@ -150,6 +150,8 @@ enum offload_spec_from {
                                     gap for l's exact attention and post-attention (the device
                                     path, one lane) */
 };
+/* Its name in commands and JSON ("input", "mid", "hits"). */
+const char *offload_spec_from_name(int spec_from);
 
 struct offload_params {
     int budget_tokens;         /* selected by score besides the forced blocks (multiple of the

@@ -154,10 +154,7 @@ json_t *offload_config_json(const struct offload *o)
     json_object_set_new(j, "lookahead_layers", json_integer(o->p.schedule->lookahead));
     json_object_set_new(j, "prefetch", json_boolean(o->spec));
     json_object_set_new(j, "spec_margin", json_real(o->p.spec_margin));
-    json_object_set_new(j, "spec_from",
-                        json_string(o->p.spec_from == OFFLOAD_SPEC_FROM_HITS  ? "hits"
-                                    : o->p.spec_from == OFFLOAD_SPEC_FROM_MID ? "mid"
-                                                                              : "input"));
+    json_object_set_new(j, "spec_from", json_string(offload_spec_from_name(o->p.spec_from)));
     json_object_set_new(j, "spec_correction",
                         json_string(o->p.spec_from != OFFLOAD_SPEC_FROM_HITS ? "at_plan"
                                     : o->p.spec_correct_early                ? "early"

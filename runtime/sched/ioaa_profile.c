@@ -287,7 +287,43 @@ json_t *ioaa_profile_to_json(const struct ioaa_profile *p, const struct ioaa_pro
     if (bj) json_object_set_new(rec, "beside_compute", bj); /* measured */
     if (p->compute_beside > 0)
         json_object_set_new(rec, "compute_beside", json_real(p->compute_beside));
+    json_t *cj = ioaa_bytes_by_context_to_json(&info->by_context);
+    if (cj) json_object_set_new(rec, "by_context", cj);
     return j;
+}
+
+json_t *ioaa_bytes_by_context_to_json(const struct ioaa_bytes_by_context *b)
+{
+    if (b->n < 1) return NULL;
+    json_t *j = json_pack("{s:o, s:o, s:b}", "context", grid_json(b->context, b->n), "bytes",
+                          times_json(b->bytes, b->n), "speculate", b->speculate);
+    if (b->speculate) {
+        json_object_set_new(j, "prefetch", times_json(b->prefetch, b->n));
+        json_object_set_new(j, "after_selection", times_json(b->after, b->n));
+        json_object_set_new(j, "spec_margin", json_real(b->spec_margin));
+        json_object_set_new(j, "spec_from", json_string(b->spec_from));
+    }
+    return j;
+}
+
+void ioaa_bytes_at(const struct ioaa_bytes_by_context *b, double c, double *bytes,
+                   double *prefetch, double *after)
+{
+    int i = 0;
+    double t = 0; /* c between context[i] and context[i + 1], at t in log c */
+    if (b->n > 1 && c > b->context[0]) {
+        while (i + 2 < b->n && c > b->context[i + 1])
+            i++;
+        t = c >= b->context[i + 1]
+                ? 1
+                : log(c / b->context[i]) / log(b->context[i + 1] / b->context[i]);
+    }
+    const int j = b->n > 1 ? i + 1 : 0;
+#define AT(v) ((1 - t) * (v)[i] + t * (v)[j])
+    *bytes = AT(b->bytes);
+    *prefetch = b->speculate ? AT(b->prefetch) : 0;
+    *after = b->speculate ? AT(b->after) : 0;
+#undef AT
 }
 
 json_t *ioaa_beside_to_json(const struct ioaa_beside *b)
@@ -518,6 +554,50 @@ static int read_beside(const json_t *j, struct ioaa_beside *b, double *g, const 
     return PULSE_OK;
 }
 
+int ioaa_bytes_by_context_from_json(const json_t *j, struct ioaa_bytes_by_context *b,
+                                    const char *name, char *err, size_t errlen)
+{
+    memset(b, 0, sizeof *b);
+    const json_t *sp = json_object_get(j, "speculate");
+    if (!json_is_object(j) || !json_is_boolean(sp))
+        return BAD("recall.by_context: expected {\"context\": [...], \"bytes\": [...], "
+                   "\"speculate\": true|false, ...}");
+    b->speculate = json_is_true(sp);
+    const json_t *c = json_object_get(j, "context");
+    const size_t n = json_array_size(c);
+    if (!json_is_array(c) || n < 1 || n > IOAA_BYCTX_MAX_POINTS)
+        return BAD("recall.by_context.context: expected an array of 1 .. %d contexts",
+                   IOAA_BYCTX_MAX_POINTS);
+    b->n = (int)n;
+    int rc = read_numbers(c, "recall.by_context.context", b->n, 1, 0, b->context, name, err,
+                          errlen);
+    const char *keys[3] = {"bytes", "prefetch", "after_selection"};
+    double *out[3] = {b->bytes, b->prefetch, b->after};
+    for (int k = 0; k < (b->speculate ? 3 : 1) && rc == PULSE_OK; k++) {
+        const json_t *a = json_object_get(j, keys[k]);
+        if (json_array_size(a) != n)
+            return BAD("recall.by_context.%s: expected %zu values (one per context)", keys[k], n);
+        char what[48];
+        snprintf(what, sizeof what, "recall.by_context.%s", keys[k]);
+        rc = read_numbers(a, what, b->n, 0, 1, out[k], name, err, errlen);
+    }
+    if (rc != PULSE_OK || !b->speculate) return rc;
+    const json_t *m = json_object_get(j, "spec_margin"), *f = json_object_get(j, "spec_from");
+    b->spec_margin = json_is_number(m) ? json_number_value(m) : NAN;
+    const char *from = json_string_value(f);
+    if (!(b->spec_margin >= 0 && b->spec_margin <= 1))
+        return BAD("recall.by_context.spec_margin: expected a number in [0, 1]");
+    if (!from || (strcmp(from, "input") && strcmp(from, "mid") && strcmp(from, "hits")))
+        return BAD("recall.by_context.spec_from: expected \"input\", \"mid\" or \"hits\"");
+    snprintf(b->spec_from, sizeof b->spec_from, "%s", from);
+    for (int i = 0; i < b->n; i++)
+        if (fabs(b->prefetch[i] + b->after[i] - b->bytes[i]) > 1e-6 * fmax(1, b->bytes[i]))
+            return BAD("recall.by_context: at %.17g tokens prefetch %.17g + after_selection "
+                       "%.17g is not bytes %.17g",
+                       b->context[i], b->prefetch[i], b->after[i], b->bytes[i]);
+    return PULSE_OK;
+}
+
 static int read_tables(const struct tables_json *t, struct ioaa_profile_data *d, const char *name,
                        char *err, size_t errlen)
 {
@@ -540,6 +620,15 @@ static int read_tables(const struct tables_json *t, struct ioaa_profile_data *d,
     return PULSE_OK;
 }
 
+/* recall.by_context, optional, into *b (n 0 when absent). */
+static int read_by_context(const json_t *j, struct ioaa_bytes_by_context *b, const char *name,
+                           char *err, size_t errlen)
+{
+    const json_t *v = json_object_get(json_object_get(j, "recall"), "by_context");
+    memset(b, 0, sizeof *b);
+    return v ? ioaa_bytes_by_context_from_json(v, b, name, err, errlen) : PULSE_OK;
+}
+
 int ioaa_profile_from_json(const json_t *j, const char *name, struct ioaa_profile_data *d,
                            char *err, size_t errlen)
 {
@@ -553,6 +642,7 @@ int ioaa_profile_from_json(const json_t *j, const char *name, struct ioaa_profil
     if ((rc = read_header(j, &info, &n_layers, &r, name, err, errlen)) ||
         (rc = read_shapes(j, &t, name, err, errlen)) ||
         (rc = read_beside(j, &info.beside, &g, name, err, errlen)) ||
+        (rc = read_by_context(j, &info.by_context, name, err, errlen)) ||
         (rc = read_ceilings(j, &info, name, err, errlen)) ||
         (rc = ioaa_profile_data_alloc(d, t.n_b, t.n_c, t.n_o, t.n_r, err, errlen)))
         return rc;

@@ -23,6 +23,15 @@
  *                   time beside a stream of recall rounds over their time alone (`pulse
  *                   profile` measures it with recall.beside_compute): prof.compute_beside.
  *                   Absent: 0 (none)
+ *   recall.by_context  optional: the recall per offload request and layer (over all L layers,
+ *                   as r) that real offload steps moved at each context (`pulse profile
+ *                   --bytes-contexts`), with the schedule they ran:
+ *                   {"context": [n], "bytes": [n], "speculate": false} exact at layer, or
+ *                   {"context", "bytes", "prefetch": [n], "after_selection": [n],
+ *                    "speculate": true, "spec_margin": m, "spec_from": "input"|"mid"|"hits"}
+ *                   with speculation, bytes = prefetch + after_selection (the corrections and
+ *                   the exact rounds of the layers not predicted); n <= IOAA_BYCTX_MAX_POINTS,
+ *                   contexts strictly increasing (info.by_context; ioaa_bytes_at)
  *   env.gpu, else env.device   optional: where it was measured (info.device)
  *   measurement.copy_bandwidth_GBps, .h2d_peak_GBps   optional, > 0: the ceilings measured
  *                   with it (info.copy_gbps, h2d_gbps: ioaa_profile_data_scale's references)
@@ -65,6 +74,31 @@ struct ioaa_beside {
     double factor[IOAA_BESIDE_MAX_POINTS]; /* each in (0, IOAA_PROFILE_BESIDE_MAX] */
 };
 
+/* The recall bytes by context (recall.by_context): what a request's selections recall depends
+ * on its context (the hot cache keeps more of a short context's returning blocks, and the
+ * lists churn more at long ones), which one r per profile does not hold. */
+#define IOAA_BYCTX_MAX_POINTS 16
+struct ioaa_bytes_by_context {
+    int n;             /* points; 0: not measured */
+    int speculate;     /* 1: measured with speculation (prefetch and after_selection set) */
+    double spec_margin; /* its --spec-margin */
+    char spec_from[8];  /* its --spec-from: "input", "mid" or "hits" */
+    double context[IOAA_BYCTX_MAX_POINTS]; /* tokens, strictly increasing */
+    double bytes[IOAA_BYCTX_MAX_POINTS];   /* per request and layer, all L layers */
+    double prefetch[IOAA_BYCTX_MAX_POINTS], after[IOAA_BYCTX_MAX_POINTS]; /* speculate */
+};
+
+/* b at context c (tokens, > 0): each series linear in log c between the points, the end
+ * values outside; *prefetch and *after 0 without speculation. b->n >= 1. */
+void ioaa_bytes_at(const struct ioaa_bytes_by_context *b, double c, double *bytes,
+                   double *prefetch, double *after);
+/* b as recall.by_context holds it; NULL when b has none. Caller owns the reference. */
+json_t *ioaa_bytes_by_context_to_json(const struct ioaa_bytes_by_context *b);
+/* Parses recall.by_context's object j into b (the header's form, checked): PULSE_OK, or
+ * PULSE_ERR_INVALID with the field named in err, prefixed by `name`. */
+int ioaa_bytes_by_context_from_json(const json_t *j, struct ioaa_bytes_by_context *b,
+                                    const char *name, char *err, size_t errlen);
+
 /* The descriptive fields (NUL-terminated; a longer string in a file is an error). */
 struct ioaa_profile_info {
     char model[64], backend[32], recall_engine[32];
@@ -77,6 +111,7 @@ struct ioaa_profile_info {
     double copy_gbps, h2d_gbps;
     int budget_tokens;    /* config.budget_tokens: the budget it was measured at (0: not said) */
     struct ioaa_beside beside; /* recall.beside_compute (n 0: absent) */
+    struct ioaa_bytes_by_context by_context; /* recall.by_context (n 0: absent) */
 };
 
 /* A profile that owns its tables: prof's pointers point at the arrays below, which are carved

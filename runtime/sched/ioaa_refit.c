@@ -11,12 +11,14 @@ struct ioaa_refit {
     struct ioaa *base; /* the unfolded profile's tables (interpolation only) */
     int irq, enabled, spec, n_layers;
     double alpha, r, prefetch, correction, window;
+    double r0;       /* the decision table's r (its grid's unit: the profile's, or the fold's) */
+    int bytes_moved; /* ioaa_refit_set_bytes changed the bytes since the last table written */
     struct ioaa_beside beside;
     double k_r, k_c;             /* the factors */
     double k_s;                  /* the self-interleaved step's */
     double written_r, written_c; /* the factors of the last table written */
     int tr_n;                    /* the decision table's points */
-    double *tr;                  /* [2 tr_n]: the table written, then (exact) the profile's */
+    double *tr; /* [3 tr_n]: the table written, then (exact) the profile's values and grid */
     struct ioaa_refit_stats st;
 };
 
@@ -50,7 +52,7 @@ struct ioaa_refit *ioaa_refit_create(const struct ioaa_refit_params *p, char *er
     }
     struct ioaa_refit *r = mem_alloc(MEM_HOST, sizeof *r, "ioaa refit");
     const int tr_n = spec ? PULSE_MIN(p->max_batch, IOAA_PROFILE_MAX_POINTS) : p->base->tr_n;
-    double *tr = r ? mem_alloc(MEM_HOST, sizeof *tr * 2 * (size_t)tr_n, "ioaa refit table") : NULL;
+    double *tr = r ? mem_alloc(MEM_HOST, sizeof *tr * 3 * (size_t)tr_n, "ioaa refit table") : NULL;
     if (!tr) {
         mem_free(MEM_HOST, r, sizeof *r);
         ioaa_free(base);
@@ -64,7 +66,7 @@ struct ioaa_refit *ioaa_refit_create(const struct ioaa_refit_params *p, char *er
     r->spec = spec;
     r->n_layers = p->base->n_layers;
     r->alpha = alpha;
-    r->r = p->base->recall_bytes;
+    r->r = r->r0 = p->base->recall_bytes;
     r->prefetch = p->prefetch_bytes;
     r->correction = p->correction_bytes;
     r->beside = p->beside;
@@ -72,9 +74,11 @@ struct ioaa_refit *ioaa_refit_create(const struct ioaa_refit_params *p, char *er
     r->k_r = r->k_c = r->written_r = r->written_c = r->k_s = 1;
     r->tr_n = tr_n;
     r->tr = tr;
-    /* the unfolded t_R values, for the exact table */
-    for (int i = 0; i < tr_n && !spec; i++)
+    /* the unfolded t_R values and grid, for the exact table */
+    for (int i = 0; i < tr_n && !spec; i++) {
         tr[tr_n + i] = p->base->tr[i];
+        tr[2 * tr_n + i] = p->base->tr_bytes[i];
+    }
     r->st.k_recall = r->st.k_correction = r->st.k_self = 1;
     return r;
 }
@@ -83,7 +87,7 @@ void ioaa_refit_free(struct ioaa_refit *r)
 {
     if (!r) return;
     ioaa_free(r->base);
-    mem_free(MEM_HOST, r->tr, sizeof *r->tr * 2 * (size_t)r->tr_n);
+    mem_free(MEM_HOST, r->tr, sizeof *r->tr * 3 * (size_t)r->tr_n);
     mem_free(MEM_HOST, r, sizeof *r);
 }
 
@@ -239,9 +243,29 @@ int ioaa_refit_observe_self(struct ioaa_refit *r, int b_offload, double measured
     return 1;
 }
 
+int ioaa_refit_set_bytes(struct ioaa_refit *r, double recall, double prefetch, double correction,
+                         char *err, size_t errlen)
+{
+    if (!(recall >= 0 && prefetch >= 0 && correction >= 0) ||
+        !isfinite(recall + prefetch + correction) ||
+        (r->spec && !(prefetch + correction > 0)) || (!r->spec && prefetch + correction > 0))
+        return pulse_errorf(err, errlen, PULSE_ERR_INVALID, "ioaa refit bytes",
+                            "recall %g, prefetch %g, correction %g: expected finite bytes >= 0, "
+                            "%s",
+                            recall, prefetch, correction,
+                            r->spec ? "some prefetch or correction (speculation)"
+                                    : "no prefetch or correction (exact at layer)");
+    const int moved = recall != r->r || prefetch != r->prefetch || correction != r->correction;
+    r->r = recall;
+    r->prefetch = prefetch;
+    r->correction = correction;
+    r->bytes_moved |= moved;
+    return PULSE_OK;
+}
+
 int ioaa_refit_apply(struct ioaa_refit *r, struct ioaa *a, char *err, size_t errlen)
 {
-    if (fabs(r->k_r / r->written_r - 1) <= IOAA_REFIT_TOL &&
+    if (!r->bytes_moved && fabs(r->k_r / r->written_r - 1) <= IOAA_REFIT_TOL &&
         fabs(r->k_c / r->written_c - 1) <= IOAA_REFIT_TOL)
         return 0;
     if (r->spec) {
@@ -251,14 +275,19 @@ int ioaa_refit_apply(struct ioaa_refit *r, struct ioaa *a, char *err, size_t err
                                              r->window, r->k_r, r->k_c));
             r->tr[i] = top;
         }
-    } else {
+    } else if (r->r == r->r0 || !(r->r0 > 0)) {
         for (int i = 0; i < r->tr_n; i++) /* the profile's values at its grid, times k_R */
             r->tr[i] = r->k_r * r->tr[r->tr_n + i];
+    } else { /* the decision's t_R(b r0) is a round of b r: its grid's bytes scaled by r / r0 */
+        const double s = r->r / r->r0;
+        for (int i = 0; i < r->tr_n; i++)
+            r->tr[i] = r->k_r * ioaa_t_recall(r->base, s * r->tr[2 * r->tr_n + i]);
     }
     const int rc = ioaa_set_recall(a, r->tr, r->tr_n, err, errlen);
     if (rc != PULSE_OK) return rc;
     r->written_r = r->k_r;
     r->written_c = r->k_c;
+    r->bytes_moved = 0;
     r->st.rewrites++;
     return 1;
 }

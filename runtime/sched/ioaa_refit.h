@@ -103,9 +103,19 @@ int ioaa_refit_observe(struct ioaa_refit *r, int b_normal, int64_t ctx_sum, int 
  * (when enabled). Returns 1 when it moved, else 0. */
 int ioaa_refit_observe_self(struct ioaa_refit *r, int b_offload, double measured_s);
 
+/* The recall per offload request and layer from now on (bytes, >= 0, finite): exact at layer
+ * r (prefetch and correction 0), with speculation P and C (recall not used; P + C > 0), as the
+ * composition's context gives them (pulseinfer: the profile's recall.by_context at the decision's
+ * mean context). The model's steps and the estimates take them at once; the decision's table at
+ * the next ioaa_refit_apply, which then rewrites it whatever the factors did (the decision's r
+ * stays its grid's unit: its t_R(b r0) becomes the round of b requests at the new bytes).
+ * PULSE_OK, or PULSE_ERR_INVALID with a reason in err (r unchanged). */
+int ioaa_refit_set_bytes(struct ioaa_refit *r, double recall, double prefetch, double correction,
+                         char *err, size_t errlen);
+
 /* Writes the refitted recall table into the decision's model a (made from the same profile, the
  * speculation folded as ioaa_profile_data_speculate folds it) when a factor moved more than
- * IOAA_REFIT_TOL since the last write. Returns 1 when it wrote, 0 when not, or a PULSE_ERR_*
+ * IOAA_REFIT_TOL since the last write, or the bytes moved (ioaa_refit_set_bytes). Returns 1 when it wrote, 0 when not, or a PULSE_ERR_*
  * (< 0) with a reason in err. */
 int ioaa_refit_apply(struct ioaa_refit *r, struct ioaa *a, char *err, size_t errlen);
 
