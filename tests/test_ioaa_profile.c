@@ -1,6 +1,6 @@
-/* The IOAA profile file (runtime/sched/ioaa_profile.h): the analytic profile on hand-computed values,
- * to_json -> file -> load giving back the same bits, the reader's messages for bad files, its
- * running maximum, and `pulse profile` on the CPU: a file the reader accepts, with positive
+/* The IOAA profile file (runtime/sched/ioaa_profile.h): the analytic profile on hand-computed
+ * values, to_json -> file -> load giving back the same bits, the reader's messages for bad files,
+ * its running maximum, and `pulse profile` on the CPU: a file the reader accepts, with positive
  * nondecreasing tables that ioaa_create takes, t_O from the dense approximation (the CPU's
  * default, --offload-approx) or from real offload steps (--offload-steps), each recorded. */
 #include <jansson.h>
@@ -799,6 +799,142 @@ static void test_profile_offload_steps(void)
     EXPECT_STR_CONTAINS(out, "fewer than two batches");
 }
 
+/* recall.by_context: ioaa_bytes_at by hand (linear in log c, the ends outside), the JSON back
+ * bit for bit, its refusals; and `pulse profile --bytes-contexts` on the CPU, exact and with
+ * --speculate (bytes = prefetch + after the selection, the steps' timed recall), and its flags'
+ * errors. */
+static void test_by_context(void)
+{
+    char err[512], args[1024], out[8192];
+    struct ioaa_bytes_by_context b = {.n = 3,
+                                      .speculate = 1,
+                                      .spec_margin = 0.25,
+                                      .spec_from = "input",
+                                      .context = {16384, 32768, 65536},
+                                      .bytes = {0.9e6, 1.1e6, 1.3e6},
+                                      .prefetch = {0.8e6, 0.95e6, 1.1e6},
+                                      .after = {0.1e6, 0.15e6, 0.2e6}};
+    double v, pre, aft;
+    ioaa_bytes_at(&b, 16384, &v, &pre, &aft);
+    EXPECT_NEAR(v, 0.9e6, 0);
+    EXPECT_NEAR(pre, 0.8e6, 0);
+    EXPECT_NEAR(aft, 0.1e6, 0);
+    ioaa_bytes_at(&b, 16384 * M_SQRT2, &v, &pre, &aft); /* half way in log c */
+    EXPECT_NEAR(v, 1.0e6, 1e-6);
+    EXPECT_NEAR(pre, 0.875e6, 1e-6);
+    EXPECT_NEAR(aft, 0.125e6, 1e-6);
+    ioaa_bytes_at(&b, 49152, &v, &pre, &aft);
+    EXPECT_NEAR(v, 1.1e6 + 0.2e6 * log(1.5) / log(2), 1e-6);
+    ioaa_bytes_at(&b, 1000, &v, &pre, &aft); /* the end values outside */
+    EXPECT_NEAR(v, 0.9e6, 0);
+    ioaa_bytes_at(&b, 1e6, &v, &pre, &aft);
+    EXPECT_NEAR(v, 1.3e6, 0);
+    EXPECT_NEAR(aft, 0.2e6, 0);
+    struct ioaa_bytes_by_context one = {.n = 1, .context = {4096}, .bytes = {5e5}};
+    ioaa_bytes_at(&one, 65536, &v, &pre, &aft);
+    EXPECT_NEAR(v, 5e5, 0);
+    EXPECT_NEAR(pre, 0, 0);
+    EXPECT_NEAR(aft, 0, 0);
+    /* in a profile and back */
+    struct ioaa_analytic_params ap = tiny_params();
+    struct ioaa_profile_data d = {0}, back = {0};
+    PULSE_CHECK(ioaa_profile_analytic(&ap, &d, err, sizeof err) == PULSE_OK, err);
+    d.info.by_context = b;
+    json_t *j = ioaa_profile_to_json(&d.prof, &d.info);
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_OK);
+    EXPECT(!memcmp(&back.info.by_context, &b, sizeof b));
+    /* refused: a context not increasing, a series of another length, a sum that is not the
+     * bytes, a point or margin not pulse run's, speculation's series missing */
+    json_t *bj = json_object_get(json_object_get(j, "recall"), "by_context");
+    json_array_set_new(json_object_get(bj, "context"), 2, json_integer(32768));
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "recall.by_context.context[2]: 32768 after 32768");
+    json_array_set_new(json_object_get(bj, "context"), 2, json_integer(65536));
+    json_array_remove(json_object_get(bj, "after_selection"), 0);
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "recall.by_context.after_selection: expected 3 values");
+    json_array_insert_new(json_object_get(bj, "after_selection"), 0, json_real(0.2e6));
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "is not bytes 900000");
+    json_array_set_new(json_object_get(bj, "after_selection"), 0, json_real(0.1e6));
+    json_object_set_new(bj, "spec_from", json_string("output"));
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "recall.by_context.spec_from");
+    json_object_set_new(bj, "spec_from", json_string("mid"));
+    json_object_set_new(bj, "spec_margin", json_real(1.5));
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "recall.by_context.spec_margin");
+    json_object_set_new(bj, "spec_margin", json_real(0));
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_OK);
+    EXPECT_STR_EQ(back.info.by_context.spec_from, "mid");
+    json_object_del(bj, "prefetch");
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "recall.by_context.prefetch: expected 3 values");
+    json_object_set_new(bj, "speculate", json_false()); /* exact: bytes only */
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(back.info.by_context.speculate, 0);
+    EXPECT_NEAR(back.info.by_context.bytes[1], 1.1e6, 0);
+    json_object_set_new(bj, "speculate", json_string("yes"));
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "recall.by_context: expected");
+    json_decref(j);
+    ioaa_profile_data_free(&d);
+
+    /* measured on the CPU: exact, then with speculation */
+    const char *base = "profile --backend cpu --model tiny --batches 1,2 --contexts 64,256 "
+                       "--recall-sizes 16K,64K --budget-tokens 64 --reps 2 --selection solohead "
+                       "--recall-engine gather-scatter";
+    for (int spec = 0; spec < 2; spec++) {
+        snprintf(args, sizeof args, "%s --bytes-contexts 256,512%s --out %s", base,
+                 spec ? " --speculate --spec-margin 0.25" : "", tmp_path);
+        EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+        EXPECT_STR_CONTAINS(out, "recall by context");
+        EXPECT_EQ_INT(ioaa_profile_load(tmp_path, &back, err, sizeof err), PULSE_OK);
+        const struct ioaa_bytes_by_context *m = &back.info.by_context;
+        EXPECT_EQ_INT(m->n, 2);
+        EXPECT_EQ_INT(m->speculate, spec);
+        EXPECT_NEAR(m->context[1], 512, 0);
+        json_error_t je;
+        json_t *r = json_load_file(tmp_path, 0, &je);
+        json_t *mb = json_object_get(json_object_get(r, "measurement"), "by_context");
+        EXPECT_STR_EQ(str_at(mb, "policy"), spec ? "pulseinfer" : "arkvale+solohead+gs");
+        const int timed = (int)json_integer_value(json_object_get(mb, "timed_steps"));
+        EXPECT(timed >= 8);
+        for (int i = 0; i < m->n && i < 2; i++) {
+            /* the timed steps' recall over (steps x 2 requests x 4 layers), whole chunks */
+            json_t *tr = json_object_get(json_array_get(json_object_get(mb, "points"), (size_t)i),
+                                         "timed_recall");
+            const double all = (double)json_integer_value(json_object_get(tr, "bytes"));
+            EXPECT(all > 0);
+            EXPECT_NEAR(m->bytes[i], all / (timed * 2 * 4), 1e-9 * all);
+            /* whole SoloHead chunks: 16 tokens x 2 KV heads x 64 x K and V x 2 bytes */
+            EXPECT_NEAR(fmod(all, 8192), 0, 0);
+            if (spec) {
+                EXPECT(m->prefetch[i] > 0);
+                EXPECT_NEAR(m->prefetch[i] + m->after[i], m->bytes[i], 1e-6 * m->bytes[i]);
+                EXPECT_NEAR(m->spec_margin, 0.25, 0);
+                EXPECT_STR_EQ(m->spec_from, "input");
+            } else {
+                EXPECT_NEAR(m->prefetch[i] + m->after[i], 0, 0);
+            }
+        }
+        json_decref(r);
+    }
+    ioaa_profile_data_free(&back);
+    static const struct {
+        const char *flags, *why;
+    } bad[] = {{"--bytes-contexts 128", "--bytes-contexts: 128 tokens are not above the 128"},
+               {"--bytes-contexts 512,256", "--bytes-contexts: must be strictly increasing"},
+               {"--speculate", "--speculate: only with --bytes-contexts"},
+               {"--bytes-contexts 256 --spec-margin 0.5", "--spec-margin: only with --speculate"},
+               {"--analytic --bytes-contexts 256", "not with --analytic"}};
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
+        snprintf(args, sizeof args, "%s %s", base, bad[i].flags);
+        EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
+        EXPECT_STR_CONTAINS(out, bad[i].why);
+    }
+}
+
 int main(void)
 {
     test_overlap();
@@ -808,6 +944,7 @@ int main(void)
     test_round_trip();
     test_rejects();
     test_running_max();
+    test_by_context();
     test_cap_recall();
     test_inverted();
     test_pulse_profile();

@@ -4,7 +4,8 @@
  * speculation's terms (prefetch-bound and t_O-bound) with the decision's rewritten table giving
  * the refit model's step, turns IOAA's admission toward fewer offloaded requests when the
  * recall is slower than profiled, and fits the self-interleaved step's own factor from self
- * steps alone (the plain factors untouched, and the reverse). */
+ * steps alone (the plain factors untouched, and the reverse); takes the bytes a decision's
+ * context gives (ioaa_refit_set_bytes) into its model and the decision's table. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -339,6 +340,78 @@ static void test_admission(void)
     ioaa_refit_free(r);
 }
 
+/* The bytes by context (ioaa_refit_set_bytes): exact at layer, r 4x the profile's makes the
+ * decision's table a round of b requests at 4 r (its grid and r unchanged), the model's step
+ * that of a profile of 4 r, and IOAA offload fewer; back at the profile's r, the profile's
+ * decision again. With speculation the step and the rewritten table are those of a refit made
+ * with the new P and C. Bytes of the other kind, or negative, are refused. */
+static void test_bytes(void)
+{
+    char err[256];
+    const struct ioaa_profile p = profile(0.5e6), p4 = profile(2e6);
+    const struct ioaa_params ip = {.profile = p, .max_waiting = 12, .irq = 1};
+    struct ioaa *a = ioaa_create(&ip, err, sizeof err);
+    struct ioaa_refit *r = make(&p, 1, 0, 0), *r4 = make(&p4, 1, 0, 0);
+    if (!a || !r || !r4) goto out;
+    int nn;
+    const int off0 = decide(a, &nn);
+    EXPECT_EQ_INT(ioaa_refit_apply(r, a, err, sizeof err), 0); /* nothing moved yet */
+    EXPECT_EQ_INT(ioaa_refit_set_bytes(r, 2e6, 0, 0, err, sizeof err), PULSE_OK);
+    for (int bo = 1; bo <= 12; bo += 3) /* the model's step at once */
+        EXPECT_NEAR(ioaa_refit_step(r, 4, 4 * 4096, bo, 1), ioaa_refit_step(r4, 4, 4 * 4096, bo, 1),
+                    1e-12);
+    EXPECT_EQ_INT(ioaa_refit_apply(r, a, err, sizeof err), 1); /* the table at the next apply */
+    EXPECT_EQ_INT(ioaa_refit_apply(r, a, err, sizeof err), 0);
+    for (int bo = 1; bo <= 12; bo += 3) /* t_R linear on the grid: the same step */
+        EXPECT_NEAR(ioaa_step_time(a, 4, 4 * 4096, bo, NULL),
+                    ioaa_refit_step(r4, 4, 4 * 4096, bo, 1), 1e-9);
+    int nn1;
+    const int off1 = decide(a, &nn1);
+    EXPECT(off1 < off0);
+    EXPECT_EQ_INT(ioaa_refit_set_bytes(r, 0.5e6, 0, 0, err, sizeof err), PULSE_OK);
+    EXPECT_EQ_INT(ioaa_refit_apply(r, a, err, sizeof err), 1);
+    EXPECT_EQ_INT(decide(a, &nn1), off0);
+    /* the other kind of bytes, or bad ones */
+    EXPECT_EQ_INT(ioaa_refit_set_bytes(r, 1e6, 1e5, 0, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "no prefetch or correction");
+    EXPECT_EQ_INT(ioaa_refit_set_bytes(r, -1, 0, 0, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_NEAR(ioaa_refit_step(r, 4, 4 * 4096, 5, 1), ioaa_refit_step(r, 4, 4 * 4096, 5, 0), 0);
+    /* speculation: set to (P, C) is a refit made with them */
+    struct ioaa_refit *s = make(&p, 1, 1.6e6, 0.3e6), *s2 = make(&p, 1, 0.4e6, 0.9e6);
+    struct ioaa_profile_data d;
+    memset(&d, 0, sizeof d);
+    EXPECT_EQ_INT(ioaa_profile_data_alloc(&d, 2, 1, 2, 2, err, sizeof err), PULSE_OK);
+    memcpy(d.tn_b, TN_B, sizeof TN_B), memcpy(d.tn_c, TN_C, sizeof TN_C),
+        memcpy(d.tn, TN, sizeof TN);
+    memcpy(d.to_b, TO_B, sizeof TO_B), memcpy(d.to, TO, sizeof TO);
+    memcpy(d.tr_bytes, TR_X, sizeof TR_X), memcpy(d.tr, TR, sizeof TR);
+    d.prof.n_layers = 10, d.prof.recall_bytes = 0.5e6,
+    d.info.beside = (struct ioaa_beside){.n = 1, .factor = {0.5}};
+    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1.6e6, 0.3e6, 1, 64, err, sizeof err), PULSE_OK);
+    const struct ioaa_params sp = {.profile = d.prof, .max_waiting = 4, .irq = 1};
+    struct ioaa *as = ioaa_create(&sp, err, sizeof err);
+    if (s && s2 && as) {
+        EXPECT_EQ_INT(ioaa_refit_set_bytes(s, 0, 0.4e6, 0.9e6, err, sizeof err), PULSE_OK);
+        EXPECT_EQ_INT(ioaa_refit_apply(s, as, err, sizeof err), 1);
+        for (int bo = 1; bo <= 33; bo += 4) {
+            EXPECT_NEAR(ioaa_refit_step(s, 2, 8192, bo, 1), ioaa_refit_step(s2, 2, 8192, bo, 1),
+                        1e-15);
+            EXPECT_NEAR(ioaa_step_time(as, 0, 0, bo, NULL), ioaa_refit_step(s2, 0, 0, bo, 1),
+                        1e-9);
+        }
+        EXPECT_EQ_INT(ioaa_refit_set_bytes(s, 1e6, 0, 0, err, sizeof err), PULSE_ERR_INVALID);
+        EXPECT_STR_CONTAINS(err, "some prefetch or correction");
+    }
+    ioaa_free(as);
+    ioaa_profile_data_free(&d);
+    ioaa_refit_free(s);
+    ioaa_refit_free(s2);
+out:
+    ioaa_free(a);
+    ioaa_refit_free(r);
+    ioaa_refit_free(r4);
+}
+
 /* Bad input: one-line reasons. */
 static void test_rejects(void)
 {
@@ -379,6 +452,7 @@ int main(void)
     test_speculation();
     test_admission();
     test_self();
+    test_bytes();
     test_rejects();
     return tu_finish("test_ioaa_refit");
 }

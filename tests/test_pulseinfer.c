@@ -254,6 +254,85 @@ static void test_ioaa_alternative(void)
         remove(tmp[i]);
 }
 
+/* The profile's recall bytes by context (recall.by_context): a run of the schedule measured
+ * takes them at each decision's mean context (here every prompt's, 512 tokens: half way in
+ * log c between 256 and 1024, so the two points' mean), says so in the JSON, and its model's step moves with them; a
+ * run of another margin or schedule does not, says why, and warns. */
+static void test_ioaa_by_context(void)
+{
+    char prof[] = "/tmp/pulse_pi_ctx_XXXXXX";
+    const int fd = mkstemp(prof);
+    if (fd >= 0) close(fd);
+    char args[768], out[8192];
+    const char *flags = "--selection solohead --recall-engine gather-scatter --budget-tokens 64";
+    snprintf(args, sizeof args,
+             "profile --backend cpu --model tiny %s --bytes-contexts 256,1024 --speculate "
+             "--spec-margin 0.25 --out %s",
+             flags, prof);
+    EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 0);
+    double step[2] = {0, 0};
+    for (int big = 0; big < 2; big++) { /* the bytes set by hand, then 100x */
+        json_error_t pe;
+        json_t *pj = json_load_file(prof, 0, &pe);
+        json_t *bc = json_object_get(json_object_get(pj, "recall"), "by_context");
+        const double k = big ? 100 : 1;
+        json_object_set_new(bc, "prefetch", json_pack("[f,f]", 1000 * k, 4000 * k));
+        json_object_set_new(bc, "after_selection", json_pack("[f,f]", 100 * k, 400 * k));
+        json_object_set_new(bc, "bytes", json_pack("[f,f]", 1100 * k, 4400 * k));
+        EXPECT_EQ_INT(json_dump_file(pj, prof, 0), 0);
+        json_decref(pj);
+        snprintf(args, sizeof args,
+                 "run --backend cpu --policy pulseinfer --workload uniform:512:6 --output-len 2 "
+                 "%s --speculate --spec-margin 0.25 --profile %s --kv-budget-gb 0.002",
+                 flags, prof);
+        json_t *rj = tu_run_pulse_json(args, out, sizeof out);
+        json_t *pc = json_object_get(json_object_get(rj, "counters"), "pulseinfer");
+        json_t *bj = json_object_get(pc, "ioaa_bytes_by_context");
+        json_t *d0 = json_array_get(json_object_get(pc, "decisions"), 0);
+        EXPECT(json_is_true(json_object_get(bj, "used")));
+        EXPECT(json_is_null(json_object_get(bj, "skipped")));
+        EXPECT_EQ_INT(json_integer_value(json_object_get(bj, "updates")), 1);
+        EXPECT_STR_EQ(json_string_value(json_object_get(pc, "ioaa_recall_bytes_from")),
+                      "profile by context");
+        json_t *at = json_object_get(bj, "last_decision");
+        EXPECT_NEAR(json_number_value(json_object_get(at, "context")), 512, 0);
+        EXPECT_NEAR(json_number_value(json_object_get(at, "prefetch")), 2500 * k, 1e-9 * k);
+        EXPECT_NEAR(json_number_value(json_object_get(at, "after_selection")), 250 * k, 1e-9 * k);
+        EXPECT_NEAR(json_number_value(json_object_get(d0, "bytes_context")), 512, 0);
+        EXPECT_NEAR(json_number_value(json_object_get(d0, "recall_bytes_per_request_layer")),
+                    2750 * k, 1e-9 * k);
+        /* the model's step with every request the decision admitted offloaded */
+        json_t *alt = json_object_get(d0, "all_offload_step_ms");
+        EXPECT(alt != NULL || json_integer_value(json_object_get(d0, "normal")) == 0);
+        step[big] = json_number_value(alt ? alt : json_object_get(d0, "predicted_step_ms"));
+        EXPECT(step[big] > 0);
+        json_decref(rj);
+    }
+    EXPECT(step[1] > step[0]); /* the model's steps took the bytes */
+    static const struct {
+        const char *flags, *why;
+    } other[] = {{"--speculate --spec-margin 0.5", "measured at another --spec-margin"},
+                 {"", "measured with speculation, this run is exact at layer"},
+                 {"--speculate --spec-margin 0.25 --ioaa-bytes profile", "--ioaa-bytes profile"}};
+    for (size_t i = 0; i < PULSE_ARRAY_LEN(other); i++) {
+        snprintf(args, sizeof args,
+                 "run --backend cpu --policy pulseinfer --workload uniform:512:6 --output-len 2 "
+                 "%s %s --profile %s",
+                 flags, other[i].flags, prof);
+        json_t *rj = tu_run_pulse_json(args, out, sizeof out);
+        json_t *pc = json_object_get(json_object_get(rj, "counters"), "pulseinfer");
+        json_t *bj = json_object_get(pc, "ioaa_bytes_by_context");
+        EXPECT(json_is_false(json_object_get(bj, "used")));
+        EXPECT_STR_EQ(json_string_value(json_object_get(bj, "skipped")), other[i].why);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(bj, "updates")), 0);
+        EXPECT(json_object_get(json_array_get(json_object_get(pc, "decisions"), 0),
+                               "bytes_context") == NULL);
+        if (i < 2) EXPECT_STR_CONTAINS(out, other[i].why);
+        json_decref(rj);
+    }
+    remove(prof);
+}
+
 /* ------------------------------------------------------------------ IRQ */
 
 static _Atomic long g_delay_ns;
@@ -1564,6 +1643,7 @@ int main(void)
     test_batch_independent();
     test_ioaa_offloads();
     test_ioaa_alternative();
+    test_ioaa_by_context();
     test_irq();
     test_chunks();
     test_dead_link();
