@@ -304,6 +304,7 @@ static double source_recall_bytes(const struct policy_ctx_params *p)
 /* Whether the profile's recall.by_context holds this run's bytes: measured with its schedule
  * (speculation, with its margin and point, or exact at layer); into pi->by_ctx, or the reason
  * not into pi->by_ctx_skip, said once. --ioaa-bytes profile keeps the profile's one r. */
+static double source_recall_bytes(const struct policy_ctx_params *p);
 static void by_context_check(struct pulseinfer *pi, const struct policy_ctx_params *p)
 {
     const struct ioaa_bytes_by_context *bc = &pi->prof.info.by_context;
@@ -311,7 +312,10 @@ static void by_context_check(struct pulseinfer *pi, const struct policy_ctx_para
     const int spec = op->schedule->prefetch != 0;
     if (!p->profile || bc->n < 1) return;
     const char *from = offload_spec_from_name(op->spec_from);
+    const double src = source_recall_bytes(p);
     pi->by_ctx_skip = p->ioaa_bytes_profile ? "--ioaa-bytes profile"
+                      : fabs(src - bc->source_bytes) > 0.01 * fmax(src, bc->source_bytes)
+                          ? "measured with another locality profile or budget"
                       : bc->speculate != spec
                           ? (spec ? "measured exact at layer, this run speculates"
                                   : "measured with speculation, this run is exact at layer")
@@ -324,9 +328,9 @@ static void by_context_check(struct pulseinfer *pi, const struct policy_ctx_para
         pi->r_from = "profile by context";
     else if (!p->ioaa_bytes_profile)
         fprintf(stderr,
-                "pulse run: warning: --profile %s: its recall bytes by context were %s: IOAA's "
-                "bytes are the %s's\n",
-                p->profile, pi->by_ctx_skip, pi->r_from);
+                "pulse run: warning: --profile %s: its recall bytes by context were %s (its "
+                "query source's r %.0f bytes, this run's %.0f): IOAA's bytes are the %s's\n",
+                p->profile, pi->by_ctx_skip, bc->source_bytes, src, pi->r_from);
 }
 
 /* With the profile's bytes by context: IOAA's recall per request and layer at the mean context

@@ -430,13 +430,20 @@ static int offload_defaults(struct opts *o, int dev)
 /* r from the flags: --recall-bytes, or budget x the locality profile's mean churn over all
  * layers (a dense layer's 0) x one layer's KV bytes per token. How, into cfg. -1 after a
  * message. */
+static int churn_bytes(const struct opts *o, const struct model_config *m, json_t *cfg, double *r);
 static int recall_bytes(const struct opts *o, const struct model_config *m, json_t *cfg, double *r)
 {
-    if (o->recall_bytes >= 0) {
-        *r = o->recall_bytes;
-        json_object_set_new(cfg, "recall_bytes_from", json_string("--recall-bytes"));
-        return 0;
-    }
+    if (o->recall_bytes < 0) return churn_bytes(o, m, cfg, r);
+    *r = o->recall_bytes;
+    json_object_set_new(cfg, "recall_bytes_from", json_string("--recall-bytes"));
+    return 0;
+}
+
+/* The churn estimate of r (recall_bytes's without --recall-bytes): also what pulse run's query
+ * source gives IOAA at this budget (pulseinfer's source_recall_bytes), which recall.by_context
+ * records to be matched. */
+static int churn_bytes(const struct opts *o, const struct model_config *m, json_t *cfg, double *r)
+{
     char err[512];
     struct locality_profile *lp = mem_alloc(MEM_HOST, sizeof *lp, "locality profile");
     PULSE_CHECK(lp != NULL, "profile: host memory");
@@ -1142,6 +1149,11 @@ static int measure_bytes(struct engine *e, const struct opts *o, const struct fl
                          struct ioaa_profile_data *d, json_t *meas)
 {
     if (!o->n_bytes_ctx) return 0;
+    double source = 0;
+    json_t *scratch = json_object();
+    const int bad = churn_bytes(o, engine_model(e)->cfg, scratch, &source);
+    json_decref(scratch);
+    if (bad) return EXIT_USAGE;
     struct run_offload_opts oo = o->spec;
     oo.budget_tokens = o->budget, oo.budget_set = 1;
     oo.selection = o->selection, oo.engine = o->engine, oo.profile = o->locality;
@@ -1151,6 +1163,7 @@ static int measure_bytes(struct engine *e, const struct opts *o, const struct fl
     struct ioaa_bytes_by_context *bc = &d->info.by_context;
     memset(bc, 0, sizeof *bc);
     bc->speculate = oo.speculate;
+    bc->source_bytes = source;
     bc->spec_margin = oo.spec_margin;
     snprintf(bc->spec_from, sizeof bc->spec_from, "%s", oo.spec_from ? oo.spec_from : "input");
     json_t *points = json_array();

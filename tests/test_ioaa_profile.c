@@ -810,6 +810,7 @@ static void test_by_context(void)
                                       .speculate = 1,
                                       .spec_margin = 0.25,
                                       .spec_from = "input",
+                                      .source_bytes = 1.47e6,
                                       .context = {16384, 32768, 65536},
                                       .bytes = {0.9e6, 1.1e6, 1.3e6},
                                       .prefetch = {0.8e6, 0.95e6, 1.1e6},
@@ -874,6 +875,10 @@ static void test_by_context(void)
     EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_OK);
     EXPECT_EQ_INT(back.info.by_context.speculate, 0);
     EXPECT_NEAR(back.info.by_context.bytes[1], 1.1e6, 0);
+    json_object_set_new(bj, "source_bytes", json_real(-1));
+    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, "recall.by_context.source_bytes: expected a number >= 0");
+    json_object_set_new(bj, "source_bytes", json_real(1.47e6));
     json_object_set_new(bj, "speculate", json_string("yes"));
     EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
     EXPECT_STR_CONTAINS(err, "recall.by_context: expected");
@@ -894,6 +899,7 @@ static void test_by_context(void)
         EXPECT_EQ_INT(m->n, 2);
         EXPECT_EQ_INT(m->speculate, spec);
         EXPECT_NEAR(m->context[1], 512, 0);
+        EXPECT(m->source_bytes > 0 && m->source_bytes < 64 * 512); /* a share of the budget's KV */
         json_error_t je;
         json_t *r = json_load_file(tmp_path, 0, &je);
         json_t *mb = json_object_get(json_object_get(r, "measurement"), "by_context");

@@ -309,11 +309,23 @@ static void test_ioaa_by_context(void)
         json_decref(rj);
     }
     EXPECT(step[1] > step[0]); /* the model's steps took the bytes */
+    /* the source's r the profile's steps aimed at, the run's own with the same profile and
+     * budget; another (another locality profile's churn) is not this run's */
+    json_error_t pe;
+    json_t *pj = json_load_file(prof, 0, &pe);
+    json_t *sb = json_object_get(json_object_get(json_object_get(pj, "recall"), "by_context"),
+                                 "source_bytes");
+    EXPECT(json_number_value(sb) > 0);
+    json_real_set(sb, 2 * json_number_value(sb));
+    EXPECT_EQ_INT(json_dump_file(pj, prof, 0), 0);
+    json_decref(pj);
     static const struct {
         const char *flags, *why;
-    } other[] = {{"--speculate --spec-margin 0.5", "measured at another --spec-margin"},
-                 {"", "measured with speculation, this run is exact at layer"},
-                 {"--speculate --spec-margin 0.25 --ioaa-bytes profile", "--ioaa-bytes profile"}};
+    } other[] = {
+        {"--speculate --spec-margin 0.25", "measured with another locality profile or budget"},
+        {"--speculate --spec-margin 0.5", "measured at another --spec-margin"},
+        {"", "measured with speculation, this run is exact at layer"},
+        {"--speculate --spec-margin 0.25 --ioaa-bytes profile", "--ioaa-bytes profile"}};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(other); i++) {
         snprintf(args, sizeof args,
                  "run --backend cpu --policy pulseinfer --workload uniform:512:6 --output-len 2 "
@@ -327,7 +339,15 @@ static void test_ioaa_by_context(void)
         EXPECT_EQ_INT(json_integer_value(json_object_get(bj, "updates")), 0);
         EXPECT(json_object_get(json_array_get(json_object_get(pc, "decisions"), 0),
                                "bytes_context") == NULL);
-        if (i < 2) EXPECT_STR_CONTAINS(out, other[i].why);
+        if (i < 3) EXPECT_STR_CONTAINS(out, other[i].why);
+        if (i == 0) { /* back to the run's */
+            pj = json_load_file(prof, 0, &pe);
+            sb = json_object_get(json_object_get(json_object_get(pj, "recall"), "by_context"),
+                                 "source_bytes");
+            json_real_set(sb, json_number_value(sb) / 2);
+            EXPECT_EQ_INT(json_dump_file(pj, prof, 0), 0);
+            json_decref(pj);
+        }
         json_decref(rj);
     }
     remove(prof);

@@ -295,8 +295,9 @@ json_t *ioaa_profile_to_json(const struct ioaa_profile *p, const struct ioaa_pro
 json_t *ioaa_bytes_by_context_to_json(const struct ioaa_bytes_by_context *b)
 {
     if (b->n < 1) return NULL;
-    json_t *j = json_pack("{s:o, s:o, s:b}", "context", grid_json(b->context, b->n), "bytes",
-                          times_json(b->bytes, b->n), "speculate", b->speculate);
+    json_t *j = json_pack("{s:o, s:o, s:f, s:b}", "context", grid_json(b->context, b->n), "bytes",
+                          times_json(b->bytes, b->n), "source_bytes", b->source_bytes, "speculate",
+                          b->speculate);
     if (b->speculate) {
         json_object_set_new(j, "prefetch", times_json(b->prefetch, b->n));
         json_object_set_new(j, "after_selection", times_json(b->after, b->n));
@@ -563,6 +564,11 @@ int ioaa_bytes_by_context_from_json(const json_t *j, struct ioaa_bytes_by_contex
         return BAD("recall.by_context: expected {\"context\": [...], \"bytes\": [...], "
                    "\"speculate\": true|false, ...}");
     b->speculate = json_is_true(sp);
+    const json_t *sb = json_object_get(j, "source_bytes");
+    b->source_bytes = json_is_number(sb) ? json_number_value(sb) : NAN;
+    if (!(b->source_bytes >= 0) || !isfinite(b->source_bytes))
+        return BAD("recall.by_context.source_bytes: expected a number >= 0 (the churn estimate "
+                   "of r the steps aimed at)");
     const json_t *c = json_object_get(j, "context");
     const size_t n = json_array_size(c);
     if (!json_is_array(c) || n < 1 || n > IOAA_BYCTX_MAX_POINTS)

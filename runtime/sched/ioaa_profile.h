@@ -26,7 +26,8 @@
  *   recall.by_context  optional: the recall per offload request and layer (over all L layers,
  *                   as r) that real offload steps moved at each context (`pulse profile
  *                   --bytes-contexts`), with the schedule they ran:
- *                   {"context": [n], "bytes": [n], "speculate": false} exact at layer, or
+ *                   {"context": [n], "bytes": [n], "source_bytes": s, "speculate": false}
+ *                   exact at layer (s: the churn estimate of r its query source aimed at), or
  *                   {"context", "bytes", "prefetch": [n], "after_selection": [n],
  *                    "speculate": true, "spec_margin": m, "spec_from": "input"|"mid"|"hits"}
  *                   with speculation, bytes = prefetch + after_selection (the corrections and
@@ -81,6 +82,9 @@ struct ioaa_beside {
 struct ioaa_bytes_by_context {
     int n;             /* points; 0: not measured */
     int speculate;     /* 1: measured with speculation (prefetch and after_selection set) */
+    double source_bytes; /* the churn estimate of r the steps' query source aimed at: budget x its
+                            locality profile's mean churn x KV bytes per token and layer (a run
+                            of another profile or budget aims elsewhere) */
     double spec_margin; /* its --spec-margin */
     char spec_from[8];  /* its --spec-from: "input", "mid" or "hits" */
     double context[IOAA_BYCTX_MAX_POINTS]; /* tokens, strictly increasing */
