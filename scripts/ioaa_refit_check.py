@@ -15,6 +15,8 @@ composition (normal, offloaded), the measured mean step against
            each steady step the measured one), each step predicted before it is observed; the
            mean over a composition's steps and the prediction at its first step (what the
            admission decision that made it would have used)
+The bytes per request and layer are the run's: its source's fold, or the profile's
+recall.by_context at its last decision's context when it used them.
 The runs' own IOAA profile is not stored with them: PROFILE stands in (same machine kind), so
 the `profile` column is checked against the run's own prediction (counters.pulseinfer).
 """
@@ -173,6 +175,12 @@ def check(p, path):
     if sp:
         run["P"], run["C"] = sp["prefetch_bytes_per_request_layer"], sp[
             "correction_bytes_per_request_layer"]
+    bc = pi.get("ioaa_bytes_by_context")
+    if bc and bc.get("used") and bc.get("last_decision"):  # the profile's bytes by context
+        at = bc["last_decision"]
+        run["r"] = at["bytes"]
+        if run["spec"]:
+            run["P"], run["C"] = at["prefetch"], at["after_selection"]
     st = j["metrics"]["step"]["per_step"]
     ctx = sum(r["prompt_len"] for r in j["requests"]) / len(j["requests"])
     k, groups, prev = (1.0, 1.0), {}, None
