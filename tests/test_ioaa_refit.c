@@ -51,6 +51,22 @@ static struct ioaa_refit *make(const struct ioaa_profile *p, int enabled, double
     return make_g(p, enabled, P, C, 0);
 }
 
+/* The decision's profile: profile(r)'s tables (copied into d, zeroed first) with the
+ * speculation (P, C) folded as pulseinfer folds it (beside factor 0.5, window 1, 64 batches). */
+static void folded(struct ioaa_profile_data *d, double r, double P, double C)
+{
+    char err[256];
+    memset(d, 0, sizeof *d);
+    EXPECT_EQ_INT(ioaa_profile_data_alloc(d, 2, 1, 2, 2, err, sizeof err), PULSE_OK);
+    memcpy(d->tn_b, TN_B, sizeof TN_B), memcpy(d->tn_c, TN_C, sizeof TN_C);
+    memcpy(d->tn, TN, sizeof TN), memcpy(d->to_b, TO_B, sizeof TO_B);
+    memcpy(d->to, TO, sizeof TO), memcpy(d->tr_bytes, TR_X, sizeof TR_X);
+    memcpy(d->tr, TR, sizeof TR);
+    d->prof.n_layers = 10, d->prof.recall_bytes = r;
+    d->info.beside = (struct ioaa_beside){.n = 1, .factor = {0.5}};
+    EXPECT_EQ_INT(ioaa_profile_data_speculate(d, P, C, 1, 64, err, sizeof err), PULSE_OK);
+}
+
 /* A fake profile predicting 15 ms where steps take 18: the offload batch of 10 alone,
  * S = L (t_O + t_R) = 10 (0.5 + 1.0) ms. */
 static void test_converges(void)
@@ -247,15 +263,7 @@ static void test_speculation(void)
     EXPECT_NEAR(ioaa_refit_step(r, 0, 0, 9, 1), 25.5e-3, 1e-6);
     /* the decision's model: the profile folded as pulseinfer folds it, then rewritten */
     struct ioaa_profile_data d;
-    memset(&d, 0, sizeof d);
-    EXPECT_EQ_INT(ioaa_profile_data_alloc(&d, 2, 1, 2, 2, err, sizeof err), PULSE_OK);
-    memcpy(d.tn_b, TN_B, sizeof TN_B), memcpy(d.tn_c, TN_C, sizeof TN_C),
-        memcpy(d.tn, TN, sizeof TN);
-    memcpy(d.to_b, TO_B, sizeof TO_B), memcpy(d.to, TO, sizeof TO);
-    memcpy(d.tr_bytes, TR_X, sizeof TR_X), memcpy(d.tr, TR, sizeof TR);
-    d.prof.n_layers = 10, d.prof.recall_bytes = 1e6,
-    d.info.beside = (struct ioaa_beside){.n = 1, .factor = {0.5}};
-    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1.6e6, 0.3e6, 1, 64, err, sizeof err), PULSE_OK);
+    folded(&d, 1e6, 1.6e6, 0.3e6);
     const struct ioaa_params ip = {.profile = d.prof, .max_waiting = 4, .irq = 1};
     struct ioaa *a = ioaa_create(&ip, err, sizeof err);
     EXPECT(a != NULL);
@@ -379,15 +387,7 @@ static void test_bytes(void)
     /* speculation: set to (P, C) is a refit made with them */
     struct ioaa_refit *s = make(&p, 1, 1.6e6, 0.3e6), *s2 = make(&p, 1, 0.4e6, 0.9e6);
     struct ioaa_profile_data d;
-    memset(&d, 0, sizeof d);
-    EXPECT_EQ_INT(ioaa_profile_data_alloc(&d, 2, 1, 2, 2, err, sizeof err), PULSE_OK);
-    memcpy(d.tn_b, TN_B, sizeof TN_B), memcpy(d.tn_c, TN_C, sizeof TN_C),
-        memcpy(d.tn, TN, sizeof TN);
-    memcpy(d.to_b, TO_B, sizeof TO_B), memcpy(d.to, TO, sizeof TO);
-    memcpy(d.tr_bytes, TR_X, sizeof TR_X), memcpy(d.tr, TR, sizeof TR);
-    d.prof.n_layers = 10, d.prof.recall_bytes = 0.5e6,
-    d.info.beside = (struct ioaa_beside){.n = 1, .factor = {0.5}};
-    EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, 1.6e6, 0.3e6, 1, 64, err, sizeof err), PULSE_OK);
+    folded(&d, 0.5e6, 1.6e6, 0.3e6);
     const struct ioaa_params sp = {.profile = d.prof, .max_waiting = 4, .irq = 1};
     struct ioaa *as = ioaa_create(&sp, err, sizeof err);
     if (s && s2 && as) {
