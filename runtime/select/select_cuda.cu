@@ -278,16 +278,9 @@ __device__ void radix_select(const uint32_t *keys, int m, int k, uint32_t *T, in
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
         __syncthreads();
-        /* one atomic per distinct digit of a warp (scores of one list mostly share their top
-         * byte: one address from every lane would serialise the first pass); the loop runs
-         * whole warps, lanes past m taking no digit */
-        for (int i0 = threadIdx.x & ~31; i0 < m; i0 += blockDim.x) {
-            const int i = i0 + (threadIdx.x & 31);
-            const uint32_t key = i < m ? keys[i] : 0;
-            const uint32_t digit = i < m && (key & mask) == prefix ? (key >> shift) & 255u : 256u;
-            const unsigned peers = __match_any_sync(kFull, digit);
-            if (digit < 256u && (threadIdx.x & 31) == __ffs(peers) - 1)
-                atomicAdd(&hist[digit], __popc(peers));
+        for (int i = threadIdx.x; i < m; i += blockDim.x) {
+            const uint32_t key = keys[i];
+            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
         }
         __syncthreads();
         /* threads 0..255 hold bins 255..0: inclusive scan = count of keys in bins >= digit */
