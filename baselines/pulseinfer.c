@@ -1094,7 +1094,11 @@ static void beside_json(json_t *rj, const struct ioaa_beside *b, double compute)
         json_object_set_new(rj, "beside_compute", bj);
     else
         results_set_real(rj, "beside_compute", ioaa_beside_rate(b, 0));
-    results_set_real(rj, "compute_beside", compute > 1 ? compute : 1);
+    json_t *gj = b->slow_n > 0 ? ioaa_compute_beside_to_json(b, compute) : NULL;
+    if (gj) /* a table per round size */
+        json_object_set_new(rj, "compute_beside", gj);
+    else
+        results_set_real(rj, "compute_beside", compute > 1 ? compute : 1);
     json_object_set_new(rj, "beside_from", json_string(b->n > 0 ? "profile" : "default"));
 }
 

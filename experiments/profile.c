@@ -819,9 +819,10 @@ static int measure_recalls(struct recall_rig *g, const struct opts *o,
  *   the layers run; each size's factor is the median round alone (the table's) over the median
  *   beside, so a round's fixed costs beside compute (its blocks waiting for SMs) show at the
  *   sizes they weigh on;
- *   the compute: the L layers' time (device events) alone and with rounds of the largest size
- *   up to 16 MB queued back to back beside them, two in flight, until the layers end; the
- *   ratio of the medians.
+ *   the compute: the L layers' time (device events) alone and with rounds of each of those sizes
+ *   up to 16 MB queued back to back beside them, two in flight, until the layers end; per size
+ *   the ratio of the medians (a small round's gather holds fewer SMs), a table when there are
+ *   two sizes or more, the compute's one factor (prof.compute_beside) the largest.
  * Not measured on a host backend, whose layers run on the calling thread (the reader's defaults
  * apply); 0, or 1 after a message. */
 #define BESIDE_MIN_BYTES 262144.0
@@ -864,8 +865,9 @@ static int measure_beside(struct engine *e, struct recall_rig *g, const struct o
                   o->budget);
         return 1;
     }
-    const int ns = d->prof.tr_n - k0;
-    double *s = mem_alloc(MEM_HOST, sizeof *s * (size_t)(R * (ns + 2)), "profile beside samples");
+    const int ns = d->prof.tr_n - k0, nk = PULSE_MAX(1, k - k0 + 1); /* compute: k0 .. k */
+    const size_t n_samples = (size_t)R * (size_t)(ns + 1 + nk);
+    double *s = mem_alloc(MEM_HOST, sizeof *s * n_samples, "profile beside samples");
     void *ev[2] = {be->event_create_timed(), be->event_create_timed()};
     int bad = !s || !ev[0] || !ev[1];
     if (bad) cli_error(CMD, "the recall beside compute: cannot allocate its samples or events");
@@ -888,11 +890,12 @@ static int measure_beside(struct engine *e, struct recall_rig *g, const struct o
             }
             if (r >= 0) s[i * R + r] = t;
         }
-    /* the layers alone, then beside rounds back to back (two in flight) until they end */
+    /* the layers alone (side 0), then beside rounds of each size back to back (two in flight)
+     * until they end (side 1 + j: size k0 + j, or k alone when it is below k0) */
     double *c = s ? s + (size_t)ns * R : NULL;
-    int rounds = 0;
+    int rounds[IOAA_BESIDE_MAX_POINTS] = {0};
     for (int r = -(int)o->warmup; r < R && !bad; r++)
-        for (int side = 0; side < 2 && !bad; side++) {
+        for (int side = 0; side < 1 + nk && !bad; side++) {
             be->event_record(engine_ctx(e), ev[0]);
             engine_run_embed(e, bb.bt);
             for (int l = 0; l < L; l++)
@@ -900,13 +903,13 @@ static int measure_beside(struct engine *e, struct recall_rig *g, const struct o
             be->event_record(engine_ctx(e), ev[1]);
             int64_t t[2] = {-1, -1};
             int st = PULSE_OK, q = 0;
-            const int n = (int)(d->tr_bytes[k] / g->chunk);
+            const int kk = nk > 1 ? k0 + side - 1 : k, n = (int)(d->tr_bytes[kk] / g->chunk);
             if (side) st = beside_round(g, n, &t[0]);
             while (side && st == PULSE_OK && !be->event_query(ev[1])) {
                 st = beside_round(g, n, &t[!q]);
                 if (st == PULSE_OK) st = recall_wait(g->r, t[q]);
                 t[q] = -1, q = !q;
-                rounds += r >= 0;
+                rounds[side - 1] += r >= 0;
             }
             for (int h = 0; h < 2 && st == PULSE_OK; h++)
                 if (t[h] >= 0) st = recall_wait(g->r, t[h]);
@@ -934,17 +937,28 @@ static int measure_beside(struct engine *e, struct recall_rig *g, const struct o
             json_array_append_new(json_object_get(rj, "factor"), json_real(bs->factor[i]));
         }
         bs->n = ns;
-        const double ca = median(c, R), cb = median(c + R, R);
-        d->prof.compute_beside = PULSE_MIN(IOAA_PROFILE_COMPUTE_MAX, PULSE_MAX(1.0, cb / ca));
-        json_t *cj =
-            json_pack("{s:o, s:o, s:I, s:i}", "alone_s", reals(c, R), "beside_s", reals(c + R, R),
-                      "round_bytes", (json_int_t)d->tr_bytes[k], "rounds", rounds);
-        results_set_real(cj, "ratio", cb / ca);
-        results_set_real(cj, "factor", d->prof.compute_beside);
+        const double ca = median(c, R);
+        json_t *cj = json_pack("{s:o, s:[], s:[], s:[], s:[], s:[]}", "alone_s", reals(c, R),
+                               "beside_s", "round_bytes", "rounds", "ratio", "factor");
+        d->prof.compute_beside = 1;
+        bs->slow_n = nk > 1 ? nk : 0;
+        for (int j = 0; j < nk; j++) {
+            const double cb = median(c + (size_t)(1 + j) * R, R);
+            const double f = PULSE_MIN(IOAA_PROFILE_COMPUTE_MAX, PULSE_MAX(1.0, cb / ca));
+            const double x = d->tr_bytes[nk > 1 ? k0 + j : k];
+            if (nk > 1) bs->slow_bytes[j] = x, bs->slow[j] = f;
+            d->prof.compute_beside = PULSE_MAX(d->prof.compute_beside, f);
+            json_array_append_new(json_object_get(cj, "beside_s"),
+                                  reals(c + (size_t)(1 + j) * R, R));
+            json_array_append_new(json_object_get(cj, "round_bytes"), json_real(x));
+            json_array_append_new(json_object_get(cj, "rounds"), json_integer(rounds[j]));
+            json_array_append_new(json_object_get(cj, "ratio"), json_real(cb / ca));
+            json_array_append_new(json_object_get(cj, "factor"), json_real(f));
+        }
         json_object_set_new(rj, "compute", cj);
         json_object_set_new(meas, "recall_beside", rj);
     }
-    mem_free(MEM_HOST, s, sizeof *s * (size_t)(R * (ns + 2)));
+    mem_free(MEM_HOST, s, sizeof *s * n_samples);
     return bad;
 }
 

@@ -9,7 +9,8 @@ composition (normal, offloaded), the measured mean step against
   beside   the model as the run has it (ioaa_profile.h's ioaa_overlap): the prefetch at the
            recall's rate beside compute of its round size while the layer computes
            (recall.beside_compute: a number or a table; default 0.5), the compute
-           recall.compute_beside times as long beside the recall (default 1), with a normal
+           recall.compute_beside times as long beside the recall (default 1; a table: at the
+           prefetch round's size, its largest for IRQ's normal layers), with a normal
            batch the normal layers as long again beside the offload batch's recall
   refit    beside, refitted online as ioaa_refit.h does (EWMA 0.2 of the recall factor that makes
            each steady step the measured one), each step predicted before it is observed; the
@@ -69,7 +70,15 @@ class Profile:
         self.rx, self.rt = j["recall"]["bytes"], runmax(j["recall"]["round_s"])
         b = j["recall"].get("beside_compute", BESIDE_DEFAULT)
         self.fx, self.ff = (b["bytes"], b["factor"]) if isinstance(b, dict) else ([1.0], [b])
-        self.g = j["recall"].get("compute_beside", 1.0)
+        g = j["recall"].get("compute_beside", 1.0)  # a number, or a table per round size
+        self.gx, self.gg = (g["bytes"], g["factor"]) if isinstance(g, dict) else ([1.0], [g])
+        self.g = max(self.gg)  # IRQ's normal layers: the largest
+
+    def slow(self, x):
+        """the compute's slowdown beside rounds of x bytes (the end values outside)"""
+        if len(self.gx) == 1 or x <= self.gx[0]:
+            return self.gg[0]
+        return interp1(self.gx, self.gg, min(x, self.gx[-1]))
 
     def rate(self, x):
         """the recall's rate beside compute at a round of x bytes (the end values outside)"""
@@ -103,18 +112,19 @@ def overlap(compute, recall, rate, slow):
 
 def terms(p, bn, c, bo, run, beside):
     """t_N, t_O, the exact round, the prefetch alone, its rate beside compute, the corrections,
-    g (rate and g 1 without interference)"""
+    g (IRQ's normal layers'), and g beside the prefetch round (rates and g 1 without
+    interference)"""
     tn, to = p.t_n(bn, c), p.t_o(bo)
     g = p.g if beside else 1.0
     if run["spec"]:
         f = p.rate(bo * run["P"]) if beside else 1.0
-        return tn, to, 0.0, p.t_r(bo * run["P"]), f, p.t_r(bo * run["C"]), g
-    return tn, to, p.t_r(bo * run["r"]), 0.0, 1.0, 0.0, g
+        gp = p.slow(bo * run["P"]) if beside else 1.0
+        return tn, to, 0.0, p.t_r(bo * run["P"]), f, p.t_r(bo * run["C"]), g, gp
+    return tn, to, p.t_r(bo * run["r"]), 0.0, 1.0, 0.0, g, g
 
 
 def prefetch(t, kr):
-    tn, to, rr, pp, f, cc, g = t
-    return overlap(to, kr * pp, f, g) - to
+    return overlap(t[1], kr * t[3], t[4], t[7]) - t[1]
 
 
 def recall(t, kr, kc, spec):
@@ -133,7 +143,7 @@ def step(p, t, bn, bo, x, irq=True):
 
 def observe(p, t, bn, bo, m, k, spec):
     """One steady step into the factors (ioaa_refit_observe)."""
-    tn, to, rr, pp, f, cc, g = t
+    tn, to, rr, pp, f, cc, g, gp = t
     kr, kc = k
     pl = m / p.L
     if bn > 0 and bo > 0:
@@ -153,14 +163,14 @@ def observe(p, t, bn, bo, m, k, spec):
     if not spec:
         nr = x / rr
     else:
-        q = x - kc * cc + to - g * to * (1 - f)
-        binds = pp > 0 and (kr * pp / f > g * to or not cc > 0)
-        if binds and q / f >= g * to:
+        q = x - kc * cc + to - gp * to * (1 - f)
+        binds = pp > 0 and (kr * pp / f > gp * to or not cc > 0)
+        if binds and q / f >= gp * to:
             nr = q / pp
         elif cc > 0:
             nc = (x - prefetch(t, kr)) / cc
-        elif g > 1:
-            nr = x * f / (pp * (1 - 1 / g))
+        elif gp > 1:
+            nr = x * f / (pp * (1 - 1 / gp))
     cl = lambda v: min(KMAX, max(KMIN, v))
     return ((1 - ALPHA) * kr + ALPHA * cl(nr), (1 - ALPHA) * kc + ALPHA * cl(nc))
 

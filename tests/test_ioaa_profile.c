@@ -170,6 +170,37 @@ static void test_round_trip(void)
         EXPECT_NEAR(back.info.beside.factor[i], d.info.beside.factor[i], 0);
     }
     EXPECT_NEAR(back.prof.compute_beside, 1.17, 0);
+    EXPECT_EQ_INT(back.info.beside.slow_n, 0);
+    { /* the compute's slowdown as a table per round size: read back as written, its largest
+       * the profile's one factor; refused with one point, a factor under 1, bytes not
+       * increasing */
+        struct ioaa_profile_data t = d;
+        t.info.beside.slow_n = 3;
+        const double sb[3] = {262144, 4194304, 16777216}, sv[3] = {1.08, 1.31, 1.64};
+        memcpy(t.info.beside.slow_bytes, sb, sizeof sb), memcpy(t.info.beside.slow, sv, sizeof sv);
+        json_t *tj = ioaa_profile_to_json(&t.prof, &t.info);
+        json_t *gj = json_object_get(json_object_get(tj, "recall"), "compute_beside");
+        EXPECT(json_is_object(gj));
+        EXPECT_EQ_INT(load_json(tj, &back, err, sizeof err), PULSE_OK);
+        EXPECT_EQ_INT(back.info.beside.slow_n, 3);
+        for (int i = 0; i < 3; i++) {
+            EXPECT_NEAR(back.info.beside.slow_bytes[i], sb[i], 0);
+            EXPECT_NEAR(back.info.beside.slow[i], sv[i], 0);
+        }
+        EXPECT_NEAR(back.prof.compute_beside, 1.64, 0);
+        json_array_set_new(json_object_get(gj, "factor"), 0, json_real(0.9));
+        EXPECT_EQ_INT(load_json(tj, &back, err, sizeof err), PULSE_ERR_INVALID);
+        EXPECT_STR_CONTAINS(err, "recall.compute_beside: factor 0 is 0.9: expected [1, 8]");
+        json_array_set_new(json_object_get(gj, "factor"), 0, json_real(1.08));
+        json_array_set_new(json_object_get(gj, "bytes"), 1, json_real(262144));
+        EXPECT_EQ_INT(load_json(tj, &back, err, sizeof err), PULSE_ERR_INVALID);
+        EXPECT_STR_CONTAINS(err, "recall.compute_beside: bytes 1 is 262144");
+        json_object_set_new(json_object_get(tj, "recall"), "compute_beside",
+                            json_pack("{s:[f], s:[f]}", "bytes", 1e6, "factor", 1.2));
+        EXPECT_EQ_INT(load_json(tj, &back, err, sizeof err), PULSE_ERR_INVALID);
+        EXPECT_STR_CONTAINS(err, "of 2 .. 16 points each");
+        json_decref(tj);
+    }
     /* refused: a factor out of range, bytes not increasing, a compute under 1, a bad form */
     json_t *rec = json_object_get(j, "recall");
     json_t *bj = json_object_get(rec, "beside_compute");
@@ -500,6 +531,44 @@ static void test_speculate(void)
                 }
             ioaa_free(a);
         }
+        ioaa_profile_data_free(&d);
+    }
+    /* the compute's slowdown per round size (recall.compute_beside as a table, 1.1 at 1 MB to
+     * 1.5 at 100 MB): the fold takes it at each batch's prefetch round, b P; IRQ's normal layers
+     * keep the profile's one (the table's largest) */
+    {
+        const double P = 3.2e6, C = 0.6e6, f = 0.4;
+        struct ioaa_profile_data d;
+        memset(&d, 0, sizeof d);
+        EXPECT_EQ_INT(ioaa_profile_data_alloc(&d, 2, 1, 2, 2, err, sizeof err), PULSE_OK);
+        d.tn_b[0] = 1, d.tn_b[1] = 64, d.tn_c[0] = 4096, d.tn[0] = d.tn[1] = 2e-3;
+        d.to_b[0] = 1, d.to_b[1] = 65, d.to[0] = 1.1e-3, d.to[1] = 7.5e-3;
+        d.tr_bytes[0] = 1e3, d.tr_bytes[1] = 1e9, d.tr[0] = 1e-7, d.tr[1] = 1e-1;
+        d.prof.n_layers = (int)L, d.prof.recall_bytes = 2e6, d.prof.compute_beside = 1.5;
+        d.info.beside = (struct ioaa_beside){
+            .n = 1, .factor = {f}, .slow_n = 2, .slow_bytes = {1e6, 1e8}, .slow = {1.1, 1.5}};
+        EXPECT_NEAR(ioaa_beside_slow(&d.info.beside, 0.5e6, 9), 1.1, 0);
+        EXPECT_NEAR(ioaa_beside_slow(&d.info.beside, 50.5e6, 9), 1.3, 1e-12);
+        EXPECT_NEAR(ioaa_beside_slow(&d.info.beside, 2e8, 9), 1.5, 0);
+        const struct ioaa_beside none = {0};
+        EXPECT_NEAR(ioaa_beside_slow(&none, 2e8, 1.25), 1.25, 0);
+        EXPECT_EQ_INT(ioaa_profile_data_speculate(&d, P, C, 1, 32, err, sizeof err), PULSE_OK);
+        const struct ioaa_params ip = {.profile = d.prof, .irq = 1};
+        struct ioaa *a = ioaa_create(&ip, err, sizeof err);
+        EXPECT(a != NULL);
+        for (int bo = 1; a && bo <= 32; bo += 5) {
+            const double to = 1e-3 + bo * 1e-4, x = bo * P, tp = x / 1e10, tc = bo * C / 1e10;
+            const double g = fmin(1.5, fmax(1.1, 1.1 + 0.4 * (x - 1e6) / 99e6));
+            const double added =
+                tp / f <= g * to ? tp / f * (1 - 1 / g) : tp - f * g * to + g * to - to;
+            const double want = L * (to + tc + added);
+            EXPECT_NEAR(ioaa_step_time(a, 0, 0, bo, NULL), want, 1e-9 * want);
+            /* with a normal batch: its layers beside the folded recall take the largest, 1.5 */
+            const double tr = tc + added, tk = 2e-3 + (1 - 1 / 1.5) * tr;
+            EXPECT_NEAR(ioaa_step_time(a, 4, 4 * 4096, bo, NULL), L * (to + fmax(tr, tk)),
+                        1e-9 * want);
+        }
+        ioaa_free(a);
         ioaa_profile_data_free(&d);
     }
     struct ioaa_profile_data d;

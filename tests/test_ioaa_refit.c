@@ -396,8 +396,7 @@ static void test_bytes(void)
         for (int bo = 1; bo <= 33; bo += 4) {
             EXPECT_NEAR(ioaa_refit_step(s, 2, 8192, bo, 1), ioaa_refit_step(s2, 2, 8192, bo, 1),
                         1e-15);
-            EXPECT_NEAR(ioaa_step_time(as, 0, 0, bo, NULL), ioaa_refit_step(s2, 0, 0, bo, 1),
-                        1e-9);
+            EXPECT_NEAR(ioaa_step_time(as, 0, 0, bo, NULL), ioaa_refit_step(s2, 0, 0, bo, 1), 1e-9);
         }
         EXPECT_EQ_INT(ioaa_refit_set_bytes(s, 1e6, 0, 0, err, sizeof err), PULSE_ERR_INVALID);
         EXPECT_STR_CONTAINS(err, "some prefetch or correction");
@@ -410,6 +409,47 @@ out:
     ioaa_free(a);
     ioaa_refit_free(r);
     ioaa_refit_free(r4);
+}
+
+/* The compute's slowdown per round size (the beside's slow table): the refit's step at each
+ * offload batch is that of a refit whose one g is the table at the batch's prefetch round
+ * (b P), and a step measured so leaves the factors where they were. */
+static void test_slow_table(void)
+{
+    char err[256];
+    const struct ioaa_profile p = profile(1e6);
+    struct ioaa_profile pg = p;
+    pg.compute_beside = 1.6;
+    struct ioaa_refit_params rp = {.base = &pg,
+                                   .irq = 1,
+                                   .enabled = 1,
+                                   .prefetch_bytes = 1.6e6,
+                                   .correction_bytes = 0.3e6,
+                                   .beside = {.n = 1,
+                                              .factor = {0.5},
+                                              .slow_n = 2,
+                                              .slow_bytes = {1e6, 33e6},
+                                              .slow = {1.1, 1.6}},
+                                   .max_batch = 64};
+    struct ioaa_refit *r = ioaa_refit_create(&rp, err, sizeof err);
+    EXPECT(r != NULL);
+    for (int bo = 1; r && bo <= 25; bo += 4) {
+        const double x = bo * 1.6e6, g = fmin(1.6, 1.1 + 0.5 * (x - 1e6) / 32e6);
+        struct ioaa_refit *s = make_g(&p, 1, 1.6e6, 0.3e6, g);
+        if (!s) continue;
+        EXPECT_NEAR(ioaa_refit_step(r, 0, 0, bo, 1), ioaa_refit_step(s, 0, 0, bo, 1), 1e-15);
+        const double m = ioaa_refit_step(s, 0, 0, bo, 1);
+        ioaa_refit_observe(r, 0, 0, bo, m);
+        ioaa_refit_free(s);
+    }
+    struct ioaa_refit_stats st;
+    if (r) ioaa_refit_get_stats(r, &st);
+    EXPECT_NEAR(r ? st.k_recall : 0, 1, 1e-9);
+    EXPECT_NEAR(r ? st.k_correction : 0, 1, 1e-9);
+    ioaa_refit_free(r);
+    rp.beside.slow[0] = 0.9; /* refused as the reader refuses it */
+    EXPECT(ioaa_refit_create(&rp, err, sizeof err) == NULL);
+    EXPECT_STR_CONTAINS(err, "compute_beside: factor 0 is 0.9");
 }
 
 /* Bad input: one-line reasons. */
@@ -453,6 +493,7 @@ int main(void)
     test_admission();
     test_self();
     test_bytes();
+    test_slow_table();
     test_rejects();
     return tu_finish("test_ioaa_refit");
 }

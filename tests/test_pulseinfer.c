@@ -250,6 +250,19 @@ static void test_ioaa_alternative(void)
     EXPECT_NEAR(json_number_value(json_object_get(rf, "compute_beside")), 1.5, 0);
     EXPECT_STR_EQ(json_string_value(json_object_get(rf, "beside_from")), "profile");
     json_decref(rj);
+    /* the compute's slowdown per round size: echoed as the table */
+    pj = json_load_file(scaled, 0, &pe), rec = json_object_get(pj, "recall");
+    json_object_set_new(rec, "compute_beside",
+                        json_pack("{s:[f,f], s:[f,f]}", "bytes", 1e6, 16e6, "factor", 1.2, 1.5));
+    EXPECT_EQ_INT(json_dump_file(pj, scaled, 0), 0);
+    json_decref(pj);
+    rj = tu_run_pulse_json(args, out, sizeof out);
+    rf = json_object_get(json_object_get(json_object_get(rj, "counters"), "pulseinfer"),
+                         "ioaa_refit");
+    json_t *gj = json_object_get(rf, "compute_beside");
+    EXPECT_NEAR(json_number_value(json_array_get(json_object_get(gj, "factor"), 1)), 1.5, 0);
+    EXPECT_NEAR(json_number_value(json_array_get(json_object_get(gj, "bytes"), 0)), 1e6, 0);
+    json_decref(rj);
     for (int i = 0; i < 2; i++)
         remove(tmp[i]);
 }

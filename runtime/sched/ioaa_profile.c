@@ -137,17 +137,26 @@ int ioaa_profile_data_scale(struct ioaa_profile_data *d, double compute, double 
     return PULSE_OK;
 }
 
+/* The table (x[n], y[n]) at v: linear between points, the end values outside. */
+static double table_at(const double *x, const double *y, int n, double v)
+{
+    if (n == 1 || v <= x[0]) return y[0];
+    if (v >= x[n - 1]) return y[n - 1];
+    int i = 0;
+    while (v > x[i + 1])
+        i++;
+    const double t = (v - x[i]) / (x[i + 1] - x[i]);
+    return (1 - t) * y[i] + t * y[i + 1];
+}
+
+double ioaa_beside_slow(const struct ioaa_beside *b, double bytes, double g)
+{
+    return b->slow_n > 0 ? table_at(b->slow_bytes, b->slow, b->slow_n, bytes) : g;
+}
+
 double ioaa_beside_rate(const struct ioaa_beside *b, double bytes)
 {
-    const int n = b->n;
-    if (n < 1) return IOAA_PROFILE_BESIDE_DEFAULT;
-    if (n == 1 || bytes <= b->bytes[0]) return b->factor[0];
-    if (bytes >= b->bytes[n - 1]) return b->factor[n - 1];
-    int i = 0;
-    while (bytes > b->bytes[i + 1])
-        i++;
-    const double v = (bytes - b->bytes[i]) / (b->bytes[i + 1] - b->bytes[i]);
-    return (1 - v) * b->factor[i] + v * b->factor[i + 1];
+    return b->n < 1 ? IOAA_PROFILE_BESIDE_DEFAULT : table_at(b->bytes, b->factor, b->n, bytes);
 }
 
 double ioaa_overlap(double compute, double recall, double rate, double slow)
@@ -174,6 +183,22 @@ int ioaa_beside_check(const struct ioaa_beside *b, char *why, size_t len)
                             b->bytes[i]),
                    -1;
     }
+    if (b->slow_n == 1 || b->slow_n < 0 || b->slow_n > IOAA_BESIDE_MAX_POINTS)
+        return snprintf(why, len, "compute_beside: %d points: expected 2 .. %d (or one number)",
+                        b->slow_n, IOAA_BESIDE_MAX_POINTS),
+               -1;
+    for (int i = 0; i < b->slow_n; i++) {
+        if (!(b->slow[i] >= 1 && b->slow[i] <= IOAA_PROFILE_COMPUTE_MAX))
+            return snprintf(why, len, "compute_beside: factor %d is %g: expected [1, %g]", i,
+                            b->slow[i], IOAA_PROFILE_COMPUTE_MAX),
+                   -1;
+        if (!(isfinite(b->slow_bytes[i]) && b->slow_bytes[i] > 0 &&
+              (i == 0 || b->slow_bytes[i] > b->slow_bytes[i - 1])))
+            return snprintf(why, len,
+                            "compute_beside: bytes %d is %g: expected > 0, finite, increasing", i,
+                            b->slow_bytes[i]),
+                   -1;
+    }
     return 0;
 }
 
@@ -185,7 +210,8 @@ double ioaa_spec_recall(const struct ioaa *a, double b, double prefetch_bytes,
     const double tp = k_prefetch * ioaa_t_recall(a, b * prefetch_bytes);
     const double wo = window * ioaa_t_offload(a, b);
     const double f = ioaa_beside_rate(beside, b * prefetch_bytes);
-    return tc + ioaa_overlap(wo, tp, f, ioaa_compute_beside(a)) - wo;
+    const double g = ioaa_beside_slow(beside, b * prefetch_bytes, ioaa_compute_beside(a));
+    return tc + ioaa_overlap(wo, tp, f, g) - wo;
 }
 
 int ioaa_profile_data_speculate(struct ioaa_profile_data *d, double prefetch_bytes,
@@ -285,11 +311,19 @@ json_t *ioaa_profile_to_json(const struct ioaa_profile *p, const struct ioaa_pro
     if (info->note[0]) json_object_set_new(j, "note", json_string(info->note));
     json_t *rec = json_object_get(j, "recall"), *bj = ioaa_beside_to_json(&info->beside);
     if (bj) json_object_set_new(rec, "beside_compute", bj); /* measured */
-    if (p->compute_beside > 0)
-        json_object_set_new(rec, "compute_beside", json_real(p->compute_beside));
+    json_t *gj = ioaa_compute_beside_to_json(&info->beside, p->compute_beside);
+    if (gj) json_object_set_new(rec, "compute_beside", gj);
     json_t *cj = ioaa_bytes_by_context_to_json(&info->by_context);
     if (cj) json_object_set_new(rec, "by_context", cj);
     return j;
+}
+
+json_t *ioaa_compute_beside_to_json(const struct ioaa_beside *b, double g)
+{
+    if (b->slow_n > 0)
+        return json_pack("{s:o, s:o}", "bytes", grid_json(b->slow_bytes, b->slow_n), "factor",
+                         times_json(b->slow, b->slow_n));
+    return g > 0 ? json_real(g) : NULL;
 }
 
 json_t *ioaa_bytes_by_context_to_json(const struct ioaa_bytes_by_context *b)
@@ -519,6 +553,25 @@ static int read_ceilings(const json_t *j, struct ioaa_profile_info *info, const 
 
 /* recall.beside_compute and recall.compute_beside, both optional (the header's forms) into *b
  * and *g (n 0 and 0 when absent). */
+/* A {"bytes": [...], "factor": [...]} table of 1 .. IOAA_BESIDE_MAX_POINTS points into x, y
+ * (*n; non-numbers as NaN, for the check); -1 when v is not of that form. */
+static int read_table(const json_t *v, double *x, double *y, int *n)
+{
+    const json_t *xa = json_object_get(v, "bytes"), *ya = json_object_get(v, "factor");
+    const size_t m = json_array_size(xa);
+    if (!json_is_object(v) || m < 1 || m > IOAA_BESIDE_MAX_POINTS || json_array_size(ya) != m)
+        return -1;
+    for (size_t i = 0; i < m; i++) {
+        const json_t *xi = json_array_get(xa, i), *yi = json_array_get(ya, i);
+        x[i] = json_is_number(xi) ? json_number_value(xi) : NAN;
+        y[i] = json_is_number(yi) ? json_number_value(yi) : NAN;
+    }
+    *n = (int)m;
+    return 0;
+}
+
+/* recall.beside_compute and recall.compute_beside, both optional (the header's forms) into *b
+ * and *g (n, slow_n and g 0 when absent; with a compute table, g its largest factor). */
 static int read_beside(const json_t *j, struct ioaa_beside *b, double *g, const char *name,
                        char *err, size_t errlen)
 {
@@ -527,31 +580,29 @@ static int read_beside(const json_t *j, struct ioaa_beside *b, double *g, const 
     const json_t *gj = json_object_get(rec, "compute_beside");
     memset(b, 0, sizeof *b);
     *g = 0;
-    if (json_is_number(v)) {
+    if (json_is_number(v))
         b->n = 1, b->factor[0] = json_number_value(v);
-    } else if (v) {
-        const json_t *x = json_object_get(v, "bytes"), *f = json_object_get(v, "factor");
-        const size_t n = json_array_size(x);
-        if (!json_is_object(v) || n < 1 || n > IOAA_BESIDE_MAX_POINTS || json_array_size(f) != n)
-            return BAD("recall.beside_compute: expected a number, or {\"bytes\": [...], "
-                       "\"factor\": [...]} of 1 .. %d points each",
-                       IOAA_BESIDE_MAX_POINTS);
-        b->n = (int)n;
-        for (size_t i = 0; i < n; i++) {
-            const json_t *xi = json_array_get(x, i), *fi = json_array_get(f, i);
-            b->bytes[i] = json_is_number(xi) ? json_number_value(xi) : NAN;
-            b->factor[i] = json_is_number(fi) ? json_number_value(fi) : NAN;
-        }
-    }
+    else if (v && read_table(v, b->bytes, b->factor, &b->n))
+        return BAD("recall.beside_compute: expected a number, or {\"bytes\": [...], "
+                   "\"factor\": [...]} of 1 .. %d points each",
+                   IOAA_BESIDE_MAX_POINTS);
     char why[160];
     if (ioaa_beside_check(b, why, sizeof why)) return BAD("recall.beside_compute: %s", why);
-    if (gj) {
-        *g = json_is_number(gj) ? json_number_value(gj) : NAN;
-        if (!(*g >= 1 && *g <= IOAA_PROFILE_COMPUTE_MAX))
-            return BAD("recall.compute_beside: expected a number in [1, %g] (the compute's time "
-                       "beside the recall over alone)",
-                       IOAA_PROFILE_COMPUTE_MAX);
+    if (json_is_number(gj)) {
+        *g = json_number_value(gj);
+    } else if (gj) {
+        if (read_table(gj, b->slow_bytes, b->slow, &b->slow_n) || b->slow_n < 2)
+            return BAD("recall.compute_beside: expected a number, or {\"bytes\": [...], "
+                       "\"factor\": [...]} of 2 .. %d points each",
+                       IOAA_BESIDE_MAX_POINTS);
+        if (ioaa_beside_check(b, why, sizeof why)) return BAD("recall.%s", why);
+        for (int i = 0; i < b->slow_n; i++)
+            *g = fmax(*g, b->slow[i]);
     }
+    if (gj && !(*g >= 1 && *g <= IOAA_PROFILE_COMPUTE_MAX))
+        return BAD("recall.compute_beside: expected a number in [1, %g] (the compute's time "
+                   "beside the recall over alone)",
+                   IOAA_PROFILE_COMPUTE_MAX);
     return PULSE_OK;
 }
 

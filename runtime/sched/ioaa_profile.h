@@ -19,10 +19,12 @@
  *                   bytes strictly increasing; linear between them, the end values outside);
  *                   `pulse profile` measures it on a device backend. Absent:
  *                   IOAA_PROFILE_BESIDE_DEFAULT
- *   recall.compute_beside  optional, in [1, IOAA_PROFILE_COMPUTE_MAX]: the engine's layers'
- *                   time beside a stream of recall rounds over their time alone (`pulse
- *                   profile` measures it with recall.beside_compute): prof.compute_beside.
- *                   Absent: 0 (none)
+ *   recall.compute_beside  optional, each in [1, IOAA_PROFILE_COMPUTE_MAX]: the engine's
+ *                   layers' time beside a stream of recall rounds over their time alone (`pulse
+ *                   profile` measures it with recall.beside_compute): one number for every
+ *                   round size (prof.compute_beside), or {"bytes": [n], "factor": [n]} per
+ *                   size of the rounds (info.beside's slow table; prof.compute_beside is then
+ *                   its largest factor, the one IRQ's normal layers take). Absent: 0 (none)
  *   recall.by_context  optional: the recall per offload request and layer (over all L layers,
  *                   as r) that real offload steps moved at each context (`pulse profile
  *                   --bytes-contexts`), with the schedule they ran:
@@ -67,12 +69,16 @@
 
 /* The recall beside compute (recall.beside_compute): while the compute runs, a recall round
  * moves its bytes at factor(x) of its rate alone (x its bytes); the compute beside the recall
- * takes recall.compute_beside times as long (struct ioaa_profile's compute_beside); once one
- * ends the other runs at its own speed (ioaa_overlap). */
+ * takes recall.compute_beside times as long (struct ioaa_profile's compute_beside, or per round
+ * size the slow table below: a small round's gather holds fewer SMs); once one ends the other
+ * runs at its own speed (ioaa_overlap). */
 struct ioaa_beside {
     int n;                                 /* points; 0: not measured (the default factor) */
     double bytes[IOAA_BESIDE_MAX_POINTS];  /* round sizes, strictly increasing (n = 1: any) */
     double factor[IOAA_BESIDE_MAX_POINTS]; /* each in (0, IOAA_PROFILE_BESIDE_MAX] */
+    int slow_n; /* recall.compute_beside as a table: points (>= 2), or 0 (the profile's one g) */
+    double slow_bytes[IOAA_BESIDE_MAX_POINTS]; /* round sizes, strictly increasing */
+    double slow[IOAA_BESIDE_MAX_POINTS];       /* each in [1, IOAA_PROFILE_COMPUTE_MAX] */
 };
 
 /* The recall bytes by context (recall.by_context): what a request's selections recall depends
@@ -163,6 +169,12 @@ int ioaa_profile_data_scale(struct ioaa_profile_data *d, double compute, double 
 /* A round of `bytes`' rate beside compute over its rate alone: b's factors interpolated, the
  * default when b has none. */
 double ioaa_beside_rate(const struct ioaa_beside *b, double bytes);
+/* The compute's slowdown beside rounds of `bytes`: b's slow table interpolated (its end values
+ * outside), g (the profile's one) when it has none. */
+double ioaa_beside_slow(const struct ioaa_beside *b, double bytes, double g);
+/* recall.compute_beside as b and g hold it: the table when b has one, else g (a number; NULL
+ * when g is 0, none). Caller owns the reference. */
+json_t *ioaa_compute_beside_to_json(const struct ioaa_beside *b, double g);
 /* A compute of `compute` seconds alone and a recall of `recall` seconds alone started together:
  * while both run the recall moves at `rate` of its rate alone and the compute takes `slow` (>= 1)
  * times as long; the one left runs alone after. The time until both have ended:
@@ -188,7 +200,8 @@ int ioaa_beside_check(const struct ioaa_beside *b, char *why, size_t len);
  * 1, when the prediction is made at its input; its MLP's share when it is made after its
  * attention, offload_params.spec_from mid), the two slowing each other as d->info.beside says
  * (ioaa_overlap: the round at f = ioaa_beside_rate(P(b)) of its rate while the window's compute
- * runs, the compute g = ioaa_compute_beside(a) times as long, each alone once the other has
+ * runs, the compute g = ioaa_beside_slow(P(b)) times as long (g = ioaa_compute_beside(a) without
+ * a slow table), each alone once the other has
  * ended), then the corrections. So the step of ioaa.h with t_R replaced by
  *   t_R'(b) = t_R(C(b)) + ioaa_overlap(w t_O(b), t_R(P(b)), f, g) - w t_O(b)
  * (at g = 1: t_R(C) + max(0, t_R(P) - f w t_O), the prefetch's part the window did not cover

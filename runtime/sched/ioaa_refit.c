@@ -92,20 +92,22 @@ void ioaa_refit_free(struct ioaa_refit *r)
 }
 
 /* One layer's terms of a composition: t_N, t_O, and the recall's pieces (exact: rr = t_R(b r);
- * speculation: pp = t_R(b P) alone, f its rate beside compute, cc = t_R(b C)), unscaled. */
+ * speculation: pp = t_R(b P) alone, f its rate beside compute, g the compute's slowdown beside
+ * it, cc = t_R(b C)), unscaled. */
 struct terms {
-    double tn, to, rr, pp, f, cc;
+    double tn, to, rr, pp, f, g, cc;
 };
 
 static struct terms terms_of(const struct ioaa_refit *r, int bn, int64_t ctx, int bo)
 {
-    struct terms t = {0, 0, 0, 0, 1, 0};
+    struct terms t = {0, 0, 0, 0, 1, ioaa_compute_beside(r->base), 0};
     if (bn > 0) t.tn = ioaa_t_normal(r->base, bn, (double)ctx / bn);
     if (bo > 0) {
         t.to = ioaa_t_offload(r->base, bo);
         if (r->spec) {
             t.pp = ioaa_t_recall(r->base, bo * r->prefetch);
             t.f = ioaa_beside_rate(&r->beside, bo * r->prefetch);
+            t.g = ioaa_beside_slow(&r->beside, bo * r->prefetch, t.g);
             t.cc = ioaa_t_recall(r->base, bo * r->correction);
         } else {
             t.rr = ioaa_t_recall(r->base, bo * r->r);
@@ -119,7 +121,7 @@ static struct terms terms_of(const struct ioaa_refit *r, int bn, int64_t ctx, in
 static double prefetch_of(const struct ioaa_refit *r, const struct terms *t, double kr)
 {
     const double wo = r->window * t->to;
-    return ioaa_overlap(wo, kr * t->pp, t->f, ioaa_compute_beside(r->base)) - wo;
+    return ioaa_overlap(wo, kr * t->pp, t->f, t->g) - wo;
 }
 
 /* The recall term of one layer at factors (kr, kc). */
@@ -210,7 +212,7 @@ int ioaa_refit_observe(struct ioaa_refit *r, int b_normal, int64_t ctx_sum, int 
     } else {
         /* The prefetch outlasts the window's slowed compute (ioaa_overlap's second case): its
          * term is p + g w (1 - f) - w, linear in p = k_R t_R(P), so X* gives p directly. */
-        const double wo = r->window * t.to, g = ioaa_compute_beside(r->base);
+        const double wo = r->window * t.to, g = t.g;
         const double p = x - kc * t.cc + wo - g * wo * (1 - t.f);
         const int binds = t.pp > 0 && (kr * t.pp / t.f > g * wo || !(t.cc > 0));
         if (binds && p / t.f >= g * wo)
