@@ -304,7 +304,6 @@ static double source_recall_bytes(const struct policy_ctx_params *p)
 /* Whether the profile's recall.by_context holds this run's bytes: measured with its schedule
  * (speculation, with its margin and point, or exact at layer); into pi->by_ctx, or the reason
  * not into pi->by_ctx_skip, said once. --ioaa-bytes profile keeps the profile's one r. */
-static double source_recall_bytes(const struct policy_ctx_params *p);
 static void by_context_check(struct pulseinfer *pi, const struct policy_ctx_params *p)
 {
     const struct ioaa_bytes_by_context *bc = &pi->prof.info.by_context;
