@@ -94,6 +94,16 @@ static int load_json(const json_t *j, struct ioaa_profile_data *d, char *err, si
     return ioaa_profile_load(tmp_path, d, err, errlen);
 }
 
+/* j (not consumed) is refused by the reader, its message holding why. */
+static void refused(const json_t *j, const char *why)
+{
+    char err[512];
+    struct ioaa_profile_data d = {0};
+    EXPECT_EQ_INT(load_json(j, &d, err, sizeof err), PULSE_ERR_INVALID);
+    EXPECT_STR_CONTAINS(err, why);
+    ioaa_profile_data_free(&d);
+}
+
 static int same_doubles(const double *a, const double *b, int n)
 {
     return memcmp(a, b, sizeof *a * (size_t)n) == 0;
@@ -189,36 +199,29 @@ static void test_round_trip(void)
         }
         EXPECT_NEAR(back.prof.compute_beside, 1.64, 0);
         json_array_set_new(json_object_get(gj, "factor"), 0, json_real(0.9));
-        EXPECT_EQ_INT(load_json(tj, &back, err, sizeof err), PULSE_ERR_INVALID);
-        EXPECT_STR_CONTAINS(err, "recall.compute_beside: factor 0 is 0.9: expected [1, 8]");
+        refused(tj, "recall.compute_beside: factor 0 is 0.9: expected [1, 8]");
         json_array_set_new(json_object_get(gj, "factor"), 0, json_real(1.08));
         json_array_set_new(json_object_get(gj, "bytes"), 1, json_real(262144));
-        EXPECT_EQ_INT(load_json(tj, &back, err, sizeof err), PULSE_ERR_INVALID);
-        EXPECT_STR_CONTAINS(err, "recall.compute_beside: bytes 1 is 262144");
+        refused(tj, "recall.compute_beside: bytes 1 is 262144");
         json_object_set_new(json_object_get(tj, "recall"), "compute_beside",
                             json_pack("{s:[f], s:[f]}", "bytes", 1e6, "factor", 1.2));
-        EXPECT_EQ_INT(load_json(tj, &back, err, sizeof err), PULSE_ERR_INVALID);
-        EXPECT_STR_CONTAINS(err, "of 2 .. 16 points each");
+        refused(tj, "of 2 .. 16 points each");
         json_decref(tj);
     }
     /* refused: a factor out of range, bytes not increasing, a compute under 1, a bad form */
     json_t *rec = json_object_get(j, "recall");
     json_t *bj = json_object_get(rec, "beside_compute");
     json_array_set_new(json_object_get(bj, "factor"), 1, json_real(2.5));
-    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
-    EXPECT_STR_CONTAINS(err, "factor 1 is 2.5");
+    refused(j, "factor 1 is 2.5");
     json_array_set_new(json_object_get(bj, "factor"), 1, json_real(0.5));
     json_array_set_new(json_object_get(bj, "bytes"), 2, json_real(4194304));
-    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
-    EXPECT_STR_CONTAINS(err, "bytes 2 is");
+    refused(j, "bytes 2 is");
     json_array_set_new(json_object_get(bj, "bytes"), 2, json_real(67108864));
     json_object_set_new(rec, "compute_beside", json_real(0.9));
-    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
-    EXPECT_STR_CONTAINS(err, "recall.compute_beside: expected a number in [1, 8]");
+    refused(j, "recall.compute_beside: expected a number in [1, 8]");
     json_object_set_new(rec, "compute_beside", json_real(1.1));
     json_object_set_new(rec, "beside_compute", json_string("half"));
-    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
-    EXPECT_STR_CONTAINS(err, "recall.beside_compute: expected a number");
+    refused(j, "recall.beside_compute: expected a number");
     json_decref(j);
     ioaa_profile_data_free(&d);
     ioaa_profile_data_free(&back);
@@ -471,6 +474,19 @@ static void test_overlap(void)
     EXPECT_STR_CONTAINS(why, "bytes 1 is 1e+06");
 }
 
+/* test_speculate's unfolded profile (into d, zeroed first): L = 10, t_N 2 ms, t_O(b) = 1 ms +
+ * b 0.1 ms, t_R(x) = x / 1e10 (10 GB/s), r 2 MB. */
+static void fold_tables(struct ioaa_profile_data *d)
+{
+    char err[256];
+    memset(d, 0, sizeof *d);
+    EXPECT_EQ_INT(ioaa_profile_data_alloc(d, 2, 1, 2, 2, err, sizeof err), PULSE_OK);
+    d->tn_b[0] = 1, d->tn_b[1] = 64, d->tn_c[0] = 4096, d->tn[0] = d->tn[1] = 2e-3;
+    d->to_b[0] = 1, d->to_b[1] = 65, d->to[0] = 1.1e-3, d->to[1] = 7.5e-3;
+    d->tr_bytes[0] = 1e3, d->tr_bytes[1] = 1e9, d->tr[0] = 1e-7, d->tr[1] = 1e-1;
+    d->prof.n_layers = 10, d->prof.recall_bytes = 2e6;
+}
+
 /* Speculation folded into the recall table (ioaa_profile_data_speculate): on a linear profile
  * (t_R = x / 10 GB/s, t_O(b) = 1 ms + b 0.1 ms, t_N(b, c) = 2 ms) the step of the folded model,
  * at every batch of both kinds and with and without IRQ, is the speculation's step written out:
@@ -493,12 +509,7 @@ static void test_speculate(void)
         const double w = k / 9 % 2 ? 0.6 : 1, g = k >= 18 ? 1.3 : 1;
         const int table = k >= 18 && fin == 0.4; /* 0.3 at 1 MB to 0.5 at 100 MB */
         struct ioaa_profile_data d;
-        memset(&d, 0, sizeof d);
-        EXPECT_EQ_INT(ioaa_profile_data_alloc(&d, 2, 1, 2, 2, err, sizeof err), PULSE_OK);
-        d.tn_b[0] = 1, d.tn_b[1] = 64, d.tn_c[0] = 4096, d.tn[0] = d.tn[1] = 2e-3;
-        d.to_b[0] = 1, d.to_b[1] = 65, d.to[0] = 1.1e-3, d.to[1] = 7.5e-3;
-        d.tr_bytes[0] = 1e3, d.tr_bytes[1] = 1e9, d.tr[0] = 1e-7, d.tr[1] = 1e-1;
-        d.prof.n_layers = (int)L, d.prof.recall_bytes = 2e6;
+        fold_tables(&d);
         if (table)
             d.info.beside = (struct ioaa_beside){.n = 2, .bytes = {1e6, 1e8}, .factor = {0.3, 0.5}};
         else if (fin > 0)
@@ -539,12 +550,8 @@ static void test_speculate(void)
     {
         const double P = 3.2e6, C = 0.6e6, f = 0.4;
         struct ioaa_profile_data d;
-        memset(&d, 0, sizeof d);
-        EXPECT_EQ_INT(ioaa_profile_data_alloc(&d, 2, 1, 2, 2, err, sizeof err), PULSE_OK);
-        d.tn_b[0] = 1, d.tn_b[1] = 64, d.tn_c[0] = 4096, d.tn[0] = d.tn[1] = 2e-3;
-        d.to_b[0] = 1, d.to_b[1] = 65, d.to[0] = 1.1e-3, d.to[1] = 7.5e-3;
-        d.tr_bytes[0] = 1e3, d.tr_bytes[1] = 1e9, d.tr[0] = 1e-7, d.tr[1] = 1e-1;
-        d.prof.n_layers = (int)L, d.prof.recall_bytes = 2e6, d.prof.compute_beside = 1.5;
+        fold_tables(&d);
+        d.prof.compute_beside = 1.5;
         d.info.beside = (struct ioaa_beside){
             .n = 1, .factor = {f}, .slow_n = 2, .slow_bytes = {1e6, 1e8}, .slow = {1.1, 1.5}};
         EXPECT_NEAR(ioaa_beside_slow(&d.info.beside, 0.5e6, 9), 1.1, 0);
@@ -917,40 +924,32 @@ static void test_by_context(void)
      * bytes, a point or margin not pulse run's, speculation's series missing */
     json_t *bj = json_object_get(json_object_get(j, "recall"), "by_context");
     json_array_set_new(json_object_get(bj, "context"), 2, json_integer(32768));
-    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
-    EXPECT_STR_CONTAINS(err, "recall.by_context.context[2]: 32768 after 32768");
+    refused(j, "recall.by_context.context[2]: 32768 after 32768");
     json_array_set_new(json_object_get(bj, "context"), 2, json_integer(65536));
     json_array_remove(json_object_get(bj, "after_selection"), 0);
-    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
-    EXPECT_STR_CONTAINS(err, "recall.by_context.after_selection: expected 3 values");
+    refused(j, "recall.by_context.after_selection: expected 3 values");
     json_array_insert_new(json_object_get(bj, "after_selection"), 0, json_real(0.2e6));
-    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
-    EXPECT_STR_CONTAINS(err, "is not bytes 900000");
+    refused(j, "is not bytes 900000");
     json_array_set_new(json_object_get(bj, "after_selection"), 0, json_real(0.1e6));
     json_object_set_new(bj, "spec_from", json_string("output"));
-    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
-    EXPECT_STR_CONTAINS(err, "recall.by_context.spec_from");
+    refused(j, "recall.by_context.spec_from");
     json_object_set_new(bj, "spec_from", json_string("mid"));
     json_object_set_new(bj, "spec_margin", json_real(1.5));
-    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
-    EXPECT_STR_CONTAINS(err, "recall.by_context.spec_margin");
+    refused(j, "recall.by_context.spec_margin");
     json_object_set_new(bj, "spec_margin", json_real(0));
     EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_OK);
     EXPECT_STR_EQ(back.info.by_context.spec_from, "mid");
     json_object_del(bj, "prefetch");
-    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
-    EXPECT_STR_CONTAINS(err, "recall.by_context.prefetch: expected 3 values");
+    refused(j, "recall.by_context.prefetch: expected 3 values");
     json_object_set_new(bj, "speculate", json_false()); /* exact: bytes only */
     EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_OK);
     EXPECT_EQ_INT(back.info.by_context.speculate, 0);
     EXPECT_NEAR(back.info.by_context.bytes[1], 1.1e6, 0);
     json_object_set_new(bj, "source_bytes", json_real(-1));
-    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
-    EXPECT_STR_CONTAINS(err, "recall.by_context.source_bytes: expected a number >= 0");
+    refused(j, "recall.by_context.source_bytes: expected a number >= 0");
     json_object_set_new(bj, "source_bytes", json_real(1.47e6));
     json_object_set_new(bj, "speculate", json_string("yes"));
-    EXPECT_EQ_INT(load_json(j, &back, err, sizeof err), PULSE_ERR_INVALID);
-    EXPECT_STR_CONTAINS(err, "recall.by_context: expected");
+    refused(j, "recall.by_context: expected");
     json_decref(j);
     ioaa_profile_data_free(&d);
 
