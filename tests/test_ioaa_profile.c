@@ -1001,7 +1001,11 @@ static void test_by_context(void)
                {"--bytes-contexts 512,256", "--bytes-contexts: must be strictly increasing"},
                {"--speculate", "--speculate: only with --bytes-contexts"},
                {"--bytes-contexts 256 --spec-margin 0.5", "--spec-margin: only with --speculate"},
-               {"--analytic --bytes-contexts 256", "not with --analytic"}};
+               {"--analytic --bytes-contexts 256", "not with --analytic"},
+               {"--bytes-contexts 256 --speculate --spec-margin 2",
+                "pulse profile: --spec-margin: '2' is not a number in [0, 1]"},
+               {"--bytes-contexts 256 --speculate --spec-from nowhere",
+                "pulse profile: --spec-from: 'nowhere' is not input, mid or hits"}};
     for (size_t i = 0; i < PULSE_ARRAY_LEN(bad); i++) {
         snprintf(args, sizeof args, "%s %s", base, bad[i].flags);
         EXPECT_EQ_INT(tu_run_pulse(args, out, sizeof out), 2);
