@@ -1,10 +1,12 @@
-/* pulse profile: the IOAA model's inputs (DESIGN.md section 7; runtime/sched/ioaa_profile.h)
- * measured on a backend and written as a pulse-ioaa-profile/1 file: t_N(b, c)  one dense decode
- * layer of b requests at context c: the engine's layers run one after another over a batch of
- * synthetic requests (bench_batch.h), timed from the first layer's launch to the backend's sync
- * after the last, over n_layers; the median of --reps after --warmup t_O(b)     one sparse layer of
- * an offload batch of b. --offload-steps (the default on cuda): real offload steps of b requests at
- * --offload-context tokens (bench_offload_point, the synchronous step of PULSE_PROFILE_POLICY: an
+/* pulse profile: the IOAA model's inputs (DESIGN.md section 7; runtime/sched/ioaa_profile.h) measured
+ * on a backend and written as a pulse-ioaa-profile/1 file:
+ *   t_N(b, c)  one dense decode layer of b requests at context c: the engine's layers run one
+ *              after another over a batch of synthetic requests (bench_batch.h), timed from the
+ *              first layer's launch to the backend's sync after the last, over n_layers; the
+ *              median of --reps after --warmup
+ *   t_O(b)     one sparse layer of an offload batch of b. --offload-steps (the default on
+ *              cuda): real offload steps of b requests at --offload-context tokens
+ *              (bench_offload_point, the synchronous step of PULSE_PROFILE_POLICY: an
  *              offload batch's step as PulseInfer runs it, page and cache as PulseInfer's,
  *              resident blocks reused; with this command's --selection,
  *              --recall-engine, --budget-tokens and --locality-profile), their median step
@@ -124,8 +126,8 @@ struct opts {
     long budget, reps, warmup, page_size;
     double recall_bytes, max_kv_gb; /* < 0: not given */
     int analytic;
-    int offload_steps;        /* 1 --offload-steps, 0 --offload-approx, -1 the backend's default */
-    long offload_ctx;         /* 0: the default */
+    int offload_steps; /* 1 --offload-steps, 0 --offload-approx, -1 the backend's default */
+    long offload_ctx;  /* 0: the default */
     long bytes_ctx[MAX_GRID]; /* --bytes-contexts */
     int n_bytes_ctx;
     struct run_offload_opts spec; /* --speculate, --spec-margin, --spec-from */
@@ -1387,12 +1389,12 @@ static int measure(const struct opts *o, const struct model_config *m, const str
     if (o->n_bytes_ctx) /* measure_bytes's */
         max_c = PULSE_MAX(max_c, o->bytes_ctx[o->n_bytes_ctx - 1] + offload_warmup(o) + 1 +
                                      PULSE_MAX(o->reps, BYTES_MIN_TIMED));
-    struct engine_params ep = {
-        .cfg = m,
-        .be = be,
-        .seed = o->seed,
-        .max_batch = (int)PULSE_MAX(o->batches[o->n_batches - 1], o->n_bytes_ctx ? BYTES_BATCH : 1),
-        .max_tokens = (int)max_c + 1};
+    struct engine_params ep = {.cfg = m,
+                               .be = be,
+                               .seed = o->seed,
+                               .max_batch = (int)PULSE_MAX(o->batches[o->n_batches - 1],
+                                                           o->n_bytes_ctx ? BYTES_BATCH : 1),
+                               .max_tokens = (int)max_c + 1};
     runtime_opts_engine(&o->rt, &ep);
     struct engine *e = engine_create(&ep, err, sizeof err);
     if (!e) return cli_error(CMD, "%s", err), EXIT_OOM;
