@@ -168,38 +168,37 @@ double ioaa_overlap(double compute, double recall, double rate, double slow)
     return recall + cs * (1 - rate);
 }
 
+/* A table's factors y in (lo, hi] ([lo, hi] when lo_in) and, with more than one point, its
+ * sizes x > 0, finite and increasing: 0, or -1 with the first violation, prefixed by pre. */
+static int table_check(const char *pre, const double *x, const double *y, int n, double lo,
+                       int lo_in, double hi, char *why, size_t len)
+{
+    for (int i = 0; i < n; i++) {
+        if (!((lo_in ? y[i] >= lo : y[i] > lo) && y[i] <= hi))
+            return snprintf(why, len, "%sfactor %d is %g: expected %c%g, %g]", pre, i, y[i],
+                            lo_in ? '[' : '(', lo, hi),
+                   -1;
+        if (n > 1 && !(isfinite(x[i]) && x[i] > 0 && (i == 0 || x[i] > x[i - 1])))
+            return snprintf(why, len, "%sbytes %d is %g: expected > 0, finite, increasing", pre, i,
+                            x[i]),
+                   -1;
+    }
+    return 0;
+}
+
 int ioaa_beside_check(const struct ioaa_beside *b, char *why, size_t len)
 {
     if (b->n < 0 || b->n > IOAA_BESIDE_MAX_POINTS)
         return snprintf(why, len, "%d points: expected 0 .. %d", b->n, IOAA_BESIDE_MAX_POINTS), -1;
-    for (int i = 0; i < b->n; i++) {
-        if (!(b->factor[i] > 0 && b->factor[i] <= IOAA_PROFILE_BESIDE_MAX))
-            return snprintf(why, len, "factor %d is %g: expected (0, %g]", i, b->factor[i],
-                            IOAA_PROFILE_BESIDE_MAX),
-                   -1;
-        if (b->n > 1 && !(isfinite(b->bytes[i]) && b->bytes[i] > 0 &&
-                          (i == 0 || b->bytes[i] > b->bytes[i - 1])))
-            return snprintf(why, len, "bytes %d is %g: expected > 0, finite, increasing", i,
-                            b->bytes[i]),
-                   -1;
-    }
     if (b->slow_n == 1 || b->slow_n < 0 || b->slow_n > IOAA_BESIDE_MAX_POINTS)
         return snprintf(why, len, "compute_beside: %d points: expected 2 .. %d (or one number)",
                         b->slow_n, IOAA_BESIDE_MAX_POINTS),
                -1;
-    for (int i = 0; i < b->slow_n; i++) {
-        if (!(b->slow[i] >= 1 && b->slow[i] <= IOAA_PROFILE_COMPUTE_MAX))
-            return snprintf(why, len, "compute_beside: factor %d is %g: expected [1, %g]", i,
-                            b->slow[i], IOAA_PROFILE_COMPUTE_MAX),
-                   -1;
-        if (!(isfinite(b->slow_bytes[i]) && b->slow_bytes[i] > 0 &&
-              (i == 0 || b->slow_bytes[i] > b->slow_bytes[i - 1])))
-            return snprintf(why, len,
-                            "compute_beside: bytes %d is %g: expected > 0, finite, increasing", i,
-                            b->slow_bytes[i]),
-                   -1;
-    }
-    return 0;
+    return table_check("", b->bytes, b->factor, b->n, 0, 0, IOAA_PROFILE_BESIDE_MAX, why, len) ||
+                   table_check("compute_beside: ", b->slow_bytes, b->slow, b->slow_n, 1, 1,
+                               IOAA_PROFILE_COMPUTE_MAX, why, len)
+               ? -1
+               : 0;
 }
 
 double ioaa_spec_recall(const struct ioaa *a, double b, double prefetch_bytes,
@@ -551,8 +550,6 @@ static int read_ceilings(const json_t *j, struct ioaa_profile_info *info, const 
     return PULSE_OK;
 }
 
-/* recall.beside_compute and recall.compute_beside, both optional (the header's forms) into *b
- * and *g (n 0 and 0 when absent). */
 /* A {"bytes": [...], "factor": [...]} table of 1 .. IOAA_BESIDE_MAX_POINTS points into x, y
  * (*n; non-numbers as NaN, for the check); -1 when v is not of that form. */
 static int read_table(const json_t *v, double *x, double *y, int *n)
