@@ -73,6 +73,8 @@ void offload_policy_counters(const struct offload *o, struct serve_counters *c)
     c->spec_hits = st.hits_prefetches;
     c->spec_early_corrections = st.early_corrections;
     c->spec_correction_holds = st.correction_holds;
+    c->attend_recall_layers = st.attend_recall_layers;
+    c->attend_recall_chunks = st.attend_recall_chunks;
 }
 
 void offload_policy_finish(struct serve_state *s)

@@ -122,7 +122,7 @@ static void compute_launch(struct bench *b, struct compute *c, int which, int it
                            void *e1)
 {
     const struct recall_copy_ops *o = b->ops;
-    struct kv_view v = {c->kv, c->ids, c->start, 16, 8, 128, 0, 0};
+    struct kv_view v = {c->kv, c->ids, c->start, 16, 8, 128, 0, 0, NULL, NULL};
     PULSE_CHECK(!o->event_record(o, e0, b->ctx.stream), "compute start event");
     for (int i = 0; i < iters; i++) {
         if (which == 0) {

@@ -120,6 +120,11 @@ static const struct rt_opt table[] = {
      "0=host,1=device"},
     {"layer-graphs", RT_OFFLOAD, FIELD(offload_params, layer_graphs), WORDS(on_off), 0,
      "PULSE_LAYER_GRAPHS", "the device path's layers replayed as CUDA graphs", "0=off,1=on"},
+    {"attend-recall", RT_OFFLOAD, FIELD(offload_params, attend_recall), WORDS(on_off), 0, NULL,
+     "zero-copy: a sparse layer selected at its own layer recalls its misses in its attention "
+     "(read from the host pool and stored into their hot-cache slots) instead of a gather "
+     "before it",
+     NULL},
     {"prompt-kv-fill", RT_OFFLOAD, FIELD(offload_params, prompt_kv_host), WORDS(fill_words), 0,
      "PULSE_PROMPT_KV_HOST", "offload prompt KV written on the device (cuda) or by the CPU",
      "0=device,1=host"},

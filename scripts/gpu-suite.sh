@@ -290,6 +290,7 @@ if has pulseinfer; then
     for pt in ${PI_POINTS:-12:96:65536:18 45:0:16384:32 45:0:32768:24 45:0:65536:12}; do
         IFS=: read -r kv pool len cnt <<<"$pt"
         # POLICY:SELECTION:ENGINE[:spec[=F]|:specmid|:spechits|:spechitslate|:selfint[=M]|:spec+selfint|:specmid+selfint|:-[:BUDGET]]
+        # (any of them, or ar alone, may end in +ar: --attend-recall on)
         # (spec: --speculate; =F: --spec-margin F; specmid: --speculate --spec-from mid; spechits:
         # --speculate --spec-from hits (zero-copy); spechitslate: the same with every correction
         # after the attention over the predicted lists (--spec-correction late); selfint:
@@ -304,6 +305,11 @@ if has pulseinfer; then
             [ "${x:-}" = - ] && x=
             tag="${kv}g_${len}x${cnt}_${pol//+/-}_${sel}_${eng}${x:+_${x/=/}}${bud:+_b$bud}"
             args=()
+            # a trailing +ar: --attend-recall on (zero-copy's attention recalls a layer's misses)
+            if [[ "${x:-}" == ar || "${x:-}" == *+ar ]]; then
+                args+=(--attend-recall on)
+                x=${x%ar} && x=${x%+}
+            fi
             [ -n "${bud:-}" ] && args+=(--budget-tokens "$bud")
             [[ "${x:-}" == spec* ]] && args+=(--speculate)
             [[ "${x:-}" == spec=* ]] && args+=(--spec-margin "${x#spec=}")

@@ -44,6 +44,7 @@ struct pi_cfg {
     int query;          /* enum offload_query (real: with prompt_kv prefill) */
     int spec_model;     /* the locality source's misprediction model (its speculation profile);
                            else its approximate query is the exact one (a perfect predictor) */
+    int attend_recall;  /* offload_params.attend_recall (pulse run --attend-recall on) */
     const char *self_interleave; /* pulseinfer --self-interleave (NULL: off) */
     int want_json;               /* the policy context's counters into pi_out.pj */
 };
@@ -129,6 +130,7 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
     p.spec_correct_early = !c->spec_late;
     if (c->hot_slots) p.hot_slots = c->hot_slots;
     p.query = c->query;
+    p.attend_recall = c->attend_recall;
     void *ctx = NULL;
     if (kv && pol->needs_ctx) {
         int64_t prompt = 0;

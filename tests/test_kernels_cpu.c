@@ -153,7 +153,7 @@ static void attn_case(const struct attn_shape *s, uint64_t seed)
     uint16_t *got = malloc(sizeof(uint16_t) * (qn + 2 * GUARD));
     fill_random_bf16_ref(&C0, pool, page_elems * n_pages, seed + 1, 1.0f, 0.0f);
     fill_random_bf16_ref(&C0, q, qn, seed + 2, s->q_scale, 0.0f);
-    struct kv_view v = {pool, ids, start, ps, s->nkv, hd, s->window, 0};
+    struct kv_view v = {pool, ids, start, ps, s->nkv, hd, s->window, 0, NULL, NULL};
     float scale = 1.0f / sqrtf((float)hd);
     attn_decode_ref(&C0, q, &v, n, want, B, nq, max_n, scale);
     for (size_t t = 0; t < PULSE_ARRAY_LEN(THREADS); t++) {

@@ -64,7 +64,7 @@ static void test_gemm(void)
 static struct kv_view view(uint16_t *pool, const int32_t *ids, const int32_t *start, int ps,
                            int nkv, int hd)
 {
-    struct kv_view v = {pool, ids, start, ps, nkv, hd, 0, 0};
+    struct kv_view v = {pool, ids, start, ps, nkv, hd, 0, 0, NULL, NULL};
     return v;
 }
 

@@ -431,7 +431,8 @@ static void test_keys(void)
              *kv2 = xmalloc(sizeof(uint16_t) * page * np);
     memset(kv, 0, sizeof(uint16_t) * page * np);
     memset(kv2, 0, sizeof(uint16_t) * page * np);
-    struct kv_view v = {kv, ids, start, BS, NKV, HD, 0, 0}, v2 = {kv2, ids, start, BS, NKV, HD, 0, 0};
+    struct kv_view v = {kv, ids, start, BS, NKV, HD, 0, 0, NULL, NULL},
+                   v2 = {kv2, ids, start, BS, NKV, HD, 0, 0, NULL, NULL};
     /* written in two token ranges equals written at once */
     const int32_t mid[2] = {100, 20};
     locality_fill_kv(L, &v, NULL, ntok, req, 2, 3);

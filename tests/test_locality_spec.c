@@ -341,7 +341,7 @@ static void digests_of(struct query_source *qs, int32_t req, int layer, int sel_
     int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)nb), zero = 0;
     for (int i = 0; i < nb; i++)
         ids[i] = i;
-    const struct kv_view kv = {kvpool, ids, &zero, BS, NKV, HD, 0, 0};
+    const struct kv_view kv = {kvpool, ids, &zero, BS, NKV, HD, 0, 0, NULL, NULL};
     qs->fill_kv(qs->user, &kv, n, req, layer);
     const struct digest_view dv = {dig, ids, &zero, select_digest_heads(NKV, sel_head), HD};
     digest_build_ref(NULL, &kv, &dv, &n, 1, sel_head, n);

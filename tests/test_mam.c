@@ -66,7 +66,7 @@ static void layer_init(struct layer *L, int batch, int nq, int nkv, int hd, int 
         L->ids[i] = (int32_t)(((int64_t)i * k + 3) % np);
     for (int b = 0; b < batch; b++)
         L->start[b] = b * L->max_pages;
-    L->v = (struct kv_view){L->pool, L->ids, L->start, ps, nkv, hd, 0, 0};
+    L->v = (struct kv_view){L->pool, L->ids, L->start, ps, nkv, hd, 0, 0, NULL, NULL};
 }
 
 static void layer_random(struct layer *L, uint64_t seed)

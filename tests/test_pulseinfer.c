@@ -889,6 +889,63 @@ static struct pi_cfg spec_cfg(int real, int zc)
                            .zero_copy = zc};
 }
 
+/* An attention that recalls (offload_params.attend_recall, zero-copy): the layers selected at
+ * their own layer read their misses from the host pool in their attention, which stores them
+ * into the slots the plan gave them, with no gather. The tokens are the gather's runs', exact
+ * (a layer's every miss) and speculated with a poor predictor (its corrections), with and
+ * without IRQ, on the locality and the real query; every step verifies every resident block
+ * (offload_verify), so the attention stored what a gather would have. The counters: the layers
+ * and chunks it recalled, every miss exact, the corrections speculated, the same plans. Layers
+ * selected ahead (infinigen) keep their gather. */
+static void test_attend_recall(void)
+{
+    for (int real = 0; real < 2; real++)
+        for (int no_irq = 0; no_irq < 2; no_irq++)
+            for (int speculate = 0; speculate < 2; speculate++) {
+                if (real && no_irq) continue;
+                struct pi_cfg c = spec_cfg(real, 1);
+                c.no_irq = no_irq, c.speculate = speculate;
+                c.spec_predictor = OFFLOAD_SPEC_NEGATED;
+                struct pi_out g, a;
+                serve(&c, &g);
+                c.attend_recall = 1;
+                serve(&c, &a);
+                const struct serve_counters *t = &a.ctr;
+                EXPECT_EQ_INT(g.rc, 0);
+                EXPECT_EQ_INT(a.rc, 0);
+                const int same = same_tokens(&g.w, &a.w);
+                EXPECT(same);
+                printf("attend-recall, %s query%s%s: tokens %s the gather's; %lld layers, %lld "
+                       "chunks recalled in the attention (%lld recalled, %lld corrected)\n",
+                       real ? "real" : "locality", no_irq ? ", --no-irq" : "",
+                       speculate ? ", --speculate (poor predictor)" : "",
+                       same ? "equal" : "DIFFER from", (long long)t->attend_recall_layers,
+                       (long long)t->attend_recall_chunks, (long long)t->recall_chunks,
+                       (long long)t->spec_corrections);
+                EXPECT_EQ_INT(g.ctr.attend_recall_layers + g.ctr.attend_recall_chunks, 0);
+                EXPECT(t->attend_recall_layers > 0);
+                EXPECT_EQ_INT(t->attend_recall_chunks,
+                              speculate ? t->spec_corrections : t->recall_chunks);
+                EXPECT(t->attend_recall_chunks > 0);
+                EXPECT_EQ_INT(t->recall_chunks, g.ctr.recall_chunks);
+                EXPECT_EQ_INT(t->spec_recall_chunks, g.ctr.spec_recall_chunks);
+                workload_free(&g.w);
+                workload_free(&a.w);
+            }
+    struct pi_cfg c = spec_cfg(0, 1);
+    c.policy = "infinigen";
+    struct pi_out g, a;
+    serve(&c, &g);
+    c.attend_recall = 1;
+    serve(&c, &a);
+    EXPECT_EQ_INT(a.rc, 0);
+    EXPECT(same_tokens(&g.w, &a.w));
+    EXPECT_EQ_INT(a.ctr.attend_recall_layers + a.ctr.attend_recall_chunks, 0);
+    EXPECT(a.ctr.recall_chunks > 0);
+    workload_free(&g.w);
+    workload_free(&a.w);
+}
+
 /* With the locality query a prediction is the source's whatever its point: runs a and b
  * prefetched, corrected, recalled and held the same chunks. */
 static void same_prediction(const struct serve_counters *a, const struct serve_counters *b)
@@ -1698,6 +1755,7 @@ int main(void)
     test_speculation();
     test_speculation_mid();
     test_speculation_cli();
+    test_attend_recall();
     test_self_equals_vanilla();
     test_self_exact();
     test_self_speculation();

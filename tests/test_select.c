@@ -106,7 +106,7 @@ static void set_init(struct set *s, int batch, const int32_t *n, int nkv, int hd
         s->kv_pool[i] = f32_to_bf16(ints ? rnd_int_nz(8) : (rnd() + (rnd() > 0 ? 0.01f : -0.01f)));
     for (size_t i = 0; i < d_elems; i++)
         s->d_pool[i] = SENTINEL;
-    s->kv = (struct kv_view){s->kv_pool, s->kv_ids, s->kv_start, bs, nkv, hd, 0, 0};
+    s->kv = (struct kv_view){s->kv_pool, s->kv_ids, s->kv_start, bs, nkv, hd, 0, 0, NULL, NULL};
     s->dv = (struct digest_view){s->d_pool, s->d_ids, s->d_start, s->ndh, hd};
 }
 
@@ -551,7 +551,7 @@ static void real_q(const struct qset *s, const uint16_t *qn, uint16_t *q)
     int32_t ids[B], start[B];
     for (int b = 0; b < B; b++)
         ids[b] = b, start[b] = b - s->pos[b];
-    struct kv_view kv = {pool, ids, start, 1, NKV, HD, 0, 0};
+    struct kv_view kv = {pool, ids, start, 1, NKV, HD, 0, 0, NULL, NULL};
     rmsnorm_ref(&C0, s->x, s->attn_norm, xn, B, HID, 1e-6f);
     gemm_bf16_ref(&C0, xn, s->wqkv, qkv, B, QKV, HID, 0.0f);
     qk_norm_rope_append_ref(&C0, qkv, qn, s->k_norm, q, &kv, s->pos, B, NQ, inv_freq, 1e-6f);

@@ -222,7 +222,7 @@ static void digests_entry(const struct locality *L, struct key_scratch *ks,
 {
     const int bs = L->p.sel.block_size;
     const int32_t zero = 0;
-    const struct kv_view one = {ks->page, &zero, &zero, bs, L->nkv, L->hd, 0, 0};
+    const struct kv_view one = {ks->page, &zero, &zero, bs, L->nkv, L->hd, 0, 0, NULL, NULL};
     make_dirs(L, ks, tag, id, layer);
     for (int i = 0; i * bs < n; i++) {
         const int t0 = i * bs, t1 = PULSE_MIN(n, t0 + bs);

@@ -56,6 +56,8 @@ struct AttnParams {
     int nq, group, page_size, tps, splits;
     int window; /* > 0: entry b reads only its last `window` tokens */
     float scale_log2;
+    const uint16_t *host; /* FILL: kv_view.host, host_ids */
+    const int32_t *host_ids;
 };
 
 /* 16-byte global load that skips memory when !pred (result zero). .nc: the KV cache and q are
@@ -107,9 +109,10 @@ __device__ __forceinline__ uint32_t word(const uint4 &v, int e)
  *  PV: the thread loads dims [j*64 + g*8, +8) of tile tokens 2q, 2q+1, 2q+8, 2q+9; m-tile
  *    i = 4j + e has row g = dim j*64 + g*8 + 2e and row g + 8 = that dim + 1.
  *  acc[i]: {0: head 2q, dim row g; 1: head 2q+1, row g; 2: head 2q, row g+8; 3: head 2q+1, g+8}. */
-template <int HD, bool ALIGNED>
+template <int HD, bool ALIGNED, bool FILL>
 __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel(AttnParams p)
 {
+    static_assert(!FILL || ALIGNED, "an attention that recalls reads whole tiles of one page");
     constexpr int KC = HD / 32; /* 16-byte K loads per token per thread */
     constexpr int VJ = HD / 64; /* 16-byte V loads per token per thread */
     constexpr int MT = HD / 16; /* P.V m-tiles */
@@ -150,6 +153,9 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
     const int ps = p.page_size;
     const uint16_t *head_base = p.pool + (size_t)kvh * 2 * ps * HD; /* K of head kvh, page 0 */
     const size_t v_delta = (size_t)ps * HD;
+    /* FILL: a tile whose page has a host piece is read from it and stored into the page */
+    const int32_t *hids = FILL ? p.host_ids + p.page_start[b] : nullptr;
+    const uint16_t *host_head = FILL ? p.host + (size_t)kvh * 2 * ps * HD : nullptr;
 
     float m_run = -INFINITY, l_run = 0.0f;
     float acc[MT][4];
@@ -161,11 +167,12 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
      * computed one iteration ahead so the K/V loads do not wait for the page table */
     const size_t k_ofs = (size_t)g * HD + qd * 8;                      /* token g, chunk 0 */
     const size_t v_ofs = v_delta + (size_t)(2 * qd) * HD + g * 8;       /* token 2q, group 0 */
-    int pid_next = 0, off_next = 0;
+    int pid_next = 0, off_next = 0, hid_next = -1;
     auto page_of = [&](int t, int &pid, int &off) {
         const int pg = t / ps;
         pid = __ldg(pids + pg);
         off = t - pg * ps;
+        if (FILL) hid_next = __ldg(hids + pg);
     };
     if (ALIGNED && t_first + warp * kTile < t_end) page_of(t_first + warp * kTile, pid_next, off_next);
 
@@ -177,11 +184,17 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
      * Q.K^T. */
     uint4 kf[2][KC], vf[4][VJ];
     const uint16_t *vrow[4]; /* V of tile tokens 2q, 2q+1, 2q+8, 2q+9 at dim g*8 */
+    uint16_t *fill_tile = nullptr; /* FILL: the page tile the loaded one is stored into */
     auto issue = [&](int t0) { /* K loads of tile t0 (and V loads when kEarlyV); sets vrow */
         const uint16_t *krow[2]; /* K of tile tokens g and 8+g at dim q*8 */
         if (ALIGNED) {
             const uint16_t *tile =
                 head_base + (size_t)pid_next * p.page_elems + (size_t)off_next * HD;
+            if (FILL) {
+                fill_tile = hid_next >= 0 ? const_cast<uint16_t *>(tile) : nullptr;
+                if (hid_next >= 0)
+                    tile = host_head + (size_t)hid_next * p.page_elems + (size_t)off_next * HD;
+            }
             if (t0 + kWarps * kTile < t_end) page_of(t0 + kWarps * kTile, pid_next, off_next);
             krow[0] = tile + k_ofs;
             krow[1] = krow[0] + 8 * HD;
@@ -218,6 +231,35 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
             for (int j = 0; j < VJ; j++) vf[i][j] = ld_kv(vrow[i] + j * 64, tv[i] < t_end);
         }
     };
+    /* FILL: a host tile's K and V, as loaded (each element by exactly one thread of the warp),
+     * stored into its page where they are first used */
+    auto store_k = [&](int t0) {
+        if constexpr (FILL) {
+            if (!fill_tile) return;
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+                if (t0 + nt * 8 + g < t_end) {
+#pragma unroll
+                    for (int c = 0; c < KC; c++)
+                        *reinterpret_cast<uint4 *>(fill_tile + k_ofs + nt * 8 * HD + c * 32) =
+                            kf[nt][c];
+                }
+        }
+    };
+    auto store_v = [&](int t0) {
+        if constexpr (FILL) {
+            if (!fill_tile) return;
+            const int tv[4] = {t0 + 2 * qd, t0 + 2 * qd + 1, t0 + 2 * qd + 8, t0 + 2 * qd + 9};
+            const size_t vo[4] = {0, HD, 8 * HD, 9 * HD};
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (tv[i] < t_end) {
+#pragma unroll
+                    for (int j = 0; j < VJ; j++)
+                        *reinterpret_cast<uint4 *>(fill_tile + v_ofs + vo[i] + j * 64) = vf[i][j];
+                }
+        }
+    };
 
     int t0 = t_first + warp * kTile;
     if (kEarlyV && t0 < t_end) {
@@ -228,6 +270,8 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
         const int t_next = t0 + kWarps * kTile;
         const int tv[4] = {t0 + 2 * qd, t0 + 2 * qd + 1, t0 + 2 * qd + 8, t0 + 2 * qd + 9};
         if (!kEarlyV) issue(t0);
+        store_k(t0);
+        if (kEarlyV) store_v(t0);
 
         /* S = Q . K^T for the 16 tokens of the tile */
         float s[2][4];
@@ -240,7 +284,10 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
                 mma_bf16(s[nt], qf[c][2], 0u, qf[c][3], 0u, kf[nt][c].z, kf[nt][c].w);
             }
         }
-        if (!kEarlyV) load_v(t0);
+        if (!kEarlyV) {
+            load_v(t0);
+            store_v(t0);
+        }
 
         /* online softmax (log2 domain) for head g over tokens tv[0..3] */
         float x[4] = {s[0][0], s[0][1], s[1][0], s[1][1]};
@@ -475,10 +522,12 @@ size_t workspace_for(int nq, int hd, long long parts)
 template <int HD>
 void launch_split(int pdl, bool aligned16, dim3 grid, cudaStream_t st, const AttnParams &p)
 {
-    if (aligned16)
-        pulse_launch(pdl, attn_split_kernel<HD, true>, grid, kThreads, 0, st, p);
+    if (p.host_ids)
+        pulse_launch(pdl, attn_split_kernel<HD, true, true>, grid, kThreads, 0, st, p);
+    else if (aligned16)
+        pulse_launch(pdl, attn_split_kernel<HD, true, false>, grid, kThreads, 0, st, p);
     else
-        pulse_launch(pdl, attn_split_kernel<HD, false>, grid, kThreads, 0, st, p);
+        pulse_launch(pdl, attn_split_kernel<HD, false, false>, grid, kThreads, 0, st, p);
 }
 
 } /* namespace */
@@ -532,9 +581,15 @@ extern "C" void attn_decode_cuda(const struct kctx *c, const uint16_t *q,
     p.splits = sp.splits;
     p.window = kv->window;
     p.scale_log2 = scale * 1.4426950408889634f;
+    p.host = kv->host;
+    p.host_ids = kv->host_ids;
 
     cudaStream_t st = (cudaStream_t)c->stream;
     const bool al = kv->page_size % kTile == 0;
+    PULSE_CHECK(!kv->host_ids ||
+                    (kv->host && al && kv->window == 0 && (uintptr_t)kv->host % 16 == 0),
+                "attn_decode_cuda: host pieces need a 16-byte aligned host base, page_size a "
+                "multiple of 16 and no window");
     const dim3 grid((unsigned)sp.splits, (unsigned)nkv, (unsigned)batch);
     PULSE_CHECK(batch <= 65535 && nkv <= 65535, "attn_decode_cuda: grid too large");
     switch (hd) {

@@ -61,6 +61,14 @@ struct kv_view {
     size_t page_stride; /* elements from one page to the next; 0: page_elems of the layout
                            above. A view of one KV head of a wider cache sets pool to that
                            head's offset, n_kv_heads 1 and the cache's page_elems here. */
+    /* Attention that recalls (attn_decode only; NULL: none): host_ids, laid out as page_ids,
+     * holds for each page either -1 or the index of a piece of host memory (base host, the
+     * device-readable address of a pinned pool; piece i at host + i * page_elems, laid out as a
+     * page) that the attention reads instead of the page and copies into it, so the page holds
+     * it afterwards. Every page with a host piece is a whole page of its entry (not its last);
+     * window must be 0, page_size a multiple of 16 on cuda. */
+    const uint16_t *host;
+    const int32_t *host_ids;
 };
 
 /* The elements from one page of kv to the next (every kernel addresses pages with it). */
@@ -129,6 +137,10 @@ void attn_decode_ref(const struct kctx *c, const uint16_t *q, const struct kv_vi
 void attn_decode_cuda(const struct kctx *c, const uint16_t *q, const struct kv_view *kv,
                       const int32_t *n_tokens, uint16_t *out, int batch, int nq, int max_tokens,
                       float scale);
+/* The host side of an attention that recalls (kv->host_ids set): every host piece of the
+ * batch's pages copied into its page, as attn_decode_cuda leaves them (the CPU attentions run it
+ * first, then read the pages). */
+void kv_host_fill(const struct kv_view *kv, const int32_t *n_tokens, int batch);
 /* Device workspace the CUDA attention needs for this shape (max_tokens bounds every n_tokens). */
 size_t attn_decode_workspace_bytes(int batch, int nq, int head_dim, int max_tokens, int num_sms);
 

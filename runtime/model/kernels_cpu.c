@@ -527,6 +527,7 @@ void attn_decode_cpu(const struct kctx *c, const uint16_t *q, const struct kv_vi
 {
     (void)c;
     if (batch <= 0 || nq <= 0) return;
+    kv_host_fill(kv, n_tokens, batch);
     /* scratch for max_tokens (what the caller reserved) rather than this call's longest entry,
      * so a growing context does not grow it step by step */
     int nkv = kv->n_kv_heads, group = nq / nkv;

@@ -133,12 +133,28 @@ void qk_norm_rope_append_ref(const struct kctx *c, const float *qkv, const uint1
     }
 }
 
+void kv_host_fill(const struct kv_view *kv, const int32_t *n_tokens, int batch)
+{
+    if (!kv->host_ids) return;
+    PULSE_CHECK(kv->host && kv->window == 0,
+                "kv_host_fill: host pieces need a host base, no window");
+    const size_t pe = kv_page_elems(kv);
+    for (int b = 0; b < batch; b++)
+        for (int j = 0; j < (n_tokens[b] + kv->page_size - 1) / kv->page_size; j++) {
+            const int32_t h = kv->host_ids[kv->page_start[b] + j];
+            if (h >= 0)
+                memcpy(kv->pool + (size_t)kv->page_ids[kv->page_start[b] + j] * pe,
+                       kv->host + (size_t)h * pe, pe * sizeof(uint16_t));
+        }
+}
+
 void attn_decode_ref(const struct kctx *c, const uint16_t *q, const struct kv_view *kv,
                      const int32_t *n_tokens, uint16_t *out, int batch, int nq, int max_tokens,
                      float scale)
 {
     (void)c;
     (void)max_tokens;
+    kv_host_fill(kv, n_tokens, batch);
     int hd = kv->head_dim, group = nq / kv->n_kv_heads;
     for (int b = 0; b < batch; b++) {
         int n = n_tokens[b], t0 = kv->window > 0 && n > kv->window ? n - kv->window : 0;

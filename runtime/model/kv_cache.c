@@ -361,8 +361,9 @@ int kv_cache_check(const struct kv_cache *kv, char *err, size_t errlen)
 
 struct kv_view kv_cache_view(const struct kv_cache *kv, const int32_t *page_start)
 {
-    struct kv_view v = {kv->pool,        kv->d_page_ids,   page_start,
-                        kv->p.page_size, kv->p.n_kv_heads, kv->p.head_dim, 0, 0};
+    struct kv_view v = {
+        kv->pool, kv->d_page_ids, page_start, kv->p.page_size, kv->p.n_kv_heads, kv->p.head_dim, 0,
+        0,        NULL,           NULL};
     return v;
 }
 

@@ -739,6 +739,10 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     if (p->spec_correct_early != 0 && p->spec_correct_early != 1)
         BAD("offload: spec_correct_early %d is not 0 or 1", p->spec_correct_early);
     if (p->lanes < 0 || p->lanes > 2) BAD("offload: lanes %d is not 0, 1 or 2", p->lanes);
+    if (p->attend_recall != 0 && p->attend_recall != 1)
+        BAD("offload: attend_recall %d is not 0 or 1", p->attend_recall);
+    if (p->attend_recall && !(p->engine == RECALL_ZERO_COPY && p->cap_gbps == 0))
+        BAD("offload: an attention that recalls needs the device path (zero-copy, uncapped)");
     if (ks.max_requests != p->max_batch)
         BAD("offload: the KV cache has %d request slots, max_batch is %d", ks.max_requests,
             p->max_batch);
@@ -755,6 +759,14 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
             o->step.early_corr_step[l] = -1;
     set_shape(o, m, view.page_size);
     char why[256];
+    if (p->attend_recall && o->be->mem == MEM_DEVICE && o->ps % 16) {
+        snprintf(err, errlen,
+                 "offload: an attention that recalls reads whole 16-token tiles; the page size "
+                 "%d is not a multiple of 16",
+                 o->ps);
+        offload_free(o);
+        return PULSE_ERR_INVALID;
+    }
     if (o->device_plan && hot_plan_params_check(&o->store.hpp, why, sizeof why)) {
         snprintf(err, errlen, "offload: zero-copy's device hot cache: %s", why);
         offload_free(o);
@@ -770,6 +782,14 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
         (rc = make_device_fill(o, err, errlen)) != PULSE_OK) {
         offload_free(o);
         return rc;
+    }
+    if (p->attend_recall && host_pool_bytes(o->store.hp) / o->head_bytes > INT32_MAX) {
+        snprintf(err, errlen,
+                 "offload: an attention that recalls numbers the host pool's KV heads in 32 "
+                 "bits; %zu bytes hold more",
+                 host_pool_bytes(o->store.hp));
+        offload_free(o);
+        return PULSE_ERR_INVALID;
     }
     if (alloc_dev(o) != PULSE_OK) goto oom;
     *out = o;
@@ -829,7 +849,7 @@ void offload_free(struct offload *o)
 
 static struct kv_view host_view(const struct offload *o, void *pool, const int32_t *ids)
 {
-    struct kv_view v = {pool, ids, &k_zero, o->ps, o->nkv, o->hd, 0, 0};
+    struct kv_view v = {pool, ids, &k_zero, o->ps, o->nkv, o->hd, 0, 0, NULL, NULL};
     return v;
 }
 
@@ -987,7 +1007,9 @@ static struct kv_view staging_view(const struct offload *o)
                             o->nkv,
                             o->hd,
                             0,
-                            0};
+                            0,
+                            NULL,
+                            NULL};
 }
 
 /* A dense layer's prompt straight into its pages; a window layer longer than its ring into the

@@ -230,6 +230,14 @@ struct offload_params {
                            [0, 1]; default 0; only with a prefetching schedule) */
     int lanes;          /* 2: a step may run as two lanes (offload_step_split; buffers for the
                            second lane allocated at create); 0 or 1 (default): one */
+    int attend_recall;  /* zero-copy (the device plan): 1 makes a sparse layer selected at its
+                           own layer (every layer of an exact-at-layer schedule, a prefetching
+                           schedule's exact selections) recall its misses in its attention: the
+                           attention reads each missed block from the host pool and stores it
+                           into the slot the plan gave it (kv_view.host_ids), with no gather
+                           before it; a prefetch's gather is still waited for. Layers selected
+                           ahead (InfiniGen's lookahead) keep their gather. 0 (default): the
+                           gather, then the attention */
 };
 
 /* Per sparse layer, what the runtime did (the source's meter adds churn and its quantiles). */
@@ -251,6 +259,8 @@ struct offload_layer_stats {
      * score (select_overlap), how many the prefetched lists held */
     int64_t spec_lists, spec_hits, spec_misses, spec_recall_bytes, corrections;
     int64_t spec_scored, spec_held;
+    /* attend_recall: of the misses, those the layer's attention read from the host pool */
+    int64_t attend_recalled;
     /* spec_from hits with spec_correct_early: lists whose correction took a predicted block's
      * slot, so that it waited for the attention over the predicted lists (the gate) */
     int64_t correction_holds;
@@ -282,6 +292,9 @@ struct offload_stats {
      * attention over the predicted lists (spec_correct_early; the cpu backend queues it there
      * only when its gate is open) */
     int64_t early_corrections;
+    /* attend_recall: (layer, step)s whose misses the attention recalled, and those misses
+     * (chunks; counted in recall_chunks too) */
+    int64_t attend_recall_layers, attend_recall_chunks;
     /* host time of the steps' upload staging and of the next steps' queries, summed; and of
      * queuing the layers' pieces: pre-attention and digest update, selection with its
      * download and job, the device plan and gather, attention with tail flushes,

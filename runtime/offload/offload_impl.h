@@ -409,11 +409,26 @@ static inline int32_t *offload_spec_dsel(const struct offload *o, int sl, int n)
 {
     return o->step.d_sel_spec + (size_t)sl * offload_sel_len(o, n);
 }
-/* Offset of the tail-flush descriptors in a control block, in int32 units (32-byte aligned). */
+/* A control block (int32 units): the attention's lengths [V], its page ids [V][ms], the host
+ * pieces of an attention that recalls [V][ms] (kv_view.host_ids), then (32-byte aligned) the
+ * tail-flush descriptors. */
+static inline size_t offload_ctl_host_off(const struct offload *o)
+{
+    const size_t V = (size_t)o->max_batch * o->n_lists;
+    return V * (1 + (size_t)o->ms);
+}
 static inline size_t offload_ctl_desc_off(const struct offload *o)
 {
     const size_t V = (size_t)o->max_batch * o->n_lists;
-    return (V * (1 + (size_t)o->ms) + 7) / 8 * 8;
+    return (V * (1 + 2 * (size_t)o->ms) + 7) / 8 * 8;
+}
+
+/* Whether sparse layer `layer`'s attention recalls its misses (offload_params.attend_recall):
+ * the device plan's layers selected at their own layer. */
+static inline int offload_attend_recalls(const struct offload *o, int layer)
+{
+    return o->p.attend_recall && o->device_plan && (o->spec || !o->p.schedule->lookahead) &&
+           o->sl_of[layer] >= 0;
 }
 
 /* Sparse layer index of a layer, -1 when it is not sparse (dense or sliding-window). */

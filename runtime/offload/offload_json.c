@@ -31,6 +31,7 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out)
     out->recall_wait_s = 0;
     out->spec_misses = out->spec_recall_bytes = out->corrections = 0;
     out->spec_scored = out->spec_held = out->correction_holds = 0;
+    out->attend_recall_chunks = 0;
     for (int sl = 0; sl < o->n_sparse; sl++) {
         const struct offload_layer_stats *s = &o->ls[o->layer_of[sl]];
         out->recall_bytes += s->recall_bytes;
@@ -44,6 +45,7 @@ void offload_get_stats(const struct offload *o, struct offload_stats *out)
         out->spec_scored += s->spec_scored;
         out->spec_held += s->spec_held;
         out->correction_holds += s->correction_holds;
+        out->attend_recall_chunks += s->attend_recalled;
     }
     struct recall_stats rs;
     recall_get_stats(o->store.rc, &rs);
@@ -360,6 +362,10 @@ json_t *offload_counters_json(const struct offload *o)
     json_object_set_new(j, "mid_prefetches", json_integer(st.mid_prefetches));
     json_object_set_new(j, "hits_prefetches", json_integer(st.hits_prefetches));
     json_object_set_new(j, "early_corrections", json_integer(st.early_corrections));
+    json_object_set_new(j, "attend_recall",
+                        json_pack("{s:b, s:I, s:I}", "on", o->p.attend_recall != 0, "layers",
+                                  (json_int_t)st.attend_recall_layers, "chunks",
+                                  (json_int_t)st.attend_recall_chunks));
     if (o->spec) { /* the layers' prefetch counters summed */
         struct offload_layer_stats sum = {0};
         for (int sl = 0; sl < o->n_sparse; sl++) {

@@ -18,6 +18,13 @@
  * sum of att_len; refused += lists whose plan status was not PULSE_OK (their outputs are not
  * written: the caller fails the step).
  *
+ * An attention that recalls (att_host not NULL, offload_params.attend_recall): att_host[v * ms
+ * + j] = the host piece of list position j when its block sel_idx[v * ms + j] is one of the
+ * list's recalls (the piece's index in units of chunk_bytes from host_base: host_id * nkv + k
+ * head-wise, else host_id), else -1 (the tail j = cnt - 1 always -1), for the attention to read
+ * it from the host and store it into its page (kernels.h, kv_view.host_ids). The descriptors are
+ * written as without it.
+ *
  * The gate (spec_idx not NULL: a predicted layer whose correction is queued at its exact plan,
  * offload_params.spec_correct_early): list v's recalls take the slots of victim_block[v * ms +
  * r] (r < n_recalls[v]; -1: a free slot); a list where one of them is in its predicted list
@@ -69,6 +76,9 @@ struct offload_build_args {
     int32_t *att_len, *att_pages;             /* [B * n_lists], [B * n_lists][ms] */
     struct recall_desc *tail_desc;            /* [tails * n_lists] */
     unsigned long long *att_tokens, *refused; /* one counter each */
+    /* an attention that recalls (above; att_host NULL: none, sel_idx unread) */
+    const int32_t *sel_idx; /* [B * n_lists][ms]: the lists' blocks (hot_plan_in.sel_idx) */
+    int32_t *att_host;      /* [B * n_lists][ms] */
     /* the gate (above; spec_idx NULL: none, the others unread) */
     const int32_t *victim_block, *spec_idx, *spec_count;
     uint32_t *gate;

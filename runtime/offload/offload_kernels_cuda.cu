@@ -45,6 +45,13 @@ __global__ void __launch_bounds__(128) build_kernel(const offload_build_args a)
     for (int j = threadIdx.x; j < cnt; j += blockDim.x) {
         const int32_t pg = j < cnt - 1 ? own[att[j]] : own[H1 - 1];
         pages[j] = a.headwise ? pg * a.nkv + k : pg;
+        if (a.att_host) {
+            const size_t i = (size_t)v * a.ms + j;
+            const int32_t blk = a.sel_idx[i];
+            const bool miss =
+                j < cnt - 1 && offload_sorted_has(a.recall_block + (size_t)v * a.ms, nr, blk);
+            a.att_host[i] = !miss ? -1 : a.headwise ? ids[blk] * a.nkv + k : ids[blk];
+        }
     }
     if (threadIdx.x == 0) {
         const int len = (cnt - 1) * a.ps + (n - (nb - 1) * a.ps);

@@ -42,6 +42,13 @@ static void build_list(const struct offload_build_args *a, int v)
     for (int j = 0; j < cnt - 1; j++)
         pages[j] = a->headwise ? own[att[j]] * a->nkv + k : own[att[j]];
     pages[cnt - 1] = a->headwise ? own[H1 - 1] * a->nkv + k : own[H1 - 1];
+    for (int j = 0; a->att_host && j < cnt; j++) {
+        const size_t i = (size_t)v * a->ms + j;
+        const int32_t blk = a->sel_idx[i];
+        const int miss =
+            j < cnt - 1 && offload_sorted_has(a->recall_block + (size_t)v * a->ms, nr, blk);
+        a->att_host[i] = !miss ? -1 : a->headwise ? ids[blk] * a->nkv + k : ids[blk];
+    }
     a->att_len[v] = (cnt - 1) * a->ps + (n - (nb - 1) * a->ps);
     *a->att_tokens += (unsigned long long)a->att_len[v];
     if (a->tail_index[b] >= 0)

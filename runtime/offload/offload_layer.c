@@ -168,7 +168,7 @@ static int hits_early(const struct offload *o, int layer)
 static int gate_armed(const struct offload *o, int layer)
 {
     return o->step.d_gate && o->p.spec_correct_early && o->overlap &&
-           o->step.spec_step[layer] == o->st.steps;
+           o->step.spec_step[layer] == o->st.steps && !offload_attend_recalls(o, layer);
 }
 
 static uint32_t *gate_of(const struct offload *o, int layer)
@@ -211,6 +211,7 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
     po.totals = o->step.d_totals + ((size_t)spec * o->n_sparse + sl) * OFFLOAD_TOTALS;
     const int gate = !spec && gate_armed(o, o->layer_of[sl]);
     const int32_t *pds = gate ? offload_spec_dsel(o, sl, B) : NULL; /* the predicted lists */
+    const int recalls = !spec && offload_attend_recalls(o, o->layer_of[sl]);
     o->fn.hot_plan(&o->store.hpp, &o->store.hps, &in, &po, o->ctx->stream);
     const size_t V = (size_t)o->max_batch * o->n_lists;
     int32_t *ctl = spec ? o->step.d_ctl_spec : o->step.d_ctl[sl & 1];
@@ -248,6 +249,8 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
                                          (struct recall_desc *)(ctl + offload_ctl_desc_off(o)),
                                          (unsigned long long *)(po.totals + OFFLOAD_TOT_ATT),
                                          (unsigned long long *)(po.totals + OFFLOAD_TOT_REFUSED),
+                                         in.sel_idx,
+                                         recalls ? ctl + offload_ctl_host_off(o) : NULL,
                                          po.victim_block,
                                          pds,
                                          pds ? pds + lists * o->ms : NULL,
@@ -258,6 +261,7 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
         o->be->event_record_external(o->ctx, o->step.ev_spec_built[sl]);
         return;
     }
+    if (recalls) return; /* no gather: the attention recalls */
     if (!o->overlap) {
         const struct recall_params *rp = recall_get_params(o->store.rc);
         o->fn.gather(o->step.d_desc[sl & 1], (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads,
@@ -291,6 +295,10 @@ static void issue_side(struct offload *o, int layer, int spec)
                          : o->device_plan ? OFFLOAD_JOB_METER
                                           : OFFLOAD_JOB_PLAN,
                          layer, o->st.steps);
+    if (!spec && offload_attend_recalls(o, layer)) { /* its attention recalls: no gather */
+        o->st.attend_recall_layers++;
+        return;
+    }
     if (!o->overlap) return; /* (a prefetch on the device path always has the gather's stream) */
     const struct recall_params *rp = recall_get_params(o->store.rc);
     o->be->stream_wait_event(&o->step.gctx,
@@ -424,6 +432,11 @@ void offload_pre(struct offload *o, struct batch *bt, int layer)
 static void attend_wait(struct offload *o, int layer)
 {
     const int sl = offload_sl(o, layer), p = o->st.steps & 1, nv = o->step.n * o->n_lists;
+    if (offload_attend_recalls(o, layer)) { /* only what the layer's prefetch brings */
+        if (o->step.spec_step[layer] == o->st.steps)
+            o->be->stream_wait_event(o->ctx, o->step.ev_spec_gathered[sl]);
+        return;
+    }
     if (o->overlap) o->be->stream_wait_event(o->ctx, o->step.ev_gathered[sl]);
     if (o->device_plan) return;
     const int32_t *ctl = offload_ctl(o, p, sl);
@@ -449,6 +462,7 @@ static void attend(struct offload *o, struct batch *bt, int32_t *d_ctl, uint16_t
     const int spec = d_ctl == o->step.d_ctl_spec;
     const int nv = o->step.n * o->n_lists;
     const size_t V = (size_t)o->max_batch * o->n_lists;
+    const int recalls = !spec && offload_attend_recalls(o, o->step.next_layer);
     struct kv_view v = {(uint16_t *)o->store.gpu_pool,
                         d_ctl + V,
                         o->step.d_att_start,
@@ -456,7 +470,9 @@ static void attend(struct offload *o, struct batch *bt, int32_t *d_ctl, uint16_t
                         o->nkv / o->n_lists,
                         o->hd,
                         0,
-                        0};
+                        0,
+                        recalls ? (const uint16_t *)(uintptr_t)o->store.host_dev : NULL,
+                        recalls ? d_ctl + offload_ctl_host_off(o) : NULL};
     o->be->attn_decode(o->ctx, batch_q(bt), &v, d_ctl, out, nv, o->nq / o->n_lists,
                        spec ? o->step.att_max_spec : o->step.att_max_tokens,
                        1.0f / sqrtf((float)o->hd));
@@ -647,8 +663,11 @@ int offload_layer_ready(const struct offload *o, int layer)
     /* in stream order, or its gather's event (device_overlap); a layer predicting from its
      * predicted lists, whose correction its finish issues, once its prefetch has landed */
     if (o->device_plan) {
-        if (!o->overlap) return 1;
         const int sl = offload_sl(o, layer);
+        if (offload_attend_recalls(o, layer)) /* its attention recalls: its prefetch only */
+            return o->step.spec_step[layer] != o->st.steps ||
+                   o->be->event_query(o->step.ev_spec_gathered[sl]);
+        if (!o->overlap) return 1;
         return o->be->event_query(hits_early(o, layer) ? o->step.ev_spec_gathered[sl]
                                                        : o->step.ev_gathered[sl]);
     }

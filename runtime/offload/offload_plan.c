@@ -294,6 +294,7 @@ static void step_totals(struct offload *o, const struct job *j)
             ls->misses += miss;
             ls->selections += ss->n;
             ls->corrections += predicted_step(o, sl, j->step) ? miss : 0;
+            ls->attend_recalled += offload_attend_recalls(o, o->layer_of[sl]) ? miss : 0;
             ls->correction_holds += d[OFFLOAD_TOT_HELD];
             o->step.traffic[p].kv_bytes += (double)d[OFFLOAD_TOT_ATT] * (double)chunk / o->ps;
         }

@@ -74,6 +74,9 @@ struct serve_counters {
     /* of the latter, the layers whose correction was queued at the exact plan, and the lists
      * whose correction the gate held (offload_params.spec_correct_early) */
     int64_t spec_early_corrections, spec_correction_holds;
+    /* zero-copy's attention that recalls (offload_params.attend_recall): (layer, step)s whose
+     * misses the attention read from the host pool, and those misses (chunks) */
+    int64_t attend_recall_layers, attend_recall_chunks;
     /* two-batch schedulers (pulseinfer): normal-batch layers run while an offload layer's
      * recall was in flight; sparse offload layers whose recall was done when the scheduler
      * came back to it (hidden) or not (exposed: it waited); the time it waited; admission

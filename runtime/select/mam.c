@@ -381,8 +381,8 @@ static struct kv_view probe_stage(struct mam_probe *p, const uint16_t *q, const 
         }
     }
     p->staged_bytes += bytes;
-    struct kv_view hv = {p->pages,       p->ids,       p->start, mp->block_size,
-                         mp->n_kv_heads, mp->head_dim, 0, 0};
+    struct kv_view hv = {p->pages,     p->ids, p->start, mp->block_size, mp->n_kv_heads,
+                         mp->head_dim, 0,      0,        NULL,           NULL};
     return hv;
 }
 

@@ -553,7 +553,7 @@ extern "C" void select_approx_q_cuda(const struct kctx *c, const struct approx_q
     select_norm_gather_cuda(c, x, w->attn_norm, w->channels, w->n_channels, xn, batch, hidden,
                             eps);
     gemm_bf16_cuda(c, xn, w->wq, qf, batch, n_heads * head_dim, w->n_channels, 0.0f);
-    const struct kv_view none = {NULL, NULL, NULL, 1, 0, head_dim, 0, 0};
+    const struct kv_view none = {NULL, NULL, NULL, 1, 0, head_dim, 0, 0, NULL, NULL};
     qk_norm_rope_append_cuda(c, qf, w->q_norm, NULL, q_out, &none, pos, batch, n_heads, inv_freq,
                              eps);
 }

@@ -504,7 +504,7 @@ void select_approx_q_ref(const struct kctx *c, const struct approx_q_weights *w,
     select_norm_gather_ref(c, x, w->attn_norm, w->channels, w->n_channels, xn, batch, hidden, eps);
     gemm_bf16_ref(c, xn, w->wq, qf, batch, n_heads * head_dim, w->n_channels, 0.0f);
     /* zero KV heads: the q rows are the whole qkv row and nothing is appended */
-    struct kv_view none = {NULL, NULL, NULL, 1, 0, head_dim, 0, 0};
+    struct kv_view none = {NULL, NULL, NULL, 1, 0, head_dim, 0, 0, NULL, NULL};
     qk_norm_rope_append_ref(c, qf, w->q_norm, NULL, q_out, &none, pos, batch, n_heads, inv_freq,
                             eps);
 }

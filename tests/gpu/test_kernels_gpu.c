@@ -217,7 +217,7 @@ static void kvset_init(struct kvset *s, int batch, int nkv, int hd, int ps, cons
     free(perm);
     s->h_pool = xmalloc(s->pool_elems * sizeof(uint16_t));
     fill_bf16(s->h_pool, s->pool_elems, 1.0f, 0.0f);
-    s->hv = (struct kv_view){s->h_pool, s->ids, s->start, ps, nkv, hd, 0, 0};
+    s->hv = (struct kv_view){s->h_pool, s->ids, s->start, ps, nkv, hd, 0, 0, NULL, NULL};
 }
 
 /* Element offset of token t's K (which = 0) or V row of head h for entry b. */
@@ -233,7 +233,8 @@ static void kvset_upload(struct kvset *s)
     s->d_pool = dput(s->h_pool, s->pool_elems * sizeof(uint16_t));
     s->d_ids = dput(s->ids, (size_t)s->n_ids * sizeof(int32_t));
     s->d_start = dput(s->start, (size_t)s->batch * sizeof(int32_t));
-    s->dv = (struct kv_view){s->d_pool.p, s->d_ids.p, s->d_start.p, s->ps, s->nkv, s->hd, 0, 0};
+    s->dv = (struct kv_view){s->d_pool.p, s->d_ids.p, s->d_start.p, s->ps, s->nkv, s->hd,
+                             0,           0,          NULL,         NULL};
 }
 
 static void kvset_free(struct kvset *s)
@@ -712,6 +713,107 @@ static void test_attn(void)
     }
 }
 
+/* An attention that recalls (kv_view.host_ids): about a third of each entry's whole pages are
+ * given host pieces holding their contents (pinned, mapped memory, at shuffled piece indices)
+ * while the pages themselves hold NaN. The output must match the plain attention over the
+ * clean pool, and afterwards every such page must hold its piece bit for bit; the other pages
+ * and the pool past them are untouched. The same through the CPU path (kv_host_fill then
+ * attn_decode_ref), whose output must equal the clean reference bit for bit. */
+static void test_attn_host(void)
+{
+    static const struct {
+        const char *name;
+        int batch, nq, nkv, hd, ps;
+        int n[4];
+    } cases[] = {{"b4 G5 hd128 ps16", 4, 40, 8, 128, 16, {97, 16, 1000, 33}},
+                 {"b3 G2 hd64 ps32", 3, 4, 2, 64, 32, {300, 65, 2}},
+                 {"b2 G4 hd256 ps16", 2, 4, 1, 256, 16, {520, 17}},
+                 {"b3 G8 hd128 ps16, one KV head a list", 3, 8, 1, 128, 16, {2048, 48, 160}}};
+    const uint16_t qnan = 0x7fc0;
+    for (size_t ci = 0; ci < PULSE_ARRAY_LEN(cases); ci++) {
+        const int batch = cases[ci].batch, nq = cases[ci].nq, nkv = cases[ci].nkv;
+        const int hd = cases[ci].hd, ps = cases[ci].ps;
+        int n[4], maxn = 0;
+        for (int b = 0; b < batch; b++)
+            n[b] = cases[ci].n[b], maxn = PULSE_MAX(maxn, n[b]);
+        struct kvset s;
+        kvset_init(&s, batch, nkv, hd, ps, n, 2);
+        const size_t pe = s.page_elems, pool_bytes = s.pool_elems * 2;
+        /* the host pieces: a shuffled index per chosen page, in a pinned mapped buffer */
+        int32_t *hid = xmalloc((size_t)s.n_ids * 4);
+        int pieces = 0;
+        for (int i = 0; i < s.n_ids; i++)
+            hid[i] = -1;
+        for (int b = 0; b < batch; b++)
+            for (int i = 0; i + 1 < PULSE_CEIL_DIV(n[b], ps); i++)
+                if (rnd_u32() % 3 == 0) hid[s.start[b] + i] = pieces++;
+        for (int i = pieces; i > 1; i--) { /* shuffle the piece indices */
+            int j = (int)(rnd_u32() % (uint32_t)i), a = -1, c = -1;
+            for (int k = 0; k < s.n_ids; k++) {
+                if (hid[k] == i - 1) a = k;
+                if (hid[k] == j) c = k;
+            }
+            hid[a] = j, hid[c] = i - 1;
+        }
+        uint16_t *host = NULL, *dhost = NULL;
+        CUDA_CHECK(cudaHostAlloc((void **)&host, (size_t)PULSE_MAX(pieces, 1) * pe * 2,
+                                 cudaHostAllocMapped));
+        CUDA_CHECK(cudaHostGetDevicePointer((void **)&dhost, host, 0));
+        uint16_t *clean = xmalloc(pool_bytes);
+        memcpy(clean, s.h_pool, pool_bytes);
+        for (int k = 0; k < s.n_ids; k++)
+            if (hid[k] >= 0) {
+                memcpy(host + (size_t)hid[k] * pe, clean + (size_t)s.ids[k] * pe, pe * 2);
+                for (size_t e = 0; e < pe; e++)
+                    s.h_pool[(size_t)s.ids[k] * pe + e] = qnan;
+            }
+        kvset_upload(&s); /* the poisoned pool */
+        size_t qn = (size_t)batch * nq * hd;
+        uint16_t *q = xmalloc(qn * 2), *r = xmalloc(qn * 2), *g = xmalloc(qn * 2);
+        fill_bf16(q, qn, 1.0f, 0.0f);
+        const float scale = 1.0f / sqrtf((float)hd);
+        struct kv_view cv = s.hv;
+        cv.pool = clean;
+        attn_decode_ref(&g_host, q, &cv, n, r, batch, nq, maxn, scale);
+        struct dbuf dq = dput(q, qn * 2), dn = dput(n, (size_t)batch * 4),
+                    dh = dput(hid, (size_t)s.n_ids * 4);
+        struct kctx c = g_dev;
+        size_t wsb = attn_decode_workspace_bytes(batch, nq, hd, maxn, c.num_sms);
+        struct dbuf dout = dalloc(qn * 2, 0), dws = dalloc(wsb, 0);
+        c.workspace = dws.p, c.workspace_bytes = wsb;
+        struct kv_view dv = s.dv;
+        dv.host = dhost, dv.host_ids = dh.p;
+        attn_decode_cuda(&c, dq.p, &dv, dn.p, dout.p, batch, nq, maxn, scale);
+        dget(&dout, g);
+        size_t bad;
+        double e = nerr_bf16(g, r, qn, &bad);
+        char cs[96];
+        snprintf(cs, sizeof cs, "%s, %d host pieces", cases[ci].name, pieces);
+        report_cmp("attn_decode recalls", cs, e, bad, 1e-2, dguard_ok(&dout) && dguard_ok(&dws));
+        /* the pool afterwards: the recalled pages hold their pieces, the others as uploaded
+         * (clean): the whole pool equals the clean one */
+        uint16_t *after = xmalloc(pool_bytes);
+        dget(&s.d_pool, after);
+        report_exact("attn_decode recalls", "pool afterwards", after, clean, pool_bytes,
+                     dguard_ok(&s.d_pool));
+        /* the CPU path: kv_host_fill, then the reference over the poisoned pool */
+        for (int k = 0; k < s.n_ids; k++)
+            if (hid[k] >= 0)
+                for (size_t x = 0; x < pe; x++)
+                    s.h_pool[(size_t)s.ids[k] * pe + x] = qnan;
+        struct kv_view hv = s.hv;
+        hv.host = host, hv.host_ids = hid;
+        uint16_t *rc = xmalloc(qn * 2);
+        attn_decode_ref(&g_host, q, &hv, n, rc, batch, nq, maxn, scale);
+        report_exact("attn_decode_ref recalls", cs, rc, r, qn * 2, 1);
+        report_exact("attn_decode_ref recalls", "pool afterwards", s.h_pool, clean, pool_bytes, 1);
+        dfree(&dq), dfree(&dn), dfree(&dh), dfree(&dout), dfree(&dws);
+        CUDA_CHECK(cudaFreeHost(host));
+        kvset_free(&s);
+        free(hid), free(clean), free(q), free(r), free(g), free(after), free(rc);
+    }
+}
+
 /* ------------------------------------------------------------------ timing */
 
 static int cmp_float(const void *a, const void *b)
@@ -753,7 +855,7 @@ static double time_attn(int batch, int ctx, void *flush, size_t flush_bytes)
     CUDA_CHECK(cudaMemcpy(d_n, n, (size_t)batch * 4, cudaMemcpyHostToDevice));
     fill_random_bf16_cuda(&g_dev, pool, pages * page_elems, 11, 1.0f, 0.0f);
     fill_random_bf16_cuda(&g_dev, q, (size_t)batch * nq * hd, 12, 1.0f, 0.0f);
-    struct kv_view kv = {pool, d_ids, d_start, ps, nkv, hd, 0, 0};
+    struct kv_view kv = {pool, d_ids, d_start, ps, nkv, hd, 0, 0, NULL, NULL};
     struct kctx c = g_dev;
     c.workspace = ws, c.workspace_bytes = wsb;
     cudaStream_t st = (cudaStream_t)c.stream;
@@ -860,6 +962,7 @@ int main(void)
     test_kv_fill();
     test_qk_norm_rope();
     test_attn();
+    test_attn_host();
     const char *nt = getenv("PULSE_GPU_TEST_NO_TIMING");
     if (!(nt && strcmp(nt, "0") != 0)) timing();
 

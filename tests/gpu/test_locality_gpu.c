@@ -158,8 +158,8 @@ static void test_keys(const struct shape *s)
     CUDA_CHECK(cudaMemcpy(d_pool, h_pool, n * 2, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_ids, ids, sizeof(int32_t) * n_pages, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_start, start, sizeof start, cudaMemcpyHostToDevice));
-    const struct kv_view hv = {h_pool, ids, start, s->bs, s->nkv, s->hd, 0, 0};
-    const struct kv_view dv = {d_pool, d_ids, d_start, s->bs, s->nkv, s->hd, 0, 0};
+    const struct kv_view hv = {h_pool, ids, start, s->bs, s->nkv, s->hd, 0, 0, NULL, NULL};
+    const struct kv_view dv = {d_pool, d_ids, d_start, s->bs, s->nkv, s->hd, 0, 0, NULL, NULL};
     locality_fill_kv(L, &hv, t0, t1, req, B, layer);
     locality_fill_kv_cuda(L, &g_dev, &dv, t0, t1, req, B, layer);
     CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)g_dev.stream));
@@ -199,8 +199,10 @@ static void test_keys(const struct shape *s)
         const int32_t pick[2] = {0, 3};
         for (int k = 0; k < 2; k++) {
             const int b = pick[k];
-            const struct kv_view hv1 = {h_pool, ids, start + b, s->bs, s->nkv, s->hd, 0, 0};
-            const struct kv_view dv1 = {d_pool, d_ids, d_start + b, s->bs, s->nkv, s->hd, 0, 0};
+            const struct kv_view hv1 = {h_pool, ids, start + b, s->bs, s->nkv,
+                                        s->hd,  0,   0,         NULL,  NULL};
+            const struct kv_view dv1 = {d_pool, d_ids, d_start + b, s->bs, s->nkv,
+                                        s->hd,  0,     0,           NULL,  NULL};
             const struct digest_view hdv = {hd_pool, ids, start + b, dh, s->hd};
             const struct digest_view ddv = {d_dig, d_ids, d_start + b, dh, s->hd};
             digest_build_ref(NULL, &hv1, &hdv, t1 + b, 1, sel, t1[b]);
@@ -450,7 +452,7 @@ static void time_fill(void)
     CUDA_CHECK(cudaMemcpy(d_ids, ids, sizeof(int32_t) * nb, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_args, &zero, sizeof zero, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_args + 1, &ntok, sizeof ntok, cudaMemcpyHostToDevice));
-    const struct kv_view dv = {d_pool, d_ids, d_args, s.bs, s.nkv, s.hd, 0, 0};
+    const struct kv_view dv = {d_pool, d_ids, d_args, s.bs, s.nkv, s.hd, 0, 0, NULL, NULL};
     const struct digest_view gv = {d_dig, d_ids, d_args, s.nkv, s.hd};
     cudaStream_t st = (cudaStream_t)g_dev.stream;
     cudaEvent_t ev[4];

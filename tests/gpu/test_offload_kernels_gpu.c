@@ -2,7 +2,9 @@
  * random plans: head-wise (8 lists an entry) and SoloHead (1), batches of 1, 13 and 64, refused
  * lists, lists with no recall and with every slot recalled, tails filled or not; with and
  * without the gate (victims against ascending predicted lists: lists that displace a predicted
- * block counted, the gate closed where one does and left open where none does). Every output
+ * block counted, the gate closed where one does and left open where none does); with and
+ * without an attention that recalls (att_host: the host piece of each list position whose
+ * block is one of the list's recalls, the tail's never). Every output
  * buffer starts as guard bytes on both sides and is compared whole, so what must stay unwritten
  * (slots past a count, a refused list's pages) is checked too. The kernel only computes
  * addresses, so the bases are arbitrary. Exit 77 without a GPU. */
@@ -32,6 +34,7 @@ struct bufs { /* one allocation per side; the same layout */
     struct recall_desc *desc, *tail_desc;
     int32_t *att_len, *att_pages;
     int32_t *victim_block, *spec_idx, *spec_count;
+    int32_t *sel_idx, *att_host;
     uint32_t *gate;
     unsigned long long *cnt; /* att_tokens, refused, held */
 };
@@ -64,6 +67,8 @@ static size_t layout(struct bufs *b, char *base, int B, int L, int ms, int MB, i
     TAKE(victim_block, V * ms);
     TAKE(spec_idx, V * ms);
     TAKE(spec_count, V);
+    TAKE(sel_idx, V * ms);
+    TAKE(att_host, V * ms);
     TAKE(gate, 1);
     TAKE(cnt, 3);
 #undef TAKE
@@ -71,7 +76,7 @@ static size_t layout(struct bufs *b, char *base, int B, int L, int ms, int MB, i
 }
 
 static struct offload_build_args args_of(const struct bufs *b, int B, int L, int ms, int H, int S,
-                                         int maxb, int gated)
+                                         int maxb, int gated, int recalls)
 {
     struct offload_build_args a = {b->status,
                                    b->n_recalls,
@@ -106,6 +111,8 @@ static struct offload_build_args args_of(const struct bufs *b, int B, int L, int
                                    b->tail_desc,
                                    b->cnt,
                                    b->cnt + 1,
+                                   b->sel_idx,
+                                   recalls ? b->att_host : NULL,
                                    b->victim_block,
                                    gated ? b->spec_idx : NULL,
                                    b->spec_count,
@@ -133,8 +140,15 @@ static void fill(struct bufs *h, size_t bytes, int B, int L, int ms, int MB, int
         h->sel_count[v] = cnt;
         const int kind = (int)rnd(4); /* none, all, random */
         h->n_recalls[v] = kind == 0 ? 0 : kind == 1 ? cnt : (int)rnd((uint32_t)cnt + 1);
+        /* the list's blocks ascending, its recalls an ascending subset of them (all of them,
+         * the tail's included, when every slot is recalled) */
+        for (int j = 0, blk = (int)rnd(4); j < cnt; j++, blk += 1 + (int)rnd(6))
+            h->sel_idx[v * ms + j] = blk; /* (< maxb: 3 + 40 x 6) */
+        for (int j = 0, r = 0; j < cnt && r < h->n_recalls[v]; j++)
+            if (cnt - j <= h->n_recalls[v] - r || rnd(2))
+                h->recall_block[v * ms + r++] = h->sel_idx[v * ms + j];
         for (int j = 0; j < ms; j++) {
-            h->recall_block[v * ms + j] = (int)rnd((uint32_t)maxb);
+            if (j >= h->n_recalls[v]) h->recall_block[v * ms + j] = (int)rnd((uint32_t)maxb);
             h->recall_slot[v * ms + j] = (int)rnd((uint32_t)H);
             h->attend_slot[v * ms + j] = (int)rnd((uint32_t)H);
             h->victim_block[v * ms + j] = (int)rnd((uint32_t)maxb + 1) - 1; /* -1: free */
@@ -155,7 +169,8 @@ static void fill(struct bufs *h, size_t bytes, int B, int L, int ms, int MB, int
     (void)tails;
 }
 
-static void one_case(const struct backend *be, const struct kctx *ctx, int B, int L, int gated)
+static void one_case(const struct backend *be, const struct kctx *ctx, int B, int L, int gated,
+                     int recalls)
 {
     const int ms = 40, S = 3, H1 = 46, maxb = 300, MB = B < 64 ? 64 : B;
     struct bufs hb, db, rb;
@@ -170,19 +185,38 @@ static void one_case(const struct backend *be, const struct kctx *ctx, int B, in
     fill(&hb, bytes, B, L, ms, MB, S, H1, maxb);
     memcpy(r, h, bytes);
     be->upload(ctx, d, h, bytes);
-    const struct offload_build_args ar = args_of(&rb, B, L, ms, H1 - 1, S, maxb, gated);
-    const struct offload_build_args ad = args_of(&db, B, L, ms, H1 - 1, S, maxb, gated);
+    const struct offload_build_args ar = args_of(&rb, B, L, ms, H1 - 1, S, maxb, gated, recalls);
+    const struct offload_build_args ad = args_of(&db, B, L, ms, H1 - 1, S, maxb, gated, recalls);
     offload_build_ref(&ar, NULL);
     offload_build_cuda(&ad, ctx->stream);
     be->download(ctx, h, d, bytes);
     size_t diff = 0, first = 0;
     for (size_t i = 0; i < bytes; i++)
         if (h[i] != r[i] && !diff++) first = i;
+    /* the attention's host pieces: exactly the recalled blocks but the tail, at their ids */
+    long pieces = 0, want = 0, wrong = 0;
+    for (int v = 0; recalls && v < B * L; v++) {
+        if (rb.status[v] != PULSE_OK) continue;
+        const int b = v / L, k = v % L, cnt = rb.sel_count[v];
+        const int32_t *ids = rb.host_ids + ((size_t)rb.hslot[b] * S + 1) * maxb;
+        for (int r = 0; r < rb.n_recalls[v]; r++)
+            want += rb.recall_block[v * ms + r] != rb.sel_idx[v * ms + cnt - 1];
+        for (int j = 0; j < cnt; j++) {
+            const int32_t h = rb.att_host[v * ms + j], blk = rb.sel_idx[v * ms + j];
+            if (h < 0) continue;
+            pieces++;
+            wrong += j == cnt - 1 || h != (L > 1 ? ids[blk] * 8 + k : ids[blk]);
+        }
+    }
     fprintf(stderr,
-            "offload_build B %d lists %d%s: %s (%zu bytes differ, first at %zu), "
-            "att tokens %llu, refused %llu, held %llu, gate %s\n",
-            B, L, gated ? " gated" : "", diff ? "FAIL" : "bit-exact", diff, first,
-            rb.cnt[0] - 12345, rb.cnt[1] - 7, rb.cnt[2] - 3, *rb.gate ? "open" : "closed");
+            "offload_build B %d lists %d%s%s: %s (%zu bytes differ, first at %zu), "
+            "att tokens %llu, refused %llu, held %llu, gate %s, host pieces %ld\n",
+            B, L, gated ? " gated" : "", recalls ? " recalls" : "", diff ? "FAIL" : "bit-exact",
+            diff, first, rb.cnt[0] - 12345, rb.cnt[1] - 7, rb.cnt[2] - 3,
+            *rb.gate ? "open" : "closed", pieces);
+    EXPECT_EQ_INT(pieces, want);
+    EXPECT_EQ_INT(wrong, 0);
+    if (recalls) EXPECT(pieces > 0);
     EXPECT_EQ_INT(diff, 0);
     EXPECT(rb.cnt[0] > 12345);
     /* the gate closed exactly where a list was held; none without it */
@@ -206,9 +240,11 @@ int main(void)
     const int batches[] = {1, 13, 64};
     for (int i = 0; i < 3; i++) {
         for (int gated = 0; gated < 2; gated++) {
-            one_case(be, &ctx, batches[i], 1, gated);
-            one_case(be, &ctx, batches[i], 8, gated);
+            one_case(be, &ctx, batches[i], 1, gated, 0);
+            one_case(be, &ctx, batches[i], 8, gated, 0);
         }
+        one_case(be, &ctx, batches[i], 1, 0, 1);
+        one_case(be, &ctx, batches[i], 8, 0, 1);
     }
     be->ctx_free(&ctx);
     return tu_finish("test_offload_kernels_gpu");

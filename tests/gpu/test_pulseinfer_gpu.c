@@ -26,7 +26,9 @@
  * the hot cache one selection large (no reserve) corrections take predicted blocks' slots and
  * the gate holds them (verified after every step): exact tokens, and the prediction,
  * prefetched and corrected chunks of the run that queues every correction after that attention
- * (--spec-correction late). Cases 14-17 of PULSE_GPU_TEST_CASES. */
+ * (--spec-correction late). On zero-copy the attention that recalls (--attend-recall on), exact
+ * at layer (verified after every step) and with the poor predictor: exact SoloHead's tokens, its
+ * layers and chunks counted. Cases 14-17 of PULSE_GPU_TEST_CASES. */
 /* The gate (spec_from hits, spec_correct_early) on the device: c is the negated predictor's run
  * from the predicted lists; with the hot cache one selection large, early (verified after every
  * step) against late. */
@@ -144,7 +146,33 @@ static void test_speculation_gpu(int quick)
                 }
                 workload_free(&pt.w);
             }
-            c.spec_from = OFFLOAD_SPEC_FROM_INPUT, c.spec_predictor = OFFLOAD_SPEC_APPROX;
+            c.spec_from = OFFLOAD_SPEC_FROM_INPUT;
+            /* zero-copy's attention that recalls (--attend-recall on): exact at layer (verified
+             * after every step: the blocks the attention stored against their host copies) and
+             * speculated with the poor predictor (its corrections; no host round trip) */
+            for (int sp = 0; zc && sp < 2; sp++) {
+                struct pi_out ar;
+                c.speculate = sp, c.spec_predictor = OFFLOAD_SPEC_NEGATED, c.attend_recall = 1;
+                c.no_verify = sp;
+                serve(&c, &ar);
+                const struct serve_counters *t = &ar.ctr;
+                EXPECT_EQ_INT(ar.rc, 0);
+                const int same = same_tokens(&exact.w, &ar.w);
+                EXPECT(same);
+                EXPECT(t->attend_recall_layers > 0 && t->attend_recall_chunks > 0);
+                EXPECT_EQ_INT(t->attend_recall_chunks, sp ? t->spec_corrections : t->recall_chunks);
+                if (!sp) EXPECT_EQ_INT(t->recall_chunks, exact.ctr.recall_chunks);
+                if (sp) EXPECT_EQ_INT(t->step_host_syncs, 0);
+                if (sp && !real) EXPECT_EQ_INT(t->spec_corrections, spec[1].ctr.spec_corrections);
+                printf("cuda attend-recall, %s query, %s%s: %lld layers, %lld chunks recalled in "
+                       "the attention of %lld, tokens %s exact SoloHead's\n",
+                       real ? "real" : "locality", sp ? "negated predictor" : "exact at layer",
+                       c.no_verify ? "" : " verified", (long long)t->attend_recall_layers,
+                       (long long)t->attend_recall_chunks, (long long)t->recall_chunks,
+                       same ? "equal" : "DIFFER from");
+                workload_free(&ar.w);
+            }
+            c.speculate = 1, c.attend_recall = 0, c.spec_predictor = OFFLOAD_SPEC_APPROX;
             workload_free(&wide.w);
             workload_free(&exact.w);
             for (int k = 0; k < 2; k++)

@@ -233,8 +233,8 @@ static void test_digest(void)
             hd_ref[i] = 0x7fc1; /* NaN sentinel */
         struct dbuf dk = dput(hk, kv_elems * 2), dd = dput(hd_ref, d_elems * 2);
         struct dbuf dn = dput(n, sizeof n), dpos = dput(pos, sizeof pos);
-        struct kv_view hkv = {hk, kt.ids, kt.start, bs, nkv, hd, 0, 0};
-        struct kv_view dkv = {dk.p, kt.d_ids.p, kt.d_start.p, bs, nkv, hd, 0, 0};
+        struct kv_view hkv = {hk, kt.ids, kt.start, bs, nkv, hd, 0, 0, NULL, NULL};
+        struct kv_view dkv = {dk.p, kt.d_ids.p, kt.d_start.p, bs, nkv, hd, 0, 0, NULL, NULL};
         struct digest_view hdv = {hd_ref, dt.ids, dt.start, ndh, hd};
         struct digest_view ddv = {dd.p, dt.d_ids.p, dt.d_start.p, ndh, hd};
         char cs[96];
