@@ -1211,6 +1211,14 @@ static void test_speculation_cli(void)
                   2);
     EXPECT(strstr(out, "--reuse none: not with --speculate") != NULL);
     EXPECT_EQ_INT(
+        tu_run_pulse("run --backend cpu --policy pulseinfer --attend-recall on", out, sizeof out),
+        2);
+    EXPECT(strstr(out, "--attend-recall on: only with --recall-engine zero-copy") != NULL);
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy pulseinfer --attend-recall maybe", out,
+                               sizeof out),
+                  2);
+    EXPECT(strstr(out, "--attend-recall") != NULL);
+    EXPECT_EQ_INT(
         tu_run_pulse("run --backend cpu --policy pulseinfer --spec-margin 0.2", out, sizeof out),
         2);
     EXPECT(strstr(out, "--spec-margin: only with a prediction beside the exact selection"));
