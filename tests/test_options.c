@@ -129,6 +129,7 @@ static const struct opt_case cases[] = {
     {"gemm-sm-reserve", RT_ENGINE, "16", 16, NULL, {"-1", "1025", "8.0", "x"}},
     {"recall-wait", RT_OFFLOAD, "host", -1, "host", {"0", "1", "gpu", ""}},
     {"layer-graphs", RT_OFFLOAD, "off", -1, "off", {"0", "1", "none", ""}},
+    {"attend-recall", RT_OFFLOAD, "on", -1, "on", {"0", "1", "yes", ""}},
     {"prompt-kv-fill", RT_OFFLOAD, "host", -1, "host", {"cpu", "1", "", "Host"}},
     {"run-ahead", RT_SERVE, "off", -1, "off", {"0", "1", "never", ""}},
     {"ioaa-refit", RT_SERVE, "off", -1, "off", {"0", "yes", "none", ""}},
