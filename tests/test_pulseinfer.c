@@ -932,6 +932,27 @@ static void test_attend_recall(void)
                 workload_free(&g.w);
                 workload_free(&a.w);
             }
+    /* split steps (--self-interleave on, two lanes): each lane's layers recall in their
+     * attention, the tokens and recall the unsplit gather's */
+    {
+        struct pi_cfg c = spec_cfg(0, 1);
+        c.speculate = 1, c.spec_predictor = OFFLOAD_SPEC_NEGATED, c.self_interleave = "on";
+        struct pi_out g, a;
+        serve(&c, &g);
+        c.attend_recall = 1;
+        serve(&c, &a);
+        EXPECT_EQ_INT(a.rc, 0);
+        EXPECT(same_tokens(&g.w, &a.w));
+        EXPECT_EQ_INT(a.ctr.recall_chunks, g.ctr.recall_chunks);
+        EXPECT(a.ctr.attend_recall_layers > 0);
+        EXPECT_EQ_INT(a.ctr.attend_recall_chunks, a.ctr.spec_corrections);
+        printf("attend-recall, --self-interleave on --speculate (poor predictor): tokens %s the "
+               "gather's; %lld layers, %lld chunks recalled in the attention\n",
+               same_tokens(&g.w, &a.w) ? "equal" : "DIFFER from",
+               (long long)a.ctr.attend_recall_layers, (long long)a.ctr.attend_recall_chunks);
+        workload_free(&g.w);
+        workload_free(&a.w);
+    }
     struct pi_cfg c = spec_cfg(0, 1);
     c.policy = "infinigen";
     struct pi_out g, a;
