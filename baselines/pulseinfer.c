@@ -581,6 +581,23 @@ static int admit_head(struct serve_state *s, struct pulseinfer *pi, int k)
 }
 
 /* --admission fixed:LEN: arrival order, each to its batch by length, until one does not fit. */
+static int64_t free_pages(const struct kv_cache *kv)
+{
+    struct kv_cache_stats ks;
+    kv_cache_get_stats(kv, &ks);
+    return ks.free_pages;
+}
+
+/* What an admission saw (pi_admit_idle): arrivals, entries, free GPU pages and host bytes. */
+static void note_admission_point(const struct serve_state *s, struct pulseinfer *pi)
+{
+    pi->decided_once = 1;
+    pi->last_arrived = s->n_arrived;
+    pi->last_entries = serve_entries(s);
+    pi->last_free_pages = free_pages(s->kv);
+    pi->last_free_host = offload_host_free_bytes(pi->o);
+}
+
 static int admit_fixed(struct serve_state *s, struct pulseinfer *pi)
 {
     while (s->next_waiting < s->n_arrived) {
@@ -588,18 +605,12 @@ static int admit_fixed(struct serve_state *s, struct pulseinfer *pi)
         const int rc = admit_head(s, pi, k);
         if (rc == PULSE_ERR_NOMEM) {
             s->ctr.admission_refusals++;
+            note_admission_point(s, pi);
             return PULSE_OK;
         }
         if (rc != PULSE_OK) return rc;
     }
     return PULSE_OK;
-}
-
-static int64_t free_pages(const struct kv_cache *kv)
-{
-    struct kv_cache_stats ks;
-    kv_cache_get_stats(kv, &ks);
-    return ks.free_pages;
 }
 
 /* IOAA over the first max_waiting waiting requests (no more than the free slots), then the
@@ -618,7 +629,10 @@ static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
     /* at most as many as there are free cache slots (the model counts bytes, not slots) */
     const int n = PULSE_MIN(PULSE_MIN(s->n_arrived - s->next_waiting, pi->max_waiting),
                             s->max_batch - entries);
-    if (n <= 0) return PULSE_OK;
+    if (n <= 0) { /* no free slot: nothing to decide until one is */
+        note_admission_point(s, pi);
+        return PULSE_OK;
+    }
     struct ioaa_state st = {0};
     const struct serve_batch *nb = &s->run[NORMAL], *ob = &s->run[OFFLOAD];
     st.normal_count = nb->n_entries;
@@ -707,12 +721,18 @@ static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
             rc = rn == PULSE_OK || rn == PULSE_ERR_NOMEM ? PULSE_OK : rn;
         }
     }
-    pi->decided_once = 1;
-    pi->last_arrived = s->n_arrived;
-    pi->last_entries = serve_entries(s);
-    pi->last_free_pages = free_pages(s->kv);
-    pi->last_free_host = offload_host_free_bytes(pi->o);
+    note_admission_point(s, pi);
     return rc;
+}
+
+/* policy.admit_idle: requests wait and nothing an admission depends on has changed since the
+ * last one (admit_fixed's refusal, IOAA's decision): admit would do nothing now. */
+static int pi_admit_idle(const struct serve_state *s)
+{
+    const struct pulseinfer *pi = s->policy_ctx;
+    return pi->decided_once && s->n_arrived == pi->last_arrived &&
+           serve_entries(s) == pi->last_entries && free_pages(s->kv) == pi->last_free_pages &&
+           offload_host_free_bytes(pi->o) == pi->last_free_host;
 }
 
 static int pi_admit(struct serve_state *s)
@@ -1230,6 +1250,7 @@ const struct policy policy_pulseinfer = {
     .name = "pulseinfer",
     .n_batches = 2,
     .admit = pi_admit,
+    .admit_idle = pi_admit_idle,
     .step = pi_step,
     .release = pi_release,
     .traffic = pi_traffic,

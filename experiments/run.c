@@ -226,6 +226,7 @@ static json_t *counters_json(const struct serve_counters *c, const struct kv_cac
         "ioaa_nodes", c->ioaa_nodes, "kv_page_bytes", (json_int_t)ks->page_bytes);
     json_object_set_new(j, "requests_failed", json_integer(c->requests_failed));
     json_object_set_new(j, "steps_ahead", json_integer(c->steps_ahead));
+    json_object_set_new(j, "steps_ahead_waiting", json_integer(c->steps_ahead_waiting));
     results_set_real(j, "host_queue_s", c->host_queue_s);
     results_set_real(j, "host_wait_s", c->host_wait_s);
     json_object_set_new(j, "clock_paused_s", json_real(c->clock_paused_s));

@@ -99,6 +99,9 @@ static void test_equals_vanilla(void)
                    (long long)r.ctr.admitted_normal, (long long)r.ctr.admitted_offload,
                    same ? "equal" : "DIFFER from");
             EXPECT_EQ_INT(r.ctr.admitted_normal + r.ctr.admitted_offload, 6);
+            /* 6 requests, 4 slots: two wait, and the loop runs ahead while the policy's
+             * admission would still refuse them (policy.admit_idle) */
+            EXPECT(r.ctr.steps_ahead_waiting > 0 && r.ctr.steps_ahead_waiting <= r.ctr.steps_ahead);
             if (!strcmp(cases[i].admission, "fixed:200")) {
                 EXPECT_EQ_INT(r.ctr.admitted_offload, 3); /* 300, 260 and 200 tokens + 10 */
                 EXPECT_EQ_INT(r.ctr.ioaa_decisions, 0);

@@ -236,7 +236,8 @@ static int queue_step(struct serve_state *s, struct step_note *sn, int buf, doub
  * step would end (by the last step's time; never before one was timed). */
 static int can_run_ahead(const struct serve_state *s, double last_step_s)
 {
-    if (!(last_step_s > 0) || s->next_waiting < s->n_arrived || serve_entries(s) == 0) return 0;
+    if (!(last_step_s > 0) || serve_entries(s) == 0) return 0;
+    if (s->next_waiting < s->n_arrived && !(s->pol->admit_idle && s->pol->admit_idle(s))) return 0;
     for (int k = 0; k < s->n_batches; k++)
         if (s->run[k].dirty) return 0;
     for (int k = 0; k < s->n_batches; k++)
@@ -402,7 +403,8 @@ int serve_run_params(struct engine *e, struct kv_cache *kv, const struct policy 
             goto out;
         }
         /* Run ahead: while the step's end changes no batch (no request ends with it, nothing
-         * waits to be admitted, no arrival is due before the next step would end), the next
+         * waits to be admitted or the policy's admission would still refuse what waits
+         * (policy.admit_idle), no arrival is due before the next step would end), the next
          * step is queued before this one's tokens are read, so the device goes from one step
          * to the next without waiting for the host. */
         for (;;) {
@@ -414,6 +416,7 @@ int serve_run_params(struct engine *e, struct kv_cache *kv, const struct policy 
                         s.run[k].entries[b].pos++;
                 rc = queue_step(&s, &sn[buf ^ 1], buf ^ 1, &t_next);
                 s.ctr.steps_ahead++;
+                s.ctr.steps_ahead_waiting += s.next_waiting < s.n_arrived;
                 if (rc == PULSE_ERR_IO) { /* a failed batch ends; nothing of it to read */
                     done += fail_batches(&s, sn);
                     rc = PULSE_OK;

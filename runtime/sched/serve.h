@@ -52,6 +52,8 @@ struct serve_counters {
     /* steps queued before the previous step's tokens were read (the loop runs ahead while a
      * step's end changes no batch; serve_params.run_ahead 0: never) */
     int64_t steps_ahead;
+    /* of those, the steps queued ahead while requests waited (policy.admit_idle) */
+    int64_t steps_ahead_waiting;
     /* host time in the policy's step calls (queuing the steps) and waiting for their tokens,
      * summed: queuing close to the steps' time means the host sets the pace */
     double host_queue_s, host_wait_s;
@@ -181,6 +183,11 @@ struct policy {
     /* Runs one decode step of every running batch that has entries (in any interleaving: each
      * batch's layers in order); returns PULSE_OK. */
     int (*step)(struct serve_state *s);
+    /* Optional: 1 when admit, called now, would admit nothing and change nothing (requests wait,
+     * but nothing its decision depends on has changed since it last refused them). The loop then
+     * queues the next step before reading this one's tokens (serve_params.run_ahead) even while
+     * requests wait; without it, waiting requests stop the loop from running ahead. */
+    int (*admit_idle)(const struct serve_state *s);
     /* Optional: frees what the policy holds for the request in cache slot `slot` (called when
      * it finishes, before its KV pages are released). */
     void (*release)(struct serve_state *s, int slot);
