@@ -900,6 +900,23 @@ static struct pi_cfg spec_cfg(int real, int zc)
  * (offload_verify), so the attention stored what a gather would have. The counters: the layers
  * and chunks it recalled, every miss exact, the corrections speculated, the same plans. Layers
  * selected ahead (infinigen) keep their gather. */
+/* c run with the gather (g) and with --attend-recall on (a): both run, the same tokens and
+ * the same chunks recalled; returns whether the tokens are the same. */
+static int attend_recall_pair(struct pi_cfg c, struct pi_out *g, struct pi_out *a)
+{
+    c.attend_recall = 0;
+    serve(&c, g);
+    c.attend_recall = 1;
+    serve(&c, a);
+    EXPECT_EQ_INT(g->rc, 0);
+    EXPECT_EQ_INT(a->rc, 0);
+    const int same = same_tokens(&g->w, &a->w);
+    EXPECT(same);
+    EXPECT_EQ_INT(a->ctr.recall_chunks, g->ctr.recall_chunks);
+    EXPECT_EQ_INT(g->ctr.attend_recall_layers + g->ctr.attend_recall_chunks, 0);
+    return same;
+}
+
 static void test_attend_recall(void)
 {
     for (int real = 0; real < 2; real++)
@@ -910,14 +927,8 @@ static void test_attend_recall(void)
                 c.no_irq = no_irq, c.speculate = speculate;
                 c.spec_predictor = OFFLOAD_SPEC_NEGATED;
                 struct pi_out g, a;
-                serve(&c, &g);
-                c.attend_recall = 1;
-                serve(&c, &a);
+                const int same = attend_recall_pair(c, &g, &a);
                 const struct serve_counters *t = &a.ctr;
-                EXPECT_EQ_INT(g.rc, 0);
-                EXPECT_EQ_INT(a.rc, 0);
-                const int same = same_tokens(&g.w, &a.w);
-                EXPECT(same);
                 printf("attend-recall, %s query%s%s: tokens %s the gather's; %lld layers, %lld "
                        "chunks recalled in the attention (%lld recalled, %lld corrected)\n",
                        real ? "real" : "locality", no_irq ? ", --no-irq" : "",
@@ -925,12 +936,10 @@ static void test_attend_recall(void)
                        same ? "equal" : "DIFFER from", (long long)t->attend_recall_layers,
                        (long long)t->attend_recall_chunks, (long long)t->recall_chunks,
                        (long long)t->spec_corrections);
-                EXPECT_EQ_INT(g.ctr.attend_recall_layers + g.ctr.attend_recall_chunks, 0);
                 EXPECT(t->attend_recall_layers > 0);
                 EXPECT_EQ_INT(t->attend_recall_chunks,
                               speculate ? t->spec_corrections : t->recall_chunks);
                 EXPECT(t->attend_recall_chunks > 0);
-                EXPECT_EQ_INT(t->recall_chunks, g.ctr.recall_chunks);
                 EXPECT_EQ_INT(t->spec_recall_chunks, g.ctr.spec_recall_chunks);
                 workload_free(&g.w);
                 workload_free(&a.w);
@@ -941,29 +950,21 @@ static void test_attend_recall(void)
         struct pi_cfg c = spec_cfg(0, 1);
         c.speculate = 1, c.spec_predictor = OFFLOAD_SPEC_NEGATED, c.self_interleave = "on";
         struct pi_out g, a;
-        serve(&c, &g);
-        c.attend_recall = 1;
-        serve(&c, &a);
-        EXPECT_EQ_INT(a.rc, 0);
-        EXPECT(same_tokens(&g.w, &a.w));
-        EXPECT_EQ_INT(a.ctr.recall_chunks, g.ctr.recall_chunks);
+        const int same = attend_recall_pair(c, &g, &a);
         EXPECT(a.ctr.attend_recall_layers > 0);
         EXPECT_EQ_INT(a.ctr.attend_recall_chunks, a.ctr.spec_corrections);
         printf("attend-recall, --self-interleave on --speculate (poor predictor): tokens %s the "
                "gather's; %lld layers, %lld chunks recalled in the attention\n",
-               same_tokens(&g.w, &a.w) ? "equal" : "DIFFER from",
-               (long long)a.ctr.attend_recall_layers, (long long)a.ctr.attend_recall_chunks);
+               same ? "equal" : "DIFFER from", (long long)a.ctr.attend_recall_layers,
+               (long long)a.ctr.attend_recall_chunks);
         workload_free(&g.w);
         workload_free(&a.w);
     }
+    /* InfiniGen's layers, selected one ahead, keep their gather */
     struct pi_cfg c = spec_cfg(0, 1);
     c.policy = "infinigen";
     struct pi_out g, a;
-    serve(&c, &g);
-    c.attend_recall = 1;
-    serve(&c, &a);
-    EXPECT_EQ_INT(a.rc, 0);
-    EXPECT(same_tokens(&g.w, &a.w));
+    attend_recall_pair(c, &g, &a);
     EXPECT_EQ_INT(a.ctr.attend_recall_layers + a.ctr.attend_recall_chunks, 0);
     EXPECT(a.ctr.recall_chunks > 0);
     workload_free(&g.w);
