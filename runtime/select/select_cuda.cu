@@ -5,24 +5,29 @@
  *                  (reads of one token's head row are coalesced across dims).
  *   digest_update  one thread per (entry, digest head, dim).
  *   select_score   a CTA per (1-4 rounds of 64 blocks, list, entry; the rounds keep the grid
- *                  within about one wave): the list's G query heads in shared memory (fp32),
- *                  a warp per 8 blocks a round with all their loads in flight at once, lanes
- *                  over channels (4 consecutive channels per lane with 8-byte loads when
- *                  head_dim % 128 == 0), a warp sum per block.
- *   select_topk    a CTA of 1024 threads per (entry, list): the candidates' score keys in shared
- *                  memory, radix select over the 32-bit key (4 passes of 8 bits, shared
- *                  histogram, suffix scan) finds the k-th largest key T and how many keys equal
- *                  to T to take; then each thread owns a contiguous range of block indices and
- *                  two block-wide exclusive scans give (1) the rank of each key == T among equal
- *                  keys in block order and (2) each selected block's output position, so the
- *                  output comes out ascending with no sort. Same order as the reference.
+ *                  within about one wave): per scored KV head and channel the sums of the
+ *                  group's positive and of its negative query values in shared memory (fp32;
+ *                  max(q * mn, q * mx) is q * mx for q >= 0, else q * mn, so a channel's G
+ *                  terms are qp * mx + qn * mn: two FMAs a channel whatever G), a warp per 8
+ *                  blocks a round with all their loads in flight at once, lanes over channels
+ *                  (4 consecutive channels per lane with 8-byte loads when head_dim % 128 ==
+ *                  0), a warp sum per block; at most 64 registers (4 CTAs an SM).
+ *   select_topk    a CTA of 512 threads per (entry, list): the candidates' score keys in shared
+ *                  memory, radix select over the 32-bit key (passes of 8 bits, a shared
+ *                  histogram counted while the next is cleared and scanned by one warp: two
+ *                  barriers a pass; once the keys sharing the prefix are at most 32, one warp
+ *                  ranks them instead of more passes) finds the k-th largest key T and how many
+ *                  keys equal to T to take; then each thread owns a contiguous range of block
+ *                  indices and one block-wide exclusive scan of two packed counts (keys above T
+ *                  or forced; keys equal to T) gives each thread its first output position, so
+ *                  the output comes out ascending with no sort. Same order as the reference.
  *   approx_q       select_norm_gather (a CTA per row) + gemm_bf16_cuda (cuBLAS) +
  *                  qk_norm_rope_append_cuda with zero KV heads.
  *
- * Exactness: scores use the same per-channel term as the reference (select_digest_term, no
- * FMA contraction possible across the max) but sum in another order, so they match the
- * reference exactly when every partial sum is exact (integer-valued inputs) and to fp32
- * rounding otherwise. Digests and top-k are exact for any input. */
+ * Exactness: scores are the reference's sum (select_digest_term over query heads and
+ * channels) regrouped per channel, with FMAs, so they match the reference exactly when every
+ * partial sum is exact (integer-valued inputs) and to fp32 rounding otherwise. Digests and
+ * top-k are exact for any input. */
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -125,11 +130,12 @@ __device__ __forceinline__ void bf16x2(uint32_t u, float *a, float *b)
 }
 
 /* One round of a warp (score_kernel): nw consecutive blocks, their page ids in lanes id0 ..
- * id0 + nw - 1 of `my`, their scores to out[0 .. nw - 1]. */
+ * id0 + nw - 1 of `my`, their scores to out[0 .. nw - 1]. sq holds, per scored KV head, the
+ * group's positive and negative query sums per channel (score_kernel). */
 template <bool VEC>
 __device__ __forceinline__ void score_round(const float *sq, const uint16_t *dpool, int32_t my,
-                                            int id0, int nw, size_t dpe, int k0, int k1, int G,
-                                            int hd, int sel_head, int lane, float *out)
+                                            int id0, int nw, size_t dpe, int k0, int k1, int hd,
+                                            int sel_head, int lane, float *out)
 {
     constexpr int R = kScorePerWarp;
     const uint16_t *page[R];
@@ -142,7 +148,7 @@ __device__ __forceinline__ void score_round(const float *sq, const uint16_t *dpo
         acc[r] = 0.0f;
     for (int k = k0; k < k1; k++) {
         const size_t off = (size_t)select_digest_head(sel_head, k) * 2 * hd;
-        const float *sk = sq + (size_t)(k - k0) * G * hd;
+        const float *sp = sq + (size_t)(k - k0) * 2 * hd, *sn = sp + hd;
         if (VEC) {
             for (int d = lane * 4; d < hd; d += 128) {
                 uint2 a[R], z[R];
@@ -151,18 +157,17 @@ __device__ __forceinline__ void score_round(const float *sq, const uint16_t *dpo
                     a[r] = *reinterpret_cast<const uint2 *>(page[r] + off + d);
                     z[r] = *reinterpret_cast<const uint2 *>(page[r] + off + hd + d);
                 }
+                const float4 qp = *reinterpret_cast<const float4 *>(sp + d);
+                const float4 qn = *reinterpret_cast<const float4 *>(sn + d);
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     float lo[4], hi[4];
                     bf16x2(a[r].x, &lo[0], &lo[1]), bf16x2(a[r].y, &lo[2], &lo[3]);
                     bf16x2(z[r].x, &hi[0], &hi[1]), bf16x2(z[r].y, &hi[2], &hi[3]);
-                    for (int g = 0; g < G; g++) {
-                        const float4 qv = *reinterpret_cast<const float4 *>(sk + g * hd + d);
-                        acc[r] += select_digest_term(qv.x, lo[0], hi[0]);
-                        acc[r] += select_digest_term(qv.y, lo[1], hi[1]);
-                        acc[r] += select_digest_term(qv.z, lo[2], hi[2]);
-                        acc[r] += select_digest_term(qv.w, lo[3], hi[3]);
-                    }
+                    acc[r] += qp.x * hi[0] + qn.x * lo[0];
+                    acc[r] += qp.y * hi[1] + qn.y * lo[1];
+                    acc[r] += qp.z * hi[2] + qn.z * lo[2];
+                    acc[r] += qp.w * hi[3] + qn.w * lo[3];
                 }
             }
         } else {
@@ -171,12 +176,10 @@ __device__ __forceinline__ void score_round(const float *sq, const uint16_t *dpo
 #pragma unroll
                 for (int r = 0; r < R; r++)
                     a[r] = page[r][off + d], z[r] = page[r][off + hd + d];
+                const float qp = sp[d], qn = sn[d];
 #pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const float lo = bf16_to_f32(a[r]), hi = bf16_to_f32(z[r]);
-                    for (int g = 0; g < G; g++)
-                        acc[r] += select_digest_term(sk[g * hd + d], lo, hi);
-                }
+                for (int r = 0; r < R; r++)
+                    acc[r] += qp * bf16_to_f32(z[r]) + qn * bf16_to_f32(a[r]);
             }
         }
     }
@@ -198,12 +201,12 @@ __device__ __forceinline__ void score_round(const float *sq, const uint16_t *dpo
  * constant. VEC: each lane takes 4 consecutive channels per 128 (hd % 128 == 0, 8-byte
  * aligned digest rows). */
 template <bool VEC>
-__global__ void __launch_bounds__(kScoreWarps * 32)
+__global__ void __launch_bounds__(kScoreWarps * 32, 4)
     score_kernel(const uint16_t *q, const uint16_t *dpool, const int32_t *dids,
                  const int32_t *dstart, const int32_t *n_tokens, float *scores, int nq, int G,
                  int hd, int ndh, int bs, int max_blocks, int sel_head, int nkv, int rounds)
 {
-    extern __shared__ float sq[]; /* [(k1 - k0) * G][hd] */
+    extern __shared__ float sq[]; /* [k1 - k0][positive, negative][hd] */
     constexpr int R = kScorePerWarp;
     const int b = blockIdx.z, l = blockIdx.y, nl = gridDim.y;
     const int nb = (n_tokens[b] + bs - 1) / bs;
@@ -217,9 +220,24 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
 
     int k0, k1;
     select_list_heads(sel_head, l, nkv, &k0, &k1);
+    /* per scored KV head and channel, the sums of the group's positive and of its negative
+     * query values (select_digest_term: max(q * mn, q * mx) is q * mx for q >= 0, else q * mn,
+     * so a channel's G terms are qp * mx + qn * mn) */
     const uint16_t *qg = q + ((size_t)b * nq + (size_t)k0 * G) * hd;
-    for (int e = threadIdx.x; e < (k1 - k0) * G * hd; e += blockDim.x)
-        sq[e] = bf16_to_f32(qg[e]);
+    for (int e = threadIdx.x; e < (k1 - k0) * hd; e += blockDim.x) {
+        const int k = e / hd, d = e % hd;
+        const uint16_t *qk = qg + (size_t)k * G * hd + d;
+        float p = 0.0f, n = 0.0f;
+        for (int g = 0; g < G; g++) {
+            const float v = bf16_to_f32(qk[(size_t)g * hd]);
+            if (v >= 0.0f)
+                p += v;
+            else
+                n += v;
+        }
+        sq[(size_t)k * 2 * hd + d] = p;
+        sq[(size_t)k * 2 * hd + hd + d] = n;
+    }
     __syncthreads();
 
     const size_t dpe = (size_t)ndh * 2 * hd;
@@ -228,83 +246,127 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
         const int i0 = first + (t * kScoreWarps + warp) * R;
         const int nw = min(R, nb - i0); /* this round's blocks; <= 0 past the entry's end */
         if (nw <= 0) break;             /* uniform over the warp, and later rounds are past */
-        score_round<VEC>(sq, dpool, my, t * R, nw, dpe, k0, k1, G, hd, sel_head, lane, row + i0);
+        score_round<VEC>(sq, dpool, my, t * R, nw, dpe, k0, k1, hd, sel_head, lane, row + i0);
     }
 }
 
 /* ---------------------------------------------------------------- top-k */
 
-constexpr int kTopkThreads = 1024;
+constexpr int kTopkThreads = 512;
 constexpr int kTopkWarps = kTopkThreads / 32;
+constexpr int kTopkFew = 32; /* a bin this small is ranked by one warp instead of more passes */
 
-/* Block-wide exclusive prefix sum of v (all threads call it); *total gets the sum. */
-__device__ int block_exclusive_scan(int v, int *total)
+/* Block-wide exclusive prefix sum of v (all threads call it, once per kernel); *total gets the
+ * sum. */
+__device__ unsigned block_exclusive_scan(unsigned v, unsigned *total)
 {
-    __shared__ int wsum[kTopkWarps];
+    __shared__ unsigned wsum[kTopkWarps];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int x = v;
+    unsigned x = v;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(kFull, x, o);
+        const unsigned y = __shfl_up_sync(kFull, x, o);
         if (lane >= o) x += y;
     }
     if (lane == 31) wsum[warp] = x;
     __syncthreads();
     if (warp == 0) {
-        int w = wsum[lane]; /* kTopkWarps == 32 */
+        unsigned w = lane < kTopkWarps ? wsum[lane] : 0u;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
-            const int y = __shfl_up_sync(kFull, w, o);
+            const unsigned y = __shfl_up_sync(kFull, w, o);
             if (lane >= o) w += y;
         }
-        wsum[lane] = w; /* inclusive over warps */
+        if (lane < kTopkWarps) wsum[lane] = w; /* inclusive over warps */
     }
     __syncthreads();
-    const int before = (warp > 0 ? wsum[warp - 1] : 0) + x - v;
     *total = wsum[kTopkWarps - 1];
-    __syncthreads(); /* wsum is reused by the next call */
-    return before;
+    return (warp > 0 ? wsum[warp - 1] : 0u) + x - v;
 }
 
 /* Radix select over keys[0, m): the k-th largest key T (1 <= k < m) and how many keys equal to
- * T belong to the top k (the rest of the top k is every key > T). Uniform result. */
+ * T belong to the top k (the rest of the top k is every key > T). Passes of 8 bits from the top;
+ * each pass's histogram is counted while the next one's is cleared, and one warp scans it (two
+ * barriers a pass). Once the keys that share the prefix found so far are at most kTopkFew, one
+ * warp ranks them instead of further passes. keys must be visible to every thread on entry.
+ * Uniform result. */
 __device__ void radix_select(const uint32_t *keys, int m, int k, uint32_t *T, int *take_eq)
 {
-    __shared__ int hist[256];
-    __shared__ int s_digit, s_remaining;
-    __shared__ int wtot[8];
+    __shared__ int hist[2][256];
+    __shared__ uint32_t s_prefix[2];
+    __shared__ int s_remaining[2], s_count[2], s_nfew;
+    __shared__ uint32_t few[kTopkFew];
+    const int t = threadIdx.x, lane = t & 31;
+    if (t < 256) hist[0][t] = 0;
+    if (t == 0) s_nfew = 0;
+    __syncthreads();
     uint32_t prefix = 0, mask = 0;
     int remaining = k;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
-        __syncthreads();
-        for (int i = threadIdx.x; i < m; i += blockDim.x) {
+    for (int pass = 0, shift = 24; shift >= 0; pass++, shift -= 8) {
+        int *h = hist[pass & 1];
+        if (t < 256) hist[(pass + 1) & 1][t] = 0; /* read by the pass before, now done */
+        for (int i = t; i < m; i += blockDim.x) {
             const uint32_t key = keys[i];
-            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
+            if ((key & mask) == prefix) atomicAdd(&h[(key >> shift) & 255u], 1);
         }
         __syncthreads();
-        /* threads 0..255 hold bins 255..0: inclusive scan = count of keys in bins >= digit */
-        const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-        int v = t < 256 ? hist[255 - t] : 0, x = v;
+        if (t < 32) {
+            /* lane j holds bins 255 - 8j .. 248 - 8j (from the top): the digit where the count
+             * of keys in bins >= it first reaches `remaining` */
+            int c[8], sum = 0;
 #pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int y = __shfl_up_sync(kFull, x, o);
-            if (lane >= o) x += y;
-        }
-        if (t < 256 && lane == 31) wtot[warp] = x;
-        __syncthreads();
-        if (t < 256) {
-            for (int w = 0; w < warp; w++) x += wtot[w];
-            if (x >= remaining && x - v < remaining) {
-                s_digit = 255 - t;
-                s_remaining = remaining - (x - v);
+            for (int j = 0; j < 8; j++)
+                c[j] = h[255 - 8 * lane - j], sum += c[j];
+            int incl = sum;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int y = __shfl_up_sync(kFull, incl, o);
+                if (lane >= o) incl += y;
+            }
+            int above = incl - sum; /* keys in the bins above this lane's */
+            if (above < remaining && incl >= remaining) {
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    if (above < remaining && above + c[j] >= remaining) {
+                        const int digit = 255 - 8 * lane - j;
+                        s_prefix[pass & 1] = prefix | (uint32_t)digit << shift;
+                        s_remaining[pass & 1] = remaining - above;
+                        s_count[pass & 1] = c[j];
+                    }
+                    above += c[j];
+                }
             }
         }
         __syncthreads();
-        prefix |= (uint32_t)s_digit << shift;
+        prefix = s_prefix[pass & 1];
         mask |= 255u << shift;
-        remaining = s_remaining;
-        __syncthreads(); /* s_digit, wtot and hist are rewritten by the next pass */
+        remaining = s_remaining[pass & 1];
+        if (shift > 0 && s_count[pass & 1] <= kTopkFew) {
+            /* the few keys with this prefix: one warp finds the remaining-th largest */
+            for (int i = t; i < m; i += blockDim.x) {
+                const uint32_t key = keys[i];
+                if ((key & mask) == prefix) few[atomicAdd(&s_nfew, 1)] = key;
+            }
+            __syncthreads();
+            if (t < 32) {
+                const int n = s_nfew;
+                const uint32_t mine = lane < n ? few[lane] : 0u;
+                int gt = 0, ge = 0;
+                for (int j = 0; j < n; j++) {
+                    const uint32_t o = few[j];
+                    gt += o > mine;
+                    ge += o >= mine;
+                }
+                if (lane < n && gt < remaining && ge >= remaining) {
+                    s_prefix[0] = mine; /* equal keys write the same */
+                    s_remaining[0] = remaining - gt;
+                }
+            }
+            __syncthreads();
+            *T = s_prefix[0];
+            *take_eq = s_remaining[0];
+            return;
+        }
     }
     *T = prefix;
     *take_eq = remaining;
@@ -330,33 +392,29 @@ __global__ void __launch_bounds__(kTopkThreads)
     int take_eq = 0;
     if (partial) {
         for (int i = threadIdx.x; i < m; i += blockDim.x) keys[i] = select_score_key(row[c0 + i]);
-        __syncthreads();
-        radix_select(keys, m, k, &T, &take_eq);
+        radix_select(keys, m, k, &T, &take_eq); /* its first barrier publishes the keys */
     }
 
-    /* thread owns blocks [lo, hi) */
+    /* thread owns blocks [lo, hi); taken(i): forced, or all candidates, or key > T ("sure"),
+     * or an equal key within the first take_eq in block order. One scan of both counts (16
+     * bits each: at most SELECT_MAX_BLOCKS) gives each thread its first output position. */
     const int per = (nb + kTopkThreads - 1) / kTopkThreads;
-    const int lo = min(threadIdx.x * per, nb), hi = min(lo + per, nb);
-    int n_eq = 0;
-    if (partial)
-        for (int i = max(lo, c0); i < min(hi, c1); i++) n_eq += keys[i - c0] == T;
-    int eq_total;
-    const int eq_before = block_exclusive_scan(n_eq, &eq_total);
-
-    /* taken(i): forced, or all candidates, or key > T, or an equal key within the first take_eq */
-    int n_sel = 0, eq_rank = eq_before;
+    const int lo = min((int)threadIdx.x * per, nb), hi = min(lo + per, nb);
+    unsigned n_sure = 0, n_eq = 0;
     for (int i = lo; i < hi; i++) {
-        bool take = i < c0 || i >= c1 || k == m;
-        if (!take && partial) {
+        if (i < c0 || i >= c1 || k == m)
+            n_sure++;
+        else if (partial) {
             const uint32_t key = keys[i - c0];
-            take = key > T || (key == T && eq_rank++ < take_eq);
+            n_sure += key > T;
+            n_eq += key == T;
         }
-        n_sel += take;
     }
-    int total;
-    int at = block_exclusive_scan(n_sel, &total);
+    unsigned tot;
+    const unsigned before = block_exclusive_scan(n_eq << 16 | n_sure, &tot);
+    int eq_rank = (int)(before >> 16);
+    int at = (int)(before & 0xffffu) + min(eq_rank, take_eq);
     int32_t *out = sel_idx + ((size_t)b * nl + l) * max_sel;
-    eq_rank = eq_before;
     for (int i = lo; i < hi; i++) {
         bool take = i < c0 || i >= c1 || k == m;
         if (!take && partial) {
@@ -365,7 +423,8 @@ __global__ void __launch_bounds__(kTopkThreads)
         }
         if (take) out[at++] = i;
     }
-    if (threadIdx.x == 0) sel_count[(size_t)b * nl + l] = total;
+    if (threadIdx.x == 0)
+        sel_count[(size_t)b * nl + l] = (int)(tot & 0xffffu) + min((int)(tot >> 16), take_eq);
 }
 
 /* ---------------------------------------------------------------- approximate query */
@@ -458,9 +517,9 @@ extern "C" void select_score_cuda(const struct kctx *c, const struct select_cfg 
     const int nl = select_n_lists(cfg, sel_head);
     int k0, k1;
     select_list_heads(sel_head, 0, cfg->n_kv_heads, &k0, &k1);
-    const size_t smem = (size_t)(k1 - k0) * G * hd * sizeof(float);
+    const size_t smem = (size_t)(k1 - k0) * 2 * hd * sizeof(float);
     PULSE_CHECK(smem <= 48 * 1024,
-                "select_score: scored query heads * head_dim * 4 must fit in 48 KB");
+                "select_score: scored KV heads * head_dim * 8 must fit in 48 KB");
     /* rounds per CTA: enough to bring the grid within one wave of resident CTAs (at most
      * kScoreMaxRounds); the occupancy is the kernel's, asked once per process (registers bound
      * it before the query's shared memory, at most 48 KB, does) */

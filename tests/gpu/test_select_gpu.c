@@ -272,10 +272,11 @@ static void test_digest(void)
 /* ------------------------------------------------------------------ scores and top-k */
 
 /* Digests (min <= max, nonzero integers) for entries of the given token counts, and q. */
+#define SSET_MAX_BATCH 24
 struct sset {
     int batch, nq, nkv, hd, bs, sel, ndh, nl;
-    int32_t n[17];
-    int blocks[17];
+    int32_t n[SSET_MAX_BATCH];
+    int blocks[SSET_MAX_BATCH];
     struct table t;
     size_t d_elems;
     uint16_t *h_dig, *h_q;
@@ -287,6 +288,7 @@ static void sset_init(struct sset *s, int batch, int nq, int nkv, int hd, int bs
                       const int *blocks)
 {
     memset(s, 0, sizeof *s);
+    PULSE_CHECK(batch >= 1 && batch <= SSET_MAX_BATCH, "sset_init: batch out of range");
     s->batch = batch, s->nq = nq, s->nkv = nkv, s->hd = hd, s->bs = bs, s->sel = sel;
     s->ndh = select_digest_heads(nkv, sel);
     s->nl = sel == SELECT_HEADWISE ? nkv : 1;
@@ -478,6 +480,37 @@ static void test_topk_ties(void)
     }
 }
 
+/* Real-valued scores, as a step's are: spread over magnitudes and signs (the kernel's last
+ * bits are ranked among a few keys of one bin), once nearly all distinct and once drawn from 300
+ * values (ties inside those few). */
+static void test_topk_spread(void)
+{
+    const int batch = 17, max_blocks = 8192;
+    int blocks[17];
+    for (int b = 0; b < batch; b++)
+        blocks[b] = b % 4 == 0 ? max_blocks : 1 + (int)rnd_u32(4000);
+    static const int ks[] = {1, 31, 128, 160, 2048, 8000};
+    for (int mode = 0; mode < 2; mode++) {
+        struct sset s;
+        sset_init(&s, batch, 40, 8, 128, 16, mode ? 3 : SELECT_HEADWISE, blocks);
+        struct select_cfg cfg = {40, 8, 128, 16, 1, 1, 2, max_blocks, 0};
+        size_t n = select_scores_bytes(&cfg, batch, s.sel) / 4;
+        float pool[300];
+        for (int i = 0; i < 300; i++)
+            pool[i] = rnd() * 64.0f;
+        float *hs = xmalloc(n * 4);
+        for (size_t i = 0; i < n; i++)
+            hs[i] = mode ? pool[rnd_u32(300)] : rnd() * ldexpf(1.0f, (int)rnd_u32(12));
+        for (size_t ki = 0; ki < PULSE_ARRAY_LEN(ks); ki++) {
+            cfg.budget = ks[ki];
+            topk_case(&cfg, &s, hs,
+                      mode ? "300 values B=17 to 8192 blocks" : "spread B=17 to 8192 blocks");
+        }
+        free(hs);
+        sset_free(&s);
+    }
+}
+
 /* ------------------------------------------------------------------ approximate query */
 
 static void test_approx_q(void)
@@ -565,24 +598,25 @@ static void time_select(void)
     CUDA_CHECK(cudaEventCreate(&e1));
     CUDA_CHECK(cudaEventCreate(&e2));
     printf("timing select: device copy %.0f GB/s (read + write)\n", copy_gbs);
-    /* batch x context, selection, budget 128 blocks of 16; the last is the 1 : 8 point's
-     * offload batch (9 x 64K, SoloHead) */
+    /* batch x context, selection, budget 128 blocks of 16; 24 x 32K is the offload batch of
+     * the 32K x 24 point, the last the 1 : 8 point's (9 x 64K), both SoloHead */
     static const struct {
         int batch, ctx, sel;
         const char *name;
     } pts[] = {{16, 32768, SELECT_HEADWISE, "head-wise"},
                {16, 32768, 3, "solohead"},
                {16, 32768, SELECT_MEAN, "mean"},
+               {24, 32768, 3, "solohead"},
                {9, 65536, 3, "solohead"}};
     const int bs = 16, reps = 50;
     for (size_t pi = 0; pi < sizeof pts / sizeof pts[0]; pi++) {
         const int batch = pts[pi].batch, ctx = pts[pi].ctx, nb = ctx / bs;
-        int blocks[16];
+        int blocks[SSET_MAX_BATCH];
         for (int b = 0; b < batch; b++)
             blocks[b] = nb;
         struct sset s;
         sset_init(&s, batch, 40, 8, 128, bs, pts[pi].sel, blocks);
-        int32_t n[16];
+        int32_t n[SSET_MAX_BATCH];
         for (int b = 0; b < batch; b++)
             n[b] = ctx;
         CUDA_CHECK(cudaMemcpy(s.d_n.p, n, sizeof(int32_t) * (size_t)batch, cudaMemcpyHostToDevice));
@@ -644,6 +678,7 @@ int main(void)
     test_score_topk();
     test_score_rounds();
     test_topk_ties();
+    test_topk_spread();
     test_approx_q();
     time_select();
 
