@@ -46,12 +46,6 @@ int offload_policy_admit(struct serve_state *s)
     return PULSE_OK;
 }
 
-int offload_policy_admit_idle(const struct serve_state *s)
-{
-    (void)s;
-    return 1;
-}
-
 int offload_policy_step(struct serve_state *s)
 {
     struct offload *o = s->policy_ctx;

@@ -13,9 +13,6 @@ int offload_policy_ctx_create(const struct policy_ctx_params *p, void **ctx, cha
                               size_t errlen);
 void offload_policy_ctx_free(void *ctx);
 int offload_policy_admit(struct serve_state *s);
-/* policy.admit_idle: a request's host pool and hot cache are reserved whole at admission, so
- * what was refused stays refused until a request ends or arrives (as vanilla's) */
-int offload_policy_admit_idle(const struct serve_state *s);
 /* PULSE_OK, or the step's failure; the recall counters go into s->ctr. */
 int offload_policy_step(struct serve_state *s);
 void offload_policy_release(struct serve_state *s, int slot);
@@ -34,7 +31,7 @@ void offload_policy_traffic(struct serve_state *s, int ahead, struct floor_traff
  * --page-size, cache pages and --reuse (struct policy). */
 #define OFFLOAD_POLICY_TABLE(pol_name, sched, ahead, sel, eng, page, cache, refetch)               \
     {                                                                                              \
-        .name = pol_name, .admit = offload_policy_admit, .admit_idle = offload_policy_admit_idle,  \
+        .name = pol_name, .admit = offload_policy_admit, .admit_idle = serve_admit_idle_reserved,  \
         .step = offload_policy_step, .release = offload_policy_release,                            \
         .traffic = offload_policy_traffic, .finish = offload_policy_finish, .overlapped = ahead,   \
         .needs_ctx = 1, .ctx_kind = POLICY_CTX_OFFLOAD, .ctx_create = offload_policy_ctx_create,   \

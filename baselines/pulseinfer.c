@@ -598,6 +598,16 @@ static void note_admission_point(const struct serve_state *s, struct pulseinfer 
     pi->last_free_host = offload_host_free_bytes(pi->o);
 }
 
+/* policy.admit_idle: requests wait and nothing an admission depends on has changed since the
+ * last one (admit_fixed's refusal, IOAA's decision): admit would do nothing now. */
+static int pi_admit_idle(const struct serve_state *s)
+{
+    const struct pulseinfer *pi = s->policy_ctx;
+    return pi->decided_once && s->n_arrived == pi->last_arrived &&
+           serve_entries(s) == pi->last_entries && free_pages(s->kv) == pi->last_free_pages &&
+           offload_host_free_bytes(pi->o) == pi->last_free_host;
+}
+
 static int admit_fixed(struct serve_state *s, struct pulseinfer *pi)
 {
     while (s->next_waiting < s->n_arrived) {
@@ -623,9 +633,7 @@ static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
     const size_t fh = offload_host_free_bytes(pi->o);
     const int entries = serve_entries(s);
     if (s->next_waiting >= s->n_arrived) return PULSE_OK;
-    if (pi->decided_once && s->n_arrived == pi->last_arrived && entries == pi->last_entries &&
-        fp == pi->last_free_pages && fh == pi->last_free_host)
-        return PULSE_OK; /* not an admission point: nothing changed since the last decision */
+    if (pi_admit_idle(s)) return PULSE_OK; /* nothing changed since the last decision */
     /* at most as many as there are free cache slots (the model counts bytes, not slots) */
     const int n = PULSE_MIN(PULSE_MIN(s->n_arrived - s->next_waiting, pi->max_waiting),
                             s->max_batch - entries);
@@ -723,16 +731,6 @@ static int admit_ioaa(struct serve_state *s, struct pulseinfer *pi)
     }
     note_admission_point(s, pi);
     return rc;
-}
-
-/* policy.admit_idle: requests wait and nothing an admission depends on has changed since the
- * last one (admit_fixed's refusal, IOAA's decision): admit would do nothing now. */
-static int pi_admit_idle(const struct serve_state *s)
-{
-    const struct pulseinfer *pi = s->policy_ctx;
-    return pi->decided_once && s->n_arrived == pi->last_arrived &&
-           serve_entries(s) == pi->last_entries && free_pages(s->kv) == pi->last_free_pages &&
-           offload_host_free_bytes(pi->o) == pi->last_free_host;
 }
 
 static int pi_admit(struct serve_state *s)

@@ -21,15 +21,6 @@ static int vanilla_admit(struct serve_state *s)
     return PULSE_OK;
 }
 
-/* policy.admit_idle: a request reserves its whole length at admission, so what the queue's
- * head was refused (the budget or the slots) stays refused until a request ends or arrives, and
- * either stops the loop's running ahead by itself. */
-static int vanilla_admit_idle(const struct serve_state *s)
-{
-    (void)s;
-    return 1;
-}
-
 static int vanilla_step(struct serve_state *s)
 {
     engine_step(s->eng, s->run[0].bt, s->kv);
@@ -71,7 +62,7 @@ static void vanilla_ctx_free(void *ctx)
 const struct policy policy_vanilla = {
     .name = "vanilla",
     .admit = vanilla_admit,
-    .admit_idle = vanilla_admit_idle,
+    .admit_idle = serve_admit_idle_reserved,
     .step = vanilla_step,
     .traffic = vanilla_traffic,
     .ctx_kind = POLICY_CTX_PREFILL,

@@ -966,7 +966,7 @@ static void test_attend_recall(void)
     struct pi_out g, a;
     attend_recall_pair(c, &g, &a);
     /* 6 requests, 4 slots: an offload baseline runs ahead while two wait (its admission
-     * reserves a request whole: offload_policy_admit_idle) */
+     * reserves a request whole: serve_admit_idle_reserved) */
     EXPECT(g.ctr.steps_ahead_waiting > 0 && g.ctr.steps_ahead_waiting <= g.ctr.steps_ahead);
     EXPECT_EQ_INT(a.ctr.attend_recall_layers + a.ctr.attend_recall_chunks, 0);
     EXPECT(a.ctr.recall_chunks > 0);

@@ -73,6 +73,12 @@ int serve_entries(const struct serve_state *s)
     return n;
 }
 
+int serve_admit_idle_reserved(const struct serve_state *s)
+{
+    (void)s;
+    return 1;
+}
+
 void serve_pause_clock(struct serve_state *s, double seconds)
 {
     if (!(seconds > 0)) return;

@@ -245,6 +245,11 @@ void serve_add_entry(struct serve_state *s, int k, int i, int slot, int32_t toke
 void serve_take_waiting(struct serve_state *s, int j);
 /* Entries of every running batch. */
 int serve_entries(const struct serve_state *s);
+/* policy.admit_idle of a policy whose admission reserves a request whole (its KV, or its host
+ * pool and hot cache) and takes the queue in order (vanilla, the offload baselines): what it
+ * refused stays refused until a request ends or arrives, and either stops the loop's running
+ * ahead by itself, so 1. */
+int serve_admit_idle_reserved(const struct serve_state *s);
 /* Excludes `seconds` just spent from every time the loop records (arrivals, token times, the
  * wall time): for work that stands for another machine, e.g. an offload policy writing a
  * prompt's synthetic KV into the host pool, as a prefill instance would have. */
