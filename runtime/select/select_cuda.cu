@@ -255,6 +255,8 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 4)
 constexpr int kTopkThreads = 512;
 constexpr int kTopkWarps = kTopkThreads / 32;
 constexpr int kTopkFew = 32; /* a bin this small is ranked by one warp instead of more passes */
+/* topk_kernel's scan packs two block counts of an entry into 16 bits each */
+static_assert(SELECT_MAX_BLOCKS < 65536, "select_topk: block counts must fit 16 bits");
 
 /* Block-wide exclusive prefix sum of v (all threads call it, once per kernel); *total gets the
  * sum. */
