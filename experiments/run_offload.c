@@ -39,8 +39,11 @@ const char run_offload_usage[] =
     "  --host-pool-gb G   pinned host KV pool (default: what the run holds at once, the smaller\n"
     "                     of every request and max-batch longest ones; at most 100 on cuda, 4 on\n"
     "                     cpu)\n"
-    "  --hot-slots N      GPU blocks per request, layer (and head) (default: the selection's;\n"
-    "                     arkvale: 128 pages, its benchmark's page budget)\n"
+    "  --hot-slots N|auto GPU blocks per request, layer (and head) (default: the selection's;\n"
+    "                     arkvale: 128 pages, its benchmark's page budget); auto: the most\n"
+    "                     with which the offload requests the run holds at once (the\n"
+    "                     workload's, within the max batch and the host pool) fill the GPU KV\n"
+    "                     budget at the longest length, never fewer than the default\n"
     "  --speculate        pulseinfer: speculation with exact correction (the next layer's\n"
     "                     blocks predicted from its approximate query and recalled while this\n"
     "                     layer runs; its exact selection recalls what the prediction missed)\n"
@@ -132,6 +135,11 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
     case RUN_OFF_DENSE:
         return cli_int("run", f, arg, 0, LOC_MAX_LAYERS, &oo->dense_layers);
     case RUN_OFF_HOT:
+        if (!strcmp(arg, "auto")) {
+            oo->hot_slots_auto = 1, oo->hot_slots = 0;
+            return 0;
+        }
+        oo->hot_slots_auto = 0;
         return cli_int("run", f, arg, 1, 1 << 20, &oo->hot_slots);
     case RUN_OFF_CALIB:
         return cli_int("run", f, arg, 1, 1 << 22, &oo->calib_tokens);
@@ -315,6 +323,37 @@ static int host_pool(struct run_offload *ro, const struct run_offload_opts *oo,
     return 0;
 }
 
+/* --hot-slots auto: the hot cache grown into the GPU KV budget the offload requests leave. n =
+ * the requests the run can offload at once (the workload's, within the max batch and what the
+ * host pool holds at the longest length); the slots a list are the most with which n requests of
+ * the longest length fit the budget (offload_request_kv_bytes: dense layers, window rings, hot
+ * slots and tail pages), from the default (the selection's, or the policy's cache) up to the
+ * longest request's blocks. A budget that cannot hold n at the default keeps the default
+ * (admission then holds fewer). Sets p->hot_slots and p->hot_slots_auto = n. */
+static void hot_slots_fill(struct offload_params *p, const struct model_config *m,
+                           const struct workload *w, const struct kv_cache_params *kp)
+{
+    const int ps = kp->page_size;
+    const size_t one = offload_request_host_bytes(p, m, ps, kp->max_tokens);
+    long n = PULSE_MIN((long)w->n, (long)kp->max_requests);
+    n = PULSE_MAX(1L, PULSE_MIN(n, (long)(p->host_pool_bytes / one)));
+    struct query_source_shape sh;
+    offload_source_shape(p, m, ps, &sh); /* its hot_slots: the default */
+    long lo = sh.hot_slots, hi = PULSE_CEIL_DIV(kp->max_tokens, ps);
+    struct offload_params t = *p;
+    while (lo < hi) { /* the most slots that fit; lo always fits or is the default */
+        const long mid = lo + (hi - lo + 1) / 2;
+        t.hot_slots = (int)mid;
+        if ((double)n * (double)offload_request_kv_bytes(&t, m, kp, kp->max_tokens) <=
+            (double)kp->budget_bytes)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    p->hot_slots = (int)lo;
+    p->hot_slots_auto = (int)n;
+}
+
 /* The IOAA profile at path, read once here so that a file pulseinfer cannot use is a usage
  * error before the work: readable, and made for this run's model, backend, recall engine and
  * layer count (a profile of another says so). 0, or -1 after a message. */
@@ -437,6 +476,11 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
                          "blocks the prefetch brought)");
         return -1;
     }
+    if (oo->hot_slots_auto && (oo->reuse ? !strcmp(oo->reuse, "none") : pol->offload_refetch)) {
+        cli_error("run", "--hot-slots auto: not with --reuse none (every step fetches its whole "
+                         "selection: no cache to grow)");
+        return -1;
+    }
     if (oo->spec_margin_set && !sched->prefetch) {
         cli_error("run", "--spec-margin: only with a prediction beside the exact selection "
                          "(pulseinfer --speculate)");
@@ -519,5 +563,7 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
                   kp->budget_bytes / 1e9, kp->max_tokens, m->name, need / 1e9);
         return -1;
     }
-    return host_pool(ro, oo, m, be, w, kp);
+    if (host_pool(ro, oo, m, be, w, kp)) return -1;
+    if (oo->hot_slots_auto) hot_slots_fill(p, m, w, kp);
+    return 0;
 }

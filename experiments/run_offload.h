@@ -74,6 +74,7 @@ extern const char run_offload_usage[];
 struct run_offload_opts {
     const char *first_flag; /* the first offload flag given, NULL when none */
     long budget_tokens, dense_layers, hot_slots, calib_tokens;
+    int hot_slots_auto; /* --hot-slots auto: sized to fill the GPU KV budget (hot_slots_fill) */
     int budget_set; /* --budget-tokens given (else the default is rounded to the block size) */
     const char *selection, *engine, *profile, *heads, *prompt_kv; /* NULL: the policy's */
     const char *query; /* --query: NULL = locality */

@@ -504,6 +504,8 @@ static const struct bad_case bad[] = {
     {"--prompt-kv x", "--prompt-kv: 'x' is not locality, synthetic or prefill"},
     {"--dense-layers 4", "--dense-layers: 4 leaves no sparse layer"},
     {"--hot-slots 3", "--hot-slots: 3 is not in ["},
+    {"--hot-slots auto --reuse none", "--hot-slots auto: not with --reuse none"},
+    {"--hot-slots some", "--hot-slots: 'some' is not an integer"},
     {"--host-pool-gb 0.000001", "--host-pool-gb: 1e-06 GB cannot hold even one request"},
     {"--kv-budget-gb 0.0001", "--kv-budget-gb: 0.0001 GB cannot hold even one request"},
     {"--locality-profile /nonexistent/p.json", "--locality-profile: "},
@@ -1446,6 +1448,54 @@ static void timed(const char *name, void (*fn)(void))
     fprintf(stderr, "%s: %.2f s\n", name, pulse_now() - t0);
 }
 
+/* --hot-slots auto grows the hot cache into the GPU KV budget the offload requests leave: 4
+ * requests of 2064 tokens (129 blocks of 16) on tiny (4 layers, 2 dense; a page is 8 KB) hold 2 x
+ * 129 dense pages and 2 x (H + 1) sparse ones each, so 12.452 MB fits H = 60 and not 61
+ * (4 x (258 + 124) pages). The cache then misses less than the selection's 20 slots, the tokens
+ * stay the same, all four run at once; a budget that cannot hold the four even at the default
+ * keeps it. */
+static void test_hot_slots_auto(void)
+{
+    static const char *const base = "run --backend cpu --policy infinigen+solohead+gs "
+                                    "--workload uniform:2048:4 --output-len 16 --budget-tokens 256";
+    char args[512];
+    json_t *r[3];
+    const char *kv[3] = {"0.012452", "0.012452 --hot-slots auto", "0.0096 --hot-slots auto"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "%s --kv-budget-gb %s", base, kv[i]);
+        r[i] = run_json(args);
+        if (!r[i]) return;
+    }
+    const int64_t hot[3] = {json_int_at(r[0], "config", "offload", "hot_slots"),
+                            json_int_at(r[1], "config", "offload", "hot_slots"),
+                            json_int_at(r[2], "config", "offload", "hot_slots")};
+    EXPECT_EQ_INT(hot[0], 20);
+    EXPECT_EQ_INT(hot[1], 60);
+    EXPECT_EQ_INT(hot[2], 20); /* 4 x (258 + 42) pages are 9.83 MB: three fit, none grows */
+    EXPECT_EQ_INT(json_int_at(r[0], "config", "offload", "hot_slots_auto"), 0);
+    EXPECT_EQ_INT(json_int_at(r[1], "config", "offload", "hot_slots_auto"), 4);
+    EXPECT_EQ_INT(json_int_at(r[1], "config", "offload", "gpu_pages_per_request_max"),
+                  2 * 129 + 2 * 61);
+    const int64_t miss0 = json_int_at(r[0], "counters", "offload", "recall_chunks"),
+                  miss1 = json_int_at(r[1], "counters", "offload", "recall_chunks");
+    EXPECT(miss1 > 0 && miss1 < miss0);
+    EXPECT(json_int_at(r[1], "counters", "offload", "recall_bytes") <
+           json_int_at(r[0], "counters", "offload", "recall_bytes"));
+    for (int i = 0; i < 3; i++) {
+        EXPECT_EQ_INT(
+            json_integer_value(json_object_get(json_object_get(r[i], "counters"), "peak_batch")),
+            i < 2 ? 4 : 3);
+        EXPECT_STR_EQ(json_string_value(
+                          json_object_get(json_object_get(r[i], "metrics"), "output_tokens_fnv1a")),
+                      json_string_value(json_object_get(json_object_get(r[0], "metrics"),
+                                                        "output_tokens_fnv1a")));
+    }
+    fprintf(stderr, "  hot slots 20 / auto %lld: %lld / %lld chunks recalled\n", (long long)hot[1],
+            (long long)miss0, (long long)miss1);
+    for (int i = 0; i < 3; i++)
+        json_decref(r[i]);
+}
+
 int main(void)
 {
     timed("equals_vanilla", test_equals_vanilla);
@@ -1459,6 +1509,7 @@ int main(void)
     timed("cli", test_cli);
     timed("cli_json", test_cli_json);
     timed("pool_sizing", test_pool_sizing);
+    timed("hot_slots_auto", test_hot_slots_auto);
     timed("profile_by_depth", test_profile_by_depth);
     timed("zc_blocks", test_zc_blocks);
     timed("gs_knobs", test_gs_knobs);

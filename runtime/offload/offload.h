@@ -163,6 +163,8 @@ struct offload_params {
     const int32_t *selector;   /* SoloHead: [n_layers] KV head per layer; NULL = head 0 */
     int hot_slots;             /* slots per hot-cache unit; 0 = the blocks one step selects
                                   (with a prefetching schedule, OFFLOAD_SPEC_RESERVE more) */
+    int hot_slots_auto;        /* informational: hot_slots was sized to fill the GPU KV budget
+                                  with this many offload requests (0: not sized so) */
     enum recall_engine engine; /* default per-block */
     double cap_gbps;           /* recall bandwidth cap, 0 = none */
     const struct recall_copy_ops *recall_ops; /* the recall engine's copy path; NULL = the

@@ -125,20 +125,22 @@ json_t *offload_config_json(const struct offload *o)
     for (int l = 0; l < o->n_layers; l++)
         json_array_append_new(sel,
                               offload_is_sparse(o, l) ? json_integer(o->sel_head[l]) : json_null());
-    json_t *j = json_pack(
-        "{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:f, s:I, s:b, s:f, s:I, s:s, s:b, s:I, s:I}",
-        "budget_tokens", o->p.budget_tokens, "budget_blocks", o->cfg.budget, "sink_blocks",
-        o->p.sink, "window_blocks", o->p.window, "dense_layers", o->n_full, "selection",
-        offload_selection_name(o->p.selection), "hot_slots", o->hot_slots, "recall_engine",
-        recall_engine_name(o->p.engine), "recall_cap_gbps", o->p.cap_gbps, "host_pool_bytes",
-        (json_int_t)hs.pool_bytes, "host_pool_pinned", hs.pinned, "host_pool_pin_s", hs.pin_seconds,
-        "digest_store_bytes", (json_int_t)st.digest_store_bytes, "prompt_kv",
-        o->p.prompt_kv == OFFLOAD_KV_LOCALITY  ? "locality"
-        : o->p.prompt_kv == OFFLOAD_KV_PREFILL ? "prefill"
-                                               : "synthetic",
-        "every_block_selected", o->all_selected, "chunk_bytes",
-        (json_int_t)(o->headwise ? o->head_bytes : o->page_bytes), "gpu_pages_per_request_max",
-        (json_int_t)st.gpu_pages_per_request_max);
+    json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:s, s:f, s:I, s:b, s:f, s:I, "
+                          "s:s, s:b, s:I, s:I}",
+                          "budget_tokens", o->p.budget_tokens, "budget_blocks", o->cfg.budget,
+                          "sink_blocks", o->p.sink, "window_blocks", o->p.window, "dense_layers",
+                          o->n_full, "selection", offload_selection_name(o->p.selection),
+                          "hot_slots", o->hot_slots, "hot_slots_auto", o->p.hot_slots_auto,
+                          "recall_engine", recall_engine_name(o->p.engine), "recall_cap_gbps",
+                          o->p.cap_gbps, "host_pool_bytes", (json_int_t)hs.pool_bytes,
+                          "host_pool_pinned", hs.pinned, "host_pool_pin_s", hs.pin_seconds,
+                          "digest_store_bytes", (json_int_t)st.digest_store_bytes, "prompt_kv",
+                          o->p.prompt_kv == OFFLOAD_KV_LOCALITY  ? "locality"
+                          : o->p.prompt_kv == OFFLOAD_KV_PREFILL ? "prefill"
+                                                                 : "synthetic",
+                          "every_block_selected", o->all_selected, "chunk_bytes",
+                          (json_int_t)(o->headwise ? o->head_bytes : o->page_bytes),
+                          "gpu_pages_per_request_max", (json_int_t)st.gpu_pages_per_request_max);
     json_object_set_new(j, "selector_per_layer", sel);
     json_object_set_new(j, "reuse", json_string(o->p.refetch ? "none" : "resident"));
     /* how each layer's KV is kept (offload.h): "dense", "window" (its window in a GPU ring) or
