@@ -14,6 +14,10 @@
  * rows is in its own partition (the cost of the SMs given away). Exit 1 when a gathered word or
  * the GEMM's result (against a CPU reference of a few outputs) is wrong.
  *
+ * Copy-engine rows ("copy engine batch 64 KB: gemm ..."): the same GEMMs beside host-to-device
+ * copies of 64 KB and 1 MB scattered chunks (cudaMemcpyBatchAsync), of the whole 256 MB, and of
+ * 64 KB chunks one cudaMemcpyAsync each: no SM touches host memory there.
+ *
  * Build: make -C dev zc_green. Run: dev/zc_green [gather SMs, default 8] [iterations, 200]. */
 #include <cublas_v2.h>
 #include <cuda.h>
@@ -166,6 +170,68 @@ static void measure(cublasHandle_t h, const struct bufs *b, const struct side *s
     CK(cudaEventDestroy(g1));
 }
 
+/* n copies of chunk bytes from the host source into dst, spread over it in a fixed scattered
+ * order (chunk i -> slot (i * 40503) mod slots), as one batch (cudaMemcpyBatchAsync: the copy
+ * engines, no SM) or one cudaMemcpyAsync each */
+static void ce_copies(const struct bufs *b, const uint4 *h_src, cudaStream_t st, size_t chunk,
+                      size_t n, int batch)
+{
+    const size_t slots = b->n16 * 16 / chunk;
+    static void *dsts[1 << 16];
+    static const void *srcs[1 << 16];
+    static size_t sizes[1 << 16];
+    for (size_t i = 0; i < n;) {
+        const size_t k = n - i < (1u << 16) ? n - i : (1u << 16);
+        for (size_t j = 0; j < k; j++) {
+            const size_t at = ((i + j) * 40503u) % slots;
+            dsts[j] = (char *)b->dst + at * chunk;
+            srcs[j] = (const char *)h_src + at * chunk;
+            sizes[j] = chunk;
+        }
+        if (batch) {
+            struct cudaMemcpyAttributes attr;
+            memset(&attr, 0, sizeof attr);
+            attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+            size_t first = 0;
+            CK(cudaMemcpyBatchAsync(dsts, srcs, sizes, k, &attr, &first, 1, st));
+        } else {
+            for (size_t j = 0; j < k; j++)
+                CK(cudaMemcpyAsync(dsts[j], srcs[j], chunk, cudaMemcpyHostToDevice, st));
+        }
+        i += k;
+    }
+}
+
+/* The GEMMs beside host-to-device copies made by the copy engines instead of a gather kernel:
+ * does the slow-down follow the link's traffic or the SMs' loads of host memory? */
+static void measure_ce(cublasHandle_t h, const struct bufs *b, const uint4 *h_src,
+                       cudaStream_t sg, cudaStream_t sc, size_t chunk, int batch, int iters)
+{
+    gemms(h, b, sg, 20);
+    const float alone = gemms(h, b, sg, iters);
+    const size_t n_alone = (b->n16 * 16) / chunk;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaEventRecord(e0, sc));
+    ce_copies(b, h_src, sc, chunk, n_alone, batch);
+    CK(cudaEventRecord(e1, sc));
+    CK(cudaEventSynchronize(e1));
+    const double c_alone = (double)n_alone * chunk / (ms_between(e0, e1) * 1e6);
+    const size_t n = (size_t)ceil(2.0 * alone * iters * 1e-3 * c_alone * 1e9 / chunk) + 1;
+    CK(cudaEventRecord(e0, sc));
+    ce_copies(b, h_src, sc, chunk, n, batch);
+    CK(cudaEventRecord(e1, sc));
+    const float beside = gemms(h, b, sg, iters);
+    CK(cudaEventSynchronize(e1));
+    const double c_all = (double)n * chunk / (ms_between(e0, e1) * 1e6);
+    printf("copy engine %-6s %6zu KB: gemm %.4f ms alone %.4f beside (%.2fx); copies %.1f GB/s "
+           "alone, %.1f over their run beside\n",
+           batch ? "batch" : "async", chunk >> 10, alone, beside, beside / alone, c_alone, c_all);
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+}
+
 static int check(const struct bufs *b, const uint16_t *hw1, const uint16_t *ha1)
 {
     /* the gather: the destination's words are the source's (source word i = (i+1, 2, 3, 4)) */
@@ -252,6 +318,11 @@ int main(int argc, char **argv)
     for (int g = 0; g < 3; g++)
         measure(h, &b, &plain, grids[g], iters);
     int bad = check(&b, hw, ha);
+    /* the same bytes by the copy engines (no SM reads host memory) */
+    const size_t ce_chunks[] = {(size_t)64 << 10, (size_t)1 << 20, host_bytes};
+    for (int i = 0; i < 3; i++)
+        measure_ce(h, &b, h_src, plain.gemm, plain.gath, ce_chunks[i], i < 2, iters);
+    measure_ce(h, &b, h_src, plain.gemm, plain.gath, (size_t)64 << 10, 0, iters);
     /* the same streams, each gather block holding an SM's shared memory: the GEMMs' CTAs land
      * only on the SMs the gather leaves (no green context; cuBLAS still sizes its grid to all) */
     int smem_optin;
