@@ -1396,10 +1396,14 @@ static void test_speculation_cli(void)
      * the prediction's blocks displace old ones, not the exact selection's it missed */
     /* and a margin: the prediction's budget and the hot cache's slots grow by it, fewer
      * corrections */
-    static const char *const hc_flags[] = {"", " --hot-slots 8", " --spec-margin 0.5"};
-    static const int hc_slots[] = {10, 8, 12}; /* 4 scored + 4 forced blocks selected */
-    int64_t hc_corr[3] = {0, 0, 0};
-    for (int k = 0; k < 3; k++) {
+    /* and --hot-slots auto: the cache grown into the GPU budget (0.25 GB holds all six
+     * requests' 66 blocks a layer), the same tokens, fewer corrections */
+    static const char *const hc_flags[] = {"", " --hot-slots 8", " --spec-margin 0.5",
+                                           " --hot-slots auto"};
+    static const int hc_slots[] = {10, 8, 12, 66}; /* 4 scored + 4 forced blocks selected */
+    int64_t hc_corr[4] = {0, 0, 0, 0};
+    char hc_fnv[4][32] = {{0}};
+    for (int k = 0; k < 4; k++) {
         if ((fd = mkstemp(path)) >= 0) close(fd);
         snprintf(cmd, sizeof cmd,
                  "run --backend cpu --model tiny --policy pulseinfer --speculate --workload "
@@ -1410,6 +1414,11 @@ static void test_speculation_cli(void)
         remove(path);
         cfg = json_object_get(json_object_get(j, "config"), "offload");
         EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "hot_slots")), hc_slots[k]);
+        EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "hot_slots_auto")), k == 3 ? 6 : 0);
+        snprintf(
+            hc_fnv[k], sizeof hc_fnv[k], "%s",
+            json_string_value(json_object_get(json_object_get(j, "metrics"), "output_tokens_fnv1a"))
+                ?: "");
         EXPECT_NEAR(json_real_value(json_object_get(cfg, "spec_margin")), k == 2 ? 0.5 : 0, 1e-12);
         EXPECT_EQ_INT(json_integer_value(json_object_get(cfg, "spec_budget_blocks")),
                       k == 2 ? 6 : 4);
@@ -1420,10 +1429,14 @@ static void test_speculation_cli(void)
         json_decref(j);
     }
     printf("speculation's hot-cache reserve: %lld corrections with 10 slots, %lld with 8; a "
-           "margin of 0.5: %lld\n",
-           (long long)hc_corr[0], (long long)hc_corr[1], (long long)hc_corr[2]);
+           "margin of 0.5: %lld; 66 slots (auto): %lld\n",
+           (long long)hc_corr[0], (long long)hc_corr[1], (long long)hc_corr[2],
+           (long long)hc_corr[3]);
     EXPECT(hc_corr[0] > 0 && 2 * hc_corr[0] < hc_corr[1]);
     EXPECT(hc_corr[2] < hc_corr[0]);
+    EXPECT(hc_corr[3] < hc_corr[0]);
+    for (int k = 1; k < 4; k++)
+        EXPECT(hc_fnv[k][0] && !strcmp(hc_fnv[k], hc_fnv[0]));
     /* IOAA models the speculation: its recall table folded with the source's hit rate */
     if ((fd = mkstemp(path)) >= 0) close(fd);
     snprintf(cmd, sizeof cmd,
