@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "hot_plan.h"
 #include "ioaa_profile.h"
 #include "mam.h"
 
@@ -328,7 +329,7 @@ static int host_pool(struct run_offload *ro, const struct run_offload_opts *oo,
  * host pool holds at the longest length); the slots a list are the most with which n requests of
  * the longest length fit the budget (offload_request_kv_bytes: dense layers, window rings, hot
  * slots and tail pages), from the default (the selection's, or the policy's cache) up to the
- * longest request's blocks. A budget that cannot hold n at the default keeps the default
+ * longest request's blocks (zero-copy's device plan: at most HOT_PLAN_MAX_SLOTS). A budget that cannot hold n at the default keeps the default
  * (admission then holds fewer). Sets p->hot_slots and p->hot_slots_auto = n. */
 static void hot_slots_fill(struct offload_params *p, const struct model_config *m,
                            const struct workload *w, const struct kv_cache_params *kp)
@@ -340,6 +341,7 @@ static void hot_slots_fill(struct offload_params *p, const struct model_config *
     struct query_source_shape sh;
     offload_source_shape(p, m, ps, &sh); /* its hot_slots: the default */
     long lo = sh.hot_slots, hi = PULSE_CEIL_DIV(kp->max_tokens, ps);
+    if (p->engine == RECALL_ZERO_COPY) hi = PULSE_MIN(hi, (long)HOT_PLAN_MAX_SLOTS); /* its plan */
     struct offload_params t = *p;
     while (lo < hi) { /* the most slots that fit; lo always fits or is the default */
         const long mid = lo + (hi - lo + 1) / 2;
