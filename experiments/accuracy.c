@@ -41,6 +41,7 @@
 #define CMD "accuracy"
 #define MAX_LIST 16
 #define MAX_RUNS (1 + MAX_LIST * MAX_LIST)
+#define MAX_CACHES 4
 #define ACC_STATS_SEED 0x5eedu /* the paired bootstrap's: the same table, the same intervals */
 
 static const char usage[] =
@@ -64,6 +65,8 @@ static const char usage[] =
     "                      KV-head twins)\n"
     "  --budgets N,...     token budgets of the sparse policies (default 512,1024,2048)\n"
     "  --mam-budget N      budget of the MAM profile and the churn meter (default 2048)\n"
+    "  --cache-slots N,... up to 4 LRU hot caches (blocks a list) the churn meter's lists also\n"
+    "                      pass: JSON cache.rows, their steady recall against none\n"
     "  --sink N, --window N  forced blocks (default 1 and 2; blocks of 16 tokens)\n"
     "  --infinigen-frac F  hidden channels of the approximate query (default 1 = all)\n"
     "  --spec-margin F     F in [0, 1]: the infinigen runs' speculation hit rate counts the\n"
@@ -123,6 +126,8 @@ struct acc_opts {
     int n_tasks;
     long lengths[MAX_LIST], budgets[MAX_LIST];
     int n_lengths, n_budgets;
+    long cache_slots[MAX_CACHES]; /* --cache-slots: hot caches the churn meter's lists pass */
+    int n_caches;
     int policies[MAX_LIST], n_policies;
     long samples, calib, max_length, max_gen, chunk, mam_budget, sink, window;
     int max_length_set, check_serving;
@@ -203,6 +208,7 @@ static int parse(int argc, char **argv, struct acc_opts *o)
                                         {"prefill-chunk", required_argument, 0, 'C'},
                                         {"out", required_argument, 0, 'o'},
                                         {"churn-profile", required_argument, 0, 'P'},
+                                        {"cache-slots", required_argument, 0, 'H'},
                                         {"chat-template", required_argument, 0, 'T'},
                                         {"check-serving", no_argument, 0, 'S'},
                                         {"time-limit", required_argument, 0, 'X'},
@@ -265,6 +271,18 @@ static int parse(int argc, char **argv, struct acc_opts *o)
         case 'P':
             o->churn_out = optarg;
             break;
+        case 'H': {
+            long v[MAX_LIST];
+            const int n = int_list("--cache-slots", optarg, 1, 1 << 20, v);
+            if (n > MAX_CACHES) {
+                cli_error(CMD, "--cache-slots: %d sizes, at most %d", n, MAX_CACHES);
+                bad = 1;
+            } else if (!(bad = n < 0)) {
+                memcpy(o->cache_slots, v, sizeof(long) * (size_t)n);
+                o->n_caches = n;
+            }
+            break;
+        }
         case 'l':
             bad = (o->n_lengths = int_list("--lengths", optarg, 64, 1 << 20, o->lengths)) < 0;
             break;
@@ -538,6 +556,7 @@ struct acc {
     int32_t *ids, *gen;
     struct acc_mam mam[2]; /* [0] KV heads, [1] query heads */
     struct locality_meter *meter;
+    struct locality_meter *cache_meter[MAX_CACHES]; /* --cache-slots: the same lists, cached */
     /* --check-serving: per run its serving path (made at its first sample), samples checked
      * and those whose tokens equal the accuracy path's; the serving path's tokens */
     struct serve_path *serve[MAX_RUNS];
@@ -668,6 +687,34 @@ static void meter_observe(void *user, int layer, int list, const int32_t *blocks
     int32_t slot = 0, nt = n_tokens, cnt = count;
     (void)list;
     locality_meter_add(A->meter, layer, &slot, &nt, blocks, &cnt, 1);
+    for (int k = 0; k < A->o.n_caches; k++)
+        locality_meter_add(A->cache_meter[k], layer, &slot, &nt, blocks, &cnt, 1);
+}
+
+/* --cache-slots: what the churn meter's lists (SoloHead at --mam-budget) recall in steady steps
+ * with no cache beyond the step before's selection (the meter's own: its new blocks) and through
+ * each LRU hot cache of the sizes asked (blocks a list), summed over the sparse layers. */
+static json_t *cache_json(const struct acc *A)
+{
+    if (A->meter_run < 0 || !A->o.n_caches) return json_null();
+    json_t *rows = json_array();
+    for (int k = -1; k < A->o.n_caches; k++) {
+        const struct locality_meter *m = k < 0 ? A->meter : A->cache_meter[k];
+        int64_t bytes = 0, steps = 0;
+        for (int l = 0; l < A->s.cfg->n_layers; l++) {
+            struct locality_layer_stats st;
+            locality_meter_layer_stats(m, l, &st);
+            bytes += st.recall_bytes_total;
+            steps += st.steps;
+        }
+        const double chunk = (double)locality_meter_chunk_bytes(m);
+        json_array_append_new(
+            rows, json_pack("{s:o,s:I,s:I,s:f}", "hot_slots",
+                            k < 0 ? json_null() : json_integer(A->o.cache_slots[k]), "layer_steps",
+                            (json_int_t)steps, "recall_bytes", (json_int_t)bytes,
+                            "recall_blocks_per_layer_step", steps ? bytes / chunk / steps : 0.0));
+    }
+    return json_pack("{s:I,s:o}", "budget_tokens", (json_int_t)A->o.mam_budget, "rows", rows);
 }
 
 static int configure(struct acc *A, const struct run_def *r, char *err, size_t errlen)
@@ -815,7 +862,11 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
             json_decref(rj);
             return rc;
         }
-        if (r == A->meter_run) locality_meter_reset(A->meter, 0);
+        if (r == A->meter_run) {
+            locality_meter_reset(A->meter, 0);
+            for (int k = 0; k < A->o.n_caches; k++)
+                locality_meter_reset(A->cache_meter[k], 0);
+        }
         sparse_attn_set_list_observer(A->sp, r == A->meter_run ? meter_observe : NULL, A);
         int k = decode(A, n, first, max_gen, st->task->stop_at_newline);
         if (kp) {
@@ -1512,6 +1563,7 @@ static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
         json_object_set_new(res, "samples", json_incref(recs));
         json_object_set_new(
             res, "churn", A->meter_run >= 0 ? locality_meter_to_json(A->meter, NULL) : json_null());
+        json_object_set_new(res, "cache", cache_json(A));
         json_object_set_new(res, "timing",
                             json_pack("{s:f,s:f,s:I,s:I}", "prefill_s", A->t_prefill, "decode_s",
                                       A->t_decode, "prompt_tokens", (json_int_t)A->prompt_tokens,
@@ -1589,6 +1641,12 @@ static int setup(struct acc *A, char *err, size_t errlen)
                                        NULL,
                                        0};
     A->meter = locality_meter_create(&mp, err, errlen);
+    for (int k = 0; k < A->o.n_caches && A->meter; k++) {
+        struct locality_meter_params cp = mp;
+        cp.hot_slots = (int)A->o.cache_slots[k];
+        if (!(A->cache_meter[k] = locality_meter_create(&cp, err, errlen)))
+            return PULSE_ERR_INVALID;
+    }
     if (!A->ids || !A->gen || !A->gen2 || !mam_ok || !A->text || !A->text_utf8 || !A->logits ||
         !A->meter)
         return PULSE_ERR_NOMEM;
@@ -1616,6 +1674,8 @@ static void teardown(struct acc *A)
         mem_free(MEM_HOST, A->logits, sizeof(float) * c->vocab);
     }
     locality_meter_free(A->meter);
+    for (int k = 0; k < MAX_CACHES; k++)
+        locality_meter_free(A->cache_meter[k]);
     for (int r = 0; r < MAX_RUNS; r++)
         serve_path_free(A->serve[r]);
     free_kept(A);

@@ -9,7 +9,8 @@
  *   GEMM inputs, float32 accumulation) and float32 throughout;
  * - accuracy: `pulse accuracy` on passkey samples of 1024 tokens (this repository's README as
  *   the filler, so the same on every machine): the ChatML template is detected, full attention
- *   finds the key, and SoloHead (one KV head's list for all four) runs beside headwise. */
+ *   finds the key, and SoloHead (one KV head's list for all four) runs beside headwise; its
+ *   lists' recall through hot caches of three sizes (--cache-slots) falls as the cache grows. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,7 +147,7 @@ static void test_accuracy(void)
     snprintf(args, sizeof args,
              "accuracy --model %s --backend %s --data %s --lengths 1024 --tasks passkey "
              "--samples 3 --calib-samples 1 --budgets 256 --mam-budget 256 "
-             "--policies full,headwise,solohead --out %s",
+             "--policies full,headwise,solohead --cache-slots 20,32,64 --out %s",
              model, backend, dir, res);
     const int rc = run_long(args);
     EXPECT_EQ_INT(rc, 0);
@@ -174,6 +175,27 @@ static void test_accuracy(void)
     json_t *mam_kv = json_object_get(json_object_get(kv, "passkey"), "mam");
     EXPECT_EQ_INT(json_array_size(mam_kv), 6); /* every layer, 4 KV heads each */
     EXPECT_EQ_INT(json_array_size(json_array_get(mam_kv, 0)), 4);
+    /* --cache-slots: the churn meter's SoloHead lists (16 budget blocks, 20 selected with the
+     * forced ones) through LRU caches of 20, 32 and 64 blocks (64: the whole 1K context). LRU
+     * is a stack algorithm, so a larger cache never recalls more; the whole context recalls
+     * only blocks never selected before */
+    json_t *cache = json_object_get(r, "cache"), *rows = json_object_get(cache, "rows");
+    EXPECT_EQ_INT(json_integer_value(json_object_get(cache, "budget_tokens")), 256);
+    EXPECT_EQ_INT(json_array_size(rows), 4);
+    int64_t rb[4] = {0}, steps[4] = {0};
+    for (size_t i = 0; i < 4 && i < json_array_size(rows); i++) {
+        json_t *row_i = json_array_get(rows, i);
+        rb[i] = json_integer_value(json_object_get(row_i, "recall_bytes"));
+        steps[i] = json_integer_value(json_object_get(row_i, "layer_steps"));
+        EXPECT(i == 0 ? json_is_null(json_object_get(row_i, "hot_slots"))
+                      : json_integer_value(json_object_get(row_i, "hot_slots")) == (i == 1   ? 20
+                                                                                    : i == 2 ? 32
+                                                                                             : 64));
+    }
+    fprintf(stderr, "cache: recall bytes %lld (none), %lld (20), %lld (32), %lld (64)\n",
+            (long long)rb[0], (long long)rb[1], (long long)rb[2], (long long)rb[3]);
+    EXPECT(steps[0] > 0 && steps[1] == steps[0] && steps[3] == steps[0]);
+    EXPECT(rb[1] > 0 && rb[2] <= rb[1] && rb[3] <= rb[2] && rb[3] < rb[1]);
     json_decref(r);
     snprintf(args, sizeof args, "rm -rf %s", dir);
     EXPECT_EQ_INT(system(args), 0);
