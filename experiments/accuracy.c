@@ -457,6 +457,14 @@ static int parse(int argc, char **argv, struct acc_opts *o)
     for (int i = 0; i < o->n_budgets; i++)
         if (cli_budget_blocks(CMD, "--budgets", o->budgets[i], 16, NULL)) return -1;
     if (cli_budget_blocks(CMD, "--mam-budget", o->mam_budget, 16, NULL)) return -1;
+    const long selected = o->mam_budget / 16 + o->sink + o->window + 1; /* the meter's lists */
+    for (int i = 0; i < o->n_caches; i++)
+        if (o->cache_slots[i] < selected)
+            return cli_error(CMD,
+                             "--cache-slots: %ld is under the %ld blocks one step selects "
+                             "(--mam-budget / 16 + sink + window + tail)",
+                             o->cache_slots[i], selected),
+                   -1;
     /* each length holds the prompt (at least one token) and the task's new tokens */
     long gen = 0;
     const char *gen_task = "";
