@@ -314,8 +314,10 @@ int main(int argc, char **argv)
     struct side plain = {NULL, NULL, "plain", 0};
     CK(cudaStreamCreateWithPriority(&plain.gemm, cudaStreamNonBlocking, lo));
     CK(cudaStreamCreateWithPriority(&plain.gath, cudaStreamNonBlocking, hi));
-    const int grids[] = {4, 8, 16};
-    for (int g = 0; g < 3; g++)
+    /* 1 and 2 blocks: 64 and 128 KB in flight, about the link's bandwidth-latency product */
+    const int grids[] = {1, 2, 4, 8, 16};
+    enum { N_GRIDS = sizeof grids / sizeof grids[0] };
+    for (int g = 0; g < N_GRIDS; g++)
         measure(h, &b, &plain, grids[g], iters);
     int bad = check(&b, hw, ha);
     /* the same bytes by the copy engines (no SM reads host memory) */
@@ -329,7 +331,7 @@ int main(int argc, char **argv)
     CK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
     CK(cudaFuncSetAttribute(gather, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin));
     struct side excl = {plain.gemm, plain.gath, "sm-exclusive", smem_optin};
-    for (int g = 0; g < 3; g++)
+    for (int g = 2; g < N_GRIDS; g++)
         measure(h, &b, &excl, grids[g], iters);
     bad |= check(&b, hw, ha);
 
@@ -354,7 +356,7 @@ int main(int argc, char **argv)
     char name[32];
     snprintf(name, sizeof name, "green %u+%u", parts[0].sm.smCount, rest.sm.smCount);
     struct side green = {(cudaStream_t)sc, (cudaStream_t)sg, name, 0};
-    for (int g = 0; g < 3; g++)
+    for (int g = 2; g < N_GRIDS; g++)
         if (grids[g] <= (int)parts[0].sm.smCount * 4)
             measure(h, &b, &green, grids[g], iters);
     bad |= check(&b, hw, ha);
