@@ -67,6 +67,10 @@ static const char usage[] =
     "  --mam-budget N      budget of the MAM profile and the churn meter (default 2048)\n"
     "  --cache-slots N,... up to 4 LRU hot caches (blocks a list) the churn meter's lists also\n"
     "                      pass: JSON cache.rows, their steady recall against none\n"
+    "  --meter-steps N     the churn meter's run decodes N steps a sample: once its answer\n"
+    "                      ends it goes on decoding (end of text and line ends fed back,\n"
+    "                      the tokens discarded) so the meter and --cache-slots see N steps;\n"
+    "                      scores read the answer only (default: the answer's steps)\n"
     "  --sink N, --window N  forced blocks (default 1 and 2; blocks of 16 tokens)\n"
     "  --infinigen-frac F  hidden channels of the approximate query (default 1 = all)\n"
     "  --spec-margin F     F in [0, 1]: the infinigen runs' speculation hit rate counts the\n"
@@ -130,6 +134,7 @@ struct acc_opts {
     int n_caches;
     int policies[MAX_LIST], n_policies;
     long samples, calib, max_length, max_gen, chunk, mam_budget, sink, window;
+    long meter_steps; /* --meter-steps: 0 = the answer's */
     int max_length_set, check_serving;
     double frac, time_limit;            /* time_limit 0: none */
     double spec_margin;                 /* --spec-margin (sparse_params.spec_margin) */
@@ -185,6 +190,13 @@ static int int_list(const char *flag, const char *arg, long lo, long hi, long *o
 
 static char g_tasks_buf[1024];
 
+/* Whether the run of policy at budget is the churn meter's: SoloHead's lists at --mam-budget
+ * (plan_runs gives the meter the first such run). */
+static int meters(const struct acc_opts *o, int policy, long budget)
+{
+    return (policy == SPARSE_SOLOHEAD || policy == SPARSE_SOLOHEAD_Q) && budget == o->mam_budget;
+}
+
 static int parse(int argc, char **argv, struct acc_opts *o)
 {
     static const struct option own[] = {{"model", required_argument, 0, 'm'},
@@ -209,6 +221,7 @@ static int parse(int argc, char **argv, struct acc_opts *o)
                                         {"out", required_argument, 0, 'o'},
                                         {"churn-profile", required_argument, 0, 'P'},
                                         {"cache-slots", required_argument, 0, 'H'},
+                                        {"meter-steps", required_argument, 0, 'G'},
                                         {"chat-template", required_argument, 0, 'T'},
                                         {"check-serving", no_argument, 0, 'S'},
                                         {"time-limit", required_argument, 0, 'X'},
@@ -313,6 +326,9 @@ static int parse(int argc, char **argv, struct acc_opts *o)
             break;
         case 'g':
             bad = cli_int(CMD, "--max-gen", optarg, 1, 4096, &o->max_gen);
+            break;
+        case 'G':
+            bad = cli_int(CMD, "--meter-steps", optarg, 1, 4096, &o->meter_steps);
             break;
         case 'C':
             bad = cli_int(CMD, "--prefill-chunk", optarg, 1, 4096, &o->chunk);
@@ -423,6 +439,18 @@ static int parse(int argc, char **argv, struct acc_opts *o)
     if (!o->data == !o->longbench)
         return cli_error(CMD, "give exactly one of --data and --longbench"), -1;
     if (o->data && !o->n_lengths) return cli_error(CMD, "--data needs --lengths"), -1;
+    /* --meter-steps with policies given: their runs are known before the model (the default
+     * policies depend on it: main checks those after plan_runs) */
+    int metered = o->n_policies == 0;
+    for (int i = 0; i < o->n_policies; i++)
+        for (int b = 0; b < o->n_budgets; b++)
+            metered |= meters(o, o->policies[i], o->budgets[b]);
+    if (o->meter_steps && !metered)
+        return cli_error(CMD,
+                         "--meter-steps: needs solohead or solohead-q among the policies and "
+                         "--mam-budget %ld among the budgets",
+                         o->mam_budget),
+               -1;
     /* each data source has its own length flag: the other one would be ignored */
     if (o->data && o->max_length_set)
         return cli_error(CMD, "--max-length is for --longbench; --data sets its lengths with "
@@ -581,6 +609,9 @@ struct acc {
     int stopped;          /* enum acc_stop: why the evaluation ended before its last sample */
     long scored, planned; /* samples scored over all sets, and asked for */
     int64_t prompt_tokens, gen_tokens;
+    int32_t next;         /* decode(): the token that ended the answer, unfed; -1: max_gen */
+    int64_t meter_tokens; /* --meter-steps: tokens decoded past the answers, for the meter */
+    double t_meter;       /* ... and their time */
     /* the infinigen runs' speculation per layer, over every sample: [run][layer] exact blocks
      * chosen by score, then [run][layer] hits of the approximate lists (sparse_attn_layer_spec) */
     int64_t *spec_layer;
@@ -660,14 +691,20 @@ static int ends_line(const struct acc *A, int32_t id)
     return p && memchr(p, '\n', len) != NULL;
 }
 
-/* Greedy decoding from the prefilled prompt of n tokens whose next token is first. */
+/* Greedy decoding from the prefilled prompt of n tokens whose next token is first: the answer's
+ * k tokens into A->gen (token j at position n + j), the token that ended it (not fed) into
+ * A->next, or -1 when it filled max_gen (its last token not fed either). */
 static int decode(struct acc *A, int n, int32_t first, int max_gen, int stop_nl)
 {
     int k = 0;
     int32_t tok = first;
     double t0 = pulse_now();
-    while (k < max_gen && tok != A->eos) {
-        if (stop_nl && ends_line(A, tok)) break;
+    A->next = -1;
+    while (k < max_gen) {
+        if (tok == A->eos || (stop_nl && ends_line(A, tok))) {
+            A->next = tok;
+            break;
+        }
         A->gen[k++] = tok;
         if (k == max_gen) break;
         tok = session_decode(&A->s, n + k - 1, tok);
@@ -675,6 +712,23 @@ static int decode(struct acc *A, int n, int32_t first, int max_gen, int stop_nl)
     A->t_decode += pulse_now() - t0;
     A->gen_tokens += k;
     return k;
+}
+
+/* --meter-steps: after decode()'s answer of k tokens, the decode steps (session_decode calls)
+ * up to `steps` in all, greedy, whatever the tokens (end of text and line ends fed back like
+ * any other), so that the run's list observer sees `steps` steps; the tokens are discarded.
+ * n + steps must fit the session (setup sizes it). */
+static void meter_extend(struct acc *A, int n, int k, int steps)
+{
+    /* the steps decode() made: every answer token fed but the last at max_gen */
+    const int made = A->next < 0 ? k - 1 : k;
+    int32_t tok = A->next < 0 ? A->gen[k - 1] : A->next;
+    int pos = A->next < 0 ? n + k - 1 : n + k;
+    double t0 = pulse_now();
+    for (int j = made; j < steps; j++)
+        tok = session_decode(&A->s, pos++, tok);
+    A->t_meter += pulse_now() - t0;
+    A->meter_tokens += steps > made ? steps - made : 0;
 }
 
 /* The answer's text: the tokens decoded, ill-formed UTF-8 (a byte-level model can end mid
@@ -936,6 +990,8 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
                       "new_tokens", k, "attended_fraction", frac);
         if (served >= 0) json_object_set_new(run, "serving_same_tokens", json_boolean(served));
         json_array_append_new(rj, run);
+        /* after everything the run's score and counters read: the meter's steps only */
+        if (r == A->meter_run && A->o.meter_steps) meter_extend(A, n, k, (int)A->o.meter_steps);
     }
     batch_set_hook(A->s.bt, NULL);
     st->n_scored++;
@@ -1069,9 +1125,7 @@ static void plan_runs(struct acc *A)
     for (int p = 0; p < A->o.n_policies; p++) {
         if (A->o.policies[p] == SPARSE_FULL) continue;
         for (int b = 0; b < A->o.n_budgets; b++) {
-            const int solo =
-                A->o.policies[p] == SPARSE_SOLOHEAD || A->o.policies[p] == SPARSE_SOLOHEAD_Q;
-            if (solo && A->meter_run < 0 && A->o.budgets[b] == A->o.mam_budget)
+            if (A->meter_run < 0 && meters(&A->o, A->o.policies[p], A->o.budgets[b]))
                 A->meter_run = A->n_runs;
             A->runs[A->n_runs++] = (struct run_def){A->o.policies[p], A->o.budgets[b]};
         }
@@ -1365,6 +1419,7 @@ static json_t *config_json(const struct acc *A)
         (json_int_t)o->window, "mam_budget", (json_int_t)o->mam_budget, "infinigen_frac", o->frac,
         "max_gen_cap", (json_int_t)o->max_gen, "prefill_chunk", (json_int_t)o->chunk);
     json_object_set_new(cj, "chat_template", json_string(chat_template_name(o->chat)));
+    json_object_set_new(cj, "meter_steps", json_integer(o->meter_steps));
     json_object_set_new(cj, "spec_margin", json_real(o->spec_margin));
     json_object_set_new(cj, "spec_from",
                         json_string(o->spec_from == SPARSE_SPEC_HITS  ? "hits"
@@ -1573,9 +1628,11 @@ static int write_outputs(struct acc *A, json_t *recs, char *err, size_t errlen)
             res, "churn", A->meter_run >= 0 ? locality_meter_to_json(A->meter, NULL) : json_null());
         json_object_set_new(res, "cache", cache_json(A));
         json_object_set_new(res, "timing",
-                            json_pack("{s:f,s:f,s:I,s:I}", "prefill_s", A->t_prefill, "decode_s",
-                                      A->t_decode, "prompt_tokens", (json_int_t)A->prompt_tokens,
-                                      "generated_tokens", (json_int_t)A->gen_tokens));
+                            json_pack("{s:f,s:f,s:I,s:I,s:f,s:I}", "prefill_s", A->t_prefill,
+                                      "decode_s", A->t_decode, "prompt_tokens",
+                                      (json_int_t)A->prompt_tokens, "generated_tokens",
+                                      (json_int_t)A->gen_tokens, "meter_decode_s", A->t_meter,
+                                      "meter_tokens", (json_int_t)A->meter_tokens));
         json_object_set_new(res, "samples_scored", json_integer(A->scored));
         json_object_set_new(res, "samples_planned", json_integer(A->planned));
         json_object_set_new(res, "status", json_string(status_of(A->stopped)));
@@ -1600,8 +1657,10 @@ static int setup(struct acc *A, char *err, size_t errlen)
         longest = PULSE_MAX(longest, A->sets[i].length);
         gen = PULSE_MAX(gen, max_gen_of(A, A->sets[i].task));
     }
-    int rc = session_start(&A->s, A->be, 1, (int)(longest + gen), (int)A->o.chunk, &A->o.rt, err,
-                           errlen);
+    /* a prompt leaves its set's length less the task's new tokens; --meter-steps may decode
+     * past them */
+    int rc = session_start(&A->s, A->be, 1, (int)(longest + PULSE_MAX(gen, A->o.meter_steps)),
+                           (int)A->o.chunk, &A->o.rt, err, errlen);
     if (rc != PULSE_OK) return rc;
     struct tokenizer_info ti;
     tokenizer_get_info(A->s.tok, &ti);
@@ -1730,11 +1789,11 @@ int cmd_accuracy(int argc, char **argv)
         return rc == PULSE_ERR_NOMEM ? EXIT_OOM : EXIT_USAGE;
     }
     plan_runs(&A);
-    if (A.o.churn_out && A.meter_run < 0) { /* found now, not after the whole run */
+    if ((A.o.churn_out || A.o.meter_steps) && A.meter_run < 0) { /* now, not after the run */
         cli_error(CMD,
-                  "--churn-profile: needs solohead or solohead-q among the policies and "
-                  "--mam-budget %ld among the budgets",
-                  A.o.mam_budget);
+                  "%s: needs solohead or solohead-q among the policies and --mam-budget %ld "
+                  "among the budgets",
+                  A.o.churn_out ? "--churn-profile" : "--meter-steps", A.o.mam_budget);
         teardown(&A);
         return EXIT_USAGE;
     }

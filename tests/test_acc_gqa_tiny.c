@@ -10,7 +10,9 @@
  * - accuracy: `pulse accuracy` on passkey samples of 1024 tokens (this repository's README as
  *   the filler, so the same on every machine): the ChatML template is detected, full attention
  *   finds the key, and SoloHead (one KV head's list for all four) runs beside headwise; its
- *   lists' recall through hot caches of three sizes (--cache-slots) falls as the cache grows. */
+ *   lists' recall through hot caches of three sizes (--cache-slots) falls as the cache grows;
+ *   with --meter-steps the meter sees that many steps a sample and every answer and score is
+ *   the same. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,9 +136,33 @@ static void test_reference(void)
     json_decref(ref);
 }
 
+/* --cache-slots' rows of result r: recall bytes and layer-steps of the meter's own row and of
+ * the 20, 32 and 64-slot caches. */
+static void cache_rows(json_t *r, int64_t rb[4], int64_t steps[4])
+{
+    json_t *cache = json_object_get(r, "cache"), *rows = json_object_get(cache, "rows");
+    EXPECT_EQ_INT(json_integer_value(json_object_get(cache, "budget_tokens")), 256);
+    EXPECT_EQ_INT(json_array_size(rows), 4);
+    for (size_t i = 0; i < 4; i++) {
+        json_t *row_i = json_array_get(rows, i);
+        rb[i] = json_integer_value(json_object_get(row_i, "recall_bytes"));
+        steps[i] = json_integer_value(json_object_get(row_i, "layer_steps"));
+        EXPECT(i == 0 ? json_is_null(json_object_get(row_i, "hot_slots"))
+                      : json_integer_value(json_object_get(row_i, "hot_slots")) == (i == 1   ? 20
+                                                                                    : i == 2 ? 32
+                                                                                             : 64));
+    }
+    fprintf(stderr, "cache: recall bytes %lld (none), %lld (20), %lld (32), %lld (64)\n",
+            (long long)rb[0], (long long)rb[1], (long long)rb[2], (long long)rb[3]);
+    /* LRU is a stack algorithm: a larger cache never recalls more; the whole context (64)
+     * recalls only blocks never selected before */
+    EXPECT(steps[0] > 0 && steps[1] == steps[0] && steps[3] == steps[0]);
+    EXPECT(rb[1] > 0 && rb[2] <= rb[1] && rb[3] <= rb[2] && rb[3] < rb[1]);
+}
+
 static void test_accuracy(void)
 {
-    char dir[] = "/tmp/pulse_gqa_acc_XXXXXX", args[8192], res[256];
+    char dir[] = "/tmp/pulse_gqa_acc_XXXXXX", args[8192], res[256], res_m[256];
     EXPECT(mkdtemp(dir) != NULL);
     snprintf(args, sizeof args,
              "synth --task passkey --length 1024 --samples 4 --seed 1 --tokenizer %s --corpus "
@@ -176,26 +202,53 @@ static void test_accuracy(void)
     EXPECT_EQ_INT(json_array_size(mam_kv), 6); /* every layer, 4 KV heads each */
     EXPECT_EQ_INT(json_array_size(json_array_get(mam_kv, 0)), 4);
     /* --cache-slots: the churn meter's SoloHead lists (16 budget blocks, 20 selected with the
-     * forced ones) through LRU caches of 20, 32 and 64 blocks (64: the whole 1K context). LRU
-     * is a stack algorithm, so a larger cache never recalls more; the whole context recalls
-     * only blocks never selected before */
-    json_t *cache = json_object_get(r, "cache"), *rows = json_object_get(cache, "rows");
-    EXPECT_EQ_INT(json_integer_value(json_object_get(cache, "budget_tokens")), 256);
-    EXPECT_EQ_INT(json_array_size(rows), 4);
-    int64_t rb[4] = {0}, steps[4] = {0};
-    for (size_t i = 0; i < 4 && i < json_array_size(rows); i++) {
-        json_t *row_i = json_array_get(rows, i);
-        rb[i] = json_integer_value(json_object_get(row_i, "recall_bytes"));
-        steps[i] = json_integer_value(json_object_get(row_i, "layer_steps"));
-        EXPECT(i == 0 ? json_is_null(json_object_get(row_i, "hot_slots"))
-                      : json_integer_value(json_object_get(row_i, "hot_slots")) == (i == 1   ? 20
-                                                                                    : i == 2 ? 32
-                                                                                             : 64));
+     * forced ones) through LRU caches of 20, 32 and 64 blocks (64: the whole 1K context) */
+    int64_t rb[4] = {0}, steps[4] = {0}, rb_m[4] = {0}, steps_m[4] = {0};
+    cache_rows(r, rb, steps);
+    /* --meter-steps 24: the same run, the meter's run decoding on past each answer (about 9
+     * tokens) to 24 steps: 23 steady steps a layer and sample (the first is cold), 6 layers, 3
+     * samples; the answers, scores and new-token counts of every run unchanged */
+    snprintf(res_m, sizeof res_m, "%s/acc_m.json", dir);
+    snprintf(args, sizeof args,
+             "accuracy --model %s --backend %s --data %s --lengths 1024 --tasks passkey "
+             "--samples 3 --calib-samples 1 --budgets 256 --mam-budget 256 "
+             "--policies full,headwise,solohead --cache-slots 20,32,64 --meter-steps 24 --out %s",
+             model, backend, dir, res_m);
+    EXPECT_EQ_INT(run_long(args), 0);
+    json_t *m = json_load_file(res_m, 0, &je);
+    EXPECT(m != NULL);
+    if (m) {
+        EXPECT_EQ_INT(
+            json_integer_value(json_object_get(json_object_get(m, "config"), "meter_steps")), 24);
+        cache_rows(m, rb_m, steps_m);
+        EXPECT_EQ_INT(steps_m[0], 3 * 6 * 23);
+        EXPECT(steps[0] < steps_m[0]);
+        const int64_t extra =
+            json_integer_value(json_object_get(json_object_get(m, "timing"), "meter_tokens"));
+        EXPECT(extra > 0 && extra <= 3 * 24);
+        json_t *sa = json_object_get(r, "samples"), *sb = json_object_get(m, "samples");
+        EXPECT_EQ_INT(json_array_size(sa), 3);
+        EXPECT_EQ_INT(json_array_size(sb), 3);
+        int runs = 0;
+        for (size_t i = 0; i < json_array_size(sa) && i < json_array_size(sb); i++) {
+            json_t *ra = json_object_get(json_array_get(sa, i), "runs");
+            json_t *rm = json_object_get(json_array_get(sb, i), "runs");
+            EXPECT_EQ_INT(json_array_size(ra), json_array_size(rm));
+            for (size_t j = 0; j < json_array_size(ra) && j < json_array_size(rm); j++) {
+                json_t *x = json_array_get(ra, j), *y = json_array_get(rm, j);
+                const char *px = json_string_value(json_object_get(x, "pred"));
+                const char *py = json_string_value(json_object_get(y, "pred"));
+                EXPECT(px && py && !strcmp(px, py));
+                EXPECT_NEAR(json_number_value(json_object_get(x, "score")),
+                            json_number_value(json_object_get(y, "score")), 0);
+                EXPECT_EQ_INT(json_integer_value(json_object_get(x, "new_tokens")),
+                              json_integer_value(json_object_get(y, "new_tokens")));
+                runs++;
+            }
+        }
+        EXPECT_EQ_INT(runs, 3 * 3);
+        json_decref(m);
     }
-    fprintf(stderr, "cache: recall bytes %lld (none), %lld (20), %lld (32), %lld (64)\n",
-            (long long)rb[0], (long long)rb[1], (long long)rb[2], (long long)rb[3]);
-    EXPECT(steps[0] > 0 && steps[1] == steps[0] && steps[3] == steps[0]);
-    EXPECT(rb[1] > 0 && rb[2] <= rb[1] && rb[3] <= rb[2] && rb[3] < rb[1]);
     json_decref(r);
     snprintf(args, sizeof args, "rm -rf %s", dir);
     EXPECT_EQ_INT(system(args), 0);

@@ -93,6 +93,14 @@ static const struct bad_case bad[] = {
      "--cache-slots: 131 is under the 132 blocks one step selects", 2},
     {"accuracy --model tiny --data d --lengths 4096 --tasks passkey --cache-slots 1,2,3,4,5",
      "--cache-slots: 5 sizes, at most 4", 2},
+    {"accuracy --model tiny --data d --lengths 4096 --tasks passkey --meter-steps 0",
+     "--meter-steps: '0' is not an integer in [1, 4096]", 2},
+    {"accuracy --model tiny --data d --lengths 4096 --tasks passkey --policies full,headwise "
+     "--meter-steps 32",
+     "--meter-steps: needs solohead or solohead-q among the policies and --mam-budget 2048", 2},
+    {"accuracy --model tiny --data d --lengths 4096 --tasks passkey --policies solohead "
+     "--budgets 1024 --meter-steps 32",
+     "--meter-steps: needs solohead or solohead-q among the policies and --mam-budget 2048", 2},
     {"accuracy --model tiny --tasks passkey", "exactly one of --data and --longbench", 2},
     {"accuracy --model tiny --data d --tasks passkey", "--data needs --lengths", 2},
     {"accuracy --model tiny --data d --lengths 4096 --tasks nosuch", "'nosuch' is not a", 2},
