@@ -160,27 +160,38 @@ static void cache_rows(json_t *r, int64_t rb[4], int64_t steps[4])
     EXPECT(rb[1] > 0 && rb[2] <= rb[1] && rb[3] <= rb[2] && rb[3] < rb[1]);
 }
 
-static void test_accuracy(void)
+/* `pulse accuracy` on the passkey set in dir (3 samples at 1K, budget 256, full, headwise and
+ * SoloHead, hot caches of 20, 32 and 64 blocks) with the extra flags, into dir/name; its
+ * result, or NULL (the output printed). */
+static json_t *accuracy(const char *dir, const char *extra, const char *name)
 {
-    char dir[] = "/tmp/pulse_gqa_acc_XXXXXX", args[8192], res[256], res_m[256];
-    EXPECT(mkdtemp(dir) != NULL);
-    snprintf(args, sizeof args,
-             "synth --task passkey --length 1024 --samples 4 --seed 1 --tokenizer %s --corpus "
-             "%s/README.md --out-dir %s",
-             model, src, dir);
-    EXPECT_EQ_INT(run_long(args), 0);
-    snprintf(res, sizeof res, "%s/acc.json", dir);
+    char args[8192], res[512];
+    snprintf(res, sizeof res, "%s/%s", dir, name);
     snprintf(args, sizeof args,
              "accuracy --model %s --backend %s --data %s --lengths 1024 --tasks passkey "
              "--samples 3 --calib-samples 1 --budgets 256 --mam-budget 256 "
-             "--policies full,headwise,solohead --cache-slots 20,32,64 --out %s",
-             model, backend, dir, res);
+             "--policies full,headwise,solohead --cache-slots 20,32,64 %s --out %s",
+             model, backend, dir, extra, res);
     const int rc = run_long(args);
     EXPECT_EQ_INT(rc, 0);
     if (rc) fprintf(stderr, "%s\n", out);
     json_error_t je;
     json_t *r = json_load_file(res, 0, &je);
     EXPECT(r != NULL);
+    return r;
+}
+
+static void test_accuracy(void)
+{
+    char dir[] = "/tmp/pulse_gqa_acc_XXXXXX", args[8192];
+    EXPECT(mkdtemp(dir) != NULL);
+    snprintf(args, sizeof args,
+             "synth --task passkey --length 1024 --samples 4 --seed 1 --tokenizer %s --corpus "
+             "%s/README.md --out-dir %s",
+             model, src, dir);
+    EXPECT_EQ_INT(run_long(args), 0);
+    json_t *r = accuracy(dir, "", "acc.json");
+    if (!r) return;
     json_t *cfg = json_object_get(r, "config");
     EXPECT_STR_EQ(json_string_value(json_object_get(cfg, "backend")), backend);
     const char *chat = json_string_value(json_object_get(cfg, "chat_template"));
@@ -208,15 +219,7 @@ static void test_accuracy(void)
     /* --meter-steps 24: the same run, the meter's run decoding on past each answer (about 9
      * tokens) to 24 steps: 23 steady steps a layer and sample (the first is cold), 6 layers, 3
      * samples; the answers, scores and new-token counts of every run unchanged */
-    snprintf(res_m, sizeof res_m, "%s/acc_m.json", dir);
-    snprintf(args, sizeof args,
-             "accuracy --model %s --backend %s --data %s --lengths 1024 --tasks passkey "
-             "--samples 3 --calib-samples 1 --budgets 256 --mam-budget 256 "
-             "--policies full,headwise,solohead --cache-slots 20,32,64 --meter-steps 24 --out %s",
-             model, backend, dir, res_m);
-    EXPECT_EQ_INT(run_long(args), 0);
-    json_t *m = json_load_file(res_m, 0, &je);
-    EXPECT(m != NULL);
+    json_t *m = accuracy(dir, "--meter-steps 24", "acc_m.json");
     if (m) {
         EXPECT_EQ_INT(
             json_integer_value(json_object_get(json_object_get(m, "config"), "meter_steps")), 24);
