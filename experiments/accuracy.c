@@ -67,10 +67,11 @@ static const char usage[] =
     "  --mam-budget N      budget of the MAM profile and the churn meter (default 2048)\n"
     "  --cache-slots N,... up to 4 LRU hot caches (blocks a list) the churn meter's lists also\n"
     "                      pass: JSON cache.rows, their steady recall against none\n"
-    "  --meter-steps N     the churn meter's run decodes N steps a sample: once its answer\n"
-    "                      ends it goes on decoding (end of text and line ends fed back,\n"
-    "                      the tokens discarded) so the meter and --cache-slots see N steps;\n"
-    "                      scores read the answer only (default: the answer's steps)\n"
+    "  --meter-steps N     the churn meter's run decodes at least N steps a sample: once its\n"
+    "                      answer ends it goes on decoding (end of text and line ends fed\n"
+    "                      back, the tokens discarded) so the meter and --cache-slots see\n"
+    "                      N steps; scores read the answer only (the session then holds N\n"
+    "                      new tokens where the tasks' are fewer; default: the answer's)\n"
     "  --sink N, --window N  forced blocks (default 1 and 2; blocks of 16 tokens)\n"
     "  --infinigen-frac F  hidden channels of the approximate query (default 1 = all)\n"
     "  --spec-margin F     F in [0, 1]: the infinigen runs' speculation hit rate counts the\n"
@@ -731,6 +732,21 @@ static void meter_extend(struct acc *A, int n, int k, int steps)
     A->meter_tokens += steps > made ? steps - made : 0;
 }
 
+/* 1 when the engine's last logits are finite, else 0 with who made them (the policy, what) in
+ * err. */
+static int logits_finite(struct acc *A, const struct acc_set *st, size_t idx, const char *policy,
+                         const char *what, char *err, size_t errlen)
+{
+    engine_read_logits(A->s.e, A->logits, 1);
+    const long bad = count_nonfinite(A->logits, A->s.cfg->vocab);
+    if (bad)
+        snprintf(err, errlen,
+                 "%s/%ld sample %zu, policy %s%s: %ld of the %d final logits are NaN or infinite "
+                 "(non-finite weights or an overflow)",
+                 st->task->name, st->length, idx, policy, what, bad, A->s.cfg->vocab);
+    return !bad;
+}
+
 /* The answer's text: the tokens decoded, ill-formed UTF-8 (a byte-level model can end mid
  * character) replaced as Python's errors="replace" does, so the JSON can carry it. */
 static const char *detok(struct acc *A, int k)
@@ -935,14 +951,7 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
             memcpy(kp->gen + (size_t)r * max_gen, A->gen, sizeof(int32_t) * (size_t)k);
             kp->k[r] = k;
         }
-        engine_read_logits(A->s.e, A->logits, 1);
-        long bad = count_nonfinite(A->logits, A->s.cfg->vocab);
-        if (bad) {
-            snprintf(err, errlen,
-                     "%s/%ld sample %zu, policy %s: %ld of the %d final logits are NaN or "
-                     "infinite (non-finite weights or an overflow)",
-                     st->task->name, st->length, idx, sparse_policy_name(A->runs[r].policy), bad,
-                     A->s.cfg->vocab);
+        if (!logits_finite(A, st, idx, sparse_policy_name(A->runs[r].policy), "", err, errlen)) {
             json_decref(rj);
             return PULSE_ERR_INVALID;
         }
@@ -990,8 +999,16 @@ static int eval_sample(struct acc *A, struct acc_set *st, size_t idx, json_t *re
                       "new_tokens", k, "attended_fraction", frac);
         if (served >= 0) json_object_set_new(run, "serving_same_tokens", json_boolean(served));
         json_array_append_new(rj, run);
-        /* after everything the run's score and counters read: the meter's steps only */
-        if (r == A->meter_run && A->o.meter_steps) meter_extend(A, n, k, (int)A->o.meter_steps);
+        /* after everything the run's score and counters read: the meter's steps only (checked
+         * here, so that a later run that decodes nothing does not read their logits) */
+        if (r == A->meter_run && A->o.meter_steps) {
+            meter_extend(A, n, k, (int)A->o.meter_steps);
+            if (!logits_finite(A, st, idx, sparse_policy_name(A->runs[r].policy),
+                               " past its answer (--meter-steps)", err, errlen)) {
+                json_decref(rj);
+                return PULSE_ERR_INVALID;
+            }
+        }
     }
     batch_set_hook(A->s.bt, NULL);
     st->n_scored++;

@@ -216,19 +216,20 @@ static void test_accuracy(void)
      * forced ones) through LRU caches of 20, 32 and 64 blocks (64: the whole 1K context) */
     int64_t rb[4] = {0}, steps[4] = {0}, rb_m[4] = {0}, steps_m[4] = {0};
     cache_rows(r, rb, steps);
-    /* --meter-steps 24: the same run, the meter's run decoding on past each answer (about 9
-     * tokens) to 24 steps: 23 steady steps a layer and sample (the first is cold), 6 layers, 3
-     * samples; the answers, scores and new-token counts of every run unchanged */
-    json_t *m = accuracy(dir, "--meter-steps 24", "acc_m.json");
+    /* --meter-steps 40: the same run, the meter's run decoding on past each answer (about 9
+     * tokens) to 40 steps, past passkey's 32 new tokens (the session grows): 39 steady steps a
+     * layer and sample (the first is cold), 6 layers, 3 samples; the answers, scores and
+     * new-token counts of every run unchanged */
+    json_t *m = accuracy(dir, "--meter-steps 40", "acc_m.json");
     if (m) {
         EXPECT_EQ_INT(
-            json_integer_value(json_object_get(json_object_get(m, "config"), "meter_steps")), 24);
+            json_integer_value(json_object_get(json_object_get(m, "config"), "meter_steps")), 40);
         cache_rows(m, rb_m, steps_m);
-        EXPECT_EQ_INT(steps_m[0], 3 * 6 * 23);
+        EXPECT_EQ_INT(steps_m[0], 3 * 6 * 39);
         EXPECT(steps[0] < steps_m[0]);
         const int64_t extra =
             json_integer_value(json_object_get(json_object_get(m, "timing"), "meter_tokens"));
-        EXPECT(extra > 0 && extra <= 3 * 24);
+        EXPECT(extra > 0 && extra <= 3 * 40);
         json_t *sa = json_object_get(r, "samples"), *sb = json_object_get(m, "samples");
         EXPECT_EQ_INT(json_array_size(sa), 3);
         EXPECT_EQ_INT(json_array_size(sb), 3);
@@ -251,6 +252,18 @@ static void test_accuracy(void)
         }
         EXPECT_EQ_INT(runs, 3 * 3);
         json_decref(m);
+    }
+    /* answers cut at 4 tokens (the last one unfed): the meter's run made 3 steps of each and
+     * decodes 7 more to 10: 9 steady steps a layer and sample */
+    json_t *c = accuracy(dir, "--max-gen 4 --meter-steps 10", "acc_c.json");
+    if (c) {
+        int64_t rb_c[4] = {0}, steps_c[4] = {0};
+        cache_rows(c, rb_c, steps_c);
+        EXPECT_EQ_INT(steps_c[0], 3 * 6 * 9);
+        EXPECT_EQ_INT(
+            json_integer_value(json_object_get(json_object_get(c, "timing"), "meter_tokens")),
+            3 * 7);
+        json_decref(c);
     }
     json_decref(r);
     snprintf(args, sizeof args, "rm -rf %s", dir);
