@@ -198,6 +198,18 @@ static int meters(const struct acc_opts *o, int policy, long budget)
     return (policy == SPARSE_SOLOHEAD || policy == SPARSE_SOLOHEAD_Q) && budget == o->mam_budget;
 }
 
+/* The usage error of a flag that reads the churn meter's lists (--churn-profile, --meter-steps)
+ * when no run is the meter's; -1 (0 when none of them is given). */
+static int meter_missing(const struct acc_opts *o)
+{
+    if (!o->churn_out && !o->meter_steps) return 0;
+    return cli_error(CMD,
+                     "%s: needs solohead or solohead-q among the policies and --mam-budget %ld "
+                     "among the budgets",
+                     o->churn_out ? "--churn-profile" : "--meter-steps", o->mam_budget),
+           -1;
+}
+
 static int parse(int argc, char **argv, struct acc_opts *o)
 {
     static const struct option own[] = {{"model", required_argument, 0, 'm'},
@@ -440,18 +452,13 @@ static int parse(int argc, char **argv, struct acc_opts *o)
     if (!o->data == !o->longbench)
         return cli_error(CMD, "give exactly one of --data and --longbench"), -1;
     if (o->data && !o->n_lengths) return cli_error(CMD, "--data needs --lengths"), -1;
-    /* --meter-steps with policies given: their runs are known before the model (the default
+    /* with the policies given, their runs are known before the model loads (the default
      * policies depend on it: main checks those after plan_runs) */
     int metered = o->n_policies == 0;
     for (int i = 0; i < o->n_policies; i++)
         for (int b = 0; b < o->n_budgets; b++)
             metered |= meters(o, o->policies[i], o->budgets[b]);
-    if (o->meter_steps && !metered)
-        return cli_error(CMD,
-                         "--meter-steps: needs solohead or solohead-q among the policies and "
-                         "--mam-budget %ld among the budgets",
-                         o->mam_budget),
-               -1;
+    if (!metered && meter_missing(o)) return -1;
     /* each data source has its own length flag: the other one would be ignored */
     if (o->data && o->max_length_set)
         return cli_error(CMD, "--max-length is for --longbench; --data sets its lengths with "
@@ -1806,11 +1813,7 @@ int cmd_accuracy(int argc, char **argv)
         return rc == PULSE_ERR_NOMEM ? EXIT_OOM : EXIT_USAGE;
     }
     plan_runs(&A);
-    if ((A.o.churn_out || A.o.meter_steps) && A.meter_run < 0) { /* now, not after the run */
-        cli_error(CMD,
-                  "%s: needs solohead or solohead-q among the policies and --mam-budget %ld "
-                  "among the budgets",
-                  A.o.churn_out ? "--churn-profile" : "--meter-steps", A.o.mam_budget);
+    if (A.meter_run < 0 && meter_missing(&A.o)) { /* found now, not after the whole run */
         teardown(&A);
         return EXIT_USAGE;
     }

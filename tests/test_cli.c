@@ -98,6 +98,9 @@ static const struct bad_case bad[] = {
     {"accuracy --model tiny --data d --lengths 4096 --tasks passkey --policies full,headwise "
      "--meter-steps 32",
      "--meter-steps: needs solohead or solohead-q among the policies and --mam-budget 2048", 2},
+    {"accuracy --model tiny --data d --lengths 4096 --tasks passkey --policies full,headwise "
+     "--churn-profile /tmp/pulse_cli_x.json",
+     "--churn-profile: needs solohead or solohead-q among the policies and --mam-budget 2048", 2},
     {"accuracy --model tiny --data d --lengths 4096 --tasks passkey --policies solohead "
      "--budgets 1024 --meter-steps 32",
      "--meter-steps: needs solohead or solohead-q among the policies and --mam-budget 2048", 2},
