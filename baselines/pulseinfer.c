@@ -757,11 +757,16 @@ static const struct offload_schedule pulseinfer_schedule = {"exact-at-layer", 0,
  * then the next layer's blocks predicted from its approximate query (the input of this layer)
  * and their recall started, so that it overlaps this layer's attention and MLP and the next
  * layer's pre-attention; the next layer's exact selection then recalls only the blocks the
- * prediction missed (offload_prefetch), and attends exactly its own lists. */
+ * prediction missed (offload_prefetch), and attends exactly its own lists. Where the
+ * prediction runs on a stream of its own (offload_predict_forked), it is issued first: its
+ * selection and plan run beside this layer's pre-attention and exact selection, and its recall
+ * starts as soon as they are made. */
 static void pulseinfer_spec_layer(struct offload *o, struct batch *bt, int layer)
 {
+    const int first = offload_predict_forked(o);
+    if (first && offload_layer_sparse(o, layer + 1)) offload_prefetch(o, bt, layer + 1);
     pulseinfer_layer(o, bt, layer);
-    if (offload_layer_sparse(o, layer + 1)) offload_prefetch(o, bt, layer + 1);
+    if (!first && offload_layer_sparse(o, layer + 1)) offload_prefetch(o, bt, layer + 1);
 }
 
 static const struct offload_schedule pulseinfer_spec_schedule = {"speculate-exact", 1,

@@ -27,6 +27,7 @@ static const struct rt_word desc_words[] = {{"device", 0}, {"host", 1}, {NULL, 0
 static const struct rt_word timing_words[] = {{"graph", 0}, {"stream", 1}, {NULL, 0}};
 static const struct rt_word bytes_words[] = {{"source", 0}, {"profile", 1}, {NULL, 0}};
 static const struct rt_word fill_words[] = {{"device", 0}, {"host", 1}, {NULL, 0}};
+static const struct rt_word fork_words[] = {{"fork", 1}, {"inline", 0}, {NULL, 0}};
 static const struct rt_word gemm_words[] = {{"lt", ENGINE_GEMM_LT},
                                             {"lt-heuristic", ENGINE_GEMM_LT_HEURISTIC},
                                             {"cublas", ENGINE_GEMM_CUBLAS},
@@ -124,6 +125,11 @@ static const struct rt_opt table[] = {
      "zero-copy: a sparse layer selected at its own layer recalls its misses in its attention "
      "(read from the host pool and stored into their hot-cache slots) instead of a gather "
      "before it",
+     NULL},
+    {"predict-stream", RT_OFFLOAD, FIELD(offload_params, predict_fork), WORDS(fork_words), 0, NULL,
+     "zero-copy, a lookahead or prefetching schedule (--spec-from input): the selection of the "
+     "layer ahead, with its hot-cache plan, on a stream of its own beside the layer's "
+     "pre-attention and exact selection (measured slower), or on the compute stream",
      NULL},
     {"prompt-kv-fill", RT_OFFLOAD, FIELD(offload_params, prompt_kv_host), WORDS(fill_words), 0,
      "PULSE_PROMPT_KV_HOST", "offload prompt KV written on the device (cuda) or by the CPU",

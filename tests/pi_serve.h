@@ -45,6 +45,7 @@ struct pi_cfg {
     int spec_model;     /* the locality source's misprediction model (its speculation profile);
                            else its approximate query is the exact one (a perfect predictor) */
     int attend_recall;  /* offload_params.attend_recall (pulse run --attend-recall on) */
+    int predict_fork;   /* offload_params.predict_fork (pulse run --predict-stream fork) */
     const char *self_interleave; /* pulseinfer --self-interleave (NULL: off) */
     int want_json;               /* the policy context's counters into pi_out.pj */
 };
@@ -131,6 +132,7 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
     if (c->hot_slots) p.hot_slots = c->hot_slots;
     p.query = c->query;
     p.attend_recall = c->attend_recall;
+    p.predict_fork = c->predict_fork;
     void *ctx = NULL;
     if (kv && pol->needs_ctx) {
         int64_t prompt = 0;

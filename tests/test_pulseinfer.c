@@ -1219,6 +1219,64 @@ static void test_speculation(void)
             }
 }
 
+/* --predict-stream: on the device path (zero-copy) with a lookahead or prefetching schedule, the
+ * selection of the layer ahead runs on its own stream (pulseinfer --speculate issues it before
+ * its exact selection): one fork a sparse layer and step (layer 0 is dense), the same tokens
+ * as inline; not in effect on gather-scatter or without a layer ahead. */
+static void test_predict_stream(void)
+{
+    static const struct {
+        const char *policy;
+        int forks; /* whether the fork is in effect */
+    } runs[] = {{"pulseinfer --speculate --admission fixed:0 --recall-engine zero-copy", 1},
+                {"infinigen+solohead+zc", 1},
+                {"pulseinfer --speculate --admission fixed:0 --recall-engine gather-scatter", 0},
+                {"pulseinfer --admission fixed:0 --recall-engine zero-copy", 0}};
+    for (size_t r = 0; r < PULSE_ARRAY_LEN(runs); r++) {
+        char fnv[2][32] = {{0}};
+        for (int inl = 0; inl < 2; inl++) {
+            char path[] = "/tmp/pulse_pi_fork_XXXXXX", cmd[512];
+            const int fd = mkstemp(path);
+            if (fd >= 0) close(fd);
+            snprintf(cmd, sizeof cmd,
+                     "run --backend cpu --model tiny --policy %s --workload lengths:300,260,190 "
+                     "--output-len 6 --max-batch 3 --budget-tokens 32 --predict-stream %s "
+                     "--out %s",
+                     runs[r].policy, inl ? "inline" : "fork", path);
+            EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
+            json_error_t je;
+            json_t *j = json_load_file(path, 0, &je);
+            remove(path);
+            EXPECT(j != NULL);
+            if (!j) continue;
+            json_t *cfg = json_object_get(json_object_get(j, "config"), "offload");
+            json_t *off = json_object_get(json_object_get(j, "counters"), "offload");
+            EXPECT_STR_EQ(json_string_value(json_object_get(cfg, "predict_stream")),
+                          inl ? "inline" : "fork");
+            const int forked = runs[r].forks && !inl;
+            EXPECT(json_is_boolean(json_object_get(cfg, "predict_forked")) &&
+                   json_is_true(json_object_get(cfg, "predict_forked")) == forked);
+            const int64_t steps = json_integer_value(json_object_get(off, "steps"));
+            const int64_t sparse = json_integer_value(json_object_get(cfg, "sparse_layers"));
+            EXPECT(steps > 0 && sparse > 0);
+            EXPECT_EQ_INT(json_integer_value(json_object_get(off, "forked_selections")),
+                          forked ? steps * sparse : 0);
+            snprintf(fnv[inl], sizeof fnv[inl], "%s",
+                     json_string_value(
+                         json_object_get(json_object_get(j, "metrics"), "output_tokens_fnv1a"))
+                         ?: "");
+            json_decref(j);
+        }
+        EXPECT(fnv[0][0] && !strcmp(fnv[0], fnv[1]));
+        printf("--predict-stream, %s: tokens %s inline's (%s)\n", runs[r].policy,
+               strcmp(fnv[0], fnv[1]) ? "DIFFER from" : "equal to", fnv[0]);
+    }
+    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy pulseinfer --predict-stream side", out,
+                               sizeof out),
+                  2);
+    EXPECT(strstr(out, "--predict-stream") != NULL);
+}
+
 /* pulse run: --speculate's schedule and counters in the JSON; the flags refused where they do
  * not apply. */
 static void test_speculation_cli(void)
@@ -1804,6 +1862,7 @@ int main(void)
     test_speculation();
     test_speculation_mid();
     test_speculation_cli();
+    test_predict_stream();
     test_attend_recall();
     test_self_equals_vanilla();
     test_self_exact();

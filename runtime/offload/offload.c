@@ -337,6 +337,16 @@ static size_t pin_layout(struct offload *o, char *base)
     return c.off;
 }
 
+/* A layer's hot-cache plan scratch (hot_plan_out but its totals) for V lists of VM entries. */
+static void carve_plan_out(struct carve *c, struct hot_plan_out *po, size_t V, size_t VM)
+{
+    po->status = take(c, 4 * V), po->n_hits = take(c, 4 * V), po->n_recalls = take(c, 4 * V);
+    po->recall_block = take(c, 4 * VM), po->recall_slot = take(c, 4 * VM);
+    po->victim_block = take(c, 4 * VM), po->attend_slot = take(c, 4 * VM);
+    po->fresh_block = take(c, 4 * V), po->fresh_slot = take(c, 4 * V);
+    po->fresh_victim = take(c, 4 * V);
+}
+
 static size_t dev_layout(struct offload *o, char *base)
 {
     struct carve c = {base, 0};
@@ -355,12 +365,11 @@ static size_t dev_layout(struct offload *o, char *base)
     if (o->device_plan) {
         const size_t VM = V * o->ms, S = (size_t)o->n_sparse;
         o->store.d_hp = take(&c, o->store.hp_bytes);
-        struct hot_plan_out *po = &o->step.po;
-        po->status = take(&c, 4 * V), po->n_hits = take(&c, 4 * V), po->n_recalls = take(&c, 4 * V);
-        po->recall_block = take(&c, 4 * VM), po->recall_slot = take(&c, 4 * VM);
-        po->victim_block = take(&c, 4 * VM), po->attend_slot = take(&c, 4 * VM);
-        po->fresh_block = take(&c, 4 * V), po->fresh_slot = take(&c, 4 * V);
-        po->fresh_victim = take(&c, 4 * V);
+        carve_plan_out(&c, &o->step.po, V, VM);
+        if (o->fork) {
+            carve_plan_out(&c, &o->step.po_fork, V, VM);
+            o->step.d_scores_fork = take(&c, 4 * V * o->max_blocks);
+        }
         o->step.d_totals = take(&c, 8 * 2 * S * OFFLOAD_TOTALS); /* the predictions' after */
         for (int i = 0; i < 2 * n_lanes(o); i++)
             o->step.lanes[i / 2].d_desc[i % 2] = take(&c, sizeof(struct recall_desc) * VM);
@@ -455,6 +464,12 @@ static int alloc_dev(struct offload *o)
     o->step.ev_lists = o->be->event_create();
     if (o->be->ctx_create_urgent(&o->step.sctx) != PULSE_OK) return PULSE_ERR_OOM;
     if (o->overlap && o->be->ctx_create_urgent(&o->step.gctx) != PULSE_OK) return PULSE_ERR_OOM;
+    /* the prediction's stream at the compute stream's priority (s37, an H100, pulseinfer at 32K
+     * x 24: 618 tok/s, and 629 at the greatest priority, against 681 and 676 inline) */
+    if (o->fork &&
+        (o->be->ctx_create(&o->step.pctx, 0) != PULSE_OK ||
+         !(o->step.ev_fork = o->be->event_create()) || !(o->step.ev_join = o->be->event_create())))
+        return PULSE_ERR_OOM;
     return offload_planner_start(o);
 }
 
@@ -512,6 +527,8 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
     /* selecting ahead, the next layer's gather overlaps this layer's MLP on its own stream */
     o->overlap = o->device_plan && (p->device_overlap || p->schedule->lookahead);
     o->spec = p->schedule->prefetch;
+    o->fork = p->predict_fork && o->overlap && p->schedule->lookahead &&
+              p->spec_from == OFFLOAD_SPEC_FROM_INPUT;
     /* the locality query's approximate one, when it is not the step's own */
     o->spec_q_up = p->query != OFFLOAD_QUERY_REAL && p->schedule->lookahead &&
                    ((p->source && p->source->spec_q) || p->spec_predictor == OFFLOAD_SPEC_NEGATED);
@@ -738,6 +755,8 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
             "(zero-copy, uncapped) in one lane");
     if (p->spec_correct_early != 0 && p->spec_correct_early != 1)
         BAD("offload: spec_correct_early %d is not 0 or 1", p->spec_correct_early);
+    if (p->predict_fork != 0 && p->predict_fork != 1)
+        BAD("offload: predict_fork %d is not 0 or 1", p->predict_fork);
     if (p->lanes < 0 || p->lanes > 2) BAD("offload: lanes %d is not 0, 1 or 2", p->lanes);
     if (p->attend_recall != 0 && p->attend_recall != 1)
         BAD("offload: attend_recall %d is not 0 or 1", p->attend_recall);
@@ -837,6 +856,9 @@ void offload_free(struct offload *o)
     }
     if (o->step.ev_lists) o->be->event_destroy(o->step.ev_lists);
     if (o->step.gctx.stream || o->step.gctx.blas) o->be->ctx_free(&o->step.gctx);
+    if (o->step.pctx.stream || o->step.pctx.blas) o->be->ctx_free(&o->step.pctx);
+    if (o->step.ev_fork) o->be->event_destroy(o->step.ev_fork);
+    if (o->step.ev_join) o->be->event_destroy(o->step.ev_join);
     if (o->step.sctx.stream || o->step.sctx.blas) o->be->ctx_free(&o->step.sctx);
     if (o->pin) mem_free(pin_kind(o), o->pin, o->pin_bytes);
     if (o->store.fmem) mem_free(MEM_DEVICE, o->store.fmem, o->store.fmem_bytes);

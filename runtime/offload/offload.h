@@ -222,6 +222,14 @@ struct offload_params {
     int spec_predictor; /* enum offload_spec_predictor (default approx) */
     int spec_from;      /* enum offload_spec_from: where a prefetching schedule's prediction of
                            layer l+1 is made and its recall starts (default input) */
+    int predict_fork;   /* the device path with its gather beside (zero-copy), spec_from input:
+                           1 runs a selection of a layer ahead of the one being issued (a
+                           prefetch's, or a lookahead schedule's) with its plan on a stream of
+                           its own, forked from the compute stream once its query exists and
+                           joined at the end of the layer's piece, so that it runs beside the
+                           pre-attention and, where the schedule issues it first
+                           (offload_predict_forked), the exact selection; 0 (default): on the
+                           compute stream in the schedule's order. Measured slower (s37) */
     int spec_correct_early; /* spec_from hits: 1 (default) queues a predicted layer's
                            correction at its exact plan, its gather waiting (on the device) for
                            the attention over the predicted lists only where a recall takes a
@@ -286,6 +294,9 @@ struct offload_stats {
      * in engine_stats' graph_launches); of them, those of a split step's lanes (their views'
      * own sets) */
     int64_t layer_graph_launches, lane_graph_launches;
+    /* selections run on the prediction's stream (offload_params.predict_fork), one per
+     * (layer, step) */
+    int64_t forked_selections;
     /* prefetches made in a layer's second piece (spec_from mid, or hits where the layer was not
      * predicted), and from a predicted layer's attention over its predicted lists (spec_from
      * hits); one per (layer, step) */
@@ -427,6 +438,11 @@ void offload_select(struct offload *o, struct batch *bt, int layer);
  * the blocks predicted right resident and recalls the rest (the corrections), so attention
  * reads exactly the exact selection, whatever the prediction. */
 void offload_prefetch(struct offload *o, struct batch *bt, int layer);
+/* 1 when a selection of a layer ahead of the one being issued (offload_prefetch, or a lookahead
+ * schedule's offload_select) runs on the prediction's stream (offload_params.predict_fork in
+ * effect): a schedule that issues it before the layer's own selection runs the two side by
+ * side. */
+int offload_predict_forked(const struct offload *o);
 
 void offload_get_stats(const struct offload *o, struct offload_stats *out);
 /* What a step moved (floor.h): weights, the dense layers' KV, the selected pages' KV, the

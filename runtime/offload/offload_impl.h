@@ -146,6 +146,14 @@ struct offload_step {
     struct kctx sctx;   /* the lists' downloads, on a stream of their own: the compute stream
                            never waits for a copy to the host inside a step */
     float *d_scores;      /* [max_batch][n_lists][max_blocks] */
+    /* predict_fork: the prediction's stream, its scores and plan scratch (it runs beside the
+     * compute stream's selection), the events of its fork and join, and whether the running
+     * piece has forked */
+    struct kctx pctx;
+    float *d_scores_fork;
+    struct hot_plan_out po_fork;
+    void *ev_fork, *ev_join;
+    int forked;
     int32_t *d_sel;       /* [n_sparse] per layer: [n][n_lists][ms] lists, then [n][n_lists]
                              counts, packed at offload_sel_len(n) */
     int32_t *d_ctl[2];    /* sparse layer sl's control block in d_ctl[sl & 1]: with lookahead
@@ -258,6 +266,8 @@ struct offload {
      * upload carries the locality query's approximate queries ([n_sparse][n][nq][hd] after the
      * exact ones, made beside them) */
     int device_plan, overlap, layer_graphs, spec, spec_q_up;
+    int fork; /* offload_params.predict_fork in effect (the device path, overlap, lookahead,
+                 spec_from input) */
 
     struct offload_store store;
     struct offload_step step;

@@ -164,6 +164,9 @@ json_t *offload_config_json(const struct offload *o)
                                     : o->p.spec_correct_early                ? "early"
                                                                              : "late"));
     json_object_set_new(j, "lanes", json_integer(o->p.lanes == 2 ? 2 : 1));
+    /* offload_params.predict_fork as asked, and in effect (offload_predict_forked) */
+    json_object_set_new(j, "predict_stream", json_string(o->p.predict_fork ? "fork" : "inline"));
+    json_object_set_new(j, "predict_forked", json_boolean(o->fork));
     json_object_set_new(j, "spec_budget_blocks", json_integer(o->cfg_spec.budget));
     json_object_set_new(
         j, "spec_predictor",
@@ -360,6 +363,7 @@ json_t *offload_counters_json(const struct offload *o)
     json_object_set_new(j, "setup", setup_json(o, &st));
     json_object_set_new(j, "host_syncs", json_integer(st.host_syncs));
     json_object_set_new(j, "layer_graph_launches", json_integer(st.layer_graph_launches));
+    json_object_set_new(j, "forked_selections", json_integer(st.forked_selections));
     json_object_set_new(j, "lane_graph_launches", json_integer(st.lane_graph_launches));
     json_object_set_new(j, "mid_prefetches", json_integer(st.mid_prefetches));
     json_object_set_new(j, "hits_prefetches", json_integer(st.hits_prefetches));

@@ -209,7 +209,8 @@ static int correct_at_plan(const struct offload *o, int layer)
  * prediction's (spec: offload_prefetch) plans its own lists into its own descriptors, totals and
  * a scratch control block, and its gather always runs beside (issue_side); the exact
  * selection of a layer predicted this step finds the new tail already given its slot. */
-static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec)
+static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec,
+                           const struct kctx *x)
 {
     const int B = o->step.n;
     const size_t lists = (size_t)B * o->n_lists;
@@ -224,12 +225,12 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
                                    B,
                                    o->n_lists,
                                    o->ms};
-    struct hot_plan_out po = o->step.po;
+    struct hot_plan_out po = x == o->ctx ? o->step.po : o->step.po_fork;
     po.totals = o->step.d_totals + ((size_t)spec * o->n_sparse + sl) * OFFLOAD_TOTALS;
     const int gate = !spec && gate_armed(o, o->layer_of[sl]);
     const int32_t *pds = gate ? offload_spec_dsel(o, sl, B) : NULL; /* the predicted lists */
     const int recalls = !spec && offload_attend_recalls(o, o->layer_of[sl]);
-    o->fn.hot_plan(&o->store.hpp, &o->store.hps, &in, &po, o->ctx->stream);
+    o->fn.hot_plan(&o->store.hpp, &o->store.hps, &in, &po, x->stream);
     const size_t V = (size_t)o->max_batch * o->n_lists;
     int32_t *ctl = spec ? o->step.d_ctl_spec : o->step.d_ctl[sl & 1];
     struct recall_desc *desc = spec ? o->step.d_desc_spec[sl & 1] : o->step.d_desc[sl & 1];
@@ -273,20 +274,20 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
                                          pds ? pds + lists * o->ms : NULL,
                                          gate ? gate_of(o, o->layer_of[sl]) : NULL,
                                          (unsigned long long *)(po.totals + OFFLOAD_TOT_HELD)};
-    o->fn.build(&a, o->ctx->stream);
+    o->fn.build(&a, x->stream);
     if (spec) {
-        o->be->event_record_external(o->ctx, o->step.ev_spec_built[sl]);
+        o->be->event_record_external(x, o->step.ev_spec_built[sl]);
         return;
     }
     if (recalls) return; /* no gather: the attention recalls */
     if (!o->overlap) {
         const struct recall_params *rp = recall_get_params(o->store.rc);
         o->fn.gather(o->step.d_desc[sl & 1], (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads,
-                     rp->zc_inflight_kb, o->ctx->stream);
+                     rp->zc_inflight_kb, x->stream);
         return;
     }
     /* the gather, on its own stream (issue_side), waits for the plan */
-    o->be->event_record_external(o->ctx, o->step.ev_built[sl]);
+    o->be->event_record_external(x, o->step.ev_built[sl]);
 }
 
 /* An issued sparse layer's work off the compute stream: its lists' download on the side stream
@@ -366,24 +367,51 @@ static const uint16_t *select_query(struct offload *o, struct batch *bt, int lay
                per;
 }
 
-/* Selection of sparse layer `layer` (a prediction's with spec) on the compute stream into its
- * lists, recording the event the side stream waits for; then its side work on the host path,
- * or its plan on the device path. */
+/* predict_fork: the prediction's stream, after the work queued so far on the compute stream
+ * (a selection's query), inside a layer graph's capture as outside. */
+static const struct kctx *fork_open(struct offload *o)
+{
+    o->be->event_record(o->ctx, o->step.ev_fork);
+    o->be->stream_wait_event(&o->step.pctx, o->step.ev_fork);
+    o->step.forked = 1;
+    return &o->step.pctx;
+}
+
+/* The compute stream waits for what the running piece forked (a capture ends joined). */
+static void fork_join(struct offload *o)
+{
+    if (!o->step.forked) return;
+    o->be->event_record(&o->step.pctx, o->step.ev_join);
+    o->be->stream_wait_event(o->ctx, o->step.ev_join);
+    o->step.forked = 0;
+}
+
+/* Selection of sparse layer `layer` (a prediction's with spec) into its lists, recording the
+ * event the side stream waits for; then its side work on the host path, or its plan on the
+ * device path. Its query is made on the compute stream; the selection runs there too, or, for
+ * a layer ahead of the one being issued with predict_fork, on the prediction's stream with
+ * scratch of its own. */
 static void select_layer(struct offload *o, struct batch *bt, int layer, int spec)
 {
     const int sl = offload_sl(o, layer), B = o->step.n;
     double t = pulse_now();
     const struct digest_view dv = digest_view_of(o, sl);
     int32_t *ds = spec ? offload_spec_dsel(o, sl, B) : offload_dsel(o, sl, B);
-    o->fn.select_blocks(o->ctx, spec ? &o->cfg_spec : &o->cfg, select_query(o, bt, layer), &dv,
-                        batch_len(bt), o->step.d_scores, ds, ds + (size_t)B * o->n_lists * o->ms, B,
-                        o->sel_head[layer]);
-    o->be->event_record_external(o->ctx,
-                                 spec ? o->step.ev_spec_selected[sl] : o->step.ev_selected[sl]);
+    const uint16_t *q = select_query(o, bt, layer);
+    const struct kctx *x = o->fork && layer != o->step.next_layer ? fork_open(o) : o->ctx;
+    o->fn.select_blocks(x, spec ? &o->cfg_spec : &o->cfg, q, &dv, batch_len(bt),
+                        x == o->ctx ? o->step.d_scores : o->step.d_scores_fork, ds,
+                        ds + (size_t)B * o->n_lists * o->ms, B, o->sel_head[layer]);
+    o->be->event_record_external(x, spec ? o->step.ev_spec_selected[sl] : o->step.ev_selected[sl]);
     if (!o->device_plan) issue_side(o, layer, spec);
     offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
-    if (o->device_plan) plan_on_device(o, bt, sl, spec);
+    if (o->device_plan) plan_on_device(o, bt, sl, spec, x);
     offload_host_lap(o, OFFLOAD_HOST_PLAN, &t);
+}
+
+int offload_predict_forked(const struct offload *o)
+{
+    return o->fork;
 }
 
 /* Selection of a sparse layer on the compute stream (the device path: then its plan and, unless
@@ -571,6 +599,7 @@ static void issue_body(void *arg)
     o->step.piece_nsel[c->layer] = 0;
     o->step.piece_pf[c->layer] = -1;
     o->p.schedule->layer(o, c->bt, c->layer);
+    fork_join(o);
     PULSE_CHECK(o->step.pre_done, "offload schedule: a layer's piece runs its pre-attention");
 }
 
@@ -657,6 +686,7 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
     for (int i = 0; i < o->step.piece_nsel[layer]; i++) {
         const int sel = o->step.piece_sel[layer][i];
         o->step.sel_step[offload_sl(o, sel)] = o->st.steps;
+        o->st.forked_selections += o->fork && sel != layer;
         /* a layer predicting from its predicted lists: its correction behind the gate, or
          * after that attention (offload_layer_finish) */
         if (o->device_plan && (!hits_early(o, sel) || correct_at_plan(o, sel))) {
@@ -667,8 +697,11 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
             }
         }
     }
-    if (o->device_plan && o->step.piece_pf[layer] >= 0 && o->p.spec_from == OFFLOAD_SPEC_FROM_INPUT)
+    if (o->device_plan && o->step.piece_pf[layer] >= 0 &&
+        o->p.spec_from == OFFLOAD_SPEC_FROM_INPUT) {
         issue_side(o, o->step.piece_pf[layer], 1);
+        o->st.forked_selections += o->fork;
+    }
     if (o->device_plan) offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
     o->step.issued = 1;
     o->step_syncs += pulse_host_syncs() - s0;

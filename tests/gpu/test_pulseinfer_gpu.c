@@ -105,6 +105,27 @@ static void test_speculation_gpu(int quick)
             }
             if (!real) EXPECT_EQ_INT(spec[0].ctr.spec_corrections, 0);
             EXPECT(spec[1].ctr.spec_corrections > spec[0].ctr.spec_corrections);
+            /* zero-copy: the prediction on its own stream, issued before the exact selection
+             * (--predict-stream fork), against on the compute stream after it (the default):
+             * the poor predictor's run, verified after every step, the same tokens, prefetched
+             * and corrected chunks */
+            for (int inl = 0; zc && inl < 2; inl++) {
+                struct pi_out f;
+                c.spec_predictor = OFFLOAD_SPEC_NEGATED, c.predict_fork = !inl, c.no_verify = 0;
+                serve(&c, &f);
+                EXPECT_EQ_INT(f.rc, 0);
+                const int same = same_tokens(&exact.w, &f.w);
+                EXPECT(same);
+                EXPECT_EQ_INT(f.ctr.spec_recall_chunks, spec[1].ctr.spec_recall_chunks);
+                EXPECT_EQ_INT(f.ctr.spec_corrections, spec[1].ctr.spec_corrections);
+                printf("cuda speculation, %s query, zero-copy, negated predictor %s, verified: "
+                       "%lld prefetched, %lld corrected, tokens %s exact SoloHead's\n",
+                       real ? "real" : "locality", inl ? "inline" : "forked",
+                       (long long)f.ctr.spec_recall_chunks, (long long)f.ctr.spec_corrections,
+                       same ? "equal" : "DIFFER from");
+                workload_free(&f.w);
+            }
+            c.predict_fork = 0, c.no_verify = 1;
             /* a margin (--spec-margin 0.5): the same tokens, at least the hit rate, no host
              * round trip in a step */
             struct pi_out wide;
