@@ -759,8 +759,9 @@ static const struct offload_schedule pulseinfer_schedule = {"exact-at-layer", 0,
  * layer's pre-attention; the next layer's exact selection then recalls only the blocks the
  * prediction missed (offload_prefetch), and attends exactly its own lists. Where the
  * prediction runs on a stream of its own (offload_predict_forked), it is issued first: its
- * selection and plan run beside this layer's pre-attention and exact selection, and its recall
- * starts as soon as they are made. */
+ * selection and plan run beside this layer's pre-attention and exact selection. Its recall
+ * still queues on the gather's stream behind this layer's correction (offload_layer_issue
+ * queues the exact selection's side work first), so only the selection kernels overlap. */
 static void pulseinfer_spec_layer(struct offload *o, struct batch *bt, int layer)
 {
     const int first = offload_predict_forked(o);

@@ -70,6 +70,10 @@ const char run_offload_usage[] =
     "                     (the whole selection recalled every step, InfiniGen's published\n"
     "                     transfer; host-planned engines); default resident, infinigen none\n"
     "  --calib-tokens N   context of the locality calibration (default: from the prompts)\n"
+    "  --locality-anchor A  the locality queries' pull toward their first state, in [0, 16]\n"
+    "                     (default 0: a free walk): each step keeps its angle (the churn), but\n"
+    "                     leans back, so the blocks a request left are selected again, as a\n"
+    "                     real model's are (what a hot cache larger than one selection saves)\n"
     "  --spec-overlap S   the approximate query of speculating policies (infinigen, pulseinfer's\n"
     "                     speculation): profile (default: per layer the overlap of its selection\n"
     "                     with the exact one measured on Gemma 3 270M at the run's prediction\n"
@@ -95,13 +99,13 @@ const char run_offload_usage[] =
     "                     Host-planned engines, not with --speculate or --no-irq\n";
 
 static const char *const flag_names[RUN_OFF_END - RUN_OFF_BUDGET] = {
-    "--budget-tokens",   "--selection",      "--recall-engine", "--locality-profile",
-    "--head-profile",    "--host-pool-gb",   "--dense-layers",  "--prompt-kv",
-    "--recall-cap-gbps", "--hot-slots",      "--calib-tokens",  "--no-irq",
-    "--admission",       "--profile",        "--trace",         "--recall-cap-fraction",
-    "--query",           "--reuse",          "--speculate",     "--spec-predictor",
-    "--spec-overlap",    "--max-waiting",    "--spec-margin",   "--self-interleave",
-    "--spec-from",       "--spec-correction"};
+    "--budget-tokens",   "--selection",       "--recall-engine",  "--locality-profile",
+    "--head-profile",    "--host-pool-gb",    "--dense-layers",   "--prompt-kv",
+    "--recall-cap-gbps", "--hot-slots",       "--calib-tokens",   "--no-irq",
+    "--admission",       "--profile",         "--trace",          "--recall-cap-fraction",
+    "--query",           "--reuse",           "--speculate",      "--spec-predictor",
+    "--spec-overlap",    "--max-waiting",     "--spec-margin",    "--self-interleave",
+    "--spec-from",       "--spec-correction", "--locality-anchor"};
 
 static const char *flag_name(int code)
 {
@@ -213,6 +217,8 @@ int run_offload_flag(struct run_offload_opts *oo, int code, const char *arg)
     case RUN_OFF_SPEC_CORRECTION:
         oo->spec_correction = arg;
         return one_of(f, arg, "early", "late");
+    case RUN_OFF_ANCHOR:
+        return cli_double("run", f, arg, 0.0, LOC_MAX_ANCHOR, &oo->anchor);
     case RUN_OFF_SPEC_MARGIN:
         oo->spec_margin_set = 1;
         return cli_double("run", f, arg, 0.0, 1.0, &oo->spec_margin);
@@ -423,6 +429,7 @@ static void fill_params(struct run_offload *ro, const struct run_offload_opts *o
     p->n_dense = (int)oo->dense_layers;
     p->hot_slots = (int)hot;
     ro->src.calib_tokens = (int)oo->calib_tokens;
+    ro->src.anchor = oo->anchor;
     const char *sel = oo->selection            ? oo->selection
                       : pol->offload_selection ? pol->offload_selection
                                                : "headwise";
@@ -481,6 +488,10 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
     if (oo->hot_slots_auto && (oo->reuse ? !strcmp(oo->reuse, "none") : pol->offload_refetch)) {
         cli_error("run", "--hot-slots auto: not with --reuse none (every step fetches its whole "
                          "selection: no cache to grow)");
+        return -1;
+    }
+    if (oo->anchor > 0 && oo->query && !strcmp(oo->query, "real")) {
+        cli_error("run", "--locality-anchor: only with the locality query (not --query real)");
         return -1;
     }
     if (oo->spec_margin_set && !sched->prefetch) {

@@ -40,6 +40,7 @@ enum {
     RUN_OFF_SELF_INTERLEAVE,
     RUN_OFF_SPEC_FROM,
     RUN_OFF_SPEC_CORRECTION,
+    RUN_OFF_ANCHOR,
     RUN_OFF_END
 };
 
@@ -66,7 +67,8 @@ enum {
         RUN_OFF_OPT("spec-margin", RUN_OFF_SPEC_MARGIN),                                           \
         RUN_OFF_OPT("self-interleave", RUN_OFF_SELF_INTERLEAVE),                                   \
         RUN_OFF_OPT("spec-from", RUN_OFF_SPEC_FROM),                                               \
-        RUN_OFF_OPT("spec-correction", RUN_OFF_SPEC_CORRECTION)
+        RUN_OFF_OPT("spec-correction", RUN_OFF_SPEC_CORRECTION),                                   \
+        RUN_OFF_OPT("locality-anchor", RUN_OFF_ANCHOR)
 
 /* The offload flags' part of pulse run --help. */
 extern const char run_offload_usage[];
@@ -84,6 +86,7 @@ struct run_offload_opts {
     const char *spec_from;      /* --spec-from: NULL = input */
     const char *spec_correction; /* --spec-correction: NULL = early */
     double spec_margin;         /* --spec-margin (0 = none) */
+    double anchor;              /* --locality-anchor (0 = a free walk) */
     int spec_margin_set;
     const char *spec;  /* --spec-overlap: NULL = profile (the built-in speculation profile) */
     double host_pool_gb, cap_gbps, cap_fraction; /* cap_fraction: of the H2D peak, 0 none */

@@ -40,6 +40,8 @@ struct locality {
     int nq, nkv, hd, G, D;
     double *theta, *cal;            /* [calib_points] the table */
     float *q;                       /* [n_slots][n_layers][nq][hd] unit query states */
+    float *q0;                      /* the same, each stream's first state (its anchor; with
+                                       anchor > 0 only) */
     int32_t *step;                  /* [n_slots][n_layers] steps taken */
     int64_t *req;                   /* [n_slots] request in the slot, -1 = none */
     struct locality_gen_stats *gst; /* [n_layers] */
@@ -258,13 +260,18 @@ void locality_build_calib_digests(struct locality *L, const struct digest_view *
 /* ------------------------------------------------------------------ query streams */
 
 /* q <- cos(th) q + sin(th) z, z = the part of U[-1, 1)^hd (stream zs, elements off..) orthogonal
- * to q, normalised; q stays a unit vector. */
-static void advance(float *q, int hd, float ca, float sa, uint64_t zs, uint64_t off)
+ * to q, normalised; q stays a unit vector. With an anchor q0 (pull > 0), pull * sqrt(hd / 3) q0
+ * is added to the draw first (sqrt(hd / 3): the draw's norm), so that the step, still of angle
+ * th, leans toward q0: the walk keeps returning near where it began. */
+static void advance(float *q, int hd, float ca, float sa, uint64_t zs, uint64_t off,
+                    const float *q0, float pull)
 {
     float z[SELECT_MAX_HEAD_DIM];
+    const float w = q0 ? pull * sqrtf((float)hd / 3.0f) : 0.0f;
     double dot = 0.0;
     for (int c = 0; c < hd; c++) {
         z[c] = pulse_uniform(zs, off + (uint64_t)c);
+        if (q0) z[c] += w * q0[c];
         dot += (double)z[c] * q[c];
     }
     for (int c = 0; c < hd; c++)
@@ -312,6 +319,7 @@ void locality_start(struct locality *L, int slot, int64_t req_id)
     for (int l = 0; l < L->p.n_layers; l++) {
         size_t u = (size_t)slot * L->p.n_layers + l;
         init_q(L->q + u * per_layer, L->nq, L->hd, L->p.seed, TAG_QINIT, (uint64_t)req_id, l);
+        if (L->q0) memcpy(L->q0 + u * per_layer, L->q + u * per_layer, per_layer * sizeof(float));
         L->step[u] = 0;
     }
 }
@@ -331,6 +339,7 @@ void locality_step_q(struct locality *L, int layer, const int32_t *slots, int ba
                     "locality_step_q: slot out of range or not started");
         const size_t u = (size_t)slot * L->p.n_layers + layer;
         float *q = L->q + u * per_layer;
+        const float *q0 = L->q0 ? L->q0 + u * per_layer : NULL;
         const int64_t step = L->step[u];
         if (step > 0) {
             const uint64_t rq = (uint64_t)L->req[slot];
@@ -350,7 +359,8 @@ void locality_step_q(struct locality *L, int layer, const int32_t *slots, int ba
                 }
                 float ca = (float)cos(th), sa = (float)sin(th);
                 for (int g = h * G; g < (h + 1) * G; g++)
-                    advance(q + (size_t)g * hd, hd, ca, sa, zs, (uint64_t)g * hd);
+                    advance(q + (size_t)g * hd, hd, ca, sa, zs, (uint64_t)g * hd,
+                            q0 ? q0 + (size_t)g * hd : NULL, L->p.anchor);
             }
         }
         L->step[u] = (int32_t)(step + 1);
@@ -368,6 +378,7 @@ void locality_step_q(struct locality *L, int layer, const int32_t *slots, int ba
 struct cal_buf {
     struct cal_run *run;
     uint16_t *dig, *qb;
+    float *q0; /* the stream's first query (its anchor), with anchor > 0 */
     int32_t *ident, *sel[2], *cnt[2];
     float *scores, *qf;
     struct key_scratch ks;
@@ -410,6 +421,7 @@ static size_t cal_carve(const struct locality *L, const struct select_cfg *cfg, 
     t.cnt[1] = mem_carve(&m, nkv * 4);
     t.scores = mem_carve(&m, nkv * (size_t)nb * 4);
     t.qf = mem_carve(&m, qn * 4);
+    t.q0 = mem_carve(&m, qn * 4);
     t.ks.dirs = mem_carve(&m, nkv * (size_t)L->D * hd * 4);
     t.ks.mean = mem_carve(&m, hd * 4);
     t.ks.page = mem_carve(&m, nkv * 2 * (size_t)cfg->block_size * hd * 2);
@@ -448,6 +460,8 @@ static void cal_stream(struct cal_buf *c, int r, int layer)
     for (int j = 1; j < L->p.calib_points; j++) {
         const float ca = (float)cos(L->theta[j]), sa = (float)sin(L->theta[j]);
         init_q(c->qf, L->nq, L->hd, L->p.seed, TAG_CAL_Q, (uint64_t)r, 0);
+        const int anchored = L->p.anchor > 0.0f;
+        if (anchored) memcpy(c->q0, c->qf, qn * sizeof(float));
         q_to_bf16(c->qf, qn, scale, c->qb);
         select_blocks_ref(NULL, cfg, c->qb, &dv, ntok, c->scores, c->sel[0], c->cnt[0], 1,
                           SELECT_HEADWISE);
@@ -455,7 +469,8 @@ static void cal_stream(struct cal_buf *c, int r, int layer)
             const int cur = s & 1, prev = cur ^ 1;
             uint64_t zs = stream_seed(L->p.seed, TAG_CAL_Z, (uint64_t)r, 0, (uint64_t)s);
             for (int g = 0; g < L->nq; g++)
-                advance(c->qf + (size_t)g * L->hd, L->hd, ca, sa, zs, (uint64_t)g * L->hd);
+                advance(c->qf + (size_t)g * L->hd, L->hd, ca, sa, zs, (uint64_t)g * L->hd,
+                        anchored ? c->q0 + (size_t)g * L->hd : NULL, L->p.anchor);
             q_to_bf16(c->qf, qn, scale, c->qb);
             select_blocks_ref(NULL, cfg, c->qb, &dv, ntok, c->scores, c->sel[cur], c->cnt[cur], 1,
                               SELECT_HEADWISE);
@@ -561,7 +576,7 @@ static int cal_run_streams(struct cal_run *run, int nb)
 struct cal_key {
     struct select_cfg sel;
     int n_layers, calib_tokens, calib_points, calib_steps, calib_streams, key_dirs;
-    float key_noise, key_strength_sigma, q_scale;
+    float key_noise, key_strength_sigma, q_scale, anchor;
     uint64_t seed;
     uint8_t dense[LOC_MAX_LAYERS];
 };
@@ -584,7 +599,7 @@ static void cal_key_of(const struct locality *L, struct cal_key *k)
     k->calib_points = L->p.calib_points, k->calib_steps = L->p.calib_steps;
     k->calib_streams = L->p.calib_streams, k->key_dirs = L->p.key_dirs;
     k->key_noise = L->p.key_noise, k->key_strength_sigma = L->p.key_strength_sigma;
-    k->q_scale = L->p.q_scale, k->seed = L->p.seed;
+    k->q_scale = L->p.q_scale, k->anchor = L->p.anchor, k->seed = L->p.seed;
     memcpy(k->dense, L->prof.dense, sizeof k->dense);
 }
 
@@ -696,6 +711,7 @@ static const char *params_why(const struct locality_params *p, const struct loca
     if (!(p->key_strength_sigma >= 0.0f && p->key_strength_sigma <= 4.0f))
         return "key_strength_sigma must be in [0, 4]";
     if (!(p->q_scale > 0.0f && p->q_scale <= 1e4f)) return "q_scale must be in (0, 1e4]";
+    if (!(p->anchor >= 0.0f && p->anchor <= LOC_MAX_ANCHOR)) return "anchor must be in [0, 16]";
     if (p->calib_tokens < 1 ||
         PULSE_CEIL_DIV(p->calib_tokens, p->sel.block_size) > p->sel.max_blocks)
         return "calib_tokens must be >= 1 with its blocks <= sel.max_blocks";
@@ -735,6 +751,7 @@ struct locality *locality_create(const struct locality_params *p,
                    (size_t)p->calib_points * 8,
                    units * L->nq * L->hd * 4,
                    units * 4,
+                   p->anchor > 0.0f ? units * L->nq * L->hd * 4 : 0,
                    (size_t)p->n_slots * 8,
                    (size_t)p->n_layers * sizeof(struct locality_gen_stats),
                    (size_t)L->nkv * L->D * L->hd * 4,
@@ -749,9 +766,10 @@ struct locality *locality_create(const struct locality_params *p,
     memset(m, 0, total);
     L->theta = (double *)(m + off[0]), L->cal = (double *)(m + off[1]);
     L->q = (float *)(m + off[2]), L->step = (int32_t *)(m + off[3]);
-    L->req = (int64_t *)(m + off[4]), L->gst = (struct locality_gen_stats *)(m + off[5]);
-    L->ks.dirs = (float *)(m + off[6]), L->ks.mean = (float *)(m + off[7]);
-    L->ks.page = (uint16_t *)(m + off[8]);
+    L->q0 = p->anchor > 0.0f ? (float *)(m + off[4]) : NULL;
+    L->req = (int64_t *)(m + off[5]), L->gst = (struct locality_gen_stats *)(m + off[6]);
+    L->ks.dirs = (float *)(m + off[7]), L->ks.mean = (float *)(m + off[8]);
+    L->ks.page = (uint16_t *)(m + off[9]);
     for (int s = 0; s < p->n_slots; s++)
         L->req[s] = -1;
     if (calibrate(L, err, errlen) != PULSE_OK) {
@@ -832,10 +850,10 @@ json_t *locality_to_json(const struct locality *L)
         "n_kv_heads", p->sel.n_kv_heads, "head_dim", p->sel.head_dim, "block_size",
         p->sel.block_size, "budget_blocks", p->sel.budget, "sink", p->sel.sink, "window",
         p->sel.window, "n_layers", p->n_layers, "n_slots", p->n_slots, "seed", (json_int_t)p->seed);
-    json_t *keys = json_pack("{s:s, s:i, s:f, s:f, s:f}", "model",
-                             "low-rank block means + uniform token noise", "dirs", p->key_dirs,
-                             "noise", (double)p->key_noise, "strength_sigma",
-                             (double)p->key_strength_sigma, "q_scale", (double)p->q_scale);
+    json_t *keys = json_pack(
+        "{s:s, s:i, s:f, s:f, s:f, s:f}", "model", "low-rank block means + uniform token noise",
+        "dirs", p->key_dirs, "noise", (double)p->key_noise, "strength_sigma",
+        (double)p->key_strength_sigma, "q_scale", (double)p->q_scale, "anchor", (double)p->anchor);
     json_t *cal = json_pack("{s:i, s:i, s:i, s:o, s:o, s:f, s:i, s:f, s:b}", "tokens",
                             p->calib_tokens, "steps", p->calib_steps, "streams", p->calib_streams,
                             "theta", th, "churn", ch, "churn_max", L->cal[p->calib_points - 1],

@@ -98,6 +98,7 @@
 
 #define LOC_MAX_LAYERS 256
 #define LOC_MAX_LEVELS 16
+#define LOC_MAX_ANCHOR 16.0f
 #define LOC_HIST_BINS 4096 /* churn histogram resolution of the meter */
 #define LOC_CALIB_MAX_THREADS 16
 
@@ -195,6 +196,13 @@ struct locality_params {
     float key_noise;          /* token noise std per element (default 0.5) */
     float key_strength_sigma; /* lognormal sigma of the block strength (default 0.5) */
     float q_scale;            /* rms of a q element (default 1) */
+    float anchor; /* pull of a query stream toward its first state, in [0, LOC_MAX_ANCHOR]
+                     (default 0: a free walk). A step keeps its angle theta (the calibration,
+                     which runs with it, still inverts the churn), but its direction draw gets
+                     anchor x its norm of the first state added before the part orthogonal to q
+                     is taken: the stream keeps returning near where it began, so blocks it
+                     left are selected again, as a real model's are (a hot cache larger than
+                     one selection then saves more; s37 fits it to models/gqa-tiny) */
     int calib_tokens;         /* context of the calibration: max(2048, 4 x the selected blocks'
                                  tokens) within max_blocks by default; set it to the run's
                                  typical context */

@@ -372,6 +372,7 @@ static int make(struct locality_source *s, const struct query_source_shape *sh,
     struct locality_params lp;
     locality_params_init(&lp, &gc, sh->n_layers, sh->n_slots, sh->seed);
     lp.calib_tokens = calib;
+    lp.anchor = (float)p->anchor;
     if (trivial) /* the table is never used: the smallest calibration */
         lp.calib_points = 3, lp.calib_steps = 1, lp.calib_streams = 1;
     if (!(s->L = locality_create(&lp, &s->prof, why, sizeof why))) BAD("%s", why);

@@ -24,6 +24,7 @@ struct locality_source_params {
     int calib_tokens;   /* calibration context; 0 = the run's typical context within [2 x the
                            selected tokens, max(that, 16384)], or locality's default */
     int typical_tokens; /* the run's typical context (e.g. the mean prompt); 0 = unknown */
+    double anchor;      /* locality_params.anchor (default 0) */
     const char *model;  /* names the model in messages; may be NULL */
     int spec_mode;      /* enum locality_spec_mode (default LOC_SPEC_PROFILE) */
     double spec_overlap;                              /* LOC_SPEC_FIXED: in [0, 1] */

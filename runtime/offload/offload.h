@@ -295,7 +295,7 @@ struct offload_stats {
      * own sets) */
     int64_t layer_graph_launches, lane_graph_launches;
     /* selections run on the prediction's stream (offload_params.predict_fork), one per
-     * (layer, step) */
+     * (layer, step) and lane (a split step's two lanes count theirs each) */
     int64_t forked_selections;
     /* prefetches made in a layer's second piece (spec_from mid, or hits where the layer was not
      * predicted), and from a predicted layer's attention over its predicted lists (spec_from
