@@ -28,6 +28,8 @@ static const struct rt_word timing_words[] = {{"graph", 0}, {"stream", 1}, {NULL
 static const struct rt_word bytes_words[] = {{"source", 0}, {"profile", 1}, {NULL, 0}};
 static const struct rt_word fill_words[] = {{"device", 0}, {"host", 1}, {NULL, 0}};
 static const struct rt_word fork_words[] = {{"fork", 1}, {"inline", 0}, {NULL, 0}};
+static const struct rt_word joint_words[] = {{"joint", 1}, {"apart", 0}, {NULL, 0}};
+static const struct rt_word corr_words[] = {{"own", 1}, {"gather", 0}, {NULL, 0}};
 static const struct rt_word gemm_words[] = {{"lt", ENGINE_GEMM_LT},
                                             {"lt-heuristic", ENGINE_GEMM_LT_HEURISTIC},
                                             {"cublas", ENGINE_GEMM_CUBLAS},
@@ -130,6 +132,17 @@ static const struct rt_opt table[] = {
      "zero-copy, a lookahead or prefetching schedule (--spec-from input): the selection of the "
      "layer ahead, with its hot-cache plan, on a stream of its own beside the layer's "
      "pre-attention and exact selection (measured slower), or on the compute stream",
+     NULL},
+    {"select-launch", RT_OFFLOAD, FIELD(offload_params, select_joint), WORDS(joint_words), 0, NULL,
+     "a schedule that selects ahead: a layer's piece's two selections (PulseInfer's exact one "
+     "and its prediction; the first layer's and the next) scored and ranked in one launch of "
+     "each kernel, or one launch each",
+     NULL},
+    {"correction-stream", RT_OFFLOAD, FIELD(offload_params, correct_stream), WORDS(corr_words), 0,
+     NULL,
+     "zero-copy with a prefetching schedule (--spec-from input): a predicted layer's correction "
+     "gathered on a stream of its own (after its plan and its prefetch), so the next layer's "
+     "prefetch does not queue behind it, or on the gather's stream",
      NULL},
     {"prompt-kv-fill", RT_OFFLOAD, FIELD(offload_params, prompt_kv_host), WORDS(fill_words), 0,
      "PULSE_PROMPT_KV_HOST", "offload prompt KV written on the device (cuda) or by the CPU",

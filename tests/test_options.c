@@ -82,6 +82,8 @@ static void test_params_init_ignore_env(void)
     EXPECT_EQ_INT(b.offload.layer_graphs, 1);
     EXPECT_EQ_INT(b.offload.prompt_kv_host, 0);
     EXPECT_EQ_INT(b.offload.predict_fork, 0);
+    EXPECT_EQ_INT(b.offload.select_joint, 1);
+    EXPECT_EQ_INT(b.offload.correct_stream, 0);
     EXPECT(!memcmp(&b.offload.recall, &a.rt.offload.recall, sizeof b.offload.recall));
     EXPECT_EQ_INT(b.serve.run_ahead, 1);
     EXPECT_EQ_INT(b.serve.ioaa_refit, 1);
@@ -132,6 +134,8 @@ static const struct opt_case cases[] = {
     {"layer-graphs", RT_OFFLOAD, "off", -1, "off", {"0", "1", "none", ""}},
     {"attend-recall", RT_OFFLOAD, "on", -1, "on", {"0", "1", "yes", ""}},
     {"predict-stream", RT_OFFLOAD, "fork", -1, "fork", {"0", "1", "Fork", ""}},
+    {"select-launch", RT_OFFLOAD, "apart", -1, "apart", {"0", "1", "Joint", ""}},
+    {"correction-stream", RT_OFFLOAD, "own", -1, "own", {"0", "1", "side", ""}},
     {"prompt-kv-fill", RT_OFFLOAD, "host", -1, "host", {"cpu", "1", "", "Host"}},
     {"run-ahead", RT_SERVE, "off", -1, "off", {"0", "1", "never", ""}},
     {"ioaa-refit", RT_SERVE, "off", -1, "off", {"0", "yes", "none", ""}},

@@ -1219,30 +1219,34 @@ static void test_speculation(void)
             }
 }
 
-/* --predict-stream: on the device path (zero-copy) with a lookahead or prefetching schedule, the
- * selection of the layer ahead runs on its own stream (pulseinfer --speculate issues it before
- * its exact selection): one fork a sparse layer and step (layer 0 is dense), the same tokens
- * as inline; not in effect on gather-scatter or without a layer ahead. */
-static void test_predict_stream(void)
+/* A run-time switch of the offload step, each policy run with its two words: the config's
+ * `key` says the word asked, the config's `effect` key whether it is in effect, the counter
+ * `counter` counts what it did; the tokens are the same both ways. tiny, 3 requests, 6 steps. */
+enum {
+    FLAG_NONE,
+    FLAG_PER_LAYER,
+    FLAG_PAIRS
+}; /* the counter: 0, steps x sparse layers, two a
+      step for each sparse layer followed by one */
+struct flag_run {
+    const char *policy;
+    int want;   /* the counter with the switch on */
+    int effect; /* whether the switch is in effect (where it can be without acting) */
+};
+
+static void flag_pairs(const char *flag, const char *words[2], const char *key, const char *effect,
+                       const char *counter, const struct flag_run *runs, size_t n_runs)
 {
-    static const struct {
-        const char *policy;
-        int forks; /* whether the fork is in effect */
-    } runs[] = {{"pulseinfer --speculate --admission fixed:0 --recall-engine zero-copy", 1},
-                {"infinigen+solohead+zc", 1},
-                {"pulseinfer --speculate --admission fixed:0 --recall-engine gather-scatter", 0},
-                {"pulseinfer --admission fixed:0 --recall-engine zero-copy", 0}};
-    for (size_t r = 0; r < PULSE_ARRAY_LEN(runs); r++) {
+    for (size_t r = 0; r < n_runs; r++) {
         char fnv[2][32] = {{0}};
-        for (int inl = 0; inl < 2; inl++) {
-            char path[] = "/tmp/pulse_pi_fork_XXXXXX", cmd[512];
+        for (int off = 0; off < 2; off++) {
+            char path[] = "/tmp/pulse_pi_flag_XXXXXX", cmd[512];
             const int fd = mkstemp(path);
             if (fd >= 0) close(fd);
             snprintf(cmd, sizeof cmd,
                      "run --backend cpu --model tiny --policy %s --workload lengths:300,260,190 "
-                     "--output-len 6 --max-batch 3 --budget-tokens 32 --predict-stream %s "
-                     "--out %s",
-                     runs[r].policy, inl ? "inline" : "fork", path);
+                     "--output-len 6 --max-batch 3 --budget-tokens 32 %s %s --out %s",
+                     runs[r].policy, flag, words[off], path);
             EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 0);
             json_error_t je;
             json_t *j = json_load_file(path, 0, &je);
@@ -1250,31 +1254,84 @@ static void test_predict_stream(void)
             EXPECT(j != NULL);
             if (!j) continue;
             json_t *cfg = json_object_get(json_object_get(j, "config"), "offload");
-            json_t *off = json_object_get(json_object_get(j, "counters"), "offload");
-            EXPECT_STR_EQ(json_string_value(json_object_get(cfg, "predict_stream")),
-                          inl ? "inline" : "fork");
-            const int forked = runs[r].forks && !inl;
-            EXPECT(json_is_boolean(json_object_get(cfg, "predict_forked")) &&
-                   json_is_true(json_object_get(cfg, "predict_forked")) == forked);
-            const int64_t steps = json_integer_value(json_object_get(off, "steps"));
+            json_t *ctr = json_object_get(json_object_get(j, "counters"), "offload");
+            EXPECT_STR_EQ(json_string_value(json_object_get(cfg, key)), words[off]);
+            const int on = runs[r].want != FLAG_NONE && !off;
+            EXPECT(json_is_boolean(json_object_get(cfg, effect)) &&
+                   json_is_true(json_object_get(cfg, effect)) == (runs[r].effect && !off));
+            const int64_t steps = json_integer_value(json_object_get(ctr, "steps"));
             const int64_t sparse = json_integer_value(json_object_get(cfg, "sparse_layers"));
-            EXPECT(steps > 0 && sparse > 0);
-            EXPECT_EQ_INT(json_integer_value(json_object_get(off, "forked_selections")),
-                          forked ? steps * sparse : 0);
-            snprintf(fnv[inl], sizeof fnv[inl], "%s",
+            EXPECT(steps > 0 && sparse > 1);
+            const int64_t want = !on                              ? 0
+                                 : runs[r].want == FLAG_PER_LAYER ? steps * sparse
+                                                                  : 2 * steps * (sparse - 1);
+            EXPECT_EQ_INT(json_integer_value(json_object_get(ctr, counter)), want);
+            snprintf(fnv[off], sizeof fnv[off], "%s",
                      json_string_value(
                          json_object_get(json_object_get(j, "metrics"), "output_tokens_fnv1a"))
                          ?: "");
             json_decref(j);
         }
         EXPECT(fnv[0][0] && !strcmp(fnv[0], fnv[1]));
-        printf("--predict-stream, %s: tokens %s inline's (%s)\n", runs[r].policy,
-               strcmp(fnv[0], fnv[1]) ? "DIFFER from" : "equal to", fnv[0]);
+        printf("%s, %s: tokens %s with %s and %s (%s)\n", flag, runs[r].policy,
+               strcmp(fnv[0], fnv[1]) ? "DIFFER" : "equal", words[0], words[1], fnv[0]);
     }
-    EXPECT_EQ_INT(tu_run_pulse("run --backend cpu --policy pulseinfer --predict-stream side", out,
-                               sizeof out),
-                  2);
-    EXPECT(strstr(out, "--predict-stream") != NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "run --backend cpu --policy pulseinfer %s neither", flag);
+    EXPECT_EQ_INT(tu_run_pulse(cmd, out, sizeof out), 2);
+    EXPECT(strstr(out, flag) != NULL);
+}
+
+#define PI_SPEC "pulseinfer --speculate --admission fixed:0 --recall-engine "
+
+/* --predict-stream: on the device path (zero-copy) with a lookahead or prefetching schedule, the
+ * selection of the layer ahead runs on its own stream (pulseinfer --speculate issues it before
+ * its exact selection): one fork a sparse layer and step (layer 0 is dense), the same tokens
+ * as inline; not in effect on gather-scatter or without a layer ahead. */
+static void test_predict_stream(void)
+{
+    static const struct flag_run runs[] = {
+        {PI_SPEC "zero-copy", FLAG_PER_LAYER, 1},
+        {"infinigen+solohead+zc", FLAG_PER_LAYER, 1},
+        {PI_SPEC "gather-scatter", FLAG_NONE, 0},
+        {"pulseinfer --admission fixed:0 --recall-engine zero-copy", FLAG_NONE, 0}};
+    const char *words[2] = {"fork", "inline"};
+    flag_pairs("--predict-stream", words, "predict_stream", "predict_forked", "forked_selections",
+               runs, PULSE_ARRAY_LEN(runs));
+}
+
+/* --select-launch: a layer's piece that selects two layers (pulseinfer --speculate: its exact
+ * selection and its prediction of the next layer) scores and ranks both in one launch each:
+ * two joint selections a step for each sparse layer followed by a sparse one, on either
+ * engine; none where the prediction runs on its own stream (--predict-stream fork) or the
+ * pieces select one layer (InfiniGen past its first layer, which is dense here; pulseinfer
+ * without --speculate, whose schedule selects no layer ahead). */
+static void test_select_launch(void)
+{
+    static const struct flag_run runs[] = {
+        {PI_SPEC "zero-copy", FLAG_PAIRS, 1},
+        {PI_SPEC "gather-scatter", FLAG_PAIRS, 1},
+        {PI_SPEC "zero-copy --predict-stream fork", FLAG_NONE, 1},
+        {"infinigen+solohead+zc", FLAG_NONE, 1},
+        {"pulseinfer --admission fixed:0 --recall-engine zero-copy", FLAG_NONE, 0}};
+    const char *words[2] = {"joint", "apart"};
+    flag_pairs("--select-launch", words, "select_launch", "select_joint", "joint_selections", runs,
+               PULSE_ARRAY_LEN(runs));
+}
+
+/* --correction-stream: with pulseinfer --speculate on zero-copy, each predicted layer's
+ * correction (every sparse layer: layer 0 is dense) is gathered on its own stream; not on
+ * gather-scatter (no gather stream) nor for a schedule that does not prefetch. */
+static void test_correction_stream(void)
+{
+    static const struct flag_run runs[] = {
+        {PI_SPEC "zero-copy", FLAG_PER_LAYER, 1},
+        {PI_SPEC "zero-copy --predict-stream fork", FLAG_PER_LAYER, 1},
+        {PI_SPEC "gather-scatter", FLAG_NONE, 0},
+        {"infinigen+solohead+zc", FLAG_NONE, 0}};
+    const char *words[2] = {"own", "gather"};
+    flag_pairs("--correction-stream", words, "correction_stream", "correction_stream_own",
+               "stream_corrections", runs, PULSE_ARRAY_LEN(runs));
 }
 
 /* pulse run: --speculate's schedule and counters in the JSON; the flags refused where they do
@@ -1863,6 +1920,8 @@ int main(void)
     test_speculation_mid();
     test_speculation_cli();
     test_predict_stream();
+    test_select_launch();
+    test_correction_stream();
     test_attend_recall();
     test_self_equals_vanilla();
     test_self_exact();

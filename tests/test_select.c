@@ -5,9 +5,12 @@
  * selector's head-wise list and token-wise in the stats, and the InfiniGen approximate query
  * (bit-identical to the real path with every channel, bounded error with a partial weight). */
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "kernels.h"
 #include "model.h"
@@ -511,6 +514,91 @@ static void test_solohead(void)
     set_free(&so);
 }
 
+/* ------------------------------------------------------------------ several jobs */
+
+/* Whether select_jobs_check aborts on jobs (in a child, its stderr's first line into why). */
+static int jobs_refused(const struct select_job *jobs, int n, char *why, size_t len)
+{
+    int fd[2];
+    if (pipe(fd) != 0) return 0;
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 2);
+        select_jobs_check(jobs, n);
+        _exit(0);
+    }
+    close(fd[1]);
+    size_t at = 0;
+    for (ssize_t got; at + 1 < len && (got = read(fd[0], why + at, len - 1 - at)) > 0;)
+        at += (size_t)got;
+    why[at] = 0;
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+}
+
+/* select_blocks_multi_ref is select_blocks_ref job by job (other digests, query, head and
+ * budget per job), and the jobs must agree on everything else. */
+static void test_multi(void)
+{
+    const int nq = 8, nkv = 4, hd = 8, bs = 4, batch = 5;
+    int32_t n[5] = {3, 40, 77, 128, 200};
+    struct set a, b;
+    set_init(&a, batch, n, nkv, hd, bs, 1, 1);
+    set_init(&b, batch, n, nkv, hd, bs, 3, 1);
+    digest_build_ref(&C0, &a.kv, &a.dv, n, batch, 1, 200);
+    digest_build_ref(&C0, &b.kv, &b.dv, n, batch, 3, 200);
+    const struct select_cfg ca = cfg_of(nq, nkv, hd, bs, 6, 64);
+    struct select_cfg cb = ca;
+    cb.budget = select_widened_budget(ca.budget, 0.5);
+    cb.list_stride = select_max_selected(&cb) + 2;
+    uint16_t q[2][5 * 8 * 8];
+    for (int i = 0; i < batch * nq * hd; i++)
+        q[0][i] = f32_to_bf16(rnd_int_nz(5)), q[1][i] = f32_to_bf16(rnd_int_nz(5));
+    const size_t sb = select_scores_bytes(&ca, batch, 1);
+    const int sa = select_list_stride(&ca), sbs = select_list_stride(&cb);
+    float *sc[4];
+    int32_t *idx[4], cnt[4][5];
+    for (int i = 0; i < 4; i++) {
+        sc[i] = xmalloc(sb);
+        idx[i] = xmalloc(sizeof(int32_t) * (size_t)batch * sbs);
+    }
+    const struct select_job jobs[2] = {{&ca, q[0], &a.dv, sc[0], idx[0], cnt[0], 1},
+                                       {&cb, q[1], &b.dv, sc[1], idx[1], cnt[1], 3}};
+    select_blocks_multi_ref(&C0, jobs, 2, n, batch);
+    select_blocks_ref(&C0, &ca, q[0], &a.dv, n, sc[2], idx[2], cnt[2], batch, 1);
+    select_blocks_ref(&C0, &cb, q[1], &b.dv, n, sc[3], idx[3], cnt[3], batch, 3);
+    for (int j = 0; j < 2; j++) {
+        EXPECT(memcmp(cnt[j], cnt[j + 2], sizeof cnt[0]) == 0);
+        for (int e = 0; e < batch; e++)
+            EXPECT(memcmp(idx[j] + e * (j ? sbs : sa), idx[j + 2] + e * (j ? sbs : sa),
+                          sizeof(int32_t) * (size_t)cnt[j][e]) == 0);
+    }
+    /* the wider budget selects more where the context allows it, within its stride */
+    EXPECT(cnt[1][4] > cnt[0][4] && cnt[1][4] <= sbs);
+    char why[1024];
+    struct select_job bad[2] = {jobs[0], jobs[1]};
+    EXPECT(!jobs_refused(bad, 2, why, sizeof why));
+    EXPECT(jobs_refused(bad, 0, why, sizeof why));
+    EXPECT(jobs_refused(bad, SELECT_MAX_JOBS + 1, why, sizeof why));
+    EXPECT_STR_CONTAINS(why, "1 to SELECT_MAX_JOBS jobs");
+    bad[1].sel_head = SELECT_HEADWISE; /* one SoloHead job, one head-wise */
+    EXPECT(jobs_refused(bad, 2, why, sizeof why));
+    EXPECT_STR_CONTAINS(why, "selector heads are of different kinds");
+    struct select_cfg cw = cb;
+    cw.window = 3;
+    bad[1] = jobs[1], bad[1].cfg = &cw;
+    EXPECT(jobs_refused(bad, 2, why, sizeof why));
+    EXPECT_STR_CONTAINS(why, "shapes differ");
+    for (int i = 0; i < 4; i++)
+        free(sc[i]), free(idx[i]);
+    set_free(&a);
+    set_free(&b);
+}
+
 /* ------------------------------------------------------------------ InfiniGen query */
 
 enum { HID = 80, NQ = 4, NKV = 2, HD = 8, QKV = (NQ + 2 * NKV) * HD, B = 3 };
@@ -683,6 +771,7 @@ int main(void)
     test_topk_cases();
     test_topk_random();
     test_solohead();
+    test_multi();
     test_approx_full();
     test_approx_partial();
     test_persist();

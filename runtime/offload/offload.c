@@ -35,6 +35,7 @@ void offload_params_init(struct offload_params *p, int max_batch, int max_tokens
     mem_pin_params_default(&p->pin);
     p->layer_graphs = 1;
     p->spec_correct_early = 1;
+    p->select_joint = 1;
 }
 
 /* A prefetch's budget (blocks chosen by score): the exact one's with spec_margin more. */
@@ -354,6 +355,7 @@ static size_t dev_layout(struct offload *o, char *base)
     o->step.d_up = take(&c, offload_up_bytes(o));
     o->step.d_q = (uint16_t *)(o->step.d_up ? o->step.d_up + offload_up_ints(o) : NULL);
     o->step.d_scores = take(&c, 4 * V * o->max_blocks);
+    if (o->fork || o->joint) o->step.d_scores_ahead = take(&c, 4 * V * o->max_blocks);
     for (int i = 0; i < n_lanes(o); i++)
         o->step.lanes[i].d_sel = take(&c, 4 * (size_t)o->n_sparse * V * (o->ms + 1));
     for (int i = 0; o->spec && i < n_lanes(o); i++)
@@ -366,10 +368,7 @@ static size_t dev_layout(struct offload *o, char *base)
         const size_t VM = V * o->ms, S = (size_t)o->n_sparse;
         o->store.d_hp = take(&c, o->store.hp_bytes);
         carve_plan_out(&c, &o->step.po, V, VM);
-        if (o->fork) {
-            carve_plan_out(&c, &o->step.po_fork, V, VM);
-            o->step.d_scores_fork = take(&c, 4 * V * o->max_blocks);
-        }
+        if (o->fork) carve_plan_out(&c, &o->step.po_fork, V, VM);
         o->step.d_totals = take(&c, 8 * 2 * S * OFFLOAD_TOTALS); /* the predictions' after */
         for (int i = 0; i < 2 * n_lanes(o); i++)
             o->step.lanes[i / 2].d_desc[i % 2] = take(&c, sizeof(struct recall_desc) * VM);
@@ -464,6 +463,7 @@ static int alloc_dev(struct offload *o)
     o->step.ev_lists = o->be->event_create();
     if (o->be->ctx_create_urgent(&o->step.sctx) != PULSE_OK) return PULSE_ERR_OOM;
     if (o->overlap && o->be->ctx_create_urgent(&o->step.gctx) != PULSE_OK) return PULSE_ERR_OOM;
+    if (o->cstream && o->be->ctx_create_urgent(&o->step.cctx) != PULSE_OK) return PULSE_ERR_OOM;
     /* the prediction's stream at the compute stream's priority (s37, an H100, pulseinfer at 32K
      * x 24: 618 tok/s, and 629 at the greatest priority, against 681 and 676 inline) */
     if (o->fork &&
@@ -476,13 +476,15 @@ static int alloc_dev(struct offload *o)
 /* ------------------------------------------------------------------ create */
 
 static const struct offload_sel_fns fns_ref = {
-    hot_plan_ref,      hot_plan_reset_ref, hot_plan_init_ref, offload_build_ref,
-    recall_gather_ref, recall_scatter_ref, digest_update_ref, select_blocks_ref,
+    hot_plan_ref,       hot_plan_reset_ref, hot_plan_init_ref,
+    offload_build_ref,  recall_gather_ref,  recall_scatter_ref,
+    digest_update_ref,  select_blocks_ref,  select_blocks_multi_ref,
     select_approx_q_ref};
 #ifdef PULSE_HAVE_CUDA
 static const struct offload_sel_fns fns_cuda = {
-    hot_plan_cuda,      hot_plan_reset_cuda, hot_plan_init_cuda, offload_build_cuda,
-    recall_gather_cuda, recall_scatter_cuda, digest_update_cuda, select_blocks_cuda,
+    hot_plan_cuda,       hot_plan_reset_cuda, hot_plan_init_cuda,
+    offload_build_cuda,  recall_gather_cuda,  recall_scatter_cuda,
+    digest_update_cuda,  select_blocks_cuda,  select_blocks_multi_cuda,
     select_approx_q_cuda};
 #endif
 
@@ -529,6 +531,9 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
     o->spec = p->schedule->prefetch;
     o->fork = p->predict_fork && o->overlap && p->schedule->lookahead &&
               p->spec_from == OFFLOAD_SPEC_FROM_INPUT;
+    o->joint = p->select_joint && p->schedule->lookahead;
+    o->cstream =
+        p->correct_stream && o->overlap && o->spec && p->spec_from == OFFLOAD_SPEC_FROM_INPUT;
     /* the locality query's approximate one, when it is not the step's own */
     o->spec_q_up = p->query != OFFLOAD_QUERY_REAL && p->schedule->lookahead &&
                    ((p->source && p->source->spec_q) || p->spec_predictor == OFFLOAD_SPEC_NEGATED);
@@ -757,6 +762,10 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
         BAD("offload: spec_correct_early %d is not 0 or 1", p->spec_correct_early);
     if (p->predict_fork != 0 && p->predict_fork != 1)
         BAD("offload: predict_fork %d is not 0 or 1", p->predict_fork);
+    if (p->correct_stream != 0 && p->correct_stream != 1)
+        BAD("offload: correct_stream %d is not 0 or 1", p->correct_stream);
+    if (p->select_joint != 0 && p->select_joint != 1)
+        BAD("offload: select_joint %d is not 0 or 1", p->select_joint);
     if (p->lanes < 0 || p->lanes > 2) BAD("offload: lanes %d is not 0, 1 or 2", p->lanes);
     if (p->attend_recall != 0 && p->attend_recall != 1)
         BAD("offload: attend_recall %d is not 0 or 1", p->attend_recall);
@@ -857,6 +866,7 @@ void offload_free(struct offload *o)
     if (o->step.ev_lists) o->be->event_destroy(o->step.ev_lists);
     if (o->step.gctx.stream || o->step.gctx.blas) o->be->ctx_free(&o->step.gctx);
     if (o->step.pctx.stream || o->step.pctx.blas) o->be->ctx_free(&o->step.pctx);
+    if (o->step.cctx.stream || o->step.cctx.blas) o->be->ctx_free(&o->step.cctx);
     if (o->step.ev_fork) o->be->event_destroy(o->step.ev_fork);
     if (o->step.ev_join) o->be->event_destroy(o->step.ev_join);
     if (o->step.sctx.stream || o->step.sctx.blas) o->be->ctx_free(&o->step.sctx);

@@ -230,6 +230,17 @@ struct offload_params {
                            pre-attention and, where the schedule issues it first
                            (offload_predict_forked), the exact selection; 0 (default): on the
                            compute stream in the schedule's order. Measured slower (s37) */
+    int correct_stream; /* zero-copy with a prefetching schedule (spec_from input): 1 gathers a
+                           predicted layer's correction on a stream of its own, after its plan
+                           and its prefetch's gather (the slots it may take), so that the next
+                           layer's prefetch, on the gather's stream, does not queue behind it;
+                           0 (default): on the gather's stream, after the layer's prefetch */
+    int select_joint;   /* 1 (default): a layer's piece that selects two layers (PulseInfer's
+                           exact selection and its prediction of the next layer; a lookahead
+                           schedule's first layer and the next) scores and ranks both in one
+                           launch of each kernel (select_blocks_multi), the first waiting for
+                           the second (or the piece's next compute); 0: one launch each, in the
+                           schedule's order (for comparison). The same lists either way */
     int spec_correct_early; /* spec_from hits: 1 (default) queues a predicted layer's
                            correction at its exact plan, its gather waiting (on the device) for
                            the attention over the predicted lists only where a recall takes a
@@ -297,6 +308,12 @@ struct offload_stats {
     /* selections run on the prediction's stream (offload_params.predict_fork), one per
      * (layer, step) and lane (a split step's two lanes count theirs each) */
     int64_t forked_selections;
+    /* selections made two in one launch (offload_params.select_joint): two per (piece, step)
+     * and lane where a piece selected two layers on the compute stream */
+    int64_t joint_selections;
+    /* corrections gathered on their own stream (offload_params.correct_stream), one per
+     * predicted layer, step and lane */
+    int64_t stream_corrections;
     /* prefetches made in a layer's second piece (spec_from mid, or hits where the layer was not
      * predicted), and from a predicted layer's attention over its predicted lists (spec_from
      * hits); one per (layer, step) */

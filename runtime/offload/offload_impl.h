@@ -29,6 +29,8 @@ struct offload_sel_fns {
     void (*select_blocks)(const struct kctx *, const struct select_cfg *, const uint16_t *,
                           const struct digest_view *, const int32_t *, float *, int32_t *,
                           int32_t *, int, int);
+    void (*select_multi)(const struct kctx *, const struct select_job *, int, const int32_t *,
+                         int); /* select_blocks_multi_{ref,cuda} */
     void (*approx_q)(const struct kctx *, const struct approx_q_weights *, const float *,
                      const int32_t *, void *, uint16_t *, int, int, int, int, const float *, float);
 };
@@ -146,12 +148,19 @@ struct offload_step {
     struct kctx sctx;   /* the lists' downloads, on a stream of their own: the compute stream
                            never waits for a copy to the host inside a step */
     float *d_scores;      /* [max_batch][n_lists][max_blocks] */
-    /* predict_fork: the prediction's stream, its scores and plan scratch (it runs beside the
-     * compute stream's selection), the events of its fork and join, and whether the running
-     * piece has forked */
+    /* the scores of a selection of the layer ahead made beside the one at the layer: on the
+     * prediction's stream (predict_fork) or in one launch with it (select_joint) */
+    float *d_scores_ahead;
+    /* select_joint: the running piece's selection made but not launched yet, waiting for the
+     * piece's second one (its layer + 1, 0 for none; whether a prediction; its query) */
+    int pend_layer1, pend_spec;
+    const uint16_t *pend_q;
+    /* predict_fork: the prediction's stream, its plan scratch (it runs beside the compute
+     * stream's selection), the events of its fork and join, and whether the running piece has
+     * forked */
     struct kctx pctx;
-    float *d_scores_fork;
     struct hot_plan_out po_fork;
+    struct kctx cctx; /* correct_stream: the corrections' gathers */
     void *ev_fork, *ev_join;
     int forked;
     int32_t *d_sel;       /* [n_sparse] per layer: [n][n_lists][ms] lists, then [n][n_lists]
@@ -268,6 +277,9 @@ struct offload {
     int device_plan, overlap, layer_graphs, spec, spec_q_up;
     int fork; /* offload_params.predict_fork in effect (the device path, overlap, lookahead,
                  spec_from input) */
+    int joint;   /* offload_params.select_joint in effect (a schedule that selects ahead) */
+    int cstream; /* offload_params.correct_stream in effect (overlap, prefetching, spec_from
+                    input) */
 
     struct offload_store store;
     struct offload_step step;

@@ -167,6 +167,13 @@ json_t *offload_config_json(const struct offload *o)
     /* offload_params.predict_fork as asked, and in effect (offload_predict_forked) */
     json_object_set_new(j, "predict_stream", json_string(o->p.predict_fork ? "fork" : "inline"));
     json_object_set_new(j, "predict_forked", json_boolean(o->fork));
+    /* offload_params.select_joint as asked, and in effect (a schedule that selects ahead) */
+    json_object_set_new(j, "select_launch", json_string(o->p.select_joint ? "joint" : "apart"));
+    json_object_set_new(j, "select_joint", json_boolean(o->joint));
+    /* offload_params.correct_stream as asked, and in effect */
+    json_object_set_new(j, "correction_stream",
+                        json_string(o->p.correct_stream ? "own" : "gather"));
+    json_object_set_new(j, "correction_stream_own", json_boolean(o->cstream));
     json_object_set_new(j, "spec_budget_blocks", json_integer(o->cfg_spec.budget));
     json_object_set_new(
         j, "spec_predictor",
@@ -364,6 +371,8 @@ json_t *offload_counters_json(const struct offload *o)
     json_object_set_new(j, "host_syncs", json_integer(st.host_syncs));
     json_object_set_new(j, "layer_graph_launches", json_integer(st.layer_graph_launches));
     json_object_set_new(j, "forked_selections", json_integer(st.forked_selections));
+    json_object_set_new(j, "joint_selections", json_integer(st.joint_selections));
+    json_object_set_new(j, "stream_corrections", json_integer(st.stream_corrections));
     json_object_set_new(j, "lane_graph_launches", json_integer(st.lane_graph_launches));
     json_object_set_new(j, "mid_prefetches", json_integer(st.mid_prefetches));
     json_object_set_new(j, "hits_prefetches", json_integer(st.hits_prefetches));

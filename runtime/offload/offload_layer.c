@@ -319,19 +319,25 @@ static void issue_side(struct offload *o, int layer, int spec)
     }
     if (!o->overlap) return; /* (a prefetch on the device path always has the gather's stream) */
     const struct recall_params *rp = recall_get_params(o->store.rc);
-    o->be->stream_wait_event(&o->step.gctx,
-                             spec ? o->step.ev_spec_built[sl] : o->step.ev_built[sl]);
+    /* a predicted layer's correction on its own stream (correct_stream): after its prefetch's
+     * gather, whose slots its recalls may take, as the gather's stream orders it otherwise */
+    const int own = !spec && o->cstream && o->step.spec_step[layer] == o->st.steps;
+    const struct kctx *g = own ? &o->step.cctx : &o->step.gctx;
+    o->be->stream_wait_event(g, spec ? o->step.ev_spec_built[sl] : o->step.ev_built[sl]);
+    if (own) {
+        o->be->stream_wait_event(g, o->step.ev_spec_gathered[sl]);
+        o->st.stream_corrections++;
+    }
     /* a correction queued before the attention over the predicted lists: behind the gate */
     if (!spec && gate_armed(o, layer) && hits_early(o, layer))
-        o->be->wait_value(&o->step.gctx, gate_of(o, layer), 1);
-    const int sp = timeline_begin(o->plan.tl, &o->step.gctx, TIMELINE_RECALL,
-                                  spec ? "prefetch" : "gather", 1, layer, o->st.steps);
+        o->be->wait_value(g, gate_of(o, layer), 1);
+    const int sp = timeline_begin(o->plan.tl, g, TIMELINE_RECALL, spec ? "prefetch" : "gather", 1,
+                                  layer, o->st.steps);
     o->fn.gather(spec ? o->step.d_desc_spec[sl & 1] : o->step.d_desc[sl & 1],
                  (int)((size_t)B * o->n_lists * o->ms), rp->zc_blocks, rp->zc_threads,
-                 rp->zc_inflight_kb, o->step.gctx.stream);
-    timeline_end(o->plan.tl, &o->step.gctx, sp);
-    o->be->event_record(&o->step.gctx,
-                        spec ? o->step.ev_spec_gathered[sl] : o->step.ev_gathered[sl]);
+                 rp->zc_inflight_kb, g->stream);
+    timeline_end(o->plan.tl, g, sp);
+    o->be->event_record(g, spec ? o->step.ev_spec_gathered[sl] : o->step.ev_gathered[sl]);
 }
 
 /* The selection query of sparse layer `layer` with the real query: its own q after its
@@ -386,27 +392,96 @@ static void fork_join(struct offload *o)
     o->step.forked = 0;
 }
 
-/* Selection of sparse layer `layer` (a prediction's with spec) into its lists, recording the
- * event the side stream waits for; then its side work on the host path, or its plan on the
- * device path. Its query is made on the compute stream; the selection runs there too, or, for
- * a layer ahead of the one being issued with predict_fork, on the prediction's stream with
- * scratch of its own. */
-static void select_layer(struct offload *o, struct batch *bt, int layer, int spec)
+/* Selection sparse layer `layer`'s job (a prediction's with spec): its query, its digests
+ * (into *dv) and lists, scores into `scores`. */
+static struct select_job select_job_of(struct offload *o, int layer, int spec, const uint16_t *q,
+                                       float *scores, struct digest_view *dv)
 {
     const int sl = offload_sl(o, layer), B = o->step.n;
-    double t = pulse_now();
-    const struct digest_view dv = digest_view_of(o, sl);
     int32_t *ds = spec ? offload_spec_dsel(o, sl, B) : offload_dsel(o, sl, B);
-    const uint16_t *q = select_query(o, bt, layer);
-    const struct kctx *x = o->fork && layer != o->step.next_layer ? fork_open(o) : o->ctx;
-    o->fn.select_blocks(x, spec ? &o->cfg_spec : &o->cfg, q, &dv, batch_len(bt),
-                        x == o->ctx ? o->step.d_scores : o->step.d_scores_fork, ds,
-                        ds + (size_t)B * o->n_lists * o->ms, B, o->sel_head[layer]);
+    *dv = digest_view_of(o, sl);
+    return (struct select_job){spec ? &o->cfg_spec : &o->cfg,
+                               q,
+                               dv,
+                               scores,
+                               ds,
+                               ds + (size_t)B * o->n_lists * o->ms,
+                               o->sel_head[layer]};
+}
+
+/* What follows a selection on stream x: the event the side stream waits for, then its side
+ * work on the host path, or its plan on the device path. */
+static void select_after(struct offload *o, struct batch *bt, int layer, int spec,
+                         const struct kctx *x, double *t)
+{
+    const int sl = offload_sl(o, layer);
     o->be->event_record_external(x, spec ? o->step.ev_spec_selected[sl] : o->step.ev_selected[sl]);
     if (!o->device_plan) issue_side(o, layer, spec);
-    offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
+    offload_host_lap(o, OFFLOAD_HOST_SELECT, t);
     if (o->device_plan) plan_on_device(o, bt, sl, spec, x);
-    offload_host_lap(o, OFFLOAD_HOST_PLAN, &t);
+    offload_host_lap(o, OFFLOAD_HOST_PLAN, t);
+}
+
+/* The scores of a selection on the compute stream: the layer ahead's apart from the layer's
+ * own where it may run with it (select_joint). */
+static float *select_scores(struct offload *o, int layer)
+{
+    return o->joint && layer != o->step.next_layer ? o->step.d_scores_ahead : o->step.d_scores;
+}
+
+/* Selection of sparse layer `layer` (a prediction's with spec) into its lists, then
+ * select_after. Its query is made on the compute stream; the selection runs there too, or, for
+ * a layer ahead of the one being issued with predict_fork, on the prediction's stream with
+ * scratch of its own. With `joint` (the schedule's selections, select_joint) a selection on the
+ * compute stream waits for the piece's second one and both run in one launch of each kernel;
+ * select_flush launches a lone one before the piece's next compute. A piece selects its own
+ * layer and the one ahead at most, so at most one of the two queries is an approximate one
+ * made here (real_query's buffer) and the two score buffers are distinct. */
+static void select_layer(struct offload *o, struct batch *bt, int layer, int spec, int joint)
+{
+    double t = pulse_now();
+    const uint16_t *q = select_query(o, bt, layer);
+    const struct kctx *x = o->fork && layer != o->step.next_layer ? fork_open(o) : o->ctx;
+    struct digest_view dv[2];
+    if (joint && o->joint && x == o->ctx) {
+        if (!o->step.pend_layer1) { /* the first: wait for the second */
+            o->step.pend_layer1 = layer + 1, o->step.pend_spec = spec, o->step.pend_q = q;
+            offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
+            return;
+        }
+        const int first = o->step.pend_layer1 - 1, first_spec = o->step.pend_spec;
+        PULSE_CHECK(first != layer, "offload: a piece selects a layer once");
+        o->step.pend_layer1 = 0;
+        const struct select_job jobs[2] = {
+            select_job_of(o, first, first_spec, o->step.pend_q, select_scores(o, first), &dv[0]),
+            select_job_of(o, layer, spec, q, select_scores(o, layer), &dv[1])};
+        o->fn.select_multi(x, jobs, 2, batch_len(bt), o->step.n);
+        o->st.joint_selections += 2;
+        select_after(o, bt, first, first_spec, x, &t);
+        select_after(o, bt, layer, spec, x, &t);
+        return;
+    }
+    const struct select_job job = select_job_of(
+        o, layer, spec, q, x == o->ctx ? select_scores(o, layer) : o->step.d_scores_ahead, &dv[0]);
+    o->fn.select_blocks(x, job.cfg, q, job.dv, batch_len(bt), job.scores, job.sel_idx,
+                        job.sel_count, o->step.n, job.sel_head);
+    select_after(o, bt, layer, spec, x, &t);
+}
+
+/* select_joint: the piece's selection still waiting for a second one, launched alone (before
+ * the piece's next compute, or at its end). */
+static void select_flush(struct offload *o, struct batch *bt)
+{
+    if (!o->step.pend_layer1) return;
+    const int layer = o->step.pend_layer1 - 1, spec = o->step.pend_spec;
+    double t = pulse_now();
+    struct digest_view dv;
+    const struct select_job job =
+        select_job_of(o, layer, spec, o->step.pend_q, select_scores(o, layer), &dv);
+    o->step.pend_layer1 = 0;
+    o->fn.select_blocks(o->ctx, job.cfg, job.q, job.dv, batch_len(bt), job.scores, job.sel_idx,
+                        job.sel_count, o->step.n, job.sel_head);
+    select_after(o, bt, layer, spec, o->ctx, &t);
 }
 
 int offload_predict_forked(const struct offload *o)
@@ -432,7 +507,7 @@ void offload_select(struct offload *o, struct batch *bt, int layer)
     PULSE_CHECK(o->step.piece_nsel[at] < 2, "offload_select: a piece selects two layers at most");
     PULSE_CHECK(o->step.piece_pf[at] != layer, "offload_select: a layer prefetched in this piece");
     o->step.piece_sel[at][o->step.piece_nsel[at]++] = (int16_t)layer;
-    select_layer(o, bt, layer, 0);
+    select_layer(o, bt, layer, 0, 1);
 }
 
 void offload_prefetch(struct offload *o, struct batch *bt, int layer)
@@ -450,7 +525,7 @@ void offload_prefetch(struct offload *o, struct batch *bt, int layer)
     /* from mid-layer or the predicted lists' attention: made in the layer's second or third
      * piece, after an attention (offload_layer_finish) */
     if (o->p.spec_from != OFFLOAD_SPEC_FROM_INPUT) return;
-    select_layer(o, bt, layer, 1);
+    select_layer(o, bt, layer, 1, 1);
 }
 
 /* The pre-attention piece of the layer being issued; in a sparse layer, its new key folded
@@ -459,6 +534,7 @@ void offload_pre(struct offload *o, struct batch *bt, int layer)
 {
     PULSE_CHECK(layer == o->step.next_layer && !o->step.issued && !o->step.pre_done,
                 "offload_pre: once, inside the layer's piece");
+    select_flush(o, bt); /* a selection queued before the pre-attention runs before it */
     double t = pulse_now();
     engine_layer_pre(o->eng, bt, o->store.kv, layer);
     if (offload_is_sparse(o, layer)) {
@@ -599,6 +675,7 @@ static void issue_body(void *arg)
     o->step.piece_nsel[c->layer] = 0;
     o->step.piece_pf[c->layer] = -1;
     o->p.schedule->layer(o, c->bt, c->layer);
+    select_flush(o, c->bt);
     fork_join(o);
     PULSE_CHECK(o->step.pre_done, "offload schedule: a layer's piece runs its pre-attention");
 }
@@ -628,7 +705,7 @@ static void hits_body(void *arg)
                       sizeof(float) * (size_t)o->step.n * o->mc->hidden);
     engine_attn_add(o->eng, o->step.n, c->layer, o->step.d_hits_attn, o->step.d_hits_x);
     o->step.spec_resid = o->step.d_hits_x;
-    select_layer(o, c->bt, o->step.piece_pf[c->layer], 1);
+    select_layer(o, c->bt, o->step.piece_pf[c->layer], 1, 0);
     o->step.spec_resid = NULL;
 }
 
@@ -648,7 +725,7 @@ static void finish_body(void *arg)
     } else { /* the next layer's prediction from the residual with the attention in it */
         engine_layer_post_attn(o->eng, c->bt, c->layer);
         offload_host_lap(o, OFFLOAD_HOST_POST, &t);
-        select_layer(o, c->bt, pf, 1);
+        select_layer(o, c->bt, pf, 1, 0);
         engine_layer_post_mlp(o->eng, c->bt, c->layer);
     }
     offload_host_lap(o, OFFLOAD_HOST_POST, &t);

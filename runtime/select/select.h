@@ -270,6 +270,31 @@ void select_blocks_cuda(const struct kctx *c, const struct select_cfg *cfg, cons
                         const struct digest_view *dv, const int32_t *n_tokens, float *scores,
                         int32_t *sel_idx, int32_t *sel_count, int batch, int sel_head);
 
+/* Several selections over the same entries in one launch of each kernel: job j is
+ * select_blocks(cfg, q, dv, n_tokens, scores, sel_idx, sel_count, batch, sel_head) with its own
+ * query, digests, budget, outputs and selector head. The jobs' cfgs agree but for budget and
+ * list_stride, and their sel_heads are of one kind (every one SELECT_HEADWISE, every one
+ * SELECT_MEAN, or each a SoloHead selector head), so that every job has the same lists per
+ * entry and scored heads. The CUDA path scores every job's blocks in one grid and ranks every
+ * job's lists in one more: two selections of a layer's piece (PulseInfer's exact selection and
+ * its prediction of the next layer), both latency-bound at the serving shapes, then cost about
+ * one's latency. Bit-identical to select_blocks run job by job. */
+#define SELECT_MAX_JOBS 2
+struct select_job {
+    const struct select_cfg *cfg;
+    const uint16_t *q;
+    const struct digest_view *dv;
+    float *scores; /* select_scores_bytes(cfg, batch, sel_head) of the job's own */
+    int32_t *sel_idx, *sel_count;
+    int sel_head;
+};
+/* Aborts (PULSE_CHECK) unless 1 <= n_jobs <= SELECT_MAX_JOBS and the jobs agree as above. */
+void select_jobs_check(const struct select_job *jobs, int n_jobs);
+void select_blocks_multi_ref(const struct kctx *c, const struct select_job *jobs, int n_jobs,
+                             const int32_t *n_tokens, int batch);
+void select_blocks_multi_cuda(const struct kctx *c, const struct select_job *jobs, int n_jobs,
+                              const int32_t *n_tokens, int batch);
+
 /* ------------------------------------------------------------------ approximate query */
 
 /* Layer l+1's weights for the approximate query (host pointers for _ref, device for _cuda). */

@@ -4,23 +4,27 @@
  *   digest_build   one thread per (block, digest head, dim): min/max over the block's tokens
  *                  (reads of one token's head row are coalesced across dims).
  *   digest_update  one thread per (entry, digest head, dim).
- *   select_score   a CTA per (1-4 rounds of 64 blocks, list, entry; the rounds keep the grid
- *                  within about one wave): per scored KV head and channel the sums of the
+ *   select_score   a CTA per (1-4 rounds of 64 blocks, list, entry, job; the rounds keep the
+ *                  grid within about one wave): per scored KV head and channel the sums of the
  *                  group's positive and of its negative query values in shared memory (fp32;
  *                  max(q * mn, q * mx) is q * mx for q >= 0, else q * mn, so a channel's G
  *                  terms are qp * mx + qn * mn: two FMAs a channel whatever G), a warp per 8
  *                  blocks a round with all their loads in flight at once, lanes over channels
  *                  (4 consecutive channels per lane with 8-byte loads when head_dim % 128 ==
  *                  0), a warp sum per block; at most 64 registers (4 CTAs an SM).
- *   select_topk    a CTA of 512 threads per (entry, list): the candidates' score keys in shared
- *                  memory, radix select over the 32-bit key (passes of 8 bits, a shared
- *                  histogram counted while the next is cleared and scanned by one warp: two
- *                  barriers a pass; once the keys sharing the prefix are at most 32, one warp
- *                  ranks them instead of more passes) finds the k-th largest key T and how many
- *                  keys equal to T to take; then each thread owns a contiguous range of block
- *                  indices and one block-wide exclusive scan of two packed counts (keys above T
- *                  or forced; keys equal to T) gives each thread its first output position, so
- *                  the output comes out ascending with no sort. Same order as the reference.
+ *   select_topk    a CTA of 512 threads per (entry, list, job): the candidates' score keys
+ *                  in shared memory, radix select over the 32-bit key (passes of 8 bits, a
+ *                  shared histogram counted while the next is cleared and scanned by one warp:
+ *                  two barriers a pass; once the keys sharing the prefix are at most 32, one
+ *                  warp ranks them instead of more passes) finds the k-th largest key T and how
+ *                  many keys equal to T to take; then each thread owns a contiguous range of
+ *                  block indices and one block-wide exclusive scan of two packed counts (keys
+ *                  above T or forced; keys equal to T) gives each thread its first output
+ *                  position, so the output comes out ascending with no sort. Same order as the
+ *                  reference.
+ *   select_blocks_multi
+ *                  both kernels once over every job's (entry, list)s: a job's CTAs compute
+ *                  exactly what its own launch's would.
  *   approx_q       select_norm_gather (a CTA per row) + gemm_bf16_cuda (cuBLAS) +
  *                  qk_norm_rope_append_cuda with zero KV heads.
  *
@@ -190,7 +194,18 @@ __device__ __forceinline__ void score_round(const float *sq, const uint16_t *dpo
     }
 }
 
-/* grid (ceil(max_blocks / (kScorePerCta * rounds)), n_lists, batch); dynamic shared: the
+/* What differs between the jobs of one launch (select_blocks_multi): job j's query, digests,
+ * scores and selector head; the kernels' grids run over jobs x entries. */
+struct score_jobs {
+    const uint16_t *q[SELECT_MAX_JOBS];
+    const uint16_t *dpool[SELECT_MAX_JOBS];
+    const int32_t *dids[SELECT_MAX_JOBS];
+    const int32_t *dstart[SELECT_MAX_JOBS];
+    float *scores[SELECT_MAX_JOBS];
+    int sel_head[SELECT_MAX_JOBS];
+};
+
+/* grid (ceil(max_blocks / (kScorePerCta * rounds)), n_lists, jobs x batch); dynamic shared: the
  * scored query heads (G per KV head of select_list_heads) x hd floats. A CTA covers rounds x
  * kScorePerCta consecutive blocks; in each round a warp scores kScorePerWarp consecutive blocks
  * at once. The page ids of all its rounds come one a lane, loaded before the query is staged;
@@ -202,13 +217,17 @@ __device__ __forceinline__ void score_round(const float *sq, const uint16_t *dpo
  * aligned digest rows). */
 template <bool VEC>
 __global__ void __launch_bounds__(kScoreWarps * 32, 4)
-    score_kernel(const uint16_t *q, const uint16_t *dpool, const int32_t *dids,
-                 const int32_t *dstart, const int32_t *n_tokens, float *scores, int nq, int G,
-                 int hd, int ndh, int bs, int max_blocks, int sel_head, int nkv, int rounds)
+    score_kernel(const score_jobs jobs, const int32_t *n_tokens, int batch, int nq, int G, int hd,
+                 int ndh, int bs, int max_blocks, int nkv, int rounds)
 {
     extern __shared__ float sq[]; /* [k1 - k0][positive, negative][hd] */
     constexpr int R = kScorePerWarp;
-    const int b = blockIdx.z, l = blockIdx.y, nl = gridDim.y;
+    const int job = blockIdx.z / batch, b = blockIdx.z - job * batch;
+    const int l = blockIdx.y, nl = gridDim.y;
+    const uint16_t *q = jobs.q[job], *dpool = jobs.dpool[job];
+    const int32_t *dids = jobs.dids[job], *dstart = jobs.dstart[job];
+    float *scores = jobs.scores[job];
+    const int sel_head = jobs.sel_head[job];
     const int nb = (n_tokens[b] + bs - 1) / bs;
     const int first = blockIdx.x * kScorePerCta * rounds;
     if (first >= nb) return; /* uniform over the CTA */
@@ -374,14 +393,26 @@ __device__ void radix_select(const uint32_t *keys, int m, int k, uint32_t *T, in
     *take_eq = remaining;
 }
 
-/* grid (batch, n_lists); dynamic shared: max_blocks keys. */
+/* What differs between the jobs of one top-k launch: scores, outputs, stride and budget. */
+struct topk_jobs {
+    const float *scores[SELECT_MAX_JOBS];
+    int32_t *sel_idx[SELECT_MAX_JOBS];
+    int32_t *sel_count[SELECT_MAX_JOBS];
+    int max_sel[SELECT_MAX_JOBS];
+    int budget[SELECT_MAX_JOBS];
+};
+
+/* grid (jobs x batch, n_lists); dynamic shared: max_blocks keys. */
 __global__ void __launch_bounds__(kTopkThreads)
-    topk_kernel(const float *scores, const int32_t *n_tokens, int32_t *sel_idx,
-                int32_t *sel_count, int max_blocks, int max_sel, int bs, int budget, int sink,
-                int window)
+    topk_kernel(const topk_jobs jobs, const int32_t *n_tokens, int batch, int max_blocks, int bs,
+                int sink, int window)
 {
     extern __shared__ uint32_t keys[];
-    const int b = blockIdx.x, l = blockIdx.y, nl = gridDim.y;
+    const int job = blockIdx.x / batch, b = blockIdx.x - job * batch;
+    const int l = blockIdx.y, nl = gridDim.y;
+    const float *scores = jobs.scores[job];
+    int32_t *sel_idx = jobs.sel_idx[job], *sel_count = jobs.sel_count[job];
+    const int max_sel = jobs.max_sel[job], budget = jobs.budget[job];
     const int nb = (n_tokens[b] + bs - 1) / bs;
     if (nb < 1 || nb > max_blocks) __trap(); /* precondition: 1 <= blocks <= max_blocks */
     int c0, c1;
@@ -509,57 +540,66 @@ extern "C" void digest_update_cuda(const struct kctx *c, const struct kv_view *k
     CUDA_CHECK_LAUNCH(st);
 }
 
-extern "C" void select_score_cuda(const struct kctx *c, const struct select_cfg *cfg,
-                                  const uint16_t *q, const struct digest_view *dv,
-                                  const int32_t *n_tokens, float *scores, int batch, int sel_head)
+namespace
 {
-    if (batch <= 0) return;
-    check_heads(cfg, dv, sel_head);
+
+/* One launch of the score kernel over n_jobs jobs (checked: select_jobs_check). */
+void score_launch(const struct kctx *c, const struct select_job *jobs, int n_jobs,
+                  const int32_t *n_tokens, int batch)
+{
+    const struct select_cfg *cfg = jobs[0].cfg;
     const int hd = cfg->head_dim, G = cfg->n_heads / cfg->n_kv_heads;
-    const int nl = select_n_lists(cfg, sel_head);
+    const int nl = select_n_lists(cfg, jobs[0].sel_head);
     int k0, k1;
-    select_list_heads(sel_head, 0, cfg->n_kv_heads, &k0, &k1);
+    select_list_heads(jobs[0].sel_head, 0, cfg->n_kv_heads, &k0, &k1);
     const size_t smem = (size_t)(k1 - k0) * 2 * hd * sizeof(float);
     PULSE_CHECK(smem <= 48 * 1024,
                 "select_score: scored KV heads * head_dim * 8 must fit in 48 KB");
+    score_jobs sj = {};
+    bool vec = hd % 128 == 0;
+    for (int j = 0; j < n_jobs; j++) {
+        sj.q[j] = jobs[j].q, sj.dpool[j] = jobs[j].dv->pool, sj.dids[j] = jobs[j].dv->page_ids;
+        sj.dstart[j] = jobs[j].dv->page_start, sj.scores[j] = jobs[j].scores;
+        sj.sel_head[j] = jobs[j].sel_head;
+        vec = vec && ((uintptr_t)jobs[j].dv->pool % 8) == 0;
+    }
     /* rounds per CTA: enough to bring the grid within one wave of resident CTAs (at most
      * kScoreMaxRounds); the occupancy is the kernel's, asked once per process (registers bound
      * it before the query's shared memory, at most 48 KB, does) */
     static int resident[2];
-    const bool vec = hd % 128 == 0 && ((uintptr_t)dv->pool % 8) == 0;
     if (!resident[vec]) {
         int n = 0;
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
             &n, vec ? score_kernel<true> : score_kernel<false>, kScoreWarps * 32, smem));
         resident[vec] = n > 0 ? n : 1;
     }
-    const long ctas = PULSE_CEIL_DIV((long)cfg->max_blocks, kScorePerCta) * nl * batch;
+    const long ctas = PULSE_CEIL_DIV((long)cfg->max_blocks, kScorePerCta) * nl * batch * n_jobs;
     const long wave = (long)(c->num_sms > 0 ? c->num_sms : 1) * resident[vec];
     const int rounds =
         (int)(ctas <= wave                                   ? 1
               : PULSE_CEIL_DIV(ctas, wave) < kScoreMaxRounds ? PULSE_CEIL_DIV(ctas, wave)
                                                              : kScoreMaxRounds);
     const dim3 grid((unsigned)PULSE_CEIL_DIV(cfg->max_blocks, kScorePerCta * rounds), (unsigned)nl,
-                    (unsigned)batch);
+                    (unsigned)(batch * n_jobs));
     cudaStream_t st = stream_of(c);
+    const int ndh = jobs[0].dv->n_heads;
     if (vec)
         score_kernel<true><<<grid, kScoreWarps * 32, smem, st>>>(
-            q, dv->pool, dv->page_ids, dv->page_start, n_tokens, scores, cfg->n_heads, G, hd,
-            dv->n_heads, cfg->block_size, cfg->max_blocks, sel_head, cfg->n_kv_heads, rounds);
+            sj, n_tokens, batch, cfg->n_heads, G, hd, ndh, cfg->block_size, cfg->max_blocks,
+            cfg->n_kv_heads, rounds);
     else
         score_kernel<false><<<grid, kScoreWarps * 32, smem, st>>>(
-            q, dv->pool, dv->page_ids, dv->page_start, n_tokens, scores, cfg->n_heads, G, hd,
-            dv->n_heads, cfg->block_size, cfg->max_blocks, sel_head, cfg->n_kv_heads, rounds);
+            sj, n_tokens, batch, cfg->n_heads, G, hd, ndh, cfg->block_size, cfg->max_blocks,
+            cfg->n_kv_heads, rounds);
     CUDA_CHECK_LAUNCH(st);
 }
 
-extern "C" void select_topk_cuda(const struct kctx *c, const struct select_cfg *cfg,
-                                 const float *scores, const int32_t *n_tokens, int32_t *sel_idx,
-                                 int32_t *sel_count, int batch, int sel_head)
+/* One launch of the top-k kernel over n_jobs jobs (checked). */
+void topk_launch(const struct kctx *c, const struct select_job *jobs, int n_jobs,
+                 const int32_t *n_tokens, int batch)
 {
-    if (batch <= 0) return;
-    check_heads(cfg, NULL, sel_head);
-    const int nl = select_n_lists(cfg, sel_head);
+    const struct select_cfg *cfg = jobs[0].cfg;
+    const int nl = select_n_lists(cfg, jobs[0].sel_head);
     const size_t smem = (size_t)cfg->max_blocks * sizeof(uint32_t);
     if (smem > 48 * 1024) {
         /* once per process and size class; not a stream operation (legal during capture) */
@@ -571,12 +611,39 @@ extern "C" void select_topk_cuda(const struct kctx *c, const struct select_cfg *
             opted = SELECT_MAX_BLOCKS * sizeof(uint32_t);
         }
     }
-    const dim3 grid((unsigned)batch, (unsigned)nl);
+    topk_jobs tj = {};
+    for (int j = 0; j < n_jobs; j++) {
+        tj.scores[j] = jobs[j].scores, tj.sel_idx[j] = jobs[j].sel_idx;
+        tj.sel_count[j] = jobs[j].sel_count, tj.max_sel[j] = select_list_stride(jobs[j].cfg);
+        tj.budget[j] = jobs[j].cfg->budget;
+    }
+    const dim3 grid((unsigned)(batch * n_jobs), (unsigned)nl);
     cudaStream_t st = stream_of(c);
-    topk_kernel<<<grid, kTopkThreads, smem, st>>>(
-        scores, n_tokens, sel_idx, sel_count, cfg->max_blocks, select_list_stride(cfg),
-        cfg->block_size, cfg->budget, cfg->sink, cfg->window);
+    topk_kernel<<<grid, kTopkThreads, smem, st>>>(tj, n_tokens, batch, cfg->max_blocks,
+                                                  cfg->block_size, cfg->sink, cfg->window);
     CUDA_CHECK_LAUNCH(st);
+}
+
+} /* namespace */
+
+extern "C" void select_score_cuda(const struct kctx *c, const struct select_cfg *cfg,
+                                  const uint16_t *q, const struct digest_view *dv,
+                                  const int32_t *n_tokens, float *scores, int batch, int sel_head)
+{
+    if (batch <= 0) return;
+    check_heads(cfg, dv, sel_head);
+    const struct select_job job = {cfg, q, dv, scores, NULL, NULL, sel_head};
+    score_launch(c, &job, 1, n_tokens, batch);
+}
+
+extern "C" void select_topk_cuda(const struct kctx *c, const struct select_cfg *cfg,
+                                 const float *scores, const int32_t *n_tokens, int32_t *sel_idx,
+                                 int32_t *sel_count, int batch, int sel_head)
+{
+    if (batch <= 0) return;
+    check_heads(cfg, NULL, sel_head);
+    const struct select_job job = {cfg, NULL, NULL, (float *)scores, sel_idx, sel_count, sel_head};
+    topk_launch(c, &job, 1, n_tokens, batch);
 }
 
 extern "C" void select_blocks_cuda(const struct kctx *c, const struct select_cfg *cfg,
@@ -586,6 +653,15 @@ extern "C" void select_blocks_cuda(const struct kctx *c, const struct select_cfg
 {
     select_score_cuda(c, cfg, q, dv, n_tokens, scores, batch, sel_head);
     select_topk_cuda(c, cfg, scores, n_tokens, sel_idx, sel_count, batch, sel_head);
+}
+
+extern "C" void select_blocks_multi_cuda(const struct kctx *c, const struct select_job *jobs,
+                                         int n_jobs, const int32_t *n_tokens, int batch)
+{
+    select_jobs_check(jobs, n_jobs);
+    if (batch <= 0) return;
+    score_launch(c, jobs, n_jobs, n_tokens, batch);
+    topk_launch(c, jobs, n_jobs, n_tokens, batch);
 }
 
 extern "C" void select_norm_gather_cuda(const struct kctx *c, const float *x, const uint16_t *w,

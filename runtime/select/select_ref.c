@@ -415,6 +415,37 @@ void select_blocks_ref(const struct kctx *c, const struct select_cfg *cfg, const
     select_topk_ref(c, cfg, scores, n_tokens, sel_idx, sel_count, batch, sel_head);
 }
 
+void select_jobs_check(const struct select_job *jobs, int n_jobs)
+{
+    PULSE_CHECK(jobs && n_jobs >= 1 && n_jobs <= SELECT_MAX_JOBS,
+                "select_blocks_multi: 1 to SELECT_MAX_JOBS jobs");
+    const struct select_cfg *c0 = jobs[0].cfg;
+    for (int j = 0; j < n_jobs; j++) {
+        const struct select_cfg *cj = jobs[j].cfg;
+        char err[128];
+        PULSE_CHECK(cj && select_cfg_check(cj, err, sizeof err) == 0, err);
+        PULSE_CHECK(cj->n_heads == c0->n_heads && cj->n_kv_heads == c0->n_kv_heads &&
+                        cj->head_dim == c0->head_dim && cj->block_size == c0->block_size &&
+                        cj->sink == c0->sink && cj->window == c0->window &&
+                        cj->max_blocks == c0->max_blocks,
+                    "select_blocks_multi: the jobs' shapes differ (only budget and list_stride "
+                    "may)");
+        const int s = jobs[j].sel_head, s0 = jobs[0].sel_head;
+        PULSE_CHECK(s >= 0 ? s0 >= 0 : s == s0,
+                    "select_blocks_multi: the jobs' selector heads are of different kinds");
+        select_check_heads(cj->n_kv_heads, cj->head_dim, jobs[j].dv, jobs[j].sel_head);
+    }
+}
+
+void select_blocks_multi_ref(const struct kctx *c, const struct select_job *jobs, int n_jobs,
+                             const int32_t *n_tokens, int batch)
+{
+    select_jobs_check(jobs, n_jobs);
+    for (int j = 0; j < n_jobs; j++)
+        select_blocks_ref(c, jobs[j].cfg, jobs[j].q, jobs[j].dv, n_tokens, jobs[j].scores,
+                          jobs[j].sel_idx, jobs[j].sel_count, batch, jobs[j].sel_head);
+}
+
 /* ------------------------------------------------------------------ approximate query */
 
 struct channel_rank {

@@ -584,6 +584,97 @@ static void test_approx_q(void)
     }
 }
 
+/* ------------------------------------------------------------------ several jobs at once */
+
+/* select_blocks_multi: two jobs over the same entries (as PulseInfer's exact selection of one
+ * layer and its prediction of the next: other digests, query, selector head and a wider
+ * budget with its own list stride), one launch of each kernel, against the reference job by
+ * job, bit for bit: scores (unwritten slots included), lists and counts. */
+static void test_multi(void)
+{
+    static const struct {
+        int sel0, sel1, k0, k1;
+    } cases[] = {{3, 6, 128, 160},
+                 {SELECT_HEADWISE, SELECT_HEADWISE, 64, 80},
+                 {SELECT_MEAN, SELECT_MEAN, 128, 2048},
+                 {5, 5, 1, 2}};
+    const int batch = 17, bs = 16, max_blocks = 8192;
+    for (size_t ci = 0; ci < TU_CASES(cases); ci++) {
+        int blocks[17];
+        for (int b = 0; b < batch; b++)
+            blocks[b] = b % 6 == 0   ? max_blocks
+                        : b % 5 == 1 ? 1 + (int)rnd_u32(4)
+                                     : 1 + (int)rnd_u32(2500);
+        struct sset s[2];
+        sset_init(&s[0], batch, 40, 8, 128, bs, cases[ci].sel0, blocks);
+        sset_init(&s[1], batch, 40, 8, 128, bs, cases[ci].sel1, blocks);
+        /* the same entries: job 1 takes job 0's token counts */
+        memcpy(s[1].n, s[0].n, sizeof s[0].n);
+        const struct select_cfg c0 = {40, 8, 128, bs, cases[ci].k0, 1, 2, max_blocks, 0};
+        struct select_cfg c1 = c0;
+        c1.budget = cases[ci].k1;
+        c1.list_stride = select_max_selected(&c1) + 3; /* a stride of its own */
+        const struct select_cfg *cfgs[2] = {&c0, &c1};
+        struct select_job hj[2], dj[2];
+        struct dbuf dsc[2], di[2], dc[2];
+        float *rs[2];
+        int32_t *ri[2], *rc[2];
+        size_t sb[2], ni[2], nc[2];
+        for (int j = 0; j < 2; j++) {
+            sb[j] = select_scores_bytes(cfgs[j], batch, s[j].sel);
+            ni[j] = (size_t)batch * s[j].nl * select_list_stride(cfgs[j]);
+            nc[j] = (size_t)batch * s[j].nl;
+            rs[j] = xmalloc(sb[j]), ri[j] = xmalloc(ni[j] * 4), rc[j] = xmalloc(nc[j] * 4);
+            for (size_t i = 0; i < sb[j] / 4; i++)
+                rs[j][i] = NAN;
+            for (size_t i = 0; i < ni[j]; i++)
+                ri[j][i] = -7;
+            for (size_t i = 0; i < nc[j]; i++)
+                rc[j][i] = -7;
+            dsc[j] = dput(rs[j], sb[j]), di[j] = dput(ri[j], ni[j] * 4);
+            dc[j] = dput(rc[j], nc[j] * 4);
+            hj[j] =
+                (struct select_job){cfgs[j], s[j].h_q, &s[j].hdv, rs[j], ri[j], rc[j], s[j].sel};
+            dj[j] = (struct select_job){cfgs[j], s[j].d_q.p, &s[j].ddv, dsc[j].p,
+                                        di[j].p, dc[j].p,    s[j].sel};
+        }
+        select_blocks_multi_ref(&g_host, hj, 2, s[0].n, batch);
+        select_blocks_multi_cuda(&g_dev, dj, 2, s[0].d_n.p, batch);
+        for (int j = 0; j < 2; j++) {
+            float *gs = xmalloc(sb[j]);
+            int32_t *gi = xmalloc(ni[j] * 4), *gc = xmalloc(nc[j] * 4);
+            dget(&dsc[j], gs), dget(&di[j], gi), dget(&dc[j], gc);
+            char cs[128];
+            snprintf(cs, sizeof cs, "job %d of 2: B=%d to 8192 blocks k=%d %s", j, batch,
+                     cfgs[j]->budget, sel_name(s[j].sel));
+            const int guards = dguard_ok(&dsc[j]) && dguard_ok(&di[j]) && dguard_ok(&dc[j]);
+            report_exact("select_blocks_multi scores", cs, gs, rs[j], sb[j], guards);
+            report_exact("select_blocks_multi idx", cs, gi, ri[j], ni[j] * 4, guards);
+            report_exact("select_blocks_multi count", cs, gc, rc[j], nc[j] * 4, guards);
+            free(gs), free(gi), free(gc);
+        }
+        /* one job through the same entry point, over refilled outputs: job 1's lists */
+        CUDA_CHECK(cudaMemset(di[1].p, 0xff, ni[1] * 4));
+        CUDA_CHECK(cudaMemset(dc[1].p, 0xff, nc[1] * 4));
+        select_blocks_multi_cuda(&g_dev, &dj[1], 1, s[0].d_n.p, batch);
+        {
+            int32_t *gi = xmalloc(ni[1] * 4), *gc = xmalloc(nc[1] * 4);
+            dget(&di[1], gi), dget(&dc[1], gc);
+            int same = memcmp(gc, rc[1], nc[1] * 4) == 0;
+            const size_t ls = (size_t)select_list_stride(&c1);
+            for (size_t e = 0; same && e < nc[1]; e++)
+                same = memcmp(gi + e * ls, ri[1] + e * ls, sizeof(int32_t) * (size_t)rc[1][e]) == 0;
+            report("select_blocks_multi", "one job: the reference's lists and counts", 0, 0, same);
+            free(gi), free(gc);
+        }
+        for (int j = 0; j < 2; j++) {
+            free(rs[j]), free(ri[j]), free(rc[j]);
+            dfree(&dsc[j]), dfree(&di[j]), dfree(&dc[j]);
+            sset_free(&s[j]);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ timing */
 
 static void time_select(void)
@@ -649,6 +740,36 @@ static void time_select(void)
                "copy rate; topk %.1f us)\n",
                pts[pi].name, batch, ctx, nb, us_all, us_score, bytes / 1e6, gbs, gbs / copy_gbs,
                us_all - us_score);
+        if (pts[pi].sel >= 0) { /* two selections (other budgets): apart, then in one launch */
+            struct select_cfg cw = cfg;
+            cw.budget = select_widened_budget(cfg.budget, 0.25);
+            cw.list_stride = select_max_selected(&cw);
+            struct dbuf dsc2 = dalloc(select_scores_bytes(&cfg, batch, s.sel));
+            struct dbuf di2 = dalloc((size_t)batch * s.nl * select_list_stride(&cw) * 4);
+            struct dbuf dc2 = dalloc((size_t)batch * s.nl * 4);
+            const struct select_job jobs[2] = {
+                {&cfg, s.d_q.p, &s.ddv, dsc.p, di.p, dc.p, s.sel},
+                {&cw, s.d_q.p, &s.ddv, dsc2.p, di2.p, dc2.p, (s.sel + 1) % 8}};
+            float t_apart = 0, t_joint = 0;
+            for (int r = 0; r < reps + 3; r++) {
+                CUDA_CHECK(cudaEventRecord(e0, st));
+                for (int j = 0; j < 2; j++)
+                    select_blocks_multi_cuda(&g_dev, &jobs[j], 1, s.d_n.p, batch);
+                CUDA_CHECK(cudaEventRecord(e1, st));
+                select_blocks_multi_cuda(&g_dev, jobs, 2, s.d_n.p, batch);
+                CUDA_CHECK(cudaEventRecord(e2, st));
+                CUDA_CHECK(cudaEventSynchronize(e2));
+                float a, b;
+                CUDA_CHECK(cudaEventElapsedTime(&a, e0, e1));
+                CUDA_CHECK(cudaEventElapsedTime(&b, e1, e2));
+                if (r >= 3) t_apart += a, t_joint += b;
+            }
+            printf("timing select %-9s batch %d x %d tokens, two selections (k 128 and %d): "
+                   "apart %.1f us, in one launch each %.1f us (%.2fx)\n",
+                   pts[pi].name, batch, ctx, cw.budget, 1e3 * t_apart / reps, 1e3 * t_joint / reps,
+                   t_apart / t_joint);
+            dfree(&dsc2), dfree(&di2), dfree(&dc2);
+        }
         dfree(&dsc), dfree(&di), dfree(&dc);
         sset_free(&s);
     }
@@ -680,6 +801,7 @@ int main(void)
     test_topk_ties();
     test_topk_spread();
     test_approx_q();
+    test_multi();
     time_select();
 
     CUBLAS_CHECK(cublasDestroy(blas));
