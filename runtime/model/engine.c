@@ -772,6 +772,7 @@ void engine_get_stats(const struct engine *e, struct engine_stats *out)
         out->gemm_blas_fallbacks = g.blas_fallbacks;
         out->gemm_shapes_graph_timed = g.shapes_graph_timed;
         out->gemm_graph_timing_fallbacks = g.graph_timing_fallbacks;
+        out->gemm_choice_hash = g.choice_hash;
     }
 #endif
 }
@@ -791,8 +792,10 @@ json_t *engine_gemm_json(const struct engine *e, char *buf, size_t len)
              (long long)s.gemm_candidates_timed, (long long)s.gemm_shapes_graph_timed,
              (long long)s.gemm_graph_timing_fallbacks, (long long)s.gemm_capture_fallbacks,
              (long long)s.gemm_blas_fallbacks);
+    char choice[17];
+    snprintf(choice, sizeof choice, "%016llx", (unsigned long long)s.gemm_choice_hash);
     return json_pack(
-        "{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,s:I}", "path", path, "sm_reserve",
+        "{s:s,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,s:I,s:s}", "path", path, "sm_reserve",
         e->p.gemm_sm_reserve, "sm_target", s.gemm_sm_target, "lt_calls",
         (json_int_t)s.gemm_lt_calls, "skinny_calls", (json_int_t)s.gemm_skinny_calls, "shapes",
         (json_int_t)s.gemm_shapes, "shapes_skinny", (json_int_t)s.gemm_shapes_skinny,
@@ -801,7 +804,7 @@ json_t *engine_gemm_json(const struct engine *e, char *buf, size_t len)
         (json_int_t)s.gemm_capture_fallbacks, "blas_fallbacks", (json_int_t)s.gemm_blas_fallbacks,
         "timing", e->p.gemm_stream_timing ? "stream" : "graph", "shapes_graph_timed",
         (json_int_t)s.gemm_shapes_graph_timed, "graph_timing_fallbacks",
-        (json_int_t)s.gemm_graph_timing_fallbacks);
+        (json_int_t)s.gemm_graph_timing_fallbacks, "choice_hash", choice);
 }
 
 void batch_set_hook(struct batch *bt, const struct engine_layer_hook *hook)

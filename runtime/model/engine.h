@@ -68,6 +68,7 @@ struct engine_stats {
     int64_t gemm_lt_calls, gemm_skinny_calls, gemm_shapes, gemm_shapes_skinny, gemm_shapes_tuned,
         gemm_candidates_timed, gemm_capture_fallbacks, gemm_blas_fallbacks, gemm_shapes_graph_timed,
         gemm_graph_timing_fallbacks;
+    uint64_t gemm_choice_hash; /* gemm_lt_stats.choice_hash: what cuBLASLt's plans chose */
 };
 
 /* One request in a batch: its cache slot, id (seeds its synthetic KV), tokens already in the
@@ -239,7 +240,8 @@ void engine_get_stats(const struct engine *e, struct engine_stats *out);
 /* The GEMMs' path and counters as {"path": "lt"|"lt-heuristic"|"cublas"|"skinny"|"cpu",
  * "sm_reserve", "sm_target", "lt_calls", "skinny_calls", "shapes", "shapes_skinny",
  * "shapes_tuned", "candidates_timed", "capture_fallbacks", "blas_fallbacks",
- * "timing": "graph"|"stream", "shapes_graph_timed", "graph_timing_fallbacks"} (a new
+ * "timing": "graph"|"stream", "shapes_graph_timed", "graph_timing_fallbacks",
+ * "choice_hash": 16 hex digits (gemm_lt_stats.choice_hash; zeros where no plan was made)} (a new
  * reference), and the same as one line into buf. */
 struct json_t *engine_gemm_json(const struct engine *e, char *buf, size_t len);
 

@@ -63,6 +63,12 @@ struct gemm_lt_stats {
     int64_t capture_fallbacks; /* shapes first seen inside a capture: the heuristic's first */
     int64_t blas_fallbacks;    /* calls left to cublasGemmEx (no cuBLASLt algorithm) */
     int64_t cache_full;        /* calls planned afresh because the cache was full */
+    /* what the plans chose, whatever order they were made in: the sum over plans of a 64-bit
+     * hash of the plan's shape key and its choice (cuBLASLt's algorithm id, tile, stages,
+     * split-K count, reduction scheme, swizzle and custom option; or the skinny variant; or
+     * none). Two runs whose GEMMs may round differently (other algorithms for one shape) show
+     * other values; 0 before any plan */
+    uint64_t choice_hash;
     size_t scratch_bytes;      /* the scratch output of beta != 0 timing (device) */
 };
 

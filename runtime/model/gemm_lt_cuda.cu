@@ -62,6 +62,33 @@ static uint64_t key_hash(const struct lt_key *x)
     return h;
 }
 
+/* One plan's term of gemm_lt_stats.choice_hash: its key, then what it kept. */
+static uint64_t choice_of(const struct lt_plan *p)
+{
+    int64_t f[9] = {p->has_algo, p->skinny};
+    if (p->has_algo && p->skinny < 0) {
+        static const cublasLtMatmulAlgoConfigAttributes_t at[] = {
+            CUBLASLT_ALGO_CONFIG_ID,
+            CUBLASLT_ALGO_CONFIG_TILE_ID,
+            CUBLASLT_ALGO_CONFIG_STAGES_ID,
+            CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+            CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+            CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+            CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION};
+        for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+            uint32_t v = 0; /* each of these is 32 bits wide; one that is not read stays 0 */
+            size_t got = 0;
+            if (cublasLtMatmulAlgoConfigGetAttribute(&p->algo, at[i], &v, sizeof v, &got) ==
+                CUBLAS_STATUS_SUCCESS)
+                f[2 + i] = v;
+        }
+    }
+    uint64_t h = key_hash(&p->key);
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        h = (h ^ (uint64_t)f[i]) * 1099511628211ull;
+    return h;
+}
+
 static int sm_target_of(int num_sms, int reserve)
 {
     return reserve > 0 ? num_sms - reserve : 0;
@@ -371,6 +398,7 @@ static struct lt_plan *plan_for(struct gemm_lt *g, const struct kctx *c, const s
     p->has_algo = pick >= 0;
     p->used = 1;
     g->st.shapes += p != tmp;
+    if (p != tmp) g->st.choice_hash += choice_of(p);
     return p;
 }
 

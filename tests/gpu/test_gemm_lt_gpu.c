@@ -309,7 +309,20 @@ static void test_reserve(void)
     EXPECT_EQ_INT(lt_stats(g).shapes, 2);
     EXPECT_EQ_INT(lt_stats(g).candidates_timed, 0);
     EXPECT_EQ_INT(lt_stats(g).shapes_tuned, 0);
+    /* the choices' hash: the heuristic's first picks of the same shapes planned in the other
+     * order by another handle give the same value; a third shape changes it */
+    const uint64_t ch = lt_stats(g).choice_hash;
+    EXPECT(ch != 0);
+    struct gemm_lt *g2 = gemm_lt_create(&un, err, sizeof err);
+    c.gemm_lt = g2;
+    gemm_case(&c, 64, 256, 5120, 0.0f, "lt untimed, other order", got);
+    gemm_case(&c, 3, 1000, 512, 1.0f, "lt untimed, other order", got);
+    EXPECT(lt_stats(g2).choice_hash == ch);
+    gemm_case(&c, 5, 256, 512, 0.0f, "lt untimed, a third shape", got);
+    EXPECT(lt_stats(g2).choice_hash != ch);
     CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)g_dev.stream));
+    gemm_lt_free(g2);
+    c.gemm_lt = g;
     gemm_lt_free(g);
     /* stream timing: the candidates timed as plain launches, none in a graph; results right */
     struct gemm_lt_params sp = {0, 0, 1, 1};
@@ -383,6 +396,10 @@ static int engine_run(int gemm, int reserve, int pdl, struct engine_stats *st, f
                   st->gemm_shapes_graph_timed);
     EXPECT_EQ_INT(json_integer_value(json_object_get(j, "graph_timing_fallbacks")),
                   st->gemm_graph_timing_fallbacks);
+    char choice[17];
+    snprintf(choice, sizeof choice, "%016llx", (unsigned long long)st->gemm_choice_hash);
+    EXPECT_STR_EQ(json_string_value(json_object_get(j, "choice_hash")), choice);
+    EXPECT((gemm == ENGINE_GEMM_CUBLAS) == (st->gemm_choice_hash == 0));
     json_decref(j);
     batch_free(e, bt);
     kv_cache_free(kv);
