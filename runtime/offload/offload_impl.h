@@ -174,10 +174,12 @@ struct offload_step {
     int issued;     /* next_layer has been issued (offload_layer_issue) */
     int pre_done;   /* next_layer's pre-attention has been queued (offload_pre) */
     /* per layer, the sparse layers its piece selected, in order (offload_select), and the one
-     * it prefetched (offload_prefetch; -1: none): the device path queues their side work after
-     * the piece, whose graph replays without running it */
+     * it prefetched (offload_prefetch; -1: none), and how many of them it selected in one
+     * launch (select_joint: 0 or 2): the device path queues their side work, and counts them,
+     * after the piece, whose graph replays without running it */
     int16_t piece_sel[OFFLOAD_MAX_LAYERS][2];
     int8_t piece_nsel[OFFLOAD_MAX_LAYERS];
+    int8_t piece_joint[OFFLOAD_MAX_LAYERS];
     int16_t piece_pf[OFFLOAD_MAX_LAYERS];
     int64_t sel_step[OFFLOAD_MAX_LAYERS];  /* (lane) per layer, the step that selected it last */
     int64_t spec_step[OFFLOAD_MAX_LAYERS]; /* (lane) per layer, the step that prefetched it last */

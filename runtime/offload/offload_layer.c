@@ -456,7 +456,7 @@ static void select_layer(struct offload *o, struct batch *bt, int layer, int spe
             select_job_of(o, first, first_spec, o->step.pend_q, select_scores(o, first), &dv[0]),
             select_job_of(o, layer, spec, q, select_scores(o, layer), &dv[1])};
         o->fn.select_multi(x, jobs, 2, batch_len(bt), o->step.n);
-        o->st.joint_selections += 2;
+        o->step.piece_joint[o->step.next_layer] = 2; /* counted after the piece */
         select_after(o, bt, first, first_spec, x, &t);
         select_after(o, bt, layer, spec, x, &t);
         return;
@@ -672,7 +672,7 @@ static void issue_body(void *arg)
 {
     const struct layer_call *c = arg;
     struct offload *o = c->o;
-    o->step.piece_nsel[c->layer] = 0;
+    o->step.piece_nsel[c->layer] = o->step.piece_joint[c->layer] = 0;
     o->step.piece_pf[c->layer] = -1;
     o->p.schedule->layer(o, c->bt, c->layer);
     select_flush(o, c->bt);
@@ -779,6 +779,7 @@ void offload_layer_issue(struct offload *o, struct batch *bt, int layer)
         issue_side(o, o->step.piece_pf[layer], 1);
         o->st.forked_selections += o->fork;
     }
+    o->st.joint_selections += o->step.piece_joint[layer];
     if (o->device_plan) offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
     o->step.issued = 1;
     o->step_syncs += pulse_host_syncs() - s0;
