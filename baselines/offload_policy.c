@@ -75,6 +75,9 @@ void offload_policy_counters(const struct offload *o, struct serve_counters *c)
     c->spec_correction_holds = st.correction_holds;
     c->attend_recall_layers = st.attend_recall_layers;
     c->attend_recall_chunks = st.attend_recall_chunks;
+    c->forked_selections = st.forked_selections;
+    c->joint_selections = st.joint_selections;
+    c->stream_corrections = st.stream_corrections;
 }
 
 void offload_policy_finish(struct serve_state *s)

@@ -46,6 +46,8 @@ struct pi_cfg {
                            else its approximate query is the exact one (a perfect predictor) */
     int attend_recall;  /* offload_params.attend_recall (pulse run --attend-recall on) */
     int predict_fork;   /* offload_params.predict_fork (pulse run --predict-stream fork) */
+    int select_apart;   /* offload_params.select_joint 0 (pulse run --select-launch apart) */
+    int correct_own;    /* offload_params.correct_stream (pulse run --correction-stream own) */
     const char *self_interleave; /* pulseinfer --self-interleave (NULL: off) */
     int want_json;               /* the policy context's counters into pi_out.pj */
 };
@@ -133,6 +135,8 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
     p.query = c->query;
     p.attend_recall = c->attend_recall;
     p.predict_fork = c->predict_fork;
+    p.select_joint = !c->select_apart;
+    p.correct_stream = c->correct_own;
     void *ctx = NULL;
     if (kv && pol->needs_ctx) {
         int64_t prompt = 0;
