@@ -530,11 +530,7 @@ static int jobs_refused(const struct select_job *jobs, int n, char *why, size_t 
         _exit(0);
     }
     close(fd[1]);
-    size_t at = 0;
-    for (ssize_t got; at + 1 < len && (got = read(fd[0], why + at, len - 1 - at)) > 0;)
-        at += (size_t)got;
-    why[at] = 0;
-    close(fd[0]);
+    tu_read_all(fd[0], why, len);
     int st = 0;
     waitpid(pid, &st, 0);
     return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;

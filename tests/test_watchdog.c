@@ -40,11 +40,7 @@ static void child(const char *value, int kick, char *out, size_t len)
         _exit(0);
     }
     close(fd[1]);
-    size_t n = 0;
-    for (ssize_t r; n + 1 < len && (r = read(fd[0], out + n, len - 1 - n)) > 0;)
-        n += (size_t)r;
-    out[n] = 0;
-    close(fd[0]);
+    tu_read_all(fd[0], out, len);
     int st = 0;
     waitpid(pid, &st, 0);
     EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0);

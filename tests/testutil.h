@@ -157,6 +157,18 @@ static inline int tu_case_on(long i)
     return i >= a && i <= b;
 }
 
+/* Reads fd to its end (or until buf, of len >= 1 bytes, is full) into buf, NUL-terminated;
+ * closes fd. Returns the bytes read. */
+static inline size_t tu_read_all(int fd, char *buf, size_t len)
+{
+    size_t n = 0;
+    for (ssize_t r; n + 1 < len && (r = read(fd, buf + n, len - 1 - n)) > 0;)
+        n += (size_t)r;
+    buf[n] = 0;
+    close(fd);
+    return n;
+}
+
 static inline int tu_finish(const char *name)
 {
     if (tu_checks == 0) {

@@ -271,6 +271,15 @@ static void test_digest(void)
 
 /* ------------------------------------------------------------------ scores and top-k */
 
+/* Block counts of a mixed batch: every sixth entry max_blocks, others 1-4 or 1-2500 blocks. */
+static void mixed_blocks(int *blocks, int batch, int max_blocks)
+{
+    for (int b = 0; b < batch; b++)
+        blocks[b] = b % 6 == 0   ? max_blocks
+                    : b % 5 == 1 ? 1 + (int)rnd_u32(4)
+                                 : 1 + (int)rnd_u32(2500);
+}
+
 /* Digests (min <= max, nonzero integers) for entries of the given token counts, and q. */
 #define SSET_MAX_BATCH 24
 struct sset {
@@ -404,10 +413,7 @@ static void test_score_topk(void)
     const int batch = 17, bs = 16, max_blocks = 8192;
     for (size_t ci = 0; ci < TU_CASES(cases); ci++) {
         int blocks[17];
-        for (int b = 0; b < batch; b++)
-            blocks[b] = b % 6 == 0   ? max_blocks
-                        : b % 5 == 1 ? 1 + (int)rnd_u32(4)
-                                     : 1 + (int)rnd_u32(2500);
+        mixed_blocks(blocks, batch, max_blocks);
         struct sset s;
         sset_init(&s, batch, cases[ci].nq, cases[ci].nkv, cases[ci].hd, bs, cases[ci].sel, blocks);
         struct select_cfg cfg = {s.nq, s.nkv, s.hd, bs, 128, 1, 2, max_blocks, 0};
@@ -601,10 +607,7 @@ static void test_multi(void)
     const int batch = 17, bs = 16, max_blocks = 8192;
     for (size_t ci = 0; ci < TU_CASES(cases); ci++) {
         int blocks[17];
-        for (int b = 0; b < batch; b++)
-            blocks[b] = b % 6 == 0   ? max_blocks
-                        : b % 5 == 1 ? 1 + (int)rnd_u32(4)
-                                     : 1 + (int)rnd_u32(2500);
+        mixed_blocks(blocks, batch, max_blocks);
         struct sset s[2];
         sset_init(&s[0], batch, 40, 8, 128, bs, cases[ci].sel0, blocks);
         sset_init(&s[1], batch, 40, 8, 128, bs, cases[ci].sel1, blocks);
