@@ -3,6 +3,7 @@
 # both systems under CUPTI at 32K x 24 (GPU busy, the kernel tables after the joint selection),
 # PulseInfer traced there (the timeline: whether a layer's correction waits on its prefetch),
 # the published tier there (infinigen and arkvale as published), and vanilla at 1 : 8 (the 8x).
+# first test_select_gpu and its memcheck (the kernels changed after s38's last call).
 # `LIMIT=570 bash s39a.sh` with .deps, s39a.sh and s38sum.py carried
 cd "$(dirname "$0")"
 R=$(pwd)
@@ -13,6 +14,9 @@ export PATH=$PATH:/usr/local/cuda/bin
 nvidia-smi --query-gpu=name,driver_version,uuid --format=csv,noheader | tee $OUT/gpu.txt
 PULSE_BUILD=$R/build-gpu scripts/build.sh >$W/build.log 2>&1 || { tail -30 $W/build.log; exit 1; }
 echo "build $(el) s"
+# the selection kernels' __grid_constant__ jobs (s38, after the last GPU call): their test first
+mkdir -p $W/tests; build-gpu/test_select_gpu > $W/tests/select.txt 2>&1; echo "test_select_gpu rc=$? $(el) s"; grep -E "FAIL|checks|two selections|solohead  batch 24" $W/tests/select.txt
+PULSE_GPU_TEST_QUICK=1 PULSE_GPU_TEST_NO_TIMING=1 compute-sanitizer --tool memcheck build-gpu/test_select_gpu > $W/tests/select_memcheck.txt 2>&1; echo "memcheck rc=$? $(el) s"; tail -2 $W/tests/select_memcheck.txt
 PROF=$R/experiments/results/h100-2026-12-06-s32/ioaa_profile_zc.json
 runs() {
 for v in "$@"; do

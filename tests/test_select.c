@@ -589,6 +589,14 @@ static void test_multi(void)
     bad[1] = jobs[1], bad[1].cfg = &cw;
     EXPECT(jobs_refused(bad, 2, why, sizeof why));
     EXPECT_STR_CONTAINS(why, "shapes differ");
+    bad[1] = jobs[1], bad[1].scores = jobs[0].scores; /* one score buffer for both */
+    EXPECT(jobs_refused(bad, 2, why, sizeof why));
+    EXPECT_STR_CONTAINS(why, "share an output");
+    struct digest_view odd = b.dv; /* a pool 2 bytes off 8-byte alignment */
+    odd.pool = (uint16_t *)((char *)b.dv.pool + 2);
+    bad[1] = jobs[1], bad[1].dv = &odd;
+    EXPECT(jobs_refused(bad, 2, why, sizeof why));
+    EXPECT_STR_CONTAINS(why, "aligned differently");
     for (int i = 0; i < 4; i++)
         free(sc[i]), free(idx[i]);
     set_free(&a);

@@ -288,7 +288,8 @@ struct select_job {
     int32_t *sel_idx, *sel_count;
     int sel_head;
 };
-/* Aborts (PULSE_CHECK) unless 1 <= n_jobs <= SELECT_MAX_JOBS and the jobs agree as above. */
+/* Aborts (PULSE_CHECK) unless 1 <= n_jobs <= SELECT_MAX_JOBS, the jobs agree as above, their
+ * digest pools are alike in 8-byte alignment, and no two share an output buffer. */
 void select_jobs_check(const struct select_job *jobs, int n_jobs);
 void select_blocks_multi_ref(const struct kctx *c, const struct select_job *jobs, int n_jobs,
                              const int32_t *n_tokens, int batch);

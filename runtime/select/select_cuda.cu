@@ -195,7 +195,10 @@ __device__ __forceinline__ void score_round(const float *sq, const uint16_t *dpo
 }
 
 /* What differs between the jobs of one launch (select_blocks_multi): job j's query, digests,
- * scores and selector head; the kernels' grids run over jobs x entries. */
+ * scores and selector head; the kernels' grids run over jobs x entries. The kernels take these
+ * as __grid_constant__ parameters: indexed by the block's job, they are read in place from the
+ * parameter space (a by-value copy indexed at run time goes to local memory, and the score
+ * kernel, at its 64-register bound, then spills). */
 struct score_jobs {
     const uint16_t *q[SELECT_MAX_JOBS];
     const uint16_t *dpool[SELECT_MAX_JOBS];
@@ -217,8 +220,8 @@ struct score_jobs {
  * aligned digest rows). */
 template <bool VEC>
 __global__ void __launch_bounds__(kScoreWarps * 32, 4)
-    score_kernel(const score_jobs jobs, const int32_t *n_tokens, int batch, int nq, int G, int hd,
-                 int ndh, int bs, int max_blocks, int nkv, int rounds)
+    score_kernel(const __grid_constant__ score_jobs jobs, const int32_t *n_tokens, int batch,
+                 int nq, int G, int hd, int ndh, int bs, int max_blocks, int nkv, int rounds)
 {
     extern __shared__ float sq[]; /* [k1 - k0][positive, negative][hd] */
     constexpr int R = kScorePerWarp;
@@ -404,8 +407,8 @@ struct topk_jobs {
 
 /* grid (jobs x batch, n_lists); dynamic shared: max_blocks keys. */
 __global__ void __launch_bounds__(kTopkThreads)
-    topk_kernel(const topk_jobs jobs, const int32_t *n_tokens, int batch, int max_blocks, int bs,
-                int sink, int window)
+    topk_kernel(const __grid_constant__ topk_jobs jobs, const int32_t *n_tokens, int batch,
+                int max_blocks, int bs, int sink, int window)
 {
     extern __shared__ uint32_t keys[];
     const int job = blockIdx.x / batch, b = blockIdx.x - job * batch;

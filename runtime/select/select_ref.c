@@ -434,6 +434,14 @@ void select_jobs_check(const struct select_job *jobs, int n_jobs)
         PULSE_CHECK(s >= 0 ? s0 >= 0 : s == s0,
                     "select_blocks_multi: the jobs' selector heads are of different kinds");
         select_check_heads(cj->n_kv_heads, cj->head_dim, jobs[j].dv, jobs[j].sel_head);
+        /* the CUDA path reads every job's digests one way (8-byte loads where all allow) */
+        PULSE_CHECK(((uintptr_t)jobs[j].dv->pool % 8 == 0) ==
+                        ((uintptr_t)jobs[0].dv->pool % 8 == 0),
+                    "select_blocks_multi: the jobs' digest pools are aligned differently");
+        for (int i = 0; i < j; i++)
+            PULSE_CHECK(jobs[i].scores != jobs[j].scores && jobs[i].sel_idx != jobs[j].sel_idx &&
+                            jobs[i].sel_count != jobs[j].sel_count,
+                        "select_blocks_multi: two jobs share an output (scores, lists or counts)");
     }
 }
 
