@@ -476,16 +476,14 @@ static int alloc_dev(struct offload *o)
 /* ------------------------------------------------------------------ create */
 
 static const struct offload_sel_fns fns_ref = {
-    hot_plan_ref,       hot_plan_reset_ref, hot_plan_init_ref,
-    offload_build_ref,  recall_gather_ref,  recall_scatter_ref,
-    digest_update_ref,  select_blocks_ref,  select_blocks_multi_ref,
-    select_approx_q_ref};
+    hot_plan_ref,      hot_plan_reset_ref,      hot_plan_init_ref,
+    offload_build_ref, recall_gather_ref,       recall_scatter_ref,
+    digest_update_ref, select_blocks_multi_ref, select_approx_q_ref};
 #ifdef PULSE_HAVE_CUDA
 static const struct offload_sel_fns fns_cuda = {
-    hot_plan_cuda,       hot_plan_reset_cuda, hot_plan_init_cuda,
-    offload_build_cuda,  recall_gather_cuda,  recall_scatter_cuda,
-    digest_update_cuda,  select_blocks_cuda,  select_blocks_multi_cuda,
-    select_approx_q_cuda};
+    hot_plan_cuda,      hot_plan_reset_cuda,      hot_plan_init_cuda,
+    offload_build_cuda, recall_gather_cuda,       recall_scatter_cuda,
+    digest_update_cuda, select_blocks_multi_cuda, select_approx_q_cuda};
 #endif
 
 /* Shapes, sizes and the selector head of every layer. */

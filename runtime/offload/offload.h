@@ -34,7 +34,8 @@
  * offload_schedule) orders pre-attention and selections inside each layer's first piece:
  *   pre       the layer's pre-attention piece (engine.h) and, in a sparse layer, its new key
  *             folded into its digest;
- *   select    a sparse layer's selection (select_blocks_{ref,cuda}: head-wise, SoloHead or mean)
+ *   select    a sparse layer's selection (select_blocks_multi_{ref,cuda}, one job or a piece's
+ *             two: head-wise, SoloHead or mean)
  *             on its source query (made during the previous step and uploaded with the step's
  *             one asynchronous copy; with the real query, OFFLOAD_QUERY_REAL, the layer's own q
  *             after its pre, or one layer ahead its approximate query from the input of the

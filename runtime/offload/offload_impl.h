@@ -26,11 +26,8 @@ struct offload_sel_fns {
     void (*scatter)(const struct recall_desc *, int, void *); /* recall_scatter_{ref,cuda} */
     void (*digest_update)(const struct kctx *, const struct kv_view *, const struct digest_view *,
                           const int32_t *, int, int);
-    void (*select_blocks)(const struct kctx *, const struct select_cfg *, const uint16_t *,
-                          const struct digest_view *, const int32_t *, float *, int32_t *,
-                          int32_t *, int, int);
-    void (*select_multi)(const struct kctx *, const struct select_job *, int, const int32_t *,
-                         int); /* select_blocks_multi_{ref,cuda} */
+    /* select_blocks_multi_{ref,cuda}: one selection or two in one launch */
+    void (*select_multi)(const struct kctx *, const struct select_job *, int, const int32_t *, int);
     void (*approx_q)(const struct kctx *, const struct approx_q_weights *, const float *,
                      const int32_t *, void *, uint16_t *, int, int, int, int, const float *, float);
 };

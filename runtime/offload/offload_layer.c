@@ -429,6 +429,22 @@ static float *select_scores(struct offload *o, int layer)
     return o->joint && layer != o->step.next_layer ? o->step.d_scores_ahead : o->step.d_scores;
 }
 
+/* Selections of layers[i] (predictions where spec[i]) from queries q[i], n of them (1 or 2), on
+ * stream x in one launch of each kernel (select_blocks_multi), then select_after for each. */
+static void select_run(struct offload *o, struct batch *bt, const struct kctx *x, int n,
+                       const int *layers, const int *spec, const uint16_t *const *q, double *t)
+{
+    struct digest_view dv[2];
+    struct select_job jobs[2];
+    for (int i = 0; i < n; i++)
+        jobs[i] = select_job_of(o, layers[i], spec[i], q[i],
+                                x == o->ctx ? select_scores(o, layers[i]) : o->step.d_scores_ahead,
+                                &dv[i]);
+    o->fn.select_multi(x, jobs, n, batch_len(bt), o->step.n);
+    for (int i = 0; i < n; i++)
+        select_after(o, bt, layers[i], spec[i], x, t);
+}
+
 /* Selection of sparse layer `layer` (a prediction's with spec) into its lists, then
  * select_after. Its query is made on the compute stream; the selection runs there too, or, for
  * a layer ahead of the one being issued with predict_fork, on the prediction's stream with
@@ -442,30 +458,22 @@ static void select_layer(struct offload *o, struct batch *bt, int layer, int spe
     double t = pulse_now();
     const uint16_t *q = select_query(o, bt, layer);
     const struct kctx *x = o->fork && layer != o->step.next_layer ? fork_open(o) : o->ctx;
-    struct digest_view dv[2];
     if (joint && o->joint && x == o->ctx) {
         if (!o->step.pend_layer1) { /* the first: wait for the second */
             o->step.pend_layer1 = layer + 1, o->step.pend_spec = spec, o->step.pend_q = q;
             offload_host_lap(o, OFFLOAD_HOST_SELECT, &t);
             return;
         }
-        const int first = o->step.pend_layer1 - 1, first_spec = o->step.pend_spec;
-        PULSE_CHECK(first != layer, "offload: a piece selects a layer once");
+        const int layers[2] = {o->step.pend_layer1 - 1, layer},
+                  specs[2] = {o->step.pend_spec, spec};
+        const uint16_t *const qs[2] = {o->step.pend_q, q};
+        PULSE_CHECK(layers[0] != layer, "offload: a piece selects a layer once");
         o->step.pend_layer1 = 0;
-        const struct select_job jobs[2] = {
-            select_job_of(o, first, first_spec, o->step.pend_q, select_scores(o, first), &dv[0]),
-            select_job_of(o, layer, spec, q, select_scores(o, layer), &dv[1])};
-        o->fn.select_multi(x, jobs, 2, batch_len(bt), o->step.n);
         o->step.piece_joint[o->step.next_layer] = 2; /* counted after the piece */
-        select_after(o, bt, first, first_spec, x, &t);
-        select_after(o, bt, layer, spec, x, &t);
+        select_run(o, bt, x, 2, layers, specs, qs, &t);
         return;
     }
-    const struct select_job job = select_job_of(
-        o, layer, spec, q, x == o->ctx ? select_scores(o, layer) : o->step.d_scores_ahead, &dv[0]);
-    o->fn.select_blocks(x, job.cfg, q, job.dv, batch_len(bt), job.scores, job.sel_idx,
-                        job.sel_count, o->step.n, job.sel_head);
-    select_after(o, bt, layer, spec, x, &t);
+    select_run(o, bt, x, 1, &layer, &spec, &q, &t);
 }
 
 /* select_joint: the piece's selection still waiting for a second one, launched alone (before
@@ -474,14 +482,10 @@ static void select_flush(struct offload *o, struct batch *bt)
 {
     if (!o->step.pend_layer1) return;
     const int layer = o->step.pend_layer1 - 1, spec = o->step.pend_spec;
+    const uint16_t *q = o->step.pend_q;
     double t = pulse_now();
-    struct digest_view dv;
-    const struct select_job job =
-        select_job_of(o, layer, spec, o->step.pend_q, select_scores(o, layer), &dv);
     o->step.pend_layer1 = 0;
-    o->fn.select_blocks(o->ctx, job.cfg, job.q, job.dv, batch_len(bt), job.scores, job.sel_idx,
-                        job.sel_count, o->step.n, job.sel_head);
-    select_after(o, bt, layer, spec, o->ctx, &t);
+    select_run(o, bt, o->ctx, 1, &layer, &spec, &q, &t);
 }
 
 int offload_predict_forked(const struct offload *o)
