@@ -368,7 +368,7 @@ static size_t dev_layout(struct offload *o, char *base)
         const size_t VM = V * o->ms, S = (size_t)o->n_sparse;
         o->store.d_hp = take(&c, o->store.hp_bytes);
         carve_plan_out(&c, &o->step.po, V, VM);
-        if (o->fork) carve_plan_out(&c, &o->step.po_fork, V, VM);
+        if (o->fork || o->joint) carve_plan_out(&c, &o->step.po_fork, V, VM);
         o->step.d_totals = take(&c, 8 * 2 * S * OFFLOAD_TOTALS); /* the predictions' after */
         for (int i = 0; i < 2 * n_lanes(o); i++)
             o->step.lanes[i / 2].d_desc[i % 2] = take(&c, sizeof(struct recall_desc) * VM);
@@ -476,14 +476,12 @@ static int alloc_dev(struct offload *o)
 /* ------------------------------------------------------------------ create */
 
 static const struct offload_sel_fns fns_ref = {
-    hot_plan_ref,      hot_plan_reset_ref,      hot_plan_init_ref,
-    offload_build_ref, recall_gather_ref,       recall_scatter_ref,
-    digest_update_ref, select_blocks_multi_ref, select_approx_q_ref};
+    hot_plan_reset_ref, hot_plan_init_ref,       offload_plan_build_ref, recall_gather_ref,
+    recall_scatter_ref, digest_update_ref,       select_blocks_multi_ref, select_approx_q_ref};
 #ifdef PULSE_HAVE_CUDA
 static const struct offload_sel_fns fns_cuda = {
-    hot_plan_cuda,      hot_plan_reset_cuda,      hot_plan_init_cuda,
-    offload_build_cuda, recall_gather_cuda,       recall_scatter_cuda,
-    digest_update_cuda, select_blocks_multi_cuda, select_approx_q_cuda};
+    hot_plan_reset_cuda, hot_plan_init_cuda,       offload_plan_build_cuda, recall_gather_cuda,
+    recall_scatter_cuda, digest_update_cuda,       select_blocks_multi_cuda, select_approx_q_cuda};
 #endif
 
 /* Shapes, sizes and the selector head of every layer. */

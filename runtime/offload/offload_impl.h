@@ -16,12 +16,12 @@
 
 /* The selection kernels of the backend (the _ref or the _cuda ones of select.h). */
 struct offload_sel_fns {
-    void (*hot_plan)(const struct hot_plan_params *, const struct hot_plan_state *,
-                     const struct hot_plan_in *, const struct hot_plan_out *, void *);
     void (*hot_plan_reset)(const struct hot_plan_params *, const struct hot_plan_state *, int, int,
                            void *);
     void (*hot_plan_init)(const struct hot_plan_params *, const struct hot_plan_state *, void *);
-    void (*build)(const struct offload_build_args *, void *);
+    /* offload_plan_build_{ref,cuda}: a layer's plan and build, or two layers' in one launch */
+    void (*plan_build)(const struct hot_plan_params *, const struct hot_plan_state *,
+                       const struct offload_plan_job *, int, void *);
     void (*gather)(const struct recall_desc *, int, int, int, int, void *);
     void (*scatter)(const struct recall_desc *, int, void *); /* recall_scatter_{ref,cuda} */
     void (*digest_update)(const struct kctx *, const struct kv_view *, const struct digest_view *,
@@ -153,8 +153,8 @@ struct offload_step {
     int pend_layer1, pend_spec;
     const uint16_t *pend_q;
     /* predict_fork: the prediction's stream, its plan scratch (it runs beside the compute
-     * stream's selection), the events of its fork and join, and whether the running piece has
-     * forked */
+     * stream's selection; select_joint: the second plan of a joint launch), the events of its
+     * fork and join, and whether the running piece has forked */
     struct kctx pctx;
     struct hot_plan_out po_fork;
     struct kctx cctx; /* correct_stream: the corrections' gathers */

@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "hot_plan.h"
 #include "recall.h"
 
 /* Whether x is among the n ascending values of a (the gate's test of a recall's victim). */
@@ -90,6 +91,29 @@ struct offload_build_args {
 
 void offload_build_ref(const struct offload_build_args *a, void *stream);
 void offload_build_cuda(const struct offload_build_args *a, void *stream);
+
+/* A layer's hot-cache plan (hot_plan.h) and its build in one: hot_plan_* on (in, out), then
+ * offload_build_* on build, whose plan inputs (status, n_recalls, recall_block, recall_slot,
+ * attend_slot, victim_block) are out's arrays and sel_count in's, and whose B, n_lists and ms
+ * are in's batch, n_lists and max_sel. The CUDA form runs each list's plan and build in one
+ * thread block, and up to OFFLOAD_PLAN_MAX_JOBS jobs in one launch (a layer's exact selection
+ * and the next layer's prediction): the jobs' units and outputs must be distinct, as two
+ * layers' are, so that running them side by side is running them one after the other. */
+#define OFFLOAD_PLAN_MAX_JOBS 2
+struct offload_plan_job {
+    struct hot_plan_in in;
+    struct hot_plan_out out;
+    struct offload_build_args build;
+};
+
+/* Aborts (PULSE_CHECK) unless jobs[0..n) are a valid call: 1 <= n <= OFFLOAD_PLAN_MAX_JOBS,
+ * each build reads its own plan with its shape, no two jobs share an output. Both forms call
+ * it. */
+void offload_plan_jobs_check(const struct offload_plan_job *jobs, int n);
+void offload_plan_build_ref(const struct hot_plan_params *p, const struct hot_plan_state *s,
+                            const struct offload_plan_job *jobs, int n, void *stream);
+void offload_plan_build_cuda(const struct hot_plan_params *p, const struct hot_plan_state *s,
+                             const struct offload_plan_job *jobs, int n, void *stream);
 
 #ifdef __cplusplus
 }

@@ -1,16 +1,20 @@
-/* The device path's glue kernel (offload_kernels.h): one thread block per list; its threads
- * split the list's descriptors and page ids. Reference: offload_kernels_ref.c. */
+/* The device path's glue kernels (offload_kernels.h): one thread block per list; its threads
+ * split the list's descriptors and page ids. The build alone (128 threads a block), or after
+ * the list's hot-cache plan in the same block (the plan's 1024 threads, hot_plan_list.cuh), for
+ * up to two layers in one launch. Reference: offload_kernels_ref.c. */
 #include <cuda_runtime.h>
 
 #include "cuda_check.h"
+#include "hot_plan_list.cuh"
 #include "offload_kernels.h"
 
 namespace
 {
 
-__global__ void __launch_bounds__(128) build_kernel(const offload_build_args a)
+/* List v's build; every thread of the block calls it. */
+__device__ __forceinline__ void build_list(const offload_build_args &a, int v)
 {
-    const int v = blockIdx.x, b = v / a.n_lists, k = v % a.n_lists, H1 = a.hot_slots + 1;
+    const int b = v / a.n_lists, k = v % a.n_lists, H1 = a.hot_slots + 1;
     const int32_t *own = a.own + ((size_t)a.slot[b] * a.n_sparse + a.sl) * H1;
     const int32_t *ids = a.host_ids + ((size_t)a.hslot[b] * a.n_sparse + a.sl) * a.max_blocks;
     const uint64_t koff = a.headwise ? (uint64_t)k * a.head_bytes : 0;
@@ -68,6 +72,30 @@ __global__ void __launch_bounds__(128) build_kernel(const offload_build_args a)
     }
 }
 
+__global__ void __launch_bounds__(128) build_kernel(const __grid_constant__ offload_build_args a)
+{
+    build_list(a, blockIdx.x);
+}
+
+struct plan_jobs {
+    hot_plan_params p;
+    hot_plan_state s;
+    offload_plan_job job[OFFLOAD_PLAN_MAX_JOBS];
+    int lists0; /* job 0's lists; the blocks after them are job 1's */
+};
+
+/* Block x: list x of job 0, or list x - lists0 of job 1: its plan, then (once the block has
+ * seen the plan's writes) its build. */
+__global__ void __launch_bounds__(HOT_PLAN_THREADS)
+    plan_build_kernel(const __grid_constant__ plan_jobs J)
+{
+    const int j = (int)blockIdx.x >= J.lists0, v = (int)blockIdx.x - (j ? J.lists0 : 0);
+    const offload_plan_job &job = J.job[j];
+    hot_plan_dev::hot_plan_list(J.p, J.s, job.in, job.out, v);
+    __syncthreads();
+    build_list(job.build, v);
+}
+
 } /* namespace */
 
 extern "C" void offload_build_cuda(const struct offload_build_args *a, void *stream)
@@ -75,5 +103,28 @@ extern "C" void offload_build_cuda(const struct offload_build_args *a, void *str
     if (a->B * a->n_lists <= 0) return;
     cudaStream_t st = (cudaStream_t)stream;
     build_kernel<<<a->B * a->n_lists, 128, 0, st>>>(*a);
+    CUDA_CHECK_LAUNCH(st);
+}
+
+extern "C" void offload_plan_build_cuda(const struct hot_plan_params *p,
+                                        const struct hot_plan_state *s,
+                                        const struct offload_plan_job *jobs, int n, void *stream)
+{
+    offload_plan_jobs_check(jobs, n);
+    PULSE_CHECK(hot_plan_params_check(p, NULL, 0) == 0, "offload_plan_build: bad plan params");
+    plan_jobs J = {};
+    J.p = *p, J.s = *s;
+    long long lists = 0;
+    for (int i = 0; i < n; i++) {
+        J.job[i] = jobs[i];
+        PULSE_CHECK(jobs[i].in.batch >= 0 && jobs[i].in.n_lists >= 1 && jobs[i].in.max_sel >= 1,
+                    "offload_plan_build: batch, n_lists or max_sel out of range");
+        if (i == 0) J.lists0 = (int)((long long)jobs[0].in.batch * jobs[0].in.n_lists);
+        lists += (long long)jobs[i].in.batch * jobs[i].in.n_lists;
+    }
+    PULSE_CHECK(lists <= 0x7fffffffLL, "offload_plan_build: too many lists");
+    if (lists == 0) return;
+    cudaStream_t st = (cudaStream_t)stream;
+    plan_build_kernel<<<(unsigned)lists, HOT_PLAN_THREADS, 0, st>>>(J);
     CUDA_CHECK_LAUNCH(st);
 }

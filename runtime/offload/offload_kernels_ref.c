@@ -63,3 +63,37 @@ void offload_build_ref(const struct offload_build_args *a, void *stream)
     for (int v = 0; v < a->B * a->n_lists; v++)
         build_list(a, v);
 }
+
+void offload_plan_jobs_check(const struct offload_plan_job *jobs, int n)
+{
+    PULSE_CHECK(jobs && n >= 1 && n <= OFFLOAD_PLAN_MAX_JOBS,
+                "offload_plan_build: 1 to OFFLOAD_PLAN_MAX_JOBS jobs");
+    for (int i = 0; i < n; i++) {
+        const struct hot_plan_in *in = &jobs[i].in;
+        const struct hot_plan_out *out = &jobs[i].out;
+        const struct offload_build_args *a = &jobs[i].build;
+        PULSE_CHECK(a->status == out->status && a->n_recalls == out->n_recalls &&
+                        a->recall_block == out->recall_block &&
+                        a->recall_slot == out->recall_slot &&
+                        a->attend_slot == out->attend_slot && a->sel_count == in->sel_count &&
+                        (!a->spec_idx || a->victim_block == out->victim_block),
+                    "offload_plan_build: a job's build reads another plan");
+        PULSE_CHECK(a->B == in->batch && a->n_lists == in->n_lists && a->ms == in->max_sel,
+                    "offload_plan_build: a job's build and plan differ in shape");
+        for (int j = 0; j < i; j++)
+            PULSE_CHECK(out->status != jobs[j].out.status && a->desc != jobs[j].build.desc &&
+                            a->att_pages != jobs[j].build.att_pages &&
+                            (!out->totals || out->totals != jobs[j].out.totals),
+                        "offload_plan_build: two jobs share an output");
+    }
+}
+
+void offload_plan_build_ref(const struct hot_plan_params *p, const struct hot_plan_state *s,
+                            const struct offload_plan_job *jobs, int n, void *stream)
+{
+    offload_plan_jobs_check(jobs, n);
+    for (int i = 0; i < n; i++) {
+        hot_plan_ref(p, s, &jobs[i].in, &jobs[i].out, stream);
+        offload_build_ref(&jobs[i].build, stream);
+    }
+}

@@ -204,13 +204,14 @@ static int correct_at_plan(const struct offload *o, int layer)
     return o->be->mem == MEM_DEVICE || *gate_of(o, layer) >= 1;
 }
 
-/* The device path (zero-copy): the layer's hot-cache plan, its descriptors and page lists, and
- * the gather from the host pool, all queued on the compute stream after the selection. A
- * prediction's (spec: offload_prefetch) plans its own lists into its own descriptors, totals and
- * a scratch control block, and its gather always runs beside (issue_side); the exact
- * selection of a layer predicted this step finds the new tail already given its slot. */
-static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec,
-                           const struct kctx *x)
+/* The device path (zero-copy): the layer's hot-cache plan with its descriptors and page lists
+ * (one job of offload_plan_build; scratch po), then (plan_after) the gather from the host pool,
+ * all queued on the compute stream after the selection. A prediction's (spec: offload_prefetch)
+ * plans its own lists into its own descriptors, totals and a scratch control block, and its
+ * gather always runs beside (issue_side); the exact selection of a layer predicted this step
+ * finds the new tail already given its slot. */
+static struct offload_plan_job plan_job_of(struct offload *o, struct batch *bt, int sl, int spec,
+                                           struct hot_plan_out po)
 {
     const int B = o->step.n;
     const size_t lists = (size_t)B * o->n_lists;
@@ -225,12 +226,10 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
                                    B,
                                    o->n_lists,
                                    o->ms};
-    struct hot_plan_out po = x == o->ctx ? o->step.po : o->step.po_fork;
     po.totals = o->step.d_totals + ((size_t)spec * o->n_sparse + sl) * OFFLOAD_TOTALS;
     const int gate = !spec && gate_armed(o, o->layer_of[sl]);
     const int32_t *pds = gate ? offload_spec_dsel(o, sl, B) : NULL; /* the predicted lists */
     const int recalls = !spec && offload_attend_recalls(o, o->layer_of[sl]);
-    o->fn.hot_plan(&o->store.hpp, &o->store.hps, &in, &po, x->stream);
     const size_t V = (size_t)o->max_batch * o->n_lists;
     int32_t *ctl = spec ? o->step.d_ctl_spec : o->step.d_ctl[sl & 1];
     struct recall_desc *desc = spec ? o->step.d_desc_spec[sl & 1] : o->step.d_desc[sl & 1];
@@ -274,16 +273,23 @@ static void plan_on_device(struct offload *o, struct batch *bt, int sl, int spec
                                          pds ? pds + lists * o->ms : NULL,
                                          gate ? gate_of(o, o->layer_of[sl]) : NULL,
                                          (unsigned long long *)(po.totals + OFFLOAD_TOT_HELD)};
-    o->fn.build(&a, x->stream);
+    return (struct offload_plan_job){in, po, a};
+}
+
+/* What follows a device plan on stream x: a prediction's event for its gather; an exact one's
+ * gather here, or its event for the gather's stream (issue_side), or nothing when the attention
+ * recalls. */
+static void plan_after(struct offload *o, int sl, int spec, const struct kctx *x)
+{
     if (spec) {
         o->be->event_record_external(x, o->step.ev_spec_built[sl]);
         return;
     }
-    if (recalls) return; /* no gather: the attention recalls */
+    if (offload_attend_recalls(o, o->layer_of[sl])) return; /* no gather: the attention recalls */
     if (!o->overlap) {
         const struct recall_params *rp = recall_get_params(o->store.rc);
-        o->fn.gather(o->step.d_desc[sl & 1], (int)(lists * o->ms), rp->zc_blocks, rp->zc_threads,
-                     rp->zc_inflight_kb, x->stream);
+        o->fn.gather(o->step.d_desc[sl & 1], (int)((size_t)o->step.n * o->n_lists * o->ms),
+                     rp->zc_blocks, rp->zc_threads, rp->zc_inflight_kb, x->stream);
         return;
     }
     /* the gather, on its own stream (issue_side), waits for the plan */
@@ -409,19 +415,6 @@ static struct select_job select_job_of(struct offload *o, int layer, int spec, c
                                o->sel_head[layer]};
 }
 
-/* What follows a selection on stream x: the event the side stream waits for, then its side
- * work on the host path, or its plan on the device path. */
-static void select_after(struct offload *o, struct batch *bt, int layer, int spec,
-                         const struct kctx *x, double *t)
-{
-    const int sl = offload_sl(o, layer);
-    o->be->event_record_external(x, spec ? o->step.ev_spec_selected[sl] : o->step.ev_selected[sl]);
-    if (!o->device_plan) issue_side(o, layer, spec);
-    offload_host_lap(o, OFFLOAD_HOST_SELECT, t);
-    if (o->device_plan) plan_on_device(o, bt, sl, spec, x);
-    offload_host_lap(o, OFFLOAD_HOST_PLAN, t);
-}
-
 /* The scores of a selection on the compute stream: the layer ahead's apart from the layer's
  * own where it may run with it (select_joint). */
 static float *select_scores(struct offload *o, int layer)
@@ -430,7 +423,10 @@ static float *select_scores(struct offload *o, int layer)
 }
 
 /* Selections of layers[i] (predictions where spec[i]) from queries q[i], n of them (1 or 2), on
- * stream x in one launch of each kernel (select_blocks_multi), then select_after for each. */
+ * stream x in one launch of each kernel (select_blocks_multi); then per layer the event the
+ * side stream waits for and its side work on the host path, or on the device path their
+ * plans, in one launch (offload_plan_build: the compute stream's second job in the fork's
+ * scratch), and what follows each (plan_after). */
 static void select_run(struct offload *o, struct batch *bt, const struct kctx *x, int n,
                        const int *layers, const int *spec, const uint16_t *const *q, double *t)
 {
@@ -441,12 +437,26 @@ static void select_run(struct offload *o, struct batch *bt, const struct kctx *x
                                 x == o->ctx ? select_scores(o, layers[i]) : o->step.d_scores_ahead,
                                 &dv[i]);
     o->fn.select_multi(x, jobs, n, batch_len(bt), o->step.n);
+    for (int i = 0; i < n; i++) {
+        const int sl = offload_sl(o, layers[i]);
+        o->be->event_record_external(x, spec[i] ? o->step.ev_spec_selected[sl]
+                                                : o->step.ev_selected[sl]);
+        if (!o->device_plan) issue_side(o, layers[i], spec[i]);
+    }
+    offload_host_lap(o, OFFLOAD_HOST_SELECT, t);
+    if (!o->device_plan) return;
+    struct offload_plan_job pj[2];
     for (int i = 0; i < n; i++)
-        select_after(o, bt, layers[i], spec[i], x, t);
+        pj[i] = plan_job_of(o, bt, offload_sl(o, layers[i]), spec[i],
+                            x == o->ctx && i == 0 ? o->step.po : o->step.po_fork);
+    o->fn.plan_build(&o->store.hpp, &o->store.hps, pj, n, x->stream);
+    for (int i = 0; i < n; i++)
+        plan_after(o, offload_sl(o, layers[i]), spec[i], x);
+    offload_host_lap(o, OFFLOAD_HOST_PLAN, t);
 }
 
 /* Selection of sparse layer `layer` (a prediction's with spec) into its lists, then
- * select_after. Its query is made on the compute stream; the selection runs there too, or, for
+ * its plan (select_run). Its query is made on the compute stream; the selection runs there too, or, for
  * a layer ahead of the one being issued with predict_fork, on the prediction's stream with
  * scratch of its own. With `joint` (the schedule's selections, select_joint) a selection on the
  * compute stream waits for the piece's second one and both run in one launch of each kernel;
