@@ -145,7 +145,7 @@ if has sanitize-all && command -v compute-sanitizer >/dev/null; then
     trap 'kill "$sampler" 2>/dev/null' EXIT # should the suite end before the tools do
     pairs=()
     for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
-        for t in ${SAN_TESTS:-test_decode_gpu test_select_gpu test_recall_gpu test_offload_kernels_gpu test_offload_gpu test_pulseinfer_gpu}; do
+        for t in ${SAN_TESTS:-test_decode_gpu test_select_gpu test_recall_gpu test_offload_kernels_gpu test_plan_build_gpu test_offload_gpu test_pulseinfer_gpu}; do
             pairs+=("$tool $t")
         done
     done

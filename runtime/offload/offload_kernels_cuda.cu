@@ -110,7 +110,7 @@ extern "C" void offload_plan_build_cuda(const struct hot_plan_params *p,
                                         const struct hot_plan_state *s,
                                         const struct offload_plan_job *jobs, int n, void *stream)
 {
-    offload_plan_jobs_check(jobs, n);
+    offload_plan_jobs_check(p, jobs, n);
     PULSE_CHECK(hot_plan_params_check(p, NULL, 0) == 0, "offload_plan_build: bad plan params");
     plan_jobs J = {};
     J.p = *p, J.s = *s;

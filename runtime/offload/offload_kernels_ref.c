@@ -64,7 +64,8 @@ void offload_build_ref(const struct offload_build_args *a, void *stream)
         build_list(a, v);
 }
 
-void offload_plan_jobs_check(const struct offload_plan_job *jobs, int n)
+void offload_plan_jobs_check(const struct hot_plan_params *p, const struct offload_plan_job *jobs,
+                             int n)
 {
     PULSE_CHECK(jobs && n >= 1 && n <= OFFLOAD_PLAN_MAX_JOBS,
                 "offload_plan_build: 1 to OFFLOAD_PLAN_MAX_JOBS jobs");
@@ -78,7 +79,9 @@ void offload_plan_jobs_check(const struct offload_plan_job *jobs, int n)
                         a->attend_slot == out->attend_slot && a->sel_count == in->sel_count &&
                         (!a->spec_idx || a->victim_block == out->victim_block),
                     "offload_plan_build: a job's build reads another plan");
-        PULSE_CHECK(a->B == in->batch && a->n_lists == in->n_lists && a->ms == in->max_sel,
+        PULSE_CHECK(a->B == in->batch && a->n_lists == in->n_lists && a->ms == in->max_sel &&
+                        a->hot_slots == p->n_slots && a->max_blocks == p->max_blocks &&
+                        (!a->att_host || a->sel_idx == in->sel_idx),
                     "offload_plan_build: a job's build and plan differ in shape");
         for (int j = 0; j < i; j++)
             PULSE_CHECK(out->status != jobs[j].out.status && a->desc != jobs[j].build.desc &&
@@ -91,7 +94,7 @@ void offload_plan_jobs_check(const struct offload_plan_job *jobs, int n)
 void offload_plan_build_ref(const struct hot_plan_params *p, const struct hot_plan_state *s,
                             const struct offload_plan_job *jobs, int n, void *stream)
 {
-    offload_plan_jobs_check(jobs, n);
+    offload_plan_jobs_check(p, jobs, n);
     for (int i = 0; i < n; i++) {
         hot_plan_ref(p, s, &jobs[i].in, &jobs[i].out, stream);
         offload_build_ref(&jobs[i].build, stream);
