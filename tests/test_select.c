@@ -516,24 +516,23 @@ static void test_solohead(void)
 
 /* ------------------------------------------------------------------ several jobs */
 
-/* Whether select_jobs_check aborts on jobs (in a child, its stderr's first line into why). */
+/* select_jobs_check on a call's jobs, for tu_aborts. */
+struct jobs_call {
+    const struct select_job *jobs;
+    int n;
+};
+
+static void check_jobs(const void *arg)
+{
+    const struct jobs_call *c = arg;
+    select_jobs_check(c->jobs, c->n);
+}
+
+/* Whether select_jobs_check refuses jobs (in a child; its stderr into why). */
 static int jobs_refused(const struct select_job *jobs, int n, char *why, size_t len)
 {
-    int fd[2];
-    if (pipe(fd) != 0) return 0;
-    fflush(stderr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        close(fd[0]);
-        dup2(fd[1], 2);
-        select_jobs_check(jobs, n);
-        _exit(0);
-    }
-    close(fd[1]);
-    tu_read_all(fd[0], why, len);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+    const struct jobs_call c = {jobs, n};
+    return tu_aborts(check_jobs, &c, why, len);
 }
 
 /* select_blocks_multi_ref is select_blocks_ref job by job (other digests, query, head and

@@ -169,6 +169,28 @@ static inline size_t tu_read_all(int fd, char *buf, size_t len)
     return n;
 }
 
+/* Whether fn(arg), run in a child process, aborts (a PULSE_CHECK's refusal); its stderr into
+ * why (len >= 1 bytes, NUL-terminated). 0 when the child could not be made. */
+static inline int tu_aborts(void (*fn)(const void *), const void *arg, char *why, size_t len)
+{
+    int fd[2];
+    why[0] = 0;
+    if (pipe(fd) != 0) return 0;
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 2);
+        fn(arg);
+        _exit(0);
+    }
+    close(fd[1]);
+    tu_read_all(fd[0], why, len);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return pid > 0 && WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+}
+
 static inline int tu_finish(const char *name)
 {
     if (tu_checks == 0) {

@@ -567,25 +567,24 @@ static void run_case(const struct backend *be, const struct kctx *ctx, const str
 
 /* ------------------------------------------------------------------ refusals */
 
-/* Whether offload_plan_jobs_check aborts on jobs (in a child; its stderr into why). */
-static int jobs_refused(const struct hot_plan_params *p, const struct offload_plan_job *jobs, int n,
-                        char *why, size_t len)
+struct jobs_call {
+    const struct hot_plan_params *p;
+    const struct offload_plan_job *jobs;
+    int n;
+};
+
+static void check_jobs(const void *arg)
 {
-    int fd[2];
-    if (pipe(fd) != 0) return 0;
-    fflush(stderr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        close(fd[0]);
-        dup2(fd[1], 2);
-        offload_plan_jobs_check(p, jobs, n);
-        _exit(0);
-    }
-    close(fd[1]);
-    tu_read_all(fd[0], why, len);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+    const struct jobs_call *c = arg;
+    offload_plan_jobs_check(c->p, c->jobs, c->n);
+}
+
+/* Whether offload_plan_jobs_check aborts on jobs (in a child; its stderr into why). */
+static int jobs_refused(const struct hot_plan_params *p, const struct offload_plan_job *jobs,
+                        int n, char *why, size_t len)
+{
+    const struct jobs_call c = {p, jobs, n};
+    return tu_aborts(check_jobs, &c, why, len);
 }
 
 /* A valid pair of jobs (a gated layer 0, layer 1) on host memory, and calls that break the
