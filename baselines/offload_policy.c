@@ -77,6 +77,7 @@ void offload_policy_counters(const struct offload *o, struct serve_counters *c)
     c->attend_recall_chunks = st.attend_recall_chunks;
     c->forked_selections = st.forked_selections;
     c->joint_selections = st.joint_selections;
+    c->fused_plans = st.fused_plans;
     c->stream_corrections = st.stream_corrections;
 }
 

@@ -29,6 +29,7 @@ static const struct rt_word bytes_words[] = {{"source", 0}, {"profile", 1}, {NUL
 static const struct rt_word fill_words[] = {{"device", 0}, {"host", 1}, {NULL, 0}};
 static const struct rt_word fork_words[] = {{"fork", 1}, {"inline", 0}, {NULL, 0}};
 static const struct rt_word joint_words[] = {{"joint", 1}, {"apart", 0}, {NULL, 0}};
+static const struct rt_word fused_words[] = {{"fused", 1}, {"apart", 0}, {NULL, 0}};
 static const struct rt_word corr_words[] = {{"own", 1}, {"gather", 0}, {NULL, 0}};
 static const struct rt_word gemm_words[] = {{"lt", ENGINE_GEMM_LT},
                                             {"lt-heuristic", ENGINE_GEMM_LT_HEURISTIC},
@@ -137,6 +138,11 @@ static const struct rt_opt table[] = {
      "a schedule that selects ahead: a layer's piece's two selections (PulseInfer's exact one "
      "and its prediction; the first layer's and the next) scored and ranked in one launch of "
      "each kernel, or one launch each",
+     NULL},
+    {"plan-launch", RT_OFFLOAD, FIELD(offload_params, plan_fused), WORDS(fused_words), 0, NULL,
+     "zero-copy: a layer's hot-cache plan and its descriptors in one kernel, a piece's two "
+     "layers (the exact selection and the prediction) in one launch, or the plan and the build "
+     "as two kernels a layer",
      NULL},
     {"correction-stream", RT_OFFLOAD, FIELD(offload_params, correct_stream), WORDS(corr_words), 0,
      NULL,

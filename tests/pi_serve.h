@@ -48,6 +48,7 @@ struct pi_cfg {
     int predict_fork;   /* offload_params.predict_fork (pulse run --predict-stream fork) */
     int select_apart;   /* offload_params.select_joint 0 (pulse run --select-launch apart) */
     int correct_own;    /* offload_params.correct_stream (pulse run --correction-stream own) */
+    int plan_fused;     /* offload_params.plan_fused (pulse run --plan-launch fused) */
     const char *self_interleave; /* pulseinfer --self-interleave (NULL: off) */
     int want_json;               /* the policy context's counters into pi_out.pj */
 };
@@ -137,6 +138,7 @@ static inline void serve(const struct pi_cfg *c, struct pi_out *r)
     p.predict_fork = c->predict_fork;
     p.select_joint = !c->select_apart;
     p.correct_stream = c->correct_own;
+    p.plan_fused = c->plan_fused;
     void *ctx = NULL;
     if (kv && pol->needs_ctx) {
         int64_t prompt = 0;

@@ -200,6 +200,8 @@ static const struct bad_case bad[] = {
      "pulse run: --predict-stream: 'side' is not fork or inline", 2},
     {"run --backend cpu --select-launch both",
      "pulse run: --select-launch: 'both' is not joint or apart", 2},
+    {"run --backend cpu --plan-launch both",
+     "pulse run: --plan-launch: 'both' is not fused or apart", 2},
     {"run --backend cpu --correction-stream side",
      "pulse run: --correction-stream: 'side' is not own or gather", 2},
     {"run --backend cpu --locality-anchor 17",
@@ -304,8 +306,8 @@ static void test_env_junk(void)
     };
     for (size_t i = 0; i < sizeof env / sizeof env[0]; i++)
         setenv(env[i].name, env[i].value, 1);
-    EXPECT_EQ_INT(
-        run("run --backend cpu --policy arkvale --workload uniform:64:1 --output-len 2"), 0);
+    EXPECT_EQ_INT(run("run --backend cpu --policy arkvale --workload uniform:64:1 --output-len 2"),
+                  0);
     for (size_t i = 0; i < sizeof env / sizeof env[0]; i++) {
         EXPECT_STR_CONTAINS(out, env[i].says);
         unsetenv(env[i].name);

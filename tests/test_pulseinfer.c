@@ -1225,9 +1225,10 @@ static void test_speculation(void)
 enum {
     FLAG_NONE,
     FLAG_PER_LAYER,
-    FLAG_PAIRS
-}; /* the counter: 0, steps x sparse layers, two a
-      step for each sparse layer followed by one */
+    FLAG_PAIRS,
+    FLAG_TWO_PER_LAYER
+}; /* the counter: 0, steps x sparse layers, two a step for each sparse layer followed by one,
+      two a step for each sparse layer */
 struct flag_run {
     const char *policy;
     int want;   /* the counter with the switch on */
@@ -1262,9 +1263,10 @@ static void flag_pairs(const char *flag, const char *words[2], const char *key, 
             const int64_t steps = json_integer_value(json_object_get(ctr, "steps"));
             const int64_t sparse = json_integer_value(json_object_get(cfg, "sparse_layers"));
             EXPECT(steps > 0 && sparse > 1);
-            const int64_t want = !on                              ? 0
-                                 : runs[r].want == FLAG_PER_LAYER ? steps * sparse
-                                                                  : 2 * steps * (sparse - 1);
+            const int64_t want = !on                                  ? 0
+                                 : runs[r].want == FLAG_PER_LAYER     ? steps * sparse
+                                 : runs[r].want == FLAG_TWO_PER_LAYER ? 2 * steps * sparse
+                                                                      : 2 * steps * (sparse - 1);
             EXPECT_EQ_INT(json_integer_value(json_object_get(ctr, counter)), want);
             snprintf(fnv[off], sizeof fnv[off], "%s",
                      json_string_value(
@@ -1316,6 +1318,24 @@ static void test_select_launch(void)
         {"pulseinfer --admission fixed:0 --recall-engine zero-copy", FLAG_NONE, 0}};
     const char *words[2] = {"joint", "apart"};
     flag_pairs("--select-launch", words, "select_launch", "select_joint", "joint_selections", runs,
+               PULSE_ARRAY_LEN(runs));
+}
+
+/* --plan-launch: on the device path (zero-copy) each layer's hot-cache plan and build run as one
+ * kernel, a piece's two layers in one launch: every sparse layer planned once a step, and with
+ * --speculate its prediction too (layer 0 is dense: every sparse layer is predicted), whether
+ * the two selections launch together or not; the same tokens as the plan and build apart; not
+ * on gather-scatter (planned on the host). */
+static void test_plan_launch(void)
+{
+    static const struct flag_run runs[] = {
+        {PI_SPEC "zero-copy", FLAG_TWO_PER_LAYER, 1},
+        {PI_SPEC "zero-copy --select-launch apart", FLAG_TWO_PER_LAYER, 1},
+        {"infinigen+solohead+zc", FLAG_PER_LAYER, 1},
+        {"pulseinfer --admission fixed:0 --recall-engine zero-copy", FLAG_PER_LAYER, 1},
+        {PI_SPEC "gather-scatter", FLAG_NONE, 0}};
+    const char *words[2] = {"fused", "apart"};
+    flag_pairs("--plan-launch", words, "plan_launch", "plan_fused", "fused_plans", runs,
                PULSE_ARRAY_LEN(runs));
 }
 
@@ -1921,6 +1941,7 @@ int main(void)
     test_speculation_cli();
     test_predict_stream();
     test_select_launch();
+    test_plan_launch();
     test_correction_stream();
     test_attend_recall();
     test_self_equals_vanilla();

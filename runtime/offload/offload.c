@@ -296,6 +296,8 @@ static size_t host_layout(struct offload *o, char *base)
     o->plan.items = take(&c, sizeof(struct recall_item) * (size_t)o->max_items);
     o->step.lgraph = take(&c, sizeof(void *) * OFFLOAD_LGRAPH_SETS * OFFLOAD_LGRAPH_PIECES *
                                   (size_t)o->n_layers);
+    o->step.lg_fused =
+        take(&c, sizeof(int) * OFFLOAD_LGRAPH_SETS * OFFLOAD_LGRAPH_PIECES * (size_t)o->n_layers);
     int32_t *r = take(&c, 4 * 6 * (size_t)o->ms);
     o->plan.res = (struct hot_cache_result){
         r, r + o->ms, r + 2 * o->ms, r + 3 * o->ms, r + 4 * o->ms, r + 5 * o->ms, 0, 0, -1, -1, -1};
@@ -476,12 +478,16 @@ static int alloc_dev(struct offload *o)
 /* ------------------------------------------------------------------ create */
 
 static const struct offload_sel_fns fns_ref = {
-    hot_plan_reset_ref, hot_plan_init_ref,       offload_plan_build_ref, recall_gather_ref,
-    recall_scatter_ref, digest_update_ref,       select_blocks_multi_ref, select_approx_q_ref};
+    hot_plan_ref,       hot_plan_reset_ref,     hot_plan_init_ref,
+    offload_build_ref,  offload_plan_build_ref, recall_gather_ref,
+    recall_scatter_ref, digest_update_ref,      select_blocks_multi_ref,
+    select_approx_q_ref};
 #ifdef PULSE_HAVE_CUDA
 static const struct offload_sel_fns fns_cuda = {
-    hot_plan_reset_cuda, hot_plan_init_cuda,       offload_plan_build_cuda, recall_gather_cuda,
-    recall_scatter_cuda, digest_update_cuda,       select_blocks_multi_cuda, select_approx_q_cuda};
+    hot_plan_cuda,       hot_plan_reset_cuda,     hot_plan_init_cuda,
+    offload_build_cuda,  offload_plan_build_cuda, recall_gather_cuda,
+    recall_scatter_cuda, digest_update_cuda,      select_blocks_multi_cuda,
+    select_approx_q_cuda};
 #endif
 
 /* Shapes, sizes and the selector head of every layer. */
@@ -528,6 +534,7 @@ static void set_shape(struct offload *o, const struct model_config *m, int ps)
     o->fork = p->predict_fork && o->overlap && p->schedule->lookahead &&
               p->spec_from == OFFLOAD_SPEC_FROM_INPUT;
     o->joint = p->select_joint && p->schedule->lookahead;
+    o->fused = p->plan_fused && o->device_plan;
     o->cstream =
         p->correct_stream && o->overlap && o->spec && p->spec_from == OFFLOAD_SPEC_FROM_INPUT;
     /* the locality query's approximate one, when it is not the step's own */
@@ -762,6 +769,8 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
         BAD("offload: correct_stream %d is not 0 or 1", p->correct_stream);
     if (p->select_joint != 0 && p->select_joint != 1)
         BAD("offload: select_joint %d is not 0 or 1", p->select_joint);
+    if (p->plan_fused != 0 && p->plan_fused != 1)
+        BAD("offload: plan_fused %d is not 0 or 1", p->plan_fused);
     if (p->lanes < 0 || p->lanes > 2) BAD("offload: lanes %d is not 0, 1 or 2", p->lanes);
     if (p->attend_recall != 0 && p->attend_recall != 1)
         BAD("offload: attend_recall %d is not 0 or 1", p->attend_recall);

@@ -16,9 +16,12 @@
 
 /* The selection kernels of the backend (the _ref or the _cuda ones of select.h). */
 struct offload_sel_fns {
+    void (*hot_plan)(const struct hot_plan_params *, const struct hot_plan_state *,
+                     const struct hot_plan_in *, const struct hot_plan_out *, void *);
     void (*hot_plan_reset)(const struct hot_plan_params *, const struct hot_plan_state *, int, int,
                            void *);
     void (*hot_plan_init)(const struct hot_plan_params *, const struct hot_plan_state *, void *);
+    void (*build)(const struct offload_build_args *, void *);
     /* offload_plan_build_{ref,cuda}: a layer's plan and build, or two layers' in one launch */
     void (*plan_build)(const struct hot_plan_params *, const struct hot_plan_state *,
                        const struct offload_plan_job *, int, void *);
@@ -230,6 +233,10 @@ struct offload_step {
      * valid for lg_bt's lg_n entries whose longest reservation is lg_len (the attention's split
      * plans; a split's lanes follow from lg_n) */
     void **lgraph;
+    /* plan_fused: layers the fused kernel plans in each layer graph (counted at its capture,
+     * added at each replay), and in the piece running now */
+    int *lg_fused;
+    int piece_fused;
     const struct batch *lg_bt;
     int lg_n, lg_len;
 };
@@ -277,6 +284,7 @@ struct offload {
     int fork; /* offload_params.predict_fork in effect (the device path, overlap, lookahead,
                  spec_from input) */
     int joint;   /* offload_params.select_joint in effect (a schedule that selects ahead) */
+    int fused;   /* offload_params.plan_fused in effect (the device plan) */
     int cstream; /* offload_params.correct_stream in effect (overlap, prefetching, spec_from
                     input) */
 

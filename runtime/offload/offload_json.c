@@ -170,6 +170,9 @@ json_t *offload_config_json(const struct offload *o)
     /* offload_params.select_joint as asked, and in effect (a schedule that selects ahead) */
     json_object_set_new(j, "select_launch", json_string(o->p.select_joint ? "joint" : "apart"));
     json_object_set_new(j, "select_joint", json_boolean(o->joint));
+    /* offload_params.plan_fused as asked, and in effect (the device plan) */
+    json_object_set_new(j, "plan_launch", json_string(o->p.plan_fused ? "fused" : "apart"));
+    json_object_set_new(j, "plan_fused", json_boolean(o->fused));
     /* offload_params.correct_stream as asked, and in effect */
     json_object_set_new(j, "correction_stream",
                         json_string(o->p.correct_stream ? "own" : "gather"));
@@ -372,6 +375,7 @@ json_t *offload_counters_json(const struct offload *o)
     json_object_set_new(j, "layer_graph_launches", json_integer(st.layer_graph_launches));
     json_object_set_new(j, "forked_selections", json_integer(st.forked_selections));
     json_object_set_new(j, "joint_selections", json_integer(st.joint_selections));
+    json_object_set_new(j, "fused_plans", json_integer(st.fused_plans));
     json_object_set_new(j, "stream_corrections", json_integer(st.stream_corrections));
     json_object_set_new(j, "lane_graph_launches", json_integer(st.lane_graph_launches));
     json_object_set_new(j, "mid_prefetches", json_integer(st.mid_prefetches));

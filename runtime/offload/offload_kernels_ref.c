@@ -75,8 +75,8 @@ void offload_plan_jobs_check(const struct hot_plan_params *p, const struct offlo
         const struct offload_build_args *a = &jobs[i].build;
         PULSE_CHECK(a->status == out->status && a->n_recalls == out->n_recalls &&
                         a->recall_block == out->recall_block &&
-                        a->recall_slot == out->recall_slot &&
-                        a->attend_slot == out->attend_slot && a->sel_count == in->sel_count &&
+                        a->recall_slot == out->recall_slot && a->attend_slot == out->attend_slot &&
+                        a->sel_count == in->sel_count &&
                         (!a->spec_idx || a->victim_block == out->victim_block),
                     "offload_plan_build: a job's build reads another plan");
         PULSE_CHECK(a->B == in->batch && a->n_lists == in->n_lists && a->ms == in->max_sel &&

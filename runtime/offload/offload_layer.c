@@ -425,8 +425,9 @@ static float *select_scores(struct offload *o, int layer)
 /* Selections of layers[i] (predictions where spec[i]) from queries q[i], n of them (1 or 2), on
  * stream x in one launch of each kernel (select_blocks_multi); then per layer the event the
  * side stream waits for and its side work on the host path, or on the device path their
- * plans, in one launch (offload_plan_build: the compute stream's second job in the fork's
- * scratch), and what follows each (plan_after). */
+ * plans (the compute stream's second in the fork's scratch): with plan_fused all in one launch
+ * (offload_plan_build), then what follows each (plan_after); else each layer's plan and build,
+ * then what follows it. */
 static void select_run(struct offload *o, struct batch *bt, const struct kctx *x, int n,
                        const int *layers, const int *spec, const uint16_t *const *q, double *t)
 {
@@ -449,15 +450,23 @@ static void select_run(struct offload *o, struct batch *bt, const struct kctx *x
     for (int i = 0; i < n; i++)
         pj[i] = plan_job_of(o, bt, offload_sl(o, layers[i]), spec[i],
                             x == o->ctx && i == 0 ? o->step.po : o->step.po_fork);
-    o->fn.plan_build(&o->store.hpp, &o->store.hps, pj, n, x->stream);
-    for (int i = 0; i < n; i++)
+    if (o->fused) {
+        o->fn.plan_build(&o->store.hpp, &o->store.hps, pj, n, x->stream);
+        o->step.piece_fused += n;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!o->fused) {
+            o->fn.hot_plan(&o->store.hpp, &o->store.hps, &pj[i].in, &pj[i].out, x->stream);
+            o->fn.build(&pj[i].build, x->stream);
+        }
         plan_after(o, offload_sl(o, layers[i]), spec[i], x);
+    }
     offload_host_lap(o, OFFLOAD_HOST_PLAN, t);
 }
 
 /* Selection of sparse layer `layer` (a prediction's with spec) into its lists, then
- * its plan (select_run). Its query is made on the compute stream; the selection runs there too, or, for
- * a layer ahead of the one being issued with predict_fork, on the prediction's stream with
+ * its plan (select_run). Its query is made on the compute stream; the selection runs there too, or,
+ * for a layer ahead of the one being issued with predict_fork, on the prediction's stream with
  * scratch of its own. With `joint` (the schedule's selections, select_joint) a selection on the
  * compute stream waits for the piece's second one and both run in one launch of each kernel;
  * select_flush launches a lone one before the piece's next compute. A piece selects its own
@@ -751,7 +760,11 @@ static void run_piece(struct offload *o, void **g, void (*body)(void *), struct 
                       int ph, double *t)
 {
     const int replay = g && *g;
+    int *fused = g ? &o->step.lg_fused[g - o->step.lgraph] : NULL;
+    o->step.piece_fused = 0;
     engine_graph_run(o->eng, g, body, c);
+    if (fused && !replay) *fused = o->step.piece_fused; /* captured: what it holds */
+    o->st.fused_plans += replay ? *fused : o->step.piece_fused;
     o->st.layer_graph_launches += g != NULL;
     o->st.lane_graph_launches += g != NULL && o->step.n_lanes == 2;
     if (replay)

@@ -81,8 +81,8 @@ struct serve_counters {
     int64_t attend_recall_layers, attend_recall_chunks;
     /* the offload step's streams and launches (offload.h's offload_stats of the same names):
      * selections on the prediction's stream, selections two in one launch, corrections
-     * gathered on their own stream */
-    int64_t forked_selections, joint_selections, stream_corrections;
+     * gathered on their own stream, layers planned by the fused kernel */
+    int64_t forked_selections, joint_selections, stream_corrections, fused_plans;
     /* two-batch schedulers (pulseinfer): normal-batch layers run while an offload layer's
      * recall was in flight; sparse offload layers whose recall was done when the scheduler
      * came back to it (hidden) or not (exposed: it waited); the time it waited; admission

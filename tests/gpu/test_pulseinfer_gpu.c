@@ -105,21 +105,28 @@ static void test_speculation_gpu(int quick)
             }
             if (!real) EXPECT_EQ_INT(spec[0].ctr.spec_corrections, 0);
             EXPECT(spec[1].ctr.spec_corrections > spec[0].ctr.spec_corrections);
-            /* zero-copy, the poor predictor's run verified after every step, four ways: the
+            /* zero-copy, the poor predictor's run verified after every step, six ways: the
              * prediction on its own stream issued before the exact selection (--predict-stream
              * fork); on the compute stream after it, both selections in one launch (the
-             * default); one launch each (--select-launch apart); and the corrections on a
-             * stream of their own (--correction-stream own). The same tokens, prefetched and
-             * corrected chunks, and each way's counter: a fork per predicted layer and step,
-             * two joint selections a step per predicted layer but the first (whose piece
-             * selects no exact layer), a correction on its stream per predicted layer and step */
-            static const char *const ways[] = {"forked", "inline, joint", "inline, apart",
-                                               "inline, joint, corrections on their stream"};
-            int64_t predicted = 0;
-            for (int way = 0; zc && way < 4; way++) {
+             * default); one launch each (--select-launch apart); the corrections on a stream
+             * of their own (--correction-stream own); and each layer's plan and build in one
+             * kernel (--plan-launch fused), with the selections joint and apart. The same
+             * tokens, prefetched and corrected chunks, and each way's counter: a fork per
+             * predicted layer and step, two joint selections a step per predicted layer but
+             * the first (whose piece selects no exact layer), a correction on its stream per
+             * predicted layer and step, every device plan (exact and predicted) fused */
+            static const char *const ways[] = {"forked",
+                                               "inline, joint",
+                                               "inline, apart",
+                                               "inline, joint, corrections on their stream",
+                                               "inline, joint, plans fused",
+                                               "inline, apart, plans fused"};
+            int64_t predicted = 0, fused = 0;
+            for (int way = 0; zc && way < 6; way++) {
                 struct pi_out f;
                 c.spec_predictor = OFFLOAD_SPEC_NEGATED, c.no_verify = 0;
-                c.predict_fork = way == 0, c.select_apart = way == 2, c.correct_own = way == 3;
+                c.predict_fork = way == 0, c.select_apart = way == 2 || way == 5;
+                c.correct_own = way == 3, c.plan_fused = way >= 4;
                 serve(&c, &f);
                 EXPECT_EQ_INT(f.rc, 0);
                 const int same = same_tokens(&exact.w, &f.w);
@@ -130,18 +137,22 @@ static void test_speculation_gpu(int quick)
                 EXPECT(predicted > f.ctr.steps);
                 EXPECT_EQ_INT(f.ctr.forked_selections, way == 0 ? predicted : 0);
                 EXPECT_EQ_INT(f.ctr.joint_selections,
-                              way == 1 || way == 3 ? 2 * (predicted - f.ctr.steps) : 0);
+                              way == 1 || way == 3 || way == 4 ? 2 * (predicted - f.ctr.steps) : 0);
                 EXPECT_EQ_INT(f.ctr.stream_corrections, way == 3 ? predicted : 0);
+                if (way == 4) fused = f.ctr.fused_plans;
+                EXPECT_EQ_INT(f.ctr.fused_plans, way >= 4 ? fused : 0);
+                if (way >= 4) EXPECT(fused > predicted); /* the predictions and exact plans */
                 printf("cuda speculation, %s query, zero-copy, negated predictor, %s, verified: "
                        "%lld prefetched, %lld corrected, %lld forked, %lld joint, %lld "
-                       "corrections on their stream, tokens %s exact SoloHead's\n",
+                       "corrections on their stream, %lld plans fused, tokens %s exact "
+                       "SoloHead's\n",
                        real ? "real" : "locality", ways[way], (long long)f.ctr.spec_recall_chunks,
                        (long long)f.ctr.spec_corrections, (long long)f.ctr.forked_selections,
                        (long long)f.ctr.joint_selections, (long long)f.ctr.stream_corrections,
-                       same ? "equal" : "DIFFER from");
+                       (long long)f.ctr.fused_plans, same ? "equal" : "DIFFER from");
                 workload_free(&f.w);
             }
-            c.select_apart = c.correct_own = 0;
+            c.select_apart = c.correct_own = c.plan_fused = 0;
             c.predict_fork = 0, c.no_verify = 1;
             /* a margin (--spec-margin 0.5): the same tokens, at least the hit rate, no host
              * round trip in a step */
