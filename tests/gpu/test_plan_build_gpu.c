@@ -587,6 +587,15 @@ static int jobs_refused(const struct hot_plan_params *p, const struct offload_pl
     return tu_aborts(check_jobs, &c, why, len);
 }
 
+/* offload_plan_jobs_check refuses jobs, saying `what`. */
+static void expect_refused(const struct hot_plan_params *p, const struct offload_plan_job *jobs,
+                           int n, const char *what)
+{
+    char why[2048];
+    EXPECT(jobs_refused(p, jobs, n, why, sizeof why));
+    EXPECT_STR_CONTAINS(why, what);
+}
+
 /* A valid pair of jobs (a gated layer 0, layer 1) on host memory, and calls that break the
  * contract one way each; the check reads only the pointers and shapes. */
 static void test_refusals(void)
@@ -610,51 +619,40 @@ static void test_refusals(void)
     bad[0].out.totals = bad[1].out.totals = NULL; /* no totals: nothing shared */
     EXPECT(!jobs_refused(&p, bad, 2, why, sizeof why));
 
-    EXPECT(jobs_refused(&p, ok, 0, why, sizeof why));
-    EXPECT_STR_CONTAINS(why, "1 to OFFLOAD_PLAN_MAX_JOBS jobs");
-    EXPECT(jobs_refused(&p, bad, OFFLOAD_PLAN_MAX_JOBS + 1, why, sizeof why));
-    EXPECT_STR_CONTAINS(why, "1 to OFFLOAD_PLAN_MAX_JOBS jobs");
+    expect_refused(&p, ok, 0, "1 to OFFLOAD_PLAN_MAX_JOBS jobs");
+    expect_refused(&p, bad, OFFLOAD_PLAN_MAX_JOBS + 1, "1 to OFFLOAD_PLAN_MAX_JOBS jobs");
 
     /* a build that reads another plan: status, sel_count, the gate's victims */
     bad[0] = ok[0], bad[1] = ok[1];
     bad[0].build.status = ok[1].out.status;
-    EXPECT(jobs_refused(&p, bad, 2, why, sizeof why));
-    EXPECT_STR_CONTAINS(why, "a job's build reads another plan");
+    expect_refused(&p, bad, 2, "a job's build reads another plan");
     bad[0] = ok[0];
     bad[1].build.sel_count = ok[0].in.sel_count;
-    EXPECT(jobs_refused(&p, bad, 2, why, sizeof why));
-    EXPECT_STR_CONTAINS(why, "a job's build reads another plan");
+    expect_refused(&p, bad, 2, "a job's build reads another plan");
     bad[1] = ok[1];
     bad[0].build.victim_block = ok[1].out.victim_block; /* job 0 is gated */
-    EXPECT(jobs_refused(&p, bad, 1, why, sizeof why));
-    EXPECT_STR_CONTAINS(why, "a job's build reads another plan");
+    expect_refused(&p, bad, 1, "a job's build reads another plan");
 
     /* a build whose shape is not its plan's */
     bad[0] = ok[0];
     bad[1].build.B = ok[1].in.batch + 1;
-    EXPECT(jobs_refused(&p, bad, 2, why, sizeof why));
-    EXPECT_STR_CONTAINS(why, "differ in shape");
+    expect_refused(&p, bad, 2, "differ in shape");
     bad[1] = ok[1];
     bad[1].build.ms = ms - 1;
-    EXPECT(jobs_refused(&p, bad, 2, why, sizeof why));
-    EXPECT_STR_CONTAINS(why, "differ in shape");
+    expect_refused(&p, bad, 2, "differ in shape");
     bad[1] = ok[1];
     bad[1].build.hot_slots = c.n_slots - 1; /* its pages: not the plan's slots */
-    EXPECT(jobs_refused(&p, bad, 2, why, sizeof why));
-    EXPECT_STR_CONTAINS(why, "differ in shape");
+    expect_refused(&p, bad, 2, "differ in shape");
 
     /* two jobs sharing an output: descriptors, totals, or the same job twice */
     bad[1] = ok[1];
     bad[1].build.desc = ok[0].build.desc;
-    EXPECT(jobs_refused(&p, bad, 2, why, sizeof why));
-    EXPECT_STR_CONTAINS(why, "two jobs share an output");
+    expect_refused(&p, bad, 2, "two jobs share an output");
     bad[1] = ok[1];
     bad[1].out.totals = ok[0].out.totals;
-    EXPECT(jobs_refused(&p, bad, 2, why, sizeof why));
-    EXPECT_STR_CONTAINS(why, "two jobs share an output");
+    expect_refused(&p, bad, 2, "two jobs share an output");
     bad[1] = ok[0];
-    EXPECT(jobs_refused(&p, bad, 2, why, sizeof why));
-    EXPECT_STR_CONTAINS(why, "two jobs share an output");
+    expect_refused(&p, bad, 2, "two jobs share an output");
     fprintf(stderr, "offload_plan_jobs_check: refusals checked\n");
     mem_free(MEM_HOST, mem, bytes);
 }
