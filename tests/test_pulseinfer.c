@@ -1324,7 +1324,8 @@ static void test_select_launch(void)
 /* --plan-launch: on the device path (zero-copy) each layer's hot-cache plan and build run as one
  * kernel, a piece's two layers in one launch: every sparse layer planned once a step, and with
  * --speculate its prediction too (layer 0 is dense: every sparse layer is predicted), whether
- * the two selections launch together or not; the same tokens as the plan and build apart; not
+ * the two selections launch together or not, and InfiniGen's first piece's two layers where
+ * layer 0 is sparse; the same tokens as the plan and build apart; not
  * on gather-scatter (planned on the host). */
 static void test_plan_launch(void)
 {
@@ -1332,6 +1333,7 @@ static void test_plan_launch(void)
         {PI_SPEC "zero-copy", FLAG_TWO_PER_LAYER, 1},
         {PI_SPEC "zero-copy --select-launch apart", FLAG_TWO_PER_LAYER, 1},
         {"infinigen+solohead+zc", FLAG_PER_LAYER, 1},
+        {"infinigen+solohead+zc --dense-layers 0", FLAG_PER_LAYER, 1}, /* its first piece: two */
         {"pulseinfer --admission fixed:0 --recall-engine zero-copy", FLAG_PER_LAYER, 1},
         {PI_SPEC "gather-scatter", FLAG_NONE, 0}};
     const char *words[2] = {"fused", "apart"};

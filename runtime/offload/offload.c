@@ -370,7 +370,7 @@ static size_t dev_layout(struct offload *o, char *base)
         const size_t VM = V * o->ms, S = (size_t)o->n_sparse;
         o->store.d_hp = take(&c, o->store.hp_bytes);
         carve_plan_out(&c, &o->step.po, V, VM);
-        if (o->fork || o->joint) carve_plan_out(&c, &o->step.po_fork, V, VM);
+        if (o->fork || (o->joint && o->fused)) carve_plan_out(&c, &o->step.po_fork, V, VM);
         o->step.d_totals = take(&c, 8 * 2 * S * OFFLOAD_TOTALS); /* the predictions' after */
         for (int i = 0; i < 2 * n_lanes(o); i++)
             o->step.lanes[i / 2].d_desc[i % 2] = take(&c, sizeof(struct recall_desc) * VM);

@@ -108,8 +108,9 @@ struct offload_plan_job {
 
 /* Aborts (PULSE_CHECK) unless jobs[0..n) are a valid call: 1 <= n <= OFFLOAD_PLAN_MAX_JOBS,
  * each build reads its own plan (and with att_host its lists) with its shape and p's slots and
- * blocks, no two jobs share an output (status, descriptors, pages, totals). Both forms call it;
- * the units' being distinct is the caller's to ensure. */
+ * blocks, no two jobs share an output (the plan's status and slots, descriptors, lengths,
+ * pages, tail descriptors, host pieces, totals) or a unit_base row. Both forms call it; that
+ * distinct rows name distinct units is the caller's to ensure. */
 void offload_plan_jobs_check(const struct hot_plan_params *p, const struct offload_plan_job *jobs,
                              int n);
 void offload_plan_build_ref(const struct hot_plan_params *p, const struct hot_plan_state *s,

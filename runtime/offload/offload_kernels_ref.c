@@ -84,10 +84,15 @@ void offload_plan_jobs_check(const struct hot_plan_params *p, const struct offlo
                         (!a->att_host || a->sel_idx == in->sel_idx),
                     "offload_plan_build: a job's build and plan differ in shape");
         for (int j = 0; j < i; j++)
-            PULSE_CHECK(out->status != jobs[j].out.status && a->desc != jobs[j].build.desc &&
+            PULSE_CHECK(out->status != jobs[j].out.status &&
+                            out->attend_slot != jobs[j].out.attend_slot &&
+                            a->desc != jobs[j].build.desc && a->att_len != jobs[j].build.att_len &&
                             a->att_pages != jobs[j].build.att_pages &&
-                            (!out->totals || out->totals != jobs[j].out.totals),
-                        "offload_plan_build: two jobs share an output");
+                            a->tail_desc != jobs[j].build.tail_desc &&
+                            (!a->att_host || a->att_host != jobs[j].build.att_host) &&
+                            (!out->totals || out->totals != jobs[j].out.totals) &&
+                            in->unit_base != jobs[j].in.unit_base,
+                        "offload_plan_build: two jobs share an output or units");
     }
 }
 

@@ -422,12 +422,29 @@ static float *select_scores(struct offload *o, int layer)
     return o->joint && layer != o->step.next_layer ? o->step.d_scores_ahead : o->step.d_scores;
 }
 
+/* What follows a selection on stream x: the event the side stream waits for, then its side
+ * work on the host path, or on the device path its plan and build (scratch po) and what
+ * follows them (plan_after). */
+static void select_after(struct offload *o, struct batch *bt, int layer, int spec,
+                         const struct kctx *x, struct hot_plan_out po, double *t)
+{
+    const int sl = offload_sl(o, layer);
+    o->be->event_record_external(x, spec ? o->step.ev_spec_selected[sl] : o->step.ev_selected[sl]);
+    if (!o->device_plan) issue_side(o, layer, spec);
+    offload_host_lap(o, OFFLOAD_HOST_SELECT, t);
+    if (!o->device_plan) return;
+    const struct offload_plan_job pj = plan_job_of(o, bt, sl, spec, po);
+    o->fn.hot_plan(&o->store.hpp, &o->store.hps, &pj.in, &pj.out, x->stream);
+    o->fn.build(&pj.build, x->stream);
+    plan_after(o, sl, spec, x);
+    offload_host_lap(o, OFFLOAD_HOST_PLAN, t);
+}
+
 /* Selections of layers[i] (predictions where spec[i]) from queries q[i], n of them (1 or 2), on
- * stream x in one launch of each kernel (select_blocks_multi); then per layer the event the
- * side stream waits for and its side work on the host path, or on the device path their
- * plans (the compute stream's second in the fork's scratch): with plan_fused all in one launch
- * (offload_plan_build), then what follows each (plan_after); else each layer's plan and build,
- * then what follows it. */
+ * stream x in one launch of each kernel (select_blocks_multi), then per layer select_after; or
+ * with plan_fused (the device plan) the selections' events, then every layer's plan and build
+ * in one launch (offload_plan_build; a second layer's in the fork's scratch) and what follows
+ * each (plan_after). */
 static void select_run(struct offload *o, struct batch *bt, const struct kctx *x, int n,
                        const int *layers, const int *spec, const uint16_t *const *q, double *t)
 {
@@ -438,29 +455,24 @@ static void select_run(struct offload *o, struct batch *bt, const struct kctx *x
                                 x == o->ctx ? select_scores(o, layers[i]) : o->step.d_scores_ahead,
                                 &dv[i]);
     o->fn.select_multi(x, jobs, n, batch_len(bt), o->step.n);
+    const struct hot_plan_out po = x == o->ctx ? o->step.po : o->step.po_fork;
+    if (!o->fused) {
+        for (int i = 0; i < n; i++)
+            select_after(o, bt, layers[i], spec[i], x, po, t);
+        return;
+    }
+    struct offload_plan_job pj[2];
     for (int i = 0; i < n; i++) {
         const int sl = offload_sl(o, layers[i]);
         o->be->event_record_external(x, spec[i] ? o->step.ev_spec_selected[sl]
                                                 : o->step.ev_selected[sl]);
-        if (!o->device_plan) issue_side(o, layers[i], spec[i]);
+        pj[i] = plan_job_of(o, bt, sl, spec[i], i == 0 ? po : o->step.po_fork);
     }
     offload_host_lap(o, OFFLOAD_HOST_SELECT, t);
-    if (!o->device_plan) return;
-    struct offload_plan_job pj[2];
+    o->fn.plan_build(&o->store.hpp, &o->store.hps, pj, n, x->stream);
+    o->step.piece_fused += n;
     for (int i = 0; i < n; i++)
-        pj[i] = plan_job_of(o, bt, offload_sl(o, layers[i]), spec[i],
-                            x == o->ctx && i == 0 ? o->step.po : o->step.po_fork);
-    if (o->fused) {
-        o->fn.plan_build(&o->store.hpp, &o->store.hps, pj, n, x->stream);
-        o->step.piece_fused += n;
-    }
-    for (int i = 0; i < n; i++) {
-        if (!o->fused) {
-            o->fn.hot_plan(&o->store.hpp, &o->store.hps, &pj[i].in, &pj[i].out, x->stream);
-            o->fn.build(&pj[i].build, x->stream);
-        }
         plan_after(o, offload_sl(o, layers[i]), spec[i], x);
-    }
     offload_host_lap(o, OFFLOAD_HOST_PLAN, t);
 }
 

@@ -15,7 +15,6 @@
 namespace hot_plan_dev
 {
 
-
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
@@ -53,8 +52,8 @@ __device__ __forceinline__ int block_exclusive_scan(int v, int *total)
 }
 
 /* The status of a list (hot_plan_out.status), identical in every thread of the block. */
-__device__ __forceinline__ int list_status(const hot_plan_params &p, const int32_t *sel, int unit, int nb, int cnt,
-                           int max_sel)
+__device__ __forceinline__ int list_status(const hot_plan_params &p, const int32_t *sel, int unit,
+                                           int nb, int cnt, int max_sel)
 {
     __shared__ int s_bad, s_forced;
     if (unit < 0 || unit >= p.n_units || nb < 1 || nb > p.max_blocks || cnt < 0 || cnt > max_sel)
@@ -84,8 +83,7 @@ __device__ __forceinline__ void add_total(int64_t *totals, int i, int n)
 }
 
 __device__ __forceinline__ void hot_plan_list(const hot_plan_params &p, const hot_plan_state &s,
-                                              const hot_plan_in &in, const hot_plan_out &out,
-                                              int v)
+                                              const hot_plan_in &in, const hot_plan_out &out, int v)
 {
     __shared__ uint64_t key[HOT_PLAN_MAX_SLOTS];  /* untouched occupied slots' stamps */
     __shared__ int32_t evict[HOT_PLAN_MAX_SLOTS]; /* victim slots by rank */

@@ -647,12 +647,15 @@ static void test_refusals(void)
     /* two jobs sharing an output: descriptors, totals, or the same job twice */
     bad[1] = ok[1];
     bad[1].build.desc = ok[0].build.desc;
-    expect_refused(&p, bad, 2, "two jobs share an output");
+    expect_refused(&p, bad, 2, "two jobs share an output or units");
     bad[1] = ok[1];
     bad[1].out.totals = ok[0].out.totals;
-    expect_refused(&p, bad, 2, "two jobs share an output");
+    expect_refused(&p, bad, 2, "two jobs share an output or units");
+    bad[1] = ok[1];
+    bad[1].in.unit_base = ok[0].in.unit_base; /* the same units */
+    expect_refused(&p, bad, 2, "two jobs share an output or units");
     bad[1] = ok[0];
-    expect_refused(&p, bad, 2, "two jobs share an output");
+    expect_refused(&p, bad, 2, "two jobs share an output or units");
     fprintf(stderr, "offload_plan_jobs_check: refusals checked\n");
     mem_free(MEM_HOST, mem, bytes);
 }
