@@ -432,11 +432,12 @@ static void select_after(struct offload *o, struct batch *bt, int layer, int spe
     o->be->event_record_external(x, spec ? o->step.ev_spec_selected[sl] : o->step.ev_selected[sl]);
     if (!o->device_plan) issue_side(o, layer, spec);
     offload_host_lap(o, OFFLOAD_HOST_SELECT, t);
-    if (!o->device_plan) return;
-    const struct offload_plan_job pj = plan_job_of(o, bt, sl, spec, po);
-    o->fn.hot_plan(&o->store.hpp, &o->store.hps, &pj.in, &pj.out, x->stream);
-    o->fn.build(&pj.build, x->stream);
-    plan_after(o, sl, spec, x);
+    if (o->device_plan) {
+        const struct offload_plan_job pj = plan_job_of(o, bt, sl, spec, po);
+        o->fn.hot_plan(&o->store.hpp, &o->store.hps, &pj.in, &pj.out, x->stream);
+        o->fn.build(&pj.build, x->stream);
+        plan_after(o, sl, spec, x);
+    }
     offload_host_lap(o, OFFLOAD_HOST_PLAN, t);
 }
 
@@ -476,9 +477,9 @@ static void select_run(struct offload *o, struct batch *bt, const struct kctx *x
     offload_host_lap(o, OFFLOAD_HOST_PLAN, t);
 }
 
-/* Selection of sparse layer `layer` (a prediction's with spec) into its lists, then
- * its plan (select_run). Its query is made on the compute stream; the selection runs there too, or,
- * for a layer ahead of the one being issued with predict_fork, on the prediction's stream with
+/* Selection of sparse layer `layer` (a prediction's with spec) into its lists, then its plan
+ * (select_run). Its query is made on the compute stream; the selection runs there too, or, for
+ * a layer ahead of the one being issued with predict_fork, on the prediction's stream with
  * scratch of its own. With `joint` (the schedule's selections, select_joint) a selection on the
  * compute stream waits for the piece's second one and both run in one launch of each kernel;
  * select_flush launches a lone one before the piece's next compute. A piece selects its own
