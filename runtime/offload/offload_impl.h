@@ -156,8 +156,8 @@ struct offload_step {
     int pend_layer1, pend_spec;
     const uint16_t *pend_q;
     /* predict_fork: the prediction's stream, its plan scratch (it runs beside the compute
-     * stream's selection; select_joint: the second plan of a joint launch), the events of its
-     * fork and join, and whether the running piece has forked */
+     * stream's selection; plan_fused with select_joint: the second plan of a fused launch), the
+     * events of its fork and join, and whether the running piece has forked */
     struct kctx pctx;
     struct hot_plan_out po_fork;
     struct kctx cctx; /* correct_stream: the corrections' gathers */
