@@ -83,7 +83,7 @@ static void test_params_init_ignore_env(void)
     EXPECT_EQ_INT(b.offload.prompt_kv_host, 0);
     EXPECT_EQ_INT(b.offload.predict_fork, 0);
     EXPECT_EQ_INT(b.offload.select_joint, 1);
-    EXPECT_EQ_INT(b.offload.plan_fused, 0);
+    EXPECT_EQ_INT(b.offload.plan_fused, 1);
     EXPECT_EQ_INT(b.offload.correct_stream, 0);
     EXPECT(!memcmp(&b.offload.recall, &a.rt.offload.recall, sizeof b.offload.recall));
     EXPECT_EQ_INT(b.serve.run_ahead, 1);
@@ -136,7 +136,7 @@ static const struct opt_case cases[] = {
     {"attend-recall", RT_OFFLOAD, "on", -1, "on", {"0", "1", "yes", ""}},
     {"predict-stream", RT_OFFLOAD, "fork", -1, "fork", {"0", "1", "Fork", ""}},
     {"select-launch", RT_OFFLOAD, "apart", -1, "apart", {"0", "1", "Joint", ""}},
-    {"plan-launch", RT_OFFLOAD, "fused", -1, "fused", {"0", "1", "Fused", ""}},
+    {"plan-launch", RT_OFFLOAD, "apart", -1, "apart", {"0", "1", "Fused", ""}},
     {"correction-stream", RT_OFFLOAD, "own", -1, "own", {"0", "1", "side", ""}},
     {"prompt-kv-fill", RT_OFFLOAD, "host", -1, "host", {"cpu", "1", "", "Host"}},
     {"run-ahead", RT_SERVE, "off", -1, "off", {"0", "1", "never", ""}},

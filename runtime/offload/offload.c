@@ -36,6 +36,7 @@ void offload_params_init(struct offload_params *p, int max_batch, int max_tokens
     p->layer_graphs = 1;
     p->spec_correct_early = 1;
     p->select_joint = 1;
+    p->plan_fused = 1;
 }
 
 /* A prefetch's budget (blocks chosen by score): the exact one's with spec_margin more. */

@@ -242,11 +242,11 @@ struct offload_params {
                            launch of each kernel (select_blocks_multi), the first waiting for
                            the second (or the piece's next compute); 0: one launch each, in the
                            schedule's order (for comparison). The same lists either way */
-    int plan_fused;     /* zero-copy (the device plan): 1 plans a layer's hot cache and builds its
-                           descriptors and page lists in one kernel, and a piece's two layers
-                           (the exact selection and the prediction of the next) in one launch
-                           (offload_plan_build); 0 (default): the plan and the build as two
-                           kernels a layer, one layer after the other. The same plans */
+    int plan_fused;     /* zero-copy (the device plan): 1 (default) plans a layer's hot cache and
+                           builds its descriptors and page lists in one kernel, and a piece's two
+                           layers (the exact selection and the prediction of the next) in one
+                           launch (offload_plan_build); 0: the plan and the build as two kernels
+                           a layer, one layer after the other (for comparison). The same plans */
     int spec_correct_early; /* spec_from hits: 1 (default) queues a predicted layer's
                            correction at its exact plan, its gather waiting (on the device) for
                            the attention over the predicted lists only where a recall takes a
