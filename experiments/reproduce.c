@@ -346,8 +346,9 @@ static const char *const engine_matched[] = {"arkvale+solohead+gs", "arkvale+sol
 /* The systems of the paper's comparison in both tiers: vanilla; ArkVale and InfiniGen as their
  * code builds them (the published tier: `arkvale`, `infinigen`); the engine-matched tier; and
  * PulseInfer (its defaults: SoloHead, gather-scatter; and the zero-copy engine), each also with
- * speculation with exact correction (--speculate), zero-copy's also with a margin (--spec-margin
- * 0.25) and predicting from the predicted lists (--spec-from hits). `extra`: flags
+ * speculation with exact correction (--speculate; zero-copy's corrections recalled in the
+ * attention, --attend-recall's default), zero-copy's also with a margin (--spec-margin 0.25) and
+ * predicting from the predicted lists (--spec-from hits, its corrections gathered). `extra`: flags
  * of every offload system (the ratio point's host pool), or NULL. */
 static json_t *systems(const struct scale_cfg *s, const char *extra)
 {

@@ -519,7 +519,8 @@ int run_offload_resolve(struct run_offload *ro, const struct run_offload_opts *o
                          "lists' pages are planned on the device)");
         return -1;
     }
-    if (p->attend_recall && !(p->engine == RECALL_ZERO_COPY && p->cap_gbps == 0)) {
+    if (p->attend_recall == OFFLOAD_ATTEND_ON &&
+        !(p->engine == RECALL_ZERO_COPY && p->cap_gbps == 0)) {
         cli_error("run", "--attend-recall on: only with --recall-engine zero-copy, uncapped (its "
                          "plan's host pieces are made on the device)");
         return -1;

@@ -27,6 +27,10 @@ static const struct rt_word desc_words[] = {{"device", 0}, {"host", 1}, {NULL, 0
 static const struct rt_word timing_words[] = {{"graph", 0}, {"stream", 1}, {NULL, 0}};
 static const struct rt_word bytes_words[] = {{"source", 0}, {"profile", 1}, {NULL, 0}};
 static const struct rt_word fill_words[] = {{"device", 0}, {"host", 1}, {NULL, 0}};
+static const struct rt_word attend_words[] = {{"corrections", OFFLOAD_ATTEND_CORRECTIONS},
+                                              {"on", OFFLOAD_ATTEND_ON},
+                                              {"off", OFFLOAD_ATTEND_OFF},
+                                              {NULL, 0}};
 static const struct rt_word fork_words[] = {{"fork", 1}, {"inline", 0}, {NULL, 0}};
 static const struct rt_word joint_words[] = {{"joint", 1}, {"apart", 0}, {NULL, 0}};
 static const struct rt_word fused_words[] = {{"fused", 1}, {"apart", 0}, {NULL, 0}};
@@ -124,10 +128,12 @@ static const struct rt_opt table[] = {
      "0=host,1=device"},
     {"layer-graphs", RT_OFFLOAD, FIELD(offload_params, layer_graphs), WORDS(on_off), 0,
      "PULSE_LAYER_GRAPHS", "the device path's layers replayed as CUDA graphs", "0=off,1=on"},
-    {"attend-recall", RT_OFFLOAD, FIELD(offload_params, attend_recall), WORDS(on_off), 0, NULL,
+    {"attend-recall", RT_OFFLOAD, FIELD(offload_params, attend_recall), WORDS(attend_words), 0,
+     NULL,
      "zero-copy: a sparse layer selected at its own layer recalls its misses in its attention "
      "(read from the host pool and stored into their hot-cache slots) instead of a gather "
-     "before it",
+     "before it: a prefetching schedule's corrections only (where the device path runs), "
+     "every such layer, or none",
      NULL},
     {"predict-stream", RT_OFFLOAD, FIELD(offload_params, predict_fork), WORDS(fork_words), 0, NULL,
      "zero-copy, a lookahead or prefetching schedule (--spec-from input): the selection of the "

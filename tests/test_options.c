@@ -84,6 +84,7 @@ static void test_params_init_ignore_env(void)
     EXPECT_EQ_INT(b.offload.predict_fork, 0);
     EXPECT_EQ_INT(b.offload.select_joint, 1);
     EXPECT_EQ_INT(b.offload.plan_fused, 1);
+    EXPECT_EQ_INT(b.offload.attend_recall, OFFLOAD_ATTEND_CORRECTIONS);
     EXPECT_EQ_INT(b.offload.correct_stream, 0);
     EXPECT(!memcmp(&b.offload.recall, &a.rt.offload.recall, sizeof b.offload.recall));
     EXPECT_EQ_INT(b.serve.run_ahead, 1);

@@ -900,20 +900,37 @@ static struct pi_cfg spec_cfg(int real, int zc)
  * (offload_verify), so the attention stored what a gather would have. The counters: the layers
  * and chunks it recalled, every miss exact, the corrections speculated, the same plans. Layers
  * selected ahead (infinigen) keep their gather. */
-/* c run with the gather (g) and with --attend-recall on (a): both run, the same tokens and
- * the same chunks recalled; returns whether the tokens are the same. */
+/* c run with the gather (g, --attend-recall off) and with --attend-recall on (a), and with
+ * --attend-recall corrections (the default): all run, the same tokens and the same chunks
+ * recalled; the corrections' run recalls in the attention exactly what `on` does where c
+ * speculates from the layer's input (its exact selections' misses are the corrections), and
+ * nothing elsewhere (every miss gathered); returns whether a's tokens are g's. */
 static int attend_recall_pair(struct pi_cfg c, struct pi_out *g, struct pi_out *a)
 {
-    c.attend_recall = 0;
+    c.attend_recall = OFFLOAD_ATTEND_OFF;
     serve(&c, g);
-    c.attend_recall = 1;
+    c.attend_recall = OFFLOAD_ATTEND_ON;
     serve(&c, a);
+    struct pi_out k;
+    c.attend_recall = OFFLOAD_ATTEND_CORRECTIONS;
+    serve(&c, &k);
     EXPECT_EQ_INT(g->rc, 0);
     EXPECT_EQ_INT(a->rc, 0);
+    EXPECT_EQ_INT(k.rc, 0);
     const int same = same_tokens(&g->w, &a->w);
     EXPECT(same);
+    EXPECT(same_tokens(&g->w, &k.w));
     EXPECT_EQ_INT(a->ctr.recall_chunks, g->ctr.recall_chunks);
+    EXPECT_EQ_INT(k.ctr.recall_chunks, g->ctr.recall_chunks);
     EXPECT_EQ_INT(g->ctr.attend_recall_layers + g->ctr.attend_recall_chunks, 0);
+    const int corrections = c.speculate && c.spec_from == OFFLOAD_SPEC_FROM_INPUT;
+    EXPECT_EQ_INT(k.ctr.attend_recall_layers, corrections ? a->ctr.attend_recall_layers : 0);
+    EXPECT_EQ_INT(k.ctr.attend_recall_chunks, corrections ? a->ctr.attend_recall_chunks : 0);
+    printf("attend-recall corrections: %lld layers, %lld chunks in the attention (on: %lld, "
+           "%lld)\n",
+           (long long)k.ctr.attend_recall_layers, (long long)k.ctr.attend_recall_chunks,
+           (long long)a->ctr.attend_recall_layers, (long long)a->ctr.attend_recall_chunks);
+    workload_free(&k.w);
     return same;
 }
 
@@ -1341,14 +1358,16 @@ static void test_plan_launch(void)
                PULSE_ARRAY_LEN(runs));
 }
 
-/* --correction-stream: with pulseinfer --speculate on zero-copy, each predicted layer's
- * correction (every sparse layer: layer 0 is dense) is gathered on its own stream; not on
- * gather-scatter (no gather stream) nor for a schedule that does not prefetch. */
+/* --correction-stream: with pulseinfer --speculate on zero-copy and the corrections gathered
+ * (--attend-recall off), each predicted layer's correction (every sparse layer: layer 0 is
+ * dense) is gathered on its own stream; not where the attention recalls them (the default), on
+ * gather-scatter (no gather stream), nor for a schedule that does not prefetch. */
 static void test_correction_stream(void)
 {
     static const struct flag_run runs[] = {
-        {PI_SPEC "zero-copy", FLAG_PER_LAYER, 1},
-        {PI_SPEC "zero-copy --predict-stream fork", FLAG_PER_LAYER, 1},
+        {PI_SPEC "zero-copy --attend-recall off", FLAG_PER_LAYER, 1},
+        {PI_SPEC "zero-copy --attend-recall off --predict-stream fork", FLAG_PER_LAYER, 1},
+        {PI_SPEC "zero-copy", FLAG_NONE, 0},
         {PI_SPEC "gather-scatter", FLAG_NONE, 0},
         {"infinigen+solohead+zc", FLAG_NONE, 0}};
     const char *words[2] = {"own", "gather"};

@@ -37,6 +37,7 @@ void offload_params_init(struct offload_params *p, int max_batch, int max_tokens
     p->spec_correct_early = 1;
     p->select_joint = 1;
     p->plan_fused = 1;
+    p->attend_recall = OFFLOAD_ATTEND_CORRECTIONS;
 }
 
 /* A prefetch's budget (blocks chosen by score): the exact one's with spec_margin more. */
@@ -773,9 +774,10 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     if (p->plan_fused != 0 && p->plan_fused != 1)
         BAD("offload: plan_fused %d is not 0 or 1", p->plan_fused);
     if (p->lanes < 0 || p->lanes > 2) BAD("offload: lanes %d is not 0, 1 or 2", p->lanes);
-    if (p->attend_recall != 0 && p->attend_recall != 1)
-        BAD("offload: attend_recall %d is not 0 or 1", p->attend_recall);
-    if (p->attend_recall && !(p->engine == RECALL_ZERO_COPY && p->cap_gbps == 0))
+    if (p->attend_recall < OFFLOAD_ATTEND_OFF || p->attend_recall > OFFLOAD_ATTEND_CORRECTIONS)
+        BAD("offload: attend_recall %d is not 0, 1 or 2", p->attend_recall);
+    if (p->attend_recall == OFFLOAD_ATTEND_ON &&
+        !(p->engine == RECALL_ZERO_COPY && p->cap_gbps == 0))
         BAD("offload: an attention that recalls needs the device path (zero-copy, uncapped)");
     if (ks.max_requests != p->max_batch)
         BAD("offload: the KV cache has %d request slots, max_batch is %d", ks.max_requests,
@@ -793,7 +795,15 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
             o->step.early_corr_step[l] = -1;
     set_shape(o, m, view.page_size);
     char why[256];
-    if (p->attend_recall && o->be->mem == MEM_DEVICE && o->ps % 16) {
+    /* an attention that recalls reads whole 16-token tiles, and numbers the host pool's KV heads
+     * in 32 bits (below) */
+    const int tiles = o->be->mem != MEM_DEVICE || o->ps % 16 == 0;
+    o->att_recall = p->attend_recall == OFFLOAD_ATTEND_ON ||
+                    (p->attend_recall == OFFLOAD_ATTEND_CORRECTIONS && o->device_plan && o->spec &&
+                     p->spec_from == OFFLOAD_SPEC_FROM_INPUT && tiles);
+    /* the corrections recalled in the attention: none is gathered, on any stream */
+    if (o->att_recall) o->cstream = 0;
+    if (p->attend_recall == OFFLOAD_ATTEND_ON && !tiles) {
         snprintf(err, errlen,
                  "offload: an attention that recalls reads whole 16-token tiles; the page size "
                  "%d is not a multiple of 16",
@@ -817,7 +827,9 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
         offload_free(o);
         return rc;
     }
-    if (p->attend_recall && host_pool_bytes(o->store.hp) / o->head_bytes > INT32_MAX) {
+    const int heads_fit = host_pool_bytes(o->store.hp) / o->head_bytes <= INT32_MAX;
+    if (p->attend_recall == OFFLOAD_ATTEND_CORRECTIONS && !heads_fit) o->att_recall = 0;
+    if (o->att_recall && !heads_fit) {
         snprintf(err, errlen,
                  "offload: an attention that recalls numbers the host pool's KV heads in 32 "
                  "bits; %zu bytes hold more",

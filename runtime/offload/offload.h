@@ -257,14 +257,26 @@ struct offload_params {
                            [0, 1]; default 0; only with a prefetching schedule) */
     int lanes;          /* 2: a step may run as two lanes (offload_step_split; buffers for the
                            second lane allocated at create); 0 or 1 (default): one */
-    int attend_recall;  /* zero-copy (the device plan): 1 makes a sparse layer selected at its
-                           own layer (every layer of an exact-at-layer schedule, a prefetching
-                           schedule's exact selections) recall its misses in its attention: the
-                           attention reads each missed block from the host pool and stores it
-                           into the slot the plan gave it (kv_view.host_ids), with no gather
+    int attend_recall;  /* enum offload_attend_recall. Zero-copy (the device plan): a sparse
+                           layer selected at its own layer recalls its misses in its attention:
+                           the attention reads each missed block from the host pool and stores
+                           it into the slot the plan gave it (kv_view.host_ids), with no gather
                            before it; a prefetch's gather is still waited for. Layers selected
-                           ahead (InfiniGen's lookahead) keep their gather. 0 (default): the
-                           gather, then the attention */
+                           ahead (InfiniGen's lookahead) keep their gather */
+};
+
+/* offload_params.attend_recall: which layers' attention recalls their misses. */
+enum offload_attend_recall {
+    /* none: the gather, then the attention */
+    OFFLOAD_ATTEND_OFF = 0,
+    /* every layer selected at its own layer (every layer of an exact-at-layer schedule, a
+     * prefetching schedule's exact selections); refused off the device path */
+    OFFLOAD_ATTEND_ON = 1,
+    /* (default) a prefetching schedule's exact selections only, whose misses are the
+     * corrections of its prediction, where the device path runs (zero-copy, uncapped), the
+     * prediction is made from the layer's input (spec_from input) and the page size and host
+     * pool allow; elsewhere the gather, without an error */
+    OFFLOAD_ATTEND_CORRECTIONS = 2
 };
 
 /* Per sparse layer, what the runtime did (the source's meter adds churn and its quantiles). */

@@ -285,6 +285,7 @@ struct offload {
                  spec_from input) */
     int joint;   /* offload_params.select_joint in effect (a schedule that selects ahead) */
     int fused;   /* offload_params.plan_fused in effect (the device plan) */
+    int att_recall; /* offload_params.attend_recall in effect (offload_attend_recalls) */
     int cstream; /* offload_params.correct_stream in effect (overlap, prefetching, spec_from
                     input) */
 
@@ -452,11 +453,11 @@ static inline size_t offload_ctl_desc_off(const struct offload *o)
     return (V * (1 + 2 * (size_t)o->ms) + 7) / 8 * 8;
 }
 
-/* Whether sparse layer `layer`'s attention recalls its misses (offload_params.attend_recall):
- * the device plan's layers selected at their own layer. */
+/* Whether sparse layer `layer`'s attention recalls its misses (offload_params.attend_recall, in
+ * effect: o->att_recall): the device plan's layers selected at their own layer. */
 static inline int offload_attend_recalls(const struct offload *o, int layer)
 {
-    return o->p.attend_recall && o->device_plan && (o->spec || !o->p.schedule->lookahead) &&
+    return o->att_recall && o->device_plan && (o->spec || !o->p.schedule->lookahead) &&
            o->sl_of[layer] >= 0;
 }
 

@@ -105,28 +105,33 @@ static void test_speculation_gpu(int quick)
             }
             if (!real) EXPECT_EQ_INT(spec[0].ctr.spec_corrections, 0);
             EXPECT(spec[1].ctr.spec_corrections > spec[0].ctr.spec_corrections);
-            /* zero-copy, the poor predictor's run verified after every step, six ways: the
+            /* zero-copy, the poor predictor's run verified after every step, seven ways: the
              * prediction on its own stream issued before the exact selection (--predict-stream
              * fork); on the compute stream after it, both selections in one launch (the
              * default); one launch each (--select-launch apart); the corrections on a stream
              * of their own (--correction-stream own); and each layer's plan and build in one
-             * kernel (--plan-launch fused), with the selections joint and apart. The same
-             * tokens, prefetched and corrected chunks, and each way's counter: a fork per
-             * predicted layer and step, two joint selections a step per predicted layer but
-             * the first (whose piece selects no exact layer), a correction on its stream per
-             * predicted layer and step, every device plan (exact and predicted) fused */
+             * kernel (--plan-launch fused), with the selections joint and apart; and the
+             * defaults (joint, fused, the corrections recalled in the attention: --attend-recall
+             * corrections). The same tokens, prefetched and corrected chunks, and each way's
+             * counter: a fork per predicted layer and step, two joint selections a step per
+             * predicted layer but the first (whose piece selects no exact layer), a correction
+             * on its stream per predicted layer and step, every device plan (exact and
+             * predicted) fused, every correction recalled in the attention */
             static const char *const ways[] = {"forked",
                                                "inline, joint",
                                                "inline, apart",
                                                "inline, joint, corrections on their stream",
                                                "inline, joint, plans fused",
-                                               "inline, apart, plans fused"};
+                                               "inline, apart, plans fused",
+                                               "the defaults: joint, fused, corrections in the "
+                                               "attention"};
             int64_t predicted = 0;
-            for (int way = 0; zc && way < 6; way++) {
+            for (int way = 0; zc && way < 7; way++) {
                 struct pi_out f;
                 c.spec_predictor = OFFLOAD_SPEC_NEGATED, c.no_verify = 0;
                 c.predict_fork = way == 0, c.select_apart = way == 2 || way == 5;
                 c.correct_own = way == 3, c.plan_fused = way >= 4;
+                c.attend_recall = way == 6 ? OFFLOAD_ATTEND_CORRECTIONS : OFFLOAD_ATTEND_OFF;
                 serve(&c, &f);
                 EXPECT_EQ_INT(f.rc, 0);
                 const int same = same_tokens(&exact.w, &f.w);
@@ -136,12 +141,15 @@ static void test_speculation_gpu(int quick)
                 if (way == 0) predicted = f.ctr.forked_selections;
                 EXPECT(predicted > f.ctr.steps);
                 EXPECT_EQ_INT(f.ctr.forked_selections, way == 0 ? predicted : 0);
-                EXPECT_EQ_INT(f.ctr.joint_selections,
-                              way == 1 || way == 3 || way == 4 ? 2 * (predicted - f.ctr.steps) : 0);
+                EXPECT_EQ_INT(f.ctr.joint_selections, way == 1 || way == 3 || way == 4 || way == 6
+                                                          ? 2 * (predicted - f.ctr.steps)
+                                                          : 0);
                 EXPECT_EQ_INT(f.ctr.stream_corrections, way == 3 ? predicted : 0);
                 /* every sparse layer predicted (layer 0 is dense) and planned exactly once a step
                  * and lane: twice the predictions */
                 EXPECT_EQ_INT(f.ctr.fused_plans, way >= 4 ? 2 * predicted : 0);
+                EXPECT_EQ_INT(f.ctr.attend_recall_chunks, way == 6 ? f.ctr.spec_corrections : 0);
+                EXPECT(way == 6 ? f.ctr.attend_recall_layers > 0 : !f.ctr.attend_recall_layers);
                 printf("cuda speculation, %s query, zero-copy, negated predictor, %s, verified: "
                        "%lld prefetched, %lld corrected, %lld forked, %lld joint, %lld "
                        "corrections on their stream, %lld plans fused, tokens %s exact "
@@ -152,7 +160,7 @@ static void test_speculation_gpu(int quick)
                        (long long)f.ctr.fused_plans, same ? "equal" : "DIFFER from");
                 workload_free(&f.w);
             }
-            c.select_apart = c.correct_own = c.plan_fused = 0;
+            c.select_apart = c.correct_own = c.plan_fused = c.attend_recall = 0;
             c.predict_fork = 0, c.no_verify = 1;
             /* a margin (--spec-margin 0.5): the same tokens, at least the hit rate, no host
              * round trip in a step */
