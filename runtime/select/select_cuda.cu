@@ -37,6 +37,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "block_scan.cuh"
 #include "cuda_check.h"
 #include "numeric.h"
 #include "select.h"
@@ -280,34 +281,6 @@ constexpr int kTopkFew = 32; /* a bin this small is ranked by one warp instead o
 /* topk_kernel's scan packs two block counts of an entry into 16 bits each */
 static_assert(SELECT_MAX_BLOCKS < 65536, "select_topk: block counts must fit 16 bits");
 
-/* Block-wide exclusive prefix sum of v (all threads call it, once per kernel); *total gets the
- * sum. */
-__device__ unsigned block_exclusive_scan(unsigned v, unsigned *total)
-{
-    __shared__ unsigned wsum[kTopkWarps];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    unsigned x = v;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const unsigned y = __shfl_up_sync(kFull, x, o);
-        if (lane >= o) x += y;
-    }
-    if (lane == 31) wsum[warp] = x;
-    __syncthreads();
-    if (warp == 0) {
-        unsigned w = lane < kTopkWarps ? wsum[lane] : 0u;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const unsigned y = __shfl_up_sync(kFull, w, o);
-            if (lane >= o) w += y;
-        }
-        if (lane < kTopkWarps) wsum[lane] = w; /* inclusive over warps */
-    }
-    __syncthreads();
-    *total = wsum[kTopkWarps - 1];
-    return (warp > 0 ? wsum[warp - 1] : 0u) + x - v;
-}
-
 /* Radix select over keys[0, m): the k-th largest key T (1 <= k < m) and how many keys equal to
  * T belong to the top k (the rest of the top k is every key > T). Passes of 8 bits from the top;
  * each pass's histogram is counted while the next one's is cleared, and one warp scans it (two
@@ -447,7 +420,7 @@ __global__ void __launch_bounds__(kTopkThreads)
         }
     }
     unsigned tot;
-    const unsigned before = block_exclusive_scan(n_eq << 16 | n_sure, &tot);
+    const unsigned before = block_exclusive_scan<unsigned, kTopkWarps>(n_eq << 16 | n_sure, &tot);
     int eq_rank = (int)(before >> 16);
     int at = (int)(before & 0xffffu) + min(eq_rank, take_eq);
     int32_t *out = sel_idx + ((size_t)b * nl + l) * max_sel;

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "block_scan.cuh"
 #include "common.h"
 #include "hot_plan.h"
 #include "select.h"
@@ -20,36 +21,6 @@ constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPer = HOT_PLAN_MAX_SLOTS / kThreads; /* selected blocks per thread, at most */
 static_assert(HOT_PLAN_MAX_SLOTS % kThreads == 0, "a thread owns a whole number of blocks");
-static_assert(kWarps == 32, "the scan's second level is one warp");
-
-/* Exclusive prefix sum of v over the thread block; *total gets the sum. Every thread calls. */
-__device__ __forceinline__ int block_exclusive_scan(int v, int *total)
-{
-    __shared__ int warp_sum[kWarps];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    int x = v;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(kFull, x, o);
-        if (lane >= o) x += y;
-    }
-    if (lane == 31) warp_sum[w] = x;
-    __syncthreads();
-    if (w == 0) {
-        int t = warp_sum[lane];
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int y = __shfl_up_sync(kFull, t, o);
-            if (lane >= o) t += y;
-        }
-        warp_sum[lane] = t; /* inclusive over warps */
-    }
-    __syncthreads();
-    const int before = w > 0 ? warp_sum[w - 1] : 0;
-    *total = warp_sum[kWarps - 1];
-    __syncthreads(); /* warp_sum may be reused by the next call */
-    return before + x - v;
-}
 
 /* The status of a list (hot_plan_out.status), identical in every thread of the block. */
 __device__ __forceinline__ int list_status(const hot_plan_params &p, const int32_t *sel, int unit,
@@ -121,7 +92,7 @@ __device__ __forceinline__ void hot_plan_list(const hot_plan_params &p, const ho
         if (j < j1 && j == cnt - 1) s_tail_hit = slot_of[k] >= 0;
     }
     int n_hits;
-    const int hits_before = block_exclusive_scan(my_hits, &n_hits);
+    const int hits_before = block_exclusive_scan<int, kWarps>(my_hits, &n_hits);
     const int n_miss = cnt - n_hits, n_evict = max(0, n_miss - n_free);
 
     /* victims: the n_evict untouched occupied slots of smallest stamp, by rank */
