@@ -152,7 +152,8 @@ static const struct rt_opt table[] = {
      NULL},
     {"correction-stream", RT_OFFLOAD, FIELD(offload_params, correct_stream), WORDS(corr_words), 0,
      NULL,
-     "zero-copy with a prefetching schedule (--spec-from input): a predicted layer's correction "
+     "zero-copy with a prefetching schedule (--spec-from input) whose corrections are gathered "
+     "(not recalled in the attention: --attend-recall): a predicted layer's correction "
      "gathered on a stream of its own (after its plan and its prefetch), so the next layer's "
      "prefetch does not queue behind it, or on the gather's stream",
      NULL},

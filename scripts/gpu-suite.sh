@@ -290,7 +290,8 @@ if has pulseinfer; then
     for pt in ${PI_POINTS:-12:96:65536:18 45:0:16384:32 45:0:32768:24 45:0:65536:12}; do
         IFS=: read -r kv pool len cnt <<<"$pt"
         # POLICY:SELECTION:ENGINE[:spec[=F]|:specmid|:spechits|:spechitslate|:selfint[=M]|:spec+selfint|:specmid+selfint|:-[:BUDGET]]
-        # (any of them, or ar alone, may end in +ar: --attend-recall on)
+        # (any of them, or ar alone, may end in +ar: --attend-recall on; without it the runtime's
+        # default, --attend-recall corrections: PI_ARGS="--attend-recall off" gathers them)
         # (spec: --speculate; =F: --spec-margin F; specmid: --speculate --spec-from mid; spechits:
         # --speculate --spec-from hits (zero-copy); spechitslate: the same with every correction
         # after the attention over the predicted lists (--spec-correction late); selfint:

@@ -44,11 +44,12 @@ struct pi_cfg {
     int query;          /* enum offload_query (real: with prompt_kv prefill) */
     int spec_model;     /* the locality source's misprediction model (its speculation profile);
                            else its approximate query is the exact one (a perfect predictor) */
-    int attend_recall;  /* offload_params.attend_recall (pulse run --attend-recall on) */
+    int attend_recall;  /* offload_params.attend_recall, enum offload_attend_recall (0: off, not
+                           pulse run's default, corrections) */
     int predict_fork;   /* offload_params.predict_fork (pulse run --predict-stream fork) */
     int select_apart;   /* offload_params.select_joint 0 (pulse run --select-launch apart) */
     int correct_own;    /* offload_params.correct_stream (pulse run --correction-stream own) */
-    int plan_fused;     /* offload_params.plan_fused (pulse run --plan-launch fused) */
+    int plan_fused;     /* offload_params.plan_fused (0: apart, not pulse run's default, fused) */
     const char *self_interleave; /* pulseinfer --self-interleave (NULL: off) */
     int want_json;               /* the policy context's counters into pi_out.pj */
 };

@@ -227,6 +227,7 @@ static void test_each_option(void)
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--gemm-sm-reserve", "8"), 0);
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--pdl", "on"), 0);
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--gemm-timing", "stream"), 0);
+    EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--attend-recall", "off"), 0);
     EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--no-such-option", "1"), -2);
     struct offload_params op;
     offload_params_init(&op, 1, 1, 1);
@@ -236,6 +237,11 @@ static void test_each_option(void)
     EXPECT_EQ_INT(op.pin.piece_bytes, (size_t)64 << 20);
     EXPECT_EQ_INT(op.pin.numa_node, 3);
     EXPECT_EQ_INT(op.host_wait, 1);
+    EXPECT_EQ_INT(op.attend_recall, OFFLOAD_ATTEND_OFF);
+    /* and back to the default's word */
+    EXPECT_EQ_INT(runtime_opts_set("test", &o, RT_ALL, "--attend-recall", "corrections"), 0);
+    runtime_opts_offload(&o, &op);
+    EXPECT_EQ_INT(op.attend_recall, OFFLOAD_ATTEND_CORRECTIONS);
     struct engine_params ep;
     memset(&ep, 0, sizeof ep);
     runtime_opts_engine(&o, &ep);

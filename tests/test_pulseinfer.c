@@ -961,6 +961,23 @@ static void test_attend_recall(void)
                 workload_free(&g.w);
                 workload_free(&a.w);
             }
+    /* predicted from mid-layer or from the predicted lists: `on` recalls their corrections in
+     * the attention, `corrections` (made for predictions from the layer's input) gathers them */
+    static const int froms[] = {OFFLOAD_SPEC_FROM_MID, OFFLOAD_SPEC_FROM_HITS};
+    for (size_t f = 0; f < PULSE_ARRAY_LEN(froms); f++) {
+        const int from = froms[f];
+        struct pi_cfg c = spec_cfg(0, 1);
+        c.speculate = 1, c.spec_predictor = OFFLOAD_SPEC_NEGATED, c.spec_from = from;
+        struct pi_out g, a;
+        const int same = attend_recall_pair(c, &g, &a);
+        EXPECT(a.ctr.attend_recall_layers > 0 && a.ctr.attend_recall_chunks > 0);
+        printf("attend-recall, --speculate --spec-from %s (poor predictor): tokens %s the "
+               "gather's; on: %lld layers, %lld chunks recalled in the attention\n",
+               from == OFFLOAD_SPEC_FROM_MID ? "mid" : "hits", same ? "equal" : "DIFFER from",
+               (long long)a.ctr.attend_recall_layers, (long long)a.ctr.attend_recall_chunks);
+        workload_free(&g.w);
+        workload_free(&a.w);
+    }
     /* split steps (--self-interleave on, two lanes): each lane's layers recall in their
      * attention, the tokens and recall the unsplit gather's */
     {
@@ -1356,6 +1373,50 @@ static void test_plan_launch(void)
     const char *words[2] = {"fused", "apart"};
     flag_pairs("--plan-launch", words, "plan_launch", "plan_fused", "fused_plans", runs,
                PULSE_ARRAY_LEN(runs));
+}
+
+/* --attend-recall through pulse run: the JSON's counters.offload.attend_recall says the mode
+ * asked (corrections by default) and whether any layer's attention recalled (on), with the
+ * layers and chunks it recalled: a speculation from the layer's input on zero-copy recalls
+ * every correction there by default; off, an exact-at-layer schedule, a speculation from
+ * mid-layer and gather-scatter gather them; on recalls an exact schedule's every miss. */
+static void test_attend_recall_cli(void)
+{
+    static const struct {
+        const char *policy;
+        const char *mode;
+        int on;
+    } runs[] = {{PI_SPEC "zero-copy", "corrections", 1},
+                {PI_SPEC "zero-copy --attend-recall off", "off", 0},
+                {PI_SPEC "zero-copy --spec-from mid", "corrections", 0},
+                {PI_SPEC "gather-scatter", "corrections", 0},
+                {"pulseinfer --admission fixed:0 --recall-engine zero-copy", "corrections", 0},
+                {"pulseinfer --admission fixed:0 --recall-engine zero-copy --attend-recall on",
+                 "on", 1},
+                {"infinigen+solohead+zc --attend-recall on", "on", 0}};
+    for (size_t r = 0; r < PULSE_ARRAY_LEN(runs); r++) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd,
+                 "run --backend cpu --model tiny --policy %s --workload lengths:300,260,190 "
+                 "--output-len 6 --max-batch 3 --budget-tokens 32",
+                 runs[r].policy);
+        json_t *j = tu_run_pulse_json(cmd, out, sizeof out);
+        json_t *ctr = json_object_get(json_object_get(j, "counters"), "offload");
+        json_t *ar = json_object_get(ctr, "attend_recall");
+        EXPECT_STR_EQ(json_string_value(json_object_get(ar, "mode")), runs[r].mode);
+        EXPECT(json_is_boolean(json_object_get(ar, "on")) &&
+               json_is_true(json_object_get(ar, "on")) == runs[r].on);
+        const json_int_t layers = json_integer_value(json_object_get(ar, "layers"));
+        const json_int_t chunks = json_integer_value(json_object_get(ar, "chunks"));
+        EXPECT(runs[r].on ? layers > 0 && chunks > 0 : layers == 0 && chunks == 0);
+        json_t *sp = json_object_get(ctr, "speculation");
+        if (runs[r].on && sp) /* a speculation's: its corrections */
+            EXPECT_EQ_INT(chunks, json_integer_value(json_object_get(sp, "corrections")));
+        printf("--attend-recall, %s: mode %s, %s, %lld layers, %lld chunks\n", runs[r].policy,
+               json_string_value(json_object_get(ar, "mode")) ?: "?",
+               runs[r].on ? "on" : "off", (long long)layers, (long long)chunks);
+        json_decref(j);
+    }
 }
 
 /* --correction-stream: with pulseinfer --speculate on zero-copy and the corrections gathered
@@ -1965,6 +2026,7 @@ int main(void)
     test_plan_launch();
     test_correction_stream();
     test_attend_recall();
+    test_attend_recall_cli();
     test_self_equals_vanilla();
     test_self_exact();
     test_self_speculation();

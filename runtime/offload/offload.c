@@ -801,8 +801,6 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     o->att_recall = p->attend_recall == OFFLOAD_ATTEND_ON ||
                     (p->attend_recall == OFFLOAD_ATTEND_CORRECTIONS && o->device_plan && o->spec &&
                      p->spec_from == OFFLOAD_SPEC_FROM_INPUT && tiles);
-    /* the corrections recalled in the attention: none is gathered, on any stream */
-    if (o->att_recall) o->cstream = 0;
     if (p->attend_recall == OFFLOAD_ATTEND_ON && !tiles) {
         snprintf(err, errlen,
                  "offload: an attention that recalls reads whole 16-token tiles; the page size "
@@ -829,6 +827,9 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     }
     const int heads_fit = host_pool_bytes(o->store.hp) / o->head_bytes <= INT32_MAX;
     if (p->attend_recall == OFFLOAD_ATTEND_CORRECTIONS && !heads_fit) o->att_recall = 0;
+    /* the corrections recalled in the attention (att_recall now final): none is gathered, on
+     * any stream */
+    if (o->att_recall) o->cstream = 0;
     if (o->att_recall && !heads_fit) {
         snprintf(err, errlen,
                  "offload: an attention that recalls numbers the host pool's KV heads in 32 "

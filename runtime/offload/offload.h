@@ -235,7 +235,9 @@ struct offload_params {
                            predicted layer's correction on a stream of its own, after its plan
                            and its prefetch's gather (the slots it may take), so that the next
                            layer's prefetch, on the gather's stream, does not queue behind it;
-                           0 (default): on the gather's stream, after the layer's prefetch */
+                           0 (default): on the gather's stream, after the layer's prefetch. Not
+                           in effect where the attention recalls the corrections (attend_recall
+                           in effect: its default, corrections) */
     int select_joint;   /* 1 (default): a layer's piece that selects two layers (PulseInfer's
                            exact selection and its prediction of the next layer; a lookahead
                            schedule's first layer and the next) scores and ranks both in one

@@ -287,7 +287,7 @@ struct offload {
     int fused;   /* offload_params.plan_fused in effect (the device plan) */
     int att_recall; /* offload_params.attend_recall in effect (offload_attend_recalls) */
     int cstream; /* offload_params.correct_stream in effect (overlap, prefetching, spec_from
-                    input) */
+                    input, the corrections gathered: not att_recall) */
 
     struct offload_store store;
     struct offload_step step;
