@@ -1386,14 +1386,14 @@ static void test_attend_recall_cli(void)
         const char *policy;
         const char *mode;
         int on;
-    } runs[] = {{PI_SPEC "zero-copy", "corrections", 1},
-                {PI_SPEC "zero-copy --attend-recall off", "off", 0},
-                {PI_SPEC "zero-copy --spec-from mid", "corrections", 0},
-                {PI_SPEC "gather-scatter", "corrections", 0},
-                {"pulseinfer --admission fixed:0 --recall-engine zero-copy", "corrections", 0},
-                {"pulseinfer --admission fixed:0 --recall-engine zero-copy --attend-recall on",
-                 "on", 1},
-                {"infinigen+solohead+zc --attend-recall on", "on", 0}};
+    } runs[] = {
+        {PI_SPEC "zero-copy", "corrections", 1},
+        {PI_SPEC "zero-copy --attend-recall off", "off", 0},
+        {PI_SPEC "zero-copy --spec-from mid", "corrections", 0},
+        {PI_SPEC "gather-scatter", "corrections", 0},
+        {"pulseinfer --admission fixed:0 --recall-engine zero-copy", "corrections", 0},
+        {"pulseinfer --admission fixed:0 --recall-engine zero-copy --attend-recall on", "on", 1},
+        {"infinigen+solohead+zc --attend-recall on", "on", 0}};
     for (size_t r = 0; r < PULSE_ARRAY_LEN(runs); r++) {
         char cmd[512];
         snprintf(cmd, sizeof cmd,
@@ -1413,8 +1413,8 @@ static void test_attend_recall_cli(void)
         if (runs[r].on && sp) /* a speculation's: its corrections */
             EXPECT_EQ_INT(chunks, json_integer_value(json_object_get(sp, "corrections")));
         printf("--attend-recall, %s: mode %s, %s, %lld layers, %lld chunks\n", runs[r].policy,
-               json_string_value(json_object_get(ar, "mode")) ?: "?",
-               runs[r].on ? "on" : "off", (long long)layers, (long long)chunks);
+               json_string_value(json_object_get(ar, "mode")) ?: "?", runs[r].on ? "on" : "off",
+               (long long)layers, (long long)chunks);
         json_decref(j);
     }
 }

@@ -286,8 +286,8 @@ struct offload {
     int joint;   /* offload_params.select_joint in effect (a schedule that selects ahead) */
     int fused;   /* offload_params.plan_fused in effect (the device plan) */
     int att_recall; /* offload_params.attend_recall in effect (offload_attend_recalls) */
-    int cstream; /* offload_params.correct_stream in effect (overlap, prefetching, spec_from
-                    input, the corrections gathered: not att_recall) */
+    int cstream;    /* offload_params.correct_stream in effect (overlap, prefetching, spec_from
+                       input, the corrections gathered: not att_recall) */
 
     struct offload_store store;
     struct offload_step step;

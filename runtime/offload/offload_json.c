@@ -387,9 +387,8 @@ json_t *offload_counters_json(const struct offload *o)
     const int att_on = o->att_recall && o->device_plan && (o->spec || !o->p.schedule->lookahead);
     json_object_set_new(j, "attend_recall",
                         json_pack("{s:s, s:b, s:I, s:I}", "mode", attend_words[o->p.attend_recall],
-                                  "on", att_on, "layers",
-                                  (json_int_t)st.attend_recall_layers, "chunks",
-                                  (json_int_t)st.attend_recall_chunks));
+                                  "on", att_on, "layers", (json_int_t)st.attend_recall_layers,
+                                  "chunks", (json_int_t)st.attend_recall_chunks));
     if (o->spec) { /* the layers' prefetch counters summed */
         struct offload_layer_stats sum = {0};
         for (int sl = 0; sl < o->n_sparse; sl++) {
