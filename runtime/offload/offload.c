@@ -798,9 +798,13 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
     /* an attention that recalls reads whole 16-token tiles, and numbers the host pool's KV heads
      * in 32 bits (below) */
     const int tiles = o->be->mem != MEM_DEVICE || o->ps % 16 == 0;
-    o->att_recall = p->attend_recall == OFFLOAD_ATTEND_ON ||
-                    (p->attend_recall == OFFLOAD_ATTEND_CORRECTIONS && o->device_plan && o->spec &&
-                     p->spec_from == OFFLOAD_SPEC_FROM_INPUT && tiles);
+    /* in effect: the device plan's layers selected at their own layer (every one of an
+     * exact-at-layer schedule's, a prefetching schedule's exact selections; none of a lookahead
+     * schedule's), with on; a prefetching schedule's predicted from the input, with corrections */
+    const int own_layer = o->device_plan && (o->spec || !p->schedule->lookahead);
+    o->att_recall = own_layer && (p->attend_recall == OFFLOAD_ATTEND_ON ||
+                                  (p->attend_recall == OFFLOAD_ATTEND_CORRECTIONS && o->spec &&
+                                   p->spec_from == OFFLOAD_SPEC_FROM_INPUT && tiles));
     if (p->attend_recall == OFFLOAD_ATTEND_ON && !tiles) {
         snprintf(err, errlen,
                  "offload: an attention that recalls reads whole 16-token tiles; the page size "
@@ -826,11 +830,11 @@ int offload_create(struct engine *e, struct kv_cache *kv, const struct offload_p
         return rc;
     }
     const int heads_fit = host_pool_bytes(o->store.hp) / o->head_bytes <= INT32_MAX;
-    if (p->attend_recall == OFFLOAD_ATTEND_CORRECTIONS && !heads_fit) o->att_recall = 0;
+    if (!heads_fit) o->att_recall = 0; /* corrections' fallback; on is refused below */
     /* the corrections recalled in the attention (att_recall now final): none is gathered, on
      * any stream */
     if (o->att_recall) o->cstream = 0;
-    if (o->att_recall && !heads_fit) {
+    if (p->attend_recall == OFFLOAD_ATTEND_ON && !heads_fit) {
         snprintf(err, errlen,
                  "offload: an attention that recalls numbers the host pool's KV heads in 32 "
                  "bits; %zu bytes hold more",

@@ -285,7 +285,8 @@ struct offload {
                  spec_from input) */
     int joint;   /* offload_params.select_joint in effect (a schedule that selects ahead) */
     int fused;   /* offload_params.plan_fused in effect (the device plan) */
-    int att_recall; /* offload_params.attend_recall in effect (offload_attend_recalls) */
+    int att_recall; /* offload_params.attend_recall in effect: some layer's attention recalls
+                       (offload_attend_recalls) */
     int cstream;    /* offload_params.correct_stream in effect (overlap, prefetching, spec_from
                        input, the corrections gathered: not att_recall) */
 
@@ -457,8 +458,7 @@ static inline size_t offload_ctl_desc_off(const struct offload *o)
  * effect: o->att_recall): the device plan's layers selected at their own layer. */
 static inline int offload_attend_recalls(const struct offload *o, int layer)
 {
-    return o->att_recall && o->device_plan && (o->spec || !o->p.schedule->lookahead) &&
-           o->sl_of[layer] >= 0;
+    return o->att_recall && o->sl_of[layer] >= 0;
 }
 
 /* Sparse layer index of a layer, -1 when it is not sparse (dense or sliding-window). */

@@ -382,13 +382,13 @@ json_t *offload_counters_json(const struct offload *o)
     json_object_set_new(j, "hits_prefetches", json_integer(st.hits_prefetches));
     json_object_set_new(j, "early_corrections", json_integer(st.early_corrections));
     /* offload_params.attend_recall as asked (its --attend-recall word), and whether any layer's
-     * attention recalls (in effect for the schedule: not for layers selected ahead only) */
+     * attention recalls (in effect for the schedule: o->att_recall) */
     static const char *const attend_words[] = {"off", "on", "corrections"};
-    const int att_on = o->att_recall && o->device_plan && (o->spec || !o->p.schedule->lookahead);
     json_object_set_new(j, "attend_recall",
                         json_pack("{s:s, s:b, s:I, s:I}", "mode", attend_words[o->p.attend_recall],
-                                  "on", att_on, "layers", (json_int_t)st.attend_recall_layers,
-                                  "chunks", (json_int_t)st.attend_recall_chunks));
+                                  "on", o->att_recall != 0, "layers",
+                                  (json_int_t)st.attend_recall_layers, "chunks",
+                                  (json_int_t)st.attend_recall_chunks));
     if (o->spec) { /* the layers' prefetch counters summed */
         struct offload_layer_stats sum = {0};
         for (int sl = 0; sl < o->n_sparse; sl++) {
