@@ -1410,8 +1410,10 @@ static void test_attend_recall_cli(void)
         const json_int_t chunks = json_integer_value(json_object_get(ar, "chunks"));
         EXPECT(runs[r].on ? layers > 0 && chunks > 0 : layers == 0 && chunks == 0);
         json_t *sp = json_object_get(ctr, "speculation");
-        if (runs[r].on && sp) /* a speculation's: its corrections */
+        if (runs[r].on && strstr(runs[r].policy, "--speculate")) { /* its corrections */
+            EXPECT(sp != NULL);
             EXPECT_EQ_INT(chunks, json_integer_value(json_object_get(sp, "corrections")));
+        }
         printf("--attend-recall, %s: mode %s, %s, %lld layers, %lld chunks\n", runs[r].policy,
                json_string_value(json_object_get(ar, "mode")) ?: "?", runs[r].on ? "on" : "off",
                (long long)layers, (long long)chunks);

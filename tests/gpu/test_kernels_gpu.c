@@ -796,8 +796,8 @@ static void test_attn_host(void)
         dget(&s.d_pool, after);
         report_exact("attn_decode recalls", "pool afterwards", after, clean, pool_bytes,
                      dguard_ok(&s.d_pool));
-        /* the same sums as the plain attention over the pool it leaves (the host tiles staged
-         * through shared memory or read in place, taken in the same order): bit for bit */
+        /* the same sums as the plain attention over the pool it leaves (the host tiles taken
+         * in the same order as the pages they fill): bit for bit */
         struct kv_view pv = s.dv;
         uint16_t *g2 = xmalloc(qn * 2);
         attn_decode_cuda(&c, dq.p, &pv, dn.p, dout.p, batch, nq, maxn, scale);
