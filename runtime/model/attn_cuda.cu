@@ -75,23 +75,6 @@ __device__ __forceinline__ uint4 ld_kv(const uint16_t *p, bool pred)
     return r;
 }
 
-/* 16-byte asynchronous copy global -> shared (cp.async, L2 only); `bytes` < 16 zero-fills the
- * rest (0: nothing is read). The source may be mapped host memory. */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes)
-{
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all()
-{
-    asm volatile("cp.async.wait_all;" ::: "memory");
-}
-
 /* d += a (16x16, row) . b (16x8, col); bf16 operands, fp32 accumulators. */
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint32_t b0, uint32_t b1)
@@ -134,22 +117,10 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
     constexpr int VJ = HD / 64; /* 16-byte V loads per token per thread */
     constexpr int MT = HD / 16; /* P.V m-tiles */
     constexpr bool kEarlyV = HD <= 128; /* V loads go out with K (registers permitting) */
-    /* FILL, HD <= 128: a warp's next host tile is copied into its shared-memory stage (K then V,
-     * 16 rows each) with cp.async when the warp starts and as soon as the one before it is
-     * loaded, so the link's latency passes under the warp's device tiles instead of stalling
-     * it at the host tile; the tiles are still taken in order (the same sums). HD 256 (two
-     * blocks per SM, 16 KB a stage) reads its host tiles in place. */
-    constexpr bool kStage = FILL && HD <= 128;
-    constexpr int kStageElems = kStage ? 2 * kTile * HD : 1;
 
     __shared__ float s_m[kWarps][kMaxGroup];
     __shared__ float s_l[kWarps][kMaxGroup];
-    /* a warp's stage is used in its loop, its acc after it: one union per warp */
-    union WarpSmem {
-        float acc[kMaxGroup][HD];
-        uint16_t stage[kStageElems];
-    };
-    __shared__ __align__(16) WarpSmem s_w[kWarps];
+    __shared__ __align__(16) float s_acc[kWarps][kMaxGroup][HD];
 
     pdl_wait();
     pdl_trigger();
@@ -197,35 +168,6 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
     const size_t k_ofs = (size_t)g * HD + qd * 8;                      /* token g, chunk 0 */
     const size_t v_ofs = v_delta + (size_t)(2 * qd) * HD + g * 8;       /* token 2q, group 0 */
     int pid_next = 0, off_next = 0, hid_next = -1;
-    bool staged = false; /* kStage: the tile being loaded is in the warp's stage */
-    int stage_t = -1;    /* kStage: the tile the stage holds or is receiving (-1: none) */
-    /* kStage: the first host tile of the warp at or after tile `from` (of its sequence), copied
-     * into its stage; 32 tiles a round, one per lane */
-    auto stage_next = [&](int from) {
-        if constexpr (kStage) {
-            stage_t = -1;
-            for (int base = from; base < t_end; base += 32 * kWarps * kTile) {
-                const int t = base + lane * kWarps * kTile;
-                const int h = t < t_end ? __ldg(hids + t / ps) : -1;
-                const unsigned m = __ballot_sync(kFull, h >= 0);
-                if (!m) continue;
-                const int src = __ffs(m) - 1;
-                const int ts = __shfl_sync(kFull, t, src), hs = __shfl_sync(kFull, h, src);
-                const uint16_t *tile =
-                    host_head + (size_t)hs * p.page_elems + (size_t)(ts % ps) * HD;
-                uint16_t *dst = s_w[warp].stage;
-                constexpr int kRowChunks = HD / 8; /* 16-byte chunks a token row */
-                for (int c = lane; c < kTile * kRowChunks; c += 32) {
-                    const int bytes = ts + c / kRowChunks < t_end ? 16 : 0;
-                    cp_async16(dst + c * 8, tile + c * 8, bytes);
-                    cp_async16(dst + kTile * HD + c * 8, tile + v_delta + c * 8, bytes);
-                }
-                cp_async_commit();
-                stage_t = ts;
-                return;
-            }
-        }
-    };
     auto page_of = [&](int t, int &pid, int &off) {
         const int pg = t / ps;
         pid = __ldg(pids + pg);
@@ -248,26 +190,15 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
         if (ALIGNED) {
             const uint16_t *tile =
                 head_base + (size_t)pid_next * p.page_elems + (size_t)off_next * HD;
-            size_t vd = v_delta;
             if (FILL) {
                 fill_tile = hid_next >= 0 ? const_cast<uint16_t *>(tile) : nullptr;
-                /* stage_t == t0 holds by construction; checked, so that a break of it reads the
-                 * tile in place instead of another tile's rows */
-                staged = kStage && hid_next >= 0 && stage_t == t0;
-                if (staged) {
-                    tile = s_w[warp].stage, vd = (size_t)kTile * HD;
-                } else if (hid_next >= 0) {
+                if (hid_next >= 0)
                     tile = host_head + (size_t)hid_next * p.page_elems + (size_t)off_next * HD;
-                }
             }
             if (t0 + kWarps * kTile < t_end) page_of(t0 + kWarps * kTile, pid_next, off_next);
-            if (kStage && staged) { /* the next tile's page lookup is out: wait for the copies */
-                cp_async_wait_all();
-                __syncwarp();
-            }
             krow[0] = tile + k_ofs;
             krow[1] = krow[0] + 8 * HD;
-            vrow[0] = tile + vd + (size_t)(2 * qd) * HD + g * 8;
+            vrow[0] = tile + v_ofs;
             vrow[1] = vrow[0] + HD;
             vrow[2] = vrow[0] + 8 * HD;
             vrow[3] = vrow[0] + 9 * HD;
@@ -285,15 +216,6 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
             vrow[2] = row(t0 + 2 * qd + 8) + v_delta + g * 8;
             vrow[3] = row(t0 + 2 * qd + 9) + v_delta + g * 8;
         }
-        if (kStage && staged) { /* rows past t_end were zero-filled */
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++) {
-#pragma unroll
-                for (int c = 0; c < KC; c++)
-                    kf[nt][c] = *reinterpret_cast<const uint4 *>(krow[nt] + c * 32);
-            }
-            return;
-        }
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
 #pragma unroll
@@ -303,17 +225,6 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
     };
     auto load_v = [&](int t0) {
         const int tv[4] = {t0 + 2 * qd, t0 + 2 * qd + 1, t0 + 2 * qd + 8, t0 + 2 * qd + 9};
-        if (kStage && staged) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-#pragma unroll
-                for (int j = 0; j < VJ; j++)
-                    vf[i][j] = *reinterpret_cast<const uint4 *>(vrow[i] + j * 64);
-            }
-            __syncwarp(); /* the stage is read: the warp's next host tile may go into it */
-            stage_next(t0 + kWarps * kTile);
-            return;
-        }
 #pragma unroll
         for (int i = 0; i < 4; i++) {
 #pragma unroll
@@ -351,7 +262,6 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
     };
 
     int t0 = t_first + warp * kTile;
-    stage_next(t0);
     if (kEarlyV && t0 < t_end) {
         issue(t0);
         load_v(t0);
@@ -436,10 +346,6 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
     }
 
     /* merge the warps: each publishes (m, l, acc) per head, then the block combines them */
-    if constexpr (kStage) { /* the stage becomes acc: no copy may still land in it */
-        cp_async_wait_all();
-        __syncwarp();
-    }
     l_run += __shfl_xor_sync(kFull, l_run, 1);
     l_run += __shfl_xor_sync(kFull, l_run, 2);
     if (qd == 0 && g < G) {
@@ -453,10 +359,9 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
             const int d = j * 64 + g * 8 + 2 * e;
             const float *a = acc[j * 4 + e];
             if (2 * qd < G)
-                *reinterpret_cast<float2 *>(&s_w[warp].acc[2 * qd][d]) = make_float2(a[0], a[2]);
+                *reinterpret_cast<float2 *>(&s_acc[warp][2 * qd][d]) = make_float2(a[0], a[2]);
             if (2 * qd + 1 < G)
-                *reinterpret_cast<float2 *>(&s_w[warp].acc[2 * qd + 1][d]) =
-                    make_float2(a[1], a[3]);
+                *reinterpret_cast<float2 *>(&s_acc[warp][2 * qd + 1][d]) = make_float2(a[1], a[3]);
         }
     }
     __syncthreads();
@@ -472,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, HD <= 128 ? 3 : 2) attn_split_kernel
 #pragma unroll
         for (int w = 0; w < kWarps; w++) {
             const float f = exp2f(s_m[w][h] - ref);
-            a += f * s_w[w].acc[h][d];
+            a += f * s_acc[w][h][d];
             l += f * s_l[w][h];
         }
         const size_t part = part0 + (size_t)h * p.splits;
